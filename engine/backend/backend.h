@@ -1,0 +1,184 @@
+/* The compute backend: a small vtable, in the manner of ggml's backends.
+ *
+ * A backend owns memory (device memory and pinned host memory), copies, the
+ * streams and events that order them, strided-batched GEMM, a counter-based
+ * RNG, and the element-wise kernels the engine itself needs (casts, scale,
+ * axpy, norms, optimizer updates). The kernels the models need (embedding,
+ * layer norm, softmax, ...) sit in a second table, `ds_nn_ops`
+ * (engine/backend/nn.h), reached through `be->nn`.
+ *
+ * Two implementations:
+ *   cpu  (engine/backend/cpu/)  OpenBLAS sgemm + OpenMP loops; "device" memory
+ *                               is host RAM; streams are synchronous.
+ *   cuda (engine/backend/cuda/) cuBLAS + CUDA kernels; pinned host memory via
+ *                               cudaHostAlloc.
+ * Element-wise arithmetic is written once as DS_HD static inline functions
+ * (engine/backend/math.h) that both the cpu loops and the CUDA kernels call,
+ * so the cpu tests check the arithmetic the GPU runs.
+ *
+ * Conventions for every slot:
+ *   - matrices are ROW-MAJOR; a leading dimension is the distance in elements
+ *     between consecutive rows;
+ *   - pointers are device pointers unless the slot says host;
+ *   - kernels are ordered on the backend's default stream; results are visible
+ *     to later kernels without a sync, to the host only after ds_backend_sync;
+ *   - a slot returns DS_OK or a status with a message (cuBLAS/CUDA code and the
+ *     operation). Slots marked OPTIONAL may be NULL; callers check.
+ *
+ * All memory goes through ds_backend_alloc(), which records it in the memory
+ * accountant under a purpose. */
+#ifndef DS_BACKEND_BACKEND_H
+#define DS_BACKEND_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/core/dtype.h"
+#include "engine/core/mem.h"
+#include "engine/core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ds_backend ds_backend;
+typedef struct ds_stream ds_stream; /* opaque; NULL means the default stream */
+typedef struct ds_event ds_event;   /* opaque */
+typedef struct ds_nn_ops ds_nn_ops; /* engine/backend/nn.h */
+
+typedef enum ds_backend_kind { DS_BACKEND_CPU = 0, DS_BACKEND_CUDA = 1 } ds_backend_kind;
+
+typedef enum ds_copy_kind {
+    DS_COPY_H2D = 0, /* host (pinned or pageable) -> device */
+    DS_COPY_D2H,
+    DS_COPY_D2D,
+    DS_COPY_H2H,
+} ds_copy_kind;
+
+/* Adam / AdamW hyper-parameters for one update. `step` is the 1-based step
+ * count used for bias correction. adam_w_mode: decoupled weight decay
+ * (AdamW, DeepSpeed's default for "Adam"); otherwise L2 added to the grad. */
+typedef struct ds_adam_hparams {
+    float lr, beta1, beta2, eps, weight_decay;
+    int64_t step;
+    bool adam_w_mode;
+    bool bias_correction;
+} ds_adam_hparams;
+
+/* SGD with momentum (PyTorch semantics: buf = momentum*buf + (1-dampening)*g;
+ * nesterov uses g + momentum*buf). */
+typedef struct ds_sgd_hparams {
+    float lr, momentum, dampening, weight_decay;
+    bool nesterov;
+    bool first_step; /* buf = g on the first step, as PyTorch does */
+} ds_sgd_hparams;
+
+/* The implementation table. Every slot receives the backend first. */
+typedef struct ds_backend_ops {
+    const char *name; /* "cpu", "cuda" */
+
+    /* ---- memory ---- */
+    /* Raw allocation at `place` (DS_PLACE_DEVICE, or DS_PLACE_HOST = pinned
+     * host memory on cuda, page-aligned RAM on cpu). Memory is zeroed. Use
+     * ds_backend_alloc(), which also records the bytes, not this slot. */
+    ds_status (*alloc)(ds_backend *be, size_t bytes, ds_mem_place place, void **out);
+    void (*free)(ds_backend *be, void *ptr, ds_mem_place place);
+    ds_status (*memcpy)(ds_backend *be, void *dst, const void *src, size_t bytes,
+                        ds_copy_kind kind, ds_stream *stream);
+    ds_status (*memset)(ds_backend *be, void *dst, int value, size_t bytes, ds_stream *stream);
+
+    /* ---- ordering ---- */
+    ds_status (*sync)(ds_backend *be);                         /* all streams */
+    /* OPTIONAL (NULL on cpu: everything there is synchronous). */
+    ds_status (*stream_create)(ds_backend *be, ds_stream **out);
+    void (*stream_destroy)(ds_backend *be, ds_stream *s);
+    ds_status (*stream_sync)(ds_backend *be, ds_stream *s);
+    ds_status (*event_create)(ds_backend *be, ds_event **out);
+    void (*event_destroy)(ds_backend *be, ds_event *e);
+    ds_status (*event_record)(ds_backend *be, ds_event *e, ds_stream *s);
+    ds_status (*stream_wait_event)(ds_backend *be, ds_stream *s, ds_event *e);
+
+    /* ---- dense math (fp32) ----
+     * For b in [0, batch): C_b = alpha * op(A_b) * op(B_b) + beta * C_b with
+     * op(A_b) [m x k], op(B_b) [k x n], C_b [m x n], X_b = X + b * strideX.
+     * transa/transb: use the transpose of the stored row-major matrix. */
+    ds_status (*gemm)(ds_backend *be, bool transa, bool transb, int m, int n, int k, float alpha,
+                      const float *A, int lda, int64_t strideA, const float *B, int ldb,
+                      int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
+                      int batch);
+
+    /* ---- random numbers (counter-based Philox: same values on every backend
+     * and independent of how the tensor is sharded: element i of a stream
+     * (seed, offset) is a pure function of (seed, offset + i)) ---- */
+    ds_status (*rng_normal)(ds_backend *be, float *dst, size_t n, float mean, float std,
+                            uint64_t seed, uint64_t offset);
+    ds_status (*rng_uniform)(ds_backend *be, float *dst, size_t n, float lo, float hi,
+                             uint64_t seed, uint64_t offset);
+
+    /* ---- element-wise engine kernels ---- */
+    /* dst[i] = (dst_t) src[i]; F32/F16/BF16 in any combination. */
+    ds_status (*cast)(ds_backend *be, void *dst, ds_dtype dst_t, const void *src, ds_dtype src_t,
+                      size_t n);
+    ds_status (*fill)(ds_backend *be, float *x, size_t n, float value);
+    ds_status (*scale)(ds_backend *be, void *x, ds_dtype t, size_t n, float alpha);
+    /* y[i] += alpha * x[i]; y and x may have different types (F32/F16/BF16),
+     * accumulation in fp32. */
+    ds_status (*axpy)(ds_backend *be, void *y, ds_dtype yt, float alpha, const void *x,
+                      ds_dtype xt, size_t n);
+    /* *out_sumsq (host) = sum x[i]^2 accumulated in double; *out_nonfinite
+     * (host) = 1 if any element is inf or NaN. Synchronises. */
+    ds_status (*sumsq)(ds_backend *be, const void *x, ds_dtype t, size_t n, double *out_sumsq,
+                       int *out_nonfinite);
+    /* One Adam/AdamW update of n fp32 master weights with moments m, v (fp32),
+     * from gradients `grad` of type grad_t multiplied by grad_mult first (loss
+     * scale and clipping folded in). If param_lp != NULL, the updated weights
+     * are also written there in lp_t (the working copy of mixed precision). */
+    ds_status (*adam)(ds_backend *be, float *param, const void *grad, ds_dtype grad_t,
+                      float grad_mult, float *m, float *v, size_t n, const ds_adam_hparams *hp,
+                      void *param_lp, ds_dtype lp_t);
+    ds_status (*sgd)(ds_backend *be, float *param, const void *grad, ds_dtype grad_t,
+                     float grad_mult, float *momentum_buf, size_t n, const ds_sgd_hparams *hp,
+                     void *param_lp, ds_dtype lp_t);
+
+    /* ---- lifetime ---- */
+    void (*destroy)(ds_backend *be);
+} ds_backend_ops;
+
+struct ds_backend {
+    const ds_backend_ops *ops;
+    const ds_nn_ops *nn; /* model kernels, engine/backend/nn.h */
+    ds_backend_kind kind;
+    int device;      /* CUDA device ordinal; 0 on cpu */
+    int num_threads; /* OpenMP threads on cpu */
+    ds_mem *mem;     /* accountant (borrowed; owned by the engine or the caller) */
+    void *impl;      /* implementation state */
+};
+
+/* Options for ds_backend_create. Zero-initialise, then set what you need. */
+typedef struct ds_backend_desc {
+    ds_backend_kind kind;
+    int device;      /* cuda: device ordinal (usually the local rank) */
+    int num_threads; /* cpu: OpenMP threads; 0 = OMP_NUM_THREADS or the core count */
+    ds_mem *mem;     /* accountant to record into; may be NULL (nothing recorded) */
+} ds_backend_desc;
+
+/* Create a backend. Fails with DS_ERR_UNSUPPORTED for cuda in a build
+ * without DS_CUDA, or DS_ERR_BACKEND naming the CUDA error. */
+ds_status ds_backend_create(const ds_backend_desc *desc, ds_backend **out);
+void ds_backend_destroy(ds_backend *be);
+
+/* Allocate `bytes` at `place` and record them as `purpose` in be->mem. */
+ds_status ds_backend_alloc(ds_backend *be, ds_mem_purpose purpose, ds_mem_place place,
+                           size_t bytes, void **out);
+void ds_backend_free(ds_backend *be, ds_mem_purpose purpose, ds_mem_place place, void *ptr,
+                     size_t bytes);
+
+/* Implementation entry points (used by ds_backend_create). */
+ds_status ds_backend_cpu_init(ds_backend *be, const ds_backend_desc *desc);
+ds_status ds_backend_cuda_init(ds_backend *be, const ds_backend_desc *desc);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DS_BACKEND_BACKEND_H */

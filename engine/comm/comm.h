@@ -1,0 +1,149 @@
+/* Communication between ranks: a vtable with an MPI and an NCCL implementation.
+ *
+ *   mpi   (engine/comm/mpi.c)   host buffers. The collectives are rings over
+ *                               point-to-point messages into buffers allocated
+ *                               once (ds_comm_create sizes them), not Open
+ *                               MPI's own collectives, which fault in fresh
+ *                               pages on every call and lose 2-7x to that.
+ *   nccl  (engine/comm/nccl.c)  device buffers; the ncclUniqueId travels over
+ *                               MPI, which also remains the bootstrap for
+ *                               barriers and host-side metadata.
+ *
+ * Every collective is called by all ranks of the world with the same counts.
+ * Every collective has a deadline (desc.timeout_s): a rank that waits longer
+ * than that for a peer fails with DS_ERR_TIMEOUT naming the collective and the
+ * peer rank it was waiting on, instead of hanging the job.
+ *
+ * Every collective counts what this rank sent, so tests can compare traffic
+ * with theory (ds_comm_stats). Reductions of F16/BF16 buffers accumulate each
+ * pair in fp32 and round once per hop, as NCCL does.
+ *
+ * Thread use: one thread at a time may call into a ds_comm (the engine's
+ * communication thread, or the main thread); MPI is initialised with
+ * MPI_THREAD_SERIALIZED or better for that reason. */
+#ifndef DS_COMM_COMM_H
+#define DS_COMM_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/core/dtype.h"
+#include "engine/core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ds_comm ds_comm;
+typedef struct ds_backend ds_backend;
+
+typedef enum ds_reduce_op { DS_REDUCE_SUM = 0, DS_REDUCE_MAX, DS_REDUCE_MIN } ds_reduce_op;
+
+typedef enum ds_comm_kind { DS_COMM_MPI = 0, DS_COMM_NCCL = 1 } ds_comm_kind;
+
+/* Where rank / world / local rank came from. */
+typedef enum ds_rank_source {
+    DS_RANKS_SINGLE = 0, /* nothing set: one rank */
+    DS_RANKS_MPI,        /* OMPI_COMM_WORLD_* / PMI_* / MPI itself */
+    DS_RANKS_SLURM,      /* SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID */
+    DS_RANKS_ENV,        /* RANK, WORLD_SIZE, LOCAL_RANK */
+} ds_rank_source;
+
+typedef struct ds_rank_info {
+    int rank, world, local_rank, local_world;
+    ds_rank_source source;
+} ds_rank_info;
+
+/* Read the launcher's environment (no MPI call). Precedence: Open MPI / PMI
+ * variables, then Slurm, then RANK/WORLD_SIZE/LOCAL_RANK, else a single rank.
+ * Inconsistent values (rank >= world, non-numbers) fail with DS_ERR_INVALID_ARG
+ * naming the variable. */
+ds_status ds_rank_discover(ds_rank_info *out);
+/* "single process", "MPI (OMPI_COMM_WORLD_SIZE)", "Slurm (SLURM_NTASKS)", ... */
+const char *ds_rank_source_name(ds_rank_source s);
+
+/* Traffic counters: elements and bytes this rank sent, per collective. */
+typedef enum ds_coll {
+    DS_COLL_ALL_REDUCE = 0,
+    DS_COLL_REDUCE_SCATTER,
+    DS_COLL_ALL_GATHER,
+    DS_COLL_BROADCAST,
+    DS_COLL_COUNT
+} ds_coll;
+
+typedef struct ds_comm_stats {
+    uint64_t calls[DS_COLL_COUNT];
+    uint64_t elems_sent[DS_COLL_COUNT];
+    uint64_t bytes_sent[DS_COLL_COUNT];
+} ds_comm_stats;
+
+typedef struct ds_comm_ops {
+    const char *name; /* "mpi", "nccl" */
+    /* In place: buf (count elements) becomes the reduction over all ranks. */
+    ds_status (*all_reduce)(ds_comm *c, void *buf, size_t count, ds_dtype t, ds_reduce_op op);
+    /* send holds world * count elements; rank r receives the reduction of
+     * block r (elements [r*count, (r+1)*count)) into recv (count elements).
+     * recv may alias send + rank*count. */
+    ds_status (*reduce_scatter)(ds_comm *c, const void *send, void *recv, size_t count,
+                                ds_dtype t, ds_reduce_op op);
+    /* send (count elements) of rank r lands at recv + r*count on every rank;
+     * send may alias recv + rank*count (in place). */
+    ds_status (*all_gather)(ds_comm *c, const void *send, void *recv, size_t count, ds_dtype t);
+    ds_status (*broadcast)(ds_comm *c, void *buf, size_t count, ds_dtype t, int root);
+    ds_status (*barrier)(ds_comm *c);
+    void (*destroy)(ds_comm *c);
+} ds_comm_ops;
+
+struct ds_comm {
+    const ds_comm_ops *ops;
+    int rank, world, local_rank;
+    ds_rank_source source;
+    double timeout_s;
+    ds_comm_stats stats;
+    void *impl;
+};
+
+typedef struct ds_comm_desc {
+    ds_comm_kind kind;
+    double timeout_s;        /* per collective; <= 0 means 300 s */
+    size_t scratch_bytes;    /* ring scratch preallocated at create; 0 = 64 MiB */
+    ds_backend *backend;     /* nccl: the cuda backend whose device/stream to use */
+} ds_comm_desc;
+
+/* Initialise MPI if needed (MPI_Init_thread) and build the world communicator.
+ * With a single rank and no MPI launcher it still works (world = 1). */
+ds_status ds_comm_create(const ds_comm_desc *desc, ds_comm **out);
+/* Destroys the communicator; finalises MPI if ds_comm_create initialised it. */
+void ds_comm_destroy(ds_comm *c);
+
+/* Convenience wrappers that forward to c->ops and add the call site to the
+ * error trace. */
+ds_status ds_comm_all_reduce(ds_comm *c, void *buf, size_t count, ds_dtype t, ds_reduce_op op);
+ds_status ds_comm_reduce_scatter(ds_comm *c, const void *send, void *recv, size_t count,
+                                 ds_dtype t, ds_reduce_op op);
+ds_status ds_comm_all_gather(ds_comm *c, const void *send, void *recv, size_t count, ds_dtype t);
+ds_status ds_comm_broadcast(ds_comm *c, void *buf, size_t count, ds_dtype t, int root);
+ds_status ds_comm_barrier(ds_comm *c);
+
+/* Agree on a status across ranks: returns the worst (largest) status code of
+ * any rank, so all ranks take the same branch after a local failure (e.g. a
+ * bad data line seen by one rank only). Uses the host path even under NCCL. */
+ds_status ds_comm_agree(ds_comm *c, ds_status local, ds_status *out_worst);
+
+/* Host-side MPI collectives for small metadata, also available when the data
+ * path is NCCL (these do not count in ds_comm_stats). */
+ds_status ds_comm_host_all_reduce(ds_comm *c, void *buf, size_t count, ds_dtype t,
+                                  ds_reduce_op op);
+ds_status ds_comm_host_broadcast(ds_comm *c, void *buf, size_t bytes, int root);
+
+void ds_comm_stats_reset(ds_comm *c);
+
+/* Implementation entry points. */
+ds_status ds_comm_mpi_create(const ds_comm_desc *desc, ds_comm **out);
+ds_status ds_comm_nccl_create(const ds_comm_desc *desc, ds_comm **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DS_COMM_COMM_H */

@@ -1,0 +1,204 @@
+/* ds_config.json: DeepSpeed's keys, DeepSpeed's defaults.
+ *
+ * Reading happens in two phases:
+ *   1. ds_config_parse_file / ds_config_parse_string: syntax, types, ranges,
+ *      unknown and duplicate keys. Values given as "auto" are marked, not
+ *      guessed.
+ *   2. ds_config_resolve: fills every "auto" from the world size, the model
+ *      and the trainer's hints, then applies the batch rule
+ *         train_batch_size = train_micro_batch_size_per_gpu
+ *                            * gradient_accumulation_steps * world_size
+ *      (any two of the three give the third; one alone takes the others as 1
+ *      as DeepSpeed does; all three must agree).
+ *
+ * Errors name the key path and the value:
+ *      "zero_optimization.stage: must be 0..3, got 4"
+ *      "train_batch_size 32 != train_micro_batch_size_per_gpu 4 *
+ *       gradient_accumulation_steps 2 * world_size 2 (world size from MPI
+ *       (OMPI_COMM_WORLD_SIZE))"
+ * Unknown keys: a warning at the top level (DeepSpeed ignores them too), an
+ * error inside a section (where a typo silently changes training).
+ * Duplicate keys anywhere: an error. */
+#ifndef DS_CORE_CONFIG_H
+#define DS_CORE_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/core/dtype.h"
+#include "engine/core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ds_optim_type { DS_OPTIM_ADAM = 0, DS_OPTIM_ADAMW, DS_OPTIM_SGD } ds_optim_type;
+
+typedef enum ds_sched_type {
+    DS_SCHED_NONE = 0, /* constant lr */
+    DS_SCHED_WARMUP_LR,
+    DS_SCHED_WARMUP_DECAY_LR,
+    DS_SCHED_WARMUP_COSINE_LR,
+} ds_sched_type;
+
+typedef enum ds_warmup_type { DS_WARMUP_LOG = 0, DS_WARMUP_LINEAR } ds_warmup_type;
+
+typedef enum ds_offload_device {
+    DS_OFFLOAD_NONE = 0,
+    DS_OFFLOAD_CPU,
+    DS_OFFLOAD_NVME,
+} ds_offload_device;
+
+typedef struct ds_offload_config {
+    ds_offload_device device;   /* "none" | "cpu" | "nvme"; default none */
+    bool pin_memory;            /* default false */
+    char nvme_path[256];        /* default "/local_nvme" */
+    int buffer_count;           /* default 4 (optimizer) / 5 (param) */
+    int64_t buffer_size;        /* offload_param.buffer_size, default 1e8 */
+    int64_t max_in_cpu;         /* offload_param.max_in_cpu, default 1e9 */
+    double ratio;               /* offload_optimizer.ratio, default 1.0 */
+} ds_offload_config;
+
+typedef struct ds_config {
+    /* ---- batch (after resolve all three are > 0) ---- */
+    int64_t train_batch_size;               /* default: derived */
+    int64_t train_micro_batch_size_per_gpu; /* default: derived */
+    int64_t gradient_accumulation_steps;    /* default: derived */
+    bool train_batch_size_auto, micro_batch_auto, grad_accum_auto;
+    bool train_batch_size_set, micro_batch_set, grad_accum_set; /* given in the file */
+
+    int64_t steps_per_print;     /* default 10 */
+    bool wall_clock_breakdown;   /* default false */
+    bool dataloader_drop_last;   /* default false */
+    bool prescale_gradients;     /* default false */
+    double gradient_predivide_factor; /* default 1.0 */
+    double gradient_clipping;    /* default 0.0 = off */
+    bool gradient_clipping_auto;
+
+    /* ---- optimizer ---- */
+    bool optimizer_set;          /* section present (else the trainer's default) */
+    ds_optim_type optimizer;     /* "Adam" | "AdamW" | "SGD" (case-insensitive) */
+    double lr;                   /* default 1e-3 */
+    double betas[2];             /* default 0.9, 0.999 */
+    double eps;                  /* default 1e-8 */
+    double weight_decay;         /* default 0.0 */
+    bool adam_w_mode;            /* default true; "AdamW" forces true */
+    bool bias_correction;        /* default true */
+    double momentum;             /* SGD, default 0.0 */
+    double dampening;            /* SGD, default 0.0 */
+    bool nesterov;               /* SGD, default false */
+    bool lr_auto, betas_auto, eps_auto, weight_decay_auto;
+
+    /* ---- scheduler ---- */
+    ds_sched_type scheduler;     /* section absent: NONE */
+    double warmup_min_lr;        /* default 0.0 */
+    double warmup_max_lr;        /* default 0.001 */
+    int64_t warmup_num_steps;    /* default 1000 */
+    ds_warmup_type warmup_type;  /* default "log" */
+    int64_t total_num_steps;     /* WarmupDecayLR / WarmupCosineLR; required there */
+    double warmup_min_ratio;     /* WarmupCosineLR, default 0.0 */
+    double cos_min_ratio;        /* WarmupCosineLR, default 0.0001 */
+    int64_t last_batch_iteration;/* default -1 */
+    bool warmup_min_lr_auto, warmup_max_lr_auto, warmup_num_steps_auto, total_num_steps_auto;
+
+    /* ---- precision ---- */
+    bool fp16_enabled;           /* default false */
+    bool fp16_auto_cast;         /* default false */
+    double loss_scale;           /* default 0 = dynamic */
+    int initial_scale_power;     /* default 16 */
+    int64_t loss_scale_window;   /* default 1000 */
+    int hysteresis;              /* default 2 */
+    bool consecutive_hysteresis; /* default false */
+    double min_loss_scale;       /* default 1 */
+    bool bf16_enabled;           /* default false; section "bf16" or "bfloat16" */
+    bool fp16_enabled_auto, bf16_enabled_auto;
+    /* "communication_data_type": null (= the training dtype), "fp32", "fp16", "bf16" */
+    bool comm_dtype_set;
+    ds_dtype communication_data_type;
+
+    /* ---- zero_optimization ---- */
+    int zero_stage;                      /* default 0 */
+    bool allgather_partitions;           /* default true */
+    int64_t allgather_bucket_size;       /* default 5e8 */
+    bool overlap_comm;                   /* default false (true for stage 3 if unset) */
+    bool overlap_comm_set;
+    bool reduce_scatter;                 /* default true */
+    int64_t reduce_bucket_size;          /* default 5e8 */
+    bool contiguous_gradients;           /* default true */
+    int64_t stage3_prefetch_bucket_size; /* default 5e7 */
+    int64_t stage3_param_persistence_threshold; /* default 1e5 */
+    int64_t stage3_max_live_parameters;  /* default 1e9 */
+    int64_t stage3_max_reuse_distance;   /* default 1e9 */
+    bool stage3_gather_16bit_weights_on_model_save; /* default false */
+    int64_t sub_group_size;              /* default 1e9 */
+    bool round_robin_gradients;          /* default false */
+    bool reduce_bucket_size_auto, prefetch_bucket_size_auto, persistence_threshold_auto;
+    ds_offload_config offload_optimizer;
+    ds_offload_config offload_param;
+
+    /* ---- activation_checkpointing ---- */
+    bool activation_checkpointing;       /* section present and not all-false */
+    bool partition_activations;          /* default false */
+    bool cpu_checkpointing;              /* default false */
+    bool contiguous_memory_optimization; /* default false */
+    int64_t number_checkpoints;          /* default 0 = every checkpointable module */
+    bool synchronize_checkpoint_boundary;/* default false */
+    bool profile_checkpointing;          /* default false */
+
+    /* ---- checkpoint ---- */
+    int checkpoint_tag_validation;       /* 0 Ignore, 1 Warn (default), 2 Fail */
+
+    /* ---- zero-engine extensions, section "zero_engine" ---- */
+    char backend[16];                    /* "cpu" (default) | "cuda" | "auto" */
+    double comm_timeout_s;               /* default 300 */
+    int num_threads;                     /* default 0 = OMP_NUM_THREADS or cores */
+
+    /* ---- provenance ---- */
+    char path[512];                      /* file it came from, "" for a string */
+    int world_size;                      /* set by resolve */
+    char world_source[96];               /* set by resolve, e.g. "MPI (OMPI_COMM_WORLD_SIZE)" */
+} ds_config;
+
+/* Fill `c` with DeepSpeed's defaults (what an empty "{}" parses to). */
+void ds_config_defaults(ds_config *c);
+
+/* Parse a file / a string. Warnings (unknown top-level keys) go to `warn`
+ * (may be NULL: then they are printed to stderr with a "ds_config: warning:"
+ * prefix). Errors: DS_ERR_CONFIG with "<file>: key.path: what, got value",
+ * or "<file>:line:col: JSON syntax error" from jansson. */
+typedef void (*ds_config_warn_fn)(void *user, const char *message);
+ds_status ds_config_parse_file(const char *path, ds_config *out, ds_config_warn_fn warn,
+                               void *user);
+ds_status ds_config_parse_string(const char *json, ds_config *out, ds_config_warn_fn warn,
+                                 void *user);
+
+/* What the world and the trainer know, for "auto" and the batch rule. */
+typedef struct ds_config_hints {
+    int world_size;            /* required, >= 1 */
+    const char *world_source;  /* for messages, e.g. "MPI (OMPI_COMM_WORLD_SIZE)" */
+    int hidden_size;           /* model's, for bucket sizes; 0 = unknown */
+    /* trainer's values for "auto" (HF Trainer's role); < 0 = not given */
+    double lr, weight_decay, eps, beta1, beta2, gradient_clipping;
+    int64_t micro_batch;        /* e.g. train_cls --batch; <= 0 = not given */
+    int64_t warmup_num_steps;   /* < 0 = not given */
+    int64_t total_num_steps;    /* < 0 = not given */
+} ds_config_hints;
+
+/* Initialise hints with "not given" everywhere and world_size 1. */
+void ds_config_hints_init(ds_config_hints *h);
+
+/* Resolve every "auto", apply the batch rule and cross-key checks (fp16 and
+ * bf16 both enabled; WarmupDecayLR without total_num_steps; offload_param
+ * without stage 3; ...). Errors name the keys and the values. */
+ds_status ds_config_resolve(ds_config *c, const ds_config_hints *h);
+
+/* The resolved config as DeepSpeed-style JSON (every key, no "auto"), for
+ * rank 0 to print at start-up and for checkpoints' meta.json. Returns a
+ * malloc'd string the caller frees, or NULL when out of memory. */
+char *ds_config_to_json(const ds_config *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DS_CORE_CONFIG_H */

@@ -1,0 +1,82 @@
+/* Thread-local last error with a file:line trace. */
+#include "engine/core/status.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DS_MSG_CAP 1024
+#define DS_TRACE_CAP 1024
+
+static _Thread_local char tl_msg[DS_MSG_CAP];
+static _Thread_local char tl_trace[DS_TRACE_CAP];
+
+static const char *const k_names[DS_STATUS_COUNT] = {
+    [DS_OK] = "DS_OK",
+    [DS_ERR_INVALID_ARG] = "DS_ERR_INVALID_ARG",
+    [DS_ERR_CONFIG] = "DS_ERR_CONFIG",
+    [DS_ERR_DATA] = "DS_ERR_DATA",
+    [DS_ERR_IO] = "DS_ERR_IO",
+    [DS_ERR_CORRUPT] = "DS_ERR_CORRUPT",
+    [DS_ERR_OOM] = "DS_ERR_OOM",
+    [DS_ERR_BACKEND] = "DS_ERR_BACKEND",
+    [DS_ERR_COMM] = "DS_ERR_COMM",
+    [DS_ERR_TIMEOUT] = "DS_ERR_TIMEOUT",
+    [DS_ERR_UNSUPPORTED] = "DS_ERR_UNSUPPORTED",
+    [DS_ERR_INTERNAL] = "DS_ERR_INTERNAL",
+};
+
+const char *ds_status_to_string(ds_status s) {
+    if ((int)s < 0 || s >= DS_STATUS_COUNT) return "DS_ERR_UNKNOWN";
+    return k_names[s];
+}
+
+const char *ds_last_error(void) { return tl_msg; }
+const char *ds_last_error_trace(void) { return tl_trace; }
+
+void ds_clear_error(void) {
+    tl_msg[0] = '\0';
+    tl_trace[0] = '\0';
+}
+
+/* Only the file's base name goes into the trace: build paths are noise. */
+static const char *base_name(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+ds_status ds_error_set(ds_status s, const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tl_msg, sizeof tl_msg, fmt, ap);
+    va_end(ap);
+    snprintf(tl_trace, sizeof tl_trace, "%s:%d", base_name(file), line);
+    return s;
+}
+
+void ds_error_trace(const char *file, int line) {
+    size_t n = strlen(tl_trace);
+    if (n + 8 >= sizeof tl_trace) return; /* keep the innermost frames */
+    snprintf(tl_trace + n, sizeof tl_trace - n, " <- %s:%d", base_name(file), line);
+}
+
+void ds_error_prefix(const char *fmt, ...) {
+    char prefix[DS_MSG_CAP];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    char joined[DS_MSG_CAP];
+    snprintf(joined, sizeof joined, "%s: %s", prefix, tl_msg);
+    memcpy(tl_msg, joined, sizeof tl_msg);
+}
+
+void ds_assert_fail(const char *expr, const char *file, int line) {
+    /* An invariant inside the library is broken: continuing would corrupt
+     * training state silently, so stop loudly. Never reached on bad input. */
+    fprintf(stderr, "zero-engine: internal invariant failed: %s at %s:%d\n", expr,
+            base_name(file), line);
+    fflush(stderr);
+    __builtin_trap();
+}

@@ -1,0 +1,153 @@
+/* zero-engine: data-parallel training with ZeRO sharding, driven by a
+ * DeepSpeed-style ds_config.json. This header is the whole public API.
+ *
+ *   #include <zero-engine/engine/engine.h>
+ *
+ *   ds_model *model;                       // an ordered list of modules
+ *   ds_mlp_desc md = {.vocab_size = V, .embed_dim = 64, .hidden_dim = 128,
+ *                     .n_classes = C, .max_seq_len = 64};
+ *   if (ds_mlp_create(&md, &model) != DS_OK) die(ds_last_error());
+ *
+ *   ds_init_desc d;
+ *   ds_init_desc_defaults(&d);
+ *   d.config_path = "ds_config.json";
+ *   d.model = model;                        // the engine takes ownership
+ *   d.train_data = train;                   // borrowed; the engine samples it
+ *   engine_t *e;
+ *   if (ds_initialize(&d, &e) != DS_OK) die(ds_last_error());
+ *   for (int i = 0; i < 1000; i++) {
+ *       ds_step_info info;
+ *       if (ds_train_batch(e, &info) != DS_OK) die(ds_last_error());
+ *       printf("step %lld loss %.4f\n", (long long)info.step, info.loss);
+ *   }
+ *   ds_finalize(e);
+ *
+ * or drive it yourself, DeepSpeed style, one micro-batch at a time:
+ *   ds_forward(e, &batch, &loss); ds_backward(e); ds_step(e);
+ * where ds_step acts only at a gradient-accumulation boundary.
+ *
+ * Every rank runs the same calls. Errors: every function returns a ds_status;
+ * ds_last_error() says what and where ("zero_optimization.stage: must be 0..3,
+ * got 4"). After a failure in ds_forward/ds_backward/ds_step the engine is in
+ * an undefined training state but can still be finalized. Nothing here calls
+ * exit() or abort().
+ *
+ * Build against the installed library:
+ *   cc my.c $(pkg-config --cflags --libs zero-engine) */
+#ifndef DS_ENGINE_H
+#define DS_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/core/config.h"
+#include "engine/core/mem.h"
+#include "engine/core/module.h"
+#include "engine/core/status.h"
+#include "engine/comm/comm.h"
+#include "engine/data/dataset.h"
+#include "models/models.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DS_VERSION_MAJOR 0
+#define DS_VERSION_MINOR 1
+#define DS_VERSION_PATCH 0
+
+typedef struct engine engine_t; /* opaque */
+
+/* What ds_initialize needs. Start from ds_init_desc_defaults(). */
+typedef struct ds_init_desc {
+    uint32_t struct_size;        /* sizeof(ds_init_desc), set by _defaults */
+    const char *config_path;     /* ds_config.json, or */
+    const char *config_json;     /* the config as a string (config_path wins) */
+    ds_model *model;             /* REQUIRED; ownership passes to the engine,
+                                    also when ds_initialize fails */
+    const ds_dataset *train_data;/* borrowed, must outlive the engine; NULL if the
+                                    caller feeds batches with ds_forward */
+    uint64_t seed;               /* init, shuffling and dropout; default 42 */
+    ds_config_hints hints;       /* the trainer's values for "auto" keys */
+    bool quiet;                  /* rank 0 does not print the resolved config */
+} ds_init_desc;
+
+void ds_init_desc_defaults(ds_init_desc *d);
+
+/* Discover ranks, create backend and communicator, read and resolve the
+ * config (rank 0 prints it), lay out and initialise parameters (identically
+ * on every rank, whatever the world size), plan all memory, build the ZeRO
+ * strategy of the configured stage. Collective: all ranks call it. */
+ds_status ds_initialize(const ds_init_desc *desc, engine_t **out);
+
+/* Forward one micro-batch given in HOST memory (tokens, mask, labels; see
+ * ds_batch). *loss_out: this rank's mean loss of the micro-batch (unscaled). */
+ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out);
+
+/* Backward of the last forward; gradients accumulate (scaled by
+ * 1/gradient_accumulation_steps, and by the loss scale under fp16). */
+ds_status ds_backward(engine_t *e);
+
+/* At a gradient-accumulation boundary: reduce gradients across ranks, unscale,
+ * check overflow (fp16: skip the step on all ranks and lower the scale), clip
+ * to gradient_clipping by global norm, update the parameters, advance the
+ * scheduler. Between boundaries it only counts the micro-step. */
+ds_status ds_step(engine_t *e);
+
+typedef struct ds_step_info {
+    int64_t step;         /* optimizer steps taken (including skipped ones) */
+    int64_t epoch;        /* data epoch of the last micro-batch */
+    int64_t micro_steps;  /* micro-batches since the start */
+    double loss;          /* mean loss over the global batch (all ranks) */
+    double lr;            /* learning rate used by this step */
+    double grad_norm;     /* global gradient norm before clipping (unscaled) */
+    double loss_scale;    /* fp16 scale after this step; 1 otherwise */
+    bool skipped;         /* fp16 overflow: no update */
+    int64_t samples;      /* samples consumed by all ranks since the start */
+} ds_step_info;
+
+/* One optimizer step from the engine's data loader: gradient_accumulation_steps
+ * micro-batches of train_micro_batch_size_per_gpu on every rank, forward,
+ * backward, step. Epochs roll over (reshuffled from the seed). */
+ds_status ds_train_batch(engine_t *e, ds_step_info *out);
+
+/* The info of the last optimizer step (after ds_step at a boundary). */
+ds_status ds_last_step_info(const engine_t *e, ds_step_info *out);
+
+/* Inference on a HOST batch: logits [B, n_classes] into host memory. No
+ * dropout. Collective under ZeRO stage 3 (parameters are gathered), so every
+ * rank calls it the same number of times; a rank with nothing left passes a
+ * batch with B = 0. */
+ds_status ds_predict(engine_t *e, const ds_batch *host_batch, float *logits_out);
+
+/* Sum a small host buffer over all ranks (e.g. confusion matrices). */
+ds_status ds_all_reduce_host(engine_t *e, void *buf, size_t count, ds_dtype t);
+
+/* Introspection. */
+int ds_rank(const engine_t *e);
+int ds_world_size(const engine_t *e);
+const ds_config *ds_get_config(const engine_t *e);   /* resolved */
+const ds_model *ds_get_model(const engine_t *e);
+int64_t ds_global_step(const engine_t *e);
+double ds_get_lr(const engine_t *e);
+void ds_memory_report(const engine_t *e, ds_mem_report *out);
+void ds_comm_report(const engine_t *e, ds_comm_stats *out);
+/* Model-state bytes the ZeRO paper predicts per rank for this engine's
+ * Psi, N, stage and precision (params + grads + master + optimizer). */
+uint64_t ds_expected_model_state_bytes(const engine_t *e);
+
+/* Copy the full fp32 parameter of `name` (Hugging Face name) into host
+ * `out` (numel floats); gathers under stage 3. Collective. */
+ds_status ds_get_param(engine_t *e, const char *name, float *out, size_t numel);
+/* Overwrite a parameter everywhere (e.g. loading pretrained weights before
+ * training); every rank passes the same values. Collective. */
+ds_status ds_set_param(engine_t *e, const char *name, const float *values, size_t numel);
+
+/* Free everything; collective (barrier). Safe on NULL. */
+void ds_finalize(engine_t *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DS_ENGINE_H */
