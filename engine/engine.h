@@ -140,9 +140,18 @@ uint64_t ds_expected_model_state_bytes(const engine_t *e);
 /* Copy the full fp32 parameter of `name` (Hugging Face name) into host
  * `out` (numel floats); gathers under stage 3. Collective. */
 ds_status ds_get_param(engine_t *e, const char *name, float *out, size_t numel);
+/* After ds_backward and before the boundary ds_step: the full fp32 gradient
+ * of `name` accumulated so far on this rank, averaged over ranks (gathers
+ * and reduces as the stage requires; for tests and debugging). Collective. */
+ds_status ds_get_grad(engine_t *e, const char *name, float *out, size_t numel);
 /* Overwrite a parameter everywhere (e.g. loading pretrained weights before
  * training); every rank passes the same values. Collective. */
 ds_status ds_set_param(engine_t *e, const char *name, const float *values, size_t numel);
+
+/* Write every parameter, fp32, under its Hugging Face name, to one
+ * safetensors file at `path` (rank 0 writes, atomically: path.tmp then
+ * rename; one tensor in memory at a time). Collective. */
+ds_status ds_save_weights(engine_t *e, const char *path);
 
 /* Free everything; collective (barrier). Safe on NULL. */
 void ds_finalize(engine_t *e);

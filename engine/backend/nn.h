@@ -1,100 +1,154 @@
 /* Model kernels: the second backend table, reached through `be->nn`.
  *
  * Everything the modules in models/ compute besides GEMM (which is in the core
- * table, backend.h). Same conventions as backend.h: row-major, device
- * pointers, fp32 compute, ordered on the default stream. Backward kernels
- * ACCUMULATE into parameter gradients (dW += ...) so gradient accumulation and
- * shared weights need no extra pass; gradients w.r.t. inputs are written
- * (dx = ...) unless the slot says otherwise.
+ * table, backend.h). The engine itself never calls these; only models/ does.
+ *
+ * Conventions (as backend.h): row-major, device pointers, fp32 compute,
+ * ordered on the backend's default stream. Each slot returns DS_OK or a
+ * status with a message naming the slot and the offending value.
+ *
+ *   - Parameter gradients (dtable, dbias, dgamma, dbeta) are ACCUMULATED
+ *     (+=), so gradient accumulation and shared weights need no extra pass.
+ *   - Gradients with respect to activations are WRITTEN (dx = ...) unless the
+ *     slot has an `accumulate` flag.
+ *   - "may alias" lists the only in-place uses a slot supports.
  *
  * The arithmetic of each element is a DS_HD static inline function in
- * engine/backend/math.h, called by the cpu loops (engine/backend/cpu/nn_*.c)
- * and the CUDA kernels (engine/backend/cuda/nn_*.cu) alike. */
+ * engine/backend/nn_math.h, called by the cpu loops (engine/backend/cpu/nn_*.c)
+ * and the CUDA kernels (engine/backend/cuda/nn_*.cu) alike; the random numbers
+ * of dropout are the counter-based Philox of engine/backend/math.h.
+ *
+ * Typical use (a linear layer with GELU, as models/ does it):
+ *
+ *     be->ops->gemm(be, false, true, N, out, in, 1, x, in, 0, W, in, 0, 0, u, out, 0, 1);
+ *     be->nn->bias_act_fwd(be, y, u, b, N, out, DS_ACT_GELU);          // y = gelu(u + b)
+ *     ...
+ *     be->nn->bias_act_bwd(be, du, db, dy, u, b, N, out, DS_ACT_GELU); // du, db += */
 #ifndef DS_BACKEND_NN_H
 #define DS_BACKEND_NN_H
 
 #include "engine/backend/backend.h"
+#include "engine/backend/nn_math.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 struct ds_nn_ops {
-    /* out[i, :] (+)= table[ids[i], :] for i < n; width h. accumulate=false
-     * overwrites out. Ids outside [0, vocab) are an error (DS_ERR_INVALID_ARG
-     * naming the id and its position) -- checked on cpu, clamped+flagged on cuda. */
+    /* ---- embeddings ---- */
+
+    /* out[i, :] (+)= table[ids[i], :] for i < n; row width h. accumulate=false
+     * overwrites out. An id outside [0, vocab) is DS_ERR_INVALID_ARG naming
+     * the id and its position i (cuda: found after the kernel, out then holds
+     * row 0 for that position). */
     ds_status (*embedding_fwd)(ds_backend *be, float *out, const float *table, const int32_t *ids,
                                int n, int h, int vocab, bool accumulate);
-    /* dtable[ids[i], :] += dout[i, :] */
+    /* dtable[ids[i], :] += dout[i, :] for i < n, skipping ids equal to
+     * padding_idx (-1: none), as torch.nn.Embedding(padding_idx=...) does.
+     * Ids must have passed embedding_fwd (not checked again). */
     ds_status (*embedding_bwd)(ds_backend *be, float *dtable, const float *dout,
-                               const int32_t *ids, int n, int h);
+                               const int32_t *ids, int n, int h, int padding_idx);
 
-    /* out[r, :] (+)= x[:] for r < rows (bias add, position embeddings). */
+    /* out[r, :] (+)= x[:] for r < rows (position embeddings, a single
+     * token-type row). */
     ds_status (*bcast_add_fwd)(ds_backend *be, float *out, const float *x, int rows, int width,
                                bool accumulate);
-    /* dx[:] += sum_r dout[r, :] */
+    /* dx[:] += sum_r dout[r, :] (column sums; the gradient of bcast_add and of
+     * a bias). */
     ds_status (*bcast_add_bwd)(ds_backend *be, float *dx, const float *dout, int rows, int width);
 
-    /* out[b, :] = sum_t mask[b,t] * x[b,t,:] / max(1, sum_t mask[b,t]) */
+    /* Masked mean over the sequence:
+     * out[b, :] = sum_t mask[b,t] x[b,t,:] / max(1, sum_t mask[b,t]).
+     * x [B, T, H], mask [B, T] of 0/1, out [B, H]. */
     ds_status (*mean_pool_fwd)(ds_backend *be, float *out, const float *x, const float *mask,
                                int B, int T, int H);
+    /* dx[b, t, :] = mask[b,t] dout[b, :] / max(1, sum_t mask[b,t]) (written). */
     ds_status (*mean_pool_bwd)(ds_backend *be, float *dx, const float *dout, const float *mask,
                                int B, int T, int H);
 
-    /* Activations, element-wise over n: y = f(x); dx = dy * f'(x). */
-    ds_status (*gelu_fwd)(ds_backend *be, float *y, const float *x, size_t n); /* erf form */
-    ds_status (*gelu_bwd)(ds_backend *be, float *dx, const float *dy, const float *x, size_t n);
-    ds_status (*relu_fwd)(ds_backend *be, float *y, const float *x, size_t n);
-    ds_status (*relu_bwd)(ds_backend *be, float *dx, const float *dy, const float *x, size_t n);
-    ds_status (*tanh_fwd)(ds_backend *be, float *y, const float *x, size_t n);
-    /* uses the output y: dx = dy * (1 - y^2) */
-    ds_status (*tanh_bwd)(ds_backend *be, float *dx, const float *dy, const float *y, size_t n);
+    /* ---- bias + activation ---- */
 
-    /* Layer norm over the last dimension h of n rows. mean/rstd [n] saved for
-     * backward. Backward writes dx and accumulates dgamma, dbeta. */
+    /* y[r, c] = act(x[r, c] + bias[c]); bias may be NULL (no bias). y may
+     * alias x. act is DS_ACT_NONE / RELU / GELU (erf form) / TANH. */
+    ds_status (*bias_act_fwd)(ds_backend *be, float *y, const float *x, const float *bias,
+                              int rows, int width, ds_act act);
+    /* dx[r, c] = dy[r, c] * act'(x[r, c] + bias[c]) (written; dx may alias dy;
+     * dx may be NULL for DS_ACT_NONE when only dbias is wanted);
+     * dbias[c] += sum_r dx[r, c] when dbias != NULL. x, bias are the inputs of
+     * the forward call (bias may be NULL). */
+    ds_status (*bias_act_bwd)(ds_backend *be, float *dx, float *dbias, const float *dy,
+                              const float *x, const float *bias, int rows, int width, ds_act act);
+
+    /* ---- layer norm over the last dimension h of n rows ---- */
+
+    /* y = (x - mean) * rstd * gamma + beta with the biased variance (as
+     * torch.nn.LayerNorm); mean, rstd [n] are written for backward. y may
+     * alias x only if x is not needed later. */
     ds_status (*layernorm_fwd)(ds_backend *be, float *y, float *mean, float *rstd, const float *x,
                                const float *gamma, const float *beta, int n, int h, float eps);
+    /* dx (=, or += when accumulate_dx) the input gradient; dgamma, dbeta +=.
+     * dx may alias dy when accumulate_dx is false. */
     ds_status (*layernorm_bwd)(ds_backend *be, float *dx, float *dgamma, float *dbeta,
                                const float *dy, const float *x, const float *mean,
-                               const float *rstd, const float *gamma, int n, int h);
+                               const float *rstd, const float *gamma, int n, int h,
+                               bool accumulate_dx);
 
-    /* Attention probabilities: for each (b, head, query row i) over keys j:
-     * p = softmax_j(scale * s[b,h,i,j] + (mask[b,j] ? 0 : -inf)); in place
-     * allowed. s, p: [B, nh, T, T]; mask [B, T] of 0/1. */
-    ds_status (*softmax_fwd)(ds_backend *be, float *p, const float *s, const float *mask, int B,
-                             int nh, int T, float scale);
-    /* ds = scale * p * (dp - sum_j dp * p) */
-    ds_status (*softmax_bwd)(ds_backend *be, float *ds, const float *dp, const float *p, int B,
-                             int nh, int T, float scale);
+    /* ---- attention probabilities ----
+     * s, p, pd: [B, nh, T, T]; mask [B, T] of 0/1 over the keys, or NULL.
+     * For each (b, head, query i): p[.., i, j] = softmax_j(scale * s[.., i, j])
+     * over the keys with mask[b, j] = 1; masked keys get probability exactly 0
+     * (as Hugging Face's large negative bias does in fp32). A row with no real
+     * key gets all zeros (no NaN). Then the attention dropout:
+     * pd = dropout(p) with probability drop_p and the stream (seed, offset),
+     * element index = flat index in [B, nh, T, T]. */
 
-    /* [B, T, nh, hd] <-> [B, nh, T, hd] (heads out of / into the hidden dim). */
-    ds_status (*split_heads)(ds_backend *be, float *dst, const float *src, int B, int T, int nh,
-                             int hd);
-    ds_status (*merge_heads)(ds_backend *be, float *dst, const float *src, int B, int T, int nh,
-                             int hd);
+    /* Writes p (may alias s) and, when pd != NULL, pd. pd may be NULL only
+     * when drop_p == 0 (then the caller uses p). */
+    ds_status (*attn_softmax_fwd)(ds_backend *be, float *p, float *pd, const float *s,
+                                  const float *mask, int B, int nh, int T, float scale,
+                                  float drop_p, uint64_t seed, uint64_t offset);
+    /* From dpd = d(loss)/d(pd): dp = dropout_bwd(dpd); ds = scale * p * (dp -
+     * sum_j dp p) (ds may alias dpd). When pd != NULL it also regenerates pd
+     * = dropout(p), the operand of dV = pd^T dC, in the same pass. */
+    ds_status (*attn_softmax_bwd)(ds_backend *be, float *ds, float *pd, const float *dpd,
+                                  const float *p, int B, int nh, int T, float scale, float drop_p,
+                                  uint64_t seed, uint64_t offset);
 
-    /* Inverted dropout with the counter-based RNG: keep[i] = u(seed, offset+i)
-     * >= p; y = keep ? x / (1-p) : 0. The keep mask is not stored: backward
-     * regenerates it from (seed, offset), so dropout costs no activation
-     * memory and recomputation reproduces it exactly. */
-    ds_status (*dropout_fwd)(ds_backend *be, float *y, const float *x, size_t n, float p,
-                             uint64_t seed, uint64_t offset);
-    ds_status (*dropout_bwd)(ds_backend *be, float *dx, const float *dy, size_t n, float p,
-                             uint64_t seed, uint64_t offset);
+    /* ---- dropout (inverted, counter-based) ----
+     * keep(i) = ds_philox_uniform(seed, offset + i) >= p, i the flat index
+     * r * width + c; a kept element is scaled by 1 / (1 - p). The mask is
+     * never stored: backward regenerates it from (seed, offset), so dropout
+     * costs no activation memory and a recomputed forward reproduces it. p = 0
+     * is the identity (no random numbers drawn); p must be in [0, 1). */
 
-    /* Softmax cross-entropy over C classes for B rows. weights[C] or NULL.
-     * loss_out (device, [B]) gets each row's weighted loss; the mean loss is
-     * sum(loss) / sum(weight[label]) as PyTorch's CrossEntropyLoss(weight=...).
-     * probs [B, C] saved for backward. */
-    ds_status (*xent_fwd)(ds_backend *be, float *loss_out, float *probs, const float *logits,
-                          const int32_t *labels, const float *weights, int B, int C);
-    /* dlogits = scale * w[label] * (probs - onehot(label)) */
-    ds_status (*xent_bwd)(ds_backend *be, float *dlogits, const float *probs,
+    /* y[r, c] = res[r, c] + dropout(x[r, c] + bias[c]); bias and res may be
+     * NULL. y may alias x or res. */
+    ds_status (*dropout_fwd)(ds_backend *be, float *y, const float *x, const float *bias,
+                             const float *res, int rows, int width, float p, uint64_t seed,
+                             uint64_t offset);
+    /* dx = dropout mask (scaled) applied to dy (written; may alias dy);
+     * dbias[c] += sum_r dx[r, c] when dbias != NULL. */
+    ds_status (*dropout_bwd)(ds_backend *be, float *dx, float *dbias, const float *dy, int rows,
+                             int width, float p, uint64_t seed, uint64_t offset);
+
+    /* ---- softmax cross-entropy over C classes for B rows ----
+     * weights [C] or NULL (all 1). As torch.nn.CrossEntropyLoss(weight=w):
+     * loss = sum_b w[y_b] * (-log softmax(logits_b)[y_b]) / sum_b w[y_b].
+     * Labels outside [0, C) are DS_ERR_INVALID_ARG naming the row and label. */
+
+    /* Writes loss[0] (device), wsum[0] = sum_b w[y_b] (device, for backward)
+     * and probs [B, C] = softmax(logits). */
+    ds_status (*xent_fwd)(ds_backend *be, float *loss, float *wsum, float *probs,
+                          const float *logits, const int32_t *labels, const float *weights, int B,
+                          int C);
+    /* dlogits[b, :] = scale * w[y_b] / wsum * (probs[b, :] - onehot(y_b))
+     * (written; may alias probs). */
+    ds_status (*xent_bwd)(ds_backend *be, float *dlogits, const float *probs, const float *wsum,
                           const int32_t *labels, const float *weights, int B, int C, float scale);
 
-    /* Copy `rows` rows of `width` floats from src (row stride src_ld) to dst
-     * (row stride dst_ld); accumulate adds instead of overwriting. Selects
-     * [CLS] rows and scatters their gradient back. */
+    /* ---- rows ----
+     * Copy `rows` rows of `width` floats from src (row stride src_ld) to dst
+     * (row stride dst_ld); accumulate adds instead of overwriting. */
     ds_status (*copy_rows)(ds_backend *be, float *dst, int dst_ld, const float *src, int src_ld,
                            int rows, int width, bool accumulate);
 };

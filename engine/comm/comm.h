@@ -51,7 +51,9 @@ typedef enum ds_rank_source {
 } ds_rank_source;
 
 typedef struct ds_rank_info {
-    int rank, world, local_rank, local_world;
+    int rank, world, local_rank, local_world; /* local_*: -1 when the launcher does
+                                               * not say (ds_comm_create then asks
+                                               * MPI which ranks share the node) */
     ds_rank_source source;
 } ds_rank_info;
 
@@ -92,6 +94,16 @@ typedef struct ds_comm_ops {
     ds_status (*all_gather)(ds_comm *c, const void *send, void *recv, size_t count, ds_dtype t);
     ds_status (*broadcast)(ds_comm *c, void *buf, size_t count, ds_dtype t, int root);
     ds_status (*barrier)(ds_comm *c);
+    /* Uneven blocks (ZeRO buckets and module spans cut by partitions): send
+     * holds the blocks of counts[0], counts[1], ... elements back to back;
+     * rank r receives the reduction of block r into recv (counts[r]
+     * elements; recv may alias its block in send). Counts may be zero and
+     * are the same on every rank. */
+    ds_status (*reduce_scatterv)(ds_comm *c, const void *send, void *recv, const size_t *counts,
+                                 ds_dtype t, ds_reduce_op op);
+    /* In place: buf holds the blocks back to back; block rank is this
+     * rank's, the others arrive. */
+    ds_status (*all_gatherv)(ds_comm *c, void *buf, const size_t *counts, ds_dtype t);
     void (*destroy)(ds_comm *c);
 } ds_comm_ops;
 
@@ -107,8 +119,11 @@ struct ds_comm {
 typedef struct ds_comm_desc {
     ds_comm_kind kind;
     double timeout_s;        /* per collective; <= 0 means 300 s */
-    size_t scratch_bytes;    /* ring scratch preallocated at create; 0 = 64 MiB */
-    ds_backend *backend;     /* nccl: the cuda backend whose device/stream to use */
+    size_t scratch_bytes;    /* ring scratch preallocated at create; 0 = 64 MiB. An
+                              * upper bound: mpi allocates two chunks of it */
+    ds_backend *backend;     /* nccl: the cuda backend whose device/stream to use;
+                              * both: its accountant (may be NULL) records the scratch */
+    size_t chunk_bytes;      /* mpi: largest ring message; 0 = tuned default (1 MiB) */
 } ds_comm_desc;
 
 /* Initialise MPI if needed (MPI_Init_thread) and build the world communicator.
@@ -125,6 +140,9 @@ ds_status ds_comm_reduce_scatter(ds_comm *c, const void *send, void *recv, size_
 ds_status ds_comm_all_gather(ds_comm *c, const void *send, void *recv, size_t count, ds_dtype t);
 ds_status ds_comm_broadcast(ds_comm *c, void *buf, size_t count, ds_dtype t, int root);
 ds_status ds_comm_barrier(ds_comm *c);
+ds_status ds_comm_reduce_scatterv(ds_comm *c, const void *send, void *recv, const size_t *counts,
+                                  ds_dtype t, ds_reduce_op op);
+ds_status ds_comm_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds_dtype t);
 
 /* Agree on a status across ranks: returns the worst (largest) status code of
  * any rank, so all ranks take the same branch after a local failure (e.g. a

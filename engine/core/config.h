@@ -78,7 +78,10 @@ typedef struct ds_config {
 
     /* ---- optimizer ---- */
     bool optimizer_set;          /* section present (else the trainer's default) */
-    ds_optim_type optimizer;     /* "Adam" | "AdamW" | "SGD" (case-insensitive) */
+    ds_optim_type optimizer;     /* "Adam" | "AdamW" | "SGD" (case-insensitive). After
+                                  * parsing ADAMW iff adam_w_mode (an "Adam" with
+                                  * adam_w_mode true is stored as ADAMW), ADAM means
+                                  * classic L2 Adam (adam_w_mode false). */
     double lr;                   /* default 1e-3 */
     double betas[2];             /* default 0.9, 0.999 */
     double eps;                  /* default 1e-8 */
@@ -89,18 +92,23 @@ typedef struct ds_config {
     double dampening;            /* SGD, default 0.0 */
     bool nesterov;               /* SGD, default false */
     bool lr_auto, betas_auto, eps_auto, weight_decay_auto;
+    /* a number was written in the file (for the hint mismatch check) */
+    bool lr_set, betas_set, eps_set, weight_decay_set, gradient_clipping_set;
 
     /* ---- scheduler ---- */
     ds_sched_type scheduler;     /* section absent: NONE */
     double warmup_min_lr;        /* default 0.0 */
-    double warmup_max_lr;        /* default 0.001 */
+    double warmup_max_lr;        /* default 0.001; WarmupLR without it: the optimizer
+                                  * lr (DeepSpeed's WarmupLR(warmup_max_lr=None)) */
     int64_t warmup_num_steps;    /* default 1000 */
     ds_warmup_type warmup_type;  /* default "log" */
-    int64_t total_num_steps;     /* WarmupDecayLR / WarmupCosineLR; required there */
+    int64_t total_num_steps;     /* WarmupDecayLR / WarmupCosineLR; required there;
+                                  * 0 = not given */
     double warmup_min_ratio;     /* WarmupCosineLR, default 0.0 */
     double cos_min_ratio;        /* WarmupCosineLR, default 0.0001 */
     int64_t last_batch_iteration;/* default -1 */
     bool warmup_min_lr_auto, warmup_max_lr_auto, warmup_num_steps_auto, total_num_steps_auto;
+    bool warmup_max_lr_set, warmup_num_steps_set, total_num_steps_set; /* given as numbers */
 
     /* ---- precision ---- */
     bool fp16_enabled;           /* default false */
@@ -160,13 +168,28 @@ typedef struct ds_config {
     char world_source[96];               /* set by resolve, e.g. "MPI (OMPI_COMM_WORLD_SIZE)" */
 } ds_config;
 
-/* Fill `c` with DeepSpeed's defaults (what an empty "{}" parses to). */
+/* Fill `c` with DeepSpeed's defaults (what an empty "{}" parses to). The
+ * struct is zeroed first, so two configs with equal settings compare equal
+ * byte for byte. */
 void ds_config_defaults(ds_config *c);
 
-/* Parse a file / a string. Warnings (unknown top-level keys) go to `warn`
- * (may be NULL: then they are printed to stderr with a "ds_config: warning:"
- * prefix). Errors: DS_ERR_CONFIG with "<file>: key.path: what, got value",
- * or "<file>:line:col: JSON syntax error" from jansson. */
+/* "Adam", "AdamW", "SGD" / "none", "WarmupLR", "WarmupDecayLR",
+ * "WarmupCosineLR" / "log", "linear" / "none", "cpu", "nvme"; never NULL. */
+const char *ds_optim_type_name(ds_optim_type t);
+const char *ds_sched_type_name(ds_sched_type t);
+const char *ds_warmup_type_name(ds_warmup_type t);
+const char *ds_offload_device_name(ds_offload_device d);
+
+/* Parse a file / a string. Warnings (unknown top-level keys, "AdamW" with
+ * adam_w_mode false, total_num_steps < warmup_num_steps) go to `warn` (may
+ * be NULL: then they are printed to stderr with a "ds_config: warning:"
+ * prefix). `out` is written only on success.
+ * Errors: DS_ERR_CONFIG with "<file>: key.path: what, got value", or
+ * "<file>:line:col: JSON syntax error: ..." from jansson (a duplicate key is
+ * one, at any depth); DS_ERR_UNSUPPORTED for a DeepSpeed key or type that
+ * zero-engine does not implement ("optimizer.type: Lamb ..."); DS_ERR_IO
+ * when the file cannot be read. Integer keys accept integral reals (5e8);
+ * booleans must be true/false. */
 typedef void (*ds_config_warn_fn)(void *user, const char *message);
 ds_status ds_config_parse_file(const char *path, ds_config *out, ds_config_warn_fn warn,
                                void *user);
@@ -190,12 +213,35 @@ void ds_config_hints_init(ds_config_hints *h);
 
 /* Resolve every "auto", apply the batch rule and cross-key checks (fp16 and
  * bf16 both enabled; WarmupDecayLR without total_num_steps; offload_param
- * without stage 3; ...). Errors name the keys and the values. */
+ * without stage 3; ...). Errors name the keys and the values.
+ *
+ * Hints work as Hugging Face's Trainer integration does:
+ *   - a key written "auto" takes the hint, else DeepSpeed's default
+ *     (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight_decay 0, gradient_clipping
+ *     0, warmup_min_lr 0, warmup_max_lr = the optimizer lr, warmup_num_steps
+ *     1000; fp16/bf16 "auto" -> false; reduce_bucket_size hidden^2,
+ *     stage3_prefetch_bucket_size 0.9*hidden^2, stage3_param_persistence_
+ *     threshold 10*hidden when hidden_size is known, else the defaults);
+ *     total_num_steps "auto" needs hints.total_num_steps;
+ *   - a key written as a number and a hint that disagrees with it is an
+ *     error naming both (so pass only values the user actually chose);
+ *   - without an "optimizer" section the trainer's optimizer takes lr,
+ *     betas, eps and weight_decay from the hints;
+ *   - the micro-batch hint fills train_micro_batch_size_per_gpu when it is
+ *     "auto" or absent; the batch trio then follows DeepSpeed's rule ("auto"
+ *     without a hint counts as not given), and a micro batch that resolves
+ *     to something other than a given hint is an error.
+ * `c` is written only on success, so a failed resolve leaves it as parsed. */
 ds_status ds_config_resolve(ds_config *c, const ds_config_hints *h);
 
 /* The resolved config as DeepSpeed-style JSON (every key, no "auto"), for
- * rank 0 to print at start-up and for checkpoints' meta.json. Returns a
- * malloc'd string the caller frees, or NULL when out of memory. */
+ * rank 0 to print at start-up and for checkpoints' meta.json. Reals are
+ * written with the fewest digits that read back to the same double, so
+ * parsing and resolving the text gives the same settings. The "optimizer"
+ * section is written only when the file had one (else the trainer's
+ * optimizer is meant), "scheduler" only when one is set. Call it after
+ * ds_config_resolve. Returns a malloc'd string the caller frees, or NULL when
+ * out of memory. */
 char *ds_config_to_json(const ds_config *c);
 
 #ifdef __cplusplus

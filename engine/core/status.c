@@ -67,8 +67,15 @@ void ds_error_prefix(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
+    /* prefix + ": " + old message, cut at the capacity (the message tail is
+     * the least useful part to lose). */
     char joined[DS_MSG_CAP];
-    snprintf(joined, sizeof joined, "%s: %s", prefix, tl_msg);
+    size_t np = strnlen(prefix, DS_MSG_CAP - 3);
+    memcpy(joined, prefix, np);
+    memcpy(joined + np, ": ", 2);
+    size_t room = DS_MSG_CAP - np - 3, nm = strnlen(tl_msg, room);
+    memcpy(joined + np + 2, tl_msg, nm);
+    joined[np + 2 + nm] = '\0';
     memcpy(tl_msg, joined, sizeof tl_msg);
 }
 

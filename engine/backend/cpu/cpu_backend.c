@@ -1,0 +1,165 @@
+/* The cpu backend: memory, copies, ordering and GEMM (OpenBLAS), and the
+ * table that wires in the element-wise slots of cpu_elementwise.c.
+ *
+ * "Device" memory is host RAM and everything is synchronous, so sync is a
+ * no-op and the optional stream / event slots are NULL (backend.h).
+ *
+ * Threads. The backend runs its OpenMP loops on be->num_threads threads. The
+ * OpenMP build of OpenBLAS takes its thread count from omp_get_max_threads()
+ * of the calling thread (and runs single-threaded inside a parallel region),
+ * so the backend sets that to num_threads with openblas_set_num_threads() at
+ * creation and again before a GEMM if the calling thread differs: OpenBLAS and
+ * the engine's loops then use the same cores and never oversubscribe them. */
+#include <cblas.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_ops.h"
+#include "engine/backend/math.h"
+
+/* Page alignment for big buffers (whole pages for the kernel and MPI's
+ * registration caches), cache-line + AVX-512 alignment for small ones. */
+#define DS_CPU_PAGE 4096
+#define DS_CPU_LINE 64
+#define DS_CPU_BIG ((size_t)1 << 16)
+
+static ds_status cpu_alloc(ds_backend *be, size_t bytes, ds_mem_place place, void **out) {
+    (void)be;
+    *out = NULL;
+    if (place != DS_PLACE_DEVICE && place != DS_PLACE_HOST)
+        return DS_ERR(DS_ERR_INVALID_ARG, "cpu alloc: unknown place %d", (int)place);
+    size_t align = (place == DS_PLACE_HOST || bytes >= DS_CPU_BIG) ? DS_CPU_PAGE : DS_CPU_LINE;
+    /* posix_memalign wants a size > 0; round up to whole alignment units so
+     * vector loops may read the last line without leaving the allocation. */
+    size_t rounded = (bytes + align - 1) / align * align;
+    if (rounded < bytes) return DS_ERR(DS_ERR_OOM, "cpu alloc: %zu bytes overflow", bytes);
+    void *p = NULL;
+    int rc = posix_memalign(&p, align, rounded ? rounded : align);
+    if (rc != 0 || !p)
+        return DS_ERR(DS_ERR_OOM, "cpu alloc: posix_memalign(%zu bytes, align %zu) failed: %s",
+                      rounded, align, strerror(rc));
+    memset(p, 0, rounded);
+    *out = p;
+    return DS_OK;
+}
+
+static void cpu_free(ds_backend *be, void *ptr, ds_mem_place place) {
+    (void)be;
+    (void)place;
+    free(ptr);
+}
+
+static ds_status cpu_memcpy(ds_backend *be, void *dst, const void *src, size_t bytes,
+                            ds_copy_kind kind, ds_stream *stream) {
+    (void)be;
+    (void)stream;
+    if ((int)kind < DS_COPY_H2D || kind > DS_COPY_H2H)
+        return DS_ERR(DS_ERR_INVALID_ARG, "cpu memcpy: unknown copy kind %d", (int)kind);
+    if (bytes == 0) return DS_OK;
+    if (!dst || !src)
+        return DS_ERR(DS_ERR_INVALID_ARG, "cpu memcpy: NULL pointer (dst=%p src=%p) for %zu bytes",
+                      dst, src, bytes);
+    if (dst != src) memmove(dst, src, bytes);
+    return DS_OK;
+}
+
+static ds_status cpu_memset(ds_backend *be, void *dst, int value, size_t bytes, ds_stream *stream) {
+    (void)be;
+    (void)stream;
+    if (bytes == 0) return DS_OK;
+    if (!dst) return DS_ERR(DS_ERR_INVALID_ARG, "cpu memset: dst is NULL for %zu bytes", bytes);
+    memset(dst, value, bytes);
+    return DS_OK;
+}
+
+static ds_status cpu_sync(ds_backend *be) {
+    (void)be;
+    return DS_OK;
+}
+
+/* C_b = beta * C_b for k == 0, where BLAS semantics say op(A) op(B) is
+ * empty; beta == 0 writes zeros without reading C (NaN in C is cleared). */
+static void gemm_beta_only(float beta, float *C, int m, int n, int ldc, int64_t strideC,
+                           int batch) {
+    for (int b = 0; b < batch; b++) {
+        for (int i = 0; i < m; i++) {
+            float *row = C + b * strideC + (int64_t)i * ldc;
+            for (int j = 0; j < n; j++) row[j] = beta == 0.0f ? 0.0f : beta * row[j];
+        }
+    }
+}
+
+/* Batches of matrices at most this many flops each run one per thread
+ * (OpenBLAS single-threaded inside the parallel region) rather than one
+ * after another with OpenBLAS splitting each: attention's 128x128x64 blocks
+ * are too small to split well. bench/bench_gemm.c measures both. */
+#define DS_CPU_GEMM_SMALL_FLOPS (16.0 * 1024 * 1024)
+
+static ds_status cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                          float alpha, const float *A, int lda, int64_t strideA, const float *B,
+                          int ldb, int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
+                          int batch) {
+    DS_TRY(ds_check_gemm("cpu gemm", transa, transb, m, n, k, A, lda, strideA, B, ldb, strideB, C,
+                         ldc, strideC, batch));
+    if (m == 0 || n == 0 || batch == 0) return DS_OK;
+    if (k == 0) {
+        gemm_beta_only(beta, C, m, n, ldc, strideC, batch);
+        return DS_OK;
+    }
+    int nt = be->num_threads;
+    if (omp_get_max_threads() != nt) openblas_set_num_threads(nt);
+    enum CBLAS_TRANSPOSE ta = transa ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = transb ? CblasTrans : CblasNoTrans;
+    double flops = 2.0 * m * n * k;
+    if (batch > 1 && nt > 1 && flops <= DS_CPU_GEMM_SMALL_FLOPS) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int b = 0; b < batch; b++)
+            cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A + b * strideA, lda,
+                        B + b * strideB, ldb, beta, C + b * strideC, ldc);
+    } else {
+        for (int b = 0; b < batch; b++)
+            cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A + b * strideA, lda,
+                        B + b * strideB, ldb, beta, C + b * strideC, ldc);
+    }
+    return DS_OK;
+}
+
+static void cpu_destroy(ds_backend *be) { be->impl = NULL; }
+
+static const ds_backend_ops k_cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .memcpy = cpu_memcpy,
+    .memset = cpu_memset,
+    .sync = cpu_sync,
+    /* streams and events: OPTIONAL, NULL (everything is synchronous) */
+    .gemm = cpu_gemm,
+    .rng_normal = ds_cpu_rng_normal,
+    .rng_uniform = ds_cpu_rng_uniform,
+    .cast = ds_cpu_cast,
+    .fill = ds_cpu_fill,
+    .scale = ds_cpu_scale,
+    .axpy = ds_cpu_axpy,
+    .sumsq = ds_cpu_sumsq,
+    .adam = ds_cpu_adam,
+    .sgd = ds_cpu_sgd,
+    .destroy = cpu_destroy,
+};
+
+ds_status ds_backend_cpu_init(ds_backend *be, const ds_backend_desc *desc) {
+    if (desc->num_threads < 0)
+        return DS_ERR(DS_ERR_INVALID_ARG, "cpu backend: num_threads must be >= 0, got %d",
+                      desc->num_threads);
+    int nt = desc->num_threads > 0 ? desc->num_threads : omp_get_max_threads();
+    if (nt < 1) nt = 1;
+    be->ops = &k_cpu_ops;
+    be->num_threads = nt;
+    be->device = 0;
+    be->impl = NULL;
+    /* Also sets this thread's OpenMP default to nt (OpenMP build). */
+    openblas_set_num_threads(nt);
+    return DS_OK;
+}

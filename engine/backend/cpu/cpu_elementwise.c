@@ -1,0 +1,258 @@
+/* The cpu backend's element-wise slots: RNG, casts, fill, scale, axpy, sum of
+ * squares, Adam and SGD. Each is an OpenMP loop around the DS_HD functions of
+ * engine/backend/math.h and engine/core/dtype.h, which the CUDA kernels call
+ * too. Every element is computed independently of the thread count, so the
+ * results are the same bits at 1 or N threads (sumsq included, see there). */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_ops.h"
+#include "engine/backend/math.h"
+
+/* ---- random numbers ---------------------------------------------------------
+ * Element i of the output is element offset + i of the stream, computed from
+ * the Philox block (offset + i) / 4: the loop runs over the blocks the range
+ * touches and keeps the words that fall inside it. */
+
+static ds_status rng_check(const char *who, const float *dst, size_t n, uint64_t offset) {
+    DS_TRY(ds_check_ptr(who, "dst", dst, n));
+    if (n > 0 && offset + n < offset)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: offset %llu + n %zu overflows the 64-bit counter",
+                      who, (unsigned long long)offset, n);
+    return DS_OK;
+}
+
+ds_status ds_cpu_rng_uniform(ds_backend *be, float *dst, size_t n, float lo, float hi,
+                             uint64_t seed, uint64_t offset) {
+    DS_TRY(rng_check("cpu rng_uniform", dst, n, offset));
+    if (n == 0) return DS_OK;
+    float span = hi - lo;
+    uint64_t end = offset + n, first = offset >> 2, last = (end - 1) >> 2;
+#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+    for (uint64_t b = first; b <= last; b++) {
+        ds_philox4 w = ds_rng_block(seed, DS_RNG_TAG_UNIFORM, b);
+        for (uint64_t l = 0; l < 4; l++) {
+            uint64_t j = 4 * b + l;
+            if (j >= offset && j < end) dst[j - offset] = ds_rng_bits_to_uniform(w.v[l], lo, span);
+        }
+    }
+    return DS_OK;
+}
+
+ds_status ds_cpu_rng_normal(ds_backend *be, float *dst, size_t n, float mean, float std,
+                            uint64_t seed, uint64_t offset) {
+    DS_TRY(rng_check("cpu rng_normal", dst, n, offset));
+    if (n == 0) return DS_OK;
+    uint64_t end = offset + n, first = offset >> 2, last = (end - 1) >> 2;
+#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+    for (uint64_t b = first; b <= last; b++) {
+        float z[4];
+        ds_rng_normal_block(seed, b, z);
+        for (uint64_t l = 0; l < 4; l++) {
+            uint64_t j = 4 * b + l;
+            if (j >= offset && j < end) dst[j - offset] = fmaf(std, z[l], mean);
+        }
+    }
+    return DS_OK;
+}
+
+/* ---- casts, fill, scale, axpy --------------------------------------------- */
+
+ds_status ds_cpu_cast(ds_backend *be, void *dst, ds_dtype dst_t, const void *src, ds_dtype src_t,
+                      size_t n) {
+    DS_TRY(ds_check_float_dtype("cpu cast", "dst", dst_t));
+    DS_TRY(ds_check_float_dtype("cpu cast", "src", src_t));
+    DS_TRY(ds_check_ptr("cpu cast", "dst", dst, n));
+    DS_TRY(ds_check_ptr("cpu cast", "src", src, n));
+    if (n == 0) return DS_OK;
+    if (dst_t == src_t) {
+        if (dst != src) memmove(dst, src, n * ds_dtype_size(dst_t));
+        return DS_OK;
+    }
+    /* The two common directions get a loop without type branches; the rest
+     * (fp16 <-> bf16) go through fp32 one element at a time. */
+    if (src_t == DS_F32) {
+        const float *s = src;
+        uint16_t *d = dst;
+        if (dst_t == DS_F16) {
+#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+            for (size_t i = 0; i < n; i++) d[i] = ds_f32_to_f16(s[i]);
+        } else {
+#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+            for (size_t i = 0; i < n; i++) d[i] = ds_f32_to_bf16(s[i]);
+        }
+        return DS_OK;
+    }
+    if (dst_t == DS_F32) {
+        const uint16_t *s = src;
+        float *d = dst;
+        if (src_t == DS_F16) {
+#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+            for (size_t i = 0; i < n; i++) d[i] = ds_f16_to_f32(s[i]);
+        } else {
+#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+            for (size_t i = 0; i < n; i++) d[i] = ds_bf16_to_f32(s[i]);
+        }
+        return DS_OK;
+    }
+    /* fp16 <-> bf16, also in place: element i reads and writes only i */
+#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) ds_store_f32(dst, dst_t, i, ds_load_f32(src, src_t, i));
+    return DS_OK;
+}
+
+ds_status ds_cpu_fill(ds_backend *be, float *x, size_t n, float value) {
+    DS_TRY(ds_check_ptr("cpu fill", "x", x, n));
+#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) x[i] = value;
+    return DS_OK;
+}
+
+ds_status ds_cpu_scale(ds_backend *be, void *x, ds_dtype t, size_t n, float alpha) {
+    DS_TRY(ds_check_float_dtype("cpu scale", "x", t));
+    DS_TRY(ds_check_ptr("cpu scale", "x", x, n));
+    if (t == DS_F32) {
+        float *f = x;
+#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) f[i] = f[i] * alpha;
+    } else {
+#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) ds_store_f32(x, t, i, ds_load_f32(x, t, i) * alpha);
+    }
+    return DS_OK;
+}
+
+ds_status ds_cpu_axpy(ds_backend *be, void *y, ds_dtype yt, float alpha, const void *x,
+                      ds_dtype xt, size_t n) {
+    DS_TRY(ds_check_float_dtype("cpu axpy", "y", yt));
+    DS_TRY(ds_check_float_dtype("cpu axpy", "x", xt));
+    DS_TRY(ds_check_ptr("cpu axpy", "y", y, n));
+    DS_TRY(ds_check_ptr("cpu axpy", "x", x, n));
+    if (yt == DS_F32 && xt == DS_F32) {
+        float *fy = y;
+        const float *fx = x;
+#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) fy[i] = fmaf(alpha, fx[i], fy[i]);
+    } else {
+#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++)
+            ds_store_f32(y, yt, i, fmaf(alpha, ds_load_f32(x, xt, i), ds_load_f32(y, yt, i)));
+    }
+    return DS_OK;
+}
+
+/* ---- sum of squares ----------------------------------------------------------
+ * The range is cut into a fixed number of chunks whatever the thread count;
+ * each chunk is summed in double with 4 interleaved accumulators and the
+ * chunk sums are added in order, so the result is the same bits at any
+ * thread count and on every run (an OpenMP reduction combines in whatever
+ * order threads finish, which would make the gradient norm, hence clipping,
+ * irreproducible across a resume).
+ *
+ * Non-finite detection needs no per-element test: a float squared is at most
+ * 1.2e77 and 2^64 of them stay below double's 1.8e308, so the double sum is
+ * finite exactly when every element is. */
+#define DS_SUMSQ_CHUNKS 64
+
+static double sumsq_range(const void *x, ds_dtype t, size_t lo, size_t hi) {
+    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+    size_t i = lo;
+    if (t == DS_F32) {
+        const float *f = x;
+        for (; i + 4 <= hi; i += 4) {
+            double v0 = f[i], v1 = f[i + 1], v2 = f[i + 2], v3 = f[i + 3];
+            a0 += v0 * v0;
+            a1 += v1 * v1;
+            a2 += v2 * v2;
+            a3 += v3 * v3;
+        }
+    } else {
+        for (; i + 4 <= hi; i += 4) {
+            double v0 = ds_load_f32(x, t, i), v1 = ds_load_f32(x, t, i + 1);
+            double v2 = ds_load_f32(x, t, i + 2), v3 = ds_load_f32(x, t, i + 3);
+            a0 += v0 * v0;
+            a1 += v1 * v1;
+            a2 += v2 * v2;
+            a3 += v3 * v3;
+        }
+    }
+    for (; i < hi; i++) {
+        double v = ds_load_f32(x, t, i);
+        a0 += v * v;
+    }
+    return (a0 + a1) + (a2 + a3);
+}
+
+ds_status ds_cpu_sumsq(ds_backend *be, const void *x, ds_dtype t, size_t n, double *out_sumsq,
+                       int *out_nonfinite) {
+    DS_TRY(ds_check_float_dtype("cpu sumsq", "x", t));
+    DS_TRY(ds_check_ptr("cpu sumsq", "x", x, n));
+    if (!out_sumsq || !out_nonfinite)
+        return DS_ERR(DS_ERR_INVALID_ARG, "cpu sumsq: NULL output (out_sumsq=%p out_nonfinite=%p)",
+                      (void *)out_sumsq, (void *)out_nonfinite);
+    double part[DS_SUMSQ_CHUNKS];
+    size_t q = n / DS_SUMSQ_CHUNKS, r = n % DS_SUMSQ_CHUNKS;
+#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+    for (int c = 0; c < DS_SUMSQ_CHUNKS; c++) {
+        size_t uc = (size_t)c;
+        size_t lo = uc * q + (uc < r ? uc : r);
+        size_t hi = lo + q + (uc < r ? 1 : 0);
+        part[c] = sumsq_range(x, t, lo, hi);
+    }
+    double total = 0.0;
+    for (int c = 0; c < DS_SUMSQ_CHUNKS; c++) total += part[c];
+    *out_sumsq = total;
+    *out_nonfinite = isfinite(total) ? 0 : 1;
+    return DS_OK;
+}
+
+/* ---- optimizers ------------------------------------------------------------ */
+
+static ds_status optim_check(const char *who, const float *param, const void *grad,
+                             ds_dtype grad_t, size_t n, const void *hp, const void *param_lp,
+                             ds_dtype lp_t) {
+    if (!hp) return DS_ERR(DS_ERR_INVALID_ARG, "%s: hyper-parameters are NULL", who);
+    DS_TRY(ds_check_float_dtype(who, "grad", grad_t));
+    if (param_lp) DS_TRY(ds_check_float_dtype(who, "param_lp", lp_t));
+    DS_TRY(ds_check_ptr(who, "param", param, n));
+    DS_TRY(ds_check_ptr(who, "grad", grad, n));
+    return DS_OK;
+}
+
+ds_status ds_cpu_adam(ds_backend *be, float *param, const void *grad, ds_dtype grad_t,
+                      float grad_mult, float *m, float *v, size_t n, const ds_adam_hparams *hp,
+                      void *param_lp, ds_dtype lp_t) {
+    DS_TRY(optim_check("cpu adam", param, grad, grad_t, n, hp, param_lp, lp_t));
+    DS_TRY(ds_check_ptr("cpu adam", "m", m, n));
+    DS_TRY(ds_check_ptr("cpu adam", "v", v, n));
+    DS_TRY(ds_check_adam("cpu adam", hp->beta1, hp->beta2, hp->eps, hp->step,
+                         hp->bias_correction));
+    const ds_adam_coef c =
+        ds_adam_coef_make(hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay, hp->step,
+                          hp->adam_w_mode, hp->bias_correction, grad_mult);
+#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        ds_adam_update(&param[i], &m[i], &v[i], ds_load_f32(grad, grad_t, i), &c);
+        if (param_lp) ds_store_f32(param_lp, lp_t, i, param[i]);
+    }
+    return DS_OK;
+}
+
+ds_status ds_cpu_sgd(ds_backend *be, float *param, const void *grad, ds_dtype grad_t,
+                     float grad_mult, float *momentum_buf, size_t n, const ds_sgd_hparams *hp,
+                     void *param_lp, ds_dtype lp_t) {
+    DS_TRY(optim_check("cpu sgd", param, grad, grad_t, n, hp, param_lp, lp_t));
+    DS_TRY(ds_check_sgd("cpu sgd", hp->momentum, hp->dampening, hp->nesterov));
+    if (hp->momentum != 0.0f) DS_TRY(ds_check_ptr("cpu sgd", "momentum_buf", momentum_buf, n));
+    const ds_sgd_coef c = ds_sgd_coef_make(hp->lr, hp->momentum, hp->dampening, hp->weight_decay,
+                                           hp->nesterov, hp->first_step, grad_mult);
+#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        ds_sgd_update(&param[i], momentum_buf ? &momentum_buf[i] : NULL,
+                      ds_load_f32(grad, grad_t, i), &c);
+        if (param_lp) ds_store_f32(param_lp, lp_t, i, param[i]);
+    }
+    return DS_OK;
+}

@@ -1,0 +1,88 @@
+/* cpu attention probabilities: masked scaled softmax with the attention
+ * dropout fused in, and its backward, one (batch, head, query) row at a time. */
+#include "engine/backend/cpu/nn_cpu.h"
+
+/* Rows longer than this are handled in chunks of multipliers. */
+#define ROW_CHUNK 256
+
+static ds_status check_args(const char *slot, float *pd, float drop_p) {
+    if (!(drop_p >= 0.0f && drop_p < 1.0f))
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: dropout probability must be in [0, 1), got %g",
+                      slot, (double)drop_p);
+    if (!pd && drop_p > 0.0f)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: pd is NULL but dropout %g > 0", slot,
+                      (double)drop_p);
+    return DS_OK;
+}
+
+ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
+                                     const float *mask, int B, int nh, int T, float scale,
+                                     float drop_p, uint64_t seed, uint64_t offset) {
+    int nt = ds_nn_cpu_threads(be);
+    DS_TRY(check_args("attn_softmax_fwd", pd, drop_p));
+    int64_t rows = (int64_t)B * nh * T;
+    float inv_keep = 1.0f / (1.0f - drop_p);
+#pragma omp parallel for schedule(static) num_threads(nt) if (rows * T >= DS_NN_CPU_PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        int b = (int)(r / ((int64_t)nh * T));
+        const float *mrow = mask ? mask + (size_t)b * T : NULL;
+        float *pr = p + (size_t)r * T;
+        ds_softmax_row(pr, s + (size_t)r * T, mrow, T, scale);
+        if (!pd) continue;
+        float *pdr = pd + (size_t)r * T;
+        if (drop_p == 0.0f) {
+            for (int j = 0; j < T; j++) pdr[j] = pr[j];
+            continue;
+        }
+        float m[ROW_CHUNK];
+        for (int j0 = 0; j0 < T; j0 += ROW_CHUNK) {
+            int n = T - j0 < ROW_CHUNK ? T - j0 : ROW_CHUNK;
+            ds_dropout_mults(m, seed, offset + (uint64_t)r * T + j0, n, drop_p, inv_keep);
+            for (int j = 0; j < n; j++) pdr[j0 + j] = pr[j0 + j] * m[j];
+        }
+    }
+    return DS_OK;
+}
+
+ds_status ds_nn_cpu_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const float *dpd,
+                                     const float *p, int B, int nh, int T, float scale,
+                                     float drop_p, uint64_t seed, uint64_t offset) {
+    int nt = ds_nn_cpu_threads(be);
+    if (!(drop_p >= 0.0f && drop_p < 1.0f))
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "attn_softmax_bwd: dropout probability must be in [0, 1), got %g",
+                      (double)drop_p);
+    int64_t rows = (int64_t)B * nh * T;
+    float inv_keep = 1.0f / (1.0f - drop_p);
+#pragma omp parallel for schedule(static) num_threads(nt) if (rows * T >= DS_NN_CPU_PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *pr = p + (size_t)r * T;
+        const float *dr = dpd + (size_t)r * T;
+        float *sr = ds + (size_t)r * T;
+        float *pdr = pd ? pd + (size_t)r * T : NULL;
+        /* pass 1: dp = dropout_bwd(dpd) into ds, dot = sum dp * p, pd = dropout(p) */
+        float dot = 0.0f;
+        if (drop_p > 0.0f) {
+            float m[ROW_CHUNK];
+            for (int j0 = 0; j0 < T; j0 += ROW_CHUNK) {
+                int n = T - j0 < ROW_CHUNK ? T - j0 : ROW_CHUNK;
+                ds_dropout_mults(m, seed, offset + (uint64_t)r * T + j0, n, drop_p, inv_keep);
+                for (int j = 0; j < n; j++) {
+                    float dp = dr[j0 + j] * m[j];
+                    sr[j0 + j] = dp;
+                    dot += dp * pr[j0 + j];
+                    if (pdr) pdr[j0 + j] = pr[j0 + j] * m[j];
+                }
+            }
+        } else {
+            for (int j = 0; j < T; j++) {
+                sr[j] = dr[j];
+                dot += dr[j] * pr[j];
+                if (pdr) pdr[j] = pr[j];
+            }
+        }
+        /* pass 2: ds = scale * p * (dp - dot) */
+        for (int j = 0; j < T; j++) sr[j] = ds_softmax_ds(pr[j], sr[j], dot, scale);
+    }
+    return DS_OK;
+}

@@ -1,0 +1,74 @@
+/* Private: the cpu model kernels (engine/backend/cpu/nn_*.c), gathered into
+ * the `ds_nn_cpu` table by nn_table.c. Semantics of each function: the slot
+ * of the same name in engine/backend/nn.h. */
+#ifndef DS_BACKEND_CPU_NN_CPU_H
+#define DS_BACKEND_CPU_NN_CPU_H
+
+#include "engine/backend/nn.h"
+
+/* Below this many elements a kernel runs on the calling thread: opening an
+ * OpenMP parallel region costs a few microseconds, more than the work. */
+#define DS_NN_CPU_PAR_MIN 16384
+
+/* Column tiles for the reductions over rows (bias, gamma, beta gradients):
+ * each thread owns whole columns and sums its rows in order, so the result
+ * is deterministic and independent of the thread count. Returns the tile
+ * width for `width` columns on nt threads (a multiple of 16 floats, at most
+ * 256, so a tile's accumulators fit on the stack). */
+int ds_nn_cpu_col_tile(int nt, int width);
+
+/* The backend's thread count: every kernel's team has this size, the same
+ * cores OpenBLAS uses (see cpu_backend.c). */
+static inline int ds_nn_cpu_threads(const ds_backend *be) {
+    return be && be->num_threads > 0 ? be->num_threads : 1;
+}
+
+ds_status ds_nn_cpu_embedding_fwd(ds_backend *be, float *out, const float *table,
+                                  const int32_t *ids, int n, int h, int vocab, bool accumulate);
+ds_status ds_nn_cpu_embedding_bwd(ds_backend *be, float *dtable, const float *dout,
+                                  const int32_t *ids, int n, int h, int padding_idx);
+ds_status ds_nn_cpu_bcast_add_fwd(ds_backend *be, float *out, const float *x, int rows, int width,
+                                  bool accumulate);
+ds_status ds_nn_cpu_bcast_add_bwd(ds_backend *be, float *dx, const float *dout, int rows,
+                                  int width);
+ds_status ds_nn_cpu_mean_pool_fwd(ds_backend *be, float *out, const float *x, const float *mask,
+                                  int B, int T, int H);
+ds_status ds_nn_cpu_mean_pool_bwd(ds_backend *be, float *dx, const float *dout, const float *mask,
+                                  int B, int T, int H);
+ds_status ds_nn_cpu_copy_rows(ds_backend *be, float *dst, int dst_ld, const float *src,
+                              int src_ld, int rows, int width, bool accumulate);
+
+ds_status ds_nn_cpu_bias_act_fwd(ds_backend *be, float *y, const float *x, const float *bias,
+                                 int rows, int width, ds_act act);
+ds_status ds_nn_cpu_bias_act_bwd(ds_backend *be, float *dx, float *dbias, const float *dy,
+                                 const float *x, const float *bias, int rows, int width,
+                                 ds_act act);
+ds_status ds_nn_cpu_dropout_fwd(ds_backend *be, float *y, const float *x, const float *bias,
+                                const float *res, int rows, int width, float p, uint64_t seed,
+                                uint64_t offset);
+ds_status ds_nn_cpu_dropout_bwd(ds_backend *be, float *dx, float *dbias, const float *dy,
+                                int rows, int width, float p, uint64_t seed, uint64_t offset);
+
+ds_status ds_nn_cpu_layernorm_fwd(ds_backend *be, float *y, float *mean, float *rstd,
+                                  const float *x, const float *gamma, const float *beta, int n,
+                                  int h, float eps);
+ds_status ds_nn_cpu_layernorm_bwd(ds_backend *be, float *dx, float *dgamma, float *dbeta,
+                                  const float *dy, const float *x, const float *mean,
+                                  const float *rstd, const float *gamma, int n, int h,
+                                  bool accumulate_dx);
+
+ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
+                                     const float *mask, int B, int nh, int T, float scale,
+                                     float drop_p, uint64_t seed, uint64_t offset);
+ds_status ds_nn_cpu_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const float *dpd,
+                                     const float *p, int B, int nh, int T, float scale,
+                                     float drop_p, uint64_t seed, uint64_t offset);
+
+ds_status ds_nn_cpu_xent_fwd(ds_backend *be, float *loss, float *wsum, float *probs,
+                             const float *logits, const int32_t *labels, const float *weights,
+                             int B, int C);
+ds_status ds_nn_cpu_xent_bwd(ds_backend *be, float *dlogits, const float *probs,
+                             const float *wsum, const int32_t *labels, const float *weights, int B,
+                             int C, float scale);
+
+#endif /* DS_BACKEND_CPU_NN_CPU_H */

@@ -1,0 +1,123 @@
+/* Shared by the CUDA backend's .cu files (and usable by the CUDA model
+ * kernels of nn.h): error checks, the backend's private state, the stream a
+ * ds_stream stands for, and launch geometry.
+ *
+ * Streams. The backend's default stream (ds_stream NULL) is CUDA's legacy
+ * default stream: every kernel of the backend is launched on it explicitly,
+ * and so should other kernels that must be ordered with the backend's slots
+ * (<<<grid, block, 0, ds_cuda_stream(NULL)>>>). Streams from stream_create are
+ * non-blocking (they do not wait for the default stream implicitly): order
+ * them with event_record / stream_wait_event, as backend.h says.
+ *
+ * Devices. Every slot first makes be->device current on the calling thread
+ * (DS_CUDA_ENTER), so a communication or offload thread may call the backend
+ * without calling cudaSetDevice itself. */
+#ifndef DS_BACKEND_CUDA_COMMON_CUH
+#define DS_BACKEND_CUDA_COMMON_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <string.h>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/math.h"
+
+/* Record a CUDA / cuBLAS failure: the call as written, where it was made and
+ * the library's name and text for the code. Returns DS_ERR_BACKEND. */
+static inline ds_status ds_cuda_fail(const char *call, const char *file, int line,
+                                     const char *name, const char *text) {
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    return ds_error_set(DS_ERR_BACKEND, file, line, "%s failed at %s:%d: %s (%s)", call, base,
+                        line, name, text);
+}
+
+/* Return DS_ERR_BACKEND from the enclosing function if a CUDA call fails. */
+#define DS_CHECK_CUDA(expr)                                                                      \
+    do {                                                                                         \
+        cudaError_t ds_cu_e_ = (expr);                                                           \
+        if (ds_cu_e_ != cudaSuccess)                                                             \
+            return ds_cuda_fail(#expr, __FILE__, __LINE__, cudaGetErrorName(ds_cu_e_),           \
+                                cudaGetErrorString(ds_cu_e_));                                   \
+    } while (0)
+
+#define DS_CHECK_CUBLAS(expr)                                                                    \
+    do {                                                                                         \
+        cublasStatus_t ds_cb_s_ = (expr);                                                        \
+        if (ds_cb_s_ != CUBLAS_STATUS_SUCCESS)                                                   \
+            return ds_cuda_fail(#expr, __FILE__, __LINE__, cublasGetStatusName(ds_cb_s_),        \
+                                cublasGetStatusString(ds_cb_s_));                                \
+    } while (0)
+
+/* After a <<<>>> launch: a bad configuration shows up here, not at the launch. */
+#define DS_CHECK_LAUNCH() DS_CHECK_CUDA(cudaGetLastError())
+
+/* Number of blocks of the sum-of-squares reduction, and so of its partial
+ * sums: fixed, so the summation order (and the result's bits) depends only on
+ * n and the device. */
+#define DS_CUDA_SUMSQ_BLOCKS 1024
+#define DS_CUDA_THREADS 256
+
+/* be->impl of the cuda backend. */
+typedef struct ds_cuda_impl {
+    cublasHandle_t blas;
+    int sm_count;
+    int max_blocks;       /* grid-stride kernels launch at most this many blocks */
+    double *sumsq_dev;    /* [DS_CUDA_SUMSQ_BLOCKS] partial sums, device */
+    double *sumsq_host;   /* [DS_CUDA_SUMSQ_BLOCKS] pinned copy */
+} ds_cuda_impl;
+
+static inline ds_cuda_impl *ds_cuda_impl_of(ds_backend *be) { return (ds_cuda_impl *)be->impl; }
+
+/* The backend's default stream, named explicitly so that a build with
+ * nvcc --default-stream per-thread does not split the backend's work over
+ * two streams. */
+#define DS_CUDA_DEFAULT_STREAM cudaStreamLegacy
+
+/* The CUDA stream a ds_stream stands for: the pointer itself, NULL meaning
+ * the default stream. Kernels of other files launch on ds_cuda_stream(NULL)
+ * to be ordered with the backend's slots. */
+static inline cudaStream_t ds_cuda_stream(ds_stream *s) {
+    return s ? (cudaStream_t)s : DS_CUDA_DEFAULT_STREAM;
+}
+
+#define DS_CUDA_ENTER(be) DS_CHECK_CUDA(cudaSetDevice((be)->device))
+
+/* Blocks for a grid-stride loop over `items` work items. */
+static inline unsigned ds_cuda_blocks(const ds_backend *be, size_t items) {
+    size_t want = (items + DS_CUDA_THREADS - 1) / DS_CUDA_THREADS;
+    size_t cap = (size_t)((const ds_cuda_impl *)be->impl)->max_blocks;
+    if (want < 1) want = 1;
+    return (unsigned)(want < cap ? want : cap);
+}
+
+/* Launch geometry of a grid-stride kernel over `items` on the default
+ * stream: kernel<<<DS_CUDA_GRID(be, n)>>>(...). */
+#define DS_CUDA_GRID(be, items)                                                                  \
+    ds_cuda_blocks((be), (items)), DS_CUDA_THREADS, 0, DS_CUDA_DEFAULT_STREAM
+
+/* Element-wise slots (cuda_elementwise.cu), wired into the table by
+ * cuda_backend.cu. Each has the contract of its slot in backend.h. */
+ds_status ds_cuda_rng_normal(ds_backend *be, float *dst, size_t n, float mean, float std,
+                             uint64_t seed, uint64_t offset);
+ds_status ds_cuda_rng_uniform(ds_backend *be, float *dst, size_t n, float lo, float hi,
+                              uint64_t seed, uint64_t offset);
+ds_status ds_cuda_cast(ds_backend *be, void *dst, ds_dtype dst_t, const void *src,
+                       ds_dtype src_t, size_t n);
+ds_status ds_cuda_fill(ds_backend *be, float *x, size_t n, float value);
+ds_status ds_cuda_scale(ds_backend *be, void *x, ds_dtype t, size_t n, float alpha);
+ds_status ds_cuda_axpy(ds_backend *be, void *y, ds_dtype yt, float alpha, const void *x,
+                       ds_dtype xt, size_t n);
+ds_status ds_cuda_sumsq(ds_backend *be, const void *x, ds_dtype t, size_t n, double *out_sumsq,
+                        int *out_nonfinite);
+ds_status ds_cuda_adam(ds_backend *be, float *param, const void *grad, ds_dtype grad_t,
+                       float grad_mult, float *m, float *v, size_t n, const ds_adam_hparams *hp,
+                       void *param_lp, ds_dtype lp_t);
+ds_status ds_cuda_sgd(ds_backend *be, float *param, const void *grad, ds_dtype grad_t,
+                      float grad_mult, float *momentum_buf, size_t n, const ds_sgd_hparams *hp,
+                      void *param_lp, ds_dtype lp_t);
+/* C_b = beta * C_b for each batch (GEMM with k = 0). */
+ds_status ds_cuda_gemm_beta(ds_backend *be, float beta, float *C, int m, int n, int ldc,
+                            int64_t strideC, int batch);
+
+#endif /* DS_BACKEND_CUDA_COMMON_CUH */

@@ -1,0 +1,158 @@
+/* CUDA kernels of the element-wise layers: bias + activation and dropout
+ * (fused with a bias and a residual). The activation is a template
+ * parameter, so each instantiation holds no dispatch; the element math is
+ * ds_act_fwd / ds_act_grad / ds_dropout_mult of nn_math.h. */
+#include "engine/backend/cuda/nn_cuda.cuh"
+
+template <int ACT>
+__global__ void ds_k_bias_act_fwd(float *y, const float *x, const float *bias, int rows,
+                                  int width) {
+    DS_NN_GRID_STRIDE(i, (size_t)rows * width) {
+        float z = x[i] + (bias ? bias[i % (size_t)width] : 0.0f);
+        y[i] = ds_act_fwd((ds_act)ACT, z);
+    }
+}
+
+template <int ACT>
+__global__ void ds_k_bias_act_bwd(float *dx, const float *dy, const float *x, const float *bias,
+                                  int rows, int width) {
+    DS_NN_GRID_STRIDE(i, (size_t)rows * width) {
+        float z = x[i] + (bias ? bias[i % (size_t)width] : 0.0f);
+        dx[i] = dy[i] * ds_act_grad((ds_act)ACT, z);
+    }
+}
+
+ds_status ds_nn_cuda_bias_act_fwd(ds_backend *be, float *y, const float *x, const float *bias,
+                                  int rows, int width, ds_act act) {
+    DS_CUDA_ENTER(be);
+    if (rows <= 0 || width <= 0) return DS_OK;
+    size_t n = (size_t)rows * width;
+    switch (act) {
+    case DS_ACT_NONE: ds_k_bias_act_fwd<DS_ACT_NONE><<<DS_CUDA_GRID(be, n)>>>(y, x, bias, rows, width); break;
+    case DS_ACT_RELU: ds_k_bias_act_fwd<DS_ACT_RELU><<<DS_CUDA_GRID(be, n)>>>(y, x, bias, rows, width); break;
+    case DS_ACT_GELU: ds_k_bias_act_fwd<DS_ACT_GELU><<<DS_CUDA_GRID(be, n)>>>(y, x, bias, rows, width); break;
+    case DS_ACT_TANH: ds_k_bias_act_fwd<DS_ACT_TANH><<<DS_CUDA_GRID(be, n)>>>(y, x, bias, rows, width); break;
+    default: return DS_ERR(DS_ERR_INVALID_ARG, "bias_act_fwd: unknown activation %d", (int)act);
+    }
+    DS_CHECK_LAUNCH();
+    return DS_OK;
+}
+
+ds_status ds_nn_cuda_bias_act_bwd(ds_backend *be, float *dx, float *dbias, const float *dy,
+                                  const float *x, const float *bias, int rows, int width,
+                                  ds_act act) {
+    if (!dx && act != DS_ACT_NONE)
+        return DS_ERR(DS_ERR_INVALID_ARG, "bias_act_bwd: dx may be NULL only for DS_ACT_NONE");
+    DS_CUDA_ENTER(be);
+    if (rows <= 0 || width <= 0) return DS_OK;
+    size_t n = (size_t)rows * width;
+    const float *d = dy; /* what dbias sums */
+    switch (act) {
+    case DS_ACT_NONE:
+        if (dx && dx != dy)
+            DS_CHECK_CUDA(cudaMemcpyAsync(dx, dy, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                          DS_CUDA_DEFAULT_STREAM));
+        break;
+    case DS_ACT_RELU: ds_k_bias_act_bwd<DS_ACT_RELU><<<DS_CUDA_GRID(be, n)>>>(dx, dy, x, bias, rows, width); break;
+    case DS_ACT_GELU: ds_k_bias_act_bwd<DS_ACT_GELU><<<DS_CUDA_GRID(be, n)>>>(dx, dy, x, bias, rows, width); break;
+    case DS_ACT_TANH: ds_k_bias_act_bwd<DS_ACT_TANH><<<DS_CUDA_GRID(be, n)>>>(dx, dy, x, bias, rows, width); break;
+    default: return DS_ERR(DS_ERR_INVALID_ARG, "bias_act_bwd: unknown activation %d", (int)act);
+    }
+    DS_CHECK_LAUNCH();
+    if (act != DS_ACT_NONE) d = dx;
+    if (dbias) DS_TRY(ds_nn_cuda_colsum(be, dbias, d, rows, width));
+    return DS_OK;
+}
+
+/* ---- dropout ---- */
+
+static ds_status check_p(const char *slot, float p) {
+    if (!(p >= 0.0f && p < 1.0f))
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: dropout probability must be in [0, 1), got %g",
+                      slot, (double)p);
+    return DS_OK;
+}
+
+/* One thread per Philox block of the stream (4 consecutive elements), as
+ * the rng kernels of cuda_elementwise.cu: element i of the tensor is stream
+ * index offset + i. */
+__global__ void ds_k_dropout_fwd(float *y, const float *x, const float *bias, const float *res,
+                                 size_t n, int width, float p, float inv_keep, uint64_t seed,
+                                 uint64_t offset) {
+    uint64_t first = offset >> 2, nblocks = ((offset + n - 1) >> 2) - first + 1;
+    DS_NN_GRID_STRIDE(bi, nblocks) {
+        uint64_t blk = first + bi;
+        ds_philox4 w = ds_rng_block(seed, DS_RNG_TAG_UNIFORM, blk);
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            uint64_t j = 4 * blk + (uint64_t)l;
+            if (j < offset || j >= offset + n) continue;
+            size_t i = (size_t)(j - offset);
+            float v = x[i] + (bias ? bias[i % (size_t)width] : 0.0f);
+            y[i] = (res ? res[i] : 0.0f) + v * ds_dropout_mult(w.v[l], p, inv_keep);
+        }
+    }
+}
+
+__global__ void ds_k_dropout_bwd(float *dx, const float *dy, size_t n, float p, float inv_keep,
+                                 uint64_t seed, uint64_t offset) {
+    uint64_t first = offset >> 2, nblocks = ((offset + n - 1) >> 2) - first + 1;
+    DS_NN_GRID_STRIDE(bi, nblocks) {
+        uint64_t blk = first + bi;
+        ds_philox4 w = ds_rng_block(seed, DS_RNG_TAG_UNIFORM, blk);
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            uint64_t j = 4 * blk + (uint64_t)l;
+            if (j < offset || j >= offset + n) continue;
+            size_t i = (size_t)(j - offset);
+            dx[i] = dy[i] * ds_dropout_mult(w.v[l], p, inv_keep);
+        }
+    }
+}
+
+/* p = 0: y = res + x + bias, no random numbers */
+__global__ void ds_k_bias_add_res(float *y, const float *x, const float *bias, const float *res,
+                                  size_t n, int width) {
+    DS_NN_GRID_STRIDE(i, n) {
+        float v = x[i] + (bias ? bias[i % (size_t)width] : 0.0f);
+        y[i] = (res ? res[i] : 0.0f) + v;
+    }
+}
+
+ds_status ds_nn_cuda_dropout_fwd(ds_backend *be, float *y, const float *x, const float *bias,
+                                 const float *res, int rows, int width, float p, uint64_t seed,
+                                 uint64_t offset) {
+    DS_TRY(check_p("dropout_fwd", p));
+    DS_CUDA_ENTER(be);
+    size_t n = (size_t)rows * width;
+    if (n == 0) return DS_OK;
+    if (p == 0.0f) {
+        ds_k_bias_add_res<<<DS_CUDA_GRID(be, n)>>>(y, x, bias, res, n, width);
+    } else {
+        size_t nblocks = (size_t)(((offset + n - 1) >> 2) - (offset >> 2) + 1);
+        ds_k_dropout_fwd<<<DS_CUDA_GRID(be, nblocks)>>>(y, x, bias, res, n, width, p,
+                                                        1.0f / (1.0f - p), seed, offset);
+    }
+    DS_CHECK_LAUNCH();
+    return DS_OK;
+}
+
+ds_status ds_nn_cuda_dropout_bwd(ds_backend *be, float *dx, float *dbias, const float *dy,
+                                 int rows, int width, float p, uint64_t seed, uint64_t offset) {
+    DS_TRY(check_p("dropout_bwd", p));
+    DS_CUDA_ENTER(be);
+    size_t n = (size_t)rows * width;
+    if (n == 0) return DS_OK;
+    if (p == 0.0f) {
+        if (dx != dy)
+            DS_CHECK_CUDA(cudaMemcpyAsync(dx, dy, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                          DS_CUDA_DEFAULT_STREAM));
+    } else {
+        size_t nblocks = (size_t)(((offset + n - 1) >> 2) - (offset >> 2) + 1);
+        ds_k_dropout_bwd<<<DS_CUDA_GRID(be, nblocks)>>>(dx, dy, n, p, 1.0f / (1.0f - p), seed,
+                                                        offset);
+        DS_CHECK_LAUNCH();
+    }
+    if (dbias) DS_TRY(ds_nn_cuda_colsum(be, dbias, dx, rows, width));
+    return DS_OK;
+}

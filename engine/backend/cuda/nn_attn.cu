@@ -1,0 +1,105 @@
+/* CUDA attention probabilities: masked scaled softmax with the attention
+ * dropout fused in, and its backward; one warp per (batch, head, query) row.
+ * Each lane owns the columns lane, lane + 32, ... in every pass, so the
+ * in-place uses the slot allows (p over s, ds over dpd) are safe. */
+#include "engine/backend/cuda/nn_cuda.cuh"
+
+__device__ __forceinline__ float ds_key_ok(const float *mrow, int j) {
+    return !mrow || mrow[j] != 0.0f;
+}
+
+__global__ void ds_k_attn_softmax_fwd(float *p, float *pd, const float *s, const float *mask,
+                                      int nh, int T, int64_t rows, float scale, float drop_p,
+                                      float inv_keep, uint64_t seed, uint64_t offset) {
+    int lane = threadIdx.x % 32;
+    DS_NN_WARP_ROWS(r, rows) {
+        int b = (int)(r / ((int64_t)nh * T));
+        const float *mrow = mask ? mask + (size_t)b * T : NULL;
+        const float *sr = s + r * T;
+        float *pr = p + r * T;
+        float mx = -INFINITY;
+        for (int j = lane; j < T; j += 32)
+            if (ds_key_ok(mrow, j)) mx = fmaxf(mx, sr[j] * scale);
+        mx = ds_warp_max(mx);
+        float sum = 0.0f;
+        for (int j = lane; j < T; j += 32) {
+            float e = (mx != -INFINITY && ds_key_ok(mrow, j)) ? expf(sr[j] * scale - mx) : 0.0f;
+            pr[j] = e;
+            sum += e;
+        }
+        sum = ds_warp_sum(sum);
+        float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* no real key: zeros */
+        for (int j = lane; j < T; j += 32) {
+            float v = pr[j] * inv;
+            pr[j] = v;
+            if (pd)
+                pd[r * T + j] = drop_p > 0.0f
+                                    ? v * (ds_rng_uniform_at(seed, offset + (uint64_t)r * T + j) >=
+                                                   drop_p
+                                               ? inv_keep
+                                               : 0.0f)
+                                    : v;
+        }
+    }
+}
+
+ds_status ds_nn_cuda_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
+                                      const float *mask, int B, int nh, int T, float scale,
+                                      float drop_p, uint64_t seed, uint64_t offset) {
+    if (!(drop_p >= 0.0f && drop_p < 1.0f))
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "attn_softmax_fwd: dropout probability must be in [0, 1), got %g",
+                      (double)drop_p);
+    if (!pd && drop_p > 0.0f)
+        return DS_ERR(DS_ERR_INVALID_ARG, "attn_softmax_fwd: pd is NULL but dropout %g > 0",
+                      (double)drop_p);
+    DS_CUDA_ENTER(be);
+    int64_t rows = (int64_t)B * nh * T;
+    if (rows <= 0) return DS_OK;
+    ds_k_attn_softmax_fwd<<<ds_nn_row_blocks(rows), 32 * DS_NN_ROWS_PER_BLOCK, 0,
+                            DS_CUDA_DEFAULT_STREAM>>>(p, pd, s, mask, nh, T, rows, scale, drop_p,
+                                                      1.0f / (1.0f - drop_p), seed, offset);
+    DS_CHECK_LAUNCH();
+    return DS_OK;
+}
+
+__global__ void ds_k_attn_softmax_bwd(float *ds, float *pd, const float *dpd, const float *p,
+                                      int T, int64_t rows, float scale, float drop_p,
+                                      float inv_keep, uint64_t seed, uint64_t offset) {
+    int lane = threadIdx.x % 32;
+    DS_NN_WARP_ROWS(r, rows) {
+        const float *pr = p + r * T;
+        float dot = 0.0f;
+        for (int j = lane; j < T; j += 32) {
+            float m = drop_p > 0.0f
+                          ? (ds_rng_uniform_at(seed, offset + (uint64_t)r * T + j) >= drop_p
+                                 ? inv_keep
+                                 : 0.0f)
+                          : 1.0f;
+            float dp = dpd[r * T + j] * m;
+            ds[r * T + j] = dp;
+            dot += dp * pr[j];
+            if (pd) pd[r * T + j] = pr[j] * m;
+        }
+        dot = ds_warp_sum(dot);
+        for (int j = lane; j < T; j += 32)
+            ds[r * T + j] = ds_softmax_ds(pr[j], ds[r * T + j], dot, scale);
+    }
+}
+
+ds_status ds_nn_cuda_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const float *dpd,
+                                      const float *p, int B, int nh, int T, float scale,
+                                      float drop_p, uint64_t seed, uint64_t offset) {
+    if (!(drop_p >= 0.0f && drop_p < 1.0f))
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "attn_softmax_bwd: dropout probability must be in [0, 1), got %g",
+                      (double)drop_p);
+    DS_CUDA_ENTER(be);
+    int64_t rows = (int64_t)B * nh * T;
+    if (rows <= 0) return DS_OK;
+    ds_k_attn_softmax_bwd<<<ds_nn_row_blocks(rows), 32 * DS_NN_ROWS_PER_BLOCK, 0,
+                            DS_CUDA_DEFAULT_STREAM>>>(ds, pd, dpd, p, T, rows, scale, drop_p,
+                                                      1.0f / (1.0f - drop_p), seed, offset);
+    DS_CHECK_LAUNCH();
+    return DS_OK;
+}

@@ -1,0 +1,93 @@
+/* Private: the CUDA model kernels (engine/backend/cuda/nn_*.cu), gathered
+ * into the `ds_nn_cuda` table by nn_table.cu. Semantics of each function:
+ * the slot of the same name in engine/backend/nn.h; the element arithmetic
+ * is nn_math.h's, as on cpu. Every launch goes to the backend's default
+ * stream (cuda_common.cuh), so the kernels are ordered with GEMM and the
+ * backend's own slots. */
+#ifndef DS_BACKEND_CUDA_NN_CUDA_CUH
+#define DS_BACKEND_CUDA_NN_CUDA_CUH
+
+#include "engine/backend/cuda/cuda_common.cuh"
+#include "engine/backend/nn.h"
+
+#define DS_NN_GRID_STRIDE(i, n)                                                                  \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n);              \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* Warp-per-row kernels: 8 warps per block, a grid-stride loop over rows
+ * (row = global warp index, stride = all warps of the grid). */
+#define DS_NN_ROWS_PER_BLOCK 8
+
+static inline unsigned ds_nn_row_blocks(int64_t rows) {
+    int64_t b = (rows + DS_NN_ROWS_PER_BLOCK - 1) / DS_NN_ROWS_PER_BLOCK;
+    return (unsigned)(b < 1 ? 1 : (b > (1 << 20) ? (1 << 20) : b));
+}
+
+#define DS_NN_WARP_ROWS(r, rows)                                                                 \
+    for (int64_t r = (int64_t)blockIdx.x * DS_NN_ROWS_PER_BLOCK + threadIdx.x / 32;              \
+         r < (int64_t)(rows); r += (int64_t)gridDim.x * DS_NN_ROWS_PER_BLOCK)
+
+__device__ __forceinline__ float ds_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float ds_warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* dst[c] += sum_r src[r, c] (deterministic: fixed partition and order). */
+ds_status ds_nn_cuda_colsum(ds_backend *be, float *dst, const float *src, int rows, int width);
+
+ds_status ds_nn_cuda_embedding_fwd(ds_backend *be, float *out, const float *table,
+                                   const int32_t *ids, int n, int h, int vocab, bool accumulate);
+ds_status ds_nn_cuda_embedding_bwd(ds_backend *be, float *dtable, const float *dout,
+                                   const int32_t *ids, int n, int h, int padding_idx);
+ds_status ds_nn_cuda_bcast_add_fwd(ds_backend *be, float *out, const float *x, int rows,
+                                   int width, bool accumulate);
+ds_status ds_nn_cuda_bcast_add_bwd(ds_backend *be, float *dx, const float *dout, int rows,
+                                   int width);
+ds_status ds_nn_cuda_mean_pool_fwd(ds_backend *be, float *out, const float *x, const float *mask,
+                                   int B, int T, int H);
+ds_status ds_nn_cuda_mean_pool_bwd(ds_backend *be, float *dx, const float *dout,
+                                   const float *mask, int B, int T, int H);
+ds_status ds_nn_cuda_copy_rows(ds_backend *be, float *dst, int dst_ld, const float *src,
+                               int src_ld, int rows, int width, bool accumulate);
+
+ds_status ds_nn_cuda_bias_act_fwd(ds_backend *be, float *y, const float *x, const float *bias,
+                                  int rows, int width, ds_act act);
+ds_status ds_nn_cuda_bias_act_bwd(ds_backend *be, float *dx, float *dbias, const float *dy,
+                                  const float *x, const float *bias, int rows, int width,
+                                  ds_act act);
+ds_status ds_nn_cuda_dropout_fwd(ds_backend *be, float *y, const float *x, const float *bias,
+                                 const float *res, int rows, int width, float p, uint64_t seed,
+                                 uint64_t offset);
+ds_status ds_nn_cuda_dropout_bwd(ds_backend *be, float *dx, float *dbias, const float *dy,
+                                 int rows, int width, float p, uint64_t seed, uint64_t offset);
+
+ds_status ds_nn_cuda_layernorm_fwd(ds_backend *be, float *y, float *mean, float *rstd,
+                                   const float *x, const float *gamma, const float *beta, int n,
+                                   int h, float eps);
+ds_status ds_nn_cuda_layernorm_bwd(ds_backend *be, float *dx, float *dgamma, float *dbeta,
+                                   const float *dy, const float *x, const float *mean,
+                                   const float *rstd, const float *gamma, int n, int h,
+                                   bool accumulate_dx);
+
+ds_status ds_nn_cuda_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
+                                      const float *mask, int B, int nh, int T, float scale,
+                                      float drop_p, uint64_t seed, uint64_t offset);
+ds_status ds_nn_cuda_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const float *dpd,
+                                      const float *p, int B, int nh, int T, float scale,
+                                      float drop_p, uint64_t seed, uint64_t offset);
+
+ds_status ds_nn_cuda_xent_fwd(ds_backend *be, float *loss, float *wsum, float *probs,
+                              const float *logits, const int32_t *labels, const float *weights,
+                              int B, int C);
+ds_status ds_nn_cuda_xent_bwd(ds_backend *be, float *dlogits, const float *probs,
+                              const float *wsum, const int32_t *labels, const float *weights,
+                              int B, int C, float scale);
+
+#endif /* DS_BACKEND_CUDA_NN_CUDA_CUH */

@@ -1,0 +1,187 @@
+/* CUDA kernels that move rows: embedding gather / scatter-add, broadcast
+ * add and column sums, masked mean pooling, strided row copies. */
+#include <limits.h>
+
+#include "engine/backend/cuda/nn_cuda.cuh"
+
+/* First out-of-range id of the last embedding_fwd, packed (position << 32 |
+ * (uint32_t)id) so atomicMin keeps the lowest position; ULLONG_MAX = none.
+ * A __device__ variable: no allocation, one per device. */
+__device__ unsigned long long g_ds_nn_bad_id;
+
+__global__ void ds_k_embedding_fwd(float *out, const float *table, const int32_t *ids, int n,
+                                   int h, int vocab, int accumulate) {
+    DS_NN_GRID_STRIDE(i, (size_t)n * h) {
+        size_t row = i / (size_t)h, c = i % (size_t)h;
+        int id = ids[row];
+        if (id < 0 || id >= vocab) {
+            if (c == 0)
+                atomicMin(&g_ds_nn_bad_id,
+                          ((unsigned long long)row << 32) | (unsigned long long)(uint32_t)id);
+            id = 0; /* never read outside the table */
+        }
+        float v = table[(size_t)id * h + c];
+        out[i] = accumulate ? out[i] + v : v;
+    }
+}
+
+ds_status ds_nn_cuda_embedding_fwd(ds_backend *be, float *out, const float *table,
+                                   const int32_t *ids, int n, int h, int vocab, bool accumulate) {
+    DS_CUDA_ENTER(be);
+    if (n <= 0 || h <= 0) return DS_OK;
+    const unsigned long long none = ULLONG_MAX;
+    DS_CHECK_CUDA(cudaMemcpyToSymbolAsync(g_ds_nn_bad_id, &none, sizeof none, 0,
+                                          cudaMemcpyHostToDevice, DS_CUDA_DEFAULT_STREAM));
+    ds_k_embedding_fwd<<<DS_CUDA_GRID(be, (size_t)n * h)>>>(out, table, ids, n, h, vocab,
+                                                           accumulate ? 1 : 0);
+    DS_CHECK_LAUNCH();
+    /* Bad ids are bad input and must come back as a status, which needs the
+     * flag on the host: one small synchronous copy per call (the first
+     * module's forward; the batch was just uploaded anyway). */
+    unsigned long long bad = none;
+    DS_CHECK_CUDA(cudaMemcpyFromSymbolAsync(&bad, g_ds_nn_bad_id, sizeof bad, 0,
+                                            cudaMemcpyDeviceToHost, DS_CUDA_DEFAULT_STREAM));
+    DS_CHECK_CUDA(cudaStreamSynchronize(DS_CUDA_DEFAULT_STREAM));
+    if (bad != none)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "embedding: id %d at position %d is outside the table [0, %d)",
+                      (int)(int32_t)(uint32_t)(bad & 0xffffffffull), (int)(bad >> 32), vocab);
+    return DS_OK;
+}
+
+__global__ void ds_k_embedding_bwd(float *dtable, const float *dout, const int32_t *ids, int n,
+                                   int h, int padding_idx) {
+    DS_NN_GRID_STRIDE(i, (size_t)n * h) {
+        size_t row = i / (size_t)h, c = i % (size_t)h;
+        int id = ids[row];
+        if (id != padding_idx) atomicAdd(&dtable[(size_t)id * h + c], dout[i]);
+    }
+}
+
+ds_status ds_nn_cuda_embedding_bwd(ds_backend *be, float *dtable, const float *dout,
+                                   const int32_t *ids, int n, int h, int padding_idx) {
+    DS_CUDA_ENTER(be);
+    if (n <= 0 || h <= 0) return DS_OK;
+    ds_k_embedding_bwd<<<DS_CUDA_GRID(be, (size_t)n * h)>>>(dtable, dout, ids, n, h, padding_idx);
+    DS_CHECK_LAUNCH();
+    return DS_OK;
+}
+
+__global__ void ds_k_bcast_add(float *out, const float *x, int rows, int width, int accumulate) {
+    DS_NN_GRID_STRIDE(i, (size_t)rows * width) {
+        float v = x[i % (size_t)width];
+        out[i] = accumulate ? out[i] + v : v;
+    }
+}
+
+ds_status ds_nn_cuda_bcast_add_fwd(ds_backend *be, float *out, const float *x, int rows,
+                                   int width, bool accumulate) {
+    DS_CUDA_ENTER(be);
+    if (rows <= 0 || width <= 0) return DS_OK;
+    ds_k_bcast_add<<<DS_CUDA_GRID(be, (size_t)rows * width)>>>(out, x, rows, width,
+                                                              accumulate ? 1 : 0);
+    DS_CHECK_LAUNCH();
+    return DS_OK;
+}
+
+/* Column sums: a block of 32 x 8 threads owns 32 columns; its 8 row lanes
+ * stride over the rows, then the 8 partial sums are added in a fixed order. */
+__global__ void ds_k_colsum(float *dst, const float *src, int rows, int width) {
+    __shared__ float part[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    float acc = 0.0f;
+    if (c < width)
+        for (int r = threadIdx.y; r < rows; r += 8) acc += src[(size_t)r * width + c];
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < width) {
+        float s = 0.0f;
+        for (int k = 0; k < 8; k++) s += part[k][threadIdx.x];
+        dst[c] += s;
+    }
+}
+
+ds_status ds_nn_cuda_colsum(ds_backend *be, float *dst, const float *src, int rows, int width) {
+    DS_CUDA_ENTER(be);
+    if (rows <= 0 || width <= 0) return DS_OK;
+    dim3 block(32, 8);
+    ds_k_colsum<<<(unsigned)((width + 31) / 32), block, 0, DS_CUDA_DEFAULT_STREAM>>>(dst, src, rows,
+                                                                                   width);
+    DS_CHECK_LAUNCH();
+    return DS_OK;
+}
+
+ds_status ds_nn_cuda_bcast_add_bwd(ds_backend *be, float *dx, const float *dout, int rows,
+                                   int width) {
+    return ds_nn_cuda_colsum(be, dx, dout, rows, width);
+}
+
+/* 1 / max(1, real tokens of row b) */
+__device__ __forceinline__ float ds_inv_count(const float *mask, int b, int T) {
+    if (!mask) return 1.0f / (float)(T > 1 ? T : 1);
+    float cnt = 0.0f;
+    for (int t = 0; t < T; t++) cnt += mask[(size_t)b * T + t];
+    return 1.0f / (cnt > 1.0f ? cnt : 1.0f);
+}
+
+/* One thread per (b, c), looping over t (coalesced over c). */
+__global__ void ds_k_mean_pool_fwd(float *out, const float *x, const float *mask, int B, int T,
+                                   int H) {
+    DS_NN_GRID_STRIDE(i, (size_t)B * H) {
+        int b = (int)(i / (size_t)H), c = (int)(i % (size_t)H);
+        float s = 0.0f;
+        for (int t = 0; t < T; t++) {
+            float m = mask ? mask[(size_t)b * T + t] : 1.0f;
+            if (m != 0.0f) s += m * x[((size_t)b * T + t) * H + c];
+        }
+        out[i] = s * ds_inv_count(mask, b, T);
+    }
+}
+
+__global__ void ds_k_mean_pool_bwd(float *dx, const float *dout, const float *mask, int B, int T,
+                                   int H) {
+    DS_NN_GRID_STRIDE(i, (size_t)B * H) {
+        int b = (int)(i / (size_t)H), c = (int)(i % (size_t)H);
+        float g = dout[i] * ds_inv_count(mask, b, T);
+        for (int t = 0; t < T; t++)
+            dx[((size_t)b * T + t) * H + c] = (mask ? mask[(size_t)b * T + t] : 1.0f) * g;
+    }
+}
+
+ds_status ds_nn_cuda_mean_pool_fwd(ds_backend *be, float *out, const float *x, const float *mask,
+                                   int B, int T, int H) {
+    DS_CUDA_ENTER(be);
+    if (B <= 0 || H <= 0) return DS_OK;
+    ds_k_mean_pool_fwd<<<DS_CUDA_GRID(be, (size_t)B * H)>>>(out, x, mask, B, T, H);
+    DS_CHECK_LAUNCH();
+    return DS_OK;
+}
+
+ds_status ds_nn_cuda_mean_pool_bwd(ds_backend *be, float *dx, const float *dout,
+                                   const float *mask, int B, int T, int H) {
+    DS_CUDA_ENTER(be);
+    if (B <= 0 || H <= 0) return DS_OK;
+    ds_k_mean_pool_bwd<<<DS_CUDA_GRID(be, (size_t)B * H)>>>(dx, dout, mask, B, T, H);
+    DS_CHECK_LAUNCH();
+    return DS_OK;
+}
+
+__global__ void ds_k_copy_rows(float *dst, int dst_ld, const float *src, int src_ld, int rows,
+                               int width, int accumulate) {
+    DS_NN_GRID_STRIDE(i, (size_t)rows * width) {
+        size_t r = i / (size_t)width, c = i % (size_t)width;
+        float v = src[r * src_ld + c];
+        float *d = dst + r * dst_ld + c;
+        *d = accumulate ? *d + v : v;
+    }
+}
+
+ds_status ds_nn_cuda_copy_rows(ds_backend *be, float *dst, int dst_ld, const float *src,
+                               int src_ld, int rows, int width, bool accumulate) {
+    DS_CUDA_ENTER(be);
+    if (rows <= 0 || width <= 0) return DS_OK;
+    ds_k_copy_rows<<<DS_CUDA_GRID(be, (size_t)rows * width)>>>(dst, dst_ld, src, src_ld, rows,
+                                                              width, accumulate ? 1 : 0);
+    DS_CHECK_LAUNCH();
+    return DS_OK;
+}

@@ -1,0 +1,108 @@
+/* CUDA layer norm: one warp per row for the statistics, the output and the
+ * input gradient; the gamma / beta gradients as column sums over the rows
+ * (deterministic, as on cpu). */
+#include "engine/backend/cuda/nn_cuda.cuh"
+
+__global__ void ds_k_layernorm_fwd(float *y, float *mean, float *rstd, const float *x,
+                                   const float *gamma, const float *beta, int64_t n, int h,
+                                   float eps) {
+    int lane = threadIdx.x % 32;
+    DS_NN_WARP_ROWS(r, n) {
+        const float *xr = x + r * h;
+        float s = 0.0f;
+        for (int c = lane; c < h; c += 32) s += xr[c];
+        float m = ds_warp_sum(s) / (float)h;
+        float v = 0.0f; /* two passes, as ds_ln_row_stats */
+        for (int c = lane; c < h; c += 32) {
+            float d = xr[c] - m;
+            v += d * d;
+        }
+        float rs = 1.0f / sqrtf(ds_warp_sum(v) / (float)h + eps);
+        for (int c = lane; c < h; c += 32)
+            y[r * h + c] = ds_ln_xhat(xr[c], m, rs) * gamma[c] + beta[c];
+        if (lane == 0) {
+            mean[r] = m;
+            rstd[r] = rs;
+        }
+    }
+}
+
+ds_status ds_nn_cuda_layernorm_fwd(ds_backend *be, float *y, float *mean, float *rstd,
+                                   const float *x, const float *gamma, const float *beta, int n,
+                                   int h, float eps) {
+    DS_CUDA_ENTER(be);
+    if (n <= 0 || h <= 0) return DS_OK;
+    ds_k_layernorm_fwd<<<ds_nn_row_blocks(n), 32 * DS_NN_ROWS_PER_BLOCK, 0,
+                         DS_CUDA_DEFAULT_STREAM>>>(y, mean, rstd, x, gamma, beta, n, h, eps);
+    DS_CHECK_LAUNCH();
+    return DS_OK;
+}
+
+/* dx: each lane reads dy before it writes dx for the same columns, so dx
+ * may alias dy. */
+__global__ void ds_k_layernorm_bwd_dx(float *dx, const float *dy, const float *x,
+                                      const float *mean, const float *rstd, const float *gamma,
+                                      int64_t n, int h, int accumulate) {
+    int lane = threadIdx.x % 32;
+    DS_NN_WARP_ROWS(r, n) {
+        float m = mean[r], rs = rstd[r];
+        float a = 0.0f, c2 = 0.0f;
+        for (int c = lane; c < h; c += 32) {
+            float dg = dy[r * h + c] * gamma[c];
+            a += dg;
+            c2 += dg * ds_ln_xhat(x[r * h + c], m, rs);
+        }
+        a = ds_warp_sum(a) / (float)h;
+        c2 = ds_warp_sum(c2) / (float)h;
+        for (int c = lane; c < h; c += 32) {
+            float d = ds_ln_dx(dy[r * h + c], gamma[c], ds_ln_xhat(x[r * h + c], m, rs), rs, a, c2);
+            dx[r * h + c] = accumulate ? dx[r * h + c] + d : d;
+        }
+    }
+}
+
+/* dgamma[c] += sum_r dy xhat, dbeta[c] += sum_r dy: 32 columns per block,
+ * 8 row lanes, partial sums added in a fixed order. */
+__global__ void ds_k_layernorm_bwd_params(float *dgamma, float *dbeta, const float *dy,
+                                          const float *x, const float *mean, const float *rstd,
+                                          int64_t n, int h) {
+    __shared__ float pg[8][33], pb[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    float ag = 0.0f, ab = 0.0f;
+    if (c < h)
+        for (int64_t r = threadIdx.y; r < n; r += 8) {
+            float d = dy[r * h + c];
+            ag += d * ds_ln_xhat(x[r * h + c], mean[r], rstd[r]);
+            ab += d;
+        }
+    pg[threadIdx.y][threadIdx.x] = ag;
+    pb[threadIdx.y][threadIdx.x] = ab;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < h) {
+        float sg = 0.0f, sb = 0.0f;
+        for (int k = 0; k < 8; k++) {
+            sg += pg[k][threadIdx.x];
+            sb += pb[k][threadIdx.x];
+        }
+        dgamma[c] += sg;
+        dbeta[c] += sb;
+    }
+}
+
+ds_status ds_nn_cuda_layernorm_bwd(ds_backend *be, float *dx, float *dgamma, float *dbeta,
+                                   const float *dy, const float *x, const float *mean,
+                                   const float *rstd, const float *gamma, int n, int h,
+                                   bool accumulate_dx) {
+    DS_CUDA_ENTER(be);
+    if (n <= 0 || h <= 0) return DS_OK;
+    /* parameter gradients first: dx may alias dy */
+    dim3 block(32, 8);
+    ds_k_layernorm_bwd_params<<<(unsigned)((h + 31) / 32), block, 0, DS_CUDA_DEFAULT_STREAM>>>(
+        dgamma, dbeta, dy, x, mean, rstd, n, h);
+    DS_CHECK_LAUNCH();
+    ds_k_layernorm_bwd_dx<<<ds_nn_row_blocks(n), 32 * DS_NN_ROWS_PER_BLOCK, 0,
+                            DS_CUDA_DEFAULT_STREAM>>>(dx, dy, x, mean, rstd, gamma, n, h,
+                                                      accumulate_dx ? 1 : 0);
+    DS_CHECK_LAUNCH();
+    return DS_OK;
+}

@@ -1,0 +1,392 @@
+/* Element-wise arithmetic shared by the cpu loops and the CUDA kernels.
+ *
+ * Every function marked DS_HD (engine/core/dtype.h) compiles as a plain
+ * `static inline` C function for the cpu backend and as a
+ * `__host__ __device__` function for the CUDA kernels, so the cpu unit tests
+ * check the exact arithmetic the GPU runs.
+ *
+ * Bit-for-bit agreement between cpu and cuda. The two compilers are free to
+ * fuse `a * b + c` into one fma (gcc does with -march=native, nvcc always
+ * does), and they would not fuse the same pairs. So every product that feeds
+ * an addition here is written as an explicit fmaf(), which both sides compute
+ * exactly rounded; what is left is +, -, *, / and sqrtf, which IEEE rounds
+ * identically on both (nvcc's defaults -prec-div=true -prec-sqrt=true; do not
+ * build with --use_fast_math). For the same reason the normal RNG uses its own
+ * log and sin/cos below instead of libm's logf/sinf/cosf, whose last bits
+ * differ between glibc and CUDA.
+ *
+ * Contents:
+ *   1. Philox4x32-10 counter-based RNG and the uniform / normal (Box-Muller)
+ *      values of element j of a stream (seed, j) -- the RNG of backend.h and
+ *      of dropout (nn.h);
+ *   2. Adam / AdamW and SGD element updates, with the per-call coefficients
+ *      computed once on the host in double;
+ *   3. host-side argument checks both backends apply to a slot's arguments,
+ *      so cpu and cuda reject the same calls with the same messages.
+ * The fp32 <-> fp16 / bf16 casts are in engine/core/dtype.h. */
+#ifndef DS_BACKEND_MATH_H
+#define DS_BACKEND_MATH_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/core/dtype.h"
+#include "engine/core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* a * b rounded once and never fused with a following addition. Use it where
+ * a product must be rounded before something is added to it. On the device
+ * that is __fmul_rn, which nvcc documents as never contracted (LLVM may turn
+ * fma(a, b, -0) back into a multiply). On the host, an fma with -0 added:
+ * the same value, sign of zero included, and gcc keeps it an fma of its own. */
+DS_HD float ds_mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return fmaf(a, b, -0.0f);
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* 1. Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2,
+ * 3", SC'11), the generator of cuRAND's curandStatePhilox4_32_10_t. One call
+ * maps a 128-bit counter and a 64-bit key to 128 random bits.
+ *
+ * Layout. Element j of the stream (seed, tag) is word j % 4 of
+ *   philox(counter = {lo32(j/4), hi32(j/4), tag, 0}, key = {lo32(seed), hi32(seed)})
+ * which is exactly what cuRAND's device API returns from
+ *   curand_init(seed, subsequence = tag, offset = j, &st); curand(&st);
+ * The value of element j depends on (seed, tag, j) only: a tensor generated in
+ * one piece or in shards at offsets gets the same numbers, on any backend. */
+
+typedef struct ds_philox4 {
+    uint32_t v[4];
+} ds_philox4;
+
+/* Stream tags: uniform and normal draws of one seed use disjoint counters. */
+#define DS_RNG_TAG_UNIFORM 0u
+#define DS_RNG_TAG_NORMAL 1u
+
+#define DS_PHILOX_M0 0xD2511F53u
+#define DS_PHILOX_M1 0xCD9E8D57u
+#define DS_PHILOX_W0 0x9E3779B9u /* golden ratio */
+#define DS_PHILOX_W1 0xBB67AE85u /* sqrt(3) - 1 */
+
+DS_HD ds_philox4 ds_philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
+                                  uint32_t k1) {
+    for (int r = 0; r < 10; r++) {
+        if (r > 0) {
+            k0 += DS_PHILOX_W0;
+            k1 += DS_PHILOX_W1;
+        }
+        uint64_t p0 = (uint64_t)DS_PHILOX_M0 * c0;
+        uint64_t p1 = (uint64_t)DS_PHILOX_M1 * c2;
+        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
+        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+        uint32_t n0 = hi1 ^ c1 ^ k0;
+        uint32_t n2 = hi0 ^ c3 ^ k1;
+        c0 = n0;
+        c1 = lo1;
+        c2 = n2;
+        c3 = lo0;
+    }
+    ds_philox4 out;
+    out.v[0] = c0;
+    out.v[1] = c1;
+    out.v[2] = c2;
+    out.v[3] = c3;
+    return out;
+}
+
+/* The 4 words of block `block` (elements 4*block .. 4*block+3) of (seed, tag). */
+DS_HD ds_philox4 ds_rng_block(uint64_t seed, uint32_t tag, uint64_t block) {
+    return ds_philox4x32_10((uint32_t)block, (uint32_t)(block >> 32), tag, 0u, (uint32_t)seed,
+                            (uint32_t)(seed >> 32));
+}
+
+/* Top 24 bits as a float in [0, 1): exact (k * 2^-24), so identical everywhere. */
+DS_HD float ds_rng_bits_to_unit(uint32_t x) { return (float)(x >> 8) * 5.9604644775390625e-8f; }
+
+/* lo + span * u with span = hi - lo computed by the caller once. */
+DS_HD float ds_rng_bits_to_uniform(uint32_t x, float lo, float span) {
+    return fmaf(span, ds_rng_bits_to_unit(x), lo);
+}
+
+/* Natural log of x, for normal positive x, with fmaf only (see top).
+ * x = 2^e * m with m in [sqrt(1/2), sqrt(2)); log(m) = 2 atanh(s) with
+ * s = (m-1)/(m+1), |s| <= 0.1716, summed to s^11 (truncation < 2e-11
+ * relative); m - 1 is exact (Sterbenz). Within about 2 ulp of the true value. */
+DS_HD float ds_rng_logf(float x) {
+    uint32_t u = ds_f32_bits(x);
+    int e = (int)((u >> 23) & 0xffu) - 127;
+    float m = ds_bits_f32((u & 0x007fffffu) | 0x3f800000u); /* [1, 2) */
+    if (m > 1.41421356f) {
+        m *= 0.5f; /* exact, and so is m - 1 below, fused or not */
+        e += 1;
+    }
+    float f = m - 1.0f;
+    float s = f / (2.0f + f);
+    float z = s * s;
+    float p = fmaf(fmaf(fmaf(fmaf(1.0f / 11.0f, z, 1.0f / 9.0f), z, 1.0f / 7.0f), z, 1.0f / 5.0f),
+                   z, 1.0f / 3.0f);
+    float logm = 2.0f * fmaf(s * z, p, s);
+    return fmaf((float)e, 0.693147180559945309f, logm);
+}
+
+/* sin and cos of 2*pi*k/2^24 for a 24-bit k, with fmaf only. The turn is
+ * split exactly in integers into a quadrant q and a remainder r in
+ * [-2^21, 2^21), i.e. an angle a in [-pi/4, pi/4), where the Taylor series
+ * to a^9 (sin) and a^10 (cos) are off by less than 2e-9 and 1e-10. */
+DS_HD void ds_rng_sincos_turn24(uint32_t k, float *s_out, float *c_out) {
+    uint32_t qfull = (k + (1u << 21)) >> 22;           /* nearest quarter turn, 0..4 */
+    uint32_t q = qfull & 3u;
+    int32_t r = (int32_t)k - (int32_t)(qfull << 22);   /* in [-2^21, 2^21) */
+    float a = (float)r * 3.74507028e-7f;                /* 2*pi / 2^24; r is exact */
+    float z = a * a;
+    float ps = fmaf(fmaf(fmaf(2.75573192e-6f, z, -1.98412698e-4f), z, 8.33333333e-3f), z,
+                    -1.66666667e-1f);
+    float sn = fmaf(a * z, ps, a);
+    float pc = fmaf(fmaf(fmaf(fmaf(-2.75573192e-7f, z, 2.48015873e-5f), z, -1.38888889e-3f), z,
+                         4.16666667e-2f),
+                    z, -0.5f);
+    float cs = fmaf(pc, z, 1.0f);
+    switch (q) {
+    case 0: *s_out = sn; *c_out = cs; break;
+    case 1: *s_out = cs; *c_out = -sn; break;
+    case 2: *s_out = -sn; *c_out = -cs; break;
+    default: *s_out = -cs; *c_out = sn; break;
+    }
+}
+
+/* Box-Muller: two words -> two independent N(0, 1) values.
+ * u1 = (top 24 bits + 1) / 2^24 in (0, 1], so log never sees 0 and
+ * |z| <= sqrt(2 * 24 ln 2) = 5.77 (a 1-in-10^8 tail is cut; fine for init). */
+DS_HD void ds_rng_box_muller(uint32_t w0, uint32_t w1, float *z0, float *z1) {
+    float u1 = (float)((w0 >> 8) + 1u) * 5.9604644775390625e-8f;
+    float r = sqrtf(-2.0f * ds_rng_logf(u1));
+    float sn, cs;
+    ds_rng_sincos_turn24(w1 >> 8, &sn, &cs);
+    *z0 = r * cs;
+    *z1 = r * sn;
+}
+
+/* The 4 normal values of a block of the DS_RNG_TAG_NORMAL stream. */
+DS_HD void ds_rng_normal_block(uint64_t seed, uint64_t block, float z[4]) {
+    ds_philox4 w = ds_rng_block(seed, DS_RNG_TAG_NORMAL, block);
+    ds_rng_box_muller(w.v[0], w.v[1], &z[0], &z[1]);
+    ds_rng_box_muller(w.v[2], w.v[3], &z[2], &z[3]);
+}
+
+/* Element j of the uniform [0, 1) stream of `seed` (dropout: keep = u >= p).
+ * Costs one Philox call; loops over many elements should call ds_rng_block
+ * once per 4 elements, which gives the same values. */
+DS_HD float ds_rng_uniform_at(uint64_t seed, uint64_t j) {
+    ds_philox4 w = ds_rng_block(seed, DS_RNG_TAG_UNIFORM, j >> 2);
+    return ds_rng_bits_to_unit(w.v[j & 3u]);
+}
+
+/* Element j of the N(0, 1) stream of `seed`. */
+DS_HD float ds_rng_normal_at(uint64_t seed, uint64_t j) {
+    float z[4];
+    ds_rng_normal_block(seed, j >> 2, z);
+    return z[j & 3u];
+}
+
+/* ------------------------------------------------------------------------ */
+/* 2. Optimizer element updates.
+ *
+ * The coefficients that depend only on the step are computed once per call
+ * on the host in double (as PyTorch does in Python floats), then rounded to
+ * float and passed to the element function. */
+
+/* Adam / AdamW, the formulas of torch.optim.Adam / AdamW (single-tensor path)
+ * and DeepSpeed's FusedAdam:
+ *   g  = grad * grad_mult                         (loss scale, clipping)
+ *   Adam with weight decay (L2):  g += wd * p
+ *   AdamW:                        p *= 1 - lr*wd  (before the moments)
+ *   m  = b1*m + (1-b1)*g
+ *   v  = b2*v + (1-b2)*g*g
+ *   denom = sqrt(v) / sqrt(1 - b2^t) + eps
+ *   p  = p + (-lr / (1 - b1^t)) * m / denom       (torch's addcdiv order)
+ * Without bias correction the two corrections are 1. */
+typedef struct ds_adam_coef {
+    float grad_mult;
+    float l2;             /* Adam's L2 weight decay; 0 in AdamW mode */
+    float decay;          /* AdamW's 1 - lr*wd; 1 in Adam mode */
+    float beta1, one_minus_beta1;
+    float beta2, one_minus_beta2;
+    float bc2_sqrt;       /* sqrt(1 - beta2^t) */
+    float eps;
+    float neg_step_size;  /* -lr / (1 - beta1^t) */
+} ds_adam_coef;
+
+/* Host only. `step` >= 1 (the caller checks). */
+static inline ds_adam_coef ds_adam_coef_make(float lr, float beta1, float beta2, float eps,
+                                             float weight_decay, int64_t step, bool adam_w_mode,
+                                             bool bias_correction, float grad_mult) {
+    ds_adam_coef c;
+    double bc1 = 1.0, bc2 = 1.0;
+    if (bias_correction) {
+        bc1 = 1.0 - pow((double)beta1, (double)step);
+        bc2 = 1.0 - pow((double)beta2, (double)step);
+    }
+    c.grad_mult = grad_mult;
+    c.l2 = adam_w_mode ? 0.0f : weight_decay;
+    c.decay = adam_w_mode ? (float)(1.0 - (double)lr * (double)weight_decay) : 1.0f;
+    c.beta1 = beta1;
+    c.one_minus_beta1 = (float)(1.0 - (double)beta1);
+    c.beta2 = beta2;
+    c.one_minus_beta2 = (float)(1.0 - (double)beta2);
+    c.bc2_sqrt = (float)sqrt(bc2);
+    c.eps = eps;
+    c.neg_step_size = (float)(-(double)lr / bc1);
+    return c;
+}
+
+/* One element: updates *p, *m, *v from the raw gradient g_raw. */
+DS_HD void ds_adam_update(float *p, float *m, float *v, float g_raw, const ds_adam_coef *c) {
+    float g = g_raw * c->grad_mult;
+    float w = *p;
+    g = fmaf(c->l2, w, g);            /* torch: grad.add(param, alpha=wd) */
+    w = ds_mul_rn(w, c->decay);       /* torch: param.mul_(1 - lr*wd) */
+    float mm = fmaf(c->one_minus_beta1, g, c->beta1 * *m);
+    float vv = fmaf(c->one_minus_beta2 * g, g, c->beta2 * *v);
+    float denom = sqrtf(vv) / c->bc2_sqrt + c->eps;
+    w = w + (c->neg_step_size * mm) / denom;
+    *m = mm;
+    *v = vv;
+    *p = w;
+}
+
+/* SGD, torch.optim.SGD:
+ *   g = grad * grad_mult;  g += wd * p
+ *   momentum != 0:  buf = first_step ? g : momentum*buf + (1-dampening)*g
+ *                   g   = nesterov ? g + momentum*buf : buf
+ *   p = p - lr * g */
+typedef struct ds_sgd_coef {
+    float grad_mult;
+    float neg_lr;
+    float weight_decay;
+    float momentum;
+    float one_minus_dampening;
+    int nesterov;
+    int first_step;
+} ds_sgd_coef;
+
+static inline ds_sgd_coef ds_sgd_coef_make(float lr, float momentum, float dampening,
+                                           float weight_decay, bool nesterov, bool first_step,
+                                           float grad_mult) {
+    ds_sgd_coef c;
+    c.grad_mult = grad_mult;
+    c.neg_lr = -lr;
+    c.weight_decay = weight_decay;
+    c.momentum = momentum;
+    c.one_minus_dampening = (float)(1.0 - (double)dampening);
+    c.nesterov = nesterov;
+    c.first_step = first_step;
+    return c;
+}
+
+/* One element. buf may be NULL when momentum == 0. */
+DS_HD void ds_sgd_update(float *p, float *buf, float g_raw, const ds_sgd_coef *c) {
+    float w = *p;
+    float g = g_raw * c->grad_mult;
+    g = fmaf(c->weight_decay, w, g);
+    if (c->momentum != 0.0f) {
+        float b = c->first_step ? g : fmaf(c->one_minus_dampening, g, c->momentum * *buf);
+        *buf = b;
+        g = c->nesterov ? fmaf(c->momentum, b, g) : b;
+    }
+    *p = fmaf(c->neg_lr, g, w);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 3. Argument checks (host only). Each returns DS_OK or DS_ERR_INVALID_ARG
+ * with a message that names the slot (`who`) and the offending values. */
+
+/* The element-wise slots take F32, F16 or BF16. */
+static inline ds_status ds_check_float_dtype(const char *who, const char *arg, ds_dtype t) {
+    if (t == DS_F32 || t == DS_F16 || t == DS_BF16) return DS_OK;
+    return DS_ERR(DS_ERR_INVALID_ARG, "%s: %s has dtype %s (%d); expected fp32, fp16 or bf16", who,
+                  arg, ds_dtype_name(t), (int)t);
+}
+
+static inline ds_status ds_check_ptr(const char *who, const char *arg, const void *p, size_t n) {
+    if (p || n == 0) return DS_OK;
+    return DS_ERR(DS_ERR_INVALID_ARG, "%s: %s is NULL for %zu elements", who, arg, n);
+}
+
+/* Row-major GEMM shapes (backend.h): op(A) is m x k, op(B) k x n, C m x n.
+ * A stored row-major has transa ? m : k columns, so lda must cover them; the
+ * same for B and C. Batches of C must not overlap (they are written in
+ * parallel); batches of A and B may (stride 0 shares one matrix). */
+static inline ds_status ds_check_gemm(const char *who, bool transa, bool transb, int m, int n,
+                                      int k, const float *A, int lda, int64_t strideA,
+                                      const float *B, int ldb, int64_t strideB, const float *C,
+                                      int ldc, int64_t strideC, int batch) {
+    if (m < 0 || n < 0 || k < 0 || batch < 0)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: negative size m=%d n=%d k=%d batch=%d", who, m, n,
+                      k, batch);
+    int a_cols = transa ? m : k, b_cols = transb ? k : n;
+    if (lda < (a_cols > 1 ? a_cols : 1))
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: lda=%d < %d columns of A (%s, m=%d k=%d)", who, lda,
+                      a_cols, transa ? "transposed" : "not transposed", m, k);
+    if (ldb < (b_cols > 1 ? b_cols : 1))
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: ldb=%d < %d columns of B (%s, k=%d n=%d)", who, ldb,
+                      b_cols, transb ? "transposed" : "not transposed", k, n);
+    if (ldc < (n > 1 ? n : 1))
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: ldc=%d < n=%d", who, ldc, n);
+    if (strideA < 0 || strideB < 0 || strideC < 0)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "%s: negative batch stride (strideA=%lld strideB=%lld strideC=%lld)", who,
+                      (long long)strideA, (long long)strideB, (long long)strideC);
+    if (m == 0 || n == 0 || batch == 0) return DS_OK;
+    if (!C || (k > 0 && (!A || !B)))
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: NULL matrix (A=%p B=%p C=%p) for m=%d n=%d k=%d",
+                      who, (const void *)A, (const void *)B, (const void *)C, m, n, k);
+    int64_t c_extent = (int64_t)(m - 1) * ldc + n;
+    if (batch > 1 && strideC < c_extent)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "%s: strideC=%lld < %lld elements of one C (m=%d ldc=%d n=%d): batches of C "
+                      "would overlap",
+                      who, (long long)strideC, (long long)c_extent, m, ldc, n);
+    return DS_OK;
+}
+
+/* Adam hyper-parameters that would divide by zero or make no sense. */
+static inline ds_status ds_check_adam(const char *who, float beta1, float beta2, float eps,
+                                      int64_t step, bool bias_correction) {
+    if (!(beta1 >= 0.0f && beta1 < 1.0f) || !(beta2 >= 0.0f && beta2 < 1.0f))
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: betas must be in [0, 1), got (%g, %g)", who,
+                      (double)beta1, (double)beta2);
+    if (!(eps >= 0.0f))
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: eps must be >= 0, got %g", who, (double)eps);
+    if (bias_correction && step < 1)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "%s: step must be >= 1 with bias correction (1 - beta^step), got %lld", who,
+                      (long long)step);
+    return DS_OK;
+}
+
+/* Nesterov needs momentum and no dampening (torch.optim.SGD's rule). */
+static inline ds_status ds_check_sgd(const char *who, float momentum, float dampening,
+                                     bool nesterov) {
+    if (!(momentum >= 0.0f))
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: momentum must be >= 0, got %g", who,
+                      (double)momentum);
+    if (nesterov && (momentum <= 0.0f || dampening != 0.0f))
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "%s: nesterov needs momentum > 0 and dampening 0, got momentum %g "
+                      "dampening %g",
+                      who, (double)momentum, (double)dampening);
+    return DS_OK;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DS_BACKEND_MATH_H */

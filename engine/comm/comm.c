@@ -1,0 +1,231 @@
+/* The comm front door: create dispatch, argument checks shared by every
+ * implementation, ds_comm_agree, the host helpers (MPI's own collectives,
+ * polled with the same deadline), and the stats. */
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/comm/comm_internal.h"
+
+ds_status ds_comm_create(const ds_comm_desc *desc, ds_comm **out) {
+    if (!out) return DS_ERR(DS_ERR_INVALID_ARG, "ds_comm_create: out is NULL");
+    *out = NULL;
+    ds_comm_desc defaults = {.kind = DS_COMM_MPI};
+    if (!desc) desc = &defaults;
+    if (desc->timeout_s != desc->timeout_s) /* NaN would never expire */
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_comm_create: timeout_s is NaN");
+    switch (desc->kind) {
+    case DS_COMM_MPI: DS_TRY(ds_comm_mpi_create(desc, out)); return DS_OK;
+    case DS_COMM_NCCL:
+#ifdef DS_HAVE_CUDA
+        DS_TRY(ds_comm_nccl_create(desc, out));
+        return DS_OK;
+#else
+        return DS_ERR(DS_ERR_UNSUPPORTED,
+                      "comm \"nccl\" requested but this build has no CUDA (configure with "
+                      "-DDS_CUDA=ON on a machine with the CUDA toolkit and NCCL)");
+#endif
+    default:
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_comm_create: unknown comm kind %d",
+                      (int)desc->kind);
+    }
+}
+
+void ds_comm_destroy(ds_comm *c) {
+    if (!c) return;
+    if (c->ops && c->ops->destroy) c->ops->destroy(c);
+    free(c);
+}
+
+void ds_comm_stats_reset(ds_comm *c) {
+    if (c) memset(&c->stats, 0, sizeof c->stats);
+}
+
+/* ---- argument checks ------------------------------------------------------ */
+
+static ds_status check_common(const ds_comm *c, const char *what, const void *p, size_t count,
+                              ds_dtype t) {
+    if (!c) return DS_ERR(DS_ERR_INVALID_ARG, "%s: communicator is NULL", what);
+    if (ds_dtype_size(t) == 0)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: invalid dtype %d", what, (int)t);
+    if (count && !p)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: buffer is NULL with count %zu", what, count);
+    if (count > SIZE_MAX / ds_dtype_size(t) / (size_t)c->world)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: count %zu of %s overflows the address space",
+                      what, count, ds_dtype_name(t));
+    return DS_OK;
+}
+
+static ds_status check_op(const char *what, ds_reduce_op op) {
+    if ((int)op < 0 || op > DS_REDUCE_MIN)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: invalid reduce op %d", what, (int)op);
+    return DS_OK;
+}
+
+/* `small` (small_bytes) lies inside or beside `big` (big_bytes); the only
+ * overlap allowed is small == big + allowed_off exactly. */
+static ds_status check_alias(const char *what, const void *big, size_t big_bytes,
+                             const void *small, size_t small_bytes, size_t allowed_off) {
+    uintptr_t b = (uintptr_t)big, s = (uintptr_t)small;
+    if (!big_bytes || !small_bytes) return DS_OK;
+    if (s + small_bytes <= b || b + big_bytes <= s) return DS_OK;
+    if (s == b + allowed_off) return DS_OK;
+    return DS_ERR(DS_ERR_INVALID_ARG,
+                  "%s: send and receive buffers overlap other than in place (the rank's own "
+                  "block at offset %zu bytes)",
+                  what, allowed_off);
+}
+
+/* ---- the data path ---------------------------------------------------------- */
+
+ds_status ds_comm_all_reduce(ds_comm *c, void *buf, size_t count, ds_dtype t, ds_reduce_op op) {
+    DS_TRY(check_common(c, "all_reduce", buf, count, t));
+    DS_TRY(check_op("all_reduce", op));
+    DS_TRY(c->ops->all_reduce(c, buf, count, t, op));
+    return DS_OK;
+}
+
+ds_status ds_comm_reduce_scatter(ds_comm *c, const void *send, void *recv, size_t count,
+                                 ds_dtype t, ds_reduce_op op) {
+    DS_TRY(check_common(c, "reduce_scatter", send, count, t));
+    DS_TRY(check_common(c, "reduce_scatter", recv, count, t));
+    DS_TRY(check_op("reduce_scatter", op));
+    size_t es = ds_dtype_size(t);
+    DS_TRY(check_alias("reduce_scatter", send, count * es * (size_t)c->world, recv, count * es,
+                       (size_t)c->rank * count * es));
+    DS_TRY(c->ops->reduce_scatter(c, send, recv, count, t, op));
+    return DS_OK;
+}
+
+ds_status ds_comm_all_gather(ds_comm *c, const void *send, void *recv, size_t count, ds_dtype t) {
+    DS_TRY(check_common(c, "all_gather", send, count, t));
+    DS_TRY(check_common(c, "all_gather", recv, count, t));
+    size_t es = ds_dtype_size(t);
+    DS_TRY(check_alias("all_gather", recv, count * es * (size_t)c->world, send, count * es,
+                       (size_t)c->rank * count * es));
+    DS_TRY(c->ops->all_gather(c, send, recv, count, t));
+    return DS_OK;
+}
+
+static size_t sum_counts(const ds_comm *c, const size_t *counts) {
+    size_t n = 0;
+    for (int r = 0; r < c->world; r++) n += counts[r];
+    return n;
+}
+
+ds_status ds_comm_reduce_scatterv(ds_comm *c, const void *send, void *recv, const size_t *counts,
+                                  ds_dtype t, ds_reduce_op op) {
+    if (!counts) return DS_ERR(DS_ERR_INVALID_ARG, "reduce_scatterv: counts is NULL");
+    size_t total = sum_counts(c, counts), mine = counts[c->rank];
+    DS_TRY(check_common(c, "reduce_scatterv", send, total, t));
+    DS_TRY(check_common(c, "reduce_scatterv", recv, mine, t));
+    DS_TRY(check_op("reduce_scatterv", op));
+    size_t es = ds_dtype_size(t), off = 0;
+    for (int r = 0; r < c->rank; r++) off += counts[r];
+    DS_TRY(check_alias("reduce_scatterv", send, total * es, recv, mine * es, off * es));
+    DS_TRY(c->ops->reduce_scatterv(c, send, recv, counts, t, op));
+    return DS_OK;
+}
+
+ds_status ds_comm_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds_dtype t) {
+    if (!counts) return DS_ERR(DS_ERR_INVALID_ARG, "all_gatherv: counts is NULL");
+    DS_TRY(check_common(c, "all_gatherv", buf, sum_counts(c, counts), t));
+    DS_TRY(c->ops->all_gatherv(c, buf, counts, t));
+    return DS_OK;
+}
+
+ds_status ds_comm_broadcast(ds_comm *c, void *buf, size_t count, ds_dtype t, int root) {
+    DS_TRY(check_common(c, "broadcast", buf, count, t));
+    if (root < 0 || root >= c->world)
+        return DS_ERR(DS_ERR_INVALID_ARG, "broadcast: root %d is not a rank of a world of %d",
+                      root, c->world);
+    DS_TRY(c->ops->broadcast(c, buf, count, t, root));
+    return DS_OK;
+}
+
+ds_status ds_comm_barrier(ds_comm *c) {
+    if (!c) return DS_ERR(DS_ERR_INVALID_ARG, "barrier: communicator is NULL");
+    DS_TRY(c->ops->barrier(c));
+    return DS_OK;
+}
+
+/* ---- host helpers: MPI's own collectives, polled under the deadline ------- */
+
+static ds_status host_ready(ds_comm *c, const char *what) {
+    if (ds_comm_base(c)->coll_broken)
+        return DS_ERR(DS_ERR_COMM,
+                      "%s: rank %d's host collectives are unusable after an earlier timeout; "
+                      "destroy the communicator",
+                      what, c->rank);
+    return DS_OK;
+}
+
+static ds_status host_wait(ds_comm *c, MPI_Request *req, const char *what) {
+    int peer = -1;
+    bool is_recv = true;
+    ds_comm_wait_ctx ctx = {.coll = what, .collective = true};
+    DS_TRY(ds_comm_mpi_wait(c, req, &peer, &is_recv, 1, &ctx));
+    return DS_OK;
+}
+
+ds_status ds_comm_host_all_reduce(ds_comm *c, void *buf, size_t count, ds_dtype t,
+                                  ds_reduce_op op) {
+    const char *what = "host_all_reduce";
+    DS_TRY(check_common(c, what, buf, count, t));
+    DS_TRY(check_op(what, op));
+    if (count > INT_MAX)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: count %zu exceeds MPI's int count (for metadata; "
+                      "use ds_comm_all_reduce for data)", what, count);
+    DS_TRY(host_ready(c, what));
+    if (count == 0) return DS_OK;
+    MPI_Datatype dt;
+    MPI_Op mop;
+    DS_TRY(ds_comm_mpi_dtype(t, &dt));
+    DS_TRY(ds_comm_mpi_op(t, op, &mop));
+    MPI_Request req;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, dt, mop, ds_comm_base(c)->comm, &req);
+    if (rc != MPI_SUCCESS) return ds_comm_mpi_error(rc, "host_all_reduce: MPI_Iallreduce", c);
+    DS_TRY(host_wait(c, &req, what));
+    return DS_OK;
+}
+
+ds_status ds_comm_host_broadcast(ds_comm *c, void *buf, size_t bytes, int root) {
+    const char *what = "host_broadcast";
+    DS_TRY(check_common(c, what, buf, bytes, DS_U8));
+    if (root < 0 || root >= c->world)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: root %d is not a rank of a world of %d", what,
+                      root, c->world);
+    if (bytes > INT_MAX)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: %zu bytes exceed MPI's int count", what, bytes);
+    DS_TRY(host_ready(c, what));
+    if (bytes == 0) return DS_OK;
+    MPI_Request req;
+    int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, ds_comm_base(c)->comm, &req);
+    if (rc != MPI_SUCCESS) return ds_comm_mpi_error(rc, "host_broadcast: MPI_Ibcast", c);
+    DS_TRY(host_wait(c, &req, what));
+    return DS_OK;
+}
+
+ds_status ds_comm_agree(ds_comm *c, ds_status local, ds_status *out_worst) {
+    if (!out_worst) return DS_ERR(DS_ERR_INVALID_ARG, "agree: out_worst is NULL");
+    *out_worst = local;
+    if (!c) return DS_ERR(DS_ERR_INVALID_ARG, "agree: communicator is NULL");
+    DS_TRY(host_ready(c, "agree"));
+    /* (status, rank) under MAXLOC: the worst status and the lowest rank that
+     * has it, so a rank that was fine can say who was not. */
+    int pair[2] = {(int)local, c->rank};
+    MPI_Request req;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MAXLOC, ds_comm_base(c)->comm,
+                            &req);
+    if (rc != MPI_SUCCESS) return ds_comm_mpi_error(rc, "agree: MPI_Iallreduce", c);
+    /* Keep the local failure's message: if the agreement itself fails the
+     * caller reports the communication error (returned) and still knows its
+     * own status through *out_worst. */
+    DS_TRY(host_wait(c, &req, "agree"));
+    *out_worst = (ds_status)pair[0];
+    if (local == DS_OK && pair[0] != DS_OK)
+        DS_ERR((ds_status)pair[0], "rank %d failed with %s (its own log has the reason)",
+               pair[1], ds_status_to_string((ds_status)pair[0]));
+    return DS_OK;
+}

@@ -1,0 +1,86 @@
+/* Inside engine/comm only: the MPI bootstrap every implementation shares.
+ *
+ * Both implementations (mpi.c, nccl.c) keep an MPI communicator for barriers,
+ * the host helpers and ds_comm_agree. Their impl structs therefore BEGIN with
+ * a ds_comm_mpi_base, so comm.c can reach it through c->impl without knowing
+ * which implementation it talks to. */
+#ifndef DS_COMM_COMM_INTERNAL_H
+#define DS_COMM_COMM_INTERNAL_H
+
+#include <mpi.h>
+#include <stdbool.h>
+
+#include "engine/comm/comm.h"
+
+typedef struct ds_comm_mpi_base {
+    MPI_Comm comm;     /* a duplicate of MPI_COMM_WORLD, errors returned not fatal */
+    bool initialised;  /* this communicator counted in the library's MPI refcount */
+    bool broken;       /* a point-to-point wait timed out or failed: requests were
+                        * abandoned, the data path cannot be trusted any more */
+    bool coll_broken;  /* the same for MPI's own collectives (host helpers) */
+} ds_comm_mpi_base;
+
+static inline ds_comm_mpi_base *ds_comm_base(ds_comm *c) { return (ds_comm_mpi_base *)c->impl; }
+
+/* Initialise MPI if nobody has (MPI_THREAD_MULTIPLE requested, SERIALIZED
+ * accepted), check that the launcher's environment agrees with
+ * MPI_COMM_WORLD, and fill c->rank/world/local_rank/source/timeout_s and
+ * base->comm. `who` ("mpi", "nccl") prefixes messages. On failure nothing is
+ * left initialised by this call. */
+ds_status ds_comm_mpi_boot(const char *who, const ds_comm_desc *desc, ds_comm *c,
+                           ds_comm_mpi_base *base);
+/* Free base->comm and finalise MPI when the last communicator that
+ * ds_comm_mpi_boot counted goes and the library was the one to initialise it. */
+void ds_comm_mpi_shutdown(ds_comm_mpi_base *base);
+
+/* What a wait is for, so a timeout can say where it stood. */
+typedef struct ds_comm_wait_ctx {
+    const char *coll;   /* "all_reduce" */
+    const char *phase;  /* "reduce-scatter", or NULL */
+    int step, nsteps;   /* 0-based step of the phase, steps per chunk */
+    size_t chunk, nchunks;
+    bool collective;    /* requests of an MPI collective (peers unknown: -1) */
+} ds_comm_wait_ctx;
+
+/* Complete n requests (MPI_REQUEST_NULL entries allowed) by polling MPI_Test
+ * until c->timeout_s passes without all of them completing. peers[i] is the
+ * rank request i talks to, is_recv[i] whether it is a receive: a timeout
+ * names the first pending receive's peer (else the first pending send's),
+ * cancels/frees the pending requests, marks the communicator broken and
+ * returns DS_ERR_TIMEOUT. MPI errors return DS_ERR_COMM with MPI's text. */
+ds_status ds_comm_mpi_wait(ds_comm *c, MPI_Request *reqs, const int *peers, const bool *is_recv,
+                           int n, const ds_comm_wait_ctx *ctx);
+
+/* Barrier by dissemination over zero-byte messages (log2(world) rounds), so a
+ * timeout can name the rank that did not arrive. */
+ds_status ds_comm_mpi_barrier(ds_comm *c);
+
+/* MPI's text for an error code, "MPI_Isend: MPI_ERR_TRUNCATE: ..." style. */
+ds_status ds_comm_mpi_error(int code, const char *what, const ds_comm *c);
+
+/* MPI datatype and op for the host helpers (MPI's own collectives). F16 and
+ * BF16 use datatypes and ops this library registers at boot (fp32
+ * accumulation of each pair, one rounding, like the data path). */
+ds_status ds_comm_mpi_dtype(ds_dtype t, MPI_Datatype *out);
+ds_status ds_comm_mpi_op(ds_dtype t, ds_reduce_op op, MPI_Op *out);
+
+/* Elements rank `rank` sends in a ring all_reduce of `count` elements over
+ * `world` ranks with blocks of count/world (the first count%world blocks one
+ * longer): everything but its own block in the reduce-scatter phase, and
+ * everything but block rank+1 in the all-gather phase. The NCCL
+ * implementation reports this, since NCCL does not say what it sent. */
+uint64_t ds_comm_ring_all_reduce_elems(size_t count, int world, int rank);
+
+/* Block b of `count` elements cut into `world` nearly equal blocks. */
+static inline size_t ds_comm_block_off(size_t count, int world, int b) {
+    size_t base = count / (size_t)world, rem = count % (size_t)world;
+    return (size_t)b * base + ((size_t)b < rem ? (size_t)b : rem);
+}
+static inline size_t ds_comm_block_len(size_t count, int world, int b) {
+    return count / (size_t)world + ((size_t)b < count % (size_t)world ? 1 : 0);
+}
+
+/* Wall clock in seconds for deadlines (CLOCK_MONOTONIC). */
+double ds_comm_now(void);
+
+#endif /* DS_COMM_COMM_INTERNAL_H */

@@ -1,0 +1,331 @@
+/* MPI bootstrap shared by the mpi and nccl communicators: initialisation and
+ * its reference count, the world check against the launcher's environment,
+ * the polling wait with a deadline, the dissemination barrier, and the MPI
+ * datatypes/ops the host helpers use for fp16/bf16. */
+#include "engine/comm/comm_internal.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "engine/comm/reduce.h"
+
+enum { DS_TAG_BARRIER = 7 };
+
+/* Process-wide MPI state. Several communicators may live at once (a test
+ * makes one with a small scratch beside the default one); MPI is finalised
+ * only when the last one goes, and only if the library initialised it. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_refs;
+static bool g_we_initialised;
+static MPI_Datatype g_f16 = MPI_DATATYPE_NULL, g_bf16 = MPI_DATATYPE_NULL;
+static MPI_Op g_ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+
+double ds_comm_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+ds_status ds_comm_mpi_error(int code, const char *what, const ds_comm *c) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", code);
+    return DS_ERR(DS_ERR_COMM, "%s failed on rank %d: %s", what, c ? c->rank : -1, text);
+}
+
+/* ---- fp16 / bf16 for MPI's own reductions (host helpers only) ---------- */
+
+static void half_op(void *in, void *inout, int *len, MPI_Datatype *dt, ds_reduce_op op) {
+    const uint16_t *x = in;
+    uint16_t *y = inout;
+    bool bf = (*dt == g_bf16);
+    for (int i = 0; i < *len; i++)
+        y[i] = bf ? ds_reduce_bf16(y[i], x[i], op) : ds_reduce_f16(y[i], x[i], op);
+}
+static void half_sum(void *in, void *io, int *n, MPI_Datatype *dt) { half_op(in, io, n, dt, DS_REDUCE_SUM); }
+static void half_max(void *in, void *io, int *n, MPI_Datatype *dt) { half_op(in, io, n, dt, DS_REDUCE_MAX); }
+static void half_min(void *in, void *io, int *n, MPI_Datatype *dt) { half_op(in, io, n, dt, DS_REDUCE_MIN); }
+
+static int register_half_types(void) {
+    int rc = MPI_Type_contiguous(2, MPI_BYTE, &g_f16);
+    if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&g_f16);
+    if (rc == MPI_SUCCESS) rc = MPI_Type_contiguous(2, MPI_BYTE, &g_bf16);
+    if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&g_bf16);
+    if (rc == MPI_SUCCESS) rc = MPI_Op_create(half_sum, 1, &g_ops[DS_REDUCE_SUM]);
+    if (rc == MPI_SUCCESS) rc = MPI_Op_create(half_max, 1, &g_ops[DS_REDUCE_MAX]);
+    if (rc == MPI_SUCCESS) rc = MPI_Op_create(half_min, 1, &g_ops[DS_REDUCE_MIN]);
+    return rc;
+}
+
+static void free_half_types(void) {
+    for (int i = 0; i < 3; i++)
+        if (g_ops[i] != MPI_OP_NULL) MPI_Op_free(&g_ops[i]);
+    if (g_f16 != MPI_DATATYPE_NULL) MPI_Type_free(&g_f16);
+    if (g_bf16 != MPI_DATATYPE_NULL) MPI_Type_free(&g_bf16);
+}
+
+ds_status ds_comm_mpi_dtype(ds_dtype t, MPI_Datatype *out) {
+    switch (t) {
+    case DS_F32: *out = MPI_FLOAT; return DS_OK;
+    case DS_F64: *out = MPI_DOUBLE; return DS_OK;
+    case DS_I32: *out = MPI_INT32_T; return DS_OK;
+    case DS_I64: *out = MPI_INT64_T; return DS_OK;
+    case DS_U8: *out = MPI_UINT8_T; return DS_OK;
+    case DS_F16: *out = g_f16; return DS_OK;
+    case DS_BF16: *out = g_bf16; return DS_OK;
+    default: return DS_ERR(DS_ERR_INVALID_ARG, "comm: invalid dtype %d", (int)t);
+    }
+}
+
+ds_status ds_comm_mpi_op(ds_dtype t, ds_reduce_op op, MPI_Op *out) {
+    if ((int)op < 0 || op > DS_REDUCE_MIN)
+        return DS_ERR(DS_ERR_INVALID_ARG, "comm: invalid reduce op %d", (int)op);
+    if (t == DS_F16 || t == DS_BF16) {
+        *out = g_ops[op];
+        return DS_OK;
+    }
+    *out = op == DS_REDUCE_SUM ? MPI_SUM : op == DS_REDUCE_MAX ? MPI_MAX : MPI_MIN;
+    return DS_OK;
+}
+
+/* ---- initialisation ------------------------------------------------------ */
+
+static const char *thread_level_name(int level) {
+    switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    default: return "unknown";
+    }
+}
+
+/* Take one reference on MPI, initialising it if this is the first user. */
+static ds_status acquire_mpi(const char *who) {
+    pthread_mutex_lock(&g_lock);
+    ds_status st = DS_OK;
+    int flag = 0;
+    MPI_Finalized(&flag);
+    if (flag) {
+        st = DS_ERR(DS_ERR_COMM,
+                    "%s: MPI was already finalised in this process (destroying the last "
+                    "communicator finalises MPI when the library initialised it: keep one "
+                    "communicator alive, or initialise MPI yourself before ds_comm_create)",
+                    who);
+        goto out;
+    }
+    int provided = MPI_THREAD_SINGLE;
+    if (g_refs == 0) {
+        MPI_Initialized(&flag);
+        if (!flag) {
+            int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+            if (rc != MPI_SUCCESS) {
+                st = ds_comm_mpi_error(rc, "MPI_Init_thread", NULL);
+                goto out;
+            }
+            g_we_initialised = true;
+        } else {
+            g_we_initialised = false;
+            MPI_Query_thread(&provided);
+        }
+        /* The engine's communication thread calls MPI while the main thread
+         * does not: SERIALIZED is the least that is correct. */
+        if (provided < MPI_THREAD_SERIALIZED) {
+            st = DS_ERR(DS_ERR_COMM,
+                        "%s: MPI provides %s, zero-engine needs MPI_THREAD_SERIALIZED or "
+                        "better%s",
+                        who, thread_level_name(provided),
+                        g_we_initialised ? "" : " (initialise MPI with MPI_Init_thread)");
+            if (g_we_initialised) MPI_Finalize();
+            g_we_initialised = false;
+            goto out;
+        }
+        int rc = register_half_types();
+        if (rc != MPI_SUCCESS) {
+            st = ds_comm_mpi_error(rc, "registering fp16/bf16 MPI datatypes", NULL);
+            free_half_types();
+            if (g_we_initialised) MPI_Finalize();
+            g_we_initialised = false;
+            goto out;
+        }
+    }
+    g_refs++;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return st;
+}
+
+static void release_mpi(void) {
+    pthread_mutex_lock(&g_lock);
+    if (g_refs > 0 && --g_refs == 0) {
+        free_half_types();
+        if (g_we_initialised) MPI_Finalize();
+        g_we_initialised = false;
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+ds_status ds_comm_mpi_boot(const char *who, const ds_comm_desc *desc, ds_comm *c,
+                           ds_comm_mpi_base *base) {
+    ds_rank_info info;
+    DS_TRY(ds_rank_discover(&info));
+    DS_TRY(acquire_mpi(who));
+    base->initialised = true;
+    base->comm = MPI_COMM_NULL;
+    c->timeout_s = (desc && desc->timeout_s > 0) ? desc->timeout_s : 300.0;
+
+    ds_status st = DS_OK;
+    int rank = 0, world = 1;
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &base->comm);
+    if (rc != MPI_SUCCESS) {
+        st = ds_comm_mpi_error(rc, "MPI_Comm_dup", NULL);
+        goto fail;
+    }
+    /* Errors come back as codes on this communicator, so a peer's failure
+     * becomes a ds_status instead of MPI aborting the job from inside. */
+    MPI_Comm_set_errhandler(base->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(base->comm, &rank);
+    MPI_Comm_size(base->comm, &world);
+    if (info.source != DS_RANKS_SINGLE && (info.world != world || info.rank != rank)) {
+        st = DS_ERR(DS_ERR_COMM,
+                    "%s: the environment (%s) says rank %d of %d, but MPI_COMM_WORLD says rank "
+                    "%d of %d: start the ranks with the launcher that set those variables "
+                    "(mpirun, srun), or unset them",
+                    who, ds_rank_source_name(info.source), info.rank, info.world, rank, world);
+        goto fail;
+    }
+    c->rank = rank;
+    c->world = world;
+    c->source = (info.source == DS_RANKS_SINGLE && world > 1) ? DS_RANKS_MPI : info.source;
+    if (info.source != DS_RANKS_SINGLE && info.local_rank >= 0) {
+        c->local_rank = info.local_rank;
+    } else {
+        /* The launcher did not say: ranks that share memory are on one node. */
+        MPI_Comm node;
+        rc = MPI_Comm_split_type(base->comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+        if (rc != MPI_SUCCESS) {
+            st = ds_comm_mpi_error(rc, "MPI_Comm_split_type", c);
+            goto fail;
+        }
+        MPI_Comm_rank(node, &c->local_rank);
+        MPI_Comm_free(&node);
+    }
+    return DS_OK;
+fail:
+    ds_comm_mpi_shutdown(base);
+    ds_error_trace(__FILE__, __LINE__);
+    return st;
+}
+
+void ds_comm_mpi_shutdown(ds_comm_mpi_base *base) {
+    if (!base->initialised) return;
+    if (base->comm != MPI_COMM_NULL) MPI_Comm_free(&base->comm);
+    base->initialised = false;
+    release_mpi();
+}
+
+/* ---- waiting with a deadline --------------------------------------------- */
+
+/* Give up on requests that will not complete: receives are cancelled, and
+ * every request is freed (MPI finishes or drops it in the background). The
+ * buffers stay allocated until the communicator is destroyed. */
+static void abandon(MPI_Request *reqs, const bool *is_recv, int n) {
+    for (int i = 0; i < n; i++) {
+        if (reqs[i] == MPI_REQUEST_NULL) continue;
+        if (is_recv[i]) MPI_Cancel(&reqs[i]);
+        MPI_Request_free(&reqs[i]);
+    }
+}
+
+/* A timeout or error leaves requests behind: point-to-point ones break the
+ * data path, MPI collectives (host helpers) break those; each keeps working
+ * without the other, which is what lets ds_comm_agree run after a timeout. */
+static void mark_broken(ds_comm *c, const ds_comm_wait_ctx *ctx) {
+    if (ctx->collective) ds_comm_base(c)->coll_broken = true;
+    else ds_comm_base(c)->broken = true;
+}
+
+ds_status ds_comm_mpi_wait(ds_comm *c, MPI_Request *reqs, const int *peers, const bool *is_recv,
+                           int n, const ds_comm_wait_ctx *ctx) {
+    double start = 0.0;
+    for (unsigned spin = 0;; spin++) {
+        int pending = -1, pending_send = -1;
+        for (int i = 0; i < n; i++) {
+            if (reqs[i] == MPI_REQUEST_NULL) continue;
+            int done = 0;
+            MPI_Status status;
+            int rc = MPI_Test(&reqs[i], &done, &status);
+            if (rc != MPI_SUCCESS) {
+                int code = (rc == MPI_ERR_IN_STATUS) ? status.MPI_ERROR : rc;
+                char what[160];
+                snprintf(what, sizeof what, "%s: %s rank %d", ctx->coll,
+                         is_recv[i] ? "receive from" : "send to", peers[i]);
+                mark_broken(c, ctx);
+                abandon(reqs, is_recv, n);
+                return ds_comm_mpi_error(code, what, c);
+            }
+            if (!done) {
+                if (is_recv[i] && pending < 0) pending = i;
+                if (!is_recv[i] && pending_send < 0) pending_send = i;
+            }
+        }
+        if (pending < 0 && pending_send < 0) return DS_OK;
+        if (spin == 0) {
+            start = ds_comm_now();
+            continue;
+        }
+        double waited = ds_comm_now() - start;
+        if (waited > c->timeout_s) {
+            int who = pending >= 0 ? peers[pending] : peers[pending_send];
+            mark_broken(c, ctx);
+            abandon(reqs, is_recv, n);
+            char where[160];
+            if (ctx->nsteps > 0)
+                snprintf(where, sizeof where, " (%s%sstep %d of %d, chunk %zu of %zu)",
+                         ctx->phase ? ctx->phase : "", ctx->phase ? " " : "", ctx->step + 1,
+                         ctx->nsteps, ctx->chunk + 1, ctx->nchunks);
+            else
+                where[0] = '\0';
+            if (who < 0) /* a collective of MPI's own: it does not say who is late */
+                return DS_ERR(DS_ERR_TIMEOUT, "%s: rank %d waited %.1f s for the other ranks%s",
+                              ctx->coll, c->rank, waited, where);
+            return DS_ERR(DS_ERR_TIMEOUT, "%s: rank %d waited %.1f s for rank %d%s", ctx->coll,
+                          c->rank, waited, who, where);
+        }
+        /* With more ranks than cores (tests run oversubscribed) a spinning
+         * rank would starve the peer it waits for. */
+        if ((spin & 15) == 0) sched_yield();
+    }
+}
+
+ds_status ds_comm_mpi_barrier(ds_comm *c) {
+    MPI_Comm comm = ds_comm_base(c)->comm;
+    int rounds = 0;
+    for (int d = 1; d < c->world; d <<= 1) rounds++;
+    int round = 0;
+    for (int d = 1; d < c->world; d <<= 1, round++) {
+        int to = (c->rank + d) % c->world, from = (c->rank - d + c->world) % c->world;
+        MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+        int peers[2] = {from, to};
+        bool is_recv[2] = {true, false};
+        int rc = MPI_Irecv(NULL, 0, MPI_BYTE, from, DS_TAG_BARRIER, comm, &reqs[0]);
+        if (rc == MPI_SUCCESS) rc = MPI_Isend(NULL, 0, MPI_BYTE, to, DS_TAG_BARRIER, comm, &reqs[1]);
+        if (rc != MPI_SUCCESS) {
+            abandon(reqs, is_recv, 2);
+            return ds_comm_mpi_error(rc, "barrier", c);
+        }
+        ds_comm_wait_ctx ctx = {.coll = "barrier", .phase = NULL, .step = round,
+                                .nsteps = rounds, .chunk = 0, .nchunks = 1};
+        DS_TRY(ds_comm_mpi_wait(c, reqs, peers, is_recv, 2, &ctx));
+    }
+    return DS_OK;
+}
+
+uint64_t ds_comm_ring_all_reduce_elems(size_t count, int world, int rank) {
+    if (world <= 1) return 0;
+    size_t own = ds_comm_block_len(count, world, rank);
+    size_t next = ds_comm_block_len(count, world, (rank + 1) % world);
+    return (uint64_t)(count - own) + (uint64_t)(count - next);
+}

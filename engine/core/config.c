@@ -1,0 +1,168 @@
+/* ds_config: DeepSpeed's defaults and the parse entry points. The key
+ * tables are in config_sections.c, the typed readers in config_read.c,
+ * "auto" and the batch rule in config_resolve.c, the JSON writer in
+ * config_json.c. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/core/config_internal.h"
+
+void ds_config_defaults(ds_config *c) {
+    /* Zero first: padding and unused string tails are then equal in two
+     * configs with equal settings, so tests can compare them byte for byte. */
+    memset(c, 0, sizeof *c);
+    c->steps_per_print = 10;
+    c->gradient_predivide_factor = 1.0;
+    c->gradient_clipping = 0.0;
+
+    c->optimizer = DS_OPTIM_ADAMW; /* "Adam" with DeepSpeed's adam_w_mode default true */
+    c->lr = 1e-3;
+    c->betas[0] = 0.9;
+    c->betas[1] = 0.999;
+    c->eps = 1e-8;
+    c->weight_decay = 0.0;
+    c->adam_w_mode = true;
+    c->bias_correction = true;
+
+    c->scheduler = DS_SCHED_NONE;
+    c->warmup_min_lr = 0.0;
+    c->warmup_max_lr = 0.001;
+    c->warmup_num_steps = 1000;
+    c->warmup_type = DS_WARMUP_LOG;
+    c->total_num_steps = 0;
+    c->warmup_min_ratio = 0.0;
+    c->cos_min_ratio = 0.0001;
+    c->last_batch_iteration = -1;
+
+    c->loss_scale = 0.0;
+    c->initial_scale_power = 16;
+    c->loss_scale_window = 1000;
+    c->hysteresis = 2;
+    c->min_loss_scale = 1.0;
+    c->communication_data_type = DS_F32;
+
+    c->zero_stage = 0;
+    c->allgather_partitions = true;
+    c->allgather_bucket_size = 500000000;
+    c->overlap_comm = false;
+    c->reduce_scatter = true;
+    c->reduce_bucket_size = 500000000;
+    c->contiguous_gradients = true;
+    c->stage3_prefetch_bucket_size = 50000000;
+    c->stage3_param_persistence_threshold = 100000;
+    c->stage3_max_live_parameters = 1000000000;
+    c->stage3_max_reuse_distance = 1000000000;
+    c->sub_group_size = 1000000000;
+
+    ds_offload_config *o = &c->offload_optimizer;
+    o->device = DS_OFFLOAD_NONE;
+    snprintf(o->nvme_path, sizeof o->nvme_path, "/local_nvme");
+    o->buffer_count = 4;
+    o->buffer_size = 100000000;
+    o->max_in_cpu = 1000000000;
+    o->ratio = 1.0;
+    c->offload_param = *o;
+    c->offload_param.buffer_count = 5;
+
+    c->number_checkpoints = 0;
+    c->checkpoint_tag_validation = 1; /* Warn */
+
+    snprintf(c->backend, sizeof c->backend, "cpu");
+    c->comm_timeout_s = 300.0;
+    c->num_threads = 0;
+}
+
+const char *ds_optim_type_name(ds_optim_type t) {
+    switch (t) {
+    case DS_OPTIM_ADAM: return "Adam";
+    case DS_OPTIM_ADAMW: return "AdamW";
+    case DS_OPTIM_SGD: return "SGD";
+    }
+    return "?";
+}
+
+const char *ds_sched_type_name(ds_sched_type t) {
+    switch (t) {
+    case DS_SCHED_NONE: return "none";
+    case DS_SCHED_WARMUP_LR: return "WarmupLR";
+    case DS_SCHED_WARMUP_DECAY_LR: return "WarmupDecayLR";
+    case DS_SCHED_WARMUP_COSINE_LR: return "WarmupCosineLR";
+    }
+    return "?";
+}
+
+const char *ds_warmup_type_name(ds_warmup_type t) {
+    switch (t) {
+    case DS_WARMUP_LOG: return "log";
+    case DS_WARMUP_LINEAR: return "linear";
+    }
+    return "?";
+}
+
+const char *ds_offload_device_name(ds_offload_device d) {
+    switch (d) {
+    case DS_OFFLOAD_NONE: return "none";
+    case DS_OFFLOAD_CPU: return "cpu";
+    case DS_OFFLOAD_NVME: return "nvme";
+    }
+    return "?";
+}
+
+/* Turn a parsed document into a config; `file` is "" for a string. */
+static ds_status parse_root(json_t *root, const char *file, ds_config *out,
+                            ds_config_warn_fn warn, void *user) {
+    ds_config c;
+    ds_config_defaults(&c);
+    snprintf(c.path, sizeof c.path, "%s", file);
+    cfg_ctx ctx = {.file = file, .warn = warn, .user = user, .cfg = &c};
+    if (!json_is_object(root)) {
+        char got[96];
+        cfg_fmt_value(root, got, sizeof got);
+        return CFG_FAIL(&ctx, DS_ERR_CONFIG, "the top level must be a JSON object, got %s", got);
+    }
+    DS_TRY(cfg_walk(&ctx, root, "", cfg_top_keys, cfg_top_nkeys, &c, cfg_top_unimplemented, 1));
+    *out = c;
+    return DS_OK;
+}
+
+/* jansson's message, with our "file:line:col:" in front. Duplicate keys are
+ * refused by the parser itself (JSON_REJECT_DUPLICATES), at any depth. */
+static ds_status syntax_error(const char *name, const json_error_t *err) {
+    return DS_ERR(DS_ERR_CONFIG, "%s:%d:%d: JSON syntax error: %s", name, err->line, err->column,
+                  err->text);
+}
+
+ds_status ds_config_parse_string(const char *json, ds_config *out, ds_config_warn_fn warn,
+                                 void *user) {
+    if (!json || !out) return DS_ERR(DS_ERR_INVALID_ARG, "ds_config_parse_string: NULL argument");
+    json_error_t err;
+    json_t *root = json_loads(json, JSON_REJECT_DUPLICATES, &err);
+    if (!root) return syntax_error("<string>", &err);
+    ds_status st = parse_root(root, "", out, warn, user);
+    json_decref(root);
+    if (st != DS_OK) ds_error_trace(__FILE__, __LINE__);
+    return st;
+}
+
+ds_status ds_config_parse_file(const char *path, ds_config *out, ds_config_warn_fn warn,
+                               void *user) {
+    if (!path || !out) return DS_ERR(DS_ERR_INVALID_ARG, "ds_config_parse_file: NULL argument");
+    /* Open it ourselves first: an unreadable file is DS_ERR_IO with errno's
+     * words, not a "syntax error" at line -1. */
+    FILE *f = fopen(path, "rb");
+    if (!f) return DS_ERR(DS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    json_error_t err;
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
+    int read_failed = ferror(f);
+    fclose(f);
+    if (read_failed) {
+        json_decref(root);
+        return DS_ERR(DS_ERR_IO, "%s: read error", path);
+    }
+    if (!root) return syntax_error(path, &err);
+    ds_status st = parse_root(root, path, out, warn, user);
+    json_decref(root);
+    if (st != DS_OK) ds_error_trace(__FILE__, __LINE__);
+    return st;
+}

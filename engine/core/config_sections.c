@@ -1,0 +1,507 @@
+/* The key tables of ds_config.json: which keys each section has, their
+ * types, ranges and DeepSpeed defaults (the defaults live in config.c), and
+ * the handlers of sections whose keys depend on one another (the optimizer's
+ * and the scheduler's "params" depend on their "type").
+ *
+ * Ranges follow DeepSpeed / PyTorch where they check (lr >= 0, 0 <= beta < 1,
+ * stage 0..3, ratio in [0, 1]); where DeepSpeed accepts a value that cannot
+ * work (a bucket of 0 elements, a loss-scale window of 0 steps) we refuse it,
+ * since zero-engine would otherwise loop or divide by zero later. */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "engine/core/config_internal.h"
+
+#define NKEYS(a) (sizeof(a) / sizeof((a)[0]))
+#define OFF(f) offsetof(ds_config, f)
+#define OOFF(f) offsetof(ds_offload_config, f)
+#define NO CFG_NO_OFF
+#define BIG 0.0 /* unused upper bound with CFG_NO_HI */
+
+/* Row builders: name, field, lower bound, upper bound, flags, auto flag, set flag. */
+#define ROW(name, kind, off, lo, hi, fl, ao, so, fn) {name, kind, off, lo, hi, fl, ao, so, fn}
+#define I64_GE(name, f, lo) ROW(name, CFG_I64, OFF(f), lo, BIG, CFG_NO_HI, NO, NO, NULL)
+#define REAL_GE(name, f, lo) ROW(name, CFG_REAL, OFF(f), lo, BIG, CFG_NO_HI, NO, NO, NULL)
+#define REAL_GT(name, f, lo) ROW(name, CFG_REAL, OFF(f), lo, BIG, CFG_NO_HI | CFG_LO_OPEN, NO, NO, NULL)
+#define REAL_IN(name, f, lo, hi) ROW(name, CFG_REAL, OFF(f), lo, hi, 0, NO, NO, NULL)
+#define BOOL(name, f) ROW(name, CFG_BOOL, OFF(f), 0, 0, 0, NO, NO, NULL)
+#define FN(name, id, fn) ROW(name, CFG_FN, id, 0, 0, 0, NO, NO, fn)
+
+/* ---------------------------------------------------------------- enums -- */
+
+static ds_status read_offload_device(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    static const char *const names[] = {"none", "cpu", "nvme"};
+    int idx;
+    DS_TRY(cfg_read_enum(ctx, v, path, names, 3, "\"none\", \"cpu\", \"nvme\"", &idx));
+    ((ds_offload_config *)base)->device = (ds_offload_device)idx;
+    return DS_OK;
+}
+
+static ds_status read_nvme_path(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    ds_offload_config *o = base;
+    if (json_is_null(v)) { /* DeepSpeed's default is None: no path */
+        o->nvme_path[0] = '\0';
+        return DS_OK;
+    }
+    char got[96];
+    cfg_fmt_value(v, got, sizeof got);
+    if (!json_is_string(v) || cfg_is_auto(v))
+        return CFG_FAIL(ctx, DS_ERR_CONFIG, "%s: must be a directory path or null, got %s", path,
+                        got);
+    if (json_string_length(v) >= sizeof o->nvme_path)
+        return CFG_FAIL(ctx, DS_ERR_CONFIG, "%s: must be shorter than %zu characters, got %s",
+                        path, sizeof o->nvme_path, got);
+    snprintf(o->nvme_path, sizeof o->nvme_path, "%s", json_string_value(v));
+    return DS_OK;
+}
+
+static ds_status read_warmup_type(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    /* DeepSpeed logs a warning and falls back to "log" on an unknown name;
+     * a typo here silently changes the schedule, so we refuse it. */
+    static const char *const names[] = {"log", "linear"};
+    int idx;
+    DS_TRY(cfg_read_enum(ctx, v, path, names, 2, "\"log\", \"linear\"", &idx));
+    ((ds_config *)base)->warmup_type = (ds_warmup_type)idx;
+    return DS_OK;
+}
+
+static ds_status read_tag_validation(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    static const char *const names[] = {"Ignore", "Warn", "Fail"};
+    int idx;
+    DS_TRY(cfg_read_enum(ctx, v, path, names, 3, "\"Ignore\", \"Warn\", \"Fail\"", &idx));
+    ((ds_config *)base)->checkpoint_tag_validation = idx;
+    return DS_OK;
+}
+
+static ds_status read_backend(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    static const char *const names[] = {"cpu", "cuda", "auto"};
+    int idx;
+    /* "auto" is a value of this key (pick cuda when there is a GPU), not the
+     * HF placeholder, so it is matched as a name before the generic check. */
+    if (cfg_is_auto(v)) {
+        idx = 2;
+    } else {
+        DS_TRY(cfg_read_enum(ctx, v, path, names, 3, "\"cpu\", \"cuda\", \"auto\"", &idx));
+    }
+    ds_config *c = base;
+    snprintf(c->backend, sizeof c->backend, "%s", names[idx]);
+    return DS_OK;
+}
+
+static ds_status read_comm_dtype(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    static const char *const names[] = {"fp32", "fp16", "bf16"};
+    static const ds_dtype types[] = {DS_F32, DS_F16, DS_BF16};
+    ds_config *c = base;
+    if (json_is_null(v)) { /* DeepSpeed's default: communicate in the training dtype */
+        c->comm_dtype_set = false;
+        c->communication_data_type = DS_F32;
+        return DS_OK;
+    }
+    int idx;
+    DS_TRY(cfg_read_enum(ctx, v, path, names, 3, "null, \"fp32\", \"fp16\", \"bf16\"", &idx));
+    c->comm_dtype_set = true;
+    c->communication_data_type = types[idx];
+    return DS_OK;
+}
+
+/* ----------------------------------------------------------- optimizer -- */
+
+static ds_status read_betas(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    ds_config *c = base;
+    char got[96];
+    cfg_fmt_value(v, got, sizeof got);
+    if (!json_is_array(v) || json_array_size(v) != 2)
+        return CFG_FAIL(ctx, DS_ERR_CONFIG, "%s: must be [beta1, beta2], got %s", path, got);
+    /* PyTorch's Adam: 0 <= beta < 1 (beta 1 never forgets the first step). */
+    static const cfg_key unit = {"betas", CFG_REAL, 0, 0, 1, CFG_HI_OPEN, NO, NO, NULL};
+    for (int i = 0; i < 2; i++) {
+        char ipath[CFG_PATH_CAP];
+        snprintf(ipath, sizeof ipath, "%s[%d]", path, i);
+        DS_TRY(cfg_read_real(ctx, json_array_get(v, (size_t)i), ipath, &unit, &c->betas[i]));
+    }
+    return DS_OK;
+}
+
+static const cfg_key k_adam_params[] = {
+    ROW("lr", CFG_REAL, OFF(lr), 0, BIG, CFG_NO_HI | CFG_AUTO, OFF(lr_auto), OFF(lr_set), NULL),
+    ROW("betas", CFG_FN, OFF(betas), 0, 0, CFG_AUTO, OFF(betas_auto), OFF(betas_set), read_betas),
+    ROW("eps", CFG_REAL, OFF(eps), 0, BIG, CFG_NO_HI | CFG_AUTO, OFF(eps_auto), OFF(eps_set), NULL),
+    ROW("weight_decay", CFG_REAL, OFF(weight_decay), 0, BIG, CFG_NO_HI | CFG_AUTO,
+        OFF(weight_decay_auto), OFF(weight_decay_set), NULL),
+    BOOL("adam_w_mode", adam_w_mode),
+    BOOL("bias_correction", bias_correction),
+};
+
+static const cfg_key k_sgd_params[] = {
+    ROW("lr", CFG_REAL, OFF(lr), 0, BIG, CFG_NO_HI | CFG_AUTO, OFF(lr_auto), OFF(lr_set), NULL),
+    REAL_GE("momentum", momentum, 0),
+    REAL_GE("dampening", dampening, 0),
+    ROW("weight_decay", CFG_REAL, OFF(weight_decay), 0, BIG, CFG_NO_HI | CFG_AUTO,
+        OFF(weight_decay_auto), OFF(weight_decay_set), NULL),
+    BOOL("nesterov", nesterov),
+};
+
+static const char *const k_adam_unimpl[] = {"torch_adam", "amsgrad", "fused", NULL};
+
+static ds_status read_optim_params(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    ds_config *c = base;
+    DS_TRY(cfg_need_object(ctx, v, path));
+    if (c->optimizer == DS_OPTIM_SGD)
+        return cfg_walk(ctx, v, path, k_sgd_params, NKEYS(k_sgd_params), c, NULL, 0);
+    return cfg_walk(ctx, v, path, k_adam_params, NKEYS(k_adam_params), c, k_adam_unimpl, 0);
+}
+
+static ds_status read_nothing(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    (void)ctx, (void)v, (void)path, (void)base; /* "type": read before the walk */
+    return DS_OK;
+}
+
+static const cfg_key k_optimizer[] = {
+    FN("type", OFF(optimizer), read_nothing),
+    FN("params", OFF(lr), read_optim_params),
+};
+
+/* Optimizers DeepSpeed has and zero-engine does not: DS_ERR_UNSUPPORTED
+ * rather than "unknown", so the user knows the name was not a typo. */
+static const char *const k_ds_optimizers[] = {"Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb",
+                                              "Adagrad", "Lion", "MuAdam", "MuAdamW",
+                                              "MuSGD", "Muon", NULL};
+
+static int in_list_ci(const char *s, const char *const *list) {
+    for (; *list; list++)
+        if (strcasecmp(s, *list) == 0) return 1;
+    return 0;
+}
+
+static ds_status read_optimizer(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    ds_config *c = base;
+    DS_TRY(cfg_need_object(ctx, v, path));
+    char tpath[CFG_PATH_CAP];
+    cfg_join(tpath, path, "type");
+    json_t *type = json_object_get(v, "type");
+    if (!type)
+        return CFG_FAIL(ctx, DS_ERR_CONFIG, "%s: missing; must be one of Adam, AdamW, SGD", tpath);
+    if (json_is_string(type) && in_list_ci(json_string_value(type), k_ds_optimizers))
+        return CFG_FAIL(ctx, DS_ERR_UNSUPPORTED,
+                        "%s: a DeepSpeed optimizer zero-engine does not implement (it has Adam, "
+                        "AdamW, SGD), got \"%s\"",
+                        tpath, json_string_value(type));
+    static const char *const names[] = {"Adam", "AdamW", "SGD"};
+    int idx;
+    DS_TRY(cfg_read_enum(ctx, type, tpath, names, 3, "Adam, AdamW, SGD", &idx));
+    c->optimizer_set = true;
+    c->optimizer = idx == 2 ? DS_OPTIM_SGD : DS_OPTIM_ADAM;
+    DS_TRY(cfg_walk(ctx, v, path, k_optimizer, NKEYS(k_optimizer), c, NULL, 0));
+
+    if (idx == 1) {
+        /* DeepSpeed: the name AdamW forces decoupled weight decay whatever
+         * adam_w_mode says; say so rather than silently ignore the key. */
+        if (!c->adam_w_mode)
+            cfg_warn(ctx, "%s.params.adam_w_mode: false is ignored for type AdamW (DeepSpeed "
+                          "forces AdamW); use type Adam for L2 Adam", path);
+        c->adam_w_mode = true;
+    }
+    if (idx != 2) c->optimizer = c->adam_w_mode ? DS_OPTIM_ADAMW : DS_OPTIM_ADAM;
+    if (idx == 2 && c->nesterov && (c->momentum <= 0.0 || c->dampening != 0.0)) {
+        char m[40], d[40];
+        cfg_fmt_real(c->momentum, m, sizeof m);
+        cfg_fmt_real(c->dampening, d, sizeof d);
+        return CFG_FAIL(ctx, DS_ERR_CONFIG,
+                        "%s.params.nesterov: true needs momentum > 0 and dampening 0 (as "
+                        "PyTorch's SGD), got momentum %s, dampening %s",
+                        path, m, d);
+    }
+    return DS_OK;
+}
+
+/* ----------------------------------------------------------- scheduler -- */
+
+#define K_MIN_LR                                                                               \
+    ROW("warmup_min_lr", CFG_REAL, OFF(warmup_min_lr), 0, BIG, CFG_NO_HI | CFG_AUTO,           \
+        OFF(warmup_min_lr_auto), NO, NULL)
+#define K_MAX_LR                                                                               \
+    ROW("warmup_max_lr", CFG_REAL, OFF(warmup_max_lr), 0, BIG, CFG_NO_HI | CFG_AUTO,           \
+        OFF(warmup_max_lr_auto), OFF(warmup_max_lr_set), NULL)
+/* DeepSpeed (since 0.14) raises on warmup_num_steps <= 0. */
+#define K_WARMUP_STEPS                                                                         \
+    ROW("warmup_num_steps", CFG_I64, OFF(warmup_num_steps), 1, BIG, CFG_NO_HI | CFG_AUTO,      \
+        OFF(warmup_num_steps_auto), OFF(warmup_num_steps_set), NULL)
+#define K_TOTAL_STEPS                                                                          \
+    ROW("total_num_steps", CFG_I64, OFF(total_num_steps), 1, BIG, CFG_NO_HI | CFG_AUTO,        \
+        OFF(total_num_steps_auto), OFF(total_num_steps_set), NULL)
+#define K_WARMUP_TYPE FN("warmup_type", OFF(warmup_type), read_warmup_type)
+#define K_LAST_ITER I64_GE("last_batch_iteration", last_batch_iteration, -1)
+
+static const cfg_key k_warmup_lr[] = {K_MIN_LR, K_MAX_LR, K_WARMUP_STEPS, K_WARMUP_TYPE,
+                                      K_LAST_ITER};
+static const cfg_key k_warmup_decay_lr[] = {K_MIN_LR,      K_MAX_LR,      K_WARMUP_STEPS,
+                                            K_TOTAL_STEPS, K_WARMUP_TYPE, K_LAST_ITER};
+static const cfg_key k_warmup_cosine_lr[] = {
+    K_TOTAL_STEPS,
+    REAL_IN("warmup_min_ratio", warmup_min_ratio, 0, 1),
+    K_WARMUP_STEPS,
+    REAL_IN("cos_min_ratio", cos_min_ratio, 0, 1),
+    K_WARMUP_TYPE,
+    K_LAST_ITER,
+};
+
+static ds_status read_sched_params(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    ds_config *c = base;
+    DS_TRY(cfg_need_object(ctx, v, path));
+    switch (c->scheduler) {
+    case DS_SCHED_WARMUP_LR:
+        return cfg_walk(ctx, v, path, k_warmup_lr, NKEYS(k_warmup_lr), c, NULL, 0);
+    case DS_SCHED_WARMUP_DECAY_LR:
+        return cfg_walk(ctx, v, path, k_warmup_decay_lr, NKEYS(k_warmup_decay_lr), c, NULL, 0);
+    case DS_SCHED_WARMUP_COSINE_LR:
+        return cfg_walk(ctx, v, path, k_warmup_cosine_lr, NKEYS(k_warmup_cosine_lr), c, NULL, 0);
+    case DS_SCHED_NONE: break;
+    }
+    return DS_OK;
+}
+
+static const cfg_key k_scheduler[] = {
+    FN("type", OFF(scheduler), read_nothing),
+    FN("params", OFF(warmup_min_lr), read_sched_params),
+};
+
+static ds_status read_scheduler(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    ds_config *c = base;
+    DS_TRY(cfg_need_object(ctx, v, path));
+    char tpath[CFG_PATH_CAP];
+    cfg_join(tpath, path, "type");
+    json_t *type = json_object_get(v, "type");
+    static const char *const names[] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
+    static const char *const ds_only[] = {"OneCycle", "LRRangeTest", NULL};
+    if (!type)
+        return CFG_FAIL(ctx, DS_ERR_CONFIG,
+                        "%s: missing; must be one of WarmupLR, WarmupDecayLR, WarmupCosineLR", tpath);
+    if (json_is_string(type) && in_list_ci(json_string_value(type), ds_only))
+        return CFG_FAIL(ctx, DS_ERR_UNSUPPORTED,
+                        "%s: a DeepSpeed scheduler zero-engine does not implement (it has "
+                        "WarmupLR, WarmupDecayLR, WarmupCosineLR), got \"%s\"",
+                        tpath, json_string_value(type));
+    int idx;
+    DS_TRY(cfg_read_enum(ctx, type, tpath, names, 3, "WarmupLR, WarmupDecayLR, WarmupCosineLR",
+                         &idx));
+    c->scheduler = (ds_sched_type)(DS_SCHED_WARMUP_LR + idx);
+    DS_TRY(cfg_walk(ctx, v, path, k_scheduler, NKEYS(k_scheduler), c, NULL, 0));
+    if (c->total_num_steps_set && c->warmup_num_steps_set && c->total_num_steps < c->warmup_num_steps)
+        cfg_warn(ctx, "%s.params.total_num_steps %lld is less than warmup_num_steps %lld: the "
+                      "schedule never finishes warming up (DeepSpeed warns too)",
+                 path, (long long)c->total_num_steps, (long long)c->warmup_num_steps);
+    return DS_OK;
+}
+
+/* ----------------------------------------------------------- precision -- */
+
+static const cfg_key k_fp16[] = {
+    ROW("enabled", CFG_BOOL, OFF(fp16_enabled), 0, 0, CFG_AUTO, OFF(fp16_enabled_auto), NO, NULL),
+    BOOL("auto_cast", fp16_auto_cast),
+    REAL_GE("loss_scale", loss_scale, 0),
+    /* 2^64 times any loss overflows every fp16 gradient (max 65504); the
+     * bound keeps 2^power finite in a float. */
+    ROW("initial_scale_power", CFG_INT, OFF(initial_scale_power), 0, 64, 0, NO, NO, NULL),
+    I64_GE("loss_scale_window", loss_scale_window, 1),
+    ROW("hysteresis", CFG_INT, OFF(hysteresis), 1, BIG, CFG_NO_HI, NO, NO, NULL),
+    BOOL("consecutive_hysteresis", consecutive_hysteresis),
+    REAL_GT("min_loss_scale", min_loss_scale, 0),
+};
+static const char *const k_fp16_unimpl[] = {"fp16_master_weights_and_grads", NULL};
+
+static const cfg_key k_bf16[] = {
+    ROW("enabled", CFG_BOOL, OFF(bf16_enabled), 0, 0, CFG_AUTO, OFF(bf16_enabled_auto), NO, NULL),
+};
+static const char *const k_bf16_unimpl[] = {"immediate_grad_update", "check_grad_overflow",
+                                            "bf16_master_weights_and_grads",
+                                            "bf16_optimizer_states", NULL};
+
+static ds_status read_fp16(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    DS_TRY(cfg_need_object(ctx, v, path));
+    return cfg_walk(ctx, v, path, k_fp16, NKEYS(k_fp16), base, k_fp16_unimpl, 0);
+}
+
+static ds_status read_bf16(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    DS_TRY(cfg_need_object(ctx, v, path));
+    return cfg_walk(ctx, v, path, k_bf16, NKEYS(k_bf16), base, k_bf16_unimpl, 0);
+}
+
+/* ------------------------------------------------------------ offload -- */
+
+#define OROW(name, kind, f, lo, hi, fl) ROW(name, kind, OOFF(f), lo, hi, fl, NO, NO, NULL)
+
+static const cfg_key k_offload_optimizer[] = {
+    FN("device", OOFF(device), read_offload_device),
+    FN("nvme_path", OOFF(nvme_path), read_nvme_path),
+    OROW("buffer_count", CFG_INT, buffer_count, 1, BIG, CFG_NO_HI),
+    OROW("pin_memory", CFG_BOOL, pin_memory, 0, 0, 0),
+    OROW("ratio", CFG_REAL, ratio, 0, 1, 0),
+};
+static const char *const k_offload_optimizer_unimpl[] = {
+    "pipeline_read", "pipeline_write", "fast_init", "super_offload", "convert_grad_on_cpu",
+    "cpuadam_cores_perc", NULL};
+
+static const cfg_key k_offload_param[] = {
+    FN("device", OOFF(device), read_offload_device),
+    FN("nvme_path", OOFF(nvme_path), read_nvme_path),
+    OROW("buffer_count", CFG_INT, buffer_count, 1, BIG, CFG_NO_HI),
+    OROW("buffer_size", CFG_I64, buffer_size, 1, BIG, CFG_NO_HI),
+    OROW("max_in_cpu", CFG_I64, max_in_cpu, 0, BIG, CFG_NO_HI),
+    OROW("pin_memory", CFG_BOOL, pin_memory, 0, 0, 0),
+};
+
+static ds_status read_offload_optimizer(const cfg_ctx *ctx, json_t *v, const char *path,
+                                        void *base) {
+    DS_TRY(cfg_need_object(ctx, v, path));
+    return cfg_walk(ctx, v, path, k_offload_optimizer, NKEYS(k_offload_optimizer),
+                    &((ds_config *)base)->offload_optimizer, k_offload_optimizer_unimpl, 0);
+}
+
+static ds_status read_offload_param(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    DS_TRY(cfg_need_object(ctx, v, path));
+    return cfg_walk(ctx, v, path, k_offload_param, NKEYS(k_offload_param),
+                    &((ds_config *)base)->offload_param, NULL, 0);
+}
+
+/* --------------------------------------------------- zero_optimization -- */
+
+/* Sizes count elements. DeepSpeed's fields are named without "stage3_" and
+ * take the "stage3_" spelling as an alias; both are accepted here. */
+#define ZSIZE(name, f, lo, ao)                                                                 \
+    ROW(name, CFG_I64, OFF(f), lo, BIG, CFG_NO_HI | CFG_AUTO, OFF(ao), NO, NULL)
+
+static const cfg_key k_zero[] = {
+    ROW("stage", CFG_INT, OFF(zero_stage), 0, 3, 0, NO, NO, NULL),
+    BOOL("allgather_partitions", allgather_partitions),
+    I64_GE("allgather_bucket_size", allgather_bucket_size, 1),
+    ROW("overlap_comm", CFG_BOOL, OFF(overlap_comm), 0, 0, 0, NO, OFF(overlap_comm_set), NULL),
+    BOOL("reduce_scatter", reduce_scatter),
+    ZSIZE("reduce_bucket_size", reduce_bucket_size, 1, reduce_bucket_size_auto),
+    BOOL("contiguous_gradients", contiguous_gradients),
+    /* 0 is meaningful for these two: no prefetch / partition everything. */
+    ZSIZE("stage3_prefetch_bucket_size", stage3_prefetch_bucket_size, 0, prefetch_bucket_size_auto),
+    ZSIZE("prefetch_bucket_size", stage3_prefetch_bucket_size, 0, prefetch_bucket_size_auto),
+    ZSIZE("stage3_param_persistence_threshold", stage3_param_persistence_threshold, 0,
+          persistence_threshold_auto),
+    ZSIZE("param_persistence_threshold", stage3_param_persistence_threshold, 0,
+          persistence_threshold_auto),
+    I64_GE("stage3_max_live_parameters", stage3_max_live_parameters, 0),
+    I64_GE("max_live_parameters", stage3_max_live_parameters, 0),
+    I64_GE("stage3_max_reuse_distance", stage3_max_reuse_distance, 0),
+    I64_GE("max_reuse_distance", stage3_max_reuse_distance, 0),
+    BOOL("stage3_gather_16bit_weights_on_model_save", stage3_gather_16bit_weights_on_model_save),
+    BOOL("gather_16bit_weights_on_model_save", stage3_gather_16bit_weights_on_model_save),
+    BOOL("stage3_gather_fp16_weights_on_model_save", stage3_gather_16bit_weights_on_model_save),
+    I64_GE("sub_group_size", sub_group_size, 1),
+    BOOL("round_robin_gradients", round_robin_gradients),
+    FN("offload_optimizer", OFF(offload_optimizer), read_offload_optimizer),
+    FN("offload_param", OFF(offload_param), read_offload_param),
+};
+static const char *const k_zero_unimpl[] = {
+    "load_from_fp32_weights", "elastic_checkpoint", "ignore_unused_parameters", "legacy_stage1",
+    "cpu_offload", "cpu_offload_param", "cpu_offload_params", "cpu_offload_use_pin_memory",
+    "stage3_model_persistence_threshold", "model_persistence_threshold",
+    "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_nontrainable_weights",
+    "zero_quantized_gradients", "mics_shard_size", "mics_hierarchical_params_gather",
+    "memory_efficient_linear", "use_multi_rank_bucket_allreduce", "zenflow",
+    "stage3_module_granularity_threshold", "module_granularity_threshold",
+    "pipeline_loading_checkpoint", "override_module_apply", "log_trace_cache_warnings", NULL};
+
+static ds_status read_zero(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    ds_config *c = base;
+    DS_TRY(cfg_need_object(ctx, v, path));
+    DS_TRY(cfg_walk(ctx, v, path, k_zero, NKEYS(k_zero), c, k_zero_unimpl, 0));
+    /* DeepSpeed: overlap_comm left unset means true for stage 3 only. */
+    if (!c->overlap_comm_set) c->overlap_comm = c->zero_stage == 3;
+    return DS_OK;
+}
+
+/* ------------------------------------- activation_checkpointing etc. -- */
+
+static const cfg_key k_activation[] = {
+    BOOL("partition_activations", partition_activations),
+    BOOL("cpu_checkpointing", cpu_checkpointing),
+    BOOL("contiguous_memory_optimization", contiguous_memory_optimization),
+    ROW("number_checkpoints", CFG_I64, OFF(number_checkpoints), 0, BIG,
+        CFG_NO_HI | CFG_NULL_UNSET, NO, NO, NULL),
+    BOOL("synchronize_checkpoint_boundary", synchronize_checkpoint_boundary),
+    BOOL("profile", profile_checkpointing),
+};
+
+static ds_status read_activation(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    ds_config *c = base;
+    DS_TRY(cfg_need_object(ctx, v, path));
+    DS_TRY(cfg_walk(ctx, v, path, k_activation, NKEYS(k_activation), c, NULL, 0));
+    c->activation_checkpointing = c->partition_activations || c->cpu_checkpointing ||
+                                  c->contiguous_memory_optimization || c->number_checkpoints > 0 ||
+                                  c->synchronize_checkpoint_boundary || c->profile_checkpointing;
+    return DS_OK;
+}
+
+static const cfg_key k_checkpoint[] = {
+    FN("tag_validation", OFF(checkpoint_tag_validation), read_tag_validation),
+};
+static const char *const k_checkpoint_unimpl[] = {"use_node_local_storage", "load_universal",
+                                                  "parallel_write", NULL};
+
+static ds_status read_checkpoint(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    DS_TRY(cfg_need_object(ctx, v, path));
+    return cfg_walk(ctx, v, path, k_checkpoint, NKEYS(k_checkpoint), base, k_checkpoint_unimpl, 0);
+}
+
+static const cfg_key k_zero_engine[] = {
+    FN("backend", OFF(backend), read_backend),
+    REAL_GT("comm_timeout_s", comm_timeout_s, 0),
+    /* 0 = OMP_NUM_THREADS or the cores; 4096 is far past any machine here. */
+    ROW("num_threads", CFG_INT, OFF(num_threads), 0, 4096, 0, NO, NO, NULL),
+};
+
+static ds_status read_zero_engine(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    DS_TRY(cfg_need_object(ctx, v, path));
+    return cfg_walk(ctx, v, path, k_zero_engine, NKEYS(k_zero_engine), base, NULL, 0);
+}
+
+/* ------------------------------------------------------------ top level -- */
+
+#define BATCH(name, f, ao, so)                                                                 \
+    ROW(name, CFG_I64, OFF(f), 1, BIG, CFG_NO_HI | CFG_AUTO | CFG_NULL_UNSET, OFF(ao), OFF(so), NULL)
+
+const cfg_key cfg_top_keys[] = {
+    BATCH("train_batch_size", train_batch_size, train_batch_size_auto, train_batch_size_set),
+    BATCH("train_micro_batch_size_per_gpu", train_micro_batch_size_per_gpu, micro_batch_auto,
+          micro_batch_set),
+    BATCH("gradient_accumulation_steps", gradient_accumulation_steps, grad_accum_auto,
+          grad_accum_set),
+    I64_GE("steps_per_print", steps_per_print, 1),
+    BOOL("wall_clock_breakdown", wall_clock_breakdown),
+    BOOL("dataloader_drop_last", dataloader_drop_last),
+    BOOL("prescale_gradients", prescale_gradients),
+    REAL_GT("gradient_predivide_factor", gradient_predivide_factor, 0),
+    ROW("gradient_clipping", CFG_REAL, OFF(gradient_clipping), 0, BIG, CFG_NO_HI | CFG_AUTO,
+        OFF(gradient_clipping_auto), OFF(gradient_clipping_set), NULL),
+    FN("optimizer", OFF(optimizer), read_optimizer),
+    FN("scheduler", OFF(scheduler), read_scheduler),
+    FN("fp16", OFF(fp16_enabled), read_fp16),
+    FN("bf16", OFF(bf16_enabled), read_bf16),
+    FN("bfloat16", OFF(bf16_enabled), read_bf16),
+    FN("communication_data_type", OFF(communication_data_type), read_comm_dtype),
+    FN("zero_optimization", OFF(zero_stage), read_zero),
+    FN("activation_checkpointing", OFF(activation_checkpointing), read_activation),
+    FN("checkpoint", OFF(checkpoint_tag_validation), read_checkpoint),
+    FN("zero_engine", OFF(backend), read_zero_engine),
+};
+const size_t cfg_top_nkeys = NKEYS(cfg_top_keys);
+
+/* DeepSpeed top-level keys zero-engine ignores: the warning says so rather
+ * than calling them unknown. */
+const char *const cfg_top_unimplemented[] = {
+    "amp", "torch_autocast", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
+    "sparse_gradients", "gradient_accumulation_dtype", "data_types", "memory_breakdown",
+    "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger",
+    "elasticity", "autotuning", "aio", "pipeline", "tensor_parallel", "compression_training",
+    "curriculum_learning", "data_efficiency", "sparse_attention", "seq_parallel_communication_data_type",
+    "gradient_allreduce_op", "compile", "timers", "weight_quantization", "hybrid_engine",
+    "eigenvalue", "progressive_layer_drop", "fp8", "nebula", "dump_state", "vocabulary_size",
+    NULL};

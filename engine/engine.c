@@ -1,0 +1,221 @@
+/* engine_t: construction, teardown and introspection. The training loop is
+ * in engine_step.c, the start-up and step reports in engine_report.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+void ds_init_desc_defaults(ds_init_desc *d) {
+    memset(d, 0, sizeof *d);
+    d->struct_size = sizeof *d;
+    d->seed = 42;
+    ds_config_hints_init(&d->hints);
+}
+
+static void config_warn(void *user, const char *msg) {
+    const ds_rank_info *r = user;
+    if (r->rank == 0) fprintf(stderr, "ds_config: warning: %s\n", msg);
+}
+
+static ds_status pick_precision(engine_t *e) {
+    const ds_config *c = &e->cfg;
+    e->param_t = c->fp16_enabled ? DS_F16 : c->bf16_enabled ? DS_BF16 : DS_F32;
+    e->grad_t = c->comm_dtype_set ? c->communication_data_type : e->param_t;
+    if (e->grad_t != DS_F32 && e->grad_t != DS_F16 && e->grad_t != DS_BF16)
+        return DS_ERR(DS_ERR_CONFIG, "communication_data_type: must be fp32, fp16 or bf16, got %s",
+                      ds_dtype_name(e->grad_t));
+    return DS_OK;
+}
+
+static ds_status make_backend(engine_t *e) {
+    ds_backend_desc bd = {.kind = DS_BACKEND_CPU, .device = e->ranks.local_rank,
+                          .num_threads = e->cfg.num_threads, .mem = e->mem};
+    if (strcmp(e->cfg.backend, "cuda") == 0) {
+        bd.kind = DS_BACKEND_CUDA;
+    } else if (strcmp(e->cfg.backend, "auto") == 0) {
+#ifdef DS_HAVE_CUDA
+        bd.kind = DS_BACKEND_CUDA;
+        if (ds_backend_create(&bd, &e->be) == DS_OK) return DS_OK;
+        ds_clear_error(); /* no usable GPU: "auto" falls back to cpu */
+        bd.kind = DS_BACKEND_CPU;
+#endif
+    }
+    DS_TRY(ds_backend_create(&bd, &e->be));
+    return DS_OK;
+}
+
+/* Everything after the communicator exists; any failure here is agreed on
+ * by all ranks by the caller so that no rank enters a collective alone. */
+static ds_status build_local(engine_t *e, const ds_init_desc *d) {
+    DS_TRY(ds_mem_create(&e->mem));
+    DS_TRY(pick_precision(e));
+    DS_TRY(make_backend(e));
+    DS_TRY(ds_flat_create(e->model, e->comm->world, &e->flat));
+    ds_zero_desc zd = {.cfg = &e->cfg, .be = e->be, .comm = e->comm, .flat = e->flat,
+                       .param_t = e->param_t, .grad_t = e->grad_t, .seed = d->seed};
+    DS_TRY(ds_zero_create(&zd, &e->zero));
+    ds_loss_scaler_init(&e->scaler, &e->cfg);
+    DS_TRY(ds_engine_plan_activations(e));
+    if (d->train_data) {
+        const ds_dataset *t = d->train_data;
+        if (t->n == 0) return DS_ERR(DS_ERR_DATA, "training data is empty");
+        if (t->seq_len > e->T)
+            return DS_ERR(DS_ERR_INVALID_ARG,
+                          "training data rows have %d tokens but the model plans for at most %d "
+                          "(max_seq_len)", t->seq_len, e->T);
+        if (t->n_classes > e->model->n_classes)
+            return DS_ERR(DS_ERR_INVALID_ARG, "training data has %d classes, the model %d",
+                          t->n_classes, e->model->n_classes);
+        e->train = t;
+        DS_TRY(ds_sampler_init(&e->sampler, t->n, e->comm->world, e->comm->rank, e->seed, true,
+                               e->cfg.dataloader_drop_last, true));
+        DS_TRY(ds_sampler_set_epoch(&e->sampler, 0));
+        if (e->sampler.num_samples == 0)
+            return DS_ERR(DS_ERR_DATA,
+                          "training data has %zu rows: too few for %d ranks with "
+                          "dataloader_drop_last", t->n, e->comm->world);
+        DS_TRY(ds_host_batch_alloc(&e->hb, e->cap_B, t->seq_len));
+    }
+    return DS_OK;
+}
+
+ds_status ds_initialize(const ds_init_desc *d, engine_t **out) {
+    *out = NULL;
+    if (!d || d->struct_size != sizeof *d)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "ds_initialize: desc missing or of another version (call "
+                      "ds_init_desc_defaults first)");
+    if (!d->model) return DS_ERR(DS_ERR_INVALID_ARG, "ds_initialize: desc.model is NULL");
+    engine_t *e = calloc(1, sizeof *e);
+    if (!e) {
+        ds_model_destroy(d->model);
+        return DS_ERR(DS_ERR_OOM, "ds_initialize: out of host memory");
+    }
+    e->model = d->model;
+    e->seed = d->seed;
+    e->quiet = d->quiet;
+    ds_status st;
+
+    /* Config syntax first: every rank reads the same file, so every rank fails
+     * the same way before any collective exists. */
+    DS_TRY_GOTO(st, ds_rank_discover(&e->ranks), fail);
+    if (d->config_path)
+        DS_TRY_GOTO(st, ds_config_parse_file(d->config_path, &e->cfg, config_warn, &e->ranks),
+                    fail);
+    else if (d->config_json)
+        DS_TRY_GOTO(st, ds_config_parse_string(d->config_json, &e->cfg, config_warn, &e->ranks),
+                    fail);
+    else {
+        st = DS_ERR(DS_ERR_INVALID_ARG, "ds_initialize: neither config_path nor config_json given");
+        goto fail;
+    }
+
+    ds_comm_desc cd = {.kind = DS_COMM_MPI, .timeout_s = e->cfg.comm_timeout_s};
+    DS_TRY_GOTO(st, ds_comm_create(&cd, &e->comm), fail);
+    e->ranks.rank = e->comm->rank;
+    e->ranks.world = e->comm->world;
+
+    ds_config_hints h = d->hints;
+    h.world_size = e->comm->world;
+    h.world_source = ds_rank_source_name(e->comm->source);
+    if (h.hidden_size <= 0) h.hidden_size = e->model->hidden_size;
+    DS_TRY_GOTO(st, ds_config_resolve(&e->cfg, &h), fail);
+
+    /* Local construction may fail on one rank only (memory, a device):
+     * agree before anything collective so that no rank waits alone. */
+    ds_status local = build_local(e, d);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ds_last_error());
+    ds_status worst;
+    DS_TRY_GOTO(st, ds_comm_agree(e->comm, local, &worst), fail);
+    if (local != DS_OK) {
+        st = DS_ERR(local, "%s", msg);
+        goto fail;
+    }
+    if (worst != DS_OK) {
+        st = DS_ERR(worst, "another rank failed during ds_initialize (%s); see its message",
+                    ds_status_to_string(worst));
+        goto fail;
+    }
+    if (!e->quiet) ds_engine_print_startup(e);
+    *out = e;
+    return DS_OK;
+fail:
+    ds_finalize(e);
+    return st;
+}
+
+void ds_finalize(engine_t *e) {
+    if (!e) return;
+    ds_engine_free_activations(e);
+    ds_host_batch_free(&e->hb);
+    if (e->train) ds_sampler_free(&e->sampler);
+    ds_zero_destroy(e->zero);
+    ds_flat_destroy(e->flat);
+    ds_model_destroy(e->model);
+    ds_backend_destroy(e->be);
+    ds_comm_destroy(e->comm);
+    ds_mem_destroy(e->mem);
+    free(e);
+}
+
+int ds_rank(const engine_t *e) { return e->comm->rank; }
+int ds_world_size(const engine_t *e) { return e->comm->world; }
+const ds_config *ds_get_config(const engine_t *e) { return &e->cfg; }
+const ds_model *ds_get_model(const engine_t *e) { return e->model; }
+int64_t ds_global_step(const engine_t *e) { return e->global_step; }
+double ds_get_lr(const engine_t *e) { return e->last.lr; }
+void ds_memory_report(const engine_t *e, ds_mem_report *out) { ds_mem_snapshot(e->mem, out); }
+void ds_comm_report(const engine_t *e, ds_comm_stats *out) { *out = e->comm->stats; }
+
+uint64_t ds_expected_model_state_bytes(const engine_t *e) {
+    return ds_zero_expected_bytes(e->flat, e->cfg.zero_stage, e->param_t, e->grad_t,
+                                  e->cfg.optimizer, e->cfg.momentum != 0.0);
+}
+
+ds_status ds_last_step_info(const engine_t *e, ds_step_info *out) {
+    *out = e->last;
+    return DS_OK;
+}
+
+ds_status ds_all_reduce_host(engine_t *e, void *buf, size_t count, ds_dtype t) {
+    DS_TRY(ds_comm_host_all_reduce(e->comm, buf, count, t, DS_REDUCE_SUM));
+    return DS_OK;
+}
+
+static ds_status find_param(const engine_t *e, const char *name, size_t numel, int *out) {
+    int i = ds_flat_find(e->flat, name);
+    if (i < 0) return DS_ERR(DS_ERR_INVALID_ARG, "no parameter named %s in the model", name);
+    if ((int64_t)numel != e->flat->params[i].numel)
+        return DS_ERR(DS_ERR_INVALID_ARG, "parameter %s has %lld elements, caller gave %zu", name,
+                      (long long)e->flat->params[i].numel, numel);
+    *out = i;
+    return DS_OK;
+}
+
+ds_status ds_get_param(engine_t *e, const char *name, float *out, size_t numel) {
+    int i;
+    DS_TRY(find_param(e, name, numel, &i));
+    DS_TRY(e->zero->ops->get_param(e->zero, i, out));
+    return DS_OK;
+}
+
+ds_status ds_set_param(engine_t *e, const char *name, const float *values, size_t numel) {
+    int i;
+    DS_TRY(find_param(e, name, numel, &i));
+    DS_TRY(e->zero->ops->set_param(e->zero, i, values));
+    return DS_OK;
+}
+
+ds_status ds_get_grad(engine_t *e, const char *name, float *out, size_t numel) {
+    int i;
+    DS_TRY(find_param(e, name, numel, &i));
+    DS_TRY(e->zero->ops->get_grad(e->zero, i, out));
+    /* Stored gradients are sums over ranks of loss-scaled values; report the
+     * average the optimizer will see. */
+    double div = (double)e->comm->world * e->scaler.scale;
+    for (size_t k = 0; k < numel; k++) out[k] = (float)(out[k] / div);
+    return DS_OK;
+}

@@ -1,0 +1,80 @@
+/* engine_t's insides, shared by engine.c (lifetime), engine_step.c (the
+ * training loop) and engine_report.c (memory and config reports). Not
+ * installed: users see only engine.h. */
+#ifndef DS_ENGINE_INTERNAL_H
+#define DS_ENGINE_INTERNAL_H
+
+#include "engine/backend/backend.h"
+#include "engine/comm/comm.h"
+#include "engine/core/config.h"
+#include "engine/engine.h"
+#include "zero/flat.h"
+#include "zero/loss_scaler.h"
+#include "zero/zero.h"
+
+struct engine {
+    ds_config cfg; /* resolved */
+    ds_rank_info ranks;
+    ds_mem *mem;
+    ds_backend *be;
+    ds_comm *comm;
+    ds_model *model;
+    ds_flat *flat;
+    ds_zero *zero;
+    ds_dtype param_t, grad_t;
+    ds_loss_scaler scaler;
+    uint64_t seed;
+    bool quiet;
+
+    /* ---- activation plan (allocated once for cap_B x T) ---- */
+    int cap_B, T;
+    float **act;          /* [n_modules] module outputs */
+    size_t *act_elems;    /* [n_modules] */
+    void **saved;         /* [n_modules]; checkpointed modules share ckpt_saved */
+    size_t *saved_bytes;  /* [n_modules] */
+    bool *recompute;      /* [n_modules] activation checkpointing applies */
+    void *ckpt_saved;
+    size_t ckpt_saved_bytes;
+    void *scratch;
+    size_t scratch_bytes;
+    float *grad_buf[2];   /* ping-pong activation gradients */
+    size_t grad_elems;
+
+    /* ---- device copy of the current micro-batch ---- */
+    int32_t *d_tokens, *d_type_ids, *d_labels;
+    float *d_mask, *d_class_weights;
+    ds_batch dbatch;
+    bool have_forward;    /* a forward awaits its backward */
+    uint64_t fwd_seed;    /* dropout stream of the pending micro-batch */
+
+    /* ---- data loader (when train_data was given) ---- */
+    const ds_dataset *train;
+    ds_sampler sampler;
+    size_t cursor;
+    int64_t epoch;
+    ds_host_batch hb;
+
+    /* ---- counters ---- */
+    int64_t global_step;   /* optimizer steps, skipped ones included */
+    int64_t applied_steps; /* steps that updated the weights (scheduler, Adam t) */
+    int64_t skipped_steps;
+    int64_t micro_steps;
+    int64_t samples;
+    int micro_in_step;
+    double loss_accum;     /* this rank's micro-batch losses since the boundary */
+    ds_step_info last;
+};
+
+/* engine_step.c */
+ds_status ds_engine_plan_activations(engine_t *e);
+void ds_engine_free_activations(engine_t *e);
+
+/* engine_report.c */
+void ds_engine_print_startup(engine_t *e);
+void ds_engine_print_step(const engine_t *e);
+
+/* The dropout stream of a (micro-step, module, rank): distinct for each, and
+ * the same when activation checkpointing recomputes the module. */
+uint64_t ds_engine_module_seed(const engine_t *e, uint64_t micro_seed, int module);
+
+#endif /* DS_ENGINE_INTERNAL_H */

@@ -1,0 +1,340 @@
+/* "encoder_layer": one BertLayer of Hugging Face (post-LN), [B, T, H] -> [B, T, H].
+ *
+ *   Q, K, V = x Wq^T + bq, x Wk^T + bk, x Wv^T + bv        (heads side by side in H)
+ *   P       = softmax(Q K^T / sqrt(hd) + padding mask)      [B, nh, T, T]
+ *   C       = dropout_a(P) V                                 (heads merged back into H)
+ *   A1      = x + dropout_h(C Wo^T + bo);      H1 = LN1(A1)
+ *   U       = H1 Wi^T;   G = gelu(U + bi)
+ *   A2      = H1 + dropout_h(G Wo2^T + bo2);   y  = LN2(A2)
+ *
+ * The attention GEMMs read the heads in place from the [B, T, H] layout
+ * (head h of row b is the column block h*hd of every row, leading dimension
+ * H), one strided-batched call per head over the B rows, so no split/merge
+ * copies are needed.
+ *
+ * Dropout sites draw from one stream (ctx->seed) at disjoint offsets:
+ * attention probs [0, B nh T^2), attention output [+N H), FFN output [+N H).
+ *
+ * saved (floats): Q, K, V, C, A1, H1, A2 [N, H]; P [B, nh, T, T];
+ *                 U, G [N, I]; mean/rstd of both layer norms [N]   (N = B T)
+ * scratch: forward  max(N H, B nh T^2) (the GEMM output before the fused
+ *          bias + dropout + residual; the dropped-out P);
+ *          backward 2 N H + max(N I, 2 B nh T^2 + 3 N H). */
+#include <math.h>
+
+#include "models/modules.h"
+
+enum {
+    P_Q_W = 0, P_Q_B, P_K_W, P_K_B, P_V_W, P_V_B,
+    P_AO_W, P_AO_B, P_LN1_W, P_LN1_B,
+    P_I_W, P_I_B, P_O_W, P_O_B, P_LN2_W, P_LN2_B,
+    P_COUNT
+};
+
+static const char *const k_param_names[P_COUNT] = {
+    "attention.self.query.weight",     "attention.self.query.bias",
+    "attention.self.key.weight",       "attention.self.key.bias",
+    "attention.self.value.weight",     "attention.self.value.bias",
+    "attention.output.dense.weight",   "attention.output.dense.bias",
+    "attention.output.LayerNorm.weight", "attention.output.LayerNorm.bias",
+    "intermediate.dense.weight",       "intermediate.dense.bias",
+    "output.dense.weight",             "output.dense.bias",
+    "output.LayerNorm.weight",         "output.LayerNorm.bias",
+};
+
+typedef struct enc_impl {
+    ds_encoder_desc d;
+    int hd; /* head width H / nh */
+} enc_impl;
+
+typedef struct enc_saved {
+    float *q, *k, *v, *p, *c, *a1, *mean1, *rstd1, *h1, *u, *g, *a2, *mean2, *rstd2;
+} enc_saved;
+
+static size_t enc_saved_layout(const enc_impl *L, int B, int T, void *base, enc_saved *s) {
+    size_t N = (size_t)B * T, H = (size_t)L->d.hidden, I = (size_t)L->d.intermediate;
+    size_t PP = (size_t)B * L->d.heads * T * T;
+    ds_carve c = ds_carve_begin(base);
+    s->q = ds_carve_f32(&c, N * H);
+    s->k = ds_carve_f32(&c, N * H);
+    s->v = ds_carve_f32(&c, N * H);
+    s->p = ds_carve_f32(&c, PP);
+    s->c = ds_carve_f32(&c, N * H);
+    s->a1 = ds_carve_f32(&c, N * H);
+    s->mean1 = ds_carve_f32(&c, N);
+    s->rstd1 = ds_carve_f32(&c, N);
+    s->h1 = ds_carve_f32(&c, N * H);
+    s->u = ds_carve_f32(&c, N * I);
+    s->g = ds_carve_f32(&c, N * I);
+    s->a2 = ds_carve_f32(&c, N * H);
+    s->mean2 = ds_carve_f32(&c, N);
+    s->rstd2 = ds_carve_f32(&c, N);
+    return c.off;
+}
+
+/* Forward scratch: `t` (a GEMM output of [N, H]) and `pd` (dropout(P)) are
+ * never live together, so they share one region. */
+typedef struct enc_fwd_scratch {
+    float *t, *pd;
+} enc_fwd_scratch;
+
+static size_t enc_fwd_layout(const enc_impl *L, int B, int T, void *base, enc_fwd_scratch *s) {
+    size_t NH = (size_t)B * T * L->d.hidden, PP = (size_t)B * L->d.heads * T * T;
+    ds_carve c = ds_carve_begin(base);
+    float *r = ds_carve_f32(&c, NH > PP ? NH : PP);
+    s->t = r;
+    s->pd = r;
+    return c.off;
+}
+
+/* Backward scratch: d1, d2 [N, H] through the whole call; then either dg
+ * [N, I] (the FFN) or dp, pd [B nh T T] + dq, dk, dv [N, H] (the attention),
+ * which are never live together. */
+typedef struct enc_bwd_scratch {
+    float *d1, *d2, *dg, *dp, *pd, *dq, *dk, *dv;
+} enc_bwd_scratch;
+
+static size_t enc_bwd_layout(const enc_impl *L, int B, int T, void *base, enc_bwd_scratch *s) {
+    size_t NH = (size_t)B * T * L->d.hidden, NI = (size_t)B * T * L->d.intermediate;
+    size_t PP = (size_t)B * L->d.heads * T * T;
+    ds_carve c = ds_carve_begin(base);
+    s->d1 = ds_carve_f32(&c, NH);
+    s->d2 = ds_carve_f32(&c, NH);
+    size_t shared_at = c.off;
+    s->dg = ds_carve_f32(&c, NI);
+    size_t after_ffn = c.off;
+    c.off = shared_at;
+    s->dp = ds_carve_f32(&c, PP);
+    s->pd = ds_carve_f32(&c, PP);
+    s->dq = ds_carve_f32(&c, NH);
+    s->dk = ds_carve_f32(&c, NH);
+    s->dv = ds_carve_f32(&c, NH);
+    if (after_ffn > c.off) c.off = after_ffn;
+    return c.off;
+}
+
+static size_t enc_out_elems(const ds_module *m, int B, int T) {
+    return (size_t)B * T * ((const enc_impl *)m->impl)->d.hidden;
+}
+
+static size_t enc_saved_bytes(const ds_module *m, int B, int T) {
+    enc_saved s;
+    return enc_saved_layout(m->impl, B, T, NULL, &s);
+}
+
+static size_t enc_scratch_bytes(const ds_module *m, int B, int T) {
+    enc_fwd_scratch f;
+    enc_bwd_scratch b;
+    size_t fb = enc_fwd_layout(m->impl, B, T, NULL, &f);
+    size_t bb = enc_bwd_layout(m->impl, B, T, NULL, &b);
+    return fb > bb ? fb : bb;
+}
+
+/* The dropout probabilities of this call (0 outside training). */
+static void enc_drops(const enc_impl *L, const ds_module_ctx *ctx, float *pa, float *ph) {
+    *pa = ctx->training ? L->d.attn_dropout : 0.0f;
+    *ph = ctx->training ? L->d.hidden_dropout : 0.0f;
+}
+
+/* y[N, H] = x W^T + b */
+static ds_status proj_fwd(ds_backend *be, float *y, const float *x, const float *W,
+                          const float *b, int N, int H) {
+    DS_TRY(ds_linear_fwd(be, y, x, H, W, N, H, H, 0.0f));
+    DS_TRY(be->nn->bias_act_fwd(be, y, y, b, N, H, DS_ACT_NONE));
+    return DS_OK;
+}
+
+static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
+    DS_TRY(ds_module_check_ctx(m, ctx, true, false));
+    const enc_impl *L = m->impl;
+    ds_backend *be = ctx->be;
+    const ds_batch *bt = ctx->batch;
+    int B = bt->B, T = bt->T, H = L->d.hidden, I = L->d.intermediate, nh = L->d.heads;
+    int hd = L->hd, N = B * T;
+    int64_t TT = (int64_t)T * T, PP = (int64_t)B * nh * TT;
+    float pa, ph;
+    enc_drops(L, ctx, &pa, &ph);
+    float *const *P = ctx->params;
+    enc_saved s;
+    enc_saved_layout(L, B, T, ctx->saved, &s);
+    enc_fwd_scratch w;
+    enc_fwd_layout(L, B, T, ctx->scratch, &w);
+    const float *x = ctx->x;
+
+    DS_TRY(proj_fwd(be, s.q, x, P[P_Q_W], P[P_Q_B], N, H));
+    DS_TRY(proj_fwd(be, s.k, x, P[P_K_W], P[P_K_B], N, H));
+    DS_TRY(proj_fwd(be, s.v, x, P[P_V_W], P[P_V_B], N, H));
+
+    /* scores: for head h, batch b: S[b, h] = Q[b, :, h] K[b, :, h]^T */
+    for (int h = 0; h < nh; h++)
+        DS_TRY(be->ops->gemm(be, false, true, T, T, hd, 1.0f, s.q + h * hd, H, (int64_t)T * H,
+                             s.k + h * hd, H, (int64_t)T * H, 0.0f, s.p + h * TT, T, nh * TT,
+                             B));
+    float scale = 1.0f / sqrtf((float)hd);
+    float *pd = pa > 0.0f ? w.pd : NULL;
+    DS_TRY(be->nn->attn_softmax_fwd(be, s.p, pd, s.p, bt->mask, B, nh, T, scale, pa, ctx->seed,
+                                    0));
+    const float *pv = pd ? pd : s.p;
+    /* context: C[b, :, h] = P[b, h] V[b, :, h] */
+    for (int h = 0; h < nh; h++)
+        DS_TRY(be->ops->gemm(be, false, false, T, hd, T, 1.0f, pv + h * TT, T, nh * TT,
+                             s.v + h * hd, H, (int64_t)T * H, 0.0f, s.c + h * hd, H,
+                             (int64_t)T * H, B));
+
+    /* attention output: A1 = x + dropout(C Wo^T + bo); H1 = LN1(A1) */
+    DS_TRY(ds_linear_fwd(be, w.t, s.c, H, P[P_AO_W], N, H, H, 0.0f));
+    DS_TRY(be->nn->dropout_fwd(be, s.a1, w.t, P[P_AO_B], x, N, H, ph, ctx->seed, (uint64_t)PP));
+    DS_TRY(be->nn->layernorm_fwd(be, s.h1, s.mean1, s.rstd1, s.a1, P[P_LN1_W], P[P_LN1_B], N, H,
+                                 L->d.ln_eps));
+
+    /* feed-forward: G = gelu(H1 Wi^T + bi); A2 = H1 + dropout(G Wo2^T + bo2) */
+    DS_TRY(ds_linear_fwd(be, s.u, s.h1, H, P[P_I_W], N, H, I, 0.0f));
+    DS_TRY(be->nn->bias_act_fwd(be, s.g, s.u, P[P_I_B], N, I, DS_ACT_GELU));
+    DS_TRY(ds_linear_fwd(be, w.t, s.g, I, P[P_O_W], N, I, H, 0.0f));
+    DS_TRY(be->nn->dropout_fwd(be, s.a2, w.t, P[P_O_B], s.h1, N, H, ph, ctx->seed,
+                               (uint64_t)PP + (uint64_t)N * H));
+    DS_TRY(be->nn->layernorm_fwd(be, ctx->y, s.mean2, s.rstd2, s.a2, P[P_LN2_W], P[P_LN2_B], N, H,
+                                 L->d.ln_eps));
+    return DS_OK;
+}
+
+/* Backward of y = x W^T + b given dy: dW, db +=; dx += dy W. */
+static ds_status proj_bwd(ds_backend *be, float *dx, float *dW, float *db, const float *dy,
+                          const float *x, const float *W, int N, int H) {
+    DS_TRY(ds_linear_bwd_w(be, dW, dy, x, H, N, H, H));
+    DS_TRY(be->nn->bcast_add_bwd(be, db, dy, N, H));
+    DS_TRY(ds_linear_bwd_x(be, dx, H, dy, W, N, H, H, 1.0f));
+    return DS_OK;
+}
+
+static ds_status enc_backward(ds_module *m, ds_module_ctx *ctx) {
+    DS_TRY(ds_module_check_ctx(m, ctx, true, true));
+    if (!ctx->dy || !ctx->dx)
+        return DS_ERR(DS_ERR_INVALID_ARG, "module %s: backward needs dy and dx", m->name);
+    const enc_impl *L = m->impl;
+    ds_backend *be = ctx->be;
+    const ds_batch *bt = ctx->batch;
+    int B = bt->B, T = bt->T, H = L->d.hidden, I = L->d.intermediate, nh = L->d.heads;
+    int hd = L->hd, N = B * T;
+    int64_t TT = (int64_t)T * T, PP = (int64_t)B * nh * TT;
+    float pa, ph;
+    enc_drops(L, ctx, &pa, &ph);
+    float *const *P = ctx->params;
+    float *const *G = ctx->grads;
+    enc_saved s;
+    enc_saved_layout(L, B, T, ctx->saved, &s);
+    enc_bwd_scratch w;
+    enc_bwd_layout(L, B, T, ctx->scratch, &w);
+    const float *x = ctx->x;
+    float *dx = ctx->dx;
+    uint64_t off_ao = (uint64_t)PP, off_o = (uint64_t)PP + (uint64_t)N * H;
+
+    /* d1 = dA2 = LN2'(dy) */
+    DS_TRY(be->nn->layernorm_bwd(be, w.d1, G[P_LN2_W], G[P_LN2_B], ctx->dy, s.a2, s.mean2,
+                                 s.rstd2, P[P_LN2_W], N, H, false));
+    /* d2 = d(G Wo2^T + bo2) through the dropout; dbo2 += */
+    DS_TRY(be->nn->dropout_bwd(be, w.d2, G[P_O_B], w.d1, N, H, ph, ctx->seed, off_o));
+    DS_TRY(ds_linear_bwd_w(be, G[P_O_W], w.d2, s.g, I, N, I, H));
+    DS_TRY(ds_linear_bwd_x(be, w.dg, I, w.d2, P[P_O_W], N, I, H, 0.0f));
+    DS_TRY(be->nn->bias_act_bwd(be, w.dg, G[P_I_B], w.dg, s.u, P[P_I_B], N, I, DS_ACT_GELU));
+    DS_TRY(ds_linear_bwd_w(be, G[P_I_W], w.dg, s.h1, H, N, H, I));
+    /* d1 = dH1 = dA2 (residual) + dU Wi */
+    DS_TRY(ds_linear_bwd_x(be, w.d1, H, w.dg, P[P_I_W], N, H, I, 1.0f));
+
+    /* dx = dA1 = LN1'(dH1): the residual path; the attention adds to it below */
+    DS_TRY(be->nn->layernorm_bwd(be, dx, G[P_LN1_W], G[P_LN1_B], w.d1, s.a1, s.mean1, s.rstd1,
+                                 P[P_LN1_W], N, H, false));
+    DS_TRY(be->nn->dropout_bwd(be, w.d2, G[P_AO_B], dx, N, H, ph, ctx->seed, off_ao));
+    DS_TRY(ds_linear_bwd_w(be, G[P_AO_W], w.d2, s.c, H, N, H, H));
+    float *dc = w.d1; /* dH1 is consumed */
+    DS_TRY(ds_linear_bwd_x(be, dc, H, w.d2, P[P_AO_W], N, H, H, 0.0f));
+
+    /* d(dropout(P)) = dC V^T per head */
+    for (int h = 0; h < nh; h++)
+        DS_TRY(be->ops->gemm(be, false, true, T, T, hd, 1.0f, dc + h * hd, H, (int64_t)T * H,
+                             s.v + h * hd, H, (int64_t)T * H, 0.0f, w.dp + h * TT, T, nh * TT,
+                             B));
+    float scale = 1.0f / sqrtf((float)hd);
+    float *pd = pa > 0.0f ? w.pd : NULL;
+    /* dS (in place of dp), and dropout(P) regenerated for dV */
+    DS_TRY(be->nn->attn_softmax_bwd(be, w.dp, pd, w.dp, s.p, B, nh, T, scale, pa, ctx->seed, 0));
+    const float *pv = pd ? pd : s.p;
+    for (int h = 0; h < nh; h++) {
+        int64_t sH = (int64_t)T * H;
+        /* dV = dropout(P)^T dC */
+        DS_TRY(be->ops->gemm(be, true, false, T, hd, T, 1.0f, pv + h * TT, T, nh * TT, dc + h * hd,
+                             H, sH, 0.0f, w.dv + h * hd, H, sH, B));
+        /* dQ = dS K;  dK = dS^T Q */
+        DS_TRY(be->ops->gemm(be, false, false, T, hd, T, 1.0f, w.dp + h * TT, T, nh * TT,
+                             s.k + h * hd, H, sH, 0.0f, w.dq + h * hd, H, sH, B));
+        DS_TRY(be->ops->gemm(be, true, false, T, hd, T, 1.0f, w.dp + h * TT, T, nh * TT,
+                             s.q + h * hd, H, sH, 0.0f, w.dk + h * hd, H, sH, B));
+    }
+    DS_TRY(proj_bwd(be, dx, G[P_Q_W], G[P_Q_B], w.dq, x, P[P_Q_W], N, H));
+    DS_TRY(proj_bwd(be, dx, G[P_K_W], G[P_K_B], w.dk, x, P[P_K_W], N, H));
+    DS_TRY(proj_bwd(be, dx, G[P_V_W], G[P_V_B], w.dv, x, P[P_V_W], N, H));
+    return DS_OK;
+}
+
+static const ds_module_ops k_encoder_ops = {
+    .type = "encoder_layer",
+    .out_elems = enc_out_elems,
+    .saved_bytes = enc_saved_bytes,
+    .scratch_bytes = enc_scratch_bytes,
+    .forward = enc_forward,
+    .backward = enc_backward,
+    .destroy = ds_module_free_basic,
+};
+
+ds_status ds_mod_encoder_layer_create(const char *name, const ds_encoder_desc *d,
+                                      ds_module **out_m) {
+    *out_m = NULL;
+    if (d->hidden <= 0 || d->heads <= 0 || d->intermediate <= 0)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "encoder layer %s: hidden=%d heads=%d intermediate=%d must be > 0", name,
+                      d->hidden, d->heads, d->intermediate);
+    if (d->hidden % d->heads != 0)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "encoder layer %s: hidden size %d is not a multiple of the %d heads", name,
+                      d->hidden, d->heads);
+    if (!(d->hidden_dropout >= 0.0f && d->hidden_dropout < 1.0f) ||
+        !(d->attn_dropout >= 0.0f && d->attn_dropout < 1.0f))
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "encoder layer %s: dropouts (hidden %g, attention %g) must be in [0, 1)",
+                      name, (double)d->hidden_dropout, (double)d->attn_dropout);
+    ds_module *m;
+    DS_TRY(ds_module_alloc(&k_encoder_ops, name, P_COUNT, sizeof(enc_impl), &m));
+    m->checkpointable = true;
+    enc_impl *L = m->impl;
+    L->d = *d;
+    L->hd = d->hidden / d->heads;
+    int H = d->hidden, I = d->intermediate;
+    ds_status st = DS_OK;
+    for (int i = 0; i < P_COUNT && st == DS_OK; i++) {
+        int64_t d0 = H, d1 = 0; /* biases and LayerNorm vectors: [H] */
+        ds_init_kind init = DS_INIT_ZEROS;
+        float a = 0.0f, b = 0.0f;
+        bool weight = (i % 2) == 0;
+        if (i == P_LN1_W || i == P_LN2_W) {
+            init = DS_INIT_ONES;
+        } else if (i == P_LN1_B || i == P_LN2_B) {
+            init = DS_INIT_ZEROS;
+        } else if (weight) {
+            init = DS_INIT_NORMAL;
+            b = d->init_std;
+            d1 = H;
+            if (i == P_I_W) d0 = I;      /* intermediate.dense [I, H] */
+            if (i == P_O_W) d1 = I;      /* output.dense [H, I] */
+        } else if (i == P_I_B) {
+            d0 = I;
+        }
+        st = ds_module_param(m, i, NULL, k_param_names[i], d0, d1, init, a, b);
+    }
+    if (st != DS_OK) {
+        ds_module_free_basic(m);
+        ds_error_trace(__FILE__, __LINE__);
+        return st;
+    }
+    *out_m = m;
+    return DS_OK;
+}

@@ -1,0 +1,125 @@
+/* Internal to models/: the module constructors the bundled models are built
+ * from, and the small helpers they share (module allocation, parameter
+ * naming, workspace layout, the GEMM calls of a linear layer).
+ *
+ * Every module follows engine/core/module.h: it declares its parameters and
+ * never allocates; forward/backward receive everything in a ds_module_ctx;
+ * parameter gradients are ACCUMULATED; dx is written; saved/scratch sizes are
+ * exact functions of (B, T). Each module's forward and backward lay out their
+ * saved and scratch areas with the same ds_carve walk that computes the
+ * sizes, so the two cannot disagree. */
+#ifndef DS_MODELS_MODULES_H
+#define DS_MODELS_MODULES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/backend/nn.h"
+#include "engine/core/module.h"
+
+/* ---- module allocation ---- */
+
+/* A new module with n_params zeroed descriptors and a zeroed impl of
+ * impl_bytes; `name` is copied (DS_ERR_INVALID_ARG if too long). Free with
+ * ds_module_free_basic (usable as ops->destroy). */
+ds_status ds_module_alloc(const ds_module_ops *ops, const char *name, int n_params,
+                          size_t impl_bytes, ds_module **out);
+void ds_module_free_basic(ds_module *m);
+
+/* Fill parameter descriptor i of m: name "<prefix>.<suffix>" (prefix NULL:
+ * the module's name), shape (d0[, d1]) (d1 <= 0: one dimension), init. */
+ds_status ds_module_param(ds_module *m, int i, const char *prefix, const char *suffix, int64_t d0,
+                          int64_t d1, ds_init_kind init, float a, float b);
+
+/* The checks every forward/backward starts with: a batch with B, T > 0, an
+ * input when need_x, an output gradient when need_dy. */
+ds_status ds_module_check_ctx(const ds_module *m, const ds_module_ctx *ctx, bool need_x,
+                              bool backward);
+
+/* ---- workspace layout ----
+ * A bump pointer over a saved or scratch area. With base == NULL it only
+ * counts bytes (the *_bytes callbacks); with the real area it hands out the
+ * same offsets. Each piece starts on a 64-byte boundary (a cache line, an
+ * AVX-512 vector). */
+typedef struct ds_carve {
+    uintptr_t base;
+    size_t off;
+} ds_carve;
+
+static inline ds_carve ds_carve_begin(void *base) {
+    ds_carve c = {(uintptr_t)base, 0};
+    return c;
+}
+
+static inline float *ds_carve_f32(ds_carve *c, size_t n) {
+    float *p = (float *)(c->base + c->off);
+    c->off += (n * sizeof(float) + 63) / 64 * 64;
+    return c->base ? p : NULL;
+}
+
+/* ---- linear layer pieces (PyTorch layout: W [out, in], y = x W^T + b) ----
+ * x and dx have row stride ldx / lddx (the [CLS] rows of [B, T, H] are a
+ * strided view). */
+
+/* y[N, out] = x[N, in] W^T + beta * y */
+ds_status ds_linear_fwd(ds_backend *be, float *y, const float *x, int ldx, const float *W, int N,
+                        int in, int out, float beta);
+/* dW[out, in] += dy[N, out]^T x[N, in] */
+ds_status ds_linear_bwd_w(ds_backend *be, float *dW, const float *dy, const float *x, int ldx,
+                          int N, int in, int out);
+/* dx[N, in] = dy[N, out] W + beta * dx */
+ds_status ds_linear_bwd_x(ds_backend *be, float *dx, int lddx, const float *dy, const float *W,
+                          int N, int in, int out, float beta);
+
+/* ---- modules ---- */
+
+/* How a linear layer's weights start. */
+typedef enum ds_linear_init {
+    DS_LINEAR_INIT_TORCH = 0, /* nn.Linear: W, b ~ U(-1/sqrt(in), 1/sqrt(in)) */
+    DS_LINEAR_INIT_HF,        /* BERT: W ~ N(0, std), b = 0 */
+} ds_linear_init;
+
+/* "linear": [B, in] -> act([B, in] W^T + b) [B, out]; params
+ * "<param_prefix>.weight", "<param_prefix>.bias". */
+ds_status ds_mod_linear_create(const char *name, const char *param_prefix, int in, int out,
+                               ds_act act, ds_linear_init init, float std, ds_module **out_m);
+
+/* "embed_pool": batch tokens -> masked mean of their embeddings [B, E];
+ * param "<param_prefix>.weight" [vocab, E] ~ N(0, 1) as nn.Embedding. */
+ds_status ds_mod_embed_pool_create(const char *name, const char *param_prefix, int vocab, int E,
+                                   ds_module **out_m);
+
+/* "xent": logits [B, C] -> mean (optionally class-weighted) cross-entropy,
+ * one float. Needs batch->labels; batch->class_weights [C] optional. */
+ds_status ds_mod_xent_create(const char *name, int n_classes, ds_module **out_m);
+
+/* "bert_embeddings": batch -> dropout(LayerNorm(word + position + type)),
+ * [B, T, H]. Params under "<name>.": word_embeddings.weight [V, H],
+ * position_embeddings.weight [P, H], token_type_embeddings.weight [TV, H],
+ * LayerNorm.weight, LayerNorm.bias. Rows of padding_idx (-1: none) get no
+ * gradient, as nn.Embedding(padding_idx=...). */
+typedef struct ds_bert_embed_desc {
+    int vocab, hidden, max_positions, type_vocab, padding_idx;
+    float dropout, ln_eps, init_std;
+} ds_bert_embed_desc;
+ds_status ds_mod_bert_embeddings_create(const char *name, const ds_bert_embed_desc *d,
+                                        ds_module **out_m);
+
+/* "encoder_layer": one post-LN BERT layer, [B, T, H] -> [B, T, H], with the
+ * padding mask from batch->mask. Params under "<name>." with Hugging Face's
+ * names (attention.self.query.weight, ..., output.LayerNorm.bias). */
+typedef struct ds_encoder_desc {
+    int hidden, heads, intermediate;
+    float hidden_dropout, attn_dropout, ln_eps, init_std;
+} ds_encoder_desc;
+ds_status ds_mod_encoder_layer_create(const char *name, const ds_encoder_desc *d,
+                                      ds_module **out_m);
+
+/* "bert_pooler": [B, T, H] -> dropout(tanh([CLS] W^T + b)) [B, H]; params
+ * "<name>.dense.weight", "<name>.dense.bias". The dropout is the one
+ * BertForSequenceClassification applies before its classifier. */
+ds_status ds_mod_bert_pooler_create(const char *name, int hidden, float dropout, float init_std,
+                                    ds_module **out_m);
+
+#endif /* DS_MODELS_MODULES_H */

@@ -1,0 +1,220 @@
+/* Delimited text with a header (CSV / TSV, RFC 4180 quoting). The format
+ * rules are in models/text.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/text_rows.h"
+
+/* One parsed record: the unescaped field contents back to back in buf,
+ * field i at buf + off[i], flen[i] bytes. Reused across records. */
+typedef struct record {
+    char *buf;
+    size_t len, cap;
+    size_t *off, *flen;
+    int n, capf;
+} record;
+
+static void record_free(record *r) {
+    free(r->buf);
+    free(r->off);
+    free(r->flen);
+}
+
+static ds_status record_put(record *r, char c) {
+    if (r->len + 1 >= r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 256;
+        char *b = realloc(r->buf, cap);
+        if (!b) return DS_ERR(DS_ERR_OOM, "reading CSV: a record of %zu bytes", r->len);
+        r->buf = b;
+        r->cap = cap;
+    }
+    r->buf[r->len++] = c;
+    return DS_OK;
+}
+
+static ds_status record_field(record *r, size_t start) {
+    if (r->n == r->capf) {
+        int cap = r->capf ? r->capf * 2 : 8;
+        size_t *o = realloc(r->off, (size_t)cap * sizeof *o);
+        if (!o) return DS_ERR(DS_ERR_OOM, "reading CSV: %d fields", cap);
+        r->off = o;
+        size_t *l = realloc(r->flen, (size_t)cap * sizeof *l);
+        if (!l) return DS_ERR(DS_ERR_OOM, "reading CSV: %d fields", cap);
+        r->flen = l;
+        r->capf = cap;
+    }
+    r->off[r->n] = start;
+    r->flen[r->n] = r->len - start;
+    r->n++;
+    return DS_OK;
+}
+
+/* End of a line at q: LF, CRLF, or a CR that ends the file. */
+static bool is_eol(const char *q, const char *end) {
+    return *q == '\n' || (*q == '\r' && (q + 1 == end || q[1] == '\n'));
+}
+
+/* Parse the record starting at *pp (on line *line); leaves *pp after its line
+ * end and *line on the line after it. */
+static ds_status parse_record(const char *path, const char **pp, const char *end, char delim,
+                              int *line, record *r) {
+    const char *q = *pp;
+    r->n = 0;
+    r->len = 0;
+    for (;;) {
+        size_t start = r->len;
+        if (q < end && *q == '"') {
+            int quote_line = *line;
+            q++;
+            for (;;) {
+                if (q >= end)
+                    return DS_ERR(DS_ERR_DATA,
+                                  "%s:%d: unterminated quote (the quoted field that opens on "
+                                  "this line never closes)",
+                                  path, quote_line);
+                if (*q == '"') {
+                    if (q + 1 < end && q[1] == '"') {
+                        DS_TRY(record_put(r, '"'));
+                        q += 2;
+                        continue;
+                    }
+                    q++;
+                    break;
+                }
+                if (*q == '\n') (*line)++;
+                DS_TRY(record_put(r, *q++));
+            }
+            if (q < end && *q != delim && !is_eol(q, end))
+                return DS_ERR(DS_ERR_DATA,
+                              "%s:%d: '%c' after a closing quote (a quote inside a quoted "
+                              "field is written \"\")",
+                              path, *line, *q);
+        } else {
+            while (q < end && *q != delim && !is_eol(q, end)) DS_TRY(record_put(r, *q++));
+        }
+        DS_TRY(record_field(r, start));
+        if (q < end && *q == delim) {
+            q++;
+            continue;
+        }
+        break;
+    }
+    if (q < end) q += (*q == '\r') ? (q + 1 < end ? 2 : 1) : 1;
+    (*line)++;
+    *pp = q;
+    return DS_OK;
+}
+
+/* The header's delimiter: the more frequent of tab and comma outside quotes
+ * on the first line (a tie, including none of either, goes to comma). */
+static char sniff_delimiter(const char *p, const char *end) {
+    size_t tabs = 0, commas = 0;
+    bool quoted = false;
+    for (; p < end; p++) {
+        if (*p == '"') quoted = !quoted;
+        else if (!quoted && is_eol(p, end)) break;
+        else if (!quoted && *p == '\t') tabs++;
+        else if (!quoted && *p == ',') commas++;
+    }
+    return tabs > commas ? '\t' : ',';
+}
+
+static bool blank_record(const record *r) {
+    if (r->n != 1) return false;
+    for (size_t i = 0; i < r->flen[0]; i++) {
+        char c = r->buf[r->off[0] + i];
+        if (c != ' ' && c != '\t') return false;
+    }
+    return true;
+}
+
+/* Trimmed [s, s+len) into (*ts, *tlen). */
+static void trim(const char *s, size_t len, const char **ts, size_t *tlen) {
+    while (len && (*s == ' ' || *s == '\t')) s++, len--;
+    while (len && (s[len - 1] == ' ' || s[len - 1] == '\t')) len--;
+    *ts = s;
+    *tlen = len;
+}
+
+static ds_status find_columns(const char *path, int line, const record *h,
+                              const ds_text_read_opts *o, int *label_col, int *text_col) {
+    *label_col = *text_col = -1;
+    for (int i = 0; i < h->n; i++) {
+        const char *name;
+        size_t len;
+        trim(h->buf + h->off[i], h->flen[i], &name, &len);
+        if (*label_col < 0 && ds_text_column_is(name, len, true, o)) *label_col = i;
+        else if (*text_col < 0 && ds_text_column_is(name, len, false, o)) *text_col = i;
+    }
+    if (*label_col >= 0 && *text_col >= 0) return DS_OK;
+    char names[256];
+    size_t used = 0;
+    names[0] = '\0';
+    for (int i = 0; i < h->n && used + 4 < sizeof names; i++) {
+        size_t len = h->flen[i];
+        if (len > sizeof names - used - 4) len = sizeof names - used - 4;
+        used += (size_t)snprintf(names + used, sizeof names - used, "%s'%.*s'", i ? ", " : "",
+                                 (int)len, h->buf + h->off[i]);
+    }
+    bool want_label = *label_col < 0;
+    return DS_ERR(DS_ERR_DATA, "%s:%d: no %s column in the header (looked for %s; header has %s)",
+                  path, line, want_label ? "label" : "text",
+                  ds_text_column_names(want_label, o), names);
+}
+
+ds_status ds_text_parse_csv(const char *path, const char *buf, size_t len,
+                            const ds_text_read_opts *o, ds_text_rows *rows) {
+    const char *p = buf, *end = buf + len;
+    int line = 1;
+    /* Blank lines before the header are skipped. */
+    while (p < end && is_eol(p, end)) {
+        p += (*p == '\r' && p + 1 < end) ? 2 : 1;
+        line++;
+    }
+    if (p >= end) return DS_ERR(DS_ERR_DATA, "%s: empty file (no header line)", path);
+    char delim = sniff_delimiter(p, end);
+    record h = {0}, r = {0};
+    ds_status st;
+    int header_line = line, label_col, text_col;
+    DS_TRY_GOTO(st, parse_record(path, &p, end, delim, &line, &h), done);
+    int n_fields = h.n;
+    if (n_fields < 2) {
+        st = DS_ERR(DS_ERR_DATA,
+                    "%s:%d: the header has one column; expected a label and a text column "
+                    "separated by ',' or a tab",
+                    path, header_line);
+        goto done;
+    }
+    DS_TRY_GOTO(st, find_columns(path, header_line, &h, o, &label_col, &text_col), done);
+    while (p < end) {
+        int rec_line = line;
+        DS_TRY_GOTO(st, parse_record(path, &p, end, delim, &line, &r), done);
+        if (blank_record(&r)) continue;
+        if (r.n < n_fields) {
+            /* name the first absent column that matters, as the header writes it */
+            int miss = label_col >= r.n ? label_col : text_col >= r.n ? text_col : r.n;
+            st = DS_ERR(DS_ERR_DATA,
+                        "%s:%d: missing column '%.*s' (the record has %d field%s, the header "
+                        "%d)",
+                        path, rec_line, (int)h.flen[miss], h.buf + h.off[miss], r.n,
+                        r.n == 1 ? "" : "s", n_fields);
+            goto done;
+        }
+        if (r.n > n_fields) {
+            st = DS_ERR(DS_ERR_DATA,
+                        "%s:%d: %d fields, the header has %d (quote a text that holds '%s')",
+                        path, rec_line, r.n, n_fields, delim == '\t' ? "\\t" : ",");
+            goto done;
+        }
+        DS_TRY_GOTO(st,
+                    ds_text_rows_push(rows, r.buf + r.off[text_col], r.flen[text_col],
+                                      r.buf + r.off[label_col], r.flen[label_col], rec_line),
+                    done);
+    }
+    st = DS_OK;
+done:
+    record_free(&h);
+    record_free(&r);
+    return st;
+}

@@ -1,0 +1,36 @@
+/* Labelled texts -> a tokenized ds_dataset (models/text.h). */
+#include <string.h>
+
+#include "models/text.h"
+#include "models/tokenizer.h"
+
+ds_status ds_dataset_from_text(const ds_text_set *set, const ds_tokenizer *tok, int seq_len,
+                               ds_dataset **out) {
+    if (!set || !tok || !out)
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_dataset_from_text: NULL argument");
+    *out = NULL;
+    if (seq_len < 2)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "ds_dataset_from_text: seq_len %d leaves no room for [CLS] and [SEP]",
+                      seq_len);
+    ds_dataset *d;
+    DS_TRY(ds_dataset_create(set->n, seq_len, set->n_classes,
+                             (const char *const *)set->class_names, &d));
+    const int32_t pad = ds_tokenizer_pad_id(tok);
+    for (size_t i = 0; i < set->n; i++) {
+        int32_t *row = d->tokens + i * (size_t)seq_len;
+        int len = 0;
+        ds_status st = ds_tokenizer_encode(tok, set->texts[i], seq_len, row, &len);
+        if (st != DS_OK) {
+            ds_error_prefix("%s:%d", set->path, (int)set->lines[i]);
+            ds_error_trace(__FILE__, __LINE__);
+            ds_dataset_destroy(d);
+            return st;
+        }
+        for (int t = len; t < seq_len; t++) row[t] = pad;
+        d->lengths[i] = len;
+        d->labels[i] = set->labels[i];
+    }
+    *out = d;
+    return DS_OK;
+}

@@ -1,0 +1,20 @@
+# engine/comm: rank discovery, the MPI ring collectives, timeouts.
+set(_comm_dir ${CMAKE_CURRENT_SOURCE_DIR})
+
+ds_add_test(NAME test_discover SOURCES ${_comm_dir}/unit/test_discover.c LABELS unit)
+
+# Every collective x dtype x op x size, in place and not, default and tiny
+# scratch, traffic against theory: at 1, 2 and 4 ranks under mpirun ...
+foreach(np 1 2 4)
+  ds_add_mpi_test(NAME test_comm SOURCES ${_comm_dir}/multirank/test_comm.c NP ${np}
+                  LABELS multirank TIMEOUT 240)
+endforeach()
+# ... and once as a plain process (Open MPI singleton init), no launcher.
+add_test(NAME test_comm_singleton COMMAND test_comm)
+set_tests_properties(test_comm_singleton PROPERTIES LABELS multirank TIMEOUT 120
+                     ENVIRONMENT "OMP_NUM_THREADS=1")
+
+# Rank 0 skips a collective; rank 1 must fail with DS_ERR_TIMEOUT after its
+# 2 s deadline and both must exit (the 60 s limit catches a hang).
+ds_add_mpi_test(NAME test_comm_timeout SOURCES ${_comm_dir}/fault/test_comm_timeout.c NP 2
+                LABELS fault TIMEOUT 60)

@@ -1,0 +1,46 @@
+# Engine, ZeRO strategies and trainer tests (owned by the engine lead).
+ds_add_test(NAME test_metrics SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_metrics.c LABELS unit)
+
+# The public API from the outside: install, build a user program with
+# pkg-config only, run it at 1 and 2 ranks.
+string(REPLACE ";" " " _ds_mpirun_flags_str "${DS_MPIRUN_FLAGS}")
+add_test(NAME test_installed_api
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/api/test_installed_api.sh ${CMAKE_BINARY_DIR}
+                 ${CMAKE_SOURCE_DIR} "${_ds_mpirun_flags_str}")
+set_tests_properties(test_installed_api PROPERTIES LABELS "unit;multirank" TIMEOUT 300 PROCESSORS 2)
+
+# Data-parallel equivalence: every stage at 1, 2 and 4 ranks follows the
+# single-rank stage-0 loss curve for the same global batch (MLP and a small
+# BERT); fp16 and bf16 stay within a band of it. The 1-rank stage-0 runs
+# write the references (CTest fixtures).
+add_executable(test_train_equiv ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_train_equiv.c)
+target_link_libraries(test_train_equiv PRIVATE zero-engine)
+function(ds_equiv_test name np fixture)
+  add_test(NAME ${name} COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np ${np} -x OMP_NUM_THREADS=1
+                                $<TARGET_FILE:test_train_equiv> ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS ${np}
+                       FIXTURES_REQUIRED ${fixture})
+endfunction()
+foreach(model mlp bert)
+  set(ref ${CMAKE_BINARY_DIR}/tests/ref_${model}_fp32.txt)
+  add_test(NAME equiv_${model}_ref COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 1
+           $<TARGET_FILE:test_train_equiv> --write ${ref} --stage 0 --model ${model})
+  set_tests_properties(equiv_${model}_ref PROPERTIES LABELS multirank TIMEOUT 300
+                       FIXTURES_SETUP ref_${model})
+  foreach(stage 0 1 2 3)
+    foreach(np 1 2 4)
+      if(model STREQUAL "bert" AND np EQUAL 1)
+        continue()
+      endif()
+      ds_equiv_test(equiv_${model}_stage${stage}_np${np} ${np} ref_${model}
+                    --check ${ref} --stage ${stage} --model ${model})
+    endforeach()
+  endforeach()
+endforeach()
+foreach(prec fp16 bf16)
+  foreach(stage 0 1 2 3)
+    ds_equiv_test(equiv_mlp_${prec}_stage${stage}_np2 2 ref_mlp
+                  --check ${CMAKE_BINARY_DIR}/tests/ref_mlp_fp32.txt --stage ${stage}
+                  --precision ${prec} --model mlp)
+  endforeach()
+endforeach()

@@ -1,0 +1,32 @@
+# Tests of the launcher engine-run, the data generator gen_sentences and
+# tools/fetch_data.sh. They are shell scripts driving the real programs
+# (tests/unit/test_*.sh); each case is its own test. Label unit; rank_dies is
+# also a fault test (a rank fails and the job must end).
+
+# A stand-in APP: prints the rank and world a launcher gave it.
+add_executable(rank_echo ${CMAKE_CURRENT_SOURCE_DIR}/unit/rank_echo.c)
+
+set(_ds_launch_work ${CMAKE_CURRENT_BINARY_DIR}/launcher_work)
+foreach(c help dry_np1 dry_np2 dry_np4 dry_hostfile dry_mpi_env dry_slurm launcher_none
+          no_mpirun errors run_np1 run_np2 rank_dies)
+  add_test(NAME launcher_${c}
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_engine_run.sh ${c}
+                   $<TARGET_FILE:engine-run> $<TARGET_FILE:rank_echo> ${_ds_launch_work}/${c})
+  set_tests_properties(launcher_${c} PROPERTIES LABELS unit TIMEOUT 90)
+endforeach()
+# These start two ranks each.
+set_tests_properties(launcher_run_np2 launcher_rank_dies PROPERTIES PROCESSORS 2)
+set_tests_properties(launcher_rank_dies PROPERTIES LABELS "unit;fault")
+
+add_test(NAME gen_sentences
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_gen_sentences.sh
+                 $<TARGET_FILE:gen_sentences> ${_ds_launch_work}/gen_sentences)
+set_tests_properties(gen_sentences PROPERTIES LABELS unit TIMEOUT 60)
+
+foreach(c convert offline broken)
+  add_test(NAME fetch_data_${c}
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_fetch_data.sh ${c}
+                   ${CMAKE_SOURCE_DIR}/tools/fetch_data.sh $<TARGET_FILE:gen_sentences>
+                   ${_ds_launch_work}/fetch_data_${c})
+  set_tests_properties(fetch_data_${c} PROPERTIES LABELS unit TIMEOUT 90)
+endforeach()

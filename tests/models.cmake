@@ -1,0 +1,21 @@
+# Model kernels (engine/backend/nn*.h, cpu/nn_*.c) and the modules and
+# models of models/ (owner: models). The gradient-check harness runs modules
+# without the engine; the kernel tests borrow its deterministic RNG.
+set(_models_dir ${CMAKE_CURRENT_SOURCE_DIR}/unit)
+set(_models_harness ${_models_dir}/gradcheck_harness.c)
+
+# Every cpu kernel of the ds_nn_ops table against double-precision references.
+ds_add_test(NAME test_nn_kernels SOURCES ${_models_dir}/test_nn_kernels.c ${_models_harness}
+            LABELS unit)
+# Dropout statistics, mask regeneration, counter layout; the masked softmax.
+ds_add_test(NAME test_nn_dropout SOURCES ${_models_dir}/test_nn_dropout.c ${_models_harness}
+            LABELS unit)
+# Finite-difference gradient check of every module ...
+ds_add_test(NAME test_gradcheck_modules
+            SOURCES ${_models_dir}/test_gradcheck_modules.c ${_models_harness} LABELS unit)
+# ... and of the whole MLP and a tiny BERT; recomputation is bit-identical.
+ds_add_test(NAME test_gradcheck_models
+            SOURCES ${_models_dir}/test_gradcheck_models.c ${_models_harness} LABELS unit)
+# Hugging Face names and shapes, BERT-mini's size, planning sizes, bad input.
+ds_add_test(NAME test_models_build SOURCES ${_models_dir}/test_models_build.c ${_models_harness}
+            LABELS unit)

@@ -1,0 +1,354 @@
+/* The MPI communicator at any world size (ctest runs it at 1, 2 and 4 ranks,
+ * and once without mpirun as an MPI singleton).
+ *
+ * Every collective, every dtype and reduce op, sizes 0, 1, 7 (not divisible
+ * by the world), 1000, 1001, in place and out of place, once with the default
+ * scratch and once with a 256-byte scratch that forces every message through
+ * many chunks. Inputs are small integers (|x| <= 8, sums <= 32 in magnitude),
+ * exact in every dtype including fp16 and bf16 after any number of roundings,
+ * so results must match the reference with 0 ulps: memcmp, no tolerance.
+ *
+ * Traffic: after every call the stats must have grown by exactly what a ring
+ * sends (see expected_* below), and the total over ranks of an all_reduce must
+ * be exactly 2 (N-1) count whatever the block split. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/comm/comm.h"
+
+static int g_fail;
+static int g_rank;
+
+#define CHECK(cond, ...)                                                                       \
+    do {                                                                                       \
+        if (!(cond)) {                                                                         \
+            g_fail++;                                                                          \
+            fprintf(stderr, "rank %d: %s:%d: ", g_rank, __FILE__, __LINE__);                  \
+            fprintf(stderr, __VA_ARGS__);                                                      \
+            fprintf(stderr, "\n");                                                             \
+        }                                                                                      \
+    } while (0)
+
+#define OK(expr)                                                                               \
+    do {                                                                                       \
+        ds_status s_ = (expr);                                                                 \
+        CHECK(s_ == DS_OK, "%s -> %s: %s", #expr, ds_status_to_string(s_), ds_last_error());  \
+    } while (0)
+
+static const ds_dtype k_types[] = {DS_F32, DS_F64, DS_F16, DS_BF16, DS_I32, DS_I64, DS_U8};
+static const ds_reduce_op k_ops[] = {DS_REDUCE_SUM, DS_REDUCE_MAX, DS_REDUCE_MIN};
+static const char *const k_op_names[] = {"sum", "max", "min"};
+static const size_t k_counts[] = {0, 1, 7, 1000, 1001};
+
+/* Rank r's element i: a small integer, in [-8, 8] (uint8: [0, 16]). */
+static double value(ds_dtype t, int r, size_t i) {
+    int v = (int)((i * 7 + (size_t)r * 5 + 3) % 17);
+    return t == DS_U8 ? v : v - 8;
+}
+
+static void put(void *p, ds_dtype t, size_t i, double v) {
+    switch (t) {
+    case DS_F32: ((float *)p)[i] = (float)v; break;
+    case DS_F64: ((double *)p)[i] = v; break;
+    case DS_F16: ((uint16_t *)p)[i] = ds_f32_to_f16((float)v); break;
+    case DS_BF16: ((uint16_t *)p)[i] = ds_f32_to_bf16((float)v); break;
+    case DS_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case DS_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+    case DS_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    default: break;
+    }
+}
+
+static double get(const void *p, ds_dtype t, size_t i) {
+    switch (t) {
+    case DS_F32: return ((const float *)p)[i];
+    case DS_F64: return ((const double *)p)[i];
+    case DS_F16: return ds_f16_to_f32(((const uint16_t *)p)[i]);
+    case DS_BF16: return ds_bf16_to_f32(((const uint16_t *)p)[i]);
+    case DS_I32: return ((const int32_t *)p)[i];
+    case DS_I64: return (double)((const int64_t *)p)[i];
+    case DS_U8: return ((const uint8_t *)p)[i];
+    default: return 0;
+    }
+}
+
+/* The reduction over ranks of element i of every rank's input. */
+static double reduced(ds_dtype t, ds_reduce_op op, int world, size_t i) {
+    double acc = value(t, 0, i);
+    for (int r = 1; r < world; r++) {
+        double v = value(t, r, i);
+        if (op == DS_REDUCE_SUM) acc += v;
+        else if (op == DS_REDUCE_MAX) acc = v > acc ? v : acc;
+        else acc = v < acc ? v : acc;
+    }
+    return acc;
+}
+
+/* Compare n elements bit for bit with the expected values (which are exact
+ * in t), report the first difference. */
+static void expect(const char *what, const void *got, const void *want, size_t n, ds_dtype t,
+                   const char *op, size_t count) {
+    size_t es = ds_dtype_size(t);
+    for (size_t i = 0; i < n; i++)
+        if (memcmp((const char *)got + i * es, (const char *)want + i * es, es) != 0) {
+            CHECK(0, "%s %s %s count %zu: element %zu is %g, expected %g", what,
+                  ds_dtype_name(t), op, count, i, get(got, t, i), get(want, t, i));
+            return;
+        }
+}
+
+/* ---- traffic a ring sends, per rank --------------------------------------- */
+
+static size_t block_len(size_t count, int world, int b) {
+    return count / (size_t)world + ((size_t)b < count % (size_t)world);
+}
+/* reduce-scatter phase: every block but its own; all-gather phase: every
+ * block but the one of rank+1 (which rank+1 already has). */
+static uint64_t expected_all_reduce(size_t count, int world, int rank) {
+    if (world == 1) return 0;
+    return (count - block_len(count, world, rank)) +
+           (count - block_len(count, world, (rank + 1) % world));
+}
+static uint64_t expected_rs_ag(size_t count, int world) { return (uint64_t)(world - 1) * count; }
+/* chain root -> root+1 -> ...: all but the last rank of the chain send it all */
+static uint64_t expected_bcast(size_t count, int world, int rank, int root) {
+    return rank == (root - 1 + world) % world ? 0 : count;
+}
+
+static void check_stats(ds_comm *c, const ds_comm_stats *before, ds_coll which,
+                        uint64_t elems, size_t es, const char *what, size_t count) {
+    const ds_comm_stats *now = &c->stats;
+    CHECK(now->calls[which] == before->calls[which] + 1, "%s count %zu: calls %llu -> %llu", what,
+          count, (unsigned long long)before->calls[which], (unsigned long long)now->calls[which]);
+    uint64_t de = now->elems_sent[which] - before->elems_sent[which];
+    uint64_t db = now->bytes_sent[which] - before->bytes_sent[which];
+    CHECK(de == elems && db == elems * es,
+          "%s count %zu: sent %llu elements / %llu bytes, a ring sends %llu / %llu", what, count,
+          (unsigned long long)de, (unsigned long long)db, (unsigned long long)elems,
+          (unsigned long long)(elems * es));
+}
+
+/* ---- the collectives ------------------------------------------------------ */
+
+static void test_all_reduce(ds_comm *c, ds_dtype t, ds_reduce_op op, size_t count) {
+    size_t es = ds_dtype_size(t);
+    char *buf = malloc(count * es + 1), *want = malloc(count * es + 1);
+    for (size_t i = 0; i < count; i++) {
+        put(buf, t, i, value(t, c->rank, i));
+        put(want, t, i, reduced(t, op, c->world, i));
+    }
+    ds_comm_stats before = c->stats;
+    OK(ds_comm_all_reduce(c, buf, count, t, op));
+    expect("all_reduce", buf, want, count, t, k_op_names[op], count);
+    check_stats(c, &before, DS_COLL_ALL_REDUCE, expected_all_reduce(count, c->world, c->rank), es,
+                "all_reduce", count);
+    /* The sum over ranks does not depend on how blocks were split. */
+    uint64_t sent = c->stats.elems_sent[DS_COLL_ALL_REDUCE] - before.elems_sent[DS_COLL_ALL_REDUCE];
+    int64_t total = (int64_t)sent;
+    OK(ds_comm_host_all_reduce(c, &total, 1, DS_I64, DS_REDUCE_SUM));
+    CHECK((uint64_t)total == 2 * (uint64_t)(c->world - 1) * count,
+          "all_reduce count %zu: ranks sent %lld elements in all, expected 2(N-1)count = %llu",
+          count, (long long)total, (unsigned long long)(2 * (uint64_t)(c->world - 1) * count));
+    free(buf);
+    free(want);
+}
+
+static void test_reduce_scatter(ds_comm *c, ds_dtype t, ds_reduce_op op, size_t count,
+                                bool in_place) {
+    size_t es = ds_dtype_size(t), n = count * (size_t)c->world;
+    char *send = malloc(n * es + 1), *own = malloc(count * es + 1), *want = malloc(count * es + 1);
+    for (size_t i = 0; i < n; i++) put(send, t, i, value(t, c->rank, i));
+    for (size_t i = 0; i < count; i++)
+        put(want, t, i, reduced(t, op, c->world, (size_t)c->rank * count + i));
+    char *recv = in_place ? send + (size_t)c->rank * count * es : own;
+    ds_comm_stats before = c->stats;
+    OK(ds_comm_reduce_scatter(c, send, recv, count, t, op));
+    const char *what = in_place ? "reduce_scatter (in place)" : "reduce_scatter";
+    expect(what, recv, want, count, t, k_op_names[op], count);
+    check_stats(c, &before, DS_COLL_REDUCE_SCATTER, expected_rs_ag(count, c->world), es, what,
+                count);
+    free(send);
+    free(own);
+    free(want);
+}
+
+static void test_all_gather(ds_comm *c, ds_dtype t, size_t count, bool in_place) {
+    size_t es = ds_dtype_size(t), n = count * (size_t)c->world;
+    char *recv = malloc(n * es + 1), *send = malloc(count * es + 1), *want = malloc(n * es + 1);
+    memset(recv, 0x5a, n * es);
+    for (int r = 0; r < c->world; r++)
+        for (size_t i = 0; i < count; i++) put(want, t, (size_t)r * count + i, value(t, r, i));
+    char *src = in_place ? recv + (size_t)c->rank * count * es : send;
+    for (size_t i = 0; i < count; i++) put(src, t, i, value(t, c->rank, i));
+    ds_comm_stats before = c->stats;
+    OK(ds_comm_all_gather(c, src, recv, count, t));
+    const char *what = in_place ? "all_gather (in place)" : "all_gather";
+    expect(what, recv, want, n, t, "-", count);
+    check_stats(c, &before, DS_COLL_ALL_GATHER, expected_rs_ag(count, c->world), es, what, count);
+    free(recv);
+    free(send);
+    free(want);
+}
+
+static void test_broadcast(ds_comm *c, ds_dtype t, size_t count, int root) {
+    size_t es = ds_dtype_size(t);
+    char *buf = malloc(count * es + 1), *want = malloc(count * es + 1);
+    memset(buf, 0x5a, count * es);
+    for (size_t i = 0; i < count; i++) {
+        put(want, t, i, value(t, root, i));
+        if (c->rank == root) put(buf, t, i, value(t, root, i));
+    }
+    ds_comm_stats before = c->stats;
+    OK(ds_comm_broadcast(c, buf, count, t, root));
+    char what[64];
+    snprintf(what, sizeof what, "broadcast from %d", root);
+    expect(what, buf, want, count, t, "-", count);
+    check_stats(c, &before, DS_COLL_BROADCAST, expected_bcast(count, c->world, c->rank, root), es,
+                what, count);
+    free(buf);
+    free(want);
+}
+
+static void test_all(ds_comm *c) {
+    for (size_t ti = 0; ti < sizeof k_types / sizeof k_types[0]; ti++) {
+        ds_dtype t = k_types[ti];
+        for (size_t ci = 0; ci < sizeof k_counts / sizeof k_counts[0]; ci++) {
+            size_t count = k_counts[ci];
+            for (int o = 0; o < 3; o++) {
+                test_all_reduce(c, t, k_ops[o], count);
+                test_reduce_scatter(c, t, k_ops[o], count, false);
+                test_reduce_scatter(c, t, k_ops[o], count, true);
+            }
+            test_all_gather(c, t, count, false);
+            test_all_gather(c, t, count, true);
+            for (int root = 0; root < c->world; root++) test_broadcast(c, t, count, root);
+        }
+    }
+    OK(ds_comm_barrier(c));
+    OK(ds_comm_barrier(c));
+}
+
+/* Host helpers (MPI's own collectives) and agree. */
+static void test_host(ds_comm *c) {
+    for (size_t ti = 0; ti < sizeof k_types / sizeof k_types[0]; ti++) {
+        ds_dtype t = k_types[ti];
+        size_t es = ds_dtype_size(t);
+        for (int o = 0; o < 3; o++) {
+            char buf[7 * 8], want[7 * 8];
+            for (size_t i = 0; i < 7; i++) {
+                put(buf, t, i, value(t, c->rank, i));
+                put(want, t, i, reduced(t, k_ops[o], c->world, i));
+            }
+            ds_comm_stats before = c->stats;
+            OK(ds_comm_host_all_reduce(c, buf, 7, t, k_ops[o]));
+            expect("host_all_reduce", buf, want, 7, t, k_op_names[o], 7);
+            CHECK(memcmp(&before, &c->stats, sizeof before) == 0,
+                  "host_all_reduce changed the data-path stats");
+            (void)es;
+        }
+    }
+    char text[32] = {0};
+    if (c->rank == c->world - 1) snprintf(text, sizeof text, "from the last rank");
+    OK(ds_comm_host_broadcast(c, text, sizeof text, c->world - 1));
+    CHECK(strcmp(text, "from the last rank") == 0, "host_broadcast gave \"%s\"", text);
+
+    ds_status worst = DS_ERR_INTERNAL;
+    OK(ds_comm_agree(c, DS_OK, &worst));
+    CHECK(worst == DS_OK, "agree(all OK) gave %s", ds_status_to_string(worst));
+    ds_status mine = c->rank == c->world - 1 ? DS_ERR_DATA : DS_OK;
+    ds_clear_error();
+    OK(ds_comm_agree(c, mine, &worst));
+    CHECK(worst == DS_ERR_DATA, "agree(last rank DS_ERR_DATA) gave %s", ds_status_to_string(worst));
+    if (mine == DS_OK) {
+        char needle[64];
+        snprintf(needle, sizeof needle, "rank %d failed with DS_ERR_DATA", c->world - 1);
+        CHECK(strstr(ds_last_error(), needle) != NULL, "agree message \"%s\" lacks \"%s\"",
+              ds_last_error(), needle);
+    }
+}
+
+/* Bad arguments come back as DS_ERR_INVALID_ARG, on every rank alike (no
+ * communication happens, so no rank is left waiting). */
+static void test_bad_args(ds_comm *c) {
+    float buf[16] = {0};
+    CHECK(ds_comm_broadcast(c, buf, 4, DS_F32, c->world) == DS_ERR_INVALID_ARG,
+          "broadcast root == world accepted");
+    CHECK(ds_comm_broadcast(c, buf, 4, DS_F32, -1) == DS_ERR_INVALID_ARG, "root -1 accepted");
+    CHECK(ds_comm_all_reduce(c, NULL, 4, DS_F32, DS_REDUCE_SUM) == DS_ERR_INVALID_ARG,
+          "NULL buffer accepted");
+    CHECK(ds_comm_all_reduce(c, buf, 4, (ds_dtype)99, DS_REDUCE_SUM) == DS_ERR_INVALID_ARG,
+          "dtype 99 accepted");
+    CHECK(ds_comm_all_reduce(c, buf, 4, DS_F32, (ds_reduce_op)7) == DS_ERR_INVALID_ARG,
+          "op 7 accepted");
+    if (c->world > 1) {
+        /* recv overlapping send anywhere but the rank's own block */
+        float *send = calloc(4 * (size_t)c->world, sizeof(float));
+        float *bad = send + (c->rank == 0 ? 1 : 0);
+        CHECK(ds_comm_reduce_scatter(c, send, bad, 4, DS_F32, DS_REDUCE_SUM) ==
+                  DS_ERR_INVALID_ARG,
+              "reduce_scatter with partially overlapping buffers accepted");
+        CHECK(ds_comm_all_gather(c, bad, send, 4, DS_F32) == DS_ERR_INVALID_ARG,
+              "all_gather with partially overlapping buffers accepted");
+        free(send);
+    }
+    ds_comm_desc nccl = {.kind = DS_COMM_NCCL};
+    ds_comm *none = NULL;
+#ifndef DS_HAVE_CUDA
+    CHECK(ds_comm_create(&nccl, &none) == DS_ERR_UNSUPPORTED && none == NULL,
+          "nccl in a build without CUDA was not DS_ERR_UNSUPPORTED");
+#else
+    (void)nccl;
+    (void)none;
+#endif
+}
+
+int main(void) {
+    ds_comm *c = NULL;
+    ds_status st = ds_comm_create(NULL, &c);
+    if (st != DS_OK) {
+        fprintf(stderr, "ds_comm_create: %s: %s\n", ds_status_to_string(st), ds_last_error());
+        return 1;
+    }
+    g_rank = c->rank;
+    int mpi_world = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &mpi_world);
+    CHECK(c->world == mpi_world, "world %d, MPI_COMM_WORLD has %d", c->world, mpi_world);
+    const char *env = getenv("OMPI_COMM_WORLD_SIZE");
+    CHECK(env ? c->source == DS_RANKS_MPI : c->source == DS_RANKS_SINGLE,
+          "source %s (OMPI_COMM_WORLD_SIZE %s)", ds_rank_source_name(c->source),
+          env ? env : "unset");
+    CHECK(c->local_rank >= 0 && c->local_rank < c->world, "local rank %d", c->local_rank);
+    CHECK(strcmp(c->ops->name, "mpi") == 0, "ops name %s", c->ops->name);
+
+    test_all(c);
+    test_host(c);
+    test_bad_args(c);
+
+    /* A 256-byte scratch: two 128-byte chunks, so 1000 elements of any type
+     * take 8 to 63 chunks, and 7 elements of fp64 two. Created while the
+     * first communicator lives (the last one to go finalises MPI). */
+    ds_comm *tiny = NULL;
+    ds_comm_desc d = {.kind = DS_COMM_MPI, .scratch_bytes = 256};
+    OK(ds_comm_create(&d, &tiny));
+    if (tiny) {
+        test_all(tiny);
+        /* Larger than the default 1 MiB chunk on the default communicator. */
+        test_all_reduce(c, DS_F32, DS_REDUCE_SUM, 300001);
+        test_reduce_scatter(c, DS_F32, DS_REDUCE_SUM, 300001, true);
+        test_all_gather(c, DS_F32, 300001, false);
+        test_broadcast(c, DS_F32, 300001, c->world - 1);
+        ds_comm_destroy(tiny);
+    }
+    CHECK(ds_comm_create(&(ds_comm_desc){.scratch_bytes = 8}, &tiny) == DS_ERR_INVALID_ARG,
+          "an 8-byte scratch was accepted");
+
+    /* Every rank exits with the same verdict. */
+    ds_status worst = DS_OK;
+    OK(ds_comm_agree(c, g_fail ? DS_ERR_INTERNAL : DS_OK, &worst));
+    ds_comm_destroy(c);
+    if (g_fail) fprintf(stderr, "rank %d: %d check(s) failed\n", g_rank, g_fail);
+    else if (g_rank == 0) printf("test_comm: all checks passed at world %d\n", mpi_world);
+    return worst == DS_OK && !g_fail ? 0 : 1;
+}

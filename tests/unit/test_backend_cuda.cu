@@ -1,0 +1,468 @@
+/* The cuda backend against the cpu backend (the reference), slot by slot.
+ * Built only with DS_CUDA; exits 77 (skipped) when no CUDA device is visible.
+ *
+ * Bit-for-bit where the arithmetic is shared (engine/backend/math.h, see its
+ * header for why that holds): rng_uniform, rng_normal, cast, fill, scale,
+ * axpy, adam, sgd. Within a bound otherwise:
+ *   - gemm: cuBLAS and OpenBLAS sum in different orders; both are within
+ *     (k + 2) eps sum|a||b| of the exact product (test_backend_gemm.c), so
+ *     they are within twice that of each other;
+ *   - sumsq: both sum in double in different orders: relative difference at
+ *     most 2 n DBL_EPSILON (each within n DBL_EPSILON of the exact sum of
+ *     positive terms); integer data is exact on both.
+ * Also: the Philox of math.h equals cuRAND's Philox4_32_10 from the device
+ * API (curand_init(seed, subsequence = tag, offset = j)), memory is zeroed,
+ * copies in every direction, streams and events order work, bad arguments
+ * are rejected as on cpu. */
+#include <curand_kernel.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/math.h"
+
+static int g_fail;
+
+#define EXPECT(cond, ...)                                                                        \
+    do {                                                                                         \
+        if (!(cond)) {                                                                           \
+            if (g_fail < 30) {                                                                   \
+                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                             \
+                fprintf(stderr, __VA_ARGS__);                                                    \
+                fprintf(stderr, "\n");                                                           \
+            }                                                                                    \
+            g_fail++;                                                                            \
+        }                                                                                        \
+    } while (0)
+
+#define OK(expr)                                                                                 \
+    do {                                                                                         \
+        ds_status ok_s_ = (expr);                                                                \
+        if (ok_s_ != DS_OK) {                                                                    \
+            fprintf(stderr, "FAIL %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr,             \
+                    ds_status_to_string(ok_s_), ds_last_error());                                \
+            exit(1);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+static ds_backend *g_cpu, *g_gpu;
+
+/* Device buffer of n elements of `es` bytes, freed by dev_free. */
+static void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    OK(ds_backend_alloc(g_gpu, DS_MEM_BUFFERS, DS_PLACE_DEVICE, bytes, &p));
+    return p;
+}
+static void dev_free(void *p, size_t bytes) {
+    ds_backend_free(g_gpu, DS_MEM_BUFFERS, DS_PLACE_DEVICE, p, bytes);
+}
+static void to_dev(void *d, const void *h, size_t bytes) {
+    OK(g_gpu->ops->memcpy(g_gpu, d, h, bytes, DS_COPY_H2D, NULL));
+}
+static void to_host(void *h, const void *d, size_t bytes) {
+    OK(g_gpu->ops->memcpy(g_gpu, h, d, bytes, DS_COPY_D2H, NULL));
+    OK(g_gpu->ops->sync(g_gpu));
+}
+
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+static float frand(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((double)(g_rng >> 40) / 8388608.0 - 1.0);
+}
+
+/* ---- Philox: ours on the device, cuRAND's, and ours on the host ---- */
+
+__global__ void k_philox_pair(uint32_t *ours, uint32_t *curand_out, uint64_t seed, uint32_t tag,
+                              uint64_t n) {
+    for (uint64_t j = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; j < n;
+         j += (uint64_t)gridDim.x * blockDim.x) {
+        ds_philox4 w = ds_rng_block(seed, tag, j >> 2);
+        ours[j] = w.v[j & 3];
+        curandStatePhilox4_32_10_t st;
+        curand_init(seed, tag, j, &st);
+        curand_out[j] = curand(&st);
+    }
+}
+
+static void test_philox_vs_curand(void) {
+    const uint64_t n = 4099, seed = 0x0123456789abcdefull;
+    uint32_t *d_ours, *d_cur;
+    uint32_t *ours = (uint32_t *)malloc(n * 4), *cur = (uint32_t *)malloc(n * 4);
+    for (uint32_t tag = 0; tag < 2; tag++) {
+        d_ours = (uint32_t *)dev_alloc(n * 4);
+        d_cur = (uint32_t *)dev_alloc(n * 4);
+        k_philox_pair<<<16, 256, 0, cudaStreamLegacy>>>(d_ours, d_cur, seed, tag, n);
+        EXPECT(cudaGetLastError() == cudaSuccess, "philox kernel launch failed");
+        to_host(ours, d_ours, n * 4);
+        to_host(cur, d_cur, n * 4);
+        size_t bad_cur = 0, bad_host = 0;
+        for (uint64_t j = 0; j < n; j++) {
+            bad_cur += ours[j] != cur[j];
+            bad_host += ours[j] != ds_rng_block(seed, tag, j >> 2).v[j & 3];
+        }
+        EXPECT(bad_cur == 0, "tag %u: %zu words differ from cuRAND's Philox4_32_10", tag, bad_cur);
+        EXPECT(bad_host == 0, "tag %u: %zu words differ between device and host", tag, bad_host);
+        dev_free(d_ours, n * 4);
+        dev_free(d_cur, n * 4);
+    }
+    free(ours);
+    free(cur);
+}
+
+/* ---- memory, copies, streams, events ---- */
+
+static void test_memory(void) {
+    const size_t bytes = (3u << 20) + 5;
+    unsigned char *h = (unsigned char *)malloc(bytes), *h2 = (unsigned char *)malloc(bytes);
+    void *d = dev_alloc(bytes), *d2 = dev_alloc(bytes);
+    to_host(h, d, bytes);
+    size_t nz = 0;
+    for (size_t i = 0; i < bytes; i++) nz += h[i] != 0;
+    EXPECT(nz == 0, "device allocation not zeroed (%zu bytes)", nz);
+    void *pinned = NULL;
+    OK(ds_backend_alloc(g_gpu, DS_MEM_BUFFERS, DS_PLACE_HOST, bytes, &pinned));
+    nz = 0;
+    for (size_t i = 0; i < bytes; i++) nz += ((unsigned char *)pinned)[i] != 0;
+    EXPECT(nz == 0, "pinned allocation not zeroed");
+    for (size_t i = 0; i < bytes; i++) ((unsigned char *)pinned)[i] = (unsigned char)(i * 7);
+    /* pinned -> device on a side stream, fenced by an event before the
+     * default stream copies device -> device -> host */
+    ds_stream *s = NULL;
+    ds_event *e = NULL;
+    OK(g_gpu->ops->stream_create(g_gpu, &s));
+    OK(g_gpu->ops->event_create(g_gpu, &e));
+    OK(g_gpu->ops->memcpy(g_gpu, d, pinned, bytes, DS_COPY_H2D, s));
+    OK(g_gpu->ops->event_record(g_gpu, e, s));
+    OK(g_gpu->ops->stream_wait_event(g_gpu, NULL, e));
+    OK(g_gpu->ops->memcpy(g_gpu, d2, d, bytes, DS_COPY_D2D, NULL));
+    to_host(h, d2, bytes);
+    size_t bad = 0;
+    for (size_t i = 0; i < bytes; i++) bad += h[i] != (unsigned char)(i * 7);
+    EXPECT(bad == 0, "H2D on a stream + event + D2D + D2H: %zu bytes differ", bad);
+    OK(g_gpu->ops->memset(g_gpu, d2, 0x5a, bytes, NULL));
+    OK(g_gpu->ops->memcpy(g_gpu, h2, d2, bytes, DS_COPY_D2H, NULL));
+    OK(g_gpu->ops->sync(g_gpu));
+    bad = 0;
+    for (size_t i = 0; i < bytes; i++) bad += h2[i] != 0x5a;
+    EXPECT(bad == 0, "memset: %zu bytes differ", bad);
+    OK(g_gpu->ops->memcpy(g_gpu, h2, pinned, bytes, DS_COPY_H2H, NULL));
+    OK(g_gpu->ops->stream_sync(g_gpu, NULL));
+    EXPECT(memcmp(h2, pinned, bytes) == 0, "H2H copy differs");
+    g_gpu->ops->event_destroy(g_gpu, e);
+    g_gpu->ops->stream_destroy(g_gpu, s);
+    ds_backend_free(g_gpu, DS_MEM_BUFFERS, DS_PLACE_HOST, pinned, bytes);
+    dev_free(d, bytes);
+    dev_free(d2, bytes);
+    free(h);
+    free(h2);
+}
+
+/* ---- element-wise slots: the same bits as cpu ---- */
+
+static void test_rng(void) {
+    const size_t n = 100003;
+    const uint64_t offsets[3] = {0, 5, (1ull << 40) + 3};
+    float *c = (float *)malloc(n * 4), *g = (float *)malloc(n * 4);
+    float *d = (float *)dev_alloc(n * 4);
+    for (int o = 0; o < 3; o++) {
+        OK(g_cpu->ops->rng_normal(g_cpu, c, n, 0.1f, 0.02f, 77, offsets[o]));
+        OK(g_gpu->ops->rng_normal(g_gpu, d, n, 0.1f, 0.02f, 77, offsets[o]));
+        to_host(g, d, n * 4);
+        EXPECT(memcmp(c, g, n * 4) == 0, "rng_normal at offset %llu differs from cpu",
+               (unsigned long long)offsets[o]);
+        OK(g_cpu->ops->rng_uniform(g_cpu, c, n, -0.5f, 0.5f, 78, offsets[o]));
+        OK(g_gpu->ops->rng_uniform(g_gpu, d, n, -0.5f, 0.5f, 78, offsets[o]));
+        to_host(g, d, n * 4);
+        EXPECT(memcmp(c, g, n * 4) == 0, "rng_uniform at offset %llu differs from cpu",
+               (unsigned long long)offsets[o]);
+    }
+    dev_free(d, n * 4);
+    free(c);
+    free(g);
+}
+
+static const ds_dtype k_types[3] = {DS_F32, DS_F16, DS_BF16};
+
+static void test_cast_scale_axpy_fill(void) {
+    const size_t n = 70001;
+    const size_t bytes = n * 4;
+    float *x = (float *)malloc(bytes), *y = (float *)malloc(bytes);
+    void *hc = malloc(bytes), *hg = malloc(bytes), *hx = malloc(bytes);
+    void *dx = dev_alloc(bytes), *dy = dev_alloc(bytes);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = frand() * powf(2.0f, (float)(i % 48) - 24.0f);
+        y[i] = frand();
+    }
+    x[0] = INFINITY;
+    x[1] = NAN;
+    x[2] = -0.0f;
+    x[3] = 65520.0f;
+    for (int s = 0; s < 3; s++) {
+        for (int t = 0; t < 3; t++) {
+            OK(g_cpu->ops->cast(g_cpu, hx, k_types[s], x, DS_F32, n)); /* source in type s */
+            OK(g_cpu->ops->cast(g_cpu, hc, k_types[t], hx, k_types[s], n));
+            to_dev(dx, hx, n * ds_dtype_size(k_types[s]));
+            OK(g_gpu->ops->cast(g_gpu, dy, k_types[t], dx, k_types[s], n));
+            to_host(hg, dy, n * ds_dtype_size(k_types[t]));
+            EXPECT(memcmp(hc, hg, n * ds_dtype_size(k_types[t])) == 0, "cast %s -> %s differs",
+                   ds_dtype_name(k_types[s]), ds_dtype_name(k_types[t]));
+            /* axpy y(t) += -0.75 x(s) */
+            OK(g_cpu->ops->cast(g_cpu, hc, k_types[t], y, DS_F32, n));
+            to_dev(dy, hc, n * ds_dtype_size(k_types[t]));
+            OK(g_cpu->ops->axpy(g_cpu, hc, k_types[t], -0.75f, hx, k_types[s], n));
+            OK(g_gpu->ops->axpy(g_gpu, dy, k_types[t], -0.75f, dx, k_types[s], n));
+            to_host(hg, dy, n * ds_dtype_size(k_types[t]));
+            EXPECT(memcmp(hc, hg, n * ds_dtype_size(k_types[t])) == 0, "axpy y=%s x=%s differs",
+                   ds_dtype_name(k_types[t]), ds_dtype_name(k_types[s]));
+        }
+        /* scale in type s */
+        OK(g_cpu->ops->cast(g_cpu, hc, k_types[s], x, DS_F32, n));
+        to_dev(dx, hc, n * ds_dtype_size(k_types[s]));
+        OK(g_cpu->ops->scale(g_cpu, hc, k_types[s], n, 1.3f));
+        OK(g_gpu->ops->scale(g_gpu, dx, k_types[s], n, 1.3f));
+        to_host(hg, dx, n * ds_dtype_size(k_types[s]));
+        EXPECT(memcmp(hc, hg, n * ds_dtype_size(k_types[s])) == 0, "scale %s differs",
+               ds_dtype_name(k_types[s]));
+    }
+    OK(g_gpu->ops->fill(g_gpu, (float *)dx, n, 3.25f));
+    to_host(hg, dx, bytes);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += ((float *)hg)[i] != 3.25f;
+    EXPECT(bad == 0, "fill: %zu values differ", bad);
+    dev_free(dx, bytes);
+    dev_free(dy, bytes);
+    free(x);
+    free(y);
+    free(hc);
+    free(hg);
+    free(hx);
+}
+
+static void test_sumsq(void) {
+    const size_t n = 1000003;
+    float *x = (float *)malloc(n * 4);
+    float *d = (float *)dev_alloc(n * 4);
+    uint16_t *h = (uint16_t *)malloc(n * 2);
+    double sc, sg;
+    int fc, fg;
+    /* integers: exact on both */
+    for (size_t i = 0; i < n; i++) x[i] = (float)((int)(i % 9) - 4);
+    for (int t = 0; t < 3; t++) {
+        const void *src = x;
+        if (k_types[t] != DS_F32) {
+            OK(g_cpu->ops->cast(g_cpu, h, k_types[t], x, DS_F32, n));
+            src = h;
+        }
+        to_dev(d, src, n * ds_dtype_size(k_types[t]));
+        OK(g_cpu->ops->sumsq(g_cpu, src, k_types[t], n, &sc, &fc));
+        OK(g_gpu->ops->sumsq(g_gpu, d, k_types[t], n, &sg, &fg));
+        EXPECT(sc == sg && fc == 0 && fg == 0, "sumsq %s of integers: cpu %.17g, cuda %.17g",
+               ds_dtype_name(k_types[t]), sc, sg);
+    }
+    /* random: within 2 n DBL_EPSILON relative */
+    for (size_t i = 0; i < n; i++) x[i] = frand() * 1e3f;
+    to_dev(d, x, n * 4);
+    OK(g_cpu->ops->sumsq(g_cpu, x, DS_F32, n, &sc, &fc));
+    OK(g_gpu->ops->sumsq(g_gpu, d, DS_F32, n, &sg, &fg));
+    EXPECT(fabs(sc - sg) <= 2.0 * n * 2.220446049250313e-16 * sc, "sumsq: cpu %.17g, cuda %.17g",
+           sc, sg);
+    /* the same call twice: the same bits */
+    double sg2;
+    OK(g_gpu->ops->sumsq(g_gpu, d, DS_F32, n, &sg2, &fg));
+    EXPECT(memcmp(&sg, &sg2, sizeof sg) == 0, "sumsq not deterministic: %.17g then %.17g", sg, sg2);
+    /* non-finite */
+    x[n / 3] = NAN;
+    to_dev(d, x, n * 4);
+    OK(g_gpu->ops->sumsq(g_gpu, d, DS_F32, n, &sg, &fg));
+    EXPECT(fg == 1, "NaN not flagged on cuda");
+    x[n / 3] = -INFINITY;
+    to_dev(d, x, n * 4);
+    OK(g_gpu->ops->sumsq(g_gpu, d, DS_F32, n, &sg, &fg));
+    EXPECT(fg == 1, "-inf not flagged on cuda");
+    dev_free(d, n * 4);
+    free(x);
+    free(h);
+}
+
+static void test_optim(void) {
+    const size_t n = 50003;
+    const size_t b4 = n * 4;
+    float *p = (float *)malloc(b4), *m = (float *)calloc(n, 4), *v = (float *)calloc(n, 4);
+    float *g = (float *)malloc(b4), *back = (float *)malloc(b4);
+    uint16_t *g16 = (uint16_t *)malloc(n * 2), *lp = (uint16_t *)malloc(n * 2),
+             *lpg = (uint16_t *)malloc(n * 2);
+    float *dp = (float *)dev_alloc(b4), *dm = (float *)dev_alloc(b4), *dv = (float *)dev_alloc(b4);
+    void *dg = dev_alloc(b4), *dlp = dev_alloc(n * 2);
+    for (int variant = 0; variant < 4; variant++) {
+        /* 0: AdamW fp32 grads; 1: Adam L2 bf16 grads + fp16 lp; 2: no bias
+         * correction fp16 grads + bf16 lp; 3: SGD nesterov + decay */
+        for (size_t i = 0; i < n; i++) {
+            p[i] = frand();
+            m[i] = 0;
+            v[i] = 0;
+        }
+        to_dev(dp, p, b4);
+        to_dev(dm, m, b4);
+        to_dev(dv, v, b4);
+        ds_dtype gt = variant == 1 ? DS_BF16 : variant == 2 ? DS_F16 : DS_F32;
+        ds_dtype lt = variant == 1 ? DS_F16 : DS_BF16;
+        void *hlp = variant == 1 || variant == 2 ? (void *)lp : NULL;
+        void *dlpp = hlp ? dlp : NULL;
+        for (int step = 1; step <= 3; step++) {
+            for (size_t i = 0; i < n; i++) g[i] = frand() * 64.0f;
+            const void *hg = g;
+            if (gt != DS_F32) {
+                OK(g_cpu->ops->cast(g_cpu, g16, gt, g, DS_F32, n));
+                hg = g16;
+            }
+            to_dev(dg, hg, n * ds_dtype_size(gt));
+            if (variant < 3) {
+                ds_adam_hparams hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step, variant == 0,
+                                      variant != 2};
+                OK(g_cpu->ops->adam(g_cpu, p, hg, gt, 1.0f / 64, m, v, n, &hp, hlp, lt));
+                OK(g_gpu->ops->adam(g_gpu, dp, dg, gt, 1.0f / 64, dm, dv, n, &hp, dlpp, lt));
+            } else {
+                ds_sgd_hparams hp = {0.05f, 0.9f, 0.0f, 1e-4f, true, step == 1};
+                OK(g_cpu->ops->sgd(g_cpu, p, hg, gt, 1.0f / 64, m, n, &hp, NULL, DS_F32));
+                OK(g_gpu->ops->sgd(g_gpu, dp, dg, gt, 1.0f / 64, dm, n, &hp, NULL, DS_F32));
+            }
+        }
+        to_host(back, dp, b4);
+        EXPECT(memcmp(back, p, b4) == 0, "optimizer variant %d: parameters differ from cpu",
+               variant);
+        to_host(back, dm, b4);
+        EXPECT(memcmp(back, m, b4) == 0, "optimizer variant %d: first moment / buffer differs",
+               variant);
+        if (variant < 3) {
+            to_host(back, dv, b4);
+            EXPECT(memcmp(back, v, b4) == 0, "optimizer variant %d: second moment differs",
+                   variant);
+        }
+        if (hlp) {
+            to_host(lpg, dlp, n * 2);
+            EXPECT(memcmp(lpg, lp, n * 2) == 0, "optimizer variant %d: param_lp differs", variant);
+        }
+    }
+    dev_free(dp, b4);
+    dev_free(dm, b4);
+    dev_free(dv, b4);
+    dev_free(dg, b4);
+    dev_free(dlp, n * 2);
+    free(p);
+    free(m);
+    free(v);
+    free(g);
+    free(back);
+    free(g16);
+    free(lp);
+    free(lpg);
+}
+
+/* ---- GEMM ---- */
+
+static void test_gemm(void) {
+    const int shapes[][4] = {{33, 17, 65, 1}, {128, 128, 64, 4}, {7, 300, 2, 3}, {5, 6, 0, 2}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        for (int ta = 0; ta < 2; ta++) {
+            for (int tb = 0; tb < 2; tb++) {
+                int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], batch = shapes[s][3];
+                int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+                int64_t sA = (int64_t)(ta ? k : m) * lda + 1, sB = (int64_t)(tb ? n : k) * ldb;
+                int64_t sC = (int64_t)m * ldc + 4;
+                size_t nA = (size_t)sA * batch + 1, nB = (size_t)sB * batch + 1,
+                       nC = (size_t)sC * batch;
+                float *A = (float *)malloc(nA * 4), *B = (float *)malloc(nB * 4);
+                float *Cc = (float *)malloc(nC * 4), *Cg = (float *)malloc(nC * 4);
+                float *C0 = (float *)malloc(nC * 4);
+                for (size_t i = 0; i < nA; i++) A[i] = frand();
+                for (size_t i = 0; i < nB; i++) B[i] = frand();
+                for (size_t i = 0; i < nC; i++) C0[i] = Cc[i] = frand();
+                float *dA = (float *)dev_alloc(nA * 4), *dB = (float *)dev_alloc(nB * 4),
+                      *dC = (float *)dev_alloc(nC * 4);
+                to_dev(dA, A, nA * 4);
+                to_dev(dB, B, nB * 4);
+                to_dev(dC, Cc, nC * 4);
+                OK(g_cpu->ops->gemm(g_cpu, ta, tb, m, n, k, 0.5f, A, lda, sA, B, ldb, sB, 1.0f, Cc,
+                                    ldc, sC, batch));
+                OK(g_gpu->ops->gemm(g_gpu, ta, tb, m, n, k, 0.5f, dA, lda, sA, dB, ldb, sB, 1.0f,
+                                    dC, ldc, sC, batch));
+                to_host(Cg, dC, nC * 4);
+                size_t bad = 0;
+                for (int b = 0; b < batch; b++)
+                    for (int i = 0; i < m; i++)
+                        for (int j = 0; j < n; j++) {
+                            double mag = 0;
+                            for (int l = 0; l < k; l++) {
+                                float a = ta ? A[b * sA + (int64_t)l * lda + i]
+                                             : A[b * sA + (int64_t)i * lda + l];
+                                float bb = tb ? B[b * sB + (int64_t)j * ldb + l]
+                                              : B[b * sB + (int64_t)l * ldb + j];
+                                mag += fabs((double)a * bb);
+                            }
+                            int64_t at = b * sC + (int64_t)i * ldc + j;
+                            double tol = 2.0 * (k + 2) * 1.1920929e-7 *
+                                         (0.5 * mag + fabs((double)C0[at]));
+                            bad += !(fabs((double)Cc[at] - Cg[at]) <= tol);
+                        }
+                EXPECT(bad == 0, "gemm ta=%d tb=%d m=%d n=%d k=%d batch=%d: %zu elements differ",
+                       ta, tb, m, n, k, batch, bad);
+                dev_free(dA, nA * 4);
+                dev_free(dB, nB * 4);
+                dev_free(dC, nC * 4);
+                free(A);
+                free(B);
+                free(Cc);
+                free(Cg);
+                free(C0);
+            }
+        }
+    }
+}
+
+static void test_bad_args(void) {
+    float x = 0.0f;
+    EXPECT(g_gpu->ops->gemm(g_gpu, false, false, 4, 3, 5, 1, &x, 4, 0, &x, 3, 0, 0, &x, 3, 0, 1) ==
+               DS_ERR_INVALID_ARG,
+           "cuda gemm with lda < k accepted");
+    EXPECT(g_gpu->ops->cast(g_gpu, &x, DS_I64, &x, DS_F32, 1) == DS_ERR_INVALID_ARG,
+           "cuda cast to int64 accepted");
+    ds_backend_desc d = {DS_BACKEND_CUDA, 999, 0, NULL};
+    ds_backend *be = NULL;
+    EXPECT(ds_backend_create(&d, &be) == DS_ERR_INVALID_ARG && be == NULL,
+           "device 999 accepted");
+    EXPECT(strstr(ds_last_error(), "999") != NULL, "message: %s", ds_last_error());
+    ds_clear_error();
+}
+
+int main(void) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        printf("test_backend_cuda: no CUDA device visible, skipped\n");
+        return 77;
+    }
+    ds_backend_desc dc = {DS_BACKEND_CPU, 0, 2, NULL};
+    ds_backend_desc dg = {DS_BACKEND_CUDA, 0, 0, NULL};
+    OK(ds_backend_create(&dc, &g_cpu));
+    OK(ds_backend_create(&dg, &g_gpu));
+    EXPECT(strcmp(g_gpu->ops->name, "cuda") == 0, "name %s", g_gpu->ops->name);
+    test_philox_vs_curand();
+    test_memory();
+    test_rng();
+    test_cast_scale_axpy_fill();
+    test_sumsq();
+    test_optim();
+    test_gemm();
+    test_bad_args();
+    ds_backend_destroy(g_gpu);
+    ds_backend_destroy(g_cpu);
+    if (g_fail) {
+        fprintf(stderr, "test_backend_cuda: %d check(s) failed\n", g_fail);
+        return 1;
+    }
+    printf("test_backend_cuda: ok\n");
+    return 0;
+}

@@ -1,0 +1,204 @@
+/* The cpu backend's strided-batched row-major GEMM against a naive loop in
+ * double: all four transpose combinations, non-square shapes, leading
+ * dimensions wider than the rows, batches (sequential and one-per-thread
+ * paths, shared operands with stride 0), beta 0 and 1, k = 0, and the
+ * argument checks.
+ *
+ * Tolerance. For a dot product of length k evaluated in float in any order
+ * (blocked, vectorised, with fma), |computed - exact| <= gamma_k * sum|a||b|
+ * with gamma_k = k*u / (1 - k*u), u = FLT_EPSILON/2 (Higham, Accuracy and
+ * Stability, 3.1). Scaling by alpha and adding beta*C rounds twice more. So
+ * each element must lie within (k + 2) * FLT_EPSILON * (|alpha| sum|a||b| +
+ * |beta c|) of the double result: the bound with u rounded up to eps (a
+ * factor 2 of slack for the 1/(1-ku) term and the double reference's own
+ * rounding), never loosened past what the analysis allows. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend/backend.h"
+
+static int g_fail;
+
+#define EXPECT(cond, ...)                                                                        \
+    do {                                                                                         \
+        if (!(cond)) {                                                                           \
+            if (g_fail < 20) {                                                                   \
+                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                             \
+                fprintf(stderr, __VA_ARGS__);                                                    \
+                fprintf(stderr, "\n");                                                           \
+            }                                                                                    \
+            g_fail++;                                                                            \
+        }                                                                                        \
+    } while (0)
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform in [-1, 1), xorshift64* */
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    uint64_t r = g_rng * 0x2545f4914f6cdd1dull;
+    return (float)((double)(r >> 40) / (double)(1u << 24) * 2.0 - 1.0);
+}
+
+/* Sentinel written into the padding between rows and between batches of C:
+ * GEMM must not touch it. */
+#define PAD_SENTINEL 12345.0f
+
+typedef struct gemm_case {
+    int ta, tb, m, n, k, batch;
+    int pad;            /* extra columns in every leading dimension */
+    int share_b;        /* strideB = 0: one B for every batch */
+    float alpha, beta;
+} gemm_case;
+
+static void run_case(ds_backend *be, const gemm_case *c) {
+    int arows = c->ta ? c->k : c->m, acols = c->ta ? c->m : c->k;
+    int brows = c->tb ? c->n : c->k, bcols = c->tb ? c->k : c->n;
+    int lda = acols + c->pad, ldb = bcols + c->pad, ldc = c->n + c->pad;
+    int64_t sA = (int64_t)arows * lda + 5, sB = c->share_b ? 0 : (int64_t)brows * ldb + 3;
+    int64_t sC = (int64_t)c->m * ldc + 7;
+    size_t nA = (size_t)sA * c->batch;
+    size_t nB = c->share_b ? (size_t)brows * ldb : (size_t)sB * c->batch;
+    size_t nC = (size_t)sC * c->batch;
+    float *A = malloc(nA * sizeof *A), *B = malloc(nB * sizeof *B);
+    float *C = malloc(nC * sizeof *C), *C0 = malloc(nC * sizeof *C0);
+    for (size_t i = 0; i < nA; i++) A[i] = frand();
+    for (size_t i = 0; i < nB; i++) B[i] = frand();
+    for (size_t i = 0; i < nC; i++) C[i] = PAD_SENTINEL;
+    for (int b = 0; b < c->batch; b++)
+        for (int i = 0; i < c->m; i++)
+            for (int j = 0; j < c->n; j++)
+                C[b * sC + (int64_t)i * ldc + j] = c->beta == 0.0f ? NAN : frand();
+    memcpy(C0, C, nC * sizeof *C);
+
+    ds_status st = be->ops->gemm(be, c->ta, c->tb, c->m, c->n, c->k, c->alpha, A, lda, sA, B, ldb,
+                                 sB, c->beta, C, ldc, sC, c->batch);
+    EXPECT(st == DS_OK, "gemm failed: %s", ds_last_error());
+
+    for (int b = 0; b < c->batch; b++) {
+        const float *Ab = A + b * sA, *Bb = B + b * sB;
+        for (int i = 0; i < c->m; i++) {
+            for (int j = 0; j < c->n; j++) {
+                double acc = 0.0, mag = 0.0;
+                for (int l = 0; l < c->k; l++) {
+                    double a = c->ta ? Ab[(int64_t)l * lda + i] : Ab[(int64_t)i * lda + l];
+                    double bb = c->tb ? Bb[(int64_t)j * ldb + l] : Bb[(int64_t)l * ldb + j];
+                    acc += a * bb;
+                    mag += fabs(a * bb);
+                }
+                int64_t at = b * sC + (int64_t)i * ldc + j;
+                double old = c->beta == 0.0f ? 0.0 : (double)C0[at] * c->beta;
+                double want = (double)c->alpha * acc + old;
+                double tol =
+                    (c->k + 2) * (double)FLT_EPSILON * (fabs((double)c->alpha) * mag + fabs(old));
+                double err = fabs((double)C[at] - want);
+                if (!(err <= tol)) {
+                    EXPECT(0,
+                           "gemm ta=%d tb=%d m=%d n=%d k=%d batch=%d beta=%g: C[%d][%d][%d] = "
+                           "%.9g, want %.9g (err %.3g > tol %.3g)",
+                           c->ta, c->tb, c->m, c->n, c->k, c->batch, (double)c->beta, b, i, j,
+                           (double)C[at], want, err, tol);
+                    goto done;
+                }
+            }
+            for (int j = c->n; j < ldc && i < c->m - 1; j++) /* row padding untouched */
+                EXPECT(C[b * sC + (int64_t)i * ldc + j] == PAD_SENTINEL, "row padding written");
+        }
+        for (int64_t x = (int64_t)(c->m - 1) * ldc + c->n; x < sC; x++)
+            EXPECT(C[b * sC + x] == PAD_SENTINEL, "batch padding written at batch %d +%lld", b,
+                   (long long)x);
+    }
+done:
+    free(A);
+    free(B);
+    free(C);
+    free(C0);
+}
+
+static void test_shapes(ds_backend *be) {
+    const int shapes[][3] = {
+        {1, 1, 1}, {5, 7, 3}, {17, 13, 29}, {64, 33, 1}, {3, 96, 200}, {130, 70, 65},
+    };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int bi = 0; bi < 2; bi++)
+                    for (int batch = 1; batch <= 3; batch += 2) {
+                        gemm_case c = {ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], batch,
+                                       (int)(s % 3) + 1, 0, 0.75f, bi ? 1.0f : 0.0f};
+                        run_case(be, &c);
+                    }
+    /* batches sharing one B (stride 0), as a layer applied to micro-batches */
+    gemm_case shared = {0, 1, 9, 11, 6, 4, 2, 1, 1.0f, 1.0f};
+    run_case(be, &shared);
+    /* big enough that OpenBLAS splits it across threads */
+    gemm_case big = {0, 0, 300, 260, 190, 1, 0, 0, 1.0f, 0.0f};
+    run_case(be, &big);
+    /* attention-like batch: many small matrices (one-per-thread path) */
+    gemm_case attn = {0, 1, 32, 32, 16, 8, 0, 0, 0.125f, 0.0f};
+    run_case(be, &attn);
+}
+
+/* k = 0: op(A) op(B) is empty, so C = beta * C; beta = 0 clears NaN. */
+static void test_k_zero(ds_backend *be) {
+    float C[2][3] = {{1, 2, 3}, {NAN, 5, 6}};
+    ds_status st = be->ops->gemm(be, false, false, 2, 3, 0, 1.0f, NULL, 1, 0, NULL, 3, 0, 2.0f,
+                                 &C[0][0], 3, 0, 1);
+    EXPECT(st == DS_OK, "k=0 gemm failed: %s", ds_last_error());
+    EXPECT(C[0][0] == 2 && C[0][2] == 6 && C[1][1] == 10 && isnan(C[1][0]), "k=0, beta=2 wrong");
+    st = be->ops->gemm(be, false, false, 2, 3, 0, 1.0f, NULL, 1, 0, NULL, 3, 0, 0.0f, &C[0][0], 3,
+                       0, 1);
+    EXPECT(st == DS_OK && C[1][0] == 0.0f && C[1][2] == 0.0f, "k=0, beta=0 must write zeros");
+}
+
+static void expect_invalid(ds_status st, const char *what, const char *needle) {
+    EXPECT(st == DS_ERR_INVALID_ARG, "%s: got %s, want DS_ERR_INVALID_ARG", what,
+           ds_status_to_string(st));
+    EXPECT(strstr(ds_last_error(), needle) != NULL, "%s: message '%s' lacks '%s'", what,
+           ds_last_error(), needle);
+    ds_clear_error();
+}
+
+static void test_bad_args(ds_backend *be) {
+    float A[64] = {0}, B[64] = {0}, C[64] = {0};
+    /* A not transposed is m x k = 4 x 5: lda 4 is too small */
+    expect_invalid(be->ops->gemm(be, false, false, 4, 3, 5, 1, A, 4, 0, B, 3, 0, 0, C, 3, 0, 1),
+                   "lda too small", "lda=4");
+    /* B transposed is n x k = 3 x 5: ldb 3 too small */
+    expect_invalid(be->ops->gemm(be, false, true, 4, 3, 5, 1, A, 5, 0, B, 3, 0, 0, C, 3, 0, 1),
+                   "ldb too small", "ldb=3");
+    expect_invalid(be->ops->gemm(be, false, false, 4, 3, 5, 1, A, 5, 0, B, 3, 0, 0, C, 2, 0, 1),
+                   "ldc too small", "ldc=2");
+    expect_invalid(be->ops->gemm(be, false, false, -1, 3, 5, 1, A, 5, 0, B, 3, 0, 0, C, 3, 0, 1),
+                   "negative m", "negative");
+    /* two batches of C (4 x 3, 12 elements) 6 apart would overlap */
+    expect_invalid(be->ops->gemm(be, false, false, 4, 3, 5, 1, A, 5, 0, B, 3, 0, 0, C, 3, 6, 2),
+                   "overlapping C", "overlap");
+    expect_invalid(be->ops->gemm(be, false, false, 4, 3, 5, 1, NULL, 5, 0, B, 3, 0, 0, C, 3, 0, 1),
+                   "NULL A", "NULL");
+}
+
+int main(void) {
+    for (int nt = 1; nt <= 2; nt++) {
+        ds_backend_desc d = {.kind = DS_BACKEND_CPU, .num_threads = nt};
+        ds_backend *be = NULL;
+        if (ds_backend_create(&d, &be) != DS_OK) {
+            fprintf(stderr, "backend: %s\n", ds_last_error());
+            return 1;
+        }
+        EXPECT(be->num_threads == nt, "num_threads %d, want %d", be->num_threads, nt);
+        test_shapes(be);
+        test_k_zero(be);
+        test_bad_args(be);
+        ds_backend_destroy(be);
+    }
+    if (g_fail) {
+        fprintf(stderr, "test_backend_gemm: %d check(s) failed\n", g_fail);
+        return 1;
+    }
+    printf("test_backend_gemm: ok\n");
+    return 0;
+}

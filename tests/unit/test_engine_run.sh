@@ -1,0 +1,300 @@
+#!/bin/sh
+# Tests of engine-run (tools/engine_run.c), one case per ctest test.
+#
+#   test_engine_run.sh CASE ENGINE_RUN RANK_ECHO WORKDIR
+#
+# Most cases compare the exact --dry-run line, which is the command engine-run
+# would exec; run_np1 / run_np2 / rank_dies really start processes, with
+# rank_echo (tests/unit/rank_echo.c) as APP. Prints every mismatch and exits 1
+# if there was any.
+set -u
+if [ $# -ne 4 ]; then
+  echo "usage: $0 CASE ENGINE_RUN RANK_ECHO WORKDIR" >&2
+  exit 2
+fi
+tcase=$1
+er=$(readlink -f "$2")
+app=$(readlink -f "$3")
+rm -rf "$4" && mkdir -p "$4" && cd "$4" || exit 1
+work=$(pwd -P)
+bindir=$(dirname "$er")
+
+# The cases choose the launcher environment themselves: clear what the
+# environment running ctest may hold (an MPI job, a Slurm allocation, knobs).
+unset OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_LOCAL_SIZE PMI_SIZE PMI_RANK \
+  SLURM_JOB_ID SLURM_PROCID SLURM_NTASKS SLURM_STEP_ID SLURM_STEP_NUM_TASKS SLURM_CPUS_PER_TASK \
+  OMP_NUM_THREADS OPENBLAS_NUM_THREADS LD_LIBRARY_PATH ENGINE_RUN_CORES
+for v in $(env | sed -n 's/^\(DS_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
+
+echo '{"train_micro_batch_size_per_gpu": 1}' >cfg.json
+cfg=$work/cfg.json
+mkdir -p empty fakebin
+# A stand-in srun for the dry runs: engine-run only needs to find it on PATH.
+printf '#!/bin/sh\nexit 0\n' >fakebin/srun && chmod +x fakebin/srun
+mpirun=$(command -v mpirun || echo "")
+root=""
+[ "$(id -u)" -eq 0 ] && root=" --allow-run-as-root"
+
+fails=0
+fail() {
+  echo "FAIL [$tcase]: $*"
+  fails=$((fails + 1))
+}
+
+# er_run ARGS...: run engine-run with the assignments in $E added to its
+# environment (E="ENGINE_RUN_CORES=2 ..."; words without spaces; emptied after
+# each run); sets rc, and out.txt / err.txt hold its output. $E rather than
+# VAR=x before the function call, whose effect POSIX leaves unspecified.
+E=""
+er_run() {
+  # shellcheck disable=SC2086 # $E is a list of words on purpose
+  env $E "$er" "$@" >out.txt 2>err.txt
+  rc=$?
+  E=""
+}
+
+# expect_out WANT ARGS...: engine-run ARGS must exit 0 printing exactly WANT.
+expect_out() {
+  want=$1
+  shift
+  er_run "$@"
+  got=$(cat out.txt)
+  if [ "$rc" -ne 0 ]; then
+    fail "engine-run $* exited $rc: $(cat err.txt)"
+  elif [ "$got" != "$want" ]; then
+    fail "engine-run $*
+   want: $want
+    got: $got"
+  fi
+}
+
+# expect_error CODE PATTERN ARGS...: engine-run ARGS must exit CODE (or any
+# non-zero status for CODE 'nz') with exactly one line on stderr, starting
+# with 'engine-run: ' and containing the fixed string PATTERN, and no stdout.
+expect_error() {
+  code=$1
+  pattern=$2
+  shift 2
+  er_run "$@"
+  lines=$(wc -l <err.txt)
+  if [ "$code" = nz ] && [ "$rc" -eq 0 ]; then
+    fail "engine-run $* exited 0, expected an error"
+  elif [ "$code" != nz ] && [ "$rc" -ne "$code" ]; then
+    fail "engine-run $* exited $rc, expected $code; stderr: $(cat err.txt)"
+  fi
+  if [ "$lines" -ne 1 ]; then
+    fail "engine-run $*: expected one line on stderr, got $lines: $(cat err.txt)"
+  elif ! grep -q '^engine-run: ' err.txt; then
+    fail "engine-run $*: stderr does not start with 'engine-run: ': $(cat err.txt)"
+  elif ! grep -qF -- "$pattern" err.txt; then
+    fail "engine-run $*: stderr lacks '$pattern': $(cat err.txt)"
+  fi
+  [ -s out.txt ] && fail "engine-run $*: printed on stdout: $(cat out.txt)"
+  return 0
+}
+
+need_mpirun() {
+  if [ -z "$mpirun" ]; then
+    fail "mpirun not on PATH (install openmpi-bin)"
+    exit 1
+  fi
+}
+
+case "$tcase" in
+help)
+  er_run --help
+  [ "$rc" -eq 0 ] || fail "--help exited $rc"
+  [ -s err.txt ] && fail "--help wrote to stderr: $(cat err.txt)"
+  for word in "--np N" "--hostfile F" "--launcher" "auto" "mpirun" "srun" "none" "--dry-run" \
+    "--config FILE" "APP" "OMP_NUM_THREADS" "--oversubscribe" "--allow-run-as-root" \
+    "--bind-to none" "--kill-on-bad-exit=1" "OMPI_COMM_WORLD_SIZE" "SLURM_PROCID" "SLURM_JOB_ID" \
+    "ENGINE_RUN_CORES" "exit status"; do
+    grep -qF -- "$word" out.txt || fail "--help does not mention '$word'"
+  done
+  er_run -h
+  [ "$rc" -eq 0 ] || fail "-h exited $rc"
+  ;;
+
+dry_np1)
+  expect_out "$app --config $cfg a 'b c' 'it'\\''s'" --dry-run --config cfg.json "$app" a "b c" "it's"
+  expect_out "$app --config $cfg" --np 1 --dry-run --config "$cfg" "$app"
+  expect_out "$app --config $cfg --np 4" --np=1 --dry-run --config=cfg.json "$app" --np 4
+  expect_out "$app --config $cfg x" --launcher none --dry-run --config cfg.json "$app" x
+  expect_out "$app --config $cfg -- x" --dry-run --config cfg.json -- "$app" -- x
+  # A bundled program: found next to engine-run, by name.
+  expect_out "$bindir/gen_sentences --config $cfg" --dry-run --config cfg.json gen_sentences
+  ;;
+
+dry_np2)
+  need_mpirun
+  E="ENGINE_RUN_CORES=2"
+  expect_out "OMP_NUM_THREADS=1 $mpirun -np 2$root --bind-to none -x OMP_NUM_THREADS $app --config $cfg a" \
+    --np 2 --dry-run --config cfg.json "$app" a
+  ;;
+
+dry_np4)
+  need_mpirun
+  base="-x OMP_NUM_THREADS $app --config $cfg"
+  # More ranks than cores: oversubscribe, one thread each.
+  E="ENGINE_RUN_CORES=2"
+  expect_out "OMP_NUM_THREADS=1 $mpirun -np 4$root --oversubscribe --bind-to none $base" \
+    --np 4 --dry-run --config cfg.json "$app"
+  # Enough cores: no oversubscription, the cores shared out (8 / 4 = 2).
+  E="ENGINE_RUN_CORES=8"
+  expect_out "OMP_NUM_THREADS=2 $mpirun -np 4$root --bind-to none $base" \
+    --np 4 --dry-run --config cfg.json "$app"
+  # The user's OMP_NUM_THREADS is kept; DS_* variables are forwarded.
+  E="OMP_NUM_THREADS=3 DS_TEST_KNOB=1 ENGINE_RUN_CORES=8"
+  expect_out "$mpirun -np 4$root --bind-to none -x OMP_NUM_THREADS -x DS_TEST_KNOB $app --config $cfg" \
+    --np 4 --dry-run --config cfg.json "$app"
+  # No override: no machine has this many cores.
+  er_run --np 100000 --dry-run --config cfg.json "$app"
+  grep -qF -- "-np 100000$root --oversubscribe --bind-to none" out.txt ||
+    fail "--np 100000 without --oversubscribe: $(cat out.txt) $(cat err.txt)"
+  ;;
+
+dry_hostfile)
+  need_mpirun
+  echo "localhost slots=4" >hosts
+  # With a hostfile its slots decide: no --oversubscribe even above the cores.
+  E="ENGINE_RUN_CORES=2"
+  expect_out \
+    "OMP_NUM_THREADS=1 $mpirun -np 4 --hostfile $work/hosts$root --bind-to none -x OMP_NUM_THREADS $app --config $cfg" \
+    --np 4 --hostfile hosts --dry-run --config cfg.json "$app"
+  expect_error 1 "nohosts" --np 2 --hostfile nohosts --dry-run --config cfg.json "$app"
+  expect_error 2 "--hostfile is for mpirun" --np 1 --hostfile hosts --dry-run --config cfg.json "$app"
+  ;;
+
+dry_mpi_env)
+  # Inside an MPI job this process is a rank already: APP runs in place, with
+  # this host's cores shared among its local ranks (4 / 2 = 2 threads).
+  export OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_SIZE=2 ENGINE_RUN_CORES=4
+  expect_out "OMP_NUM_THREADS=2 $app --config $cfg a" --np 2 --dry-run --config cfg.json "$app" a
+  expect_out "OMP_NUM_THREADS=2 $app --config $cfg" --dry-run --config cfg.json "$app"
+  E="OMP_NUM_THREADS=5"
+  expect_out "$app --config $cfg" --dry-run --config cfg.json "$app"
+  expect_error 2 "OMPI_COMM_WORLD_SIZE=2" --np 4 --dry-run --config cfg.json "$app"
+  expect_error 2 "--launcher mpirun inside a job" --launcher mpirun --dry-run --config cfg.json "$app"
+  unset OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_LOCAL_SIZE
+  # MPICH / Intel MPI (hydra) set PMI_SIZE instead.
+  E="PMI_SIZE=3"
+  expect_out "$app --config $cfg" --np 3 --dry-run --config cfg.json "$app"
+  ;;
+
+dry_slurm)
+  need_mpirun
+  # In an srun step: a rank already, in place.
+  E="SLURM_JOB_ID=7 SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0"
+  expect_out "$app --config $cfg" --np 2 --dry-run --config cfg.json "$app"
+  E="SLURM_JOB_ID=7 SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_CPUS_PER_TASK=3"
+  expect_out "OMP_NUM_THREADS=3 $app --config $cfg" --dry-run --config cfg.json "$app"
+  E="SLURM_JOB_ID=7 SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0"
+  expect_error 2 "SLURM_NTASKS=2" --np 4 --dry-run --config cfg.json "$app"
+  # In an sbatch script (task 0 of the job, no step): srun starts the ranks.
+  export PATH="$work/fakebin:$PATH"
+  E="SLURM_JOB_ID=7 SLURM_PROCID=0 SLURM_NTASKS=4"
+  expect_out "$work/fakebin/srun -n 4 --kill-on-bad-exit=1 $app --config $cfg a" \
+    --np 4 --dry-run --config cfg.json "$app" a
+  E="SLURM_JOB_ID=7 SLURM_CPUS_PER_TASK=2"
+  expect_out "OMP_NUM_THREADS=2 $work/fakebin/srun -n 2 --kill-on-bad-exit=1 $app --config $cfg" \
+    --np 2 --dry-run --config cfg.json "$app"
+  # One rank in an allocation runs in place; --launcher mpirun overrides srun.
+  E="SLURM_JOB_ID=7"
+  expect_out "$app --config $cfg" --np 1 --dry-run --config cfg.json "$app"
+  E="SLURM_JOB_ID=7 ENGINE_RUN_CORES=2"
+  expect_out "OMP_NUM_THREADS=1 $mpirun -np 2$root --bind-to none -x OMP_NUM_THREADS $app --config $cfg" \
+    --launcher mpirun --np 2 --dry-run --config cfg.json "$app"
+  # --launcher srun needs no allocation (srun can make one) and applies at N = 1 too.
+  expect_out "$work/fakebin/srun -n 1 --kill-on-bad-exit=1 $app --config $cfg" \
+    --launcher srun --dry-run --config cfg.json "$app"
+  expect_error 2 "--hostfile is for mpirun" --launcher srun --hostfile cfg.json --np 2 --dry-run \
+    --config cfg.json "$app"
+  # No srun installed.
+  E="PATH=$work/empty SLURM_JOB_ID=7"
+  expect_error 1 "slurm-client" --np 2 --dry-run --config cfg.json "$app"
+  ;;
+
+launcher_none)
+  expect_error 2 "engine-run: --np 2 with --launcher none: nothing would start the other ranks" \
+    --np 2 --launcher none --dry-run --config cfg.json "$app"
+  [ "$(cat err.txt)" = "engine-run: --np 2 with --launcher none: nothing would start the other ranks" ] ||
+    fail "--launcher none message: $(cat err.txt)"
+  expect_out "$app --config $cfg" --np 1 --launcher none --dry-run --config cfg.json "$app"
+  ;;
+
+no_mpirun)
+  E="PATH=$work/empty"
+  expect_error 1 "openmpi-bin" --np 2 --dry-run --config cfg.json "$app"
+  E="PATH=$work/empty"
+  expect_error 1 "mpirun not found" --np 2 --config cfg.json "$app"
+  ;;
+
+errors)
+  expect_error nz "nothere.json" --np 2 --dry-run --config nothere.json "$app"
+  expect_error nz "nothere.json" --config nothere.json "$app"
+  expect_error nz "$work/missing/c.json" --config "$work/missing/c.json" "$app"
+  expect_error nz "is a directory" --config empty "$app"
+  expect_error nz "no_such_app" --dry-run --config cfg.json no_such_app
+  grep -qF "$bindir" err.txt || fail "unknown APP: the message does not say where it looked: $(cat err.txt)"
+  expect_error nz "./no_such_app" --dry-run --config cfg.json ./no_such_app
+  expect_error nz "is not an executable" --dry-run --config cfg.json ./cfg.json
+  expect_error 2 "--np" --np 0 --config cfg.json "$app"
+  expect_error 2 "got 'two'" --np two --config cfg.json "$app"
+  expect_error 2 "--np needs a value" --np
+  expect_error 2 "--launcher" --launcher mpich --config cfg.json "$app"
+  expect_error 2 "--config FILE is required" "$app"
+  expect_error 2 "goes before APP" "$app" --config cfg.json
+  expect_error 2 "given twice" --config cfg.json "$app" --config=cfg.json
+  expect_error 2 "no APP given" --config cfg.json
+  expect_error 2 "unknown option '--bogus'" --bogus --config cfg.json "$app"
+  E="ENGINE_RUN_CORES=lots"
+  expect_error 2 "ENGINE_RUN_CORES" --np 2 --dry-run --config cfg.json "$app"
+  ;;
+
+run_np1)
+  expect_out "rank_echo rank 0 of 1 from none config $cfg omp unset args x y" --config cfg.json "$app" x y
+  # APP's exit status is engine-run's.
+  er_run --config cfg.json "$app" --exit-rank 0 --code 7
+  [ "$rc" -eq 7 ] || fail "in place, APP exited 7 but engine-run returned $rc"
+  ;;
+
+run_np2)
+  need_mpirun
+  er_run --np 2 --config cfg.json "$app" hello "two words"
+  [ "$rc" -eq 0 ] || fail "engine-run --np 2 exited $rc: $(cat err.txt)"
+  for r in 0 1; do
+    grep -q "^rank_echo rank $r of 2 from mpi config $cfg omp [0-9][0-9]* args hello two words\$" out.txt ||
+      fail "rank $r did not run (or got other arguments); stdout: $(cat out.txt) stderr: $(cat err.txt)"
+  done
+  [ "$(grep -c '^rank_echo' out.txt)" -eq 2 ] || fail "expected 2 ranks, stdout: $(cat out.txt)"
+  ;;
+
+rank_dies)
+  need_mpirun
+  # Rank 1 fails at once; rank 0 would sleep 300 s. mpirun must end the job
+  # (rank 0 included) long before: `timeout 60` turns a hang into status 124.
+  timeout 60 "$er" --np 2 --config cfg.json "$app" --exit-rank 1 --code 5 --sleep 300 >out.txt 2>err.txt
+  rc=$?
+  [ "$rc" -eq 124 ] && fail "the job did not end when rank 1 died (killed by timeout after 60 s)"
+  [ "$rc" -eq 5 ] || fail "expected the failed rank's status 5, got $rc; stderr: $(cat err.txt)"
+  # Any process still holding our config path is a rank mpirun left behind
+  # (read from /proc: minimal images have no ps).
+  left=""
+  for f in /proc/[0-9]*/cmdline; do
+    args=$(tr '\000' ' ' <"$f" 2>/dev/null) || continue
+    case "$args" in *"$app --config $cfg"*) left="$left [$args]" ;; esac
+  done
+  [ -z "$left" ] || fail "ranks still running after engine-run returned:$left"
+  ;;
+
+*)
+  echo "unknown case '$tcase'" >&2
+  exit 2
+  ;;
+esac
+
+if [ "$fails" -ne 0 ]; then
+  echo "$tcase: $fails failure(s)"
+  exit 1
+fi
+echo "$tcase: ok"

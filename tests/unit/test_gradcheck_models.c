@@ -1,0 +1,168 @@
+/* Gradient check of whole models: the MLP and a tiny BERT (2 layers, hidden
+ * 16, 2 heads, vocab 30, T 5 with padding in one row), every parameter of
+ * every module against central finite differences of the mean loss, run
+ * module by module as the engine runs them (each module's dx is the previous
+ * module's dy). The step, the Richardson extrapolation and the tolerances are
+ * those of test_gradcheck_modules.c, where they are derived; here L is the
+ * loss itself, so S = max(1, |L|).
+ *
+ * Also: a forward repeated with the same seeds is bit-identical (what
+ * activation checkpointing relies on when it recomputes a layer), and the
+ * loss module's backward scales by loss_scale. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend/backend.h"
+#include "models/models.h"
+#include "tests/unit/gradcheck_harness.h"
+
+static ds_backend *g_be;
+
+static const gc_opts k_opts = {
+    .h = 1e-2, .rtol = 1e-4, .atol = 4.0, .max_per_tensor = 600, .kinks = false,
+    .check_x0 = false,
+};
+
+static int check_model(ds_model *model, const gc_batch *gb, bool training, bool kinks,
+                       double wstd, const char *label) {
+    gc_chain c;
+    if (gc_chain_init(&c, g_be, model->modules, model->n_modules, &gb->b, true, 0, true, 77))
+        return 1;
+    gc_chain_randomize(&c, wstd, 0.1, 78);
+    c.training = training;
+    gc_opts o = k_opts;
+    o.kinks = kinks;
+    int f = gc_check(&c, &o, label);
+    gc_chain_free(&c);
+    if (f) fprintf(stderr, "FAILED: %s (%d tensors)\n", label, f);
+    return f ? 1 : 0;
+}
+
+static int test_mlp(void) {
+    ds_mlp_desc d = {.vocab_size = 20, .max_seq_len = 6, .embed_dim = 8, .hidden_dim = 12,
+                     .n_hidden = 2, .n_classes = 3};
+    ds_model *model;
+    if (ds_mlp_create(&d, &model) != DS_OK) {
+        fprintf(stderr, "mlp: %s\n", ds_last_error());
+        return 1;
+    }
+    gc_batch gb;
+    const int lens[] = {6, 4, 2, 5};
+    gc_batch_make(&gb, 4, 6, 20, 3, lens, false, false, 11);
+    /* Weights N(0, 1): pre-activations of the ReLUs are O(1), so few lie
+     * within a step of their kink. */
+    int f = check_model(model, &gb, false, true, 1.0, "mlp");
+    gc_batch_free(&gb);
+    ds_model_destroy(model);
+    return f;
+}
+
+static ds_status tiny_bert(ds_model **out) {
+    ds_bert_desc d = {.vocab_size = 30, .hidden_size = 16, .num_hidden_layers = 2,
+                      .num_attention_heads = 2, .intermediate_size = 32,
+                      .max_position_embeddings = 8, .hidden_dropout_prob = 0.1f,
+                      .attention_probs_dropout_prob = 0.1f, .n_classes = 3, .max_seq_len = 5};
+    return ds_bert_create(&d, out);
+}
+
+static int test_bert(void) {
+    int fails = 0;
+    ds_model *model;
+    if (tiny_bert(&model) != DS_OK) {
+        fprintf(stderr, "bert: %s\n", ds_last_error());
+        return 1;
+    }
+    const int lens[] = {5, 3, 5};
+    for (int v = 0; v < 2; v++) {
+        gc_batch gb;
+        /* eval: plain loss; training: dropout everywhere and class weights */
+        gc_batch_make(&gb, 3, 5, 30, 3, lens, true, v == 1, 12);
+        /* Weights N(0, 0.25), half the single-module checks' 0.5: through a
+         * whole model, std 0.5 makes attention and logits saturate, and near
+         * a saturation edge L bends too sharply for any fp32 step (seen: FD
+         * drifting by 10% between h = 1e-2 and 1e-3). */
+        fails += check_model(model, &gb, v == 1, false, 0.25, v ? "bert/train" : "bert/eval");
+        gc_batch_free(&gb);
+    }
+    ds_model_destroy(model);
+    return fails;
+}
+
+/* Same seeds -> bit-identical outputs (recomputation); another seed changes
+ * the dropout masks; training off ignores the seed. */
+static int test_recompute(void) {
+    ds_model *model;
+    if (tiny_bert(&model) != DS_OK) return 1;
+    gc_batch gb;
+    const int lens[] = {5, 2};
+    gc_batch_make(&gb, 2, 5, 30, 3, lens, true, false, 13);
+    gc_chain c;
+    int fails = 0;
+    if (gc_chain_init(&c, g_be, model->modules, model->n_modules, &gb.b, true, 0, true, 5))
+        return 1;
+    double L1, L2, L3, E1, E2;
+    c.training = true;
+    if (gc_chain_forward(&c, &L1) || gc_chain_forward(&c, &L2)) return 1;
+    c.seed = 6;
+    if (gc_chain_forward(&c, &L3)) return 1;
+    c.training = false;
+    if (gc_chain_forward(&c, &E1)) return 1;
+    c.seed = 5;
+    if (gc_chain_forward(&c, &E2)) return 1;
+    if (L1 != L2) {
+        fprintf(stderr, "recompute: same seed gave losses %.9g and %.9g\n", L1, L2);
+        fails++;
+    }
+    if (L1 == L3) {
+        fprintf(stderr, "recompute: seeds 5 and 6 gave the same training loss %.9g\n", L1);
+        fails++;
+    }
+    if (E1 != E2) {
+        fprintf(stderr, "recompute: eval loss depends on the seed (%.9g vs %.9g)\n", E1, E2);
+        fails++;
+    }
+    printf("recompute: train %.9g (again %.9g, other seed %.9g), eval %.9g\n", L1, L2, L3, E1);
+
+    /* loss_scale: the loss module's dx scales linearly */
+    int last = c.n - 1;
+    gc_run *lr = &c.runs[last];
+    float *d1 = malloc(lr->nx * sizeof(float));
+    c.loss_scale = 1.0f;
+    if (gc_chain_forward(&c, &E1) || gc_chain_backward(&c)) return 1;
+    memcpy(d1, lr->dx, lr->nx * sizeof(float));
+    c.loss_scale = 1024.0f;
+    if (gc_chain_forward(&c, &E1) || gc_chain_backward(&c)) return 1;
+    for (size_t i = 0; i < lr->nx; i++)
+        if (lr->dx[i] != 1024.0f * d1[i]) { /* a power of two: exact */
+            fprintf(stderr, "loss_scale: dlogits[%zu] = %g, expected 1024 * %g\n", i, lr->dx[i],
+                    d1[i]);
+            fails++;
+            break;
+        }
+    free(d1);
+    gc_chain_free(&c);
+    gc_batch_free(&gb);
+    ds_model_destroy(model);
+    return fails;
+}
+
+int main(void) {
+    ds_backend_desc bd = {.kind = DS_BACKEND_CPU, .num_threads = 1};
+    if (ds_backend_create(&bd, &g_be) != DS_OK) {
+        fprintf(stderr, "backend: %s\n", ds_last_error());
+        return 1;
+    }
+    int fails = 0;
+    fails += test_mlp();
+    fails += test_bert();
+    fails += test_recompute();
+    ds_backend_destroy(g_be);
+    if (fails) {
+        fprintf(stderr, "%d model check(s) failed\n", fails);
+        return 1;
+    }
+    printf("all model gradient checks passed\n");
+    return 0;
+}

@@ -1,0 +1,645 @@
+/* engine-run: start the ranks of a program built on zero-engine.
+ *
+ *   engine-run [--np N] [--hostfile F] [--launcher auto|mpirun|srun|none]
+ *              [--dry-run] --config FILE APP [ARGS...]
+ *
+ * The launcher decides once, from its options and the environment, how the N
+ * ranks come to exist, and then exec()s: either APP itself (this process is
+ * already a rank, or N = 1) or mpirun / srun, which start APP N times. It never
+ * stays around as a parent, so signals, exit codes and job control belong to
+ * APP or to the MPI/Slurm launcher exactly as if the user had typed the command
+ * --dry-run prints. The full rules are in usage() below (engine-run --help).
+ *
+ * Errors are one line on stderr, "engine-run: <what>", and exit status 2 for
+ * a malformed command line or 1 for anything else (missing file, missing
+ * mpirun, exec failure). */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { EXIT_USAGE = 2, EXIT_RUNTIME = 1 };
+
+/* The most ranks one command line may ask for: far above any machine count
+ * this launcher will meet, low enough that N * anything fits in an int. */
+enum { MAX_RANKS = 1 << 20 };
+
+typedef enum launcher_kind { L_AUTO, L_MPIRUN, L_SRUN, L_NONE } launcher_kind;
+
+typedef struct options {
+    int np;          /* ranks asked for; 1 when --np is absent */
+    int np_given;    /* --np appeared on the command line */
+    const char *hostfile;
+    launcher_kind launcher;
+    int dry_run;
+    const char *config;
+    const char *app;
+    char **app_args; /* ARGS after APP, passed on untouched */
+    int n_app_args;
+} options;
+
+/* A growable argv (NULL-terminated at all times) for the command we exec. */
+typedef struct argv_buf {
+    char **v;
+    int n, cap;
+} argv_buf;
+
+/* Environment assignments engine-run made itself; --dry-run shows them in
+ * front of the command so the printed line runs the same way in a shell. */
+typedef struct env_note {
+    char text[64];
+} env_note;
+
+static env_note g_env_notes[4];
+static int g_n_env_notes;
+
+static void fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+
+static void fail(int code, const char *fmt, ...) {
+    va_list ap;
+    fputs("engine-run: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(code);
+}
+
+static void usage(FILE *out) {
+    fputs(
+        "usage: engine-run [--np N] [--hostfile F] [--launcher auto|mpirun|srun|none]\n"
+        "                  [--dry-run] --config FILE APP [ARGS...]\n"
+        "\n"
+        "Starts N ranks of APP, a program built on zero-engine, and passes each one\n"
+        "'--config FILE' (FILE made absolute) followed by ARGS.\n"
+        "\n"
+        "APP is either the name of a program bundled with engine-run (train_cls, ...),\n"
+        "looked up in the directory that holds the engine-run executable itself, or a\n"
+        "path containing '/' to any executable (./my_trainer, /opt/x/bin/trainer).\n"
+        "Options go before APP; everything after APP is APP's.\n"
+        "\n"
+        "Options:\n"
+        "  --np N          number of ranks (default 1; inside mpirun or srun the\n"
+        "                  launcher's own count, which --np, if given, must match)\n"
+        "  --hostfile F    Open MPI hostfile, passed to mpirun as --hostfile F (absolute);\n"
+        "                  not used with srun (the Slurm allocation decides the hosts)\n"
+        "  --launcher L    auto (default), mpirun, srun or none; see below\n"
+        "  --dry-run       print the command engine-run would exec, one line on stdout,\n"
+        "                  with any environment variable it sets in front, and exit 0\n"
+        "  --config FILE   the ds_config.json for APP (required; must exist)\n"
+        "  -h, --help      this text\n"
+        "\n"
+        "How the ranks start (--launcher auto):\n"
+        "  1. Inside an MPI job (OMPI_COMM_WORLD_SIZE or PMI_SIZE set, e.g.\n"
+        "     'mpirun -np 4 engine-run ...') or inside an srun step (SLURM_PROCID,\n"
+        "     SLURM_NTASKS and SLURM_STEP_ID set): this process already is one rank;\n"
+        "     APP runs in place (exec).\n"
+        "  2. N = 1: APP runs in place.\n"
+        "  3. Inside a Slurm allocation (SLURM_JOB_ID set) but not in an srun step, e.g.\n"
+        "     in an sbatch script: exec srun -n N --kill-on-bad-exit=1 APP ...\n"
+        "  4. Otherwise: exec mpirun -np N [--hostfile F] [--allow-run-as-root]\n"
+        "     [--oversubscribe] --bind-to none -x OMP_NUM_THREADS [-x VAR ...] APP ...\n"
+        "     --allow-run-as-root is added when engine-run runs as root.\n"
+        "     --oversubscribe is added when N exceeds the cores of this machine and no\n"
+        "     hostfile is given (with a hostfile its slots decide).\n"
+        "     -x forwards OMP_NUM_THREADS and, when set, LD_LIBRARY_PATH,\n"
+        "     OPENBLAS_NUM_THREADS and every DS_* variable to ranks on other hosts\n"
+        "     (ranks on this host inherit the whole environment anyway).\n"
+        "  --launcher mpirun / srun force that launcher for any N (mpirun also inside\n"
+        "  a Slurm allocation); --launcher none always runs APP in place and refuses\n"
+        "  N > 1, because nothing would start the other ranks. Forcing mpirun or srun\n"
+        "  from inside an MPI job or srun step is refused (it would nest launchers).\n"
+        "\n"
+        "Threads per rank: when OMP_NUM_THREADS is unset, engine-run sets it so the\n"
+        "ranks on one machine share its cores instead of each starting one OpenMP\n"
+        "thread per core and fighting over them:\n"
+        "  mpirun:           max(1, cores / N), counted on this machine (with a\n"
+        "                    hostfile spanning machines, set OMP_NUM_THREADS yourself)\n"
+        "  in an MPI job:    max(1, cores / OMPI_COMM_WORLD_LOCAL_SIZE)\n"
+        "  srun, srun step:  SLURM_CPUS_PER_TASK when set; otherwise left unset, so\n"
+        "                    OpenMP uses the CPUs Slurm bound the task to\n"
+        "  one rank:         left unset (OpenMP uses every core)\n"
+        "'cores' are the physical cores this process may run on (hardware threads of\n"
+        "one core count once, as Open MPI counts slots); ENGINE_RUN_CORES=K overrides\n"
+        "the count, e.g. in a container whose CPU quota the kernel does not show.\n"
+        "\n"
+        "When a rank dies: mpirun ends the whole job as soon as one rank exits with a\n"
+        "non-zero status or is killed by a signal (Open MPI's default), and srun gets\n"
+        "--kill-on-bad-exit=1 for the same effect, so no rank is left waiting in a\n"
+        "collective. The exit status of engine-run is APP's (in place) or the\n"
+        "launcher's.\n"
+        "\n"
+        "Open MPI's MCA parameters can be given as environment variables\n"
+        "(OMPI_MCA_btl=self,vader,tcp ...); mpirun reads them itself.\n"
+        "\n"
+        "Errors are one line on stderr starting with 'engine-run:'; exit status 2 for\n"
+        "a malformed command line, 1 for a missing file or program.\n"
+        "\n"
+        "Examples:\n"
+        "  engine-run --np 2 --config configs/ds_config.json train_cls --data d.csv\n"
+        "  engine-run --np 8 --hostfile hosts --config c.json ./my_trainer --lr 1e-3\n"
+        "  sbatch -n 16 --wrap 'engine-run --np 16 --config c.json train_cls ...'\n",
+        out);
+}
+
+static void argv_push(argv_buf *a, const char *s) {
+    if (a->n + 2 > a->cap) {
+        int cap = a->cap ? a->cap * 2 : 32;
+        char **v = realloc(a->v, (size_t)cap * sizeof *v);
+        if (!v) fail(EXIT_RUNTIME, "out of memory building the command line");
+        a->v = v;
+        a->cap = cap;
+    }
+    char *copy = strdup(s);
+    if (!copy) fail(EXIT_RUNTIME, "out of memory building the command line");
+    a->v[a->n++] = copy;
+    a->v[a->n] = NULL;
+}
+
+static void argv_pushf(argv_buf *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void argv_pushf(argv_buf *a, const char *fmt, ...) {
+    char buf[64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    argv_push(a, buf);
+}
+
+/* An environment variable that is set and not empty, else NULL. */
+static const char *env_get(const char *name) {
+    const char *v = getenv(name);
+    return (v && *v) ? v : NULL;
+}
+
+/* Strict positive integer in [1, MAX_RANKS]; 0 if `s` is anything else. */
+static int parse_count(const char *s) {
+    if (!s || !*s) return 0;
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < 1 || v > MAX_RANKS) return 0;
+    return (int)v;
+}
+
+/* Cores this process may use, to compare --np with and to share out among
+ * OpenMP threads. Open MPI gives a host as many slots as it has physical cores
+ * (hardware threads of one core are one slot), so we count cores the same way
+ * or mpirun would refuse an N we judged to fit. CPUs outside our affinity mask
+ * (taskset, cgroup cpusets) are not ours and do not count. */
+static int usable_cores(void) {
+    const char *forced = getenv("ENGINE_RUN_CORES");
+    if (forced) {
+        int k = parse_count(forced);
+        if (!k) fail(EXIT_USAGE, "ENGINE_RUN_CORES: expected a positive integer, got '%s'", forced);
+        return k;
+    }
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int fallback = online > 0 ? (int)online : 1;
+
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return fallback;
+    int n_cpus = CPU_COUNT(&set);
+    if (n_cpus < 1) return fallback;
+
+    /* (package, core) pairs seen so far; a core appears once per hw thread. */
+    static long seen[CPU_SETSIZE][2];
+    int n_seen = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &set)) continue;
+        long id[2];
+        const char *leaf[2] = {"physical_package_id", "core_id"};
+        for (int k = 0; k < 2; k++) {
+            char path[128];
+            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/%s", cpu, leaf[k]);
+            FILE *f = fopen(path, "r");
+            /* No topology (some containers, non-Linux /sys): every CPU is a core. */
+            if (!f) return n_cpus;
+            int ok = fscanf(f, "%ld", &id[k]) == 1;
+            fclose(f);
+            if (!ok) return n_cpus;
+        }
+        int dup = 0;
+        for (int i = 0; i < n_seen && !dup; i++) dup = seen[i][0] == id[0] && seen[i][1] == id[1];
+        if (!dup) {
+            seen[n_seen][0] = id[0];
+            seen[n_seen][1] = id[1];
+            n_seen++;
+        }
+    }
+    return n_seen > 0 ? n_seen : n_cpus;
+}
+
+/* Set OMP_NUM_THREADS=value unless the user already chose a value. */
+static void default_omp_threads(int value) {
+    if (getenv("OMP_NUM_THREADS")) return;
+    if (value < 1) value = 1;
+    char num[16];
+    snprintf(num, sizeof num, "%d", value);
+    if (setenv("OMP_NUM_THREADS", num, 1) != 0) fail(EXIT_RUNTIME, "setenv OMP_NUM_THREADS: %s", strerror(errno));
+    env_note *note = &g_env_notes[g_n_env_notes++];
+    snprintf(note->text, sizeof note->text, "OMP_NUM_THREADS=%d", value);
+}
+
+/* The directory holding this executable, where bundled programs live. */
+static void self_dir(char *out, size_t cap) {
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) fail(EXIT_RUNTIME, "cannot read /proc/self/exe to find the bundled programs: %s", strerror(errno));
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash == exe) slash[1] = '\0';
+    else if (slash) *slash = '\0';
+    snprintf(out, cap, "%s", exe);
+}
+
+/* "a, b, c" of the executables in `dir` other than engine-run, to tell a user
+ * who mistyped APP what the choices are. */
+static void list_bundled(const char *dir, char *out, size_t cap) {
+    out[0] = '\0';
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char names[32][NAME_MAX + 1];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < 32) {
+        if (e->d_name[0] == '.' || strcmp(e->d_name, "engine-run") == 0) continue;
+        char path[PATH_MAX];
+        struct stat st;
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || access(path, X_OK) != 0) continue;
+        snprintf(names[n++], sizeof names[0], "%s", e->d_name);
+    }
+    closedir(d);
+    /* readdir order is arbitrary: sort for a stable message (few names). */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
+            char t[NAME_MAX + 1];
+            memcpy(t, names[j], sizeof t);
+            memcpy(names[j], names[j - 1], sizeof t);
+            memcpy(names[j - 1], t, sizeof t);
+        }
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        int w = snprintf(out + len, cap - len, "%s%s", i ? ", " : "", names[i]);
+        if (w < 0 || (size_t)w >= cap - len) break;
+        len += (size_t)w;
+    }
+}
+
+/* APP as an absolute path to an executable regular file, or a one-line error
+ * that names APP and where it was looked for. */
+static void resolve_app(const char *app, char *out, size_t cap) {
+    char candidate[PATH_MAX];
+    int bundled = strchr(app, '/') == NULL;
+    char dir[PATH_MAX];
+    if (bundled) {
+        self_dir(dir, sizeof dir);
+        if (snprintf(candidate, sizeof candidate, "%s/%s", dir, app) >= (int)sizeof candidate)
+            fail(EXIT_USAGE, "program name too long: '%s'", app);
+    } else {
+        snprintf(candidate, sizeof candidate, "%s", app);
+    }
+    struct stat st;
+    if (stat(candidate, &st) != 0) {
+        if (bundled) {
+            char names[1024];
+            list_bundled(dir, names, sizeof names);
+            fail(EXIT_RUNTIME,
+                 "no program '%s' next to engine-run in %s (bundled there: %s); "
+                 "give a path containing '/' for any other executable",
+                 app, dir, names[0] ? names : "none");
+        }
+        fail(EXIT_RUNTIME, "program '%s' not found: %s", app, strerror(errno));
+    }
+    if (S_ISDIR(st.st_mode)) fail(EXIT_RUNTIME, "program '%s' is a directory", candidate);
+    if (!S_ISREG(st.st_mode) || access(candidate, X_OK) != 0)
+        fail(EXIT_RUNTIME, "program '%s' is not an executable file", candidate);
+    if (!realpath(candidate, out)) fail(EXIT_RUNTIME, "program '%s': %s", candidate, strerror(errno));
+    (void)cap;
+}
+
+/* An input file (config, hostfile) as an absolute path, or a one-line error
+ * naming the path as given and, when relative, the directory it was taken in. */
+static void resolve_input(const char *what, const char *path, char *out) {
+    struct stat st;
+    const char *why = NULL;
+    if (stat(path, &st) != 0) why = errno == ENOENT ? "not found" : strerror(errno);
+    else if (S_ISDIR(st.st_mode)) why = "is a directory, not a file";
+    else if (access(path, R_OK) != 0) why = "is not readable";
+    if (why) {
+        if (path[0] != '/') {
+            char cwd[PATH_MAX];
+            if (getcwd(cwd, sizeof cwd))
+                fail(EXIT_RUNTIME, "%s '%s' %s (relative to %s)", what, path, why, cwd);
+        }
+        fail(EXIT_RUNTIME, "%s '%s' %s", what, path, why);
+    }
+    if (!realpath(path, out)) fail(EXIT_RUNTIME, "%s '%s': %s", what, path, strerror(errno));
+}
+
+/* `prog` found on PATH, as an absolute path in `out`; 0 if absent. */
+static int find_on_path(const char *prog, char *out, size_t cap) {
+    const char *path = getenv("PATH");
+    if (!path || !*path) return 0;
+    const char *p = path;
+    while (*p) {
+        const char *colon = strchr(p, ':');
+        size_t len = colon ? (size_t)(colon - p) : strlen(p);
+        /* An empty PATH entry means the current directory (POSIX). */
+        int w = len ? snprintf(out, cap, "%.*s/%s", (int)len, p, prog) : snprintf(out, cap, "./%s", prog);
+        struct stat st;
+        if (w > 0 && (size_t)w < cap && stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0)
+            return 1;
+        if (!colon) break;
+        p = colon + 1;
+    }
+    return 0;
+}
+
+static const char *launcher_name(launcher_kind k) {
+    switch (k) {
+    case L_AUTO: return "auto";
+    case L_MPIRUN: return "mpirun";
+    case L_SRUN: return "srun";
+    case L_NONE: return "none";
+    }
+    return "?";
+}
+
+/* Take the value of option `name` from argv[*i] ("--x V" or "--x=V"). */
+static const char *option_value(int argc, char **argv, int *i, const char *name) {
+    size_t len = strlen(name);
+    const char *arg = argv[*i];
+    if (arg[len] == '=') return arg + len + 1;
+    if (*i + 1 >= argc) fail(EXIT_USAGE, "%s needs a value (see engine-run --help)", name);
+    return argv[++*i];
+}
+
+/* Does argv[i] spell option `name`, alone or as "name=value"? */
+static int is_option(const char *arg, const char *name) {
+    size_t len = strlen(name);
+    return strncmp(arg, name, len) == 0 && (arg[len] == '\0' || arg[len] == '=');
+}
+
+static void parse_args(int argc, char **argv, options *o) {
+    memset(o, 0, sizeof *o);
+    o->np = 1;
+    o->launcher = L_AUTO;
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            exit(0);
+        } else if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        } else if (is_option(a, "--np")) {
+            const char *v = option_value(argc, argv, &i, "--np");
+            o->np = parse_count(v);
+            if (!o->np) fail(EXIT_USAGE, "--np: expected a whole number of ranks from 1 to %d, got '%s'", MAX_RANKS, v);
+            o->np_given = 1;
+        } else if (is_option(a, "--hostfile")) {
+            o->hostfile = option_value(argc, argv, &i, "--hostfile");
+        } else if (is_option(a, "--launcher")) {
+            const char *v = option_value(argc, argv, &i, "--launcher");
+            if (strcmp(v, "auto") == 0) o->launcher = L_AUTO;
+            else if (strcmp(v, "mpirun") == 0) o->launcher = L_MPIRUN;
+            else if (strcmp(v, "srun") == 0) o->launcher = L_SRUN;
+            else if (strcmp(v, "none") == 0) o->launcher = L_NONE;
+            else fail(EXIT_USAGE, "--launcher: expected auto, mpirun, srun or none, got '%s'", v);
+        } else if (strcmp(a, "--dry-run") == 0) {
+            o->dry_run = 1;
+        } else if (is_option(a, "--config")) {
+            o->config = option_value(argc, argv, &i, "--config");
+            if (!*o->config) fail(EXIT_USAGE, "--config: empty file name");
+        } else if (a[0] == '-' && a[1] != '\0') {
+            fail(EXIT_USAGE, "unknown option '%s' (options go before APP; see engine-run --help)", a);
+        } else {
+            break;
+        }
+    }
+    if (i >= argc) fail(EXIT_USAGE, "no APP given (usage: engine-run [options] --config FILE APP [ARGS...])");
+    o->app = argv[i];
+    if (!*o->app) fail(EXIT_USAGE, "APP is an empty string");
+    o->app_args = argv + i + 1;
+    o->n_app_args = argc - i - 1;
+    int config_in_args = 0;
+    for (int k = 0; k < o->n_app_args; k++) config_in_args |= is_option(o->app_args[k], "--config");
+    if (!o->config && config_in_args)
+        fail(EXIT_USAGE, "--config FILE goes before APP '%s' (it was found among APP's arguments)", o->app);
+    if (!o->config) fail(EXIT_USAGE, "--config FILE is required (before APP)");
+    if (config_in_args)
+        fail(EXIT_USAGE, "--config given twice: before APP and among APP's arguments; keep the first");
+}
+
+/* Where this process sits: already a rank of some launcher, or not. */
+typedef struct launch_env {
+    const char *mpi_world_var; /* set when inside an MPI job */
+    int mpi_world;
+    int in_srun_step;
+    int srun_world;
+    int in_slurm_alloc; /* SLURM_JOB_ID set */
+} launch_env;
+
+static void read_env(launch_env *e) {
+    memset(e, 0, sizeof *e);
+    const char *mpi_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+    for (int k = 0; k < 2 && !e->mpi_world_var; k++) {
+        const char *v = env_get(mpi_vars[k]);
+        if (!v) continue;
+        e->mpi_world = parse_count(v);
+        if (!e->mpi_world) fail(EXIT_RUNTIME, "%s='%s' is not a rank count", mpi_vars[k], v);
+        e->mpi_world_var = mpi_vars[k];
+    }
+    /* An sbatch script itself runs as task 0 of the job (SLURM_PROCID=0 and
+     * SLURM_NTASKS set) without being a step: only srun steps have
+     * SLURM_STEP_ID, so that is what says "the other tasks exist". */
+    const char *procid = env_get("SLURM_PROCID");
+    const char *ntasks = env_get("SLURM_STEP_NUM_TASKS");
+    if (!ntasks) ntasks = env_get("SLURM_NTASKS");
+    if (procid && ntasks && env_get("SLURM_STEP_ID")) {
+        e->in_srun_step = 1;
+        e->srun_world = parse_count(ntasks);
+        if (!e->srun_world) fail(EXIT_RUNTIME, "SLURM_NTASKS='%s' is not a task count", ntasks);
+    }
+    e->in_slurm_alloc = env_get("SLURM_JOB_ID") != NULL;
+}
+
+typedef enum plan_kind { P_IN_PLACE, P_MPIRUN, P_SRUN } plan_kind;
+
+static plan_kind choose(const options *o, const launch_env *e) {
+    int inside = e->mpi_world_var || e->in_srun_step;
+    if (inside) {
+        const char *who = !e->mpi_world_var                               ? "srun"
+                          : strcmp(e->mpi_world_var, "PMI_SIZE") == 0 ? "the MPI launcher"
+                                                                      : "mpirun";
+        const char *var = e->mpi_world_var ? e->mpi_world_var
+                          : env_get("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
+        int world = e->mpi_world_var ? e->mpi_world : e->srun_world;
+        if (o->launcher == L_MPIRUN || o->launcher == L_SRUN)
+            fail(EXIT_USAGE,
+                 "--launcher %s inside a job %s already started (%s=%d): this process is one of "
+                 "its ranks; use --launcher auto or none",
+                 launcher_name(o->launcher), who, var, world);
+        if (o->np_given && o->np != world)
+            fail(EXIT_USAGE, "--np %d but %s started %d ranks (%s=%d); drop --np or make them match",
+                 o->np, who, world, var, world);
+        return P_IN_PLACE;
+    }
+    switch (o->launcher) {
+    case L_NONE:
+        if (o->np > 1)
+            fail(EXIT_USAGE, "--np %d with --launcher none: nothing would start the other ranks", o->np);
+        return P_IN_PLACE;
+    case L_MPIRUN: return P_MPIRUN;
+    case L_SRUN: return P_SRUN;
+    case L_AUTO: break;
+    }
+    if (o->np == 1) return P_IN_PLACE;
+    return e->in_slurm_alloc ? P_SRUN : P_MPIRUN;
+}
+
+/* Forward to remote ranks the variables that change what a rank computes or
+ * which library it loads; local ranks inherit the whole environment anyway. */
+static void push_forwarded_env(argv_buf *cmd) {
+    extern char **environ;
+    argv_push(cmd, "-x");
+    argv_push(cmd, "OMP_NUM_THREADS");
+    const char *named[] = {"LD_LIBRARY_PATH", "OPENBLAS_NUM_THREADS"};
+    for (int k = 0; k < 2; k++) {
+        if (!getenv(named[k])) continue;
+        argv_push(cmd, "-x");
+        argv_push(cmd, named[k]);
+    }
+    for (char **e = environ; *e; e++) {
+        if (strncmp(*e, "DS_", 3) != 0) continue;
+        const char *eq = strchr(*e, '=');
+        if (!eq) continue;
+        char name[256];
+        size_t len = (size_t)(eq - *e);
+        if (len >= sizeof name) continue;
+        memcpy(name, *e, len);
+        name[len] = '\0';
+        argv_push(cmd, "-x");
+        argv_push(cmd, name);
+    }
+}
+
+static void push_app(argv_buf *cmd, const char *app_abs, const char *config_abs, const options *o) {
+    argv_push(cmd, app_abs);
+    argv_push(cmd, "--config");
+    argv_push(cmd, config_abs);
+    for (int k = 0; k < o->n_app_args; k++) argv_push(cmd, o->app_args[k]);
+}
+
+/* Print `s` so that a POSIX shell reads it back as one word. */
+static void print_quoted(FILE *out, const char *s) {
+    int plain = *s != '\0';
+    for (const char *c = s; *c && plain; c++)
+        plain = strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./=:,+@%-", *c) != NULL;
+    if (plain) {
+        fputs(s, out);
+        return;
+    }
+    fputc('\'', out);
+    for (const char *c = s; *c; c++) {
+        if (*c == '\'') fputs("'\\''", out);
+        else fputc(*c, out);
+    }
+    fputc('\'', out);
+}
+
+static void print_command(FILE *out, const argv_buf *cmd) {
+    for (int k = 0; k < g_n_env_notes; k++) fprintf(out, "%s ", g_env_notes[k].text);
+    for (int k = 0; k < cmd->n; k++) {
+        if (k) fputc(' ', out);
+        print_quoted(out, cmd->v[k]);
+    }
+    fputc('\n', out);
+}
+
+int main(int argc, char **argv) {
+    options o;
+    parse_args(argc, argv, &o);
+    launch_env e;
+    read_env(&e);
+    plan_kind plan = choose(&o, &e);
+
+    if (o.hostfile && plan != P_MPIRUN)
+        fail(EXIT_USAGE, "--hostfile is for mpirun, but this run %s",
+             plan == P_SRUN ? "uses srun (the Slurm allocation decides the hosts)"
+                            : "starts no launcher (APP runs in place)");
+
+    char config_abs[PATH_MAX], app_abs[PATH_MAX], hostfile_abs[PATH_MAX];
+    resolve_input("config file", o.config, config_abs);
+    resolve_app(o.app, app_abs, sizeof app_abs);
+    if (o.hostfile) resolve_input("hostfile", o.hostfile, hostfile_abs);
+
+    argv_buf cmd = {0};
+    char launcher_path[PATH_MAX];
+    if (plan == P_MPIRUN) {
+        if (!find_on_path("mpirun", launcher_path, sizeof launcher_path))
+            fail(EXIT_RUNTIME,
+                 "mpirun not found on PATH, needed to start %d ranks; install Open MPI "
+                 "(Debian package openmpi-bin) or use --np 1",
+                 o.np);
+        int cores = usable_cores();
+        default_omp_threads(cores / o.np);
+        argv_push(&cmd, launcher_path);
+        argv_push(&cmd, "-np");
+        argv_pushf(&cmd, "%d", o.np);
+        if (o.hostfile) {
+            argv_push(&cmd, "--hostfile");
+            argv_push(&cmd, hostfile_abs);
+        }
+        if (geteuid() == 0) argv_push(&cmd, "--allow-run-as-root");
+        if (!o.hostfile && o.np > cores) argv_push(&cmd, "--oversubscribe");
+        /* Open MPI would pin each rank to one core, and its OpenMP threads
+         * with it; the ranks' threads are sized by OMP_NUM_THREADS instead. */
+        argv_push(&cmd, "--bind-to");
+        argv_push(&cmd, "none");
+        push_forwarded_env(&cmd);
+    } else if (plan == P_SRUN) {
+        if (!find_on_path("srun", launcher_path, sizeof launcher_path))
+            fail(EXIT_RUNTIME,
+                 "srun not found on PATH, needed to start %d ranks under Slurm (SLURM_JOB_ID=%s); "
+                 "install Slurm's client (Debian package slurm-client) or use --launcher mpirun",
+                 o.np, env_get("SLURM_JOB_ID") ? env_get("SLURM_JOB_ID") : "unset");
+        const char *cpt = env_get("SLURM_CPUS_PER_TASK");
+        if (cpt && parse_count(cpt)) default_omp_threads(parse_count(cpt));
+        argv_push(&cmd, launcher_path);
+        argv_push(&cmd, "-n");
+        argv_pushf(&cmd, "%d", o.np);
+        argv_push(&cmd, "--kill-on-bad-exit=1");
+    } else if (e.mpi_world_var) {
+        const char *local = env_get("OMPI_COMM_WORLD_LOCAL_SIZE");
+        if (local && parse_count(local)) default_omp_threads(usable_cores() / parse_count(local));
+    } else if (e.in_srun_step) {
+        const char *cpt = env_get("SLURM_CPUS_PER_TASK");
+        if (cpt && parse_count(cpt)) default_omp_threads(parse_count(cpt));
+    }
+    push_app(&cmd, app_abs, config_abs, &o);
+
+    if (o.dry_run) {
+        print_command(stdout, &cmd);
+        return fflush(stdout) == 0 ? 0 : EXIT_RUNTIME;
+    }
+    if (plan != P_IN_PLACE) {
+        fputs("engine-run: ", stderr);
+        print_command(stderr, &cmd);
+    }
+    fflush(stdout);
+    fflush(stderr);
+    execv(cmd.v[0], cmd.v);
+    fail(EXIT_RUNTIME, "cannot run '%s': %s", cmd.v[0], strerror(errno));
+}

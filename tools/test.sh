@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# tools/test.sh: install the Debian packages, build into build/ with warnings
+# as errors, and run the whole test suite. Exits with ctest's status.
+#
+# Environment:
+#   CTEST_JOBS  tests run at once (default 2). Multi-rank tests declare how
+#               many processes they start (CTest PROCESSORS), so ctest never
+#               runs more processes at once than CTEST_JOBS allows.
+#   BUILD_DIR   build directory (default build)
+#   CMAKE_ARGS  extra cmake arguments, split on spaces (e.g. -DDS_CUDA=OFF)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. tools/deps.sh
+build=${BUILD_DIR:-build}
+
+ds_install_deps
+# shellcheck disable=SC2086 # CMAKE_ARGS is a list of words on purpose
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS_WERROR=ON ${CMAKE_ARGS:-}
+cmake --build "$build" -j "$(nproc)"
+exec ctest --test-dir "$build" --output-on-failure -j "${CTEST_JOBS:-2}"

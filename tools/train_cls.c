@@ -1,0 +1,373 @@
+/* train_cls: train a text classifier (BERT-style encoder or MLP) on labelled
+ * text, data-parallel, then evaluate on the dev split with every dev sample
+ * counted exactly once across ranks. Usually started by engine-run:
+ *
+ *   engine-run --np 2 --config configs/ds_config.json train_cls \
+ *       --data ../shared/data/nlpcc2013-emotion/Nlpcc2013Train.tsv --epochs 3
+ *
+ * Every rank reads the data itself (the split and the vocabulary are
+ * deterministic), the engine's sampler gives each rank its slice. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/engine.h"
+#include "models/hf.h"
+#include "models/metrics.h"
+#include "models/saved_model.h"
+#include "models/text.h"
+#include "models/tokenizer.h"
+#include "tools/common/train_cls_opts.h"
+
+/* ---- one failing line, and out ---- */
+static int fail(const char *what) {
+    fprintf(stderr, "train_cls: %s%s%s\n", what, *ds_last_error() ? ": " : "", ds_last_error());
+    return 1;
+}
+
+static void quiet_warn(void *user, const char *msg) {
+    (void)user;
+    (void)msg; /* the engine prints the config's warnings once, on rank 0 */
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- data ---- */
+typedef struct data {
+    ds_text_set *train_txt, *dev_txt;
+    ds_tokenizer *tok;
+    ds_dataset *train, *dev;
+    float *class_weights; /* --class-weight inverse, else NULL */
+} data;
+
+static ds_status load_data(const tc_opts *o, data *d) {
+    ds_text_read_opts ro = {0};
+    ro.keep_labels = (const char *const *)o->labels;
+    ro.n_keep_labels = o->n_labels;
+    ro.drop_conflicts = o->drop_conflicts;
+    ds_text_set *all = NULL;
+    DS_TRY(ds_text_read(o->data, &ro, &all));
+    if (o->eval_data) {
+        d->train_txt = all;
+        ds_text_read_opts eo = ro;
+        eo.classes = (const char *const *)all->class_names;
+        eo.n_classes = all->n_classes;
+        DS_TRY(ds_text_read(o->eval_data, &eo, &d->dev_txt));
+    } else {
+        ds_status st = ds_text_split(all, o->dev_ratio, o->seed, &d->train_txt, &d->dev_txt);
+        ds_text_set_destroy(all);
+        DS_TRY(st);
+    }
+    if (o->init_dir) DS_TRY(ds_wordpiece_load_dir(o->init_dir, &d->tok));
+    else if (o->vocab) DS_TRY(ds_char_tokenizer_load(o->vocab, &d->tok));
+    else DS_TRY(ds_char_vocab_build(d->train_txt, o->min_char_count, &d->tok));
+    DS_TRY(ds_dataset_from_text(d->train_txt, d->tok, o->max_seq_len, &d->train));
+    DS_TRY(ds_dataset_from_text(d->dev_txt, d->tok, o->max_seq_len, &d->dev));
+    if (o->class_weight_inverse) {
+        /* inverse class frequency over train, normalised to mean 1 */
+        int C = d->train_txt->n_classes;
+        size_t *counts = calloc((size_t)C, sizeof *counts);
+        d->class_weights = calloc((size_t)C, sizeof *d->class_weights);
+        if (!counts || !d->class_weights) {
+            free(counts);
+            return DS_ERR(DS_ERR_OOM, "class weights: out of memory");
+        }
+        ds_text_set_class_counts(d->train_txt, counts);
+        double sum = 0;
+        for (int c = 0; c < C; c++) sum += counts[c] ? 1.0 / (double)counts[c] : 0.0;
+        for (int c = 0; c < C; c++)
+            d->class_weights[c] = counts[c] ? (float)((1.0 / (double)counts[c]) * C / sum) : 0.0f;
+        free(counts);
+    }
+    return DS_OK;
+}
+
+static void free_data(data *d) {
+    ds_dataset_destroy(d->train);
+    ds_dataset_destroy(d->dev);
+    ds_tokenizer_destroy(d->tok);
+    ds_text_set_destroy(d->train_txt);
+    ds_text_set_destroy(d->dev_txt);
+    free(d->class_weights);
+}
+
+/* ---- model ---- */
+static ds_status make_model(const tc_opts *o, const data *d, ds_saved_model *sm, ds_model **out) {
+    memset(sm, 0, sizeof *sm);
+    sm->n_classes = d->train->n_classes;
+    sm->class_names = d->train->class_names; /* borrowed for writing */
+    sm->max_seq_len = o->max_seq_len;
+    snprintf(sm->tokenizer, sizeof sm->tokenizer, "%s", ds_tokenizer_kind(d->tok));
+    sm->do_lower_case = 1;
+    int V = ds_tokenizer_vocab_size(d->tok);
+    if (!strcmp(o->model, "mlp")) {
+        snprintf(sm->kind, sizeof sm->kind, "mlp");
+        sm->mlp = (ds_mlp_desc){.vocab_size = V, .max_seq_len = o->max_seq_len,
+                                .embed_dim = o->hidden, .hidden_dim = o->intermediate,
+                                .n_hidden = o->layers > 0 ? o->layers : 1,
+                                .n_classes = sm->n_classes};
+        DS_TRY(ds_mlp_create(&sm->mlp, out));
+        return DS_OK;
+    }
+    snprintf(sm->kind, sizeof sm->kind, "bert");
+    ds_bert_desc *b = &sm->bert;
+    if (o->init_dir || o->model_config) {
+        char path[4096];
+        if (o->model_config) snprintf(path, sizeof path, "%s", o->model_config);
+        else snprintf(path, sizeof path, "%s/config.json", o->init_dir);
+        DS_TRY(ds_hf_bert_config_read(path, sm->n_classes, b));
+    } else {
+        *b = (ds_bert_desc){.vocab_size = V, .hidden_size = o->hidden,
+                            .num_hidden_layers = o->layers, .num_attention_heads = o->heads,
+                            .intermediate_size = o->intermediate,
+                            .max_position_embeddings = o->max_seq_len > 512 ? o->max_seq_len : 512,
+                            .type_vocab_size = 2, .hidden_dropout_prob = o->dropout,
+                            .attention_probs_dropout_prob = o->dropout,
+                            .layer_norm_eps = 1e-12f, .initializer_range = 0.02f};
+    }
+    if (o->dropout_set) b->hidden_dropout_prob = b->attention_probs_dropout_prob = o->dropout;
+    if (b->vocab_size < V)
+        return DS_ERR(DS_ERR_INVALID_ARG, "model vocab_size %d < tokenizer vocabulary %d",
+                      b->vocab_size, V);
+    if (b->max_position_embeddings < o->max_seq_len)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "--max-seq-len %d exceeds the model's max_position_embeddings %d",
+                      o->max_seq_len, b->max_position_embeddings);
+    b->n_classes = sm->n_classes;
+    b->max_seq_len = o->max_seq_len;
+    DS_TRY(ds_bert_create(b, out));
+    return DS_OK;
+}
+
+static ds_status set_param_cb(void *user, const char *name, const float *v, size_t n) {
+    DS_TRY(ds_set_param((engine_t *)user, name, v, n));
+    return DS_OK;
+}
+
+/* ---- evaluation ---- */
+/* Every rank predicts its strided slice of dev (no padding, so each sample
+ * counts once); ranks with fewer rows still join every call with an empty
+ * batch, because stage 3 gathers parameters collectively. The confusion
+ * matrices are summed over ranks. */
+static ds_status evaluate(engine_t *e, const data *d, int batch, int64_t *confusion) {
+    const ds_dataset *dev = d->dev;
+    int rank = ds_rank(e), world = ds_world_size(e), C = dev->n_classes;
+    ds_sampler s;
+    DS_TRY(ds_sampler_init(&s, dev->n, world, rank, 0, false, false, false));
+    ds_status st = ds_sampler_set_epoch(&s, 0);
+    ds_host_batch hb = {0};
+    float *logits = malloc((size_t)batch * (size_t)C * sizeof(float));
+    if (st == DS_OK && !logits) st = DS_ERR(DS_ERR_OOM, "evaluation: out of memory");
+    if (st == DS_OK) st = ds_host_batch_alloc(&hb, batch, dev->seq_len);
+    memset(confusion, 0, (size_t)C * (size_t)C * sizeof *confusion);
+    size_t most = (dev->n + (size_t)world - 1) / (size_t)world;
+    size_t calls = (most + (size_t)batch - 1) / (size_t)batch;
+    for (size_t k = 0; st == DS_OK && k < calls; k++) {
+        size_t from = k * (size_t)batch;
+        int count = from < s.num_samples
+                        ? (int)(s.num_samples - from < (size_t)batch ? s.num_samples - from
+                                                                      : (size_t)batch)
+                        : 0;
+        st = ds_host_batch_fill(&hb, dev, s.indices + (from < s.num_samples ? from : 0), count);
+        if (st != DS_OK) break;
+        ds_batch b = {.B = count, .T = hb.T, .tokens = hb.tokens, .mask = hb.mask};
+        st = ds_predict(e, &b, logits);
+        for (int r = 0; st == DS_OK && r < count; r++) {
+            int best = 0;
+            for (int c = 1; c < C; c++)
+                if (logits[(size_t)r * C + c] > logits[(size_t)r * C + best]) best = c;
+            confusion[(size_t)hb.labels[r] * C + best]++;
+        }
+    }
+    free(logits);
+    ds_host_batch_free(&hb);
+    ds_sampler_free(&s);
+    DS_TRY(st);
+    DS_TRY(ds_all_reduce_host(e, confusion, (size_t)C * (size_t)C, DS_I64));
+    return DS_OK;
+}
+
+/* ---- metrics file ---- */
+static void write_memory(FILE *f, engine_t *e) {
+    ds_mem_report r;
+    ds_memory_report(e, &r);
+    fprintf(f, "\"memory_bytes\": {");
+    for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
+        fprintf(f, "%s\"%s\": %llu", p ? ", " : "", ds_mem_purpose_name((ds_mem_purpose)p),
+                (unsigned long long)(r.bytes[p][DS_PLACE_DEVICE] + r.bytes[p][DS_PLACE_HOST]));
+    fprintf(f, ", \"model_state_formula\": %llu}",
+            (unsigned long long)ds_expected_model_state_bytes(e));
+}
+
+static void write_eval(FILE *f, const ds_cls_report *r, char *const *names) {
+    fprintf(f, "{\"eval\": {\"accuracy\": %.6f, \"macro_f1\": %.6f, \"weighted_f1\": %.6f, "
+               "\"total\": %lld, \"per_class\": {",
+            r->accuracy, r->macro_f1, r->weighted_f1, (long long)r->total);
+    for (int c = 0; c < r->n_classes; c++) {
+        const ds_class_metrics *m = &r->per_class[c];
+        fprintf(f, "%s\"%s\": {\"precision\": %.6f, \"recall\": %.6f, \"f1\": %.6f, "
+                   "\"support\": %lld}",
+                c ? ", " : "", names[c], m->precision, m->recall, m->f1, (long long)m->support);
+    }
+    fprintf(f, "}}}\n");
+}
+
+/* ---- the run ---- */
+static int run(const tc_opts *o) {
+    data d = {0};
+    ds_saved_model sm;
+    ds_model *model = NULL;
+    if (load_data(o, &d) != DS_OK) {
+        free_data(&d);
+        return fail("reading data");
+    }
+    if (make_model(o, &d, &sm, &model) != DS_OK) {
+        free_data(&d);
+        return fail("building the model");
+    }
+    ds_rank_info ri;
+    if (ds_rank_discover(&ri) != DS_OK) return fail("discovering ranks");
+    int world = ri.world > 0 ? ri.world : 1;
+
+    ds_init_desc id;
+    ds_init_desc_defaults(&id);
+    id.config_path = o->config;
+    id.model = model;
+    id.train_data = d.train;
+    id.seed = o->seed;
+    if (o->lr > 0) id.hints.lr = o->lr;
+    if (o->weight_decay >= 0) id.hints.weight_decay = o->weight_decay;
+    if (o->batch > 0) id.hints.micro_batch = o->batch;
+    if (o->warmup >= 0) id.hints.warmup_num_steps = o->warmup;
+    /* total_num_steps for "auto": what the run will do. The micro batch is
+     * not known before the config is resolved, so read it once here. */
+    ds_config pre;
+    if (ds_config_parse_file(o->config, &pre, quiet_warn, NULL) != DS_OK) {
+        free_data(&d);
+        ds_model_destroy(model);
+        return fail("reading the config");
+    }
+    ds_config_hints h = id.hints;
+    h.world_size = world;
+    h.world_source = ds_rank_source_name(ri.source);
+    if (pre.total_num_steps_auto) h.total_num_steps = 1; /* placeholder for this probe only */
+    if (ds_config_resolve(&pre, &h) != DS_OK) {
+        free_data(&d);
+        ds_model_destroy(model);
+        return fail("resolving the config");
+    }
+    int64_t per_rank = (int64_t)((d.train->n + (size_t)world - 1) / (size_t)world);
+    if (pre.dataloader_drop_last) per_rank = (int64_t)(d.train->n / (size_t)world);
+    int64_t micro = pre.train_micro_batch_size_per_gpu, gas = pre.gradient_accumulation_steps;
+    int64_t steps_per_epoch = ((per_rank + micro - 1) / micro) / gas;
+    if (steps_per_epoch < 1) steps_per_epoch = 1;
+    int64_t total = o->max_steps > 0 ? o->max_steps : steps_per_epoch * o->epochs;
+    id.hints.total_num_steps = total;
+
+    engine_t *e;
+    if (ds_initialize(&id, &e) != DS_OK) {
+        free_data(&d);
+        return fail("ds_initialize");
+    }
+    int rank = ds_rank(e), rc = 0;
+    if (o->init_dir) {
+        ds_hf_load_report rep = {0};
+        ds_status st = ds_hf_load_weights(ds_get_model(e), o->init_dir, set_param_cb, e, &rep);
+        if (rank == 0) ds_hf_load_report_print(&rep, stdout);
+        ds_hf_load_report_free(&rep);
+        if (st != DS_OK) {
+            rc = fail("loading --init weights");
+            goto out;
+        }
+    }
+    FILE *mf = NULL;
+    if (o->metrics && rank == 0 && !(mf = fopen(o->metrics, "w"))) {
+        fprintf(stderr, "train_cls: cannot write --metrics %s\n", o->metrics);
+        rc = 1;
+        goto out;
+    }
+    if (rank == 0)
+        printf("train_cls: %zu train / %zu dev rows, %d classes, vocab %d (%s), %lld steps "
+               "(%lld per epoch), world %d\n",
+               d.train->n, d.dev->n, d.train->n_classes, ds_tokenizer_vocab_size(d.tok),
+               ds_tokenizer_kind(d.tok), (long long)total, (long long)steps_per_epoch, world);
+    double t0 = now_s(), t_last = t0;
+    int64_t samples_last = 0;
+    for (int64_t s = 0; s < total; s++) {
+        ds_step_info info;
+        if (ds_train_batch(e, &info) != DS_OK) {
+            rc = fail("training");
+            break;
+        }
+        double t = now_s();
+        double sps = (double)(info.samples - samples_last) / (t - t_last);
+        t_last = t;
+        samples_last = info.samples;
+        if (mf) {
+            fprintf(mf, "{\"step\": %lld, \"epoch\": %lld, \"loss\": %.6f, \"lr\": %.6e, "
+                        "\"grad_norm\": %.6f, \"samples_per_s\": %.3f, \"skipped\": %s, "
+                        "\"loss_scale\": %g, ",
+                    (long long)info.step, (long long)info.epoch, info.loss, info.lr,
+                    info.grad_norm, sps, info.skipped ? "true" : "false", info.loss_scale);
+            write_memory(mf, e);
+            fprintf(mf, "}\n");
+            fflush(mf);
+        }
+    }
+    if (rc == 0 && rank == 0)
+        printf("train_cls: trained %lld steps in %.1f s (%.1f samples/s)\n", (long long)total,
+               now_s() - t0, (double)samples_last / (now_s() - t0));
+    if (rc == 0) {
+        int C = d.dev->n_classes;
+        int64_t *cm = calloc((size_t)C * (size_t)C, sizeof *cm);
+        ds_cls_report rep;
+        /* prediction batches fit the planned micro batch */
+        int eb = o->eval_batch < micro ? o->eval_batch : (int)micro;
+        if (!cm || evaluate(e, &d, eb, cm) != DS_OK ||
+            ds_cls_report_compute(cm, C, &rep) != DS_OK) {
+            rc = fail("evaluating");
+        } else {
+            if (rank == 0) {
+                printf("train_cls: dev evaluation over %lld samples\n", (long long)rep.total);
+                ds_cls_report_print(&rep, (const char *const *)d.dev->class_names, stdout);
+                if (mf) write_eval(mf, &rep, d.dev->class_names);
+            }
+            ds_cls_report_free(&rep);
+        }
+        free(cm);
+    }
+    if (mf) fclose(mf);
+    if (rc == 0 && o->save_dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/model.safetensors", o->save_dir);
+        ds_status st = DS_OK;
+        if (rank == 0) {
+            st = ds_saved_model_write(o->save_dir, &sm);
+            char vp[4096];
+            snprintf(vp, sizeof vp, "%s/vocab.txt", o->save_dir);
+            if (st == DS_OK) st = ds_tokenizer_save_vocab(d.tok, vp);
+        }
+        if (st != DS_OK) rc = fail("saving the model");
+        else if (ds_save_weights(e, path) != DS_OK) rc = fail("saving the weights");
+        else if (rank == 0) printf("train_cls: saved the model to %s\n", o->save_dir);
+    }
+out:
+    ds_finalize(e);
+    free_data(&d);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    tc_opts o;
+    int prc = tc_opts_parse(argc, argv, &o);
+    if (prc >= 0) return prc; /* --help (0) or a usage error (2) */
+    int rc = run(&o);
+    tc_opts_free(&o);
+    return rc;
+}

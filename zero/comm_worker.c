@@ -1,0 +1,143 @@
+/* FIFO of collectives run by one communication thread (or inline). */
+#include "zero/comm_worker.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define QUEUE_CAP 256
+
+struct ds_comm_worker {
+    ds_comm *comm;
+    bool threaded;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond_work, cond_done;
+    ds_comm_job *queue[QUEUE_CAP];
+    size_t head, tail; /* head: next to run; tail: next free */
+    bool stop;
+    bool failed;       /* a job failed: fail the rest */
+};
+
+static ds_status run_job(ds_comm_worker *w, ds_comm_job *j) {
+    ds_comm *c = w->comm;
+    switch (j->kind) {
+    case DS_JOB_REDUCE_SCATTERV:
+        DS_TRY(ds_comm_reduce_scatterv(c, j->send, j->buf, j->counts, j->t, DS_REDUCE_SUM));
+        return DS_OK;
+    case DS_JOB_ALL_GATHERV:
+        DS_TRY(ds_comm_all_gatherv(c, j->buf, j->counts, j->t));
+        return DS_OK;
+    case DS_JOB_ALL_REDUCE:
+        DS_TRY(ds_comm_all_reduce(c, j->buf, j->counts[0], j->t, DS_REDUCE_SUM));
+        return DS_OK;
+    case DS_JOB_FN:
+        DS_TRY(j->fn(j->arg));
+        return DS_OK;
+    }
+    return DS_ERR(DS_ERR_INTERNAL, "comm worker: unknown job kind %d", (int)j->kind);
+}
+
+static void finish(ds_comm_worker *w, ds_comm_job *j) {
+    ds_status st;
+    if (w->failed) {
+        st = DS_ERR(DS_ERR_COMM, "an earlier collective on this rank failed; later ones are "
+                                 "not attempted");
+    } else {
+        st = run_job(w, j);
+        if (st != DS_OK) w->failed = true;
+    }
+    j->status = st;
+    if (st != DS_OK) snprintf(j->message, sizeof j->message, "%s", ds_last_error());
+    __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
+}
+
+static void *worker_main(void *arg) {
+    ds_comm_worker *w = arg;
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        while (w->head == w->tail && !w->stop) pthread_cond_wait(&w->cond_work, &w->lock);
+        if (w->head == w->tail && w->stop) break;
+        ds_comm_job *j = w->queue[w->head % QUEUE_CAP];
+        pthread_mutex_unlock(&w->lock);
+        finish(w, j);
+        pthread_mutex_lock(&w->lock);
+        w->head++;
+        pthread_cond_broadcast(&w->cond_done);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+ds_status ds_comm_worker_create(ds_comm *comm, bool threaded, ds_comm_worker **out) {
+    *out = NULL;
+    ds_comm_worker *w = calloc(1, sizeof *w);
+    if (!w) return DS_ERR(DS_ERR_OOM, "comm worker: out of host memory");
+    w->comm = comm;
+    w->threaded = threaded;
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->cond_work, NULL);
+    pthread_cond_init(&w->cond_done, NULL);
+    if (threaded && pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+        free(w);
+        return DS_ERR(DS_ERR_INTERNAL, "comm worker: cannot start the communication thread");
+    }
+    *out = w;
+    return DS_OK;
+}
+
+void ds_comm_worker_destroy(ds_comm_worker *w) {
+    if (!w) return;
+    if (w->threaded) {
+        pthread_mutex_lock(&w->lock);
+        w->stop = true;
+        pthread_cond_broadcast(&w->cond_work);
+        pthread_mutex_unlock(&w->lock);
+        pthread_join(w->thread, NULL);
+    }
+    pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->cond_work);
+    pthread_cond_destroy(&w->cond_done);
+    free(w);
+}
+
+ds_status ds_comm_job_submit(ds_comm_worker *w, ds_comm_job *job) {
+    if (job->kind != DS_JOB_FN && w->comm->world > 64)
+        return DS_ERR(DS_ERR_UNSUPPORTED, "ZeRO stages 2-3 support at most 64 ranks in this build");
+    job->done = 0;
+    job->status = DS_OK;
+    job->message[0] = '\0';
+    if (!w->threaded) {
+        finish(w, job);
+        return DS_OK;
+    }
+    pthread_mutex_lock(&w->lock);
+    while (w->tail - w->head >= QUEUE_CAP) pthread_cond_wait(&w->cond_done, &w->lock);
+    w->queue[w->tail % QUEUE_CAP] = job;
+    w->tail++;
+    pthread_cond_broadcast(&w->cond_work);
+    pthread_mutex_unlock(&w->lock);
+    return DS_OK;
+}
+
+ds_status ds_comm_job_wait(ds_comm_worker *w, ds_comm_job *job) {
+    if (w->threaded && !__atomic_load_n(&job->done, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&w->lock);
+        while (!__atomic_load_n(&job->done, __ATOMIC_ACQUIRE))
+            pthread_cond_wait(&w->cond_done, &w->lock);
+        pthread_mutex_unlock(&w->lock);
+    }
+    if (job->status != DS_OK) return DS_ERR(job->status, "%s", job->message);
+    return DS_OK;
+}
+
+ds_status ds_comm_worker_drain(ds_comm_worker *w) {
+    if (!w->threaded) return DS_OK;
+    pthread_mutex_lock(&w->lock);
+    while (w->head != w->tail) pthread_cond_wait(&w->cond_done, &w->lock);
+    bool failed = w->failed;
+    pthread_mutex_unlock(&w->lock);
+    if (failed) return DS_ERR(DS_ERR_COMM, "a collective on the communication thread failed");
+    return DS_OK;
+}

@@ -1,0 +1,84 @@
+/* Flat parameter space layout. */
+#include "zero/flat.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+ds_status ds_flat_create(const ds_model *model, int world, ds_flat **out) {
+    *out = NULL;
+    if (!model || model->n_modules <= 0)
+        return DS_ERR(DS_ERR_INVALID_ARG, "flat parameter space: model has no modules");
+    if (world < 1) return DS_ERR(DS_ERR_INVALID_ARG, "flat parameter space: world %d < 1", world);
+    int n_params = 0;
+    for (int m = 0; m < model->n_modules; m++) n_params += model->modules[m]->n_params;
+
+    ds_flat *f = calloc(1, sizeof *f);
+    if (f) {
+        f->params = calloc((size_t)(n_params ? n_params : 1), sizeof *f->params);
+        f->modules = calloc((size_t)model->n_modules, sizeof *f->modules);
+    }
+    if (!f || !f->params || !f->modules) {
+        ds_flat_destroy(f);
+        return DS_ERR(DS_ERR_OOM, "flat parameter space: out of host memory");
+    }
+    f->n_params = n_params;
+    f->n_modules = model->n_modules;
+    f->world = world;
+
+    int64_t off = 0;
+    int k = 0;
+    for (int m = 0; m < model->n_modules; m++) {
+        const ds_module *mod = model->modules[m];
+        f->modules[m].first_param = k;
+        f->modules[m].n_params = mod->n_params;
+        f->modules[m].begin = off;
+        for (int p = 0; p < mod->n_params; p++, k++) {
+            const ds_param_desc *d = &mod->params[p];
+            int64_t numel = ds_param_numel(d);
+            if (numel <= 0) {
+                ds_flat_destroy(f);
+                return DS_ERR(DS_ERR_INVALID_ARG, "parameter %s has %lld elements", d->name,
+                              (long long)numel);
+            }
+            for (int q = 0; q < k; q++)
+                if (strcmp(f->params[q].desc->name, d->name) == 0) {
+                    ds_flat_destroy(f);
+                    return DS_ERR(DS_ERR_INVALID_ARG, "parameter name %s appears twice", d->name);
+                }
+            f->params[k] = (ds_flat_param){.desc = d, .module = m, .numel = numel, .offset = off};
+            f->numel += numel;
+            off = round_up(off + numel, DS_FLAT_ALIGN);
+        }
+        f->modules[m].end = off;
+    }
+    f->used = off;
+    f->padded = round_up(off, (int64_t)world * DS_FLAT_ALIGN);
+    f->part = f->padded / world;
+    *out = f;
+    return DS_OK;
+}
+
+void ds_flat_destroy(ds_flat *f) {
+    if (!f) return;
+    free(f->params);
+    free(f->modules);
+    free(f);
+}
+
+int ds_flat_find(const ds_flat *f, const char *name) {
+    for (int i = 0; i < f->n_params; i++)
+        if (strcmp(f->params[i].desc->name, name) == 0) return i;
+    return -1;
+}
+
+int ds_flat_clip(const ds_flat *f, int rank, int64_t begin, int64_t end, int64_t *out_begin,
+                 int64_t *out_end) {
+    int64_t lo = (int64_t)rank * f->part, hi = lo + f->part;
+    int64_t b = begin > lo ? begin : lo, e = end < hi ? end : hi;
+    if (b >= e) return 0;
+    *out_begin = b;
+    *out_end = e;
+    return 1;
+}

@@ -1,0 +1,130 @@
+/* Bucketed reduce-scatter of gradients into partitions. */
+#include "zero/grad_buckets.h"
+
+#include <stdlib.h>
+
+#include "zero/zero_util.h"
+
+typedef struct bucket {
+    void *buf;          /* [cap] gt; the range sits at the top: [cap - (hi-lo), cap) */
+    ds_comm_job rs;     /* the reduce-scatter */
+    ds_comm_job acc;    /* adds the received block into the partition */
+    bool busy;
+    /* what acc adds */
+    void *recv;
+    int64_t dst;        /* offset in the partition */
+    size_t n;
+    struct ds_grad_buckets *owner;
+} bucket;
+
+struct ds_grad_buckets {
+    ds_backend *be;
+    ds_comm_worker *w;
+    const ds_flat *flat;
+    int rank;
+    ds_dtype gt;
+    void *part_grads;
+    int64_t cap;
+    bool per_module;
+    bucket b[2];
+    int cur;
+    bool open;
+    int64_t lo, hi;
+};
+
+static ds_status accumulate(void *arg) {
+    bucket *k = arg;
+    ds_grad_buckets *gb = k->owner;
+    if (k->n == 0) return DS_OK;
+    DS_TRY(gb->be->ops->axpy(gb->be, ds_at(gb->part_grads, gb->gt, k->dst), gb->gt, 1.0f, k->recv,
+                             gb->gt, k->n));
+    return DS_OK;
+}
+
+ds_status ds_grad_buckets_create(ds_backend *be, ds_comm_worker *w, const ds_flat *f, int rank,
+                                 ds_dtype gt, void *part_grads, int64_t cap, bool per_module,
+                                 ds_grad_buckets **out) {
+    *out = NULL;
+    ds_grad_buckets *gb = calloc(1, sizeof *gb);
+    if (!gb) return DS_ERR(DS_ERR_OOM, "gradient buckets: out of host memory");
+    for (int m = 0; m < f->n_modules; m++)
+        if (f->modules[m].end - f->modules[m].begin > cap)
+            cap = f->modules[m].end - f->modules[m].begin;
+    *gb = (ds_grad_buckets){.be = be, .w = w, .flat = f, .rank = rank, .gt = gt,
+                            .part_grads = part_grads, .cap = cap, .per_module = per_module};
+    for (int k = 0; k < 2; k++) {
+        gb->b[k].owner = gb;
+        ds_status st = ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE,
+                                        (size_t)cap * ds_dtype_size(gt), &gb->b[k].buf);
+        if (st != DS_OK) {
+            ds_grad_buckets_destroy(gb);
+            DS_TRY(st);
+        }
+    }
+    *out = gb;
+    return DS_OK;
+}
+
+void ds_grad_buckets_destroy(ds_grad_buckets *gb) {
+    if (!gb) return;
+    for (int k = 0; k < 2; k++)
+        ds_backend_free(gb->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, gb->b[k].buf,
+                        (size_t)gb->cap * ds_dtype_size(gb->gt));
+    free(gb);
+}
+
+static ds_status wait_bucket(ds_grad_buckets *gb, bucket *k) {
+    if (!k->busy) return DS_OK;
+    k->busy = false;
+    ds_status a = ds_comm_job_wait(gb->w, &k->rs);
+    ds_status b = ds_comm_job_wait(gb->w, &k->acc);
+    DS_TRY(a);
+    DS_TRY(b);
+    return DS_OK;
+}
+
+static ds_status flush(ds_grad_buckets *gb) {
+    if (!gb->open) return DS_OK;
+    bucket *k = &gb->b[gb->cur];
+    int64_t len = gb->hi - gb->lo;
+    void *send = ds_at(k->buf, gb->gt, gb->cap - len);
+    ds_zero_counts(gb->flat, gb->lo, gb->hi, k->rs.counts);
+    size_t mine = ds_zero_block_offset(k->rs.counts, gb->rank);
+    k->rs.kind = DS_JOB_REDUCE_SCATTERV;
+    k->rs.send = send;
+    k->rs.buf = ds_at(send, gb->gt, (int64_t)mine); /* in place: recv aliases our block */
+    k->rs.t = gb->gt;
+    k->recv = k->rs.buf;
+    k->n = k->rs.counts[gb->rank];
+    int64_t part_lo = (int64_t)gb->rank * gb->flat->part;
+    k->dst = (gb->lo > part_lo ? gb->lo : part_lo) - part_lo;
+    k->acc = (ds_comm_job){.kind = DS_JOB_FN, .fn = accumulate, .arg = k};
+    DS_TRY(ds_comm_job_submit(gb->w, &k->rs));
+    DS_TRY(ds_comm_job_submit(gb->w, &k->acc));
+    k->busy = true;
+    gb->open = false;
+    gb->cur ^= 1;
+    return DS_OK;
+}
+
+ds_status ds_grad_buckets_add(ds_grad_buckets *gb, int64_t begin, int64_t end, const float *src) {
+    if (end <= begin) return DS_OK;
+    if (gb->open && (gb->lo != end || gb->hi - begin > gb->cap)) DS_TRY(flush(gb));
+    bucket *k = &gb->b[gb->cur];
+    if (!gb->open) {
+        DS_TRY(wait_bucket(gb, k)); /* its last use must have landed */
+        gb->open = true;
+        gb->lo = gb->hi = end;
+    }
+    void *dst = ds_at(k->buf, gb->gt, gb->cap - (gb->hi - begin));
+    DS_TRY(gb->be->ops->cast(gb->be, dst, gb->gt, src, DS_F32, (size_t)(end - begin)));
+    gb->lo = begin;
+    if (gb->per_module) DS_TRY(flush(gb));
+    return DS_OK;
+}
+
+ds_status ds_grad_buckets_finish(ds_grad_buckets *gb) {
+    DS_TRY(flush(gb));
+    for (int k = 0; k < 2; k++) DS_TRY(wait_bucket(gb, &gb->b[k]));
+    return DS_OK;
+}

@@ -1,0 +1,41 @@
+/* Gradient buckets of stages 2 and 3: reduce-scatter during backward.
+ *
+ * Modules finish their backward in reverse flat order, and their spans are
+ * adjacent in the flat space, so the gradients completed so far always form
+ * one contiguous range growing downwards. A bucket collects that range (cast
+ * to the communication type) until adding the next module would pass
+ * reduce_bucket_size elements; then it is reduce-scattered, each rank
+ * receiving the sum of the bucket's intersection with its partition (a
+ * reduce-scatter with uneven blocks: a bucket usually falls into one or two
+ * partitions), which is added into the rank's gradient partition. Two bucket
+ * buffers alternate, so the next bucket fills while the last one is on the
+ * wire (overlap_comm runs the collectives on the communication thread).
+ *
+ * With contiguous_gradients false each module is reduced on its own, without
+ * gathering several into one bucket. */
+#ifndef DS_ZERO_GRAD_BUCKETS_H
+#define DS_ZERO_GRAD_BUCKETS_H
+
+#include "zero/comm_worker.h"
+#include "zero/zero.h"
+
+typedef struct ds_grad_buckets ds_grad_buckets;
+
+/* part_grads: the rank's gradient partition (gt, flat->part elements), owned
+ * by the strategy. cap: reduce_bucket_size (raised to the largest module
+ * span). */
+ds_status ds_grad_buckets_create(ds_backend *be, ds_comm_worker *w, const ds_flat *f, int rank,
+                                 ds_dtype gt, void *part_grads, int64_t cap, bool per_module,
+                                 ds_grad_buckets **out);
+void ds_grad_buckets_destroy(ds_grad_buckets *gb);
+
+/* The fp32 gradients of flat range [begin, end) (a module's span, src[0] =
+ * element begin) are complete for this micro-batch. src may be reused when
+ * this returns. */
+ds_status ds_grad_buckets_add(ds_grad_buckets *gb, int64_t begin, int64_t end, const float *src);
+
+/* Reduce what is pending and wait until every bucket has landed in the
+ * partition. */
+ds_status ds_grad_buckets_finish(ds_grad_buckets *gb);
+
+#endif /* DS_ZERO_GRAD_BUCKETS_H */

@@ -1,0 +1,171 @@
+/* Full parameter and gradient replicas (stages 0 and 1). */
+#include "zero/replica.h"
+
+#include <stdlib.h>
+
+#include "zero/zero_util.h"
+
+ds_status ds_replica_init(ds_replica *r, const ds_zero_desc *d, bool full_grads) {
+    const ds_flat *f = d->flat;
+    r->be = d->be;
+    r->flat = f;
+    r->pt = d->param_t;
+    r->gt = d->grad_t;
+    for (int m = 0; m < f->n_modules; m++) {
+        int64_t span = f->modules[m].end - f->modules[m].begin;
+        if (span > r->max_span) r->max_span = span;
+    }
+    size_t padded = (size_t)f->padded;
+    ds_backend *be = r->be;
+    DS_TRY(ds_backend_alloc(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, padded * ds_dtype_size(r->pt),
+                            &r->params));
+    if (full_grads)
+        DS_TRY(ds_backend_alloc(be, DS_MEM_GRADS, DS_PLACE_DEVICE, padded * ds_dtype_size(r->gt),
+                                &r->grads));
+    if (r->pt != DS_F32)
+        DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, (size_t)r->max_span * 4,
+                                (void **)&r->pstage));
+    if (r->gt != DS_F32 || !full_grads)
+        DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, (size_t)r->max_span * 4,
+                                (void **)&r->gstage));
+    r->ptrs = calloc((size_t)f->n_modules, sizeof *r->ptrs);
+    r->gptrs = calloc((size_t)f->n_modules, sizeof *r->gptrs);
+    if (!r->ptrs || !r->gptrs) return DS_ERR(DS_ERR_OOM, "parameter tables: out of host memory");
+    for (int m = 0; m < f->n_modules; m++) {
+        const ds_flat_module *fm = &f->modules[m];
+        int np = fm->n_params > 0 ? fm->n_params : 1;
+        r->ptrs[m] = calloc((size_t)np, sizeof(float *));
+        r->gptrs[m] = calloc((size_t)np, sizeof(float *));
+        if (!r->ptrs[m] || !r->gptrs[m])
+            return DS_ERR(DS_ERR_OOM, "parameter tables: out of host memory");
+        for (int k = 0; k < fm->n_params; k++) {
+            const ds_flat_param *p = &f->params[fm->first_param + k];
+            int64_t rel = p->offset - fm->begin;
+            r->ptrs[m][k] = r->pt == DS_F32 ? (float *)r->params + p->offset : r->pstage + rel;
+            r->gptrs[m][k] = r->gstage ? r->gstage + rel : (float *)r->grads + p->offset;
+        }
+    }
+    return DS_OK;
+}
+
+void ds_replica_free(ds_replica *r) {
+    if (!r->be) return;
+    ds_backend *be = r->be;
+    size_t padded = (size_t)r->flat->padded;
+    ds_backend_free(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, r->params, padded * ds_dtype_size(r->pt));
+    if (r->grads)
+        ds_backend_free(be, DS_MEM_GRADS, DS_PLACE_DEVICE, r->grads, padded * ds_dtype_size(r->gt));
+    ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, r->pstage, (size_t)r->max_span * 4);
+    ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, r->gstage, (size_t)r->max_span * 4);
+    for (int m = 0; r->ptrs && m < r->flat->n_modules; m++) free(r->ptrs[m]);
+    for (int m = 0; r->gptrs && m < r->flat->n_modules; m++) free(r->gptrs[m]);
+    free(r->ptrs);
+    free(r->gptrs);
+    r->be = NULL;
+}
+
+ds_status ds_replica_fetch(ds_replica *r, int m, float ***out) {
+    const ds_flat_module *fm = &r->flat->modules[m];
+    if (r->pt != DS_F32) /* widen the module's working parameters */
+        DS_TRY(r->be->ops->cast(r->be, r->pstage, DS_F32, ds_at(r->params, r->pt, fm->begin),
+                                r->pt, (size_t)(fm->end - fm->begin)));
+    *out = r->ptrs[m];
+    return DS_OK;
+}
+
+ds_status ds_replica_grad_slots(ds_replica *r, int m, float ***out) {
+    if (r->gstage) {
+        const ds_flat_module *fm = &r->flat->modules[m];
+        DS_TRY(r->be->ops->memset(r->be, r->gstage, 0,
+                                  (size_t)(fm->end - fm->begin) * sizeof(float), NULL));
+    }
+    *out = r->gptrs[m];
+    return DS_OK;
+}
+
+ds_status ds_replica_grad_done(ds_replica *r, int m) {
+    if (!r->gstage || !r->grads) return DS_OK; /* accumulated in place, or the stage's job */
+    const ds_flat_module *fm = &r->flat->modules[m];
+    DS_TRY(r->be->ops->axpy(r->be, ds_at(r->grads, r->gt, fm->begin), r->gt, 1.0f, r->gstage,
+                            DS_F32, (size_t)(fm->end - fm->begin)));
+    return DS_OK;
+}
+
+ds_status ds_replica_zero_grad(ds_replica *r) {
+    DS_TRY(r->be->ops->memset(r->be, r->grads, 0,
+                              (size_t)r->flat->padded * ds_dtype_size(r->gt), NULL));
+    return DS_OK;
+}
+
+ds_status ds_replica_grad_to_host(ds_replica *r, int i, float *host) {
+    const ds_flat_param *p = &r->flat->params[i];
+    if (r->gt == DS_F32) {
+        DS_TRY(r->be->ops->memcpy(r->be, host, (const float *)r->grads + p->offset,
+                                  (size_t)p->numel * sizeof(float), DS_COPY_D2H, NULL));
+        return DS_OK;
+    }
+    for (int64_t b = 0; b < p->numel; b += r->max_span) { /* via the fp32 staging area */
+        int64_t len = p->numel - b < r->max_span ? p->numel - b : r->max_span;
+        DS_TRY(r->be->ops->cast(r->be, r->gstage, DS_F32, ds_at(r->grads, r->gt, p->offset + b),
+                                r->gt, (size_t)len));
+        DS_TRY(r->be->ops->memcpy(r->be, host + b, r->gstage, (size_t)len * sizeof(float),
+                                  DS_COPY_D2H, NULL));
+    }
+    return DS_OK;
+}
+
+ds_status ds_replica_init_values(ds_replica *r, uint64_t seed, float *master, int64_t lo,
+                                 int64_t n) {
+    const ds_flat *f = r->flat;
+    ds_backend *be = r->be;
+    for (int m = 0; m < f->n_modules; m++) {
+        const ds_flat_module *fm = &f->modules[m];
+        float *base = r->pt == DS_F32 ? (float *)r->params + fm->begin : r->pstage;
+        for (int k = 0; k < fm->n_params; k++) {
+            int i = fm->first_param + k;
+            const ds_flat_param *p = &f->params[i];
+            DS_TRY(ds_zero_init_range(be, p, i, seed, 0, p->numel, base + (p->offset - fm->begin)));
+        }
+        if (r->pt == DS_F32) continue;
+        size_t span = (size_t)(fm->end - fm->begin);
+        /* padding between tensors inside the span stays zero in the staging area */
+        DS_TRY(be->ops->cast(be, ds_at(r->params, r->pt, fm->begin), r->pt, r->pstage, DS_F32,
+                             span));
+        int64_t b = fm->begin > lo ? fm->begin : lo;
+        int64_t e = fm->end < lo + n ? fm->end : lo + n;
+        if (master && b < e)
+            DS_TRY(be->ops->memcpy(be, master + (b - lo), r->pstage + (b - fm->begin),
+                                   (size_t)(e - b) * sizeof(float), DS_COPY_D2D, NULL));
+        DS_TRY(be->ops->memset(be, r->pstage, 0, span * sizeof(float), NULL));
+    }
+    return DS_OK;
+}
+
+ds_status ds_replica_get_weights(ds_replica *r, ds_comm *comm, const float *master, int i,
+                                 float *host) {
+    if (master) {
+        DS_TRY(ds_zero_part_to_host(r->be, comm, r->flat, i, master, DS_F32, host));
+        return DS_OK;
+    }
+    const ds_flat_param *p = &r->flat->params[i];
+    DS_TRY(r->be->ops->memcpy(r->be, host, (float *)r->params + p->offset,
+                              (size_t)p->numel * sizeof(float), DS_COPY_D2H, NULL));
+    return DS_OK;
+}
+
+ds_status ds_replica_set_weights(ds_replica *r, ds_comm *comm, float *master, int i,
+                                 const float *host) {
+    const ds_flat_param *p = &r->flat->params[i];
+    size_t bytes = (size_t)p->numel * sizeof(float);
+    if (r->pt == DS_F32) {
+        DS_TRY(r->be->ops->memcpy(r->be, (float *)r->params + p->offset, host, bytes, DS_COPY_H2D,
+                                  NULL));
+        return DS_OK;
+    }
+    if (master) DS_TRY(ds_zero_part_from_host(r->be, r->flat, comm->rank, i, master, DS_F32, host));
+    /* the low-precision replica, through the fp32 staging area */
+    DS_TRY(r->be->ops->memcpy(r->be, r->pstage, host, bytes, DS_COPY_H2D, NULL));
+    DS_TRY(r->be->ops->cast(r->be, ds_at(r->params, r->pt, p->offset), r->pt, r->pstage, DS_F32,
+                            (size_t)p->numel));
+    return DS_OK;
+}

@@ -1,0 +1,56 @@
+/* Full replicas of the working parameters and gradients, as stages 0 and 1
+ * keep them: every rank holds both over the whole flat space.
+ *
+ * Under fp32 the modules read parameters and accumulate gradients directly in
+ * the flat buffers. Under fp16/bf16 the parameters (and, unless
+ * communication_data_type is fp32, the gradients) are stored in the
+ * low-precision type: a module's parameters are widened into an fp32 staging
+ * area before use and its gradients computed in an fp32 staging area, then
+ * added into the stored gradient (rounded once per module and micro-batch, as
+ * a low-precision backward would). */
+#ifndef DS_ZERO_REPLICA_H
+#define DS_ZERO_REPLICA_H
+
+#include "zero/zero.h"
+
+typedef struct ds_replica {
+    ds_backend *be;
+    const ds_flat *flat;
+    ds_dtype pt, gt;
+    void *params;          /* [padded] pt */
+    void *grads;           /* [padded] gt; NULL when the stage keeps only a partition */
+    float *pstage, *gstage;/* fp32 staging [max_span], when pt / gt != F32 */
+    int64_t max_span;
+    float ***ptrs, ***gptrs; /* per module: parameter / gradient slot pointers */
+} ds_replica;
+
+/* full_grads: keep a full gradient replica (stages 0, 1). Without it
+ * (stage 2) gradients are computed in the fp32 staging area only and the
+ * strategy moves them out in grad_done. */
+ds_status ds_replica_init(ds_replica *r, const ds_zero_desc *d, bool full_grads);
+void ds_replica_free(ds_replica *r);
+
+/* Draw every parameter's initial values (ds_zero_init_range) into the
+ * replica, locally, without communication. Under mixed precision the values
+ * pass through the fp32 staging area and, when `master` is given, the slice
+ * [lo, lo + n) of the flat space is also kept there in fp32 (the master
+ * partition of stage 1, or the whole master of stage 0 with lo 0). */
+ds_status ds_replica_init_values(ds_replica *r, uint64_t seed, float *master, int64_t lo,
+                                 int64_t n);
+
+ds_status ds_replica_fetch(ds_replica *r, int m, float ***out);
+ds_status ds_replica_grad_slots(ds_replica *r, int m, float ***out);
+ds_status ds_replica_grad_done(ds_replica *r, int m);
+ds_status ds_replica_zero_grad(ds_replica *r);
+/* Full fp32 values of parameter i to / from the host for stages 1 and 2:
+ * from the master partitions when `master` is given (mixed precision; a
+ * collective assembling the pieces), else from the fp32 replica itself.
+ * set_weights also refreshes the replica's low-precision copy. */
+ds_status ds_replica_get_weights(ds_replica *r, ds_comm *comm, const float *master, int i,
+                                 float *host);
+ds_status ds_replica_set_weights(ds_replica *r, ds_comm *comm, float *master, int i,
+                                 const float *host);
+/* Local (unreduced) gradient of parameter i as fp32 into host. */
+ds_status ds_replica_grad_to_host(ds_replica *r, int i, float *host);
+
+#endif /* DS_ZERO_REPLICA_H */

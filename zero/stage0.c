@@ -1,0 +1,165 @@
+/* ZeRO stage 0: plain data parallelism.
+ *
+ * Every rank holds the whole model state: the replicas of parameters and
+ * gradients (zero/replica.h), the optimizer state over the full flat space,
+ * and fp32 master weights under mixed precision. At the accumulation boundary
+ * the gradients are all-reduced in place in buckets of reduce_bucket_size
+ * elements and every rank applies the identical update to the whole model. */
+#include <stdlib.h>
+
+#include "zero/optim.h"
+#include "zero/replica.h"
+#include "zero/zero.h"
+
+typedef struct stage0 {
+    ds_replica rep;
+    ds_comm *comm;
+    bool mixed;             /* fp32 master weights exist */
+    float *master;          /* [padded] fp32, mixed only */
+    float *state0, *state1; /* optimizer moments [padded] */
+    int64_t bucket;         /* all-reduce bucket, elements */
+} stage0;
+
+static stage0 *S(ds_zero *z) { return (stage0 *)z->impl; }
+static float *weights(stage0 *s) { return s->mixed ? s->master : (float *)s->rep.params; }
+
+static ds_status fetch(ds_zero *z, int m, float ***out) {
+    DS_TRY(ds_replica_fetch(&S(z)->rep, m, out));
+    return DS_OK;
+}
+
+static ds_status release(ds_zero *z, int m) {
+    (void)z;
+    (void)m;
+    return DS_OK; /* everything stays resident */
+}
+
+static ds_status grad_slots(ds_zero *z, int m, float ***out) {
+    DS_TRY(ds_replica_grad_slots(&S(z)->rep, m, out));
+    return DS_OK;
+}
+
+static ds_status grad_done(ds_zero *z, int m) {
+    DS_TRY(ds_replica_grad_done(&S(z)->rep, m));
+    return DS_OK;
+}
+
+static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
+    stage0 *s = S(z);
+    ds_replica *r = &s->rep;
+    int64_t n = r->flat->used;
+    if (s->comm->world > 1)
+        for (int64_t b = 0; b < n; b += s->bucket) {
+            int64_t len = (n - b < s->bucket) ? n - b : s->bucket;
+            DS_TRY(ds_comm_all_reduce(s->comm, (char *)r->grads + (size_t)b * ds_dtype_size(r->gt),
+                                      (size_t)len, r->gt, DS_REDUCE_SUM));
+        }
+    /* Every rank now holds the same summed gradient, so the local norm and
+     * overflow flag are already global. */
+    DS_TRY(r->be->ops->sumsq(r->be, r->grads, r->gt, (size_t)n, sumsq, overflow));
+    return DS_OK;
+}
+
+static ds_status apply(ds_zero *z, float grad_mult, const ds_optim_step *step) {
+    stage0 *s = S(z);
+    ds_replica *r = &s->rep;
+    DS_TRY(ds_optim_update(r->be, step, weights(s), r->grads, r->gt, grad_mult, s->state0,
+                           s->state1, (size_t)r->flat->used, s->mixed ? r->params : NULL, r->pt));
+    return DS_OK;
+}
+
+static ds_status zero_grad(ds_zero *z) {
+    DS_TRY(ds_replica_zero_grad(&S(z)->rep));
+    return DS_OK;
+}
+
+static ds_status get_param(ds_zero *z, int i, float *host) {
+    stage0 *s = S(z);
+    const ds_flat_param *p = &s->rep.flat->params[i];
+    DS_TRY(s->rep.be->ops->memcpy(s->rep.be, host, weights(s) + p->offset,
+                                  (size_t)p->numel * sizeof(float), DS_COPY_D2H, NULL));
+    return DS_OK;
+}
+
+static ds_status set_param(ds_zero *z, int i, const float *host) {
+    stage0 *s = S(z);
+    ds_replica *r = &s->rep;
+    const ds_flat_param *p = &r->flat->params[i];
+    float *dst = weights(s) + p->offset;
+    DS_TRY(r->be->ops->memcpy(r->be, dst, host, (size_t)p->numel * sizeof(float), DS_COPY_H2D,
+                              NULL));
+    if (s->mixed)
+        DS_TRY(r->be->ops->cast(r->be, (char *)r->params + (size_t)p->offset * ds_dtype_size(r->pt),
+                                r->pt, dst, DS_F32, (size_t)p->numel));
+    return DS_OK;
+}
+
+static ds_status get_grad(ds_zero *z, int i, float *host) {
+    stage0 *s = S(z);
+    DS_TRY(ds_replica_grad_to_host(&s->rep, i, host));
+    DS_TRY(ds_comm_host_all_reduce(s->comm, host, (size_t)s->rep.flat->params[i].numel, DS_F32,
+                                   DS_REDUCE_SUM));
+    return DS_OK;
+}
+
+static void destroy(ds_zero *z) {
+    stage0 *s = S(z);
+    if (s) {
+        ds_backend *be = s->rep.be ? s->rep.be : z->d.be;
+        size_t padded = (size_t)z->d.flat->padded;
+        ds_backend_free(be, DS_MEM_MASTER, DS_PLACE_DEVICE, s->master, padded * 4);
+        ds_backend_free(be, DS_MEM_OPTIM, DS_PLACE_DEVICE, s->state0, padded * 4);
+        ds_backend_free(be, DS_MEM_OPTIM, DS_PLACE_DEVICE, s->state1, padded * 4);
+        ds_replica_free(&s->rep);
+        free(s);
+    }
+    free(z);
+}
+
+static const ds_zero_ops k_stage0_ops = {
+    .name = "stage0", .fetch = fetch, .release = release, .grad_slots = grad_slots,
+    .grad_done = grad_done, .reduce_grads = reduce_grads, .apply = apply,
+    .zero_grad = zero_grad, .get_param = get_param, .set_param = set_param,
+    .get_grad = get_grad, .destroy = destroy,
+};
+
+static ds_status build(stage0 *s, const ds_zero_desc *d) {
+    ds_backend *be = d->be;
+    size_t padded = (size_t)d->flat->padded;
+    int nstate = ds_optim_state_count(d->cfg);
+    DS_TRY(ds_replica_init(&s->rep, d, true));
+    if (s->mixed)
+        DS_TRY(ds_backend_alloc(be, DS_MEM_MASTER, DS_PLACE_DEVICE, padded * 4,
+                                (void **)&s->master));
+    if (nstate >= 1)
+        DS_TRY(ds_backend_alloc(be, DS_MEM_OPTIM, DS_PLACE_DEVICE, padded * 4,
+                                (void **)&s->state0));
+    if (nstate >= 2)
+        DS_TRY(ds_backend_alloc(be, DS_MEM_OPTIM, DS_PLACE_DEVICE, padded * 4,
+                                (void **)&s->state1));
+    DS_TRY(ds_replica_init_values(&s->rep, d->seed, s->master, 0, d->flat->padded));
+    return DS_OK;
+}
+
+ds_status ds_zero_stage0_create(const ds_zero_desc *d, ds_zero **out) {
+    *out = NULL;
+    ds_zero *z = calloc(1, sizeof *z);
+    stage0 *s = calloc(1, sizeof *s);
+    if (!z || !s) {
+        free(z);
+        free(s);
+        return DS_ERR(DS_ERR_OOM, "stage 0: out of host memory");
+    }
+    *z = (ds_zero){.ops = &k_stage0_ops, .d = *d, .stage = 0, .impl = s};
+    s->comm = d->comm;
+    s->mixed = d->param_t != DS_F32;
+    s->bucket = d->cfg->reduce_bucket_size > 0 ? d->cfg->reduce_bucket_size : d->flat->padded;
+    ds_status st = build(s, d);
+    if (st != DS_OK) {
+        ds_error_trace(__FILE__, __LINE__);
+        destroy(z);
+        return st;
+    }
+    *out = z;
+    return DS_OK;
+}

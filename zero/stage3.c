@@ -1,0 +1,423 @@
+/* ZeRO stage 3: parameters, gradients and optimizer state all sharded.
+ *
+ * Each rank stores only its partition of the working parameters. A module's
+ * parameters are all-gathered into a gather slot just before its forward and
+ * again before its backward (all-gather with uneven blocks: a module's span
+ * usually falls into one or two partitions), and the slot is released after
+ * use. While module m runs, the next module in the direction of travel is
+ * prefetched into another slot on the communication thread (overlap_comm),
+ * within stage3_prefetch_bucket_size elements. Slots are a small pool whose
+ * size follows stage3_max_live_parameters; a released slot keeps its contents
+ * as a cache (the last modules of forward are the first of backward), unless
+ * the module's next use lies further than stage3_max_reuse_distance
+ * parameters away. Modules smaller than stage3_param_persistence_threshold
+ * stay whole: they are gathered once per step and kept.
+ *
+ * Gradients go through the same buckets as stage 2. Per rank and step:
+ * forward gathers Psi(N-1)/N, backward again Psi(N-1)/N (less what the cache
+ * saves), the gradients Psi(N-1)/N: 3 Psi(N-1)/N. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "zero/grad_buckets.h"
+#include "zero/shard.h"
+#include "zero/zero.h"
+#include "zero/zero_util.h"
+
+#define MAX_SLOTS 8
+
+typedef struct slot {
+    void *buf;       /* [max_span] pt: the gathered span */
+    float *f32;      /* [max_span] fp32 view (== buf under fp32) */
+    int module;      /* whose span it holds, -1 none */
+    bool valid;      /* contents current (gathered since the last update) */
+    bool pending;    /* gather job submitted, not yet waited */
+    bool in_use;     /* between fetch and release */
+    uint64_t used_at;/* LRU clock */
+    ds_comm_job job;
+} slot;
+
+typedef struct stage3 {
+    ds_shard sh;
+    ds_backend *be;
+    ds_comm *comm;
+    const ds_flat *flat;
+    ds_dtype pt, gt;
+    ds_comm_worker *worker;
+    ds_grad_buckets *buckets;
+    void *params;      /* [part] pt: this rank's parameter partition */
+    void *grads;       /* [part] gt */
+    float *gstage;     /* [max_span] fp32 gradient staging */
+    int64_t max_span;
+    int n_slots;
+    slot slots[MAX_SLOTS];
+    bool *persistent;  /* [n_modules] */
+    float *persist;    /* fp32 whole copies of the persistent modules, packed */
+    int64_t *persist_off; /* [n_modules] offset into persist */
+    int64_t persist_elems;
+    bool persist_valid;
+    float ***ptrs, ***gptrs; /* per module pointer tables (ptrs re-pointed per fetch) */
+    int64_t *suffix;   /* [n_modules + 1]: elements of modules m.. n-1 */
+    int last_fetch;    /* module of the previous fetch, for the direction */
+    uint64_t clock;
+    int64_t prefetch_limit, reuse_limit;
+} stage3;
+
+static stage3 *S(ds_zero *z) { return (stage3 *)z->impl; }
+
+static int64_t span_of(const stage3 *s, int m) {
+    return s->flat->modules[m].end - s->flat->modules[m].begin;
+}
+
+/* Put this rank's piece of module m's span into the slot and queue the
+ * all-gather of the rest. */
+static ds_status start_gather(stage3 *s, slot *sl, int m) {
+    const ds_flat_module *fm = &s->flat->modules[m];
+    ds_zero_counts(s->flat, fm->begin, fm->end, sl->job.counts);
+    int rank = s->comm->rank;
+    size_t off = ds_zero_block_offset(sl->job.counts, rank);
+    size_t mine = sl->job.counts[rank];
+    if (mine > 0) {
+        int64_t src = (fm->begin > s->sh.lo ? fm->begin : s->sh.lo) - s->sh.lo;
+        DS_TRY(s->be->ops->memcpy(s->be, ds_at(sl->buf, s->pt, (int64_t)off),
+                                  ds_at(s->params, s->pt, src), mine * ds_dtype_size(s->pt),
+                                  DS_COPY_D2D, NULL));
+    }
+    sl->job.kind = DS_JOB_ALL_GATHERV;
+    sl->job.buf = sl->buf;
+    sl->job.t = s->pt;
+    DS_TRY(ds_comm_job_submit(s->worker, &sl->job));
+    sl->module = m;
+    sl->valid = true;
+    sl->pending = true;
+    return DS_OK;
+}
+
+static ds_status finish_gather(stage3 *s, slot *sl) {
+    if (!sl->pending) return DS_OK;
+    sl->pending = false;
+    ds_status st = ds_comm_job_wait(s->worker, &sl->job);
+    if (st != DS_OK) {
+        sl->valid = false;
+        DS_TRY(st);
+    }
+    if (s->pt != DS_F32)
+        DS_TRY(s->be->ops->cast(s->be, sl->f32, DS_F32, sl->buf, s->pt,
+                                (size_t)span_of(s, sl->module)));
+    return DS_OK;
+}
+
+static slot *find_slot(stage3 *s, int m) {
+    for (int k = 0; k < s->n_slots; k++)
+        if (s->slots[k].valid && s->slots[k].module == m) return &s->slots[k];
+    return NULL;
+}
+
+/* A slot to overwrite: invalid first, then least recently used; never one in
+ * use or one holding `keep`. Waits for its pending gather first. */
+static ds_status victim(stage3 *s, int keep, slot **out) {
+    slot *best = NULL;
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (sl->in_use || (sl->valid && sl->module == keep)) continue;
+        if (!best || (!sl->valid && best->valid) ||
+            (sl->valid == best->valid && sl->used_at < best->used_at))
+            best = sl;
+    }
+    if (!best) return DS_ERR(DS_ERR_INTERNAL, "stage 3: every gather slot is in use");
+    DS_TRY(finish_gather(s, best));
+    best->valid = false;
+    *out = best;
+    return DS_OK;
+}
+
+/* Gather every persistent module once (after init or an update). Collective:
+ * every rank reaches it at the same fetch. */
+static ds_status refresh_persistent(stage3 *s) {
+    slot *sl;
+    DS_TRY(victim(s, -1, &sl));
+    for (int m = 0; m < s->flat->n_modules; m++) {
+        if (!s->persistent[m]) continue;
+        DS_TRY(start_gather(s, sl, m));
+        DS_TRY(finish_gather(s, sl));
+        DS_TRY(s->be->ops->memcpy(s->be, s->persist + s->persist_off[m], sl->f32,
+                                  (size_t)span_of(s, m) * sizeof(float), DS_COPY_D2D, NULL));
+    }
+    sl->valid = false;
+    s->persist_valid = true;
+    return DS_OK;
+}
+
+static void point(stage3 *s, int m, float *base) {
+    const ds_flat_module *fm = &s->flat->modules[m];
+    for (int k = 0; k < fm->n_params; k++)
+        s->ptrs[m][k] = base + (s->flat->params[fm->first_param + k].offset - fm->begin);
+}
+
+/* Prefetch module `next` if it is worth it and a slot is free. */
+static ds_status prefetch(stage3 *s, int current, int next) {
+    if (next < 0 || next >= s->flat->n_modules || s->persistent[next]) return DS_OK;
+    if (span_of(s, next) == 0 || span_of(s, next) > s->prefetch_limit) return DS_OK;
+    if (find_slot(s, next)) return DS_OK;
+    for (int k = 0; k < s->n_slots; k++) /* only into a slot nobody needs now */
+        if (!s->slots[k].in_use && !s->slots[k].pending &&
+            !(s->slots[k].valid && s->slots[k].module == current)) {
+            slot *sl;
+            DS_TRY(victim(s, current, &sl));
+            DS_TRY(start_gather(s, sl, next));
+            return DS_OK;
+        }
+    return DS_OK;
+}
+
+static ds_status fetch(ds_zero *z, int m, float ***out) {
+    stage3 *s = S(z);
+    int dir = m >= s->last_fetch ? 1 : -1; /* forward walks up, backward down */
+    if (m == s->last_fetch) dir = -1;      /* the turnaround: backward starts here */
+    s->last_fetch = m;
+    *out = s->ptrs[m];
+    if (span_of(s, m) == 0) return DS_OK;
+    if (s->persistent[m]) {
+        if (!s->persist_valid) DS_TRY(refresh_persistent(s));
+        point(s, m, s->persist + s->persist_off[m]);
+        return DS_OK;
+    }
+    slot *sl = find_slot(s, m);
+    if (!sl) {
+        DS_TRY(victim(s, -1, &sl));
+        DS_TRY(start_gather(s, sl, m));
+    }
+    sl->in_use = true;
+    sl->used_at = ++s->clock;
+    DS_TRY(prefetch(s, m, m + dir)); /* queued behind m's own gather */
+    DS_TRY(finish_gather(s, sl));
+    point(s, m, sl->f32);
+    return DS_OK;
+}
+
+static ds_status release(ds_zero *z, int m) {
+    stage3 *s = S(z);
+    slot *sl = find_slot(s, m);
+    if (!sl) return DS_OK;
+    sl->in_use = false;
+    /* Next use of m: after a forward, in the backward, past every later
+     * module twice; after a backward, not before the next step. */
+    bool forward = s->last_fetch == m && m < s->flat->n_modules - 1;
+    int64_t distance = forward ? 2 * s->suffix[m + 1] : INT64_MAX;
+    if (distance > s->reuse_limit && !sl->pending) sl->valid = false;
+    return DS_OK;
+}
+
+static ds_status grad_slots(ds_zero *z, int m, float ***out) {
+    stage3 *s = S(z);
+    DS_TRY(s->be->ops->memset(s->be, s->gstage, 0, (size_t)span_of(s, m) * sizeof(float), NULL));
+    *out = s->gptrs[m];
+    return DS_OK;
+}
+
+static ds_status grad_done(ds_zero *z, int m) {
+    stage3 *s = S(z);
+    const ds_flat_module *fm = &s->flat->modules[m];
+    DS_TRY(ds_grad_buckets_add(s->buckets, fm->begin, fm->end, s->gstage));
+    return DS_OK;
+}
+
+static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
+    stage3 *s = S(z);
+    DS_TRY(ds_grad_buckets_finish(s->buckets));
+    DS_TRY(ds_zero_part_sumsq(s->be, s->comm, s->grads, s->gt, (size_t)s->sh.part, sumsq,
+                              overflow));
+    return DS_OK;
+}
+
+static void invalidate(stage3 *s) {
+    for (int k = 0; k < s->n_slots; k++) s->slots[k].valid = false;
+    s->persist_valid = false;
+}
+
+static ds_status drain_slots(stage3 *s) {
+    for (int k = 0; k < s->n_slots; k++) DS_TRY(finish_gather(s, &s->slots[k]));
+    return DS_OK;
+}
+
+static ds_status apply(ds_zero *z, float grad_mult, const ds_optim_step *step) {
+    stage3 *s = S(z);
+    DS_TRY(drain_slots(s)); /* no gather may read the partition while it changes */
+    DS_TRY(ds_shard_update(&s->sh, step, s->params, s->grads, s->gt, grad_mult, s->params, s->pt));
+    invalidate(s);
+    return DS_OK;
+}
+
+static ds_status zero_grad(ds_zero *z) {
+    stage3 *s = S(z);
+    DS_TRY(s->be->ops->memset(s->be, s->grads, 0, (size_t)s->sh.part * ds_dtype_size(s->gt),
+                              NULL));
+    return DS_OK;
+}
+
+static ds_status get_param(ds_zero *z, int i, float *host) {
+    stage3 *s = S(z);
+    DS_TRY(drain_slots(s));
+    const void *src = s->sh.mixed ? (const void *)s->sh.master : s->params;
+    DS_TRY(ds_zero_part_to_host(s->be, s->comm, s->flat, i, src, DS_F32, host));
+    return DS_OK;
+}
+
+static ds_status set_param(ds_zero *z, int i, const float *host) {
+    stage3 *s = S(z);
+    DS_TRY(drain_slots(s));
+    if (s->sh.mixed)
+        DS_TRY(ds_zero_part_from_host(s->be, s->flat, s->comm->rank, i, s->sh.master, DS_F32, host));
+    DS_TRY(ds_zero_part_from_host(s->be, s->flat, s->comm->rank, i, s->params, s->pt, host));
+    invalidate(s);
+    return DS_OK;
+}
+
+static ds_status get_grad(ds_zero *z, int i, float *host) {
+    stage3 *s = S(z);
+    DS_TRY(ds_grad_buckets_finish(s->buckets));
+    DS_TRY(ds_zero_part_to_host(s->be, s->comm, s->flat, i, s->grads, s->gt, host));
+    return DS_OK;
+}
+
+static void destroy(ds_zero *z) {
+    stage3 *s = S(z);
+    if (s) {
+        ds_backend *be = z->d.be;
+        const ds_flat *f = z->d.flat;
+        size_t part = (size_t)f->part, span = (size_t)s->max_span;
+        ds_comm_worker_destroy(s->worker); /* joins the thread: no job still runs */
+        ds_grad_buckets_destroy(s->buckets);
+        for (int k = 0; k < s->n_slots; k++) {
+            ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, s->slots[k].buf,
+                            span * ds_dtype_size(s->pt));
+            if (s->pt != DS_F32)
+                ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, s->slots[k].f32, span * 4);
+        }
+        ds_backend_free(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, s->params, part * ds_dtype_size(s->pt));
+        ds_backend_free(be, DS_MEM_GRADS, DS_PLACE_DEVICE, s->grads, part * ds_dtype_size(s->gt));
+        ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, s->gstage, span * 4);
+        ds_backend_free(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, s->persist,
+                        (size_t)s->persist_elems * 4);
+        for (int m = 0; s->ptrs && m < f->n_modules; m++) free(s->ptrs[m]);
+        for (int m = 0; s->gptrs && m < f->n_modules; m++) free(s->gptrs[m]);
+        free(s->ptrs);
+        free(s->gptrs);
+        free(s->persistent);
+        free(s->persist_off);
+        free(s->suffix);
+        ds_shard_free(&s->sh);
+        free(s);
+    }
+    free(z);
+}
+
+static const ds_zero_ops k_stage3_ops = {
+    .name = "stage3", .fetch = fetch, .release = release, .grad_slots = grad_slots,
+    .grad_done = grad_done, .reduce_grads = reduce_grads, .apply = apply,
+    .zero_grad = zero_grad, .get_param = get_param, .set_param = set_param,
+    .get_grad = get_grad, .destroy = destroy,
+};
+
+static ds_status plan(stage3 *s, const ds_config *cfg) {
+    const ds_flat *f = s->flat;
+    int n = f->n_modules;
+    s->persistent = calloc((size_t)n, sizeof *s->persistent);
+    s->persist_off = calloc((size_t)n, sizeof *s->persist_off);
+    s->suffix = calloc((size_t)n + 1, sizeof *s->suffix);
+    s->ptrs = calloc((size_t)n, sizeof *s->ptrs);
+    s->gptrs = calloc((size_t)n, sizeof *s->gptrs);
+    if (!s->persistent || !s->persist_off || !s->suffix || !s->ptrs || !s->gptrs)
+        return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
+    for (int m = n - 1; m >= 0; m--) {
+        int64_t span = span_of(s, m);
+        s->suffix[m] = s->suffix[m + 1] + span;
+        if (span > s->max_span) s->max_span = span;
+        s->persistent[m] = span > 0 && span < cfg->stage3_param_persistence_threshold;
+    }
+    for (int m = 0; m < n; m++) {
+        if (s->persistent[m]) {
+            s->persist_off[m] = s->persist_elems;
+            s->persist_elems += span_of(s, m);
+        }
+        const ds_flat_module *fm = &f->modules[m];
+        int np = fm->n_params > 0 ? fm->n_params : 1;
+        s->ptrs[m] = calloc((size_t)np, sizeof(float *));
+        s->gptrs[m] = calloc((size_t)np, sizeof(float *));
+        if (!s->ptrs[m] || !s->gptrs[m]) return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
+    }
+    /* Slots: the module in use plus prefetched ones, as many as
+     * stage3_max_live_parameters allows, at least two (current + next). */
+    int64_t live = s->max_span > 0 ? cfg->stage3_max_live_parameters / s->max_span : MAX_SLOTS;
+    s->n_slots = live < 2 ? 2 : live > 3 ? 3 : (int)live;
+    s->prefetch_limit = cfg->stage3_prefetch_bucket_size;
+    s->reuse_limit = cfg->stage3_max_reuse_distance;
+    s->last_fetch = -1;
+    return DS_OK;
+}
+
+static ds_status build(stage3 *s, const ds_zero_desc *d) {
+    ds_backend *be = d->be;
+    size_t part = (size_t)d->flat->part;
+    DS_TRY(plan(s, d->cfg));
+    size_t span = (size_t)s->max_span;
+    DS_TRY(ds_shard_init(&s->sh, d));
+    DS_TRY(ds_backend_alloc(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, part * ds_dtype_size(s->pt),
+                            &s->params));
+    DS_TRY(ds_backend_alloc(be, DS_MEM_GRADS, DS_PLACE_DEVICE, part * ds_dtype_size(s->gt),
+                            &s->grads));
+    DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, span * 4, (void **)&s->gstage));
+    DS_TRY(ds_backend_alloc(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, (size_t)s->persist_elems * 4,
+                            (void **)&s->persist));
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        sl->module = -1;
+        DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, span * ds_dtype_size(s->pt),
+                                &sl->buf));
+        if (s->pt != DS_F32)
+            DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, span * 4,
+                                    (void **)&sl->f32));
+        else
+            sl->f32 = sl->buf;
+    }
+    for (int m = 0; m < d->flat->n_modules; m++) {
+        const ds_flat_module *fm = &d->flat->modules[m];
+        for (int k = 0; k < fm->n_params; k++)
+            s->gptrs[m][k] = s->gstage + (d->flat->params[fm->first_param + k].offset - fm->begin);
+    }
+    DS_TRY(ds_comm_worker_create(d->comm, d->cfg->overlap_comm, &s->worker));
+    DS_TRY(ds_grad_buckets_create(be, s->worker, d->flat, d->comm->rank, s->gt, s->grads,
+                                  d->cfg->reduce_bucket_size, !d->cfg->contiguous_gradients,
+                                  &s->buckets));
+    /* Each rank draws only its own partition: the values equal those of the
+     * other stages for the same elements (counter-based RNG). */
+    float *w = s->sh.mixed ? s->sh.master : (float *)s->params;
+    DS_TRY(ds_zero_init_partition(be, d->flat, d->comm->rank, d->seed, w));
+    if (s->sh.mixed) DS_TRY(be->ops->cast(be, s->params, s->pt, s->sh.master, DS_F32, part));
+    return DS_OK;
+}
+
+ds_status ds_zero_stage3_create(const ds_zero_desc *d, ds_zero **out) {
+    *out = NULL;
+    ds_zero *z = calloc(1, sizeof *z);
+    stage3 *s = calloc(1, sizeof *s);
+    if (!z || !s) {
+        free(z);
+        free(s);
+        return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
+    }
+    *z = (ds_zero){.ops = &k_stage3_ops, .d = *d, .stage = 3, .impl = s};
+    s->be = d->be;
+    s->comm = d->comm;
+    s->flat = d->flat;
+    s->pt = d->param_t;
+    s->gt = d->grad_t;
+    ds_status st = build(s, d);
+    if (st != DS_OK) {
+        ds_error_trace(__FILE__, __LINE__);
+        destroy(z);
+        return st;
+    }
+    *out = z;
+    return DS_OK;
+}

@@ -1,0 +1,126 @@
+/* ZeRO strategies: one object per stage behind one interface.
+ *
+ *   stage 0  zero/stage0.c   everything everywhere; gradients all-reduced in
+ *                            buckets at the accumulation boundary
+ *   stage 1  zero/stage1.c   fp32 master + optimizer moments of the rank's
+ *   stage 2  zero/stage2.c   partition only; (2) gradients reduce-scattered
+ *                            into the partition during backward
+ *   stage 3  zero/stage3.c   parameters partitioned too; gathered per module
+ *
+ * The engine drives every strategy the same way:
+ *
+ *   for each micro-batch:
+ *     for m in modules:           fetch(m) -> fp32 params; forward; release(m)
+ *     for m in reverse(modules):  fetch(m); grad_slots(m) -> fp32 slots;
+ *                                 backward (accumulates into slots);
+ *                                 grad_done(m); release(m)
+ *   at the boundary:
+ *     reduce_grads()  -> global sum of squares of the summed gradients and
+ *                        an overflow flag, identical on every rank
+ *     apply(grad_mult, optimizer hparams)   unless the engine skips the step
+ *     zero_grad()
+ *
+ * Gradients are SUMS over ranks (and over micro-batches, each already scaled
+ * by 1/gradient_accumulation_steps and by the loss scale); the engine folds
+ * 1/(world * loss_scale) and the clipping coefficient into grad_mult, so the
+ * arithmetic of the update is the same at every stage.
+ *
+ * Strategies own all model-state memory (params, grads, master, moments and
+ * their communication buffers) and allocate it at creation through the
+ * backend, tagged in the accountant: nothing is allocated in a step. */
+#ifndef DS_ZERO_ZERO_H
+#define DS_ZERO_ZERO_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/backend/backend.h"
+#include "engine/comm/comm.h"
+#include "engine/core/config.h"
+#include "engine/core/status.h"
+#include "zero/flat.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ds_zero ds_zero;
+
+/* Optimizer of one step, already resolved by the engine (lr from the
+ * scheduler, step count). */
+typedef struct ds_optim_step {
+    ds_optim_type type;
+    ds_adam_hparams adam;
+    ds_sgd_hparams sgd;
+} ds_optim_step;
+
+typedef struct ds_zero_desc {
+    const ds_config *cfg; /* resolved */
+    ds_backend *be;
+    ds_comm *comm;
+    const ds_flat *flat;
+    ds_dtype param_t;     /* working parameters: F32, F16 or BF16 */
+    ds_dtype grad_t;      /* gradient storage and communication */
+    uint64_t seed;        /* parameter initialisation */
+} ds_zero_desc;
+
+typedef struct ds_zero_ops {
+    const char *name; /* "stage0", ... */
+    /* fp32 pointers to module m's parameters (in declared order), valid until
+     * release(m). Collective under stage 3 (gathers). */
+    ds_status (*fetch)(ds_zero *z, int module, float ***out);
+    ds_status (*release)(ds_zero *z, int module);
+    /* fp32 gradient slots for module m's backward; the module accumulates. */
+    ds_status (*grad_slots)(ds_zero *z, int module, float ***out);
+    /* Module m's backward finished: its gradients are final for this
+     * micro-batch (a strategy may start reducing them). */
+    ds_status (*grad_done)(ds_zero *z, int module);
+    /* Boundary: finish all reductions; *sumsq = sum of squares of the summed
+     * gradient over the whole model, *overflow = any inf/nan anywhere; both
+     * identical on every rank. */
+    ds_status (*reduce_grads)(ds_zero *z, double *sumsq, int *overflow);
+    /* Update the parameters: g = grad * grad_mult, optimizer step on the
+     * owned range, then make the working parameters consistent everywhere. */
+    ds_status (*apply)(ds_zero *z, float grad_mult, const ds_optim_step *step);
+    ds_status (*zero_grad)(ds_zero *z);
+    /* Full fp32 parameter / gradient i to or from host memory. Collective. */
+    ds_status (*get_param)(ds_zero *z, int param, float *host);
+    ds_status (*set_param)(ds_zero *z, int param, const float *host);
+    ds_status (*get_grad)(ds_zero *z, int param, float *host);
+    void (*destroy)(ds_zero *z);
+} ds_zero_ops;
+
+struct ds_zero {
+    const ds_zero_ops *ops;
+    ds_zero_desc d;
+    int stage;
+    void *impl;
+};
+
+/* Build the strategy for cfg->zero_optimization.stage and initialise the
+ * parameters from their declared inits (the same values on every rank and
+ * for every world size: element i of parameter p comes from the Philox
+ * stream (seed, p) at counter i). */
+ds_status ds_zero_create(const ds_zero_desc *d, ds_zero **out);
+void ds_zero_destroy(ds_zero *z);
+
+/* Implementation constructors. */
+ds_status ds_zero_stage0_create(const ds_zero_desc *d, ds_zero **out);
+ds_status ds_zero_stage1_create(const ds_zero_desc *d, ds_zero **out);
+ds_status ds_zero_stage2_create(const ds_zero_desc *d, ds_zero **out);
+ds_status ds_zero_stage3_create(const ds_zero_desc *d, ds_zero **out);
+
+/* Bytes of model state per rank the ZeRO paper predicts (params + grads +
+ * fp32 master + optimizer state) for this layout, stage and precision. */
+uint64_t ds_zero_expected_bytes(const ds_flat *f, int stage, ds_dtype param_t, ds_dtype grad_t,
+                                ds_optim_type opt, bool has_momentum);
+
+/* Initialise `n` elements of parameter p's values, elements [first, first+n),
+ * as fp32 into dst (device). Shared by all stages. */
+ds_status ds_zero_init_range(ds_backend *be, const ds_flat_param *p, int param_index,
+                             uint64_t seed, int64_t first, int64_t n, float *dst);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DS_ZERO_ZERO_H */

@@ -1,0 +1,89 @@
+/* Shared helpers of the partitioned stages. */
+#include "zero/zero_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void ds_zero_counts(const ds_flat *f, int64_t lo, int64_t hi, size_t *counts) {
+    for (int r = 0; r < f->world; r++) {
+        int64_t b, e;
+        counts[r] = ds_flat_clip(f, r, lo, hi, &b, &e) ? (size_t)(e - b) : 0;
+    }
+}
+
+size_t ds_zero_block_offset(const size_t *counts, int rank) {
+    size_t off = 0;
+    for (int r = 0; r < rank; r++) off += counts[r];
+    return off;
+}
+
+ds_status ds_zero_part_to_host(ds_backend *be, ds_comm *comm, const ds_flat *f, int i,
+                               const void *part, ds_dtype t, float *host) {
+    const ds_flat_param *p = &f->params[i];
+    memset(host, 0, (size_t)p->numel * sizeof(float));
+    int64_t b, e;
+    if (ds_flat_clip(f, comm->rank, p->offset, p->offset + p->numel, &b, &e)) {
+        int64_t src = b - (int64_t)comm->rank * f->part;
+        float *dst = host + (b - p->offset);
+        size_t n = (size_t)(e - b);
+        if (t == DS_F32) {
+            DS_TRY(be->ops->memcpy(be, dst, (const float *)part + src, n * 4, DS_COPY_D2H, NULL));
+        } else {
+            /* Low-precision partition: fetch the raw halves, widen on the host. */
+            uint16_t *tmp = malloc(n * 2);
+            if (!tmp) return DS_ERR(DS_ERR_OOM, "gathering %s: out of host memory", p->desc->name);
+            ds_status st = be->ops->memcpy(be, tmp, ds_at((void *)part, t, src), n * 2,
+                                           DS_COPY_D2H, NULL);
+            for (size_t k = 0; st == DS_OK && k < n; k++) dst[k] = ds_load_f32(tmp, t, k);
+            free(tmp);
+            DS_TRY(st);
+        }
+    }
+    DS_TRY(ds_comm_host_all_reduce(comm, host, (size_t)p->numel, DS_F32, DS_REDUCE_SUM));
+    return DS_OK;
+}
+
+ds_status ds_zero_part_from_host(ds_backend *be, const ds_flat *f, int rank, int i, void *part,
+                                 ds_dtype t, const float *host) {
+    const ds_flat_param *p = &f->params[i];
+    int64_t b, e;
+    if (!ds_flat_clip(f, rank, p->offset, p->offset + p->numel, &b, &e)) return DS_OK;
+    int64_t dst = b - (int64_t)rank * f->part;
+    const float *src = host + (b - p->offset);
+    size_t n = (size_t)(e - b);
+    if (t == DS_F32) {
+        DS_TRY(be->ops->memcpy(be, (float *)part + dst, src, n * 4, DS_COPY_H2D, NULL));
+        return DS_OK;
+    }
+    uint16_t *tmp = malloc(n * 2);
+    if (!tmp) return DS_ERR(DS_ERR_OOM, "setting %s: out of host memory", p->desc->name);
+    for (size_t k = 0; k < n; k++) ds_store_f32(tmp, t, k, src[k]);
+    ds_status st = be->ops->memcpy(be, ds_at(part, t, dst), tmp, n * 2, DS_COPY_H2D, NULL);
+    free(tmp);
+    DS_TRY(st);
+    return DS_OK;
+}
+
+ds_status ds_zero_part_sumsq(ds_backend *be, ds_comm *comm, const void *buf, ds_dtype t,
+                             size_t n, double *sumsq, int *overflow) {
+    double s = 0.0;
+    int bad = 0;
+    DS_TRY(be->ops->sumsq(be, buf, t, n, &s, &bad));
+    double v[2] = {s, (double)bad};
+    DS_TRY(ds_comm_host_all_reduce(comm, v, 2, DS_F64, DS_REDUCE_SUM));
+    *sumsq = v[0];
+    *overflow = v[1] > 0.0;
+    return DS_OK;
+}
+
+ds_status ds_zero_init_partition(ds_backend *be, const ds_flat *f, int rank, uint64_t seed,
+                                 float *part) {
+    int64_t lo = (int64_t)rank * f->part;
+    for (int i = 0; i < f->n_params; i++) {
+        const ds_flat_param *p = &f->params[i];
+        int64_t b, e;
+        if (!ds_flat_clip(f, rank, p->offset, p->offset + p->numel, &b, &e)) continue;
+        DS_TRY(ds_zero_init_range(be, p, i, seed, b - p->offset, e - b, part + (b - lo)));
+    }
+    return DS_OK;
+}

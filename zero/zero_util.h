@@ -1,0 +1,42 @@
+/* Pieces the partitioned stages (1, 2, 3) share. */
+#ifndef DS_ZERO_ZERO_UTIL_H
+#define DS_ZERO_ZERO_UTIL_H
+
+#include "zero/zero.h"
+
+/* counts[r] = elements of [lo, hi) inside rank r's partition. Because the
+ * partitions are contiguous and in rank order, the blocks of [lo, hi) are
+ * contiguous too: rank r's starts at sum(counts[0..r)). */
+void ds_zero_counts(const ds_flat *f, int64_t lo, int64_t hi, size_t *counts);
+
+/* Offset of rank r's block inside [lo, hi) (elements from lo). */
+size_t ds_zero_block_offset(const size_t *counts, int rank);
+
+/* Parameter i's values to host when each rank holds only its partition in
+ * `part` (type t, `part` elements starting at flat offset rank*f->part):
+ * every rank fills its piece, zeros elsewhere, and a host sum assembles the
+ * whole (adding zeros is exact). Collective. */
+ds_status ds_zero_part_to_host(ds_backend *be, ds_comm *comm, const ds_flat *f, int i,
+                               const void *part, ds_dtype t, float *host);
+
+/* The inverse: every rank copies its piece of host values into `part`
+ * (converted to t). Every rank passes the same values. */
+ds_status ds_zero_part_from_host(ds_backend *be, const ds_flat *f, int rank, int i, void *part,
+                                 ds_dtype t, const float *host);
+
+/* Sum of squares and non-finite flag of a partition, combined over ranks
+ * (host sum and max), so every rank sees the same global values. */
+ds_status ds_zero_part_sumsq(ds_backend *be, ds_comm *comm, const void *buf, ds_dtype t,
+                             size_t n, double *sumsq, int *overflow);
+
+/* Initialise a partition buffer (fp32, `part` elements from flat offset
+ * rank*part) from the parameters' declared inits: the values equal those
+ * stage 0 draws for the same elements. */
+ds_status ds_zero_init_partition(ds_backend *be, const ds_flat *f, int rank, uint64_t seed,
+                                 float *part);
+
+static inline void *ds_at(void *base, ds_dtype t, int64_t i) {
+    return (char *)base + (size_t)i * ds_dtype_size(t);
+}
+
+#endif /* DS_ZERO_ZERO_UTIL_H */
