@@ -18,3 +18,23 @@ set_tests_properties(test_comm_singleton PROPERTIES LABELS multirank TIMEOUT 120
 # 2 s deadline and both must exit (the 60 s limit catches a hang).
 ds_add_mpi_test(NAME test_comm_timeout SOURCES ${_comm_dir}/fault/test_comm_timeout.c NP 2
                 LABELS fault TIMEOUT 60)
+
+# The same program against the NCCL communicator, every buffer staged through
+# device memory: needs a GPU (label cuda), so only in CUDA builds.
+if(DS_CUDA)
+  ds_add_mpi_test(NAME test_comm_nccl SOURCES ${_comm_dir}/multirank/test_comm.c NP 1
+                  LABELS cuda TIMEOUT 240)
+  target_compile_definitions(test_comm_nccl PRIVATE DS_TEST_NCCL=1)
+  target_link_libraries(test_comm_nccl PRIVATE CUDA::cudart)
+endif()
+
+# Who initialises and finalises MPI; thread level and world checks. One
+# scenario per process, each a plain process (singleton).
+ds_add_test(NAME test_comm_init SOURCES ${_comm_dir}/multirank/test_comm_init.c
+            LABELS multirank ARGS owned)
+foreach(mode user funneled mismatch)
+  add_test(NAME test_comm_init_${mode} COMMAND test_comm_init ${mode})
+  set_tests_properties(test_comm_init_${mode} PROPERTIES LABELS multirank TIMEOUT 60
+                       ENVIRONMENT "OMP_NUM_THREADS=1")
+endforeach()
+set_tests_properties(test_comm_init_mismatch PROPERTIES LABELS fault)

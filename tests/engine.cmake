@@ -44,3 +44,37 @@ foreach(prec fp16 bf16)
                   --precision ${prec} --model mlp)
   endforeach()
 endforeach()
+
+# Gradient accumulation (2 micro-batches per step) reproduces the curve at
+# every stage; clipping active on every step (0.05) follows its own
+# single-rank reference at every stage and world size.
+foreach(stage 0 1 2 3)
+  ds_equiv_test(equiv_mlp_gas2_stage${stage}_np2 2 ref_mlp
+                --check ${CMAKE_BINARY_DIR}/tests/ref_mlp_fp32.txt --stage ${stage} --gas 2)
+endforeach()
+set(_clip_ref ${CMAKE_BINARY_DIR}/tests/ref_mlp_clip.txt)
+add_test(NAME equiv_mlp_clip_ref COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 1
+         $<TARGET_FILE:test_train_equiv> --write ${_clip_ref} --clip 0.05)
+set_tests_properties(equiv_mlp_clip_ref PROPERTIES LABELS multirank TIMEOUT 300
+                     FIXTURES_SETUP ref_mlp_clip)
+foreach(stage 0 1 2 3)
+  foreach(np 2 4)
+    ds_equiv_test(equiv_mlp_clip_stage${stage}_np${np} ${np} ref_mlp_clip
+                  --check ${_clip_ref} --stage ${stage} --clip 0.05)
+  endforeach()
+endforeach()
+
+# Memory per rank against the ZeRO paper's formula, traffic per step against
+# theory, exact shards: every stage, fp32 and fp16, at 2 and 4 ranks.
+foreach(np 2 4)
+  ds_add_mpi_test(NAME test_zero_accounting
+                  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_zero_accounting.c
+                  NP ${np} LABELS multirank)
+endforeach()
+
+# fp16 dynamic loss scaling: hand-worked scaler sequences, and a forced
+# overflow that skips steps on every rank and lowers the scale.
+ds_add_test(NAME test_loss_scaler SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_loss_scaler.c
+            LABELS unit)
+ds_add_mpi_test(NAME test_fp16_overflow SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_fp16_overflow.c
+                NP 2 LABELS multirank)

@@ -2,6 +2,7 @@
 #include "zero/shard.h"
 
 #include "zero/optim.h"
+#include "zero/zero_util.h"
 
 ds_status ds_shard_init(ds_shard *sh, const ds_zero_desc *d) {
     ds_backend *be = d->be;
@@ -35,5 +36,13 @@ ds_status ds_shard_update(ds_shard *sh, const ds_optim_step *step, float *fp32_w
     float *w = sh->mixed ? sh->master : fp32_weights;
     DS_TRY(ds_optim_update(sh->be, step, w, grads, gt, grad_mult, sh->state0, sh->state1,
                            (size_t)sh->part, sh->mixed ? lp_out : NULL, lp_t));
+    return DS_OK;
+}
+
+ds_status ds_shard_state_io(ds_shard *sh, float *fp32_weights, ds_zero_state which, int64_t lo,
+                            int64_t hi, float *host, bool write) {
+    float *base = which == DS_STATE_WEIGHTS ? (sh->mixed ? sh->master : fp32_weights)
+                  : which == DS_STATE_MOMENT0 ? sh->state0 : sh->state1;
+    DS_TRY(ds_zero_state_copy(sh->be, base, sh->lo, sh->lo + sh->part, lo, hi, host, write));
     return DS_OK;
 }

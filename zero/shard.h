@@ -24,4 +24,10 @@ ds_status ds_shard_update(ds_shard *sh, const ds_optim_step *step, float *fp32_w
                           const void *grads, ds_dtype gt, float grad_mult, void *lp_out,
                           ds_dtype lp_t);
 
+/* state_io for the partitioned stages: the weights are the master
+ * partition, or `fp32_weights` (the fp32 slice holding flat elements from
+ * sh->lo) when not mixed; the moments are the shard's. */
+ds_status ds_shard_state_io(ds_shard *sh, float *fp32_weights, ds_zero_state which, int64_t lo,
+                            int64_t hi, float *host, bool write);
+
 #endif /* DS_ZERO_SHARD_H */

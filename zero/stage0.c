@@ -10,6 +10,7 @@
 #include "zero/optim.h"
 #include "zero/replica.h"
 #include "zero/zero.h"
+#include "zero/zero_util.h"
 
 typedef struct stage0 {
     ds_replica rep;
@@ -102,6 +103,23 @@ static ds_status get_grad(ds_zero *z, int i, float *host) {
     return DS_OK;
 }
 
+static ds_status state_io(ds_zero *z, ds_zero_state which, int64_t lo, int64_t hi, float *host,
+                          bool write) {
+    stage0 *s = S(z);
+    float *base = which == DS_STATE_WEIGHTS ? weights(s)
+                  : which == DS_STATE_MOMENT0 ? s->state0 : s->state1;
+    DS_TRY(ds_zero_state_copy(s->rep.be, base, 0, s->rep.flat->padded, lo, hi, host, write));
+    return DS_OK;
+}
+
+static ds_status sync_params(ds_zero *z) {
+    stage0 *s = S(z);
+    if (s->mixed)
+        DS_TRY(s->rep.be->ops->cast(s->rep.be, s->rep.params, s->rep.pt, s->master, DS_F32,
+                                    (size_t)s->rep.flat->padded));
+    return DS_OK;
+}
+
 static void destroy(ds_zero *z) {
     stage0 *s = S(z);
     if (s) {
@@ -120,7 +138,7 @@ static const ds_zero_ops k_stage0_ops = {
     .name = "stage0", .fetch = fetch, .release = release, .grad_slots = grad_slots,
     .grad_done = grad_done, .reduce_grads = reduce_grads, .apply = apply,
     .zero_grad = zero_grad, .get_param = get_param, .set_param = set_param,
-    .get_grad = get_grad, .destroy = destroy,
+    .get_grad = get_grad, .state_io = state_io, .sync_params = sync_params, .destroy = destroy,
 };
 
 static ds_status build(stage0 *s, const ds_zero_desc *d) {

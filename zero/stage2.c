@@ -93,6 +93,24 @@ static ds_status get_grad(ds_zero *z, int i, float *host) {
     return DS_OK;
 }
 
+static ds_status state_io(ds_zero *z, ds_zero_state which, int64_t lo, int64_t hi, float *host,
+                          bool write) {
+    stage2 *s = S(z);
+    DS_TRY(ds_shard_state_io(&s->sh, (float *)s->rep.params + s->sh.lo, which, lo, hi, host,
+                             write));
+    return DS_OK;
+}
+
+static ds_status sync_params(ds_zero *z) {
+    stage2 *s = S(z);
+    ds_replica *r = &s->rep;
+    void *lp = ds_at(r->params, r->pt, s->sh.lo);
+    if (s->sh.mixed)
+        DS_TRY(r->be->ops->cast(r->be, lp, r->pt, s->sh.master, DS_F32, (size_t)s->sh.part));
+    DS_TRY(ds_comm_all_gather(s->comm, lp, r->params, (size_t)s->sh.part, r->pt));
+    return DS_OK;
+}
+
 static void destroy(ds_zero *z) {
     stage2 *s = S(z);
     if (s) {
@@ -111,7 +129,7 @@ static const ds_zero_ops k_stage2_ops = {
     .name = "stage2", .fetch = fetch, .release = release, .grad_slots = grad_slots,
     .grad_done = grad_done, .reduce_grads = reduce_grads, .apply = apply,
     .zero_grad = zero_grad, .get_param = get_param, .set_param = set_param,
-    .get_grad = get_grad, .destroy = destroy,
+    .get_grad = get_grad, .state_io = state_io, .sync_params = sync_params, .destroy = destroy,
 };
 
 ds_status ds_zero_stage2_create(const ds_zero_desc *d, ds_zero **out) {

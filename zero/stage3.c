@@ -280,6 +280,23 @@ static ds_status get_grad(ds_zero *z, int i, float *host) {
     return DS_OK;
 }
 
+static ds_status state_io(ds_zero *z, ds_zero_state which, int64_t lo, int64_t hi, float *host,
+                          bool write) {
+    stage3 *s = S(z);
+    if (write) DS_TRY(drain_slots(s)); /* no gather may read the partition while it changes */
+    DS_TRY(ds_shard_state_io(&s->sh, (float *)s->params, which, lo, hi, host, write));
+    return DS_OK;
+}
+
+static ds_status sync_params(ds_zero *z) {
+    stage3 *s = S(z);
+    DS_TRY(drain_slots(s));
+    if (s->sh.mixed)
+        DS_TRY(s->be->ops->cast(s->be, s->params, s->pt, s->sh.master, DS_F32, (size_t)s->sh.part));
+    invalidate(s);
+    return DS_OK;
+}
+
 static void destroy(ds_zero *z) {
     stage3 *s = S(z);
     if (s) {
@@ -316,7 +333,7 @@ static const ds_zero_ops k_stage3_ops = {
     .name = "stage3", .fetch = fetch, .release = release, .grad_slots = grad_slots,
     .grad_done = grad_done, .reduce_grads = reduce_grads, .apply = apply,
     .zero_grad = zero_grad, .get_param = get_param, .set_param = set_param,
-    .get_grad = get_grad, .destroy = destroy,
+    .get_grad = get_grad, .state_io = state_io, .sync_params = sync_params, .destroy = destroy,
 };
 
 static ds_status plan(stage3 *s, const ds_config *cfg) {

@@ -64,6 +64,14 @@ typedef struct ds_zero_desc {
     uint64_t seed;        /* parameter initialisation */
 } ds_zero_desc;
 
+/* Optimizer-side state a checkpoint saves, all fp32 over the flat space. */
+typedef enum ds_zero_state {
+    DS_STATE_WEIGHTS = 0, /* fp32 master weights (mixed) or the fp32 parameters */
+    DS_STATE_MOMENT0,     /* Adam exp_avg / SGD momentum buffer */
+    DS_STATE_MOMENT1,     /* Adam exp_avg_sq */
+    DS_STATE_COUNT
+} ds_zero_state;
+
 typedef struct ds_zero_ops {
     const char *name; /* "stage0", ... */
     /* fp32 pointers to module m's parameters (in declared order), valid until
@@ -87,6 +95,17 @@ typedef struct ds_zero_ops {
     ds_status (*get_param)(ds_zero *z, int param, float *host);
     ds_status (*set_param)(ds_zero *z, int param, const float *host);
     ds_status (*get_grad)(ds_zero *z, int param, float *host);
+    /* Copy flat elements [lo, hi) of fp32 state `which` to (write = false)
+     * or from (write = true) host memory. [lo, hi) must lie in this rank's
+     * partition [rank*part, (rank+1)*part) (stage 0 holds everything and
+     * accepts any range). A moment the optimizer does not keep reads as
+     * zeros and fails DS_ERR_INVALID_ARG on write. Local. */
+    ds_status (*state_io)(ds_zero *z, ds_zero_state which, int64_t lo, int64_t hi, float *host,
+                          bool write);
+    /* After DS_STATE_WEIGHTS were written on every rank: rebuild the working
+     * parameters (low-precision copies, replicas, gather caches).
+     * Collective. */
+    ds_status (*sync_params)(ds_zero *z);
     void (*destroy)(ds_zero *z);
 } ds_zero_ops;
 

@@ -87,3 +87,23 @@ ds_status ds_zero_init_partition(ds_backend *be, const ds_flat *f, int rank, uin
     }
     return DS_OK;
 }
+
+ds_status ds_zero_state_copy(ds_backend *be, float *base, int64_t base_lo, int64_t base_hi,
+                             int64_t lo, int64_t hi, float *host, bool write) {
+    if (lo < base_lo || hi > base_hi || lo > hi)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "optimizer state range [%lld, %lld) outside this rank's [%lld, %lld)",
+                      (long long)lo, (long long)hi, (long long)base_lo, (long long)base_hi);
+    size_t bytes = (size_t)(hi - lo) * sizeof(float);
+    if (!base) {
+        if (write)
+            return DS_ERR(DS_ERR_INVALID_ARG,
+                          "the checkpoint holds optimizer moments this optimizer does not keep");
+        memset(host, 0, bytes);
+        return DS_OK;
+    }
+    float *dev = base + (lo - base_lo);
+    DS_TRY(be->ops->memcpy(be, write ? (void *)dev : (void *)host, write ? (void *)host : (void *)dev,
+                           bytes, write ? DS_COPY_H2D : DS_COPY_D2H, NULL));
+    return DS_OK;
+}

@@ -35,6 +35,12 @@ ds_status ds_zero_part_sumsq(ds_backend *be, ds_comm *comm, const void *buf, ds_
 ds_status ds_zero_init_partition(ds_backend *be, const ds_flat *f, int rank, uint64_t seed,
                                  float *part);
 
+/* state_io's copy: `base` holds fp32 flat elements from `base_lo` to
+ * `base_hi`; copies [lo, hi) (checked to lie inside) to or from host. A NULL
+ * base (a moment the optimizer does not keep) reads as zeros. */
+ds_status ds_zero_state_copy(ds_backend *be, float *base, int64_t base_lo, int64_t base_hi,
+                             int64_t lo, int64_t hi, float *host, bool write);
+
 static inline void *ds_at(void *base, ds_dtype t, int64_t i) {
     return (char *)base + (size_t)i * ds_dtype_size(t);
 }

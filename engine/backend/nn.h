@@ -59,7 +59,7 @@ struct ds_nn_ops {
 
     /* Masked mean over the sequence:
      * out[b, :] = sum_t mask[b,t] x[b,t,:] / max(1, sum_t mask[b,t]).
-     * x [B, T, H], mask [B, T] of 0/1, out [B, H]. */
+     * x [B, T, H], mask [B, T] of 0/1 (NULL: every token counts), out [B, H]. */
     ds_status (*mean_pool_fwd)(ds_backend *be, float *out, const float *x, const float *mask,
                                int B, int T, int H);
     /* dx[b, t, :] = mask[b,t] dout[b, :] / max(1, sum_t mask[b,t]) (written). */
@@ -115,8 +115,9 @@ struct ds_nn_ops {
                                   uint64_t seed, uint64_t offset);
 
     /* ---- dropout (inverted, counter-based) ----
-     * keep(i) = ds_philox_uniform(seed, offset + i) >= p, i the flat index
-     * r * width + c; a kept element is scaled by 1 / (1 - p). The mask is
+     * keep(i) = ds_rng_uniform_at(seed, offset + i) >= p (engine/backend/math.h:
+     * the backend's uniform Philox stream), i the flat index r * width + c; a
+     * kept element is scaled by 1 / (1 - p). The mask is
      * never stored: backward regenerates it from (seed, offset), so dropout
      * costs no activation memory and a recomputed forward reproduces it. p = 0
      * is the identity (no random numbers drawn); p must be in [0, 1). */

@@ -8,7 +8,9 @@
  * use; the CUDA kernels split a row over a warp and call the element parts.
  *
  * Formulas follow PyTorch: GELU is the erf form (nn.GELU(), BERT's "gelu"),
- * layer norm uses the biased variance, ReLU's derivative at 0 is 0. */
+ * layer norm uses the biased variance, ReLU's derivative at 0 is 0. The
+ * exponentials of GELU and softmax use ds_expf (below), not libm, so the cpu
+ * loops vectorise. */
 #ifndef DS_BACKEND_NN_MATH_H
 #define DS_BACKEND_NN_MATH_H
 
@@ -30,18 +32,84 @@ typedef enum ds_act {
     DS_ACT_TANH,
 } ds_act;
 
+/* Vectorise the next loop (OpenMP simd) in the cpu build; nothing in CUDA,
+ * where the row helpers below are not used. */
+#if defined(_OPENMP) && !defined(__CUDACC__)
+#define DS_SIMD _Pragma("omp simd")
+#define DS_SIMD_SUM(v) _Pragma(DS_NN_STR(omp simd reduction(+ : v)))
+#define DS_SIMD_SUM2(v, w) _Pragma(DS_NN_STR(omp simd reduction(+ : v, w)))
+#define DS_SIMD_MAX(v) _Pragma(DS_NN_STR(omp simd reduction(max : v)))
+#else
+#define DS_SIMD
+#define DS_SIMD_SUM(v)
+#define DS_SIMD_SUM2(v, w)
+#define DS_SIMD_MAX(v)
+#endif
+#define DS_NN_STR(x) #x
+
 #define DS_NN_INV_SQRT2 0.70710678118654752440f
 #define DS_NN_INV_SQRT_2PI 0.39894228040143267794f
 
+/* ---- exp and erf without libm ----
+ * The loops over millions of GELU / softmax elements must vectorise, and a
+ * libm call stops the vectoriser (gcc only maps expf to libmvec under
+ * -ffast-math). These are branch-free, fmaf-based and accurate to a few ulp,
+ * checked against double precision in tests/unit/test_nn_kernels.c. */
+
+/* e^x for x <= 88 (larger x is clamped to 88); x < -87.33 gives 0 (the
+ * result would be subnormal). Cephes' expf: x = n ln2 + r with a two-part
+ * (Cody-Waite) ln2 so r is exact, |r| <= ln2/2, e^r by a degree-7
+ * polynomial, then 2^n through the exponent bits. Within 2 ulp. */
+DS_HD float ds_expf(float x) {
+    /* comparisons, not fminf/fmaxf: those do not vectorise (NaN rules), and
+     * these let a NaN through to the result */
+    float xc = x > 88.0f ? 88.0f : x;
+    xc = xc < -87.33f ? -87.33f : xc;
+    /* round to nearest integer: adding 1.5 * 2^23 drops the fraction */
+    float n = fmaf(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
+    float r = fmaf(n, -0.693359375f, xc);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    p = fmaf(p, r * r, r) + 1.0f;
+    float scale = ds_bits_f32((uint32_t)((int32_t)n + 127) << 23); /* n in [-126, 127] */
+    return x < -87.33f ? 0.0f : p * scale;
+}
+
+/* erf(z) given e = exp(-z^2): Abramowitz & Stegun 7.1.26,
+ * erf(|z|) = 1 - t P(t) e with t = 1 / (1 + 0.3275911 |z|): the formula is
+ * within 1.5e-7, its float evaluation within ~1e-6 absolute (near z = 0 the
+ * two terms of 1 - t P e cancel). This is the erf of PyTorch's vectorised
+ * cpu kernels (Vectorized<float>::erf), so GELU here rounds as PyTorch's does
+ * on cpu; GELU multiplies the error by 0.5 |x|, a few eps relative. */
+DS_HD float ds_erf_with_exp(float z, float e) {
+    float a = fabsf(z);
+    float t = 1.0f / fmaf(0.3275911f, a, 1.0f);
+    float poly = fmaf(1.061405429f, t, -1.453152027f);
+    poly = fmaf(poly, t, 1.421413741f);
+    poly = fmaf(poly, t, -0.284496736f);
+    poly = fmaf(poly, t, 0.254829592f);
+    return copysignf(fmaf(-(poly * t), e, 1.0f), z);
+}
+
 /* ---- activations: value and derivative at the pre-activation x ---- */
 
-DS_HD float ds_gelu(float x) { return 0.5f * x * (1.0f + erff(x * DS_NN_INV_SQRT2)); }
+/* GELU, erf form: x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)). */
+DS_HD float ds_gelu(float x) {
+    float z = x * DS_NN_INV_SQRT2;
+    return 0.5f * x * (1.0f + ds_erf_with_exp(z, ds_expf(-z * z)));
+}
 
-/* d/dx [x Phi(x)] = Phi(x) + x phi(x) */
+/* d/dx [x Phi(x)] = Phi(x) + x phi(x); erf and phi share exp(-x^2 / 2). */
 DS_HD float ds_gelu_grad(float x) {
-    float cdf = 0.5f * (1.0f + erff(x * DS_NN_INV_SQRT2));
-    float pdf = DS_NN_INV_SQRT_2PI * expf(-0.5f * x * x);
-    return cdf + x * pdf;
+    float z = x * DS_NN_INV_SQRT2;
+    float e = ds_expf(-z * z);
+    float cdf = 0.5f * (1.0f + ds_erf_with_exp(z, e));
+    return fmaf(x, DS_NN_INV_SQRT_2PI * e, cdf);
 }
 
 DS_HD float ds_relu(float x) { return x > 0.0f ? x : 0.0f; }
@@ -82,20 +150,6 @@ DS_HD float ds_dropout_mult(uint32_t w, float p, float inv_keep) {
     return ds_rng_bits_to_unit(w) >= p ? inv_keep : 0.0f;
 }
 
-/* Multipliers of the n consecutive elements starting at stream index j0,
- * one Philox block per 4 elements (the values of ds_rng_uniform_at). */
-DS_HD void ds_dropout_mults(float *m, uint64_t seed, uint64_t j0, int n, float p,
-                            float inv_keep) {
-    int i = 0;
-    uint32_t k = (uint32_t)(j0 & 3u);
-    uint64_t blk = j0 >> 2;
-    while (i < n) {
-        ds_philox4 w = ds_rng_block(seed, DS_RNG_TAG_UNIFORM, blk++);
-        for (; k < 4u && i < n; k++, i++) m[i] = ds_dropout_mult(w.v[k], p, inv_keep);
-        k = 0;
-    }
-}
-
 /* ---- layer norm ---- */
 
 /* xhat of one element. */
@@ -105,19 +159,21 @@ DS_HD float ds_ln_xhat(float x, float mean, float rstd) { return (x - mean) * rs
  * a = mean_j(dy_j g_j) and c = mean_j(dy_j g_j xhat_j):
  * dx = rstd * (dy g - a - xhat c). */
 DS_HD float ds_ln_dx(float dy, float g, float xhat, float rstd, float a, float c) {
-    return rstd * (dy * g - a - xhat * c);
+    return rstd * (fmaf(dy, g, -a) - xhat * c);
 }
 
 /* Row statistics, two passes over a row that sits in cache (a one-pass
  * E[x^2] - E[x]^2 loses the variance to cancellation when |mean| >> std). */
 DS_HD void ds_ln_row_stats(const float *x, int h, float eps, float *mean, float *rstd) {
     float s = 0.0f;
+    DS_SIMD_SUM(s)
     for (int i = 0; i < h; i++) s += x[i];
     float m = s / (float)h;
     float v = 0.0f;
+    DS_SIMD_SUM(v)
     for (int i = 0; i < h; i++) {
         float d = x[i] - m;
-        v += d * d;
+        v = fmaf(d, d, v);
     }
     *mean = m;
     *rstd = 1.0f / sqrtf(v / (float)h + eps);
@@ -125,7 +181,8 @@ DS_HD void ds_ln_row_stats(const float *x, int h, float eps, float *mean, float 
 
 DS_HD void ds_ln_row_fwd(float *y, const float *x, const float *gamma, const float *beta, int h,
                          float mean, float rstd) {
-    for (int i = 0; i < h; i++) y[i] = ds_ln_xhat(x[i], mean, rstd) * gamma[i] + beta[i];
+    DS_SIMD
+    for (int i = 0; i < h; i++) y[i] = fmaf(ds_ln_xhat(x[i], mean, rstd), gamma[i], beta[i]);
 }
 
 /* dx (= or +=) for one row; dx may alias dy when !accumulate (each element of
@@ -133,17 +190,20 @@ DS_HD void ds_ln_row_fwd(float *y, const float *x, const float *gamma, const flo
 DS_HD void ds_ln_row_bwd(float *dx, const float *dy, const float *x, const float *gamma, int h,
                          float mean, float rstd, int accumulate) {
     float a = 0.0f, c = 0.0f;
+    DS_SIMD_SUM2(a, c)
     for (int i = 0; i < h; i++) {
         float dg = dy[i] * gamma[i];
         a += dg;
-        c += dg * ds_ln_xhat(x[i], mean, rstd);
+        c = fmaf(dg, ds_ln_xhat(x[i], mean, rstd), c);
     }
     a /= (float)h;
     c /= (float)h;
     if (accumulate) {
+        DS_SIMD
         for (int i = 0; i < h; i++)
             dx[i] += ds_ln_dx(dy[i], gamma[i], ds_ln_xhat(x[i], mean, rstd), rstd, a, c);
     } else {
+        DS_SIMD
         for (int i = 0; i < h; i++)
             dx[i] = ds_ln_dx(dy[i], gamma[i], ds_ln_xhat(x[i], mean, rstd), rstd, a, c);
     }
@@ -156,19 +216,24 @@ DS_HD void ds_ln_row_bwd(float *dx, const float *dy, const float *x, const float
  * zeros. p may alias s. */
 DS_HD void ds_softmax_row(float *p, const float *s, const float *mask, int n, float scale) {
     float mx = -INFINITY;
-    for (int j = 0; j < n; j++)
-        if (!mask || mask[j] != 0.0f) mx = fmaxf(mx, s[j] * scale);
+    DS_SIMD_MAX(mx)
+    for (int j = 0; j < n; j++) {
+        float v = s[j] * scale;
+        if ((!mask || mask[j] != 0.0f) && v > mx) mx = v;
+    }
     if (mx == -INFINITY) { /* no real key */
         for (int j = 0; j < n; j++) p[j] = 0.0f;
         return;
     }
     float sum = 0.0f;
+    DS_SIMD_SUM(sum)
     for (int j = 0; j < n; j++) {
-        float e = (!mask || mask[j] != 0.0f) ? expf(s[j] * scale - mx) : 0.0f;
+        float e = (!mask || mask[j] != 0.0f) ? ds_expf(s[j] * scale - mx) : 0.0f;
         p[j] = e;
         sum += e;
     }
     float inv = 1.0f / sum;
+    DS_SIMD
     for (int j = 0; j < n; j++) p[j] *= inv;
 }
 

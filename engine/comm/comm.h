@@ -129,7 +129,9 @@ typedef struct ds_comm_desc {
 /* Initialise MPI if needed (MPI_Init_thread) and build the world communicator.
  * With a single rank and no MPI launcher it still works (world = 1). */
 ds_status ds_comm_create(const ds_comm_desc *desc, ds_comm **out);
-/* Destroys the communicator; finalises MPI if ds_comm_create initialised it. */
+/* Destroys the communicator. MPI stays initialised (it cannot be initialised
+ * twice in a process); when ds_comm_create initialised it, it is finalised
+ * at exit. */
 void ds_comm_destroy(ds_comm *c);
 
 /* Convenience wrappers that forward to c->ops and add the call site to the

@@ -29,8 +29,8 @@ static inline ds_comm_mpi_base *ds_comm_base(ds_comm *c) { return (ds_comm_mpi_b
  * left initialised by this call. */
 ds_status ds_comm_mpi_boot(const char *who, const ds_comm_desc *desc, ds_comm *c,
                            ds_comm_mpi_base *base);
-/* Free base->comm and finalise MPI when the last communicator that
- * ds_comm_mpi_boot counted goes and the library was the one to initialise it. */
+/* Free base->comm. MPI itself is finalised at exit, and only when the
+ * library was the one to initialise it. */
 void ds_comm_mpi_shutdown(ds_comm_mpi_base *base);
 
 /* What a wait is for, so a timeout can say where it stood. */

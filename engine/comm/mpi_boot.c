@@ -5,6 +5,7 @@
 #include "engine/comm/comm_internal.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <sched.h>
 #include <stdio.h>
 #include <time.h>
@@ -19,6 +20,7 @@ enum { DS_TAG_BARRIER = 7 };
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_refs;
 static bool g_we_initialised;
+static bool g_booted; /* MPI initialised (or adopted) and the fp16/bf16 types registered */
 static MPI_Datatype g_f16 = MPI_DATATYPE_NULL, g_bf16 = MPI_DATATYPE_NULL;
 static MPI_Op g_ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 
@@ -102,6 +104,20 @@ static const char *thread_level_name(int level) {
     }
 }
 
+/* MPI cannot be initialised twice in a process, so the library never
+ * finalises it when a communicator goes: a program may build one engine
+ * after another (tests do, and so does a resume in the same process). When
+ * the library was the one to initialise MPI it finalises it at exit. */
+static void finalize_at_exit(void) {
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin) {
+        free_half_types();
+        MPI_Finalize();
+    }
+}
+
 /* Take one reference on MPI, initialising it if this is the first user. */
 static ds_status acquire_mpi(const char *who) {
     pthread_mutex_lock(&g_lock);
@@ -117,7 +133,7 @@ static ds_status acquire_mpi(const char *who) {
         goto out;
     }
     int provided = MPI_THREAD_SINGLE;
-    if (g_refs == 0) {
+    if (g_refs == 0 && !g_booted) {
         MPI_Initialized(&flag);
         if (!flag) {
             int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
@@ -126,6 +142,7 @@ static ds_status acquire_mpi(const char *who) {
                 goto out;
             }
             g_we_initialised = true;
+            atexit(finalize_at_exit);
         } else {
             g_we_initialised = false;
             MPI_Query_thread(&provided);
@@ -151,6 +168,7 @@ static ds_status acquire_mpi(const char *who) {
             goto out;
         }
     }
+    g_booted = true;
     g_refs++;
 out:
     pthread_mutex_unlock(&g_lock);
@@ -159,11 +177,7 @@ out:
 
 static void release_mpi(void) {
     pthread_mutex_lock(&g_lock);
-    if (g_refs > 0 && --g_refs == 0) {
-        free_half_types();
-        if (g_we_initialised) MPI_Finalize();
-        g_we_initialised = false;
-    }
+    if (g_refs > 0) --g_refs;
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -190,9 +204,9 @@ ds_status ds_comm_mpi_boot(const char *who, const ds_comm_desc *desc, ds_comm *c
     MPI_Comm_size(base->comm, &world);
     if (info.source != DS_RANKS_SINGLE && (info.world != world || info.rank != rank)) {
         st = DS_ERR(DS_ERR_COMM,
-                    "%s: the environment (%s) says rank %d of %d, but MPI_COMM_WORLD says rank "
-                    "%d of %d: start the ranks with the launcher that set those variables "
-                    "(mpirun, srun), or unset them",
+                    "%s: %s says rank %d of %d, but MPI_COMM_WORLD says rank %d of %d: start "
+                    "the ranks with the launcher that set those variables (mpirun, srun), or "
+                    "unset them",
                     who, ds_rank_source_name(info.source), info.rank, info.world, rank, world);
         goto fail;
     }

@@ -37,6 +37,43 @@ static int g_rank;
         CHECK(s_ == DS_OK, "%s -> %s: %s", #expr, ds_status_to_string(s_), ds_last_error());  \
     } while (0)
 
+/* Built twice: for the MPI communicator (host buffers, the default), and with
+ * DS_TEST_NCCL for the NCCL one, where every buffer is staged through device
+ * memory around the call (label cuda, needs a GPU per rank). */
+#ifdef DS_TEST_NCCL
+#include <cuda_runtime.h>
+#define TEST_KIND DS_COMM_NCCL
+#define TEST_KIND_NAME "nccl"
+static void *dev_in(const void *host, size_t bytes) {
+    void *d = NULL;
+    if (cudaMalloc(&d, bytes ? bytes : 1) != cudaSuccess ||
+        cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+        fprintf(stderr, "cudaMalloc/cudaMemcpy of %zu bytes failed\n", bytes);
+        exit(1);
+    }
+    return d;
+}
+static void dev_out(void *host, void *dev, size_t bytes) {
+    if (cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        fprintf(stderr, "cudaMemcpy of %zu bytes to the host failed\n", bytes);
+        exit(1);
+    }
+    cudaFree(dev);
+}
+#else
+#define TEST_KIND DS_COMM_MPI
+#define TEST_KIND_NAME "mpi"
+static void *dev_in(const void *host, size_t bytes) {
+    (void)bytes;
+    return (void *)host;
+}
+static void dev_out(void *host, void *dev, size_t bytes) {
+    (void)host;
+    (void)dev;
+    (void)bytes;
+}
+#endif
+
 static const ds_dtype k_types[] = {DS_F32, DS_F64, DS_F16, DS_BF16, DS_I32, DS_I64, DS_U8};
 static const ds_reduce_op k_ops[] = {DS_REDUCE_SUM, DS_REDUCE_MAX, DS_REDUCE_MIN};
 static const char *const k_op_names[] = {"sum", "max", "min"};
@@ -140,7 +177,9 @@ static void test_all_reduce(ds_comm *c, ds_dtype t, ds_reduce_op op, size_t coun
         put(want, t, i, reduced(t, op, c->world, i));
     }
     ds_comm_stats before = c->stats;
-    OK(ds_comm_all_reduce(c, buf, count, t, op));
+    void *d = dev_in(buf, count * es);
+    OK(ds_comm_all_reduce(c, d, count, t, op));
+    dev_out(buf, d, count * es);
     expect("all_reduce", buf, want, count, t, k_op_names[op], count);
     check_stats(c, &before, DS_COLL_ALL_REDUCE, expected_all_reduce(count, c->world, c->rank), es,
                 "all_reduce", count);
@@ -162,11 +201,20 @@ static void test_reduce_scatter(ds_comm *c, ds_dtype t, ds_reduce_op op, size_t 
     for (size_t i = 0; i < n; i++) put(send, t, i, value(t, c->rank, i));
     for (size_t i = 0; i < count; i++)
         put(want, t, i, reduced(t, op, c->world, (size_t)c->rank * count + i));
-    char *recv = in_place ? send + (size_t)c->rank * count * es : own;
+    char *copy = malloc(n * es + 1);
+    memcpy(copy, send, n * es);
+    size_t off = (size_t)c->rank * count * es;
+    char *recv = in_place ? send + off : own;
     ds_comm_stats before = c->stats;
-    OK(ds_comm_reduce_scatter(c, send, recv, count, t, op));
+    char *dsend = dev_in(send, n * es), *drecv = in_place ? dsend + off : dev_in(own, count * es);
+    OK(ds_comm_reduce_scatter(c, dsend, drecv, count, t, op));
+    if (!in_place) dev_out(own, drecv, count * es);
+    dev_out(send, dsend, n * es);
     const char *what = in_place ? "reduce_scatter (in place)" : "reduce_scatter";
     expect(what, recv, want, count, t, k_op_names[op], count);
+    if (!in_place) /* out of place leaves the input alone */
+        expect("reduce_scatter input", send, copy, n, t, k_op_names[op], count);
+    free(copy);
     check_stats(c, &before, DS_COLL_REDUCE_SCATTER, expected_rs_ag(count, c->world), es, what,
                 count);
     free(send);
@@ -180,10 +228,14 @@ static void test_all_gather(ds_comm *c, ds_dtype t, size_t count, bool in_place)
     memset(recv, 0x5a, n * es);
     for (int r = 0; r < c->world; r++)
         for (size_t i = 0; i < count; i++) put(want, t, (size_t)r * count + i, value(t, r, i));
-    char *src = in_place ? recv + (size_t)c->rank * count * es : send;
+    size_t off = (size_t)c->rank * count * es;
+    char *src = in_place ? recv + off : send;
     for (size_t i = 0; i < count; i++) put(src, t, i, value(t, c->rank, i));
     ds_comm_stats before = c->stats;
-    OK(ds_comm_all_gather(c, src, recv, count, t));
+    char *drecv = dev_in(recv, n * es), *dsrc = in_place ? drecv + off : dev_in(send, count * es);
+    OK(ds_comm_all_gather(c, dsrc, drecv, count, t));
+    if (!in_place) dev_out(send, dsrc, count * es);
+    dev_out(recv, drecv, n * es);
     const char *what = in_place ? "all_gather (in place)" : "all_gather";
     expect(what, recv, want, n, t, "-", count);
     check_stats(c, &before, DS_COLL_ALL_GATHER, expected_rs_ag(count, c->world), es, what, count);
@@ -201,7 +253,9 @@ static void test_broadcast(ds_comm *c, ds_dtype t, size_t count, int root) {
         if (c->rank == root) put(buf, t, i, value(t, root, i));
     }
     ds_comm_stats before = c->stats;
-    OK(ds_comm_broadcast(c, buf, count, t, root));
+    void *d = dev_in(buf, count * es);
+    OK(ds_comm_broadcast(c, d, count, t, root));
+    dev_out(buf, d, count * es);
     char what[64];
     snprintf(what, sizeof what, "broadcast from %d", root);
     expect(what, buf, want, count, t, "-", count);
@@ -306,7 +360,7 @@ static void test_bad_args(ds_comm *c) {
 
 int main(void) {
     ds_comm *c = NULL;
-    ds_status st = ds_comm_create(NULL, &c);
+    ds_status st = ds_comm_create(&(ds_comm_desc){.kind = TEST_KIND}, &c);
     if (st != DS_OK) {
         fprintf(stderr, "ds_comm_create: %s: %s\n", ds_status_to_string(st), ds_last_error());
         return 1;
@@ -320,29 +374,30 @@ int main(void) {
           "source %s (OMPI_COMM_WORLD_SIZE %s)", ds_rank_source_name(c->source),
           env ? env : "unset");
     CHECK(c->local_rank >= 0 && c->local_rank < c->world, "local rank %d", c->local_rank);
-    CHECK(strcmp(c->ops->name, "mpi") == 0, "ops name %s", c->ops->name);
+    CHECK(strcmp(c->ops->name, TEST_KIND_NAME) == 0, "ops name %s", c->ops->name);
 
     test_all(c);
     test_host(c);
     test_bad_args(c);
 
+#ifndef DS_TEST_NCCL
     /* A 256-byte scratch: two 128-byte chunks, so 1000 elements of any type
      * take 8 to 63 chunks, and 7 elements of fp64 two. Created while the
      * first communicator lives (the last one to go finalises MPI). */
     ds_comm *tiny = NULL;
-    ds_comm_desc d = {.kind = DS_COMM_MPI, .scratch_bytes = 256};
-    OK(ds_comm_create(&d, &tiny));
+    OK(ds_comm_create(&(ds_comm_desc){.kind = DS_COMM_MPI, .scratch_bytes = 256}, &tiny));
     if (tiny) {
         test_all(tiny);
-        /* Larger than the default 1 MiB chunk on the default communicator. */
-        test_all_reduce(c, DS_F32, DS_REDUCE_SUM, 300001);
-        test_reduce_scatter(c, DS_F32, DS_REDUCE_SUM, 300001, true);
-        test_all_gather(c, DS_F32, 300001, false);
-        test_broadcast(c, DS_F32, 300001, c->world - 1);
         ds_comm_destroy(tiny);
     }
     CHECK(ds_comm_create(&(ds_comm_desc){.scratch_bytes = 8}, &tiny) == DS_ERR_INVALID_ARG,
           "an 8-byte scratch was accepted");
+#endif
+    /* Larger than the default 1 MiB chunk of the default communicator. */
+    test_all_reduce(c, DS_F32, DS_REDUCE_SUM, 300001);
+    test_reduce_scatter(c, DS_F32, DS_REDUCE_SUM, 300001, true);
+    test_all_gather(c, DS_F32, 300001, false);
+    test_broadcast(c, DS_F32, 300001, c->world - 1);
 
     /* Every rank exits with the same verdict. */
     ds_status worst = DS_OK;

@@ -2,6 +2,7 @@
  * follows the single-rank loss curve.
  *
  *   test_train_equiv --write REF [--stage S] [--precision fp32|fp16|bf16] [--model mlp|bert]
+ *                    [--gas G] [--clip C]
  *       run at 1 rank, write the per-step losses to REF
  *   test_train_equiv --check REF [...]
  *       run at N ranks, compare each step's loss with REF
@@ -9,8 +10,12 @@
  * The global batch is fixed at 16 rows: micro = 16 / N, so rank r's
  * DistributedSampler slice of each global batch holds exactly the rows the
  * single rank sees in that step, and the mean over ranks of per-rank means
- * equals the global mean. What differs is only the order of floating-point
- * sums (per-rank partial sums, then the ring all-reduce). */
+ * equals the global mean. With --gas G each rank takes G micro-batches of
+ * 16 / (N * G) rows per step: the same rows again, so gradient accumulation
+ * must reproduce the curve too. --clip sets gradient_clipping (0.05 keeps it
+ * active on every step), which checks that the global norm is computed over
+ * all partitions. What differs is only the order of floating-point sums
+ * (per-rank partial sums, then the ring all-reduce). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,13 +47,16 @@ static ds_dataset *make_data(size_t n, int T, int vocab) {
 
 int main(int argc, char **argv) {
     const char *write_ref = NULL, *check_ref = NULL, *precision = "fp32", *model_kind = "mlp";
-    int stage = 0;
+    int stage = 0, gas = 1;
+    double clip = 1.0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--write")) write_ref = argv[i + 1];
         else if (!strcmp(argv[i], "--check")) check_ref = argv[i + 1];
         else if (!strcmp(argv[i], "--stage")) stage = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--precision")) precision = argv[i + 1];
         else if (!strcmp(argv[i], "--model")) model_kind = argv[i + 1];
+        else if (!strcmp(argv[i], "--gas")) gas = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--clip")) clip = atof(argv[i + 1]);
     }
     if (!write_ref && !check_ref) {
         fprintf(stderr, "usage: test_train_equiv --write REF | --check REF [--stage S]\n");
@@ -74,13 +82,13 @@ int main(int argc, char **argv) {
     }
     char cfg[1024];
     snprintf(cfg, sizeof cfg,
-             "{\"train_batch_size\": %d, \"gradient_accumulation_steps\": 1,"
+             "{\"train_batch_size\": %d, \"gradient_accumulation_steps\": %d,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, "
              "\"weight_decay\": 0.01}},"
-             " \"gradient_clipping\": 1.0, \"steps_per_print\": 1000,"
+             " \"gradient_clipping\": %g, \"steps_per_print\": 1000,"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1000},"
              " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s}}",
-             GLOBAL_BATCH, stage, strcmp(precision, "fp16") ? "false" : "true",
+             GLOBAL_BATCH, gas, clip, stage, strcmp(precision, "fp16") ? "false" : "true",
              strcmp(precision, "bf16") ? "false" : "true");
     ds_init_desc d;
     ds_init_desc_defaults(&d);
@@ -157,7 +165,8 @@ int main(int argc, char **argv) {
         }
     }
     fclose(f);
-    printf("%s: world %d stage %d %s %s: %d steps, worst relative loss difference %.3e\n",
-           fails ? "FAIL" : "ok", world, stage, precision, model_kind, STEPS, worst);
+    printf("%s: world %d stage %d %s %s gas %d clip %g: %d steps, worst relative loss "
+           "difference %.3e\n", fails ? "FAIL" : "ok", world, stage, precision, model_kind, gas,
+           clip, STEPS, worst);
     return fails != 0;
 }

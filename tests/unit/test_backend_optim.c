@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/math.h"
 
 static int g_fail;
 
@@ -367,6 +368,36 @@ static void test_threads(ds_backend *be1, ds_backend *be2) {
     }
     EXPECT(memcmp(p[0], p[1], n * 4) == 0 && memcmp(v[0], v[1], n * 4) == 0,
            "adam differs between 1 and 2 threads");
+    /* and is, bit for bit, the element function of math.h (which the CUDA
+     * kernel runs) applied one element at a time, whatever the vector code */
+    float *q = malloc(n * sizeof *q), *qm = calloc(n, sizeof *qm), *qv = calloc(n, sizeof *qv);
+    for (size_t i = 0; i < n; i++) q[i] = sinf((float)i);
+    for (int t = 1; t <= 2; t++) {
+        ds_adam_coef c = ds_adam_coef_make(1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, t, true, true, 0.5f);
+        for (size_t i = 0; i < n; i++) ds_adam_update(&q[i], &qm[i], &qv[i], g[i], &c);
+    }
+    EXPECT(memcmp(q, p[0], n * 4) == 0 && memcmp(qm, m[0], n * 4) == 0 &&
+               memcmp(qv, v[0], n * 4) == 0,
+           "adam slot differs from the scalar ds_adam_update");
+    /* SGD with nesterov and bf16 gradients, against ds_sgd_update */
+    uint16_t *gb = malloc(n * sizeof *gb);
+    for (size_t i = 0; i < n; i++) {
+        gb[i] = ds_f32_to_bf16(g[i]);
+        p[0][i] = q[i] = sinf((float)i);
+    }
+    ds_sgd_hparams sh = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = true};
+    for (int t = 1; t <= 2; t++) {
+        sh.first_step = t == 1;
+        be2->ops->sgd(be2, p[0], gb, DS_BF16, 2.0f, m[0], n, &sh, NULL, DS_F32);
+        ds_sgd_coef c = ds_sgd_coef_make(0.01f, 0.9f, 0.0f, 1e-4f, true, t == 1, 2.0f);
+        for (size_t i = 0; i < n; i++) ds_sgd_update(&q[i], &qm[i], ds_bf16_to_f32(gb[i]), &c);
+    }
+    EXPECT(memcmp(q, p[0], n * 4) == 0 && memcmp(qm, m[0], n * 4) == 0,
+           "sgd slot differs from the scalar ds_sgd_update");
+    free(q);
+    free(qm);
+    free(qv);
+    free(gb);
     for (int k = 0; k < 2; k++) {
         free(p[k]);
         free(m[k]);

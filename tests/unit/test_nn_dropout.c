@@ -127,7 +127,7 @@ static void test_dropout_fused(void) {
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
         float m = ds_rng_uniform_at(9, 100 + i) >= p ? inv : 0.0f;
-        bad += y[i] != res[i] + (x[i] + b[i % W]) * m; /* the kernel's float arithmetic */
+        bad += y[i] != fmaf(x[i] + b[i % W], m, res[i]); /* the kernel's float arithmetic */
     }
     CHECK(bad == 0, "fused dropout: %d entries differ from res + dropout(x + b)", bad);
     float *dy = randn(n, 1.0), *dx = malloc(n * 4), *db = calloc(W, 4);

@@ -2,7 +2,13 @@
  * squares, Adam and SGD. Each is an OpenMP loop around the DS_HD functions of
  * engine/backend/math.h and engine/core/dtype.h, which the CUDA kernels call
  * too. Every element is computed independently of the thread count, so the
- * results are the same bits at 1 or N threads (sumsq included, see there). */
+ * results are the same bits at 1 or N threads (sumsq included, see there).
+ *
+ * Speed. The loops run over plain float arrays (fp16 / bf16 converted in
+ * chunks, cpu_convert.c) under `omp simd`, so gcc vectorises them -- Adam's
+ * only when the build has -fno-math-errno, since sqrtf may otherwise set errno
+ * and cannot be vectorised (11M parameters: 48 ms -> 15 ms on 1 core here).
+ * Vector lanes run the same IEEE operations, so the bits do not change. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -58,7 +64,15 @@ ds_status ds_cpu_rng_normal(ds_backend *be, float *dst, size_t n, float mean, fl
     return DS_OK;
 }
 
-/* ---- casts, fill, scale, axpy --------------------------------------------- */
+/* ---- casts, fill, scale, axpy ---------------------------------------------
+ * Chunked (DS_CPU_CHUNK): fp16 / bf16 operands are converted to fp32 in a
+ * stack buffer, the arithmetic runs on float arrays, results are rounded
+ * back. Element i sees exactly the operations of the scalar formula. */
+
+static size_t chunk_len(size_t c, size_t n) {
+    size_t lo = c * DS_CPU_CHUNK;
+    return n - lo < DS_CPU_CHUNK ? n - lo : DS_CPU_CHUNK;
+}
 
 ds_status ds_cpu_cast(ds_backend *be, void *dst, ds_dtype dst_t, const void *src, ds_dtype src_t,
                       size_t n) {
@@ -71,35 +85,21 @@ ds_status ds_cpu_cast(ds_backend *be, void *dst, ds_dtype dst_t, const void *src
         if (dst != src) memmove(dst, src, n * ds_dtype_size(dst_t));
         return DS_OK;
     }
-    /* The two common directions get a loop without type branches; the rest
-     * (fp16 <-> bf16) go through fp32 one element at a time. */
-    if (src_t == DS_F32) {
-        const float *s = src;
-        uint16_t *d = dst;
-        if (dst_t == DS_F16) {
+    size_t nchunks = (n + DS_CPU_CHUNK - 1) / DS_CPU_CHUNK;
+    /* element i reads and writes only i, so fp16 <-> bf16 may run in place */
 #pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
-            for (size_t i = 0; i < n; i++) d[i] = ds_f32_to_f16(s[i]);
+    for (size_t c = 0; c < nchunks; c++) {
+        size_t lo = c * DS_CPU_CHUNK, len = chunk_len(c, n);
+        float buf[DS_CPU_CHUNK];
+        if (dst_t == DS_F32) {
+            ds_cpu_to_f32((float *)dst + lo, src, src_t, lo, len);
+        } else if (src_t == DS_F32) {
+            ds_cpu_from_f32(dst, dst_t, lo, (const float *)src + lo, len);
         } else {
-#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
-            for (size_t i = 0; i < n; i++) d[i] = ds_f32_to_bf16(s[i]);
+            ds_cpu_to_f32(buf, src, src_t, lo, len);
+            ds_cpu_from_f32(dst, dst_t, lo, buf, len);
         }
-        return DS_OK;
     }
-    if (dst_t == DS_F32) {
-        const uint16_t *s = src;
-        float *d = dst;
-        if (src_t == DS_F16) {
-#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
-            for (size_t i = 0; i < n; i++) d[i] = ds_f16_to_f32(s[i]);
-        } else {
-#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
-            for (size_t i = 0; i < n; i++) d[i] = ds_bf16_to_f32(s[i]);
-        }
-        return DS_OK;
-    }
-    /* fp16 <-> bf16, also in place: element i reads and writes only i */
-#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++) ds_store_f32(dst, dst_t, i, ds_load_f32(src, src_t, i));
     return DS_OK;
 }
 
@@ -110,18 +110,33 @@ ds_status ds_cpu_fill(ds_backend *be, float *x, size_t n, float value) {
     return DS_OK;
 }
 
+static void scale_run(float *restrict x, size_t n, float alpha) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) x[i] = x[i] * alpha;
+}
+
 ds_status ds_cpu_scale(ds_backend *be, void *x, ds_dtype t, size_t n, float alpha) {
     DS_TRY(ds_check_float_dtype("cpu scale", "x", t));
     DS_TRY(ds_check_ptr("cpu scale", "x", x, n));
-    if (t == DS_F32) {
-        float *f = x;
+    size_t nchunks = (n + DS_CPU_CHUNK - 1) / DS_CPU_CHUNK;
 #pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
-        for (size_t i = 0; i < n; i++) f[i] = f[i] * alpha;
-    } else {
-#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
-        for (size_t i = 0; i < n; i++) ds_store_f32(x, t, i, ds_load_f32(x, t, i) * alpha);
+    for (size_t c = 0; c < nchunks; c++) {
+        size_t lo = c * DS_CPU_CHUNK, len = chunk_len(c, n);
+        if (t == DS_F32) {
+            scale_run((float *)x + lo, len, alpha);
+        } else {
+            float buf[DS_CPU_CHUNK];
+            ds_cpu_to_f32(buf, x, t, lo, len);
+            scale_run(buf, len, alpha);
+            ds_cpu_from_f32(x, t, lo, buf, len);
+        }
     }
     return DS_OK;
+}
+
+static void axpy_run(float *restrict y, float alpha, const float *restrict x, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) y[i] = fmaf(alpha, x[i], y[i]);
 }
 
 ds_status ds_cpu_axpy(ds_backend *be, void *y, ds_dtype yt, float alpha, const void *x,
@@ -130,15 +145,23 @@ ds_status ds_cpu_axpy(ds_backend *be, void *y, ds_dtype yt, float alpha, const v
     DS_TRY(ds_check_float_dtype("cpu axpy", "x", xt));
     DS_TRY(ds_check_ptr("cpu axpy", "y", y, n));
     DS_TRY(ds_check_ptr("cpu axpy", "x", x, n));
-    if (yt == DS_F32 && xt == DS_F32) {
-        float *fy = y;
-        const float *fx = x;
+    size_t nchunks = (n + DS_CPU_CHUNK - 1) / DS_CPU_CHUNK;
 #pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
-        for (size_t i = 0; i < n; i++) fy[i] = fmaf(alpha, fx[i], fy[i]);
-    } else {
-#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
-        for (size_t i = 0; i < n; i++)
-            ds_store_f32(y, yt, i, fmaf(alpha, ds_load_f32(x, xt, i), ds_load_f32(y, yt, i)));
+    for (size_t c = 0; c < nchunks; c++) {
+        size_t lo = c * DS_CPU_CHUNK, len = chunk_len(c, n);
+        float xbuf[DS_CPU_CHUNK], ybuf[DS_CPU_CHUNK];
+        const float *xs = (const float *)x + lo;
+        if (xt != DS_F32) {
+            ds_cpu_to_f32(xbuf, x, xt, lo, len);
+            xs = xbuf;
+        }
+        if (yt == DS_F32) {
+            axpy_run((float *)y + lo, alpha, xs, len);
+        } else {
+            ds_cpu_to_f32(ybuf, y, yt, lo, len);
+            axpy_run(ybuf, alpha, xs, len);
+            ds_cpu_from_f32(y, yt, lo, ybuf, len);
+        }
     }
     return DS_OK;
 }
@@ -156,31 +179,30 @@ ds_status ds_cpu_axpy(ds_backend *be, void *y, ds_dtype yt, float alpha, const v
  * finite exactly when every element is. */
 #define DS_SUMSQ_CHUNKS 64
 
+/* Sum of squares of x[lo, hi) in double, 4 interleaved accumulators;
+ * fp16 / bf16 go through an fp32 buffer a piece at a time. */
 static double sumsq_range(const void *x, ds_dtype t, size_t lo, size_t hi) {
     double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
-    size_t i = lo;
-    if (t == DS_F32) {
-        const float *f = x;
-        for (; i + 4 <= hi; i += 4) {
+    float buf[DS_CPU_CHUNK];
+    for (size_t start = lo; start < hi; start += DS_CPU_CHUNK) {
+        size_t len = hi - start < DS_CPU_CHUNK ? hi - start : DS_CPU_CHUNK;
+        const float *f = (const float *)x + start;
+        if (t != DS_F32) {
+            ds_cpu_to_f32(buf, x, t, start, len);
+            f = buf;
+        }
+        size_t i = 0;
+        for (; i + 4 <= len; i += 4) {
             double v0 = f[i], v1 = f[i + 1], v2 = f[i + 2], v3 = f[i + 3];
             a0 += v0 * v0;
             a1 += v1 * v1;
             a2 += v2 * v2;
             a3 += v3 * v3;
         }
-    } else {
-        for (; i + 4 <= hi; i += 4) {
-            double v0 = ds_load_f32(x, t, i), v1 = ds_load_f32(x, t, i + 1);
-            double v2 = ds_load_f32(x, t, i + 2), v3 = ds_load_f32(x, t, i + 3);
-            a0 += v0 * v0;
-            a1 += v1 * v1;
-            a2 += v2 * v2;
-            a3 += v3 * v3;
+        for (; i < len; i++) {
+            double v = f[i];
+            a0 += v * v;
         }
-    }
-    for (; i < hi; i++) {
-        double v = ds_load_f32(x, t, i);
-        a0 += v * v;
     }
     return (a0 + a1) + (a2 + a3);
 }
@@ -221,6 +243,13 @@ static ds_status optim_check(const char *who, const float *param, const void *gr
     return DS_OK;
 }
 
+static void adam_run(float *restrict p, const float *restrict g, float *restrict m,
+                     float *restrict v, size_t n, const ds_adam_coef *cp) {
+    const ds_adam_coef c = *cp;
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) ds_adam_update(&p[i], &m[i], &v[i], g[i], &c);
+}
+
 ds_status ds_cpu_adam(ds_backend *be, float *param, const void *grad, ds_dtype grad_t,
                       float grad_mult, float *m, float *v, size_t n, const ds_adam_hparams *hp,
                       void *param_lp, ds_dtype lp_t) {
@@ -232,12 +261,30 @@ ds_status ds_cpu_adam(ds_backend *be, float *param, const void *grad, ds_dtype g
     const ds_adam_coef c =
         ds_adam_coef_make(hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay, hp->step,
                           hp->adam_w_mode, hp->bias_correction, grad_mult);
+    size_t nchunks = (n + DS_CPU_CHUNK - 1) / DS_CPU_CHUNK;
 #pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        ds_adam_update(&param[i], &m[i], &v[i], ds_load_f32(grad, grad_t, i), &c);
-        if (param_lp) ds_store_f32(param_lp, lp_t, i, param[i]);
+    for (size_t ch = 0; ch < nchunks; ch++) {
+        size_t lo = ch * DS_CPU_CHUNK, len = chunk_len(ch, n);
+        float gbuf[DS_CPU_CHUNK];
+        const float *g = (const float *)grad + lo;
+        if (grad_t != DS_F32) {
+            ds_cpu_to_f32(gbuf, grad, grad_t, lo, len);
+            g = gbuf;
+        }
+        adam_run(param + lo, g, m + lo, v + lo, len, &c);
+        if (param_lp) ds_cpu_from_f32(param_lp, lp_t, lo, param + lo, len);
     }
     return DS_OK;
+}
+
+static void sgd_run(float *restrict p, const float *restrict g, float *restrict buf, size_t n,
+                    const ds_sgd_coef *cp) {
+    const ds_sgd_coef c = *cp;
+    if (buf) {
+        for (size_t i = 0; i < n; i++) ds_sgd_update(&p[i], &buf[i], g[i], &c);
+    } else {
+        for (size_t i = 0; i < n; i++) ds_sgd_update(&p[i], NULL, g[i], &c);
+    }
 }
 
 ds_status ds_cpu_sgd(ds_backend *be, float *param, const void *grad, ds_dtype grad_t,
@@ -248,11 +295,20 @@ ds_status ds_cpu_sgd(ds_backend *be, float *param, const void *grad, ds_dtype gr
     if (hp->momentum != 0.0f) DS_TRY(ds_check_ptr("cpu sgd", "momentum_buf", momentum_buf, n));
     const ds_sgd_coef c = ds_sgd_coef_make(hp->lr, hp->momentum, hp->dampening, hp->weight_decay,
                                            hp->nesterov, hp->first_step, grad_mult);
+    /* without momentum the buffer is neither read nor written */
+    float *buf = hp->momentum != 0.0f ? momentum_buf : NULL;
+    size_t nchunks = (n + DS_CPU_CHUNK - 1) / DS_CPU_CHUNK;
 #pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        ds_sgd_update(&param[i], momentum_buf ? &momentum_buf[i] : NULL,
-                      ds_load_f32(grad, grad_t, i), &c);
-        if (param_lp) ds_store_f32(param_lp, lp_t, i, param[i]);
+    for (size_t ch = 0; ch < nchunks; ch++) {
+        size_t lo = ch * DS_CPU_CHUNK, len = chunk_len(ch, n);
+        float gbuf[DS_CPU_CHUNK];
+        const float *g = (const float *)grad + lo;
+        if (grad_t != DS_F32) {
+            ds_cpu_to_f32(gbuf, grad, grad_t, lo, len);
+            g = gbuf;
+        }
+        sgd_run(param + lo, g, buf ? buf + lo : NULL, len, &c);
+        if (param_lp) ds_cpu_from_f32(param_lp, lp_t, lo, param + lo, len);
     }
     return DS_OK;
 }

@@ -31,13 +31,15 @@ ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const 
         if (!pd) continue;
         float *pdr = pd + (size_t)r * T;
         if (drop_p == 0.0f) {
+            DS_SIMD
             for (int j = 0; j < T; j++) pdr[j] = pr[j];
             continue;
         }
         float m[ROW_CHUNK];
         for (int j0 = 0; j0 < T; j0 += ROW_CHUNK) {
             int n = T - j0 < ROW_CHUNK ? T - j0 : ROW_CHUNK;
-            ds_dropout_mults(m, seed, offset + (uint64_t)r * T + j0, n, drop_p, inv_keep);
+            ds_nn_cpu_dropout_mults(m, seed, offset + (uint64_t)r * T + j0, n, drop_p, inv_keep);
+            DS_SIMD
             for (int j = 0; j < n; j++) pdr[j0 + j] = pr[j0 + j] * m[j];
         }
     }
@@ -66,22 +68,34 @@ ds_status ds_nn_cpu_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const
             float m[ROW_CHUNK];
             for (int j0 = 0; j0 < T; j0 += ROW_CHUNK) {
                 int n = T - j0 < ROW_CHUNK ? T - j0 : ROW_CHUNK;
-                ds_dropout_mults(m, seed, offset + (uint64_t)r * T + j0, n, drop_p, inv_keep);
+                ds_nn_cpu_dropout_mults(m, seed, offset + (uint64_t)r * T + j0, n, drop_p,
+                                        inv_keep);
+                const float *pc = pr + j0, *dc = dr + j0;
+                float *sc = sr + j0;
+                DS_SIMD_SUM(dot)
                 for (int j = 0; j < n; j++) {
-                    float dp = dr[j0 + j] * m[j];
-                    sr[j0 + j] = dp;
-                    dot += dp * pr[j0 + j];
-                    if (pdr) pdr[j0 + j] = pr[j0 + j] * m[j];
+                    float dp = dc[j] * m[j];
+                    sc[j] = dp;
+                    dot = fmaf(dp, pc[j], dot);
+                }
+                if (pdr) {
+                    DS_SIMD
+                    for (int j = 0; j < n; j++) pdr[j0 + j] = pc[j] * m[j];
                 }
             }
         } else {
+            DS_SIMD_SUM(dot)
             for (int j = 0; j < T; j++) {
                 sr[j] = dr[j];
-                dot += dr[j] * pr[j];
-                if (pdr) pdr[j] = pr[j];
+                dot = fmaf(dr[j], pr[j], dot);
+            }
+            if (pdr) {
+                DS_SIMD
+                for (int j = 0; j < T; j++) pdr[j] = pr[j];
             }
         }
         /* pass 2: ds = scale * p * (dp - dot) */
+        DS_SIMD
         for (int j = 0; j < T; j++) sr[j] = ds_softmax_ds(pr[j], sr[j], dot, scale);
     }
     return DS_OK;

@@ -23,6 +23,12 @@ static inline int ds_nn_cpu_threads(const ds_backend *be) {
     return be && be->num_threads > 0 ? be->num_threads : 1;
 }
 
+/* Dropout multipliers (0 or inv_keep) of the n stream elements starting at
+ * j0 of the uniform stream of `seed` (ds_rng_uniform_at's values), one
+ * Philox block per 4 elements, vectorised across blocks. */
+void ds_nn_cpu_dropout_mults(float *m, uint64_t seed, uint64_t j0, int n, float p,
+                             float inv_keep);
+
 ds_status ds_nn_cpu_embedding_fwd(ds_backend *be, float *out, const float *table,
                                   const int32_t *ids, int n, int h, int vocab, bool accumulate);
 ds_status ds_nn_cpu_embedding_bwd(ds_backend *be, float *dtable, const float *dout,

@@ -27,8 +27,10 @@ ds_status ds_nn_cpu_embedding_fwd(ds_backend *be, float *out, const float *table
     for (int i = 0; i < n; i++) {
         const float *restrict src = table + (size_t)ids[i] * h;
         float *restrict dst = out + (size_t)i * h;
-        if (accumulate)
+        if (accumulate) {
+            DS_SIMD
             for (int c = 0; c < h; c++) dst[c] += src[c];
+        }
         else
             memcpy(dst, src, (size_t)h * sizeof(float));
     }
@@ -49,6 +51,7 @@ ds_status ds_nn_cpu_embedding_bwd(ds_backend *be, float *dtable, const float *do
             if (id == padding_idx || id % team != t) continue;
             float *restrict dst = dtable + (size_t)id * h;
             const float *restrict src = dout + (size_t)i * h;
+            DS_SIMD
             for (int c = 0; c < h; c++) dst[c] += src[c];
         }
     }
@@ -61,8 +64,10 @@ ds_status ds_nn_cpu_bcast_add_fwd(ds_backend *be, float *out, const float *x, in
 #pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)rows * width >= DS_NN_CPU_PAR_MIN)
     for (int r = 0; r < rows; r++) {
         float *restrict dst = out + (size_t)r * width;
-        if (accumulate)
+        if (accumulate) {
+            DS_SIMD
             for (int c = 0; c < width; c++) dst[c] += x[c];
+        }
         else
             memcpy(dst, x, (size_t)width * sizeof(float));
     }
@@ -81,6 +86,7 @@ ds_status ds_nn_cpu_bcast_add_bwd(ds_backend *be, float *dx, const float *dout, 
         for (int c = c0; c < c1; c++) acc[c - c0] = 0.0f;
         for (int r = 0; r < rows; r++) {
             const float *restrict src = dout + (size_t)r * width;
+            DS_SIMD
             for (int c = c0; c < c1; c++) acc[c - c0] += src[c];
         }
         for (int c = c0; c < c1; c++) dx[c] += acc[c - c0];
@@ -138,8 +144,10 @@ ds_status ds_nn_cpu_copy_rows(ds_backend *be, float *dst, int dst_ld, const floa
     for (int r = 0; r < rows; r++) {
         float *restrict d = dst + (size_t)r * dst_ld;
         const float *restrict s = src + (size_t)r * src_ld;
-        if (accumulate)
+        if (accumulate) {
+            DS_SIMD
             for (int c = 0; c < width; c++) d[c] += s[c];
+        }
         else
             memcpy(d, s, (size_t)width * sizeof(float));
     }

@@ -36,6 +36,7 @@ ds_status ds_nn_cpu_layernorm_bwd(ds_backend *be, float *dx, float *dgamma, floa
             const float *dyr = dy + (size_t)r * h;
             const float *xr = x + (size_t)r * h;
             float m = mean[r], rs = rstd[r];
+            DS_SIMD
             for (int c = c0; c < c1; c++) {
                 ag[c - c0] += dyr[c] * ds_ln_xhat(xr[c], m, rs);
                 ab[c - c0] += dyr[c];

@@ -153,7 +153,8 @@ ds_status ds_cuda_axpy(ds_backend *be, void *y, ds_dtype yt, float alpha, const 
  * atomics, so the bits depend only on n and the grid (DS_CUDA_SUMSQ_BLOCKS,
  * capped by n), not on scheduling. The non-finite flag comes from the total
  * as on cpu: the double sum of squares of floats is finite exactly when every
- * element is. */
+ * element is. The partials live in the backend's one scratch buffer, so two
+ * host threads must not call sumsq on the same backend at once. */
 __global__ void ds_k_sumsq(const void *x, ds_dtype t, size_t n, double *partial) {
     __shared__ double acc[DS_CUDA_THREADS];
     double s = 0.0;

@@ -18,12 +18,14 @@ __global__ void ds_k_attn_softmax_fwd(float *p, float *pd, const float *s, const
         const float *sr = s + r * T;
         float *pr = p + r * T;
         float mx = -INFINITY;
-        for (int j = lane; j < T; j += 32)
-            if (ds_key_ok(mrow, j)) mx = fmaxf(mx, sr[j] * scale);
+        for (int j = lane; j < T; j += 32) {
+            float v = sr[j] * scale;
+            if (ds_key_ok(mrow, j) && v > mx) mx = v; /* as ds_softmax_row */
+        }
         mx = ds_warp_max(mx);
         float sum = 0.0f;
         for (int j = lane; j < T; j += 32) {
-            float e = (mx != -INFINITY && ds_key_ok(mrow, j)) ? expf(sr[j] * scale - mx) : 0.0f;
+            float e = (mx != -INFINITY && ds_key_ok(mrow, j)) ? ds_expf(sr[j] * scale - mx) : 0.0f;
             pr[j] = e;
             sum += e;
         }

@@ -1,0 +1,300 @@
+/* The NCCL communicator: device-buffer collectives, bootstrapped over MPI.
+ * Compiled only with DS_CUDA (CMake adds this file then).
+ *
+ * Bootstrap: rank 0 makes the ncclUniqueId and broadcasts it over the MPI
+ * communicator (ds_comm_host_broadcast, under the deadline); every rank binds
+ * its device (desc->backend->device when a backend is given, else the local
+ * rank) and joins with ncclCommInitRankConfig in NON-BLOCKING mode, so that
+ * a peer that never joins is a DS_ERR_TIMEOUT, not a hang.
+ *
+ * Streams: the backend's streams are opaque here, so collectives run on
+ * cudaStreamPerThread of the calling thread, and each call returns only when
+ * its work is complete (the stream is polled under the deadline, watching
+ * ncclCommGetAsyncError). Hence:
+ *   - the device buffers must be ready when called: the work that produced
+ *     them complete (ds_backend_sync, or an event the caller waited on) or
+ *     issued on this thread's per-thread default stream;
+ *   - results are visible to every stream when the call returns.
+ * Overlap of communication with compute comes from calling from the engine's
+ * communication thread (whose per-thread stream is its own), not from
+ * returning early.
+ *
+ * Barriers, ds_comm_agree and the host helpers use the MPI communicator kept
+ * in the ds_comm_mpi_base. Traffic counters report what a ring moves for the
+ * same call (ds_comm_ring_all_reduce_elems), since NCCL does not say which
+ * algorithm it picked. After a timeout the NCCL communicator is aborted and
+ * the data path refuses further calls. */
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend/backend.h"
+#include "engine/comm/comm_internal.h"
+
+typedef struct nccl_impl {
+    ds_comm_mpi_base base; /* first: comm.c reaches it through c->impl */
+    ncclComm_t nc;
+    cudaStream_t stream;
+    int device;
+    bool aborted; /* ncclCommAbort freed nc */
+} nccl_impl;
+
+static ds_status nccl_error(ds_comm *c, const char *what, ncclResult_t r) {
+    nccl_impl *m = c->impl;
+    return DS_ERR(DS_ERR_COMM, "%s failed on rank %d (device %d): %s: %s", what, c->rank,
+                  m->device, ncclGetErrorString(r), ncclGetLastError(m->nc));
+}
+
+static ds_status cuda_error(ds_comm *c, const char *what, cudaError_t e) {
+    nccl_impl *m = c->impl;
+    return DS_ERR(DS_ERR_BACKEND, "%s failed on rank %d (device %d): %s: %s", what, c->rank,
+                  m->device, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+static void abort_comm(nccl_impl *m) {
+    if (m->nc && !m->aborted) ncclCommAbort(m->nc);
+    m->aborted = true;
+    m->base.broken = true;
+}
+
+static ds_status timeout_error(ds_comm *c, const char *what, double waited) {
+    abort_comm(c->impl);
+    return DS_ERR(DS_ERR_TIMEOUT,
+                  "%s: rank %d waited %.1f s for the other ranks (NCCL does not say which; the "
+                  "NCCL communicator was aborted)",
+                  what, c->rank, waited);
+}
+
+/* Non-blocking mode: wait until the communicator leaves ncclInProgress. */
+static ds_status settle(ds_comm *c, const char *what) {
+    nccl_impl *m = c->impl;
+    double start = ds_comm_now();
+    for (;;) {
+        ncclResult_t state = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(m->nc, &state);
+        if (r != ncclSuccess) return nccl_error(c, what, r);
+        if (state == ncclSuccess) return DS_OK;
+        if (state != ncclInProgress) {
+            ds_status st = nccl_error(c, what, state);
+            abort_comm(m);
+            return st;
+        }
+        double waited = ds_comm_now() - start;
+        if (waited > c->timeout_s) return timeout_error(c, what, waited);
+        sched_yield();
+    }
+}
+
+/* Issue-then-complete: `r` is what the enqueue call returned. */
+static ds_status complete(ds_comm *c, const char *what, ncclResult_t r) {
+    nccl_impl *m = c->impl;
+    if (r == ncclInProgress) DS_TRY(settle(c, what));
+    else if (r != ncclSuccess) return nccl_error(c, what, r);
+    double start = ds_comm_now();
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(m->stream);
+        if (e == cudaSuccess) return DS_OK;
+        if (e != cudaErrorNotReady) return cuda_error(c, what, e);
+        ncclResult_t state = ncclSuccess;
+        ncclCommGetAsyncError(m->nc, &state);
+        if (state != ncclSuccess && state != ncclInProgress) {
+            ds_status st = nccl_error(c, what, state);
+            abort_comm(m);
+            return st;
+        }
+        double waited = ds_comm_now() - start;
+        if (waited > c->timeout_s) return timeout_error(c, what, waited);
+        sched_yield();
+    }
+}
+
+static ds_status nccl_type(ds_dtype t, ncclDataType_t *out) {
+    switch (t) {
+    case DS_F32: *out = ncclFloat32; return DS_OK;
+    case DS_F16: *out = ncclFloat16; return DS_OK;
+    case DS_BF16: *out = ncclBfloat16; return DS_OK;
+    case DS_F64: *out = ncclFloat64; return DS_OK;
+    case DS_I32: *out = ncclInt32; return DS_OK;
+    case DS_I64: *out = ncclInt64; return DS_OK;
+    case DS_U8: *out = ncclUint8; return DS_OK;
+    default: return DS_ERR(DS_ERR_INVALID_ARG, "nccl: invalid dtype %d", (int)t);
+    }
+}
+
+static ncclRedOp_t nccl_op(ds_reduce_op op) {
+    return op == DS_REDUCE_SUM ? ncclSum : op == DS_REDUCE_MAX ? ncclMax : ncclMin;
+}
+
+static ds_status ready(ds_comm *c, const char *what) {
+    nccl_impl *m = c->impl;
+    if (m->aborted || m->base.broken)
+        return DS_ERR(DS_ERR_COMM,
+                      "%s: the NCCL communicator on rank %d was aborted after an earlier "
+                      "timeout or error; destroy it",
+                      what, c->rank);
+    cudaError_t e = cudaSetDevice(m->device); /* the calling thread may be new */
+    if (e != cudaSuccess) return cuda_error(c, what, e);
+    return DS_OK;
+}
+
+static void count(ds_comm *c, ds_coll which, uint64_t elems, ds_dtype t) {
+    c->stats.calls[which]++;
+    c->stats.elems_sent[which] += elems;
+    c->stats.bytes_sent[which] += elems * ds_dtype_size(t);
+}
+
+static ds_status nccl_all_reduce(ds_comm *c, void *buf, size_t n, ds_dtype t, ds_reduce_op op) {
+    nccl_impl *m = c->impl;
+    ncclDataType_t nt;
+    DS_TRY(ready(c, "all_reduce"));
+    DS_TRY(nccl_type(t, &nt));
+    if (n) DS_TRY(complete(c, "all_reduce", ncclAllReduce(buf, buf, n, nt, nccl_op(op), m->nc,
+                                                          m->stream)));
+    count(c, DS_COLL_ALL_REDUCE, ds_comm_ring_all_reduce_elems(n, c->world, c->rank), t);
+    return DS_OK;
+}
+
+static ds_status nccl_reduce_scatter(ds_comm *c, const void *send, void *recv, size_t n,
+                                     ds_dtype t, ds_reduce_op op) {
+    nccl_impl *m = c->impl;
+    ncclDataType_t nt;
+    DS_TRY(ready(c, "reduce_scatter"));
+    DS_TRY(nccl_type(t, &nt));
+    if (n)
+        DS_TRY(complete(c, "reduce_scatter",
+                        ncclReduceScatter(send, recv, n, nt, nccl_op(op), m->nc, m->stream)));
+    count(c, DS_COLL_REDUCE_SCATTER, (uint64_t)(c->world - 1) * n, t);
+    return DS_OK;
+}
+
+static ds_status nccl_all_gather(ds_comm *c, const void *send, void *recv, size_t n, ds_dtype t) {
+    nccl_impl *m = c->impl;
+    ncclDataType_t nt;
+    DS_TRY(ready(c, "all_gather"));
+    DS_TRY(nccl_type(t, &nt));
+    if (n) DS_TRY(complete(c, "all_gather", ncclAllGather(send, recv, n, nt, m->nc, m->stream)));
+    count(c, DS_COLL_ALL_GATHER, (uint64_t)(c->world - 1) * n, t);
+    return DS_OK;
+}
+
+static ds_status nccl_broadcast(ds_comm *c, void *buf, size_t n, ds_dtype t, int root) {
+    nccl_impl *m = c->impl;
+    ncclDataType_t nt;
+    DS_TRY(ready(c, "broadcast"));
+    DS_TRY(nccl_type(t, &nt));
+    if (n)
+        DS_TRY(complete(c, "broadcast", ncclBroadcast(buf, buf, n, nt, root, m->nc, m->stream)));
+    /* a chain root -> root+1 -> ...: all but its last rank send the buffer */
+    bool last = c->world == 1 || c->rank == (root - 1 + c->world) % c->world;
+    count(c, DS_COLL_BROADCAST, last ? 0 : n, t);
+    return DS_OK;
+}
+
+/* Through MPI: it stays sound even after the NCCL communicator is aborted. */
+static ds_status nccl_barrier(ds_comm *c) {
+    DS_TRY(ds_comm_mpi_barrier(c));
+    return DS_OK;
+}
+
+static void nccl_destroy(ds_comm *c) {
+    nccl_impl *m = c->impl;
+    if (!m) return;
+    if (m->nc && !m->aborted) {
+        cudaSetDevice(m->device);
+        /* Flush, then free; a peer that is gone turns the flush into an
+         * abort (settle aborts on timeout) rather than a hang. */
+        ncclResult_t r = ncclCommFinalize(m->nc);
+        ds_status st = (r == ncclSuccess || r == ncclInProgress) ? settle(c, "destroy")
+                                                                 : DS_ERR_COMM;
+        if (st == DS_OK) ncclCommDestroy(m->nc);
+        else abort_comm(m);
+    }
+    ds_comm_mpi_shutdown(&m->base);
+    free(m);
+    c->impl = NULL;
+}
+
+static const ds_comm_ops k_nccl_ops = {
+    .name = "nccl",
+    .all_reduce = nccl_all_reduce,
+    .reduce_scatter = nccl_reduce_scatter,
+    .all_gather = nccl_all_gather,
+    .broadcast = nccl_broadcast,
+    .barrier = nccl_barrier,
+    .destroy = nccl_destroy,
+};
+
+/* What rank 0 broadcasts: whether it could make an id, and the id. */
+typedef struct bootstrap_msg {
+    int ok;
+    ncclUniqueId id;
+} bootstrap_msg;
+
+ds_status ds_comm_nccl_create(const ds_comm_desc *desc, ds_comm **out) {
+    *out = NULL;
+    if (desc && desc->backend && desc->backend->kind != DS_BACKEND_CUDA)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "comm \"nccl\" needs the cuda backend, got backend \"%s\"",
+                      desc->backend->ops ? desc->backend->ops->name : "?");
+    ds_comm *c = calloc(1, sizeof *c);
+    nccl_impl *m = calloc(1, sizeof *m);
+    if (!c || !m) {
+        free(c);
+        free(m);
+        return DS_ERR(DS_ERR_OOM, "comm: out of host memory");
+    }
+    c->ops = &k_nccl_ops;
+    c->impl = m;
+    ds_status st = ds_comm_mpi_boot("nccl", desc, c, &m->base);
+    if (st != DS_OK) {
+        free(m);
+        free(c);
+        ds_error_trace(__FILE__, __LINE__);
+        return st;
+    }
+    m->device = desc && desc->backend ? desc->backend->device : c->local_rank;
+    m->stream = cudaStreamPerThread;
+
+    /* Rank 0 always broadcasts, even after a failure of its own, so the
+     * others fail with its reason instead of waiting out the deadline. */
+    bootstrap_msg msg;
+    memset(&msg, 0, sizeof msg);
+    cudaError_t ce = cudaSetDevice(m->device);
+    ds_status local = DS_OK;
+    if (ce != cudaSuccess) local = cuda_error(c, "cudaSetDevice", ce);
+    if (c->rank == 0 && local == DS_OK) {
+        ncclResult_t r = ncclGetUniqueId(&msg.id);
+        if (r != ncclSuccess) local = nccl_error(c, "ncclGetUniqueId", r);
+        else msg.ok = 1;
+    }
+    st = ds_comm_host_broadcast(c, &msg, sizeof msg, 0);
+    if (st == DS_OK && local == DS_OK && !msg.ok)
+        st = DS_ERR(DS_ERR_COMM, "nccl: rank 0 could not create the NCCL unique id");
+    if (st == DS_OK) st = local;
+    ds_status worst = st;
+    if (st != DS_ERR_TIMEOUT) { /* after a timeout MPI's collectives are unusable */
+        /* Every rank joins ncclCommInitRank, or none does. */
+        ds_status agreed = ds_comm_agree(c, st, &worst);
+        if (agreed != DS_OK) worst = agreed;
+    }
+    if (worst == DS_OK) {
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.blocking = 0;
+        ncclResult_t r = ncclCommInitRankConfig(&m->nc, c->world, msg.id, c->rank, &cfg);
+        if (r == ncclInProgress || r == ncclSuccess) worst = settle(c, "ncclCommInitRankConfig");
+        else worst = nccl_error(c, "ncclCommInitRankConfig", r);
+    }
+    if (worst != DS_OK) {
+        if (m->nc && !m->aborted) ncclCommAbort(m->nc);
+        m->aborted = true;
+        ds_comm_mpi_shutdown(&m->base);
+        free(m);
+        free(c);
+        ds_error_trace(__FILE__, __LINE__);
+        return worst;
+    }
+    *out = c;
+    return DS_OK;
+}

@@ -1,0 +1,35 @@
+/* Fault injection for tests: named points in the checkpoint code where a
+ * test can make a rank kill itself, armed through the environment.
+ *
+ *   DS_FAULT_INJECT=ckpt:after_shard_write:rank=1 mpirun -np 2 prog ...
+ *
+ * makes rank 1 raise SIGKILL on itself when it reaches the point
+ * "ckpt:after_shard_write" (a process killed by the kernel, as an OOM kill or
+ * a lost node looks: no handler, no flush, no unwinding). Several specs may
+ * be given separated by ','; ":rank=R" may be left out to match every rank.
+ * Unset (the normal case) the points cost one getenv each.
+ *
+ * This is test machinery and the only code in the library that ends the
+ * process; it never runs unless a test sets the variable. */
+#ifndef DS_IO_FAULT_H
+#define DS_IO_FAULT_H
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DS_FAULT_ENV "DS_FAULT_INJECT"
+
+/* Whether `spec` (the variable's syntax) arms `site` for `rank`. */
+bool ds_fault_matches(const char *spec, const char *site, int rank);
+
+/* Raise SIGKILL on this process when DS_FAULT_INJECT arms `site` for
+ * `rank`; otherwise return. */
+void ds_fault_point(const char *site, int rank);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DS_IO_FAULT_H */

@@ -1,0 +1,129 @@
+/* Who initialises and finalises MPI, and what ds_comm_create refuses.
+ * One scenario per process (MPI can be initialised once per process):
+ *
+ *   test_comm_init owned      the library initialises MPI, two communicators
+ *                             share it, MPI is finalised only when the last
+ *                             one is destroyed
+ *   test_comm_init user       the program initialised MPI (SERIALIZED): the
+ *                             library uses it and leaves it initialised
+ *   test_comm_init funneled   the program initialised MPI with FUNNELED: too
+ *                             weak for a communication thread, refused
+ *   test_comm_init mismatch   RANK=1 WORLD_SIZE=2 in the environment but a
+ *                             single process: refused, naming both views, and
+ *                             MPI is not left initialised behind the caller
+ *
+ * Each runs as a plain process (Open MPI singleton), no mpirun. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/comm/comm.h"
+
+static int g_fail;
+
+#define CHECK(cond, ...)                                                                       \
+    do {                                                                                       \
+        if (!(cond)) {                                                                         \
+            g_fail++;                                                                          \
+            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                    \
+            fprintf(stderr, __VA_ARGS__);                                                      \
+            fprintf(stderr, "\n");                                                             \
+        }                                                                                      \
+    } while (0)
+
+static int mpi_initialized(void) {
+    int f = 0;
+    MPI_Initialized(&f);
+    return f;
+}
+static int mpi_finalized(void) {
+    int f = 0;
+    MPI_Finalized(&f);
+    return f;
+}
+
+static void owned(void) {
+    ds_comm *a = NULL, *b = NULL;
+    CHECK(ds_comm_create(NULL, &a) == DS_OK, "create a: %s", ds_last_error());
+    CHECK(ds_comm_create(NULL, &b) == DS_OK, "create b: %s", ds_last_error());
+    CHECK(mpi_initialized(), "MPI not initialised by ds_comm_create");
+    if (a && b) {
+        CHECK(a->world == 1 && a->rank == 0 && a->local_rank == 0 && a->source == DS_RANKS_SINGLE,
+              "singleton: rank %d of %d, local %d, source %s", a->rank, a->world, a->local_rank,
+              ds_rank_source_name(a->source));
+        CHECK(a->timeout_s == 300.0, "default timeout %.1f, expected 300", a->timeout_s);
+        float x[3] = {1, 2, 3};
+        CHECK(ds_comm_all_reduce(b, x, 3, DS_F32, DS_REDUCE_MAX) == DS_OK && x[2] == 3,
+              "all_reduce on the second communicator");
+    }
+    ds_comm_destroy(a);
+    CHECK(!mpi_finalized(), "MPI finalised while a communicator is alive");
+    ds_comm_destroy(b);
+    CHECK(mpi_finalized(), "MPI not finalised after the last communicator");
+    /* MPI cannot come back: a clear error, not a crash. */
+    ds_comm *c = NULL;
+    ds_status st = ds_comm_create(NULL, &c);
+    CHECK(st == DS_ERR_COMM && c == NULL && strstr(ds_last_error(), "already finalised"),
+          "create after finalise gave %s: %s", ds_status_to_string(st), ds_last_error());
+}
+
+static void user(void) {
+    int provided = 0;
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+    ds_comm *c = NULL;
+    CHECK(ds_comm_create(&(ds_comm_desc){.timeout_s = 5}, &c) == DS_OK, "create: %s",
+          ds_last_error());
+    if (c) CHECK(c->timeout_s == 5.0, "timeout %.1f, expected 5", c->timeout_s);
+    CHECK(ds_comm_barrier(c) == DS_OK, "barrier: %s", ds_last_error());
+    ds_comm_destroy(c);
+    CHECK(!mpi_finalized(), "the library finalised the program's MPI");
+    MPI_Finalize();
+}
+
+static void funneled(void) {
+    int provided = 0;
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    ds_comm *c = NULL;
+    ds_status st = ds_comm_create(NULL, &c);
+    if (provided >= MPI_THREAD_SERIALIZED) {
+        /* An MPI may give more than asked; then there is nothing to refuse. */
+        CHECK(st == DS_OK, "create: %s", ds_last_error());
+        printf("MPI gave more than FUNNELED (%d): nothing to refuse\n", provided);
+    } else {
+        CHECK(st == DS_ERR_COMM && c == NULL, "FUNNELED accepted (%s)", ds_status_to_string(st));
+        CHECK(strstr(ds_last_error(), "MPI_THREAD_FUNNELED") &&
+                  strstr(ds_last_error(), "MPI_THREAD_SERIALIZED"),
+              "message \"%s\" does not name the levels", ds_last_error());
+    }
+    ds_comm_destroy(c);
+    CHECK(!mpi_finalized(), "the library finalised the program's MPI");
+    MPI_Finalize();
+}
+
+static void mismatch(void) {
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    ds_comm *c = NULL;
+    ds_status st = ds_comm_create(NULL, &c);
+    CHECK(st == DS_ERR_COMM && c == NULL, "mismatch accepted (%s)", ds_status_to_string(st));
+    const char *msg = ds_last_error();
+    CHECK(strstr(msg, "rank 1 of 2") && strstr(msg, "rank 0 of 1") && strstr(msg, "WORLD_SIZE"),
+          "message \"%s\" does not show both views and the variable", msg);
+    CHECK(!mpi_initialized() || mpi_finalized(), "a failed create left MPI initialised");
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "owned")) owned();
+    else if (!strcmp(mode, "user")) user();
+    else if (!strcmp(mode, "funneled")) funneled();
+    else if (!strcmp(mode, "mismatch")) mismatch();
+    else {
+        fprintf(stderr, "usage: test_comm_init owned|user|funneled|mismatch\n");
+        return 2;
+    }
+    if (g_fail) fprintf(stderr, "test_comm_init %s: %d check(s) failed\n", mode, g_fail);
+    else printf("test_comm_init %s: all checks passed\n", mode);
+    return g_fail ? 1 : 0;
+}
