@@ -47,6 +47,7 @@
 #include "engine/core/status.h"
 #include "engine/comm/comm.h"
 #include "engine/data/dataset.h"
+#include "engine/io/zero_to_fp32.h"
 #include "models/models.h"
 
 #ifdef __cplusplus
@@ -152,6 +153,80 @@ ds_status ds_set_param(engine_t *e, const char *name, const float *values, size_
  * safetensors file at `path` (rank 0 writes, atomically: path.tmp then
  * rename; one tensor in memory at a time). Collective. */
 ds_status ds_save_weights(engine_t *e, const char *path);
+
+/* ---- checkpoints (engine/engine_ckpt.c) -----------------------------------
+ *
+ *   DS_TRY(ds_save_checkpoint(e, "ckpt", NULL, "{\"epoch\": 3}"));  // tag global_step{N}
+ *   ...                                   // a crash, a new job, maybe another world size
+ *   DS_TRY(ds_load_checkpoint(e, "ckpt", NULL, DS_LOAD_ALL));         // tag from ckpt/latest
+ *
+ * Layout: DIR/TAG/meta.json (config, world size, stage, precision, parameter
+ * table, counters, scheduler, loss scaler, RNG seed, data position, client
+ * state; engine/io/ckpt_meta.h) and one DIR/TAG/shard-RRRRR-of-WWWWW.dsck per
+ * rank holding its partition of the fp32 master weights, then of the
+ * optimizer moments, in zstd frames with checksums (engine/io/ckpt_file.h).
+ * DIR/latest names the newest complete tag.
+ *
+ * Crash safety: ranks write into DIR/TAG.tmp/ and fsync their file and the
+ * folder; after every rank has finished (a collective), rank 0 writes
+ * meta.json, renames TAG.tmp to TAG, then replaces DIR/latest through
+ * latest.tmp + rename, fsyncing the folder after each step. A process killed
+ * at any point leaves DIR/latest naming a complete checkpoint (the previous
+ * one until the last rename); a stale TAG.tmp is removed by the next save.
+ *
+ * Exact resume: at the same world size the loaded run continues bit for bit
+ * as if it had never stopped (weights, moments, step counters, Adam's step,
+ * scheduler position, loss scaler, RNG seed and dropout stream, data order).
+ * Elastic resume: a checkpoint of N ranks at stage S loads into M ranks at
+ * stage S' (the flat offsets do not depend on the world size; each rank reads
+ * and decompresses only the frames overlapping its new partition, all of them
+ * at stage 0, which replicates the optimizer state). The data loader
+ * continues at the same global sample of the same epoch; results then differ
+ * from the N-rank run only by the order of floating-point sums (and dropout
+ * masks, which are drawn per rank).
+ *
+ * Tuning through the environment (read by ds_save_checkpoint):
+ *   DS_CKPT_FRAME_ELEMS  fp32 values per compressed frame (default 1048576 =
+ *                        4 MiB; 16 .. 67108864)
+ *   DS_CKPT_ZSTD_LEVEL   zstd level (default 1; see bench/RESULTS.md) */
+
+/* Save the engine's complete training state as DIR/TAG (tag NULL:
+ * "global_step{N}"). client_state_json: any JSON value stored verbatim in
+ * meta.json (NULL for none); read it back with ds_checkpoint_client_state.
+ * Collective: every rank calls it with the same arguments, at a
+ * gradient-accumulation boundary (not between ds_forward and the ds_step
+ * completing the step). DIR is created if needed; an existing DIR/TAG is
+ * replaced atomically. Every rank returns the same status; a failure names the
+ * rank and file. Errors: DS_ERR_INVALID_ARG (bad tag or JSON, not at a
+ * boundary), DS_ERR_IO (the file system), DS_ERR_COMM. */
+ds_status ds_save_checkpoint(engine_t *e, const char *dir, const char *tag,
+                             const char *client_state_json);
+
+/* What ds_load_checkpoint restores; DeepSpeed's load_checkpoint arguments. */
+typedef enum ds_load_flags {
+    DS_LOAD_ALL = 0,               /* everything: exact resume */
+    DS_LOAD_NO_OPTIMIZER = 1 << 0, /* keep this engine's optimizer moments, Adam step
+                                      count and loss scaler (load_optimizer_states=False) */
+    DS_LOAD_NO_SCHEDULER = 1 << 1, /* keep this engine's lr schedule position
+                                      (load_lr_scheduler_states=False) */
+    DS_LOAD_MODULE_ONLY = 1 << 2,  /* only the weights: also no step counters, data
+                                      position or RNG (load_module_only=True) */
+} ds_load_flags;
+
+/* Load DIR/TAG (tag NULL: the one DIR/latest names) into the engine.
+ * Collective. Verifies first, before changing anything: meta.json, every
+ * shard file present with its recorded size, header, index and checksums
+ * (the same completeness check as ds_checkpoint_verify), the parameter table
+ * equal to this model's, the optimizer's moments matching (unless not
+ * loaded), and the checksum of every frame this rank will read; all ranks
+ * agree on the outcome, and a failure anywhere leaves every engine as it was
+ * and returns the same error (naming the file) on every rank. The world size,
+ * ZeRO stage, precision and batch split may differ from the saving run's; the
+ * config in use is this engine's own. Pending gradients are dropped.
+ * flags: DS_LOAD_* or'ed. Errors: DS_ERR_IO (missing files), DS_ERR_CORRUPT
+ * (checksums, truncation, a world-size mismatch inside the folder),
+ * DS_ERR_INVALID_ARG (another model, incompatible optimizer state, flags). */
+ds_status ds_load_checkpoint(engine_t *e, const char *dir, const char *tag, unsigned flags);
 
 /* Free everything; collective (barrier). Safe on NULL. */
 void ds_finalize(engine_t *e);

@@ -1,5 +1,5 @@
 /* "bert_embeddings": BertEmbeddings of Hugging Face.
- *   e = word[tokens] + position[0..T) + token_type[type_ids]
+ *   e = word[tokens] + token_type[type_ids] + position[0..T)   (HF's order)
  *   y = dropout(LayerNorm(e))            [B, T, H]
  * Position ids are 0..T-1 in every row (absolute positions, as BERT).
  *
@@ -65,8 +65,7 @@ static ds_status be_forward(ds_module *m, ds_module_ctx *ctx) {
         ds_error_trace(__FILE__, __LINE__);
         return st;
     }
-    /* positions 0..T-1: the first T rows of the table, added to each row b */
-    DS_TRY(be->nn->bcast_add_fwd(be, s.e, P[P_POS], B, T * H, true));
+    /* Hugging Face's order of the sums: (word + type) + position. */
     if (bt->type_ids) {
         st = be->nn->embedding_fwd(be, s.e, P[P_TYPE], bt->type_ids, N, H, E->d.type_vocab, true);
         if (st != DS_OK) {
@@ -77,6 +76,8 @@ static ds_status be_forward(ds_module *m, ds_module_ctx *ctx) {
     } else {
         DS_TRY(be->nn->bcast_add_fwd(be, s.e, P[P_TYPE], N, H, true)); /* all type 0 */
     }
+    /* positions 0..T-1: the first T rows of the table, added to each row b */
+    DS_TRY(be->nn->bcast_add_fwd(be, s.e, P[P_POS], B, T * H, true));
     DS_TRY(be->nn->layernorm_fwd(be, ctx->y, s.mean, s.rstd, s.e, P[P_LN_W], P[P_LN_B], N, H,
                                  E->d.ln_eps));
     float p = drop_p(E, ctx);
@@ -141,6 +142,10 @@ ds_status ds_mod_bert_embeddings_create(const char *name, const ds_bert_embed_de
     float sd = d->init_std;
     ds_status st = ds_module_param(m, P_WORD, NULL, "word_embeddings.weight", d->vocab, d->hidden,
                                    DS_INIT_NORMAL, 0.0f, sd);
+    if (st == DS_OK && d->padding_idx >= 0) { /* HF zeroes the padding row at init */
+        m->params[P_WORD].has_zero_row = true;
+        m->params[P_WORD].zero_row = d->padding_idx;
+    }
     if (st == DS_OK)
         st = ds_module_param(m, P_POS, NULL, "position_embeddings.weight", d->max_positions,
                              d->hidden, DS_INIT_NORMAL, 0.0f, sd);

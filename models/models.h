@@ -70,11 +70,8 @@ typedef struct ds_bert_desc {
  *   "classifier"               classifier.{weight,bias}
  *   "loss"                     cross-entropy, class weights from batch->class_weights
  * Initialised as HF's _init_weights: Linear and Embedding weights
- * N(0, initializer_range), biases 0, LayerNorm weight 1 and bias 0. (HF also
- * zeroes the pad_token_id row of the word embeddings; a ds_param_desc cannot
- * say that, so that row starts random here. It never gets a gradient, and a
- * padding token's output never reaches [CLS] through the attention mask, so
- * the classifier's outputs do not depend on it.)
+ * N(0, initializer_range), biases 0, LayerNorm weight 1 and bias 0, and the
+ * pad_token_id row of the word embeddings zero (it never gets a gradient).
  * Errors: DS_ERR_INVALID_ARG naming the field and its value. */
 ds_status ds_bert_create(const ds_bert_desc *d, ds_model **out);
 

@@ -78,3 +78,7 @@ ds_add_test(NAME test_loss_scaler SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_
             LABELS unit)
 ds_add_mpi_test(NAME test_fp16_overflow SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_fp16_overflow.c
                 NP 2 LABELS multirank)
+
+# Activation checkpointing: identical training, fewer activations kept.
+ds_add_test(NAME test_activation_ckpt SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_activation_ckpt.c
+            LABELS unit)

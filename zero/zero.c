@@ -50,6 +50,13 @@ ds_status ds_zero_init_range(ds_backend *be, const ds_flat_param *p, int param_i
         return DS_ERR(DS_ERR_INVALID_ARG, "parameter %s: unknown init kind %d", d->name,
                       (int)d->init);
     }
+    if (d->has_zero_row && d->ndim >= 1) { /* the part of the zero row inside [first, first+n) */
+        int64_t width = p->numel / d->shape[0];
+        int64_t b = d->zero_row * width, e = b + width;
+        if (b < first) b = first;
+        if (e > first + n) e = first + n;
+        if (b < e) DS_TRY(be->ops->fill(be, dst + (b - first), (size_t)(e - b), 0.0f));
+    }
     return DS_OK;
 }
 

@@ -13,7 +13,9 @@
  * identically on both (nvcc's defaults -prec-div=true -prec-sqrt=true; do not
  * build with --use_fast_math). For the same reason the normal RNG uses its own
  * log and sin/cos below instead of libm's logf/sinf/cosf, whose last bits
- * differ between glibc and CUDA.
+ * differ between glibc and CUDA. (One exception no code can remove: a NaN
+ * produced by arithmetic carries the hardware's payload, 0x7fffffff on the GPU,
+ * the propagated or default NaN on x86; it is a NaN on both.)
  *
  * Contents:
  *   1. Philox4x32-10 counter-based RNG and the uniform / normal (Box-Muller)

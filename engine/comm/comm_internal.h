@@ -14,7 +14,7 @@
 
 typedef struct ds_comm_mpi_base {
     MPI_Comm comm;     /* a duplicate of MPI_COMM_WORLD, errors returned not fatal */
-    bool initialised;  /* this communicator counted in the library's MPI refcount */
+    bool initialised;  /* comm is held (freed by ds_comm_mpi_shutdown) */
     bool broken;       /* a point-to-point wait timed out or failed: requests were
                         * abandoned, the data path cannot be trusted any more */
     bool coll_broken;  /* the same for MPI's own collectives (host helpers) */
@@ -23,10 +23,11 @@ typedef struct ds_comm_mpi_base {
 static inline ds_comm_mpi_base *ds_comm_base(ds_comm *c) { return (ds_comm_mpi_base *)c->impl; }
 
 /* Initialise MPI if nobody has (MPI_THREAD_MULTIPLE requested, SERIALIZED
- * accepted), check that the launcher's environment agrees with
- * MPI_COMM_WORLD, and fill c->rank/world/local_rank/source/timeout_s and
- * base->comm. `who` ("mpi", "nccl") prefixes messages. On failure nothing is
- * left initialised by this call. */
+ * accepted; finalised at exit when the library initialised it), check that
+ * the launcher's environment agrees with MPI_COMM_WORLD, and fill
+ * c->rank/world/local_rank/source/timeout_s and base->comm. `who` ("mpi",
+ * "nccl") prefixes messages. On failure base holds nothing; MPI stays
+ * initialised (it cannot be initialised twice), so a later create can retry. */
 ds_status ds_comm_mpi_boot(const char *who, const ds_comm_desc *desc, ds_comm *c,
                            ds_comm_mpi_base *base);
 /* Free base->comm. MPI itself is finalised at exit, and only when the

@@ -1,26 +1,26 @@
-/* MPI bootstrap shared by the mpi and nccl communicators: initialisation and
- * its reference count, the world check against the launcher's environment,
+/* MPI bootstrap shared by the mpi and nccl communicators: initialisation
+ * (once per process), the world check against the launcher's environment,
  * the polling wait with a deadline, the dissemination barrier, and the MPI
  * datatypes/ops the host helpers use for fp16/bf16. */
 #include "engine/comm/comm_internal.h"
 
 #include <pthread.h>
-#include <stdlib.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "engine/comm/reduce.h"
 
 enum { DS_TAG_BARRIER = 7 };
 
-/* Process-wide MPI state. Several communicators may live at once (a test
- * makes one with a small scratch beside the default one); MPI is finalised
- * only when the last one goes, and only if the library initialised it. */
+/* Process-wide MPI state. MPI can be initialised only once per process, so
+ * the library initialises it on the first ds_comm_create (unless the program
+ * did) and never finalises it when a communicator goes: a program may build
+ * one engine after another, or retry after a failed create. When the library
+ * was the one to initialise MPI it finalises it at exit. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static int g_refs;
-static bool g_we_initialised;
-static bool g_booted; /* MPI initialised (or adopted) and the fp16/bf16 types registered */
+static bool g_booted; /* MPI initialised (or adopted), fp16/bf16 types registered */
 static MPI_Datatype g_f16 = MPI_DATATYPE_NULL, g_bf16 = MPI_DATATYPE_NULL;
 static MPI_Op g_ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 
@@ -104,10 +104,6 @@ static const char *thread_level_name(int level) {
     }
 }
 
-/* MPI cannot be initialised twice in a process, so the library never
- * finalises it when a communicator goes: a program may build one engine
- * after another (tests do, and so does a resume in the same process). When
- * the library was the one to initialise MPI it finalises it at exit. */
 static void finalize_at_exit(void) {
     int init = 0, fin = 0;
     MPI_Initialized(&init);
@@ -118,74 +114,61 @@ static void finalize_at_exit(void) {
     }
 }
 
-/* Take one reference on MPI, initialising it if this is the first user. */
-static ds_status acquire_mpi(const char *who) {
+/* Initialise MPI (or adopt the program's) once per process. */
+static ds_status boot_mpi(const char *who) {
     pthread_mutex_lock(&g_lock);
     ds_status st = DS_OK;
     int flag = 0;
     MPI_Finalized(&flag);
     if (flag) {
         st = DS_ERR(DS_ERR_COMM,
-                    "%s: MPI was already finalised in this process (destroying the last "
-                    "communicator finalises MPI when the library initialised it: keep one "
-                    "communicator alive, or initialise MPI yourself before ds_comm_create)",
+                    "%s: MPI was already finalised in this process (the program called "
+                    "MPI_Finalize before ds_comm_create)",
                     who);
         goto out;
     }
+    if (g_booted) goto out;
     int provided = MPI_THREAD_SINGLE;
-    if (g_refs == 0 && !g_booted) {
-        MPI_Initialized(&flag);
-        if (!flag) {
-            int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
-            if (rc != MPI_SUCCESS) {
-                st = ds_comm_mpi_error(rc, "MPI_Init_thread", NULL);
-                goto out;
-            }
-            g_we_initialised = true;
-            atexit(finalize_at_exit);
-        } else {
-            g_we_initialised = false;
-            MPI_Query_thread(&provided);
-        }
-        /* The engine's communication thread calls MPI while the main thread
-         * does not: SERIALIZED is the least that is correct. */
-        if (provided < MPI_THREAD_SERIALIZED) {
-            st = DS_ERR(DS_ERR_COMM,
-                        "%s: MPI provides %s, zero-engine needs MPI_THREAD_SERIALIZED or "
-                        "better%s",
-                        who, thread_level_name(provided),
-                        g_we_initialised ? "" : " (initialise MPI with MPI_Init_thread)");
-            if (g_we_initialised) MPI_Finalize();
-            g_we_initialised = false;
-            goto out;
-        }
-        int rc = register_half_types();
+    bool ours = false;
+    MPI_Initialized(&flag);
+    if (!flag) {
+        int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
         if (rc != MPI_SUCCESS) {
-            st = ds_comm_mpi_error(rc, "registering fp16/bf16 MPI datatypes", NULL);
-            free_half_types();
-            if (g_we_initialised) MPI_Finalize();
-            g_we_initialised = false;
+            st = ds_comm_mpi_error(rc, "MPI_Init_thread", NULL);
             goto out;
         }
+        ours = true;
+        atexit(finalize_at_exit);
+    } else {
+        MPI_Query_thread(&provided);
+    }
+    /* The engine's communication thread calls MPI while the main thread does
+     * not: SERIALIZED is the least that is correct. Left initialised on
+     * failure: finalising would only make a later MPI_Init impossible. */
+    if (provided < MPI_THREAD_SERIALIZED) {
+        st = DS_ERR(DS_ERR_COMM,
+                    "%s: MPI provides %s, zero-engine needs MPI_THREAD_SERIALIZED or better%s",
+                    who, thread_level_name(provided),
+                    ours ? "" : " (initialise MPI with MPI_Init_thread)");
+        goto out;
+    }
+    int rc = register_half_types();
+    if (rc != MPI_SUCCESS) {
+        st = ds_comm_mpi_error(rc, "registering fp16/bf16 MPI datatypes", NULL);
+        free_half_types();
+        goto out;
     }
     g_booted = true;
-    g_refs++;
 out:
     pthread_mutex_unlock(&g_lock);
     return st;
-}
-
-static void release_mpi(void) {
-    pthread_mutex_lock(&g_lock);
-    if (g_refs > 0) --g_refs;
-    pthread_mutex_unlock(&g_lock);
 }
 
 ds_status ds_comm_mpi_boot(const char *who, const ds_comm_desc *desc, ds_comm *c,
                            ds_comm_mpi_base *base) {
     ds_rank_info info;
     DS_TRY(ds_rank_discover(&info));
-    DS_TRY(acquire_mpi(who));
+    DS_TRY(boot_mpi(who));
     base->initialised = true;
     base->comm = MPI_COMM_NULL;
     c->timeout_s = (desc && desc->timeout_s > 0) ? desc->timeout_s : 300.0;
@@ -237,7 +220,6 @@ void ds_comm_mpi_shutdown(ds_comm_mpi_base *base) {
     if (!base->initialised) return;
     if (base->comm != MPI_COMM_NULL) MPI_Comm_free(&base->comm);
     base->initialised = false;
-    release_mpi();
 }
 
 /* ---- waiting with a deadline --------------------------------------------- */

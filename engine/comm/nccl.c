@@ -192,6 +192,59 @@ static ds_status nccl_broadcast(ds_comm *c, void *buf, size_t n, ds_dtype t, int
     return DS_OK;
 }
 
+/* NCCL has no v-collectives: one ncclReduce (reduce_scatterv) or
+ * ncclBroadcast (all_gatherv) per block, rooted at the block's owner, fused
+ * into one launch by a group. Empty blocks are skipped (on every rank alike:
+ * counts are the same everywhere). Traffic is counted as the ring would send
+ * it: every block but one's own (reduce-scatter), every block but that of
+ * rank+1 (all-gather), as in mpi.c. */
+static uint64_t total_but(const size_t *counts, int world, int skip) {
+    uint64_t n = 0;
+    for (int b = 0; b < world; b++)
+        if (b != skip) n += counts[b];
+    return n;
+}
+
+static ds_status nccl_reduce_scatterv(ds_comm *c, const void *send, void *recv,
+                                      const size_t *counts, ds_dtype t, ds_reduce_op op) {
+    nccl_impl *m = c->impl;
+    ncclDataType_t nt;
+    DS_TRY(ready(c, "reduce_scatterv"));
+    DS_TRY(nccl_type(t, &nt));
+    size_t es = ds_dtype_size(t), off = 0;
+    ncclResult_t r = ncclGroupStart();
+    for (int b = 0; b < c->world && r == ncclSuccess; b++) {
+        const char *blk = (const char *)send + off * es;
+        /* recvbuff matters on the root only; elsewhere any valid pointer */
+        void *dst = b == c->rank ? recv : (void *)blk;
+        if (counts[b]) r = ncclReduce(blk, dst, counts[b], nt, nccl_op(op), b, m->nc, m->stream);
+        off += counts[b];
+    }
+    ncclResult_t e = ncclGroupEnd();
+    DS_TRY(complete(c, "reduce_scatterv", r != ncclSuccess ? r : e));
+    count(c, DS_COLL_REDUCE_SCATTER, total_but(counts, c->world, c->rank), t);
+    return DS_OK;
+}
+
+static ds_status nccl_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds_dtype t) {
+    nccl_impl *m = c->impl;
+    ncclDataType_t nt;
+    DS_TRY(ready(c, "all_gatherv"));
+    DS_TRY(nccl_type(t, &nt));
+    size_t es = ds_dtype_size(t), off = 0;
+    ncclResult_t r = ncclGroupStart();
+    for (int b = 0; b < c->world && r == ncclSuccess; b++) {
+        char *blk = (char *)buf + off * es;
+        if (counts[b]) r = ncclBroadcast(blk, blk, counts[b], nt, b, m->nc, m->stream);
+        off += counts[b];
+    }
+    ncclResult_t e = ncclGroupEnd();
+    DS_TRY(complete(c, "all_gatherv", r != ncclSuccess ? r : e));
+    uint64_t sent = c->world > 1 ? total_but(counts, c->world, (c->rank + 1) % c->world) : 0;
+    count(c, DS_COLL_ALL_GATHER, sent, t);
+    return DS_OK;
+}
+
 /* Through MPI: it stays sound even after the NCCL communicator is aborted. */
 static ds_status nccl_barrier(ds_comm *c) {
     DS_TRY(ds_comm_mpi_barrier(c));
@@ -223,6 +276,8 @@ static const ds_comm_ops k_nccl_ops = {
     .all_gather = nccl_all_gather,
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
+    .reduce_scatterv = nccl_reduce_scatterv,
+    .all_gatherv = nccl_all_gatherv,
     .destroy = nccl_destroy,
 };
 

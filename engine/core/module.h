@@ -53,6 +53,9 @@ typedef struct ds_param_desc {
     int64_t shape[DS_MAX_DIMS];
     ds_init_kind init;
     float init_a, init_b;
+    bool has_zero_row;     /* row zero_row (first dimension) starts at 0, as
+                              nn.Embedding's padding_idx row does */
+    int64_t zero_row;
 } ds_param_desc;
 
 static inline int64_t ds_param_numel(const ds_param_desc *p) {

@@ -7,12 +7,14 @@
  * machine, and the point is "returns", not "returns fast"), with a message
  * that names the collective, itself, and rank 0. Then both ranks learn of the
  * failure through ds_comm_agree, rank 1's data path refuses further work, and
- * both exit normally through ds_comm_destroy (MPI_Finalize): rank 1's
- * abandoned send of a 1 MiB chunk must not keep MPI_Finalize from returning.
+ * both exit normally: ds_comm_destroy, then MPI_Finalize at exit (the library
+ * initialised MPI). Rank 1's abandoned send of a 512 KiB block must not keep
+ * MPI_Finalize from returning.
  *
  * Under ctest the whole program has a 60 s limit, which is what catches a hang
- * in MPI_Finalize; no MPI_Abort is needed because the abandoned requests are
- * freed (MPI_Request_free) and the unmatched message is simply dropped. */
+ * in MPI_Finalize. No MPI_Abort is needed, in the test or the library: the
+ * abandoned requests are freed (MPI_Request_free), Open MPI 4.1's finalize
+ * does not wait for them, and the unmatched message is dropped. */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -41,9 +43,9 @@ int main(void) {
         return 1;
     }
     int fail = 0;
-    /* 1 MiB of fp32 per rank: large enough that the shared-memory transport
-     * uses its rendezvous protocol, the case where a send cannot complete
-     * without the receiver. */
+    /* 1 MiB of fp32 per rank, so 512 KiB blocks: large enough that the
+     * shared-memory transport uses its rendezvous protocol, the case where a
+     * send cannot complete without the receiver. */
     enum { N = 1 << 18 };
     static float buf[N];
     ds_status local = DS_OK;

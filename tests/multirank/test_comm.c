@@ -1,7 +1,8 @@
 /* The MPI communicator at any world size (ctest runs it at 1, 2 and 4 ranks,
  * and once without mpirun as an MPI singleton).
  *
- * Every collective, every dtype and reduce op, sizes 0, 1, 7 (not divisible
+ * Every collective (the v-variants with uneven blocks, one of them empty),
+ * every dtype and reduce op, sizes 0, 1, 7 (not divisible
  * by the world), 1000, 1001, in place and out of place, once with the default
  * scratch and once with a 256-byte scratch that forces every message through
  * many chunks. Inputs are small integers (|x| <= 8, sums <= 32 in magnitude),
@@ -265,6 +266,63 @@ static void test_broadcast(ds_comm *c, ds_dtype t, size_t count, int root) {
     free(want);
 }
 
+/* Blocks of the v-collectives: uneven, one of them empty (rank 1's). */
+static void v_counts(size_t n, int world, size_t *counts, size_t *total) {
+    *total = 0;
+    for (int r = 0; r < world; r++) {
+        counts[r] = r == 1 ? 0 : n + (size_t)r;
+        *total += counts[r];
+    }
+}
+
+static void test_reduce_scatterv(ds_comm *c, ds_dtype t, ds_reduce_op op, size_t n,
+                                 bool in_place) {
+    size_t counts[64] = {0}, total, es = ds_dtype_size(t), off = 0;
+    v_counts(n, c->world, counts, &total);
+    for (int r = 0; r < c->rank; r++) off += counts[r];
+    size_t mine = counts[c->rank];
+    char *send = malloc(total * es + 1), *own = malloc(mine * es + 1), *want = malloc(mine * es + 1);
+    for (size_t i = 0; i < total; i++) put(send, t, i, value(t, c->rank, i));
+    for (size_t i = 0; i < mine; i++) put(want, t, i, reduced(t, op, c->world, off + i));
+    char *recv = in_place ? send + off * es : own;
+    ds_comm_stats before = c->stats;
+    char *dsend = dev_in(send, total * es);
+    char *drecv = in_place ? dsend + off * es : dev_in(own, mine * es);
+    OK(ds_comm_reduce_scatterv(c, dsend, drecv, counts, t, op));
+    if (!in_place) dev_out(own, drecv, mine * es);
+    dev_out(send, dsend, total * es);
+    const char *what = in_place ? "reduce_scatterv (in place)" : "reduce_scatterv";
+    expect(what, recv, want, mine, t, k_op_names[op], n);
+    /* a ring sends every block but its own */
+    check_stats(c, &before, DS_COLL_REDUCE_SCATTER, total - mine, es, what, n);
+    free(send);
+    free(own);
+    free(want);
+}
+
+static void test_all_gatherv(ds_comm *c, ds_dtype t, size_t n) {
+    size_t counts[64] = {0}, total, es = ds_dtype_size(t);
+    v_counts(n, c->world, counts, &total);
+    char *buf = malloc(total * es + 1), *want = malloc(total * es + 1);
+    memset(buf, 0x5a, total * es);
+    size_t off = 0;
+    for (int r = 0; r < c->world; r++)
+        for (size_t i = 0; i < counts[r]; i++, off++) {
+            put(want, t, off, value(t, r, off));
+            if (r == c->rank) put(buf, t, off, value(t, r, off));
+        }
+    ds_comm_stats before = c->stats;
+    void *d = dev_in(buf, total * es);
+    OK(ds_comm_all_gatherv(c, d, counts, t));
+    dev_out(buf, d, total * es);
+    expect("all_gatherv", buf, want, total, t, "-", n);
+    /* a ring sends every block but that of rank+1 */
+    uint64_t sent = c->world > 1 ? total - counts[(c->rank + 1) % c->world] : 0;
+    check_stats(c, &before, DS_COLL_ALL_GATHER, sent, es, "all_gatherv", n);
+    free(buf);
+    free(want);
+}
+
 static void test_all(ds_comm *c) {
     for (size_t ti = 0; ti < sizeof k_types / sizeof k_types[0]; ti++) {
         ds_dtype t = k_types[ti];
@@ -274,9 +332,12 @@ static void test_all(ds_comm *c) {
                 test_all_reduce(c, t, k_ops[o], count);
                 test_reduce_scatter(c, t, k_ops[o], count, false);
                 test_reduce_scatter(c, t, k_ops[o], count, true);
+                test_reduce_scatterv(c, t, k_ops[o], count, false);
+                test_reduce_scatterv(c, t, k_ops[o], count, true);
             }
             test_all_gather(c, t, count, false);
             test_all_gather(c, t, count, true);
+            test_all_gatherv(c, t, count);
             for (int root = 0; root < c->world; root++) test_broadcast(c, t, count, root);
         }
     }
@@ -366,6 +427,11 @@ int main(void) {
         return 1;
     }
     g_rank = c->rank;
+    if (c->world > 64) { /* the v-collective tests keep counts on the stack */
+        fprintf(stderr, "test_comm: at most 64 ranks (got %d)\n", c->world);
+        ds_comm_destroy(c);
+        return 1;
+    }
     int mpi_world = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &mpi_world);
     CHECK(c->world == mpi_world, "world %d, MPI_COMM_WORLD has %d", c->world, mpi_world);
@@ -382,8 +448,7 @@ int main(void) {
 
 #ifndef DS_TEST_NCCL
     /* A 256-byte scratch: two 128-byte chunks, so 1000 elements of any type
-     * take 8 to 63 chunks, and 7 elements of fp64 two. Created while the
-     * first communicator lives (the last one to go finalises MPI). */
+     * take 8 to 63 chunks, and 7 elements of fp64 two. */
     ds_comm *tiny = NULL;
     OK(ds_comm_create(&(ds_comm_desc){.kind = DS_COMM_MPI, .scratch_bytes = 256}, &tiny));
     if (tiny) {

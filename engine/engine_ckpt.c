@@ -1,0 +1,526 @@
+/* ds_save_checkpoint / ds_load_checkpoint: the engine's training state to and
+ * from a checkpoint folder (formats in engine/io/ckpt_*.h; protocol in
+ * engine.h). Memory: one frame of fp32 per rank in either direction. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "engine/engine_internal.h"
+#include "engine/io/ckpt_dir.h"
+#include "engine/io/ckpt_file.h"
+#include "engine/io/ckpt_meta.h"
+#include "engine/io/fault.h"
+#include "zero/optim.h"
+
+#define PATH_CAP 4096
+
+/* ------------------------------------------------------------------ shared */
+
+/* All ranks learn whether any rank failed; a failing rank keeps its own
+ * message, the others get the message of the lowest failing rank. Collective. */
+static ds_status agree(engine_t *e, ds_status local) {
+    ds_comm *c = e->comm;
+    int64_t first = local != DS_OK ? c->rank : c->world;
+    DS_TRY(ds_comm_host_all_reduce(c, &first, 1, DS_I64, DS_REDUCE_MIN));
+    if (first == c->world) return DS_OK;
+    struct {
+        int64_t code;
+        char msg[1016];
+    } box = {0};
+    if (first == c->rank) {
+        box.code = local;
+        snprintf(box.msg, sizeof box.msg, "%s", ds_last_error());
+    }
+    DS_TRY(ds_comm_host_broadcast(c, &box, sizeof box, (int)first));
+    if (first == c->rank) return local;
+    return DS_ERR((ds_status)box.code, "rank %lld: %s", (long long)first, box.msg);
+}
+
+/* The range of the flat space whose optimizer state this rank holds: its
+ * partition, or everything at stage 0 (replicated state). */
+static void owned_range(const engine_t *e, int64_t *lo, int64_t *hi) {
+    if (e->zero->stage == 0) {
+        *lo = 0;
+        *hi = e->flat->padded;
+    } else {
+        *lo = (int64_t)e->comm->rank * e->flat->part;
+        *hi = *lo + e->flat->part;
+    }
+}
+
+static uint32_t env_u32(const char *name, uint32_t def, uint32_t lo, uint32_t hi, ds_status *st) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (*end || x < lo || x > hi) {
+        *st = DS_ERR(DS_ERR_INVALID_ARG, "%s=%s: must be an integer in %u..%u", name, v, lo, hi);
+        return def;
+    }
+    return (uint32_t)x;
+}
+
+/* ------------------------------------------------------------------ save */
+
+static ds_status write_shard(engine_t *e, const char *tmpdir, int moments,
+                             const ds_ckpt_write_opts *wo, ds_ckpt_file_info *info) {
+    int rank = e->comm->rank, world = e->comm->world;
+    char name[64], path[PATH_CAP + 80];
+    ds_ckpt_shard_name(rank, world, name, sizeof name);
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    int64_t lo = (int64_t)rank * e->flat->part, hi = lo + e->flat->part;
+    ds_ckpt_header h = {.rank = (uint32_t)rank, .world = (uint32_t)world, .lo = lo, .hi = hi};
+    float *buf = malloc((size_t)wo->frame_elems * sizeof(float));
+    if (!buf) return DS_ERR(DS_ERR_OOM, "saving %s: out of host memory", path);
+    ds_ckpt_writer *w = NULL;
+    ds_status st = ds_ckpt_writer_open(path, &h, wo, &w);
+    for (int k = 0; st == DS_OK && k <= moments; k++) {
+        st = ds_ckpt_writer_begin(w, (uint32_t)k, lo, hi);
+        for (int64_t c = lo; st == DS_OK && c < hi; c += wo->frame_elems) {
+            int64_t end = c + wo->frame_elems < hi ? c + wo->frame_elems : hi;
+            st = e->zero->ops->state_io(e->zero, (ds_zero_state)k, c, end, buf, false);
+            if (st == DS_OK) st = ds_ckpt_writer_append(w, buf, (size_t)(end - c));
+        }
+        if (st == DS_OK) st = ds_ckpt_writer_end(w);
+        /* a file cut short: weights written, moments not */
+        if (st == DS_OK && k == 0) ds_fault_point("ckpt:mid_shard_write", rank);
+    }
+    free(buf);
+    if (st != DS_OK) {
+        ds_error_trace(__FILE__, __LINE__);
+        ds_ckpt_writer_abort(w);
+        return st;
+    }
+    DS_TRY(ds_ckpt_writer_finish(w, info));
+    DS_TRY(ds_ckpt_fsync_dir(tmpdir));
+    ds_fault_point("ckpt:after_shard_write", rank);
+    return DS_OK;
+}
+
+static const char *precision_name(const engine_t *e) {
+    return e->cfg.fp16_enabled ? "fp16" : e->cfg.bf16_enabled ? "bf16" : "fp32";
+}
+
+/* Everything but the shard entries. */
+static ds_status fill_meta(engine_t *e, const char *tag, const char *client, int moments,
+                           uint32_t frame_elems, ds_ckpt_meta *m) {
+    const ds_flat *f = e->flat;
+    memset(m, 0, sizeof *m);
+    m->format_version = DS_CKPT_FORMAT_VERSION;
+    snprintf(m->tag, sizeof m->tag, "%s", tag);
+    snprintf(m->engine_version, sizeof m->engine_version, "%d.%d.%d", DS_VERSION_MAJOR,
+             DS_VERSION_MINOR, DS_VERSION_PATCH);
+    /* The config as this run resolved it. A load with DS_LOAD_NO_SCHEDULER
+     * may have moved the schedule origin below -1 (see restore_progress),
+     * which a config file may not hold; the position itself is in
+     * "scheduler". */
+    ds_config cfg = e->cfg;
+    if (cfg.last_batch_iteration < -1) cfg.last_batch_iteration = -1;
+    m->config_json = ds_config_to_json(&cfg);
+    m->params = calloc((size_t)f->n_params, sizeof *m->params);
+    m->shards = calloc((size_t)e->comm->world, sizeof *m->shards);
+    if (client) m->client_state_json = strdup(client);
+    if (!m->config_json || !m->params || !m->shards || (client && !m->client_state_json))
+        return DS_ERR(DS_ERR_OOM, "saving checkpoint %s: out of host memory", tag);
+    m->world = e->comm->world;
+    m->stage = e->zero->stage;
+    snprintf(m->precision, sizeof m->precision, "%s", precision_name(e));
+    snprintf(m->optimizer, sizeof m->optimizer, "%s", ds_optim_type_name(e->cfg.optimizer));
+    m->moments = moments;
+    m->numel = f->numel;
+    m->used = f->used;
+    m->padded = f->padded;
+    m->part = f->part;
+    m->align = DS_FLAT_ALIGN;
+    m->frame_elems = frame_elems;
+    m->n_params = f->n_params;
+    for (int i = 0; i < f->n_params; i++) {
+        const ds_param_desc *d = f->params[i].desc;
+        ds_ckpt_param_entry *p = &m->params[i];
+        snprintf(p->name, sizeof p->name, "%s", d->name);
+        p->ndim = d->ndim;
+        memcpy(p->shape, d->shape, sizeof(int64_t) * (size_t)d->ndim);
+        p->offset = f->params[i].offset;
+        p->numel = f->params[i].numel;
+    }
+    m->global_step = e->global_step;
+    m->applied_steps = e->applied_steps;
+    m->skipped_steps = e->skipped_steps;
+    m->micro_steps = e->micro_steps;
+    m->samples = e->samples;
+    m->gradient_accumulation_steps = e->cfg.gradient_accumulation_steps;
+    m->micro_batch = e->cfg.train_micro_batch_size_per_gpu;
+    snprintf(m->scheduler, sizeof m->scheduler, "%s", ds_sched_type_name(e->cfg.scheduler));
+    m->sched_iteration = e->cfg.last_batch_iteration + e->applied_steps;
+    m->scaler_enabled = e->scaler.enabled;
+    m->loss_scale = e->scaler.scale;
+    m->cur_hysteresis = e->scaler.cur_hysteresis;
+    m->scaler_cur_iter = e->scaler.cur_iter;
+    m->scaler_last_overflow_iter = e->scaler.last_overflow_iter;
+    m->seed = e->seed;
+    m->has_loader = e->train != NULL;
+    m->epoch = e->epoch;
+    m->epoch_samples = (int64_t)e->cursor * e->comm->world;
+    m->dataset_size = e->train ? (int64_t)e->train->n : -1;
+    m->last_loss = e->last.loss;
+    m->last_lr = e->last.lr;
+    m->last_grad_norm = e->last.grad_norm;
+    m->last_skipped = e->last.skipped;
+    return DS_OK;
+}
+
+/* Rank 0, once every shard file is durable: meta.json, rename, latest. */
+static ds_status commit(engine_t *e, const char *dir, const char *tag, const char *tmpdir,
+                        const char *client, int moments, uint32_t frame_elems,
+                        const int64_t *table) {
+    ds_fault_point("ckpt:before_meta", 0);
+    ds_ckpt_meta m;
+    ds_status st = fill_meta(e, tag, client, moments, frame_elems, &m);
+    for (int r = 0; st == DS_OK && r < m.world; r++) {
+        ds_ckpt_shard_entry *s = &m.shards[r];
+        ds_ckpt_shard_name(r, m.world, s->file, sizeof s->file);
+        s->rank = r;
+        s->lo = (int64_t)r * m.part;
+        s->hi = s->lo + m.part;
+        s->bytes = (uint64_t)table[2 * r];
+        s->index_hash = (uint64_t)table[2 * r + 1];
+    }
+    char path[PATH_CAP + 32];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, DS_CKPT_META_FILE);
+    if (st == DS_OK) st = ds_ckpt_meta_write(path, &m);
+    ds_ckpt_meta_free(&m);
+    DS_TRY(st);
+    ds_fault_point("ckpt:after_meta", 0);
+    DS_TRY(ds_ckpt_commit_dir(dir, tag));
+    ds_fault_point("ckpt:after_rename", 0);
+    DS_TRY(ds_ckpt_write_latest(dir, tag));
+    ds_fault_point("ckpt:after_latest", 0);
+    return DS_OK;
+}
+
+static ds_status save_args(engine_t *e, const char *dir, const char *tag_in, const char *client,
+                           char *tag, ds_ckpt_write_opts *wo) {
+    if (!dir || !*dir) return DS_ERR(DS_ERR_INVALID_ARG, "ds_save_checkpoint: no folder given");
+    if (strlen(dir) > PATH_CAP - DS_CKPT_TAG_MAX - 80)
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_save_checkpoint: folder path too long: %s", dir);
+    if (tag_in) {
+        DS_TRY(ds_ckpt_check_tag(tag_in));
+        snprintf(tag, DS_CKPT_TAG_MAX + 1, "%s", tag_in);
+    } else {
+        snprintf(tag, DS_CKPT_TAG_MAX + 1, "global_step%lld", (long long)e->global_step);
+    }
+    if (client) DS_TRY(ds_ckpt_json_check(client, "ds_save_checkpoint: client_state_json"));
+    if (e->have_forward || e->micro_in_step != 0)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "ds_save_checkpoint: called inside a step (%s, micro-batch %d of %lld "
+                      "accumulated); save after the ds_step that completes the step",
+                      e->have_forward ? "a forward awaits its backward" : "gradients pending",
+                      e->micro_in_step, (long long)e->cfg.gradient_accumulation_steps);
+    ds_status st = DS_OK;
+    ds_ckpt_write_opts_defaults(wo);
+    wo->frame_elems = env_u32("DS_CKPT_FRAME_ELEMS", wo->frame_elems, DS_CKPT_FRAME_ELEMS_MIN,
+                              DS_CKPT_FRAME_ELEMS_MAX, &st);
+    wo->level = (int)env_u32("DS_CKPT_ZSTD_LEVEL", (uint32_t)wo->level, 1, 19, &st);
+    return st;
+}
+
+ds_status ds_save_checkpoint(engine_t *e, const char *dir, const char *tag_in,
+                             const char *client_state_json) {
+    int rank = e->comm->rank, world = e->comm->world;
+    char tag[DS_CKPT_TAG_MAX + 1], tmpdir[PATH_CAP];
+    ds_ckpt_write_opts wo;
+    /* The arguments are the same on every rank, so every rank fails alike. */
+    DS_TRY(save_args(e, dir, tag_in, client_state_json, tag, &wo));
+    snprintf(tmpdir, sizeof tmpdir, "%s/%s.tmp", dir, tag);
+    int moments = ds_optim_state_count(&e->cfg);
+
+    /* 1. rank 0 makes an empty TAG.tmp (a crash may have left one). */
+    ds_status st = DS_OK;
+    if (rank == 0) {
+        st = ds_ckpt_mkdirs(dir);
+        if (st == DS_OK) st = ds_ckpt_remove_flat_dir(tmpdir);
+        if (st == DS_OK) st = ds_ckpt_mkdirs(tmpdir);
+        if (st == DS_OK) st = ds_ckpt_fsync_dir(dir);
+    }
+    DS_TRY(agree(e, st));
+
+    /* 2. every rank writes and syncs its shard file. */
+    ds_ckpt_file_info info = {0};
+    st = write_shard(e, tmpdir, moments, &wo, &info);
+    /* 3. the barrier: nobody commits before every file is durable. */
+    st = agree(e, st);
+    if (st != DS_OK) {
+        if (rank == 0) ds_ckpt_remove_flat_dir(tmpdir);
+        ds_error_trace(__FILE__, __LINE__);
+        return st;
+    }
+    int64_t *table = calloc((size_t)world * 2, sizeof *table);
+    if (!table) st = DS_ERR(DS_ERR_OOM, "ds_save_checkpoint: out of host memory");
+    DS_TRY(agree(e, st));
+    /* each rank fills its row, a sum assembles the table everywhere */
+    table[2 * rank] = (int64_t)info.file_bytes;
+    table[2 * rank + 1] = (int64_t)info.index_hash;
+    st = ds_comm_host_all_reduce(e->comm, table, (size_t)world * 2, DS_I64, DS_REDUCE_SUM);
+    if (st != DS_OK) {
+        free(table);
+        ds_error_trace(__FILE__, __LINE__);
+        return st;
+    }
+    /* 4. rank 0 commits; everybody returns its outcome. */
+    if (rank == 0)
+        st = commit(e, dir, tag, tmpdir, client_state_json, moments, wo.frame_elems, table);
+    free(table);
+    DS_TRY(agree(e, st));
+    if (rank == 0 && !e->quiet)
+        fprintf(stderr, "[zero-engine] step %lld: saved checkpoint %s/%s (%d shard files)\n",
+                (long long)e->global_step, dir, tag, world);
+    return DS_OK;
+}
+
+/* ------------------------------------------------------------------ load */
+
+/* The old shard files as this rank reads them: opened on demand; only one
+ * holds frame buffers at a time (ranges are walked in increasing order). */
+typedef struct old_files {
+    const ds_ckpt_meta *m;
+    const char *tag_dir;
+    ds_ckpt_reader **rd;
+    int active;
+} old_files;
+
+static ds_status old_reader(old_files *o, int k, ds_ckpt_reader **out) {
+    if (o->active >= 0 && o->active != k) ds_ckpt_reader_drop_buffers(o->rd[o->active]);
+    o->active = k;
+    if (!o->rd[k]) {
+        char path[PATH_CAP + 80];
+        snprintf(path, sizeof path, "%s/%s", o->tag_dir, o->m->shards[k].file);
+        DS_TRY(ds_ckpt_reader_open(path, &o->rd[k]));
+    }
+    *out = o->rd[k];
+    return DS_OK;
+}
+
+static void old_close(old_files *o) {
+    for (int k = 0; o->rd && k < o->m->world; k++) ds_ckpt_reader_close(o->rd[k]);
+    free(o->rd);
+}
+
+/* Visit the old files' pieces of [lo, hi) of section `id`: verify them
+ * (dst NULL) or read them into dst (elements at dst[x - lo]). Elements past
+ * the old padded size (a larger world pads more) read as zeros. */
+static ds_status old_range(old_files *o, uint32_t id, int64_t lo, int64_t hi, float *dst) {
+    const ds_ckpt_meta *m = o->m;
+    int64_t stored_end = hi < m->padded ? hi : m->padded;
+    for (int64_t x = lo; x < stored_end;) {
+        int k = (int)(x / m->part);
+        int64_t end = (int64_t)(k + 1) * m->part < stored_end ? (int64_t)(k + 1) * m->part
+                                                              : stored_end;
+        ds_ckpt_reader *r;
+        DS_TRY(old_reader(o, k, &r));
+        if (dst) DS_TRY(ds_ckpt_read(r, id, x, end, dst + (x - lo)));
+        else DS_TRY(ds_ckpt_verify_range(r, id, x, end));
+        x = end;
+    }
+    if (dst && hi > stored_end) {
+        int64_t from = stored_end > lo ? stored_end : lo;
+        memset(dst + (from - lo), 0, (size_t)(hi - from) * sizeof(float));
+    }
+    return DS_OK;
+}
+
+/* Which sections this load reads. */
+static int load_sections(const engine_t *e, const ds_ckpt_meta *m, unsigned flags) {
+    if (flags & (DS_LOAD_MODULE_ONLY | DS_LOAD_NO_OPTIMIZER)) return 1;
+    (void)m;
+    return 1 + ds_optim_state_count(&e->cfg);
+}
+
+/* Checks that need nothing but meta.json and this engine. */
+static ds_status compatible(const engine_t *e, const ds_ckpt_meta *m, unsigned flags,
+                            const char *tag_dir) {
+    const ds_flat *f = e->flat;
+    if (m->n_params != f->n_params)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: checkpoint of a model with %d parameter tensors, "
+                      "this model has %d", tag_dir, m->n_params, f->n_params);
+    for (int i = 0; i < f->n_params; i++) {
+        const ds_ckpt_param_entry *p = &m->params[i];
+        const ds_param_desc *d = f->params[i].desc;
+        bool same = !strcmp(p->name, d->name) && p->ndim == d->ndim &&
+                    p->offset == f->params[i].offset && p->numel == f->params[i].numel;
+        for (int k = 0; same && k < d->ndim; k++) same = p->shape[k] == d->shape[k];
+        if (!same)
+            return DS_ERR(DS_ERR_INVALID_ARG, "%s: parameter %d is %s (%lld elements at flat "
+                          "offset %lld) in the checkpoint, %s (%lld at %lld) in this model",
+                          tag_dir, i, p->name, (long long)p->numel, (long long)p->offset, d->name,
+                          (long long)f->params[i].numel, (long long)f->params[i].offset);
+    }
+    if (m->used != f->used)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: flat space of %lld elements, this model's %lld",
+                      tag_dir, (long long)m->used, (long long)f->used);
+    int want = ds_optim_state_count(&e->cfg);
+    if (load_sections(e, m, flags) > 1 && m->moments != want)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: the checkpoint's %s kept %d optimizer moment(s), "
+                      "this engine's %s keeps %d; load with DS_LOAD_NO_OPTIMIZER to start the "
+                      "optimizer afresh", tag_dir, m->optimizer, m->moments,
+                      ds_optim_type_name(e->cfg.optimizer), want);
+    return DS_OK;
+}
+
+/* Phase 1 on this rank: everything that can fail, before anything changes. */
+static ds_status check_local(engine_t *e, const char *tag_dir, unsigned flags, ds_ckpt_meta *m) {
+    DS_TRY(ds_ckpt_check_dir(tag_dir, false, m));
+    DS_TRY(compatible(e, m, flags, tag_dir));
+    old_files o = {.m = m, .tag_dir = tag_dir, .active = -1};
+    o.rd = calloc((size_t)m->world, sizeof *o.rd);
+    if (!o.rd) return DS_ERR(DS_ERR_OOM, "loading %s: out of host memory", tag_dir);
+    int64_t lo, hi;
+    owned_range(e, &lo, &hi);
+    ds_status st = DS_OK;
+    int n = load_sections(e, m, flags);
+    for (int k = 0; st == DS_OK && k < n; k++) st = old_range(&o, (uint32_t)k, lo, hi, NULL);
+    old_close(&o);
+    DS_TRY(st);
+    return DS_OK;
+}
+
+/* Phase 2: the states this rank owns, frame by frame. */
+static ds_status load_states(engine_t *e, const char *tag_dir, unsigned flags,
+                             const ds_ckpt_meta *m) {
+    old_files o = {.m = m, .tag_dir = tag_dir, .active = -1};
+    size_t chunk = m->frame_elems;
+    o.rd = calloc((size_t)m->world, sizeof *o.rd);
+    float *buf = malloc(chunk * sizeof(float));
+    ds_status st = DS_OK;
+    if (!o.rd || !buf) st = DS_ERR(DS_ERR_OOM, "loading %s: out of host memory", tag_dir);
+    int64_t lo, hi;
+    owned_range(e, &lo, &hi);
+    int n = load_sections(e, m, flags);
+    for (int k = 0; st == DS_OK && k < n; k++) {
+        for (int64_t c = lo; st == DS_OK && c < hi; c += (int64_t)chunk) {
+            int64_t end = c + (int64_t)chunk < hi ? c + (int64_t)chunk : hi;
+            st = old_range(&o, (uint32_t)k, c, end, buf);
+            if (st == DS_OK) st = e->zero->ops->state_io(e->zero, (ds_zero_state)k, c, end, buf,
+                                                        true);
+        }
+    }
+    free(buf);
+    old_close(&o);
+    DS_TRY(st);
+    return DS_OK;
+}
+
+/* Data loader: continue at the same global sample of the same epoch. */
+static ds_status restore_loader(engine_t *e, const ds_ckpt_meta *m) {
+    e->epoch = m->has_loader ? m->epoch : 0;
+    e->cursor = 0;
+    if (!e->train) return DS_OK;
+    int world = e->comm->world;
+    if (e->sampler.seed != e->seed) { /* the saved seed drives the shuffling */
+        ds_sampler_free(&e->sampler);
+        DS_TRY(ds_sampler_init(&e->sampler, e->train->n, world, e->comm->rank, e->seed, true,
+                               e->cfg.dataloader_drop_last, true));
+    }
+    DS_TRY(ds_sampler_set_epoch(&e->sampler, e->epoch));
+    if (!m->has_loader) return DS_OK;
+    bool loud = e->comm->rank == 0 && !e->quiet;
+    if (m->dataset_size != (int64_t)e->train->n) {
+        if (loud)
+            fprintf(stderr, "[zero-engine] warning: the checkpoint was trained on %lld rows, this "
+                    "engine has %zu: epoch %lld restarts at its first sample\n",
+                    (long long)m->dataset_size, e->train->n, (long long)m->epoch);
+        return DS_OK;
+    }
+    /* Rank r's cursor c has consumed entries [0, c * world) of the epoch's
+     * (extended) permutation, so the same global position P continues with
+     * cursor P / world at any world size. */
+    int64_t p = m->epoch_samples;
+    if (p % world != 0 && loud)
+        fprintf(stderr, "[zero-engine] warning: %lld samples into epoch %lld do not split over %d "
+                "ranks; continuing at sample %lld (%lld samples seen again)\n", (long long)p,
+                (long long)m->epoch, world, (long long)(p / world * world),
+                (long long)(p % world));
+    size_t c = (size_t)(p / world);
+    e->cursor = c < e->sampler.num_samples ? c : e->sampler.num_samples;
+    return DS_OK;
+}
+
+/* Counters, schedule, loss scaler, RNG and data position, as flags say. */
+static ds_status restore_progress(engine_t *e, const ds_ckpt_meta *m, unsigned flags) {
+    /* The lr of the next step is ds_sched_lr at last_batch_iteration +
+     * applied_steps (DeepSpeed's scheduler position); keep that sum as the
+     * flags say while Adam's step count changes underneath. */
+    int64_t position = e->cfg.last_batch_iteration + e->applied_steps;
+    if (!(flags & (DS_LOAD_MODULE_ONLY | DS_LOAD_NO_OPTIMIZER))) {
+        e->applied_steps = m->applied_steps;
+        if (m->scaler_enabled && e->scaler.enabled) {
+            e->scaler.scale = m->loss_scale;
+            e->scaler.cur_hysteresis = m->cur_hysteresis;
+            e->scaler.cur_iter = m->scaler_cur_iter;
+            e->scaler.last_overflow_iter = m->scaler_last_overflow_iter;
+        }
+    }
+    if (!(flags & (DS_LOAD_MODULE_ONLY | DS_LOAD_NO_SCHEDULER))) position = m->sched_iteration;
+    e->cfg.last_batch_iteration = position - e->applied_steps;
+    if (flags & DS_LOAD_MODULE_ONLY) return DS_OK;
+
+    e->global_step = m->global_step;
+    e->skipped_steps = m->skipped_steps;
+    e->samples = m->samples;
+    /* micro_steps keys the dropout stream; with another accumulation count
+     * the same optimizer step starts at step * gas. */
+    int64_t gas = e->cfg.gradient_accumulation_steps;
+    e->micro_steps = gas == m->gradient_accumulation_steps
+                         ? m->micro_steps
+                         : m->micro_steps / m->gradient_accumulation_steps * gas;
+    e->seed = m->seed;
+    DS_TRY(restore_loader(e, m));
+    e->last = (ds_step_info){.step = e->global_step, .epoch = e->epoch,
+                             .micro_steps = e->micro_steps, .loss = m->last_loss,
+                             .lr = m->last_lr, .grad_norm = m->last_grad_norm,
+                             .loss_scale = e->scaler.scale, .skipped = m->last_skipped,
+                             .samples = e->samples};
+    return DS_OK;
+}
+
+ds_status ds_load_checkpoint(engine_t *e, const char *dir, const char *tag_in, unsigned flags) {
+    if (!dir || !*dir) return DS_ERR(DS_ERR_INVALID_ARG, "ds_load_checkpoint: no folder given");
+    if (flags & ~(unsigned)(DS_LOAD_NO_OPTIMIZER | DS_LOAD_NO_SCHEDULER | DS_LOAD_MODULE_ONLY))
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_load_checkpoint: unknown flags 0x%x", flags);
+    char tag[DS_CKPT_TAG_MAX + 1], tag_dir[PATH_CAP];
+    ds_status st = DS_OK;
+    if (tag_in) st = ds_ckpt_check_tag(tag_in);
+    if (st == DS_OK) {
+        if (tag_in) snprintf(tag, sizeof tag, "%s", tag_in);
+        else st = ds_ckpt_read_latest(dir, tag, sizeof tag);
+    }
+    DS_TRY(agree(e, st));
+    snprintf(tag_dir, sizeof tag_dir, "%s/%s", dir, tag);
+
+    /* Phase 1: verify, on every rank, then agree. Nothing has changed yet. */
+    ds_ckpt_meta m;
+    st = check_local(e, tag_dir, flags, &m);
+    st = agree(e, st);
+    if (st != DS_OK) {
+        ds_ckpt_meta_free(&m);
+        ds_error_trace(__FILE__, __LINE__);
+        return st;
+    }
+    /* Phase 2: the states, then the working parameters everywhere. */
+    e->have_forward = false;
+    e->micro_in_step = 0;
+    e->loss_accum = 0.0;
+    st = e->zero->ops->zero_grad(e->zero);
+    if (st == DS_OK) st = load_states(e, tag_dir, flags, &m);
+    st = agree(e, st);
+    if (st == DS_OK) st = agree(e, e->zero->ops->sync_params(e->zero));
+    if (st == DS_OK) st = agree(e, restore_progress(e, &m, flags));
+    if (st == DS_OK && e->comm->rank == 0 && !e->quiet)
+        fprintf(stderr, "[zero-engine] loaded checkpoint %s (step %lld; saved by %d rank(s) at "
+                "stage %d in %s, now %d rank(s) at stage %d in %s)\n", tag_dir,
+                (long long)m.global_step, m.world, m.stage, m.precision, e->comm->world,
+                e->zero->stage, precision_name(e));
+    ds_ckpt_meta_free(&m);
+    DS_TRY(st);
+    return DS_OK;
+}

@@ -1,0 +1,266 @@
+/* Checkpoint folders: names, atomic commit, `latest`, completeness check. */
+#include "engine/io/ckpt_dir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/io/ckpt_file.h"
+
+void ds_ckpt_shard_name(int rank, int world, char *buf, size_t cap) {
+    snprintf(buf, cap, "shard-%05d-of-%05d.dsck", rank, world);
+}
+
+ds_status ds_ckpt_check_tag(const char *tag) {
+    if (!tag || !*tag) return DS_ERR(DS_ERR_INVALID_ARG, "checkpoint tag is empty");
+    size_t n = strlen(tag);
+    if (n > DS_CKPT_TAG_MAX)
+        return DS_ERR(DS_ERR_INVALID_ARG, "checkpoint tag of %zu characters (at most %d)", n,
+                      DS_CKPT_TAG_MAX);
+    for (size_t i = 0; i < n; i++) {
+        char c = tag[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-';
+        if (!ok)
+            return DS_ERR(DS_ERR_INVALID_ARG, "checkpoint tag \"%s\": character '%c' (allowed: "
+                          "letters, digits, '.', '_', '-')", tag, c);
+    }
+    if (tag[0] == '.')
+        return DS_ERR(DS_ERR_INVALID_ARG, "checkpoint tag \"%s\" starts with '.'", tag);
+    if (n >= 4 && !strcmp(tag + n - 4, ".tmp"))
+        return DS_ERR(DS_ERR_INVALID_ARG, "checkpoint tag \"%s\" ends in .tmp (reserved for "
+                      "checkpoints being written)", tag);
+    if (!strcmp(tag, DS_CKPT_LATEST_FILE))
+        return DS_ERR(DS_ERR_INVALID_ARG, "checkpoint tag \"latest\" is the name of the "
+                      "pointer file");
+    return DS_OK;
+}
+
+ds_status ds_ckpt_fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return DS_ERR(DS_ERR_IO, "%s: open folder for fsync: %s", dir, strerror(errno));
+    int rc = fsync(fd), err = errno;
+    close(fd);
+    if (rc != 0) return DS_ERR(DS_ERR_IO, "%s: fsync folder: %s", dir, strerror(err));
+    return DS_OK;
+}
+
+ds_status ds_ckpt_mkdirs(const char *dir) {
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
+        return DS_ERR(DS_ERR_INVALID_ARG, "path too long: %s", dir);
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == '\0') {
+            char c = *s;
+            *s = '\0';
+            if (mkdir(p, 0755) != 0 && errno != EEXIST)
+                return DS_ERR(DS_ERR_IO, "%s: cannot create folder: %s", p, strerror(errno));
+            *s = c;
+            if (c == '\0') break;
+        }
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return DS_ERR(DS_ERR_IO, "%s: not a folder", dir);
+    return DS_OK;
+}
+
+ds_status ds_ckpt_remove_flat_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return DS_OK;
+        return DS_ERR(DS_ERR_IO, "%s: cannot open folder: %s", dir, strerror(errno));
+    }
+    ds_status st = DS_OK;
+    struct dirent *de;
+    char path[4096];
+    while (st == DS_OK && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        struct stat s;
+        if (lstat(path, &s) == 0 && S_ISDIR(s.st_mode))
+            st = DS_ERR(DS_ERR_IO, "%s: holds a folder %s; not removing it", dir, de->d_name);
+        else if (unlink(path) != 0 && errno != ENOENT)
+            st = DS_ERR(DS_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
+    }
+    closedir(d);
+    DS_TRY(st);
+    if (rmdir(dir) != 0 && errno != ENOENT)
+        return DS_ERR(DS_ERR_IO, "%s: cannot remove folder: %s", dir, strerror(errno));
+    return DS_OK;
+}
+
+/* The folder part of path ("." when there is none). */
+static void parent_of(const char *path, char *out, size_t cap) {
+    snprintf(out, cap, "%s", path);
+    char *slash = strrchr(out, '/');
+    if (!slash) snprintf(out, cap, ".");
+    else if (slash == out) out[1] = '\0';
+    else *slash = '\0';
+}
+
+ds_status ds_ckpt_write_file_atomic(const char *path, const void *data, size_t len) {
+    char tmp[4096], dir[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return DS_ERR(DS_ERR_INVALID_ARG, "path too long: %s", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return DS_ERR(DS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    ds_status st = ds_ckpt_write_all(fd, data, len, tmp);
+    if (st == DS_OK && fsync(fd) != 0)
+        st = DS_ERR(DS_ERR_IO, "%s: fsync: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && st == DS_OK)
+        st = DS_ERR(DS_ERR_IO, "%s: close: %s", tmp, strerror(errno));
+    if (st == DS_OK && rename(tmp, path) != 0)
+        st = DS_ERR(DS_ERR_IO, "rename %s -> %s: %s", tmp, path, strerror(errno));
+    if (st != DS_OK) {
+        unlink(tmp);
+        ds_error_trace(__FILE__, __LINE__);
+        return st;
+    }
+    parent_of(path, dir, sizeof dir);
+    DS_TRY(ds_ckpt_fsync_dir(dir));
+    return DS_OK;
+}
+
+ds_status ds_ckpt_commit_dir(const char *dir, const char *tag) {
+    char tmp[4096], fin[4096];
+    snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, tag);
+    snprintf(fin, sizeof fin, "%s/%s", dir, tag);
+    struct stat s;
+    if (stat(fin, &s) != 0) {
+        if (rename(tmp, fin) != 0)
+            return DS_ERR(DS_ERR_IO, "rename %s -> %s: %s", tmp, fin, strerror(errno));
+        DS_TRY(ds_ckpt_fsync_dir(dir));
+        return DS_OK;
+    }
+    /* Overwriting a tag: swap the two folders in one step, then drop the old
+     * one (now named TAG.tmp). A crash in between leaves TAG complete. */
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE) != 0)
+        return DS_ERR(DS_ERR_IO, "exchanging %s and %s: %s (the file system must support "
+                      "renameat2 RENAME_EXCHANGE to overwrite a tag; choose a new tag)", tmp, fin,
+                      strerror(errno));
+    DS_TRY(ds_ckpt_fsync_dir(dir));
+    DS_TRY(ds_ckpt_remove_flat_dir(tmp));
+    return DS_OK;
+}
+
+ds_status ds_ckpt_write_latest(const char *dir, const char *tag) {
+    char path[4096], text[DS_CKPT_TAG_MAX + 2];
+    snprintf(path, sizeof path, "%s/%s", dir, DS_CKPT_LATEST_FILE);
+    int n = snprintf(text, sizeof text, "%s\n", tag);
+    DS_TRY(ds_ckpt_write_file_atomic(path, text, (size_t)n));
+    return DS_OK;
+}
+
+ds_status ds_ckpt_read_latest(const char *dir, char *tag, size_t cap) {
+    char path[4096], buf[DS_CKPT_TAG_MAX + 8];
+    snprintf(path, sizeof path, "%s/%s", dir, DS_CKPT_LATEST_FILE);
+    FILE *f = fopen(path, "r");
+    if (!f) return DS_ERR(DS_ERR_IO, "%s: %s (no complete checkpoint saved there)", path,
+                          strerror(errno));
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = 0;
+    if (ds_ckpt_check_tag(buf) != DS_OK)
+        return DS_ERR(DS_ERR_CORRUPT, "%s: does not hold a checkpoint tag (%s)", path,
+                      ds_last_error());
+    if (n + 1 > cap) return DS_ERR(DS_ERR_INVALID_ARG, "%s: tag longer than %zu", path, cap - 1);
+    memcpy(tag, buf, n + 1);
+    return DS_OK;
+}
+
+/* Every entry of tag_dir is meta.json or a shard file meta names. */
+static ds_status no_extra_files(const char *tag_dir, const ds_ckpt_meta *m) {
+    DIR *d = opendir(tag_dir);
+    if (!d) return DS_ERR(DS_ERR_IO, "%s: cannot open folder: %s", tag_dir, strerror(errno));
+    ds_status st = DS_OK;
+    struct dirent *de;
+    while (st == DS_OK && (de = readdir(d))) {
+        const char *n = de->d_name;
+        if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, DS_CKPT_META_FILE)) continue;
+        bool known = false;
+        for (int r = 0; r < m->world && !known; r++) known = !strcmp(n, m->shards[r].file);
+        if (!known)
+            st = DS_ERR(DS_ERR_CORRUPT, "%s/%s: extra file in the checkpoint (meta.json names %d "
+                        "shard files of a %d-rank world; a file from another checkpoint or "
+                        "world size?)", tag_dir, n, m->world, m->world);
+    }
+    closedir(d);
+    return st;
+}
+
+static ds_status check_shard(const char *tag_dir, const ds_ckpt_meta *m, int r, bool frames) {
+    const ds_ckpt_shard_entry *e = &m->shards[r];
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", tag_dir, e->file);
+    struct stat s;
+    if (stat(path, &s) != 0) {
+        int err = errno;
+        return DS_ERR(DS_ERR_IO, "%s: %s (meta.json names %d shard files)", path,
+                      err == ENOENT ? "missing" : strerror(err), m->world);
+    }
+    if ((uint64_t)s.st_size != e->bytes)
+        return DS_ERR(DS_ERR_CORRUPT, "%s: %lld bytes, meta.json records %llu (%s)", path,
+                      (long long)s.st_size, (unsigned long long)e->bytes,
+                      (uint64_t)s.st_size < e->bytes ? "truncated" : "rewritten or appended to");
+    ds_ckpt_reader *rd;
+    DS_TRY(ds_ckpt_reader_open(path, &rd));
+    const ds_ckpt_header *h = ds_ckpt_reader_header(rd);
+    ds_ckpt_file_info info;
+    ds_ckpt_reader_info(rd, &info);
+    ds_status st = DS_OK;
+    if ((int)h->world != m->world)
+        st = DS_ERR(DS_ERR_CORRUPT, "%s: written by a world of %u ranks, meta.json says %d", path,
+                    h->world, m->world);
+    else if ((int)h->rank != r || h->lo != e->lo || h->hi != e->hi)
+        st = DS_ERR(DS_ERR_CORRUPT, "%s: holds rank %u's range [%lld, %lld), meta.json expects "
+                    "rank %d's [%lld, %lld)", path, h->rank, (long long)h->lo, (long long)h->hi, r,
+                    (long long)e->lo, (long long)e->hi);
+    else if (info.index_hash != e->index_hash)
+        st = DS_ERR(DS_ERR_CORRUPT, "%s: index checksum %016llx, meta.json records %016llx (a "
+                    "file from another save)", path, (unsigned long long)info.index_hash,
+                    (unsigned long long)e->index_hash);
+    for (int k = 0; st == DS_OK && k <= m->moments; k++) {
+        int64_t lo, hi;
+        if (!ds_ckpt_reader_section(rd, (uint32_t)k, &lo, &hi) || lo != e->lo || hi != e->hi)
+            st = DS_ERR(DS_ERR_CORRUPT, "%s: section %s missing or not covering [%lld, %lld)",
+                        path, ds_ckpt_section_name((uint32_t)k), (long long)e->lo,
+                        (long long)e->hi);
+    }
+    if (st == DS_OK && frames) st = ds_ckpt_verify_all(rd);
+    ds_ckpt_reader_close(rd);
+    DS_TRY(st);
+    return DS_OK;
+}
+
+ds_status ds_ckpt_check_dir(const char *tag_dir, bool frames, ds_ckpt_meta *meta) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", tag_dir, DS_CKPT_META_FILE);
+    struct stat s;
+    if (stat(tag_dir, &s) != 0 || !S_ISDIR(s.st_mode)) {
+        memset(meta, 0, sizeof *meta);
+        return DS_ERR(DS_ERR_IO, "%s: no such checkpoint folder", tag_dir);
+    }
+    DS_TRY(ds_ckpt_meta_read(path, meta));
+    for (int r = 0; r < meta->world; r++) {
+        char want[64];
+        ds_ckpt_shard_name(r, meta->world, want, sizeof want);
+        if (strcmp(meta->shards[r].file, want) != 0 || meta->shards[r].rank != r)
+            return DS_ERR(DS_ERR_CORRUPT, "%s: shard %d is recorded as %s (rank %d), expected %s",
+                          path, r, meta->shards[r].file, meta->shards[r].rank, want);
+        if (meta->shards[r].lo != (int64_t)r * meta->part ||
+            meta->shards[r].hi != (int64_t)(r + 1) * meta->part)
+            return DS_ERR(DS_ERR_CORRUPT, "%s: shard %d range [%lld, %lld) is not partition %d of "
+                          "%lld elements", path, r, (long long)meta->shards[r].lo,
+                          (long long)meta->shards[r].hi, r, (long long)meta->part);
+    }
+    for (int r = 0; r < meta->world; r++) DS_TRY(check_shard(tag_dir, meta, r, frames));
+    DS_TRY(no_extra_files(tag_dir, meta));
+    return DS_OK;
+}

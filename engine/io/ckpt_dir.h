@@ -1,0 +1,72 @@
+/* A checkpoint folder on disk: names, the atomic commit, `latest`, and the
+ * completeness check every reader runs first.
+ *
+ *   DIR/TAG.tmp/   ranks write here; a crash leaves only this behind
+ *   DIR/TAG/       renamed from TAG.tmp once every file is written and synced
+ *   DIR/latest     the name of the newest complete TAG, replaced atomically
+ *
+ * Crash safety rests on three POSIX guarantees: rename() within a file system
+ * is atomic, fsync() of a file makes its bytes durable, fsync() of a
+ * directory makes its entries (created, renamed) durable. */
+#ifndef DS_IO_CKPT_DIR_H
+#define DS_IO_CKPT_DIR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "engine/core/status.h"
+#include "engine/io/ckpt_meta.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DS_CKPT_LATEST_FILE "latest"
+
+/* "shard-00001-of-00004.dsck": rank r's file in a world of `world`. */
+void ds_ckpt_shard_name(int rank, int world, char *buf, size_t cap);
+
+/* A tag is a folder name: 1..DS_CKPT_TAG_MAX characters of [A-Za-z0-9._-],
+ * not starting with '.', not ending in ".tmp", not "latest".
+ * Errors: DS_ERR_INVALID_ARG naming the tag and the rule. */
+ds_status ds_ckpt_check_tag(const char *tag);
+
+/* fsync a folder (its entries). Errors: DS_ERR_IO naming it. */
+ds_status ds_ckpt_fsync_dir(const char *dir);
+/* mkdir -p. Errors: DS_ERR_IO naming the component that failed. */
+ds_status ds_ckpt_mkdirs(const char *dir);
+/* Remove a flat folder of files (a TAG.tmp a crash left, or an old TAG
+ * swapped out); nothing there is fine. Refuses sub-folders (DS_ERR_IO), so a
+ * wrong path cannot delete a tree. */
+ds_status ds_ckpt_remove_flat_dir(const char *dir);
+/* Write len bytes to path atomically: path.tmp, fsync, rename, fsync folder. */
+ds_status ds_ckpt_write_file_atomic(const char *path, const void *data, size_t len);
+
+/* Make DIR/TAG.tmp (already synced) the checkpoint DIR/TAG: rename, or when
+ * DIR/TAG exists, exchange the two atomically (renameat2 RENAME_EXCHANGE)
+ * and remove the old one, so DIR/TAG is at every instant either the old or
+ * the new complete checkpoint. Then fsync DIR. */
+ds_status ds_ckpt_commit_dir(const char *dir, const char *tag);
+
+/* Replace DIR/latest with `tag` atomically. */
+ds_status ds_ckpt_write_latest(const char *dir, const char *tag);
+/* Read DIR/latest into tag[cap]. Errors: DS_ERR_IO "DIR/latest: no such
+ * file" when there is none (no complete checkpoint yet); DS_ERR_CORRUPT when
+ * its content is not a valid tag. */
+ds_status ds_ckpt_read_latest(const char *dir, char *tag, size_t cap);
+
+/* Check DIR/TAG (tag_dir) before reading it: meta.json reads and is
+ * consistent; every shard file meta.json names exists, has the recorded size,
+ * a valid header, trailer and index whose checksum and rank / world / range
+ * match the record; no other file is there. With `frames` also every frame's
+ * checksum (reading all stored bytes, decompressing nothing). Fills *meta
+ * (caller frees with ds_ckpt_meta_free, also on failure). Errors name the
+ * file: DS_ERR_IO "…: missing (meta.json names N shard files)",
+ * DS_ERR_CORRUPT "…: 1000 bytes, meta.json records 4096 (truncated?)",
+ * "…: written by a world of 4 ranks, meta.json says 2", "…: extra file …". */
+ds_status ds_ckpt_check_dir(const char *tag_dir, bool frames, ds_ckpt_meta *meta);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DS_IO_CKPT_DIR_H */
