@@ -80,6 +80,13 @@ typedef struct ds_philox4 {
 
 DS_HD ds_philox4 ds_philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
                                   uint32_t k1) {
+    /* Unrolled so the loops that call it vectorise (gcc does not unroll
+     * this at -O2: dropout masks cost 2.9 instead of 0.8 ns per element). */
+#if defined(__CUDACC__)
+#pragma unroll
+#elif defined(__GNUC__)
+#pragma GCC unroll 10
+#endif
     for (int r = 0; r < 10; r++) {
         if (r > 0) {
             k0 += DS_PHILOX_W0;
