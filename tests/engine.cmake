@@ -82,3 +82,8 @@ ds_add_mpi_test(NAME test_fp16_overflow SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mult
 # Activation checkpointing: identical training, fewer activations kept.
 ds_add_test(NAME test_activation_ckpt SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_activation_ckpt.c
             LABELS unit)
+
+# train_cls on bad input: non-zero exit, one line naming the key or file:line.
+add_test(NAME test_train_cls_errors
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_train_cls_errors.sh ${CMAKE_BINARY_DIR}/bin)
+set_tests_properties(test_train_cls_errors PROPERTIES LABELS unit TIMEOUT 60)

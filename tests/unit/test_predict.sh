@@ -296,7 +296,7 @@ errors)
   expect_error "wrongweights/model.safetensors" --model wrongweights "x"
   # a vocabulary larger than the model's embedding table
   mkdir -p bigvocab && cp "$fix/bert/config.json" "$fix/bert/model.safetensors" bigvocab/
-  { cat "$fix/bert/vocab.txt"; printf '%s\n' 龘 龖 齉 靐 }>bigvocab/vocab.txt
+  { cat "$fix/bert/vocab.txt"; printf '%s\n' 龘 龖 齉 靐; } >bigvocab/vocab.txt
   expect_error "bigvocab/vocab.txt: .* tokens, but the model's vocab_size" --model bigvocab "x"
   printf 'fine\n\377\376\n' >badutf8.txt
   expect_error "stdin line 2: invalid UTF-8" --model "$fix/bert" <badutf8.txt

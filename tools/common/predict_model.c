@@ -56,6 +56,18 @@ static ds_status resolve_paths(const pd_opts *o, char *dir, char *weights, char 
         return DS_ERR(DS_ERR_INVALID_ARG, "%s: path too long", o->model_path);
     if (S_ISDIR(st.st_mode)) {
         snprintf(dir, cap, "%s", o->model_path);
+        /* Name the weights file itself, so messages about its tensors say
+         * which file; a folder with neither file goes to the loader as is,
+         * whose message lists what it looked for. */
+        const char *names[] = {"model.safetensors", "model.safetensors.index.json"};
+        for (int i = 0; i < 2; i++) {
+            char p[4096];
+            DS_TRY(path_join(p, sizeof p, dir, names[i]));
+            if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) {
+                snprintf(weights, cap, "%s", p);
+                break;
+            }
+        }
     } else {
         const char *slash = strrchr(o->model_path, '/');
         if (!slash) snprintf(dir, cap, ".");

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Bad input to train_cls: a bad config and a bad data line each end the run
+# with a non-zero exit and ONE line on stderr naming the key or file:line.
+set -u
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+printf 'label,text\npos,good\nneg,bad\npos,fine\nneg,awful\n' > "$tmp/ok.csv"
+printf 'label,text\npos,good\nneg,"bad\npos,fine\n' > "$tmp/bad.csv"
+printf '{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 4}}' > "$tmp/stage4.json"
+printf '{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3,}}}' > "$tmp/syntax.json"
+printf '{"train_micro_batch_size_per_gpu": 2}' > "$tmp/ok.json"
+
+expect() { # name, expected substring, command...
+    local name=$1 want=$2
+    shift 2
+    "$@" > "$tmp/out" 2> "$tmp/err"
+    local rc=$? lines
+    lines=$(wc -l < "$tmp/err")
+    if [ "$rc" -eq 0 ] || [ "$lines" -ne 1 ] || ! grep -qF -- "$want" "$tmp/err"; then
+        echo "FAIL $name: exit $rc, $lines stderr lines, wanted one containing '$want':"
+        cat "$tmp/err"
+        fails=$((fails + 1))
+    else
+        echo "ok   $name: $(cat "$tmp/err")"
+    fi
+}
+
+expect stage4 "stage4.json: zero_optimization.stage: must be 0..3, got 4" \
+    "$bin/train_cls" --config "$tmp/stage4.json" --data "$tmp/ok.csv" --model mlp
+expect syntax "syntax.json:1:" \
+    "$bin/train_cls" --config "$tmp/syntax.json" --data "$tmp/ok.csv" --model mlp
+expect data_line "bad.csv:3: unterminated quote" \
+    "$bin/train_cls" --config "$tmp/ok.json" --data "$tmp/bad.csv" --model mlp
+expect missing_data "nope.csv" \
+    "$bin/train_cls" --config "$tmp/ok.json" --data "$tmp/nope.csv" --model mlp
+expect bad_flag "--epochs" \
+    "$bin/train_cls" --config "$tmp/ok.json" --data "$tmp/ok.csv" --epochs zero
+[ "$fails" -eq 0 ] && echo "test_train_cls_errors: ok" || echo "test_train_cls_errors: FAILED"
+exit "$fails"
