@@ -79,9 +79,9 @@ int main(int argc, char **argv) {
              " \"gradient_clipping\": 1.0,"
              " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0},"
              " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s},"
-             " \"activation_checkpointing\": {\"partition_activations\": %s}}",
+             "%s}",
              global_batch, stage, strcmp(precision, "fp16") ? "false" : "true",
-             strcmp(precision, "bf16") ? "false" : "true", ckpt ? "true" : "false");
+             strcmp(precision, "bf16") ? "false" : "true", ckpt ? ", \"activation_checkpointing\": {}" : "");
     ds_init_desc d;
     ds_init_desc_defaults(&d);
     d.config_json = cfg;

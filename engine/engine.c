@@ -48,7 +48,30 @@ static ds_status make_backend(engine_t *e) {
 
 /* Everything after the communicator exists; any failure here is agreed on
  * by all ranks by the caller so that no rank enters a collective alone. */
+/* Keys the config accepts (they are DeepSpeed's) but this engine does not
+ * act on yet: refuse them rather than train differently from what the file
+ * says. */
+static ds_status check_implemented(const ds_config *c) {
+    if (c->offload_optimizer.device != DS_OFFLOAD_NONE)
+        return DS_ERR(DS_ERR_UNSUPPORTED,
+                      "zero_optimization.offload_optimizer.device: \"%s\" is not implemented in "
+                      "this version of zero-engine (use \"none\")",
+                      ds_offload_device_name(c->offload_optimizer.device));
+    if (c->offload_param.device != DS_OFFLOAD_NONE)
+        return DS_ERR(DS_ERR_UNSUPPORTED,
+                      "zero_optimization.offload_param.device: \"%s\" is not implemented in this "
+                      "version of zero-engine (use \"none\")",
+                      ds_offload_device_name(c->offload_param.device));
+    if (c->partition_activations || c->cpu_checkpointing)
+        return DS_ERR(DS_ERR_UNSUPPORTED,
+                      "activation_checkpointing.%s: not implemented (recomputation itself is: "
+                      "the section's presence turns it on)",
+                      c->partition_activations ? "partition_activations" : "cpu_checkpointing");
+    return DS_OK;
+}
+
 static ds_status build_local(engine_t *e, const ds_init_desc *d) {
+    DS_TRY(check_implemented(&e->cfg));
     DS_TRY(ds_mem_create(&e->mem));
     DS_TRY(pick_precision(e));
     DS_TRY(make_backend(e));

@@ -4,3 +4,95 @@ set(_ck ${CMAKE_CURRENT_SOURCE_DIR})
 
 ds_add_test(NAME test_ckpt_file SOURCES ${_ck}/unit/test_ckpt_file.c LABELS unit)
 target_link_libraries(test_ckpt_file PRIVATE PkgConfig::ZSTD)
+ds_add_test(NAME test_ckpt_meta SOURCES ${_ck}/unit/test_ckpt_meta.c LABELS unit)
+
+# ---- exact and elastic resume ----------------------------------------------
+# Each case runs three process groups (tests/multirank/test_ckpt_resume.sh).
+# Frames of 64 values, so even these small models span several frames per
+# partition and the "reads only what it owns" bound of the second phase bites.
+add_executable(test_ckpt_resume ${_ck}/multirank/test_ckpt_resume.c
+               ${_ck}/multirank/ckpt_harness.c)
+target_link_libraries(test_ckpt_resume PRIVATE zero-engine)
+target_include_directories(test_ckpt_resume PRIVATE ${_ck}/multirank)
+function(ds_ckpt_resume_test name k tol np1 s1 np2 s2 model precision dropout)
+  set(work ${CMAKE_BINARY_DIR}/tests/${name})
+  add_test(NAME ${name}
+           COMMAND ${_ck}/multirank/test_ckpt_resume.sh $<TARGET_FILE:test_ckpt_resume> ${work}
+                   ${k} ${tol} ${np1} ${s1} ${np2} ${s2} ${model} ${precision} ${dropout}
+                   ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -x OMP_NUM_THREADS=1 -x DS_CKPT_FRAME_ELEMS)
+  set(procs ${np1})
+  if(np2 GREATER np1)
+    set(procs ${np2})
+  endif()
+  set_tests_properties(${name} PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS ${procs}
+                       ENVIRONMENT "OMP_NUM_THREADS=1;DS_CKPT_FRAME_ELEMS=64")
+endfunction()
+
+# Exact resume: 2 ranks, every stage, the MLP and a BERT with dropout 0.1
+# (its masks come from the seed and the micro-step counter, both restored);
+# fp16 (loss scaler with overflows and growth) and bf16. Tolerance 0: the
+# losses, learning rates, loss scales and final parameters must be identical
+# bit for bit to the straight run's.
+foreach(stage 0 1 2 3)
+  ds_ckpt_resume_test(ckpt_exact_mlp_stage${stage} 4 0 2 ${stage} 2 ${stage} mlp fp32 0)
+  ds_ckpt_resume_test(ckpt_exact_bert_stage${stage} 3 0 2 ${stage} 2 ${stage} bert fp32 0.1)
+endforeach()
+ds_ckpt_resume_test(ckpt_exact_mlp_fp16_stage2 4 0 2 2 2 2 mlp fp16 0)
+ds_ckpt_resume_test(ckpt_exact_mlp_bf16_stage3 4 0 2 3 2 3 mlp bf16 0)
+
+# Elastic resume: N ranks at stage S save, M ranks at stage S' load; the
+# second half is compared with a straight M-rank run at stage S'. The loaded
+# parameters equal the saved ones bit for bit (checked exactly); what differs
+# afterwards is only that the first K steps ran with N ranks' summation order
+# (per-rank partial sums, then the ring) instead of M ranks'. That gap is the
+# one tests/engine.cmake's equivalence tests bound: measured there at most
+# 1e-7 relative over 20 steps, and 1e-5 is what they allow; the same bound
+# holds here (a wrong re-cut, a lost moment or a data loader that restarts the
+# epoch moves the loss by 1e-2 or more). Dropout is 0: masks are drawn per
+# rank, so N and M ranks would drop different units.
+ds_ckpt_resume_test(ckpt_elastic_2to1_mlp 4 1e-5 2 1 1 0 mlp fp32 0)
+ds_ckpt_resume_test(ckpt_elastic_1to4_bert 3 1e-5 1 0 4 3 bert fp32 0)
+ds_ckpt_resume_test(ckpt_elastic_4to2_mlp 4 1e-5 4 2 2 2 mlp fp32 0)
+ds_ckpt_resume_test(ckpt_elastic_stage3to1_bert 3 1e-5 2 3 2 1 bert fp32 0)
+
+# Loading flags (module only, no optimizer, no scheduler), loading into a
+# trained engine, and refusals that leave the engine untouched.
+ds_add_mpi_test(NAME test_ckpt_flags SOURCES ${_ck}/multirank/test_ckpt_flags.c
+                ${_ck}/multirank/ckpt_harness.c NP 2 LABELS multirank)
+
+# zero_to_fp32 (library and program) against ds_get_param, and
+# ds_checkpoint_verify on broken copies; then the independent Python reader
+# checks the converter's files against ds_save_weights' (fixture).
+ds_add_mpi_test(NAME test_ckpt_z2f SOURCES ${_ck}/multirank/test_ckpt_z2f.c
+                ${_ck}/multirank/ckpt_harness.c NP 2 LABELS multirank)
+add_dependencies(test_ckpt_z2f zero_to_fp32)
+set_tests_properties(test_ckpt_z2f_np2 PROPERTIES FIXTURES_SETUP ckpt_z2f)
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME test_ckpt_z2f_python
+           COMMAND ${Python3_EXECUTABLE} ${_ck}/tools/check_safetensors.py
+                   ${CMAKE_BINARY_DIR}/tests/ckpt_z2f)
+  set_tests_properties(test_ckpt_z2f_python PROPERTIES LABELS unit TIMEOUT 60
+                       FIXTURES_REQUIRED ckpt_z2f)
+endif()
+
+# Crash safety: a rank SIGKILLs itself at each stage of a save (test-only
+# fault points armed by DS_FAULT_INJECT, engine/io/fault.h); afterwards
+# `latest` names a complete checkpoint that verifies and loads bit for bit,
+# and the next save succeeds over the debris.
+add_executable(test_ckpt_crash ${_ck}/fault/test_ckpt_crash.c ${_ck}/multirank/ckpt_harness.c)
+target_link_libraries(test_ckpt_crash PRIVATE zero-engine)
+add_test(NAME test_ckpt_crash
+         COMMAND ${_ck}/fault/test_ckpt_crash.sh $<TARGET_FILE:test_ckpt_crash>
+                 ${CMAKE_BINARY_DIR}/tests/ckpt_crash ${DS_MPIRUN} ${DS_MPIRUN_FLAGS}
+                 -x OMP_NUM_THREADS=1)
+set_tests_properties(test_ckpt_crash PROPERTIES LABELS fault TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "OMP_NUM_THREADS=1")
+
+# train_cls --save-steps / --resume end to end (tests/unit/test_train_cls_ckpt.sh).
+add_test(NAME test_train_cls_ckpt
+         COMMAND ${_ck}/unit/test_train_cls_ckpt.sh ${CMAKE_BINARY_DIR}/bin
+                 ${CMAKE_BINARY_DIR}/tests/train_cls_ckpt ${DS_MPIRUN} ${DS_MPIRUN_FLAGS}
+                 -x OMP_NUM_THREADS=1)
+set_tests_properties(test_train_cls_ckpt PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "OMP_NUM_THREADS=1")

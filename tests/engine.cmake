@@ -87,3 +87,19 @@ ds_add_test(NAME test_activation_ckpt SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/t
 add_test(NAME test_train_cls_errors
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_train_cls_errors.sh ${CMAKE_BINARY_DIR}/bin)
 set_tests_properties(test_train_cls_errors PROPERTIES LABELS unit TIMEOUT 60)
+
+# Every example config drives a real 2-rank run through the launcher:
+# engine-run -> mpirun -> train_cls on generated sentences (MLP, a few steps),
+# ending with the dev evaluation table.
+set(_gen_csv ${CMAKE_BINARY_DIR}/tests/gen_sentences.csv)
+add_test(NAME configs_data COMMAND $<TARGET_FILE:gen_sentences> --rows 600 --seed 7 --out ${_gen_csv})
+set_tests_properties(configs_data PROPERTIES LABELS multirank FIXTURES_SETUP gen_csv)
+foreach(cfg ds_config zero0 zero1 zero2 zero3 fp16 bf16)
+  add_test(NAME config_run_${cfg}
+           COMMAND $<TARGET_FILE:engine-run> --np 2 --config ${CMAKE_SOURCE_DIR}/configs/${cfg}.json
+                   train_cls --data ${_gen_csv} --model mlp --hidden 32 --intermediate 64
+                   --max-seq-len 32 --max-steps 6)
+  set_tests_properties(config_run_${cfg} PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS 2
+                       FIXTURES_REQUIRED gen_csv ENVIRONMENT "OMP_NUM_THREADS=1"
+                       PASS_REGULAR_EXPRESSION "macro avg")
+endforeach()

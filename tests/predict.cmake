@@ -2,7 +2,7 @@
 # tests/unit/test_predict.sh drives the real programs, one case per test.
 # The setup_* tests are CTest fixtures: they train tiny models (a char BERT,
 # a char MLP, a WordPiece BERT fine-tuned from tests/data/bert_ref_tiny_hf)
-# for 30 steps on gen_sentences data into the build tree; the other cases
+# for 60 steps on gen_sentences data into the build tree; the other cases
 # predict with them.
 set(_pd_fix ${CMAKE_CURRENT_BINARY_DIR}/predict_fixture)
 set(_pd_work ${CMAKE_CURRENT_BINARY_DIR}/predict_work)

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # tools/deps.sh: the Debian packages zero-engine needs, and a function that
 # installs the missing ones. Sourced by tools/quickstart.sh and tools/test.sh.
 #

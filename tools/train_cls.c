@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
 #include "models/hf.h"
@@ -147,6 +148,25 @@ static ds_status make_model(const tc_opts *o, const data *d, ds_saved_model *sm,
 
 static ds_status set_param_cb(void *user, const char *name, const float *v, size_t n) {
     DS_TRY(ds_set_param((engine_t *)user, name, v, n));
+    return DS_OK;
+}
+
+/* ---- checkpoints ---- */
+/* --resume: load the checkpoint latest names, if there is one. */
+static ds_status resume(engine_t *e, const tc_opts *o) {
+    char tag[256], latest[4200];
+    snprintf(latest, sizeof latest, "%s/latest", o->ckpt_dir);
+    if (access(latest, F_OK) != 0) {
+        if (ds_rank(e) == 0)
+            printf("train_cls: --resume: no checkpoint in %s yet (no %s), starting from step 0\n",
+                   o->ckpt_dir, latest);
+        return DS_OK;
+    }
+    DS_TRY(ds_checkpoint_latest(o->ckpt_dir, tag, sizeof tag));
+    DS_TRY(ds_load_checkpoint(e, o->ckpt_dir, tag, DS_LOAD_ALL));
+    if (ds_rank(e) == 0)
+        printf("train_cls: resumed from %s/%s at step %lld\n", o->ckpt_dir, tag,
+               (long long)ds_global_step(e));
     return DS_OK;
 }
 
@@ -286,8 +306,13 @@ static int run(const tc_opts *o) {
             goto out;
         }
     }
+    if (o->resume && resume(e, o) != DS_OK) {
+        rc = fail("--resume");
+        goto out;
+    }
+    int64_t start = ds_global_step(e);
     FILE *mf = NULL;
-    if (o->metrics && rank == 0 && !(mf = fopen(o->metrics, "w"))) {
+    if (o->metrics && rank == 0 && !(mf = fopen(o->metrics, start > 0 ? "a" : "w"))) {
         fprintf(stderr, "train_cls: cannot write --metrics %s\n", o->metrics);
         rc = 1;
         goto out;
@@ -298,11 +323,22 @@ static int run(const tc_opts *o) {
                d.train->n, d.dev->n, d.train->n_classes, ds_tokenizer_vocab_size(d.tok),
                ds_tokenizer_kind(d.tok), (long long)total, (long long)steps_per_epoch, world);
     double t0 = now_s(), t_last = t0;
-    int64_t samples_last = 0;
-    for (int64_t s = 0; s < total; s++) {
+    ds_step_info li;
+    ds_last_step_info(e, &li);
+    int64_t samples_last = li.samples, samples_start = li.samples;
+    char client[64];
+    snprintf(client, sizeof client, "{\"total_steps\": %lld}", (long long)total);
+    for (int64_t s = start; s < total; s++) {
         ds_step_info info;
         if (ds_train_batch(e, &info) != DS_OK) {
             rc = fail("training");
+            break;
+        }
+        /* every --save-steps steps, and the last one (so a finished run
+         * resumes straight to evaluation) */
+        if (o->save_steps > 0 && (info.step % o->save_steps == 0 || s + 1 == total) &&
+            ds_save_checkpoint(e, o->ckpt_dir, NULL, client) != DS_OK) {
+            rc = fail("saving a checkpoint");
             break;
         }
         double t = now_s();
@@ -321,8 +357,9 @@ static int run(const tc_opts *o) {
         }
     }
     if (rc == 0 && rank == 0)
-        printf("train_cls: trained %lld steps in %.1f s (%.1f samples/s)\n", (long long)total,
-               now_s() - t0, (double)samples_last / (now_s() - t0));
+        printf("train_cls: trained %lld steps in %.1f s (%.1f samples/s)\n",
+               (long long)(total - start), now_s() - t0,
+               (double)(samples_last - samples_start) / (now_s() - t0));
     if (rc == 0) {
         int C = d.dev->n_classes;
         int64_t *cm = calloc((size_t)C * (size_t)C, sizeof *cm);

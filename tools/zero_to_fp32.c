@@ -52,9 +52,12 @@ static int failed(const char *what) {
 int main(int argc, char **argv) {
     enum { O_TAG = 256, O_SHARD, O_DTYPE, O_VERIFY, O_HELP };
     static const struct option k_long[] = {
-        {"tag", required_argument, 0, O_TAG},       {"max-shard-size", required_argument, 0, O_SHARD},
-        {"dtype", required_argument, 0, O_DTYPE},   {"verify", no_argument, 0, O_VERIFY},
-        {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0}};
+        {"tag", required_argument, 0, O_TAG},
+        {"max-shard-size", required_argument, 0, O_SHARD},
+        {"dtype", required_argument, 0, O_DTYPE},
+        {"verify", no_argument, 0, O_VERIFY},
+        {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0}};
     ds_z2f_opts o;
     ds_z2f_opts_defaults(&o);
     bool verify = false, shard_given = false;

@@ -47,6 +47,10 @@ ds_status ds_grad_buckets_create(ds_backend *be, ds_comm_worker *w, const ds_fla
     *out = NULL;
     ds_grad_buckets *gb = calloc(1, sizeof *gb);
     if (!gb) return DS_ERR(DS_ERR_OOM, "gradient buckets: out of host memory");
+    /* A bucket never needs more than the whole model (DeepSpeed's default of
+     * 5e8 elements would otherwise cost 2 GB per buffer on a small model),
+     * nor less than the largest module, which must fit in one. */
+    if (cap > f->used) cap = f->used;
     for (int m = 0; m < f->n_modules; m++)
         if (f->modules[m].end - f->modules[m].begin > cap)
             cap = f->modules[m].end - f->modules[m].begin;

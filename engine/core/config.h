@@ -146,7 +146,7 @@ typedef struct ds_config {
     ds_offload_config offload_param;
 
     /* ---- activation_checkpointing ---- */
-    bool activation_checkpointing;       /* section present and not all-false */
+    bool activation_checkpointing;       /* section present: recompute checkpointable modules */
     bool partition_activations;          /* default false */
     bool cpu_checkpointing;              /* default false */
     bool contiguous_memory_optimization; /* default false */

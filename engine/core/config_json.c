@@ -231,14 +231,16 @@ char *ds_config_to_json(const ds_config *c) {
 
     write_zero(&w, c);
 
-    jw_open(&w, "activation_checkpointing");
-    jw_bool(&w, "partition_activations", c->partition_activations);
-    jw_bool(&w, "cpu_checkpointing", c->cpu_checkpointing);
-    jw_bool(&w, "contiguous_memory_optimization", c->contiguous_memory_optimization);
-    jw_int(&w, "number_checkpoints", c->number_checkpoints);
-    jw_bool(&w, "synchronize_checkpoint_boundary", c->synchronize_checkpoint_boundary);
-    jw_bool(&w, "profile", c->profile_checkpointing);
-    jw_close(&w);
+    if (c->activation_checkpointing) { /* the section's presence is what turns it on */
+        jw_open(&w, "activation_checkpointing");
+        jw_bool(&w, "partition_activations", c->partition_activations);
+        jw_bool(&w, "cpu_checkpointing", c->cpu_checkpointing);
+        jw_bool(&w, "contiguous_memory_optimization", c->contiguous_memory_optimization);
+        jw_int(&w, "number_checkpoints", c->number_checkpoints);
+        jw_bool(&w, "synchronize_checkpoint_boundary", c->synchronize_checkpoint_boundary);
+        jw_bool(&w, "profile", c->profile_checkpointing);
+        jw_close(&w);
+    }
 
     jw_open(&w, "checkpoint");
     int tv = c->checkpoint_tag_validation;

@@ -434,9 +434,10 @@ static ds_status read_activation(const cfg_ctx *ctx, json_t *v, const char *path
     ds_config *c = base;
     DS_TRY(cfg_need_object(ctx, v, path));
     DS_TRY(cfg_walk(ctx, v, path, k_activation, NKEYS(k_activation), c, NULL, 0));
-    c->activation_checkpointing = c->partition_activations || c->cpu_checkpointing ||
-                                  c->contiguous_memory_optimization || c->number_checkpoints > 0 ||
-                                  c->synchronize_checkpoint_boundary || c->profile_checkpointing;
+    /* The section's presence turns recomputation on (DeepSpeed's models opt
+     * in by calling its checkpoint API; ours are driven by the engine, so the
+     * config is where the user opts in). */
+    c->activation_checkpointing = true;
     return DS_OK;
 }
 

@@ -205,10 +205,19 @@ static ds_status check_shard(const char *tag_dir, const ds_ckpt_meta *m, int r, 
         return DS_ERR(DS_ERR_IO, "%s: %s (meta.json names %d shard files)", path,
                       err == ENOENT ? "missing" : strerror(err), m->world);
     }
-    if ((uint64_t)s.st_size != e->bytes)
+    ds_ckpt_header hh;
+    if ((uint64_t)s.st_size != e->bytes) {
+        /* A header saying which world wrote it explains more than a size. */
+        if ((uint64_t)s.st_size >= DS_CKPT_HEADER_BYTES &&
+            ds_ckpt_read_header(path, &hh) == DS_OK &&
+            (int)hh.world != m->world)
+            return DS_ERR(DS_ERR_CORRUPT, "%s: written by a world of %u ranks, meta.json says %d",
+                          path, hh.world, m->world);
+        ds_clear_error();
         return DS_ERR(DS_ERR_CORRUPT, "%s: %lld bytes, meta.json records %llu (%s)", path,
                       (long long)s.st_size, (unsigned long long)e->bytes,
                       (uint64_t)s.st_size < e->bytes ? "truncated" : "rewritten or appended to");
+    }
     ds_ckpt_reader *rd;
     DS_TRY(ds_ckpt_reader_open(path, &rd));
     const ds_ckpt_header *h = ds_ckpt_reader_header(rd);

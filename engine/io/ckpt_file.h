@@ -160,6 +160,10 @@ void ds_ckpt_reader_info(const ds_ckpt_reader *r, ds_ckpt_file_info *out);
 /* Whether section `id` exists; *lo / *hi (may be NULL) receive its range. */
 bool ds_ckpt_reader_section(const ds_ckpt_reader *r, uint32_t id, int64_t *lo, int64_t *hi);
 
+/* Bytes section id occupies in the file (its compressed frames); 0 when
+ * absent. With (hi - lo) * 4 raw bytes this gives the section's zstd ratio. */
+uint64_t ds_ckpt_reader_section_stored(const ds_ckpt_reader *r, uint32_t id);
+
 /* Values of elements [lo, hi) of section id into dst (hi - lo floats),
  * reading and decompressing only the frames that overlap; the last frame
  * decompressed is kept, so consecutive small reads decompress each frame
@@ -177,6 +181,12 @@ ds_status ds_ckpt_verify_all(ds_ckpt_reader *r);
 /* Free the frame buffers (kept otherwise until close); the next read
  * allocates them again. For a converter walking many files in turn. */
 void ds_ckpt_reader_drop_buffers(ds_ckpt_reader *r);
+
+/* Read and check only the header of `path` (magic, version, checksum): what
+ * a completeness check reports when a file is not the one expected (a file of
+ * another world size renamed into place is refused by size first; its header
+ * says why). Errors as ds_ckpt_reader_open. */
+ds_status ds_ckpt_read_header(const char *path, ds_ckpt_header *out);
 
 /* ------------------------------------------------------------------ counters */
 

@@ -144,21 +144,9 @@ static ds_status parse_index(ds_ckpt_reader *r, const unsigned char *ix, uint64_
     return DS_OK;
 }
 
-static ds_status open_checked(ds_ckpt_reader *r) {
-    struct stat stt;
-    if (fstat(r->fd, &stt) != 0)
-        return DS_ERR(DS_ERR_IO, "%s: stat failed: %s", r->path, strerror(errno));
-    uint64_t size = (uint64_t)stt.st_size;
-    r->info.file_bytes = size;
-    char msg[256];
-    if (size < DS_CKPT_HEADER_BYTES + DS_CKPT_TRAILER_BYTES + CKPT_INDEX_HEAD) {
-        snprintf(msg, sizeof msg, "%llu bytes: truncated (a shard file has at least %d)",
-                 (unsigned long long)size,
-                 DS_CKPT_HEADER_BYTES + DS_CKPT_TRAILER_BYTES + CKPT_INDEX_HEAD);
-        return corrupt(r, msg);
-    }
-    unsigned char hb[DS_CKPT_HEADER_BYTES], tr[DS_CKPT_TRAILER_BYTES];
-    DS_TRY(ds_ckpt_pread_all(r->fd, hb, sizeof hb, 0, r->path));
+/* Header bytes hb of r->path into r->h, checked. */
+static ds_status parse_header(ds_ckpt_reader *r, const unsigned char *hb) {
+    char msg[128];
     if (memcmp(hb, CKPT_MAGIC, 8) != 0) return corrupt(r, "not a zero-engine shard file (magic)");
     uint32_t version = ck_get32(hb + 8);
     if (version != DS_CKPT_FILE_VERSION) {
@@ -174,6 +162,38 @@ static ds_status open_checked(ds_ckpt_reader *r) {
         r->h.frame_elems < DS_CKPT_FRAME_ELEMS_MIN || r->h.frame_elems > DS_CKPT_FRAME_ELEMS_MAX ||
         r->h.world == 0 || r->h.rank >= r->h.world)
         return corrupt(r, "header fields out of range");
+    return DS_OK;
+}
+
+ds_status ds_ckpt_read_header(const char *path, ds_ckpt_header *out) {
+    ds_ckpt_reader r = {.path = (char *)path};
+    unsigned char hb[DS_CKPT_HEADER_BYTES];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return DS_ERR(DS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    ds_status st = ds_ckpt_pread_all(fd, hb, sizeof hb, 0, path);
+    close(fd);
+    DS_TRY(st);
+    DS_TRY(parse_header(&r, hb));
+    *out = r.h;
+    return DS_OK;
+}
+
+static ds_status open_checked(ds_ckpt_reader *r) {
+    struct stat stt;
+    if (fstat(r->fd, &stt) != 0)
+        return DS_ERR(DS_ERR_IO, "%s: stat failed: %s", r->path, strerror(errno));
+    uint64_t size = (uint64_t)stt.st_size;
+    r->info.file_bytes = size;
+    char msg[256];
+    if (size < DS_CKPT_HEADER_BYTES + DS_CKPT_TRAILER_BYTES + CKPT_INDEX_HEAD) {
+        snprintf(msg, sizeof msg, "%llu bytes: truncated (a shard file has at least %d)",
+                 (unsigned long long)size,
+                 DS_CKPT_HEADER_BYTES + DS_CKPT_TRAILER_BYTES + CKPT_INDEX_HEAD);
+        return corrupt(r, msg);
+    }
+    unsigned char hb[DS_CKPT_HEADER_BYTES], tr[DS_CKPT_TRAILER_BYTES];
+    DS_TRY(ds_ckpt_pread_all(r->fd, hb, sizeof hb, 0, r->path));
+    DS_TRY(parse_header(r, hb));
     DS_TRY(ds_ckpt_pread_all(r->fd, tr, sizeof tr, size - sizeof tr, r->path));
     if (memcmp(tr + 24, CKPT_END_MAGIC, 8) != 0) {
         snprintf(msg, sizeof msg, "no trailer at the end of its %llu bytes: truncated, or the "
@@ -260,6 +280,13 @@ bool ds_ckpt_reader_section(const ds_ckpt_reader *r, uint32_t id, int64_t *lo, i
     return true;
 }
 
+uint64_t ds_ckpt_reader_section_stored(const ds_ckpt_reader *r, uint32_t id) {
+    int k = find_section(r, id);
+    uint64_t sum = 0;
+    for (uint64_t j = 0; k >= 0 && j < r->sec[k].n_frames; j++) sum += r->sec[k].frames[j].stored;
+    return sum;
+}
+
 /* Section index for [lo, hi) of id, or an error naming the problem. */
 static ds_status range_section(const ds_ckpt_reader *r, uint32_t id, int64_t lo, int64_t hi,
                                int *out) {
@@ -269,8 +296,8 @@ static ds_status range_section(const ds_ckpt_reader *r, uint32_t id, int64_t lo,
                       ds_ckpt_section_name(id));
     const ck_section *s = &r->sec[k];
     if (lo > hi || lo < s->lo || hi > s->hi)
-        return DS_ERR(DS_ERR_INVALID_ARG, "%s: elements [%lld, %lld) outside section %s [%lld, %lld)",
-                      r->path, (long long)lo, (long long)hi, ds_ckpt_section_name(id),
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "%s: elements [%lld, %lld) outside section %s [%lld, %lld)", r->path, (long long)lo, (long long)hi, ds_ckpt_section_name(id),
                       (long long)s->lo, (long long)s->hi);
     *out = k;
     return DS_OK;

@@ -159,8 +159,8 @@ ds_status ds_ckpt_writer_begin(ds_ckpt_writer *w, uint32_t id, int64_t lo, int64
             return DS_ERR(DS_ERR_INVALID_ARG, "%s: section %s written twice", w->path,
                           ds_ckpt_section_name(id));
     if (lo < w->h.lo || hi > w->h.hi || lo > hi)
-        return DS_ERR(DS_ERR_INVALID_ARG, "%s: section %s [%lld, %lld) outside the file's [%lld, %lld)",
-                      w->path, ds_ckpt_section_name(id), (long long)lo, (long long)hi,
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "%s: section %s [%lld, %lld) outside the file's [%lld, %lld)", w->path, ds_ckpt_section_name(id), (long long)lo, (long long)hi,
                       (long long)w->h.lo, (long long)w->h.hi);
     ck_section *s = &w->sec[w->n_sec++];
     *s = (ck_section){.id = id, .filter = (uint32_t)w->o.filter, .lo = lo, .hi = hi};

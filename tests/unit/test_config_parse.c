@@ -245,9 +245,12 @@ static void test_all_sections(void) {
     CHECK_EQ_I(c.stage3_max_reuse_distance, 14);
     CHECK(c.stage3_gather_16bit_weights_on_model_save);
 
-    /* activation_checkpointing: present but all off -> off. */
+    /* activation_checkpointing: the section's presence turns recomputation on,
+     * whatever its keys say; absent, it is off. */
     c = parse_ok("{\"activation_checkpointing\": {\"partition_activations\": false,"
                  " \"number_checkpoints\": null}}");
+    CHECK(c.activation_checkpointing);
+    c = parse_ok("{}");
     CHECK(!c.activation_checkpointing);
     c = parse_ok("{\"activation_checkpointing\": {\"partition_activations\": true}}");
     CHECK(c.activation_checkpointing && c.partition_activations);

@@ -48,13 +48,14 @@ texts_file=$fix/texts.txt
 
 # ---- fixtures ---------------------------------------------------------------
 # A config for a few quick steps: constant lr (no warmup) large enough that
-# 30 steps move the tiny models away from their initial, nearly uniform,
-# outputs, so different texts get clearly different logits (case batch).
+# 60 steps move the tiny models away from their initial, nearly uniform,
+# outputs, so different texts get clearly different logits (case batch:
+# measured 0.03 apart, where 30 steps at 3e-3 left them 1e-3 apart).
 write_config() {
   cat >"$1" <<'EOF'
 {"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1,
  "gradient_clipping": 1.0,
- "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}},
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01}},
  "zero_optimization": {"stage": 0}}
 EOF
 }
@@ -72,7 +73,8 @@ train() { # train NAME ARGS...: train_cls into $fix/NAME, log in $fix/NAME.log
   shift
   write_config "$fix/cfg.json"
   rm -rf "${fix:?}/$name"
-  if ! "$tc" --config "$fix/cfg.json" --data "$fix/data.csv" --max-steps 30 --seed 3 \
+  # a later --data replaces this one (getopt: the last wins)
+  if ! "$tc" --config "$fix/cfg.json" --data "$fix/data.csv" --max-steps 60 --seed 3 \
     --save-dir "$fix/$name" "$@" >"$fix/$name.log" 2>&1; then
     fail "train_cls $name failed:"
     cat "$fix/$name.log"
@@ -87,7 +89,7 @@ run_pr() {
 }
 
 # check_lines FILE N: FILE has N lines, each "LABEL<TAB>c=p ...": the names
-# are the six classes in order, LABEL is the class of the largest
+# are $classes in order, LABEL is the class of the largest
 # probability, and the probabilities sum to 1. Each is printed with 6
 # decimals, so each is off by at most 5e-7 and the sum by at most
 # 6 * 5e-7 = 3e-6 (the softmax itself is computed in double: its own error is
@@ -175,10 +177,12 @@ setup_wordpiece)
     printf '%s\n' 了 ， 。 的 一 天 说 后 上 友 在 是 不 我 家 老 朋 们 越 很 真 心 开 难 过 \
       害 怕 气 死 讨 厌 恶 惊 喜 哭 笑 好 坏 烦 累 怒 暴 躁 抓 狂 高 兴 伤 吓 人 居 然 竟 \
       他 她 今 昨 明 早 晚 饭 吃 地 铁 医 院 排 队 咖 啡 凉 爸 妈 班 加 深 夜 球 冠 军 相 当 \
-      中 午 坐 久 随 便 点 支 持
+      中 午 坐 久 随 便 点 支 持 感 谢 爱 恨
   } | head -99 >"$hf/vocab.txt"
   [ "$(wc -l <"$hf/vocab.txt")" -eq 99 ] || fail "vocab.txt has $(wc -l <"$hf/vocab.txt") lines, expected 99"
-  train wordpiece --init "$hf" --max-seq-len 32
+  # Its classifier has 3 outputs: train on 3 classes so it loads as is.
+  "$gen" --rows 300 --seed 8 --classes 3 --out "$fix/data3.csv" >/dev/null || fail "gen_sentences failed"
+  train wordpiece --init "$hf" --max-seq-len 32 --data "$fix/data3.csv"
   ;;
 argv)
   # A few texts on the command line, an empty one among them.
@@ -217,8 +221,8 @@ batch)
   # gives a row a slightly different rounding depending on where it sits
   # in the matrix (its edge and blocking kernels; a plain cblas_sgemm with 5
   # equal rows returns 2 distinct results). The differences measured are a
-  # few float32 ulps per product, 6e-8 on logits of size 0.2 through a
-  # 2-layer model. TOL = 1e-5 is 100x that, and 100x smaller than the
+  # few float32 ulps per product, at most 6e-8 on logits of size 0.2 to 1
+  # through these 2-layer models. TOL = 1e-5 is 100x that, and 100x smaller than the
   # differences between the logits of distinct texts, checked below, so a
   # row that saw another row's tokens or mask would fail.
   tol=1e-5
@@ -263,6 +267,7 @@ mlp)
   check_lines out.txt 40
   ;;
 wordpiece)
+  classes="anger happiness sadness"
   # config.json says wordpiece with lower-casing: the same words in capitals
   # give the same tokens, hence the same bits (one text per run).
   run_pr --model "$fix/wordpiece" --logits "Hello world 真开心"

@@ -46,13 +46,21 @@ static const char k_usage[] =
     "output:\n"
     "  --metrics FILE       JSON lines: one per step, a last one with \"eval\"\n"
     "  --save-dir DIR       config.json + model.safetensors + vocab.txt, loadable\n"
-    "                       by predict and by transformers\n";
+    "                       by predict and by transformers\n"
+    "checkpoints:\n"
+    "  --save-steps N       save a training checkpoint every N optimizer steps and at\n"
+    "                       the end (crash-safe; zero_to_fp32 converts one to\n"
+    "                       safetensors)\n"
+    "  --ckpt-dir DIR       where checkpoints go (default SAVE_DIR/checkpoints)\n"
+    "  --resume             continue from the checkpoint CKPT_DIR/latest names, on any\n"
+    "                       number of ranks (start from step 0 when there is none)\n";
 
 enum {
     O_CONFIG = 256, O_DATA, O_EVAL_DATA, O_DEV_RATIO, O_EPOCHS, O_MAX_STEPS, O_MAX_SEQ,
     O_SEED, O_SAVE, O_METRICS, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_INTER, O_DROPOUT,
     O_MODEL_CONFIG, O_VOCAB, O_INIT, O_CLASS_WEIGHT, O_LR, O_WD, O_BATCH, O_WARMUP,
-    O_EVAL_BATCH, O_MIN_CHAR, O_LABELS, O_DROP_CONFLICTS, O_HELP
+    O_EVAL_BATCH, O_MIN_CHAR, O_LABELS, O_DROP_CONFLICTS, O_SAVE_STEPS, O_CKPT_DIR, O_RESUME,
+    O_HELP
 };
 
 static const struct option k_long[] = {
@@ -84,6 +92,9 @@ static const struct option k_long[] = {
     {"min-char-count", required_argument, 0, O_MIN_CHAR},
     {"labels", required_argument, 0, O_LABELS},
     {"drop-conflicts", no_argument, 0, O_DROP_CONFLICTS},
+    {"save-steps", required_argument, 0, O_SAVE_STEPS},
+    {"ckpt-dir", required_argument, 0, O_CKPT_DIR},
+    {"resume", no_argument, 0, O_RESUME},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -171,6 +182,9 @@ int tc_opts_parse(int argc, char **argv, tc_opts *o) {
         case O_VOCAB: o->vocab = v; break;
         case O_INIT: o->init_dir = v; break;
         case O_DROP_CONFLICTS: o->drop_conflicts = true; break;
+        case O_SAVE_STEPS: rc = parse_i64(flag, v, 1, INT64_MAX, &o->save_steps); break;
+        case O_CKPT_DIR: o->ckpt_dir = v; break;
+        case O_RESUME: o->resume = true; break;
         case O_LABELS: rc = split_labels(v, o); break;
         case O_MODEL:
             if (strcmp(v, "bert") && strcmp(v, "mlp")) rc = bad(flag, v, "must be bert or mlp");
@@ -233,6 +247,15 @@ int tc_opts_parse(int argc, char **argv, tc_opts *o) {
         return 2;
     }
     if (!o->eval_batch) o->eval_batch = o->batch > 0 ? (int)o->batch : 32;
+    if (!o->ckpt_dir && o->save_dir) {
+        snprintf(o->ckpt_dir_buf, sizeof o->ckpt_dir_buf, "%s/checkpoints", o->save_dir);
+        o->ckpt_dir = o->ckpt_dir_buf;
+    }
+    if ((o->save_steps > 0 || o->resume) && !o->ckpt_dir) {
+        fprintf(stderr, "train_cls: --%s needs --ckpt-dir or --save-dir (see train_cls --help)\n",
+                o->resume ? "resume" : "save-steps");
+        return 2;
+    }
     return -1;
 }
 

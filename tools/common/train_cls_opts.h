@@ -25,6 +25,12 @@ typedef struct tc_opts {
     char **labels;             /* --labels a,b,c (owned) */
     int n_labels;
     bool drop_conflicts;
+    /* checkpoints: every save_steps optimizer steps (and at the end) into
+     * ckpt_dir, default <save_dir>/checkpoints; resume from ckpt_dir/latest */
+    const char *ckpt_dir;      /* NULL: derived from save_dir (see ckpt_dir_buf) */
+    int64_t save_steps;        /* 0: no checkpoints */
+    bool resume;
+    char ckpt_dir_buf[4096];
 } tc_opts;
 
 /* Parse argv. Returns -1 to go on, 0 after --help, 2 after a usage error

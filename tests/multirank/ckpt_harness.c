@@ -1,0 +1,134 @@
+/* Shared pieces of the checkpoint tests (see ckpt_harness.h). */
+#include "ckpt_harness.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void ck_setup_defaults(ck_setup *s) {
+    *s = (ck_setup){.model = "mlp", .stage = 0, .precision = "fp32", .total_steps = 20,
+                    .dropout = 0.1f, .optimizer = "AdamW"};
+}
+
+ds_dataset *ck_data(void) {
+    const int T = 12, V = 50;
+    const char *names[3] = {"a", "b", "c"};
+    ds_dataset *d;
+    if (ds_dataset_create(CK_ROWS, T, 3, names, &d) != DS_OK) return NULL;
+    unsigned s = 777;
+    for (size_t i = 0; i < CK_ROWS; i++) {
+        int len = 3 + (int)(i % (size_t)(T - 3));
+        int label = (int)((i * 7) % 3);
+        for (int t = 0; t < len; t++) {
+            s = s * 1103515245u + 12345u;
+            d->tokens[i * (size_t)T + (size_t)t] = 4 + (int)((s >> 16) % (unsigned)(V - 4));
+        }
+        d->tokens[i * (size_t)T] = 1 + label;
+        d->lengths[i] = len;
+        d->labels[i] = label;
+    }
+    return d;
+}
+
+ds_status ck_engine(const ck_setup *s, const ds_dataset *data, engine_t **out) {
+    const int T = 12, V = 50;
+    ds_model *model = NULL;
+    if (!strcmp(s->model, "bert")) {
+        ds_bert_desc bd = {.vocab_size = V, .hidden_size = 32, .num_hidden_layers = 2,
+                           .num_attention_heads = 4, .intermediate_size = 64,
+                           .max_position_embeddings = 32, .n_classes = 3, .max_seq_len = T,
+                           .hidden_dropout_prob = s->dropout,
+                           .attention_probs_dropout_prob = s->dropout};
+        DS_TRY(ds_bert_create(&bd, &model));
+    } else {
+        ds_mlp_desc md = {.vocab_size = V, .max_seq_len = T, .embed_dim = 16, .hidden_dim = 32,
+                          .n_hidden = 1, .n_classes = 3};
+        DS_TRY(ds_mlp_create(&md, &model));
+    }
+    bool fp16 = !strcmp(s->precision, "fp16"), bf16 = !strcmp(s->precision, "bf16");
+    bool sgd = !strcmp(s->optimizer, "SGD");
+    char cfg[2048];
+    /* fp16: a 2^20 start overflows for the first steps (skipped steps, scale
+     * halving) and a window of 3 doubles it again: the scaler's state moves. */
+    snprintf(cfg, sizeof cfg,
+             "{\"train_batch_size\": %d, \"gradient_accumulation_steps\": %d,"
+             " \"optimizer\": {\"type\": \"%s\", \"params\": {\"lr\": 0.003, "
+             "\"weight_decay\": 0.01%s}},"
+             " \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"warmup_min_lr\": 0,"
+             " \"warmup_max_lr\": 0.003, \"warmup_num_steps\": 3, \"total_num_steps\": %d}},"
+             " \"gradient_clipping\": 1.0, \"steps_per_print\": 1000,"
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1000},"
+             " \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 20, \"loss_scale_window\": 3,"
+             " \"hysteresis\": 1}, \"bf16\": {\"enabled\": %s}}",
+             CK_GLOBAL_BATCH, CK_GAS, s->optimizer, sgd ? ", \"momentum\": 0.9" : "",
+             s->total_steps, s->stage, fp16 ? "true" : "false", bf16 ? "true" : "false");
+    ds_init_desc d;
+    ds_init_desc_defaults(&d);
+    d.config_json = cfg;
+    d.model = model;
+    d.train_data = data;
+    d.quiet = true;
+    DS_TRY(ds_initialize(&d, out));
+    return DS_OK;
+}
+
+float *ck_params(engine_t *e, size_t *n) {
+    const ds_model *m = ds_get_model(e);
+    size_t total = 0;
+    for (int i = 0; i < m->n_modules; i++)
+        for (int p = 0; p < m->modules[i]->n_params; p++)
+            total += (size_t)ds_param_numel(&m->modules[i]->params[p]);
+    float *v = malloc(total * sizeof *v);
+    if (!v) return NULL;
+    size_t at = 0;
+    for (int i = 0; i < m->n_modules; i++)
+        for (int p = 0; p < m->modules[i]->n_params; p++) {
+            const ds_param_desc *d = &m->modules[i]->params[p];
+            size_t k = (size_t)ds_param_numel(d);
+            if (ds_get_param(e, d->name, v + at, k) != DS_OK) {
+                fprintf(stderr, "ds_get_param %s: %s\n", d->name, ds_last_error());
+                free(v);
+                return NULL;
+            }
+            at += k;
+        }
+    *n = total;
+    return v;
+}
+
+void ck_log_step(FILE *f, const ds_step_info *info) {
+    fprintf(f, "%lld %a %a %a\n", (long long)info->step, info->loss, info->lr, info->loss_scale);
+}
+
+int ck_read_log(const char *path, ck_step *out, int cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int n = 0;
+    while (n < cap && fscanf(f, "%lld %la %la %la", &out[n].step, &out[n].loss, &out[n].lr,
+                             &out[n].scale) == 4)
+        n++;
+    fclose(f);
+    return n;
+}
+
+bool ck_write_floats(const char *path, const float *v, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    bool ok = fwrite(v, sizeof *v, n, f) == n;
+    return fclose(f) == 0 && ok;
+}
+
+float *ck_read_floats(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long bytes = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    float *v = malloc(bytes > 0 ? (size_t)bytes : 1);
+    *n = (size_t)bytes / sizeof *v;
+    if (!v || fread(v, sizeof *v, *n, f) != *n) {
+        free(v);
+        v = NULL;
+    }
+    fclose(f);
+    return v;
+}

@@ -1,0 +1,53 @@
+/* What the checkpoint tests share: a synthetic dataset, an engine from a
+ * config string (MLP or a small BERT with dropout), parameter dumps and
+ * loss logs. Used by tests/multirank/test_ckpt_*.c and tests/fault/. */
+#ifndef DS_TESTS_CKPT_HARNESS_H
+#define DS_TESTS_CKPT_HARNESS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "engine/engine.h"
+
+/* 40 rows: with the global batch of 16 an epoch ends in the middle of the
+ * third step, so resumes cross epoch boundaries and land inside epochs. */
+#define CK_ROWS 40
+#define CK_GLOBAL_BATCH 16
+#define CK_GAS 2
+
+typedef struct ck_setup {
+    const char *model;     /* "mlp" | "bert" */
+    int stage;
+    const char *precision; /* "fp32" | "fp16" | "bf16" */
+    int total_steps;       /* WarmupDecayLR's total_num_steps */
+    float dropout;         /* bert: hidden and attention dropout */
+    const char *optimizer; /* "AdamW" (default) | "SGD" */
+} ck_setup;
+
+void ck_setup_defaults(ck_setup *s);
+
+/* The dataset (owned by the caller; ds_dataset_destroy). */
+ds_dataset *ck_data(void);
+
+/* A fresh engine of setup s on data (borrowed), quiet. */
+ds_status ck_engine(const ck_setup *s, const ds_dataset *data, engine_t **out);
+
+/* All parameters, fp32, in table order, gathered (collective): a malloc'd
+ * array of *n floats. */
+float *ck_params(engine_t *e, size_t *n);
+
+/* Step log lines: "step loss lr loss_scale" with hex floats (exact). */
+void ck_log_step(FILE *f, const ds_step_info *info);
+
+/* Read up to cap step records from path; returns the count (-1 when the
+ * file cannot be opened). */
+typedef struct ck_step {
+    long long step;
+    double loss, lr, scale;
+} ck_step;
+int ck_read_log(const char *path, ck_step *out, int cap);
+
+bool ck_write_floats(const char *path, const float *v, size_t n);
+float *ck_read_floats(const char *path, size_t *n);
+
+#endif /* DS_TESTS_CKPT_HARNESS_H */

@@ -1,0 +1,238 @@
+/* meta.json (engine/io/ckpt_meta.h) and the folder helpers
+ * (engine/io/ckpt_dir.h):
+ *   - every field survives a write and a read exactly (reals to the bit, a
+ *     NaN loss as null, a seed above 2^63, nested client state);
+ *   - a damaged meta.json is refused naming the file and the key: invalid
+ *     JSON (with line and column), a missing section, a wrong type, another
+ *     format version, a shard table that does not match the world size, a
+ *     parameter whose shape and numel disagree, a seed that is not hex;
+ *   - tag rules, `latest` written and read back, the commit of TAG.tmp to
+ *     TAG (a rename, then an atomic exchange when TAG exists). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/io/ckpt_dir.h"
+#include "engine/io/ckpt_meta.h"
+
+static int fails;
+static char dir[256];
+
+#define CHECK(cond, ...)                                                                          \
+    do {                                                                                          \
+        if (!(cond)) {                                                                            \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                           \
+            printf(__VA_ARGS__);                                                                  \
+            printf("\n");                                                                         \
+            fails++;                                                                              \
+        }                                                                                         \
+    } while (0)
+
+static void sample(ds_ckpt_meta *m) {
+    memset(m, 0, sizeof *m);
+    m->format_version = DS_CKPT_FORMAT_VERSION;
+    snprintf(m->tag, sizeof m->tag, "global_step7");
+    snprintf(m->engine_version, sizeof m->engine_version, "0.1.0");
+    m->config_json = strdup("{\"train_batch_size\": 16, \"zero_optimization\": {\"stage\": 3}}");
+    m->world = 2;
+    m->stage = 3;
+    snprintf(m->precision, sizeof m->precision, "fp16");
+    snprintf(m->optimizer, sizeof m->optimizer, "AdamW");
+    m->moments = 2;
+    m->numel = 3 * 4 + 5 + 1;
+    m->used = 64;
+    m->padded = 64;
+    m->part = 32;
+    m->align = 16;
+    m->frame_elems = 1u << 20;
+    m->n_params = 3;
+    m->params = calloc(3, sizeof *m->params);
+    m->params[0] = (ds_ckpt_param_entry){.name = "a.weight", .ndim = 2, .shape = {3, 4},
+                                         .offset = 0, .numel = 12};
+    m->params[1] = (ds_ckpt_param_entry){.name = "a.bias", .ndim = 1, .shape = {5}, .offset = 16,
+                                         .numel = 5};
+    m->params[2] = (ds_ckpt_param_entry){.name = "scalar", .ndim = 0, .offset = 32, .numel = 1};
+    m->shards = calloc(2, sizeof *m->shards);
+    for (int r = 0; r < 2; r++) {
+        ds_ckpt_shard_name(r, 2, m->shards[r].file, sizeof m->shards[r].file);
+        m->shards[r].rank = r;
+        m->shards[r].lo = 32 * r;
+        m->shards[r].hi = 32 * (r + 1);
+        m->shards[r].bytes = 1000 + (uint64_t)r;
+        m->shards[r].index_hash = 0xfedcba9876543210ull + (uint64_t)r;
+    }
+    m->global_step = 7;
+    m->applied_steps = 5;
+    m->skipped_steps = 2;
+    m->micro_steps = 14;
+    m->samples = 112;
+    m->gradient_accumulation_steps = 2;
+    m->micro_batch = 4;
+    snprintf(m->scheduler, sizeof m->scheduler, "WarmupDecayLR");
+    m->sched_iteration = 4;
+    m->scaler_enabled = true;
+    m->loss_scale = 131072.0;
+    m->cur_hysteresis = 1;
+    m->scaler_cur_iter = 7;
+    m->scaler_last_overflow_iter = 2;
+    m->seed = 0xffffffffffffffffull;
+    m->has_loader = true;
+    m->epoch = 2;
+    m->epoch_samples = 32;
+    m->dataset_size = 40;
+    m->last_loss = NAN;
+    m->last_lr = 0.1 + 0.2; /* not a short decimal: must round-trip to the bit */
+    m->last_grad_norm = 1.0 / 3.0;
+    m->last_skipped = true;
+    m->client_state_json =
+        strdup("{\"epoch\": 3, \"note\": \"\\u00e9t\\u00e9\", \"list\": [1, 2.5, null]}");
+}
+
+static void test_roundtrip(void) {
+    ds_ckpt_meta m, r;
+    sample(&m);
+    char path[512];
+    snprintf(path, sizeof path, "%s/meta.json", dir);
+    CHECK(ds_ckpt_meta_write(path, &m) == DS_OK, "write: %s", ds_last_error());
+    CHECK(ds_ckpt_meta_read(path, &r) == DS_OK, "read: %s", ds_last_error());
+    CHECK(r.world == 2 && r.stage == 3 && !strcmp(r.precision, "fp16") &&
+              !strcmp(r.optimizer, "AdamW") && r.moments == 2 && !strcmp(r.tag, "global_step7"),
+          "identity fields");
+    CHECK(r.numel == m.numel && r.used == 64 && r.padded == 64 && r.part == 32 && r.align == 16 &&
+              r.frame_elems == m.frame_elems, "flat layout");
+    CHECK(r.n_params == 3 && !strcmp(r.params[1].name, "a.bias") && r.params[0].ndim == 2 &&
+              r.params[0].shape[1] == 4 && r.params[2].ndim == 0 && r.params[2].offset == 32,
+          "parameter table");
+    CHECK(r.shards[1].index_hash == m.shards[1].index_hash && r.shards[1].bytes == 1001 &&
+              !strcmp(r.shards[1].file, "shard-00001-of-00002.dsck"), "shard table");
+    CHECK(r.global_step == 7 && r.applied_steps == 5 && r.skipped_steps == 2 &&
+              r.micro_steps == 14 && r.samples == 112 && r.gradient_accumulation_steps == 2 &&
+              r.micro_batch == 4 && r.sched_iteration == 4, "counters");
+    CHECK(r.scaler_enabled && r.loss_scale == 131072.0 && r.cur_hysteresis == 1 &&
+              r.scaler_cur_iter == 7 && r.scaler_last_overflow_iter == 2, "loss scaler");
+    CHECK(r.seed == m.seed, "seed %llx", (unsigned long long)r.seed);
+    CHECK(r.has_loader && r.epoch == 2 && r.epoch_samples == 32 && r.dataset_size == 40, "data");
+    CHECK(isnan(r.last_loss) && r.last_lr == m.last_lr && r.last_grad_norm == m.last_grad_norm &&
+              r.last_skipped, "last step: lr %.17g grad_norm %.17g", r.last_lr, r.last_grad_norm);
+    CHECK(r.client_state_json && strstr(r.client_state_json, "\"epoch\":3") &&
+              strstr(r.client_state_json, "[1,2.5,null]"), "client state %s",
+          r.client_state_json ? r.client_state_json : "(null)");
+    CHECK(r.config_json && strstr(r.config_json, "\"stage\":3"), "config %s",
+          r.config_json ? r.config_json : "(null)");
+    ds_ckpt_meta_free(&r);
+
+    free(m.client_state_json);
+    m.client_state_json = strdup("{\"a\": }");
+    CHECK(ds_ckpt_meta_write(path, &m) == DS_ERR_INVALID_ARG &&
+              strstr(ds_last_error(), "client_state"), "bad client state: %s", ds_last_error());
+    ds_ckpt_meta_free(&m);
+    CHECK(ds_ckpt_json_check("[1, 2", "x") == DS_ERR_INVALID_ARG &&
+              strstr(ds_last_error(), "line"), "json_check: %s", ds_last_error());
+    CHECK(ds_ckpt_json_check("\"just a string\"", "x") == DS_OK, "a JSON string is a value");
+}
+
+/* Write the sample, replace `from` by `to` in its text, read: expect `st`
+ * and `needle` in the message (which must also name the file). */
+static void damaged(const char *from, const char *to, ds_status want, const char *needle) {
+    ds_ckpt_meta m, r;
+    sample(&m);
+    char path[512];
+    snprintf(path, sizeof path, "%s/damaged.json", dir);
+    ds_ckpt_meta_write(path, &m);
+    ds_ckpt_meta_free(&m);
+    FILE *f = fopen(path, "rb");
+    static char text[1 << 16], out[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    char *at = strstr(text, from);
+    if (!at) {
+        CHECK(0, "\"%s\" not in the written meta.json", from);
+        return;
+    }
+    snprintf(out, sizeof out, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    f = fopen(path, "wb");
+    fputs(out, f);
+    fclose(f);
+    ds_status st = ds_ckpt_meta_read(path, &r);
+    CHECK(st == want && strstr(ds_last_error(), needle) && strstr(ds_last_error(), path),
+          "replacing %s by %s: %s \"%s\", want %s \"%s\"", from, to, ds_status_to_string(st),
+          ds_last_error(), ds_status_to_string(want), needle);
+    ds_ckpt_meta_free(&r);
+}
+
+static void test_damaged(void) {
+    damaged("\"counters\"", "\"kounters\"", DS_ERR_CORRUPT, "counters");
+    damaged("\"global_step\": 7", "\"global_step\": \"7\"", DS_ERR_CORRUPT, "counters.global_step");
+    damaged("\"format_version\": 1", "\"format_version\": 2", DS_ERR_UNSUPPORTED, "version 2");
+    damaged("\"world_size\": 2", "\"world_size\": 3", DS_ERR_CORRUPT, "world_size");
+    damaged("\"shard-00001-of-00002.dsck\"", "7", DS_ERR_CORRUPT, "shards[1].file");
+    damaged("\"numel\": 5", "\"numel\": 6", DS_ERR_CORRUPT, "a.bias");
+    damaged("\"seed\": \"0x", "\"seed\": \"1x", DS_ERR_CORRUPT, "rng.seed");
+    damaged("\"tag\": \"global_step7\",", "\"tag\": \"global_step7\"", DS_ERR_CORRUPT, ":");
+    damaged("\"zero-engine-checkpoint\"", "\"other\"", DS_ERR_CORRUPT, "format");
+}
+
+static void test_tags_and_folders(void) {
+    const char *good[] = {"global_step10", "run-1.a_b", "A"};
+    for (size_t k = 0; k < 3; k++)
+        CHECK(ds_ckpt_check_tag(good[k]) == DS_OK, "tag %s: %s", good[k], ds_last_error());
+    char longtag[DS_CKPT_TAG_MAX + 2];
+    memset(longtag, 'a', sizeof longtag - 1);
+    longtag[sizeof longtag - 1] = 0;
+    const char *bad[] = {"", ".hidden", "a/b", "x.tmp", "latest", "a b", "..", longtag};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++)
+        CHECK(ds_ckpt_check_tag(bad[k]) == DS_ERR_INVALID_ARG, "tag \"%.20s\" accepted", bad[k]);
+
+    char tag[256], path[600];
+    CHECK(ds_ckpt_read_latest(dir, tag, sizeof tag) == DS_ERR_IO, "no latest yet");
+    CHECK(ds_ckpt_write_latest(dir, "global_step3") == DS_OK, "write latest: %s", ds_last_error());
+    CHECK(ds_ckpt_read_latest(dir, tag, sizeof tag) == DS_OK && !strcmp(tag, "global_step3"),
+          "latest read back: %s", tag);
+    snprintf(path, sizeof path, "%s/latest.tmp", dir);
+    CHECK(access(path, F_OK) != 0, "latest.tmp left behind");
+    snprintf(path, sizeof path, "%s/latest", dir);
+    FILE *f = fopen(path, "w");
+    fputs("../../etc\n", f);
+    fclose(f);
+    CHECK(ds_ckpt_read_latest(dir, tag, sizeof tag) == DS_ERR_CORRUPT, "latest with a path");
+
+    /* commit: first a rename, then an exchange over the existing tag */
+    for (int round = 0; round < 2; round++) {
+        snprintf(path, sizeof path, "%s/t.tmp", dir);
+        CHECK(ds_ckpt_mkdirs(path) == DS_OK, "mkdir");
+        snprintf(path, sizeof path, "%s/t.tmp/round%d", dir, round);
+        f = fopen(path, "w");
+        fclose(f);
+        CHECK(ds_ckpt_commit_dir(dir, "t") == DS_OK, "commit round %d: %s", round,
+              ds_last_error());
+        snprintf(path, sizeof path, "%s/t/round%d", dir, round);
+        CHECK(access(path, F_OK) == 0, "round %d: committed file missing", round);
+        snprintf(path, sizeof path, "%s/t/round%d", dir, 1 - round);
+        CHECK(access(path, F_OK) != 0, "round %d: the old tag's file is still there", round);
+        snprintf(path, sizeof path, "%s/t.tmp", dir);
+        CHECK(access(path, F_OK) != 0, "round %d: t.tmp left behind", round);
+    }
+    CHECK(ds_ckpt_remove_flat_dir(dir) == DS_ERR_IO, "a folder holding a folder is not removed");
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "%s/tests/ckpt_meta", DS_BINARY_DIR);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+    if (system(cmd) != 0) return 1;
+    test_roundtrip();
+    test_damaged();
+    test_tags_and_folders();
+    if (fails) {
+        printf("test_ckpt_meta: %d failure(s)\n", fails);
+        return 1;
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) return 1;
+    printf("test_ckpt_meta: ok\n");
+    return 0;
+}

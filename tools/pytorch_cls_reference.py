@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""PyTorch side of the text-classification quality protocol of issue 3.
+
+Run by hand or by bench/quality.sh (needs torch and numpy):
+
+    python3 tools/pytorch_cls_reference.py \
+        --data ../shared/data/nlpcc2013-emotion/Nlpcc2013Train.tsv \
+        --class-weight none --metrics /tmp/pt_none.jsonl
+    python3 tools/pytorch_cls_reference.py --data ... --dump-split   # no torch needed
+
+The protocol, exactly as the issue states it and as train_cls runs it:
+
+  data     the six classes none/like/disgust/sadness/happiness/anger; every
+           row of a text that appears with two different labels is dropped
+           (decided on the labels as written, before the class filter);
+           rows permuted with a fixed seed (42), first 90% train, last 10% dev.
+           The permutation is the one engine/data/dataset.h specifies
+           (splitmix64 Fisher-Yates), n_train = int(n * 0.9 + 1e-9), and the
+           file is read as models/text.h describes (header names, delimiter
+           sniffing, RFC 4180 quoting, labels trimmed, texts kept as written),
+           so the rows are the C code's rows: --dump-split prints them in the
+           format of bench/dump_split and bench/quality.sh diffs the two.
+  vocab    chars: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3, then every character seen
+           at least twice in train, by descending count then code point.
+           A text is [CLS] + its characters (unknown ones [UNK]) cut to
+           max_seq_len - 2 + [SEP]; max_seq_len 64.
+  model    BertForSequenceClassification written out in plain PyTorch: word +
+           position (512) + token-type embeddings, LayerNorm (eps 1e-12),
+           dropout; 4 layers of hidden 256, 4 heads, intermediate 1024, erf
+           GELU, post-LayerNorm residuals, dropout 0.1 on embeddings,
+           attention probabilities, both residual branches and before the
+           classifier; tanh pooler over [CLS]. Hugging Face's init: Linear and
+           Embedding N(0, 0.02), the [PAD] row of the word embeddings zero,
+           biases 0, LayerNorm 1 and 0. Padding is masked by adding the
+           float32 minimum to the attention scores (as transformers does).
+  training AdamW lr 5e-4, betas (0.9, 0.999), eps 1e-8, weight decay 0.01 on
+           every parameter (torch.optim.AdamW over model.parameters(), as
+           the engine's AdamW); batch 32, the train rows reshuffled every
+           epoch, the last batch of an epoch short; gradients clipped to
+           global norm 1.0; 3 epochs = 3 * ceil(11443 / 32) = 1074 steps.
+           Learning rate: DeepSpeed's WarmupDecayLR as the engine computes it
+           (engine/core/sched.h), warmup_min_lr 0, warmup_max_lr 5e-4, 100
+           warmup steps, then linear decay to 0 at the last step: optimizer
+           step s (from 0) uses 5e-4 * g(s - 1), g(i) = 0 for i < 0, i / 100
+           for i < 100, else max(0, (1074 - i) / (1074 - 100)).
+  loss     cross-entropy, plain or class-weighted (--class-weight inverse):
+           w_c = (1 / n_c) * C / sum_k (1 / n_k) with n_c the train rows of
+           class c, i.e. inverse class frequency normalised to mean 1;
+           torch's weighted mean (sum w_y * nll / sum w_y over the batch).
+  eval     on dev after the last epoch: accuracy and macro-F1 (the mean of
+           the six per-class F1, an F1 with no prediction or no support = 0),
+           as models/metrics.c.
+
+What differs from the engine's run, by construction: the engine trains on 2
+ranks of 16 rows each (DistributedSampler order, and a weighted loss
+averaged per rank rather than over the 32 rows), its random numbers for init
+and dropout are its own, and it pads every row to 64 tokens where this
+script pads a batch to its longest row (the same result: padded keys get
+exactly zero attention weight).
+
+Output: progress lines on stdout, and with --metrics FILE one JSON line per
+50 steps and a last line {"eval": {...}, "wall_s": ..., "torch": ...}.
+"""
+import argparse
+import collections
+import csv
+import json
+import math
+import os
+import sys
+import time
+
+SIX = ["none", "like", "disgust", "sadness", "happiness", "anger"]
+LABEL_NAMES = ["label", "labels", "标签"]
+TEXT_NAMES = ["text", "sentence", "文本", "review"]
+PAD, UNK, CLS, SEP = 0, 1, 2, 3
+M64 = 2**64 - 1
+
+
+# ---------------------------------------------------------------- data ----
+def permutation(n, seed):
+    """engine/data/dataset.h's ds_permutation, word for word."""
+    s, a = seed & M64, list(range(n))
+    for i in range(n - 1, 0, -1):
+        s = (s + 0x9E3779B97F4A7C15) & M64
+        z = s
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+        z ^= z >> 31
+        j = z % (i + 1)
+        a[i], a[j] = a[j], a[i]
+    return a
+
+
+def sniff_delimiter(header):
+    """The more frequent of tab and comma outside quotes; a tie is comma."""
+    tabs = commas = 0
+    quoted = False
+    for ch in header:
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and ch == "\t":
+            tabs += 1
+        elif not quoted and ch == ",":
+            commas += 1
+    return "\t" if tabs > commas else ","
+
+
+def find_column(header, names, what, path):
+    for i, h in enumerate(header):
+        if h.strip(" \t").lower() in names:  # ASCII case only matters here
+            return i
+    sys.exit(f"{path}: no {what} column (looked for {', '.join(names)})")
+
+
+def read_rows(path):
+    """[(line, label, text)] of a CSV/TSV file with a header, as models/text.h
+    reads it: line = the file line where the record starts (header = 1)."""
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        first = f.readline()
+        delim = sniff_delimiter(first)
+        f.seek(0)  # utf-8-sig skips a byte-order mark again after the seek
+        reader = csv.reader(f, delimiter=delim, quotechar='"', doublequote=True, strict=True)
+        header = next(reader)
+        li = find_column(header, LABEL_NAMES, "label", path)
+        ti = find_column(header, TEXT_NAMES, "text", path)
+        rows, prev = [], reader.line_num
+        for rec in reader:
+            start = prev + 1
+            prev = reader.line_num
+            if not rec:
+                continue  # blank line
+            if len(rec) != len(header):
+                sys.exit(f"{path}:{start}: {len(rec)} fields, the header has {len(header)}")
+            rows.append((start, rec[li].strip(" \t"), rec[ti]))
+    return rows
+
+
+def protocol_data(path, seed=42, dev_ratio=0.1, min_count=2):
+    rows = read_rows(path)
+    labels_of = collections.defaultdict(set)
+    for _, label, text in rows:
+        labels_of[text].add(label)
+    clean = [r for r in rows if len(labels_of[r[2]]) == 1 and r[1] in SIX]
+    classes = sorted({r[1] for r in clean}, key=lambda s: s.encode("utf-8"))
+    perm = permutation(len(clean), seed)
+    n_train = int(len(clean) * (1 - dev_ratio) + 1e-9)
+    train = [clean[i] for i in perm[:n_train]]
+    dev = [clean[i] for i in perm[n_train:]]
+    counts = collections.Counter(ch for _, _, text in train for ch in text)
+    chars = sorted((c for c, k in counts.items() if k >= min_count),
+                   key=lambda c: (-counts[c], ord(c)))
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + chars
+    return classes, train, dev, vocab, len(clean)
+
+
+def dump_split(path, seed, dev_ratio, min_count):
+    classes, train, dev, vocab, n = protocol_data(path, seed, dev_ratio, min_count)
+    out = [f"rows {n} train {len(train)} dev {len(dev)} classes {','.join(classes)}"]
+    out += [f"train {line} {label}" for line, label, _ in train]
+    out += [f"dev {line} {label}" for line, label, _ in dev]
+    out += [f"vocab {i} {t}" if i < 4 else f"vocab {i} U+{ord(t):04X}"
+            for i, t in enumerate(vocab)]
+    sys.stdout.write("\n".join(out) + "\n")
+
+
+def encode(text, ids_of, max_len):
+    ids = [ids_of.get(ch, UNK) for ch in text][: max_len - 2]
+    return [CLS] + ids + [SEP]
+
+
+# --------------------------------------------------------------- model ----
+def build_model(torch, V, C, H=256, L=4, nh=4, I=1024, p=0.1, max_pos=512):
+    nn, F = torch.nn, torch.nn.functional
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = nn.Linear(H, H), nn.Linear(H, H), nn.Linear(H, H)
+            self.ao, self.ln1 = nn.Linear(H, H), nn.LayerNorm(H, eps=1e-12)
+            self.i, self.o, self.ln2 = nn.Linear(H, I), nn.Linear(I, H), nn.LayerNorm(H, eps=1e-12)
+            self.drop = nn.Dropout(p)
+
+        def forward(self, x, add_mask):
+            B, T, _ = x.shape
+            d = H // nh
+
+            def heads(t):
+                return t.view(B, T, nh, d).transpose(1, 2)
+
+            s = heads(self.q(x)) @ heads(self.k(x)).transpose(-1, -2) / math.sqrt(d)
+            a = self.drop(torch.softmax(s + add_mask, dim=-1))
+            ctx = (a @ heads(self.v(x))).transpose(1, 2).reshape(B, T, H)
+            x = self.ln1(x + self.drop(self.ao(ctx)))
+            return self.ln2(x + self.drop(self.o(F.gelu(self.i(x)))))  # erf GELU
+
+    class Bert(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.word = nn.Embedding(V, H, padding_idx=PAD)
+            self.pos, self.typ = nn.Embedding(max_pos, H), nn.Embedding(2, H)
+            self.ln, self.drop = nn.LayerNorm(H, eps=1e-12), nn.Dropout(p)
+            self.layers = nn.ModuleList(Layer() for _ in range(L))
+            self.pool, self.cls = nn.Linear(H, H), nn.Linear(H, C)
+            for m in self.modules():  # Hugging Face's _init_weights
+                if isinstance(m, (nn.Linear, nn.Embedding)):
+                    m.weight.data.normal_(0.0, 0.02)
+                if isinstance(m, nn.Linear):
+                    m.bias.data.zero_()
+                if isinstance(m, nn.Embedding) and m.padding_idx is not None:
+                    m.weight.data[m.padding_idx].zero_()
+                if isinstance(m, nn.LayerNorm):
+                    m.weight.data.fill_(1.0)
+                    m.bias.data.zero_()
+
+        def forward(self, tok, mask):
+            B, T = tok.shape
+            pos = torch.arange(T).unsqueeze(0)
+            x = self.word(tok) + self.pos(pos) + self.typ(torch.zeros_like(tok))
+            x = self.drop(self.ln(x))
+            add = (1.0 - mask[:, None, None, :]) * torch.finfo(torch.float32).min
+            for layer in self.layers:
+                x = layer(x, add)
+            return self.cls(self.drop(torch.tanh(self.pool(x[:, 0]))))
+
+    return Bert()
+
+
+def lr_at(step, max_lr, warmup, total):
+    """DeepSpeed WarmupDecayLR (linear, min 0) at optimizer step `step`
+    (from 0), as engine/core/sched.c: get_lr at last_batch_iteration step-1."""
+    it = step - 1
+    W = max(2, warmup)
+    if it < 0:
+        g = 0.0
+    elif it < W:
+        g = it / W
+    else:
+        g = max(0.0, (total - it) / max(1.0, total - W))
+    return max_lr * g
+
+
+def batch_tensors(torch, seqs, rows):
+    T = max(len(seqs[r]) for r in rows)
+    tok = torch.zeros((len(rows), T), dtype=torch.long)
+    mask = torch.zeros((len(rows), T), dtype=torch.float32)
+    for b, r in enumerate(rows):
+        s = seqs[r]
+        tok[b, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[b, : len(s)] = 1.0
+    return tok, mask
+
+
+def report(conf):
+    C = len(conf)
+    total = sum(map(sum, conf))
+    acc = sum(conf[c][c] for c in range(C)) / total
+    f1s, per = [], []
+    for c in range(C):
+        tp = conf[c][c]
+        pred = sum(conf[k][c] for k in range(C))
+        sup = sum(conf[c])
+        p = tp / pred if pred else 0.0
+        r = tp / sup if sup else 0.0
+        f = 2 * p * r / (p + r) if p + r > 0 else 0.0
+        f1s.append(f)
+        per.append({"precision": p, "recall": r, "f1": f, "support": sup})
+    return acc, sum(f1s) / C, per
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--seed", type=int, default=42, help="split, init, dropout, shuffling")
+    ap.add_argument("--dev-ratio", type=float, default=0.1)
+    ap.add_argument("--min-count", type=int, default=2)
+    ap.add_argument("--dump-split", action="store_true",
+                    help="print the rows and vocab as bench/dump_split does, and stop")
+    ap.add_argument("--class-weight", choices=["none", "inverse"], default="none")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--max-steps", type=int, default=0, help="stop early (for a smoke test)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--metrics", help="JSON lines: progress, then the evaluation")
+    a = ap.parse_args()
+    if a.dump_split:
+        dump_split(a.data, a.seed, a.dev_ratio, a.min_count)
+        return
+
+    import torch
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    max_len, batch, max_lr, warmup = 64, 32, 5e-4, 100
+    classes, train, dev, vocab, _ = protocol_data(a.data, a.seed, a.dev_ratio, a.min_count)
+    ids_of = {t: i for i, t in enumerate(vocab) if i >= 4}
+    cidx = {c: i for i, c in enumerate(classes)}
+    C = len(classes)
+    tr_seq = [encode(t, ids_of, max_len) for _, _, t in train]
+    tr_y = torch.tensor([cidx[l] for _, l, _ in train])
+    dv_seq = [encode(t, ids_of, max_len) for _, _, t in dev]
+    dv_y = [cidx[l] for _, l, _ in dev]
+
+    weight = None
+    if a.class_weight == "inverse":
+        n_c = collections.Counter(tr_y.tolist())
+        inv = [1.0 / n_c[c] if n_c[c] else 0.0 for c in range(C)]
+        weight = torch.tensor([w * C / sum(inv) for w in inv], dtype=torch.float32)
+
+    model = build_model(torch, len(vocab), C)
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=max_lr, betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=0.01)
+    per_epoch = math.ceil(len(train) / batch)
+    total = per_epoch * a.epochs
+    if a.max_steps:
+        total = min(total, a.max_steps)
+    print(f"pytorch_cls_reference: torch {torch.__version__}, {len(train)} train / {len(dev)} dev "
+          f"rows, {C} classes, vocab {len(vocab)}, {n_params} parameters, {total} steps "
+          f"({per_epoch} per epoch), class weights {a.class_weight}"
+          + (f" {[round(w, 4) for w in weight.tolist()]}" if weight is not None else ""),
+          flush=True)
+    mf = open(a.metrics, "w") if a.metrics else None
+    gen = torch.Generator().manual_seed(a.seed)
+    t0 = time.time()
+    step = 0
+    model.train()
+    for epoch in range(a.epochs):
+        order = torch.randperm(len(train), generator=gen).tolist()
+        for i in range(0, len(order), batch):
+            if step >= total:
+                break
+            rows = order[i: i + batch]
+            tok, mask = batch_tensors(torch, tr_seq, rows)
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, max_lr, warmup, total)
+            loss = torch.nn.functional.cross_entropy(model(tok, mask), tr_y[rows], weight=weight)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            step += 1
+            if step % 50 == 0 or step == total:
+                rec = {"step": step, "epoch": epoch, "loss": loss.item(),
+                       "lr": opt.param_groups[0]["lr"], "grad_norm": gnorm.item(),
+                       "elapsed_s": time.time() - t0}
+                print(json.dumps(rec), flush=True)
+                if mf:
+                    mf.write(json.dumps(rec) + "\n")
+                    mf.flush()
+    train_s = time.time() - t0
+
+    model.eval()
+    conf = [[0] * C for _ in range(C)]
+    with torch.no_grad():
+        for i in range(0, len(dev), 64):
+            rows = list(range(i, min(i + 64, len(dev))))
+            tok, mask = batch_tensors(torch, dv_seq, rows)
+            pred = model(tok, mask).argmax(dim=-1).tolist()
+            for r, p in zip(rows, pred):
+                conf[dv_y[r]][p] += 1
+    acc, macro_f1, per = report(conf)
+    res = {"eval": {"accuracy": acc, "macro_f1": macro_f1, "total": len(dev),
+                    "per_class": dict(zip(classes, per))},
+           "train_s": train_s, "wall_s": time.time() - t0, "steps": step,
+           "torch": torch.__version__, "threads": a.threads, "class_weight": a.class_weight}
+    print(json.dumps(res), flush=True)
+    if mf:
+        mf.write(json.dumps(res) + "\n")
+        mf.close()
+
+
+if __name__ == "__main__":
+    main()
