@@ -214,15 +214,19 @@ typedef enum ds_load_flags {
 } ds_load_flags;
 
 /* Load DIR/TAG (tag NULL: the one DIR/latest names) into the engine.
- * Collective. Verifies first, before changing anything: meta.json, every
- * shard file present with its recorded size, header, index and checksums
- * (the same completeness check as ds_checkpoint_verify), the parameter table
- * equal to this model's, the optimizer's moments matching (unless not
- * loaded), and the checksum of every frame this rank will read; all ranks
- * agree on the outcome, and a failure anywhere leaves every engine as it was
- * and returns the same error (naming the file) on every rank. The world size,
- * ZeRO stage, precision and batch split may differ from the saving run's; the
- * config in use is this engine's own. Pending gradients are dropped.
+ * Collective. Verifies first, before changing anything, the checks of
+ * ds_checkpoint_verify shared out over the ranks: every rank reads meta.json
+ * and finds every shard file present with its recorded size and no file
+ * extra; it opens the files it will read (header, index, their checksums
+ * against meta.json) and checks the checksum of every frame it will read; it
+ * checks that the parameter table equals this model's and the optimizer's
+ * moments match (unless not loaded). All ranks agree on the outcome: a
+ * failure anywhere leaves every engine as it was and returns the same error
+ * (naming the file) on every rank; only a failure while reading what was
+ * just verified (a file changed underneath) leaves the engine partly loaded.
+ * The world size, ZeRO stage, precision and batch split may differ from the
+ * saving run's; the config in use is this engine's own. Pending gradients are
+ * dropped.
  * flags: DS_LOAD_* or'ed. Errors: DS_ERR_IO (missing files), DS_ERR_CORRUPT
  * (checksums, truncation, a world-size mismatch inside the folder),
  * DS_ERR_INVALID_ARG (another model, incompatible optimizer state, flags). */

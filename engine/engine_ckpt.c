@@ -330,9 +330,8 @@ static ds_status old_range(old_files *o, uint32_t id, int64_t lo, int64_t hi, fl
 }
 
 /* Which sections this load reads. */
-static int load_sections(const engine_t *e, const ds_ckpt_meta *m, unsigned flags) {
+static int load_sections(const engine_t *e, unsigned flags) {
     if (flags & (DS_LOAD_MODULE_ONLY | DS_LOAD_NO_OPTIMIZER)) return 1;
-    (void)m;
     return 1 + ds_optim_state_count(&e->cfg);
 }
 
@@ -359,7 +358,7 @@ static ds_status compatible(const engine_t *e, const ds_ckpt_meta *m, unsigned f
         return DS_ERR(DS_ERR_INVALID_ARG, "%s: flat space of %lld elements, this model's %lld",
                       tag_dir, (long long)m->used, (long long)f->used);
     int want = ds_optim_state_count(&e->cfg);
-    if (load_sections(e, m, flags) > 1 && m->moments != want)
+    if (load_sections(e, flags) > 1 && m->moments != want)
         return DS_ERR(DS_ERR_INVALID_ARG, "%s: the checkpoint's %s kept %d optimizer moment(s), "
                       "this engine's %s keeps %d; load with DS_LOAD_NO_OPTIMIZER to start the "
                       "optimizer afresh", tag_dir, m->optimizer, m->moments,
@@ -369,15 +368,15 @@ static ds_status compatible(const engine_t *e, const ds_ckpt_meta *m, unsigned f
 
 /* Phase 1 on this rank: everything that can fail, before anything changes. */
 static ds_status check_local(engine_t *e, const char *tag_dir, unsigned flags, ds_ckpt_meta *m) {
-    DS_TRY(ds_ckpt_check_dir(tag_dir, false, m));
+    int64_t lo, hi;
+    owned_range(e, &lo, &hi);
+    DS_TRY(ds_ckpt_check_dir_range(tag_dir, lo, hi, m));
     DS_TRY(compatible(e, m, flags, tag_dir));
     old_files o = {.m = m, .tag_dir = tag_dir, .active = -1};
     o.rd = calloc((size_t)m->world, sizeof *o.rd);
     if (!o.rd) return DS_ERR(DS_ERR_OOM, "loading %s: out of host memory", tag_dir);
-    int64_t lo, hi;
-    owned_range(e, &lo, &hi);
     ds_status st = DS_OK;
-    int n = load_sections(e, m, flags);
+    int n = load_sections(e, flags);
     for (int k = 0; st == DS_OK && k < n; k++) st = old_range(&o, (uint32_t)k, lo, hi, NULL);
     old_close(&o);
     DS_TRY(st);
@@ -395,7 +394,7 @@ static ds_status load_states(engine_t *e, const char *tag_dir, unsigned flags,
     if (!o.rd || !buf) st = DS_ERR(DS_ERR_OOM, "loading %s: out of host memory", tag_dir);
     int64_t lo, hi;
     owned_range(e, &lo, &hi);
-    int n = load_sections(e, m, flags);
+    int n = load_sections(e, flags);
     for (int k = 0; st == DS_OK && k < n; k++) {
         for (int64_t c = lo; st == DS_OK && c < hi; c += (int64_t)chunk) {
             int64_t end = c + (int64_t)chunk < hi ? c + (int64_t)chunk : hi;
@@ -435,6 +434,10 @@ static ds_status restore_loader(engine_t *e, const ds_ckpt_meta *m) {
      * (extended) permutation, so the same global position P continues with
      * cursor P / world at any world size. */
     int64_t p = m->epoch_samples;
+    if (p >= (int64_t)e->train->n) { /* the epoch was consumed (padding included) */
+        e->cursor = e->sampler.num_samples;
+        return DS_OK;
+    }
     if (p % world != 0 && loud)
         fprintf(stderr, "[zero-engine] warning: %lld samples into epoch %lld do not split over %d "
                 "ranks; continuing at sample %lld (%lld samples seen again)\n", (long long)p,

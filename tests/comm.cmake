@@ -2,6 +2,7 @@
 set(_comm_dir ${CMAKE_CURRENT_SOURCE_DIR})
 
 ds_add_test(NAME test_discover SOURCES ${_comm_dir}/unit/test_discover.c LABELS unit)
+ds_add_test(NAME test_comm_reduce SOURCES ${_comm_dir}/unit/test_comm_reduce.c LABELS unit)
 
 # Every collective x dtype x op x size, in place and not, default and tiny
 # scratch, traffic against theory: at 1, 2 and 4 ranks under mpirun ...

@@ -195,7 +195,10 @@ static ds_status no_extra_files(const char *tag_dir, const ds_ckpt_meta *m) {
     return st;
 }
 
-static ds_status check_shard(const char *tag_dir, const ds_ckpt_meta *m, int r, bool frames) {
+/* open: read header, trailer and index (else only the size is checked);
+ * frames: also every frame's checksum. */
+static ds_status check_shard(const char *tag_dir, const ds_ckpt_meta *m, int r, bool open,
+                             bool frames) {
     const ds_ckpt_shard_entry *e = &m->shards[r];
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", tag_dir, e->file);
@@ -218,6 +221,7 @@ static ds_status check_shard(const char *tag_dir, const ds_ckpt_meta *m, int r, 
                       (long long)s.st_size, (unsigned long long)e->bytes,
                       (uint64_t)s.st_size < e->bytes ? "truncated" : "rewritten or appended to");
     }
+    if (!open) return DS_OK;
     ds_ckpt_reader *rd;
     DS_TRY(ds_ckpt_reader_open(path, &rd));
     const ds_ckpt_header *h = ds_ckpt_reader_header(rd);
@@ -248,7 +252,8 @@ static ds_status check_shard(const char *tag_dir, const ds_ckpt_meta *m, int r, 
     return DS_OK;
 }
 
-ds_status ds_ckpt_check_dir(const char *tag_dir, bool frames, ds_ckpt_meta *meta) {
+static ds_status check_dir(const char *tag_dir, bool frames, int64_t lo, int64_t hi,
+                           ds_ckpt_meta *meta) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", tag_dir, DS_CKPT_META_FILE);
     struct stat s;
@@ -269,7 +274,21 @@ ds_status ds_ckpt_check_dir(const char *tag_dir, bool frames, ds_ckpt_meta *meta
                           "%lld elements", path, r, (long long)meta->shards[r].lo,
                           (long long)meta->shards[r].hi, r, (long long)meta->part);
     }
-    for (int r = 0; r < meta->world; r++) DS_TRY(check_shard(tag_dir, meta, r, frames));
+    for (int r = 0; r < meta->world; r++) {
+        bool overlaps = meta->shards[r].lo < hi && meta->shards[r].hi > lo;
+        DS_TRY(check_shard(tag_dir, meta, r, overlaps, frames));
+    }
     DS_TRY(no_extra_files(tag_dir, meta));
+    return DS_OK;
+}
+
+ds_status ds_ckpt_check_dir(const char *tag_dir, bool frames, ds_ckpt_meta *meta) {
+    DS_TRY(check_dir(tag_dir, frames, 0, INT64_MAX, meta));
+    return DS_OK;
+}
+
+ds_status ds_ckpt_check_dir_range(const char *tag_dir, int64_t lo, int64_t hi,
+                                  ds_ckpt_meta *meta) {
+    DS_TRY(check_dir(tag_dir, false, lo, hi, meta));
     return DS_OK;
 }

@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "engine/core/status.h"
 #include "engine/io/ckpt_meta.h"
@@ -65,6 +66,15 @@ ds_status ds_ckpt_read_latest(const char *dir, char *tag, size_t cap);
  * DS_ERR_CORRUPT "…: 1000 bytes, meta.json records 4096 (truncated?)",
  * "…: written by a world of 4 ranks, meta.json says 2", "…: extra file …". */
 ds_status ds_ckpt_check_dir(const char *tag_dir, bool frames, ds_ckpt_meta *meta);
+
+/* The same check for one rank of a load that reads flat elements [lo, hi):
+ * every file is looked up and its size compared (a stat, no read), only the
+ * files overlapping [lo, hi) are opened (header, trailer, index). Since the
+ * ranks' ranges cover the flat space, the ranks together open every file
+ * once (a 1000-rank checkpoint costs each rank of a 1000-rank load a few
+ * indexes, not 1000). No frame is read. */
+ds_status ds_ckpt_check_dir_range(const char *tag_dir, int64_t lo, int64_t hi,
+                                  ds_ckpt_meta *meta);
 
 #ifdef __cplusplus
 }

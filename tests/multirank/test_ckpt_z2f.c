@@ -237,6 +237,9 @@ int main(void) {
     ds_finalize(e); /* what follows needs no engine and no MPI: rank 0 alone */
     ds_dataset_destroy(data);
     if (rank != 0) {
+        free(x.names);
+        free(x.numel);
+        free(x.off);
         free(want);
         return 0;
     }
