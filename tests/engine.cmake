@@ -103,3 +103,5 @@ foreach(cfg ds_config zero0 zero1 zero2 zero3 fp16 bf16)
                        FIXTURES_REQUIRED gen_csv ENVIRONMENT "OMP_NUM_THREADS=1"
                        PASS_REGULAR_EXPRESSION "macro avg")
 endforeach()
+
+ds_add_test(NAME test_flat SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_flat.c LABELS unit)
