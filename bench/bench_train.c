@@ -78,10 +78,11 @@ int main(int argc, char **argv) {
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4, \"weight_decay\": 0.01}},"
              " \"gradient_clipping\": 1.0,"
              " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0},"
-             " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s},"
+             " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s}"
              "%s}",
              global_batch, stage, strcmp(precision, "fp16") ? "false" : "true",
-             strcmp(precision, "bf16") ? "false" : "true", ckpt ? ", \"activation_checkpointing\": {}" : "");
+             strcmp(precision, "bf16") ? "false" : "true",
+             ckpt ? ", \"activation_checkpointing\": {}" : "");
     ds_init_desc d;
     ds_init_desc_defaults(&d);
     d.config_json = cfg;

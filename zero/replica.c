@@ -169,3 +169,90 @@ ds_status ds_replica_set_weights(ds_replica *r, ds_comm *comm, float *master, in
                             (size_t)p->numel));
     return DS_OK;
 }
+
+/* ---- strategy slots shared by the replica stages ---- */
+
+static ds_replica *R(ds_zero *z) { return (ds_replica *)z->impl; }
+
+ds_status ds_replica_op_fetch(ds_zero *z, int m, float ***out) {
+    DS_TRY(ds_replica_fetch(R(z), m, out));
+    return DS_OK;
+}
+
+ds_status ds_replica_op_release(ds_zero *z, int m) {
+    (void)z;
+    (void)m;
+    return DS_OK;
+}
+
+ds_status ds_replica_op_grad_slots(ds_zero *z, int m, float ***out) {
+    DS_TRY(ds_replica_grad_slots(R(z), m, out));
+    return DS_OK;
+}
+
+ds_status ds_replica_op_grad_done(ds_zero *z, int m) {
+    DS_TRY(ds_replica_grad_done(R(z), m));
+    return DS_OK;
+}
+
+ds_status ds_replica_op_zero_grad(ds_zero *z) {
+    DS_TRY(ds_replica_zero_grad(R(z)));
+    return DS_OK;
+}
+
+static ds_replica_shard *RS(ds_zero *z) { return (ds_replica_shard *)z->impl; }
+
+ds_status ds_replica_shard_init(ds_replica_shard *rs, const ds_zero_desc *d, bool full_grads) {
+    rs->comm = d->comm;
+    DS_TRY(ds_replica_init(&rs->rep, d, full_grads));
+    DS_TRY(ds_shard_init(&rs->sh, d));
+    /* Every rank draws the whole replica locally (no collective during
+     * construction, so a rank that failed to allocate cannot strand the
+     * others) and keeps its slice as the master partition. */
+    DS_TRY(ds_replica_init_values(&rs->rep, d->seed, rs->sh.master, rs->sh.lo, rs->sh.part));
+    return DS_OK;
+}
+
+void ds_replica_shard_free(ds_replica_shard *rs) {
+    ds_shard_free(&rs->sh);
+    ds_replica_free(&rs->rep);
+}
+
+ds_status ds_replica_shard_update(ds_replica_shard *rs, const ds_optim_step *step,
+                                  const void *grads, float grad_mult) {
+    ds_replica *r = &rs->rep;
+    void *lp = ds_at(r->params, r->pt, rs->sh.lo);
+    DS_TRY(ds_shard_update(&rs->sh, step, lp, grads, r->gt, grad_mult, lp, r->pt));
+    DS_TRY(ds_comm_all_gather(rs->comm, lp, r->params, (size_t)rs->sh.part, r->pt));
+    return DS_OK;
+}
+
+ds_status ds_replica_shard_op_get_param(ds_zero *z, int i, float *host) {
+    ds_replica_shard *rs = RS(z);
+    DS_TRY(ds_replica_get_weights(&rs->rep, rs->comm, rs->sh.master, i, host));
+    return DS_OK;
+}
+
+ds_status ds_replica_shard_op_set_param(ds_zero *z, int i, const float *host) {
+    ds_replica_shard *rs = RS(z);
+    DS_TRY(ds_replica_set_weights(&rs->rep, rs->comm, rs->sh.master, i, host));
+    return DS_OK;
+}
+
+ds_status ds_replica_shard_op_state_io(ds_zero *z, ds_zero_state which, int64_t lo, int64_t hi,
+                                       float *host, bool write) {
+    ds_replica_shard *rs = RS(z);
+    DS_TRY(ds_shard_state_io(&rs->sh, (float *)rs->rep.params + rs->sh.lo, which, lo, hi, host,
+                             write));
+    return DS_OK;
+}
+
+ds_status ds_replica_shard_op_sync_params(ds_zero *z) {
+    ds_replica_shard *rs = RS(z);
+    ds_replica *r = &rs->rep;
+    void *lp = ds_at(r->params, r->pt, rs->sh.lo);
+    if (rs->sh.mixed)
+        DS_TRY(r->be->ops->cast(r->be, lp, r->pt, rs->sh.master, DS_F32, (size_t)rs->sh.part));
+    DS_TRY(ds_comm_all_gather(rs->comm, lp, r->params, (size_t)rs->sh.part, r->pt));
+    return DS_OK;
+}

@@ -11,6 +11,7 @@
 #ifndef DS_ZERO_REPLICA_H
 #define DS_ZERO_REPLICA_H
 
+#include "zero/shard.h"
 #include "zero/zero.h"
 
 typedef struct ds_replica {
@@ -52,5 +53,34 @@ ds_status ds_replica_set_weights(ds_replica *r, ds_comm *comm, float *master, in
                                  const float *host);
 /* Local (unreduced) gradient of parameter i as fp32 into host. */
 ds_status ds_replica_grad_to_host(ds_replica *r, int i, float *host);
+
+/* ---- strategy slots shared by the replica stages ----
+ * They require the strategy's impl struct to BEGIN with a ds_replica
+ * (stage 0) or a ds_replica_shard (stages 1 and 2). */
+ds_status ds_replica_op_fetch(ds_zero *z, int m, float ***out);
+ds_status ds_replica_op_release(ds_zero *z, int m); /* resident: nothing to do */
+ds_status ds_replica_op_grad_slots(ds_zero *z, int m, float ***out);
+ds_status ds_replica_op_grad_done(ds_zero *z, int m);
+ds_status ds_replica_op_zero_grad(ds_zero *z);
+
+/* Stages 1 and 2: a replica of the working parameters plus an optimizer
+ * shard (zero/shard.h). */
+typedef struct ds_replica_shard {
+    ds_replica rep;
+    ds_shard sh;
+    ds_comm *comm;
+} ds_replica_shard;
+
+ds_status ds_replica_shard_init(ds_replica_shard *rs, const ds_zero_desc *d, bool full_grads);
+void ds_replica_shard_free(ds_replica_shard *rs);
+/* Update the partition from its summed gradients (grads: partition, gt) and
+ * all-gather the working parameters. */
+ds_status ds_replica_shard_update(ds_replica_shard *rs, const ds_optim_step *step,
+                                  const void *grads, float grad_mult);
+ds_status ds_replica_shard_op_get_param(ds_zero *z, int i, float *host);
+ds_status ds_replica_shard_op_set_param(ds_zero *z, int i, const float *host);
+ds_status ds_replica_shard_op_state_io(ds_zero *z, ds_zero_state which, int64_t lo, int64_t hi,
+                                       float *host, bool write);
+ds_status ds_replica_shard_op_sync_params(ds_zero *z);
 
 #endif /* DS_ZERO_REPLICA_H */

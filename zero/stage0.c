@@ -13,7 +13,7 @@
 #include "zero/zero_util.h"
 
 typedef struct stage0 {
-    ds_replica rep;
+    ds_replica rep; /* first: the shared replica slots reach it through impl */
     ds_comm *comm;
     bool mixed;             /* fp32 master weights exist */
     float *master;          /* [padded] fp32, mixed only */
@@ -23,27 +23,6 @@ typedef struct stage0 {
 
 static stage0 *S(ds_zero *z) { return (stage0 *)z->impl; }
 static float *weights(stage0 *s) { return s->mixed ? s->master : (float *)s->rep.params; }
-
-static ds_status fetch(ds_zero *z, int m, float ***out) {
-    DS_TRY(ds_replica_fetch(&S(z)->rep, m, out));
-    return DS_OK;
-}
-
-static ds_status release(ds_zero *z, int m) {
-    (void)z;
-    (void)m;
-    return DS_OK; /* everything stays resident */
-}
-
-static ds_status grad_slots(ds_zero *z, int m, float ***out) {
-    DS_TRY(ds_replica_grad_slots(&S(z)->rep, m, out));
-    return DS_OK;
-}
-
-static ds_status grad_done(ds_zero *z, int m) {
-    DS_TRY(ds_replica_grad_done(&S(z)->rep, m));
-    return DS_OK;
-}
 
 static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
     stage0 *s = S(z);
@@ -66,11 +45,6 @@ static ds_status apply(ds_zero *z, float grad_mult, const ds_optim_step *step) {
     ds_replica *r = &s->rep;
     DS_TRY(ds_optim_update(r->be, step, weights(s), r->grads, r->gt, grad_mult, s->state0,
                            s->state1, (size_t)r->flat->used, s->mixed ? r->params : NULL, r->pt));
-    return DS_OK;
-}
-
-static ds_status zero_grad(ds_zero *z) {
-    DS_TRY(ds_replica_zero_grad(&S(z)->rep));
     return DS_OK;
 }
 
@@ -135,9 +109,9 @@ static void destroy(ds_zero *z) {
 }
 
 static const ds_zero_ops k_stage0_ops = {
-    .name = "stage0", .fetch = fetch, .release = release, .grad_slots = grad_slots,
-    .grad_done = grad_done, .reduce_grads = reduce_grads, .apply = apply,
-    .zero_grad = zero_grad, .get_param = get_param, .set_param = set_param,
+    .name = "stage0", .fetch = ds_replica_op_fetch, .release = ds_replica_op_release,
+    .grad_slots = ds_replica_op_grad_slots, .grad_done = ds_replica_op_grad_done,
+    .reduce_grads = reduce_grads, .apply = apply, .zero_grad = ds_replica_op_zero_grad, .get_param = get_param, .set_param = set_param,
     .get_grad = get_grad, .state_io = state_io, .sync_params = sync_params, .destroy = destroy,
 };
 
@@ -160,15 +134,9 @@ static ds_status build(stage0 *s, const ds_zero_desc *d) {
 }
 
 ds_status ds_zero_stage0_create(const ds_zero_desc *d, ds_zero **out) {
-    *out = NULL;
-    ds_zero *z = calloc(1, sizeof *z);
-    stage0 *s = calloc(1, sizeof *s);
-    if (!z || !s) {
-        free(z);
-        free(s);
-        return DS_ERR(DS_ERR_OOM, "stage 0: out of host memory");
-    }
-    *z = (ds_zero){.ops = &k_stage0_ops, .d = *d, .stage = 0, .impl = s};
+    ds_zero *z;
+    DS_TRY(ds_zero_alloc(d, &k_stage0_ops, 0, sizeof(stage0), &z));
+    stage0 *s = S(z);
     s->comm = d->comm;
     s->mixed = d->param_t != DS_F32;
     s->bucket = d->cfg->reduce_bucket_size > 0 ? d->cfg->reduce_bucket_size : d->flat->padded;

@@ -10,141 +10,73 @@
 #include <stdlib.h>
 
 #include "zero/replica.h"
-#include "zero/shard.h"
 #include "zero/zero.h"
 #include "zero/zero_util.h"
 
 typedef struct stage1 {
-    ds_replica rep;
-    ds_shard sh;
-    ds_comm *comm;
+    ds_replica_shard rs; /* first: the shared replica slots reach it through impl */
 } stage1;
 
 static stage1 *S(ds_zero *z) { return (stage1 *)z->impl; }
 
-static ds_status fetch(ds_zero *z, int m, float ***out) {
-    DS_TRY(ds_replica_fetch(&S(z)->rep, m, out));
-    return DS_OK;
-}
-
-static ds_status release(ds_zero *z, int m) {
-    (void)z;
-    (void)m;
-    return DS_OK;
-}
-
-static ds_status grad_slots(ds_zero *z, int m, float ***out) {
-    DS_TRY(ds_replica_grad_slots(&S(z)->rep, m, out));
-    return DS_OK;
-}
-
-static ds_status grad_done(ds_zero *z, int m) {
-    DS_TRY(ds_replica_grad_done(&S(z)->rep, m));
-    return DS_OK;
-}
+/* The partition's slice of the gradient replica, reduced over ranks. */
+static void *my_grads(stage1 *s) { return ds_at(s->rs.rep.grads, s->rs.rep.gt, s->rs.sh.lo); }
 
 static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
     stage1 *s = S(z);
-    ds_replica *r = &s->rep;
-    void *mine = ds_at(r->grads, r->gt, s->sh.lo);
-    DS_TRY(ds_comm_reduce_scatter(s->comm, r->grads, mine, (size_t)s->sh.part, r->gt,
-                                  DS_REDUCE_SUM));
-    DS_TRY(ds_zero_part_sumsq(r->be, s->comm, mine, r->gt, (size_t)s->sh.part, sumsq, overflow));
+    ds_replica *r = &s->rs.rep;
+    size_t part = (size_t)s->rs.sh.part;
+    DS_TRY(ds_comm_reduce_scatter(s->rs.comm, r->grads, my_grads(s), part, r->gt, DS_REDUCE_SUM));
+    DS_TRY(ds_zero_part_sumsq(r->be, s->rs.comm, my_grads(s), r->gt, part, sumsq, overflow));
     return DS_OK;
 }
 
 static ds_status apply(ds_zero *z, float grad_mult, const ds_optim_step *step) {
     stage1 *s = S(z);
-    ds_replica *r = &s->rep;
-    void *lp = ds_at(r->params, r->pt, s->sh.lo);
-    DS_TRY(ds_shard_update(&s->sh, step, lp, ds_at(r->grads, r->gt, s->sh.lo), r->gt, grad_mult,
-                           lp, r->pt));
-    DS_TRY(ds_comm_all_gather(s->comm, lp, r->params, (size_t)s->sh.part, r->pt));
-    return DS_OK;
-}
-
-static ds_status zero_grad(ds_zero *z) {
-    DS_TRY(ds_replica_zero_grad(&S(z)->rep));
-    return DS_OK;
-}
-
-static ds_status get_param(ds_zero *z, int i, float *host) {
-    stage1 *s = S(z);
-    DS_TRY(ds_replica_get_weights(&s->rep, s->comm, s->sh.master, i, host));
-    return DS_OK;
-}
-
-static ds_status set_param(ds_zero *z, int i, const float *host) {
-    stage1 *s = S(z);
-    DS_TRY(ds_replica_set_weights(&s->rep, s->comm, s->sh.master, i, host));
+    DS_TRY(ds_replica_shard_update(&s->rs, step, my_grads(s), grad_mult));
     return DS_OK;
 }
 
 static ds_status get_grad(ds_zero *z, int i, float *host) {
     stage1 *s = S(z);
-    DS_TRY(ds_replica_grad_to_host(&s->rep, i, host));
-    DS_TRY(ds_comm_host_all_reduce(s->comm, host, (size_t)s->rep.flat->params[i].numel, DS_F32,
-                                   DS_REDUCE_SUM));
-    return DS_OK;
-}
-
-static ds_status state_io(ds_zero *z, ds_zero_state which, int64_t lo, int64_t hi, float *host,
-                          bool write) {
-    stage1 *s = S(z);
-    DS_TRY(ds_shard_state_io(&s->sh, (float *)s->rep.params + s->sh.lo, which, lo, hi, host,
-                             write));
-    return DS_OK;
-}
-
-static ds_status sync_params(ds_zero *z) {
-    stage1 *s = S(z);
-    ds_replica *r = &s->rep;
-    void *lp = ds_at(r->params, r->pt, s->sh.lo);
-    if (s->sh.mixed)
-        DS_TRY(r->be->ops->cast(r->be, lp, r->pt, s->sh.master, DS_F32, (size_t)s->sh.part));
-    DS_TRY(ds_comm_all_gather(s->comm, lp, r->params, (size_t)s->sh.part, r->pt));
+    DS_TRY(ds_replica_grad_to_host(&s->rs.rep, i, host));
+    DS_TRY(ds_comm_host_all_reduce(s->rs.comm, host, (size_t)s->rs.rep.flat->params[i].numel,
+                                   DS_F32, DS_REDUCE_SUM));
     return DS_OK;
 }
 
 static void destroy(ds_zero *z) {
-    stage1 *s = S(z);
-    if (s) {
-        ds_shard_free(&s->sh);
-        ds_replica_free(&s->rep);
-        free(s);
-    }
+    if (S(z)) ds_replica_shard_free(&S(z)->rs);
+    free(z->impl);
     free(z);
 }
 
 static const ds_zero_ops k_stage1_ops = {
-    .name = "stage1", .fetch = fetch, .release = release, .grad_slots = grad_slots,
-    .grad_done = grad_done, .reduce_grads = reduce_grads, .apply = apply,
-    .zero_grad = zero_grad, .get_param = get_param, .set_param = set_param,
-    .get_grad = get_grad, .state_io = state_io, .sync_params = sync_params, .destroy = destroy,
+    .name = "stage1",
+    .fetch = ds_replica_op_fetch,
+    .release = ds_replica_op_release,
+    .grad_slots = ds_replica_op_grad_slots,
+    .grad_done = ds_replica_op_grad_done,
+    .reduce_grads = reduce_grads,
+    .apply = apply,
+    .zero_grad = ds_replica_op_zero_grad,
+    .get_param = ds_replica_shard_op_get_param,
+    .set_param = ds_replica_shard_op_set_param,
+    .get_grad = get_grad,
+    .state_io = ds_replica_shard_op_state_io,
+    .sync_params = ds_replica_shard_op_sync_params,
+    .destroy = destroy,
 };
 
 ds_status ds_zero_stage1_create(const ds_zero_desc *d, ds_zero **out) {
-    *out = NULL;
-    ds_zero *z = calloc(1, sizeof *z);
-    stage1 *s = calloc(1, sizeof *s);
-    if (!z || !s) {
-        free(z);
-        free(s);
-        return DS_ERR(DS_ERR_OOM, "stage 1: out of host memory");
+    ds_zero *z;
+    DS_TRY(ds_zero_alloc(d, &k_stage1_ops, 1, sizeof(stage1), &z));
+    ds_status st = ds_replica_shard_init(&S(z)->rs, d, true);
+    if (st != DS_OK) {
+        ds_error_trace(__FILE__, __LINE__);
+        destroy(z);
+        return st;
     }
-    *z = (ds_zero){.ops = &k_stage1_ops, .d = *d, .stage = 1, .impl = s};
-    s->comm = d->comm;
-    ds_status st;
-    DS_TRY_GOTO(st, ds_replica_init(&s->rep, d, true), fail);
-    DS_TRY_GOTO(st, ds_shard_init(&s->sh, d), fail);
-    /* Every rank draws the whole replica locally (no collective during
-     * construction, so a rank that failed to allocate cannot strand the
-     * others) and keeps its slice as the master partition. */
-    DS_TRY_GOTO(st, ds_replica_init_values(&s->rep, d->seed, s->sh.master, s->sh.lo, s->sh.part),
-                fail);
     *out = z;
     return DS_OK;
-fail:
-    destroy(z);
-    return st;
 }

@@ -415,15 +415,9 @@ static ds_status build(stage3 *s, const ds_zero_desc *d) {
 }
 
 ds_status ds_zero_stage3_create(const ds_zero_desc *d, ds_zero **out) {
-    *out = NULL;
-    ds_zero *z = calloc(1, sizeof *z);
-    stage3 *s = calloc(1, sizeof *s);
-    if (!z || !s) {
-        free(z);
-        free(s);
-        return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
-    }
-    *z = (ds_zero){.ops = &k_stage3_ops, .d = *d, .stage = 3, .impl = s};
+    ds_zero *z;
+    DS_TRY(ds_zero_alloc(d, &k_stage3_ops, 3, sizeof(stage3), &z));
+    stage3 *s = S(z);
     s->be = d->be;
     s->comm = d->comm;
     s->flat = d->flat;

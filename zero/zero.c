@@ -18,6 +18,21 @@ ds_status ds_zero_create(const ds_zero_desc *d, ds_zero **out) {
     return DS_OK;
 }
 
+ds_status ds_zero_alloc(const ds_zero_desc *d, const ds_zero_ops *ops, int stage, size_t impl_size,
+                        ds_zero **out) {
+    *out = NULL;
+    ds_zero *z = calloc(1, sizeof *z);
+    void *impl = calloc(1, impl_size);
+    if (!z || !impl) {
+        free(z);
+        free(impl);
+        return DS_ERR(DS_ERR_OOM, "ZeRO stage %d: out of host memory", stage);
+    }
+    *z = (ds_zero){.ops = ops, .d = *d, .stage = stage, .impl = impl};
+    *out = z;
+    return DS_OK;
+}
+
 void ds_zero_destroy(ds_zero *z) {
     if (z && z->ops && z->ops->destroy) z->ops->destroy(z);
 }

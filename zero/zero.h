@@ -123,6 +123,11 @@ struct ds_zero {
 ds_status ds_zero_create(const ds_zero_desc *d, ds_zero **out);
 void ds_zero_destroy(ds_zero *z);
 
+/* For the implementations: allocate a strategy with `ops` and a zeroed impl
+ * of impl_size bytes. */
+ds_status ds_zero_alloc(const ds_zero_desc *d, const ds_zero_ops *ops, int stage, size_t impl_size,
+                        ds_zero **out);
+
 /* Implementation constructors. */
 ds_status ds_zero_stage0_create(const ds_zero_desc *d, ds_zero **out);
 ds_status ds_zero_stage1_create(const ds_zero_desc *d, ds_zero **out);
