@@ -24,36 +24,20 @@
 #include <string.h>
 
 #include "../multirank/ckpt_harness.h"
-
-static int fails;
-
-#define CHECK(cond, ...)                                                                          \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                           \
-            printf(__VA_ARGS__);                                                                  \
-            printf("\n");                                                                         \
-            fails++;                                                                              \
-        }                                                                                         \
-    } while (0)
-
-static void die(const char *what) {
-    fprintf(stderr, "test_ckpt_crash: %s: %s\n", what, ds_last_error());
-    exit(1);
-}
+#include "tests/unit/test_util.h"
 
 static void dump(engine_t *e, const char *work, int step) {
     size_t n;
     float *p = ck_params(e, &n);
     char path[1024];
     snprintf(path, sizeof path, "%s/params_%d", work, step);
-    if (!p || (ds_rank(e) == 0 && !ck_write_floats(path, p, n))) die("dumping parameters");
+    if (!p || (ds_rank(e) == 0 && !ck_write_floats(path, p, n))) TEST_DIE("dumping parameters");
     free(p);
 }
 
 static void train(engine_t *e, int steps) {
     for (int i = 0; i < steps; i++)
-        if (ds_train_batch(e, NULL) != DS_OK) die("train");
+        if (ds_train_batch(e, NULL) != DS_OK) TEST_DIE("train");
 }
 
 int main(int argc, char **argv) {
@@ -74,12 +58,12 @@ int main(int argc, char **argv) {
     ck_setup_defaults(&s);
     s.stage = 2;
     engine_t *e;
-    if (!data || ck_engine(&s, data, &e) != DS_OK) die("engine");
+    if (!data || ck_engine(&s, data, &e) != DS_OK) TEST_DIE("engine");
     int rank = ds_rank(e);
     if (!strcmp(phase, "base")) {
         train(e, 2);
         dump(e, work, 2);
-        if (ds_save_checkpoint(e, dir, NULL, NULL) != DS_OK) die("save");
+        if (ds_save_checkpoint(e, dir, NULL, NULL) != DS_OK) TEST_DIE("save");
     } else if (!strcmp(phase, "crash")) {
         train(e, 3);
         dump(e, work, 3);
@@ -90,11 +74,11 @@ int main(int argc, char **argv) {
     } else {
         char tag[256], want[64];
         snprintf(want, sizeof want, "global_step%d", expect);
-        if (ds_checkpoint_latest(dir, tag, sizeof tag) != DS_OK) die("latest");
+        if (ds_checkpoint_latest(dir, tag, sizeof tag) != DS_OK) TEST_DIE("latest");
         CHECK(!strcmp(tag, want), "latest names %s, want %s", tag, want);
         if (rank == 0) CHECK(ds_checkpoint_verify(dir, NULL) == DS_OK, "verify: %s",
                              ds_last_error());
-        if (ds_load_checkpoint(e, dir, NULL, DS_LOAD_ALL) != DS_OK) die("load");
+        if (ds_load_checkpoint(e, dir, NULL, DS_LOAD_ALL) != DS_OK) TEST_DIE("load");
         CHECK(ds_global_step(e) == expect, "loaded step %lld", (long long)ds_global_step(e));
         size_t n, nw;
         float *p = ck_params(e, &n);
@@ -108,7 +92,7 @@ int main(int argc, char **argv) {
         free(w);
         /* Save step 3 over what the crash left. */
         train(e, 3 - expect);
-        if (ds_save_checkpoint(e, dir, "global_step3", NULL) != DS_OK) die("save after crash");
+        if (ds_save_checkpoint(e, dir, "global_step3", NULL) != DS_OK) TEST_DIE("save after crash");
         if (rank == 0) {
             CHECK(ds_checkpoint_verify(dir, NULL) == DS_OK, "verify after: %s", ds_last_error());
             CHECK(ds_checkpoint_latest(dir, tag, sizeof tag) == DS_OK &&
@@ -122,10 +106,10 @@ int main(int argc, char **argv) {
             }
             if (d) closedir(d);
             printf("%s: latest was %s and loaded; a new save over the debris succeeded\n",
-                   fails ? "FAIL" : "ok", want);
+                   test_fails() ? "FAIL" : "ok", want);
         }
     }
     ds_finalize(e);
     ds_dataset_destroy(data);
-    return fails != 0;
+    return test_finish("test_ckpt_crash");
 }

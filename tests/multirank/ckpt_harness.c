@@ -9,25 +9,26 @@ void ck_setup_defaults(ck_setup *s) {
                     .dropout = 0.1f, .optimizer = "AdamW"};
 }
 
-ds_dataset *ck_data(void) {
-    const int T = 12, V = 50;
+ds_dataset *ck_make_data(size_t n, int T, int vocab) {
     const char *names[3] = {"a", "b", "c"};
     ds_dataset *d;
-    if (ds_dataset_create(CK_ROWS, T, 3, names, &d) != DS_OK) return NULL;
+    if (ds_dataset_create(n, T, 3, names, &d) != DS_OK) return NULL;
     unsigned s = 777;
-    for (size_t i = 0; i < CK_ROWS; i++) {
+    for (size_t i = 0; i < n; i++) {
         int len = 3 + (int)(i % (size_t)(T - 3));
         int label = (int)((i * 7) % 3);
         for (int t = 0; t < len; t++) {
             s = s * 1103515245u + 12345u;
-            d->tokens[i * (size_t)T + (size_t)t] = 4 + (int)((s >> 16) % (unsigned)(V - 4));
+            d->tokens[i * (size_t)T + (size_t)t] = 4 + (int)((s >> 16) % (unsigned)(vocab - 4));
         }
-        d->tokens[i * (size_t)T] = 1 + label;
+        d->tokens[i * (size_t)T] = 1 + label; /* a class-bearing token */
         d->lengths[i] = len;
         d->labels[i] = label;
     }
     return d;
 }
+
+ds_dataset *ck_data(void) { return ck_make_data(CK_ROWS, 12, 50); }
 
 ds_status ck_engine(const ck_setup *s, const ds_dataset *data, engine_t **out) {
     const int T = 12, V = 50;

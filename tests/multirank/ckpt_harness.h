@@ -26,7 +26,11 @@ typedef struct ck_setup {
 
 void ck_setup_defaults(ck_setup *s);
 
-/* The dataset (owned by the caller; ds_dataset_destroy). */
+/* n rows of T tokens over 3 classes: row i has 3 + i % (T - 3) tokens drawn
+ * from [4, vocab) by a fixed LCG, the first one 1 + label (so the label can
+ * be learnt). Owned by the caller (ds_dataset_destroy); NULL on failure. */
+ds_dataset *ck_make_data(size_t n, int T, int vocab);
+/* The checkpoint tests' dataset: ck_make_data(CK_ROWS, 12, 50). */
 ds_dataset *ck_data(void);
 
 /* A fresh engine of setup s on data (borrowed), quiet. */

@@ -27,34 +27,20 @@
 #include <unistd.h>
 
 #include "ckpt_harness.h"
+#include "tests/unit/test_util.h"
 
-static int fails, rank;
+static int rank;
 static char dir[512];
-
-#define CHECK(cond, ...)                                                                          \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            printf("FAIL rank %d %s:%d: ", rank, __FILE__, __LINE__);                             \
-            printf(__VA_ARGS__);                                                                  \
-            printf("\n");                                                                         \
-            fails++;                                                                              \
-        }                                                                                         \
-    } while (0)
-
-static void die(const char *what) {
-    fprintf(stderr, "test_ckpt_flags: %s: %s\n", what, ds_last_error());
-    exit(1);
-}
 
 static engine_t *fresh(const ck_setup *s, const ds_dataset *data) {
     engine_t *e;
-    if (ck_engine(s, data, &e) != DS_OK) die("engine");
+    if (ck_engine(s, data, &e) != DS_OK) TEST_DIE("engine");
     return e;
 }
 
 static ds_step_info step(engine_t *e) {
     ds_step_info info;
-    if (ds_train_batch(e, &info) != DS_OK) die("train");
+    if (ds_train_batch(e, &info) != DS_OK) TEST_DIE("train");
     return info;
 }
 
@@ -84,7 +70,7 @@ static void make_corrupt_copy(engine_t *e) {
         snprintf(src, sizeof src, "%s/global_step3", dir);
         snprintf(dst, sizeof dst, "%s/bad", dir);
         snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dst, src, dst);
-        if (system(cmd) != 0) die("copying the checkpoint");
+        if (system(cmd) != 0) TEST_DIE("copying the checkpoint");
         char f[1100];
         snprintf(f, sizeof f, "%s/shard-00001-of-00002.dsck", dst);
         int fd = open(f, O_RDWR);
@@ -109,15 +95,16 @@ int main(void) {
     s.stage = 2;
     engine_t *a = fresh(&s, data);
     rank = ds_rank(a);
+    test_set_rank(rank);
     if (rank == 0) {
         char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd) != 0) die("cleaning");
+        if (system(cmd) != 0) TEST_DIE("cleaning");
     }
     ds_step_info a1 = step(a);
     step(a);
     step(a);
-    if (ds_save_checkpoint(a, dir, NULL, "{\"note\": \"flags\"}") != DS_OK) die("save");
+    if (ds_save_checkpoint(a, dir, NULL, "{\"note\": \"flags\"}") != DS_OK) TEST_DIE("save");
     size_t n;
     float *p3 = ck_params(a, &n);
     ds_step_info a4 = step(a);
@@ -216,12 +203,12 @@ int main(void) {
               strstr(ds_last_error(), "client_state"),
           "bad client JSON: %s", ds_last_error());
     ds_host_batch hb = {0};
-    if (ds_host_batch_alloc(&hb, 4, data->seq_len) != DS_OK) die("batch");
+    if (ds_host_batch_alloc(&hb, 4, data->seq_len) != DS_OK) TEST_DIE("batch");
     size_t idx[4] = {0, 1, 2, 3};
     ds_host_batch_fill(&hb, data, idx, CK_GLOBAL_BATCH / CK_GAS / ds_world_size(a));
     ds_batch b = {.B = hb.B, .T = hb.T, .tokens = hb.tokens, .mask = hb.mask, .labels = hb.labels};
     if (ds_forward(a, &b, NULL) != DS_OK || ds_backward(a) != DS_OK || ds_step(a) != DS_OK)
-        die("half a step");
+        TEST_DIE("half a step");
     CHECK(ds_save_checkpoint(a, dir, "mid", NULL) == DS_ERR_INVALID_ARG &&
               strstr(ds_last_error(), "inside a step"),
           "save between micro-batches: %s", ds_last_error());
@@ -235,6 +222,5 @@ int main(void) {
     free(p3);
     free(p4);
     ds_dataset_destroy(data);
-    if (rank == 0) printf("%s: test_ckpt_flags\n", fails ? "FAIL" : "ok");
-    return fails != 0;
+    return test_finish("test_ckpt_flags");
 }

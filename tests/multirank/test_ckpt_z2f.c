@@ -21,24 +21,9 @@
 #include "ckpt_harness.h"
 #include "engine/io/ckpt_file.h"
 #include "engine/io/safetensors.h"
+#include "tests/unit/test_util.h"
 
-static int fails;
 static char out[512], ckpt[600], tool[600];
-
-#define CHECK(cond, ...)                                                                          \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                           \
-            printf(__VA_ARGS__);                                                                  \
-            printf("\n");                                                                         \
-            fails++;                                                                              \
-        }                                                                                         \
-    } while (0)
-
-static void die(const char *what) {
-    fprintf(stderr, "test_ckpt_z2f: %s: %s\n", what, ds_last_error());
-    exit(1);
-}
 
 static void sh(const char *fmt, const char *a, const char *b) {
     char cmd[4096];
@@ -157,7 +142,7 @@ static void broken(const char *how, const char *needle, const char *needle2, boo
     sh("echo t > '%s/latest'%s", bdir, "");
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "cd '%s' && %s", tdir, how);
-    if (system(cmd) != 0) die(cmd);
+    if (system(cmd) != 0) TEST_DIE(cmd);
     ds_status st = ds_checkpoint_verify(bdir, NULL);
     CHECK(st != DS_OK && strstr(ds_last_error(), needle) && strstr(ds_last_error(), needle2),
           "verify after `%s`: %s \"%s\", want \"%s\" and \"%s\"", how, ds_status_to_string(st),
@@ -186,13 +171,13 @@ static void write_world4_shard(const char *path) {
     ds_ckpt_header h = {.rank = 0, .world = 4, .lo = 0, .hi = 128};
     ds_ckpt_writer *w;
     float v[128] = {0};
-    if (ds_ckpt_writer_open(path, &h, NULL, &w) != DS_OK) die("world-4 shard");
+    if (ds_ckpt_writer_open(path, &h, NULL, &w) != DS_OK) TEST_DIE("world-4 shard");
     for (uint32_t k = 0; k < 3; k++) {
         ds_ckpt_writer_begin(w, k, 0, 128);
         ds_ckpt_writer_append(w, v, 128);
         ds_ckpt_writer_end(w);
     }
-    if (ds_ckpt_writer_finish(w, NULL) != DS_OK) die("world-4 shard");
+    if (ds_ckpt_writer_finish(w, NULL) != DS_OK) TEST_DIE("world-4 shard");
 }
 
 int main(void) {
@@ -206,16 +191,16 @@ int main(void) {
     s.model = "bert";
     s.stage = 3;
     engine_t *e;
-    if (!data || ck_engine(&s, data, &e) != DS_OK) die("engine");
+    if (!data || ck_engine(&s, data, &e) != DS_OK) TEST_DIE("engine");
     int rank = ds_rank(e);
     if (rank == 0) sh("rm -rf '%s' && mkdir -p '%s'", out, out);
     ds_all_reduce_host(e, &(int64_t){0}, 1, DS_I64);
     for (int i = 0; i < 2; i++)
-        if (ds_train_batch(e, NULL) != DS_OK) die("train");
-    if (ds_save_checkpoint(e, ckpt, "t", NULL) != DS_OK) die("save");
+        if (ds_train_batch(e, NULL) != DS_OK) TEST_DIE("train");
+    if (ds_save_checkpoint(e, ckpt, "t", NULL) != DS_OK) TEST_DIE("save");
     char ref[700];
     snprintf(ref, sizeof ref, "%s/ref.safetensors", out);
-    if (ds_save_weights(e, ref) != DS_OK) die("save weights");
+    if (ds_save_weights(e, ref) != DS_OK) TEST_DIE("save weights");
     size_t n;
     float *want = ck_params(e, &n);
     const ds_model *m = ds_get_model(e);
@@ -313,6 +298,6 @@ int main(void) {
     free(x.numel);
     free(x.off);
     free(want);
-    printf("%s: test_ckpt_z2f (%d tensors)\n", fails ? "FAIL" : "ok", x.n);
-    return fails != 0;
+    printf("test_ckpt_z2f: %d tensors\n", x.n);
+    return test_finish("test_ckpt_z2f");
 }

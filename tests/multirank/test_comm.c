@@ -18,25 +18,7 @@
 #include <string.h>
 
 #include "engine/comm/comm.h"
-
-static int g_fail;
-static int g_rank;
-
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            g_fail++;                                                                          \
-            fprintf(stderr, "rank %d: %s:%d: ", g_rank, __FILE__, __LINE__);                  \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fprintf(stderr, "\n");                                                             \
-        }                                                                                      \
-    } while (0)
-
-#define OK(expr)                                                                               \
-    do {                                                                                       \
-        ds_status s_ = (expr);                                                                 \
-        CHECK(s_ == DS_OK, "%s -> %s: %s", #expr, ds_status_to_string(s_), ds_last_error());  \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 /* Built twice: for the MPI communicator (host buffers, the default), and with
  * DS_TEST_NCCL for the NCCL one, where every buffer is staged through device
@@ -179,7 +161,7 @@ static void test_all_reduce(ds_comm *c, ds_dtype t, ds_reduce_op op, size_t coun
     }
     ds_comm_stats before = c->stats;
     void *d = dev_in(buf, count * es);
-    OK(ds_comm_all_reduce(c, d, count, t, op));
+    CHECK_OK(ds_comm_all_reduce(c, d, count, t, op));
     dev_out(buf, d, count * es);
     expect("all_reduce", buf, want, count, t, k_op_names[op], count);
     check_stats(c, &before, DS_COLL_ALL_REDUCE, expected_all_reduce(count, c->world, c->rank), es,
@@ -187,7 +169,7 @@ static void test_all_reduce(ds_comm *c, ds_dtype t, ds_reduce_op op, size_t coun
     /* The sum over ranks does not depend on how blocks were split. */
     uint64_t sent = c->stats.elems_sent[DS_COLL_ALL_REDUCE] - before.elems_sent[DS_COLL_ALL_REDUCE];
     int64_t total = (int64_t)sent;
-    OK(ds_comm_host_all_reduce(c, &total, 1, DS_I64, DS_REDUCE_SUM));
+    CHECK_OK(ds_comm_host_all_reduce(c, &total, 1, DS_I64, DS_REDUCE_SUM));
     CHECK((uint64_t)total == 2 * (uint64_t)(c->world - 1) * count,
           "all_reduce count %zu: ranks sent %lld elements in all, expected 2(N-1)count = %llu",
           count, (long long)total, (unsigned long long)(2 * (uint64_t)(c->world - 1) * count));
@@ -208,7 +190,7 @@ static void test_reduce_scatter(ds_comm *c, ds_dtype t, ds_reduce_op op, size_t 
     char *recv = in_place ? send + off : own;
     ds_comm_stats before = c->stats;
     char *dsend = dev_in(send, n * es), *drecv = in_place ? dsend + off : dev_in(own, count * es);
-    OK(ds_comm_reduce_scatter(c, dsend, drecv, count, t, op));
+    CHECK_OK(ds_comm_reduce_scatter(c, dsend, drecv, count, t, op));
     if (!in_place) dev_out(own, drecv, count * es);
     dev_out(send, dsend, n * es);
     const char *what = in_place ? "reduce_scatter (in place)" : "reduce_scatter";
@@ -234,7 +216,7 @@ static void test_all_gather(ds_comm *c, ds_dtype t, size_t count, bool in_place)
     for (size_t i = 0; i < count; i++) put(src, t, i, value(t, c->rank, i));
     ds_comm_stats before = c->stats;
     char *drecv = dev_in(recv, n * es), *dsrc = in_place ? drecv + off : dev_in(send, count * es);
-    OK(ds_comm_all_gather(c, dsrc, drecv, count, t));
+    CHECK_OK(ds_comm_all_gather(c, dsrc, drecv, count, t));
     if (!in_place) dev_out(send, dsrc, count * es);
     dev_out(recv, drecv, n * es);
     const char *what = in_place ? "all_gather (in place)" : "all_gather";
@@ -255,7 +237,7 @@ static void test_broadcast(ds_comm *c, ds_dtype t, size_t count, int root) {
     }
     ds_comm_stats before = c->stats;
     void *d = dev_in(buf, count * es);
-    OK(ds_comm_broadcast(c, d, count, t, root));
+    CHECK_OK(ds_comm_broadcast(c, d, count, t, root));
     dev_out(buf, d, count * es);
     char what[64];
     snprintf(what, sizeof what, "broadcast from %d", root);
@@ -288,7 +270,7 @@ static void test_reduce_scatterv(ds_comm *c, ds_dtype t, ds_reduce_op op, size_t
     ds_comm_stats before = c->stats;
     char *dsend = dev_in(send, total * es);
     char *drecv = in_place ? dsend + off * es : dev_in(own, mine * es);
-    OK(ds_comm_reduce_scatterv(c, dsend, drecv, counts, t, op));
+    CHECK_OK(ds_comm_reduce_scatterv(c, dsend, drecv, counts, t, op));
     if (!in_place) dev_out(own, drecv, mine * es);
     dev_out(send, dsend, total * es);
     const char *what = in_place ? "reduce_scatterv (in place)" : "reduce_scatterv";
@@ -313,7 +295,7 @@ static void test_all_gatherv(ds_comm *c, ds_dtype t, size_t n) {
         }
     ds_comm_stats before = c->stats;
     void *d = dev_in(buf, total * es);
-    OK(ds_comm_all_gatherv(c, d, counts, t));
+    CHECK_OK(ds_comm_all_gatherv(c, d, counts, t));
     dev_out(buf, d, total * es);
     expect("all_gatherv", buf, want, total, t, "-", n);
     /* a ring sends every block but that of rank+1 */
@@ -341,8 +323,8 @@ static void test_all(ds_comm *c) {
             for (int root = 0; root < c->world; root++) test_broadcast(c, t, count, root);
         }
     }
-    OK(ds_comm_barrier(c));
-    OK(ds_comm_barrier(c));
+    CHECK_OK(ds_comm_barrier(c));
+    CHECK_OK(ds_comm_barrier(c));
 }
 
 /* Host helpers (MPI's own collectives) and agree. */
@@ -357,7 +339,7 @@ static void test_host(ds_comm *c) {
                 put(want, t, i, reduced(t, k_ops[o], c->world, i));
             }
             ds_comm_stats before = c->stats;
-            OK(ds_comm_host_all_reduce(c, buf, 7, t, k_ops[o]));
+            CHECK_OK(ds_comm_host_all_reduce(c, buf, 7, t, k_ops[o]));
             expect("host_all_reduce", buf, want, 7, t, k_op_names[o], 7);
             CHECK(memcmp(&before, &c->stats, sizeof before) == 0,
                   "host_all_reduce changed the data-path stats");
@@ -366,15 +348,15 @@ static void test_host(ds_comm *c) {
     }
     char text[32] = {0};
     if (c->rank == c->world - 1) snprintf(text, sizeof text, "from the last rank");
-    OK(ds_comm_host_broadcast(c, text, sizeof text, c->world - 1));
+    CHECK_OK(ds_comm_host_broadcast(c, text, sizeof text, c->world - 1));
     CHECK(strcmp(text, "from the last rank") == 0, "host_broadcast gave \"%s\"", text);
 
     ds_status worst = DS_ERR_INTERNAL;
-    OK(ds_comm_agree(c, DS_OK, &worst));
+    CHECK_OK(ds_comm_agree(c, DS_OK, &worst));
     CHECK(worst == DS_OK, "agree(all OK) gave %s", ds_status_to_string(worst));
     ds_status mine = c->rank == c->world - 1 ? DS_ERR_DATA : DS_OK;
     ds_clear_error();
-    OK(ds_comm_agree(c, mine, &worst));
+    CHECK_OK(ds_comm_agree(c, mine, &worst));
     CHECK(worst == DS_ERR_DATA, "agree(last rank DS_ERR_DATA) gave %s", ds_status_to_string(worst));
     if (mine == DS_OK) {
         char needle[64];
@@ -426,7 +408,7 @@ int main(void) {
         fprintf(stderr, "ds_comm_create: %s: %s\n", ds_status_to_string(st), ds_last_error());
         return 1;
     }
-    g_rank = c->rank;
+    test_set_rank(c->rank);
     if (c->world > 64) { /* the v-collective tests keep counts on the stack */
         fprintf(stderr, "test_comm: at most 64 ranks (got %d)\n", c->world);
         ds_comm_destroy(c);
@@ -450,7 +432,7 @@ int main(void) {
     /* A 256-byte scratch: two 128-byte chunks, so 1000 elements of any type
      * take 8 to 63 chunks, and 7 elements of fp64 two. */
     ds_comm *tiny = NULL;
-    OK(ds_comm_create(&(ds_comm_desc){.kind = DS_COMM_MPI, .scratch_bytes = 256}, &tiny));
+    CHECK_OK(ds_comm_create(&(ds_comm_desc){.kind = DS_COMM_MPI, .scratch_bytes = 256}, &tiny));
     if (tiny) {
         test_all(tiny);
         ds_comm_destroy(tiny);
@@ -466,9 +448,11 @@ int main(void) {
 
     /* Every rank exits with the same verdict. */
     ds_status worst = DS_OK;
-    OK(ds_comm_agree(c, g_fail ? DS_ERR_INTERNAL : DS_OK, &worst));
+    int mine = test_fails();
+    CHECK_OK(ds_comm_agree(c, mine ? DS_ERR_INTERNAL : DS_OK, &worst));
     ds_comm_destroy(c);
-    if (g_fail) fprintf(stderr, "rank %d: %d check(s) failed\n", g_rank, g_fail);
-    else if (g_rank == 0) printf("test_comm: all checks passed at world %d\n", mpi_world);
-    return worst == DS_OK && !g_fail ? 0 : 1;
+    CHECK(mine || worst == DS_OK, "another rank failed (%s)", ds_status_to_string(worst));
+    char name[64];
+    snprintf(name, sizeof name, "test_comm at world %d", mpi_world);
+    return test_finish(name);
 }

@@ -21,18 +21,7 @@
 #include <string.h>
 
 #include "engine/comm/comm.h"
-
-static int g_fail;
-
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            g_fail++;                                                                          \
-            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                    \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fprintf(stderr, "\n");                                                             \
-        }                                                                                      \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 static int mpi_initialized(void) {
     int f = 0;
@@ -130,7 +119,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: test_comm_init owned|user|funneled|mismatch\n");
         return 2;
     }
-    if (g_fail) fprintf(stderr, "test_comm_init %s: %d check(s) failed\n", mode, g_fail);
-    else printf("test_comm_init %s: all checks passed\n", mode);
-    return g_fail ? 1 : 0;
+    char name[64];
+    snprintf(name, sizeof name, "test_comm_init %s", mode);
+    return test_finish(name);
 }

@@ -124,6 +124,13 @@ const float *bert_ref_f32(const bert_ref *r, const char *name, size_t *numel, in
     return lookup(r, name, "f32", numel, ndim, shape);
 }
 
+const float *bert_ref_param_f32(const bert_ref *r, const char *kind, const char *param,
+                                size_t *numel, int *ndim, int64_t shape[4]) {
+    char key[DS_MAX_NAME + 16];
+    snprintf(key, sizeof key, "%s/%s", kind, param);
+    return bert_ref_f32(r, key, numel, ndim, shape);
+}
+
 const int32_t *bert_ref_i32(const bert_ref *r, const char *name, size_t *numel) {
     return lookup(r, name, "i32", numel, NULL, NULL);
 }

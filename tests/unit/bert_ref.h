@@ -28,6 +28,10 @@ void bert_ref_free(bert_ref *r);
  * of another dtype. */
 const float *bert_ref_f32(const bert_ref *r, const char *name, size_t *numel, int *ndim,
                           int64_t shape[4]);
+/* bert_ref_f32 of "<kind>/<param>": kind "param" (initial values), "grad"
+ * (gradients of the first step) or "after" (values after the steps). */
+const float *bert_ref_param_f32(const bert_ref *r, const char *kind, const char *param,
+                                size_t *numel, int *ndim, int64_t shape[4]);
 const int32_t *bert_ref_i32(const bert_ref *r, const char *name, size_t *numel);
 
 /* hdr.param_names: count and i-th name. */

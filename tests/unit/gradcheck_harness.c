@@ -25,6 +25,12 @@ double gc_rng_normal(gc_rng *r) {
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+float *gc_randn(gc_rng *r, size_t n, double sd) {
+    float *p = malloc(n * sizeof(float) + 64);
+    for (size_t i = 0; i < n; i++) p[i] = (float)(sd * gc_rng_normal(r));
+    return p;
+}
+
 /* ---- guarded buffers ---- */
 
 #define GUARD_FLOATS 16

@@ -33,6 +33,9 @@ typedef struct gc_rng {
 uint64_t gc_rng_u64(gc_rng *r);
 double gc_rng_uniform(gc_rng *r); /* [0, 1) */
 double gc_rng_normal(gc_rng *r);
+/* n floats drawn N(0, sd^2), malloc'd with 64 bytes of slack after them (for
+ * kernels that read a vector past the end); the caller frees. */
+float *gc_randn(gc_rng *r, size_t n, double sd);
 
 /* ---- a host batch ---- */
 typedef struct gc_batch {

@@ -23,48 +23,25 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/math.h"
-
-static int g_fail;
-
-#define EXPECT(cond, ...)                                                                        \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            if (g_fail < 30) {                                                                   \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                             \
-                fprintf(stderr, __VA_ARGS__);                                                    \
-                fprintf(stderr, "\n");                                                           \
-            }                                                                                    \
-            g_fail++;                                                                            \
-        }                                                                                        \
-    } while (0)
-
-#define OK(expr)                                                                                 \
-    do {                                                                                         \
-        ds_status ok_s_ = (expr);                                                                \
-        if (ok_s_ != DS_OK) {                                                                    \
-            fprintf(stderr, "FAIL %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr,             \
-                    ds_status_to_string(ok_s_), ds_last_error());                                \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 static ds_backend *g_cpu, *g_gpu;
 
 /* Device buffer of n elements of `es` bytes, freed by dev_free. */
 static void *dev_alloc(size_t bytes) {
     void *p = NULL;
-    OK(ds_backend_alloc(g_gpu, DS_MEM_BUFFERS, DS_PLACE_DEVICE, bytes, &p));
+    REQUIRE_OK(ds_backend_alloc(g_gpu, DS_MEM_BUFFERS, DS_PLACE_DEVICE, bytes, &p));
     return p;
 }
 static void dev_free(void *p, size_t bytes) {
     ds_backend_free(g_gpu, DS_MEM_BUFFERS, DS_PLACE_DEVICE, p, bytes);
 }
 static void to_dev(void *d, const void *h, size_t bytes) {
-    OK(g_gpu->ops->memcpy(g_gpu, d, h, bytes, DS_COPY_H2D, NULL));
+    REQUIRE_OK(g_gpu->ops->memcpy(g_gpu, d, h, bytes, DS_COPY_H2D, NULL));
 }
 static void to_host(void *h, const void *d, size_t bytes) {
-    OK(g_gpu->ops->memcpy(g_gpu, h, d, bytes, DS_COPY_D2H, NULL));
-    OK(g_gpu->ops->sync(g_gpu));
+    REQUIRE_OK(g_gpu->ops->memcpy(g_gpu, h, d, bytes, DS_COPY_D2H, NULL));
+    REQUIRE_OK(g_gpu->ops->sync(g_gpu));
 }
 
 static uint64_t g_rng = 0x243f6a8885a308d3ull;
@@ -97,7 +74,7 @@ static void test_philox_vs_curand(void) {
         d_ours = (uint32_t *)dev_alloc(n * 4);
         d_cur = (uint32_t *)dev_alloc(n * 4);
         k_philox_pair<<<16, 256, 0, cudaStreamLegacy>>>(d_ours, d_cur, seed, tag, n);
-        EXPECT(cudaGetLastError() == cudaSuccess, "philox kernel launch failed");
+        CHECK(cudaGetLastError() == cudaSuccess, "philox kernel launch failed");
         to_host(ours, d_ours, n * 4);
         to_host(cur, d_cur, n * 4);
         size_t bad_cur = 0, bad_host = 0;
@@ -105,8 +82,8 @@ static void test_philox_vs_curand(void) {
             bad_cur += ours[j] != cur[j];
             bad_host += ours[j] != ds_rng_block(seed, tag, j >> 2).v[j & 3];
         }
-        EXPECT(bad_cur == 0, "tag %u: %zu words differ from cuRAND's Philox4_32_10", tag, bad_cur);
-        EXPECT(bad_host == 0, "tag %u: %zu words differ between device and host", tag, bad_host);
+        CHECK(bad_cur == 0, "tag %u: %zu words differ from cuRAND's Philox4_32_10", tag, bad_cur);
+        CHECK(bad_host == 0, "tag %u: %zu words differ between device and host", tag, bad_host);
         dev_free(d_ours, n * 4);
         dev_free(d_cur, n * 4);
     }
@@ -123,36 +100,36 @@ static void test_memory(void) {
     to_host(h, d, bytes);
     size_t nz = 0;
     for (size_t i = 0; i < bytes; i++) nz += h[i] != 0;
-    EXPECT(nz == 0, "device allocation not zeroed (%zu bytes)", nz);
+    CHECK(nz == 0, "device allocation not zeroed (%zu bytes)", nz);
     void *pinned = NULL;
-    OK(ds_backend_alloc(g_gpu, DS_MEM_BUFFERS, DS_PLACE_HOST, bytes, &pinned));
+    REQUIRE_OK(ds_backend_alloc(g_gpu, DS_MEM_BUFFERS, DS_PLACE_HOST, bytes, &pinned));
     nz = 0;
     for (size_t i = 0; i < bytes; i++) nz += ((unsigned char *)pinned)[i] != 0;
-    EXPECT(nz == 0, "pinned allocation not zeroed");
+    CHECK(nz == 0, "pinned allocation not zeroed");
     for (size_t i = 0; i < bytes; i++) ((unsigned char *)pinned)[i] = (unsigned char)(i * 7);
     /* pinned -> device on a side stream, fenced by an event before the
      * default stream copies device -> device -> host */
     ds_stream *s = NULL;
     ds_event *e = NULL;
-    OK(g_gpu->ops->stream_create(g_gpu, &s));
-    OK(g_gpu->ops->event_create(g_gpu, &e));
-    OK(g_gpu->ops->memcpy(g_gpu, d, pinned, bytes, DS_COPY_H2D, s));
-    OK(g_gpu->ops->event_record(g_gpu, e, s));
-    OK(g_gpu->ops->stream_wait_event(g_gpu, NULL, e));
-    OK(g_gpu->ops->memcpy(g_gpu, d2, d, bytes, DS_COPY_D2D, NULL));
+    REQUIRE_OK(g_gpu->ops->stream_create(g_gpu, &s));
+    REQUIRE_OK(g_gpu->ops->event_create(g_gpu, &e));
+    REQUIRE_OK(g_gpu->ops->memcpy(g_gpu, d, pinned, bytes, DS_COPY_H2D, s));
+    REQUIRE_OK(g_gpu->ops->event_record(g_gpu, e, s));
+    REQUIRE_OK(g_gpu->ops->stream_wait_event(g_gpu, NULL, e));
+    REQUIRE_OK(g_gpu->ops->memcpy(g_gpu, d2, d, bytes, DS_COPY_D2D, NULL));
     to_host(h, d2, bytes);
     size_t bad = 0;
     for (size_t i = 0; i < bytes; i++) bad += h[i] != (unsigned char)(i * 7);
-    EXPECT(bad == 0, "H2D on a stream + event + D2D + D2H: %zu bytes differ", bad);
-    OK(g_gpu->ops->memset(g_gpu, d2, 0x5a, bytes, NULL));
-    OK(g_gpu->ops->memcpy(g_gpu, h2, d2, bytes, DS_COPY_D2H, NULL));
-    OK(g_gpu->ops->sync(g_gpu));
+    CHECK(bad == 0, "H2D on a stream + event + D2D + D2H: %zu bytes differ", bad);
+    REQUIRE_OK(g_gpu->ops->memset(g_gpu, d2, 0x5a, bytes, NULL));
+    REQUIRE_OK(g_gpu->ops->memcpy(g_gpu, h2, d2, bytes, DS_COPY_D2H, NULL));
+    REQUIRE_OK(g_gpu->ops->sync(g_gpu));
     bad = 0;
     for (size_t i = 0; i < bytes; i++) bad += h2[i] != 0x5a;
-    EXPECT(bad == 0, "memset: %zu bytes differ", bad);
-    OK(g_gpu->ops->memcpy(g_gpu, h2, pinned, bytes, DS_COPY_H2H, NULL));
-    OK(g_gpu->ops->stream_sync(g_gpu, NULL));
-    EXPECT(memcmp(h2, pinned, bytes) == 0, "H2H copy differs");
+    CHECK(bad == 0, "memset: %zu bytes differ", bad);
+    REQUIRE_OK(g_gpu->ops->memcpy(g_gpu, h2, pinned, bytes, DS_COPY_H2H, NULL));
+    REQUIRE_OK(g_gpu->ops->stream_sync(g_gpu, NULL));
+    CHECK(memcmp(h2, pinned, bytes) == 0, "H2H copy differs");
     g_gpu->ops->event_destroy(g_gpu, e);
     g_gpu->ops->stream_destroy(g_gpu, s);
     ds_backend_free(g_gpu, DS_MEM_BUFFERS, DS_PLACE_HOST, pinned, bytes);
@@ -170,16 +147,16 @@ static void test_rng(void) {
     float *c = (float *)malloc(n * 4), *g = (float *)malloc(n * 4);
     float *d = (float *)dev_alloc(n * 4);
     for (int o = 0; o < 3; o++) {
-        OK(g_cpu->ops->rng_normal(g_cpu, c, n, 0.1f, 0.02f, 77, offsets[o]));
-        OK(g_gpu->ops->rng_normal(g_gpu, d, n, 0.1f, 0.02f, 77, offsets[o]));
+        REQUIRE_OK(g_cpu->ops->rng_normal(g_cpu, c, n, 0.1f, 0.02f, 77, offsets[o]));
+        REQUIRE_OK(g_gpu->ops->rng_normal(g_gpu, d, n, 0.1f, 0.02f, 77, offsets[o]));
         to_host(g, d, n * 4);
-        EXPECT(memcmp(c, g, n * 4) == 0, "rng_normal at offset %llu differs from cpu",
-               (unsigned long long)offsets[o]);
-        OK(g_cpu->ops->rng_uniform(g_cpu, c, n, -0.5f, 0.5f, 78, offsets[o]));
-        OK(g_gpu->ops->rng_uniform(g_gpu, d, n, -0.5f, 0.5f, 78, offsets[o]));
+        CHECK(memcmp(c, g, n * 4) == 0, "rng_normal at offset %llu differs from cpu",
+              (unsigned long long)offsets[o]);
+        REQUIRE_OK(g_cpu->ops->rng_uniform(g_cpu, c, n, -0.5f, 0.5f, 78, offsets[o]));
+        REQUIRE_OK(g_gpu->ops->rng_uniform(g_gpu, d, n, -0.5f, 0.5f, 78, offsets[o]));
         to_host(g, d, n * 4);
-        EXPECT(memcmp(c, g, n * 4) == 0, "rng_uniform at offset %llu differs from cpu",
-               (unsigned long long)offsets[o]);
+        CHECK(memcmp(c, g, n * 4) == 0, "rng_uniform at offset %llu differs from cpu",
+              (unsigned long long)offsets[o]);
     }
     dev_free(d, n * 4);
     free(c);
@@ -216,36 +193,37 @@ static void test_cast_scale_axpy_fill(void) {
     x[3] = 65520.0f;
     for (int s = 0; s < 3; s++) {
         for (int t = 0; t < 3; t++) {
-            OK(g_cpu->ops->cast(g_cpu, hx, k_types[s], x, DS_F32, n)); /* source in type s */
-            OK(g_cpu->ops->cast(g_cpu, hc, k_types[t], hx, k_types[s], n));
+            REQUIRE_OK(
+                g_cpu->ops->cast(g_cpu, hx, k_types[s], x, DS_F32, n)); /* source in type s */
+            REQUIRE_OK(g_cpu->ops->cast(g_cpu, hc, k_types[t], hx, k_types[s], n));
             to_dev(dx, hx, n * ds_dtype_size(k_types[s]));
-            OK(g_gpu->ops->cast(g_gpu, dy, k_types[t], dx, k_types[s], n));
+            REQUIRE_OK(g_gpu->ops->cast(g_gpu, dy, k_types[t], dx, k_types[s], n));
             to_host(hg, dy, n * ds_dtype_size(k_types[t]));
-            EXPECT(memcmp(hc, hg, n * ds_dtype_size(k_types[t])) == 0, "cast %s -> %s differs",
-                   ds_dtype_name(k_types[s]), ds_dtype_name(k_types[t]));
+            CHECK(memcmp(hc, hg, n * ds_dtype_size(k_types[t])) == 0, "cast %s -> %s differs",
+                  ds_dtype_name(k_types[s]), ds_dtype_name(k_types[t]));
             /* axpy y(t) += -0.75 x(s) */
-            OK(g_cpu->ops->cast(g_cpu, hc, k_types[t], y, DS_F32, n));
+            REQUIRE_OK(g_cpu->ops->cast(g_cpu, hc, k_types[t], y, DS_F32, n));
             to_dev(dy, hc, n * ds_dtype_size(k_types[t]));
-            OK(g_cpu->ops->axpy(g_cpu, hc, k_types[t], -0.75f, hx, k_types[s], n));
-            OK(g_gpu->ops->axpy(g_gpu, dy, k_types[t], -0.75f, dx, k_types[s], n));
+            REQUIRE_OK(g_cpu->ops->axpy(g_cpu, hc, k_types[t], -0.75f, hx, k_types[s], n));
+            REQUIRE_OK(g_gpu->ops->axpy(g_gpu, dy, k_types[t], -0.75f, dx, k_types[s], n));
             to_host(hg, dy, n * ds_dtype_size(k_types[t]));
-            EXPECT(count_differ_nan_ok(hc, hg, n, k_types[t]) == 0, "axpy y=%s x=%s differs",
-                   ds_dtype_name(k_types[t]), ds_dtype_name(k_types[s]));
+            CHECK(count_differ_nan_ok(hc, hg, n, k_types[t]) == 0, "axpy y=%s x=%s differs",
+                  ds_dtype_name(k_types[t]), ds_dtype_name(k_types[s]));
         }
         /* scale in type s */
-        OK(g_cpu->ops->cast(g_cpu, hc, k_types[s], x, DS_F32, n));
+        REQUIRE_OK(g_cpu->ops->cast(g_cpu, hc, k_types[s], x, DS_F32, n));
         to_dev(dx, hc, n * ds_dtype_size(k_types[s]));
-        OK(g_cpu->ops->scale(g_cpu, hc, k_types[s], n, 1.3f));
-        OK(g_gpu->ops->scale(g_gpu, dx, k_types[s], n, 1.3f));
+        REQUIRE_OK(g_cpu->ops->scale(g_cpu, hc, k_types[s], n, 1.3f));
+        REQUIRE_OK(g_gpu->ops->scale(g_gpu, dx, k_types[s], n, 1.3f));
         to_host(hg, dx, n * ds_dtype_size(k_types[s]));
-        EXPECT(count_differ_nan_ok(hc, hg, n, k_types[s]) == 0, "scale %s differs",
-               ds_dtype_name(k_types[s]));
+        CHECK(count_differ_nan_ok(hc, hg, n, k_types[s]) == 0, "scale %s differs",
+              ds_dtype_name(k_types[s]));
     }
-    OK(g_gpu->ops->fill(g_gpu, (float *)dx, n, 3.25f));
+    REQUIRE_OK(g_gpu->ops->fill(g_gpu, (float *)dx, n, 3.25f));
     to_host(hg, dx, bytes);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += ((float *)hg)[i] != 3.25f;
-    EXPECT(bad == 0, "fill: %zu values differ", bad);
+    CHECK(bad == 0, "fill: %zu values differ", bad);
     dev_free(dx, bytes);
     dev_free(dy, bytes);
     free(x);
@@ -267,35 +245,34 @@ static void test_sumsq(void) {
     for (int t = 0; t < 3; t++) {
         const void *src = x;
         if (k_types[t] != DS_F32) {
-            OK(g_cpu->ops->cast(g_cpu, h, k_types[t], x, DS_F32, n));
+            REQUIRE_OK(g_cpu->ops->cast(g_cpu, h, k_types[t], x, DS_F32, n));
             src = h;
         }
         to_dev(d, src, n * ds_dtype_size(k_types[t]));
-        OK(g_cpu->ops->sumsq(g_cpu, src, k_types[t], n, &sc, &fc));
-        OK(g_gpu->ops->sumsq(g_gpu, d, k_types[t], n, &sg, &fg));
-        EXPECT(sc == sg && fc == 0 && fg == 0, "sumsq %s of integers: cpu %.17g, cuda %.17g",
-               ds_dtype_name(k_types[t]), sc, sg);
+        REQUIRE_OK(g_cpu->ops->sumsq(g_cpu, src, k_types[t], n, &sc, &fc));
+        REQUIRE_OK(g_gpu->ops->sumsq(g_gpu, d, k_types[t], n, &sg, &fg));
+        CHECK(sc == sg && fc == 0 && fg == 0, "sumsq %s of integers: cpu %.17g, cuda %.17g",
+              ds_dtype_name(k_types[t]), sc, sg);
     }
     /* random: within 2 n DBL_EPSILON relative */
     for (size_t i = 0; i < n; i++) x[i] = frand() * 1e3f;
     to_dev(d, x, n * 4);
-    OK(g_cpu->ops->sumsq(g_cpu, x, DS_F32, n, &sc, &fc));
-    OK(g_gpu->ops->sumsq(g_gpu, d, DS_F32, n, &sg, &fg));
-    EXPECT(fabs(sc - sg) <= 2.0 * n * 2.220446049250313e-16 * sc, "sumsq: cpu %.17g, cuda %.17g",
-           sc, sg);
+    REQUIRE_OK(g_cpu->ops->sumsq(g_cpu, x, DS_F32, n, &sc, &fc));
+    REQUIRE_OK(g_gpu->ops->sumsq(g_gpu, d, DS_F32, n, &sg, &fg));
+    CHECK_NEAR(sg, sc, 2.0 * n * 2.220446049250313e-16 * sc); /* cuda sumsq vs cpu */
     /* the same call twice: the same bits */
     double sg2;
-    OK(g_gpu->ops->sumsq(g_gpu, d, DS_F32, n, &sg2, &fg));
-    EXPECT(memcmp(&sg, &sg2, sizeof sg) == 0, "sumsq not deterministic: %.17g then %.17g", sg, sg2);
+    REQUIRE_OK(g_gpu->ops->sumsq(g_gpu, d, DS_F32, n, &sg2, &fg));
+    CHECK(memcmp(&sg, &sg2, sizeof sg) == 0, "sumsq not deterministic: %.17g then %.17g", sg, sg2);
     /* non-finite */
     x[n / 3] = NAN;
     to_dev(d, x, n * 4);
-    OK(g_gpu->ops->sumsq(g_gpu, d, DS_F32, n, &sg, &fg));
-    EXPECT(fg == 1, "NaN not flagged on cuda");
+    REQUIRE_OK(g_gpu->ops->sumsq(g_gpu, d, DS_F32, n, &sg, &fg));
+    CHECK(fg == 1, "NaN not flagged on cuda");
     x[n / 3] = -INFINITY;
     to_dev(d, x, n * 4);
-    OK(g_gpu->ops->sumsq(g_gpu, d, DS_F32, n, &sg, &fg));
-    EXPECT(fg == 1, "-inf not flagged on cuda");
+    REQUIRE_OK(g_gpu->ops->sumsq(g_gpu, d, DS_F32, n, &sg, &fg));
+    CHECK(fg == 1, "-inf not flagged on cuda");
     dev_free(d, n * 4);
     free(x);
     free(h);
@@ -329,35 +306,35 @@ static void test_optim(void) {
             for (size_t i = 0; i < n; i++) g[i] = frand() * 64.0f;
             const void *hg = g;
             if (gt != DS_F32) {
-                OK(g_cpu->ops->cast(g_cpu, g16, gt, g, DS_F32, n));
+                REQUIRE_OK(g_cpu->ops->cast(g_cpu, g16, gt, g, DS_F32, n));
                 hg = g16;
             }
             to_dev(dg, hg, n * ds_dtype_size(gt));
             if (variant < 3) {
                 ds_adam_hparams hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step, variant == 0,
                                       variant != 2};
-                OK(g_cpu->ops->adam(g_cpu, p, hg, gt, 1.0f / 64, m, v, n, &hp, hlp, lt));
-                OK(g_gpu->ops->adam(g_gpu, dp, dg, gt, 1.0f / 64, dm, dv, n, &hp, dlpp, lt));
+                REQUIRE_OK(g_cpu->ops->adam(g_cpu, p, hg, gt, 1.0f / 64, m, v, n, &hp, hlp, lt));
+                REQUIRE_OK(
+                    g_gpu->ops->adam(g_gpu, dp, dg, gt, 1.0f / 64, dm, dv, n, &hp, dlpp, lt));
             } else {
                 ds_sgd_hparams hp = {0.05f, 0.9f, 0.0f, 1e-4f, true, step == 1};
-                OK(g_cpu->ops->sgd(g_cpu, p, hg, gt, 1.0f / 64, m, n, &hp, NULL, DS_F32));
-                OK(g_gpu->ops->sgd(g_gpu, dp, dg, gt, 1.0f / 64, dm, n, &hp, NULL, DS_F32));
+                REQUIRE_OK(g_cpu->ops->sgd(g_cpu, p, hg, gt, 1.0f / 64, m, n, &hp, NULL, DS_F32));
+                REQUIRE_OK(g_gpu->ops->sgd(g_gpu, dp, dg, gt, 1.0f / 64, dm, n, &hp, NULL, DS_F32));
             }
         }
         to_host(back, dp, b4);
-        EXPECT(memcmp(back, p, b4) == 0, "optimizer variant %d: parameters differ from cpu",
-               variant);
+        CHECK(memcmp(back, p, b4) == 0, "optimizer variant %d: parameters differ from cpu",
+              variant);
         to_host(back, dm, b4);
-        EXPECT(memcmp(back, m, b4) == 0, "optimizer variant %d: first moment / buffer differs",
-               variant);
+        CHECK(memcmp(back, m, b4) == 0, "optimizer variant %d: first moment / buffer differs",
+              variant);
         if (variant < 3) {
             to_host(back, dv, b4);
-            EXPECT(memcmp(back, v, b4) == 0, "optimizer variant %d: second moment differs",
-                   variant);
+            CHECK(memcmp(back, v, b4) == 0, "optimizer variant %d: second moment differs", variant);
         }
         if (hlp) {
             to_host(lpg, dlp, n * 2);
-            EXPECT(memcmp(lpg, lp, n * 2) == 0, "optimizer variant %d: param_lp differs", variant);
+            CHECK(memcmp(lpg, lp, n * 2) == 0, "optimizer variant %d: param_lp differs", variant);
         }
     }
     dev_free(dp, b4);
@@ -399,10 +376,10 @@ static void test_gemm(void) {
                 to_dev(dA, A, nA * 4);
                 to_dev(dB, B, nB * 4);
                 to_dev(dC, Cc, nC * 4);
-                OK(g_cpu->ops->gemm(g_cpu, ta, tb, m, n, k, 0.5f, A, lda, sA, B, ldb, sB, 1.0f, Cc,
-                                    ldc, sC, batch));
-                OK(g_gpu->ops->gemm(g_gpu, ta, tb, m, n, k, 0.5f, dA, lda, sA, dB, ldb, sB, 1.0f,
-                                    dC, ldc, sC, batch));
+                REQUIRE_OK(g_cpu->ops->gemm(g_cpu, ta, tb, m, n, k, 0.5f, A, lda, sA, B, ldb, sB,
+                                            1.0f, Cc, ldc, sC, batch));
+                REQUIRE_OK(g_gpu->ops->gemm(g_gpu, ta, tb, m, n, k, 0.5f, dA, lda, sA, dB, ldb, sB,
+                                            1.0f, dC, ldc, sC, batch));
                 to_host(Cg, dC, nC * 4);
                 size_t bad = 0;
                 for (int b = 0; b < batch; b++)
@@ -421,8 +398,8 @@ static void test_gemm(void) {
                                          (0.5 * mag + fabs((double)C0[at]));
                             bad += !(fabs((double)Cc[at] - Cg[at]) <= tol);
                         }
-                EXPECT(bad == 0, "gemm ta=%d tb=%d m=%d n=%d k=%d batch=%d: %zu elements differ",
-                       ta, tb, m, n, k, batch, bad);
+                CHECK(bad == 0, "gemm ta=%d tb=%d m=%d n=%d k=%d batch=%d: %zu elements differ", ta,
+                      tb, m, n, k, batch, bad);
                 dev_free(dA, nA * 4);
                 dev_free(dB, nB * 4);
                 dev_free(dC, nC * 4);
@@ -438,16 +415,15 @@ static void test_gemm(void) {
 
 static void test_bad_args(void) {
     float x = 0.0f;
-    EXPECT(g_gpu->ops->gemm(g_gpu, false, false, 4, 3, 5, 1, &x, 4, 0, &x, 3, 0, 0, &x, 3, 0, 1) ==
-               DS_ERR_INVALID_ARG,
-           "cuda gemm with lda < k accepted");
-    EXPECT(g_gpu->ops->cast(g_gpu, &x, DS_I64, &x, DS_F32, 1) == DS_ERR_INVALID_ARG,
-           "cuda cast to int64 accepted");
+    CHECK(g_gpu->ops->gemm(g_gpu, false, false, 4, 3, 5, 1, &x, 4, 0, &x, 3, 0, 0, &x, 3, 0, 1) ==
+              DS_ERR_INVALID_ARG,
+          "cuda gemm with lda < k accepted");
+    CHECK(g_gpu->ops->cast(g_gpu, &x, DS_I64, &x, DS_F32, 1) == DS_ERR_INVALID_ARG,
+          "cuda cast to int64 accepted");
     ds_backend_desc d = {DS_BACKEND_CUDA, 999, 0, NULL};
     ds_backend *be = NULL;
-    EXPECT(ds_backend_create(&d, &be) == DS_ERR_INVALID_ARG && be == NULL,
-           "device 999 accepted");
-    EXPECT(strstr(ds_last_error(), "999") != NULL, "message: %s", ds_last_error());
+    CHECK(ds_backend_create(&d, &be) == DS_ERR_INVALID_ARG && be == NULL, "device 999 accepted");
+    CHECK(strstr(ds_last_error(), "999") != NULL, "message: %s", ds_last_error());
     ds_clear_error();
 }
 
@@ -459,9 +435,9 @@ int main(void) {
     }
     ds_backend_desc dc = {DS_BACKEND_CPU, 0, 2, NULL};
     ds_backend_desc dg = {DS_BACKEND_CUDA, 0, 0, NULL};
-    OK(ds_backend_create(&dc, &g_cpu));
-    OK(ds_backend_create(&dg, &g_gpu));
-    EXPECT(strcmp(g_gpu->ops->name, "cuda") == 0, "name %s", g_gpu->ops->name);
+    REQUIRE_OK(ds_backend_create(&dc, &g_cpu));
+    REQUIRE_OK(ds_backend_create(&dg, &g_gpu));
+    CHECK(strcmp(g_gpu->ops->name, "cuda") == 0, "name %s", g_gpu->ops->name);
     test_philox_vs_curand();
     test_memory();
     test_rng();
@@ -472,10 +448,5 @@ int main(void) {
     test_bad_args();
     ds_backend_destroy(g_gpu);
     ds_backend_destroy(g_cpu);
-    if (g_fail) {
-        fprintf(stderr, "test_backend_cuda: %d check(s) failed\n", g_fail);
-        return 1;
-    }
-    printf("test_backend_cuda: ok\n");
-    return 0;
+    return test_finish("test_backend_cuda");
 }

@@ -18,30 +18,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/core/mem.h"
-
-static int g_fail;
-
-#define EXPECT(cond, ...)                                                                        \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            if (g_fail < 20) {                                                                   \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                             \
-                fprintf(stderr, __VA_ARGS__);                                                    \
-                fprintf(stderr, "\n");                                                           \
-            }                                                                                    \
-            g_fail++;                                                                            \
-        }                                                                                        \
-    } while (0)
-
-static ds_backend *make_cpu(int nt, ds_mem *mem) {
-    ds_backend_desc d = {.kind = DS_BACKEND_CPU, .num_threads = nt, .mem = mem};
-    ds_backend *be = NULL;
-    if (ds_backend_create(&d, &be) != DS_OK) {
-        fprintf(stderr, "backend: %s\n", ds_last_error());
-        exit(1);
-    }
-    return be;
-}
+#include "tests/unit/test_util.h"
 
 static uint64_t g_rng = 88172645463325252ull;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -59,9 +36,9 @@ static int all_zero(const void *p, size_t bytes) {
 }
 
 static void test_memory(ds_backend *be, ds_mem *mem) {
-    EXPECT(strcmp(be->ops->name, "cpu") == 0, "name %s", be->ops->name);
-    EXPECT(be->ops->stream_create == NULL && be->ops->event_create == NULL,
-           "cpu stream/event slots must be NULL (optional, synchronous backend)");
+    CHECK(strcmp(be->ops->name, "cpu") == 0, "name %s", be->ops->name);
+    CHECK(be->ops->stream_create == NULL && be->ops->event_create == NULL,
+          "cpu stream/event slots must be NULL (optional, synchronous backend)");
     const struct {
         size_t bytes;
         ds_mem_place place;
@@ -74,37 +51,37 @@ static void test_memory(ds_backend *be, ds_mem *mem) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         void *p = NULL;
         ds_status st = ds_backend_alloc(be, DS_MEM_BUFFERS, cases[i].place, cases[i].bytes, &p);
-        EXPECT(st == DS_OK && p, "alloc %zu failed: %s", cases[i].bytes, ds_last_error());
+        CHECK(st == DS_OK && p, "alloc %zu failed: %s", cases[i].bytes, ds_last_error());
         if (!p) continue;
-        EXPECT((uintptr_t)p % cases[i].align == 0, "alloc %zu at %s: %p not %zu-aligned",
-               cases[i].bytes, ds_mem_place_name(cases[i].place), p, cases[i].align);
-        EXPECT(all_zero(p, cases[i].bytes), "alloc %zu not zeroed", cases[i].bytes);
+        CHECK((uintptr_t)p % cases[i].align == 0, "alloc %zu at %s: %p not %zu-aligned",
+              cases[i].bytes, ds_mem_place_name(cases[i].place), p, cases[i].align);
+        CHECK(all_zero(p, cases[i].bytes), "alloc %zu not zeroed", cases[i].bytes);
         ds_mem_report r;
         ds_mem_snapshot(mem, &r);
-        EXPECT(r.bytes[DS_MEM_BUFFERS][cases[i].place] == cases[i].bytes,
-               "accountant shows %llu bytes, want %zu",
-               (unsigned long long)r.bytes[DS_MEM_BUFFERS][cases[i].place], cases[i].bytes);
+        CHECK(r.bytes[DS_MEM_BUFFERS][cases[i].place] == cases[i].bytes,
+              "accountant shows %llu bytes, want %zu",
+              (unsigned long long)r.bytes[DS_MEM_BUFFERS][cases[i].place], cases[i].bytes);
         /* memset / memcpy round trip */
-        EXPECT(be->ops->memset(be, p, 0xab, cases[i].bytes, NULL) == DS_OK, "memset failed");
+        CHECK(be->ops->memset(be, p, 0xab, cases[i].bytes, NULL) == DS_OK, "memset failed");
         unsigned char *host = malloc(cases[i].bytes);
-        EXPECT(be->ops->memcpy(be, host, p, cases[i].bytes, DS_COPY_D2H, NULL) == DS_OK,
-               "memcpy failed");
+        CHECK(be->ops->memcpy(be, host, p, cases[i].bytes, DS_COPY_D2H, NULL) == DS_OK,
+              "memcpy failed");
         size_t bad = 0;
         for (size_t b = 0; b < cases[i].bytes; b++) bad += host[b] != 0xab;
-        EXPECT(bad == 0, "memset/memcpy: %zu bytes differ", bad);
+        CHECK(bad == 0, "memset/memcpy: %zu bytes differ", bad);
         free(host);
         ds_backend_free(be, DS_MEM_BUFFERS, cases[i].place, p, cases[i].bytes);
         ds_mem_snapshot(mem, &r);
-        EXPECT(r.bytes[DS_MEM_BUFFERS][cases[i].place] == 0, "accountant not back to 0");
+        CHECK(r.bytes[DS_MEM_BUFFERS][cases[i].place] == 0, "accountant not back to 0");
     }
     void *p = (void *)1;
-    EXPECT(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, 0, &p) == DS_OK && p == NULL,
-           "0 bytes must give NULL");
-    EXPECT(be->ops->sync(be) == DS_OK, "sync failed");
-    EXPECT(be->ops->memcpy(be, NULL, &p, 8, DS_COPY_H2D, NULL) == DS_ERR_INVALID_ARG,
-           "memcpy to NULL accepted");
-    EXPECT(be->ops->memcpy(be, &p, &p, 8, (ds_copy_kind)9, NULL) == DS_ERR_INVALID_ARG,
-           "bad copy kind accepted");
+    CHECK(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, 0, &p) == DS_OK && p == NULL,
+          "0 bytes must give NULL");
+    CHECK(be->ops->sync(be) == DS_OK, "sync failed");
+    CHECK(be->ops->memcpy(be, NULL, &p, 8, DS_COPY_H2D, NULL) == DS_ERR_INVALID_ARG,
+          "memcpy to NULL accepted");
+    CHECK(be->ops->memcpy(be, &p, &p, 8, (ds_copy_kind)9, NULL) == DS_ERR_INVALID_ARG,
+          "bad copy kind accepted");
     ds_clear_error();
 }
 
@@ -153,19 +130,19 @@ static void test_cast(ds_backend *be) {
             static float src[NV];
             cast_ref(src, ts[s], src32, DS_F32, NV);
             ds_status st = be->ops->cast(be, buf_a, ts[d], src, ts[s], NV);
-            EXPECT(st == DS_OK, "cast %s->%s failed: %s", ds_dtype_name(ts[s]),
-                   ds_dtype_name(ts[d]), ds_last_error());
+            CHECK(st == DS_OK, "cast %s->%s failed: %s", ds_dtype_name(ts[s]), ds_dtype_name(ts[d]),
+                  ds_last_error());
             cast_ref(buf_b, ts[d], src, ts[s], NV);
             size_t at = 0;
-            EXPECT(same_bits(buf_a, buf_b, NV, ts[d], &at), "cast %s->%s differs at %zu (%g)",
-                   ds_dtype_name(ts[s]), ds_dtype_name(ts[d]), at,
-                   (double)ds_load_f32(src, ts[s], at));
+            CHECK(same_bits(buf_a, buf_b, NV, ts[d], &at), "cast %s->%s differs at %zu (%g)",
+                  ds_dtype_name(ts[s]), ds_dtype_name(ts[d]), at,
+                  (double)ds_load_f32(src, ts[s], at));
             /* in place for equal element sizes */
             if (ds_dtype_size(ts[s]) == ds_dtype_size(ts[d])) {
                 memcpy(buf_a, src, NV * ds_dtype_size(ts[s]));
-                EXPECT(be->ops->cast(be, buf_a, ts[d], buf_a, ts[s], NV) == DS_OK, "in place");
-                EXPECT(same_bits(buf_a, buf_b, NV, ts[d], &at), "in-place cast %s->%s at %zu",
-                       ds_dtype_name(ts[s]), ds_dtype_name(ts[d]), at);
+                CHECK(be->ops->cast(be, buf_a, ts[d], buf_a, ts[s], NV) == DS_OK, "in place");
+                CHECK(same_bits(buf_a, buf_b, NV, ts[d], &at), "in-place cast %s->%s at %zu",
+                      ds_dtype_name(ts[s]), ds_dtype_name(ts[d]), at);
             }
         }
     }
@@ -177,51 +154,51 @@ static void test_cast(ds_backend *be) {
     for (int s = 1; s < 3; s++) {
         for (int d = 0; d < 3; d++) {
             if (d == s) continue;
-            EXPECT(be->ops->cast(be, out_a, ts[d], all16, ts[s], 65536) == DS_OK, "cast all");
+            CHECK(be->ops->cast(be, out_a, ts[d], all16, ts[s], 65536) == DS_OK, "cast all");
             cast_ref(out_b, ts[d], all16, ts[s], 65536);
             size_t at = 0;
-            EXPECT(same_bits(out_a, out_b, 65536, ts[d], &at), "cast %s->%s of pattern %04zx",
-                   ds_dtype_name(ts[s]), ds_dtype_name(ts[d]), at);
+            CHECK(same_bits(out_a, out_b, 65536, ts[d], &at), "cast %s->%s of pattern %04zx",
+                  ds_dtype_name(ts[s]), ds_dtype_name(ts[d]), at);
         }
     }
     /* known values, to pin the reference itself */
     uint16_t h[3];
     float f[3] = {1.0f, 65520.0f, -0.0f};
     be->ops->cast(be, h, DS_F16, f, DS_F32, 3);
-    EXPECT(h[0] == 0x3c00 && h[1] == 0x7c00 && h[2] == 0x8000, "f16 cast %04x %04x %04x", h[0],
-           h[1], h[2]);
+    CHECK(h[0] == 0x3c00 && h[1] == 0x7c00 && h[2] == 0x8000, "f16 cast %04x %04x %04x", h[0], h[1],
+          h[2]);
     be->ops->cast(be, h, DS_BF16, f, DS_F32, 3);
-    EXPECT(h[0] == 0x3f80 && h[1] == 0x4780 && h[2] == 0x8000, "bf16 cast %04x %04x %04x", h[0],
-           h[1], h[2]);
-    EXPECT(be->ops->cast(be, buf_a, DS_I32, src32, DS_F32, 4) == DS_ERR_INVALID_ARG,
-           "cast to int32 accepted");
-    EXPECT(strstr(ds_last_error(), "int32") != NULL, "message: %s", ds_last_error());
+    CHECK(h[0] == 0x3f80 && h[1] == 0x4780 && h[2] == 0x8000, "bf16 cast %04x %04x %04x", h[0],
+          h[1], h[2]);
+    CHECK(be->ops->cast(be, buf_a, DS_I32, src32, DS_F32, 4) == DS_ERR_INVALID_ARG,
+          "cast to int32 accepted");
+    CHECK(strstr(ds_last_error(), "int32") != NULL, "message: %s", ds_last_error());
     ds_clear_error();
 }
 
 static void test_fill_scale_axpy(ds_backend *be) {
     static float x[NV], y[NV];
-    EXPECT(be->ops->fill(be, x, NV, -7.25f) == DS_OK, "fill failed");
+    CHECK(be->ops->fill(be, x, NV, -7.25f) == DS_OK, "fill failed");
     size_t bad = 0;
     for (size_t i = 0; i < NV; i++) bad += x[i] != -7.25f;
-    EXPECT(bad == 0, "fill wrote %zu wrong values", bad);
+    CHECK(bad == 0, "fill wrote %zu wrong values", bad);
 
     const ds_dtype ts[3] = {DS_F32, DS_F16, DS_BF16};
     for (int t = 0; t < 3; t++) {
         static float buf[NV], ref[NV];
         cast_ref(buf, ts[t], g_vals, DS_F32, NV);
         memcpy(ref, buf, sizeof buf);
-        EXPECT(be->ops->scale(be, buf, ts[t], NV, 0.375f) == DS_OK, "scale failed");
+        CHECK(be->ops->scale(be, buf, ts[t], NV, 0.375f) == DS_OK, "scale failed");
         for (size_t i = 0; i < NV; i++)
             ds_store_f32(ref, ts[t], i, ds_load_f32(ref, ts[t], i) * 0.375f);
         size_t at = 0;
-        EXPECT(same_bits(buf, ref, NV, ts[t], &at), "scale %s differs at %zu", ds_dtype_name(ts[t]),
-               at);
+        CHECK(same_bits(buf, ref, NV, ts[t], &at), "scale %s differs at %zu", ds_dtype_name(ts[t]),
+              at);
     }
     /* a hand value: 3 * 0.375 = 1.125, exact in every dtype */
     float three = 3.0f;
     be->ops->scale(be, &three, DS_F32, 1, 0.375f);
-    EXPECT(three == 1.125f, "scale 3 * 0.375 = %g", (double)three);
+    CHECK(three == 1.125f, "scale 3 * 0.375 = %g", (double)three);
 
     for (int yt = 0; yt < 3; yt++) {
         for (int xt = 0; xt < 3; xt++) {
@@ -231,22 +208,21 @@ static void test_fill_scale_axpy(ds_backend *be) {
                 ds_store_f32(xbuf, ts[xt], i, g_vals[(i * 7) % NV]);
             }
             memcpy(ref, ybuf, sizeof ybuf);
-            EXPECT(be->ops->axpy(be, ybuf, ts[yt], -0.5f, xbuf, ts[xt], NV) == DS_OK,
-                   "axpy failed");
+            CHECK(be->ops->axpy(be, ybuf, ts[yt], -0.5f, xbuf, ts[xt], NV) == DS_OK, "axpy failed");
             for (size_t i = 0; i < NV; i++) {
                 float yi = ds_load_f32(ref, ts[yt], i), xi = ds_load_f32(xbuf, ts[xt], i);
                 ds_store_f32(ref, ts[yt], i, fmaf(-0.5f, xi, yi));
             }
             size_t at = 0;
-            EXPECT(same_bits(ybuf, ref, NV, ts[yt], &at), "axpy y=%s x=%s differs at %zu",
-                   ds_dtype_name(ts[yt]), ds_dtype_name(ts[xt]), at);
+            CHECK(same_bits(ybuf, ref, NV, ts[yt], &at), "axpy y=%s x=%s differs at %zu",
+                  ds_dtype_name(ts[yt]), ds_dtype_name(ts[xt]), at);
         }
     }
     /* a hand value: 1 + 2 * 0.25 = 1.5 */
     x[0] = 1.0f;
     y[0] = 0.25f;
     be->ops->axpy(be, x, DS_F32, 2.0f, y, DS_F32, 1);
-    EXPECT(x[0] == 1.5f, "axpy 1 + 2 * 0.25 = %g", (double)x[0]);
+    CHECK(x[0] == 1.5f, "axpy 1 + 2 * 0.25 = %g", (double)x[0]);
 }
 
 static void test_sumsq(ds_backend *be) {
@@ -268,26 +244,26 @@ static void test_sumsq(ds_backend *be) {
         }
         double s = -1;
         int nf = -1;
-        EXPECT(be->ops->sumsq(be, x, ts[t], N, &s, &nf) == DS_OK, "sumsq failed");
-        EXPECT(s == want && nf == 0, "sumsq %s = %.17g nonfinite %d, want %.17g and 0",
-               ds_dtype_name(ts[t]), s, nf, want);
+        CHECK(be->ops->sumsq(be, x, ts[t], N, &s, &nf) == DS_OK, "sumsq failed");
+        CHECK(s == want && nf == 0, "sumsq %s = %.17g nonfinite %d, want %.17g and 0",
+              ds_dtype_name(ts[t]), s, nf, want);
     }
     /* hand case: 3^2 + 4^2 = 25 */
     float v[2] = {3.0f, -4.0f};
     double s = 0;
     int nf = 0;
     be->ops->sumsq(be, v, DS_F32, 2, &s, &nf);
-    EXPECT(s == 25.0 && nf == 0, "sumsq(3, -4) = %g", s);
+    CHECK(s == 25.0 && nf == 0, "sumsq(3, -4) = %g", s);
     /* empty input */
     be->ops->sumsq(be, v, DS_F32, 0, &s, &nf);
-    EXPECT(s == 0.0 && nf == 0, "sumsq of nothing = %g (%d)", s, nf);
+    CHECK(s == 0.0 && nf == 0, "sumsq of nothing = %g (%d)", s, nf);
     /* huge but finite values: 1000 * FLT_MAX^2 ~ 1.2e80 is finite in double
      * (relative error of 1000 double additions: at most 1000 * DBL_EPSILON) */
     static float big[1000];
     for (size_t i = 0; i < 1000; i++) big[i] = i % 2 ? FLT_MAX : -FLT_MAX;
     be->ops->sumsq(be, big, DS_F32, 1000, &s, &nf);
-    EXPECT(nf == 0 && fabs(s / (1000.0 * (double)FLT_MAX * FLT_MAX) - 1.0) <= 1000 * DBL_EPSILON,
-           "sumsq of FLT_MAX: %g flag %d", s, nf);
+    CHECK(nf == 0 && fabs(s / (1000.0 * (double)FLT_MAX * FLT_MAX) - 1.0) <= 1000 * DBL_EPSILON,
+          "sumsq of FLT_MAX: %g flag %d", s, nf);
     /* non-finite at the start, the middle and the end, fp32 and fp16 */
     const size_t at[3] = {0, N / 2, N - 1};
     const float bad[2] = {INFINITY, NAN};
@@ -296,17 +272,17 @@ static void test_sumsq(ds_backend *be) {
             float keep = f[at[a]];
             f[at[a]] = b ? -bad[b] : bad[b];
             be->ops->sumsq(be, f, DS_F32, N, &s, &nf);
-            EXPECT(nf == 1, "fp32 %g at %zu not flagged", (double)f[at[a]], at[a]);
+            CHECK(nf == 1, "fp32 %g at %zu not flagged", (double)f[at[a]], at[a]);
             f[at[a]] = keep;
             uint16_t hk = h[at[a]];
             cast_ref(h, DS_F16, f, DS_F32, N);
             h[at[a]] = b ? 0x7e00 : 0xfc00; /* NaN, -inf */
             be->ops->sumsq(be, h, DS_F16, N, &s, &nf);
-            EXPECT(nf == 1, "fp16 %04x at %zu not flagged", h[at[a]], at[a]);
+            CHECK(nf == 1, "fp16 %04x at %zu not flagged", h[at[a]], at[a]);
             h[at[a]] = hk;
         }
     }
-    EXPECT(be->ops->sumsq(be, f, DS_F32, N, NULL, &nf) == DS_ERR_INVALID_ARG, "NULL out accepted");
+    CHECK(be->ops->sumsq(be, f, DS_F32, N, NULL, &nf) == DS_ERR_INVALID_ARG, "NULL out accepted");
     ds_clear_error();
 }
 
@@ -319,24 +295,24 @@ static void test_thread_invariance(ds_backend *be1, ds_backend *be2) {
     for (size_t i = 0; i < n; i++) x[i] = frand() * 100.0f;
     be1->ops->cast(be1, ha, DS_BF16, x, DS_F32, n);
     be2->ops->cast(be2, hb, DS_BF16, x, DS_F32, n);
-    EXPECT(memcmp(ha, hb, n * 2) == 0, "cast differs across thread counts");
+    CHECK(memcmp(ha, hb, n * 2) == 0, "cast differs across thread counts");
     memcpy(a, x, n * 4);
     memcpy(b, x, n * 4);
     be1->ops->axpy(be1, a, DS_F32, 0.3f, ha, DS_BF16, n);
     be2->ops->axpy(be2, b, DS_F32, 0.3f, hb, DS_BF16, n);
     be1->ops->scale(be1, a, DS_F32, n, 1.7f);
     be2->ops->scale(be2, b, DS_F32, n, 1.7f);
-    EXPECT(memcmp(a, b, n * 4) == 0, "axpy/scale differ across thread counts");
+    CHECK(memcmp(a, b, n * 4) == 0, "axpy/scale differ across thread counts");
     double s1, s2;
     int f1, f2;
     be1->ops->sumsq(be1, x, DS_F32, n, &s1, &f1);
     be2->ops->sumsq(be2, x, DS_F32, n, &s2, &f2);
-    EXPECT(memcmp(&s1, &s2, sizeof s1) == 0, "sumsq %.17g at 1 thread, %.17g at 2", s1, s2);
+    CHECK(memcmp(&s1, &s2, sizeof s1) == 0, "sumsq %.17g at 1 thread, %.17g at 2", s1, s2);
     /* and close to a compensated reference: relative error of a double sum
      * of n positive terms <= n * DBL_EPSILON */
     long double ref = 0;
     for (size_t i = 0; i < n; i++) ref += (long double)x[i] * x[i];
-    EXPECT(fabsl(s1 - ref) <= n * DBL_EPSILON * ref, "sumsq %.17g vs long double %.17Lg", s1, ref);
+    CHECK(fabsl(s1 - ref) <= n * DBL_EPSILON * ref, "sumsq %.17g vs long double %.17Lg", s1, ref);
     free(x);
     free(a);
     free(b);
@@ -347,7 +323,7 @@ static void test_thread_invariance(ds_backend *be1, ds_backend *be2) {
 int main(void) {
     ds_mem *mem = NULL;
     if (ds_mem_create(&mem) != DS_OK) return 1;
-    ds_backend *be1 = make_cpu(1, mem), *be2 = make_cpu(2, mem);
+    ds_backend *be1 = test_cpu_backend(1, mem), *be2 = test_cpu_backend(2, mem);
     make_values();
     test_memory(be1, mem);
     test_cast(be1);
@@ -358,10 +334,5 @@ int main(void) {
     ds_backend_destroy(be1);
     ds_backend_destroy(be2);
     ds_mem_destroy(mem);
-    if (g_fail) {
-        fprintf(stderr, "test_backend_elementwise: %d check(s) failed\n", g_fail);
-        return 1;
-    }
-    printf("test_backend_elementwise: ok\n");
-    return 0;
+    return test_finish("test_backend_elementwise");
 }

@@ -19,20 +19,7 @@
 #include <string.h>
 
 #include "engine/backend/backend.h"
-
-static int g_fail;
-
-#define EXPECT(cond, ...)                                                                        \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            if (g_fail < 20) {                                                                   \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                             \
-                fprintf(stderr, __VA_ARGS__);                                                    \
-                fprintf(stderr, "\n");                                                           \
-            }                                                                                    \
-            g_fail++;                                                                            \
-        }                                                                                        \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static float frand(void) { /* uniform in [-1, 1), xorshift64* */
@@ -76,7 +63,7 @@ static void run_case(ds_backend *be, const gemm_case *c) {
 
     ds_status st = be->ops->gemm(be, c->ta, c->tb, c->m, c->n, c->k, c->alpha, A, lda, sA, B, ldb,
                                  sB, c->beta, C, ldc, sC, c->batch);
-    EXPECT(st == DS_OK, "gemm failed: %s", ds_last_error());
+    CHECK(st == DS_OK, "gemm failed: %s", ds_last_error());
 
     for (int b = 0; b < c->batch; b++) {
         const float *Ab = A + b * sA, *Bb = B + b * sB;
@@ -96,20 +83,20 @@ static void run_case(ds_backend *be, const gemm_case *c) {
                     (c->k + 2) * (double)FLT_EPSILON * (fabs((double)c->alpha) * mag + fabs(old));
                 double err = fabs((double)C[at] - want);
                 if (!(err <= tol)) {
-                    EXPECT(0,
-                           "gemm ta=%d tb=%d m=%d n=%d k=%d batch=%d beta=%g: C[%d][%d][%d] = "
-                           "%.9g, want %.9g (err %.3g > tol %.3g)",
-                           c->ta, c->tb, c->m, c->n, c->k, c->batch, (double)c->beta, b, i, j,
-                           (double)C[at], want, err, tol);
+                    CHECK(0,
+                          "gemm ta=%d tb=%d m=%d n=%d k=%d batch=%d beta=%g: C[%d][%d][%d] = "
+                          "%.9g, want %.9g (err %.3g > tol %.3g)",
+                          c->ta, c->tb, c->m, c->n, c->k, c->batch, (double)c->beta, b, i, j,
+                          (double)C[at], want, err, tol);
                     goto done;
                 }
             }
             for (int j = c->n; j < ldc && i < c->m - 1; j++) /* row padding untouched */
-                EXPECT(C[b * sC + (int64_t)i * ldc + j] == PAD_SENTINEL, "row padding written");
+                CHECK(C[b * sC + (int64_t)i * ldc + j] == PAD_SENTINEL, "row padding written");
         }
         for (int64_t x = (int64_t)(c->m - 1) * ldc + c->n; x < sC; x++)
-            EXPECT(C[b * sC + x] == PAD_SENTINEL, "batch padding written at batch %d +%lld", b,
-                   (long long)x);
+            CHECK(C[b * sC + x] == PAD_SENTINEL, "batch padding written at batch %d +%lld", b,
+                  (long long)x);
     }
 done:
     free(A);
@@ -147,18 +134,18 @@ static void test_k_zero(ds_backend *be) {
     float C[2][3] = {{1, 2, 3}, {NAN, 5, 6}};
     ds_status st = be->ops->gemm(be, false, false, 2, 3, 0, 1.0f, NULL, 1, 0, NULL, 3, 0, 2.0f,
                                  &C[0][0], 3, 0, 1);
-    EXPECT(st == DS_OK, "k=0 gemm failed: %s", ds_last_error());
-    EXPECT(C[0][0] == 2 && C[0][2] == 6 && C[1][1] == 10 && isnan(C[1][0]), "k=0, beta=2 wrong");
+    CHECK(st == DS_OK, "k=0 gemm failed: %s", ds_last_error());
+    CHECK(C[0][0] == 2 && C[0][2] == 6 && C[1][1] == 10 && isnan(C[1][0]), "k=0, beta=2 wrong");
     st = be->ops->gemm(be, false, false, 2, 3, 0, 1.0f, NULL, 1, 0, NULL, 3, 0, 0.0f, &C[0][0], 3,
                        0, 1);
-    EXPECT(st == DS_OK && C[1][0] == 0.0f && C[1][2] == 0.0f, "k=0, beta=0 must write zeros");
+    CHECK(st == DS_OK && C[1][0] == 0.0f && C[1][2] == 0.0f, "k=0, beta=0 must write zeros");
 }
 
 static void expect_invalid(ds_status st, const char *what, const char *needle) {
-    EXPECT(st == DS_ERR_INVALID_ARG, "%s: got %s, want DS_ERR_INVALID_ARG", what,
-           ds_status_to_string(st));
-    EXPECT(strstr(ds_last_error(), needle) != NULL, "%s: message '%s' lacks '%s'", what,
-           ds_last_error(), needle);
+    CHECK(st == DS_ERR_INVALID_ARG, "%s: got %s, want DS_ERR_INVALID_ARG", what,
+          ds_status_to_string(st));
+    CHECK(strstr(ds_last_error(), needle) != NULL, "%s: message '%s' lacks '%s'", what,
+          ds_last_error(), needle);
     ds_clear_error();
 }
 
@@ -183,22 +170,12 @@ static void test_bad_args(ds_backend *be) {
 
 int main(void) {
     for (int nt = 1; nt <= 2; nt++) {
-        ds_backend_desc d = {.kind = DS_BACKEND_CPU, .num_threads = nt};
-        ds_backend *be = NULL;
-        if (ds_backend_create(&d, &be) != DS_OK) {
-            fprintf(stderr, "backend: %s\n", ds_last_error());
-            return 1;
-        }
-        EXPECT(be->num_threads == nt, "num_threads %d, want %d", be->num_threads, nt);
+        ds_backend *be = test_cpu_backend(nt, NULL);
+        CHECK(be->num_threads == nt, "num_threads %d, want %d", be->num_threads, nt);
         test_shapes(be);
         test_k_zero(be);
         test_bad_args(be);
         ds_backend_destroy(be);
     }
-    if (g_fail) {
-        fprintf(stderr, "test_backend_gemm: %d check(s) failed\n", g_fail);
-        return 1;
-    }
-    printf("test_backend_gemm: ok\n");
-    return 0;
+    return test_finish("test_backend_gemm");
 }

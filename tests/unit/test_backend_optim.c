@@ -25,20 +25,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/math.h"
-
-static int g_fail;
-
-#define EXPECT(cond, ...)                                                                        \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            if (g_fail < 30) {                                                                   \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                             \
-                fprintf(stderr, __VA_ARGS__);                                                    \
-                fprintf(stderr, "\n");                                                           \
-            }                                                                                    \
-            g_fail++;                                                                            \
-        }                                                                                        \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 #define NE 3    /* elements */
 #define NSTEP 3 /* steps */
@@ -129,8 +116,8 @@ static void expect_close(const char *what, const float *p, const hand_result *h)
     for (int e = 0; e < NE; e++) {
         double tol = 3.0 * FLT_EPSILON * (fabs(h->p[e]) + 16.0 * h->max_update[e]);
         double err = fabs((double)p[e] - h->p[e]);
-        EXPECT(err <= tol, "%s: p[%d] = %.9g, by hand %.9g (err %.3g > tol %.3g)", what, e,
-               (double)p[e], h->p[e], err, tol);
+        CHECK(err <= tol, "%s: p[%d] = %.9g, by hand %.9g (err %.3g > tol %.3g)", what, e,
+              (double)p[e], h->p[e], err, tol);
     }
 }
 
@@ -162,7 +149,7 @@ static void run_adam(ds_backend *be, const adam_run *c, float p_out[NE], uint16_
         void *lp = c->lp_t == DS_F32 ? (void *)lp32_out : c->lp_t == DS_DTYPE_COUNT ? NULL : lp_out;
         ds_status st = be->ops->adam(be, p, g, c->grad_t, 1.0f / c->grad_scale, m, v, NE, &hp, lp,
                                      c->lp_t);
-        EXPECT(st == DS_OK, "adam step %d failed: %s", t, ds_last_error());
+        CHECK(st == DS_OK, "adam step %d failed: %s", t, ds_last_error());
     }
     memcpy(p_out, p, sizeof p);
 }
@@ -177,7 +164,7 @@ static void test_adam(ds_backend *be) {
     hand_result h = hand_adam(0.1f, 0.0f, 0, 1, 1e-8f);
     expect_close("adam", ref, &h);
     /* the literal values written out above, to pin the hand code itself */
-    EXPECT(fabs(h.p[0] - 0.8393233849) < 1e-9, "hand Adam element 0 = %.10f", h.p[0]);
+    CHECK(fabs(h.p[0] - 0.8393233849) < 1e-9, "hand Adam element 0 = %.10f", h.p[0]);
 
     adam_run c = base;
     c.wd = 0.01f; /* Adam with L2: g += wd * p */
@@ -190,7 +177,7 @@ static void test_adam(ds_backend *be) {
     h = hand_adam(0.1f, 0.01f, 1, 1, 1e-8f);
     expect_close("adamw", p, &h);
     /* element 1 (zero gradients for two steps) moved by the decay alone first */
-    EXPECT(p[1] != ref[1], "adamw decay had no effect on element 1");
+    CHECK(p[1] != ref[1], "adamw decay had no effect on element 1");
 
     /* a large eps: it is added after the bias correction of sqrt(v)
      * (torch), not before (which would give 0.5 + 0.0316 instead of 0.501
@@ -211,17 +198,17 @@ static void test_adam(ds_backend *be) {
     c = base;
     c.grad_scale = 1024.0f;
     run_adam(be, &c, p, lp, lp32);
-    EXPECT(memcmp(p, ref, sizeof p) == 0, "grad_mult 1/1024 on x1024 gradients changed the result");
+    CHECK(memcmp(p, ref, sizeof p) == 0, "grad_mult 1/1024 on x1024 gradients changed the result");
 
     /* fp16 / bf16 gradients (values exact in both): same bits */
     c = base;
     c.grad_t = DS_F16;
     run_adam(be, &c, p, lp, lp32);
-    EXPECT(memcmp(p, ref, sizeof p) == 0, "fp16 gradients changed the result");
+    CHECK(memcmp(p, ref, sizeof p) == 0, "fp16 gradients changed the result");
     c.grad_t = DS_BF16;
     c.grad_scale = 1024.0f; /* and scaled, in bf16 */
     run_adam(be, &c, p, lp, lp32);
-    EXPECT(memcmp(p, ref, sizeof p) == 0, "bf16 gradients x1024 changed the result");
+    CHECK(memcmp(p, ref, sizeof p) == 0, "bf16 gradients x1024 changed the result");
 
     /* working copies: param_lp = the master rounded to the low precision */
     const ds_dtype lps[3] = {DS_F16, DS_BF16, DS_F32};
@@ -231,20 +218,20 @@ static void test_adam(ds_backend *be) {
         memset(lp, 0, sizeof lp);
         memset(lp32, 0, sizeof lp32);
         run_adam(be, &c, p, lp, lp32);
-        EXPECT(memcmp(p, ref, sizeof p) == 0, "param_lp %s changed the master",
-               ds_dtype_name(lps[i]));
+        CHECK(memcmp(p, ref, sizeof p) == 0, "param_lp %s changed the master",
+              ds_dtype_name(lps[i]));
         for (int e = 0; e < NE; e++) {
             float got = lps[i] == DS_F32 ? lp32[e] : ds_load_f32(lp, lps[i], e);
             float want = lps[i] == DS_F16 ? ds_f16_to_f32(ds_f32_to_f16(p[e]))
                          : lps[i] == DS_BF16 ? ds_bf16_to_f32(ds_f32_to_bf16(p[e]))
                                              : p[e];
-            EXPECT(got == want, "param_lp %s[%d] = %.9g, want %.9g", ds_dtype_name(lps[i]), e,
-                   (double)got, (double)want);
+            CHECK(got == want, "param_lp %s[%d] = %.9g, want %.9g", ds_dtype_name(lps[i]), e,
+                  (double)got, (double)want);
             /* and within half an lp ulp (2^-11 fp16, 2^-8 bf16 relative) of the hand value */
             double rel = lps[i] == DS_F16 ? 1.0 / 2048 : lps[i] == DS_BF16 ? 1.0 / 256 : 1e-6;
             h = hand_adam(0.1f, 0.0f, 0, 1, 1e-8f);
-            EXPECT(fabs(got - h.p[e]) <= rel * fabs(h.p[e]), "param_lp %s[%d] = %.9g far from %.9g",
-                   ds_dtype_name(lps[i]), e, (double)got, h.p[e]);
+            CHECK(fabs(got - h.p[e]) <= rel * fabs(h.p[e]), "param_lp %s[%d] = %.9g far from %.9g",
+                  ds_dtype_name(lps[i]), e, (double)got, h.p[e]);
         }
     }
 
@@ -253,23 +240,23 @@ static void test_adam(ds_backend *be) {
     memcpy(p, k_p0, sizeof p);
     ds_adam_hparams hp = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .step = 0,
                           .adam_w_mode = true, .bias_correction = true};
-    EXPECT(be->ops->adam(be, p, k_grad[0], DS_F32, 1.0f, m, v, NE, &hp, NULL, DS_F32) ==
-               DS_ERR_INVALID_ARG,
-           "step 0 with bias correction accepted");
-    EXPECT(strstr(ds_last_error(), "step") != NULL, "message: %s", ds_last_error());
+    CHECK(be->ops->adam(be, p, k_grad[0], DS_F32, 1.0f, m, v, NE, &hp, NULL, DS_F32) ==
+              DS_ERR_INVALID_ARG,
+          "step 0 with bias correction accepted");
+    CHECK(strstr(ds_last_error(), "step") != NULL, "message: %s", ds_last_error());
     hp.step = 1;
     hp.beta1 = 1.0f;
-    EXPECT(be->ops->adam(be, p, k_grad[0], DS_F32, 1.0f, m, v, NE, &hp, NULL, DS_F32) ==
-               DS_ERR_INVALID_ARG,
-           "beta1 = 1 accepted");
+    CHECK(be->ops->adam(be, p, k_grad[0], DS_F32, 1.0f, m, v, NE, &hp, NULL, DS_F32) ==
+              DS_ERR_INVALID_ARG,
+          "beta1 = 1 accepted");
     hp.beta1 = 0.9f;
-    EXPECT(be->ops->adam(be, p, k_grad[0], DS_I32, 1.0f, m, v, NE, &hp, NULL, DS_F32) ==
-               DS_ERR_INVALID_ARG,
-           "int32 gradients accepted");
-    EXPECT(be->ops->adam(be, p, k_grad[0], DS_F32, 1.0f, NULL, v, NE, &hp, NULL, DS_F32) ==
-               DS_ERR_INVALID_ARG,
-           "NULL m accepted");
-    EXPECT(memcmp(p, k_p0, sizeof p) == 0, "a rejected call modified the parameters");
+    CHECK(be->ops->adam(be, p, k_grad[0], DS_I32, 1.0f, m, v, NE, &hp, NULL, DS_F32) ==
+              DS_ERR_INVALID_ARG,
+          "int32 gradients accepted");
+    CHECK(be->ops->adam(be, p, k_grad[0], DS_F32, 1.0f, NULL, v, NE, &hp, NULL, DS_F32) ==
+              DS_ERR_INVALID_ARG,
+          "NULL m accepted");
+    CHECK(memcmp(p, k_p0, sizeof p) == 0, "a rejected call modified the parameters");
     ds_clear_error();
 }
 
@@ -289,7 +276,7 @@ static void run_sgd(ds_backend *be, float lr, float mom, float damp, float wd, i
                              .nesterov = nesterov, .first_step = t == 1};
         ds_status st = be->ops->sgd(be, p, g, grad_t, 1.0f, mom != 0.0f ? buf : NULL, NE, &hp,
                                     NULL, DS_F32);
-        EXPECT(st == DS_OK, "sgd step %d failed: %s", t, ds_last_error());
+        CHECK(st == DS_OK, "sgd step %d failed: %s", t, ds_last_error());
     }
     memcpy(p_out, p, sizeof p);
 }
@@ -304,7 +291,7 @@ static void test_sgd(ds_backend *be) {
     h = hand_sgd(0.1f, 0.9f, 0.0f, 0.0f, 0);
     expect_close("sgd momentum", ref, &h);
     /* 0.8995 with decimal 0.1 and 0.9; their float roundings move it by 1.2e-9 */
-    EXPECT(fabs(h.p[0] - 0.8995) < 2e-9, "hand SGD element 0 = %.12f", h.p[0]);
+    CHECK(fabs(h.p[0] - 0.8995) < 2e-9, "hand SGD element 0 = %.12f", h.p[0]);
     run_sgd(be, 0.1f, 0.9f, 0.1f, 0.0f, 0, DS_F32, p);
     h = hand_sgd(0.1f, 0.9f, 0.1f, 0.0f, 0);
     expect_close("sgd momentum dampening", p, &h);
@@ -318,7 +305,7 @@ static void test_sgd(ds_backend *be) {
     h = hand_sgd(0.05f, 0.0f, 0.0f, 0.01f, 0);
     expect_close("sgd weight decay", p, &h);
     run_sgd(be, 0.1f, 0.9f, 0.0f, 0.0f, 0, DS_BF16, p);
-    EXPECT(memcmp(p, ref, sizeof p) == 0, "bf16 gradients changed sgd momentum");
+    CHECK(memcmp(p, ref, sizeof p) == 0, "bf16 gradients changed sgd momentum");
 
     /* param_lp output and grad_mult */
     float q[NE], buf[NE] = {0}, g2[NE];
@@ -326,23 +313,23 @@ static void test_sgd(ds_backend *be) {
     memcpy(q, k_p0, sizeof q);
     for (int e = 0; e < NE; e++) g2[e] = k_grad[0][e] * 4.0f;
     ds_sgd_hparams hp = {.lr = 0.1f, .momentum = 0.9f, .first_step = true};
-    EXPECT(be->ops->sgd(be, q, g2, DS_F32, 0.25f, buf, NE, &hp, lp, DS_F16) == DS_OK, "sgd lp");
+    CHECK(be->ops->sgd(be, q, g2, DS_F32, 0.25f, buf, NE, &hp, lp, DS_F16) == DS_OK, "sgd lp");
     /* step 1 with momentum: buf = g, p = p - lr g: 1 - 0.1 * 0.5 = 0.95 */
-    EXPECT(fabsf(q[0] - 0.95f) <= FLT_EPSILON, "sgd step 1 element 0 = %.9g, want 0.95",
-           (double)q[0]);
+    CHECK(fabsf(q[0] - 0.95f) <= FLT_EPSILON, "sgd step 1 element 0 = %.9g, want 0.95",
+          (double)q[0]);
     for (int e = 0; e < NE; e++)
-        EXPECT(lp[e] == ds_f32_to_f16(q[e]), "sgd param_lp[%d] = %04x, want %04x", e, lp[e],
-               ds_f32_to_f16(q[e]));
+        CHECK(lp[e] == ds_f32_to_f16(q[e]), "sgd param_lp[%d] = %04x, want %04x", e, lp[e],
+              ds_f32_to_f16(q[e]));
 
     /* nesterov needs momentum and no dampening; momentum needs its buffer */
     hp.nesterov = true;
     hp.dampening = 0.5f;
-    EXPECT(be->ops->sgd(be, q, g2, DS_F32, 1.0f, buf, NE, &hp, NULL, DS_F32) == DS_ERR_INVALID_ARG,
-           "nesterov with dampening accepted");
+    CHECK(be->ops->sgd(be, q, g2, DS_F32, 1.0f, buf, NE, &hp, NULL, DS_F32) == DS_ERR_INVALID_ARG,
+          "nesterov with dampening accepted");
     hp.nesterov = false;
     hp.dampening = 0.0f;
-    EXPECT(be->ops->sgd(be, q, g2, DS_F32, 1.0f, NULL, NE, &hp, NULL, DS_F32) == DS_ERR_INVALID_ARG,
-           "momentum without a buffer accepted");
+    CHECK(be->ops->sgd(be, q, g2, DS_F32, 1.0f, NULL, NE, &hp, NULL, DS_F32) == DS_ERR_INVALID_ARG,
+          "momentum without a buffer accepted");
     ds_clear_error();
 }
 
@@ -366,8 +353,8 @@ static void test_threads(ds_backend *be1, ds_backend *be2) {
         be1->ops->adam(be1, p[0], g, DS_F32, 0.5f, m[0], v[0], n, &hp, NULL, DS_F32);
         be2->ops->adam(be2, p[1], g, DS_F32, 0.5f, m[1], v[1], n, &hp, NULL, DS_F32);
     }
-    EXPECT(memcmp(p[0], p[1], n * 4) == 0 && memcmp(v[0], v[1], n * 4) == 0,
-           "adam differs between 1 and 2 threads");
+    CHECK(memcmp(p[0], p[1], n * 4) == 0 && memcmp(v[0], v[1], n * 4) == 0,
+          "adam differs between 1 and 2 threads");
     /* and is, bit for bit, the element function of math.h (which the CUDA
      * kernel runs) applied one element at a time, whatever the vector code */
     float *q = malloc(n * sizeof *q), *qm = calloc(n, sizeof *qm), *qv = calloc(n, sizeof *qv);
@@ -376,9 +363,9 @@ static void test_threads(ds_backend *be1, ds_backend *be2) {
         ds_adam_coef c = ds_adam_coef_make(1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, t, true, true, 0.5f);
         for (size_t i = 0; i < n; i++) ds_adam_update(&q[i], &qm[i], &qv[i], g[i], &c);
     }
-    EXPECT(memcmp(q, p[0], n * 4) == 0 && memcmp(qm, m[0], n * 4) == 0 &&
-               memcmp(qv, v[0], n * 4) == 0,
-           "adam slot differs from the scalar ds_adam_update");
+    CHECK(memcmp(q, p[0], n * 4) == 0 && memcmp(qm, m[0], n * 4) == 0 &&
+              memcmp(qv, v[0], n * 4) == 0,
+          "adam slot differs from the scalar ds_adam_update");
     /* SGD with nesterov and bf16 gradients, against ds_sgd_update */
     uint16_t *gb = malloc(n * sizeof *gb);
     for (size_t i = 0; i < n; i++) {
@@ -392,8 +379,8 @@ static void test_threads(ds_backend *be1, ds_backend *be2) {
         ds_sgd_coef c = ds_sgd_coef_make(0.01f, 0.9f, 0.0f, 1e-4f, true, t == 1, 2.0f);
         for (size_t i = 0; i < n; i++) ds_sgd_update(&q[i], &qm[i], ds_bf16_to_f32(gb[i]), &c);
     }
-    EXPECT(memcmp(q, p[0], n * 4) == 0 && memcmp(qm, m[0], n * 4) == 0,
-           "sgd slot differs from the scalar ds_sgd_update");
+    CHECK(memcmp(q, p[0], n * 4) == 0 && memcmp(qm, m[0], n * 4) == 0,
+          "sgd slot differs from the scalar ds_sgd_update");
     free(q);
     free(qm);
     free(qv);
@@ -407,23 +394,11 @@ static void test_threads(ds_backend *be1, ds_backend *be2) {
 }
 
 int main(void) {
-    ds_backend *be[2] = {NULL, NULL};
-    for (int k = 0; k < 2; k++) {
-        ds_backend_desc d = {.kind = DS_BACKEND_CPU, .num_threads = k + 1};
-        if (ds_backend_create(&d, &be[k]) != DS_OK) {
-            fprintf(stderr, "backend: %s\n", ds_last_error());
-            return 1;
-        }
-    }
+    ds_backend *be[2] = {test_cpu_backend(1, NULL), test_cpu_backend(2, NULL)};
     test_adam(be[0]);
     test_sgd(be[0]);
     test_threads(be[0], be[1]);
     ds_backend_destroy(be[0]);
     ds_backend_destroy(be[1]);
-    if (g_fail) {
-        fprintf(stderr, "test_backend_optim: %d check(s) failed\n", g_fail);
-        return 1;
-    }
-    printf("test_backend_optim: ok\n");
-    return 0;
+    return test_finish("test_backend_optim");
 }

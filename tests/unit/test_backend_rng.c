@@ -18,20 +18,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/math.h"
-
-static int g_fail;
-
-#define EXPECT(cond, ...)                                                                        \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            if (g_fail < 20) {                                                                   \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                             \
-                fprintf(stderr, __VA_ARGS__);                                                    \
-                fprintf(stderr, "\n");                                                           \
-            }                                                                                    \
-            g_fail++;                                                                            \
-        }                                                                                        \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 static const double k_two_pi = 6.283185307179586476925;
 
@@ -49,31 +36,31 @@ static void test_philox_kat(void) {
         const uint32_t *v = kat[t];
         ds_philox4 r = ds_philox4x32_10(v[0], v[1], v[2], v[3], v[4], v[5]);
         for (int i = 0; i < 4; i++)
-            EXPECT(r.v[i] == v[6 + i], "philox KAT %d word %d: %08x, want %08x", t, i, r.v[i],
-                   v[6 + i]);
+            CHECK(r.v[i] == v[6 + i], "philox KAT %d word %d: %08x, want %08x", t, i, r.v[i],
+                  v[6 + i]);
     }
     /* the block layout puts the block index in counter words 0-1, the tag in
      * word 2, the seed in the key (the layout of cuRAND's curand_init) */
     uint64_t seed = 0x299f31d0a4093822ull, block = 0x85a308d3243f6a88ull;
     ds_philox4 a = ds_rng_block(seed, 0x13198a2eu, block);
     ds_philox4 b = ds_philox4x32_10(0x243f6a88, 0x85a308d3, 0x13198a2e, 0, 0xa4093822, 0x299f31d0);
-    EXPECT(memcmp(&a, &b, sizeof a) == 0, "ds_rng_block layout differs from counter/key order");
+    CHECK(memcmp(&a, &b, sizeof a) == 0, "ds_rng_block layout differs from counter/key order");
 }
 
 static void test_accessors(void) {
     for (uint64_t j = 0; j < 64; j++) {
         ds_philox4 w = ds_rng_block(42, DS_RNG_TAG_UNIFORM, j / 4);
         float u = ds_rng_uniform_at(42, j);
-        EXPECT(u == ds_rng_bits_to_unit(w.v[j % 4]), "uniform_at(%llu) disagrees with the block",
-               (unsigned long long)j);
-        EXPECT(u >= 0.0f && u < 1.0f, "uniform %g outside [0,1)", (double)u);
+        CHECK(u == ds_rng_bits_to_unit(w.v[j % 4]), "uniform_at(%llu) disagrees with the block",
+              (unsigned long long)j);
+        CHECK(u >= 0.0f && u < 1.0f, "uniform %g outside [0,1)", (double)u);
         float z[4];
         ds_rng_normal_block(42, j / 4, z);
-        EXPECT(ds_rng_normal_at(42, j) == z[j % 4], "normal_at(%llu) disagrees with the block",
-               (unsigned long long)j);
+        CHECK(ds_rng_normal_at(42, j) == z[j % 4], "normal_at(%llu) disagrees with the block",
+              (unsigned long long)j);
     }
-    EXPECT(ds_rng_bits_to_unit(0xffffffffu) < 1.0f, "unit(max) must stay below 1");
-    EXPECT(ds_rng_bits_to_unit(0xffu) == 0.0f, "unit keeps the top 24 bits only");
+    CHECK(ds_rng_bits_to_unit(0xffffffffu) < 1.0f, "unit(max) must stay below 1");
+    CHECK(ds_rng_bits_to_unit(0xffu) == 0.0f, "unit keeps the top 24 bits only");
 }
 
 /* ds_rng_logf over every input Box-Muller feeds it, k * 2^-24 for k in
@@ -89,8 +76,8 @@ static void test_logf(void) {
         double e = fabs(got - want) / ulp;
         if (e > worst) worst = e;
     }
-    EXPECT(worst <= 2.0, "ds_rng_logf: worst error %.3f ulp > 2", worst);
-    EXPECT(ds_rng_logf(1.0f) == 0.0f, "log(1) = %g", (double)ds_rng_logf(1.0f));
+    CHECK(worst <= 2.0, "ds_rng_logf: worst error %.3f ulp > 2", worst);
+    CHECK(ds_rng_logf(1.0f) == 0.0f, "log(1) = %g", (double)ds_rng_logf(1.0f));
 }
 
 /* sin/cos of 2 pi k 2^-24 for every 24-bit k: absolute error below 1.5e-7.
@@ -109,17 +96,7 @@ static void test_sincos(void) {
         if (es > worst) worst = es;
         if (ec > worst) worst = ec;
     }
-    EXPECT(worst <= 1.5e-7, "ds_rng_sincos_turn24: worst absolute error %.3g > 1.5e-7", worst);
-}
-
-static ds_backend *make_cpu(int nt) {
-    ds_backend_desc d = {.kind = DS_BACKEND_CPU, .num_threads = nt};
-    ds_backend *be = NULL;
-    if (ds_backend_create(&d, &be) != DS_OK) {
-        fprintf(stderr, "backend: %s\n", ds_last_error());
-        exit(1);
-    }
-    return be;
+    CHECK(worst <= 1.5e-7, "ds_rng_sincos_turn24: worst absolute error %.3g > 1.5e-7", worst);
 }
 
 typedef ds_status (*rng_fn)(ds_backend *, float *, size_t, float, float, uint64_t, uint64_t);
@@ -131,29 +108,29 @@ static void test_sharding(ds_backend *be1, ds_backend *be2, rng_fn f1, rng_fn f2
     const uint64_t seed = 0x1234abcdull;
     float *full = malloc(n * sizeof *full), *part = malloc(n * sizeof *part);
     float *again = malloc(n * sizeof *again);
-    EXPECT(f1(be1, full, n, 0.5f, 2.0f, seed, 0) == DS_OK, "%s failed", name);
-    EXPECT(f1(be1, again, n, 0.5f, 2.0f, seed, 0) == DS_OK, "%s failed", name);
-    EXPECT(memcmp(full, again, n * sizeof *full) == 0, "%s: same seed, different values", name);
+    CHECK(f1(be1, full, n, 0.5f, 2.0f, seed, 0) == DS_OK, "%s failed", name);
+    CHECK(f1(be1, again, n, 0.5f, 2.0f, seed, 0) == DS_OK, "%s failed", name);
+    CHECK(memcmp(full, again, n * sizeof *full) == 0, "%s: same seed, different values", name);
     /* two halves at offsets 0 and n/2 */
     size_t h = n / 2;
     f1(be1, part, h, 0.5f, 2.0f, seed, 0);
     f1(be1, part + h, n - h, 0.5f, 2.0f, seed, h);
-    EXPECT(memcmp(full, part, n * sizeof *full) == 0, "%s: halves differ from the whole", name);
+    CHECK(memcmp(full, part, n * sizeof *full) == 0, "%s: halves differ from the whole", name);
     /* uneven shards at unaligned offsets, as a flat parameter space cuts a tensor */
     const size_t cuts[] = {0, 1, 6, 4099, 50001, 77777, n};
     memset(part, 0, n * sizeof *part);
     for (size_t c = 0; c + 1 < sizeof cuts / sizeof cuts[0]; c++)
         f1(be1, part + cuts[c], cuts[c + 1] - cuts[c], 0.5f, 2.0f, seed, cuts[c]);
-    EXPECT(memcmp(full, part, n * sizeof *full) == 0, "%s: uneven shards differ", name);
+    CHECK(memcmp(full, part, n * sizeof *full) == 0, "%s: uneven shards differ", name);
     /* two threads */
     f2(be2, again, n, 0.5f, 2.0f, seed, 0);
-    EXPECT(memcmp(full, again, n * sizeof *full) == 0, "%s: 2 threads differ from 1", name);
+    CHECK(memcmp(full, again, n * sizeof *full) == 0, "%s: 2 threads differ from 1", name);
     /* another seed gives other values */
     f1(be1, again, n, 0.5f, 2.0f, seed + 1, 0);
     size_t same = 0;
     for (size_t i = 0; i < n; i++) same += full[i] == again[i];
-    EXPECT(same < n / 1000, "%s: seeds %llu and %llu agree on %zu of %zu values", name,
-           (unsigned long long)seed, (unsigned long long)seed + 1, same, n);
+    CHECK(same < n / 1000, "%s: seeds %llu and %llu agree on %zu of %zu values", name,
+          (unsigned long long)seed, (unsigned long long)seed + 1, same, n);
     free(full);
     free(part);
     free(again);
@@ -173,7 +150,7 @@ static void test_normal(ds_backend *be) {
     const size_t n = (size_t)1 << 20;
     const uint64_t seed = 2024, offset = 3;
     float *z = malloc(n * sizeof *z);
-    EXPECT(be->ops->rng_normal(be, z, n, 0.0f, 1.0f, seed, offset) == DS_OK, "rng_normal failed");
+    CHECK(be->ops->rng_normal(be, z, n, 0.0f, 1.0f, seed, offset) == DS_OK, "rng_normal failed");
     double sum = 0, sum2 = 0;
     size_t inside = 0, nbad = 0;
     for (size_t i = 0; i < n; i++) {
@@ -191,17 +168,17 @@ static void test_normal(ds_backend *be) {
         sum2 += (double)z[i] * z[i];
         inside += fabsf(z[i]) < 1.0f;
     }
-    EXPECT(nbad == 0, "%zu normal values differ from Box-Muller in double", nbad);
+    CHECK(nbad == 0, "%zu normal values differ from Box-Muller in double", nbad);
     double mean = sum / n, sd = sqrt(sum2 / n - mean * mean), p1 = (double)inside / n;
-    EXPECT(fabs(mean) < 4.9e-3, "normal mean %.5f, want 0 +- 4.9e-3", mean);
-    EXPECT(fabs(sd - 1.0) < 3.5e-3, "normal std %.5f, want 1 +- 3.5e-3", sd);
-    EXPECT(fabs(p1 - 0.682689) < 2.3e-3, "P(|z|<1) = %.5f, want 0.68269 +- 2.3e-3", p1);
+    CHECK(fabs(mean) < 4.9e-3, "normal mean %.5f, want 0 +- 4.9e-3", mean);
+    CHECK(fabs(sd - 1.0) < 3.5e-3, "normal std %.5f, want 1 +- 3.5e-3", sd);
+    CHECK(fabs(p1 - 0.682689) < 2.3e-3, "P(|z|<1) = %.5f, want 0.68269 +- 2.3e-3", p1);
     /* mean and std are applied as fmaf(std, z, mean), exactly */
     float *y = malloc(n * sizeof *y);
     be->ops->rng_normal(be, y, n, 2.0f, 0.02f, seed, offset);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += y[i] != fmaf(0.02f, z[i], 2.0f);
-    EXPECT(bad == 0, "rng_normal(mean 2, std 0.02) != fmaf(std, z, mean) for %zu values", bad);
+    CHECK(bad == 0, "rng_normal(mean 2, std 0.02) != fmaf(std, z, mean) for %zu values", bad);
     free(y);
     free(z);
 }
@@ -213,7 +190,7 @@ static void test_normal(ds_backend *be) {
 static void test_uniform(ds_backend *be) {
     const size_t n = (size_t)1 << 20;
     float *u = malloc(n * sizeof *u);
-    EXPECT(be->ops->rng_uniform(be, u, n, -3.0f, 5.0f, 99, 0) == DS_OK, "rng_uniform failed");
+    CHECK(be->ops->rng_uniform(be, u, n, -3.0f, 5.0f, 99, 0) == DS_OK, "rng_uniform failed");
     double sum = 0, sum2 = 0;
     size_t outside = 0;
     for (size_t i = 0; i < n; i++) {
@@ -222,22 +199,22 @@ static void test_uniform(ds_backend *be) {
         sum2 += (double)u[i] * u[i];
     }
     double mean = sum / n, var = sum2 / n - mean * mean;
-    EXPECT(outside == 0, "%zu uniforms outside [-3, 5)", outside);
-    EXPECT(fabs(mean - 1.0) < 1.1e-2, "uniform mean %.5f, want 1 +- 1.1e-2", mean);
-    EXPECT(fabs(var - 64.0 / 12.0) < 2.3e-2, "uniform variance %.5f, want 5.3333 +- 2.3e-2", var);
+    CHECK(outside == 0, "%zu uniforms outside [-3, 5)", outside);
+    CHECK(fabs(mean - 1.0) < 1.1e-2, "uniform mean %.5f, want 1 +- 1.1e-2", mean);
+    CHECK(fabs(var - 64.0 / 12.0) < 2.3e-2, "uniform variance %.5f, want 5.3333 +- 2.3e-2", var);
     /* element i is fmaf(hi - lo, unit(word), lo) of element offset + i */
     for (size_t i = 0; i < 1000; i++)
-        EXPECT(u[i] == fmaf(8.0f, ds_rng_uniform_at(99, i), -3.0f), "uniform[%zu] layout", i);
+        CHECK(u[i] == fmaf(8.0f, ds_rng_uniform_at(99, i), -3.0f), "uniform[%zu] layout", i);
     free(u);
 }
 
 static void test_bad_args(ds_backend *be) {
     float x[4];
-    EXPECT(be->ops->rng_normal(be, NULL, 4, 0, 1, 1, 0) == DS_ERR_INVALID_ARG, "NULL dst accepted");
-    EXPECT(be->ops->rng_uniform(be, x, 4, 0, 1, 1, UINT64_MAX - 1) == DS_ERR_INVALID_ARG,
-           "counter overflow accepted");
-    EXPECT(strstr(ds_last_error(), "overflow") != NULL, "message: %s", ds_last_error());
-    EXPECT(be->ops->rng_uniform(be, NULL, 0, 0, 1, 1, 0) == DS_OK, "n = 0 must be a no-op");
+    CHECK(be->ops->rng_normal(be, NULL, 4, 0, 1, 1, 0) == DS_ERR_INVALID_ARG, "NULL dst accepted");
+    CHECK(be->ops->rng_uniform(be, x, 4, 0, 1, 1, UINT64_MAX - 1) == DS_ERR_INVALID_ARG,
+          "counter overflow accepted");
+    CHECK(strstr(ds_last_error(), "overflow") != NULL, "message: %s", ds_last_error());
+    CHECK(be->ops->rng_uniform(be, NULL, 0, 0, 1, 1, 0) == DS_OK, "n = 0 must be a no-op");
     ds_clear_error();
 }
 
@@ -246,7 +223,7 @@ int main(void) {
     test_accessors();
     test_logf();
     test_sincos();
-    ds_backend *be1 = make_cpu(1), *be2 = make_cpu(2);
+    ds_backend *be1 = test_cpu_backend(1, NULL), *be2 = test_cpu_backend(2, NULL);
     test_sharding(be1, be2, be1->ops->rng_normal, be2->ops->rng_normal, "rng_normal");
     test_sharding(be1, be2, be1->ops->rng_uniform, be2->ops->rng_uniform, "rng_uniform");
     test_normal(be1);
@@ -254,10 +231,5 @@ int main(void) {
     test_bad_args(be1);
     ds_backend_destroy(be1);
     ds_backend_destroy(be2);
-    if (g_fail) {
-        fprintf(stderr, "test_backend_rng: %d check(s) failed\n", g_fail);
-        return 1;
-    }
-    printf("test_backend_rng: ok\n");
-    return 0;
+    return test_finish("test_backend_rng");
 }

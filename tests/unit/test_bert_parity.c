@@ -55,29 +55,7 @@
 
 #include "bert_ref.h"
 #include "engine/engine.h"
-
-static int g_fail;
-
-#define EXPECT(cond, ...)                                                                        \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                 \
-            fprintf(stderr, __VA_ARGS__);                                                        \
-            fprintf(stderr, "\n");                                                               \
-            g_fail++;                                                                            \
-        }                                                                                        \
-    } while (0)
-
-#define CHECK_OK(expr)                                                                           \
-    do {                                                                                         \
-        ds_status s_ = (expr);                                                                   \
-        if (s_ != DS_OK) {                                                                       \
-            fprintf(stderr, "FAIL %s:%d: %s -> %s: %s (%s)\n", __FILE__, __LINE__, #expr,         \
-                    ds_status_to_string(s_), ds_last_error(), ds_last_error_trace());            \
-            g_fail++;                                                                            \
-            goto out;                                                                            \
-        }                                                                                        \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 #define TOL_LOGITS 1e-4
 #define TOL_LOSS0 1e-5
@@ -157,14 +135,14 @@ int main(void) {
                       .labels = labels, .class_weights = NULL};
 
     ds_model *model = NULL;
-    CHECK_OK(ds_bert_create(&ref.desc, &model));
+    CHECK_OK_GOTO(ds_bert_create(&ref.desc, &model), out);
     ds_init_desc d;
     ds_init_desc_defaults(&d);
     d.config_json = k_config;
     d.model = model; /* the engine owns it from here, also on failure */
     d.quiet = true;
-    CHECK_OK(ds_initialize(&d, &e));
-    EXPECT(ds_world_size(e) == 1, "world size %d", ds_world_size(e));
+    CHECK_OK_GOTO(ds_initialize(&d, &e), out);
+    CHECK(ds_world_size(e) == 1, "world size %d", ds_world_size(e));
 
     /* the model's parameters are exactly the reference's, by name and size */
     const ds_model *m = ds_get_model(e);
@@ -172,29 +150,25 @@ int main(void) {
     for (int i = 0; i < m->n_modules; i++)
         for (int p = 0; p < m->modules[i]->n_params; p++) {
             const ds_param_desc *pd = &m->modules[i]->params[p];
-            char key[DS_MAX_NAME + 16];
-            size_t numel;
-            snprintf(key, sizeof key, "param/%s", pd->name);
-            EXPECT(bert_ref_f32(&ref, key, &numel, NULL, NULL) != NULL,
-                   "model parameter %s is not in the reference", pd->name);
+            CHECK(bert_ref_param_f32(&ref, "param", pd->name, NULL, NULL, NULL) != NULL,
+                  "model parameter %s is not in the reference", pd->name);
             n_model++;
         }
-    EXPECT(n_model == np, "model has %d parameters, reference %d", n_model, np);
+    CHECK(n_model == np, "model has %d parameters, reference %d", n_model, np);
 
     size_t total = 0;
     for (int i = 0; i < np; i++) {
-        char key[DS_MAX_NAME + 16];
         size_t numel;
-        snprintf(key, sizeof key, "param/%s", bert_ref_param_name(&ref, i));
-        const float *v = bert_ref_f32(&ref, key, &numel, NULL, NULL);
-        CHECK_OK(ds_set_param(e, bert_ref_param_name(&ref, i), v, numel));
+        const float *v =
+            bert_ref_param_f32(&ref, "param", bert_ref_param_name(&ref, i), &numel, NULL, NULL);
+        CHECK_OK_GOTO(ds_set_param(e, bert_ref_param_name(&ref, i), v, numel), out);
         total += numel;
     }
     buf = malloc(sizeof(float) * total);
 
     /* ---- logits ---- */
     float logits[64];
-    CHECK_OK(ds_predict(e, &batch, logits));
+    CHECK_OK_GOTO(ds_predict(e, &batch, logits), out);
     double dmax = 0, rmax = 0;
     for (int i = 0; i < B * C; i++) {
         dmax = fmax(dmax, fabs((double)logits[i] - ref_logits[i]));
@@ -202,7 +176,7 @@ int main(void) {
     }
     printf("logits       max|d|/max|ref| = %.2e (tol %.0e; torch fp32 %.1e)\n", dmax / rmax,
            TOL_LOGITS, hdr_num(&ref, "torch_fp32_vs_fp64", "logits_max_abs_over_max_abs"));
-    EXPECT(dmax / rmax <= TOL_LOGITS, "logits differ: max|d| %.3e, max|ref| %.3e", dmax, rmax);
+    CHECK(dmax / rmax <= TOL_LOGITS, "logits differ: max|d| %.3e, max|ref| %.3e", dmax, rmax);
     if (dmax / rmax > TOL_LOGITS)
         for (int i = 0; i < B * C; i++)
             fprintf(stderr, "  logit[%d][%d] engine %.7f ref %.7f\n", i / C, i % C, logits[i],
@@ -213,30 +187,28 @@ int main(void) {
     double worst_gv = 0, worst_uv = 0, worst_av = 0;
     for (int step = 0; step < steps; step++) {
         float loss;
-        CHECK_OK(ds_forward(e, &batch, &loss));
+        CHECK_OK_GOTO(ds_forward(e, &batch, &loss), out);
         double rel = fabs((double)loss - ref_losses[step]) / fabs((double)ref_losses[step]);
         double tol = step == 0 ? TOL_LOSS0 : TOL_LOSS_LATER;
         printf("loss step %d  engine %.7f ref %.7f rel %.2e (tol %.0e)\n", step, loss,
                ref_losses[step], rel, tol);
-        EXPECT(rel <= tol, "step %d loss %.7f vs %.7f (rel %.2e)", step, loss, ref_losses[step], rel);
-        CHECK_OK(ds_backward(e));
+        CHECK(rel <= tol, "step %d loss %.7f vs %.7f (rel %.2e)", step, loss, ref_losses[step],
+              rel);
+        CHECK_OK_GOTO(ds_backward(e), out);
         if (step == 0) {
             /* global gradient norm of the reference, for the zero-true-grad bound */
             for (int i = 0; i < np; i++) {
-                char key[DS_MAX_NAME + 16];
                 size_t numel;
-                snprintf(key, sizeof key, "grad/%s", bert_ref_param_name(&ref, i));
-                const float *g = bert_ref_f32(&ref, key, &numel, NULL, NULL);
+                const float *g = bert_ref_param_f32(&ref, "grad", bert_ref_param_name(&ref, i),
+                                                    &numel, NULL, NULL);
                 for (size_t j = 0; j < numel; j++) grad_global += (double)g[j] * g[j];
             }
             grad_global = sqrt(grad_global);
             for (int i = 0; i < np; i++) {
                 const char *name = bert_ref_param_name(&ref, i);
-                char key[DS_MAX_NAME + 16];
                 size_t numel;
-                snprintf(key, sizeof key, "grad/%s", name);
-                const float *g = bert_ref_f32(&ref, key, &numel, NULL, NULL);
-                CHECK_OK(ds_get_grad(e, name, buf, numel));
+                const float *g = bert_ref_param_f32(&ref, "grad", name, &numel, NULL, NULL);
+                CHECK_OK_GOTO(ds_get_grad(e, name, buf, numel), out);
                 double rn, dn = norm_diff(buf, g, numel, &rn);
                 if (is_zero_true_grad(&ref, name)) {
                     double en = 0;
@@ -244,35 +216,31 @@ int main(void) {
                     en = sqrt(en);
                     printf("grad %-52s |g| = %.2e (exactly 0 in theory; bound %.1e)\n", name, en,
                            TOL_ZERO_GRAD_GLOBAL * grad_global);
-                    EXPECT(en <= TOL_ZERO_GRAD_GLOBAL * grad_global,
-                           "gradient of %s should be ~0: norm %.3e (global %.3e)", name, en,
-                           grad_global);
+                    CHECK(en <= TOL_ZERO_GRAD_GLOBAL * grad_global,
+                          "gradient of %s should be ~0: norm %.3e (global %.3e)", name, en,
+                          grad_global);
                     continue;
                 }
                 double r = dn / rn;
                 if (r > worst_gv) worst_gv = r, worst_g = name;
-                EXPECT(r <= TOL_GRAD, "gradient %s: ||d||/||ref|| = %.3e (||ref|| %.3e)", name, r,
-                       rn);
+                CHECK(r <= TOL_GRAD, "gradient %s: ||d||/||ref|| = %.3e (||ref|| %.3e)", name, r,
+                      rn);
             }
             printf("gradients    worst ||d||/||ref|| = %.2e at %s (tol %.0e; torch fp32 %.1e)\n",
                    worst_gv, worst_g, TOL_GRAD,
                    hdr_num(&ref, "torch_fp32_vs_fp64", "grad_norm_rel_max"));
         }
-        CHECK_OK(ds_step(e));
+        CHECK_OK_GOTO(ds_step(e), out);
     }
 
     /* ---- parameters after the steps ---- */
     for (int i = 0; i < np; i++) {
         const char *name = bert_ref_param_name(&ref, i);
-        char key[DS_MAX_NAME + 16];
         size_t numel;
-        snprintf(key, sizeof key, "param/%s", name);
-        const float *p0 = bert_ref_f32(&ref, key, &numel, NULL, NULL);
-        snprintf(key, sizeof key, "after/%s", name);
-        const float *p3 = bert_ref_f32(&ref, key, NULL, NULL, NULL);
-        snprintf(key, sizeof key, "grad/%s", name);
-        const float *g = bert_ref_f32(&ref, key, NULL, NULL, NULL);
-        CHECK_OK(ds_get_param(e, name, buf, numel));
+        const float *p0 = bert_ref_param_f32(&ref, "param", name, &numel, NULL, NULL);
+        const float *p3 = bert_ref_param_f32(&ref, "after", name, NULL, NULL, NULL);
+        const float *g = bert_ref_param_f32(&ref, "grad", name, NULL, NULL, NULL);
+        CHECK_OK_GOTO(ds_get_param(e, name, buf, numel), out);
         const double decay = pow(1.0 - lr * wd, steps);
         if (is_zero_true_grad(&ref, name)) {
             double worst = 0;
@@ -280,8 +248,8 @@ int main(void) {
                 worst = fmax(worst, fabs((double)buf[j] - p0[j] * decay));
             printf("after %-51s max|after - decayed| = %.2e lr (bound %.2f lr)\n", name,
                    worst / lr, steps * ADAM_STEP_BOUND);
-            EXPECT(worst <= steps * ADAM_STEP_BOUND * lr,
-                   "%s moved %.3e from its decayed value, more than Adam's bound", name, worst);
+            CHECK(worst <= steps * ADAM_STEP_BOUND * lr,
+                  "%s moved %.3e from its decayed value, more than Adam's bound", name, worst);
             continue;
         }
         /* update norm */
@@ -303,13 +271,13 @@ int main(void) {
         double u = sqrt(dn) / sqrt(rn);
         if (u > worst_uv) worst_uv = u, worst_u = name;
         if (amax / lr > worst_av) worst_av = amax / lr, worst_a = name;
-        EXPECT(u <= TOL_UPDATE, "update of %s: ||d||/||ref|| = %.3e", name, u);
-        EXPECT(amax <= TOL_AFTER_LR * lr, "%s[%zu] after the steps: engine %.8g ref %.8g (%.3f lr)",
-               name, amax_at, buf[amax_at], p3[amax_at], amax / lr);
-        EXPECT(decay_worst <= TOL_DECAY_REL,
-               "%s[%zu] has no gradient: after %.8g, want %.8g * (1 - lr wd)^%d = %.8g (rel %.2e)",
-               name, decay_at, buf[decay_at], p0[decay_at], steps, p0[decay_at] * decay,
-               decay_worst);
+        CHECK(u <= TOL_UPDATE, "update of %s: ||d||/||ref|| = %.3e", name, u);
+        CHECK(amax <= TOL_AFTER_LR * lr, "%s[%zu] after the steps: engine %.8g ref %.8g (%.3f lr)",
+              name, amax_at, buf[amax_at], p3[amax_at], amax / lr);
+        CHECK(decay_worst <= TOL_DECAY_REL,
+              "%s[%zu] has no gradient: after %.8g, want %.8g * (1 - lr wd)^%d = %.8g (rel %.2e)",
+              name, decay_at, buf[decay_at], p0[decay_at], steps, p0[decay_at] * decay,
+              decay_worst);
     }
     printf("updates      worst ||d||/||ref|| = %.2e at %s (tol %.0e; torch fp32 %.1e)\n", worst_uv,
            worst_u, TOL_UPDATE, hdr_num(&ref, "torch_fp32_vs_fp64", "update_norm_rel_max"));
@@ -321,10 +289,5 @@ out:
     ds_finalize(e);
     free(buf);
     bert_ref_free(&ref);
-    if (g_fail) {
-        fprintf(stderr, "test_bert_parity: %d failures\n", g_fail);
-        return 1;
-    }
-    printf("test_bert_parity: all passed\n");
-    return 0;
+    return test_finish("test_bert_parity");
 }

@@ -22,18 +22,7 @@
 #include "engine/io/ckpt_file.h"
 #include "engine/io/fault.h"
 #include "engine/io/hash.h"
-
-static int fails;
-
-#define CHECK(cond, ...)                                                                          \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                           \
-            printf(__VA_ARGS__);                                                                  \
-            printf("\n");                                                                         \
-            fails++;                                                                              \
-        }                                                                                         \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 static void test_xxh64(void) {
     CHECK(ds_xxh64("", 0, 0) == 0xEF46DB3751D8E999ull, "XXH64(\"\") = %016llx",
@@ -310,10 +299,5 @@ int main(void) {
     test_misuse();
     test_fault_matcher();
     cleanup();
-    if (fails) {
-        printf("test_ckpt_file: %d failure(s)\n", fails);
-        return 1;
-    }
-    printf("test_ckpt_file: ok\n");
-    return 0;
+    return test_finish("test_ckpt_file");
 }

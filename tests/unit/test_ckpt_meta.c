@@ -17,19 +17,9 @@
 
 #include "engine/io/ckpt_dir.h"
 #include "engine/io/ckpt_meta.h"
+#include "tests/unit/test_util.h"
 
-static int fails;
 static char dir[256];
-
-#define CHECK(cond, ...)                                                                          \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                           \
-            printf(__VA_ARGS__);                                                                  \
-            printf("\n");                                                                         \
-            fails++;                                                                              \
-        }                                                                                         \
-    } while (0)
 
 static void sample(ds_ckpt_meta *m) {
     memset(m, 0, sizeof *m);
@@ -227,12 +217,9 @@ int main(void) {
     test_roundtrip();
     test_damaged();
     test_tags_and_folders();
-    if (fails) {
-        printf("test_ckpt_meta: %d failure(s)\n", fails);
-        return 1;
+    if (test_fails() == 0) { /* keep the files of a failed run */
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0) return 1;
     }
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) return 1;
-    printf("test_ckpt_meta: ok\n");
-    return 0;
+    return test_finish("test_ckpt_meta");
 }

@@ -8,18 +8,7 @@
 #include <string.h>
 
 #include "engine/comm/reduce.h"
-
-static int g_fail;
-
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            g_fail++;                                                                          \
-            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                    \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fprintf(stderr, "\n");                                                             \
-        }                                                                                      \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 int main(void) {
     /* fp16: 2048 + 1 = 2049 is not representable (spacing 2 above 2048); the
@@ -83,10 +72,5 @@ int main(void) {
     ds_comm_reduce(acc, acc, add, 0, DS_F32, DS_REDUCE_MAX); /* n = 0 touches nothing */
     CHECK(acc[0] == 100.f, "n = 0 wrote");
 
-    if (g_fail) {
-        fprintf(stderr, "test_comm_reduce: %d check(s) failed\n", g_fail);
-        return 1;
-    }
-    printf("test_comm_reduce: all checks passed\n");
-    return 0;
+    return test_finish("test_comm_reduce");
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/core/config.h"
+#include "tests/unit/test_util.h"
 
 typedef struct bad_case {
     const char *json;
@@ -154,7 +155,6 @@ static void quiet(void *user, const char *msg) {
 }
 
 int main(void) {
-    int failures = 0;
     size_t n = sizeof k_cases / sizeof k_cases[0];
     for (size_t i = 0; i < n; i++) {
         const bad_case *b = &k_cases[i];
@@ -164,9 +164,8 @@ int main(void) {
         const char *stage = "parse";
         if (b->world > 0) {
             if (st != DS_OK) {
-                fprintf(stderr, "case %zu: %s\n  expected parse to succeed, got %s: %s\n", i,
-                        b->json, ds_status_to_string(st), ds_last_error());
-                failures++;
+                TEST_FAIL("case %zu: %s\n  expected parse to succeed, got %s: %s", i, b->json,
+                          ds_status_to_string(st), ds_last_error());
                 continue;
             }
             ds_config_hints h;
@@ -180,18 +179,16 @@ int main(void) {
             st = ds_config_resolve(&c, &h);
             stage = "resolve";
             if (st != DS_OK && memcmp(&before, &c, sizeof c) != 0) {
-                fprintf(stderr, "case %zu: a failed resolve modified the config\n", i);
-                failures++;
+                TEST_FAIL("case %zu: a failed resolve modified the config", i);
             }
         }
         const char *msg = ds_last_error();
         int ok = st == b->st && strstr(msg, b->sub1) && (!b->sub2 || strstr(msg, b->sub2));
         if (!ok) {
-            fprintf(stderr,
-                    "case %zu (%s): %s\n  expected %s with \"%s\"%s%s%s\n  got      %s: \"%s\"\n",
-                    i, stage, b->json, ds_status_to_string(b->st), b->sub1, b->sub2 ? " and \"" : "",
-                    b->sub2 ? b->sub2 : "", b->sub2 ? "\"" : "", ds_status_to_string(st), msg);
-            failures++;
+            TEST_FAIL("case %zu (%s): %s\n  expected %s with \"%s\"%s%s%s\n  got      %s: \"%s\"",
+                      i, stage, b->json, ds_status_to_string(b->st), b->sub1,
+                      b->sub2 ? " and \"" : "", b->sub2 ? b->sub2 : "", b->sub2 ? "\"" : "",
+                      ds_status_to_string(st), msg);
         }
     }
     /* A world size below 1 is the caller's bug, not the config's. */
@@ -203,11 +200,9 @@ int main(void) {
         if (ds_config_parse_string("{\"train_batch_size\": 8}", &c, quiet, NULL) != DS_OK ||
             ds_config_resolve(&c, &h) != DS_ERR_INVALID_ARG ||
             !strstr(ds_last_error(), "hints.world_size must be >= 1, got 0")) {
-            fprintf(stderr, "world_size 0: expected DS_ERR_INVALID_ARG, got \"%s\"\n",
-                    ds_last_error());
-            failures++;
+            TEST_FAIL("world_size 0: expected DS_ERR_INVALID_ARG, got \"%s\"", ds_last_error());
         }
     }
-    printf("%zu bad configs, %d failures\n", n + 1, failures);
-    return failures != 0;
+    printf("%zu bad configs\n", n + 1);
+    return test_finish("test_config_bad");
 }

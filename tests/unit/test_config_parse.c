@@ -2,43 +2,18 @@
  * booleans), "auto" where HF allows it, the bf16 alias, optimizer-name
  * semantics, unknown-key warnings, the stage-3 overlap_comm default, files,
  * syntax errors with line:column, and duplicate keys. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "engine/core/config.h"
+#include "tests/unit/test_util.h"
 
-static int g_failures;
-
-#define CHECK(cond)                                                                            \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);           \
-            g_failures++;                                                                      \
-        }                                                                                      \
-    } while (0)
-
-/* Values copied from the config, compared exactly: the parser stores what
- * the file says, no arithmetic happens, so any difference is a bug. */
-#define CHECK_EQ_I(a, b)                                                                       \
-    do {                                                                                       \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                    \
-        if (a_ != b_) {                                                                        \
-            fprintf(stderr, "%s:%d: %s = %lld, expected %lld\n", __FILE__, __LINE__, #a, a_,   \
-                    b_);                                                                       \
-            g_failures++;                                                                      \
-        }                                                                                      \
-    } while (0)
-#define CHECK_EQ_D(a, b)                                                                       \
-    do {                                                                                       \
-        double a_ = (a), b_ = (b);                                                             \
-        if (a_ != b_) {                                                                        \
-            fprintf(stderr, "%s:%d: %s = %.17g, expected %.17g\n", __FILE__, __LINE__, #a, a_, \
-                    b_);                                                                       \
-            g_failures++;                                                                      \
-        }                                                                                      \
-    } while (0)
+/* Values copied from the config are compared exactly (CHECK_EQ_I / _D): the
+ * parser stores what the file says, no arithmetic happens, so any difference
+ * is a bug. */
 
 /* Warnings collected by the callback. */
 static char g_warnings[4096];
@@ -58,8 +33,7 @@ static ds_config parse_ok(const char *json) {
     ds_config c;
     ds_status st = ds_config_parse_string(json, &c, collect, NULL);
     if (st != DS_OK) {
-        fprintf(stderr, "parse failed for %s: %s\n", json, ds_last_error());
-        g_failures++;
+        TEST_FAIL("parse failed for %s: %s", json, ds_last_error());
         ds_config_defaults(&c);
     }
     return c;
@@ -74,20 +48,20 @@ static void test_defaults(void) {
     CHECK_EQ_I(c.train_micro_batch_size_per_gpu, 0);
     CHECK_EQ_I(c.gradient_accumulation_steps, 0);
     CHECK_EQ_I(c.steps_per_print, 10);
-    CHECK(!c.wall_clock_breakdown && !c.dataloader_drop_last && !c.prescale_gradients);
+    CHECK_TRUE(!c.wall_clock_breakdown && !c.dataloader_drop_last && !c.prescale_gradients);
     CHECK_EQ_D(c.gradient_predivide_factor, 1.0);
     CHECK_EQ_D(c.gradient_clipping, 0.0);
-    CHECK(!c.optimizer_set);
+    CHECK_TRUE(!c.optimizer_set);
     CHECK_EQ_I(c.optimizer, DS_OPTIM_ADAMW);
     CHECK_EQ_D(c.lr, 1e-3);
     CHECK_EQ_D(c.betas[0], 0.9);
     CHECK_EQ_D(c.betas[1], 0.999);
     CHECK_EQ_D(c.eps, 1e-8);
     CHECK_EQ_D(c.weight_decay, 0.0);
-    CHECK(c.adam_w_mode && c.bias_correction);
+    CHECK_TRUE(c.adam_w_mode && c.bias_correction);
     CHECK_EQ_D(c.momentum, 0.0);
     CHECK_EQ_D(c.dampening, 0.0);
-    CHECK(!c.nesterov);
+    CHECK_TRUE(!c.nesterov);
     CHECK_EQ_I(c.scheduler, DS_SCHED_NONE);
     CHECK_EQ_D(c.warmup_min_lr, 0.0);
     CHECK_EQ_D(c.warmup_max_lr, 0.001);
@@ -97,44 +71,44 @@ static void test_defaults(void) {
     CHECK_EQ_D(c.warmup_min_ratio, 0.0);
     CHECK_EQ_D(c.cos_min_ratio, 0.0001);
     CHECK_EQ_I(c.last_batch_iteration, -1);
-    CHECK(!c.fp16_enabled && !c.fp16_auto_cast && !c.bf16_enabled);
+    CHECK_TRUE(!c.fp16_enabled && !c.fp16_auto_cast && !c.bf16_enabled);
     CHECK_EQ_D(c.loss_scale, 0.0);
     CHECK_EQ_I(c.initial_scale_power, 16);
     CHECK_EQ_I(c.loss_scale_window, 1000);
     CHECK_EQ_I(c.hysteresis, 2);
-    CHECK(!c.consecutive_hysteresis);
+    CHECK_TRUE(!c.consecutive_hysteresis);
     CHECK_EQ_D(c.min_loss_scale, 1.0);
-    CHECK(!c.comm_dtype_set);
+    CHECK_TRUE(!c.comm_dtype_set);
     CHECK_EQ_I(c.zero_stage, 0);
-    CHECK(c.allgather_partitions && c.reduce_scatter && c.contiguous_gradients);
+    CHECK_TRUE(c.allgather_partitions && c.reduce_scatter && c.contiguous_gradients);
     CHECK_EQ_I(c.allgather_bucket_size, 500000000);
-    CHECK(!c.overlap_comm && !c.overlap_comm_set);
+    CHECK_TRUE(!c.overlap_comm && !c.overlap_comm_set);
     CHECK_EQ_I(c.reduce_bucket_size, 500000000);
     CHECK_EQ_I(c.stage3_prefetch_bucket_size, 50000000);
     CHECK_EQ_I(c.stage3_param_persistence_threshold, 100000);
     CHECK_EQ_I(c.stage3_max_live_parameters, 1000000000);
     CHECK_EQ_I(c.stage3_max_reuse_distance, 1000000000);
-    CHECK(!c.stage3_gather_16bit_weights_on_model_save && !c.round_robin_gradients);
+    CHECK_TRUE(!c.stage3_gather_16bit_weights_on_model_save && !c.round_robin_gradients);
     CHECK_EQ_I(c.sub_group_size, 1000000000);
     CHECK_EQ_I(c.offload_optimizer.device, DS_OFFLOAD_NONE);
     CHECK_EQ_I(c.offload_optimizer.buffer_count, 4);
     CHECK_EQ_D(c.offload_optimizer.ratio, 1.0);
-    CHECK(!c.offload_optimizer.pin_memory);
-    CHECK(strcmp(c.offload_optimizer.nvme_path, "/local_nvme") == 0);
+    CHECK_TRUE(!c.offload_optimizer.pin_memory);
+    CHECK_TRUE(strcmp(c.offload_optimizer.nvme_path, "/local_nvme") == 0);
     CHECK_EQ_I(c.offload_param.device, DS_OFFLOAD_NONE);
     CHECK_EQ_I(c.offload_param.buffer_count, 5);
     CHECK_EQ_I(c.offload_param.buffer_size, 100000000);
     CHECK_EQ_I(c.offload_param.max_in_cpu, 1000000000);
-    CHECK(!c.activation_checkpointing && !c.partition_activations && !c.cpu_checkpointing);
+    CHECK_TRUE(!c.activation_checkpointing && !c.partition_activations && !c.cpu_checkpointing);
     CHECK_EQ_I(c.number_checkpoints, 0);
     CHECK_EQ_I(c.checkpoint_tag_validation, 1);
-    CHECK(strcmp(c.backend, "cpu") == 0);
+    CHECK_TRUE(strcmp(c.backend, "cpu") == 0);
     CHECK_EQ_D(c.comm_timeout_s, 300.0);
     CHECK_EQ_I(c.num_threads, 0);
 
     /* "{}" parses to exactly the defaults. */
     ds_config e = parse_ok("{}");
-    CHECK(memcmp(&c, &e, sizeof c) == 0);
+    CHECK_TRUE(memcmp(&c, &e, sizeof c) == 0);
 }
 
 static void test_types(void) {
@@ -157,7 +131,7 @@ static void test_types(void) {
     CHECK_EQ_I(c.stage3_max_live_parameters, 9007199254740994LL);
     /* null for the batch keys means "not given", like DeepSpeed's None. */
     c = parse_ok("{\"train_batch_size\": null, \"train_micro_batch_size_per_gpu\": 4}");
-    CHECK(!c.train_batch_size_set && c.micro_batch_set);
+    CHECK_TRUE(!c.train_batch_size_set && c.micro_batch_set);
     CHECK_EQ_I(c.train_micro_batch_size_per_gpu, 4);
 }
 
@@ -189,48 +163,49 @@ static void test_all_sections(void) {
         " \"checkpoint\": {\"tag_validation\": \"fail\"},"
         " \"zero_engine\": {\"backend\": \"cuda\", \"comm_timeout_s\": 12.5, \"num_threads\": 2}}");
     CHECK_EQ_I(c.train_batch_size, 64);
-    CHECK(c.train_batch_size_set && c.micro_batch_set && c.grad_accum_set);
+    CHECK_TRUE(c.train_batch_size_set && c.micro_batch_set && c.grad_accum_set);
     CHECK_EQ_I(c.gradient_accumulation_steps, 4);
     CHECK_EQ_I(c.steps_per_print, 5);
-    CHECK(c.wall_clock_breakdown && c.dataloader_drop_last && c.prescale_gradients);
+    CHECK_TRUE(c.wall_clock_breakdown && c.dataloader_drop_last && c.prescale_gradients);
     CHECK_EQ_D(c.gradient_predivide_factor, 2.0);
     CHECK_EQ_D(c.gradient_clipping, 0.5);
-    CHECK(c.fp16_enabled && c.fp16_auto_cast && c.consecutive_hysteresis);
+    CHECK_TRUE(c.fp16_enabled && c.fp16_auto_cast && c.consecutive_hysteresis);
     CHECK_EQ_D(c.loss_scale, 128.0);
     CHECK_EQ_I(c.initial_scale_power, 12);
     CHECK_EQ_I(c.loss_scale_window, 500);
     CHECK_EQ_I(c.hysteresis, 3);
     CHECK_EQ_D(c.min_loss_scale, 0.5);
-    CHECK(c.comm_dtype_set);
+    CHECK_TRUE(c.comm_dtype_set);
     CHECK_EQ_I(c.communication_data_type, DS_BF16);
     CHECK_EQ_I(c.zero_stage, 3);
-    CHECK(!c.allgather_partitions && !c.reduce_scatter && !c.contiguous_gradients);
-    CHECK(!c.overlap_comm && c.overlap_comm_set); /* explicit false wins over stage 3's default */
+    CHECK_TRUE(!c.allgather_partitions && !c.reduce_scatter && !c.contiguous_gradients);
+    CHECK_TRUE(!c.overlap_comm &&
+               c.overlap_comm_set); /* explicit false wins over stage 3's default */
     CHECK_EQ_I(c.allgather_bucket_size, 1000);
     CHECK_EQ_I(c.reduce_bucket_size, 2000);
     CHECK_EQ_I(c.stage3_prefetch_bucket_size, 3000);
     CHECK_EQ_I(c.stage3_param_persistence_threshold, 40);
     CHECK_EQ_I(c.stage3_max_live_parameters, 5000);
     CHECK_EQ_I(c.stage3_max_reuse_distance, 6000);
-    CHECK(c.stage3_gather_16bit_weights_on_model_save && c.round_robin_gradients);
+    CHECK_TRUE(c.stage3_gather_16bit_weights_on_model_save && c.round_robin_gradients);
     CHECK_EQ_I(c.sub_group_size, 7000);
     CHECK_EQ_I(c.offload_optimizer.device, DS_OFFLOAD_NVME);
-    CHECK(strcmp(c.offload_optimizer.nvme_path, "/mnt/nvme") == 0);
+    CHECK_TRUE(strcmp(c.offload_optimizer.nvme_path, "/mnt/nvme") == 0);
     CHECK_EQ_I(c.offload_optimizer.buffer_count, 6);
-    CHECK(c.offload_optimizer.pin_memory);
+    CHECK_TRUE(c.offload_optimizer.pin_memory);
     CHECK_EQ_D(c.offload_optimizer.ratio, 0.25);
     CHECK_EQ_I(c.offload_param.device, DS_OFFLOAD_CPU); /* device names are case-insensitive */
     CHECK_EQ_I(c.offload_param.nvme_path[0], 0);
     CHECK_EQ_I(c.offload_param.buffer_count, 7);
     CHECK_EQ_I(c.offload_param.buffer_size, 123);
     CHECK_EQ_I(c.offload_param.max_in_cpu, 456);
-    CHECK(c.offload_param.pin_memory);
-    CHECK(c.activation_checkpointing && !c.partition_activations && c.cpu_checkpointing);
-    CHECK(c.contiguous_memory_optimization && c.synchronize_checkpoint_boundary);
-    CHECK(c.profile_checkpointing);
+    CHECK_TRUE(c.offload_param.pin_memory);
+    CHECK_TRUE(c.activation_checkpointing && !c.partition_activations && c.cpu_checkpointing);
+    CHECK_TRUE(c.contiguous_memory_optimization && c.synchronize_checkpoint_boundary);
+    CHECK_TRUE(c.profile_checkpointing);
     CHECK_EQ_I(c.number_checkpoints, 3);
     CHECK_EQ_I(c.checkpoint_tag_validation, 2);
-    CHECK(strcmp(c.backend, "cuda") == 0);
+    CHECK_TRUE(strcmp(c.backend, "cuda") == 0);
     CHECK_EQ_D(c.comm_timeout_s, 12.5);
     CHECK_EQ_I(c.num_threads, 2);
 
@@ -243,70 +218,71 @@ static void test_all_sections(void) {
     CHECK_EQ_I(c.stage3_param_persistence_threshold, 12);
     CHECK_EQ_I(c.stage3_max_live_parameters, 13);
     CHECK_EQ_I(c.stage3_max_reuse_distance, 14);
-    CHECK(c.stage3_gather_16bit_weights_on_model_save);
+    CHECK_TRUE(c.stage3_gather_16bit_weights_on_model_save);
 
     /* activation_checkpointing: the section's presence turns recomputation on,
      * whatever its keys say; absent, it is off. */
     c = parse_ok("{\"activation_checkpointing\": {\"partition_activations\": false,"
                  " \"number_checkpoints\": null}}");
-    CHECK(c.activation_checkpointing);
+    CHECK_TRUE(c.activation_checkpointing);
     c = parse_ok("{}");
-    CHECK(!c.activation_checkpointing);
+    CHECK_TRUE(!c.activation_checkpointing);
     c = parse_ok("{\"activation_checkpointing\": {\"partition_activations\": true}}");
-    CHECK(c.activation_checkpointing && c.partition_activations);
+    CHECK_TRUE(c.activation_checkpointing && c.partition_activations);
 
     c = parse_ok("{\"communication_data_type\": null}");
-    CHECK(!c.comm_dtype_set);
+    CHECK_TRUE(!c.comm_dtype_set);
     c = parse_ok("{\"communication_data_type\": \"fp16\"}");
-    CHECK(c.comm_dtype_set && c.communication_data_type == DS_F16);
+    CHECK_TRUE(c.comm_dtype_set && c.communication_data_type == DS_F16);
     c = parse_ok("{\"zero_engine\": {\"backend\": \"auto\"}}");
-    CHECK(strcmp(c.backend, "auto") == 0);
+    CHECK_TRUE(strcmp(c.backend, "auto") == 0);
 }
 
 static void test_overlap_default(void) {
     ds_config c = parse_ok("{\"zero_optimization\": {\"stage\": 3}}");
-    CHECK(c.overlap_comm && !c.overlap_comm_set);
+    CHECK_TRUE(c.overlap_comm && !c.overlap_comm_set);
     c = parse_ok("{\"zero_optimization\": {\"stage\": 2}}");
-    CHECK(!c.overlap_comm);
+    CHECK_TRUE(!c.overlap_comm);
     c = parse_ok("{\"zero_optimization\": {\"stage\": 2, \"overlap_comm\": true}}");
-    CHECK(c.overlap_comm && c.overlap_comm_set);
+    CHECK_TRUE(c.overlap_comm && c.overlap_comm_set);
 }
 
 static void test_bf16_alias(void) {
     ds_config c = parse_ok("{\"bfloat16\": {\"enabled\": true}}");
-    CHECK(c.bf16_enabled);
+    CHECK_TRUE(c.bf16_enabled);
     c = parse_ok("{\"bf16\": {\"enabled\": true}}");
-    CHECK(c.bf16_enabled);
+    CHECK_TRUE(c.bf16_enabled);
     c = parse_ok("{\"bf16\": {\"enabled\": \"auto\"}}");
-    CHECK(c.bf16_enabled_auto && !c.bf16_enabled);
+    CHECK_TRUE(c.bf16_enabled_auto && !c.bf16_enabled);
 }
 
 static void test_optimizer_semantics(void) {
     /* "Adam" means AdamW unless adam_w_mode is false (DeepSpeed); names are
      * case-insensitive. */
     ds_config c = parse_ok("{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 0.01}}}");
-    CHECK(c.optimizer_set && c.optimizer == DS_OPTIM_ADAMW && c.adam_w_mode);
+    CHECK_TRUE(c.optimizer_set && c.optimizer == DS_OPTIM_ADAMW && c.adam_w_mode);
     CHECK_EQ_D(c.lr, 0.01);
     c = parse_ok("{\"optimizer\": {\"type\": \"adam\", \"params\": {\"adam_w_mode\": false,"
                  " \"bias_correction\": false, \"weight_decay\": 0.1}}}");
-    CHECK(c.optimizer == DS_OPTIM_ADAM && !c.adam_w_mode && !c.bias_correction);
+    CHECK_TRUE(c.optimizer == DS_OPTIM_ADAM && !c.adam_w_mode && !c.bias_correction);
     CHECK_EQ_D(c.weight_decay, 0.1);
     c = parse_ok("{\"optimizer\": {\"type\": \"ADAMW\"}}");
-    CHECK(c.optimizer == DS_OPTIM_ADAMW && c.adam_w_mode);
+    CHECK_TRUE(c.optimizer == DS_OPTIM_ADAMW && c.adam_w_mode);
     /* "AdamW" forces adam_w_mode true, and says so. */
     reset_warnings();
     c = parse_ok("{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"adam_w_mode\": false}}}");
-    CHECK(c.optimizer == DS_OPTIM_ADAMW && c.adam_w_mode);
-    CHECK(g_nwarnings == 1 && strstr(g_warnings, "optimizer.params.adam_w_mode: false is ignored"));
+    CHECK_TRUE(c.optimizer == DS_OPTIM_ADAMW && c.adam_w_mode);
+    CHECK_TRUE(g_nwarnings == 1 &&
+               strstr(g_warnings, "optimizer.params.adam_w_mode: false is ignored"));
     c = parse_ok("{\"optimizer\": {\"type\": \"sgd\", \"params\": {\"lr\": 0.1, \"momentum\": 0.9,"
                  " \"dampening\": 0, \"nesterov\": true, \"weight_decay\": 1e-4}}}");
-    CHECK(c.optimizer == DS_OPTIM_SGD && c.nesterov);
+    CHECK_TRUE(c.optimizer == DS_OPTIM_SGD && c.nesterov);
     CHECK_EQ_D(c.lr, 0.1);
     CHECK_EQ_D(c.momentum, 0.9);
     CHECK_EQ_D(c.weight_decay, 1e-4);
     /* Key order inside the section does not matter ("params" before "type"). */
     c = parse_ok("{\"optimizer\": {\"params\": {\"momentum\": 0.5}, \"type\": \"SGD\"}}");
-    CHECK(c.optimizer == DS_OPTIM_SGD);
+    CHECK_TRUE(c.optimizer == DS_OPTIM_SGD);
     CHECK_EQ_D(c.momentum, 0.5);
 }
 
@@ -318,7 +294,7 @@ static void test_scheduler_parse(void) {
     CHECK_EQ_I(c.scheduler, DS_SCHED_WARMUP_DECAY_LR);
     CHECK_EQ_D(c.warmup_min_lr, 1e-5);
     CHECK_EQ_D(c.warmup_max_lr, 3e-4);
-    CHECK(c.warmup_max_lr_set && c.warmup_num_steps_set && c.total_num_steps_set);
+    CHECK_TRUE(c.warmup_max_lr_set && c.warmup_num_steps_set && c.total_num_steps_set);
     CHECK_EQ_I(c.warmup_num_steps, 50);
     CHECK_EQ_I(c.total_num_steps, 500);
     CHECK_EQ_I(c.warmup_type, DS_WARMUP_LINEAR);
@@ -330,12 +306,13 @@ static void test_scheduler_parse(void) {
     CHECK_EQ_D(c.cos_min_ratio, 0.01);
     c = parse_ok("{\"scheduler\": {\"type\": \"WarmupLR\"}}");
     CHECK_EQ_I(c.scheduler, DS_SCHED_WARMUP_LR);
-    CHECK(!c.warmup_max_lr_set);
+    CHECK_TRUE(!c.warmup_max_lr_set);
     /* DeepSpeed warns when the decay ends before the warmup; so do we. */
     reset_warnings();
     parse_ok("{\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {"
              "\"warmup_num_steps\": 100, \"total_num_steps\": 50}}}");
-    CHECK(g_nwarnings == 1 && strstr(g_warnings, "total_num_steps 50 is less than warmup_num_steps 100"));
+    CHECK_TRUE(g_nwarnings == 1 &&
+               strstr(g_warnings, "total_num_steps 50 is less than warmup_num_steps 100"));
 }
 
 static void test_auto_accepted(void) {
@@ -350,19 +327,20 @@ static void test_auto_accepted(void) {
         " \"fp16\": {\"enabled\": \"auto\"}, \"bf16\": {\"enabled\": \"auto\"},"
         " \"zero_optimization\": {\"stage\": 3, \"reduce_bucket_size\": \"auto\","
         "   \"stage3_prefetch_bucket_size\": \"auto\", \"stage3_param_persistence_threshold\": \"auto\"}}");
-    CHECK(c.train_batch_size_auto && c.micro_batch_auto && c.grad_accum_auto);
-    CHECK(!c.train_batch_size_set && !c.micro_batch_set && !c.grad_accum_set);
-    CHECK(c.gradient_clipping_auto && c.lr_auto && c.betas_auto && c.eps_auto);
-    CHECK(c.weight_decay_auto && c.warmup_min_lr_auto && c.warmup_max_lr_auto);
-    CHECK(c.warmup_num_steps_auto && c.total_num_steps_auto);
-    CHECK(c.fp16_enabled_auto && c.bf16_enabled_auto);
-    CHECK(c.reduce_bucket_size_auto && c.prefetch_bucket_size_auto && c.persistence_threshold_auto);
+    CHECK_TRUE(c.train_batch_size_auto && c.micro_batch_auto && c.grad_accum_auto);
+    CHECK_TRUE(!c.train_batch_size_set && !c.micro_batch_set && !c.grad_accum_set);
+    CHECK_TRUE(c.gradient_clipping_auto && c.lr_auto && c.betas_auto && c.eps_auto);
+    CHECK_TRUE(c.weight_decay_auto && c.warmup_min_lr_auto && c.warmup_max_lr_auto);
+    CHECK_TRUE(c.warmup_num_steps_auto && c.total_num_steps_auto);
+    CHECK_TRUE(c.fp16_enabled_auto && c.bf16_enabled_auto);
+    CHECK_TRUE(c.reduce_bucket_size_auto && c.prefetch_bucket_size_auto &&
+               c.persistence_threshold_auto);
     /* the SGD table takes "auto" for lr and weight_decay as well */
     c = parse_ok("{\"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": \"auto\", \"weight_decay\": \"auto\"}}}");
-    CHECK(c.lr_auto && c.weight_decay_auto);
+    CHECK_TRUE(c.lr_auto && c.weight_decay_auto);
     c = parse_ok("{\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {"
                  "\"warmup_num_steps\": \"auto\", \"total_num_steps\": \"auto\"}}}");
-    CHECK(c.warmup_num_steps_auto && c.total_num_steps_auto);
+    CHECK_TRUE(c.warmup_num_steps_auto && c.total_num_steps_auto);
 }
 
 static void test_unknown_top_level(void) {
@@ -371,20 +349,19 @@ static void test_unknown_top_level(void) {
                            " \"train_batch_sise\": 3, \"amp\": {\"enabled\": true}}");
     CHECK_EQ_I(c.train_batch_size, 8);
     CHECK_EQ_I(g_nwarnings, 3);
-    CHECK(strstr(g_warnings, "my_custom_key: unknown top-level key, ignored"));
-    CHECK(strstr(g_warnings, "train_batch_sise: unknown top-level key, ignored (did you mean "
-                             "train_batch_size?)"));
-    CHECK(strstr(g_warnings, "amp: a DeepSpeed key zero-engine does not implement, ignored"));
+    CHECK_TRUE(strstr(g_warnings, "my_custom_key: unknown top-level key, ignored"));
+    CHECK_TRUE(strstr(g_warnings, "train_batch_sise: unknown top-level key, ignored (did you mean "
+                                  "train_batch_size?)"));
+    CHECK_TRUE(strstr(g_warnings, "amp: a DeepSpeed key zero-engine does not implement, ignored"));
     /* Without a callback the warning goes to stderr and parsing succeeds. */
     ds_config d;
-    CHECK(ds_config_parse_string("{\"unknown_key\": 1}", &d, NULL, NULL) == DS_OK);
+    CHECK_TRUE(ds_config_parse_string("{\"unknown_key\": 1}", &d, NULL, NULL) == DS_OK);
 }
 
 static void test_files(void) {
     char dir[] = "/tmp/ds_config_test_XXXXXX";
     if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        g_failures++;
+        TEST_FAIL("mkdtemp: %s", strerror(errno));
         return;
     }
     char path[256];
@@ -399,10 +376,10 @@ static void test_files(void) {
     ds_config_defaults(&c);
     c.train_batch_size = 12345;
     ds_status st = ds_config_parse_file(path, &c, collect, NULL);
-    CHECK(st == DS_ERR_CONFIG);
+    CHECK_TRUE(st == DS_ERR_CONFIG);
     char want[600];
     snprintf(want, sizeof want, "%s:3:16: JSON syntax error: ':' expected", path);
-    CHECK(strstr(ds_last_error(), want));
+    CHECK_TRUE(strstr(ds_last_error(), want));
     CHECK_EQ_I(c.train_batch_size, 12345); /* untouched on failure */
 
     /* A duplicate key deep inside: rejected with its position. */
@@ -410,9 +387,9 @@ static void test_files(void) {
     fputs("{\"zero_optimization\": {\"offload_param\": {\n \"device\": \"cpu\",\n \"device\": \"none\"}}}\n", f);
     fclose(f);
     st = ds_config_parse_file(path, &c, collect, NULL);
-    CHECK(st == DS_ERR_CONFIG && strstr(ds_last_error(), "duplicate object key"));
+    CHECK_TRUE(st == DS_ERR_CONFIG && strstr(ds_last_error(), "duplicate object key"));
     snprintf(want, sizeof want, "%s:3:", path);
-    CHECK(strstr(ds_last_error(), want));
+    CHECK_TRUE(strstr(ds_last_error(), want));
 
     /* A semantic error names the file before the key path. */
     f = fopen(path, "w");
@@ -420,22 +397,22 @@ static void test_files(void) {
     fclose(f);
     st = ds_config_parse_file(path, &c, collect, NULL);
     snprintf(want, sizeof want, "%s: zero_optimization.stage: must be 0..3, got 4", path);
-    CHECK(st == DS_ERR_CONFIG && strstr(ds_last_error(), want));
-    CHECK(strstr(ds_last_error_trace(), "config_read.c:"));
+    CHECK_TRUE(st == DS_ERR_CONFIG && strstr(ds_last_error(), want));
+    CHECK_TRUE(strstr(ds_last_error_trace(), "config_read.c:"));
 
     /* A good file records its path. */
     f = fopen(path, "w");
     fputs("{\"train_micro_batch_size_per_gpu\": 4}\n", f);
     fclose(f);
     st = ds_config_parse_file(path, &c, collect, NULL);
-    CHECK(st == DS_OK && strcmp(c.path, path) == 0);
+    CHECK_TRUE(st == DS_OK && strcmp(c.path, path) == 0);
     remove(path);
 
     /* A missing file is an I/O error naming the file. */
     snprintf(path, sizeof path, "%s/missing.json", dir);
     st = ds_config_parse_file(path, &c, collect, NULL);
-    CHECK(st == DS_ERR_IO && strstr(ds_last_error(), path) &&
-          strstr(ds_last_error(), "No such file"));
+    CHECK_TRUE(st == DS_ERR_IO && strstr(ds_last_error(), path) &&
+               strstr(ds_last_error(), "No such file"));
     rmdir(dir);
 }
 
@@ -450,7 +427,5 @@ int main(void) {
     test_auto_accepted();
     test_unknown_top_level();
     test_files();
-    if (g_failures) fprintf(stderr, "%d failures\n", g_failures);
-    else printf("config parse: all checks passed\n");
-    return g_failures != 0;
+    return test_finish("test_config_parse");
 }

@@ -9,37 +9,10 @@
 #include <string.h>
 
 #include "engine/core/config.h"
+#include "tests/unit/test_util.h"
 
-static int g_failures;
-
-#define CHECK(cond)                                                                            \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);           \
-            g_failures++;                                                                      \
-        }                                                                                      \
-    } while (0)
-
-/* Exact comparisons: resolve copies hints and defaults or does integer
- * arithmetic, so there is no rounding to allow for. */
-#define CHECK_EQ_I(a, b)                                                                       \
-    do {                                                                                       \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                    \
-        if (a_ != b_) {                                                                        \
-            fprintf(stderr, "%s:%d: %s = %lld, expected %lld\n", __FILE__, __LINE__, #a, a_,   \
-                    b_);                                                                       \
-            g_failures++;                                                                      \
-        }                                                                                      \
-    } while (0)
-#define CHECK_EQ_D(a, b)                                                                       \
-    do {                                                                                       \
-        double a_ = (a), b_ = (b);                                                             \
-        if (a_ != b_) {                                                                        \
-            fprintf(stderr, "%s:%d: %s = %.17g, expected %.17g\n", __FILE__, __LINE__, #a, a_, \
-                    b_);                                                                       \
-            g_failures++;                                                                      \
-        }                                                                                      \
-    } while (0)
+/* Exact comparisons (CHECK_EQ_I / _D): resolve copies hints and defaults or
+ * does integer arithmetic, so there is no rounding to allow for. */
 
 static void quiet(void *user, const char *msg) {
     (void)user, (void)msg;
@@ -63,9 +36,8 @@ static ds_config resolve_ok(const char *json, const ds_config_hints *h, int line
     ds_config c;
     if (ds_config_parse_string(json, &c, quiet, NULL) != DS_OK ||
         ds_config_resolve(&c, h) != DS_OK) {
-        fprintf(stderr, "line %d: %s failed at world %d: %s\n", line, json, h->world_size,
-                ds_last_error());
-        g_failures++;
+        test_fail_at(__FILE__, line, json, "failed at world %d: %s", h->world_size,
+                     ds_last_error());
         memset(&c, 0, sizeof c);
     }
     return c;
@@ -89,7 +61,7 @@ static void test_batch_rule(void) {
         CHECK_EQ_I(c.train_micro_batch_size_per_gpu, 4);
         CHECK_EQ_I(c.gradient_accumulation_steps, 3);
         CHECK_EQ_I(c.world_size, W);
-        CHECK(strcmp(c.world_source, "test (WORLD_SIZE)") == 0);
+        CHECK_TRUE(strcmp(c.world_source, "test (WORLD_SIZE)") == 0);
 
         /* train_batch_size + micro -> accumulation */
         c = RESOLVE_OK("{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 4}", &h);
@@ -123,7 +95,7 @@ static void test_batch_rule(void) {
         CHECK_EQ_I(c.train_micro_batch_size_per_gpu, 6);
         CHECK_EQ_I(c.gradient_accumulation_steps, 1);
         CHECK_EQ_I(c.train_batch_size, 6 * W);
-        CHECK(c.micro_batch_auto && !c.micro_batch_set); /* provenance kept */
+        CHECK_TRUE(c.micro_batch_auto && !c.micro_batch_set); /* provenance kept */
 
         /* micro "auto" from the hint, accumulation derived from train_batch_size */
         hm.micro_batch = 2;
@@ -152,16 +124,20 @@ static void test_batch_rule(void) {
     ds_config c;
     ds_config_hints h = hints_world(4);
     h.world_source = "Slurm (SLURM_NTASKS)";
-    CHECK(ds_config_parse_string("{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 4,"
-                                 " \"gradient_accumulation_steps\": 4}", &c, quiet, NULL) == DS_OK);
-    CHECK(ds_config_resolve(&c, &h) == DS_ERR_CONFIG);
-    CHECK(strstr(ds_last_error(), "train_batch_size 32 != train_micro_batch_size_per_gpu 4 * "
-                                  "gradient_accumulation_steps 4 * world_size 4 (world size from "
-                                  "Slurm (SLURM_NTASKS))"));
+    CHECK_TRUE(
+        ds_config_parse_string("{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 4,"
+                               " \"gradient_accumulation_steps\": 4}",
+                               &c, quiet, NULL) == DS_OK);
+    CHECK_TRUE(ds_config_resolve(&c, &h) == DS_ERR_CONFIG);
+    CHECK_TRUE(strstr(ds_last_error(),
+                      "train_batch_size 32 != train_micro_batch_size_per_gpu 4 * "
+                      "gradient_accumulation_steps 4 * world_size 4 (world size from "
+                      "Slurm (SLURM_NTASKS))"));
     /* Without world_source the message still says where the number came from. */
     h.world_source = NULL;
-    CHECK(ds_config_resolve(&c, &h) == DS_ERR_CONFIG);
-    CHECK(strstr(ds_last_error(), "(world size from the caller (ds_config_hints.world_size))"));
+    CHECK_TRUE(ds_config_resolve(&c, &h) == DS_ERR_CONFIG);
+    CHECK_TRUE(
+        strstr(ds_last_error(), "(world size from the caller (ds_config_hints.world_size))"));
 }
 
 static void test_optimizer_auto(void) {
@@ -193,10 +169,10 @@ static void test_optimizer_auto(void) {
     CHECK_EQ_D(c.gradient_clipping, 0.7);
     /* resolving twice gives the same config */
     ds_config again = c;
-    CHECK(ds_config_resolve(&again, &h) == DS_OK && memcmp(&again, &c, sizeof c) == 0);
+    CHECK_TRUE(ds_config_resolve(&again, &h) == DS_OK && memcmp(&again, &c, sizeof c) == 0);
     /* no optimizer section: the trainer's optimizer with the trainer's values */
     c = RESOLVE_OK("{\"train_batch_size\": 8}", &h);
-    CHECK(!c.optimizer_set);
+    CHECK_TRUE(!c.optimizer_set);
     CHECK_EQ_D(c.lr, 3e-4);
     CHECK_EQ_D(c.weight_decay, 0.05);
     CHECK_EQ_D(c.gradient_clipping, 0.0); /* a top-level key: absent means DeepSpeed's 0 */
@@ -210,22 +186,26 @@ static void test_optimizer_auto(void) {
     CHECK_EQ_D(c.eps, 1e-8);
     /* a disagreeing gradient_clipping and beta are errors naming both values */
     ds_config bad;
-    CHECK(ds_config_parse_string("{\"train_batch_size\": 8, \"gradient_clipping\": 1.0}", &bad,
-                                 quiet, NULL) == DS_OK);
-    CHECK(ds_config_resolve(&bad, &h) == DS_ERR_CONFIG &&
-          strstr(ds_last_error(), "gradient_clipping: the config says 1 but the trainer's value "
-                                  "(hints.gradient_clipping) is 0.7"));
-    CHECK(ds_config_parse_string("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\","
-                                 " \"params\": {\"betas\": [0.9, 0.95]}}}", &bad, quiet, NULL) == DS_OK);
-    CHECK(ds_config_resolve(&bad, &h) == DS_ERR_CONFIG &&
-          strstr(ds_last_error(), "optimizer.params.betas[0]: the config says 0.9 but the "
-                                  "trainer's value (hints.beta1) is 0.8"));
+    CHECK_TRUE(ds_config_parse_string("{\"train_batch_size\": 8, \"gradient_clipping\": 1.0}", &bad,
+                                      quiet, NULL) == DS_OK);
+    CHECK_TRUE(ds_config_resolve(&bad, &h) == DS_ERR_CONFIG &&
+               strstr(ds_last_error(),
+                      "gradient_clipping: the config says 1 but the trainer's value "
+                      "(hints.gradient_clipping) is 0.7"));
+    CHECK_TRUE(
+        ds_config_parse_string("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\","
+                               " \"params\": {\"betas\": [0.9, 0.95]}}}",
+                               &bad, quiet, NULL) == DS_OK);
+    CHECK_TRUE(ds_config_resolve(&bad, &h) == DS_ERR_CONFIG &&
+               strstr(ds_last_error(), "optimizer.params.betas[0]: the config says 0.9 but the "
+                                       "trainer's value (hints.beta1) is 0.8"));
     /* a hint out of range is reported against the key it fills */
     ds_config_hints hb = hints_world(1);
     hb.beta2 = 1.0;
-    CHECK(ds_config_parse_string(autos, &bad, quiet, NULL) == DS_OK);
-    CHECK(ds_config_resolve(&bad, &hb) == DS_ERR_CONFIG &&
-          strstr(ds_last_error(), "optimizer.params.betas[1]: must be in [0, 1), got 1 (from hints.beta2)"));
+    CHECK_TRUE(ds_config_parse_string(autos, &bad, quiet, NULL) == DS_OK);
+    CHECK_TRUE(ds_config_resolve(&bad, &hb) == DS_ERR_CONFIG &&
+               strstr(ds_last_error(),
+                      "optimizer.params.betas[1]: must be in [0, 1), got 1 (from hints.beta2)"));
 }
 
 static void test_scheduler_auto(void) {
@@ -248,10 +228,10 @@ static void test_scheduler_auto(void) {
     /* a warmup hint of 0 cannot fill a key DeepSpeed requires >= 1 */
     h.warmup_num_steps = 0;
     ds_config bad;
-    CHECK(ds_config_parse_string(decay, &bad, quiet, NULL) == DS_OK);
-    CHECK(ds_config_resolve(&bad, &h) == DS_ERR_CONFIG &&
-          strstr(ds_last_error(), "scheduler.params.warmup_num_steps: must be >= 1, got 0 "
-                                  "(\"auto\" from hints.warmup_num_steps)"));
+    CHECK_TRUE(ds_config_parse_string(decay, &bad, quiet, NULL) == DS_OK);
+    CHECK_TRUE(ds_config_resolve(&bad, &h) == DS_ERR_CONFIG &&
+               strstr(ds_last_error(), "scheduler.params.warmup_num_steps: must be >= 1, got 0 "
+                                       "(\"auto\" from hints.warmup_num_steps)"));
 
     /* warmup_max_lr absent: WarmupLR takes the optimizer lr (DeepSpeed's
      * warmup_max_lr=None), WarmupDecayLR keeps DeepSpeed's 0.001. */
@@ -277,11 +257,11 @@ static void test_precision_and_sizes_auto(void) {
     ds_config_hints h = hints_world(2);
     ds_config c = RESOLVE_OK("{\"train_batch_size\": 8, \"fp16\": {\"enabled\": \"auto\"},"
                              " \"bf16\": {\"enabled\": \"auto\"}}", &h);
-    CHECK(!c.fp16_enabled && !c.bf16_enabled);
+    CHECK_TRUE(!c.fp16_enabled && !c.bf16_enabled);
     /* one explicit, the other "auto": no conflict */
     c = RESOLVE_OK("{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true},"
                    " \"bf16\": {\"enabled\": \"auto\"}}", &h);
-    CHECK(c.fp16_enabled && !c.bf16_enabled);
+    CHECK_TRUE(c.fp16_enabled && !c.bf16_enabled);
 
     const char *z3 = "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3,"
                      " \"reduce_bucket_size\": \"auto\", \"stage3_prefetch_bucket_size\": \"auto\","
@@ -295,7 +275,7 @@ static void test_precision_and_sizes_auto(void) {
     CHECK_EQ_I(c.reduce_bucket_size, 589824);
     CHECK_EQ_I(c.stage3_prefetch_bucket_size, 530841);
     CHECK_EQ_I(c.stage3_param_persistence_threshold, 7680);
-    CHECK(c.overlap_comm); /* stage 3 default */
+    CHECK_TRUE(c.overlap_comm); /* stage 3 default */
 }
 
 /* Settings only: provenance (which keys were "auto" or written, the file
@@ -319,19 +299,17 @@ static void clear_provenance(ds_config *c) {
  * gives the same text. */
 static void check_round_trip(const ds_config *resolved, const ds_config_hints *h, const char *what) {
     char *js = ds_config_to_json(resolved);
-    CHECK(js != NULL);
+    CHECK_TRUE(js != NULL);
     if (!js) return;
     /* No HF placeholder survives resolution (zero_engine.backend "auto" is
      * a real value of that key, not a placeholder; the tests here use cpu). */
     if (strstr(js, "\"auto\"")) {
-        fprintf(stderr, "%s: to_json still has \"auto\":\n%s\n", what, js);
-        g_failures++;
+        TEST_FAIL("%s: to_json still has \"auto\":\n%s", what, js);
     }
     ds_config back;
     if (ds_config_parse_string(js, &back, quiet, NULL) != DS_OK ||
         ds_config_resolve(&back, h) != DS_OK) {
-        fprintf(stderr, "%s: printed config does not read back: %s\n%s\n", what, ds_last_error(), js);
-        g_failures++;
+        TEST_FAIL("%s: printed config does not read back: %s\n%s", what, ds_last_error(), js);
         free(js);
         return;
     }
@@ -340,13 +318,12 @@ static void check_round_trip(const ds_config *resolved, const ds_config_hints *h
     clear_provenance(&back);
     if (memcmp(&a, &back, sizeof a) != 0) {
         char *js2 = ds_config_to_json(&back);
-        fprintf(stderr, "%s: round trip changed the config\nfirst:\n%s\nsecond:\n%s\n", what, js,
-                js2 ? js2 : "(null)");
+        TEST_FAIL("%s: round trip changed the config\nfirst:\n%s\nsecond:\n%s", what, js,
+                  js2 ? js2 : "(null)");
         free(js2);
-        g_failures++;
     }
     char *js2 = ds_config_to_json(&back);
-    CHECK(js2 && strcmp(js, js2) == 0);
+    CHECK_TRUE(js2 && strcmp(js, js2) == 0);
     free(js2);
     free(js);
 }
@@ -409,12 +386,12 @@ static void test_shipped_configs(void) {
     char dirname[512];
     snprintf(dirname, sizeof dirname, "%s/configs", DS_SOURCE_DIR);
     DIR *d = opendir(dirname);
-    CHECK(d != NULL);
+    CHECK_TRUE(d != NULL);
     if (!d) return;
     int nfiles = 0, seen_required = 0;
     static const char *const required[] = {"ds_config.json", "zero0.json", "zero1.json",
                                            "zero2.json", "zero3.json", "fp16.json",
-                                           "bf16.json"};
+                                           "bf16.json", "offload.json"};
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (!ends_with(e->d_name, ".json")) continue;
@@ -432,8 +409,7 @@ static void test_shipped_configs(void) {
             int warnings = 0;
             if (ds_config_parse_file(path, &c, count_warning, &warnings) != DS_OK ||
                 ds_config_resolve(&c, &h) != DS_OK) {
-                fprintf(stderr, "%s at world %d: %s\n", path, worlds[wi], ds_last_error());
-                g_failures++;
+                TEST_FAIL("%s at world %d: %s", path, worlds[wi], ds_last_error());
                 continue;
             }
             CHECK_EQ_I(warnings, 0); /* the shipped examples use only known keys */
@@ -443,7 +419,7 @@ static void test_shipped_configs(void) {
             if (strcmp(e->d_name, "ds_config.json") == 0) {
                 /* the quickstart's settings */
                 CHECK_EQ_I(c.zero_stage, 0);
-                CHECK(c.optimizer_set && c.optimizer == DS_OPTIM_ADAMW);
+                CHECK_TRUE(c.optimizer_set && c.optimizer == DS_OPTIM_ADAMW);
                 CHECK_EQ_D(c.lr, 5e-4);
                 CHECK_EQ_D(c.weight_decay, 0.01);
                 CHECK_EQ_I(c.scheduler, DS_SCHED_WARMUP_DECAY_LR);
@@ -453,9 +429,12 @@ static void test_shipped_configs(void) {
                 CHECK_EQ_D(c.gradient_clipping, 1.0);
                 CHECK_EQ_I(c.steps_per_print, 10);
             } else if (strcmp(e->d_name, "fp16.json") == 0) {
-                CHECK(c.fp16_enabled && c.loss_scale == 0.0 && c.zero_stage == 2);
+                CHECK_TRUE(c.fp16_enabled && c.loss_scale == 0.0 && c.zero_stage == 2);
+            } else if (strcmp(e->d_name, "offload.json") == 0) {
+                CHECK_TRUE(c.zero_stage == 2 && c.offload_optimizer.device == DS_OFFLOAD_CPU &&
+                           c.offload_optimizer.pin_memory);
             } else if (strcmp(e->d_name, "bf16.json") == 0) {
-                CHECK(c.bf16_enabled && !c.fp16_enabled && c.zero_stage == 2);
+                CHECK_TRUE(c.bf16_enabled && !c.fp16_enabled && c.zero_stage == 2);
             } else if (strncmp(e->d_name, "zero", 4) == 0 && e->d_name[4] >= '0' &&
                        e->d_name[4] <= '3' && e->d_name[5] == '.') {
                 CHECK_EQ_I(c.zero_stage, e->d_name[4] - '0');
@@ -474,7 +453,5 @@ int main(void) {
     test_precision_and_sizes_auto();
     test_round_trip();
     test_shipped_configs();
-    if (g_failures) fprintf(stderr, "%d failures\n", g_failures);
-    else printf("config resolve: all checks passed\n");
-    return g_failures != 0;
+    return test_finish("test_config_resolve");
 }

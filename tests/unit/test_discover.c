@@ -7,18 +7,7 @@
 #include <string.h>
 
 #include "engine/comm/comm.h"
-
-static int g_fail;
-
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            g_fail++;                                                                          \
-            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                    \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fprintf(stderr, "\n");                                                             \
-        }                                                                                      \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 static const char *const k_vars[] = {
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -163,10 +152,5 @@ int main(void) {
               "source %d has no name", s);
 
     env(NULL);
-    if (g_fail) {
-        fprintf(stderr, "test_discover: %d check(s) failed\n", g_fail);
-        return 1;
-    }
-    printf("test_discover: all checks passed\n");
-    return 0;
+    return test_finish("test_discover");
 }

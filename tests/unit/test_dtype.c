@@ -18,20 +18,7 @@
 #include <string.h>
 
 #include "engine/core/dtype.h"
-
-static int g_fail;
-
-#define EXPECT(cond, ...)                                                                        \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            if (g_fail < 20) {                                                                   \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                             \
-                fprintf(stderr, __VA_ARGS__);                                                    \
-                fprintf(stderr, "\n");                                                           \
-            }                                                                                    \
-            g_fail++;                                                                            \
-        }                                                                                        \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 /* ---- independent decoders (double arithmetic from the bit fields) ---- */
 
@@ -98,18 +85,18 @@ static void test_f16_all_patterns(void) {
         uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
         int neg = (h & 0x8000u) != 0;
         if (e == 0x1f && m != 0) {
-            EXPECT(isnan(f), "half %04x decodes to %g, want NaN", h, (double)f);
+            CHECK(isnan(f), "half %04x decodes to %g, want NaN", h, (double)f);
             uint16_t back = ds_f32_to_f16(f);
-            EXPECT(is_half_nan(back) && ((back & 0x8000u) != 0) == neg,
-                   "half NaN %04x re-encodes to %04x", h, back);
+            CHECK(is_half_nan(back) && ((back & 0x8000u) != 0) == neg,
+                  "half NaN %04x re-encodes to %04x", h, back);
             continue;
         }
         double want = e == 0x1f ? INFINITY : half_value(h & 0x7fffu);
         if (neg) want = -want;
-        EXPECT((double)f == want, "half %04x decodes to %.9g, want %.9g", h, (double)f, want);
-        EXPECT((signbit(f) != 0) == neg, "half %04x lost its sign", h);
+        CHECK((double)f == want, "half %04x decodes to %.9g, want %.9g", h, (double)f, want);
+        CHECK((signbit(f) != 0) == neg, "half %04x lost its sign", h);
         uint16_t back = ds_f32_to_f16(f);
-        EXPECT(back == h, "half %04x -> %.9g -> %04x (round trip)", h, (double)f, back);
+        CHECK(back == h, "half %04x -> %.9g -> %04x (round trip)", h, (double)f, back);
     }
 }
 
@@ -119,18 +106,18 @@ static void test_f16_ties(void) {
     for (uint32_t h = 0; h < 0x7c00; h++) {
         double lo = half_value(h), hi = half_value(h + 1);
         float mid = (float)((lo + hi) / 2); /* 12 significant bits: exact in float */
-        EXPECT((double)mid == (lo + hi) / 2, "tie %04x not exact in float", h);
+        CHECK((double)mid == (lo + hi) / 2, "tie %04x not exact in float", h);
         uint32_t even = (h & 1u) ? h + 1 : h;
         uint16_t got = ds_f32_to_f16(mid);
-        EXPECT(got == even, "tie %.9g between %04x and %04x -> %04x, want %04x", (double)mid, h,
-               h + 1, got, even);
-        EXPECT(ds_f32_to_f16(-mid) == (0x8000u | even), "tie -%.9g -> %04x", (double)mid,
-               ds_f32_to_f16(-mid));
+        CHECK(got == even, "tie %.9g between %04x and %04x -> %04x, want %04x", (double)mid, h,
+              h + 1, got, even);
+        CHECK(ds_f32_to_f16(-mid) == (0x8000u | even), "tie -%.9g -> %04x", (double)mid,
+              ds_f32_to_f16(-mid));
         float below = nextafterf(mid, 0.0f), above = nextafterf(mid, INFINITY);
-        EXPECT(ds_f32_to_f16(below) == h, "%.9g (below tie) -> %04x, want %04x", (double)below,
-               ds_f32_to_f16(below), h);
-        EXPECT(ds_f32_to_f16(above) == h + 1, "%.9g (above tie) -> %04x, want %04x",
-               (double)above, ds_f32_to_f16(above), h + 1);
+        CHECK(ds_f32_to_f16(below) == h, "%.9g (below tie) -> %04x, want %04x", (double)below,
+              ds_f32_to_f16(below), h);
+        CHECK(ds_f32_to_f16(above) == h + 1, "%.9g (above tie) -> %04x, want %04x", (double)above,
+              ds_f32_to_f16(above), h + 1);
     }
 }
 
@@ -167,14 +154,14 @@ static void test_f16_hand_cases(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint16_t got = ds_f32_to_f16(cases[i].f);
-        EXPECT(got == cases[i].h, "f16(%.10g) = %04x, want %04x (%s)", (double)cases[i].f, got,
-               cases[i].h, cases[i].why);
+        CHECK(got == cases[i].h, "f16(%.10g) = %04x, want %04x (%s)", (double)cases[i].f, got,
+              cases[i].h, cases[i].why);
     }
-    EXPECT(is_half_nan(ds_f32_to_f16(NAN)), "f16(NaN) = %04x, want a NaN", ds_f32_to_f16(NAN));
+    CHECK(is_half_nan(ds_f32_to_f16(NAN)), "f16(NaN) = %04x, want a NaN", ds_f32_to_f16(NAN));
     /* a signalling NaN with payload only in bits the half drops must stay NaN */
-    EXPECT(is_half_nan(ds_f32_to_f16(ds_bits_f32(0x7f800001u))), "f16(sNaN 0x7f800001) = %04x",
-           ds_f32_to_f16(ds_bits_f32(0x7f800001u)));
-    EXPECT(isinf(ds_f16_to_f32(0x7c00)) && ds_f16_to_f32(0x7c00) > 0, "f16 0x7c00 is not +inf");
+    CHECK(is_half_nan(ds_f32_to_f16(ds_bits_f32(0x7f800001u))), "f16(sNaN 0x7f800001) = %04x",
+          ds_f32_to_f16(ds_bits_f32(0x7f800001u)));
+    CHECK(isinf(ds_f16_to_f32(0x7c00)) && ds_f16_to_f32(0x7c00) > 0, "f16 0x7c00 is not +inf");
 }
 
 /* ---- bf16 ---- */
@@ -185,18 +172,18 @@ static void test_bf16_all_patterns(void) {
         uint32_t e = (h >> 7) & 0xff, m = h & 0x7f;
         int neg = (h & 0x8000u) != 0;
         if (e == 0xff && m != 0) {
-            EXPECT(isnan(f), "bf16 %04x decodes to %g, want NaN", h, (double)f);
+            CHECK(isnan(f), "bf16 %04x decodes to %g, want NaN", h, (double)f);
             uint16_t back = ds_f32_to_bf16(f);
-            EXPECT(is_bf16_nan(back) && ((back & 0x8000u) != 0) == neg,
-                   "bf16 NaN %04x re-encodes to %04x", h, back);
+            CHECK(is_bf16_nan(back) && ((back & 0x8000u) != 0) == neg,
+                  "bf16 NaN %04x re-encodes to %04x", h, back);
             continue;
         }
         double want = e == 0xff ? INFINITY : bf16_value(h & 0x7fffu);
         if (neg) want = -want;
-        EXPECT((double)f == want && (signbit(f) != 0) == neg,
-               "bf16 %04x decodes to %.9g, want %.9g", h, (double)f, want);
+        CHECK((double)f == want && (signbit(f) != 0) == neg, "bf16 %04x decodes to %.9g, want %.9g",
+              h, (double)f, want);
         uint16_t back = ds_f32_to_bf16(f);
-        EXPECT(back == h, "bf16 %04x -> %.9g -> %04x (round trip)", h, (double)f, back);
+        CHECK(back == h, "bf16 %04x -> %.9g -> %04x (round trip)", h, (double)f, back);
     }
 }
 
@@ -205,14 +192,14 @@ static void test_bf16_ties(void) {
         uint32_t tie_bits = (h << 16) | 0x8000u; /* halfway between h and h+1 */
         float mid = ds_bits_f32(tie_bits);
         uint32_t even = (h & 1u) ? h + 1 : h;
-        EXPECT(ds_f32_to_bf16(mid) == even, "bf16 tie %08x -> %04x, want %04x", tie_bits,
-               ds_f32_to_bf16(mid), even);
-        EXPECT(ds_f32_to_bf16(-mid) == (0x8000u | even), "bf16 tie -%08x -> %04x", tie_bits,
-               ds_f32_to_bf16(-mid));
-        EXPECT(ds_f32_to_bf16(ds_bits_f32(tie_bits - 1)) == h, "bf16 below tie %08x -> %04x",
-               tie_bits - 1, ds_f32_to_bf16(ds_bits_f32(tie_bits - 1)));
-        EXPECT(ds_f32_to_bf16(ds_bits_f32(tie_bits + 1)) == h + 1, "bf16 above tie %08x -> %04x",
-               tie_bits + 1, ds_f32_to_bf16(ds_bits_f32(tie_bits + 1)));
+        CHECK(ds_f32_to_bf16(mid) == even, "bf16 tie %08x -> %04x, want %04x", tie_bits,
+              ds_f32_to_bf16(mid), even);
+        CHECK(ds_f32_to_bf16(-mid) == (0x8000u | even), "bf16 tie -%08x -> %04x", tie_bits,
+              ds_f32_to_bf16(-mid));
+        CHECK(ds_f32_to_bf16(ds_bits_f32(tie_bits - 1)) == h, "bf16 below tie %08x -> %04x",
+              tie_bits - 1, ds_f32_to_bf16(ds_bits_f32(tie_bits - 1)));
+        CHECK(ds_f32_to_bf16(ds_bits_f32(tie_bits + 1)) == h + 1, "bf16 above tie %08x -> %04x",
+              tie_bits + 1, ds_f32_to_bf16(ds_bits_f32(tie_bits + 1)));
     }
 }
 
@@ -241,16 +228,16 @@ static void test_bf16_hand_cases(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint16_t got = ds_f32_to_bf16(ds_bits_f32(cases[i].f_bits));
-        EXPECT(got == cases[i].h, "bf16(%08x) = %04x, want %04x (%s)", cases[i].f_bits, got,
-               cases[i].h, cases[i].why);
+        CHECK(got == cases[i].h, "bf16(%08x) = %04x, want %04x (%s)", cases[i].f_bits, got,
+              cases[i].h, cases[i].why);
     }
     /* signalling NaN whose payload is only in the dropped bits: without
      * setting the quiet bit it would truncate to inf */
-    EXPECT(is_bf16_nan(ds_f32_to_bf16(ds_bits_f32(0x7f800001u))), "bf16(sNaN 0x7f800001) = %04x",
-           ds_f32_to_bf16(ds_bits_f32(0x7f800001u)));
-    EXPECT(is_bf16_nan(ds_f32_to_bf16(ds_bits_f32(0xff800001u))) &&
-               (ds_f32_to_bf16(ds_bits_f32(0xff800001u)) & 0x8000u),
-           "bf16(-sNaN) = %04x", ds_f32_to_bf16(ds_bits_f32(0xff800001u)));
+    CHECK(is_bf16_nan(ds_f32_to_bf16(ds_bits_f32(0x7f800001u))), "bf16(sNaN 0x7f800001) = %04x",
+          ds_f32_to_bf16(ds_bits_f32(0x7f800001u)));
+    CHECK(is_bf16_nan(ds_f32_to_bf16(ds_bits_f32(0xff800001u))) &&
+              (ds_f32_to_bf16(ds_bits_f32(0xff800001u)) & 0x8000u),
+          "bf16(-sNaN) = %04x", ds_f32_to_bf16(ds_bits_f32(0xff800001u)));
 }
 
 /* ---- sweep against independent references ---- */
@@ -264,26 +251,27 @@ static void test_sweep(void) {
         float f = ds_bits_f32((uint32_t)u);
         uint16_t h = ds_f32_to_f16(f), hr = ref_f32_to_f16(f);
         if (isnan(f)) {
-            EXPECT(is_half_nan(h), "f16(NaN %08x) = %04x", (uint32_t)u, h);
+            CHECK(is_half_nan(h), "f16(NaN %08x) = %04x", (uint32_t)u, h);
         } else {
-            EXPECT(h == hr, "f16(%.10g = %08x) = %04x, reference %04x", (double)f, (uint32_t)u, h,
-                   hr);
+            CHECK(h == hr, "f16(%.10g = %08x) = %04x, reference %04x", (double)f, (uint32_t)u, h,
+                  hr);
 #ifdef __FLT16_MAX__
             _Float16 hw = (_Float16)f; /* the compiler's (or F16C's) conversion */
             uint16_t hwb;
             memcpy(&hwb, &hw, 2);
-            EXPECT(h == hwb, "f16(%.10g = %08x) = %04x, _Float16 gives %04x", (double)f,
-                   (uint32_t)u, h, hwb);
+            CHECK(h == hwb, "f16(%.10g = %08x) = %04x, _Float16 gives %04x", (double)f, (uint32_t)u,
+                  h, hwb);
 #endif
         }
         uint16_t b = ds_f32_to_bf16(f), br = ref_f32_to_bf16(f);
-        if (isnan(f)) EXPECT(is_bf16_nan(b), "bf16(NaN %08x) = %04x", (uint32_t)u, b);
+        if (isnan(f))
+            CHECK(is_bf16_nan(b), "bf16(NaN %08x) = %04x", (uint32_t)u, b);
         else
-            EXPECT(b == br, "bf16(%.10g = %08x) = %04x, reference %04x", (double)f, (uint32_t)u, b,
-                   br);
+            CHECK(b == br, "bf16(%.10g = %08x) = %04x, reference %04x", (double)f, (uint32_t)u, b,
+                  br);
         checked++;
     }
-    EXPECT(checked > 4000000, "sweep checked only %zu values", checked);
+    CHECK(checked > 4000000, "sweep checked only %zu values", checked);
 }
 
 int main(void) {
@@ -294,10 +282,5 @@ int main(void) {
     test_bf16_ties();
     test_bf16_hand_cases();
     test_sweep();
-    if (g_fail) {
-        fprintf(stderr, "test_dtype: %d check(s) failed\n", g_fail);
-        return 1;
-    }
-    printf("test_dtype: ok\n");
-    return 0;
+    return test_finish("test_dtype");
 }

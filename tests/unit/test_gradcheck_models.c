@@ -17,6 +17,7 @@
 #include "engine/backend/backend.h"
 #include "models/models.h"
 #include "tests/unit/gradcheck_harness.h"
+#include "tests/unit/test_util.h"
 
 static ds_backend *g_be;
 
@@ -149,20 +150,12 @@ static int test_recompute(void) {
 }
 
 int main(void) {
-    ds_backend_desc bd = {.kind = DS_BACKEND_CPU, .num_threads = 1};
-    if (ds_backend_create(&bd, &g_be) != DS_OK) {
-        fprintf(stderr, "backend: %s\n", ds_last_error());
-        return 1;
-    }
-    int fails = 0;
+    g_be = test_cpu_backend(1, NULL);
+    int fails = 0; /* failed tensors, each printed by gc_check */
     fails += test_mlp();
     fails += test_bert();
     fails += test_recompute();
     ds_backend_destroy(g_be);
-    if (fails) {
-        fprintf(stderr, "%d model check(s) failed\n", fails);
-        return 1;
-    }
-    printf("all model gradient checks passed\n");
-    return 0;
+    CHECK(fails == 0, "%d model gradient check(s) failed", fails);
+    return test_finish("test_gradcheck_models");
 }

@@ -39,6 +39,7 @@
 #include "engine/backend/backend.h"
 #include "models/modules.h"
 #include "tests/unit/gradcheck_harness.h"
+#include "tests/unit/test_util.h"
 
 static ds_backend *g_be;
 
@@ -165,12 +166,8 @@ static int test_pooler(void) {
 }
 
 int main(void) {
-    ds_backend_desc bd = {.kind = DS_BACKEND_CPU, .num_threads = 1};
-    if (ds_backend_create(&bd, &g_be) != DS_OK) {
-        fprintf(stderr, "backend: %s\n", ds_last_error());
-        return 1;
-    }
-    int fails = 0;
+    g_be = test_cpu_backend(1, NULL);
+    int fails = 0; /* failed tensors, each printed by gc_check */
     fails += test_linear();
     fails += test_embed_pool();
     fails += test_xent();
@@ -178,10 +175,6 @@ int main(void) {
     fails += test_encoder_layer();
     fails += test_pooler();
     ds_backend_destroy(g_be);
-    if (fails) {
-        fprintf(stderr, "%d module check(s) failed\n", fails);
-        return 1;
-    }
-    printf("all module gradient checks passed\n");
-    return 0;
+    CHECK(fails == 0, "%d module gradient check(s) failed", fails);
+    return test_finish("test_gradcheck_modules");
 }

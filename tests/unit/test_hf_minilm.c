@@ -27,29 +27,7 @@
 #include "engine/engine.h"
 #include "engine/io/safetensors.h"
 #include "models/hf.h"
-
-static int g_fail;
-
-#define EXPECT(cond, ...)                                                                        \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                 \
-            fprintf(stderr, __VA_ARGS__);                                                        \
-            fprintf(stderr, "\n");                                                               \
-            g_fail++;                                                                            \
-        }                                                                                        \
-    } while (0)
-
-#define CHECK_OK(expr)                                                                           \
-    do {                                                                                         \
-        ds_status s_ = (expr);                                                                   \
-        if (s_ != DS_OK) {                                                                       \
-            fprintf(stderr, "FAIL %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr,              \
-                    ds_status_to_string(s_), ds_last_error());                                   \
-            g_fail++;                                                                            \
-            goto out;                                                                            \
-        }                                                                                        \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 static ds_status set_into_engine(void *user, const char *name, const float *data, size_t numel) {
     return ds_set_param((engine_t *)user, name, data, numel);
@@ -75,54 +53,54 @@ int main(int argc, char **argv) {
     float *buf = NULL, *want = NULL;
 
     ds_bert_desc d;
-    CHECK_OK(ds_hf_bert_config_read(cfg_path, 6, &d));
-    EXPECT(d.vocab_size == 30522 && d.hidden_size == 384 && d.num_hidden_layers == 6 &&
-               d.num_attention_heads == 12 && d.intermediate_size == 1536,
-           "MiniLM-L6-H384 sizes");
+    CHECK_OK_GOTO(ds_hf_bert_config_read(cfg_path, 6, &d), out);
+    CHECK(d.vocab_size == 30522 && d.hidden_size == 384 && d.num_hidden_layers == 6 &&
+              d.num_attention_heads == 12 && d.intermediate_size == 1536,
+          "MiniLM-L6-H384 sizes");
     d.max_seq_len = 16;
     ds_model *model;
-    CHECK_OK(ds_bert_create(&d, &model));
+    CHECK_OK_GOTO(ds_bert_create(&d, &model), out);
     const int64_t psi = ds_model_num_params(model);
     printf("parameters: %lld (MiniLM encoder + pooler 22713216, classifier %d)\n", (long long)psi,
            384 * 6 + 6);
-    EXPECT(psi == 22713216 + 384 * 6 + 6, "parameter count %lld", (long long)psi);
+    CHECK(psi == 22713216 + 384 * 6 + 6, "parameter count %lld", (long long)psi);
 
     ds_init_desc id;
     ds_init_desc_defaults(&id);
     id.config_json = k_config;
     id.model = model;
     id.quiet = true;
-    CHECK_OK(ds_initialize(&id, &e));
+    CHECK_OK_GOTO(ds_initialize(&id, &e), out);
 
-    CHECK_OK(ds_hf_load_weights(ds_get_model(e), dir, set_into_engine, e, &rep));
+    CHECK_OK_GOTO(ds_hf_load_weights(ds_get_model(e), dir, set_into_engine, e, &rep), out);
     ds_hf_load_report_print(&rep, stdout);
-    EXPECT(rep.n_missing == 2, "missing %d, want classifier.weight and .bias", rep.n_missing);
+    CHECK(rep.n_missing == 2, "missing %d, want classifier.weight and .bias", rep.n_missing);
     for (int i = 0; i < rep.n_missing; i++)
-        EXPECT(strncmp(rep.missing[i], "classifier.", 11) == 0, "unexpectedly missing: %s",
-               rep.missing[i]);
-    EXPECT(rep.n_unexpected == 0, "%d unexpected tensors (first %s)", rep.n_unexpected,
-           rep.n_unexpected ? rep.unexpected[0] : "");
-    EXPECT(rep.n_ignored_buffers == 1 && rep.prefix_added && rep.n_mismatched == 0,
-           "ignored %d, prefix %d, mismatched %d", rep.n_ignored_buffers, rep.prefix_added,
-           rep.n_mismatched);
-    EXPECT(rep.n_loaded == 103, "loaded %d, want 103 (6 layers x 16 + 5 embedding + 2 pooler)",
-           rep.n_loaded);
+        CHECK(strncmp(rep.missing[i], "classifier.", 11) == 0, "unexpectedly missing: %s",
+              rep.missing[i]);
+    CHECK(rep.n_unexpected == 0, "%d unexpected tensors (first %s)", rep.n_unexpected,
+          rep.n_unexpected ? rep.unexpected[0] : "");
+    CHECK(rep.n_ignored_buffers == 1 && rep.prefix_added && rep.n_mismatched == 0,
+          "ignored %d, prefix %d, mismatched %d", rep.n_ignored_buffers, rep.prefix_added,
+          rep.n_mismatched);
+    CHECK(rep.n_loaded == 103, "loaded %d, want 103 (6 layers x 16 + 5 embedding + 2 pooler)",
+          rep.n_loaded);
 
     /* the engine holds the file's values bit for bit */
-    CHECK_OK(ds_st_open(st_path, &f));
+    CHECK_OK_GOTO(ds_st_open(st_path, &f), out);
     const char *probe[] = {"embeddings.word_embeddings.weight",
                            "encoder.layer.5.output.LayerNorm.bias", "pooler.dense.weight"};
     for (int i = 0; i < 3; i++) {
         const ds_st_tensor *t = ds_st_find(f, probe[i]);
-        EXPECT(t != NULL, "%s not in the file", probe[i]);
+        CHECK(t != NULL, "%s not in the file", probe[i]);
         if (!t) continue;
         buf = realloc(buf, t->numel * sizeof(float));
         want = realloc(want, t->numel * sizeof(float));
         char name[256];
         snprintf(name, sizeof name, "bert.%s", probe[i]);
-        CHECK_OK(ds_get_param(e, name, buf, t->numel));
-        CHECK_OK(ds_st_read_f32(f, t, 0, t->numel, want));
-        EXPECT(memcmp(buf, want, t->numel * sizeof(float)) == 0, "%s differs from the file", name);
+        CHECK_OK_GOTO(ds_get_param(e, name, buf, t->numel), out);
+        CHECK_OK_GOTO(ds_st_read_f32(f, t, 0, t->numel, want), out);
+        CHECK(memcmp(buf, want, t->numel * sizeof(float)) == 0, "%s differs from the file", name);
     }
 
     /* one forward/backward on "[CLS] hello world [SEP]" (bert-base-uncased ids) */
@@ -131,10 +109,10 @@ int main(int argc, char **argv) {
     int32_t labels[2] = {1, 4};
     ds_batch b = {.B = 2, .T = 6, .tokens = tokens, .mask = mask, .labels = labels};
     float loss = NAN;
-    CHECK_OK(ds_forward(e, &b, &loss));
-    CHECK_OK(ds_backward(e));
+    CHECK_OK_GOTO(ds_forward(e, &b, &loss), out);
+    CHECK_OK_GOTO(ds_backward(e), out);
     printf("loss on 2 sentences: %.4f (ln 6 = %.4f)\n", loss, log(6.0));
-    EXPECT(isfinite(loss) && fabs(loss - log(6.0)) < 0.5, "loss %g", loss);
+    CHECK(isfinite(loss) && fabs(loss - log(6.0)) < 0.5, "loss %g", loss);
 
 out:
     ds_st_close(f);
@@ -142,10 +120,5 @@ out:
     ds_finalize(e);
     free(buf);
     free(want);
-    if (g_fail) {
-        fprintf(stderr, "test_hf_minilm: %d failures\n", g_fail);
-        return 1;
-    }
-    printf("test_hf_minilm: all passed\n");
-    return 0;
+    return test_finish("test_hf_minilm");
 }

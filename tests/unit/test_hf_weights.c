@@ -26,18 +26,7 @@
 #include "bert_ref.h"
 #include "engine/io/safetensors.h"
 #include "models/hf.h"
-
-static int g_fail;
-
-#define EXPECT(cond, ...)                                                                        \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                 \
-            fprintf(stderr, __VA_ARGS__);                                                        \
-            fprintf(stderr, "\n");                                                               \
-            g_fail++;                                                                            \
-        }                                                                                        \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 /* ---- a model with BERT names and no compute ---- */
 
@@ -139,19 +128,19 @@ static void sink_reset(sink *s, const pdef *defs, int n) {
 /* Parameter k installed with value(k, i) rounded through `dt`. */
 static void expect_values(const sink *s, int k, ds_st_dtype dt, const char *what) {
     if (!s->got[k]) {
-        EXPECT(0, "%s: %s not installed", what, s->defs[k].name);
+        CHECK(0, "%s: %s not installed", what, s->defs[k].name);
         return;
     }
-    EXPECT((int64_t)s->numel[k] == numel_def(&s->defs[k]), "%s: %s numel %zu", what,
-           s->defs[k].name, s->numel[k]);
+    CHECK((int64_t)s->numel[k] == numel_def(&s->defs[k]), "%s: %s numel %zu", what, s->defs[k].name,
+          s->numel[k]);
     for (int64_t i = 0; i < numel_def(&s->defs[k]); i++) {
         float v = value(k, i);
         float want = dt == DS_ST_F16 ? ds_f16_to_f32(ds_f32_to_f16(v))
                      : dt == DS_ST_BF16 ? ds_bf16_to_f32(ds_f32_to_bf16(v))
                                         : v;
         if (s->got[k][i] != want) {
-            EXPECT(0, "%s: %s[%lld] = %g, want %g", what, s->defs[k].name, (long long)i,
-                   s->got[k][i], want);
+            CHECK(0, "%s: %s[%lld] = %g, want %g", what, s->defs[k].name, (long long)i,
+                  s->got[k][i], want);
             return;
         }
     }
@@ -197,7 +186,7 @@ static void feed_entry(void *w, bool sharded, const ck_entry *e) {
         st = sharded ? ds_st_sharded_write(w, z, bytes) : ds_st_writer_write(w, z, bytes);
         free(z);
     }
-    EXPECT(st == DS_OK, "writing %s: %s", e->name, ds_last_error());
+    CHECK(st == DS_OK, "writing %s: %s", e->name, ds_last_error());
 }
 
 static void write_ckpt(const char *path, const ck_entry *e, int n) {
@@ -205,11 +194,11 @@ static void write_ckpt(const char *path, const ck_entry *e, int n) {
     for (int i = 0; i < n; i++) d[i] = decl_of(&e[i]);
     ds_st_writer *w;
     ds_status st = ds_st_writer_open(path, d, n, NULL, 0, &w);
-    EXPECT(st == DS_OK, "open %s: %s", path, ds_last_error());
+    CHECK(st == DS_OK, "open %s: %s", path, ds_last_error());
     if (st != DS_OK) return;
     for (int i = 0; i < n; i++) feed_entry(w, false, &e[i]);
     st = ds_st_writer_finish(w);
-    EXPECT(st == DS_OK, "finish %s: %s", path, ds_last_error());
+    CHECK(st == DS_OK, "finish %s: %s", path, ds_last_error());
 }
 
 static char g_dir[] = "/tmp/ds_test_hfw_XXXXXX";
@@ -238,11 +227,11 @@ static void test_prefixed_f32(ds_model *m, sink *s) {
     sink_reset(s, k_mini, N_MINI);
     ds_hf_load_report rep;
     ds_status st = ds_hf_load_weights(m, p, sink_set, s, &rep);
-    EXPECT(st == DS_OK, "prefixed: %s", ds_last_error());
-    EXPECT(rep.n_loaded == N_MINI && rep.n_missing == 0 && rep.n_unexpected == 0 &&
-               !rep.prefix_added && rep.n_files == 1,
-           "prefixed report: loaded %d missing %d unexpected %d prefix %d", rep.n_loaded,
-           rep.n_missing, rep.n_unexpected, rep.prefix_added);
+    CHECK(st == DS_OK, "prefixed: %s", ds_last_error());
+    CHECK(rep.n_loaded == N_MINI && rep.n_missing == 0 && rep.n_unexpected == 0 &&
+              !rep.prefix_added && rep.n_files == 1,
+          "prefixed report: loaded %d missing %d unexpected %d prefix %d", rep.n_loaded,
+          rep.n_missing, rep.n_unexpected, rep.prefix_added);
     for (int k = 0; k < N_MINI; k++) expect_values(s, k, DS_ST_F32, "prefixed");
     ds_hf_load_report_free(&rep);
 }
@@ -263,16 +252,16 @@ static void test_base_model_f16(ds_model *m, sink *s) {
     sink_reset(s, k_mini, N_MINI);
     ds_hf_load_report rep;
     ds_status st = ds_hf_load_weights(m, p, sink_set, s, &rep);
-    EXPECT(st == DS_OK, "base model: %s", ds_last_error());
-    EXPECT(rep.n_loaded == N_MINI - 2 && rep.n_missing == 2 && rep.n_unexpected == 0 &&
-               rep.n_ignored_buffers == 1 && rep.prefix_added,
-           "base report: loaded %d missing %d unexpected %d ignored %d prefix %d", rep.n_loaded,
-           rep.n_missing, rep.n_unexpected, rep.n_ignored_buffers, rep.prefix_added);
-    EXPECT(listed(rep.missing, rep.n_missing, "classifier.weight") &&
-               listed(rep.missing, rep.n_missing, "classifier.bias"),
-           "classifier.* newly initialised");
+    CHECK(st == DS_OK, "base model: %s", ds_last_error());
+    CHECK(rep.n_loaded == N_MINI - 2 && rep.n_missing == 2 && rep.n_unexpected == 0 &&
+              rep.n_ignored_buffers == 1 && rep.prefix_added,
+          "base report: loaded %d missing %d unexpected %d ignored %d prefix %d", rep.n_loaded,
+          rep.n_missing, rep.n_unexpected, rep.n_ignored_buffers, rep.prefix_added);
+    CHECK(listed(rep.missing, rep.n_missing, "classifier.weight") &&
+              listed(rep.missing, rep.n_missing, "classifier.bias"),
+          "classifier.* newly initialised");
     for (int k = 0; k < N_MINI - 2; k++) expect_values(s, k, DS_ST_F16, "base f16");
-    EXPECT(s->got[N_MINI - 1] == NULL && s->got[N_MINI - 2] == NULL, "classifier left alone");
+    CHECK(s->got[N_MINI - 1] == NULL && s->got[N_MINI - 2] == NULL, "classifier left alone");
     ds_hf_load_report_print(&rep, stdout);
     ds_hf_load_report_free(&rep);
 }
@@ -289,12 +278,12 @@ static void test_no_pooler_mlm_head(ds_model *m, sink *s) {
     sink_reset(s, k_mini, N_MINI);
     ds_hf_load_report rep;
     ds_status st = ds_hf_load_weights(m, p, sink_set, s, &rep);
-    EXPECT(st == DS_OK, "mlm: %s", ds_last_error());
-    EXPECT(rep.n_missing == 4 && listed(rep.missing, rep.n_missing, "bert.pooler.dense.weight") &&
-               listed(rep.missing, rep.n_missing, "bert.pooler.dense.bias"),
-           "pooler + classifier missing: %d", rep.n_missing);
-    EXPECT(rep.n_unexpected == 1 && listed(rep.unexpected, rep.n_unexpected, "cls.predictions.bias"),
-           "MLM head unexpected: %d", rep.n_unexpected);
+    CHECK(st == DS_OK, "mlm: %s", ds_last_error());
+    CHECK(rep.n_missing == 4 && listed(rep.missing, rep.n_missing, "bert.pooler.dense.weight") &&
+              listed(rep.missing, rep.n_missing, "bert.pooler.dense.bias"),
+          "pooler + classifier missing: %d", rep.n_missing);
+    CHECK(rep.n_unexpected == 1 && listed(rep.unexpected, rep.n_unexpected, "cls.predictions.bias"),
+          "MLM head unexpected: %d", rep.n_unexpected);
     ds_hf_load_report_free(&rep);
 }
 
@@ -313,9 +302,9 @@ static void test_gamma_beta_bf16(ds_model *m, sink *s) {
     sink_reset(s, k_mini, N_MINI);
     ds_hf_load_report rep;
     ds_status st = ds_hf_load_weights(m, p, sink_set, s, &rep);
-    EXPECT(st == DS_OK && rep.n_loaded == N_MINI && rep.n_unexpected == 0,
-           "gamma/beta: %s (loaded %d, unexpected %d)", ds_last_error(), rep.n_loaded,
-           rep.n_unexpected);
+    CHECK(st == DS_OK && rep.n_loaded == N_MINI && rep.n_unexpected == 0,
+          "gamma/beta: %s (loaded %d, unexpected %d)", ds_last_error(), rep.n_loaded,
+          rep.n_unexpected);
     for (int k = 0; k < N_MINI; k++) expect_values(s, k, DS_ST_BF16, "gamma/beta bf16");
     ds_hf_load_report_free(&rep);
 }
@@ -332,21 +321,21 @@ static void test_sharded(ds_model *m, sink *s) {
     }
     ds_st_sharded *w;
     ds_status st = ds_st_sharded_open(dir, "model", d, N_MINI, 200, NULL, 0, &w);
-    EXPECT(st == DS_OK, "sharded open: %s", ds_last_error());
+    CHECK(st == DS_OK, "sharded open: %s", ds_last_error());
     if (st != DS_OK) return;
     int shards = ds_st_sharded_count(w);
     for (int k = 0; k < N_MINI; k++) feed_entry(w, true, &e[k]);
-    EXPECT(ds_st_sharded_finish(w) == DS_OK, "sharded finish: %s", ds_last_error());
-    EXPECT(shards >= 3, "expected >= 3 shards, got %d", shards);
+    CHECK(ds_st_sharded_finish(w) == DS_OK, "sharded finish: %s", ds_last_error());
+    CHECK(shards >= 3, "expected >= 3 shards, got %d", shards);
     for (int pass = 0; pass < 2; pass++) {
         char p[700];
         snprintf(p, sizeof p, "%s%s", dir, pass ? "/model.safetensors.index.json" : "");
         sink_reset(s, k_mini, N_MINI);
         ds_hf_load_report rep;
         st = ds_hf_load_weights(m, p, sink_set, s, &rep);
-        EXPECT(st == DS_OK && rep.n_loaded == N_MINI && rep.n_files == shards,
-               "sharded via %s: %s (loaded %d, files %d)", p, ds_last_error(), rep.n_loaded,
-               rep.n_files);
+        CHECK(st == DS_OK && rep.n_loaded == N_MINI && rep.n_files == shards,
+              "sharded via %s: %s (loaded %d, files %d)", p, ds_last_error(), rep.n_loaded,
+              rep.n_files);
         for (int k = 0; k < N_MINI; k++) expect_values(s, k, DS_ST_F32, "sharded");
         ds_hf_load_report_free(&rep);
     }
@@ -361,9 +350,9 @@ static void test_sharded(ds_model *m, sink *s) {
     sink_reset(s, k_mini, N_MINI);
     ds_hf_load_report rep;
     st = ds_hf_load_weights(m, ip, sink_set, s, &rep);
-    EXPECT(st == DS_ERR_CORRUPT && strstr(ds_last_error(), "classifier.bias") &&
-               strstr(ds_last_error(), shard1),
-           "index naming an absent tensor: %s %s", ds_status_to_string(st), ds_last_error());
+    CHECK(st == DS_ERR_CORRUPT && strstr(ds_last_error(), "classifier.bias") &&
+              strstr(ds_last_error(), shard1),
+          "index naming an absent tensor: %s %s", ds_status_to_string(st), ds_last_error());
     ds_hf_load_report_free(&rep);
 }
 
@@ -378,13 +367,13 @@ static void test_errors(ds_model *m, sink *s) {
     write_ckpt(p, e, N_MINI);
     sink_reset(s, k_mini, N_MINI);
     ds_status st = ds_hf_load_weights(m, p, sink_set, s, &rep);
-    EXPECT(st == DS_ERR_DATA, "mis-shaped: %s", ds_status_to_string(st));
-    EXPECT(strstr(ds_last_error(), "bert.embeddings.word_embeddings.weight: checkpoint [11, 4] vs "
-                                   "model [10, 4]") &&
-               strstr(ds_last_error(), "classifier.weight: checkpoint [3, 4] vs model [2, 4]"),
-           "mis-shaped message: %s", ds_last_error());
-    EXPECT(rep.n_mismatched == 2, "report lists %d mis-shaped", rep.n_mismatched);
-    EXPECT(s->calls == 0, "nothing installed on a mis-shape (%d calls)", s->calls);
+    CHECK(st == DS_ERR_DATA, "mis-shaped: %s", ds_status_to_string(st));
+    CHECK(strstr(ds_last_error(), "bert.embeddings.word_embeddings.weight: checkpoint [11, 4] vs "
+                                  "model [10, 4]") &&
+              strstr(ds_last_error(), "classifier.weight: checkpoint [3, 4] vs model [2, 4]"),
+          "mis-shaped message: %s", ds_last_error());
+    CHECK(rep.n_mismatched == 2, "report lists %d mis-shaped", rep.n_mismatched);
+    CHECK(s->calls == 0, "nothing installed on a mis-shape (%d calls)", s->calls);
     printf("  mis-shaped -> %s\n", ds_last_error());
     ds_hf_load_report_free(&rep);
 
@@ -395,9 +384,9 @@ static void test_errors(ds_model *m, sink *s) {
     write_ckpt(p, e, N_MINI);
     sink_reset(s, k_mini, N_MINI);
     st = ds_hf_load_weights(m, p, sink_set, s, &rep);
-    EXPECT(st == DS_ERR_DATA && strstr(ds_last_error(), k_mini[3].name) &&
-               strstr(ds_last_error(), "I32"),
-           "integer tensor: %s", ds_last_error());
+    CHECK(st == DS_ERR_DATA && strstr(ds_last_error(), k_mini[3].name) &&
+              strstr(ds_last_error(), "I32"),
+          "integer tensor: %s", ds_last_error());
     ds_hf_load_report_free(&rep);
 
     /* one parameter under two names */
@@ -407,8 +396,8 @@ static void test_errors(ds_model *m, sink *s) {
     write_ckpt(p, two, 2);
     sink_reset(s, k_mini, N_MINI);
     st = ds_hf_load_weights(m, p, sink_set, s, &rep);
-    EXPECT(st == DS_ERR_DATA && strstr(ds_last_error(), "both map onto"), "two names: %s",
-           ds_last_error());
+    CHECK(st == DS_ERR_DATA && strstr(ds_last_error(), "both map onto"), "two names: %s",
+          ds_last_error());
     ds_hf_load_report_free(&rep);
 
     /* a failing set: its status comes back, with the parameter named */
@@ -416,9 +405,9 @@ static void test_errors(ds_model *m, sink *s) {
     sink_reset(s, k_mini, N_MINI);
     s->fail_at = 2;
     st = ds_hf_load_weights(m, p, sink_set, s, &rep);
-    EXPECT(st == DS_ERR_BACKEND && strstr(ds_last_error(), "injected") &&
-               strstr(ds_last_error(), k_mini[2].name),
-           "set failure: %s %s", ds_status_to_string(st), ds_last_error());
+    CHECK(st == DS_ERR_BACKEND && strstr(ds_last_error(), "injected") &&
+              strstr(ds_last_error(), k_mini[2].name),
+          "set failure: %s %s", ds_status_to_string(st), ds_last_error());
     ds_hf_load_report_free(&rep);
 
     /* folders without safetensors */
@@ -426,22 +415,22 @@ static void test_errors(ds_model *m, sink *s) {
     snprintf(empty, sizeof empty, "%s/empty", g_dir);
     mkdir(empty, 0755);
     st = ds_hf_load_weights(m, empty, sink_set, s, &rep);
-    EXPECT(st == DS_ERR_IO && strstr(ds_last_error(), empty), "empty folder: %s", ds_last_error());
+    CHECK(st == DS_ERR_IO && strstr(ds_last_error(), empty), "empty folder: %s", ds_last_error());
     char pt[700];
     snprintf(pt, sizeof pt, "%s/pytorch_model.bin", empty);
     FILE *fp = fopen(pt, "w");
     fputs("pickle", fp);
     fclose(fp);
     st = ds_hf_load_weights(m, empty, sink_set, s, &rep);
-    EXPECT(st == DS_ERR_UNSUPPORTED && strstr(ds_last_error(), "pytorch_model.bin"),
-           "pickle only: %s", ds_last_error());
+    CHECK(st == DS_ERR_UNSUPPORTED && strstr(ds_last_error(), "pytorch_model.bin"),
+          "pickle only: %s", ds_last_error());
     /* a corrupt file: the reader's error */
     p = tmp_path("junk.safetensors");
     fp = fopen(p, "w");
     fputs("not a safetensors file at all", fp);
     fclose(fp);
     st = ds_hf_load_weights(m, p, sink_set, s, &rep);
-    EXPECT(st == DS_ERR_CORRUPT && strstr(ds_last_error(), p), "junk: %s", ds_last_error());
+    CHECK(st == DS_ERR_CORRUPT && strstr(ds_last_error(), p), "junk: %s", ds_last_error());
 }
 
 /* The checkpoint transformers wrote (F16) onto the dump's parameter list. */
@@ -449,17 +438,15 @@ static void test_transformers_checkpoint(void) {
     bert_ref ref;
     char err[512];
     if (bert_ref_load(DS_TEST_DATA_DIR "/bert_ref_tiny.bin", &ref, err, sizeof err) != 0) {
-        EXPECT(0, "%s", err);
+        CHECK(0, "%s", err);
         return;
     }
     int n = bert_ref_n_params(&ref);
     pdef *defs = calloc((size_t)n, sizeof *defs);
-    char key[DS_MAX_NAME + 16];
     for (int i = 0; i < n; i++) {
         int ndim;
         int64_t shape[4];
-        snprintf(key, sizeof key, "param/%s", bert_ref_param_name(&ref, i));
-        bert_ref_f32(&ref, key, NULL, &ndim, shape);
+        bert_ref_param_f32(&ref, "param", bert_ref_param_name(&ref, i), NULL, &ndim, shape);
         defs[i] = (pdef){bert_ref_param_name(&ref, i), ndim, shape[0], ndim > 1 ? shape[1] : 0};
     }
     ds_model *m = fake_model(defs, n);
@@ -467,23 +454,22 @@ static void test_transformers_checkpoint(void) {
     sink_reset(&s, defs, n);
     ds_hf_load_report rep;
     ds_status st = ds_hf_load_weights(m, DS_TEST_DATA_DIR "/bert_ref_tiny_hf", sink_set, &s, &rep);
-    EXPECT(st == DS_OK && rep.n_loaded == n && rep.n_missing == 0 && rep.n_unexpected == 0,
-           "transformers checkpoint: %s (loaded %d of %d, missing %d, unexpected %d)",
-           ds_last_error(), rep.n_loaded, n, rep.n_missing, rep.n_unexpected);
+    CHECK(st == DS_OK && rep.n_loaded == n && rep.n_missing == 0 && rep.n_unexpected == 0,
+          "transformers checkpoint: %s (loaded %d of %d, missing %d, unexpected %d)",
+          ds_last_error(), rep.n_loaded, n, rep.n_missing, rep.n_unexpected);
     int bad = 0;
     for (int i = 0; i < n; i++) {
         size_t numel;
-        snprintf(key, sizeof key, "param/%s", defs[i].name);
-        const float *want = bert_ref_f32(&ref, key, &numel, NULL, NULL);
+        const float *want = bert_ref_param_f32(&ref, "param", defs[i].name, &numel, NULL, NULL);
         if (!s.got[i] || s.numel[i] != numel) {
-            EXPECT(0, "%s not installed with %zu values", defs[i].name, numel);
+            CHECK(0, "%s not installed with %zu values", defs[i].name, numel);
             continue;
         }
         /* save_pretrained ran model.half(): round to nearest even, as dtype.h */
         for (size_t j = 0; j < numel && bad < 5; j++)
             if (s.got[i][j] != ds_f16_to_f32(ds_f32_to_f16(want[j]))) {
-                EXPECT(0, "%s[%zu] = %.8g, dump %.8g as fp16 %.8g", defs[i].name, j, s.got[i][j],
-                       want[j], ds_f16_to_f32(ds_f32_to_f16(want[j])));
+                CHECK(0, "%s[%zu] = %.8g, dump %.8g as fp16 %.8g", defs[i].name, j, s.got[i][j],
+                      want[j], ds_f16_to_f32(ds_f32_to_f16(want[j])));
                 bad++;
             }
     }
@@ -512,11 +498,7 @@ int main(void) {
     test_transformers_checkpoint();
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (g_fail == 0 && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-    if (g_fail) {
-        fprintf(stderr, "test_hf_weights: %d failures (files kept in %s)\n", g_fail, g_dir);
-        return 1;
-    }
-    printf("test_hf_weights: all passed\n");
-    return 0;
+    if (test_fails() == 0 && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    if (test_fails()) fprintf(stderr, "test_hf_weights: files kept in %s\n", g_dir);
+    return test_finish("test_hf_weights");
 }

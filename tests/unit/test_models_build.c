@@ -9,18 +9,7 @@
 #include "engine/backend/backend.h"
 #include "models/models.h"
 #include "tests/unit/gradcheck_harness.h"
-
-static int g_fails;
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                               \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fprintf(stderr, "\n");                                                        \
-            g_fails++;                                                                    \
-        }                                                                                 \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 /* BertForSequenceClassification.named_parameters() of transformers, typed
  * out from its source (modeling_bert.py), per layer. */
@@ -46,11 +35,7 @@ static void test_bert_names(void) {
                       .num_attention_heads = 2, .intermediate_size = I,
                       .max_position_embeddings = P, .n_classes = C};
     ds_model *m;
-    if (ds_bert_create(&d, &m) != DS_OK) {
-        fprintf(stderr, "bert: %s\n", ds_last_error());
-        g_fails++;
-        return;
-    }
+    if (!TEST_OK(ds_bert_create(&d, &m))) return;
     expect_param e[64];
     int n = 0;
 #define ADD(nm, a, b) (snprintf(e[n].name, 128, "%s", nm), e[n].d0 = a, e[n].d1 = b, n++)
@@ -114,11 +99,7 @@ static void test_bert_mini(void) {
                       .max_position_embeddings = 512, .hidden_dropout_prob = 0.1f,
                       .attention_probs_dropout_prob = 0.1f, .n_classes = 6, .max_seq_len = 128};
     ds_model *m;
-    if (ds_bert_create(&d, &m) != DS_OK) {
-        fprintf(stderr, "bert-mini: %s\n", ds_last_error());
-        g_fails++;
-        return;
-    }
+    if (!TEST_OK(ds_bert_create(&d, &m))) return;
     CHECK(ds_model_num_params(m) == 8767238, "bert-mini has %lld parameters, expected 8767238",
           (long long)ds_model_num_params(m));
     CHECK(m->n_classes == 6 && m->vocab_size == 21128 && m->max_seq_len == 128 &&
@@ -146,11 +127,7 @@ static void test_mlp_names(void) {
     ds_mlp_desc d = {.vocab_size = 100, .max_seq_len = 16, .embed_dim = 8, .hidden_dim = 10,
                      .n_hidden = 0, .n_classes = 4};
     ds_model *m;
-    if (ds_mlp_create(&d, &m) != DS_OK) {
-        fprintf(stderr, "mlp: %s\n", ds_last_error());
-        g_fails++;
-        return;
-    }
+    if (!TEST_OK(ds_mlp_create(&d, &m))) return;
     const char *names[] = {"embeddings.word_embeddings.weight", "mlp.0.weight", "mlp.0.bias",
                            "classifier.weight", "classifier.bias"};
     int k = 0;
@@ -203,17 +180,11 @@ static void test_bad_descs(void) {
 static void test_bad_tokens(void) {
     ds_backend *be;
     ds_backend_desc bd = {.kind = DS_BACKEND_CPU, .num_threads = 1};
-    if (ds_backend_create(&bd, &be) != DS_OK) {
-        g_fails++;
-        return;
-    }
+    if (!TEST_OK(ds_backend_create(&bd, &be))) return;
     ds_bert_desc d = {.vocab_size = 30, .hidden_size = 16, .num_hidden_layers = 1,
                       .num_attention_heads = 2, .max_position_embeddings = 8, .n_classes = 2};
     ds_model *m;
-    if (ds_bert_create(&d, &m) != DS_OK) {
-        g_fails++;
-        return;
-    }
+    if (!TEST_OK(ds_bert_create(&d, &m))) return;
     gc_batch gb;
     gc_batch_make(&gb, 2, 5, 30, 2, NULL, false, false, 3);
     gb.tokens[6] = 31;
@@ -246,10 +217,5 @@ int main(void) {
     test_mlp_names();
     test_bad_descs();
     test_bad_tokens();
-    if (g_fails) {
-        fprintf(stderr, "%d check(s) failed\n", g_fails);
-        return 1;
-    }
-    printf("all model build checks passed\n");
-    return 0;
+    return test_finish("test_models_build");
 }

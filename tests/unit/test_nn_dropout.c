@@ -23,30 +23,14 @@
 #include "engine/backend/math.h"
 #include "engine/backend/nn.h"
 #include "tests/unit/gradcheck_harness.h"
+#include "tests/unit/test_util.h"
 
 #define EPS ((double)FLT_EPSILON)
 
 static ds_backend *g_be;
-static int g_fails;
 static gc_rng g_rng = {7};
 
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                               \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fprintf(stderr, "\n");                                                        \
-            g_fails++;                                                                    \
-        }                                                                                 \
-    } while (0)
-
-#define OK(expr) CHECK((expr) == DS_OK, "%s failed: %s", #expr, ds_last_error())
-
-static float *randn(size_t n, double sd) {
-    float *p = malloc(n * sizeof(float) + 64);
-    for (size_t i = 0; i < n; i++) p[i] = (float)(sd * gc_rng_normal(&g_rng));
-    return p;
-}
+static float *randn(size_t n, double sd) { return gc_randn(&g_rng, n, sd); }
 
 static void test_dropout_stats(void) {
     const int rows = 1024, width = 1024; /* n = 2^20 */
@@ -57,7 +41,7 @@ static void test_dropout_stats(void) {
     for (int k = 0; k < 3; k++) {
         float p = ps[k], inv = 1.0f / (1.0f - p);
         uint64_t seed = 1000 + (uint64_t)k, off = 12345;
-        OK(g_be->nn->dropout_fwd(g_be, y, ones, NULL, NULL, rows, width, p, seed, off));
+        CHECK_OK(g_be->nn->dropout_fwd(g_be, y, ones, NULL, NULL, rows, width, p, seed, off));
         size_t kept = 0, both = 0, other = 0, wrong = 0;
         for (size_t i = 0; i < n; i++) {
             int keep = y[i] != 0.0f;
@@ -81,19 +65,19 @@ static void test_dropout_stats(void) {
         CHECK(other == 0, "p=%g: %zu keep decisions differ from ds_rng_uniform_at", p, other);
 
         /* backward regenerates the same mask: dropout_bwd(ones) == dropout_fwd(ones) */
-        OK(g_be->nn->dropout_bwd(g_be, dx, NULL, ones, rows, width, p, seed, off));
+        CHECK_OK(g_be->nn->dropout_bwd(g_be, dx, NULL, ones, rows, width, p, seed, off));
         CHECK(memcmp(dx, y, n * 4) == 0, "p=%g: backward mask differs from forward", p);
 
         /* pieces at offsets: the second half alone equals the tail of the whole */
-        OK(g_be->nn->dropout_fwd(g_be, y2, ones, NULL, NULL, rows / 2, width, p, seed,
-                                 off + n / 2));
+        CHECK_OK(g_be->nn->dropout_fwd(g_be, y2, ones, NULL, NULL, rows / 2, width, p, seed,
+                                       off + n / 2));
         CHECK(memcmp(y2, y + n / 2, n / 2 * 4) == 0, "p=%g: sharded mask differs", p);
         /* an odd offset (a row starting mid Philox block) */
-        OK(g_be->nn->dropout_fwd(g_be, y2, ones, NULL, NULL, 3, 333, p, seed, off + 7));
+        CHECK_OK(g_be->nn->dropout_fwd(g_be, y2, ones, NULL, NULL, 3, 333, p, seed, off + 7));
         CHECK(memcmp(y2, y + 7, 999 * 4) == 0, "p=%g: mask at offset +7 differs", p);
 
         /* another seed: agreement ~ p^2 + q^2, not 1 */
-        OK(g_be->nn->dropout_fwd(g_be, y2, ones, NULL, NULL, rows, width, p, seed + 1, off));
+        CHECK_OK(g_be->nn->dropout_fwd(g_be, y2, ones, NULL, NULL, rows, width, p, seed + 1, off));
         size_t agree = 0;
         for (size_t i = 0; i < n; i++) agree += (y[i] != 0) == (y2[i] != 0);
         double pa = p * p + q * q, sda = sqrt(n * pa * (1 - pa));
@@ -102,7 +86,7 @@ static void test_dropout_stats(void) {
     }
     /* p = 0: identity, no randomness */
     float *x = randn(n, 1.0);
-    OK(g_be->nn->dropout_fwd(g_be, y, x, NULL, NULL, rows, width, 0.0f, 1, 0));
+    CHECK_OK(g_be->nn->dropout_fwd(g_be, y, x, NULL, NULL, rows, width, 0.0f, 1, 0));
     CHECK(memcmp(x, y, n * 4) == 0, "p = 0 is not the identity");
     /* invalid probabilities */
     const float badp[] = {1.0f, -0.1f, NAN};
@@ -123,7 +107,7 @@ static void test_dropout_fused(void) {
     size_t n = (size_t)R * W;
     float *x = randn(n, 1.0), *b = randn(W, 1.0), *res = randn(n, 1.0), *y = malloc(n * 4);
     float p = 0.3f, inv = 1.0f / (1.0f - p);
-    OK(g_be->nn->dropout_fwd(g_be, y, x, b, res, R, W, p, 9, 100));
+    CHECK_OK(g_be->nn->dropout_fwd(g_be, y, x, b, res, R, W, p, 9, 100));
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
         float m = ds_rng_uniform_at(9, 100 + i) >= p ? inv : 0.0f;
@@ -131,7 +115,7 @@ static void test_dropout_fused(void) {
     }
     CHECK(bad == 0, "fused dropout: %d entries differ from res + dropout(x + b)", bad);
     float *dy = randn(n, 1.0), *dx = malloc(n * 4), *db = calloc(W, 4);
-    OK(g_be->nn->dropout_bwd(g_be, dx, db, dy, R, W, p, 9, 100));
+    CHECK_OK(g_be->nn->dropout_bwd(g_be, dx, db, dy, R, W, p, 9, 100));
     for (int c = 0; c < W; c++) {
         double s = 0, a = 0;
         for (int r = 0; r < R; r++) {
@@ -154,7 +138,7 @@ static void test_softmax(void) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) mask[b * T + t] = (b == 2) ? 0.0f : (t < T - 10 * b ? 1 : 0);
     /* batch row 2 is all padding */
-    OK(g_be->nn->attn_softmax_fwd(g_be, p, NULL, s, mask, B, nh, T, scale, 0.0f, 0, 0));
+    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p, NULL, s, mask, B, nh, T, scale, 0.0f, 0, 0));
     int masked_nonzero = 0, nans = 0;
     double worst_sum = 0, worst_rel = 0;
     for (int b = 0; b < B; b++)
@@ -190,7 +174,7 @@ static void test_softmax(void) {
 
     /* backward, no dropout: ds = scale p (dp - sum dp p) */
     float *dp = randn(n, 1.0), *ds = malloc(n * 4);
-    OK(g_be->nn->attn_softmax_bwd(g_be, ds, NULL, dp, p, B, nh, T, scale, 0.0f, 0, 0));
+    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds, NULL, dp, p, B, nh, T, scale, 0.0f, 0, 0));
     double worst = 0;
     for (size_t r = 0; r < n / T; r++) {
         double dot = 0, mag = 0;
@@ -211,15 +195,15 @@ static void test_softmax(void) {
      * backward regenerates pd bit for bit and applies the mask to dpd */
     float pa = 0.25f;
     float *p2 = malloc(n * 4), *pd = malloc(n * 4), *pd2 = malloc(n * 4), *ref = malloc(n * 4);
-    OK(g_be->nn->attn_softmax_fwd(g_be, p2, pd, s, mask, B, nh, T, scale, pa, 55, 1000));
+    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p2, pd, s, mask, B, nh, T, scale, pa, 55, 1000));
     CHECK(memcmp(p2, p, n * 4) == 0, "softmax with dropout changed p");
-    OK(g_be->nn->dropout_fwd(g_be, ref, p, NULL, NULL, (int)(n / T), T, pa, 55, 1000));
+    CHECK_OK(g_be->nn->dropout_fwd(g_be, ref, p, NULL, NULL, (int)(n / T), T, pa, 55, 1000));
     CHECK(memcmp(pd, ref, n * 4) == 0, "attention dropout is not dropout(p) of the same stream");
     float *ds2 = malloc(n * 4), *dpm = malloc(n * 4);
-    OK(g_be->nn->attn_softmax_bwd(g_be, ds2, pd2, dp, p, B, nh, T, scale, pa, 55, 1000));
+    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds2, pd2, dp, p, B, nh, T, scale, pa, 55, 1000));
     CHECK(memcmp(pd2, pd, n * 4) == 0, "backward regenerated a different dropout(p)");
-    OK(g_be->nn->dropout_bwd(g_be, dpm, NULL, dp, (int)(n / T), T, pa, 55, 1000));
-    OK(g_be->nn->attn_softmax_bwd(g_be, ds, NULL, dpm, p, B, nh, T, scale, 0.0f, 0, 0));
+    CHECK_OK(g_be->nn->dropout_bwd(g_be, dpm, NULL, dp, (int)(n / T), T, pa, 55, 1000));
+    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds, NULL, dpm, p, B, nh, T, scale, 0.0f, 0, 0));
     int bad = 0;
     for (size_t i = 0; i < n; i++) bad += fabsf(ds2[i] - ds[i]) > 1e-6f * (fabsf(ds[i]) + 1e-3f);
     CHECK(bad == 0, "fused softmax backward with dropout differs from dropout_bwd then softmax "
@@ -232,19 +216,10 @@ static void test_softmax(void) {
 }
 
 int main(void) {
-    ds_backend_desc bd = {.kind = DS_BACKEND_CPU, .num_threads = 2};
-    if (ds_backend_create(&bd, &g_be) != DS_OK) {
-        fprintf(stderr, "backend: %s\n", ds_last_error());
-        return 1;
-    }
+    g_be = test_cpu_backend(2, NULL);
     test_dropout_stats();
     test_dropout_fused();
     test_softmax();
     ds_backend_destroy(g_be);
-    if (g_fails) {
-        fprintf(stderr, "%d check(s) failed\n", g_fails);
-        return 1;
-    }
-    printf("all dropout and softmax checks passed\n");
-    return 0;
+    return test_finish("test_nn_dropout");
 }

@@ -22,30 +22,14 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/nn.h"
 #include "tests/unit/gradcheck_harness.h"
+#include "tests/unit/test_util.h"
 
 #define EPS ((double)FLT_EPSILON)
 
 static ds_backend *g_be, *g_be1; /* 2 threads, 1 thread */
-static int g_fails;
 static gc_rng g_rng = {42};
 
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                               \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fprintf(stderr, "\n");                                                        \
-            g_fails++;                                                                    \
-        }                                                                                 \
-    } while (0)
-
-#define OK(expr) CHECK((expr) == DS_OK, "%s failed: %s", #expr, ds_last_error())
-
-static float *randn(size_t n, double sd) {
-    float *p = malloc(n * sizeof(float) + 64);
-    for (size_t i = 0; i < n; i++) p[i] = (float)(sd * gc_rng_normal(&g_rng));
-    return p;
-}
+static float *randn(size_t n, double sd) { return gc_randn(&g_rng, n, sd); }
 
 static float *copyf(const float *a, size_t n) {
     float *p = malloc(n * sizeof(float) + 64);
@@ -79,13 +63,13 @@ static void test_embedding(void) {
     ids[3] = 0;
     ids[10] = 0; /* the padding row appears */
     float *out = randn((size_t)n * H, 1.0), *out0 = copyf(out, (size_t)n * H);
-    OK(g_be->nn->embedding_fwd(g_be, out, table, ids, n, H, V, true));
+    CHECK_OK(g_be->nn->embedding_fwd(g_be, out, table, ids, n, H, V, true));
     int bad = 0;
     for (int i = 0; i < n; i++)
         for (int c = 0; c < H; c++) /* one float addition: exact reference in float */
             bad += out[i * H + c] != out0[i * H + c] + table[ids[i] * H + c];
     CHECK(bad == 0, "embedding_fwd accumulate: %d entries differ", bad);
-    OK(g_be->nn->embedding_fwd(g_be, out, table, ids, n, H, V, false));
+    CHECK_OK(g_be->nn->embedding_fwd(g_be, out, table, ids, n, H, V, false));
     bad = 0;
     for (int i = 0; i < n; i++) bad += memcmp(out + i * H, table + ids[i] * H, H * 4) != 0;
     CHECK(bad == 0, "embedding_fwd: %d rows differ from the table", bad);
@@ -111,7 +95,7 @@ static void test_embedding(void) {
     float *dout = randn((size_t)n * H, 1.0);
     for (int pad = -1; pad <= 0; pad++) {
         float *dt = randn((size_t)V * H, 1.0), *dt0 = copyf(dt, (size_t)V * H);
-        OK(g_be->nn->embedding_bwd(g_be, dt, dout, ids, n, H, pad));
+        CHECK_OK(g_be->nn->embedding_bwd(g_be, dt, dout, ids, n, H, pad));
         double *ref = calloc((size_t)V * H, sizeof(double)), *tol = calloc((size_t)V * H, 8);
         for (int r = 0; r < V * H; r++) {
             ref[r] = dt0[r];
@@ -146,13 +130,13 @@ static void test_embedding(void) {
 static void test_rows(void) {
     const int R = 300, W = 200;
     float *x = randn(W, 1.0), *out = randn((size_t)R * W, 1.0), *o0 = copyf(out, (size_t)R * W);
-    OK(g_be->nn->bcast_add_fwd(g_be, out, x, R, W, true));
+    CHECK_OK(g_be->nn->bcast_add_fwd(g_be, out, x, R, W, true));
     int bad = 0;
     for (int i = 0; i < R * W; i++) bad += out[i] != o0[i] + x[i % W];
     CHECK(bad == 0, "bcast_add_fwd: %d entries differ", bad);
     float *dx = randn(W, 1.0), *dx0 = copyf(dx, W), *dx1 = copyf(dx, W);
-    OK(g_be->nn->bcast_add_bwd(g_be, dx, out, R, W));
-    OK(g_be1->nn->bcast_add_bwd(g_be1, dx1, out, R, W));
+    CHECK_OK(g_be->nn->bcast_add_bwd(g_be, dx, out, R, W));
+    CHECK_OK(g_be1->nn->bcast_add_bwd(g_be1, dx1, out, R, W));
     CHECK(memcmp(dx, dx1, W * 4) == 0, "bcast_add_bwd differs between 1 and 2 threads");
     double ref[200], tol[200];
     for (int c = 0; c < W; c++) {
@@ -172,7 +156,7 @@ static void test_rows(void) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) mask[b * T + t] = (b != 2 && t < T - 7 * b) ? 1.0f : 0.0f;
     float *pool = randn((size_t)B * H, 1.0);
-    OK(g_be->nn->mean_pool_fwd(g_be, pool, xp, mask, B, T, H));
+    CHECK_OK(g_be->nn->mean_pool_fwd(g_be, pool, xp, mask, B, T, H));
     double pr[4 * 130], pt[4 * 130];
     for (int b = 0; b < B; b++) {
         double cnt = 0;
@@ -190,7 +174,7 @@ static void test_rows(void) {
     }
     expect_close("mean_pool_fwd", pool, pr, pt, (size_t)B * H);
     float *dpool = randn((size_t)B * H, 1.0), *dxp = randn((size_t)B * T * H, 1.0);
-    OK(g_be->nn->mean_pool_bwd(g_be, dxp, dpool, mask, B, T, H));
+    CHECK_OK(g_be->nn->mean_pool_bwd(g_be, dxp, dpool, mask, B, T, H));
     bad = 0;
     for (int b = 0; b < B; b++) {
         float cnt = 0;
@@ -204,12 +188,12 @@ static void test_rows(void) {
 
     /* strided rows: the [CLS] rows of [B, T, H] and back */
     float *cls = randn((size_t)B * H, 1.0), *c0 = copyf(cls, (size_t)B * H);
-    OK(g_be->nn->copy_rows(g_be, cls, H, xp, T * H, B, H, true));
+    CHECK_OK(g_be->nn->copy_rows(g_be, cls, H, xp, T * H, B, H, true));
     bad = 0;
     for (int b = 0; b < B; b++)
         for (int c = 0; c < H; c++) bad += cls[b * H + c] != c0[b * H + c] + xp[b * T * H + c];
     CHECK(bad == 0, "copy_rows accumulate: %d entries differ", bad);
-    OK(g_be->nn->copy_rows(g_be, xp, T * H, c0, H, B, H, false));
+    CHECK_OK(g_be->nn->copy_rows(g_be, xp, T * H, c0, H, B, H, false));
     for (int b = 0; b < B; b++) bad += memcmp(xp + (size_t)b * T * H, c0 + b * H, H * 4) != 0;
     CHECK(bad == 0, "copy_rows: %d rows differ", bad);
     free(x), free(out), free(o0), free(dx), free(dx0), free(dx1), free(xp), free(pool);
@@ -291,7 +275,7 @@ static void test_bias_act(void) {
     for (int a = 0; a < 4; a++) {
         char what[64];
         float *y = malloc(n * 4);
-        OK(g_be->nn->bias_act_fwd(g_be, y, x, b, R, W, acts[a]));
+        CHECK_OK(g_be->nn->bias_act_fwd(g_be, y, x, b, R, W, acts[a]));
         for (size_t i = 0; i < n; i++) {
             float z = x[i] + b[i % W]; /* the kernel's own fp32 sum */
             ref[i] = act_d(acts[a], z);
@@ -303,13 +287,13 @@ static void test_bias_act(void) {
         expect_close(what, y, ref, tol, n);
         /* in place */
         float *yi = copyf(x, n);
-        OK(g_be->nn->bias_act_fwd(g_be, yi, yi, b, R, W, acts[a]));
+        CHECK_OK(g_be->nn->bias_act_fwd(g_be, yi, yi, b, R, W, acts[a]));
         CHECK(memcmp(yi, y, n * 4) == 0, "bias_act_fwd %s in place differs", names[a]);
 
         float *dy = randn(n, 1.0), *dx = malloc(n * 4);
         float *db = randn(W, 1.0), *db0 = copyf(db, W), *db1 = copyf(db, W), *dx1 = malloc(n * 4);
-        OK(g_be->nn->bias_act_bwd(g_be, dx, db, dy, x, b, R, W, acts[a]));
-        OK(g_be1->nn->bias_act_bwd(g_be1, dx1, db1, dy, x, b, R, W, acts[a]));
+        CHECK_OK(g_be->nn->bias_act_bwd(g_be, dx, db, dy, x, b, R, W, acts[a]));
+        CHECK_OK(g_be1->nn->bias_act_bwd(g_be1, dx1, db1, dy, x, b, R, W, acts[a]));
         CHECK(memcmp(db, db1, W * 4) == 0 && memcmp(dx, dx1, n * 4) == 0,
               "bias_act_bwd %s differs between 1 and 2 threads", names[a]);
         for (size_t i = 0; i < n; i++) {
@@ -356,7 +340,7 @@ static void test_layernorm(void) {
     for (int c = 0; c < h; c++) g[c] += 1.0f;
     float eps = 1e-12f;
     float *y = malloc((size_t)n * h * 4), *mean = malloc(n * 4), *rstd = malloc(n * 4);
-    OK(g_be->nn->layernorm_fwd(g_be, y, mean, rstd, x, g, be, n, h, eps));
+    CHECK_OK(g_be->nn->layernorm_fwd(g_be, y, mean, rstd, x, g, be, n, h, eps));
     size_t N = (size_t)n * h;
     double *ref = malloc(N * 8), *tol = malloc(N * 8), *xh = malloc(N * 8), *rs = malloc(n * 8);
     for (int r = 0; r < n; r++) {
@@ -379,8 +363,8 @@ static void test_layernorm(void) {
     float *dy = randn(N, 1.0), *dx = malloc(N * 4), *dg = randn(h, 1.0), *db = randn(h, 1.0);
     float *dg0 = copyf(dg, h), *db0 = copyf(db, h), *dg1 = copyf(dg, h), *db1 = copyf(db, h);
     float *dx1 = malloc(N * 4);
-    OK(g_be->nn->layernorm_bwd(g_be, dx, dg, db, dy, x, mean, rstd, g, n, h, false));
-    OK(g_be1->nn->layernorm_bwd(g_be1, dx1, dg1, db1, dy, x, mean, rstd, g, n, h, false));
+    CHECK_OK(g_be->nn->layernorm_bwd(g_be, dx, dg, db, dy, x, mean, rstd, g, n, h, false));
+    CHECK_OK(g_be1->nn->layernorm_bwd(g_be1, dx1, dg1, db1, dy, x, mean, rstd, g, n, h, false));
     CHECK(memcmp(dx, dx1, N * 4) == 0 && memcmp(dg, dg1, h * 4) == 0 && memcmp(db, db1, h * 4) == 0,
           "layernorm_bwd differs between 1 and 2 threads");
     for (int r = 0; r < n; r++) {
@@ -420,14 +404,14 @@ static void test_layernorm(void) {
      * compiler may contract the accumulating path's multiply-adds
      * differently) plus that of the addition */
     float *acc = randn(N, 1.0), *acc0 = copyf(acc, N);
-    OK(g_be->nn->layernorm_bwd(g_be, acc, dg, db, dy, x, mean, rstd, g, n, h, true));
+    CHECK_OK(g_be->nn->layernorm_bwd(g_be, acc, dg, db, dy, x, mean, rstd, g, n, h, true));
     int bad = 0;
     for (size_t i = 0; i < N; i++)
         bad += fabs((double)acc[i] - ((double)acc0[i] + dx[i])) >
                tol[i] + 2 * EPS * (fabs(acc0[i]) + fabs(dx[i]));
     CHECK(bad == 0, "layernorm_bwd accumulate_dx: %d entries are not old + dx", bad);
     float *alias = copyf(dy, N);
-    OK(g_be->nn->layernorm_bwd(g_be, alias, dg, db, alias, x, mean, rstd, g, n, h, false));
+    CHECK_OK(g_be->nn->layernorm_bwd(g_be, alias, dg, db, alias, x, mean, rstd, g, n, h, false));
     CHECK(memcmp(alias, dx, N * 4) == 0, "layernorm_bwd with dx == dy differs");
     free(x), free(g), free(be), free(y), free(mean), free(rstd), free(ref), free(tol), free(xh);
     free(rs), free(dy), free(dx), free(dg), free(db), free(dg0), free(db0), free(dg1), free(db1);
@@ -453,16 +437,16 @@ static void test_xent(void) {
         num_u += nll;
     }
     float loss, wsum, probs[9], dl[9];
-    OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, z, y, w, 3, 3));
+    CHECK_OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, z, y, w, 3, 3));
     /* each nll is a log-sum-exp of 3 terms: a few eps relative */
     CHECK(fabs(loss - num / den) < 8 * EPS * num / den, "weighted xent %.9g, formula %.9g", loss,
           num / den);
     CHECK(wsum == 3.5f, "wsum %g, expected 1 + 2 + 0.5", wsum);
-    OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, z, y, NULL, 3, 3));
+    CHECK_OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, z, y, NULL, 3, 3));
     CHECK(fabs(loss - num_u / 3) < 8 * EPS * num_u / 3, "unweighted xent %.9g, formula %.9g",
           loss, num_u / 3);
-    OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, z, y, w, 3, 3));
-    OK(g_be->nn->xent_bwd(g_be, dl, probs, &wsum, y, w, 3, 3, 8.0f));
+    CHECK_OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, z, y, w, 3, 3));
+    CHECK_OK(g_be->nn->xent_bwd(g_be, dl, probs, &wsum, y, w, 3, 3, 8.0f));
     for (int b = 0; b < 3; b++) {
         double s = 0;
         for (int c = 0; c < 3; c++) s += exp(z[b * 3 + c]);
@@ -487,17 +471,13 @@ static void test_xent(void) {
     /* large logits: no overflow */
     const float zl[3] = {1000, 0, -1000};
     const int32_t yl[1] = {1};
-    OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, zl, yl, NULL, 1, 3));
+    CHECK_OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, zl, yl, NULL, 1, 3));
     CHECK(fabs(loss - 1000.0f) < 1e-3f && probs[0] == 1.0f, "xent(1000, 0, -1000) = %g", loss);
 }
 
 int main(void) {
-    ds_backend_desc bd = {.kind = DS_BACKEND_CPU, .num_threads = 2};
-    ds_backend_desc bd1 = {.kind = DS_BACKEND_CPU, .num_threads = 1};
-    if (ds_backend_create(&bd, &g_be) != DS_OK || ds_backend_create(&bd1, &g_be1) != DS_OK) {
-        fprintf(stderr, "backend: %s\n", ds_last_error());
-        return 1;
-    }
+    g_be = test_cpu_backend(2, NULL);
+    g_be1 = test_cpu_backend(1, NULL);
     test_embedding();
     test_rows();
     test_exp_erf();
@@ -506,10 +486,5 @@ int main(void) {
     test_xent();
     ds_backend_destroy(g_be);
     ds_backend_destroy(g_be1);
-    if (g_fails) {
-        fprintf(stderr, "%d check(s) failed\n", g_fails);
-        return 1;
-    }
-    printf("all nn kernel checks passed\n");
-    return 0;
+    return test_finish("test_nn_kernels");
 }

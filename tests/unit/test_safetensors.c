@@ -29,24 +29,7 @@
 #include <unistd.h>
 
 #include "engine/io/safetensors.h"
-
-static int g_fail;
-
-#define EXPECT(cond, ...)                                                                        \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                 \
-            fprintf(stderr, __VA_ARGS__);                                                        \
-            fprintf(stderr, "\n");                                                               \
-            g_fail++;                                                                            \
-        }                                                                                        \
-    } while (0)
-
-#define EXPECT_OK(expr)                                                                          \
-    do {                                                                                         \
-        ds_status s_ = (expr);                                                                   \
-        EXPECT(s_ == DS_OK, "%s -> %s: %s", #expr, ds_status_to_string(s_), ds_last_error());    \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 /* ---- the pattern (tests/tools/read_safetensors.py computes the same) ---- */
 
@@ -192,41 +175,41 @@ static ds_status write_sharded(const char *dir, uint64_t max_bytes, int *n_shard
 static void check_tensor(ds_st_file *f, int k) {
     const ds_st_decl *d = &g_fix[k];
     const ds_st_tensor *t = ds_st_find(f, d->name);
-    EXPECT(t != NULL, "%s: tensor %s missing", ds_st_path(f), d->name);
+    CHECK(t != NULL, "%s: tensor %s missing", ds_st_path(f), d->name);
     if (!t) return;
-    EXPECT(t->dtype == d->dtype && t->ndim == d->ndim, "%s: dtype %s ndim %d", d->name,
-           ds_st_dtype_name(t->dtype), t->ndim);
+    CHECK(t->dtype == d->dtype && t->ndim == d->ndim, "%s: dtype %s ndim %d", d->name,
+          ds_st_dtype_name(t->dtype), t->ndim);
     for (int i = 0; i < d->ndim && i < t->ndim; i++)
-        EXPECT(t->shape[i] == d->shape[i], "%s: shape[%d] %lld", d->name, i, (long long)t->shape[i]);
-    EXPECT(t->numel == numel_of(d), "%s: numel %llu", d->name, (unsigned long long)t->numel);
+        CHECK(t->shape[i] == d->shape[i], "%s: shape[%d] %lld", d->name, i, (long long)t->shape[i]);
+    CHECK(t->numel == numel_of(d), "%s: numel %llu", d->name, (unsigned long long)t->numel);
     uint64_t nb;
     unsigned char *want = expected_bytes(k, &nb);
     unsigned char *got = malloc(nb + 1);
-    EXPECT_OK(ds_st_read_raw(f, t, 0, nb, got));
-    EXPECT(memcmp(want, got, nb) == 0, "%s: raw bytes differ", d->name);
+    CHECK_OK(ds_st_read_raw(f, t, 0, nb, got));
+    CHECK(memcmp(want, got, nb) == 0, "%s: raw bytes differ", d->name);
     if (ds_st_dtype_is_float(d->dtype)) {
         uint64_t n = t->numel;
         float *v = malloc(sizeof(float) * (n + 1));
-        EXPECT_OK(ds_st_read_f32(f, t, 0, n, v));
+        CHECK_OK(ds_st_read_f32(f, t, 0, n, v));
         for (uint64_t i = 0; i < n; i++)
             if (v[i] != pattern_float(k, i)) {
-                EXPECT(0, "%s[%llu] = %g, want %g", d->name, (unsigned long long)i, v[i],
-                       pattern_float(k, i));
+                CHECK(0, "%s[%llu] = %g, want %g", d->name, (unsigned long long)i, v[i],
+                      pattern_float(k, i));
                 break;
             }
         if (n > 10) { /* a range in the middle */
-            EXPECT_OK(ds_st_read_f32(f, t, 3, n - 7, v));
+            CHECK_OK(ds_st_read_f32(f, t, 3, n - 7, v));
             for (uint64_t i = 0; i < n - 7; i++)
                 if (v[i] != pattern_float(k, i + 3)) {
-                    EXPECT(0, "%s range [3+%llu] = %g", d->name, (unsigned long long)i, v[i]);
+                    CHECK(0, "%s range [3+%llu] = %g", d->name, (unsigned long long)i, v[i]);
                     break;
                 }
         }
         free(v);
     } else {
         float x;
-        EXPECT(ds_st_read_f32(f, t, 0, t->numel ? 1 : 0, &x) == DS_ERR_UNSUPPORTED,
-               "%s: read_f32 of %s must be refused", d->name, ds_st_dtype_name(d->dtype));
+        CHECK(ds_st_read_f32(f, t, 0, t->numel ? 1 : 0, &x) == DS_ERR_UNSUPPORTED,
+              "%s: read_f32 of %s must be refused", d->name, ds_st_dtype_name(d->dtype));
     }
     free(want);
     free(got);
@@ -237,35 +220,35 @@ static void test_round_trip(const char *dir) {
     snprintf(path, sizeof path, "%s/rt.safetensors", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     ds_st_writer *w;
-    EXPECT_OK(ds_st_writer_open(path, g_fix, N_FIX, k_meta, 2, &w));
-    EXPECT(exists(tmp) && !exists(path), "while writing only %s exists", tmp);
-    EXPECT_OK(feed(w, w_raw, w_f32, 0, N_FIX));
-    EXPECT(ds_st_writer_current(w) == NULL, "all bytes written but current = %s",
-           ds_st_writer_current(w));
-    EXPECT_OK(ds_st_writer_finish(w));
-    EXPECT(exists(path) && !exists(tmp), "after finish %s exists and %s does not", path, tmp);
+    CHECK_OK(ds_st_writer_open(path, g_fix, N_FIX, k_meta, 2, &w));
+    CHECK(exists(tmp) && !exists(path), "while writing only %s exists", tmp);
+    CHECK_OK(feed(w, w_raw, w_f32, 0, N_FIX));
+    CHECK(ds_st_writer_current(w) == NULL, "all bytes written but current = %s",
+          ds_st_writer_current(w));
+    CHECK_OK(ds_st_writer_finish(w));
+    CHECK(exists(path) && !exists(tmp), "after finish %s exists and %s does not", path, tmp);
 
     ds_st_file *f;
-    EXPECT_OK(ds_st_open(path, &f));
+    CHECK_OK(ds_st_open(path, &f));
     if (!f) return;
-    EXPECT(ds_st_count(f) == N_FIX, "count %d", ds_st_count(f));
+    CHECK(ds_st_count(f) == N_FIX, "count %d", ds_st_count(f));
     for (int k = 0; k < N_FIX; k++) {
         const ds_st_tensor *t = ds_st_tensor_at(f, k);
-        EXPECT(t && strcmp(t->name, g_fix[k].name) == 0, "header order: %d is %s", k,
-               t ? t->name : "NULL");
+        CHECK(t && strcmp(t->name, g_fix[k].name) == 0, "header order: %d is %s", k,
+              t ? t->name : "NULL");
         check_tensor(f, k);
     }
-    EXPECT(ds_st_find(f, "nope") == NULL, "find of an absent name");
-    EXPECT(ds_st_metadata(f, "format") && strcmp(ds_st_metadata(f, "format"), "pt") == 0,
-           "metadata format");
-    EXPECT(ds_st_metadata(f, "absent") == NULL, "absent metadata");
-    EXPECT(ds_st_data_start(f) % 8 == 0, "buffer starts at %llu, not 8-aligned",
-           (unsigned long long)ds_st_data_start(f));
+    CHECK(ds_st_find(f, "nope") == NULL, "find of an absent name");
+    CHECK(ds_st_metadata(f, "format") && strcmp(ds_st_metadata(f, "format"), "pt") == 0,
+          "metadata format");
+    CHECK(ds_st_metadata(f, "absent") == NULL, "absent metadata");
+    CHECK(ds_st_data_start(f) % 8 == 0, "buffer starts at %llu, not 8-aligned",
+          (unsigned long long)ds_st_data_start(f));
     /* out-of-range reads are the caller's error, not corruption */
     const ds_st_tensor *t0 = ds_st_find(f, "t0_f32");
     float x[20];
-    EXPECT(ds_st_read_f32(f, t0, 10, 6, x) == DS_ERR_INVALID_ARG, "range past the end");
-    EXPECT(ds_st_read_raw(f, t0, 61, 0, x) == DS_ERR_INVALID_ARG, "offset past the end");
+    CHECK(ds_st_read_f32(f, t0, 10, 6, x) == DS_ERR_INVALID_ARG, "range past the end");
+    CHECK(ds_st_read_raw(f, t0, 61, 0, x) == DS_ERR_INVALID_ARG, "offset past the end");
     ds_st_close(f);
 
     /* the header's padding is spaces */
@@ -274,10 +257,10 @@ static void test_round_trip(const char *dir) {
     if (fp && fread(&n, 8, 1, fp) == 1 && n < 100000) {
         char *h = malloc(n);
         if (fread(h, 1, n, fp) == n) {
-            EXPECT((8 + n) % 8 == 0, "8 + header %llu not a multiple of 8", (unsigned long long)n);
+            CHECK((8 + n) % 8 == 0, "8 + header %llu not a multiple of 8", (unsigned long long)n);
             size_t end = n;
             while (end > 0 && h[end - 1] == ' ') end--;
-            EXPECT(end > 0 && h[end - 1] == '}', "header must end in '}' then spaces");
+            CHECK(end > 0 && h[end - 1] == '}', "header must end in '}' then spaces");
         }
         free(h);
     }
@@ -292,26 +275,26 @@ static void test_conversion_rounding(const char *dir) {
     ds_st_decl d[3] = {{"h", DS_ST_F16, 1, {6}}, {"b", DS_ST_BF16, 1, {6}}, {"d", DS_ST_F64, 1, {6}}};
     const float v[6] = {0.1f, 1.0f / 3.0f, 65519.0f, 70000.0f, -1e-6f, 3.14159265f};
     ds_st_writer *w;
-    EXPECT_OK(ds_st_writer_open(path, d, 3, NULL, 0, &w));
-    EXPECT_OK(ds_st_writer_write_f32(w, v, 6));
-    EXPECT_OK(ds_st_writer_write_f32(w, v, 6));
-    EXPECT_OK(ds_st_writer_write_f32(w, v, 6));
-    EXPECT_OK(ds_st_writer_finish(w));
+    CHECK_OK(ds_st_writer_open(path, d, 3, NULL, 0, &w));
+    CHECK_OK(ds_st_writer_write_f32(w, v, 6));
+    CHECK_OK(ds_st_writer_write_f32(w, v, 6));
+    CHECK_OK(ds_st_writer_write_f32(w, v, 6));
+    CHECK_OK(ds_st_writer_finish(w));
     ds_st_file *f;
-    EXPECT_OK(ds_st_open(path, &f));
+    CHECK_OK(ds_st_open(path, &f));
     if (!f) return;
     float got[6];
-    EXPECT_OK(ds_st_read_f32(f, ds_st_find(f, "h"), 0, 6, got));
+    CHECK_OK(ds_st_read_f32(f, ds_st_find(f, "h"), 0, 6, got));
     for (int i = 0; i < 6; i++) {
         float want = ds_f16_to_f32(ds_f32_to_f16(v[i]));
-        EXPECT(got[i] == want || (isinf(got[i]) && isinf(want)), "f16 %g -> %g, want %g", v[i],
-               got[i], want);
+        CHECK(got[i] == want || (isinf(got[i]) && isinf(want)), "f16 %g -> %g, want %g", v[i],
+              got[i], want);
     }
-    EXPECT_OK(ds_st_read_f32(f, ds_st_find(f, "b"), 0, 6, got));
+    CHECK_OK(ds_st_read_f32(f, ds_st_find(f, "b"), 0, 6, got));
     for (int i = 0; i < 6; i++)
-        EXPECT(got[i] == ds_bf16_to_f32(ds_f32_to_bf16(v[i])), "bf16 %g -> %g", v[i], got[i]);
-    EXPECT_OK(ds_st_read_f32(f, ds_st_find(f, "d"), 0, 6, got));
-    for (int i = 0; i < 6; i++) EXPECT(got[i] == v[i], "f64 %g -> %g", v[i], got[i]);
+        CHECK(got[i] == ds_bf16_to_f32(ds_f32_to_bf16(v[i])), "bf16 %g -> %g", v[i], got[i]);
+    CHECK_OK(ds_st_read_f32(f, ds_st_find(f, "d"), 0, 6, got));
+    for (int i = 0; i < 6; i++) CHECK(got[i] == v[i], "f64 %g -> %g", v[i], got[i]);
     ds_st_close(f);
 }
 
@@ -320,36 +303,38 @@ static void test_writer_misuse(const char *dir) {
     snprintf(path, sizeof path, "%s/bad.safetensors", dir);
     ds_st_writer *w = NULL;
     ds_st_decl dup[2] = {{"a", DS_ST_F32, 1, {2}}, {"a", DS_ST_F32, 1, {2}}};
-    EXPECT(ds_st_writer_open(path, dup, 2, NULL, 0, &w) == DS_ERR_INVALID_ARG &&
-               strstr(ds_last_error(), "'a' declared twice"), "duplicate: %s", ds_last_error());
+    CHECK(ds_st_writer_open(path, dup, 2, NULL, 0, &w) == DS_ERR_INVALID_ARG &&
+              strstr(ds_last_error(), "'a' declared twice"),
+          "duplicate: %s", ds_last_error());
     ds_st_decl empty[1] = {{"", DS_ST_F32, 1, {2}}};
-    EXPECT(ds_st_writer_open(path, empty, 1, NULL, 0, &w) == DS_ERR_INVALID_ARG, "empty name");
+    CHECK(ds_st_writer_open(path, empty, 1, NULL, 0, &w) == DS_ERR_INVALID_ARG, "empty name");
     ds_st_decl meta[1] = {{"__metadata__", DS_ST_F32, 1, {2}}};
-    EXPECT(ds_st_writer_open(path, meta, 1, NULL, 0, &w) == DS_ERR_INVALID_ARG, "reserved name");
+    CHECK(ds_st_writer_open(path, meta, 1, NULL, 0, &w) == DS_ERR_INVALID_ARG, "reserved name");
     ds_st_decl neg[1] = {{"n", DS_ST_F32, 2, {2, -1}}};
-    EXPECT(ds_st_writer_open(path, neg, 1, NULL, 0, &w) == DS_ERR_INVALID_ARG &&
-               strstr(ds_last_error(), "'n'"), "negative dim: %s", ds_last_error());
-    EXPECT(!exists(path), "no file after refused opens");
+    CHECK(ds_st_writer_open(path, neg, 1, NULL, 0, &w) == DS_ERR_INVALID_ARG &&
+              strstr(ds_last_error(), "'n'"),
+          "negative dim: %s", ds_last_error());
+    CHECK(!exists(path), "no file after refused opens");
 
     ds_st_decl two[2] = {{"x", DS_ST_F32, 1, {2}}, {"k", DS_ST_I32, 1, {1}}};
-    EXPECT_OK(ds_st_writer_open(path, two, 2, NULL, 0, &w));
+    CHECK_OK(ds_st_writer_open(path, two, 2, NULL, 0, &w));
     float v[3] = {1, 2, 3};
-    EXPECT(ds_st_writer_write_f32(w, v, 3) == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "'x'"),
-           "3 values into x[2]: %s", ds_last_error());
-    EXPECT_OK(ds_st_writer_write_f32(w, v, 2));
-    EXPECT(ds_st_writer_write_f32(w, v, 1) == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "'k'"),
-           "fp32 into I32: %s", ds_last_error());
-    EXPECT(ds_st_writer_finish(w) == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "'k'"),
-           "finish short of k: %s", ds_last_error());
+    CHECK(ds_st_writer_write_f32(w, v, 3) == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "'x'"),
+          "3 values into x[2]: %s", ds_last_error());
+    CHECK_OK(ds_st_writer_write_f32(w, v, 2));
+    CHECK(ds_st_writer_write_f32(w, v, 1) == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "'k'"),
+          "fp32 into I32: %s", ds_last_error());
+    CHECK(ds_st_writer_finish(w) == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "'k'"),
+          "finish short of k: %s", ds_last_error());
     char tmp[600];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    EXPECT(!exists(path) && !exists(tmp), "a failed finish leaves nothing");
+    CHECK(!exists(path) && !exists(tmp), "a failed finish leaves nothing");
 
-    EXPECT_OK(ds_st_writer_open(path, two, 2, NULL, 0, &w));
+    CHECK_OK(ds_st_writer_open(path, two, 2, NULL, 0, &w));
     unsigned char bytes[13] = {0};
-    EXPECT(ds_st_writer_write(w, bytes, 13) == DS_ERR_INVALID_ARG, "13 bytes into 12");
+    CHECK(ds_st_writer_write(w, bytes, 13) == DS_ERR_INVALID_ARG, "13 bytes into 12");
     ds_st_writer_abort(w);
-    EXPECT(!exists(path) && !exists(tmp), "abort leaves nothing");
+    CHECK(!exists(path) && !exists(tmp), "abort leaves nothing");
 }
 
 /* A crafted file: 8-byte length (declared, or the real one when declared
@@ -367,14 +352,14 @@ static void expect_corrupt(const char *path, const char *tensor, const char *wha
     ds_st_file *f = NULL;
     ds_clear_error();
     ds_status st = ds_st_open(path, &f);
-    EXPECT(st == DS_ERR_CORRUPT, "%s: got %s (%s)", what, ds_status_to_string(st), ds_last_error());
+    CHECK(st == DS_ERR_CORRUPT, "%s: got %s (%s)", what, ds_status_to_string(st), ds_last_error());
     printf("  %-30s -> %s\n", what, ds_last_error());
-    EXPECT(f == NULL, "%s: no handle on failure", what);
-    EXPECT(strstr(ds_last_error(), path) != NULL, "%s: message lacks the file: %s", what,
-           ds_last_error());
+    CHECK(f == NULL, "%s: no handle on failure", what);
+    CHECK(strstr(ds_last_error(), path) != NULL, "%s: message lacks the file: %s", what,
+          ds_last_error());
     if (tensor)
-        EXPECT(strstr(ds_last_error(), tensor) != NULL, "%s: message lacks tensor %s: %s", what,
-               tensor, ds_last_error());
+        CHECK(strstr(ds_last_error(), tensor) != NULL, "%s: message lacks tensor %s: %s", what,
+              tensor, ds_last_error());
     ds_st_close(f);
 }
 
@@ -386,7 +371,7 @@ static void test_corrupt(const char *dir) {
 
     craft(p, ok2, 0, 12);
     ds_st_file *f = NULL;
-    EXPECT_OK(ds_st_open(p, &f)); /* the base case is valid (unpadded headers are accepted) */
+    CHECK_OK(ds_st_open(p, &f)); /* the base case is valid (unpadded headers are accepted) */
     ds_st_close(f);
 
     FILE *fp = fopen(p, "wb");
@@ -458,17 +443,17 @@ static void test_corrupt(const char *dir) {
         expect_corrupt(p, "t17_big_f16", "truncated written file");
     }
     snprintf(p, sizeof p, "%s/does-not-exist.safetensors", dir);
-    EXPECT(ds_st_open(p, &f) == DS_ERR_IO && strstr(ds_last_error(), p), "missing file: %s",
-           ds_last_error());
+    CHECK(ds_st_open(p, &f) == DS_ERR_IO && strstr(ds_last_error(), p), "missing file: %s",
+          ds_last_error());
 }
 
 static void expect_plan(const uint64_t *bytes, int n, uint64_t max, const int *want, int want_n) {
     int got[16], ns = -1;
-    EXPECT_OK(ds_st_plan_shards(bytes, n, max, got, &ns));
-    EXPECT(ns == want_n, "plan(max %llu): %d shards, want %d", (unsigned long long)max, ns, want_n);
+    CHECK_OK(ds_st_plan_shards(bytes, n, max, got, &ns));
+    CHECK(ns == want_n, "plan(max %llu): %d shards, want %d", (unsigned long long)max, ns, want_n);
     for (int i = 0; i < n; i++)
-        EXPECT(got[i] == want[i], "plan(max %llu): tensor %d in shard %d, want %d",
-               (unsigned long long)max, i, got[i], want[i]);
+        CHECK(got[i] == want[i], "plan(max %llu): tensor %d in shard %d, want %d",
+              (unsigned long long)max, i, got[i], want[i]);
 }
 
 static void test_planner(void) {
@@ -485,14 +470,14 @@ static void test_planner(void) {
     const uint64_t zero[] = {0, 4, 0, 4};
     expect_plan(zero, 4, 4, (const int[]){0, 0, 0, 1}, 2);
     int ns = -1, dummy;
-    EXPECT_OK(ds_st_plan_shards(NULL, 0, 10, &dummy, &ns));
-    EXPECT(ns == 1, "no tensors: one (empty) shard, got %d", ns);
-    EXPECT(ds_st_plan_shards(a, 3, 0, &dummy, &ns) == DS_ERR_INVALID_ARG, "max 0 refused");
+    CHECK_OK(ds_st_plan_shards(NULL, 0, 10, &dummy, &ns));
+    CHECK(ns == 1, "no tensors: one (empty) shard, got %d", ns);
+    CHECK(ds_st_plan_shards(a, 3, 0, &dummy, &ns) == DS_ERR_INVALID_ARG, "max 0 refused");
     char name[64];
     ds_st_shard_name("model", 1, 3, name, sizeof name);
-    EXPECT(strcmp(name, "model-00002-of-00003.safetensors") == 0, "shard name %s", name);
+    CHECK(strcmp(name, "model-00002-of-00003.safetensors") == 0, "shard name %s", name);
     ds_st_shard_name("model", 0, 1, name, sizeof name);
-    EXPECT(strcmp(name, "model.safetensors") == 0, "single name %s", name);
+    CHECK(strcmp(name, "model.safetensors") == 0, "single name %s", name);
 }
 
 static void test_sharded(const char *dir) {
@@ -500,54 +485,54 @@ static void test_sharded(const char *dir) {
     snprintf(sd, sizeof sd, "%s/sharded", dir);
     int ns = 0;
     /* 256 bytes: the small tensors share shards, t17 (66600 bytes) is alone */
-    EXPECT_OK(write_sharded(sd, 256, &ns));
-    EXPECT(ns >= 3, "expected several shards, got %d", ns);
+    CHECK_OK(write_sharded(sd, 256, &ns));
+    CHECK(ns >= 3, "expected several shards, got %d", ns);
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", sd);
     ds_st_index ix;
-    EXPECT_OK(ds_st_index_read(p, &ix));
-    EXPECT(ix.n == N_FIX, "index has %d entries", ix.n);
-    EXPECT(ix.n_files == ns, "index names %d files, planned %d", ix.n_files, ns);
+    CHECK_OK(ds_st_index_read(p, &ix));
+    CHECK(ix.n == N_FIX, "index has %d entries", ix.n);
+    CHECK(ix.n_files == ns, "index names %d files, planned %d", ix.n_files, ns);
     uint64_t total = 0;
     for (int k = 0; k < N_FIX; k++) total += ds_st_decl_bytes(&g_fix[k]);
-    EXPECT(ix.total_size == total, "total_size %llu, want %llu", (unsigned long long)ix.total_size,
-           (unsigned long long)total);
+    CHECK(ix.total_size == total, "total_size %llu, want %llu", (unsigned long long)ix.total_size,
+          (unsigned long long)total);
     int found = 0;
     for (int i = 0; i < ix.n; i++) {
         int k = -1;
         for (int j = 0; j < N_FIX; j++)
             if (strcmp(g_fix[j].name, ix.names[i]) == 0) k = j;
-        EXPECT(k >= 0, "index names unknown tensor %s", ix.names[i]);
+        CHECK(k >= 0, "index names unknown tensor %s", ix.names[i]);
         if (k < 0) continue;
         char fp[1200];
         snprintf(fp, sizeof fp, "%s/%s", sd, ix.files[i]);
         ds_st_file *f = NULL;
-        EXPECT_OK(ds_st_open(fp, &f));
+        CHECK_OK(ds_st_open(fp, &f));
         if (!f) continue;
-        EXPECT(strstr(ix.files[i], "-of-") != NULL, "shard file name %s", ix.files[i]);
-        EXPECT(ds_st_metadata(f, "format") != NULL, "shard %s lacks metadata", ix.files[i]);
+        CHECK(strstr(ix.files[i], "-of-") != NULL, "shard file name %s", ix.files[i]);
+        CHECK(ds_st_metadata(f, "format") != NULL, "shard %s lacks metadata", ix.files[i]);
         check_tensor(f, k);
         found++;
         ds_st_close(f);
     }
-    EXPECT(found == N_FIX, "found %d tensors through the index", found);
+    CHECK(found == N_FIX, "found %d tensors through the index", found);
     ds_st_index_free(&ix);
 
     /* max 0: one file, the single-file name, no index */
     char one[512];
     snprintf(one, sizeof one, "%s/one", dir);
-    EXPECT_OK(write_sharded(one, 0, &ns));
-    EXPECT(ns == 1, "max 0 gives %d shards", ns);
+    CHECK_OK(write_sharded(one, 0, &ns));
+    CHECK(ns == 1, "max 0 gives %d shards", ns);
     snprintf(p, sizeof p, "%s/model.safetensors", one);
-    EXPECT(exists(p), "%s written", p);
+    CHECK(exists(p), "%s written", p);
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", one);
-    EXPECT(!exists(p), "no index for one shard");
+    CHECK(!exists(p), "no index for one shard");
 
     /* an index naming a file outside its folder is refused */
     snprintf(p, sizeof p, "%s/evil.index.json", dir);
     FILE *fp = fopen(p, "w");
     fputs("{\"metadata\":{},\"weight_map\":{\"a\":\"../x.safetensors\"}}", fp);
     fclose(fp);
-    EXPECT(ds_st_index_read(p, &ix) == DS_ERR_CORRUPT, "index with a path: %s", ds_last_error());
+    CHECK(ds_st_index_read(p, &ix) == DS_ERR_CORRUPT, "index with a path: %s", ds_last_error());
 }
 
 static void test_parse_size(void) {
@@ -559,14 +544,14 @@ static void test_parse_size(void) {
               {"3 mib", 3ull << 20}};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         uint64_t v = 0;
-        EXPECT_OK(ds_st_parse_size(ok[i].s, &v));
-        EXPECT(v == ok[i].want, "parse_size(%s) = %llu", ok[i].s, (unsigned long long)v);
+        CHECK_OK(ds_st_parse_size(ok[i].s, &v));
+        CHECK(v == ok[i].want, "parse_size(%s) = %llu", ok[i].s, (unsigned long long)v);
     }
     const char *bad[] = {"", "abc", "5XB", "-3GB", "0", "5GBs"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint64_t v;
-        EXPECT(ds_st_parse_size(bad[i], &v) == DS_ERR_INVALID_ARG, "parse_size(\"%s\") accepted",
-               bad[i]);
+        CHECK(ds_st_parse_size(bad[i], &v) == DS_ERR_INVALID_ARG, "parse_size(\"%s\") accepted",
+              bad[i]);
     }
 }
 
@@ -575,14 +560,14 @@ static void test_parse_size(void) {
 static void test_hf_written(void) {
     const char *p = DS_TEST_DATA_DIR "/bert_ref_tiny_hf/model.safetensors";
     ds_st_file *f = NULL;
-    EXPECT_OK(ds_st_open(p, &f));
+    CHECK_OK(ds_st_open(p, &f));
     if (!f) return;
-    EXPECT(ds_st_count(f) == 41, "%s: %d tensors, want 41", p, ds_st_count(f));
-    EXPECT(ds_st_metadata(f, "format") && strcmp(ds_st_metadata(f, "format"), "pt") == 0,
-           "metadata format=pt");
+    CHECK(ds_st_count(f) == 41, "%s: %d tensors, want 41", p, ds_st_count(f));
+    CHECK(ds_st_metadata(f, "format") && strcmp(ds_st_metadata(f, "format"), "pt") == 0,
+          "metadata format=pt");
     const ds_st_tensor *t = ds_st_find(f, "bert.encoder.layer.1.intermediate.dense.weight");
-    EXPECT(t && t->dtype == DS_ST_F16 && t->ndim == 2 && t->shape[0] == 128 && t->shape[1] == 64,
-           "intermediate.dense.weight F16 [128, 64]");
+    CHECK(t && t->dtype == DS_ST_F16 && t->ndim == 2 && t->shape[0] == 128 && t->shape[1] == 64,
+          "intermediate.dense.weight F16 [128, 64]");
     ds_st_close(f);
 }
 
@@ -617,13 +602,12 @@ int main(int argc, char **argv) {
     test_sharded(dir);
     test_parse_size();
     test_hf_written();
-    if (g_fail == 0) {
+    if (test_fails() == 0) {
         char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-        printf("test_safetensors: all passed\n");
-        return 0;
+    } else {
+        fprintf(stderr, "test_safetensors: files kept in %s\n", dir);
     }
-    fprintf(stderr, "test_safetensors: %d failures (files kept in %s)\n", g_fail, dir);
-    return 1;
+    return test_finish("test_safetensors");
 }

@@ -7,18 +7,7 @@
 #include <string.h>
 
 #include "engine/data/dataset.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            failures++;                                                        \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);             \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-        }                                                                      \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 /* One configuration: every rank's slice against the definition. */
 static void check_config(size_t n, int world, bool shuffle, bool drop_last, bool pad,
@@ -178,10 +167,5 @@ int main(void) {
     test_hand_cases();
     test_shuffle();
     test_errors();
-    if (failures) {
-        printf("%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("sampler: all checks passed\n");
-    return 0;
+    return test_finish("test_sampler");
 }

@@ -8,8 +8,7 @@
 
 #include "engine/core/config.h"
 #include "engine/core/sched.h"
-
-static int g_failures;
+#include "tests/unit/test_util.h"
 
 /* Tolerance for every value here: glibc's log and cos are accurate to
  * within 1 ulp, and each schedule chains at most five more roundings
@@ -24,9 +23,8 @@ static void check_lr(const ds_config *c, int64_t step, double want, int line) {
     double got = ds_sched_lr(c, step);
     double err = fabs(got - want);
     if (!(err <= REL_TOL * fabs(want))) {
-        fprintf(stderr, "line %d: step %lld: lr %.17g, expected %.17g (diff %.3g)\n", line,
-                (long long)step, got, want, err);
-        g_failures++;
+        test_fail_at(__FILE__, line, "LR", "step %lld: lr %.17g, expected %.17g (diff %.3g)",
+                     (long long)step, got, want, err);
     }
 }
 #define LR(c, step, want) check_lr((c), (step), (want), __LINE__)
@@ -135,8 +133,7 @@ static void test_none_and_resume(void) {
     for (int s = 0; s < 30; s++) forward[s] = ds_sched_lr(&d, s);
     for (int s = 29; s >= 0; s--) backward[s] = ds_sched_lr(&d, s);
     if (memcmp(forward, backward, sizeof forward) != 0) {
-        fprintf(stderr, "ds_sched_lr is not a pure function of the step\n");
-        g_failures++;
+        TEST_FAIL("ds_sched_lr is not a pure function of the step");
     }
     /* last_batch_iteration shifts the schedule: resuming "after 9 steps"
      * through the config is the same as asking for step + 10. */
@@ -144,8 +141,7 @@ static void test_none_and_resume(void) {
     r.last_batch_iteration = 9;
     for (int s = 0; s < 20; s++) {
         if (ds_sched_lr(&r, s) != ds_sched_lr(&d, s + 10)) {
-            fprintf(stderr, "last_batch_iteration 9: step %d differs from step %d\n", s, s + 10);
-            g_failures++;
+            TEST_FAIL("last_batch_iteration 9: step %d differs from step %d", s, s + 10);
         }
     }
 }
@@ -163,8 +159,7 @@ static void test_through_config(void) {
                                " \"total_num_steps\": \"auto\"}}}",
                                &c, NULL, NULL) != DS_OK ||
         ds_config_resolve(&c, &h) != DS_OK) {
-        fprintf(stderr, "config: %s\n", ds_last_error());
-        g_failures++;
+        TEST_FAIL("config: %s", ds_last_error());
         return;
     }
     LR(&c, 51, 2.5e-4);  /* it = 50: half way up to the optimizer lr */
@@ -179,7 +174,5 @@ int main(void) {
     test_warmup_cosine_lr();
     test_none_and_resume();
     test_through_config();
-    if (g_failures) fprintf(stderr, "%d failures\n", g_failures);
-    else printf("sched: all checks passed\n");
-    return g_failures != 0;
+    return test_finish("test_sched");
 }

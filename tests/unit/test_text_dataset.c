@@ -7,18 +7,7 @@
 #include "engine/data/dataset.h"
 #include "models/text.h"
 #include "models/tokenizer.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            failures++;                                                        \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);             \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-        }                                                                      \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 enum { SEQ = 8 };
 
@@ -154,10 +143,5 @@ int main(void) {
     test_dataset_and_batch();
     test_create();
     test_split_edges();
-    if (failures) {
-        printf("%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("text datasets and batches: all checks passed\n");
-    return 0;
+    return test_finish("test_text_dataset");
 }

@@ -21,18 +21,7 @@
 
 #include "models/text.h"
 #include "models/tokenizer.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            failures++;                                                        \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);             \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-        }                                                                      \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 static const char *k_six[] = {"none", "like", "disgust", "sadness", "happiness", "anger"};
 
@@ -150,10 +139,5 @@ int main(void) {
     ds_text_set_destroy(dev2);
     ds_text_set_destroy(train3);
     ds_text_set_destroy(dev3);
-    if (failures) {
-        printf("%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("NLPCC protocol: all checks passed\n");
-    return 0;
+    return test_finish("test_text_nlpcc");
 }

@@ -5,18 +5,7 @@
 #include <string.h>
 
 #include "models/text.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            failures++;                                                        \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);             \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-        }                                                                      \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 static char *fixture(const char *name) {
     static char buf[8][1024];
@@ -198,10 +187,5 @@ int main(void) {
     test_formats();
     test_label_options();
     test_errors();
-    if (failures) {
-        printf("%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("text readers: all checks passed\n");
-    return 0;
+    return test_finish("test_text_read");
 }

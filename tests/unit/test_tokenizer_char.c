@@ -7,18 +7,7 @@
 
 #include "models/text.h"
 #include "models/tokenizer.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            failures++;                                                        \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);             \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-        }                                                                      \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 /* A set built by hand (only what the vocab builder reads). */
 static char *k_texts[] = {"abca", "b\nc", "ddd", "é\n", "éz", "😀😀"};
@@ -38,9 +27,9 @@ static void expect_encode(const ds_tokenizer *t, const char *text, int max_len,
     CHECK(st == DS_OK, "encode '%s': %s", text, ds_last_error());
     bool same = n == n_want && memcmp(ids, want, (size_t)n_want * sizeof *want) == 0;
     CHECK(same, "encode '%s' max_len %d: got %d ids", text, max_len, n);
-    if (!same) {
-        for (int i = 0; i < n; i++) printf(" %d", (int)ids[i]);
-        printf("\n");
+    if (!same) { /* the ids, after the CHECK's message */
+        for (int i = 0; i < n; i++) fprintf(stderr, " %d", (int)ids[i]);
+        fprintf(stderr, "\n");
     }
 }
 
@@ -156,10 +145,5 @@ int main(void) {
     remove(path);
 
     ds_tokenizer_destroy(t);
-    if (failures) {
-        printf("%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("char tokenizer: all checks passed\n");
-    return 0;
+    return test_finish("test_tokenizer_char");
 }

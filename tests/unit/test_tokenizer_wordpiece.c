@@ -14,20 +14,7 @@
 
 #include "models/text.h"
 #include "models/tokenizer.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            failures++;                                                        \
-            if (failures < 30) {                                               \
-                printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);         \
-                printf(__VA_ARGS__);                                           \
-                printf("\n");                                                  \
-            }                                                                  \
-        }                                                                      \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 #define MAX_CONFIGS 8
 #define MAX_IDS 512
@@ -37,10 +24,11 @@ typedef struct config {
     ds_tokenizer *tok;
 } config;
 
+/* After a failed CHECK, on stderr beside its message. */
 static void print_ids(const char *what, const int32_t *ids, int n) {
-    printf("    %s:", what);
-    for (int i = 0; i < n; i++) printf(" %d", (int)ids[i]);
-    printf("\n");
+    fprintf(stderr, "    %s:", what);
+    for (int i = 0; i < n; i++) fprintf(stderr, " %d", (int)ids[i]);
+    fprintf(stderr, "\n");
 }
 
 /* Compare the C encoding of text with the expected json array. */
@@ -56,7 +44,7 @@ static void compare(const ds_tokenizer *tok, const char *cfg, const char *text, 
     bool same = (size_t)n == ne && memcmp(got, exp, ne * sizeof *exp) == 0;
     CHECK(same, "fixture line %d (%s, max_len %d): ids differ for text '%.80s'", fixture_line, cfg,
           max_len, text);
-    if (!same && failures < 30) {
+    if (!same && test_fails() <= TEST_MAX_REPORTS) { /* its message was printed */
         print_ids("transformers", exp, (int)ne);
         print_ids("C           ", got, n);
     }
@@ -272,10 +260,5 @@ int main(void) {
     json_decref(header);
     free(line);
     fclose(f);
-    if (failures) {
-        printf("%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("wordpiece parity: all checks passed\n");
-    return 0;
+    return test_finish("test_tokenizer_wordpiece");
 }

@@ -8,14 +8,10 @@
 #
 #   test_train_cls_ckpt.sh BINDIR WORKDIR MPIRUN [FLAGS...]
 set -u
+. "$(dirname "$0")/test_util.sh"
 bin=$(readlink -f "$1")
 rm -rf "$2" && mkdir -p "$2" && cd "$2" || exit 1
 shift 2
-fails=0
-fail() {
-  echo "FAIL: $*"
-  fails=$((fails + 1))
-}
 "$bin/gen_sentences" --rows 300 --seed 7 --out data.csv >/dev/null || exit 1
 cat >cfg.json <<'JSON'
 {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
@@ -51,5 +47,5 @@ grep -q "no checkpoint in empty yet" empty.log || fail "--resume without a check
 
 "$bin/zero_to_fp32" ck model_out >z2f.log 2>&1 || { fail "zero_to_fp32:"; cat z2f.log; }
 [ -f model_out/model.safetensors ] || fail "zero_to_fp32 wrote no model_out/model.safetensors"
-[ $fails -eq 0 ] && echo "ok: resumed steps 4-6 match the straight run: $(tr '\n' ' ' <got.txt)"
-exit $fails
+[ $fails -eq 0 ] && echo "resumed steps 4-6 match the straight run: $(tr '\n' ' ' <got.txt)"
+finish
