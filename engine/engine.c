@@ -52,11 +52,17 @@ static ds_status make_backend(engine_t *e) {
  * act on yet: refuse them rather than train differently from what the file
  * says. */
 static ds_status check_implemented(const ds_config *c) {
-    if (c->offload_optimizer.device != DS_OFFLOAD_NONE)
+    /* offload_optimizer "cpu" is offload/host_optim.h, whole partitions only */
+    if (c->offload_optimizer.device == DS_OFFLOAD_NVME)
         return DS_ERR(DS_ERR_UNSUPPORTED,
                       "zero_optimization.offload_optimizer.device: \"%s\" is not implemented in "
-                      "this version of zero-engine (use \"none\")",
+                      "this version of zero-engine (use \"cpu\" or \"none\")",
                       ds_offload_device_name(c->offload_optimizer.device));
+    if (c->offload_optimizer.device == DS_OFFLOAD_CPU && c->offload_optimizer.ratio < 1.0)
+        return DS_ERR(DS_ERR_UNSUPPORTED,
+                      "zero_optimization.offload_optimizer.ratio: partial offload (%g) is not "
+                      "implemented in this version of zero-engine (use 1.0)",
+                      c->offload_optimizer.ratio);
     if (c->offload_param.device != DS_OFFLOAD_NONE)
         return DS_ERR(DS_ERR_UNSUPPORTED,
                       "zero_optimization.offload_param.device: \"%s\" is not implemented in this "
@@ -195,7 +201,8 @@ void ds_comm_report(const engine_t *e, ds_comm_stats *out) { *out = e->comm->sta
 
 uint64_t ds_expected_model_state_bytes(const engine_t *e) {
     return ds_zero_expected_bytes(e->flat, e->cfg.zero_stage, e->param_t, e->grad_t,
-                                  e->cfg.optimizer, e->cfg.momentum != 0.0);
+                                  e->cfg.optimizer, e->cfg.momentum != 0.0,
+                                  e->cfg.offload_optimizer.device != DS_OFFLOAD_NONE);
 }
 
 ds_status ds_last_step_info(const engine_t *e, ds_step_info *out) {

@@ -10,7 +10,9 @@ static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 /* Model-state purposes, the ones the ZeRO formula covers. */
 static const ds_mem_purpose k_state[] = {DS_MEM_PARAMS, DS_MEM_GRADS, DS_MEM_MASTER,
                                          DS_MEM_OPTIM};
-#define N_COLS (DS_MEM_PURPOSE_COUNT + 2)
+/* per purpose (device + host), model state, formula, and the host share of
+ * the row (offload_optimizer puts master and moments there) */
+#define N_COLS (DS_MEM_PURPOSE_COUNT + 3)
 
 void ds_engine_print_startup(engine_t *e) {
     int rank = e->comm->rank, world = e->comm->world;
@@ -28,6 +30,7 @@ void ds_engine_print_startup(engine_t *e) {
             state += r.bytes[k_state[k]][DS_PLACE_DEVICE] + r.bytes[k_state[k]][DS_PLACE_HOST];
         row[DS_MEM_PURPOSE_COUNT] = (double)state;
         row[DS_MEM_PURPOSE_COUNT + 1] = (double)ds_expected_model_state_bytes(e);
+        row[DS_MEM_PURPOSE_COUNT + 2] = (double)r.total[DS_PLACE_HOST];
         if (ds_comm_host_all_reduce(e->comm, rows, (size_t)world * N_COLS, DS_F64,
                                     DS_REDUCE_SUM) != DS_OK) {
             free(rows);
@@ -51,13 +54,14 @@ void ds_engine_print_startup(engine_t *e) {
         printf("[zero-engine] memory per rank, MiB:\n  rank");
         for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
             printf(" %11s", ds_mem_purpose_name((ds_mem_purpose)p));
-        printf(" | model-state  ZeRO-formula\n");
+        printf(" | model-state  ZeRO-formula |  host total\n");
         for (int r = 0; r < world; r++) {
             const double *row = rows + (size_t)r * N_COLS;
             printf("  %4d", r);
             for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++) printf(" %11.2f", row[p] / 1048576.0);
-            printf(" | %11.2f  %12.2f\n", row[DS_MEM_PURPOSE_COUNT] / 1048576.0,
-                   row[DS_MEM_PURPOSE_COUNT + 1] / 1048576.0);
+            printf(" | %11.2f  %12.2f | %13.2f\n", row[DS_MEM_PURPOSE_COUNT] / 1048576.0,
+                   row[DS_MEM_PURPOSE_COUNT + 1] / 1048576.0,
+                   row[DS_MEM_PURPOSE_COUNT + 2] / 1048576.0);
         }
         free(rows);
     }

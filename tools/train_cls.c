@@ -214,14 +214,36 @@ static ds_status evaluate(engine_t *e, const data *d, int batch, int64_t *confus
 }
 
 /* ---- metrics file ---- */
-static void write_memory(FILE *f, engine_t *e) {
+/* Every rank's memory by purpose and place (rank r fills row r, a sum over
+ * ranks assembles the table). Collective: every rank calls it. */
+#define MEM_COLS (DS_MEM_PURPOSE_COUNT * DS_PLACE_COUNT)
+static ds_status gather_memory(engine_t *e, double *table) {
+    int world = ds_world_size(e);
+    memset(table, 0, sizeof(double) * (size_t)world * MEM_COLS);
     ds_mem_report r;
     ds_memory_report(e, &r);
-    fprintf(f, "\"memory_bytes\": {");
+    double *row = table + (size_t)ds_rank(e) * MEM_COLS;
     for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
-        fprintf(f, "%s\"%s\": %llu", p ? ", " : "", ds_mem_purpose_name((ds_mem_purpose)p),
-                (unsigned long long)(r.bytes[p][DS_PLACE_DEVICE] + r.bytes[p][DS_PLACE_HOST]));
-    fprintf(f, ", \"model_state_formula\": %llu}",
+        for (int l = 0; l < DS_PLACE_COUNT; l++) row[p * DS_PLACE_COUNT + l] = (double)r.bytes[p][l];
+    DS_TRY(ds_all_reduce_host(e, table, (size_t)world * MEM_COLS, DS_F64));
+    return DS_OK;
+}
+
+static void write_memory(FILE *f, engine_t *e, const double *table) {
+    fprintf(f, "\"memory_bytes\": [");
+    for (int k = 0; k < ds_world_size(e); k++) {
+        const double *row = table + (size_t)k * MEM_COLS;
+        fprintf(f, "%s{\"rank\": %d", k ? ", " : "", k);
+        for (int l = 0; l < DS_PLACE_COUNT; l++) {
+            fprintf(f, ", \"%s\": {", ds_mem_place_name((ds_mem_place)l));
+            for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
+                fprintf(f, "%s\"%s\": %.0f", p ? ", " : "", ds_mem_purpose_name((ds_mem_purpose)p),
+                        row[p * DS_PLACE_COUNT + l]);
+            fprintf(f, "}");
+        }
+        fprintf(f, "}");
+    }
+    fprintf(f, "], \"model_state_formula\": %llu",
             (unsigned long long)ds_expected_model_state_bytes(e));
 }
 
@@ -328,10 +350,20 @@ static int run(const tc_opts *o) {
     int64_t samples_last = li.samples, samples_start = li.samples;
     char client[64];
     snprintf(client, sizeof client, "{\"total_steps\": %lld}", (long long)total);
-    for (int64_t s = start; s < total; s++) {
+    /* per-rank memory for --metrics, gathered each step (every rank takes part) */
+    double *mem_table = o->metrics ? calloc((size_t)world * MEM_COLS, sizeof(double)) : NULL;
+    if (o->metrics && !mem_table) {
+        fprintf(stderr, "train_cls: out of memory\n");
+        rc = 1;
+    }
+    for (int64_t s = start; rc == 0 && s < total; s++) {
         ds_step_info info;
         if (ds_train_batch(e, &info) != DS_OK) {
             rc = fail("training");
+            break;
+        }
+        if (mem_table && gather_memory(e, mem_table) != DS_OK) {
+            rc = fail("gathering the memory report");
             break;
         }
         /* every --save-steps steps, and the last one (so a finished run
@@ -351,11 +383,12 @@ static int run(const tc_opts *o) {
                         "\"loss_scale\": %g, ",
                     (long long)info.step, (long long)info.epoch, info.loss, info.lr,
                     info.grad_norm, sps, info.skipped ? "true" : "false", info.loss_scale);
-            write_memory(mf, e);
+            write_memory(mf, e, mem_table);
             fprintf(mf, "}\n");
             fflush(mf);
         }
     }
+    free(mem_table);
     if (rc == 0 && rank == 0)
         printf("train_cls: trained %lld steps in %.1f s (%.1f samples/s)\n",
                (long long)(total - start), now_s() - t0,

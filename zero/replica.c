@@ -229,13 +229,18 @@ ds_status ds_replica_shard_update(ds_replica_shard *rs, const ds_optim_step *ste
 
 ds_status ds_replica_shard_op_get_param(ds_zero *z, int i, float *host) {
     ds_replica_shard *rs = RS(z);
-    DS_TRY(ds_replica_get_weights(&rs->rep, rs->comm, rs->sh.master, i, host));
+    if (ds_shard_offloaded(&rs->sh)) /* the fp32 master lives on the host */
+        DS_TRY(ds_shard_get_weights(&rs->sh, rs->comm, rs->rep.flat, i, host));
+    else
+        DS_TRY(ds_replica_get_weights(&rs->rep, rs->comm, rs->sh.master, i, host));
     return DS_OK;
 }
 
 ds_status ds_replica_shard_op_set_param(ds_zero *z, int i, const float *host) {
     ds_replica_shard *rs = RS(z);
     DS_TRY(ds_replica_set_weights(&rs->rep, rs->comm, rs->sh.master, i, host));
+    if (ds_shard_offloaded(&rs->sh)) /* the host master (sh.master is NULL) */
+        DS_TRY(ds_shard_set_weights(&rs->sh, rs->rep.flat, rs->comm->rank, i, host));
     return DS_OK;
 }
 
@@ -251,8 +256,7 @@ ds_status ds_replica_shard_op_sync_params(ds_zero *z) {
     ds_replica_shard *rs = RS(z);
     ds_replica *r = &rs->rep;
     void *lp = ds_at(r->params, r->pt, rs->sh.lo);
-    if (rs->sh.mixed)
-        DS_TRY(r->be->ops->cast(r->be, lp, r->pt, rs->sh.master, DS_F32, (size_t)rs->sh.part));
+    DS_TRY(ds_shard_sync_working(&rs->sh, lp, r->pt));
     DS_TRY(ds_comm_all_gather(rs->comm, lp, r->params, (size_t)rs->sh.part, r->pt));
     return DS_OK;
 }

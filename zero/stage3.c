@@ -258,6 +258,10 @@ static ds_status zero_grad(ds_zero *z) {
 static ds_status get_param(ds_zero *z, int i, float *host) {
     stage3 *s = S(z);
     DS_TRY(drain_slots(s));
+    if (ds_shard_offloaded(&s->sh)) { /* the fp32 master lives on the host */
+        DS_TRY(ds_shard_get_weights(&s->sh, s->comm, s->flat, i, host));
+        return DS_OK;
+    }
     const void *src = s->sh.mixed ? (const void *)s->sh.master : s->params;
     DS_TRY(ds_zero_part_to_host(s->be, s->comm, s->flat, i, src, DS_F32, host));
     return DS_OK;
@@ -266,8 +270,7 @@ static ds_status get_param(ds_zero *z, int i, float *host) {
 static ds_status set_param(ds_zero *z, int i, const float *host) {
     stage3 *s = S(z);
     DS_TRY(drain_slots(s));
-    if (s->sh.mixed)
-        DS_TRY(ds_zero_part_from_host(s->be, s->flat, s->comm->rank, i, s->sh.master, DS_F32, host));
+    DS_TRY(ds_shard_set_weights(&s->sh, s->flat, s->comm->rank, i, host));
     DS_TRY(ds_zero_part_from_host(s->be, s->flat, s->comm->rank, i, s->params, s->pt, host));
     invalidate(s);
     return DS_OK;
@@ -291,8 +294,7 @@ static ds_status state_io(ds_zero *z, ds_zero_state which, int64_t lo, int64_t h
 static ds_status sync_params(ds_zero *z) {
     stage3 *s = S(z);
     DS_TRY(drain_slots(s));
-    if (s->sh.mixed)
-        DS_TRY(s->be->ops->cast(s->be, s->params, s->pt, s->sh.master, DS_F32, (size_t)s->sh.part));
+    DS_TRY(ds_shard_sync_working(&s->sh, s->params, s->pt));
     invalidate(s);
     return DS_OK;
 }
@@ -408,9 +410,7 @@ static ds_status build(stage3 *s, const ds_zero_desc *d) {
                                   &s->buckets));
     /* Each rank draws only its own partition: the values equal those of the
      * other stages for the same elements (counter-based RNG). */
-    float *w = s->sh.mixed ? s->sh.master : (float *)s->params;
-    DS_TRY(ds_zero_init_partition(be, d->flat, d->comm->rank, d->seed, w));
-    if (s->sh.mixed) DS_TRY(be->ops->cast(be, s->params, s->pt, s->sh.master, DS_F32, part));
+    DS_TRY(ds_shard_init_working(&s->sh, d, s->params, s->pt));
     return DS_OK;
 }
 

@@ -76,7 +76,7 @@ ds_status ds_zero_init_range(ds_backend *be, const ds_flat_param *p, int param_i
 }
 
 uint64_t ds_zero_expected_bytes(const ds_flat *f, int stage, ds_dtype param_t, ds_dtype grad_t,
-                                ds_optim_type opt, bool has_momentum) {
+                                ds_optim_type opt, bool has_momentum, bool offload_optimizer) {
     /* ZeRO paper, section 3: with Psi parameters and N ranks, model state is
      * params (P bytes/elem) + grads (G) + optimizer state (K), where K holds the
      * fp32 master copy under mixed precision plus the moments. Stage 1 shards K,
@@ -85,7 +85,7 @@ uint64_t ds_zero_expected_bytes(const ds_flat *f, int stage, ds_dtype param_t, d
     uint64_t psi = (uint64_t)f->padded, part = (uint64_t)f->part;
     uint64_t P = ds_dtype_size(param_t), G = ds_dtype_size(grad_t);
     uint64_t K = (opt == DS_OPTIM_SGD) ? (has_momentum ? 4 : 0) : 8;
-    if (param_t != DS_F32) K += 4; /* fp32 master weights */
+    if (param_t != DS_F32 || offload_optimizer) K += 4; /* fp32 master weights */
     switch (stage) {
     case 0: return psi * (P + G + K);
     case 1: return psi * (P + G) + part * K;

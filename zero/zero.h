@@ -135,9 +135,11 @@ ds_status ds_zero_stage2_create(const ds_zero_desc *d, ds_zero **out);
 ds_status ds_zero_stage3_create(const ds_zero_desc *d, ds_zero **out);
 
 /* Bytes of model state per rank the ZeRO paper predicts (params + grads +
- * fp32 master + optimizer state) for this layout, stage and precision. */
+ * fp32 master + optimizer state) for this layout, stage and precision. With
+ * the optimizer offloaded the fp32 master exists even in fp32 training (it
+ * lives on the host, as in DeepSpeed), so K counts it then too. */
 uint64_t ds_zero_expected_bytes(const ds_flat *f, int stage, ds_dtype param_t, ds_dtype grad_t,
-                                ds_optim_type opt, bool has_momentum);
+                                ds_optim_type opt, bool has_momentum, bool offload_optimizer);
 
 /* Initialise `n` elements of parameter p's values, elements [first, first+n),
  * as fp32 into dst (device). Shared by all stages. */
