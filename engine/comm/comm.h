@@ -12,7 +12,17 @@
  * Every collective is called by all ranks of the world with the same counts.
  * Every collective has a deadline (desc.timeout_s): a rank that waits longer
  * than that for a peer fails with DS_ERR_TIMEOUT naming the collective and the
- * peer rank it was waiting on, instead of hanging the job.
+ * peer rank it was waiting on, instead of hanging the job
+ * ("all_reduce: rank 1 waited 30.0 s for rank 0 (reduce-scatter step 1 of 1,
+ * chunk 3 of 8)"). Its pending messages are abandoned, so from then on the
+ * data path of that communicator fails with DS_ERR_COMM; ds_comm_agree and
+ * the host helpers still work (all ranks can learn of the failure and stop),
+ * then destroy it.
+ *
+ * NCCL buffers are device pointers, ready when the call is made (the work
+ * that produced them complete, or issued on the calling thread's per-thread
+ * default stream); the collective runs on cudaStreamPerThread and is complete
+ * when the call returns.
  *
  * Every collective counts what this rank sent, so tests can compare traffic
  * with theory (ds_comm_stats). Reductions of F16/BF16 buffers accumulate each
@@ -146,9 +156,12 @@ ds_status ds_comm_reduce_scatterv(ds_comm *c, const void *send, void *recv, cons
                                   ds_dtype t, ds_reduce_op op);
 ds_status ds_comm_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds_dtype t);
 
-/* Agree on a status across ranks: returns the worst (largest) status code of
- * any rank, so all ranks take the same branch after a local failure (e.g. a
- * bad data line seen by one rank only). Uses the host path even under NCCL. */
+/* Agree on a status across ranks: *out_worst gets the worst (largest) status
+ * code of any rank, so all ranks take the same branch after a local failure
+ * (e.g. a bad data line seen by one rank only). Uses the host path even under
+ * NCCL. Returns DS_OK when the agreement itself worked (else the comm error,
+ * with *out_worst = local); on a rank whose own status was DS_OK but another's
+ * was not, ds_last_error() then reads "rank R failed with DS_ERR_...". */
 ds_status ds_comm_agree(ds_comm *c, ds_status local, ds_status *out_worst);
 
 /* Host-side MPI collectives for small metadata, also available when the data

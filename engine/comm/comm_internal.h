@@ -34,6 +34,15 @@ ds_status ds_comm_mpi_boot(const char *who, const ds_comm_desc *desc, ds_comm *c
  * library was the one to initialise it. */
 void ds_comm_mpi_shutdown(ds_comm_mpi_base *base);
 
+/* A copy nothing in flight depends on, done a slice at a time while a rank
+ * waits for its messages (ds_comm_mpi_wait): on a host the transport's copies
+ * and this one share the core, and the waits have idle time to fill. */
+typedef struct ds_comm_idle_copy {
+    unsigned char *dst;
+    const unsigned char *src;
+    size_t left; /* bytes still to copy; the caller finishes what is left */
+} ds_comm_idle_copy;
+
 /* What a wait is for, so a timeout can say where it stood. */
 typedef struct ds_comm_wait_ctx {
     const char *coll;   /* "all_reduce" */
@@ -41,6 +50,7 @@ typedef struct ds_comm_wait_ctx {
     int step, nsteps;   /* 0-based step of the phase, steps per chunk */
     size_t chunk, nchunks;
     bool collective;    /* requests of an MPI collective (peers unknown: -1) */
+    ds_comm_idle_copy *idle; /* optional work while waiting */
 } ds_comm_wait_ctx;
 
 /* Complete n requests (MPI_REQUEST_NULL entries allowed) by polling MPI_Test

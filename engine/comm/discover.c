@@ -47,6 +47,7 @@ static ds_status parse_req(const char *name, const char *because, int lo, int *o
 typedef struct group {
     ds_rank_source source;
     const char *rank, *size, *local_rank, *local_size; /* local_* may be NULL */
+    const char *requires; /* the group counts only when this is set too (NULL: always) */
 } group;
 
 /* Launcher families in precedence order. Open MPI's own variables come first:
@@ -54,12 +55,15 @@ typedef struct group {
  * step while mpirun started these processes. */
 static const group k_groups[] = {
     {DS_RANKS_MPI, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+     "OMPI_COMM_WORLD_LOCAL_SIZE", NULL},
     /* MPICH / Intel MPI (Hydra) */
-    {DS_RANKS_MPI, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
-    {DS_RANKS_SLURM, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL},
+    {DS_RANKS_MPI, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", NULL},
+    /* Only inside a job step: an sbatch script itself runs with SLURM_PROCID=0
+     * and SLURM_NTASKS=N but is one process, not rank 0 of N (it would wait
+     * for N-1 peers that never start). srun steps set SLURM_STEP_ID. */
+    {DS_RANKS_SLURM, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, "SLURM_STEP_ID"},
     /* torchrun-style */
-    {DS_RANKS_ENV, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {DS_RANKS_ENV, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", NULL},
 };
 
 static ds_status read_group(const group *g, ds_rank_info *out) {
@@ -101,6 +105,7 @@ ds_status ds_rank_discover(ds_rank_info *out) {
     for (size_t i = 0; i < sizeof k_groups / sizeof k_groups[0]; i++) {
         const group *g = &k_groups[i];
         if (!getenv(g->rank) && !getenv(g->size)) continue;
+        if (g->requires && !getenv(g->requires)) continue;
         ds_rank_info info;
         DS_TRY(read_group(g, &info));
         *out = info;

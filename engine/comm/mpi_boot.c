@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "engine/comm/reduce.h"
@@ -289,6 +290,16 @@ ds_status ds_comm_mpi_wait(ds_comm *c, MPI_Request *reqs, const int *peers, cons
                               ctx->coll, c->rank, waited, where);
             return DS_ERR(DS_ERR_TIMEOUT, "%s: rank %d waited %.1f s for rank %d%s", ctx->coll,
                           c->rank, waited, who, where);
+        }
+        if (ctx->idle && ctx->idle->left) {
+            ds_comm_idle_copy *w = ctx->idle;
+            /* 128 KiB: a few microseconds, so MPI progresses between slices */
+            size_t n = w->left < ((size_t)128 << 10) ? w->left : ((size_t)128 << 10);
+            memcpy(w->dst, w->src, n);
+            w->dst += n;
+            w->src += n;
+            w->left -= n;
+            continue;
         }
         /* With more ranks than cores (tests run oversubscribed) a spinning
          * rank would starve the peer it waits for. */

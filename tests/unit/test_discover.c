@@ -12,8 +12,8 @@
 static const char *const k_vars[] = {
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
-    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
+    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_ID", "RANK", "WORLD_SIZE",
+    "LOCAL_RANK", "LOCAL_WORLD_SIZE",
 };
 
 /* Start from a clean environment, then set NAME=VALUE pairs (NULL-ended). */
@@ -72,10 +72,15 @@ int main(void) {
     env("PMI_RANK", "1", "PMI_SIZE", "3", "MPI_LOCALRANKID", "1", "MPI_LOCALNRANKS", "2", NULL);
     expect_info("PMI (Hydra) with local ids", 1, 3, 1, 2, DS_RANKS_MPI);
 
-    env("SLURM_PROCID", "5", "SLURM_NTASKS", "8", "SLURM_LOCALID", "1", NULL);
+    env("SLURM_STEP_ID", "0", "SLURM_PROCID", "5", "SLURM_NTASKS", "8", "SLURM_LOCALID", "1", NULL);
     expect_info("Slurm", 5, 8, 1, -1, DS_RANKS_SLURM);
     CHECK(strcmp(ds_rank_source_name(DS_RANKS_SLURM), "Slurm (SLURM_NTASKS)") == 0,
           "Slurm source name: %s", ds_rank_source_name(DS_RANKS_SLURM));
+    /* an sbatch script (no job step) is one process, not rank 0 of N */
+    env("SLURM_PROCID", "0", "SLURM_NTASKS", "4", "SLURM_LOCALID", "0", NULL);
+    expect_info("sbatch script, no step", 0, 1, 0, 1, DS_RANKS_SINGLE);
+    env("SLURM_PROCID", "0", "SLURM_NTASKS", "4", "RANK", "1", "WORLD_SIZE", "2", NULL);
+    expect_info("sbatch script with RANK", 1, 2, -1, -1, DS_RANKS_ENV);
 
     env("RANK", "1", "WORLD_SIZE", "2", "LOCAL_RANK", "1", "LOCAL_WORLD_SIZE", "2", NULL);
     expect_info("RANK/WORLD_SIZE", 1, 2, 1, 2, DS_RANKS_ENV);
@@ -91,16 +96,16 @@ int main(void) {
 
     /* ---- precedence: MPI, then PMI, then Slurm, then RANK ---- */
     env("OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "2", "PMI_RANK", "2", "PMI_SIZE",
-        "3", "SLURM_PROCID", "3", "SLURM_NTASKS", "4", "RANK", "4", "WORLD_SIZE", "5", NULL);
+        "3", "SLURM_STEP_ID", "0", "SLURM_PROCID", "3", "SLURM_NTASKS", "4", "RANK", "4", "WORLD_SIZE", "5", NULL);
     expect_info("Open MPI beats PMI, Slurm and RANK", 1, 2, -1, -1, DS_RANKS_MPI);
-    env("PMI_RANK", "2", "PMI_SIZE", "3", "SLURM_PROCID", "3", "SLURM_NTASKS", "4", "RANK", "4",
+    env("PMI_RANK", "2", "PMI_SIZE", "3", "SLURM_STEP_ID", "0", "SLURM_PROCID", "3", "SLURM_NTASKS", "4", "RANK", "4",
         "WORLD_SIZE", "5", NULL);
     expect_info("PMI beats Slurm and RANK", 2, 3, -1, -1, DS_RANKS_MPI);
-    env("SLURM_PROCID", "3", "SLURM_NTASKS", "4", "SLURM_LOCALID", "0", "RANK", "4",
+    env("SLURM_STEP_ID", "0", "SLURM_PROCID", "3", "SLURM_NTASKS", "4", "SLURM_LOCALID", "0", "RANK", "4",
         "WORLD_SIZE", "5", "LOCAL_RANK", "1", NULL);
     expect_info("Slurm beats RANK", 3, 4, 0, -1, DS_RANKS_SLURM);
     /* A bad value in a lower-precedence group is never read. */
-    env("SLURM_PROCID", "0", "SLURM_NTASKS", "2", "RANK", "garbage", NULL);
+    env("SLURM_STEP_ID", "0", "SLURM_PROCID", "0", "SLURM_NTASKS", "2", "RANK", "garbage", NULL);
     expect_info("RANK ignored under Slurm", 0, 2, -1, -1, DS_RANKS_SLURM);
 
     /* ---- bad values: the variable and the value are named ---- */
@@ -126,11 +131,11 @@ int main(void) {
     expect_error("LOCAL_RANK=x1", "LOCAL_RANK", "\"x1\"");
     env("RANK", "0", "WORLD_SIZE", "2", "LOCAL_RANK", "2", NULL);
     expect_error("LOCAL_RANK >= WORLD_SIZE", "LOCAL_RANK=2", "WORLD_SIZE=2");
-    env("SLURM_PROCID", "8", "SLURM_NTASKS", "8", NULL);
+    env("SLURM_STEP_ID", "0", "SLURM_PROCID", "8", "SLURM_NTASKS", "8", NULL);
     expect_error("SLURM_PROCID == SLURM_NTASKS", "SLURM_PROCID=8", "SLURM_NTASKS=8");
-    env("SLURM_PROCID", "1", "SLURM_NTASKS", "2(x4)", NULL);
+    env("SLURM_STEP_ID", "0", "SLURM_PROCID", "1", "SLURM_NTASKS", "2(x4)", NULL);
     expect_error("SLURM_NTASKS=2(x4)", "SLURM_NTASKS", "\"2(x4)\"");
-    env("SLURM_PROCID", "1", NULL);
+    env("SLURM_STEP_ID", "0", "SLURM_PROCID", "1", NULL);
     expect_error("SLURM_PROCID alone", "SLURM_NTASKS", "SLURM_PROCID");
     env("OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "4", "OMPI_COMM_WORLD_LOCAL_RANK",
         "3", "OMPI_COMM_WORLD_LOCAL_SIZE", "2", NULL);
