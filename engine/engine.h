@@ -108,6 +108,13 @@ typedef struct ds_step_info {
     int64_t samples;      /* samples consumed by all ranks since the start */
 } ds_step_info;
 
+/* Class weights for the cross-entropy of every later micro-batch that does
+ * not bring its own (ds_batch.class_weights): weights[c] for c <
+ * model->n_classes, copied; NULL returns to the plain loss. The loss is
+ * sum_i w[y_i] * loss_i / sum_i w[y_i], as PyTorch's CrossEntropyLoss(weight).
+ * Local (every rank should set the same weights). */
+ds_status ds_set_class_weights(engine_t *e, const float *weights);
+
 /* One optimizer step from the engine's data loader: gradient_accumulation_steps
  * micro-batches of train_micro_batch_size_per_gpu on every rank, forward,
  * backward, step. Epochs roll over (reshuffled from the seed). */

@@ -43,6 +43,7 @@ struct engine {
     /* ---- device copy of the current micro-batch ---- */
     int32_t *d_tokens, *d_type_ids, *d_labels;
     float *d_mask, *d_class_weights;
+    bool class_weights_set;  /* ds_set_class_weights: d_class_weights holds them */
     ds_batch dbatch;
     bool have_forward;    /* a forward awaits its backward */
     uint64_t fwd_seed;    /* dropout stream of the pending micro-batch */

@@ -141,13 +141,32 @@ static ds_status upload_batch(engine_t *e, const ds_batch *hb, bool need_labels)
         DS_TRY(be->ops->memcpy(be, e->d_type_ids, hb->type_ids, bt * 4, DS_COPY_H2D, NULL));
     if (hb->labels)
         DS_TRY(be->ops->memcpy(be, e->d_labels, hb->labels, (size_t)hb->B * 4, DS_COPY_H2D, NULL));
-    if (hb->class_weights)
+    if (hb->class_weights) { /* the batch's own weights replace the engine's */
         DS_TRY(be->ops->memcpy(be, e->d_class_weights, hb->class_weights,
                                (size_t)m->n_classes * 4, DS_COPY_H2D, NULL));
+        e->class_weights_set = false;
+    }
+    bool weighted = hb->class_weights || e->class_weights_set;
     e->dbatch = (ds_batch){.B = hb->B, .T = hb->T, .tokens = e->d_tokens,
                            .type_ids = hb->type_ids ? e->d_type_ids : NULL, .mask = e->d_mask,
                            .labels = hb->labels ? e->d_labels : NULL,
-                           .class_weights = hb->class_weights ? e->d_class_weights : NULL};
+                           .class_weights = weighted ? e->d_class_weights : NULL};
+    return DS_OK;
+}
+
+ds_status ds_set_class_weights(engine_t *e, const float *weights) {
+    if (!weights) {
+        e->class_weights_set = false;
+        return DS_OK;
+    }
+    int C = e->model->n_classes;
+    for (int c = 0; c < C; c++)
+        if (!(weights[c] >= 0.0f) || weights[c] > 1e30f)
+            return DS_ERR(DS_ERR_INVALID_ARG, "class weight %d is %g: must be finite and >= 0", c,
+                          (double)weights[c]);
+    DS_TRY(e->be->ops->memcpy(e->be, e->d_class_weights, weights, (size_t)C * sizeof(float),
+                              DS_COPY_H2D, NULL));
+    e->class_weights_set = true;
     return DS_OK;
 }
 

@@ -105,3 +105,10 @@ foreach(cfg ds_config zero0 zero1 zero2 zero3 fp16 bf16)
 endforeach()
 
 ds_add_test(NAME test_flat SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_flat.c LABELS unit)
+
+# --class-weight inverse reaches the loss through ds_set_class_weights.
+add_test(NAME test_train_cls_weights
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_train_cls_weights.sh ${CMAKE_BINARY_DIR}/bin
+                 ${_gen_csv})
+set_tests_properties(test_train_cls_weights PROPERTIES LABELS unit TIMEOUT 60
+                     FIXTURES_REQUIRED gen_csv)

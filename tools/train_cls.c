@@ -318,6 +318,10 @@ static int run(const tc_opts *o) {
         return fail("ds_initialize");
     }
     int rank = ds_rank(e), rc = 0;
+    if (d.class_weights && ds_set_class_weights(e, d.class_weights) != DS_OK) {
+        rc = fail("setting class weights");
+        goto out;
+    }
     if (o->init_dir) {
         ds_hf_load_report rep = {0};
         ds_status st = ds_hf_load_weights(ds_get_model(e), o->init_dir, set_param_cb, e, &rep);
