@@ -124,6 +124,10 @@ ds_status ds_wordpiece_load(const char *vocab_path, const ds_wordpiece_opts *opt
  * ..." for bad JSON or a key of the wrong type. */
 ds_status ds_wordpiece_load_dir(const char *dir, ds_tokenizer **out);
 
+/* The options a WordPiece tokenizer was loaded with; NULL for another kind.
+ * Borrowed from the tokenizer. */
+const ds_wordpiece_opts *ds_wordpiece_opts_of(const ds_tokenizer *t);
+
 #ifdef __cplusplus
 }
 #endif

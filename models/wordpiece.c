@@ -477,3 +477,8 @@ ds_status ds_wordpiece_load_dir(const char *dir, ds_tokenizer **out) {
     DS_TRY(ds_wordpiece_load(vocab, &o, out));
     return DS_OK;
 }
+
+const ds_wordpiece_opts *ds_wordpiece_opts_of(const ds_tokenizer *t) {
+    if (!t || t->ops != &k_wp_ops) return NULL;
+    return &((const wp_impl *)t->impl)->o;
+}

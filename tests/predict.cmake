@@ -1,9 +1,10 @@
 # tools/predict: classify texts with a model saved by train_cls --save-dir.
 # tests/unit/test_predict.sh drives the real programs, one case per test.
 # The setup_* tests are CTest fixtures: they train tiny models (a char BERT,
-# a char MLP, a WordPiece BERT fine-tuned from tests/data/bert_ref_tiny_hf)
-# for 60 steps on gen_sentences data into the build tree; the other cases
-# predict with them.
+# a char MLP, a WordPiece BERT fine-tuned from tests/data/bert_ref_tiny_hf,
+# a char BERT saving ZeRO checkpoints) for 60 steps on gen_sentences data
+# into the build tree; the other cases predict with them (case checkpoint:
+# through zero_to_fp32, as predict --help tells).
 set(_pd_fix ${CMAKE_CURRENT_BINARY_DIR}/predict_fixture)
 set(_pd_work ${CMAKE_CURRENT_BINARY_DIR}/predict_work)
 
@@ -29,9 +30,11 @@ endfunction()
 ds_predict_case(setup_bert SETUP predict_bert)
 ds_predict_case(setup_mlp SETUP predict_mlp)
 ds_predict_case(setup_wordpiece SETUP predict_wordpiece)
+ds_predict_case(setup_ckpt SETUP predict_ckpt)
 foreach(c argv stdin batch weights_file max_seq_len usage)
   ds_predict_case(${c} REQUIRED predict_bert)
 endforeach()
 ds_predict_case(mlp REQUIRED predict_mlp)
 ds_predict_case(wordpiece REQUIRED predict_wordpiece)
 ds_predict_case(errors REQUIRED predict_bert predict_mlp)
+ds_predict_case(checkpoint REQUIRED predict_ckpt)

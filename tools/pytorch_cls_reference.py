@@ -59,7 +59,17 @@ script pads a batch to its longest row (the same result: padded keys get
 exactly zero attention weight).
 
 Output: progress lines on stdout, and with --metrics FILE one JSON line per
-50 steps and a last line {"eval": {...}, "wall_s": ..., "torch": ...}.
+50 steps (--log-every) and a last line {"eval": {...}, "wall_s": ..., "torch": ...}.
+
+Diagnostics, not the protocol: --dropout P, --init-from FILE (start from the
+weights of a safetensors file with Hugging Face names, e.g. the engine's
+initial weights: train_cls --max-steps 1 --save-dir D writes them, since the
+first step runs at lr 0), --engine-order W (the batches the engine's
+sampler gives W ranks: epoch e permuted by permutation(n, seed + e), wrapped
+to equal rank shares, rank r taking every W-th entry, each rank batch/W rows
+per step). With dropout 0, the engine's init and its order, this script and
+train_cls --dropout 0 compute the same steps, so their per-step losses
+(--log-every 1) can be compared directly.
 """
 import argparse
 import collections
@@ -240,6 +250,60 @@ def lr_at(step, max_lr, warmup, total):
     return max_lr * g
 
 
+HF_TO_MODULE = [("bert.embeddings.word_embeddings.", "word."),
+                ("bert.embeddings.position_embeddings.", "pos."),
+                ("bert.embeddings.token_type_embeddings.", "typ."),
+                ("bert.embeddings.LayerNorm.", "ln."),
+                ("attention.self.query.", "q."), ("attention.self.key.", "k."),
+                ("attention.self.value.", "v."), ("attention.output.dense.", "ao."),
+                ("attention.output.LayerNorm.", "ln1."), ("intermediate.dense.", "i."),
+                ("output.dense.", "o."), ("output.LayerNorm.", "ln2."),
+                ("bert.encoder.layer.", "layers."), ("bert.pooler.dense.", "pool."),
+                ("classifier.", "cls.")]
+
+
+def load_hf_weights(torch, model, path):
+    """Diagnostic: copy a safetensors file's tensors (HF names) into model."""
+    import numpy as np
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8: 8 + n])
+    params = dict(model.named_parameters())
+    done = set()
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        if meta["dtype"] != "F32":
+            sys.exit(f"{path}: {name}: dtype {meta['dtype']}, only F32 is read here")
+        ours = name
+        for hf, mod in HF_TO_MODULE:
+            ours = ours.replace(hf, mod)
+        if ours not in params:
+            sys.exit(f"{path}: {name}: no such parameter ({ours})")
+        lo, hi = meta["data_offsets"]
+        arr = np.frombuffer(raw[8 + n + lo: 8 + n + hi], dtype=np.float32).reshape(meta["shape"])
+        with torch.no_grad():
+            params[ours].copy_(torch.from_numpy(arr.copy()))
+        done.add(ours)
+    missing = sorted(set(params) - done)
+    if missing:
+        sys.exit(f"{path}: lacks {missing}")
+
+
+def engine_batches(n, seed, world, batch):
+    """Diagnostic: the global batches of one epoch as the engine's sampler
+    cuts them for `world` ranks of batch / world rows (engine/data/dataset.h:
+    padded by wrapping, rank r takes entries r, r + world, ...)."""
+    perm = permutation(n, seed)
+    per_rank = -(-n // world)
+    ext = [perm[i % n] for i in range(per_rank * world)]
+    shares = [ext[r::world] for r in range(world)]
+    micro = batch // world
+    return [sum((sh[k: k + micro] for sh in shares), [])
+            for k in range(0, per_rank, micro)]
+
+
 def batch_tensors(torch, seqs, rows):
     T = max(len(seqs[r]) for r in rows)
     tok = torch.zeros((len(rows), T), dtype=torch.long)
@@ -281,6 +345,11 @@ def main():
     ap.add_argument("--max-steps", type=int, default=0, help="stop early (for a smoke test)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--metrics", help="JSON lines: progress, then the evaluation")
+    ap.add_argument("--log-every", type=int, default=50, help="steps between progress lines")
+    ap.add_argument("--dropout", type=float, default=0.1, help="diagnostic: not the protocol")
+    ap.add_argument("--init-from", help="diagnostic: initial weights (safetensors, HF names)")
+    ap.add_argument("--engine-order", type=int, default=0, metavar="W",
+                    help="diagnostic: the engine's batch order for W ranks")
     a = ap.parse_args()
     if a.dump_split:
         dump_split(a.data, a.seed, a.dev_ratio, a.min_count)
@@ -305,7 +374,9 @@ def main():
         inv = [1.0 / n_c[c] if n_c[c] else 0.0 for c in range(C)]
         weight = torch.tensor([w * C / sum(inv) for w in inv], dtype=torch.float32)
 
-    model = build_model(torch, len(vocab), C)
+    model = build_model(torch, len(vocab), C, p=a.dropout)
+    if a.init_from:
+        load_hf_weights(torch, model, a.init_from)
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=max_lr, betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=0.01)
@@ -324,11 +395,14 @@ def main():
     step = 0
     model.train()
     for epoch in range(a.epochs):
-        order = torch.randperm(len(train), generator=gen).tolist()
-        for i in range(0, len(order), batch):
+        if a.engine_order:
+            batches = engine_batches(len(train), a.seed + epoch, a.engine_order, batch)
+        else:
+            order = torch.randperm(len(train), generator=gen).tolist()
+            batches = [order[i: i + batch] for i in range(0, len(order), batch)]
+        for rows in batches:
             if step >= total:
                 break
-            rows = order[i: i + batch]
             tok, mask = batch_tensors(torch, tr_seq, rows)
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, max_lr, warmup, total)
@@ -338,7 +412,7 @@ def main():
             gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             step += 1
-            if step % 50 == 0 or step == total:
+            if step % a.log_every == 0 or step == total:
                 rec = {"step": step, "epoch": epoch, "loss": loss.item(),
                        "lr": opt.param_groups[0]["lr"], "grad_norm": gnorm.item(),
                        "elapsed_s": time.time() - t0}

@@ -105,7 +105,8 @@ static ds_status make_model(const tc_opts *o, const data *d, ds_saved_model *sm,
     sm->class_names = d->train->class_names; /* borrowed for writing */
     sm->max_seq_len = o->max_seq_len;
     snprintf(sm->tokenizer, sizeof sm->tokenizer, "%s", ds_tokenizer_kind(d->tok));
-    sm->do_lower_case = 1;
+    const ds_wordpiece_opts *wo = ds_wordpiece_opts_of(d->tok);
+    sm->do_lower_case = wo ? wo->do_lower_case : 1; /* char vocabularies ignore it */
     int V = ds_tokenizer_vocab_size(d->tok);
     if (!strcmp(o->model, "mlp")) {
         snprintf(sm->kind, sizeof sm->kind, "mlp");
@@ -337,6 +338,24 @@ static int run(const tc_opts *o) {
         goto out;
     }
     int64_t start = ds_global_step(e);
+    /* config.json and vocab.txt go into --save-dir now, so the checkpoints of
+     * a run that never reaches its end can still become a predict-able
+     * directory (zero_to_fp32 + these two files). */
+    if (o->save_dir) {
+        ds_status st = DS_OK;
+        if (rank == 0) {
+            char vp[4096];
+            snprintf(vp, sizeof vp, "%s/vocab.txt", o->save_dir);
+            st = ds_saved_model_write(o->save_dir, &sm);
+            if (st == DS_OK) st = ds_tokenizer_save_vocab(d.tok, vp);
+        }
+        int32_t bad = st != DS_OK; /* every rank stops together, none waits alone */
+        if (ds_all_reduce_host(e, &bad, 1, DS_I32) != DS_OK || bad) {
+            rc = fail(rank == 0 ? "writing config.json and vocab.txt to --save-dir"
+                                : "rank 0 could not write to --save-dir");
+            goto out;
+        }
+    }
     FILE *mf = NULL;
     if (o->metrics && rank == 0 && !(mf = fopen(o->metrics, start > 0 ? "a" : "w"))) {
         fprintf(stderr, "train_cls: cannot write --metrics %s\n", o->metrics);
@@ -420,15 +439,7 @@ static int run(const tc_opts *o) {
     if (rc == 0 && o->save_dir) {
         char path[4096];
         snprintf(path, sizeof path, "%s/model.safetensors", o->save_dir);
-        ds_status st = DS_OK;
-        if (rank == 0) {
-            st = ds_saved_model_write(o->save_dir, &sm);
-            char vp[4096];
-            snprintf(vp, sizeof vp, "%s/vocab.txt", o->save_dir);
-            if (st == DS_OK) st = ds_tokenizer_save_vocab(d.tok, vp);
-        }
-        if (st != DS_OK) rc = fail("saving the model");
-        else if (ds_save_weights(e, path) != DS_OK) rc = fail("saving the weights");
+        if (ds_save_weights(e, path) != DS_OK) rc = fail("saving the weights");
         else if (rank == 0) printf("train_cls: saved the model to %s\n", o->save_dir);
     }
 out:

@@ -4,11 +4,12 @@
 #   test_predict.sh CASE PREDICT TRAIN_CLS GEN_SENTENCES SRC_DIR FIXTURE_DIR WORK_DIR
 #
 # The setup_* cases (CTest fixtures) train tiny models for a few steps with
-# train_cls --save-dir into FIXTURE_DIR: a char BERT, a char MLP and a
+# train_cls --save-dir into FIXTURE_DIR: a char BERT, a char MLP, a
 # WordPiece BERT fine-tuned with --init from the committed tiny Hugging Face
-# BERT (tests/data/bert_ref_tiny_hf, given a small vocab.txt here). The other
-# cases run predict on those directories in WORK_DIR. Prints every mismatch
-# and exits 1 if there was any.
+# BERT (tests/data/bert_ref_tiny_hf, given a small vocab.txt here), and a
+# char BERT that also saves ZeRO checkpoints (--save-steps). The other cases
+# run predict on those directories in WORK_DIR; zero_to_fp32 is taken from
+# PREDICT's directory. Prints every mismatch and exits 1 if there was any.
 set -u
 if [ $# -ne 7 ]; then
   echo "usage: $0 CASE PREDICT TRAIN_CLS GEN_SENTENCES SRC_DIR FIXTURE_DIR WORK_DIR" >&2
@@ -18,6 +19,7 @@ tcase=$1
 pr=$(readlink -f "$2")
 tc=$(readlink -f "$3")
 gen=$(readlink -f "$4")
+z2f=$(dirname "$pr")/zero_to_fp32
 src=$(readlink -f "$5")
 mkdir -p "$6" || exit 1
 fix=$(readlink -f "$6")
@@ -183,6 +185,34 @@ setup_wordpiece)
   # Its classifier has 3 outputs: train on 3 classes so it loads as is.
   "$gen" --rows 300 --seed 8 --classes 3 --out "$fix/data3.csv" >/dev/null || fail "gen_sentences failed"
   train wordpiece --init "$hf" --max-seq-len 32 --data "$fix/data3.csv"
+  ;;
+setup_ckpt)
+  make_data || fail "gen_sentences failed"
+  # checkpoints at steps 30 and 60 (the last one = the final weights)
+  train ckpt --model bert --layers 2 --hidden 32 --heads 2 --intermediate 64 --max-seq-len 32 \
+    --save-steps 30
+  ;;
+checkpoint)
+  # The recipe predict --help gives for a ZeRO checkpoint: zero_to_fp32 into
+  # a folder, plus config.json and vocab.txt of the run. The last checkpoint
+  # (step 60) holds the final weights, so the output is byte for byte that of
+  # the run's own --save-dir: same weights, same batches, same arithmetic.
+  run_pr --model "$fix/ckpt" --logits <"$texts_file"
+  [ "$rc" -eq 0 ] || fail "the run's directory: exit $rc: $(cat err.txt)"
+  cp out.txt saved.txt
+  for form in single sharded; do
+    if [ $form = single ]; then
+      "$z2f" "$fix/ckpt/checkpoints" "$form" >z2f.log 2>&1 || fail "zero_to_fp32: $(cat z2f.log)"
+    else
+      "$z2f" "$fix/ckpt/checkpoints" "$form" --max-shard-size 20000 >z2f.log 2>&1 ||
+        fail "zero_to_fp32 --max-shard-size: $(cat z2f.log)"
+      [ -f $form/model.safetensors.index.json ] || fail "zero_to_fp32 wrote no sharded index"
+    fi
+    cp "$fix/ckpt/config.json" "$fix/ckpt/vocab.txt" $form/
+    run_pr --model $form --logits <"$texts_file"
+    [ "$rc" -eq 0 ] || fail "$form: exit $rc: $(cat err.txt)"
+    cmp -s out.txt saved.txt || fail "$form: output differs from the run's own directory"
+  done
   ;;
 argv)
   # A few texts on the command line, an empty one among them.
