@@ -329,6 +329,28 @@ static inline ds_status ds_check_ptr(const char *who, const char *arg, const voi
     return DS_ERR(DS_ERR_INVALID_ARG, "%s: %s is NULL for %zu elements", who, arg, n);
 }
 
+/* The RNG slots: a destination for n elements, and a counter range that does
+ * not wrap the 64-bit stream. */
+static inline ds_status ds_check_rng(const char *who, const float *dst, size_t n, uint64_t offset) {
+    DS_TRY(ds_check_ptr(who, "dst", dst, n));
+    if (n > 0 && offset + n < offset)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: offset %llu + n %zu overflows the 64-bit counter",
+                      who, (unsigned long long)offset, n);
+    return DS_OK;
+}
+
+/* The optimizer slots' common arguments. */
+static inline ds_status ds_check_optim(const char *who, const float *param, const void *grad,
+                                       ds_dtype grad_t, size_t n, const void *hp,
+                                       const void *param_lp, ds_dtype lp_t) {
+    if (!hp) return DS_ERR(DS_ERR_INVALID_ARG, "%s: hyper-parameters are NULL", who);
+    DS_TRY(ds_check_float_dtype(who, "grad", grad_t));
+    if (param_lp) DS_TRY(ds_check_float_dtype(who, "param_lp", lp_t));
+    DS_TRY(ds_check_ptr(who, "param", param, n));
+    DS_TRY(ds_check_ptr(who, "grad", grad, n));
+    return DS_OK;
+}
+
 /* Row-major GEMM shapes (backend.h): op(A) is m x k, op(B) k x n, C m x n.
  * A stored row-major has transa ? m : k columns, so lda must cover them; the
  * same for B and C. Batches of C must not overlap (they are written in

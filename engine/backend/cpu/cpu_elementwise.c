@@ -22,17 +22,9 @@
  * the Philox block (offset + i) / 4: the loop runs over the blocks the range
  * touches and keeps the words that fall inside it. */
 
-static ds_status rng_check(const char *who, const float *dst, size_t n, uint64_t offset) {
-    DS_TRY(ds_check_ptr(who, "dst", dst, n));
-    if (n > 0 && offset + n < offset)
-        return DS_ERR(DS_ERR_INVALID_ARG, "%s: offset %llu + n %zu overflows the 64-bit counter",
-                      who, (unsigned long long)offset, n);
-    return DS_OK;
-}
-
 ds_status ds_cpu_rng_uniform(ds_backend *be, float *dst, size_t n, float lo, float hi,
                              uint64_t seed, uint64_t offset) {
-    DS_TRY(rng_check("cpu rng_uniform", dst, n, offset));
+    DS_TRY(ds_check_rng("cpu rng_uniform", dst, n, offset));
     if (n == 0) return DS_OK;
     float span = hi - lo;
     uint64_t end = offset + n, first = offset >> 2, last = (end - 1) >> 2;
@@ -49,7 +41,7 @@ ds_status ds_cpu_rng_uniform(ds_backend *be, float *dst, size_t n, float lo, flo
 
 ds_status ds_cpu_rng_normal(ds_backend *be, float *dst, size_t n, float mean, float std,
                             uint64_t seed, uint64_t offset) {
-    DS_TRY(rng_check("cpu rng_normal", dst, n, offset));
+    DS_TRY(ds_check_rng("cpu rng_normal", dst, n, offset));
     if (n == 0) return DS_OK;
     uint64_t end = offset + n, first = offset >> 2, last = (end - 1) >> 2;
 #pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
@@ -232,17 +224,6 @@ ds_status ds_cpu_sumsq(ds_backend *be, const void *x, ds_dtype t, size_t n, doub
 
 /* ---- optimizers ------------------------------------------------------------ */
 
-static ds_status optim_check(const char *who, const float *param, const void *grad,
-                             ds_dtype grad_t, size_t n, const void *hp, const void *param_lp,
-                             ds_dtype lp_t) {
-    if (!hp) return DS_ERR(DS_ERR_INVALID_ARG, "%s: hyper-parameters are NULL", who);
-    DS_TRY(ds_check_float_dtype(who, "grad", grad_t));
-    if (param_lp) DS_TRY(ds_check_float_dtype(who, "param_lp", lp_t));
-    DS_TRY(ds_check_ptr(who, "param", param, n));
-    DS_TRY(ds_check_ptr(who, "grad", grad, n));
-    return DS_OK;
-}
-
 static void adam_run(float *restrict p, const float *restrict g, float *restrict m,
                      float *restrict v, size_t n, const ds_adam_coef *cp) {
     const ds_adam_coef c = *cp;
@@ -253,7 +234,7 @@ static void adam_run(float *restrict p, const float *restrict g, float *restrict
 ds_status ds_cpu_adam(ds_backend *be, float *param, const void *grad, ds_dtype grad_t,
                       float grad_mult, float *m, float *v, size_t n, const ds_adam_hparams *hp,
                       void *param_lp, ds_dtype lp_t) {
-    DS_TRY(optim_check("cpu adam", param, grad, grad_t, n, hp, param_lp, lp_t));
+    DS_TRY(ds_check_optim("cpu adam", param, grad, grad_t, n, hp, param_lp, lp_t));
     DS_TRY(ds_check_ptr("cpu adam", "m", m, n));
     DS_TRY(ds_check_ptr("cpu adam", "v", v, n));
     DS_TRY(ds_check_adam("cpu adam", hp->beta1, hp->beta2, hp->eps, hp->step,
@@ -290,7 +271,7 @@ static void sgd_run(float *restrict p, const float *restrict g, float *restrict 
 ds_status ds_cpu_sgd(ds_backend *be, float *param, const void *grad, ds_dtype grad_t,
                      float grad_mult, float *momentum_buf, size_t n, const ds_sgd_hparams *hp,
                      void *param_lp, ds_dtype lp_t) {
-    DS_TRY(optim_check("cpu sgd", param, grad, grad_t, n, hp, param_lp, lp_t));
+    DS_TRY(ds_check_optim("cpu sgd", param, grad, grad_t, n, hp, param_lp, lp_t));
     DS_TRY(ds_check_sgd("cpu sgd", hp->momentum, hp->dampening, hp->nesterov));
     if (hp->momentum != 0.0f) DS_TRY(ds_check_ptr("cpu sgd", "momentum_buf", momentum_buf, n));
     const ds_sgd_coef c = ds_sgd_coef_make(hp->lr, hp->momentum, hp->dampening, hp->weight_decay,

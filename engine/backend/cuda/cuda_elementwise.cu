@@ -43,17 +43,9 @@ __global__ void ds_k_rng_normal(float *dst, uint64_t first, uint64_t nblocks, ui
     }
 }
 
-static ds_status rng_check(const char *who, const float *dst, size_t n, uint64_t offset) {
-    DS_TRY(ds_check_ptr(who, "dst", dst, n));
-    if (n > 0 && offset + n < offset)
-        return DS_ERR(DS_ERR_INVALID_ARG, "%s: offset %llu + n %zu overflows the 64-bit counter",
-                      who, (unsigned long long)offset, n);
-    return DS_OK;
-}
-
 ds_status ds_cuda_rng_uniform(ds_backend *be, float *dst, size_t n, float lo, float hi,
                               uint64_t seed, uint64_t offset) {
-    DS_TRY(rng_check("cuda rng_uniform", dst, n, offset));
+    DS_TRY(ds_check_rng("cuda rng_uniform", dst, n, offset));
     if (n == 0) return DS_OK;
     DS_CUDA_ENTER(be);
     uint64_t end = offset + n, first = offset >> 2, nblocks = ((end - 1) >> 2) - first + 1;
@@ -65,7 +57,7 @@ ds_status ds_cuda_rng_uniform(ds_backend *be, float *dst, size_t n, float lo, fl
 
 ds_status ds_cuda_rng_normal(ds_backend *be, float *dst, size_t n, float mean, float std,
                              uint64_t seed, uint64_t offset) {
-    DS_TRY(rng_check("cuda rng_normal", dst, n, offset));
+    DS_TRY(ds_check_rng("cuda rng_normal", dst, n, offset));
     if (n == 0) return DS_OK;
     DS_CUDA_ENTER(be);
     uint64_t end = offset + n, first = offset >> 2, nblocks = ((end - 1) >> 2) - first + 1;
@@ -217,21 +209,10 @@ __global__ void ds_k_sgd(float *param, const void *grad, ds_dtype grad_t, float 
     }
 }
 
-static ds_status optim_check(const char *who, const float *param, const void *grad,
-                             ds_dtype grad_t, size_t n, const void *hp, const void *param_lp,
-                             ds_dtype lp_t) {
-    if (!hp) return DS_ERR(DS_ERR_INVALID_ARG, "%s: hyper-parameters are NULL", who);
-    DS_TRY(ds_check_float_dtype(who, "grad", grad_t));
-    if (param_lp) DS_TRY(ds_check_float_dtype(who, "param_lp", lp_t));
-    DS_TRY(ds_check_ptr(who, "param", param, n));
-    DS_TRY(ds_check_ptr(who, "grad", grad, n));
-    return DS_OK;
-}
-
 ds_status ds_cuda_adam(ds_backend *be, float *param, const void *grad, ds_dtype grad_t,
                        float grad_mult, float *m, float *v, size_t n, const ds_adam_hparams *hp,
                        void *param_lp, ds_dtype lp_t) {
-    DS_TRY(optim_check("cuda adam", param, grad, grad_t, n, hp, param_lp, lp_t));
+    DS_TRY(ds_check_optim("cuda adam", param, grad, grad_t, n, hp, param_lp, lp_t));
     DS_TRY(ds_check_ptr("cuda adam", "m", m, n));
     DS_TRY(ds_check_ptr("cuda adam", "v", v, n));
     DS_TRY(ds_check_adam("cuda adam", hp->beta1, hp->beta2, hp->eps, hp->step,
@@ -248,7 +229,7 @@ ds_status ds_cuda_adam(ds_backend *be, float *param, const void *grad, ds_dtype 
 ds_status ds_cuda_sgd(ds_backend *be, float *param, const void *grad, ds_dtype grad_t,
                       float grad_mult, float *momentum_buf, size_t n, const ds_sgd_hparams *hp,
                       void *param_lp, ds_dtype lp_t) {
-    DS_TRY(optim_check("cuda sgd", param, grad, grad_t, n, hp, param_lp, lp_t));
+    DS_TRY(ds_check_optim("cuda sgd", param, grad, grad_t, n, hp, param_lp, lp_t));
     DS_TRY(ds_check_sgd("cuda sgd", hp->momentum, hp->dampening, hp->nesterov));
     if (hp->momentum != 0.0f) DS_TRY(ds_check_ptr("cuda sgd", "momentum_buf", momentum_buf, n));
     if (n == 0) return DS_OK;
