@@ -13,7 +13,8 @@ set_tests_properties(test_installed_api PROPERTIES LABELS "unit;multirank" TIMEO
 # single-rank stage-0 loss curve for the same global batch (MLP and a small
 # BERT); fp16 and bf16 stay within a band of it. The 1-rank stage-0 runs
 # write the references (CTest fixtures).
-add_executable(test_train_equiv ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_train_equiv.c)
+add_executable(test_train_equiv ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_train_equiv.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c) # ck_make_data
 target_link_libraries(test_train_equiv PRIVATE zero-engine)
 function(ds_equiv_test name np fixture)
   add_test(NAME ${name} COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np ${np} -x OMP_NUM_THREADS=1

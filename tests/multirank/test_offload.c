@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ckpt_harness.h"
 #include "engine/engine.h"
 #include "tests/unit/test_util.h"
 
@@ -40,25 +41,6 @@ typedef struct setup {
     const char *precision, *optimizer, *dir;
     bool bert_mini;
 } setup;
-
-static ds_dataset *make_data(size_t n, int T, int vocab) {
-    const char *names[3] = {"a", "b", "c"};
-    ds_dataset *d;
-    if (ds_dataset_create(n, T, 3, names, &d) != DS_OK) return NULL;
-    unsigned s = 777;
-    for (size_t i = 0; i < n; i++) {
-        int len = 3 + (int)(i % (size_t)(T - 3));
-        int label = (int)((i * 7) % 3);
-        for (int t = 0; t < len; t++) {
-            s = s * 1103515245u + 12345u;
-            d->tokens[i * (size_t)T + (size_t)t] = 4 + (int)((s >> 16) % (unsigned)(vocab - 4));
-        }
-        d->tokens[i * (size_t)T] = 1 + label;
-        d->lengths[i] = len;
-        d->labels[i] = label;
-    }
-    return d;
-}
 
 /* offload: 0 none, 1 cpu pinned, 2 cpu not pinned. */
 static engine_t *make_engine(const setup *s, const ds_dataset *data, int offload) {
@@ -212,7 +194,7 @@ static void check_no_growth(const char *what, const ds_mem_report *before,
 static int run_bert_mini(setup *s) {
     s->stage = 2;
     s->precision = "fp16";
-    ds_dataset *data = make_data(GLOBAL_BATCH * 2, 16, 30522);
+    ds_dataset *data = ck_make_data(GLOBAL_BATCH * 2, 16, 30522);
     if (!data) TEST_DIE("dataset");
     ds_mem_report rp, ro, ro2;
     ds_step_info info[1];
@@ -256,7 +238,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "test_offload: --dir is required\n");
         return 2;
     }
-    ds_dataset *data = make_data(GLOBAL_BATCH * (STEPS + MORE), 12, 50);
+    ds_dataset *data = ck_make_data(GLOBAL_BATCH * (STEPS + MORE), 12, 50);
     if (!data) TEST_DIE("dataset");
 
     /* 1 + 2: the same run with and without offload, and the memory split */

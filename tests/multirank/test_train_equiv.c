@@ -21,29 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_harness.h"
 #include "engine/engine.h"
 
 #define STEPS 20
 #define GLOBAL_BATCH 16
-
-static ds_dataset *make_data(size_t n, int T, int vocab) {
-    const char *names[3] = {"a", "b", "c"};
-    ds_dataset *d;
-    if (ds_dataset_create(n, T, 3, names, &d) != DS_OK) return NULL;
-    unsigned s = 777;
-    for (size_t i = 0; i < n; i++) {
-        int len = 3 + (int)(i % (size_t)(T - 3));
-        int label = (int)((i * 7) % 3);
-        for (int t = 0; t < len; t++) {
-            s = s * 1103515245u + 12345u;
-            d->tokens[i * (size_t)T + (size_t)t] = 4 + (int)((s >> 16) % (unsigned)(vocab - 4));
-        }
-        d->tokens[i * (size_t)T] = 1 + label; /* a class-bearing token */
-        d->lengths[i] = len;
-        d->labels[i] = label;
-    }
-    return d;
-}
 
 int main(int argc, char **argv) {
     const char *write_ref = NULL, *check_ref = NULL, *precision = "fp32", *model_kind = "mlp";
@@ -63,7 +45,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const int T = 12, V = 50;
-    ds_dataset *data = make_data(GLOBAL_BATCH * STEPS, T, V);
+    ds_dataset *data = ck_make_data(GLOBAL_BATCH * STEPS, T, V);
     ds_model *model = NULL;
     ds_status st;
     if (!strcmp(model_kind, "bert")) {
