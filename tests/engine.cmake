@@ -113,3 +113,12 @@ add_test(NAME test_train_cls_weights
                  ${_gen_csv})
 set_tests_properties(test_train_cls_weights PROPERTIES LABELS unit TIMEOUT 60
                      FIXTURES_REQUIRED gen_csv)
+
+# Stage 2 with the communication thread (overlap_comm) and with one
+# reduce-scatter per module (contiguous_gradients false) follows the curve too.
+ds_equiv_test(equiv_mlp_overlap_stage2_np2 2 ref_mlp
+              --check ${CMAKE_BINARY_DIR}/tests/ref_mlp_fp32.txt --stage 2 --overlap true)
+ds_equiv_test(equiv_mlp_noncontiguous_stage2_np2 2 ref_mlp
+              --check ${CMAKE_BINARY_DIR}/tests/ref_mlp_fp32.txt --stage 2 --contiguous false)
+ds_equiv_test(equiv_mlp_nooverlap_stage3_np2 2 ref_mlp
+              --check ${CMAKE_BINARY_DIR}/tests/ref_mlp_fp32.txt --stage 3 --overlap false)

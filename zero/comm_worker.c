@@ -29,9 +29,6 @@ static ds_status run_job(ds_comm_worker *w, ds_comm_job *j) {
     case DS_JOB_ALL_GATHERV:
         DS_TRY(ds_comm_all_gatherv(c, j->buf, j->counts, j->t));
         return DS_OK;
-    case DS_JOB_ALL_REDUCE:
-        DS_TRY(ds_comm_all_reduce(c, j->buf, j->counts[0], j->t, DS_REDUCE_SUM));
-        return DS_OK;
     case DS_JOB_FN:
         DS_TRY(j->fn(j->arg));
         return DS_OK;
@@ -103,8 +100,6 @@ void ds_comm_worker_destroy(ds_comm_worker *w) {
 }
 
 ds_status ds_comm_job_submit(ds_comm_worker *w, ds_comm_job *job) {
-    if (job->kind != DS_JOB_FN && w->comm->world > 64)
-        return DS_ERR(DS_ERR_UNSUPPORTED, "ZeRO stages 2-3 support at most 64 ranks in this build");
     job->done = 0;
     job->status = DS_OK;
     job->message[0] = '\0';

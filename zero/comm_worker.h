@@ -25,7 +25,6 @@ typedef struct ds_comm_worker ds_comm_worker;
 typedef enum ds_comm_job_kind {
     DS_JOB_REDUCE_SCATTERV = 0, /* send (sum of counts elements) -> recv (counts[rank]) */
     DS_JOB_ALL_GATHERV,         /* in place in buf: block rank is this rank's */
-    DS_JOB_ALL_REDUCE,          /* in place in buf, counts[0] elements */
     DS_JOB_FN,                  /* run fn(arg) on the worker (host-side finishing work) */
 } ds_comm_job_kind;
 
@@ -33,7 +32,7 @@ typedef struct ds_comm_job {
     ds_comm_job_kind kind;
     const void *send;
     void *buf;        /* recv for reduce_scatterv, the buffer otherwise */
-    size_t counts[64];/* per rank (world <= 64 for v-collectives in this build) */
+    size_t *counts;   /* [world] block sizes; owned by the submitter, alive until waited */
     ds_dtype t;
     ds_status (*fn)(void *arg);
     void *arg;

@@ -10,6 +10,7 @@ typedef struct bucket {
     ds_comm_job rs;     /* the reduce-scatter */
     ds_comm_job acc;    /* adds the received block into the partition */
     bool busy;
+    size_t *counts;     /* [world], the reduce-scatter's blocks */
     /* what acc adds */
     void *recv;
     int64_t dst;        /* offset in the partition */
@@ -58,8 +59,11 @@ ds_status ds_grad_buckets_create(ds_backend *be, ds_comm_worker *w, const ds_fla
                             .part_grads = part_grads, .cap = cap, .per_module = per_module};
     for (int k = 0; k < 2; k++) {
         gb->b[k].owner = gb;
-        ds_status st = ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE,
-                                        (size_t)cap * ds_dtype_size(gt), &gb->b[k].buf);
+        ds_status st = ds_mem_host_alloc(be->mem, DS_MEM_OTHER, (size_t)f->world * sizeof(size_t),
+                                         "bucket block counts", (void **)&gb->b[k].counts);
+        if (st == DS_OK)
+            st = ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE,
+                                  (size_t)cap * ds_dtype_size(gt), &gb->b[k].buf);
         if (st != DS_OK) {
             ds_grad_buckets_destroy(gb);
             DS_TRY(st);
@@ -71,9 +75,12 @@ ds_status ds_grad_buckets_create(ds_backend *be, ds_comm_worker *w, const ds_fla
 
 void ds_grad_buckets_destroy(ds_grad_buckets *gb) {
     if (!gb) return;
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 2; k++) {
         ds_backend_free(gb->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, gb->b[k].buf,
                         (size_t)gb->cap * ds_dtype_size(gb->gt));
+        ds_mem_host_free(gb->be->mem, DS_MEM_OTHER, gb->b[k].counts,
+                         (size_t)gb->flat->world * sizeof(size_t));
+    }
     free(gb);
 }
 
@@ -92,6 +99,7 @@ static ds_status flush(ds_grad_buckets *gb) {
     bucket *k = &gb->b[gb->cur];
     int64_t len = gb->hi - gb->lo;
     void *send = ds_at(k->buf, gb->gt, gb->cap - len);
+    k->rs.counts = k->counts;
     ds_zero_counts(gb->flat, gb->lo, gb->hi, k->rs.counts);
     size_t mine = ds_zero_block_offset(k->rs.counts, gb->rank);
     k->rs.kind = DS_JOB_REDUCE_SCATTERV;

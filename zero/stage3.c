@@ -34,6 +34,7 @@ typedef struct slot {
     bool pending;    /* gather job submitted, not yet waited */
     bool in_use;     /* between fetch and release */
     uint64_t used_at;/* LRU clock */
+    size_t *counts;  /* [world], the gather's blocks */
     ds_comm_job job;
 } slot;
 
@@ -73,6 +74,7 @@ static int64_t span_of(const stage3 *s, int m) {
  * all-gather of the rest. */
 static ds_status start_gather(stage3 *s, slot *sl, int m) {
     const ds_flat_module *fm = &s->flat->modules[m];
+    sl->job.counts = sl->counts;
     ds_zero_counts(s->flat, fm->begin, fm->end, sl->job.counts);
     int rank = s->comm->rank;
     size_t off = ds_zero_block_offset(sl->job.counts, rank);
@@ -114,16 +116,24 @@ static slot *find_slot(stage3 *s, int m) {
 }
 
 /* A slot to overwrite: invalid first, then least recently used; never one in
- * use or one holding `keep`. Waits for its pending gather first. */
-static ds_status victim(stage3 *s, int keep, slot **out) {
+ * use or one holding `keep`; a slot whose gather is still pending only when
+ * `allow_pending` (the caller then waits for it). NULL when none qualifies. */
+static slot *pick_slot(stage3 *s, int keep, bool allow_pending) {
     slot *best = NULL;
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
-        if (sl->in_use || (sl->valid && sl->module == keep)) continue;
+        if (sl->in_use || (sl->valid && sl->module == keep) || (sl->pending && !allow_pending))
+            continue;
         if (!best || (!sl->valid && best->valid) ||
             (sl->valid == best->valid && sl->used_at < best->used_at))
             best = sl;
     }
+    return best;
+}
+
+/* The slot to gather into, emptied (a pending gather in it is waited for). */
+static ds_status victim(stage3 *s, int keep, slot **out) {
+    slot *best = pick_slot(s, keep, true);
     if (!best) return DS_ERR(DS_ERR_INTERNAL, "stage 3: every gather slot is in use");
     DS_TRY(finish_gather(s, best));
     best->valid = false;
@@ -154,19 +164,16 @@ static void point(stage3 *s, int m, float *base) {
         s->ptrs[m][k] = base + (s->flat->params[fm->first_param + k].offset - fm->begin);
 }
 
-/* Prefetch module `next` if it is worth it and a slot is free. */
+/* Prefetch module `next` if it is worth it and a slot is free now (never
+ * waiting for another gather to make room). */
 static ds_status prefetch(stage3 *s, int current, int next) {
     if (next < 0 || next >= s->flat->n_modules || s->persistent[next]) return DS_OK;
     if (span_of(s, next) == 0 || span_of(s, next) > s->prefetch_limit) return DS_OK;
     if (find_slot(s, next)) return DS_OK;
-    for (int k = 0; k < s->n_slots; k++) /* only into a slot nobody needs now */
-        if (!s->slots[k].in_use && !s->slots[k].pending &&
-            !(s->slots[k].valid && s->slots[k].module == current)) {
-            slot *sl;
-            DS_TRY(victim(s, current, &sl));
-            DS_TRY(start_gather(s, sl, next));
-            return DS_OK;
-        }
+    slot *sl = pick_slot(s, current, false);
+    if (!sl) return DS_OK;
+    sl->valid = false;
+    DS_TRY(start_gather(s, sl, next));
     return DS_OK;
 }
 
@@ -308,6 +315,8 @@ static void destroy(ds_zero *z) {
         ds_comm_worker_destroy(s->worker); /* joins the thread: no job still runs */
         ds_grad_buckets_destroy(s->buckets);
         for (int k = 0; k < s->n_slots; k++) {
+            ds_mem_host_free(be->mem, DS_MEM_OTHER, s->slots[k].counts,
+                             (size_t)f->world * sizeof(size_t));
             ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, s->slots[k].buf,
                             span * ds_dtype_size(s->pt));
             if (s->pt != DS_F32)
@@ -391,6 +400,8 @@ static ds_status build(stage3 *s, const ds_zero_desc *d) {
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
         sl->module = -1;
+        DS_TRY(ds_mem_host_alloc(be->mem, DS_MEM_OTHER, (size_t)d->flat->world * sizeof(size_t),
+                                 "gather block counts", (void **)&sl->counts));
         DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, span * ds_dtype_size(s->pt),
                                 &sl->buf));
         if (s->pt != DS_F32)

@@ -31,6 +31,7 @@ int main(int argc, char **argv) {
     const char *write_ref = NULL, *check_ref = NULL, *precision = "fp32", *model_kind = "mlp";
     int stage = 0, gas = 1;
     double clip = 1.0;
+    const char *overlap = NULL, *contiguous = "true"; /* overlap unset: stage 3 turns it on */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--write")) write_ref = argv[i + 1];
         else if (!strcmp(argv[i], "--check")) check_ref = argv[i + 1];
@@ -39,6 +40,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--model")) model_kind = argv[i + 1];
         else if (!strcmp(argv[i], "--gas")) gas = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--clip")) clip = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--overlap")) overlap = argv[i + 1];         /* true|false */
+        else if (!strcmp(argv[i], "--contiguous")) contiguous = argv[i + 1];   /* true|false */
     }
     if (!write_ref && !check_ref) {
         fprintf(stderr, "usage: test_train_equiv --write REF | --check REF [--stage S]\n");
@@ -68,9 +71,11 @@ int main(int argc, char **argv) {
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, "
              "\"weight_decay\": 0.01}},"
              " \"gradient_clipping\": %g, \"steps_per_print\": 1000,"
-             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1000},"
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1000,"
+             " %s%s%s \"contiguous_gradients\": %s},"
              " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s}}",
-             GLOBAL_BATCH, gas, clip, stage, strcmp(precision, "fp16") ? "false" : "true",
+             GLOBAL_BATCH, gas, clip, stage, overlap ? "\"overlap_comm\": " : "",
+             overlap ? overlap : "", overlap ? "," : "", contiguous, strcmp(precision, "fp16") ? "false" : "true",
              strcmp(precision, "bf16") ? "false" : "true");
     ds_init_desc d;
     ds_init_desc_defaults(&d);

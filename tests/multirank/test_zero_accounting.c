@@ -116,8 +116,6 @@ static int run(int stage, bool mixed, const ds_dataset *data) {
           "model state %.0f bytes vs ZeRO formula %.0f", state, paper);
 
     /* exact shards: the same optimizer bytes on every rank */
-    double mm[2] = {shard, -shard};
-    ds_all_reduce_host(e, mm, 0, DS_F64); /* count 0: a no-op that must succeed */
     double lo = shard, hi = shard;
     double *all = calloc((size_t)world, sizeof *all);
     all[rank] = shard;
