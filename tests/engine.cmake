@@ -122,3 +122,10 @@ ds_equiv_test(equiv_mlp_noncontiguous_stage2_np2 2 ref_mlp
               --check ${CMAKE_BINARY_DIR}/tests/ref_mlp_fp32.txt --stage 2 --contiguous false)
 ds_equiv_test(equiv_mlp_nooverlap_stage3_np2 2 ref_mlp
               --check ${CMAKE_BINARY_DIR}/tests/ref_mlp_fp32.txt --stage 3 --overlap false)
+
+# --metrics: per-step records with every rank's memory, then the eval record.
+add_test(NAME test_train_cls_metrics
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_train_cls_metrics.sh ${CMAKE_BINARY_DIR}/bin
+                 ${_gen_csv} "${_ds_mpirun_flags_str}")
+set_tests_properties(test_train_cls_metrics PROPERTIES LABELS multirank TIMEOUT 120 PROCESSORS 2
+                     FIXTURES_REQUIRED gen_csv)

@@ -373,20 +373,20 @@ static int run(const tc_opts *o) {
     int64_t samples_last = li.samples, samples_start = li.samples;
     char client[64];
     snprintf(client, sizeof client, "{\"total_steps\": %lld}", (long long)total);
-    /* per-rank memory for --metrics, gathered each step (every rank takes part) */
+    /* Per-rank memory for --metrics. The engine allocates nothing during a step
+     * (tests hold it to that), so the table gathered once here is every
+     * step's; every rank takes part in the gather. */
     double *mem_table = o->metrics ? calloc((size_t)world * MEM_COLS, sizeof(double)) : NULL;
     if (o->metrics && !mem_table) {
         fprintf(stderr, "train_cls: out of memory\n");
         rc = 1;
+    } else if (mem_table && gather_memory(e, mem_table) != DS_OK) {
+        rc = fail("gathering the memory report");
     }
     for (int64_t s = start; rc == 0 && s < total; s++) {
         ds_step_info info;
         if (ds_train_batch(e, &info) != DS_OK) {
             rc = fail("training");
-            break;
-        }
-        if (mem_table && gather_memory(e, mem_table) != DS_OK) {
-            rc = fail("gathering the memory report");
             break;
         }
         /* every --save-steps steps, and the last one (so a finished run
