@@ -32,8 +32,11 @@ void ds_module_free_basic(ds_module *m);
 ds_status ds_module_param(ds_module *m, int i, const char *prefix, const char *suffix, int64_t d0,
                           int64_t d1, ds_init_kind init, float a, float b);
 
-/* The checks every forward/backward starts with: a batch with B, T > 0, an
- * input when need_x, an output gradient when need_dy. */
+/* The checks every forward/backward starts with: a backend, a batch with
+ * B, T > 0, an input when need_x, parameter pointers when the module has
+ * parameters, and the output (forward) or the gradient slots (backward).
+ * dy and dx are left to each module: the loss has no dy, the first module
+ * no dx. */
 ds_status ds_module_check_ctx(const ds_module *m, const ds_module_ctx *ctx, bool need_x,
                               bool backward);
 

@@ -151,6 +151,24 @@ DS_HD float ds_dropout_mult(uint32_t w, float p, float inv_keep) {
     return ds_rng_bits_to_unit(w) >= p ? inv_keep : 0.0f;
 }
 
+/* Host only: the check every dropout slot (dropout_*, attn_softmax_*) of both
+ * backends applies to p, so cpu and cuda reject the same calls with the same
+ * message (as math.h's ds_check_*). */
+static inline ds_status ds_check_dropout_p(const char *slot, float p) {
+    if (!(p >= 0.0f && p < 1.0f))
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: dropout probability must be in [0, 1), got %g",
+                      slot, (double)p);
+    return DS_OK;
+}
+
+/* Host only: attn_softmax_fwd's arguments (p as above; pd needed when p > 0). */
+static inline ds_status ds_check_attn_dropout(const char *slot, const float *pd, float p) {
+    DS_TRY(ds_check_dropout_p(slot, p));
+    if (!pd && p > 0.0f)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: pd is NULL but dropout %g > 0", slot, (double)p);
+    return DS_OK;
+}
+
 /* ---- layer norm ---- */
 
 /* xhat of one element. */

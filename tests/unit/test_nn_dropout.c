@@ -211,6 +211,15 @@ static void test_softmax(void) {
     CHECK(g_be->nn->attn_softmax_fwd(g_be, p2, NULL, s, mask, B, nh, T, scale, pa, 1, 0) ==
               DS_ERR_INVALID_ARG,
           "softmax accepted dropout without a pd buffer");
+    const float badp[] = {1.0f, -0.1f, NAN};
+    for (int k = 0; k < 3; k++) {
+        CHECK(g_be->nn->attn_softmax_fwd(g_be, p2, pd, s, mask, B, nh, T, scale, badp[k], 1, 0) ==
+                  DS_ERR_INVALID_ARG,
+              "attn_softmax_fwd accepted p = %g", badp[k]);
+        CHECK(g_be->nn->attn_softmax_bwd(g_be, ds, pd, dp, p, B, nh, T, scale, badp[k], 1, 0) ==
+                  DS_ERR_INVALID_ARG,
+              "attn_softmax_bwd accepted p = %g", badp[k]);
+    }
     free(s), free(p), free(dp), free(ds), free(p2), free(pd), free(pd2), free(ref), free(ds2);
     free(dpm);
 }

@@ -162,13 +162,6 @@ void ds_nn_cpu_dropout_mults(float *m, uint64_t seed, uint64_t j0, int n, float 
     }
 }
 
-static ds_status check_p(const char *slot, float p) {
-    if (!(p >= 0.0f && p < 1.0f))
-        return DS_ERR(DS_ERR_INVALID_ARG, "%s: dropout probability must be in [0, 1), got %g",
-                      slot, (double)p);
-    return DS_OK;
-}
-
 /* Multipliers are produced a chunk at a time into a stack buffer, then
  * applied by a plain loop the compiler vectorises. */
 #define DROP_CHUNK 256
@@ -177,7 +170,7 @@ ds_status ds_nn_cpu_dropout_fwd(ds_backend *be, float *y, const float *x, const 
                                 const float *res, int rows, int width, float p, uint64_t seed,
                                 uint64_t offset) {
     int nt = ds_nn_cpu_threads(be);
-    DS_TRY(check_p("dropout_fwd", p));
+    DS_TRY(ds_check_dropout_p("dropout_fwd", p));
     float inv_keep = 1.0f / (1.0f - p);
 #pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)rows * width >= DS_NN_CPU_PAR_MIN)
     for (int r = 0; r < rows; r++) {
@@ -217,7 +210,7 @@ ds_status ds_nn_cpu_dropout_fwd(ds_backend *be, float *y, const float *x, const 
 ds_status ds_nn_cpu_dropout_bwd(ds_backend *be, float *dx, float *dbias, const float *dy,
                                 int rows, int width, float p, uint64_t seed, uint64_t offset) {
     int nt = ds_nn_cpu_threads(be);
-    DS_TRY(check_p("dropout_bwd", p));
+    DS_TRY(ds_check_dropout_p("dropout_bwd", p));
     float inv_keep = 1.0f / (1.0f - p);
     if (p > 0.0f) {
 #pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)rows * width >= DS_NN_CPU_PAR_MIN)

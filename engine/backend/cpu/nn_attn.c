@@ -5,21 +5,11 @@
 /* Rows longer than this are handled in chunks of multipliers. */
 #define ROW_CHUNK 256
 
-static ds_status check_args(const char *slot, float *pd, float drop_p) {
-    if (!(drop_p >= 0.0f && drop_p < 1.0f))
-        return DS_ERR(DS_ERR_INVALID_ARG, "%s: dropout probability must be in [0, 1), got %g",
-                      slot, (double)drop_p);
-    if (!pd && drop_p > 0.0f)
-        return DS_ERR(DS_ERR_INVALID_ARG, "%s: pd is NULL but dropout %g > 0", slot,
-                      (double)drop_p);
-    return DS_OK;
-}
-
 ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
                                      const float *mask, int B, int nh, int T, float scale,
                                      float drop_p, uint64_t seed, uint64_t offset) {
     int nt = ds_nn_cpu_threads(be);
-    DS_TRY(check_args("attn_softmax_fwd", pd, drop_p));
+    DS_TRY(ds_check_attn_dropout("attn_softmax_fwd", pd, drop_p));
     int64_t rows = (int64_t)B * nh * T;
     float inv_keep = 1.0f / (1.0f - drop_p);
 #pragma omp parallel for schedule(static) num_threads(nt) if (rows * T >= DS_NN_CPU_PAR_MIN)
@@ -50,10 +40,7 @@ ds_status ds_nn_cpu_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const
                                      const float *p, int B, int nh, int T, float scale,
                                      float drop_p, uint64_t seed, uint64_t offset) {
     int nt = ds_nn_cpu_threads(be);
-    if (!(drop_p >= 0.0f && drop_p < 1.0f))
-        return DS_ERR(DS_ERR_INVALID_ARG,
-                      "attn_softmax_bwd: dropout probability must be in [0, 1), got %g",
-                      (double)drop_p);
+    DS_TRY(ds_check_dropout_p("attn_softmax_bwd", drop_p));
     int64_t rows = (int64_t)B * nh * T;
     float inv_keep = 1.0f / (1.0f - drop_p);
 #pragma omp parallel for schedule(static) num_threads(nt) if (rows * T >= DS_NN_CPU_PAR_MIN)

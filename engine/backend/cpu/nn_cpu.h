@@ -4,11 +4,13 @@
 #ifndef DS_BACKEND_CPU_NN_CPU_H
 #define DS_BACKEND_CPU_NN_CPU_H
 
+#include "engine/backend/cpu/cpu_ops.h"
 #include "engine/backend/nn.h"
 
-/* Below this many elements a kernel runs on the calling thread: opening an
- * OpenMP parallel region costs a few microseconds, more than the work. */
-#define DS_NN_CPU_PAR_MIN 16384
+/* Below this many elements a kernel runs on the calling thread: the
+ * threshold of the engine's element-wise slots (cpu_ops.h), signed for the
+ * kernels' int64_t element counts. */
+#define DS_NN_CPU_PAR_MIN ((int64_t)DS_CPU_PAR_MIN)
 
 /* Column tiles for the reductions over rows (bias, gamma, beta gradients):
  * each thread owns whole columns and sums its rows in order, so the result

@@ -91,6 +91,11 @@ static inline unsigned ds_cuda_blocks(const ds_backend *be, size_t items) {
     return (unsigned)(want < cap ? want : cap);
 }
 
+/* The loop of a grid-stride kernel: i runs over [0, n) (size_t). */
+#define DS_GRID_STRIDE(i, n)                                                                     \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n);              \
+         i += (size_t)gridDim.x * blockDim.x)
+
 /* Launch geometry of a grid-stride kernel over `items` on the default
  * stream: kernel<<<DS_CUDA_GRID(be, n)>>>(...). */
 #define DS_CUDA_GRID(be, items)                                                                  \

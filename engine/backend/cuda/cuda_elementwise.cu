@@ -8,10 +8,6 @@
  * predicated instruction, not divergence. */
 #include "engine/backend/cuda/cuda_common.cuh"
 
-#define DS_GRID_STRIDE(i, n)                                                                     \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
-         i += (size_t)gridDim.x * blockDim.x)
-
 /* ---- random numbers ------------------------------------------------------------ */
 
 /* One thread per Philox block; element j of the stream lands in dst[j - offset]

@@ -7,7 +7,7 @@
 template <int ACT>
 __global__ void ds_k_bias_act_fwd(float *y, const float *x, const float *bias, int rows,
                                   int width) {
-    DS_NN_GRID_STRIDE(i, (size_t)rows * width) {
+    DS_GRID_STRIDE(i, (size_t)rows * width) {
         float z = x[i] + (bias ? bias[i % (size_t)width] : 0.0f);
         y[i] = ds_act_fwd((ds_act)ACT, z);
     }
@@ -16,7 +16,7 @@ __global__ void ds_k_bias_act_fwd(float *y, const float *x, const float *bias, i
 template <int ACT>
 __global__ void ds_k_bias_act_bwd(float *dx, const float *dy, const float *x, const float *bias,
                                   int rows, int width) {
-    DS_NN_GRID_STRIDE(i, (size_t)rows * width) {
+    DS_GRID_STRIDE(i, (size_t)rows * width) {
         float z = x[i] + (bias ? bias[i % (size_t)width] : 0.0f);
         dx[i] = dy[i] * ds_act_grad((ds_act)ACT, z);
     }
@@ -66,13 +66,6 @@ ds_status ds_nn_cuda_bias_act_bwd(ds_backend *be, float *dx, float *dbias, const
 
 /* ---- dropout ---- */
 
-static ds_status check_p(const char *slot, float p) {
-    if (!(p >= 0.0f && p < 1.0f))
-        return DS_ERR(DS_ERR_INVALID_ARG, "%s: dropout probability must be in [0, 1), got %g",
-                      slot, (double)p);
-    return DS_OK;
-}
-
 /* One thread per Philox block of the stream (4 consecutive elements), as
  * the rng kernels of cuda_elementwise.cu: element i of the tensor is stream
  * index offset + i. */
@@ -80,7 +73,7 @@ __global__ void ds_k_dropout_fwd(float *y, const float *x, const float *bias, co
                                  size_t n, int width, float p, float inv_keep, uint64_t seed,
                                  uint64_t offset) {
     uint64_t first = offset >> 2, nblocks = ((offset + n - 1) >> 2) - first + 1;
-    DS_NN_GRID_STRIDE(bi, nblocks) {
+    DS_GRID_STRIDE(bi, nblocks) {
         uint64_t blk = first + bi;
         ds_philox4 w = ds_rng_block(seed, DS_RNG_TAG_UNIFORM, blk);
 #pragma unroll
@@ -97,7 +90,7 @@ __global__ void ds_k_dropout_fwd(float *y, const float *x, const float *bias, co
 __global__ void ds_k_dropout_bwd(float *dx, const float *dy, size_t n, float p, float inv_keep,
                                  uint64_t seed, uint64_t offset) {
     uint64_t first = offset >> 2, nblocks = ((offset + n - 1) >> 2) - first + 1;
-    DS_NN_GRID_STRIDE(bi, nblocks) {
+    DS_GRID_STRIDE(bi, nblocks) {
         uint64_t blk = first + bi;
         ds_philox4 w = ds_rng_block(seed, DS_RNG_TAG_UNIFORM, blk);
 #pragma unroll
@@ -113,7 +106,7 @@ __global__ void ds_k_dropout_bwd(float *dx, const float *dy, size_t n, float p, 
 /* p = 0: y = res + x + bias, no random numbers */
 __global__ void ds_k_bias_add_res(float *y, const float *x, const float *bias, const float *res,
                                   size_t n, int width) {
-    DS_NN_GRID_STRIDE(i, n) {
+    DS_GRID_STRIDE(i, n) {
         float v = x[i] + (bias ? bias[i % (size_t)width] : 0.0f);
         y[i] = (res ? res[i] : 0.0f) + v;
     }
@@ -122,7 +115,7 @@ __global__ void ds_k_bias_add_res(float *y, const float *x, const float *bias, c
 ds_status ds_nn_cuda_dropout_fwd(ds_backend *be, float *y, const float *x, const float *bias,
                                  const float *res, int rows, int width, float p, uint64_t seed,
                                  uint64_t offset) {
-    DS_TRY(check_p("dropout_fwd", p));
+    DS_TRY(ds_check_dropout_p("dropout_fwd", p));
     DS_CUDA_ENTER(be);
     size_t n = (size_t)rows * width;
     if (n == 0) return DS_OK;
@@ -139,7 +132,7 @@ ds_status ds_nn_cuda_dropout_fwd(ds_backend *be, float *y, const float *x, const
 
 ds_status ds_nn_cuda_dropout_bwd(ds_backend *be, float *dx, float *dbias, const float *dy,
                                  int rows, int width, float p, uint64_t seed, uint64_t offset) {
-    DS_TRY(check_p("dropout_bwd", p));
+    DS_TRY(ds_check_dropout_p("dropout_bwd", p));
     DS_CUDA_ENTER(be);
     size_t n = (size_t)rows * width;
     if (n == 0) return DS_OK;

@@ -48,13 +48,7 @@ __global__ void ds_k_attn_softmax_fwd(float *p, float *pd, const float *s, const
 ds_status ds_nn_cuda_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
                                       const float *mask, int B, int nh, int T, float scale,
                                       float drop_p, uint64_t seed, uint64_t offset) {
-    if (!(drop_p >= 0.0f && drop_p < 1.0f))
-        return DS_ERR(DS_ERR_INVALID_ARG,
-                      "attn_softmax_fwd: dropout probability must be in [0, 1), got %g",
-                      (double)drop_p);
-    if (!pd && drop_p > 0.0f)
-        return DS_ERR(DS_ERR_INVALID_ARG, "attn_softmax_fwd: pd is NULL but dropout %g > 0",
-                      (double)drop_p);
+    DS_TRY(ds_check_attn_dropout("attn_softmax_fwd", pd, drop_p));
     DS_CUDA_ENTER(be);
     int64_t rows = (int64_t)B * nh * T;
     if (rows <= 0) return DS_OK;
@@ -92,10 +86,7 @@ __global__ void ds_k_attn_softmax_bwd(float *ds, float *pd, const float *dpd, co
 ds_status ds_nn_cuda_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const float *dpd,
                                       const float *p, int B, int nh, int T, float scale,
                                       float drop_p, uint64_t seed, uint64_t offset) {
-    if (!(drop_p >= 0.0f && drop_p < 1.0f))
-        return DS_ERR(DS_ERR_INVALID_ARG,
-                      "attn_softmax_bwd: dropout probability must be in [0, 1), got %g",
-                      (double)drop_p);
+    DS_TRY(ds_check_dropout_p("attn_softmax_bwd", drop_p));
     DS_CUDA_ENTER(be);
     int64_t rows = (int64_t)B * nh * T;
     if (rows <= 0) return DS_OK;

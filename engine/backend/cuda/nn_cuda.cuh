@@ -10,10 +10,6 @@
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/nn.h"
 
-#define DS_NN_GRID_STRIDE(i, n)                                                                  \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n);              \
-         i += (size_t)gridDim.x * blockDim.x)
-
 /* Warp-per-row kernels: 8 warps per block, a grid-stride loop over rows
  * (row = global warp index, stride = all warps of the grid). */
 #define DS_NN_ROWS_PER_BLOCK 8

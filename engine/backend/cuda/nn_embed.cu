@@ -11,7 +11,7 @@ __device__ unsigned long long g_ds_nn_bad_id;
 
 __global__ void ds_k_embedding_fwd(float *out, const float *table, const int32_t *ids, int n,
                                    int h, int vocab, int accumulate) {
-    DS_NN_GRID_STRIDE(i, (size_t)n * h) {
+    DS_GRID_STRIDE(i, (size_t)n * h) {
         size_t row = i / (size_t)h, c = i % (size_t)h;
         int id = ids[row];
         if (id < 0 || id >= vocab) {
@@ -51,7 +51,7 @@ ds_status ds_nn_cuda_embedding_fwd(ds_backend *be, float *out, const float *tabl
 
 __global__ void ds_k_embedding_bwd(float *dtable, const float *dout, const int32_t *ids, int n,
                                    int h, int padding_idx) {
-    DS_NN_GRID_STRIDE(i, (size_t)n * h) {
+    DS_GRID_STRIDE(i, (size_t)n * h) {
         size_t row = i / (size_t)h, c = i % (size_t)h;
         int id = ids[row];
         if (id != padding_idx) atomicAdd(&dtable[(size_t)id * h + c], dout[i]);
@@ -68,7 +68,7 @@ ds_status ds_nn_cuda_embedding_bwd(ds_backend *be, float *dtable, const float *d
 }
 
 __global__ void ds_k_bcast_add(float *out, const float *x, int rows, int width, int accumulate) {
-    DS_NN_GRID_STRIDE(i, (size_t)rows * width) {
+    DS_GRID_STRIDE(i, (size_t)rows * width) {
         float v = x[i % (size_t)width];
         out[i] = accumulate ? out[i] + v : v;
     }
@@ -127,7 +127,7 @@ __device__ __forceinline__ float ds_inv_count(const float *mask, int b, int T) {
 /* One thread per (b, c), looping over t (coalesced over c). */
 __global__ void ds_k_mean_pool_fwd(float *out, const float *x, const float *mask, int B, int T,
                                    int H) {
-    DS_NN_GRID_STRIDE(i, (size_t)B * H) {
+    DS_GRID_STRIDE(i, (size_t)B * H) {
         int b = (int)(i / (size_t)H), c = (int)(i % (size_t)H);
         float s = 0.0f;
         for (int t = 0; t < T; t++) {
@@ -140,7 +140,7 @@ __global__ void ds_k_mean_pool_fwd(float *out, const float *x, const float *mask
 
 __global__ void ds_k_mean_pool_bwd(float *dx, const float *dout, const float *mask, int B, int T,
                                    int H) {
-    DS_NN_GRID_STRIDE(i, (size_t)B * H) {
+    DS_GRID_STRIDE(i, (size_t)B * H) {
         int b = (int)(i / (size_t)H), c = (int)(i % (size_t)H);
         float g = dout[i] * ds_inv_count(mask, b, T);
         for (int t = 0; t < T; t++)
@@ -168,7 +168,7 @@ ds_status ds_nn_cuda_mean_pool_bwd(ds_backend *be, float *dx, const float *dout,
 
 __global__ void ds_k_copy_rows(float *dst, int dst_ld, const float *src, int src_ld, int rows,
                                int width, int accumulate) {
-    DS_NN_GRID_STRIDE(i, (size_t)rows * width) {
+    DS_GRID_STRIDE(i, (size_t)rows * width) {
         size_t r = i / (size_t)width, c = i % (size_t)width;
         float v = src[r * src_ld + c];
         float *d = dst + r * dst_ld + c;

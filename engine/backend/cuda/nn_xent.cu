@@ -77,7 +77,7 @@ __global__ void ds_k_xent_bwd(float *dlogits, const float *probs, const float *w
                               const int32_t *labels, const float *weights, int B, int C,
                               float scale) {
     float inv = scale / wsum[0];
-    DS_NN_GRID_STRIDE(i, (size_t)B * C) {
+    DS_GRID_STRIDE(i, (size_t)B * C) {
         int b = (int)(i / (size_t)C), c = (int)(i % (size_t)C);
         int y = labels[b];
         float coef = (weights ? weights[y] : 1.0f) * inv;
