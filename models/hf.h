@@ -76,6 +76,8 @@ typedef struct ds_hf_load_report {
     int n_ignored_buffers; /* "*.position_ids" buffers: not parameters */
     bool prefix_added;     /* checkpoint names lacked "bert." */
     int n_files;           /* safetensors files read (shards) */
+    char *source;          /* the file read: `path` itself, or the model.safetensors / */
+                           /*   index .json found in folder `path` (errors name it too) */
 } ds_hf_load_report;
 
 /* Load a safetensors checkpoint onto m's parameters through `set`.

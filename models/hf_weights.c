@@ -18,7 +18,8 @@ typedef struct ckpt_tensor {
 } ckpt_tensor;
 
 typedef struct loader {
-    const char *path;
+    const char *path;     /* what messages name: the caller's path, then the file found in it */
+    char found[4096 + 64]; /* the file open_checkpoint found in a folder */
     ds_st_file **files;
     int n_files;
     ckpt_tensor *ck;
@@ -74,6 +75,7 @@ void ds_hf_load_report_free(ds_hf_load_report *rep) {
     free(rep->missing);
     free(rep->unexpected);
     free(rep->mismatched);
+    free(rep->source);
     memset(rep, 0, sizeof *rep);
 }
 
@@ -150,20 +152,26 @@ static ds_status open_sharded(loader *L, const char *index_path) {
 }
 
 static ds_status open_checkpoint(loader *L) {
-    char buf[4096 + 64];
     if (is_dir(L->path)) {
-        /* transformers' order: the single file first, then the index */
-        snprintf(buf, sizeof buf, "%s/model.safetensors", L->path);
-        if (is_file(buf)) return open_file(L, buf);
-        snprintf(buf, sizeof buf, "%s/model.safetensors.index.json", L->path);
-        if (is_file(buf)) return open_sharded(L, buf);
-        snprintf(buf, sizeof buf, "%s/pytorch_model.bin", L->path);
-        if (is_file(buf))
+        /* transformers' order: the single file first, then the index; from
+         * here on messages name the file found, not the folder */
+        const char *dir = L->path;
+        snprintf(L->found, sizeof L->found, "%s/model.safetensors", dir);
+        if (is_file(L->found)) {
+            L->path = L->found;
+            return open_file(L, L->found);
+        }
+        snprintf(L->found, sizeof L->found, "%s/model.safetensors.index.json", dir);
+        if (is_file(L->found)) {
+            L->path = L->found;
+            return open_sharded(L, L->found);
+        }
+        snprintf(L->found, sizeof L->found, "%s/pytorch_model.bin", dir);
+        if (is_file(L->found))
             return DS_ERR(DS_ERR_UNSUPPORTED, "%s: holds only pytorch_model.bin (a Python pickle); "
                           "convert it to model.safetensors first (transformers: "
-                          "save_pretrained(dir, safe_serialization=True))", L->path);
-        return DS_ERR(DS_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json",
-                      L->path);
+                          "save_pretrained(dir, safe_serialization=True))", dir);
+        return DS_ERR(DS_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json", dir);
     }
     if (ends_with(L->path, ".json")) return open_sharded(L, L->path);
     return open_file(L, L->path);
@@ -309,6 +317,11 @@ ds_status ds_hf_load_weights(const ds_model *m, const char *path, ds_hf_set_fn s
         }
     DS_TRY_GOTO(st, open_checkpoint(&L), done);
     rep->n_files = L.n_files;
+    rep->source = strdup(L.path);
+    if (!rep->source) {
+        st = DS_ERR(DS_ERR_OOM, "%s: load report", L.path);
+        goto done;
+    }
     DS_TRY_GOTO(st, match(&L, rep), done);
     DS_TRY_GOTO(st, install(&L, set, user, rep), done);
 done:

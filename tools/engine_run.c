@@ -447,6 +447,7 @@ typedef struct launch_env {
     const char *mpi_world_var; /* set when inside an MPI job */
     int mpi_world;
     int in_srun_step;
+    const char *srun_world_var; /* SLURM_STEP_NUM_TASKS, else SLURM_NTASKS */
     int srun_world;
     int in_slurm_alloc; /* SLURM_JOB_ID set */
 } launch_env;
@@ -465,12 +466,14 @@ static void read_env(launch_env *e) {
      * SLURM_NTASKS set) without being a step: only srun steps have
      * SLURM_STEP_ID, so that is what says "the other tasks exist". */
     const char *procid = env_get("SLURM_PROCID");
-    const char *ntasks = env_get("SLURM_STEP_NUM_TASKS");
-    if (!ntasks) ntasks = env_get("SLURM_NTASKS");
+    const char *ntasks_var =
+        env_get("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
+    const char *ntasks = env_get(ntasks_var);
     if (procid && ntasks && env_get("SLURM_STEP_ID")) {
         e->in_srun_step = 1;
+        e->srun_world_var = ntasks_var;
         e->srun_world = parse_count(ntasks);
-        if (!e->srun_world) fail(EXIT_RUNTIME, "SLURM_NTASKS='%s' is not a task count", ntasks);
+        if (!e->srun_world) fail(EXIT_RUNTIME, "%s='%s' is not a task count", ntasks_var, ntasks);
     }
     e->in_slurm_alloc = env_get("SLURM_JOB_ID") != NULL;
 }
@@ -483,8 +486,7 @@ static plan_kind choose(const options *o, const launch_env *e) {
         const char *who = !e->mpi_world_var                               ? "srun"
                           : strcmp(e->mpi_world_var, "PMI_SIZE") == 0 ? "the MPI launcher"
                                                                       : "mpirun";
-        const char *var = e->mpi_world_var ? e->mpi_world_var
-                          : env_get("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
+        const char *var = e->mpi_world_var ? e->mpi_world_var : e->srun_world_var;
         int world = e->mpi_world_var ? e->mpi_world : e->srun_world;
         if (o->launcher == L_MPIRUN || o->launcher == L_SRUN)
             fail(EXIT_USAGE,

@@ -336,6 +336,11 @@ static void test_sharded(ds_model *m, sink *s) {
         CHECK(st == DS_OK && rep.n_loaded == N_MINI && rep.n_files == shards,
               "sharded via %s: %s (loaded %d, files %d)", p, ds_last_error(), rep.n_loaded,
               rep.n_files);
+        /* the folder and the index itself both name the index as the source */
+        char want[700];
+        snprintf(want, sizeof want, "%s/model.safetensors.index.json", dir);
+        CHECK(st == DS_OK && rep.source && strcmp(rep.source, want) == 0,
+              "sharded via %s: source %s, expected %s", p, rep.source ? rep.source : "(null)", want);
         for (int k = 0; k < N_MINI; k++) expect_values(s, k, DS_ST_F32, "sharded");
         ds_hf_load_report_free(&rep);
     }

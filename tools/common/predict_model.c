@@ -45,29 +45,16 @@ static ds_status path_join(char *out, size_t cap, const char *dir, const char *n
     return DS_OK;
 }
 
-/* model_path -> the directory of config.json, the weights to load and the
- * vocabulary file (see predict_model.h). */
-static ds_status resolve_paths(const pd_opts *o, char *dir, char *weights, char *vocab,
-                               size_t cap) {
+/* model_path -> the directory of config.json and the vocabulary file (see
+ * predict_model.h). The weights are model_path itself: ds_hf_load_weights
+ * finds the file in a folder. */
+static ds_status resolve_paths(const pd_opts *o, char *dir, char *vocab, size_t cap) {
     struct stat st;
     if (stat(o->model_path, &st) != 0)
         return DS_ERR(DS_ERR_IO, "%s: %s", o->model_path, strerror(errno));
-    if (snprintf(weights, cap, "%s", o->model_path) >= (int)cap)
-        return DS_ERR(DS_ERR_INVALID_ARG, "%s: path too long", o->model_path);
     if (S_ISDIR(st.st_mode)) {
-        snprintf(dir, cap, "%s", o->model_path);
-        /* Name the weights file itself, so messages about its tensors say
-         * which file; a folder with neither file goes to the loader as is,
-         * whose message lists what it looked for. */
-        const char *names[] = {"model.safetensors", "model.safetensors.index.json"};
-        for (int i = 0; i < 2; i++) {
-            char p[4096];
-            DS_TRY(path_join(p, sizeof p, dir, names[i]));
-            if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) {
-                snprintf(weights, cap, "%s", p);
-                break;
-            }
-        }
+        if (snprintf(dir, cap, "%s", o->model_path) >= (int)cap)
+            return DS_ERR(DS_ERR_INVALID_ARG, "%s: path too long", o->model_path);
     } else {
         const char *slash = strrchr(o->model_path, '/');
         if (!slash) snprintf(dir, cap, ".");
@@ -103,23 +90,18 @@ static ds_status load_tokenizer(const ds_saved_model *sm, const char *dir, const
     return DS_OK;
 }
 
-static ds_status set_param_cb(void *user, const char *name, const float *v, size_t n) {
-    DS_TRY(ds_set_param((engine_t *)user, name, v, n));
-    return DS_OK;
-}
-
 /* Every parameter must come from the file: one left at its random initial
  * value would make every prediction garbage without any other sign. */
 static ds_status load_weights(pd_model *m, const char *weights) {
     ds_hf_load_report rep = {0};
-    ds_status st = ds_hf_load_weights(ds_get_model(m->e), weights, set_param_cb, m->e, &rep);
+    ds_status st = ds_hf_load_weights(ds_get_model(m->e), weights, ds_set_param_cb, m->e, &rep);
     if (st == DS_OK && rep.n_missing > 0)
-        st = DS_ERR(DS_ERR_DATA, "%s: lacks %d parameter%s of the model: %s%s", weights,
+        st = DS_ERR(DS_ERR_DATA, "%s: lacks %d parameter%s of the model: %s%s", rep.source,
                     rep.n_missing, rep.n_missing > 1 ? "s" : "", rep.missing[0],
                     rep.n_missing > 1 ? ", ..." : "");
     if (st == DS_OK && rep.n_unexpected > 0)
         fprintf(stderr, "predict: warning: %s: %d tensor%s the model does not have, ignored: %s%s\n",
-                weights, rep.n_unexpected, rep.n_unexpected > 1 ? "s" : "", rep.unexpected[0],
+                rep.source, rep.n_unexpected, rep.n_unexpected > 1 ? "s" : "", rep.unexpected[0],
                 rep.n_unexpected > 1 ? ", ..." : "");
     ds_hf_load_report_free(&rep);
     DS_TRY(st);
@@ -153,8 +135,8 @@ static ds_status open_into(const pd_opts *o, pd_model *m) {
     if (o->max_seq_len != 0 && o->max_seq_len < 2)
         return DS_ERR(DS_ERR_INVALID_ARG, "max_seq_len must be >= 2 ([CLS] and [SEP]), got %d",
                       o->max_seq_len);
-    char dir[4096], weights[4096], vocab[4096];
-    DS_TRY(resolve_paths(o, dir, weights, vocab, sizeof dir));
+    char dir[4096], vocab[4096];
+    DS_TRY(resolve_paths(o, dir, vocab, sizeof dir));
     DS_TRY(ds_saved_model_read(dir, &m->sm));
     ds_saved_model *sm = &m->sm;
     m->batch = o->batch;
@@ -192,7 +174,7 @@ static ds_status open_into(const pd_opts *o, pd_model *m) {
     ds_model *model;
     DS_TRY(ds_saved_model_build(sm, &model));
     DS_TRY(start_engine(m, model));
-    DS_TRY(load_weights(m, weights));
+    DS_TRY(load_weights(m, o->model_path));
     return DS_OK;
 }
 
