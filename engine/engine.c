@@ -239,6 +239,11 @@ ds_status ds_set_param(engine_t *e, const char *name, const float *values, size_
     return DS_OK;
 }
 
+ds_status ds_set_param_cb(void *engine, const char *name, const float *values, size_t numel) {
+    DS_TRY(ds_set_param((engine_t *)engine, name, values, numel));
+    return DS_OK;
+}
+
 ds_status ds_get_grad(engine_t *e, const char *name, float *out, size_t numel) {
     int i;
     DS_TRY(find_param(e, name, numel, &i));

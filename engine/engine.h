@@ -155,6 +155,9 @@ ds_status ds_get_grad(engine_t *e, const char *name, float *out, size_t numel);
 /* Overwrite a parameter everywhere (e.g. loading pretrained weights before
  * training); every rank passes the same values. Collective. */
 ds_status ds_set_param(engine_t *e, const char *name, const float *values, size_t numel);
+/* ds_set_param shaped as a weight loader's callback (models/hf.h's
+ * ds_hf_set_fn): `engine` is the engine_t. */
+ds_status ds_set_param_cb(void *engine, const char *name, const float *values, size_t numel);
 
 /* Write every parameter, fp32, under its Hugging Face name, to one
  * safetensors file at `path` (rank 0 writes, atomically: path.tmp then

@@ -147,11 +147,6 @@ static ds_status make_model(const tc_opts *o, const data *d, ds_saved_model *sm,
     return DS_OK;
 }
 
-static ds_status set_param_cb(void *user, const char *name, const float *v, size_t n) {
-    DS_TRY(ds_set_param((engine_t *)user, name, v, n));
-    return DS_OK;
-}
-
 /* ---- checkpoints ---- */
 /* --resume: load the checkpoint latest names, if there is one. */
 static ds_status resume(engine_t *e, const tc_opts *o) {
@@ -325,7 +320,7 @@ static int run(const tc_opts *o) {
     }
     if (o->init_dir) {
         ds_hf_load_report rep = {0};
-        ds_status st = ds_hf_load_weights(ds_get_model(e), o->init_dir, set_param_cb, e, &rep);
+        ds_status st = ds_hf_load_weights(ds_get_model(e), o->init_dir, ds_set_param_cb, e, &rep);
         if (rank == 0) ds_hf_load_report_print(&rep, stdout);
         ds_hf_load_report_free(&rep);
         if (st != DS_OK) {

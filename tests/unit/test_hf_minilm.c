@@ -29,10 +29,6 @@
 #include "models/hf.h"
 #include "tests/unit/test_util.h"
 
-static ds_status set_into_engine(void *user, const char *name, const float *data, size_t numel) {
-    return ds_set_param((engine_t *)user, name, data, numel);
-}
-
 static const char *k_config =
     "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 1,"
     " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 5e-5}},"
@@ -72,7 +68,7 @@ int main(int argc, char **argv) {
     id.quiet = true;
     CHECK_OK_GOTO(ds_initialize(&id, &e), out);
 
-    CHECK_OK_GOTO(ds_hf_load_weights(ds_get_model(e), dir, set_into_engine, e, &rep), out);
+    CHECK_OK_GOTO(ds_hf_load_weights(ds_get_model(e), dir, ds_set_param_cb, e, &rep), out);
     ds_hf_load_report_print(&rep, stdout);
     CHECK(rep.n_missing == 2, "missing %d, want classifier.weight and .bias", rep.n_missing);
     for (int i = 0; i < rep.n_missing; i++)
