@@ -3,6 +3,7 @@
  * polled with the same deadline), and the stats. */
 #include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -224,8 +225,18 @@ ds_status ds_comm_agree(ds_comm *c, ds_status local, ds_status *out_worst) {
      * own status through *out_worst. */
     DS_TRY(host_wait(c, &req, "agree"));
     *out_worst = (ds_status)pair[0];
-    if (local == DS_OK && pair[0] != DS_OK)
-        DS_ERR((ds_status)pair[0], "rank %d failed with %s (its own log has the reason)",
-               pair[1], ds_status_to_string((ds_status)pair[0]));
+    if (pair[0] == DS_OK) return DS_OK;
+    /* Somebody failed (every rank knows it, so every rank joins): that rank
+     * sends its message, so the others can say why, not only who. */
+    char msg[1024] = {0};
+    if (c->rank == pair[1]) snprintf(msg, sizeof msg, "%s", ds_last_error());
+    MPI_Request breq;
+    rc = MPI_Ibcast(msg, (int)sizeof msg, MPI_BYTE, pair[1], ds_comm_base(c)->comm, &breq);
+    if (rc != MPI_SUCCESS) return ds_comm_mpi_error(rc, "agree: MPI_Ibcast", c);
+    DS_TRY(host_wait(c, &breq, "agree"));
+    msg[sizeof msg - 1] = '\0';
+    if (local == DS_OK)
+        DS_ERR((ds_status)pair[0], "rank %d failed with %s: %s", pair[1],
+               ds_status_to_string((ds_status)pair[0]), msg);
     return DS_OK;
 }

@@ -161,7 +161,10 @@ ds_status ds_comm_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds_dt
  * (e.g. a bad data line seen by one rank only). Uses the host path even under
  * NCCL. Returns DS_OK when the agreement itself worked (else the comm error,
  * with *out_worst = local); on a rank whose own status was DS_OK but another's
- * was not, ds_last_error() then reads "rank R failed with DS_ERR_...". */
+ * was not, ds_last_error() then reads "rank R failed with DS_ERR_...: <R's
+ * message>" (R: the lowest rank with the worst status; a failing rank keeps
+ * its own message). Costs one small all-reduce, plus one broadcast of the
+ * message when some rank failed. */
 ds_status ds_comm_agree(ds_comm *c, ds_status local, ds_status *out_worst);
 
 /* Host-side MPI collectives for small metadata, also available when the data
