@@ -154,18 +154,10 @@ ds_status ds_initialize(const ds_init_desc *d, engine_t **out) {
 
     /* Local construction may fail on one rank only (memory, a device):
      * agree before anything collective so that no rank waits alone. */
-    ds_status local = build_local(e, d);
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", ds_last_error());
     ds_status worst;
-    DS_TRY_GOTO(st, ds_comm_agree(e->comm, local, &worst), fail);
-    if (local != DS_OK) {
-        st = DS_ERR(local, "%s", msg);
-        goto fail;
-    }
-    if (worst != DS_OK) {
-        st = DS_ERR(worst, "another rank failed during ds_initialize (%s); see its message",
-                    ds_status_to_string(worst));
+    DS_TRY_GOTO(st, ds_comm_agree(e->comm, build_local(e, d), &worst), fail);
+    if (worst != DS_OK) { /* the message is this rank's, or names the rank that failed */
+        st = worst;
         goto fail;
     }
     if (!e->quiet) ds_engine_print_startup(e);

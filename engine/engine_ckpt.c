@@ -17,24 +17,13 @@
 
 /* ------------------------------------------------------------------ shared */
 
-/* All ranks learn whether any rank failed; a failing rank keeps its own
- * message, the others get the message of the lowest failing rank. Collective. */
+/* All ranks learn whether any rank failed: a failing rank returns its own
+ * status and message, the others the worst status with the message of the
+ * rank that had it (ds_comm_agree). Collective. */
 static ds_status agree(engine_t *e, ds_status local) {
-    ds_comm *c = e->comm;
-    int64_t first = local != DS_OK ? c->rank : c->world;
-    DS_TRY(ds_comm_host_all_reduce(c, &first, 1, DS_I64, DS_REDUCE_MIN));
-    if (first == c->world) return DS_OK;
-    struct {
-        int64_t code;
-        char msg[1016];
-    } box = {0};
-    if (first == c->rank) {
-        box.code = local;
-        snprintf(box.msg, sizeof box.msg, "%s", ds_last_error());
-    }
-    DS_TRY(ds_comm_host_broadcast(c, &box, sizeof box, (int)first));
-    if (first == c->rank) return local;
-    return DS_ERR((ds_status)box.code, "rank %lld: %s", (long long)first, box.msg);
+    ds_status worst;
+    DS_TRY(ds_comm_agree(e->comm, local, &worst));
+    return local != DS_OK ? local : worst;
 }
 
 /* The range of the flat space whose optimizer state this rank holds: its

@@ -30,9 +30,8 @@ ds_status ds_save_weights(engine_t *e, const char *path) {
      * so the gathers below stay matched. */
     ds_status worst;
     DS_TRY_GOTO(st, ds_comm_agree(e->comm, local, &worst), done);
-    if (worst != DS_OK) {
-        st = e->comm->rank == 0 ? local
-                                : DS_ERR(worst, "rank 0 could not open %s for writing", path);
+    if (worst != DS_OK) { /* other ranks' message names rank 0 and its error */
+        st = worst;
         goto done;
     }
     /* One tensor at a time: gathered (collective), then written by rank 0. */
