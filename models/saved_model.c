@@ -1,31 +1,15 @@
 /* config.json of a saved classifier, in Hugging Face's layout. */
 #include "models/saved_model.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-static ds_status mkdir_p(const char *dir) {
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-        return DS_ERR(DS_ERR_INVALID_ARG, "directory name too long: %s", dir);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return DS_ERR(DS_ERR_IO, "mkdir %s: %s", buf, strerror(errno));
-            *p = '/';
-        }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return DS_ERR(DS_ERR_IO, "mkdir %s: %s", buf, strerror(errno));
-    return DS_OK;
-}
+#include "engine/io/ckpt_dir.h"
 
 ds_status ds_saved_model_write(const char *dir, const ds_saved_model *m) {
-    DS_TRY(mkdir_p(dir));
+    DS_TRY(ds_ckpt_mkdirs(dir));
     json_t *root = json_object(), *id2label = json_object(), *label2id = json_object();
     json_t *ze = json_object();
     for (int c = 0; c < m->n_classes; c++) {

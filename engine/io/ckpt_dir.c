@@ -95,17 +95,20 @@ ds_status ds_ckpt_remove_flat_dir(const char *dir) {
     return DS_OK;
 }
 
-/* The folder part of path ("." when there is none). */
-static void parent_of(const char *path, char *out, size_t cap) {
-    snprintf(out, cap, "%s", path);
-    char *slash = strrchr(out, '/');
-    if (!slash) snprintf(out, cap, ".");
-    else if (slash == out) out[1] = '\0';
+ds_status ds_ckpt_fsync_parent(const char *path) {
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
+        return DS_ERR(DS_ERR_INVALID_ARG, "path too long: %s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = '\0';
     else *slash = '\0';
+    DS_TRY(ds_ckpt_fsync_dir(dir));
+    return DS_OK;
 }
 
 ds_status ds_ckpt_write_file_atomic(const char *path, const void *data, size_t len) {
-    char tmp[4096], dir[4096];
+    char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         return DS_ERR(DS_ERR_INVALID_ARG, "path too long: %s", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -122,8 +125,7 @@ ds_status ds_ckpt_write_file_atomic(const char *path, const void *data, size_t l
         ds_error_trace(__FILE__, __LINE__);
         return st;
     }
-    parent_of(path, dir, sizeof dir);
-    DS_TRY(ds_ckpt_fsync_dir(dir));
+    DS_TRY(ds_ckpt_fsync_parent(path));
     return DS_OK;
 }
 

@@ -34,6 +34,9 @@ ds_status ds_ckpt_check_tag(const char *tag);
 
 /* fsync a folder (its entries). Errors: DS_ERR_IO naming it. */
 ds_status ds_ckpt_fsync_dir(const char *dir);
+/* fsync the folder holding `path` ("." when it names none), so a file
+ * created or renamed there survives a crash. Errors as ds_ckpt_fsync_dir. */
+ds_status ds_ckpt_fsync_parent(const char *path);
 /* mkdir -p. Errors: DS_ERR_IO naming the component that failed. */
 ds_status ds_ckpt_mkdirs(const char *dir);
 /* Remove a flat folder of files (a TAG.tmp a crash left, or an old TAG

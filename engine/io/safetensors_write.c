@@ -4,13 +4,14 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "engine/io/ckpt_dir.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors_write.c writes host bytes as little-endian"
@@ -23,22 +24,6 @@ uint64_t ds_st_decl_bytes(const ds_st_decl *d) {
         if (d->shape[i] < 0 || __builtin_mul_overflow(n, (uint64_t)d->shape[i], &n)) return 0;
     }
     return n;
-}
-
-/* fsync the folder holding `path`, so a rename into it survives a crash. */
-static ds_status fsync_parent(const char *path) {
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return DS_ERR(DS_ERR_IO, "%s: open folder for fsync: %s", dir, strerror(errno));
-    int rc = fsync(fd);
-    int err = errno;
-    close(fd);
-    if (rc != 0) return DS_ERR(DS_ERR_IO, "%s: fsync folder: %s", dir, strerror(err));
-    return DS_OK;
 }
 
 /* Flush, fsync and close fp (written as tmp), then rename tmp -> path and
@@ -54,7 +39,7 @@ static ds_status commit_file(FILE *fp, const char *tmp, const char *path) {
         unlink(tmp);
         return st;
     }
-    DS_TRY(fsync_parent(path));
+    DS_TRY(ds_ckpt_fsync_parent(path));
     return DS_OK;
 }
 
@@ -558,9 +543,8 @@ ds_status ds_st_sharded_write_f32(ds_st_sharded *s, const float *values, size_t 
 }
 
 static ds_status write_index(ds_st_sharded *s) {
-    char path[4096], tmp[4100], name[256];
+    char path[4096], name[256];
     snprintf(path, sizeof path, "%s/%s.safetensors.index.json", s->dir, s->prefix);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     json_t *root = json_object(), *md = json_object(), *wm = json_object();
     uint64_t total = 0;
     for (int sh = 0; sh < s->n_shards; sh++) {
@@ -576,21 +560,16 @@ static ds_status write_index(ds_st_sharded *s) {
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(root);
     if (!text) return DS_ERR(DS_ERR_OOM, "%s: index", path);
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) {
-        free(text);
-        return DS_ERR(DS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    }
     size_t len = strlen(text);
-    bool ok = fwrite(text, 1, len, fp) == len && fputc('\n', fp) != EOF;
-    free(text);
-    if (!ok) {
-        ds_status st = DS_ERR(DS_ERR_IO, "%s: write: %s", tmp, strerror(errno));
-        fclose(fp);
-        unlink(tmp);
-        return st;
+    char *line = realloc(text, len + 1); /* json_dumps's buffer is malloc'd */
+    if (!line) {
+        free(text);
+        return DS_ERR(DS_ERR_OOM, "%s: index", path);
     }
-    DS_TRY(commit_file(fp, tmp, path));
+    line[len] = '\n'; /* the terminating NUL's byte; the length says where to stop */
+    ds_status st = ds_ckpt_write_file_atomic(path, line, len + 1);
+    free(line);
+    DS_TRY(st);
     return DS_OK;
 }
 
