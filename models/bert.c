@@ -89,6 +89,8 @@ ds_status ds_bert_create(const ds_bert_desc *in, ds_model **out) {
     for (int i = 0; i < d.num_hidden_layers && st == DS_OK; i++) {
         char name[64];
         snprintf(name, sizeof name, "bert.encoder.layer.%d", i);
+        /* the pooler reads only [CLS]: the last layer computes that row alone */
+        ld.cls_only = i == d.num_hidden_layers - 1;
         st = ds_mod_encoder_layer_create(name, &ld, &m);
         ds_model_builder_add(&mb, &st, m);
     }

@@ -1,25 +1,32 @@
 /* "encoder_layer": one BertLayer of Hugging Face (post-LN), [B, T, H] -> [B, T, H].
  *
- *   Q, K, V = x Wq^T + bq, x Wk^T + bk, x Wv^T + bv        (heads side by side in H)
- *   P       = softmax(Q K^T / sqrt(hd) + padding mask)      [B, nh, T, T]
+ *   Q, K, V = xq Wq^T + bq, x Wk^T + bk, x Wv^T + bv       (heads side by side in H)
+ *   P       = softmax(Q K^T / sqrt(hd) + padding mask)      [B, nh, Tq, T]
  *   C       = dropout_a(P) V                                 (heads merged back into H)
- *   A1      = x + dropout_h(C Wo^T + bo);      H1 = LN1(A1)
+ *   A1      = xq + dropout_h(C Wo^T + bo);     H1 = LN1(A1)
  *   U       = H1 Wi^T;   G = gelu(U + bi)
  *   A2      = H1 + dropout_h(G Wo2^T + bo2);   y  = LN2(A2)
  *
- * The attention GEMMs read the heads in place from the [B, T, H] layout
- * (head h of row b is the column block h*hd of every row, leading dimension
- * H), one strided-batched call per head over the B rows, so no split/merge
- * copies are needed.
+ * xq are the query positions: all T of them (Tq = T, xq = x), or only
+ * position 0 (Tq = 1, desc.cls_only: xq = x[:, 0, :], and y is zero outside
+ * row 0). Keys and values always come from all T positions. Every tensor
+ * after the queries has Nq = B Tq rows.
+ *
+ * The attention GEMMs read the heads in place from the [B, Tq or T, H]
+ * layouts (head h of row b is the column block h*hd of every row, leading
+ * dimension H), one strided-batched call per head over the B rows, so no
+ * split/merge copies are needed.
  *
  * Dropout sites draw from one stream (ctx->seed) at disjoint offsets:
- * attention probs [0, B nh T^2), attention output [+N H), FFN output [+N H).
+ * attention probs [0, B nh Tq T), attention output [+Nq H), FFN output [+Nq H).
  *
- * saved (floats): Q, K, V, C, A1, H1, A2 [N, H]; P [B, nh, T, T];
- *                 U, G [N, I]; mean/rstd of both layer norms [N]   (N = B T)
- * scratch: forward  max(N H, B nh T^2) (the GEMM output before the fused
- *          bias + dropout + residual; the dropped-out P);
- *          backward 2 N H + max(N I, 2 B nh T^2 + 3 N H). */
+ * saved (floats): K, V [N, H]; Q, C, A1, H1, A2 [Nq, H]; P [B, nh, Tq, T];
+ *                 U, G [Nq, I]; mean/rstd of both layer norms [Nq]  (N = B T)
+ * scratch: forward  max(Nq H, B nh Tq T) (the GEMM output before the fused
+ *          bias + dropout + residual, then y's rows; the dropped-out P),
+ *          + xq [Nq H] when Tq = 1;
+ *          backward 2 Nq H (+ 2 Nq H when Tq = 1: dy's rows, dA1)
+ *          + max(Nq I, 2 B nh Tq T + Nq H + 2 N H). */
 #include <math.h>
 
 #include "models/modules.h"
@@ -47,66 +54,86 @@ typedef struct enc_impl {
     int hd; /* head width H / nh */
 } enc_impl;
 
+/* Sizes of one call: B rows of T positions, Tq of them queried. */
+typedef struct enc_dims {
+    int B, T, Tq, H, I, nh, hd;
+    size_t N, Nq;  /* B T, B Tq */
+    size_t PP;     /* B nh Tq T: attention probabilities */
+} enc_dims;
+
+static enc_dims enc_dims_of(const enc_impl *L, int B, int T) {
+    enc_dims z = {.B = B, .T = T, .Tq = L->d.cls_only ? 1 : T, .H = L->d.hidden,
+                  .I = L->d.intermediate, .nh = L->d.heads, .hd = L->hd};
+    z.N = (size_t)B * T;
+    z.Nq = (size_t)B * z.Tq;
+    z.PP = (size_t)B * z.nh * z.Tq * T;
+    return z;
+}
+
 typedef struct enc_saved {
     float *q, *k, *v, *p, *c, *a1, *mean1, *rstd1, *h1, *u, *g, *a2, *mean2, *rstd2;
 } enc_saved;
 
-static size_t enc_saved_layout(const enc_impl *L, int B, int T, void *base, enc_saved *s) {
-    size_t N = (size_t)B * T, H = (size_t)L->d.hidden, I = (size_t)L->d.intermediate;
-    size_t PP = (size_t)B * L->d.heads * T * T;
+static size_t enc_saved_layout(const enc_dims *z, void *base, enc_saved *s) {
+    size_t H = (size_t)z->H, I = (size_t)z->I;
     ds_carve c = ds_carve_begin(base);
-    s->q = ds_carve_f32(&c, N * H);
-    s->k = ds_carve_f32(&c, N * H);
-    s->v = ds_carve_f32(&c, N * H);
-    s->p = ds_carve_f32(&c, PP);
-    s->c = ds_carve_f32(&c, N * H);
-    s->a1 = ds_carve_f32(&c, N * H);
-    s->mean1 = ds_carve_f32(&c, N);
-    s->rstd1 = ds_carve_f32(&c, N);
-    s->h1 = ds_carve_f32(&c, N * H);
-    s->u = ds_carve_f32(&c, N * I);
-    s->g = ds_carve_f32(&c, N * I);
-    s->a2 = ds_carve_f32(&c, N * H);
-    s->mean2 = ds_carve_f32(&c, N);
-    s->rstd2 = ds_carve_f32(&c, N);
+    s->q = ds_carve_f32(&c, z->Nq * H);
+    s->k = ds_carve_f32(&c, z->N * H);
+    s->v = ds_carve_f32(&c, z->N * H);
+    s->p = ds_carve_f32(&c, z->PP);
+    s->c = ds_carve_f32(&c, z->Nq * H);
+    s->a1 = ds_carve_f32(&c, z->Nq * H);
+    s->mean1 = ds_carve_f32(&c, z->Nq);
+    s->rstd1 = ds_carve_f32(&c, z->Nq);
+    s->h1 = ds_carve_f32(&c, z->Nq * H);
+    s->u = ds_carve_f32(&c, z->Nq * I);
+    s->g = ds_carve_f32(&c, z->Nq * I);
+    s->a2 = ds_carve_f32(&c, z->Nq * H);
+    s->mean2 = ds_carve_f32(&c, z->Nq);
+    s->rstd2 = ds_carve_f32(&c, z->Nq);
     return c.off;
 }
 
-/* Forward scratch: `t` (a GEMM output of [N, H]) and `pd` (dropout(P)) are
- * never live together, so they share one region. */
+/* Forward scratch: `t` (a GEMM output of [Nq, H], later y's rows before they
+ * are scattered) and `pd` (dropout(P)) are never live together, so they share
+ * one region; `xq` (Tq = 1: the rows of x at position 0) lives throughout. */
 typedef struct enc_fwd_scratch {
-    float *t, *pd;
+    float *t, *pd, *xq;
 } enc_fwd_scratch;
 
-static size_t enc_fwd_layout(const enc_impl *L, int B, int T, void *base, enc_fwd_scratch *s) {
-    size_t NH = (size_t)B * T * L->d.hidden, PP = (size_t)B * L->d.heads * T * T;
+static size_t enc_fwd_layout(const enc_dims *z, void *base, enc_fwd_scratch *s) {
+    size_t NqH = z->Nq * (size_t)z->H;
     ds_carve c = ds_carve_begin(base);
-    float *r = ds_carve_f32(&c, NH > PP ? NH : PP);
+    float *r = ds_carve_f32(&c, NqH > z->PP ? NqH : z->PP);
     s->t = r;
     s->pd = r;
+    s->xq = z->Tq < z->T ? ds_carve_f32(&c, NqH) : NULL;
     return c.off;
 }
 
-/* Backward scratch: d1, d2 [N, H] through the whole call; then either dg
- * [N, I] (the FFN) or dp, pd [B nh T T] + dq, dk, dv [N, H] (the attention),
- * which are never live together. */
+/* Backward scratch: d1, d2 [Nq, H] through the whole call (and, when Tq = 1,
+ * dyq: dy's rows at position 0, and da1 = dA1, which the full layer keeps in
+ * dx); then either dg [Nq, I] (the FFN) or dp, pd [B nh Tq T] + dq [Nq, H] +
+ * dk, dv [N, H] (the attention), which are never live together. */
 typedef struct enc_bwd_scratch {
-    float *d1, *d2, *dg, *dp, *pd, *dq, *dk, *dv;
+    float *d1, *d2, *dyq, *da1, *dg, *dp, *pd, *dq, *dk, *dv;
 } enc_bwd_scratch;
 
-static size_t enc_bwd_layout(const enc_impl *L, int B, int T, void *base, enc_bwd_scratch *s) {
-    size_t NH = (size_t)B * T * L->d.hidden, NI = (size_t)B * T * L->d.intermediate;
-    size_t PP = (size_t)B * L->d.heads * T * T;
+static size_t enc_bwd_layout(const enc_dims *z, void *base, enc_bwd_scratch *s) {
+    size_t NqH = z->Nq * (size_t)z->H, NH = z->N * (size_t)z->H;
+    bool part = z->Tq < z->T;
     ds_carve c = ds_carve_begin(base);
-    s->d1 = ds_carve_f32(&c, NH);
-    s->d2 = ds_carve_f32(&c, NH);
+    s->d1 = ds_carve_f32(&c, NqH);
+    s->d2 = ds_carve_f32(&c, NqH);
+    s->dyq = part ? ds_carve_f32(&c, NqH) : NULL;
+    s->da1 = part ? ds_carve_f32(&c, NqH) : NULL;
     size_t shared_at = c.off;
-    s->dg = ds_carve_f32(&c, NI);
+    s->dg = ds_carve_f32(&c, z->Nq * (size_t)z->I);
     size_t after_ffn = c.off;
     c.off = shared_at;
-    s->dp = ds_carve_f32(&c, PP);
-    s->pd = ds_carve_f32(&c, PP);
-    s->dq = ds_carve_f32(&c, NH);
+    s->dp = ds_carve_f32(&c, z->PP);
+    s->pd = ds_carve_f32(&c, z->PP);
+    s->dq = ds_carve_f32(&c, NqH);
     s->dk = ds_carve_f32(&c, NH);
     s->dv = ds_carve_f32(&c, NH);
     if (after_ffn > c.off) c.off = after_ffn;
@@ -118,15 +145,17 @@ static size_t enc_out_elems(const ds_module *m, int B, int T) {
 }
 
 static size_t enc_saved_bytes(const ds_module *m, int B, int T) {
+    enc_dims z = enc_dims_of(m->impl, B, T);
     enc_saved s;
-    return enc_saved_layout(m->impl, B, T, NULL, &s);
+    return enc_saved_layout(&z, NULL, &s);
 }
 
 static size_t enc_scratch_bytes(const ds_module *m, int B, int T) {
+    enc_dims z = enc_dims_of(m->impl, B, T);
     enc_fwd_scratch f;
     enc_bwd_scratch b;
-    size_t fb = enc_fwd_layout(m->impl, B, T, NULL, &f);
-    size_t bb = enc_bwd_layout(m->impl, B, T, NULL, &b);
+    size_t fb = enc_fwd_layout(&z, NULL, &f);
+    size_t bb = enc_bwd_layout(&z, NULL, &b);
     return fb > bb ? fb : bb;
 }
 
@@ -149,61 +178,75 @@ static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
     const enc_impl *L = m->impl;
     ds_backend *be = ctx->be;
     const ds_batch *bt = ctx->batch;
-    int B = bt->B, T = bt->T, H = L->d.hidden, I = L->d.intermediate, nh = L->d.heads;
-    int hd = L->hd, N = B * T;
-    int64_t TT = (int64_t)T * T, PP = (int64_t)B * nh * TT;
+    const enc_dims z = enc_dims_of(L, bt->B, bt->T);
+    const int B = z.B, T = z.T, Tq = z.Tq, H = z.H, I = z.I, nh = z.nh, hd = z.hd;
+    const int N = (int)z.N, Nq = (int)z.Nq;
+    const bool part = Tq < T;
+    int64_t TT = (int64_t)Tq * T;
     float pa, ph;
     enc_drops(L, ctx, &pa, &ph);
     float *const *P = ctx->params;
     enc_saved s;
-    enc_saved_layout(L, B, T, ctx->saved, &s);
+    enc_saved_layout(&z, ctx->saved, &s);
     enc_fwd_scratch w;
-    enc_fwd_layout(L, B, T, ctx->scratch, &w);
+    enc_fwd_layout(&z, ctx->scratch, &w);
     const float *x = ctx->x;
+    const float *xq = x;
+    if (part) { /* position 0 of every row, contiguous for the residual */
+        DS_TRY(be->nn->copy_rows(be, w.xq, H, x, T * H, B, H, false));
+        xq = w.xq;
+    }
 
-    DS_TRY(proj_fwd(be, s.q, x, P[P_Q_W], P[P_Q_B], N, H));
+    DS_TRY(proj_fwd(be, s.q, xq, P[P_Q_W], P[P_Q_B], Nq, H));
     DS_TRY(proj_fwd(be, s.k, x, P[P_K_W], P[P_K_B], N, H));
     DS_TRY(proj_fwd(be, s.v, x, P[P_V_W], P[P_V_B], N, H));
 
     /* scores: for head h, batch b: S[b, h] = Q[b, :, h] K[b, :, h]^T */
     for (int h = 0; h < nh; h++)
-        DS_TRY(be->ops->gemm(be, false, true, T, T, hd, 1.0f, s.q + h * hd, H, (int64_t)T * H,
-                             s.k + h * hd, H, (int64_t)T * H, 0.0f, s.p + h * TT, T, nh * TT,
-                             B));
+        DS_TRY(be->ops->gemm(be, false, true, Tq, T, hd, 1.0f, s.q + h * hd, H,
+                             (int64_t)Tq * H, s.k + h * hd, H, (int64_t)T * H, 0.0f,
+                             s.p + h * TT, T, nh * TT, B));
     float scale = 1.0f / sqrtf((float)hd);
     float *pd = pa > 0.0f ? w.pd : NULL;
-    DS_TRY(be->nn->attn_softmax_fwd(be, s.p, pd, s.p, bt->mask, B, nh, T, scale, pa, ctx->seed,
-                                    0));
+    DS_TRY(be->nn->attn_softmax_fwd(be, s.p, pd, s.p, bt->mask, B, nh, Tq, T, scale, pa,
+                                    ctx->seed, 0));
     const float *pv = pd ? pd : s.p;
     /* context: C[b, :, h] = P[b, h] V[b, :, h] */
     for (int h = 0; h < nh; h++)
-        DS_TRY(be->ops->gemm(be, false, false, T, hd, T, 1.0f, pv + h * TT, T, nh * TT,
+        DS_TRY(be->ops->gemm(be, false, false, Tq, hd, T, 1.0f, pv + h * TT, T, nh * TT,
                              s.v + h * hd, H, (int64_t)T * H, 0.0f, s.c + h * hd, H,
-                             (int64_t)T * H, B));
+                             (int64_t)Tq * H, B));
 
-    /* attention output: A1 = x + dropout(C Wo^T + bo); H1 = LN1(A1) */
-    DS_TRY(ds_linear_fwd(be, w.t, s.c, H, P[P_AO_W], N, H, H, 0.0f));
-    DS_TRY(be->nn->dropout_fwd(be, s.a1, w.t, P[P_AO_B], x, N, H, ph, ctx->seed, (uint64_t)PP));
-    DS_TRY(be->nn->layernorm_fwd(be, s.h1, s.mean1, s.rstd1, s.a1, P[P_LN1_W], P[P_LN1_B], N, H,
-                                 L->d.ln_eps));
+    /* attention output: A1 = xq + dropout(C Wo^T + bo); H1 = LN1(A1) */
+    DS_TRY(ds_linear_fwd(be, w.t, s.c, H, P[P_AO_W], Nq, H, H, 0.0f));
+    DS_TRY(be->nn->dropout_fwd(be, s.a1, w.t, P[P_AO_B], xq, Nq, H, ph, ctx->seed,
+                               (uint64_t)z.PP));
+    DS_TRY(be->nn->layernorm_fwd(be, s.h1, s.mean1, s.rstd1, s.a1, P[P_LN1_W], P[P_LN1_B], Nq,
+                                 H, L->d.ln_eps));
 
     /* feed-forward: G = gelu(H1 Wi^T + bi); A2 = H1 + dropout(G Wo2^T + bo2) */
-    DS_TRY(ds_linear_fwd(be, s.u, s.h1, H, P[P_I_W], N, H, I, 0.0f));
-    DS_TRY(be->nn->bias_act_fwd(be, s.g, s.u, P[P_I_B], N, I, DS_ACT_GELU));
-    DS_TRY(ds_linear_fwd(be, w.t, s.g, I, P[P_O_W], N, I, H, 0.0f));
-    DS_TRY(be->nn->dropout_fwd(be, s.a2, w.t, P[P_O_B], s.h1, N, H, ph, ctx->seed,
-                               (uint64_t)PP + (uint64_t)N * H));
-    DS_TRY(be->nn->layernorm_fwd(be, ctx->y, s.mean2, s.rstd2, s.a2, P[P_LN2_W], P[P_LN2_B], N, H,
-                                 L->d.ln_eps));
-    return DS_OK;
+    DS_TRY(ds_linear_fwd(be, s.u, s.h1, H, P[P_I_W], Nq, H, I, 0.0f));
+    DS_TRY(be->nn->bias_act_fwd(be, s.g, s.u, P[P_I_B], Nq, I, DS_ACT_GELU));
+    DS_TRY(ds_linear_fwd(be, w.t, s.g, I, P[P_O_W], Nq, I, H, 0.0f));
+    DS_TRY(be->nn->dropout_fwd(be, s.a2, w.t, P[P_O_B], s.h1, Nq, H, ph, ctx->seed,
+                               (uint64_t)z.PP + z.Nq * (size_t)H));
+    if (!part)
+        return be->nn->layernorm_fwd(be, ctx->y, s.mean2, s.rstd2, s.a2, P[P_LN2_W], P[P_LN2_B],
+                                     N, H, L->d.ln_eps);
+    /* y: zeros, then LN2's rows at position 0 (w.t is free again) */
+    DS_TRY(be->nn->layernorm_fwd(be, w.t, s.mean2, s.rstd2, s.a2, P[P_LN2_W], P[P_LN2_B], Nq,
+                                 H, L->d.ln_eps));
+    DS_TRY(be->ops->memset(be, ctx->y, 0, z.N * (size_t)H * sizeof(float), NULL));
+    return be->nn->copy_rows(be, ctx->y, T * H, w.t, H, B, H, false);
 }
 
-/* Backward of y = x W^T + b given dy: dW, db +=; dx += dy W. */
+/* Backward of y = x W^T + b given dy: dW, db +=; dx = dy W + beta dx. x has
+ * leading dimension ldx (strided rows: position 0 of every row), dx H. */
 static ds_status proj_bwd(ds_backend *be, float *dx, float *dW, float *db, const float *dy,
-                          const float *x, const float *W, int N, int H) {
-    DS_TRY(ds_linear_bwd_w(be, dW, dy, x, H, N, H, H));
+                          const float *x, int ldx, const float *W, int N, int H, float beta) {
+    DS_TRY(ds_linear_bwd_w(be, dW, dy, x, ldx, N, H, H));
     DS_TRY(be->nn->bcast_add_bwd(be, db, dy, N, H));
-    DS_TRY(ds_linear_bwd_x(be, dx, H, dy, W, N, H, H, 1.0f));
+    DS_TRY(ds_linear_bwd_x(be, dx, H, dy, W, N, H, H, beta));
     return DS_OK;
 }
 
@@ -214,66 +257,85 @@ static ds_status enc_backward(ds_module *m, ds_module_ctx *ctx) {
     const enc_impl *L = m->impl;
     ds_backend *be = ctx->be;
     const ds_batch *bt = ctx->batch;
-    int B = bt->B, T = bt->T, H = L->d.hidden, I = L->d.intermediate, nh = L->d.heads;
-    int hd = L->hd, N = B * T;
-    int64_t TT = (int64_t)T * T, PP = (int64_t)B * nh * TT;
+    const enc_dims z = enc_dims_of(L, bt->B, bt->T);
+    const int B = z.B, T = z.T, Tq = z.Tq, H = z.H, I = z.I, nh = z.nh, hd = z.hd;
+    const int N = (int)z.N, Nq = (int)z.Nq;
+    const bool part = Tq < T;
+    int64_t TT = (int64_t)Tq * T;
     float pa, ph;
     enc_drops(L, ctx, &pa, &ph);
     float *const *P = ctx->params;
     float *const *G = ctx->grads;
     enc_saved s;
-    enc_saved_layout(L, B, T, ctx->saved, &s);
+    enc_saved_layout(&z, ctx->saved, &s);
     enc_bwd_scratch w;
-    enc_bwd_layout(L, B, T, ctx->scratch, &w);
+    enc_bwd_layout(&z, ctx->scratch, &w);
     const float *x = ctx->x;
     float *dx = ctx->dx;
-    uint64_t off_ao = (uint64_t)PP, off_o = (uint64_t)PP + (uint64_t)N * H;
+    uint64_t off_ao = (uint64_t)z.PP, off_o = (uint64_t)z.PP + z.Nq * (size_t)H;
+    const float *dy = ctx->dy;
+    if (part) { /* only position 0 of y was computed; the other rows' dy is ignored */
+        DS_TRY(be->nn->copy_rows(be, w.dyq, H, dy, T * H, B, H, false));
+        dy = w.dyq;
+    }
+    /* dA1, the residual path: the full layer builds it in dx, which the
+     * attention then adds to; with Tq = 1 it is apart and joins dx last */
+    float *da1 = part ? w.da1 : dx;
 
     /* d1 = dA2 = LN2'(dy) */
-    DS_TRY(be->nn->layernorm_bwd(be, w.d1, G[P_LN2_W], G[P_LN2_B], ctx->dy, s.a2, s.mean2,
-                                 s.rstd2, P[P_LN2_W], N, H, false));
+    DS_TRY(be->nn->layernorm_bwd(be, w.d1, G[P_LN2_W], G[P_LN2_B], dy, s.a2, s.mean2, s.rstd2,
+                                 P[P_LN2_W], Nq, H, false));
     /* d2 = d(G Wo2^T + bo2) through the dropout; dbo2 += */
-    DS_TRY(be->nn->dropout_bwd(be, w.d2, G[P_O_B], w.d1, N, H, ph, ctx->seed, off_o));
-    DS_TRY(ds_linear_bwd_w(be, G[P_O_W], w.d2, s.g, I, N, I, H));
-    DS_TRY(ds_linear_bwd_x(be, w.dg, I, w.d2, P[P_O_W], N, I, H, 0.0f));
-    DS_TRY(be->nn->bias_act_bwd(be, w.dg, G[P_I_B], w.dg, s.u, P[P_I_B], N, I, DS_ACT_GELU));
-    DS_TRY(ds_linear_bwd_w(be, G[P_I_W], w.dg, s.h1, H, N, H, I));
+    DS_TRY(be->nn->dropout_bwd(be, w.d2, G[P_O_B], w.d1, Nq, H, ph, ctx->seed, off_o));
+    DS_TRY(ds_linear_bwd_w(be, G[P_O_W], w.d2, s.g, I, Nq, I, H));
+    DS_TRY(ds_linear_bwd_x(be, w.dg, I, w.d2, P[P_O_W], Nq, I, H, 0.0f));
+    DS_TRY(be->nn->bias_act_bwd(be, w.dg, G[P_I_B], w.dg, s.u, P[P_I_B], Nq, I, DS_ACT_GELU));
+    DS_TRY(ds_linear_bwd_w(be, G[P_I_W], w.dg, s.h1, H, Nq, H, I));
     /* d1 = dH1 = dA2 (residual) + dU Wi */
-    DS_TRY(ds_linear_bwd_x(be, w.d1, H, w.dg, P[P_I_W], N, H, I, 1.0f));
+    DS_TRY(ds_linear_bwd_x(be, w.d1, H, w.dg, P[P_I_W], Nq, H, I, 1.0f));
 
-    /* dx = dA1 = LN1'(dH1): the residual path; the attention adds to it below */
-    DS_TRY(be->nn->layernorm_bwd(be, dx, G[P_LN1_W], G[P_LN1_B], w.d1, s.a1, s.mean1, s.rstd1,
-                                 P[P_LN1_W], N, H, false));
-    DS_TRY(be->nn->dropout_bwd(be, w.d2, G[P_AO_B], dx, N, H, ph, ctx->seed, off_ao));
-    DS_TRY(ds_linear_bwd_w(be, G[P_AO_W], w.d2, s.c, H, N, H, H));
+    /* dA1 = LN1'(dH1) */
+    DS_TRY(be->nn->layernorm_bwd(be, da1, G[P_LN1_W], G[P_LN1_B], w.d1, s.a1, s.mean1, s.rstd1,
+                                 P[P_LN1_W], Nq, H, false));
+    DS_TRY(be->nn->dropout_bwd(be, w.d2, G[P_AO_B], da1, Nq, H, ph, ctx->seed, off_ao));
+    DS_TRY(ds_linear_bwd_w(be, G[P_AO_W], w.d2, s.c, H, Nq, H, H));
     float *dc = w.d1; /* dH1 is consumed */
-    DS_TRY(ds_linear_bwd_x(be, dc, H, w.d2, P[P_AO_W], N, H, H, 0.0f));
+    DS_TRY(ds_linear_bwd_x(be, dc, H, w.d2, P[P_AO_W], Nq, H, H, 0.0f));
 
     /* d(dropout(P)) = dC V^T per head */
     for (int h = 0; h < nh; h++)
-        DS_TRY(be->ops->gemm(be, false, true, T, T, hd, 1.0f, dc + h * hd, H, (int64_t)T * H,
-                             s.v + h * hd, H, (int64_t)T * H, 0.0f, w.dp + h * TT, T, nh * TT,
-                             B));
+        DS_TRY(be->ops->gemm(be, false, true, Tq, T, hd, 1.0f, dc + h * hd, H,
+                             (int64_t)Tq * H, s.v + h * hd, H, (int64_t)T * H, 0.0f,
+                             w.dp + h * TT, T, nh * TT, B));
     float scale = 1.0f / sqrtf((float)hd);
     float *pd = pa > 0.0f ? w.pd : NULL;
     /* dS (in place of dp), and dropout(P) regenerated for dV */
-    DS_TRY(be->nn->attn_softmax_bwd(be, w.dp, pd, w.dp, s.p, B, nh, T, scale, pa, ctx->seed, 0));
+    DS_TRY(be->nn->attn_softmax_bwd(be, w.dp, pd, w.dp, s.p, B, nh, Tq, T, scale, pa,
+                                    ctx->seed, 0));
     const float *pv = pd ? pd : s.p;
+    int64_t sH = (int64_t)T * H, sqH = (int64_t)Tq * H;
     for (int h = 0; h < nh; h++) {
-        int64_t sH = (int64_t)T * H;
         /* dV = dropout(P)^T dC */
-        DS_TRY(be->ops->gemm(be, true, false, T, hd, T, 1.0f, pv + h * TT, T, nh * TT, dc + h * hd,
-                             H, sH, 0.0f, w.dv + h * hd, H, sH, B));
+        DS_TRY(be->ops->gemm(be, true, false, T, hd, Tq, 1.0f, pv + h * TT, T, nh * TT,
+                             dc + h * hd, H, sqH, 0.0f, w.dv + h * hd, H, sH, B));
         /* dQ = dS K;  dK = dS^T Q */
-        DS_TRY(be->ops->gemm(be, false, false, T, hd, T, 1.0f, w.dp + h * TT, T, nh * TT,
-                             s.k + h * hd, H, sH, 0.0f, w.dq + h * hd, H, sH, B));
-        DS_TRY(be->ops->gemm(be, true, false, T, hd, T, 1.0f, w.dp + h * TT, T, nh * TT,
-                             s.q + h * hd, H, sH, 0.0f, w.dk + h * hd, H, sH, B));
+        DS_TRY(be->ops->gemm(be, false, false, Tq, hd, T, 1.0f, w.dp + h * TT, T, nh * TT,
+                             s.k + h * hd, H, sH, 0.0f, w.dq + h * hd, H, sqH, B));
+        DS_TRY(be->ops->gemm(be, true, false, T, hd, Tq, 1.0f, w.dp + h * TT, T, nh * TT,
+                             s.q + h * hd, H, sqH, 0.0f, w.dk + h * hd, H, sH, B));
     }
-    DS_TRY(proj_bwd(be, dx, G[P_Q_W], G[P_Q_B], w.dq, x, P[P_Q_W], N, H));
-    DS_TRY(proj_bwd(be, dx, G[P_K_W], G[P_K_B], w.dk, x, P[P_K_W], N, H));
-    DS_TRY(proj_bwd(be, dx, G[P_V_W], G[P_V_B], w.dv, x, P[P_V_W], N, H));
-    return DS_OK;
+    if (!part) {
+        DS_TRY(proj_bwd(be, dx, G[P_Q_W], G[P_Q_B], w.dq, x, H, P[P_Q_W], N, H, 1.0f));
+        DS_TRY(proj_bwd(be, dx, G[P_K_W], G[P_K_B], w.dk, x, H, P[P_K_W], N, H, 1.0f));
+        DS_TRY(proj_bwd(be, dx, G[P_V_W], G[P_V_B], w.dv, x, H, P[P_V_W], N, H, 1.0f));
+        return DS_OK;
+    }
+    /* Tq = 1: every position gets dK Wk + dV Wv; position 0 also dA1 + dQ Wq
+     * (its queries read x's rows at position 0, leading dimension T H) */
+    DS_TRY(proj_bwd(be, dx, G[P_K_W], G[P_K_B], w.dk, x, H, P[P_K_W], N, H, 0.0f));
+    DS_TRY(proj_bwd(be, dx, G[P_V_W], G[P_V_B], w.dv, x, H, P[P_V_W], N, H, 1.0f));
+    DS_TRY(proj_bwd(be, da1, G[P_Q_W], G[P_Q_B], w.dq, x, T * H, P[P_Q_W], Nq, H, 1.0f));
+    return be->nn->copy_rows(be, dx, T * H, da1, H, B, H, true);
 }
 
 static const ds_module_ops k_encoder_ops = {

@@ -111,10 +111,19 @@ ds_status ds_mod_bert_embeddings_create(const char *name, const ds_bert_embed_de
 
 /* "encoder_layer": one post-LN BERT layer, [B, T, H] -> [B, T, H], with the
  * padding mask from batch->mask. Params under "<name>." with Hugging Face's
- * names (attention.self.query.weight, ..., output.LayerNorm.bias). */
+ * names (attention.self.query.weight, ..., output.LayerNorm.bias).
+ *
+ * cls_only: compute the output of position 0 only (the other output rows are
+ * written as zeros, and their incoming gradient is ignored). Keys and values
+ * still come from every position, so that row is exactly what the full layer
+ * gives. This is the last layer of a sequence classifier, whose pooler reads
+ * only [CLS]: its queries, attention rows, output projection, feed-forward
+ * and layer norms shrink from B T rows to B (a fifth of a 4-layer BERT's
+ * matmuls at T = 128), with the same loss and gradients. */
 typedef struct ds_encoder_desc {
     int hidden, heads, intermediate;
     float hidden_dropout, attn_dropout, ln_eps, init_std;
+    bool cls_only;
 } ds_encoder_desc;
 ds_status ds_mod_encoder_layer_create(const char *name, const ds_encoder_desc *d,
                                       ds_module **out_m);

@@ -94,25 +94,26 @@ struct ds_nn_ops {
                                bool accumulate_dx);
 
     /* ---- attention probabilities ----
-     * s, p, pd: [B, nh, T, T]; mask [B, T] of 0/1 over the keys, or NULL.
-     * For each (b, head, query i): p[.., i, j] = softmax_j(scale * s[.., i, j])
-     * over the keys with mask[b, j] = 1; masked keys get probability exactly 0
-     * (as Hugging Face's large negative bias does in fp32). A row with no real
-     * key gets all zeros (no NaN). Then the attention dropout:
-     * pd = dropout(p) with probability drop_p and the stream (seed, offset),
-     * element index = flat index in [B, nh, T, T]. */
+     * s, p, pd: [B, nh, Tq, T] (Tq query rows per head: T for a full layer,
+     * 1 when only the [CLS] row is needed); mask [B, T] of 0/1 over the keys,
+     * or NULL. For each (b, head, query i): p[.., i, j] = softmax_j(scale *
+     * s[.., i, j]) over the keys with mask[b, j] = 1; masked keys get
+     * probability exactly 0 (as Hugging Face's large negative bias does in
+     * fp32). A row with no real key gets all zeros (no NaN). Then the
+     * attention dropout: pd = dropout(p) with probability drop_p and the
+     * stream (seed, offset), element index = flat index in [B, nh, Tq, T]. */
 
     /* Writes p (may alias s) and, when pd != NULL, pd. pd may be NULL only
      * when drop_p == 0 (then the caller uses p). */
     ds_status (*attn_softmax_fwd)(ds_backend *be, float *p, float *pd, const float *s,
-                                  const float *mask, int B, int nh, int T, float scale,
+                                  const float *mask, int B, int nh, int Tq, int T, float scale,
                                   float drop_p, uint64_t seed, uint64_t offset);
     /* From dpd = d(loss)/d(pd): dp = dropout_bwd(dpd); ds = scale * p * (dp -
      * sum_j dp p) (ds may alias dpd). When pd != NULL it also regenerates pd
      * = dropout(p), the operand of dV = pd^T dC, in the same pass. */
     ds_status (*attn_softmax_bwd)(ds_backend *be, float *ds, float *pd, const float *dpd,
-                                  const float *p, int B, int nh, int T, float scale, float drop_p,
-                                  uint64_t seed, uint64_t offset);
+                                  const float *p, int B, int nh, int Tq, int T, float scale,
+                                  float drop_p, uint64_t seed, uint64_t offset);
 
     /* ---- dropout (inverted, counter-based) ----
      * keep(i) = ds_rng_uniform_at(seed, offset + i) >= p (engine/backend/math.h:

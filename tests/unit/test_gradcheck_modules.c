@@ -135,18 +135,96 @@ static int test_bert_embeddings(void) {
 static int test_encoder_layer(void) {
     int fails = 0;
     const int lens[] = {5, 3};
-    for (int training = 0; training < 2; training++) {
+    for (int variant = 0; variant < 4; variant++) {
+        bool training = variant & 1, cls_only = variant >= 2;
         gc_batch gb;
         gc_batch_make(&gb, 2, 5, 30, 3, lens, false, false, 5);
         ds_encoder_desc d = {.hidden = 16, .heads = 2, .intermediate = 32, .hidden_dropout = 0.2f,
-                             .attn_dropout = 0.3f, .ln_eps = 1e-12f, .init_std = 0.02f};
+                             .attn_dropout = 0.3f, .ln_eps = 1e-12f, .init_std = 0.02f,
+                             .cls_only = cls_only};
         ds_module *m;
         if (ds_mod_encoder_layer_create("bert.encoder.layer.0", &d, &m)) return 1;
+        const char *label[4] = {"encoder_layer", "encoder_layer/dropout",
+                                "encoder_layer/cls_only", "encoder_layer/cls_only+dropout"};
         fails += check_module(m, &gb, false, 2 * 5 * 16, false, training, &k_opts,
-                              training ? "encoder_layer/dropout" : "encoder_layer");
+                              label[variant]);
         m->ops->destroy(m);
         gc_batch_free(&gb);
     }
+    return fails;
+}
+
+/* cls_only computes what the full layer computes at position 0, and the same
+ * gradients when only that position's output matters: the full layer is run
+ * with the projection r zero outside position 0 (no dropout: the two layouts
+ * draw their masks at different offsets). The other output rows are zero. */
+static int test_encoder_cls_only_is_full_row0(void) {
+    const int B = 3, T = 6, H = 16, lens[] = {6, 4, 1};
+    gc_batch gb;
+    gc_batch_make(&gb, B, T, 30, 3, lens, false, false, 7);
+    gc_chain c[2];
+    ds_module *m[2];
+    for (int k = 0; k < 2; k++) {
+        ds_encoder_desc d = {.hidden = H, .heads = 4, .intermediate = 24, .ln_eps = 1e-12f,
+                             .init_std = 0.02f, .cls_only = k == 1};
+        if (ds_mod_encoder_layer_create("bert.encoder.layer.0", &d, &m[k])) return 1;
+        if (gc_chain_init(&c[k], g_be, &m[k], 1, &gb.b, false, (size_t)B * T * H, false, 99))
+            return 1;
+        gc_chain_randomize(&c[k], 0.3, 0.1, 5);
+        for (int b = 0; b < B; b++)
+            for (int t = 1; t < T; t++)
+                for (int j = 0; j < H; j++) c[k].r[((size_t)b * T + t) * H + j] = 0.0f;
+    }
+    double L[2];
+    int fails = 0;
+    for (int k = 0; k < 2; k++)
+        if (gc_chain_forward(&c[k], &L[k]) || gc_chain_backward(&c[k])) return 1;
+    /* both sides run the same fp32 operations on position 0, except GEMMs of
+     * 1 instead of T query rows and sums over B instead of B T rows (with
+     * exact zeros in between): a few ulp of each O(1) value; 1e-5 relative
+     * to the tensor's largest entry is ~100 ulp and far below any missing
+     * term (O(1) relative) */
+    const gc_run *f = &c[0].runs[0], *q = &c[1].runs[0];
+    double worst_y = 0, other_rows = 0, ymax = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < H; j++) {
+                size_t i = ((size_t)b * T + t) * H + j;
+                if (t == 0) {
+                    worst_y = fmax(worst_y, fabs(q->y[i] - f->y[i]));
+                    ymax = fmax(ymax, fabs(f->y[i]));
+                } else {
+                    other_rows = fmax(other_rows, fabs(q->y[i]));
+                }
+            }
+    CHECK(other_rows == 0.0, "cls_only: an output row past position 0 is %g, not 0", other_rows);
+    CHECK(worst_y <= 1e-5 * ymax, "cls_only: position 0 differs by %g (max %g)", worst_y, ymax);
+    fails += worst_y > 1e-5 * ymax || other_rows != 0.0;
+    /* gradients: 1e-5 of the largest entry of any of the layer's gradients
+     * (not of each tensor: the key bias's true gradient is exactly 0, since
+     * softmax ignores a constant added to every score, so its own largest
+     * entry is rounding noise) */
+    double gmax = 0;
+    for (int t = -1; t < m[0]->n_params; t++) {
+        const float *a = t < 0 ? f->dx : f->grads[t];
+        size_t n = t < 0 ? f->nx : f->numel[t];
+        for (size_t i = 0; i < n; i++) gmax = fmax(gmax, fabs(a[i]));
+    }
+    for (int t = -1; t < m[0]->n_params; t++) {
+        const float *a = t < 0 ? f->dx : f->grads[t], *b = t < 0 ? q->dx : q->grads[t];
+        size_t n = t < 0 ? f->nx : f->numel[t];
+        double worst = 0;
+        for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
+        bool ok = worst <= 1e-5 * gmax;
+        CHECK(ok, "cls_only: gradient of %s differs by %g (largest gradient entry %g)",
+              t < 0 ? "the input" : m[0]->params[t].name, worst, gmax);
+        fails += !ok;
+    }
+    for (int k = 0; k < 2; k++) {
+        gc_chain_free(&c[k]);
+        m[k]->ops->destroy(m[k]);
+    }
+    gc_batch_free(&gb);
     return fails;
 }
 
@@ -173,6 +251,7 @@ int main(void) {
     fails += test_xent();
     fails += test_bert_embeddings();
     fails += test_encoder_layer();
+    fails += test_encoder_cls_only_is_full_row0();
     fails += test_pooler();
     ds_backend_destroy(g_be);
     CHECK(fails == 0, "%d module gradient check(s) failed", fails);

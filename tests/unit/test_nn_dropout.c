@@ -138,7 +138,7 @@ static void test_softmax(void) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) mask[b * T + t] = (b == 2) ? 0.0f : (t < T - 10 * b ? 1 : 0);
     /* batch row 2 is all padding */
-    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p, NULL, s, mask, B, nh, T, scale, 0.0f, 0, 0));
+    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p, NULL, s, mask, B, nh, T, T, scale, 0.0f, 0, 0));
     int masked_nonzero = 0, nans = 0;
     double worst_sum = 0, worst_rel = 0;
     for (int b = 0; b < B; b++)
@@ -174,7 +174,7 @@ static void test_softmax(void) {
 
     /* backward, no dropout: ds = scale p (dp - sum dp p) */
     float *dp = randn(n, 1.0), *ds = malloc(n * 4);
-    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds, NULL, dp, p, B, nh, T, scale, 0.0f, 0, 0));
+    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds, NULL, dp, p, B, nh, T, T, scale, 0.0f, 0, 0));
     double worst = 0;
     for (size_t r = 0; r < n / T; r++) {
         double dot = 0, mag = 0;
@@ -191,32 +191,59 @@ static void test_softmax(void) {
     }
     CHECK(worst <= 1.0, "softmax backward off the formula by %.3g tolerances", worst);
 
+    /* one query row per head (Tq = 1, the [CLS]-only layer): the rows are
+     * row 0 of every (b, head) of the full call, and the padding mask must
+     * still be found by batch row (r / nh, not r / (nh T)) */
+    {
+        size_t n1 = (size_t)B * nh * T;
+        float *s1 = malloc(n1 * 4), *p1 = malloc(n1 * 4), *dp1 = malloc(n1 * 4);
+        float *ds1 = malloc(n1 * 4);
+        for (size_t r = 0; r < (size_t)B * nh; r++) {
+            memcpy(s1 + r * T, s + r * T * T, (size_t)T * 4);
+            memcpy(dp1 + r * T, dp + r * T * T, (size_t)T * 4);
+        }
+        CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p1, NULL, s1, mask, B, nh, 1, T, scale, 0.0f,
+                                            0, 0));
+        CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds1, NULL, dp1, p1, B, nh, 1, T, scale, 0.0f,
+                                            0, 0));
+        int diff_p = 0, diff_ds = 0;
+        for (size_t r = 0; r < (size_t)B * nh; r++) {
+            diff_p += memcmp(p1 + r * T, p + r * T * T, (size_t)T * 4) != 0;
+            diff_ds += memcmp(ds1 + r * T, ds + r * T * T, (size_t)T * 4) != 0;
+        }
+        CHECK(diff_p == 0 && diff_ds == 0,
+              "Tq = 1: %d probability rows and %d gradient rows differ from row 0 of the full "
+              "call",
+              diff_p, diff_ds);
+        free(s1), free(p1), free(dp1), free(ds1);
+    }
+
     /* fused attention dropout: pd = dropout(p) from the same stream; the
      * backward regenerates pd bit for bit and applies the mask to dpd */
     float pa = 0.25f;
     float *p2 = malloc(n * 4), *pd = malloc(n * 4), *pd2 = malloc(n * 4), *ref = malloc(n * 4);
-    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p2, pd, s, mask, B, nh, T, scale, pa, 55, 1000));
+    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p2, pd, s, mask, B, nh, T, T, scale, pa, 55, 1000));
     CHECK(memcmp(p2, p, n * 4) == 0, "softmax with dropout changed p");
     CHECK_OK(g_be->nn->dropout_fwd(g_be, ref, p, NULL, NULL, (int)(n / T), T, pa, 55, 1000));
     CHECK(memcmp(pd, ref, n * 4) == 0, "attention dropout is not dropout(p) of the same stream");
     float *ds2 = malloc(n * 4), *dpm = malloc(n * 4);
-    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds2, pd2, dp, p, B, nh, T, scale, pa, 55, 1000));
+    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds2, pd2, dp, p, B, nh, T, T, scale, pa, 55, 1000));
     CHECK(memcmp(pd2, pd, n * 4) == 0, "backward regenerated a different dropout(p)");
     CHECK_OK(g_be->nn->dropout_bwd(g_be, dpm, NULL, dp, (int)(n / T), T, pa, 55, 1000));
-    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds, NULL, dpm, p, B, nh, T, scale, 0.0f, 0, 0));
+    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds, NULL, dpm, p, B, nh, T, T, scale, 0.0f, 0, 0));
     int bad = 0;
     for (size_t i = 0; i < n; i++) bad += fabsf(ds2[i] - ds[i]) > 1e-6f * (fabsf(ds[i]) + 1e-3f);
     CHECK(bad == 0, "fused softmax backward with dropout differs from dropout_bwd then softmax "
                     "backward in %d entries", bad);
-    CHECK(g_be->nn->attn_softmax_fwd(g_be, p2, NULL, s, mask, B, nh, T, scale, pa, 1, 0) ==
+    CHECK(g_be->nn->attn_softmax_fwd(g_be, p2, NULL, s, mask, B, nh, T, T, scale, pa, 1, 0) ==
               DS_ERR_INVALID_ARG,
           "softmax accepted dropout without a pd buffer");
     const float badp[] = {1.0f, -0.1f, NAN};
     for (int k = 0; k < 3; k++) {
-        CHECK(g_be->nn->attn_softmax_fwd(g_be, p2, pd, s, mask, B, nh, T, scale, badp[k], 1, 0) ==
+        CHECK(g_be->nn->attn_softmax_fwd(g_be, p2, pd, s, mask, B, nh, T, T, scale, badp[k], 1, 0) ==
                   DS_ERR_INVALID_ARG,
               "attn_softmax_fwd accepted p = %g", badp[k]);
-        CHECK(g_be->nn->attn_softmax_bwd(g_be, ds, pd, dp, p, B, nh, T, scale, badp[k], 1, 0) ==
+        CHECK(g_be->nn->attn_softmax_bwd(g_be, ds, pd, dp, p, B, nh, T, T, scale, badp[k], 1, 0) ==
                   DS_ERR_INVALID_ARG,
               "attn_softmax_bwd accepted p = %g", badp[k]);
     }

@@ -6,15 +6,15 @@
 #define ROW_CHUNK 256
 
 ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
-                                     const float *mask, int B, int nh, int T, float scale,
+                                     const float *mask, int B, int nh, int Tq, int T, float scale,
                                      float drop_p, uint64_t seed, uint64_t offset) {
     int nt = ds_nn_cpu_threads(be);
     DS_TRY(ds_check_attn_dropout("attn_softmax_fwd", pd, drop_p));
-    int64_t rows = (int64_t)B * nh * T;
+    int64_t rows = (int64_t)B * nh * Tq;
     float inv_keep = 1.0f / (1.0f - drop_p);
 #pragma omp parallel for schedule(static) num_threads(nt) if (rows * T >= DS_NN_CPU_PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
-        int b = (int)(r / ((int64_t)nh * T));
+        int b = (int)(r / ((int64_t)nh * Tq));
         const float *mrow = mask ? mask + (size_t)b * T : NULL;
         float *pr = p + (size_t)r * T;
         ds_softmax_row(pr, s + (size_t)r * T, mrow, T, scale);
@@ -37,11 +37,11 @@ ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const 
 }
 
 ds_status ds_nn_cpu_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const float *dpd,
-                                     const float *p, int B, int nh, int T, float scale,
+                                     const float *p, int B, int nh, int Tq, int T, float scale,
                                      float drop_p, uint64_t seed, uint64_t offset) {
     int nt = ds_nn_cpu_threads(be);
     DS_TRY(ds_check_dropout_p("attn_softmax_bwd", drop_p));
-    int64_t rows = (int64_t)B * nh * T;
+    int64_t rows = (int64_t)B * nh * Tq;
     float inv_keep = 1.0f / (1.0f - drop_p);
 #pragma omp parallel for schedule(static) num_threads(nt) if (rows * T >= DS_NN_CPU_PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {

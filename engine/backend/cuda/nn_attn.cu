@@ -9,11 +9,12 @@ __device__ __forceinline__ float ds_key_ok(const float *mrow, int j) {
 }
 
 __global__ void ds_k_attn_softmax_fwd(float *p, float *pd, const float *s, const float *mask,
-                                      int nh, int T, int64_t rows, float scale, float drop_p,
-                                      float inv_keep, uint64_t seed, uint64_t offset) {
+                                      int nh, int Tq, int T, int64_t rows, float scale,
+                                      float drop_p, float inv_keep, uint64_t seed,
+                                      uint64_t offset) {
     int lane = threadIdx.x % 32;
     DS_NN_WARP_ROWS(r, rows) {
-        int b = (int)(r / ((int64_t)nh * T));
+        int b = (int)(r / ((int64_t)nh * Tq));
         const float *mrow = mask ? mask + (size_t)b * T : NULL;
         const float *sr = s + r * T;
         float *pr = p + r * T;
@@ -46,14 +47,14 @@ __global__ void ds_k_attn_softmax_fwd(float *p, float *pd, const float *s, const
 }
 
 ds_status ds_nn_cuda_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
-                                      const float *mask, int B, int nh, int T, float scale,
+                                      const float *mask, int B, int nh, int Tq, int T, float scale,
                                       float drop_p, uint64_t seed, uint64_t offset) {
     DS_TRY(ds_check_attn_dropout("attn_softmax_fwd", pd, drop_p));
     DS_CUDA_ENTER(be);
-    int64_t rows = (int64_t)B * nh * T;
+    int64_t rows = (int64_t)B * nh * Tq;
     if (rows <= 0) return DS_OK;
     ds_k_attn_softmax_fwd<<<ds_nn_row_blocks(rows), 32 * DS_NN_ROWS_PER_BLOCK, 0,
-                            DS_CUDA_DEFAULT_STREAM>>>(p, pd, s, mask, nh, T, rows, scale, drop_p,
+                            DS_CUDA_DEFAULT_STREAM>>>(p, pd, s, mask, nh, Tq, T, rows, scale, drop_p,
                                                       1.0f / (1.0f - drop_p), seed, offset);
     DS_CHECK_LAUNCH();
     return DS_OK;
@@ -84,11 +85,11 @@ __global__ void ds_k_attn_softmax_bwd(float *ds, float *pd, const float *dpd, co
 }
 
 ds_status ds_nn_cuda_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const float *dpd,
-                                      const float *p, int B, int nh, int T, float scale,
+                                      const float *p, int B, int nh, int Tq, int T, float scale,
                                       float drop_p, uint64_t seed, uint64_t offset) {
     DS_TRY(ds_check_dropout_p("attn_softmax_bwd", drop_p));
     DS_CUDA_ENTER(be);
-    int64_t rows = (int64_t)B * nh * T;
+    int64_t rows = (int64_t)B * nh * Tq;
     if (rows <= 0) return DS_OK;
     ds_k_attn_softmax_bwd<<<ds_nn_row_blocks(rows), 32 * DS_NN_ROWS_PER_BLOCK, 0,
                             DS_CUDA_DEFAULT_STREAM>>>(ds, pd, dpd, p, T, rows, scale, drop_p,
