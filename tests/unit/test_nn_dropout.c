@@ -240,8 +240,8 @@ static void test_softmax(void) {
           "softmax accepted dropout without a pd buffer");
     const float badp[] = {1.0f, -0.1f, NAN};
     for (int k = 0; k < 3; k++) {
-        CHECK(g_be->nn->attn_softmax_fwd(g_be, p2, pd, s, mask, B, nh, T, T, scale, badp[k], 1, 0) ==
-                  DS_ERR_INVALID_ARG,
+        CHECK(g_be->nn->attn_softmax_fwd(g_be, p2, pd, s, mask, B, nh, T, T, scale, badp[k], 1,
+                                         0) == DS_ERR_INVALID_ARG,
               "attn_softmax_fwd accepted p = %g", badp[k]);
         CHECK(g_be->nn->attn_softmax_bwd(g_be, ds, pd, dp, p, B, nh, T, T, scale, badp[k], 1, 0) ==
                   DS_ERR_INVALID_ARG,

@@ -54,8 +54,9 @@ ds_status ds_nn_cuda_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const
     int64_t rows = (int64_t)B * nh * Tq;
     if (rows <= 0) return DS_OK;
     ds_k_attn_softmax_fwd<<<ds_nn_row_blocks(rows), 32 * DS_NN_ROWS_PER_BLOCK, 0,
-                            DS_CUDA_DEFAULT_STREAM>>>(p, pd, s, mask, nh, Tq, T, rows, scale, drop_p,
-                                                      1.0f / (1.0f - drop_p), seed, offset);
+                            DS_CUDA_DEFAULT_STREAM>>>(p, pd, s, mask, nh, Tq, T, rows, scale,
+                                                      drop_p, 1.0f / (1.0f - drop_p), seed,
+                                                      offset);
     DS_CHECK_LAUNCH();
     return DS_OK;
 }
