@@ -24,6 +24,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/comm/comm.h"
+
 enum { EXIT_USAGE = 2, EXIT_RUNTIME = 1 };
 
 /* The most ranks one command line may ask for: far above any machine count
@@ -96,10 +98,10 @@ static void usage(FILE *out) {
         "  -h, --help      this text\n"
         "\n"
         "How the ranks start (--launcher auto):\n"
-        "  1. Inside an MPI job (OMPI_COMM_WORLD_SIZE or PMI_SIZE set, e.g.\n"
+        "  1. Inside an MPI job (OMPI_COMM_WORLD_* or PMI_RANK/PMI_SIZE set, e.g.\n"
         "     'mpirun -np 4 engine-run ...') or inside an srun step (SLURM_PROCID,\n"
-        "     SLURM_NTASKS and SLURM_STEP_ID set): this process already is one rank;\n"
-        "     APP runs in place (exec).\n"
+        "     SLURM_STEP_NUM_TASKS or SLURM_NTASKS, and SLURM_STEP_ID set): this\n"
+        "     process already is one rank; APP runs in place (exec).\n"
         "  2. N = 1: APP runs in place.\n"
         "  3. Inside a Slurm allocation (SLURM_JOB_ID set) but not in an srun step, e.g.\n"
         "     in an sbatch script: exec srun -n N --kill-on-bad-exit=1 APP ...\n"
@@ -442,7 +444,11 @@ static void parse_args(int argc, char **argv, options *o) {
         fail(EXIT_USAGE, "--config given twice: before APP and among APP's arguments; keep the first");
 }
 
-/* Where this process sits: already a rank of some launcher, or not. */
+/* Where this process sits: already a rank of some launcher, or not. The
+ * library's ds_rank_discover decides, so engine-run and the ranks it starts
+ * (or is one of) read the environment the same way and reject the same
+ * half-set launchers. RANK/WORLD_SIZE alone (torchrun-style) start nothing
+ * here: the ranks still need an MPI launcher to talk to each other. */
 typedef struct launch_env {
     const char *mpi_world_var; /* set when inside an MPI job */
     int mpi_world;
@@ -454,26 +460,15 @@ typedef struct launch_env {
 
 static void read_env(launch_env *e) {
     memset(e, 0, sizeof *e);
-    const char *mpi_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
-    for (int k = 0; k < 2 && !e->mpi_world_var; k++) {
-        const char *v = env_get(mpi_vars[k]);
-        if (!v) continue;
-        e->mpi_world = parse_count(v);
-        if (!e->mpi_world) fail(EXIT_RUNTIME, "%s='%s' is not a rank count", mpi_vars[k], v);
-        e->mpi_world_var = mpi_vars[k];
-    }
-    /* An sbatch script itself runs as task 0 of the job (SLURM_PROCID=0 and
-     * SLURM_NTASKS set) without being a step: only srun steps have
-     * SLURM_STEP_ID, so that is what says "the other tasks exist". */
-    const char *procid = env_get("SLURM_PROCID");
-    const char *ntasks_var =
-        env_get("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
-    const char *ntasks = env_get(ntasks_var);
-    if (procid && ntasks && env_get("SLURM_STEP_ID")) {
+    ds_rank_info ri;
+    if (ds_rank_discover(&ri) != DS_OK) fail(EXIT_RUNTIME, "%s", ds_last_error());
+    if (ri.source == DS_RANKS_MPI) {
+        e->mpi_world_var = ri.world_var;
+        e->mpi_world = ri.world;
+    } else if (ri.source == DS_RANKS_SLURM) {
         e->in_srun_step = 1;
-        e->srun_world_var = ntasks_var;
-        e->srun_world = parse_count(ntasks);
-        if (!e->srun_world) fail(EXIT_RUNTIME, "%s='%s' is not a task count", ntasks_var, ntasks);
+        e->srun_world_var = ri.world_var;
+        e->srun_world = ri.world;
     }
     e->in_slurm_alloc = env_get("SLURM_JOB_ID") != NULL;
 }

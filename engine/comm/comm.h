@@ -65,12 +65,17 @@ typedef struct ds_rank_info {
                                                * not say (ds_comm_create then asks
                                                * MPI which ranks share the node) */
     ds_rank_source source;
+    const char *world_var; /* the variable the world size was read from
+                              ("OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS", ...;
+                              static), NULL for a single process */
 } ds_rank_info;
 
 /* Read the launcher's environment (no MPI call). Precedence: Open MPI / PMI
- * variables, then Slurm, then RANK/WORLD_SIZE/LOCAL_RANK, else a single rank.
- * Inconsistent values (rank >= world, non-numbers) fail with DS_ERR_INVALID_ARG
- * naming the variable. */
+ * variables, then Slurm (inside a job step only; the step's task count
+ * SLURM_STEP_NUM_TASKS before SLURM_NTASKS), then RANK/WORLD_SIZE/LOCAL_RANK,
+ * else a single rank. Inconsistent values (rank >= world, non-numbers, half a
+ * launcher's set) fail with DS_ERR_INVALID_ARG naming the variable. engine-run
+ * decides with this same function whether it already runs inside a launcher. */
 ds_status ds_rank_discover(ds_rank_info *out);
 /* "single process", "MPI (OMPI_COMM_WORLD_SIZE)", "Slurm (SLURM_NTASKS)", ... */
 const char *ds_rank_source_name(ds_rank_source s);

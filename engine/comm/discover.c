@@ -48,6 +48,7 @@ typedef struct group {
     ds_rank_source source;
     const char *rank, *size, *local_rank, *local_size; /* local_* may be NULL */
     const char *requires; /* the group counts only when this is set too (NULL: always) */
+    const char *size_first; /* read instead of `size` when set (NULL: none) */
 } group;
 
 /* Launcher families in precedence order. Open MPI's own variables come first:
@@ -55,41 +56,46 @@ typedef struct group {
  * step while mpirun started these processes. */
 static const group k_groups[] = {
     {DS_RANKS_MPI, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-     "OMPI_COMM_WORLD_LOCAL_SIZE", NULL},
+     "OMPI_COMM_WORLD_LOCAL_SIZE", NULL, NULL},
     /* MPICH / Intel MPI (Hydra) */
-    {DS_RANKS_MPI, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", NULL},
+    {DS_RANKS_MPI, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", NULL, NULL},
     /* Only inside a job step: an sbatch script itself runs with SLURM_PROCID=0
      * and SLURM_NTASKS=N but is one process, not rank 0 of N (it would wait
-     * for N-1 peers that never start). srun steps set SLURM_STEP_ID. */
-    {DS_RANKS_SLURM, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, "SLURM_STEP_ID"},
+     * for N-1 peers that never start). srun steps set SLURM_STEP_ID.
+     * SLURM_STEP_NUM_TASKS is the step's own task count; SLURM_NTASKS may be
+     * the job's when the step was started with fewer tasks. */
+    {DS_RANKS_SLURM, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, "SLURM_STEP_ID",
+     "SLURM_STEP_NUM_TASKS"},
     /* torchrun-style */
-    {DS_RANKS_ENV, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", NULL},
+    {DS_RANKS_ENV, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", NULL, NULL},
 };
 
 static ds_status read_group(const group *g, ds_rank_info *out) {
-    const char *trigger = getenv(g->rank) ? g->rank : g->size;
+    const char *size = g->size_first && getenv(g->size_first) ? g->size_first : g->size;
+    const char *trigger = getenv(g->rank) ? g->rank : size;
     int rank, world, lrank = -1, lworld = -1;
     DS_TRY(parse_req(g->rank, trigger, 0, &rank));
-    DS_TRY(parse_req(g->size, trigger, 1, &world));
+    DS_TRY(parse_req(size, trigger, 1, &world));
     if (rank >= world)
         return DS_ERR(DS_ERR_INVALID_ARG, "rank discovery: %s=%d is not below %s=%d", g->rank,
-                      rank, g->size, world);
+                      rank, size, world);
     if (g->local_rank) DS_TRY(parse_opt(g->local_rank, 0, &lrank));
     if (g->local_size) DS_TRY(parse_opt(g->local_size, 1, &lworld));
     if (lworld > world)
         return DS_ERR(DS_ERR_INVALID_ARG, "rank discovery: %s=%d exceeds %s=%d", g->local_size,
-                      lworld, g->size, world);
+                      lworld, size, world);
     if (lrank >= 0 && lworld >= 0 && lrank >= lworld)
         return DS_ERR(DS_ERR_INVALID_ARG, "rank discovery: %s=%d is not below %s=%d",
                       g->local_rank, lrank, g->local_size, lworld);
     if (lrank >= world)
         return DS_ERR(DS_ERR_INVALID_ARG, "rank discovery: %s=%d is not below %s=%d",
-                      g->local_rank, lrank, g->size, world);
+                      g->local_rank, lrank, size, world);
     out->rank = rank;
     out->world = world;
     out->local_rank = lrank;
     out->local_world = lworld;
     out->source = g->source;
+    out->world_var = size;
     /* One rank alone on its node: its local rank is 0 whatever was left unset. */
     if (world == 1) {
         out->local_rank = 0;
@@ -121,7 +127,9 @@ const char *ds_rank_source_name(ds_rank_source s) {
         if (getenv("OMPI_COMM_WORLD_SIZE")) return "MPI (OMPI_COMM_WORLD_SIZE)";
         if (getenv("PMI_SIZE")) return "MPI (PMI_SIZE)";
         return "MPI (MPI_COMM_WORLD)";
-    case DS_RANKS_SLURM: return "Slurm (SLURM_NTASKS)";
+    case DS_RANKS_SLURM:
+        return getenv("SLURM_STEP_NUM_TASKS") ? "Slurm (SLURM_STEP_NUM_TASKS)"
+                                              : "Slurm (SLURM_NTASKS)";
     case DS_RANKS_ENV: return "environment (WORLD_SIZE)";
     default: return "unknown";
     }

@@ -12,7 +12,8 @@
 static const char *const k_vars[] = {
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
-    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_ID", "RANK", "WORLD_SIZE",
+    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS",
+    "RANK", "WORLD_SIZE",
     "LOCAL_RANK", "LOCAL_WORLD_SIZE",
 };
 
@@ -76,6 +77,19 @@ int main(void) {
     expect_info("Slurm", 5, 8, 1, -1, DS_RANKS_SLURM);
     CHECK(strcmp(ds_rank_source_name(DS_RANKS_SLURM), "Slurm (SLURM_NTASKS)") == 0,
           "Slurm source name: %s", ds_rank_source_name(DS_RANKS_SLURM));
+    /* a step of 2 tasks in a job of 8: the step's count is the world */
+    env("SLURM_STEP_ID", "3", "SLURM_PROCID", "1", "SLURM_NTASKS", "8", "SLURM_STEP_NUM_TASKS",
+        "2", NULL);
+    expect_info("Slurm step smaller than the job", 1, 2, -1, -1, DS_RANKS_SLURM);
+    {
+        ds_rank_info ri;
+        CHECK_OK(ds_rank_discover(&ri));
+        CHECK(ri.world_var && strcmp(ri.world_var, "SLURM_STEP_NUM_TASKS") == 0,
+              "Slurm step: world read from %s", ri.world_var ? ri.world_var : "(null)");
+    }
+    env("SLURM_STEP_ID", "3", "SLURM_PROCID", "2", "SLURM_NTASKS", "8", "SLURM_STEP_NUM_TASKS",
+        "2", NULL);
+    expect_error("SLURM_PROCID beyond the step", "SLURM_PROCID=2", "SLURM_STEP_NUM_TASKS=2");
     /* an sbatch script (no job step) is one process, not rank 0 of N */
     env("SLURM_PROCID", "0", "SLURM_NTASKS", "4", "SLURM_LOCALID", "0", NULL);
     expect_info("sbatch script, no step", 0, 1, 0, 1, DS_RANKS_SINGLE);

@@ -168,9 +168,13 @@ dry_mpi_env)
   expect_error 2 "OMPI_COMM_WORLD_SIZE=2" --np 4 --dry-run --config cfg.json "$app"
   expect_error 2 "--launcher mpirun inside a job" --launcher mpirun --dry-run --config cfg.json "$app"
   unset OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_LOCAL_SIZE
-  # MPICH / Intel MPI (hydra) set PMI_SIZE instead.
-  E="PMI_SIZE=3"
+  # MPICH / Intel MPI (hydra) set PMI_SIZE and PMI_RANK instead.
+  E="PMI_SIZE=3 PMI_RANK=1"
   expect_out "$app --config $cfg" --np 3 --dry-run --config cfg.json "$app"
+  # Half a launcher's variables: the ranks would refuse it (ds_rank_discover),
+  # so engine-run refuses it first, with the library's message.
+  E="PMI_SIZE=3"
+  expect_error 1 "PMI_SIZE is set but PMI_RANK is not" --np 3 --dry-run --config cfg.json "$app"
   ;;
 
 dry_slurm)
@@ -182,6 +186,11 @@ dry_slurm)
   expect_out "OMP_NUM_THREADS=3 $app --config $cfg" --dry-run --config cfg.json "$app"
   E="SLURM_JOB_ID=7 SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0"
   expect_error 2 "SLURM_NTASKS=2" --np 4 --dry-run --config cfg.json "$app"
+  # A step of fewer tasks than the job: the step's count is the world.
+  E="SLURM_JOB_ID=7 SLURM_PROCID=1 SLURM_NTASKS=8 SLURM_STEP_NUM_TASKS=2 SLURM_STEP_ID=0"
+  expect_out "$app --config $cfg" --np 2 --dry-run --config cfg.json "$app"
+  E="SLURM_JOB_ID=7 SLURM_PROCID=1 SLURM_NTASKS=8 SLURM_STEP_NUM_TASKS=2 SLURM_STEP_ID=0"
+  expect_error 2 "SLURM_STEP_NUM_TASKS=2" --np 8 --dry-run --config cfg.json "$app"
   # In an sbatch script (task 0 of the job, no step): srun starts the ranks.
   export PATH="$work/fakebin:$PATH"
   E="SLURM_JOB_ID=7 SLURM_PROCID=0 SLURM_NTASKS=4"
