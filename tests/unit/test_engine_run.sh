@@ -99,7 +99,7 @@ help)
   [ -s err.txt ] && fail "--help wrote to stderr: $(cat err.txt)"
   for word in "--np N" "--hostfile F" "--launcher" "auto" "mpirun" "srun" "none" "--dry-run" \
     "--config FILE" "APP" "OMP_NUM_THREADS" "--oversubscribe" "--allow-run-as-root" \
-    "--bind-to none" "--kill-on-bad-exit=1" "OMPI_COMM_WORLD_SIZE" "SLURM_PROCID" "SLURM_JOB_ID" \
+    "--bind-to none" "--kill-on-bad-exit=1" "OMPI_COMM_WORLD_" "PMI_RANK" "SLURM_PROCID" "SLURM_JOB_ID" \
     "ENGINE_RUN_CORES" "exit status"; do
     grep -qF -- "$word" out.txt || fail "--help does not mention '$word'"
   done
