@@ -7,7 +7,12 @@
  * use. While module m runs, the next module in the direction of travel is
  * prefetched into another slot on the communication thread (overlap_comm),
  * within stage3_prefetch_bucket_size elements. Slots are a small pool whose
- * size follows stage3_max_live_parameters; a released slot keeps its contents
+ * size follows stage3_max_live_parameters. Slot k holds up to the k-th
+ * largest module span, not the largest: a model whose embedding dwarfs its
+ * layers (BERT-mini: 5.6M against 0.8M) pays for the embedding once, not
+ * once per slot. Only one module is in use at a time (fetch, compute,
+ * release), so a fetch always finds the largest slot free; the others are
+ * for prefetching and caching. A released slot keeps its contents
  * as a cache (the last modules of forward are the first of backward), unless
  * the module's next use lies further than stage3_max_reuse_distance
  * parameters away. Modules smaller than stage3_param_persistence_threshold
@@ -27,8 +32,9 @@
 #define MAX_SLOTS 8
 
 typedef struct slot {
-    void *buf;       /* [max_span] pt: the gathered span */
-    float *f32;      /* [max_span] fp32 view (== buf under fp32) */
+    void *buf;       /* [cap] pt: the gathered span */
+    float *f32;      /* [cap] fp32 view (== buf under fp32) */
+    int64_t cap;     /* the largest span it can hold */
     int module;      /* whose span it holds, -1 none */
     bool valid;      /* contents current (gathered since the last update) */
     bool pending;    /* gather job submitted, not yet waited */
@@ -115,26 +121,34 @@ static slot *find_slot(stage3 *s, int m) {
     return NULL;
 }
 
-/* A slot to overwrite: invalid first, then least recently used; never one in
- * use or one holding `keep`; a slot whose gather is still pending only when
- * `allow_pending` (the caller then waits for it). NULL when none qualifies. */
-static slot *pick_slot(stage3 *s, int keep, bool allow_pending) {
+/* A slot to overwrite with a span of `need` elements: one large enough,
+ * invalid first, then the smallest (large slots stay free for large
+ * modules), then least recently used; never one in use or one holding
+ * `keep`; a slot whose gather is still pending only when `allow_pending`
+ * (the caller then waits for it). NULL when none qualifies. */
+static slot *pick_slot(stage3 *s, int keep, bool allow_pending, int64_t need) {
     slot *best = NULL;
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
-        if (sl->in_use || (sl->valid && sl->module == keep) || (sl->pending && !allow_pending))
+        if (sl->cap < need || sl->in_use || (sl->valid && sl->module == keep) ||
+            (sl->pending && !allow_pending))
             continue;
-        if (!best || (!sl->valid && best->valid) ||
-            (sl->valid == best->valid && sl->used_at < best->used_at))
-            best = sl;
+        bool better = !best;
+        if (best && sl->valid != best->valid) better = !sl->valid;
+        else if (best && sl->cap != best->cap) better = sl->cap < best->cap;
+        else if (best) better = sl->used_at < best->used_at;
+        if (better) best = sl;
     }
     return best;
 }
 
-/* The slot to gather into, emptied (a pending gather in it is waited for). */
-static ds_status victim(stage3 *s, int keep, slot **out) {
-    slot *best = pick_slot(s, keep, true);
-    if (!best) return DS_ERR(DS_ERR_INTERNAL, "stage 3: every gather slot is in use");
+/* The slot to gather `need` elements into, emptied (a pending gather in it is
+ * waited for). */
+static ds_status victim(stage3 *s, int keep, int64_t need, slot **out) {
+    slot *best = pick_slot(s, keep, true, need);
+    if (!best)
+        return DS_ERR(DS_ERR_INTERNAL, "stage 3: no free gather slot holds %lld elements",
+                      (long long)need);
     DS_TRY(finish_gather(s, best));
     best->valid = false;
     *out = best;
@@ -144,8 +158,11 @@ static ds_status victim(stage3 *s, int keep, slot **out) {
 /* Gather every persistent module once (after init or an update). Collective:
  * every rank reaches it at the same fetch. */
 static ds_status refresh_persistent(stage3 *s) {
+    int64_t need = 0;
+    for (int m = 0; m < s->flat->n_modules; m++)
+        if (s->persistent[m] && span_of(s, m) > need) need = span_of(s, m);
     slot *sl;
-    DS_TRY(victim(s, -1, &sl));
+    DS_TRY(victim(s, -1, need, &sl));
     for (int m = 0; m < s->flat->n_modules; m++) {
         if (!s->persistent[m]) continue;
         DS_TRY(start_gather(s, sl, m));
@@ -170,7 +187,7 @@ static ds_status prefetch(stage3 *s, int current, int next) {
     if (next < 0 || next >= s->flat->n_modules || s->persistent[next]) return DS_OK;
     if (span_of(s, next) == 0 || span_of(s, next) > s->prefetch_limit) return DS_OK;
     if (find_slot(s, next)) return DS_OK;
-    slot *sl = pick_slot(s, current, false);
+    slot *sl = pick_slot(s, current, false, span_of(s, next));
     if (!sl) return DS_OK;
     sl->valid = false;
     DS_TRY(start_gather(s, sl, next));
@@ -191,7 +208,7 @@ static ds_status fetch(ds_zero *z, int m, float ***out) {
     }
     slot *sl = find_slot(s, m);
     if (!sl) {
-        DS_TRY(victim(s, -1, &sl));
+        DS_TRY(victim(s, -1, span_of(s, m), &sl));
         DS_TRY(start_gather(s, sl, m));
     }
     sl->in_use = true;
@@ -317,10 +334,11 @@ static void destroy(ds_zero *z) {
         for (int k = 0; k < s->n_slots; k++) {
             ds_mem_host_free(be->mem, DS_MEM_OTHER, s->slots[k].counts,
                              (size_t)f->world * sizeof(size_t));
+            size_t cap = (size_t)s->slots[k].cap;
             ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, s->slots[k].buf,
-                            span * ds_dtype_size(s->pt));
+                            cap * ds_dtype_size(s->pt));
             if (s->pt != DS_F32)
-                ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, s->slots[k].f32, span * 4);
+                ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, s->slots[k].f32, cap * 4);
         }
         ds_backend_free(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, s->params, part * ds_dtype_size(s->pt));
         ds_backend_free(be, DS_MEM_GRADS, DS_PLACE_DEVICE, s->grads, part * ds_dtype_size(s->gt));
@@ -346,6 +364,11 @@ static const ds_zero_ops k_stage3_ops = {
     .zero_grad = zero_grad, .get_param = get_param, .set_param = set_param,
     .get_grad = get_grad, .state_io = state_io, .sync_params = sync_params, .destroy = destroy,
 };
+
+static int cmp_desc_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
 
 static ds_status plan(stage3 *s, const ds_config *cfg) {
     const ds_flat *f = s->flat;
@@ -378,6 +401,14 @@ static ds_status plan(stage3 *s, const ds_config *cfg) {
      * stage3_max_live_parameters allows, at least two (current + next). */
     int64_t live = s->max_span > 0 ? cfg->stage3_max_live_parameters / s->max_span : MAX_SLOTS;
     s->n_slots = live < 2 ? 2 : live > 3 ? 3 : (int)live;
+    /* Capacities: the n_slots largest spans, largest first (with fewer
+     * modules than slots, the last repeats). */
+    int64_t *spans = malloc((size_t)(n > 0 ? n : 1) * sizeof *spans);
+    if (!spans) return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
+    for (int m = 0; m < n; m++) spans[m] = span_of(s, m);
+    qsort(spans, (size_t)n, sizeof *spans, cmp_desc_i64);
+    for (int k = 0; k < s->n_slots; k++) s->slots[k].cap = n > 0 ? spans[k < n ? k : n - 1] : 0;
+    free(spans);
     s->prefetch_limit = cfg->stage3_prefetch_bucket_size;
     s->reuse_limit = cfg->stage3_max_reuse_distance;
     s->last_fetch = -1;
@@ -402,10 +433,11 @@ static ds_status build(stage3 *s, const ds_zero_desc *d) {
         sl->module = -1;
         DS_TRY(ds_mem_host_alloc(be->mem, DS_MEM_OTHER, (size_t)d->flat->world * sizeof(size_t),
                                  "gather block counts", (void **)&sl->counts));
-        DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, span * ds_dtype_size(s->pt),
+        size_t cap = (size_t)sl->cap;
+        DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, cap * ds_dtype_size(s->pt),
                                 &sl->buf));
         if (s->pt != DS_F32)
-            DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, span * 4,
+            DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, cap * 4,
                                     (void **)&sl->f32));
         else
             sl->f32 = sl->buf;
