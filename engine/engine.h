@@ -111,8 +111,13 @@ typedef struct ds_step_info {
 /* Class weights for the cross-entropy of every later micro-batch that does
  * not bring its own (ds_batch.class_weights): weights[c] for c <
  * model->n_classes, copied; NULL returns to the plain loss. The loss is
- * sum_i w[y_i] * loss_i / sum_i w[y_i], as PyTorch's CrossEntropyLoss(weight).
- * Local (every rank should set the same weights). */
+ * sum_i w[y_i] * loss_i / sum_i w[y_i] over the rows of ALL ranks'
+ * micro-batches together, as PyTorch's CrossEntropyLoss(weight) on the
+ * concatenated batch (not a mean of per-rank means, which would change the
+ * objective with the world size); a weighted ds_forward therefore agrees the
+ * weight sum with the other ranks (collective). With gradient accumulation
+ * each micro-step is normalised on its own, as DeepSpeed does. Local (every
+ * rank should set the same weights). */
 ds_status ds_set_class_weights(engine_t *e, const float *weights);
 
 /* One optimizer step from the engine's data loader: gradient_accumulation_steps

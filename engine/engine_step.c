@@ -80,6 +80,8 @@ ds_status ds_engine_plan_activations(engine_t *e) {
                             (void **)&e->d_labels));
     DS_TRY(ds_backend_alloc(be, DS_MEM_OTHER, DS_PLACE_DEVICE, (size_t)C * 4,
                             (void **)&e->d_class_weights));
+    DS_TRY(ds_mem_host_alloc(be->mem, DS_MEM_OTHER, (size_t)C * 4, "class weights",
+                             (void **)&e->h_class_weights));
     return DS_OK;
 }
 
@@ -106,6 +108,7 @@ void ds_engine_free_activations(engine_t *e) {
     ds_backend_free(be, DS_MEM_OTHER, DS_PLACE_DEVICE, e->d_mask, bt * 4);
     ds_backend_free(be, DS_MEM_OTHER, DS_PLACE_DEVICE, e->d_labels, (size_t)e->cap_B * 4);
     ds_backend_free(be, DS_MEM_OTHER, DS_PLACE_DEVICE, e->d_class_weights, (size_t)C * 4);
+    ds_mem_host_free(be->mem, DS_MEM_OTHER, e->h_class_weights, (size_t)C * 4);
     free(e->act);
     free(e->act_elems);
     free(e->saved);
@@ -147,6 +150,13 @@ static ds_status upload_batch(engine_t *e, const ds_batch *hb, bool need_labels)
         e->class_weights_set = false;
     }
     bool weighted = hb->class_weights || e->class_weights_set;
+    /* the weight sum of this micro-batch, for the global normalisation (ds_forward) */
+    e->wsum_local = -1.0;
+    if (weighted && hb->labels) {
+        const float *w = hb->class_weights ? hb->class_weights : e->h_class_weights;
+        e->wsum_local = 0.0;
+        for (int b = 0; b < hb->B; b++) e->wsum_local += w[hb->labels[b]];
+    }
     e->dbatch = (ds_batch){.B = hb->B, .T = hb->T, .tokens = e->d_tokens,
                            .type_ids = hb->type_ids ? e->d_type_ids : NULL, .mask = e->d_mask,
                            .labels = hb->labels ? e->d_labels : NULL,
@@ -166,6 +176,7 @@ ds_status ds_set_class_weights(engine_t *e, const float *weights) {
                           (double)weights[c]);
     DS_TRY(e->be->ops->memcpy(e->be, e->d_class_weights, weights, (size_t)C * sizeof(float),
                               DS_COPY_H2D, NULL));
+    memcpy(e->h_class_weights, weights, (size_t)C * sizeof(float));
     e->class_weights_set = true;
     return DS_OK;
 }
@@ -198,16 +209,33 @@ static ds_status run_forward(engine_t *e, int upto, bool training) {
     return DS_OK;
 }
 
+/* A weighted loss is normalised by the weight sum of the whole micro-batch,
+ * all ranks' rows together, as one process computing CrossEntropyLoss(weight)
+ * on the concatenated batch would: each rank's loss module divides by its own
+ * sum, so its backward is scaled by world * own sum / all ranks' sum (the
+ * gradient average over ranks then gives sum over all rows of w * grad / total
+ * weight). Without it the objective would depend on how the rows fall on the
+ * ranks. One scalar all-reduce per weighted micro-batch. */
+static ds_status weighted_loss_norm(engine_t *e) {
+    e->loss_norm = 1.0;
+    if (e->wsum_local < 0.0) return DS_OK;
+    double total = e->wsum_local;
+    DS_TRY(ds_comm_host_all_reduce(e->comm, &total, 1, DS_F64, DS_REDUCE_SUM));
+    if (total > 0.0) e->loss_norm = (double)e->comm->world * e->wsum_local / total;
+    return DS_OK;
+}
+
 ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out) {
     DS_TRY(upload_batch(e, host_batch, true));
     if (host_batch->B == 0) return DS_ERR(DS_ERR_INVALID_ARG, "ds_forward: empty batch");
     e->fwd_seed = mix64(e->seed ^ mix64((uint64_t)e->micro_steps + 0x5151));
+    DS_TRY(weighted_loss_norm(e));
     int n = e->model->n_modules;
     DS_TRY(run_forward(e, n, true));
     float loss;
     DS_TRY(e->be->ops->memcpy(e->be, &loss, e->act[n - 1], sizeof loss, DS_COPY_D2H, NULL));
     e->have_forward = true;
-    e->loss_accum += loss;
+    e->loss_accum += loss * e->loss_norm;
     if (loss_out) *loss_out = loss;
     return DS_OK;
 }
@@ -218,7 +246,8 @@ ds_status ds_backward(engine_t *e) {
     int n = e->model->n_modules;
     /* Gradient accumulation: each micro-batch contributes loss/GAS; fp16
      * scales the loss up so small gradients survive the half format. */
-    float loss_scale = (float)(e->scaler.scale / (double)e->cfg.gradient_accumulation_steps);
+    float loss_scale =
+        (float)(e->scaler.scale * e->loss_norm / (double)e->cfg.gradient_accumulation_steps);
     const float *dy = NULL;
     int which = 0;
     for (int i = n - 1; i >= 0; i--) {

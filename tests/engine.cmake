@@ -65,6 +65,20 @@ foreach(stage 0 1 2 3)
   endforeach()
 endforeach()
 
+# Class-weighted loss: normalised over all ranks' rows, so N ranks follow the
+# single-rank curve although their slices carry different weight sums.
+set(_w_ref ${CMAKE_BINARY_DIR}/tests/ref_mlp_weighted.txt)
+add_test(NAME equiv_mlp_weighted_ref COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 1
+         $<TARGET_FILE:test_train_equiv> --write ${_w_ref} --weights skew)
+set_tests_properties(equiv_mlp_weighted_ref PROPERTIES LABELS multirank TIMEOUT 300
+                     FIXTURES_SETUP ref_mlp_weighted)
+foreach(stage 0 2 3)
+  foreach(np 2 4)
+    ds_equiv_test(equiv_mlp_weighted_stage${stage}_np${np} ${np} ref_mlp_weighted
+                  --check ${_w_ref} --stage ${stage} --weights skew)
+  endforeach()
+endforeach()
+
 # Memory per rank against the ZeRO paper's formula, traffic per step against
 # theory, exact shards: every stage, fp32 and fp16, at 2 and 4 ranks.
 foreach(np 2 4)

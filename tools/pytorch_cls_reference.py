@@ -52,11 +52,11 @@ The protocol, exactly as the issue states it and as train_cls runs it:
            as models/metrics.c.
 
 What differs from the engine's run, by construction: the engine trains on 2
-ranks of 16 rows each (DistributedSampler order, and a weighted loss
-averaged per rank rather than over the 32 rows), its random numbers for init
-and dropout are its own, and it pads every row to 64 tokens where this
-script pads a batch to its longest row (the same result: padded keys get
-exactly zero attention weight).
+ranks of 16 rows each (DistributedSampler order; the weighted loss is still
+normalised by the weight sum of all 32 rows, see ds_set_class_weights), its
+random numbers for init and dropout are its own, and it pads every row to 64
+tokens where this script pads a batch to its longest row (the same result:
+padded keys get exactly zero attention weight).
 
 Output: progress lines on stdout, and with --metrics FILE one JSON line per
 50 steps (--log-every) and a last line {"eval": {...}, "wall_s": ..., "torch": ...}.
