@@ -45,8 +45,6 @@ struct engine {
     float *d_mask, *d_class_weights;
     float *h_class_weights;  /* [n_classes] host copy of ds_set_class_weights' */
     bool class_weights_set;  /* ds_set_class_weights: d_class_weights holds them */
-    double wsum_local;       /* weighted loss: sum_b w[y_b] of this rank's micro-batch, or
-                                -1 for the plain loss */
     double loss_norm;        /* this rank's share of the micro-batch loss: world * its
                                 weight sum / all ranks' (1 for the plain loss) */
     ds_batch dbatch;

@@ -150,13 +150,6 @@ static ds_status upload_batch(engine_t *e, const ds_batch *hb, bool need_labels)
         e->class_weights_set = false;
     }
     bool weighted = hb->class_weights || e->class_weights_set;
-    /* the weight sum of this micro-batch, for the global normalisation (ds_forward) */
-    e->wsum_local = -1.0;
-    if (weighted && hb->labels) {
-        const float *w = hb->class_weights ? hb->class_weights : e->h_class_weights;
-        e->wsum_local = 0.0;
-        for (int b = 0; b < hb->B; b++) e->wsum_local += w[hb->labels[b]];
-    }
     e->dbatch = (ds_batch){.B = hb->B, .T = hb->T, .tokens = e->d_tokens,
                            .type_ids = hb->type_ids ? e->d_type_ids : NULL, .mask = e->d_mask,
                            .labels = hb->labels ? e->d_labels : NULL,
@@ -216,12 +209,17 @@ static ds_status run_forward(engine_t *e, int upto, bool training) {
  * gradient average over ranks then gives sum over all rows of w * grad / total
  * weight). Without it the objective would depend on how the rows fall on the
  * ranks. One scalar all-reduce per weighted micro-batch. */
-static ds_status weighted_loss_norm(engine_t *e) {
+static ds_status weighted_loss_norm(engine_t *e, const ds_batch *hb) {
     e->loss_norm = 1.0;
-    if (e->wsum_local < 0.0) return DS_OK;
-    double total = e->wsum_local;
+    /* the weights upload_batch gave the loss: the batch's own, else the engine's */
+    const float *w = hb->class_weights ? hb->class_weights
+                     : e->class_weights_set ? e->h_class_weights : NULL;
+    if (!w) return DS_OK;
+    double mine = 0.0;
+    for (int b = 0; b < hb->B; b++) mine += w[hb->labels[b]];
+    double total = mine;
     DS_TRY(ds_comm_host_all_reduce(e->comm, &total, 1, DS_F64, DS_REDUCE_SUM));
-    if (total > 0.0) e->loss_norm = (double)e->comm->world * e->wsum_local / total;
+    if (total > 0.0) e->loss_norm = (double)e->comm->world * mine / total;
     return DS_OK;
 }
 
@@ -229,7 +227,7 @@ ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out) {
     DS_TRY(upload_batch(e, host_batch, true));
     if (host_batch->B == 0) return DS_ERR(DS_ERR_INVALID_ARG, "ds_forward: empty batch");
     e->fwd_seed = mix64(e->seed ^ mix64((uint64_t)e->micro_steps + 0x5151));
-    DS_TRY(weighted_loss_norm(e));
+    DS_TRY(weighted_loss_norm(e, host_batch));
     int n = e->model->n_modules;
     DS_TRY(run_forward(e, n, true));
     float loss;
