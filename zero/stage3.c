@@ -62,6 +62,7 @@ typedef struct stage3 {
     float *persist;    /* fp32 whole copies of the persistent modules, packed */
     int64_t *persist_off; /* [n_modules] offset into persist */
     int64_t persist_elems;
+    int64_t persist_max;  /* the largest persistent span: the slot refresh needs */
     bool persist_valid;
     float ***ptrs, ***gptrs; /* per module pointer tables (ptrs re-pointed per fetch) */
     int64_t *suffix;   /* [n_modules + 1]: elements of modules m.. n-1 */
@@ -158,11 +159,8 @@ static ds_status victim(stage3 *s, int keep, int64_t need, slot **out) {
 /* Gather every persistent module once (after init or an update). Collective:
  * every rank reaches it at the same fetch. */
 static ds_status refresh_persistent(stage3 *s) {
-    int64_t need = 0;
-    for (int m = 0; m < s->flat->n_modules; m++)
-        if (s->persistent[m] && span_of(s, m) > need) need = span_of(s, m);
     slot *sl;
-    DS_TRY(victim(s, -1, need, &sl));
+    DS_TRY(victim(s, -1, s->persist_max, &sl));
     for (int m = 0; m < s->flat->n_modules; m++) {
         if (!s->persistent[m]) continue;
         DS_TRY(start_gather(s, sl, m));
@@ -390,6 +388,7 @@ static ds_status plan(stage3 *s, const ds_config *cfg) {
         if (s->persistent[m]) {
             s->persist_off[m] = s->persist_elems;
             s->persist_elems += span_of(s, m);
+            if (span_of(s, m) > s->persist_max) s->persist_max = span_of(s, m);
         }
         const ds_flat_module *fm = &f->modules[m];
         int np = fm->n_params > 0 ? fm->n_params : 1;
