@@ -450,39 +450,27 @@ static void parse_args(int argc, char **argv, options *o) {
  * half-set launchers. RANK/WORLD_SIZE alone (torchrun-style) start nothing
  * here: the ranks still need an MPI launcher to talk to each other. */
 typedef struct launch_env {
-    const char *mpi_world_var; /* set when inside an MPI job */
-    int mpi_world;
-    int in_srun_step;
-    const char *srun_world_var; /* SLURM_STEP_NUM_TASKS, else SLURM_NTASKS */
-    int srun_world;
+    ds_rank_info ranks; /* source DS_RANKS_MPI / _SLURM: inside that launcher's job */
     int in_slurm_alloc; /* SLURM_JOB_ID set */
 } launch_env;
 
 static void read_env(launch_env *e) {
-    memset(e, 0, sizeof *e);
-    ds_rank_info ri;
-    if (ds_rank_discover(&ri) != DS_OK) fail(EXIT_RUNTIME, "%s", ds_last_error());
-    if (ri.source == DS_RANKS_MPI) {
-        e->mpi_world_var = ri.world_var;
-        e->mpi_world = ri.world;
-    } else if (ri.source == DS_RANKS_SLURM) {
-        e->in_srun_step = 1;
-        e->srun_world_var = ri.world_var;
-        e->srun_world = ri.world;
-    }
+    if (ds_rank_discover(&e->ranks) != DS_OK) fail(EXIT_RUNTIME, "%s", ds_last_error());
     e->in_slurm_alloc = env_get("SLURM_JOB_ID") != NULL;
 }
+
+static int inside_mpi(const launch_env *e) { return e->ranks.source == DS_RANKS_MPI; }
+static int inside_srun(const launch_env *e) { return e->ranks.source == DS_RANKS_SLURM; }
 
 typedef enum plan_kind { P_IN_PLACE, P_MPIRUN, P_SRUN } plan_kind;
 
 static plan_kind choose(const options *o, const launch_env *e) {
-    int inside = e->mpi_world_var || e->in_srun_step;
-    if (inside) {
-        const char *who = !e->mpi_world_var                               ? "srun"
-                          : strcmp(e->mpi_world_var, "PMI_SIZE") == 0 ? "the MPI launcher"
-                                                                      : "mpirun";
-        const char *var = e->mpi_world_var ? e->mpi_world_var : e->srun_world_var;
-        int world = e->mpi_world_var ? e->mpi_world : e->srun_world;
+    if (inside_mpi(e) || inside_srun(e)) {
+        const char *var = e->ranks.world_var;
+        const char *who = inside_srun(e)                 ? "srun"
+                          : strcmp(var, "PMI_SIZE") == 0 ? "the MPI launcher"
+                                                         : "mpirun";
+        int world = e->ranks.world;
         if (o->launcher == L_MPIRUN || o->launcher == L_SRUN)
             fail(EXIT_USAGE,
                  "--launcher %s inside a job %s already started (%s=%d): this process is one of "
@@ -618,10 +606,10 @@ int main(int argc, char **argv) {
         argv_push(&cmd, "-n");
         argv_pushf(&cmd, "%d", o.np);
         argv_push(&cmd, "--kill-on-bad-exit=1");
-    } else if (e.mpi_world_var) {
+    } else if (inside_mpi(&e)) {
         const char *local = env_get("OMPI_COMM_WORLD_LOCAL_SIZE");
         if (local && parse_count(local)) default_omp_threads(usable_cores() / parse_count(local));
-    } else if (e.in_srun_step) {
+    } else if (inside_srun(&e)) {
         const char *cpt = env_get("SLURM_CPUS_PER_TASK");
         if (cpt && parse_count(cpt)) default_omp_threads(parse_count(cpt));
     }
