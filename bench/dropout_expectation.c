@@ -223,6 +223,7 @@ static ds_status run(const opts *o) {
     ds_status st = DS_OK;
     engine_t *e = NULL;
     float *logits = NULL, *buf = NULL;
+    double *draw_loss = NULL;
     double *acc[MAX_TENSORS] = {0};
     const ds_param_desc *pd[MAX_TENSORS];
     ds_hf_load_report rep;
@@ -280,7 +281,10 @@ static ds_status run(const opts *o) {
     ds_batch bt = {.B = b.B, .T = b.T, .tokens = b.tokens, .mask = b.mask, .labels = b.labels};
     double el0, el1;
     DS_TRY_GOTO(st, eval_loss(e, &bt, b.C, logits, &el0), out);
-    double s1 = 0, s2 = 0;
+    if (!(draw_loss = malloc((size_t)o->draws * sizeof *draw_loss))) {
+        st = DS_ERR(DS_ERR_OOM, "%d per-draw losses", o->draws);
+        goto out;
+    }
     for (int it = 0; it < o->draws; it++) {
         float loss;
         DS_TRY_GOTO(st, ds_forward(e, &bt, &loss), out);
@@ -291,8 +295,7 @@ static ds_status run(const opts *o) {
             for (size_t j = 0; j < n; j++) acc[k][j] += buf[j];
         }
         DS_TRY_GOTO(st, ds_step(e), out);
-        s1 += loss;
-        s2 += (double)loss * loss;
+        draw_loss[it] = loss;
     }
     DS_TRY_GOTO(st, eval_loss(e, &bt, b.C, logits, &el1), out);
     if (el1 != el0) {
@@ -301,17 +304,30 @@ static ds_status run(const opts *o) {
         goto out;
     }
     int K = o->draws;
-    double mean = s1 / K;
+    double mean = 0, ss = 0;
+    for (int i = 0; i < K; i++) mean += draw_loss[i] / K;
+    for (int i = 0; i < K; i++) ss += (draw_loss[i] - mean) * (draw_loss[i] - mean);
     /* sample standard deviation (K - 1), as numpy's std(ddof=1) on the other side */
-    double sd = K > 1 ? sqrt(fmax(0.0, (s2 - K * mean * mean) / (K - 1))) : 0.0;
+    double sd = K > 1 ? sqrt(ss / (K - 1)) : 0.0;
     printf("dropout_expectation: engine, batch %d x %d, %d classes, %d draws, seed %llu\n", b.B, b.T,
            b.C, K, o->seed);
     printf("eval_loss %.7f\n", el0);
     printf("train_loss_mean %.5f sd %.5f se %.5f\n", mean, sd, sd / sqrt((double)K));
+    /* Fresh masks every step: successive draws' losses must be uncorrelated
+     * (|r| within ~2/sqrt(K) of 0); a mask reused or drawn from a stream that
+     * advanced too little would show as a positive lag-1 correlation. */
+    printf("loss autocorrelation, lags 1 2 3:");
+    for (int lag = 1; lag <= 3 && lag < K; lag++) {
+        double c = 0;
+        for (int i = 0; i + lag < K; i++) c += (draw_loss[i] - mean) * (draw_loss[i + lag] - mean);
+        printf(" %.3f", ss > 0 ? c / (K - lag) / (ss / K) : 0.0);
+    }
+    printf(" (noise ~ +-%.3f)\n", 2.0 / sqrt((double)K));
     DS_TRY_GOTO(st, write_means(o->out_path, o, pd, acc, buf, el0, mean, sd), out);
     printf("mean gradients of %d tensors written to %s\n", o->n_tensors, o->out_path);
 out:
     for (int k = 0; k < o->n_tensors; k++) free(acc[k]);
+    free(draw_loss);
     free(logits);
     free(buf);
     ds_hf_load_report_free(&rep);
