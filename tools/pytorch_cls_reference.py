@@ -344,7 +344,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--max-steps", type=int, default=0, help="stop early (for a smoke test)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--metrics", help="JSON lines: progress, then the evaluation")
+    ap.add_argument("--metrics", help="JSON lines: progress, each epoch's mean loss, then the evaluation")
     ap.add_argument("--log-every", type=int, default=50, help="steps between progress lines")
     ap.add_argument("--dropout", type=float, default=0.1, help="diagnostic: not the protocol")
     ap.add_argument("--init-from", help="diagnostic: initial weights (safetensors, HF names)")
@@ -400,6 +400,7 @@ def main():
         else:
             order = torch.randperm(len(train), generator=gen).tolist()
             batches = [order[i: i + batch] for i in range(0, len(order), batch)]
+        loss_sum, loss_n = 0.0, 0
         for rows in batches:
             if step >= total:
                 break
@@ -412,6 +413,7 @@ def main():
             gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             step += 1
+            loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
             if step % a.log_every == 0 or step == total:
                 rec = {"step": step, "epoch": epoch, "loss": loss.item(),
                        "lr": opt.param_groups[0]["lr"], "grad_norm": gnorm.item(),
@@ -420,6 +422,12 @@ def main():
                 if mf:
                     mf.write(json.dumps(rec) + "\n")
                     mf.flush()
+        if loss_n:  # every step's loss counts here, not only the logged ones
+            rec = {"epoch_end": epoch, "mean_loss": loss_sum / loss_n, "steps_in_epoch": loss_n}
+            print(json.dumps(rec), flush=True)
+            if mf:
+                mf.write(json.dumps(rec) + "\n")
+                mf.flush()
     train_s = time.time() - t0
 
     model.eval()
