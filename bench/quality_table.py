@@ -18,6 +18,8 @@ sample standard deviation (n - 1) of dev accuracy and macro-F1; the verdict
 compares the means, with the standard error of their difference
 sqrt(sd_ours^2 / n + sd_pt^2 / n) (seeds differ in split, init, order and
 dropout on both sides, so the two sides' runs are independent samples).
+Where both sides logged every step's loss, the mean training loss of each
+epoch as well, with the difference paired by seed.
 Standard library only."""
 import argparse
 import json
@@ -68,7 +70,25 @@ def load_run(work, side, cw, seed):
             "per_class": {c: v["f1"] for c, v in ev[-1]["eval"]["per_class"].items()},
             "wall": wall, "torch": ev[-1].get("torch"),
             "steps": max((x["step"] for x in recs if "step" in x), default=0),
-            "losses": [x["loss"] for x in recs if "loss" in x]}
+            "losses": [x["loss"] for x in recs if "loss" in x],
+            "epoch_loss": epoch_losses(recs)}
+
+
+def epoch_losses(recs):
+    """Mean training loss of each epoch over every step, or None: the
+    PyTorch script writes it ({"epoch_end": e, "mean_loss": x}); train_cls logs
+    every step's loss, so its means are taken here (None when steps are
+    missing, as the older PyTorch files, which logged one step in 50)."""
+    ends = sorted((x["epoch_end"], x["mean_loss"]) for x in recs if "epoch_end" in x)
+    if ends:
+        return [m for _, m in ends]
+    steps = [x for x in recs if "step" in x and "loss" in x and "epoch" in x]
+    if not steps or len(steps) != max(x["step"] for x in steps):
+        return None
+    by_epoch = {}
+    for x in steps:
+        by_epoch.setdefault(x["epoch"], []).append(x["loss"])
+    return [sum(v) / len(v) for _, v in sorted(by_epoch.items())]
 
 
 def load_split(work, seed):
@@ -119,6 +139,44 @@ def verdict(o, p):
                 f"difference, but on the point estimate the goal is not met")
     return (f"zero-engine mean BELOW PyTorch mean by {-d:.4f}, {z} (standard error of the "
             f"difference {se:.4f}): a measurable gap, goal not met")
+
+
+def epoch_loss_table(runs, seeds, losses):
+    """Training curves compared on the seeds where both sides have every
+    step's loss: a mean over about 358 steps varies far less from run to run
+    than a dev score, so a systematic difference in how fast the two sides
+    fit shows here first. The difference is paired by seed (same split and
+    class weights on both sides), its standard error sd / sqrt(n)."""
+    rows = []
+    for cw in losses:
+        both = [s for s in seeds if runs["ours", cw, s] and runs["pt", cw, s]
+                and runs["ours", cw, s]["epoch_loss"] and runs["pt", cw, s]["epoch_loss"]
+                and len(runs["ours", cw, s]["epoch_loss"]) == len(runs["pt", cw, s]["epoch_loss"])]
+        if not both:
+            continue
+        n_ep = len(runs["ours", cw, both[0]]["epoch_loss"])
+        both = [s for s in both if len(runs["ours", cw, s]["epoch_loss"]) == n_ep]
+        for side, who in (("ours", "zero-engine"), ("pt", "PyTorch")):
+            cells = [pm(*mean_sd([runs[side, cw, s]["epoch_loss"][e] for s in both]))
+                     for e in range(n_ep)]
+            rows.append(f"| {LOSS_NAME[cw]} | {who} | {len(both)} | " + " | ".join(cells) + " |")
+        cells = []
+        for e in range(n_ep):
+            d = [runs["ours", cw, s]["epoch_loss"][e] - runs["pt", cw, s]["epoch_loss"][e]
+                 for s in both]
+            m, sd = mean_sd(d)
+            cells.append(f"{m:+.4f}" if math.isnan(sd) else
+                         f"{m:+.4f} ({abs(m) / (sd / math.sqrt(len(d))):.1f} s.e.)" if sd > 0
+                         else f"{m:+.4f}")
+        rows.append(f"| {LOSS_NAME[cw]} | difference, paired by seed | {len(both)} | "
+                    + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    n_ep = max(len(r["epoch_loss"]) for r in runs.values() if r and r["epoch_loss"])
+    return (["", "Mean training loss per epoch, every step counted (mean +- sample standard "
+             "deviation over the seeds where both sides logged it):", "",
+             "| loss | implementation | seeds | " + " | ".join(f"epoch {e + 1}" for e in range(n_ep))
+             + " |", "| --- | --- | ---: |" + " ---: |" * n_ep] + rows)
 
 
 def build(a):
@@ -196,6 +254,8 @@ def build(a):
                     f1s = [sum(runs[side, cw, s]["per_class"][c] for s in done[cw]) / len(done[cw])
                            for c in classes]
                     L.append(f"| {who}, class weights {cw} | " + " | ".join(f"{f:.3f}" for f in f1s) + " |")
+
+    L += epoch_loss_table(runs, seeds, losses)
 
     L.append("")
     # Did --class-weight inverse change anything? With class weights applied
