@@ -6,7 +6,7 @@
 #
 #   bench/quality.sh [--build DIR] [--data FILE] [--python PY] [--work DIR]
 #                    [--seeds "42 1 2"] [--losses none,inverse] [--skip-done]
-#                    [--max-steps N] [--table-only]
+#                    [--same-start] [--parity N] [--max-steps N] [--table-only]
 #
 #   --build DIR     the CMake build tree with bin/ and bench/ (default: build)
 #   --data FILE     default ../shared/data/nlpcc2013-emotion/Nlpcc2013Train.tsv
@@ -19,6 +19,13 @@
 #   --losses LIST   comma-separated, of none and inverse (default both)
 #   --skip-done     do not run again a (side, loss, seed) whose metrics file
 #                   already ends with the evaluation (to finish a cut-off run)
+#   --same-start    also run PyTorch from the engine's initial weights with
+#                   the engine's batch order (per seed and loss, after the two
+#                   runs above): the pair then differs in dropout masks only
+#   --parity N      also the deterministic check per seed and loss: dropout 0,
+#                   the engine's initial weights and batch order on both sides,
+#                   N steps (100 warm-up, then linear decay to 0 at step N),
+#                   every step's loss logged (200 covers both phases)
 #   --max-steps N   a smoke test of this script: N steps per run, results
 #                   printed but not written to RESULTS.md
 #   --table-only    no runs: the section again from the files in the work
@@ -37,6 +44,11 @@
 #      global batch 32);
 #   2. PyTorch: tools/pytorch_cls_reference.py --seed S --class-weight LOSS
 #      (1 process x 2 threads).
+#   3. with --same-start: the engine's initial weights (train_cls --max-steps
+#      1 --save-dir: the first step runs at learning rate 0), then PyTorch
+#      from them with --engine-order 2 (side pt_same);
+#   4. with --parity N: both sides again with dropout 0 from those weights,
+#      in the engine's order, for N steps (sides par_ours and par_pt).
 # Each (side, loss, seed) leaves SIDE_LOSS_sS.{jsonl,log,wall} in the work
 # folder (SIDE: ours or pt); bench/quality_table.py turns them into the
 # section: per-seed scores, mean and standard deviation per loss, a verdict on
@@ -53,6 +65,8 @@ work=""
 seeds=42
 losses=none,inverse
 skip_done=""
+same_start=""
+parity=""
 max_steps=""
 table_only=""
 while [ $# -gt 0 ]; do
@@ -64,6 +78,8 @@ while [ $# -gt 0 ]; do
   --seeds) seeds=$2; shift 2 ;;
   --losses) losses=$2; shift 2 ;;
   --skip-done) skip_done=1; shift ;;
+  --same-start) same_start=1; shift ;;
+  --parity) parity=$2; shift 2 ;;
   --max-steps) max_steps=$2; shift 2 ;;
   --table-only) table_only=1; shift ;;
   -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -90,6 +106,10 @@ case $max_steps in
 '') ;;
 *[!0-9]* | 0) echo "quality.sh: --max-steps: $max_steps is not a positive integer" >&2; exit 2 ;;
 esac
+case $parity in
+'') ;;
+*[!0-9]* | 0 | 1) echo "quality.sh: --parity: $parity is not an integer of at least 2" >&2; exit 2 ;;
+esac
 [ -n "$work" ] || work=$build/quality
 mkdir -p "$work"
 work=$(cd "$work" && pwd -P)
@@ -101,6 +121,37 @@ elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f", b - a }'; }
 # finished FILE: the metrics file ends with the evaluation
 finished() { [ -s "$1" ] && tail -1 "$1" | grep -q '^{"eval"'; }
 
+# engine SEED LOSS OUT_BASE ARGS...: the protocol's train_cls run on 2 ranks,
+# ARGS added; output in OUT_BASE.log
+engine() {
+  seed=$1 cw=$2 out=$3
+  shift 3
+  OMP_NUM_THREADS=1 "$build/bin/engine-run" --np 2 --config "$src/configs/quality.json" train_cls \
+    --data "$data" --labels none,like,disgust,sadness,happiness,anger --drop-conflicts \
+    --model bert --layers 4 --hidden 256 --heads 4 --intermediate 1024 \
+    --max-seq-len 64 --epochs 3 --seed "$seed" --class-weight "$cw" "$@" >"$out.log" 2>&1 ||
+    { echo "quality.sh: train_cls failed, see $out.log" >&2; tail -5 "$out.log" >&2; exit 1; }
+}
+
+# pytorch SEED LOSS OUT_BASE ARGS...: tools/pytorch_cls_reference.py, likewise
+pytorch() {
+  seed=$1 cw=$2 out=$3
+  shift 3
+  "$python" "$src/tools/pytorch_cls_reference.py" --data "$data" --class-weight "$cw" --threads 2 \
+    --seed "$seed" "$@" >"$out.log" 2>&1 ||
+    { echo "quality.sh: the PyTorch run failed, see $out.log" >&2; tail -5 "$out.log" >&2; exit 1; }
+}
+
+# init_weights SEED: the engine's initial weights for SEED, once
+# (init_sSEED/model.safetensors; the first step runs at learning rate 0, so
+# the weights it saves are the initial ones).
+init_weights() {
+  init=$work/init_s$1
+  [ -s "$init/model.safetensors" ] && return
+  rm -rf "$init"
+  engine "$1" none "$work/init_s$1" --dropout 0.1 --max-steps 1 --save-dir "$init"
+}
+
 # run_one SIDE LOSS SEED: one training run; its files SIDE_LOSS_sSEED.*
 run_one() {
   base=$work/$1_$2_s$3
@@ -110,21 +161,18 @@ run_one() {
   fi
   rm -f "$base.wall" # written only when the run completes
   echo "quality.sh: $1, class weights $2, seed $3 ..."
+  case $1 in pt_same | par_*) init_weights "$3" ;; esac
+  same="--init-from $work/init_s$3/model.safetensors --engine-order 2"
   t0=$(now)
-  if [ "$1" = ours ]; then
-    # shellcheck disable=SC2086 # steps_arg is empty or two words
-    OMP_NUM_THREADS=1 "$build/bin/engine-run" --np 2 --config "$src/configs/quality.json" train_cls \
-      --data "$data" --labels none,like,disgust,sadness,happiness,anger --drop-conflicts \
-      --model bert --layers 4 --hidden 256 --heads 4 --intermediate 1024 --dropout 0.1 \
-      --max-seq-len 64 --epochs 3 --seed "$3" --class-weight "$2" $steps_arg \
-      --metrics "$base.jsonl" >"$base.log" 2>&1 ||
-      { echo "quality.sh: train_cls failed, see $base.log" >&2; tail -5 "$base.log" >&2; exit 1; }
-  else
-    # shellcheck disable=SC2086
-    "$python" "$src/tools/pytorch_cls_reference.py" --data "$data" --class-weight "$2" --threads 2 \
-      --seed "$3" $steps_arg --metrics "$base.jsonl" >"$base.log" 2>&1 ||
-      { echo "quality.sh: the PyTorch run failed, see $base.log" >&2; tail -5 "$base.log" >&2; exit 1; }
-  fi
+  # shellcheck disable=SC2086 # steps_arg and same are lists of words
+  case $1 in
+  ours) engine "$3" "$2" "$base" --dropout 0.1 $steps_arg --metrics "$base.jsonl" ;;
+  pt) pytorch "$3" "$2" "$base" $steps_arg --metrics "$base.jsonl" ;;
+  pt_same) pytorch "$3" "$2" "$base" $same $steps_arg --metrics "$base.jsonl" ;;
+  par_ours) engine "$3" "$2" "$base" --dropout 0 --max-steps "$parity" --metrics "$base.jsonl" ;;
+  par_pt) pytorch "$3" "$2" "$base" $same --dropout 0 --max-steps "$parity" --log-every 1 \
+            --metrics "$base.jsonl" ;;
+  esac
   elapsed "$t0" "$(now)" >"$base.wall"
 }
 
@@ -156,6 +204,8 @@ run_all() {
     for cw in $loss_list; do
       run_one ours "$cw" "$seed" # 1. zero-engine
       run_one pt "$cw" "$seed"   # 2. PyTorch
+      [ -z "$same_start" ] || run_one pt_same "$cw" "$seed"   # 3.
+      [ -z "$parity" ] || { run_one par_ours "$cw" "$seed"; run_one par_pt "$cw" "$seed"; }  # 4.
     done
   done
 }

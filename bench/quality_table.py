@@ -29,6 +29,7 @@ import re
 import sys
 
 SIDES = ("ours", "pt")
+SAME_START = "pt_same"  # PyTorch from the engine's initial weights, in its batch order
 LOSS_NAME = {"none": "plain CE", "inverse": "inverse-frequency weighted CE"}
 ISSUE = {"none": (0.63, 0.22), "inverse": (0.46, 0.34)}  # PyTorch 1.13 as the issue quotes it
 
@@ -141,49 +142,131 @@ def verdict(o, p):
             f"difference {se:.4f}): a measurable gap, goal not met")
 
 
-def epoch_loss_table(runs, seeds, losses):
-    """Training curves compared on the seeds where both sides have every
-    step's loss: a mean over about 358 steps varies far less from run to run
-    than a dev score, so a systematic difference in how fast the two sides
-    fit shows here first. The difference is paired by seed (same split and
-    class weights on both sides), its standard error sd / sqrt(n)."""
-    rows = []
+def paired(d):
+    """Mean of the paired differences d, with how many standard errors
+    (sd / sqrt(n)) it is from 0 when that is defined."""
+    m, sd = mean_sd(d)
+    if math.isnan(sd) or sd == 0:
+        return f"{m:+.4f}"
+    return f"{m:+.4f} ({abs(m) / (sd / math.sqrt(len(d))):.1f} s.e.)"
+
+
+def epoch_loss_table(runs, seeds, losses, other, other_name):
+    """Training curves, zero-engine against the PyTorch runs `other`, on the
+    seeds where both have every step's loss: a mean over about 358 steps
+    varies far less from run to run than a dev score, so a systematic
+    difference in how fast the two sides fit shows here first. The
+    difference is paired by seed (same split and class weights; for the
+    same-start runs also the same initial weights and batch order)."""
+    rows, n_ep = [], 0
     for cw in losses:
-        both = [s for s in seeds if runs["ours", cw, s] and runs["pt", cw, s]
-                and runs["ours", cw, s]["epoch_loss"] and runs["pt", cw, s]["epoch_loss"]
-                and len(runs["ours", cw, s]["epoch_loss"]) == len(runs["pt", cw, s]["epoch_loss"])]
-        if not both:
+        have = [s for s in seeds if runs["ours", cw, s] and runs[other, cw, s]
+                and runs["ours", cw, s]["epoch_loss"] and runs[other, cw, s]["epoch_loss"]]
+        if not have:
             continue
-        n_ep = len(runs["ours", cw, both[0]]["epoch_loss"])
-        both = [s for s in both if len(runs["ours", cw, s]["epoch_loss"]) == n_ep]
-        for side, who in (("ours", "zero-engine"), ("pt", "PyTorch")):
+        n_ep = len(runs["ours", cw, have[0]]["epoch_loss"])
+        both = [s for s in have if len(runs["ours", cw, s]["epoch_loss"]) == n_ep
+                and len(runs[other, cw, s]["epoch_loss"]) == n_ep]
+        for side, who in (("ours", "zero-engine"), (other, other_name)):
             cells = [pm(*mean_sd([runs[side, cw, s]["epoch_loss"][e] for s in both]))
                      for e in range(n_ep)]
             rows.append(f"| {LOSS_NAME[cw]} | {who} | {len(both)} | " + " | ".join(cells) + " |")
-        cells = []
-        for e in range(n_ep):
-            d = [runs["ours", cw, s]["epoch_loss"][e] - runs["pt", cw, s]["epoch_loss"][e]
-                 for s in both]
-            m, sd = mean_sd(d)
-            cells.append(f"{m:+.4f}" if math.isnan(sd) else
-                         f"{m:+.4f} ({abs(m) / (sd / math.sqrt(len(d))):.1f} s.e.)" if sd > 0
-                         else f"{m:+.4f}")
+        cells = [paired([runs["ours", cw, s]["epoch_loss"][e] - runs[other, cw, s]["epoch_loss"][e]
+                         for s in both]) for e in range(n_ep)]
         rows.append(f"| {LOSS_NAME[cw]} | difference, paired by seed | {len(both)} | "
                     + " | ".join(cells) + " |")
     if not rows:
         return []
-    n_ep = max(len(r["epoch_loss"]) for r in runs.values() if r and r["epoch_loss"])
-    return (["", "Mean training loss per epoch, every step counted (mean +- sample standard "
-             "deviation over the seeds where both sides logged it):", "",
-             "| loss | implementation | seeds | " + " | ".join(f"epoch {e + 1}" for e in range(n_ep))
+    return (["", f"Mean training loss per epoch, every step counted, zero-engine against "
+             f"{other_name} (mean +- sample standard deviation over the seeds where both "
+             "logged it):", "",
+             "| loss | run | seeds | " + " | ".join(f"epoch {e + 1}" for e in range(n_ep))
              + " |", "| --- | --- | ---: |" + " ---: |" * n_ep] + rows)
+
+
+def same_start_table(runs, seeds, losses):
+    """The engine against PyTorch started from the engine's initial weights
+    with the engine's batch order (bench/quality.sh --same-start): the two
+    runs of a seed then differ only in their dropout masks and in float
+    rounding, so the paired difference measures the implementations, free of
+    the init and order luck that dominates the spread across seeds."""
+    rows = []
+    for cw in losses:
+        both = [s for s in seeds if runs["ours", cw, s] and runs[SAME_START, cw, s]]
+        for s in both:
+            o, z, p = runs["ours", cw, s], runs[SAME_START, cw, s], runs["pt", cw, s]
+            rows.append(f"| {LOSS_NAME[cw]} | {s} | {o['acc']:.4f} | {o['f1']:.4f} | "
+                        f"{z['acc']:.4f} | {z['f1']:.4f} | "
+                        + (f"{p['f1']:.4f}" if p else "-") + " |")
+        if len(both) > 1:
+            d = [runs["ours", cw, s]["f1"] - runs[SAME_START, cw, s]["f1"] for s in both]
+            da = [runs["ours", cw, s]["acc"] - runs[SAME_START, cw, s]["acc"] for s in both]
+            rows.append(f"| {LOSS_NAME[cw]} | difference, mean of {len(both)} | {paired(da)} | "
+                        f"{paired(d)} | | | |")
+    if not rows:
+        return []
+    return (["", "Same start: PyTorch from the zero-engine's initial weights and with its batch "
+             "order (`bench/quality.sh --same-start`), so that per seed the two runs differ in "
+             "their dropout masks only:", "",
+             "| loss | seed | zero-engine accuracy | zero-engine macro-F1 | PyTorch same start "
+             "accuracy | PyTorch same start macro-F1 | PyTorch own start macro-F1 |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"] + rows)
+
+
+def step_records(work, side, cw, seed):
+    """{step: record} of a finished run's per-step lines, or None."""
+    path = f"{work}/{side}_{cw}_s{seed}.jsonl"
+    if not os.path.exists(path):
+        return None
+    recs = records(path)
+    if not any("eval" in x for x in recs):
+        return None
+    return {x["step"]: x for x in recs if "step" in x and "loss" in x}
+
+
+def parity_table(work, seeds, losses):
+    """bench/quality.sh --parity: dropout 0, the engine's initial weights and
+    batch order on both sides, so both compute the same steps and the
+    per-step losses differ by float rounding alone (summation order in the
+    GEMMs and reductions), which grows along the trajectory. The relative
+    difference is |engine - PyTorch| / |PyTorch| per step; the table gives
+    its largest value in the warm-up (steps 1-100) and after it."""
+    rows = []
+    for cw in losses:
+        for s in seeds:
+            e, p = step_records(work, "par_ours", cw, s), step_records(work, "par_pt", cw, s)
+            if not e or not p:
+                continue
+            common = sorted(set(e) & set(p))
+            if not common:
+                continue
+
+            def worst(key, steps):
+                d = [abs(e[t][key] - p[t][key]) / abs(p[t][key]) for t in steps if p[t][key]]
+                return f"{max(d):.1e}" if d else "-"
+
+            early, late = [t for t in common if t <= 100], [t for t in common if t > 100]
+            lr_same = all(math.isclose(e[t]["lr"], p[t]["lr"], rel_tol=1e-9, abs_tol=1e-15)
+                          for t in common)
+            rows.append(f"| {LOSS_NAME[cw]} | {s} | {len(common)} | {worst('loss', early)} | "
+                        f"{worst('loss', late)} | {worst('grad_norm', common)} | "
+                        f"{'yes' if lr_same else 'NO'} |")
+    if not rows:
+        return []
+    return (["", "Same arithmetic (`bench/quality.sh --parity N`): dropout 0, PyTorch from the "
+             "engine's initial weights in the engine's batch order, so both sides compute the same "
+             "steps; largest relative difference of the per-step training loss and gradient norm "
+             "(before clipping):", "",
+             "| loss | seed | steps compared | loss, steps 1-100 | loss, later steps | "
+             "gradient norm | same learning rate every step |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- |"] + rows)
 
 
 def build(a):
     seeds = [int(s) for s in a.seeds.split()]
     losses = a.losses.split(",")
     runs = {(side, cw, s): load_run(a.work, side, cw, s)
-            for side in SIDES for cw in losses for s in seeds}
+            for side in SIDES + (SAME_START,) for cw in losses for s in seeds}
     splits = {s: load_split(a.work, s) for s in seeds}
     if not any(runs.values()):
         fail(f"{a.work}: no finished run for seeds {a.seeds}, losses {a.losses}")
@@ -255,7 +338,10 @@ def build(a):
                            for c in classes]
                     L.append(f"| {who}, class weights {cw} | " + " | ".join(f"{f:.3f}" for f in f1s) + " |")
 
-    L += epoch_loss_table(runs, seeds, losses)
+    L += epoch_loss_table(runs, seeds, losses, "pt", "PyTorch")
+    L += same_start_table(runs, seeds, losses)
+    L += epoch_loss_table(runs, seeds, losses, SAME_START, "PyTorch from the same start")
+    L += parity_table(a.work, seeds, losses)
 
     L.append("")
     # Did --class-weight inverse change anything? With class weights applied
