@@ -3,10 +3,9 @@ ds_add_test(NAME test_metrics SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_metr
 
 # The public API from the outside: install, build a user program with
 # pkg-config only, run it at 1 and 2 ranks.
-string(REPLACE ";" " " _ds_mpirun_flags_str "${DS_MPIRUN_FLAGS}")
 add_test(NAME test_installed_api
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/api/test_installed_api.sh ${CMAKE_BINARY_DIR}
-                 ${CMAKE_SOURCE_DIR} "${_ds_mpirun_flags_str}")
+                 ${CMAKE_SOURCE_DIR} "${DS_MPIRUN_FLAGS_STR}")
 set_tests_properties(test_installed_api PROPERTIES LABELS "unit;multirank" TIMEOUT 300 PROCESSORS 2)
 
 # Data-parallel equivalence: every stage at 1, 2 and 4 ranks follows the
@@ -140,6 +139,6 @@ ds_equiv_test(equiv_mlp_nooverlap_stage3_np2 2 ref_mlp
 # --metrics: per-step records with every rank's memory, then the eval record.
 add_test(NAME test_train_cls_metrics
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_train_cls_metrics.sh ${CMAKE_BINARY_DIR}/bin
-                 ${_gen_csv} "${_ds_mpirun_flags_str}")
+                 ${_gen_csv} "${DS_MPIRUN_FLAGS_STR}")
 set_tests_properties(test_train_cls_metrics PROPERTIES LABELS multirank TIMEOUT 120 PROCESSORS 2
                      FIXTURES_REQUIRED gen_csv)

