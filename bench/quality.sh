@@ -6,7 +6,8 @@
 #
 #   bench/quality.sh [--build DIR] [--data FILE] [--python PY] [--work DIR]
 #                    [--seeds "42 1 2"] [--losses none,inverse] [--skip-done]
-#                    [--same-start] [--parity N] [--max-steps N] [--table-only]
+#                    [--sides "ours pt pt_same"] [--parity N] [--max-steps N]
+#                    [--table-only]
 #
 #   --build DIR     the CMake build tree with bin/ and bench/ (default: build)
 #   --data FILE     default ../shared/data/nlpcc2013-emotion/Nlpcc2013Train.tsv
@@ -19,9 +20,10 @@
 #   --losses LIST   comma-separated, of none and inverse (default both)
 #   --skip-done     do not run again a (side, loss, seed) whose metrics file
 #                   already ends with the evaluation (to finish a cut-off run)
-#   --same-start    also run PyTorch from the engine's initial weights with
-#                   the engine's batch order (per seed and loss, after the two
-#                   runs above): the pair then differs in dropout masks only
+#   --sides LIST    which runs, of ours, pt and pt_same (default "ours pt"):
+#                   pt_same is PyTorch from the engine's initial weights with
+#                   the engine's batch order, so that with ours it differs in
+#                   the dropout masks only
 #   --parity N      also the deterministic check per seed and loss: dropout 0,
 #                   the engine's initial weights and batch order on both sides,
 #                   N steps (100 warm-up, then linear decay to 0 at step N),
@@ -38,19 +40,20 @@
 #   0. bench/dump_split --seed S and tools/pytorch_cls_reference.py
 #      --dump-split --seed S must print the same rows, classes and char
 #      vocabulary, else nothing trains;
-#   then for every loss (plain cross-entropy "none", then "inverse"):
-#   1. zero-engine: engine-run --np 2 --config configs/quality.json train_cls
-#      --seed S --class-weight LOSS (2 ranks x 1 thread, ZeRO stage 2,
-#      global batch 32);
-#   2. PyTorch: tools/pytorch_cls_reference.py --seed S --class-weight LOSS
-#      (1 process x 2 threads).
-#   3. with --same-start: the engine's initial weights (train_cls --max-steps
-#      1 --save-dir: the first step runs at learning rate 0), then PyTorch
-#      from them with --engine-order 2 (side pt_same);
+#   then for every loss (plain cross-entropy "none", then "inverse"), the
+#   runs --sides names, in the order it gives them:
+#   1. ours, zero-engine: engine-run --np 2 --config configs/quality.json
+#      train_cls --seed S --class-weight LOSS (2 ranks x 1 thread, ZeRO
+#      stage 2, global batch 32);
+#   2. pt, PyTorch: tools/pytorch_cls_reference.py --seed S --class-weight
+#      LOSS (1 process x 2 threads);
+#   3. pt_same: the engine's initial weights (train_cls --max-steps 1
+#      --save-dir: the first step runs at learning rate 0), then PyTorch
+#      from them with --engine-order 2;
 #   4. with --parity N: both sides again with dropout 0 from those weights,
 #      in the engine's order, for N steps (sides par_ours and par_pt).
 # Each (side, loss, seed) leaves SIDE_LOSS_sS.{jsonl,log,wall} in the work
-# folder (SIDE: ours or pt); bench/quality_table.py turns them into the
+# folder; bench/quality_table.py turns them into the
 # section: per-seed scores, mean and standard deviation per loss, a verdict on
 # the means. The protocol itself is written out in tools/pytorch_cls_reference.py.
 # Each run takes 5 to 20 minutes here; start it with nice in the background.
@@ -65,7 +68,7 @@ work=""
 seeds=42
 losses=none,inverse
 skip_done=""
-same_start=""
+sides="ours pt"
 parity=""
 max_steps=""
 table_only=""
@@ -78,7 +81,7 @@ while [ $# -gt 0 ]; do
   --seeds) seeds=$2; shift 2 ;;
   --losses) losses=$2; shift 2 ;;
   --skip-done) skip_done=1; shift ;;
-  --same-start) same_start=1; shift ;;
+  --sides) sides=$2; shift 2 ;;
   --parity) parity=$2; shift 2 ;;
   --max-steps) max_steps=$2; shift 2 ;;
   --table-only) table_only=1; shift ;;
@@ -106,6 +109,12 @@ case $max_steps in
 '') ;;
 *[!0-9]* | 0) echo "quality.sh: --max-steps: $max_steps is not a positive integer" >&2; exit 2 ;;
 esac
+for side in $sides; do
+  case $side in
+  ours | pt | pt_same) ;;
+  *) echo "quality.sh: --sides: $side is not ours, pt or pt_same" >&2; exit 2 ;;
+  esac
+done
 case $parity in
 '') ;;
 *[!0-9]* | 0 | 1) echo "quality.sh: --parity: $parity is not an integer of at least 2" >&2; exit 2 ;;
@@ -202,10 +211,8 @@ run_all() {
     echo "quality.sh: seed $seed: C and Python agree on the split and vocab:" \
       "$(head -1 "$work/split_c_s$seed.txt"), vocab $(grep -c '^vocab' "$work/split_c_s$seed.txt")"
     for cw in $loss_list; do
-      run_one ours "$cw" "$seed" # 1. zero-engine
-      run_one pt "$cw" "$seed"   # 2. PyTorch
-      [ -z "$same_start" ] || run_one pt_same "$cw" "$seed"   # 3.
-      [ -z "$parity" ] || { run_one par_ours "$cw" "$seed"; run_one par_pt "$cw" "$seed"; }  # 4.
+      for side in $sides; do run_one "$side" "$cw" "$seed"; done # 1.-3.
+      [ -z "$parity" ] || { run_one par_ours "$cw" "$seed"; run_one par_pt "$cw" "$seed"; } # 4.
     done
   done
 }

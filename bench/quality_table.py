@@ -206,7 +206,7 @@ def same_start_table(runs, seeds, losses):
     if not rows:
         return []
     return (["", "Same start: PyTorch from the zero-engine's initial weights and with its batch "
-             "order (`bench/quality.sh --same-start`), so that per seed the two runs differ in "
+             "order (`bench/quality.sh --sides 'ours pt_same'`), so that per seed the two runs differ in "
              "their dropout masks only:", "",
              "| loss | seed | zero-engine accuracy | zero-engine macro-F1 | PyTorch same start "
              "accuracy | PyTorch same start macro-F1 | PyTorch own start macro-F1 |",
