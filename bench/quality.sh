@@ -24,10 +24,12 @@
 #                   pt_same is PyTorch from the engine's initial weights with
 #                   the engine's batch order, so that with ours it differs in
 #                   the dropout masks only
-#   --parity N      also the deterministic check per seed and loss: dropout 0,
-#                   the engine's initial weights and batch order on both sides,
-#                   N steps (100 warm-up, then linear decay to 0 at step N),
-#                   every step's loss logged (200 covers both phases)
+#   --parity N      also the deterministic checks per seed and loss: the
+#                   engine's initial weights and batch order on both sides, N
+#                   steps (100 warm-up, then linear decay to 0 at step N), every
+#                   step's loss logged (200 covers both phases); once with
+#                   dropout 0, once with dropout 0.1 where PyTorch drops out
+#                   exactly what the engine does (--engine-dropout)
 #   --max-steps N   a smoke test of this script: N steps per run, results
 #                   printed but not written to RESULTS.md
 #   --table-only    no runs: the section again from the files in the work
@@ -50,8 +52,10 @@
 #   3. pt_same: the engine's initial weights (train_cls --max-steps 1
 #      --save-dir: the first step runs at learning rate 0), then PyTorch
 #      from them with --engine-order 2;
-#   4. with --parity N: both sides again with dropout 0 from those weights,
-#      in the engine's order, for N steps (sides par_ours and par_pt).
+#   4. with --parity N: both sides again from those weights, in the
+#      engine's order, for N steps: with dropout 0 (sides par_ours and
+#      par_pt), then with the engine's dropout masks on both (parm_ours,
+#      parm_pt).
 # Each (side, loss, seed) leaves SIDE_LOSS_sS.{jsonl,log,wall} in the work
 # folder; bench/quality_table.py turns them into the
 # section: per-seed scores, mean and standard deviation per loss, a verdict on
@@ -170,7 +174,7 @@ run_one() {
   fi
   rm -f "$base.wall" # written only when the run completes
   echo "quality.sh: $1, class weights $2, seed $3 ..."
-  case $1 in pt_same | par_*) init_weights "$3" ;; esac
+  case $1 in pt_same | par*) init_weights "$3" ;; esac
   same="--init-from $work/init_s$3/model.safetensors --engine-order 2"
   t0=$(now)
   # shellcheck disable=SC2086 # steps_arg and same are lists of words
@@ -181,6 +185,9 @@ run_one() {
   par_ours) engine "$3" "$2" "$base" --dropout 0 --max-steps "$parity" --metrics "$base.jsonl" ;;
   par_pt) pytorch "$3" "$2" "$base" $same --dropout 0 --max-steps "$parity" --log-every 1 \
             --metrics "$base.jsonl" ;;
+  parm_ours) engine "$3" "$2" "$base" --dropout 0.1 --max-steps "$parity" --metrics "$base.jsonl" ;;
+  parm_pt) pytorch "$3" "$2" "$base" $same --engine-dropout --max-steps "$parity" --log-every 1 \
+             --metrics "$base.jsonl" ;;
   esac
   elapsed "$t0" "$(now)" >"$base.wall"
 }
@@ -212,7 +219,9 @@ run_all() {
       "$(head -1 "$work/split_c_s$seed.txt"), vocab $(grep -c '^vocab' "$work/split_c_s$seed.txt")"
     for cw in $loss_list; do
       for side in $sides; do run_one "$side" "$cw" "$seed"; done # 1.-3.
-      [ -z "$parity" ] || { run_one par_ours "$cw" "$seed"; run_one par_pt "$cw" "$seed"; } # 4.
+      [ -z "$parity" ] || for side in par_ours par_pt parm_ours parm_pt; do # 4.
+        run_one "$side" "$cw" "$seed"
+      done
     done
   done
 }

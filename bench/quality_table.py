@@ -224,42 +224,47 @@ def step_records(work, side, cw, seed):
     return {x["step"]: x for x in recs if "step" in x and "loss" in x}
 
 
+# bench/quality.sh --parity's pairs: side prefix, what the dropout was
+PARITY = (("par", "0"), ("parm", "0.1, the engine's masks on both sides"))
+
+
 def parity_table(work, seeds, losses):
-    """bench/quality.sh --parity: dropout 0, the engine's initial weights and
-    batch order on both sides, so both compute the same steps and the
+    """bench/quality.sh --parity: the engine's initial weights and batch order
+    on both sides, and either no dropout or the engine's dropout masks on
+    both (PyTorch --engine-dropout), so both compute the same steps and the
     per-step losses differ by float rounding alone (summation order in the
     GEMMs and reductions), which grows along the trajectory. The relative
     difference is |engine - PyTorch| / |PyTorch| per step; the table gives
     its largest value in the warm-up (steps 1-100) and after it."""
     rows = []
-    for cw in losses:
-        for s in seeds:
-            e, p = step_records(work, "par_ours", cw, s), step_records(work, "par_pt", cw, s)
-            if not e or not p:
-                continue
-            common = sorted(set(e) & set(p))
-            if not common:
-                continue
+    for prefix, dropout in PARITY:
+        for cw in losses:
+            for s in seeds:
+                e = step_records(work, prefix + "_ours", cw, s)
+                p = step_records(work, prefix + "_pt", cw, s)
+                common = sorted(set(e) & set(p)) if e and p else []
+                if not common:
+                    continue
 
-            def worst(key, steps):
-                d = [abs(e[t][key] - p[t][key]) / abs(p[t][key]) for t in steps if p[t][key]]
-                return f"{max(d):.1e}" if d else "-"
+                def worst(key, steps):
+                    d = [abs(e[t][key] - p[t][key]) / abs(p[t][key]) for t in steps if p[t][key]]
+                    return f"{max(d):.1e}" if d else "-"
 
-            early, late = [t for t in common if t <= 100], [t for t in common if t > 100]
-            lr_same = all(math.isclose(e[t]["lr"], p[t]["lr"], rel_tol=1e-9, abs_tol=1e-15)
-                          for t in common)
-            rows.append(f"| {LOSS_NAME[cw]} | {s} | {len(common)} | {worst('loss', early)} | "
-                        f"{worst('loss', late)} | {worst('grad_norm', common)} | "
-                        f"{'yes' if lr_same else 'NO'} |")
+                early, late = [t for t in common if t <= 100], [t for t in common if t > 100]
+                lr_same = all(math.isclose(e[t]["lr"], p[t]["lr"], rel_tol=1e-9, abs_tol=1e-15)
+                              for t in common)
+                rows.append(f"| {LOSS_NAME[cw]} | {dropout} | {s} | {len(common)} | "
+                            f"{worst('loss', early)} | {worst('loss', late)} | "
+                            f"{worst('grad_norm', common)} | {'yes' if lr_same else 'NO'} |")
     if not rows:
         return []
-    return (["", "Same arithmetic (`bench/quality.sh --parity N`): dropout 0, PyTorch from the "
-             "engine's initial weights in the engine's batch order, so both sides compute the same "
-             "steps; largest relative difference of the per-step training loss and gradient norm "
-             "(before clipping):", "",
-             "| loss | seed | steps compared | loss, steps 1-100 | loss, later steps | "
+    return (["", "Same arithmetic (`bench/quality.sh --parity N`): PyTorch from the engine's "
+             "initial weights in the engine's batch order, with no dropout or with exactly the "
+             "engine's dropout masks, so both sides compute the same steps; largest relative "
+             "difference of the per-step training loss and gradient norm (before clipping):", "",
+             "| loss | dropout | seed | steps compared | loss, steps 1-100 | loss, later steps | "
              "gradient norm | same learning rate every step |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | --- |"] + rows)
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"] + rows)
 
 
 def build(a):

@@ -67,9 +67,11 @@ initial weights: train_cls --max-steps 1 --save-dir D writes them, since the
 first step runs at lr 0), --engine-order W (the batches the engine's
 sampler gives W ranks: epoch e permuted by permutation(n, seed + e), wrapped
 to equal rank shares, rank r taking every W-th entry, each rank batch/W rows
-per step). With dropout 0, the engine's init and its order, this script and
-train_cls --dropout 0 compute the same steps, so their per-step losses
-(--log-every 1) can be compared directly.
+per step), --engine-dropout (with --engine-order: rows padded to max_seq_len
+and dropped out with exactly the masks the engine's ranks draw, from
+tools/engine_rng.py). With the engine's init and order and either dropout 0
+or --engine-dropout, this script and train_cls compute the same steps, so
+their per-step losses (--log-every 1) can be compared directly.
 """
 import argparse
 import collections
@@ -181,36 +183,46 @@ def encode(text, ids_of, max_len):
 
 # --------------------------------------------------------------- model ----
 def build_model(torch, V, C, H=256, L=4, nh=4, I=1024, p=0.1, max_pos=512):
+    """The model; its attribute engine_masks, when set to a dict (see
+    engine_dropout_masks), replaces the random dropout masks of training by
+    those: key "emb", ("attn", l), ("ao", l), ("ffn", l) or "pool"."""
     nn, F = torch.nn, torch.nn.functional
+    masks = {}  # the current step's, when given
+
+    def drop(x, key, training):
+        if training and masks:
+            return x * masks[key]
+        return F.dropout(x, p, training)  # what nn.Dropout(p) calls
 
     class Layer(nn.Module):
-        def __init__(self):
+        def __init__(self, index):
             super().__init__()
+            self.index = index
             self.q, self.k, self.v = nn.Linear(H, H), nn.Linear(H, H), nn.Linear(H, H)
             self.ao, self.ln1 = nn.Linear(H, H), nn.LayerNorm(H, eps=1e-12)
             self.i, self.o, self.ln2 = nn.Linear(H, I), nn.Linear(I, H), nn.LayerNorm(H, eps=1e-12)
-            self.drop = nn.Dropout(p)
 
         def forward(self, x, add_mask):
             B, T, _ = x.shape
-            d = H // nh
+            d, l, tr = H // nh, self.index, self.training
 
             def heads(t):
                 return t.view(B, T, nh, d).transpose(1, 2)
 
             s = heads(self.q(x)) @ heads(self.k(x)).transpose(-1, -2) / math.sqrt(d)
-            a = self.drop(torch.softmax(s + add_mask, dim=-1))
+            a = drop(torch.softmax(s + add_mask, dim=-1), ("attn", l), tr)
             ctx = (a @ heads(self.v(x))).transpose(1, 2).reshape(B, T, H)
-            x = self.ln1(x + self.drop(self.ao(ctx)))
-            return self.ln2(x + self.drop(self.o(F.gelu(self.i(x)))))  # erf GELU
+            x = self.ln1(x + drop(self.ao(ctx), ("ao", l), tr))
+            return self.ln2(x + drop(self.o(F.gelu(self.i(x))), ("ffn", l), tr))  # erf GELU
 
     class Bert(nn.Module):
         def __init__(self):
             super().__init__()
             self.word = nn.Embedding(V, H, padding_idx=PAD)
             self.pos, self.typ = nn.Embedding(max_pos, H), nn.Embedding(2, H)
-            self.ln, self.drop = nn.LayerNorm(H, eps=1e-12), nn.Dropout(p)
-            self.layers = nn.ModuleList(Layer() for _ in range(L))
+            self.ln = nn.LayerNorm(H, eps=1e-12)
+            self.layers = nn.ModuleList(Layer(l) for l in range(L))
+            self.dims = {"H": H, "L": L, "nh": nh}
             self.pool, self.cls = nn.Linear(H, H), nn.Linear(H, C)
             for m in self.modules():  # Hugging Face's _init_weights
                 if isinstance(m, (nn.Linear, nn.Embedding)):
@@ -227,13 +239,73 @@ def build_model(torch, V, C, H=256, L=4, nh=4, I=1024, p=0.1, max_pos=512):
             B, T = tok.shape
             pos = torch.arange(T).unsqueeze(0)
             x = self.word(tok) + self.pos(pos) + self.typ(torch.zeros_like(tok))
-            x = self.drop(self.ln(x))
+            x = drop(self.ln(x), "emb", self.training)
             add = (1.0 - mask[:, None, None, :]) * torch.finfo(torch.float32).min
             for layer in self.layers:
                 x = layer(x, add)
-            return self.cls(self.drop(torch.tanh(self.pool(x[:, 0]))))
+            return self.cls(drop(torch.tanh(self.pool(x[:, 0])), "pool", self.training))
+
+        def set_masks(self, m):
+            masks.clear()
+            masks.update(m or {})
 
     return Bert()
+
+
+def engine_dropout_masks(torch, seed, step, world, rows, T, p, H, L, nh):
+    """The masks the engine's ranks draw in optimizer step `step` (from 0;
+    one micro-batch per step), for a global batch of `rows` rows, the first
+    rows / world from rank 0 and so on, each padded to T positions; keys as
+    build_model's. The engine's modules are numbered embeddings 0, layers
+    1..L, pooler L + 1; each encoder layer draws its attention probabilities
+    [B, nh, Tq, T] at offset 0, then its attention output [B Tq, H], then its
+    feed-forward output [B Tq, H] (models/mod_encoder_layer.c). The last layer
+    computes [CLS] alone (Tq = 1), so only query row 0 has engine masks there;
+    the other rows, which do not reach the classifier, are kept as they are."""
+    import numpy as np
+    import engine_rng as R
+    B = rows // world
+    out = {}
+
+    def put(key, per_rank):
+        out[key] = torch.from_numpy(np.concatenate(per_rank, axis=0))
+
+    def draws(module, sizes):
+        """Per rank, the consecutive pieces of the module's stream."""
+        res = []
+        for r in range(world):
+            s, off, pieces = R.module_seed(seed, step, module, r), 0, []
+            for n in sizes:
+                pieces.append(R.keep_mask(s, off, n, p))
+                off += n
+            res.append(pieces)
+        return res
+
+    put("emb", [d[0].reshape(B, T, H) for d in draws(0, [B * T * H])])
+    for l in range(L):
+        Tq = 1 if l == L - 1 else T
+        d = draws(1 + l, [B * nh * Tq * T, B * Tq * H, B * Tq * H])
+        if Tq == T:
+            put(("attn", l), [x[0].reshape(B, nh, T, T) for x in d])
+            put(("ao", l), [x[1].reshape(B, T, H) for x in d])
+            put(("ffn", l), [x[2].reshape(B, T, H) for x in d])
+            continue
+        attn, ao, ffn = [], [], []
+        for x in d:
+            a = np.ones((B, nh, T, T), np.float32)
+            a[:, :, 0, :] = x[0].reshape(B, nh, T)
+            h1 = np.ones((B, T, H), np.float32)
+            h1[:, 0, :] = x[1].reshape(B, H)
+            h2 = np.ones((B, T, H), np.float32)
+            h2[:, 0, :] = x[2].reshape(B, H)
+            attn.append(a)
+            ao.append(h1)
+            ffn.append(h2)
+        put(("attn", l), attn)
+        put(("ao", l), ao)
+        put(("ffn", l), ffn)
+    put("pool", [d[0].reshape(B, H) for d in draws(1 + L, [B * H])])
+    return out
 
 
 def lr_at(step, max_lr, warmup, total):
@@ -304,8 +376,9 @@ def engine_batches(n, seed, world, batch):
             for k in range(0, per_rank, micro)]
 
 
-def batch_tensors(torch, seqs, rows):
-    T = max(len(seqs[r]) for r in rows)
+def batch_tensors(torch, seqs, rows, T=0):
+    """Token ids and mask of `rows`, padded to T (0: the longest row)."""
+    T = T or max(len(seqs[r]) for r in rows)
     tok = torch.zeros((len(rows), T), dtype=torch.long)
     mask = torch.zeros((len(rows), T), dtype=torch.float32)
     for b, r in enumerate(rows):
@@ -350,7 +423,11 @@ def main():
     ap.add_argument("--init-from", help="diagnostic: initial weights (safetensors, HF names)")
     ap.add_argument("--engine-order", type=int, default=0, metavar="W",
                     help="diagnostic: the engine's batch order for W ranks")
+    ap.add_argument("--engine-dropout", action="store_true",
+                    help="diagnostic: the dropout masks the engine draws (needs --engine-order)")
     a = ap.parse_args()
+    if a.engine_dropout and not a.engine_order:
+        sys.exit("--engine-dropout needs --engine-order W (the masks follow the engine's ranks)")
     if a.dump_split:
         dump_split(a.data, a.seed, a.dev_ratio, a.min_count)
         return
@@ -404,7 +481,10 @@ def main():
         for rows in batches:
             if step >= total:
                 break
-            tok, mask = batch_tensors(torch, tr_seq, rows)
+            tok, mask = batch_tensors(torch, tr_seq, rows, max_len if a.engine_dropout else 0)
+            if a.engine_dropout:
+                model.set_masks(engine_dropout_masks(torch, a.seed, step, a.engine_order,
+                                                     len(rows), max_len, a.dropout, **model.dims))
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, max_lr, warmup, total)
             loss = torch.nn.functional.cross_entropy(model(tok, mask), tr_y[rows], weight=weight)
