@@ -69,7 +69,10 @@ sampler gives W ranks: epoch e permuted by permutation(n, seed + e), wrapped
 to equal rank shares, rank r taking every W-th entry, each rank batch/W rows
 per step), --engine-dropout (with --engine-order: rows padded to max_seq_len
 and dropped out with exactly the masks the engine's ranks draw, from
-tools/engine_rng.py). With the engine's init and order and either dropout 0
+tools/engine_rng.py), --torch-seed N (torch's generator seeded with N instead
+of --seed: with --init-from and --engine-order it draws only the dropout
+masks, so two such runs measure how far dropout alone moves a run). With the
+engine's init and order and either dropout 0
 or --engine-dropout, this script and train_cls compute the same steps, so
 their per-step losses (--log-every 1) can be compared directly.
 """
@@ -423,6 +426,9 @@ def main():
     ap.add_argument("--init-from", help="diagnostic: initial weights (safetensors, HF names)")
     ap.add_argument("--engine-order", type=int, default=0, metavar="W",
                     help="diagnostic: the engine's batch order for W ranks")
+    ap.add_argument("--torch-seed", type=int, default=None,
+                    help="diagnostic: seed torch's generator with this instead of --seed (with "
+                         "--init-from and --engine-order it then draws the dropout masks only)")
     ap.add_argument("--engine-dropout", action="store_true",
                     help="diagnostic: the dropout masks the engine draws (needs --engine-order)")
     a = ap.parse_args()
@@ -434,7 +440,7 @@ def main():
 
     import torch
     torch.set_num_threads(a.threads)
-    torch.manual_seed(a.seed)
+    torch.manual_seed(a.seed if a.torch_seed is None else a.torch_seed)
     max_len, batch, max_lr, warmup = 64, 32, 5e-4, 100
     classes, train, dev, vocab, _ = protocol_data(a.data, a.seed, a.dev_ratio, a.min_count)
     ids_of = {t: i for i, t in enumerate(vocab) if i >= 4}
