@@ -1,12 +1,13 @@
 #!/bin/sh
 # Issue 3's text-classification quality protocol, both ways, for one or more
 # seeds, and the result into bench/RESULTS.md (section "## Text
-# classification quality (issue 3 protocol)"; the rest of the file is left
-# as it is).
+# classification quality (issue 3 protocol)", or --section's; the rest of
+# the file is left as it is).
 #
 #   bench/quality.sh [--build DIR] [--data FILE] [--python PY] [--work DIR]
 #                    [--seeds "42 1 2"] [--losses none,inverse] [--skip-done]
-#                    [--sides "ours pt pt_same"] [--parity N] [--max-steps N]
+#                    [--sides "ours pt pt_same pt_ctl"] [--parity N]
+#                    [--max-steps N] [--section TITLE]
 #                    [--table-only]
 #
 #   --build DIR     the CMake build tree with bin/ and bench/ (default: build)
@@ -20,10 +21,13 @@
 #   --losses LIST   comma-separated, of none and inverse (default both)
 #   --skip-done     do not run again a (side, loss, seed) whose metrics file
 #                   already ends with the evaluation (to finish a cut-off run)
-#   --sides LIST    which runs, of ours, pt and pt_same (default "ours pt"):
-#                   pt_same is PyTorch from the engine's initial weights with
-#                   the engine's batch order, so that with ours it differs in
-#                   the dropout masks only
+#   --sides LIST    which runs, of ours, pt, pt_same and pt_ctl (default
+#                   "ours pt"): pt_same is PyTorch from the engine's initial
+#                   weights with the engine's batch order, so that with ours
+#                   it differs in the dropout masks only; pt_ctl is pt_same
+#                   again with torch's generator seeded 1000 + S, so that it
+#                   differs from pt_same in the dropout masks only: the
+#                   control, how far other masks alone move a PyTorch run
 #   --parity N      also the deterministic checks per seed and loss: the
 #                   engine's initial weights and batch order on both sides, N
 #                   steps (100 warm-up, then linear decay to 0 at step N), every
@@ -32,6 +36,9 @@
 #                   exactly what the engine does (--engine-dropout)
 #   --max-steps N   a smoke test of this script: N steps per run, results
 #                   printed but not written to RESULTS.md
+#   --section TITLE the heading of the section written (default "Text
+#                   classification quality (issue 3 protocol)"), so that a
+#                   differently shaped measurement gets a section of its own
 #   --table-only    no runs: the section again from the files in the work
 #                   directory, for the seeds and losses given (runs not
 #                   finished are shown as such; with --max-steps N if they
@@ -51,7 +58,8 @@
 #      LOSS (1 process x 2 threads);
 #   3. pt_same: the engine's initial weights (train_cls --max-steps 1
 #      --save-dir: the first step runs at learning rate 0), then PyTorch
-#      from them with --engine-order 2;
+#      from them with --engine-order 2; pt_ctl: the same with --torch-seed
+#      1000+S;
 #   4. with --parity N: both sides again from those weights, in the
 #      engine's order, for N steps: with dropout 0 (sides par_ours and
 #      par_pt), then with the engine's dropout masks on both (parm_ours,
@@ -76,6 +84,7 @@ sides="ours pt"
 parity=""
 max_steps=""
 table_only=""
+section_title="Text classification quality (issue 3 protocol)"
 while [ $# -gt 0 ]; do
   case $1 in
   --build) build=$(cd "$2" && pwd -P); shift 2 ;;
@@ -89,6 +98,7 @@ while [ $# -gt 0 ]; do
   --parity) parity=$2; shift 2 ;;
   --max-steps) max_steps=$2; shift 2 ;;
   --table-only) table_only=1; shift ;;
+  --section) section_title=$2; shift 2 ;;
   -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "quality.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -115,8 +125,8 @@ case $max_steps in
 esac
 for side in $sides; do
   case $side in
-  ours | pt | pt_same) ;;
-  *) echo "quality.sh: --sides: $side is not ours, pt or pt_same" >&2; exit 2 ;;
+  ours | pt | pt_same | pt_ctl) ;;
+  *) echo "quality.sh: --sides: $side is not ours, pt, pt_same or pt_ctl" >&2; exit 2 ;;
   esac
 done
 case $parity in
@@ -174,7 +184,7 @@ run_one() {
   fi
   rm -f "$base.wall" # written only when the run completes
   echo "quality.sh: $1, class weights $2, seed $3 ..."
-  case $1 in pt_same | par*) init_weights "$3" ;; esac
+  case $1 in pt_same | pt_ctl | par*) init_weights "$3" ;; esac
   same="--init-from $work/init_s$3/model.safetensors --engine-order 2"
   t0=$(now)
   # shellcheck disable=SC2086 # steps_arg and same are lists of words
@@ -182,6 +192,8 @@ run_one() {
   ours) engine "$3" "$2" "$base" --dropout 0.1 $steps_arg --metrics "$base.jsonl" ;;
   pt) pytorch "$3" "$2" "$base" $steps_arg --metrics "$base.jsonl" ;;
   pt_same) pytorch "$3" "$2" "$base" $same $steps_arg --metrics "$base.jsonl" ;;
+  pt_ctl) pytorch "$3" "$2" "$base" $same --torch-seed $(($3 + 1000)) $steps_arg \
+            --metrics "$base.jsonl" ;;
   par_ours) engine "$3" "$2" "$base" --dropout 0 --max-steps "$parity" --metrics "$base.jsonl" ;;
   par_pt) pytorch "$3" "$2" "$base" $same --dropout 0 --max-steps "$parity" --log-every 1 \
             --metrics "$base.jsonl" ;;
@@ -229,9 +241,13 @@ run_all() {
 
 # 3. the table
 section=$work/section.md
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+# OpenBLAS's kernels change the rounding, so a run is reproduced bit for bit
+# only with the same choice
+[ -z "${OPENBLAS_CORETYPE:-}" ] || cpu="$cpu, OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE"
 python3 "$src/bench/quality_table.py" --work "$work" --out "$section" --seeds "$seeds" \
-  --losses "$losses" --ncpu "$(nproc)" \
-  --cpu "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)" --max-steps "$max_steps"
+  --losses "$losses" --ncpu "$(nproc)" --cpu "$cpu" --max-steps "$max_steps" \
+  --heading "$section_title"
 cat "$section"
 
 if [ -n "$max_steps" ]; then
@@ -241,10 +257,10 @@ fi
 # Replace our section (from its heading to the next "## " heading) or append
 # it; every other section stays byte for byte.
 results=$src/bench/RESULTS.md
-python3 - "$results" "$section" <<'EOF'
+python3 - "$results" "$section" "$section_title" <<'EOF'
 import os, sys
 path, section = sys.argv[1], open(sys.argv[2]).read().rstrip("\n") + "\n"
-head = "## Text classification quality (issue 3 protocol)"
+head = "## " + sys.argv[3]
 text = open(path).read() if os.path.exists(path) else "# Benchmark results\n"
 lines = text.split("\n")
 start = next((i for i, l in enumerate(lines) if l.strip() == head), None)

@@ -3,7 +3,7 @@
 bench/RESULTS.md, from the files bench/quality.sh leaves in its work folder:
 
     python3 bench/quality_table.py --work DIR --seeds "42 1 2" --losses none,inverse \
-        --out section.md [--ncpu N] [--cpu NAME] [--max-steps N]
+        --out section.md [--ncpu N] [--cpu NAME] [--max-steps N] [--heading TITLE]
 
 Per (side, loss, seed): SIDE_LOSS_sSEED.jsonl (train_cls --metrics or
 tools/pytorch_cls_reference.py --metrics; the last line the evaluation) and
@@ -30,6 +30,7 @@ import sys
 
 SIDES = ("ours", "pt")
 SAME_START = "pt_same"  # PyTorch from the engine's initial weights, in its batch order
+CONTROL = "pt_ctl"  # pt_same again with other dropout masks (torch seeded 1000 + seed)
 LOSS_NAME = {"none": "plain CE", "inverse": "inverse-frequency weighted CE"}
 ISSUE = {"none": (0.63, 0.22), "inverse": (0.46, 0.34)}  # PyTorch 1.13 as the issue quotes it
 
@@ -151,66 +152,89 @@ def paired(d):
     return f"{m:+.4f} ({abs(m) / (sd / math.sqrt(len(d))):.1f} s.e.)"
 
 
-def epoch_loss_table(runs, seeds, losses, other, other_name):
-    """Training curves, zero-engine against the PyTorch runs `other`, on the
-    seeds where both have every step's loss: a mean over about 358 steps
+def epoch_loss_table(runs, seeds, losses, other, other_name, mine="ours", mine_name="zero-engine"):
+    """Training curves, the runs `mine` against the PyTorch runs `other`, on
+    the seeds where both have every step's loss: a mean over about 358 steps
     varies far less from run to run than a dev score, so a systematic
     difference in how fast the two sides fit shows here first. The
     difference is paired by seed (same split and class weights; for the
     same-start runs also the same initial weights and batch order)."""
     rows, n_ep = [], 0
     for cw in losses:
-        have = [s for s in seeds if runs["ours", cw, s] and runs[other, cw, s]
-                and runs["ours", cw, s]["epoch_loss"] and runs[other, cw, s]["epoch_loss"]]
+        have = [s for s in seeds if runs[mine, cw, s] and runs[other, cw, s]
+                and runs[mine, cw, s]["epoch_loss"] and runs[other, cw, s]["epoch_loss"]]
         if not have:
             continue
-        n_ep = len(runs["ours", cw, have[0]]["epoch_loss"])
-        both = [s for s in have if len(runs["ours", cw, s]["epoch_loss"]) == n_ep
+        n_ep = len(runs[mine, cw, have[0]]["epoch_loss"])
+        both = [s for s in have if len(runs[mine, cw, s]["epoch_loss"]) == n_ep
                 and len(runs[other, cw, s]["epoch_loss"]) == n_ep]
-        for side, who in (("ours", "zero-engine"), (other, other_name)):
+        for side, who in ((mine, mine_name), (other, other_name)):
             cells = [pm(*mean_sd([runs[side, cw, s]["epoch_loss"][e] for s in both]))
                      for e in range(n_ep)]
             rows.append(f"| {LOSS_NAME[cw]} | {who} | {len(both)} | " + " | ".join(cells) + " |")
-        cells = [paired([runs["ours", cw, s]["epoch_loss"][e] - runs[other, cw, s]["epoch_loss"][e]
+        cells = [paired([runs[mine, cw, s]["epoch_loss"][e] - runs[other, cw, s]["epoch_loss"][e]
                          for s in both]) for e in range(n_ep)]
         rows.append(f"| {LOSS_NAME[cw]} | difference, paired by seed | {len(both)} | "
                     + " | ".join(cells) + " |")
     if not rows:
         return []
-    return (["", f"Mean training loss per epoch, every step counted, zero-engine against "
+    return (["", f"Mean training loss per epoch, every step counted, {mine_name} against "
              f"{other_name} (mean +- sample standard deviation over the seeds where both "
              "logged it):", "",
              "| loss | run | seeds | " + " | ".join(f"epoch {e + 1}" for e in range(n_ep))
              + " |", "| --- | --- | ---: |" + " ---: |" * n_ep] + rows)
 
 
+def rms(xs):
+    return math.sqrt(sum(x * x for x in xs) / len(xs))
+
+
 def same_start_table(runs, seeds, losses):
     """The engine against PyTorch started from the engine's initial weights
-    with the engine's batch order (bench/quality.sh --same-start): the two
+    with the engine's batch order (bench/quality.sh --sides pt_same): the two
     runs of a seed then differ only in their dropout masks and in float
     rounding, so the paired difference measures the implementations, free of
-    the init and order luck that dominates the spread across seeds."""
-    rows = []
+    the init and order luck that dominates the spread across seeds. The
+    control (pt_ctl) is PyTorch once more from that start with other masks:
+    if the engine is PyTorch up to its masks, engine - pt_same and pt_ctl -
+    pt_same are draws from one distribution (mean 0, same spread)."""
+    rows, notes = [], []
     for cw in losses:
         both = [s for s in seeds if runs["ours", cw, s] and runs[SAME_START, cw, s]]
         for s in both:
-            o, z, p = runs["ours", cw, s], runs[SAME_START, cw, s], runs["pt", cw, s]
+            o, z, c, p = (runs[k, cw, s] for k in ("ours", SAME_START, CONTROL, "pt"))
             rows.append(f"| {LOSS_NAME[cw]} | {s} | {o['acc']:.4f} | {o['f1']:.4f} | "
                         f"{z['acc']:.4f} | {z['f1']:.4f} | "
+                        + (f"{c['acc']:.4f} | {c['f1']:.4f}" if c else "- | -") + " | "
                         + (f"{p['f1']:.4f}" if p else "-") + " |")
         if len(both) > 1:
             d = [runs["ours", cw, s]["f1"] - runs[SAME_START, cw, s]["f1"] for s in both]
             da = [runs["ours", cw, s]["acc"] - runs[SAME_START, cw, s]["acc"] for s in both]
-            rows.append(f"| {LOSS_NAME[cw]} | difference, mean of {len(both)} | {paired(da)} | "
-                        f"{paired(d)} | | | |")
+            rows.append(f"| {LOSS_NAME[cw]} | zero-engine - same start, mean of {len(both)} | "
+                        f"{paired(da)} | {paired(d)} | | | | | |")
+            ctl = [s for s in both if runs[CONTROL, cw, s]]
+            if len(ctl) > 1:
+                dc = [runs[CONTROL, cw, s]["f1"] - runs[SAME_START, cw, s]["f1"] for s in ctl]
+                dca = [runs[CONTROL, cw, s]["acc"] - runs[SAME_START, cw, s]["acc"] for s in ctl]
+                rows.append(f"| {LOSS_NAME[cw]} | other masks - same start, mean of {len(ctl)} | "
+                            f"| | | | {paired(dca)} | {paired(dc)} | |")
+                de = [runs["ours", cw, s]["f1"] - runs[SAME_START, cw, s]["f1"] for s in ctl]
+                notes.append(
+                    f"- {LOSS_NAME[cw]}, seeds {', '.join(map(str, ctl))}: macro-F1 moves by "
+                    f"{rms(dc):.4f} (root mean square) when PyTorch only draws other dropout "
+                    f"masks, and by {rms(de):.4f} from PyTorch to zero-engine on the same seeds.")
     if not rows:
         return []
     return (["", "Same start: PyTorch from the zero-engine's initial weights and with its batch "
-             "order (`bench/quality.sh --sides 'ours pt_same'`), so that per seed the two runs differ in "
-             "their dropout masks only:", "",
+             "order (`bench/quality.sh --sides 'ours pt_same pt_ctl'`), so that per seed the "
+             "zero-engine run and the same-start run differ in their dropout masks only; the "
+             "control is the same-start run again with torch's generator seeded 1000 + seed, "
+             "which differs from it in the dropout masks only, too:", "",
              "| loss | seed | zero-engine accuracy | zero-engine macro-F1 | PyTorch same start "
-             "accuracy | PyTorch same start macro-F1 | PyTorch own start macro-F1 |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"] + rows)
+             "accuracy | PyTorch same start macro-F1 | control (other masks) accuracy | "
+             "control macro-F1 | PyTorch own start macro-F1 |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"] + rows
+            + ([""] + notes if notes else []))
 
 
 def step_records(work, side, cw, seed):
@@ -271,7 +295,7 @@ def build(a):
     seeds = [int(s) for s in a.seeds.split()]
     losses = a.losses.split(",")
     runs = {(side, cw, s): load_run(a.work, side, cw, s)
-            for side in SIDES + (SAME_START,) for cw in losses for s in seeds}
+            for side in SIDES + (SAME_START, CONTROL) for cw in losses for s in seeds}
     splits = {s: load_split(a.work, s) for s in seeds}
     if not any(runs.values()):
         fail(f"{a.work}: no finished run for seeds {a.seeds}, losses {a.losses}")
@@ -285,7 +309,7 @@ def build(a):
              for side in SIDES}
     done = {cw: [s for s in seeds if runs["ours", cw, s] and runs["pt", cw, s]] for cw in losses}
 
-    L = ["## Text classification quality (issue 3 protocol)", ""]
+    L = [f"## {a.heading}", ""]
     sp42 = splits.get(seeds[0])
     split_text = (f"{sp42['rows']:,} rows; the seed-{seeds[0]} split has {sp42['train']:,} train / "
                   f"{sp42['dev']:,} dev rows and a char vocab of {sp42['vocab']:,}" if sp42 else "")
@@ -346,6 +370,8 @@ def build(a):
     L += epoch_loss_table(runs, seeds, losses, "pt", "PyTorch")
     L += same_start_table(runs, seeds, losses)
     L += epoch_loss_table(runs, seeds, losses, SAME_START, "PyTorch from the same start")
+    L += epoch_loss_table(runs, seeds, losses, SAME_START, "PyTorch from the same start",
+                          CONTROL, "the control (other masks)")
     L += parity_table(a.work, seeds, losses)
 
     L.append("")
@@ -393,6 +419,8 @@ def main():
     ap.add_argument("--ncpu", default="?")
     ap.add_argument("--cpu", default="?")
     ap.add_argument("--max-steps", default="")
+    ap.add_argument("--heading", default="Text classification quality (issue 3 protocol)",
+                    help="the section's title (quality.sh --section)")
     build(ap.parse_args())
 
 
