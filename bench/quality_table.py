@@ -9,8 +9,8 @@ Per (side, loss, seed): SIDE_LOSS_sSEED.jsonl (train_cls --metrics or
 tools/pytorch_cls_reference.py --metrics; the last line the evaluation) and
 SIDE_LOSS_sSEED.wall (seconds, written when the run finished); per seed
 split_c_sSEED.txt (bench/dump_split's output). A run whose file is missing
-or has no evaluation yet is shown as not finished and left out of the
-statistics, so a partly finished run can be tabulated. Files of the
+or has no evaluation yet is shown as not run or not finished and left out
+of the statistics, so a partly finished run can be tabulated. Files of the
 single-seed script (SIDE_LOSS.jsonl, split_c.txt) count as seed 42.
 
 Statistics per loss over the seeds where both sides finished: mean and
@@ -74,6 +74,14 @@ def load_run(work, side, cw, seed):
             "steps": max((x["step"] for x in recs if "step" in x), default=0),
             "losses": [x["loss"] for x in recs if "loss" in x],
             "epoch_loss": epoch_losses(recs)}
+
+
+def absent(work, side, cw, seed):
+    """Why load_run gave None: no metrics file at all, or one without the
+    evaluation yet."""
+    found = first_existing(f"{work}/{side}_{cw}_s{seed}.jsonl",
+                           seed == 42 and f"{work}/{side}_{cw}.jsonl")
+    return "not finished" if found else "not run"
 
 
 def epoch_losses(recs):
@@ -337,7 +345,7 @@ def build(a):
             cells = [f"{sp['train']:,} / {sp['dev']:,}, {sp['vocab']:,}" if sp else "-"]
             for side in SIDES:
                 r = runs[side, cw, s]
-                cells += [f"{r['acc']:.4f}", f"{r['f1']:.4f}"] if r else ["not finished"] * 2
+                cells += [f"{r['acc']:.4f}", f"{r['f1']:.4f}"] if r else [absent(a.work, side, cw, s)] * 2
             walls = [wall_text(runs[side, cw, s]["wall"]) if runs[side, cw, s] else "-" for side in SIDES]
             L.append(f"| {LOSS_NAME[cw]} | {s} | " + " | ".join(cells) + f" | {' / '.join(walls)} |")
 
@@ -383,7 +391,7 @@ def build(a):
     for cw in losses:
         lname = "plain cross-entropy" if cw == "none" else "weighted cross-entropy"
         missing = [s for s in seeds if s not in done[cw]]
-        tail = f" (seeds {', '.join(map(str, missing))} not finished on both sides)" if missing else ""
+        tail = f" (seeds {', '.join(map(str, missing))} not run or not finished on both sides)" if missing else ""
         if not done[cw]:
             L.append(f"- {lname}: no seed finished on both sides: no verdict.")
             continue
