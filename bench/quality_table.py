@@ -55,11 +55,16 @@ def records(path):
     return out
 
 
+def metrics_path(work, side, cw, seed):
+    """The run's metrics file (or the single-seed script's, for seed 42), or
+    None when the run never started."""
+    return first_existing(f"{work}/{side}_{cw}_s{seed}.jsonl",
+                          seed == 42 and f"{work}/{side}_{cw}.jsonl")
+
+
 def load_run(work, side, cw, seed):
     """None when the run has no evaluation yet, else its figures."""
-    base = f"{work}/{side}_{cw}_s{seed}"
-    legacy = f"{work}/{side}_{cw}" if seed == 42 else None
-    path = first_existing(base + ".jsonl", legacy and legacy + ".jsonl")
+    path = metrics_path(work, side, cw, seed)
     if path is None:
         return None
     recs = records(path)
@@ -79,9 +84,7 @@ def load_run(work, side, cw, seed):
 def absent(work, side, cw, seed):
     """Why load_run gave None: no metrics file at all, or one without the
     evaluation yet."""
-    found = first_existing(f"{work}/{side}_{cw}_s{seed}.jsonl",
-                           seed == 42 and f"{work}/{side}_{cw}.jsonl")
-    return "not finished" if found else "not run"
+    return "not finished" if metrics_path(work, side, cw, seed) else "not run"
 
 
 def epoch_losses(recs):
@@ -197,6 +200,11 @@ def rms(xs):
     return math.sqrt(sum(x * x for x in xs) / len(xs))
 
 
+def diffs(runs, a, b, cw, seeds, key):
+    """Per seed, run a's figure `key` minus run b's."""
+    return [runs[a, cw, s][key] - runs[b, cw, s][key] for s in seeds]
+
+
 def same_start_table(runs, seeds, losses):
     """The engine against PyTorch started from the engine's initial weights
     with the engine's batch order (bench/quality.sh --sides pt_same): the two
@@ -216,17 +224,16 @@ def same_start_table(runs, seeds, losses):
                         + (f"{c['acc']:.4f} | {c['f1']:.4f}" if c else "- | -") + " | "
                         + (f"{p['f1']:.4f}" if p else "-") + " |")
         if len(both) > 1:
-            d = [runs["ours", cw, s]["f1"] - runs[SAME_START, cw, s]["f1"] for s in both]
-            da = [runs["ours", cw, s]["acc"] - runs[SAME_START, cw, s]["acc"] for s in both]
             rows.append(f"| {LOSS_NAME[cw]} | zero-engine - same start, mean of {len(both)} | "
-                        f"{paired(da)} | {paired(d)} | | | | | |")
+                        f"{paired(diffs(runs, 'ours', SAME_START, cw, both, 'acc'))} | "
+                        f"{paired(diffs(runs, 'ours', SAME_START, cw, both, 'f1'))} | | | | | |")
             ctl = [s for s in both if runs[CONTROL, cw, s]]
             if len(ctl) > 1:
-                dc = [runs[CONTROL, cw, s]["f1"] - runs[SAME_START, cw, s]["f1"] for s in ctl]
-                dca = [runs[CONTROL, cw, s]["acc"] - runs[SAME_START, cw, s]["acc"] for s in ctl]
+                dc = diffs(runs, CONTROL, SAME_START, cw, ctl, "f1")
                 rows.append(f"| {LOSS_NAME[cw]} | other masks - same start, mean of {len(ctl)} | "
-                            f"| | | | {paired(dca)} | {paired(dc)} | |")
-                de = [runs["ours", cw, s]["f1"] - runs[SAME_START, cw, s]["f1"] for s in ctl]
+                            f"| | | | {paired(diffs(runs, CONTROL, SAME_START, cw, ctl, 'acc'))} | "
+                            f"{paired(dc)} | |")
+                de = diffs(runs, "ours", SAME_START, cw, ctl, "f1")
                 notes.append(
                     f"- {LOSS_NAME[cw]}, seeds {', '.join(map(str, ctl))}: macro-F1 moves by "
                     f"{rms(dc):.4f} (root mean square) when PyTorch only draws other dropout "
@@ -247,8 +254,8 @@ def same_start_table(runs, seeds, losses):
 
 def step_records(work, side, cw, seed):
     """{step: record} of a finished run's per-step lines, or None."""
-    path = f"{work}/{side}_{cw}_s{seed}.jsonl"
-    if not os.path.exists(path):
+    path = metrics_path(work, side, cw, seed)
+    if path is None:
         return None
     recs = records(path)
     if not any("eval" in x for x in recs):
