@@ -158,7 +158,11 @@ def paired(d):
     """Mean of the paired differences d, with how many standard errors
     (sd / sqrt(n)) it is from 0 when that is defined."""
     m, sd = mean_sd(d)
-    if math.isnan(sd) or sd == 0:
+    # Equal differences leave a spread of a few ulps from the subtractions
+    # (1.25 - 1.2 and 1.15 - 1.1 differ in the last bit), which would read as
+    # 1e15 standard errors. Losses and scores are float32 of order 1, known to
+    # about 1e-7, so a spread below that is none.
+    if math.isnan(sd) or sd < 1e-7:
         return f"{m:+.4f}"
     return f"{m:+.4f} ({abs(m) / (sd / math.sqrt(len(d))):.1f} s.e.)"
 

@@ -1,0 +1,11 @@
+# bench/'s table script: the statistics that bench/RESULTS.md's quality
+# sections report, worked out by hand on a small work folder.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME test_quality_table
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/tools/test_quality_table.py
+                   ${CMAKE_SOURCE_DIR})
+  set_tests_properties(test_quality_table PROPERTIES LABELS unit TIMEOUT 60)
+else()
+  message(WARNING "python3 not found: test_quality_table is not registered")
+endif()
