@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "models/models.h"
 #include "engine/io/ckpt_file.h"
 
 static double now_s(void) {
@@ -54,15 +55,17 @@ static long peak_rss_kib(void) {
 static ds_dataset *make_data(int vocab, int T, size_t n) {
     const char *names[2] = {"a", "b"};
     ds_dataset *d;
-    if (ds_dataset_create(n, T, 2, names, &d) != DS_OK) return NULL;
+    if (ds_cls_dataset_create(n, T, 2, names, &d) != DS_OK) return NULL;
+    int32_t *ids = ds_dataset_i32(d, "input_ids"), *labels = ds_dataset_i32(d, "labels");
+    float *mask = ds_dataset_f32(d, "attention_mask");
     unsigned s = 99;
     for (size_t i = 0; i < n; i++) {
         for (int t = 0; t < T; t++) {
             s = s * 1103515245u + 12345u;
-            d->tokens[i * (size_t)T + (size_t)t] = (int)((s >> 8) % (unsigned)vocab);
+            ids[i * (size_t)T + (size_t)t] = (int)((s >> 8) % (unsigned)vocab);
+            mask[i * (size_t)T + (size_t)t] = 1.0f;
         }
-        d->lengths[i] = T;
-        d->labels[i] = (int)(i % 2);
+        labels[i] = (int)(i % 2);
     }
     return d;
 }

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "engine/engine.h"
+#include "models/models.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -48,18 +49,20 @@ int main(int argc, char **argv) {
     size_t n_rows = (size_t)global_batch * (size_t)(steps + warmup);
     const char *names[6] = {"a", "b", "c", "d", "e", "f"};
     ds_dataset *data;
-    if (ds_dataset_create(n_rows, T, C, names, &data) != DS_OK) {
+    if (ds_cls_dataset_create(n_rows, T, C, names, &data) != DS_OK) {
         fprintf(stderr, "bench_train: %s\n", ds_last_error());
         return 1;
     }
+    int32_t *ids = ds_dataset_i32(data, "input_ids"), *labels = ds_dataset_i32(data, "labels");
+    float *mask = ds_dataset_f32(data, "attention_mask");
     unsigned s = 1;
     for (size_t i = 0; i < n_rows; i++) {
         for (int t = 0; t < T; t++) {
             s = s * 1103515245u + 12345u;
-            data->tokens[i * (size_t)T + (size_t)t] = 4 + (int)((s >> 8) % (unsigned)(V - 4));
+            ids[i * (size_t)T + (size_t)t] = 4 + (int)((s >> 8) % (unsigned)(V - 4));
+            mask[i * (size_t)T + (size_t)t] = 1.0f;
         }
-        data->lengths[i] = T;
-        data->labels[i] = (int)(i % (size_t)C);
+        labels[i] = (int)(i % (size_t)C);
     }
     ds_bert_desc bd = {.vocab_size = V, .hidden_size = H, .num_hidden_layers = L,
                        .num_attention_heads = NH, .intermediate_size = I,

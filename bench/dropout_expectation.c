@@ -160,7 +160,7 @@ static ds_status eval_loss(engine_t *e, const ds_batch *bt, int C, float *logits
         double mx = z[0], s = 0;
         for (int c = 1; c < C; c++) mx = z[c] > mx ? z[c] : mx;
         for (int c = 0; c < C; c++) s += exp(z[c] - mx);
-        sum += -(z[bt->labels[i]] - mx - log(s));
+        sum += -(z[ds_batch_i32(bt, "labels")[i]] - mx - log(s));
     }
     *out = sum / bt->B;
     return DS_OK;
@@ -278,7 +278,10 @@ static ds_status run(const opts *o) {
         goto out;
     }
 
-    ds_batch bt = {.B = b.B, .T = b.T, .tokens = b.tokens, .mask = b.mask, .labels = b.labels};
+    ds_batch bt = {.B = b.B, .T = b.T};
+    DS_TRY_GOTO(st, ds_batch_set(&bt, "input_ids", DS_I32, b.tokens), out);
+    DS_TRY_GOTO(st, ds_batch_set(&bt, "attention_mask", DS_F32, b.mask), out);
+    DS_TRY_GOTO(st, ds_batch_set(&bt, "labels", DS_I32, b.labels), out);
     double el0, el1;
     DS_TRY_GOTO(st, eval_loss(e, &bt, b.C, logits, &el0), out);
     if (!(draw_loss = malloc((size_t)o->draws * sizeof *draw_loss))) {

@@ -85,16 +85,18 @@ static ds_status build_local(engine_t *e, const ds_init_desc *d) {
     ds_zero_desc zd = {.cfg = &e->cfg, .be = e->be, .comm = e->comm, .flat = e->flat,
                        .param_t = e->param_t, .grad_t = e->grad_t, .seed = d->seed};
     DS_TRY(ds_zero_create(&zd, &e->zero));
+    DS_TRY(ds_ties_create(e->be, e->flat, &e->ties));
     ds_loss_scaler_init(&e->scaler, &e->cfg);
     DS_TRY(ds_engine_plan_activations(e));
     if (d->train_data) {
         const ds_dataset *t = d->train_data;
         if (t->n == 0) return DS_ERR(DS_ERR_DATA, "training data is empty");
-        if (t->seq_len > e->T)
-            return DS_ERR(DS_ERR_INVALID_ARG,
-                          "training data rows have %d tokens but the model plans for at most %d "
-                          "(max_seq_len)", t->seq_len, e->T);
-        if (t->n_classes > e->model->n_classes)
+        ds_status st = ds_dataset_check(t, e->model);
+        if (st != DS_OK) {
+            ds_error_prefix("training data");
+            return st;
+        }
+        if (e->model->n_classes > 0 && t->n_classes > e->model->n_classes)
             return DS_ERR(DS_ERR_INVALID_ARG, "training data has %d classes, the model %d",
                           t->n_classes, e->model->n_classes);
         e->train = t;
@@ -105,7 +107,7 @@ static ds_status build_local(engine_t *e, const ds_init_desc *d) {
             return DS_ERR(DS_ERR_DATA,
                           "training data has %zu rows: too few for %d ranks with "
                           "dataloader_drop_last", t->n, e->comm->world);
-        DS_TRY(ds_host_batch_alloc(&e->hb, e->cap_B, t->seq_len));
+        DS_TRY(ds_host_batch_alloc(&e->hb, t, e->model, e->cap_B));
     }
     return DS_OK;
 }
@@ -173,6 +175,7 @@ void ds_finalize(engine_t *e) {
     ds_engine_free_activations(e);
     ds_host_batch_free(&e->hb);
     if (e->train) ds_sampler_free(&e->sampler);
+    ds_ties_destroy(e->ties);
     ds_zero_destroy(e->zero);
     ds_flat_destroy(e->flat);
     ds_model_destroy(e->model);

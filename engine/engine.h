@@ -1,12 +1,15 @@
 /* zero-engine: data-parallel training with ZeRO sharding, driven by a
  * DeepSpeed-style ds_config.json. This header is the whole public API.
  *
- *   #include <zero-engine/engine/engine.h>
+ *   #include <engine/engine.h>
+ *   #include <models/models.h>            // the bundled models, or bring your own
  *
- *   ds_model *model;                       // an ordered list of modules
+ *   ds_model *model;                       // inputs + an ordered list of modules
  *   ds_mlp_desc md = {.vocab_size = V, .embed_dim = 64, .hidden_dim = 128,
  *                     .n_classes = C, .max_seq_len = 64};
  *   if (ds_mlp_create(&md, &model) != DS_OK) die(ds_last_error());
+ *   // or: ds_model_create + ds_model_add_input + ds_model_add_module
+ *   // with your own modules (engine/core/module.h is the manual)
  *
  *   ds_init_desc d;
  *   ds_init_desc_defaults(&d);
@@ -48,7 +51,6 @@
 #include "engine/comm/comm.h"
 #include "engine/data/dataset.h"
 #include "engine/io/zero_to_fp32.h"
-#include "models/models.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -82,8 +84,13 @@ void ds_init_desc_defaults(ds_init_desc *d);
  * strategy of the configured stage. Collective: all ranks call it. */
 ds_status ds_initialize(const ds_init_desc *desc, engine_t **out);
 
-/* Forward one micro-batch given in HOST memory (tokens, mask, labels; see
- * ds_batch). *loss_out: this rank's mean loss of the micro-batch (unscaled). */
+/* Forward one micro-batch given in HOST memory: one tensor per model input
+ * (engine/core/module.h: ds_batch, ds_batch_set), named as the model declares
+ * them; optional inputs may be left out; a tensor the model does not declare
+ * is an error naming the model's inputs. *loss_out: this rank's mean loss of
+ * the micro-batch (unscaled). Every rank then agrees the loss weight (one
+ * scalar all-reduce: collective), so the loss is normalised over all ranks'
+ * rows together (module.h, rule 5). */
 ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out);
 
 /* Backward of the last forward; gradients accumulate (scaled by
@@ -108,18 +115,6 @@ typedef struct ds_step_info {
     int64_t samples;      /* samples consumed by all ranks since the start */
 } ds_step_info;
 
-/* Class weights for the cross-entropy of every later micro-batch that does
- * not bring its own (ds_batch.class_weights): weights[c] for c <
- * model->n_classes, copied; NULL returns to the plain loss. The loss is
- * sum_i w[y_i] * loss_i / sum_i w[y_i] over the rows of ALL ranks'
- * micro-batches together, as PyTorch's CrossEntropyLoss(weight) on the
- * concatenated batch (not a mean of per-rank means, which would change the
- * objective with the world size); a weighted ds_forward therefore agrees the
- * weight sum with the other ranks (collective). With gradient accumulation
- * each micro-step is normalised on its own, as DeepSpeed does. Local (every
- * rank should set the same weights). */
-ds_status ds_set_class_weights(engine_t *e, const float *weights);
-
 /* One optimizer step from the engine's data loader: gradient_accumulation_steps
  * micro-batches of train_micro_batch_size_per_gpu on every rank, forward,
  * backward, step. Epochs roll over (reshuffled from the seed). */
@@ -128,11 +123,15 @@ ds_status ds_train_batch(engine_t *e, ds_step_info *out);
 /* The info of the last optimizer step (after ds_step at a boundary). */
 ds_status ds_last_step_info(const engine_t *e, ds_step_info *out);
 
-/* Inference on a HOST batch: logits [B, n_classes] into host memory. No
- * dropout. Collective under ZeRO stage 3 (parameters are gathered), so every
- * rank calls it the same number of times; a rank with nothing left passes a
- * batch with B = 0. */
-ds_status ds_predict(engine_t *e, const ds_batch *host_batch, float *logits_out);
+/* Inference on a HOST batch: the output of the module before the loss (a
+ * classifier's logits [B, n_classes], a language model's [B, T, vocab]) into
+ * host memory `out` of ds_output_elems(e, B, T) floats. No dropout; targets
+ * are not needed (and not read). Collective under ZeRO stage 3 (parameters
+ * are gathered), so every rank calls it the same number of times; a rank
+ * with nothing left passes a batch with B = 0. */
+ds_status ds_predict(engine_t *e, const ds_batch *host_batch, float *out);
+/* Floats ds_predict writes for a batch of B rows of length T. */
+size_t ds_output_elems(const engine_t *e, int B, int T);
 
 /* Sum a small host buffer over all ranks (e.g. confusion matrices). */
 ds_status ds_all_reduce_host(engine_t *e, void *buf, size_t count, ds_dtype t);

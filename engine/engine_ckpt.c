@@ -503,6 +503,7 @@ ds_status ds_load_checkpoint(engine_t *e, const char *dir, const char *tag_in, u
     e->micro_in_step = 0;
     e->loss_accum = 0.0;
     st = e->zero->ops->zero_grad(e->zero);
+    if (st == DS_OK) st = ds_ties_clear(e->ties);
     if (st == DS_OK) st = load_states(e, tag_dir, flags, &m);
     st = agree(e, st);
     if (st == DS_OK) st = agree(e, e->zero->ops->sync_params(e->zero));

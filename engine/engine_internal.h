@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "zero/flat.h"
 #include "zero/loss_scaler.h"
+#include "zero/ties.h"
 #include "zero/zero.h"
 
 struct engine {
@@ -21,6 +22,7 @@ struct engine {
     ds_model *model;
     ds_flat *flat;
     ds_zero *zero;
+    ds_ties *ties;        /* gradients of tied parameters */
     ds_dtype param_t, grad_t;
     ds_loss_scaler scaler;
     uint64_t seed;
@@ -41,12 +43,10 @@ struct engine {
     size_t grad_elems;
 
     /* ---- device copy of the current micro-batch ---- */
-    int32_t *d_tokens, *d_type_ids, *d_labels;
-    float *d_mask, *d_class_weights;
-    float *h_class_weights;  /* [n_classes] host copy of ds_set_class_weights' */
-    bool class_weights_set;  /* ds_set_class_weights: d_class_weights holds them */
+    void *d_in[DS_MAX_INPUTS];     /* per model input, cap_B rows at T */
+    size_t d_in_bytes[DS_MAX_INPUTS];
     double loss_norm;        /* this rank's share of the micro-batch loss: world * its
-                                weight sum / all ranks' (1 for the plain loss) */
+                                loss weight / all ranks' */
     ds_batch dbatch;
     bool have_forward;    /* a forward awaits its backward */
     uint64_t fwd_seed;    /* dropout stream of the pending micro-batch */

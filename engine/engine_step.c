@@ -27,8 +27,8 @@ ds_status ds_engine_plan_activations(engine_t *e) {
     const ds_model *m = e->model;
     int n = m->n_modules;
     e->cap_B = (int)e->cfg.train_micro_batch_size_per_gpu;
-    e->T = m->max_seq_len;
-    if (e->cap_B <= 0 || e->T <= 0)
+    e->T = m->max_seq_len > 0 ? m->max_seq_len : 1;
+    if (e->cap_B <= 0)
         return DS_ERR(DS_ERR_INVALID_ARG, "activation plan: micro batch %d x seq len %d", e->cap_B,
                       e->T);
     e->act = calloc((size_t)n, sizeof *e->act);
@@ -71,17 +71,12 @@ ds_status ds_engine_plan_activations(engine_t *e) {
         DS_TRY(ds_backend_alloc(be, DS_MEM_ACTIVATIONS, DS_PLACE_DEVICE,
                                 e->grad_elems * sizeof(float), (void **)&e->grad_buf[k]));
 
-    size_t bt = (size_t)e->cap_B * (size_t)e->T;
-    int C = m->n_classes > 0 ? m->n_classes : 1;
-    DS_TRY(ds_backend_alloc(be, DS_MEM_OTHER, DS_PLACE_DEVICE, bt * 4, (void **)&e->d_tokens));
-    DS_TRY(ds_backend_alloc(be, DS_MEM_OTHER, DS_PLACE_DEVICE, bt * 4, (void **)&e->d_type_ids));
-    DS_TRY(ds_backend_alloc(be, DS_MEM_OTHER, DS_PLACE_DEVICE, bt * 4, (void **)&e->d_mask));
-    DS_TRY(ds_backend_alloc(be, DS_MEM_OTHER, DS_PLACE_DEVICE, (size_t)e->cap_B * 4,
-                            (void **)&e->d_labels));
-    DS_TRY(ds_backend_alloc(be, DS_MEM_OTHER, DS_PLACE_DEVICE, (size_t)C * 4,
-                            (void **)&e->d_class_weights));
-    DS_TRY(ds_mem_host_alloc(be->mem, DS_MEM_OTHER, (size_t)C * 4, "class weights",
-                             (void **)&e->h_class_weights));
+    for (int j = 0; j < m->n_inputs; j++) {
+        const ds_tensor_desc *in = &m->inputs[j];
+        e->d_in_bytes[j] = (size_t)e->cap_B * ds_tensor_desc_row_elems(in, e->T) *
+                           ds_dtype_size(in->dtype);
+        DS_TRY(ds_backend_alloc(be, DS_MEM_OTHER, DS_PLACE_DEVICE, e->d_in_bytes[j], &e->d_in[j]));
+    }
     return DS_OK;
 }
 
@@ -101,14 +96,8 @@ void ds_engine_free_activations(engine_t *e) {
     for (int k = 0; k < 2; k++)
         ds_backend_free(be, DS_MEM_ACTIVATIONS, DS_PLACE_DEVICE, e->grad_buf[k],
                         e->grad_elems * sizeof(float));
-    size_t bt = (size_t)e->cap_B * (size_t)e->T;
-    int C = e->model->n_classes > 0 ? e->model->n_classes : 1;
-    ds_backend_free(be, DS_MEM_OTHER, DS_PLACE_DEVICE, e->d_tokens, bt * 4);
-    ds_backend_free(be, DS_MEM_OTHER, DS_PLACE_DEVICE, e->d_type_ids, bt * 4);
-    ds_backend_free(be, DS_MEM_OTHER, DS_PLACE_DEVICE, e->d_mask, bt * 4);
-    ds_backend_free(be, DS_MEM_OTHER, DS_PLACE_DEVICE, e->d_labels, (size_t)e->cap_B * 4);
-    ds_backend_free(be, DS_MEM_OTHER, DS_PLACE_DEVICE, e->d_class_weights, (size_t)C * 4);
-    ds_mem_host_free(be->mem, DS_MEM_OTHER, e->h_class_weights, (size_t)C * 4);
+    for (int j = 0; j < e->model->n_inputs; j++)
+        ds_backend_free(be, DS_MEM_OTHER, DS_PLACE_DEVICE, e->d_in[j], e->d_in_bytes[j]);
     free(e->act);
     free(e->act_elems);
     free(e->saved);
@@ -117,61 +106,66 @@ void ds_engine_free_activations(engine_t *e) {
     e->act = NULL;
 }
 
-/* Copy a host micro-batch into the planned device buffers. */
-static ds_status upload_batch(engine_t *e, const ds_batch *hb, bool need_labels) {
+/* "input_ids, attention_mask, labels (target)" */
+static void input_list(const ds_model *m, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (int j = 0; j < m->n_inputs && n < cap; j++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s%s", j ? ", " : "", m->inputs[j].name,
+                              m->inputs[j].flags & DS_INPUT_TARGET ? " (target)" : "");
+}
+
+/* Copy a host micro-batch into the planned device buffers: the model's
+ * inputs by name, targets only when training. */
+static ds_status upload_batch(engine_t *e, const ds_batch *hb, bool training) {
     if (!hb) return DS_ERR(DS_ERR_INVALID_ARG, "batch is NULL");
     if (hb->B < 0 || hb->B > e->cap_B)
         return DS_ERR(DS_ERR_INVALID_ARG,
                       "batch of %d rows; the engine planned for train_micro_batch_size_per_gpu "
                       "= %d", hb->B, e->cap_B);
-    if (hb->T <= 0 || hb->T > e->T)
-        return DS_ERR(DS_ERR_INVALID_ARG, "batch sequence length %d outside 1..%d", hb->T, e->T);
-    if (hb->B > 0 && (!hb->tokens || !hb->mask))
-        return DS_ERR(DS_ERR_INVALID_ARG, "batch without tokens or mask");
-    if (need_labels && hb->B > 0 && !hb->labels)
-        return DS_ERR(DS_ERR_INVALID_ARG, "training batch without labels");
+    int T = hb->T > 0 ? hb->T : 1;
+    if (T > e->T)
+        return DS_ERR(DS_ERR_INVALID_ARG, "batch sequence length %d outside 1..%d (the model's "
+                      "max_seq_len)", hb->T, e->T);
     const ds_model *m = e->model;
-    if (hb->labels)
-        for (int b = 0; b < hb->B; b++)
-            if (hb->labels[b] < 0 || hb->labels[b] >= m->n_classes)
-                return DS_ERR(DS_ERR_INVALID_ARG, "batch row %d: label %d outside 0..%d", b,
-                              hb->labels[b], m->n_classes - 1);
+    char names[DS_MAX_INPUTS * (DS_MAX_INPUT_NAME + 12)];
+    for (int i = 0; i < hb->n; i++)
+        if (!ds_model_input(m, hb->t[i].name)) {
+            input_list(m, names, sizeof names);
+            return DS_ERR(DS_ERR_INVALID_ARG, "batch tensor \"%s\" is not an input of model %s "
+                          "(its inputs: %s)", hb->t[i].name, m->type, names);
+        }
     ds_backend *be = e->be;
-    size_t bt = (size_t)hb->B * (size_t)hb->T;
-    DS_TRY(be->ops->memcpy(be, e->d_tokens, hb->tokens, bt * 4, DS_COPY_H2D, NULL));
-    DS_TRY(be->ops->memcpy(be, e->d_mask, hb->mask, bt * 4, DS_COPY_H2D, NULL));
-    if (hb->type_ids)
-        DS_TRY(be->ops->memcpy(be, e->d_type_ids, hb->type_ids, bt * 4, DS_COPY_H2D, NULL));
-    if (hb->labels)
-        DS_TRY(be->ops->memcpy(be, e->d_labels, hb->labels, (size_t)hb->B * 4, DS_COPY_H2D, NULL));
-    if (hb->class_weights) { /* the batch's own weights replace the engine's */
-        DS_TRY(be->ops->memcpy(be, e->d_class_weights, hb->class_weights,
-                               (size_t)m->n_classes * 4, DS_COPY_H2D, NULL));
-        e->class_weights_set = false;
+    e->dbatch = (ds_batch){.B = hb->B, .T = T};
+    for (int j = 0; j < m->n_inputs; j++) {
+        const ds_tensor_desc *in = &m->inputs[j];
+        bool target = (in->flags & DS_INPUT_TARGET) != 0;
+        if (target && !training) continue;
+        const ds_tensor *t = NULL;
+        for (int i = 0; i < hb->n && !t; i++)
+            if (strcmp(hb->t[i].name, in->name) == 0) t = &hb->t[i];
+        if (!t) {
+            if (in->flags & DS_INPUT_OPTIONAL) continue;
+            return DS_ERR(DS_ERR_INVALID_ARG, "the batch has no tensor \"%s\", a%s input of model "
+                          "%s", in->name, target ? " target" : "n", m->type);
+        }
+        if (t->dtype != in->dtype)
+            return DS_ERR(DS_ERR_INVALID_ARG, "batch tensor %s is %s, model %s declares %s",
+                          in->name, ds_dtype_name(t->dtype), m->type, ds_dtype_name(in->dtype));
+        size_t bytes = (size_t)hb->B * ds_tensor_desc_row_elems(in, T) * ds_dtype_size(in->dtype);
+        if (bytes > 0 && !t->data)
+            return DS_ERR(DS_ERR_INVALID_ARG, "batch tensor %s has no data", in->name);
+        DS_TRY(be->ops->memcpy(be, e->d_in[j], t->data, bytes, DS_COPY_H2D, NULL));
+        DS_TRY(ds_batch_set(&e->dbatch, in->name, in->dtype, e->d_in[j]));
     }
-    bool weighted = hb->class_weights || e->class_weights_set;
-    e->dbatch = (ds_batch){.B = hb->B, .T = hb->T, .tokens = e->d_tokens,
-                           .type_ids = hb->type_ids ? e->d_type_ids : NULL, .mask = e->d_mask,
-                           .labels = hb->labels ? e->d_labels : NULL,
-                           .class_weights = weighted ? e->d_class_weights : NULL};
     return DS_OK;
 }
 
-ds_status ds_set_class_weights(engine_t *e, const float *weights) {
-    if (!weights) {
-        e->class_weights_set = false;
-        return DS_OK;
-    }
-    int C = e->model->n_classes;
-    for (int c = 0; c < C; c++)
-        if (!(weights[c] >= 0.0f) || weights[c] > 1e30f)
-            return DS_ERR(DS_ERR_INVALID_ARG, "class weight %d is %g: must be finite and >= 0", c,
-                          (double)weights[c]);
-    DS_TRY(e->be->ops->memcpy(e->be, e->d_class_weights, weights, (size_t)C * sizeof(float),
-                              DS_COPY_H2D, NULL));
-    memcpy(e->h_class_weights, weights, (size_t)C * sizeof(float));
-    e->class_weights_set = true;
-    return DS_OK;
+size_t ds_output_elems(const engine_t *e, int B, int T) {
+    const ds_model *m = e->model;
+    if (m->n_modules < 2) return 0;
+    const ds_module *head = m->modules[m->n_modules - 2];
+    return head->ops->out_elems(head, B, T > 0 ? T : 1);
 }
 
 static ds_module_ctx module_ctx(engine_t *e, int i, bool training) {
@@ -185,11 +179,12 @@ static ds_module_ctx module_ctx(engine_t *e, int i, bool training) {
 static ds_status run_forward(engine_t *e, int upto, bool training) {
     for (int i = 0; i < upto; i++) {
         ds_module *mod = e->model->modules[i];
-        float **params;
-        DS_TRY(e->zero->ops->fetch(e->zero, i, &params));
+        float **params, **tied;
+        DS_TRY(e->zero->ops->fetch(e->zero, i, &params, &tied));
         if (e->dbatch.B > 0) {
             ds_module_ctx ctx = module_ctx(e, i, training);
             ctx.params = params;
+            ctx.tied = tied;
             ds_status st = mod->ops->forward(mod, &ctx);
             if (st != DS_OK) {
                 ds_error_prefix("forward of %s", mod->name);
@@ -202,24 +197,22 @@ static ds_status run_forward(engine_t *e, int upto, bool training) {
     return DS_OK;
 }
 
-/* A weighted loss is normalised by the weight sum of the whole micro-batch,
- * all ranks' rows together, as one process computing CrossEntropyLoss(weight)
- * on the concatenated batch would: each rank's loss module divides by its own
- * sum, so its backward is scaled by world * own sum / all ranks' sum (the
- * gradient average over ranks then gives sum over all rows of w * grad / total
- * weight). Without it the objective would depend on how the rows fall on the
- * ranks. One scalar all-reduce per weighted micro-batch. */
-static ds_status weighted_loss_norm(engine_t *e, const ds_batch *hb) {
+/* Every micro-batch's loss is normalised by the loss weight of ALL ranks'
+ * rows together (the loss module's y[1]: rows, counted tokens, a weight sum),
+ * as one process computing the loss on the concatenated batch would: each
+ * rank's loss module divides by its own weight, so its backward is scaled by
+ * world * own weight / all ranks' (the average over ranks of the gradients
+ * then gives the sum over all items of their gradient / total weight).
+ * Without it the objective would depend on how the items fall on the ranks:
+ * a language model's padding, class weights. When every rank has the same
+ * weight (a plain classification loss, equal rows) the factor is exactly 1.
+ * One scalar all-reduce per micro-batch. */
+static ds_status normalise_loss(engine_t *e, float mine) {
     e->loss_norm = 1.0;
-    /* the weights upload_batch gave the loss: the batch's own, else the engine's */
-    const float *w = hb->class_weights ? hb->class_weights
-                     : e->class_weights_set ? e->h_class_weights : NULL;
-    if (!w) return DS_OK;
-    double mine = 0.0;
-    for (int b = 0; b < hb->B; b++) mine += w[hb->labels[b]];
+    if (e->comm->world == 1) return DS_OK;
     double total = mine;
     DS_TRY(ds_comm_host_all_reduce(e->comm, &total, 1, DS_F64, DS_REDUCE_SUM));
-    if (total > 0.0) e->loss_norm = (double)e->comm->world * mine / total;
+    e->loss_norm = total > 0.0 ? (double)e->comm->world * mine / total : 0.0;
     return DS_OK;
 }
 
@@ -227,14 +220,14 @@ ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out) {
     DS_TRY(upload_batch(e, host_batch, true));
     if (host_batch->B == 0) return DS_ERR(DS_ERR_INVALID_ARG, "ds_forward: empty batch");
     e->fwd_seed = mix64(e->seed ^ mix64((uint64_t)e->micro_steps + 0x5151));
-    DS_TRY(weighted_loss_norm(e, host_batch));
     int n = e->model->n_modules;
     DS_TRY(run_forward(e, n, true));
-    float loss;
-    DS_TRY(e->be->ops->memcpy(e->be, &loss, e->act[n - 1], sizeof loss, DS_COPY_D2H, NULL));
+    float out[2]; /* the loss module's mean loss and its weight */
+    DS_TRY(e->be->ops->memcpy(e->be, out, e->act[n - 1], sizeof out, DS_COPY_D2H, NULL));
+    DS_TRY(normalise_loss(e, out[1]));
     e->have_forward = true;
-    e->loss_accum += loss * e->loss_norm;
-    if (loss_out) *loss_out = loss;
+    e->loss_accum += out[0] * e->loss_norm;
+    if (loss_out) *loss_out = out[0];
     return DS_OK;
 }
 
@@ -250,11 +243,13 @@ ds_status ds_backward(engine_t *e) {
     int which = 0;
     for (int i = n - 1; i >= 0; i--) {
         ds_module *mod = e->model->modules[i];
-        float **params, **grads;
-        DS_TRY(e->zero->ops->fetch(e->zero, i, &params));
+        float **params, **tied, **grads;
+        DS_TRY(e->zero->ops->fetch(e->zero, i, &params, &tied));
         DS_TRY(e->zero->ops->grad_slots(e->zero, i, &grads));
+        DS_TRY(ds_ties_fold(e->ties, i, grads)); /* later modules' uses of its parameters */
         ds_module_ctx ctx = module_ctx(e, i, true);
         ctx.params = params;
+        ctx.tied = tied;
         if (e->recompute[i]) { /* activation checkpointing: rebuild the internals */
             ds_status st = mod->ops->forward(mod, &ctx);
             if (st != DS_OK) {
@@ -264,6 +259,7 @@ ds_status ds_backward(engine_t *e) {
             }
         }
         ctx.grads = grads;
+        ctx.tied_grads = ds_ties_grad_slots(e->ties, i);
         ctx.dy = dy;
         ctx.dx = i > 0 ? e->grad_buf[which] : NULL;
         ctx.loss_scale = loss_scale;
@@ -363,8 +359,7 @@ static ds_status next_batch(engine_t *e, ds_batch *out) {
     int count = left < (size_t)e->cap_B ? (int)left : e->cap_B;
     DS_TRY(ds_host_batch_fill(&e->hb, e->train, e->sampler.indices + e->cursor, count));
     e->cursor += (size_t)count;
-    *out = (ds_batch){.B = e->hb.B, .T = e->hb.T, .tokens = e->hb.tokens, .mask = e->hb.mask,
-                      .labels = e->hb.labels};
+    *out = e->hb.batch;
     return DS_OK;
 }
 
@@ -383,13 +378,16 @@ ds_status ds_train_batch(engine_t *e, ds_step_info *out) {
     return DS_OK;
 }
 
-ds_status ds_predict(engine_t *e, const ds_batch *host_batch, float *logits_out) {
-    DS_TRY(upload_batch(e, host_batch, false));
+ds_status ds_predict(engine_t *e, const ds_batch *host_batch, float *out) {
     int n = e->model->n_modules;
+    if (n < 2)
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_predict: model %s has no module before its loss",
+                      e->model->type);
+    DS_TRY(upload_batch(e, host_batch, false));
     DS_TRY(run_forward(e, n - 1, false)); /* stop before the loss module */
     if (host_batch->B > 0)
-        DS_TRY(e->be->ops->memcpy(e->be, logits_out, e->act[n - 2],
-                                  (size_t)host_batch->B * (size_t)e->model->n_classes * 4,
+        DS_TRY(e->be->ops->memcpy(e->be, out, e->act[n - 2],
+                                  ds_output_elems(e, host_batch->B, host_batch->T) * 4,
                                   DS_COPY_D2H, NULL));
     return DS_OK;
 }

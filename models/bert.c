@@ -3,7 +3,6 @@
  *   -> classifier -> loss */
 #include <stdio.h>
 
-#include "models/model_build.h"
 #include "models/models.h"
 #include "models/modules.h"
 
@@ -62,8 +61,9 @@ ds_status ds_bert_create(const ds_bert_desc *in, ds_model **out) {
     DS_TRY(bert_resolve(in, &d));
     float sd = d.initializer_range;
 
-    ds_model_builder mb;
-    DS_TRY(ds_model_builder_begin(&mb, "bert", d.num_hidden_layers + 4));
+    ds_model *model;
+    DS_TRY(ds_model_create("bert", &model));
+    ds_status st = ds_cls_model_inputs(model, d.max_seq_len, true);
     ds_module *m = NULL;
     ds_bert_embed_desc ed = {
         .vocab = d.vocab_size,
@@ -75,8 +75,8 @@ ds_status ds_bert_create(const ds_bert_desc *in, ds_model **out) {
         .ln_eps = d.layer_norm_eps,
         .init_std = sd,
     };
-    ds_status st = ds_mod_bert_embeddings_create("bert.embeddings", &ed, &m);
-    ds_model_builder_add(&mb, &st, m);
+    if (st == DS_OK) st = ds_mod_bert_embeddings_create("bert.embeddings", &ed, &m);
+    if (st == DS_OK) st = ds_model_add_module(model, m);
     ds_encoder_desc ld = {
         .hidden = d.hidden_size,
         .heads = d.num_attention_heads,
@@ -92,31 +92,27 @@ ds_status ds_bert_create(const ds_bert_desc *in, ds_model **out) {
         /* the pooler reads only [CLS]: the last layer computes that row alone */
         ld.cls_only = i == d.num_hidden_layers - 1;
         st = ds_mod_encoder_layer_create(name, &ld, &m);
-        ds_model_builder_add(&mb, &st, m);
+        if (st == DS_OK) st = ds_model_add_module(model, m);
     }
-    if (st == DS_OK) {
+    if (st == DS_OK)
         st = ds_mod_bert_pooler_create("bert.pooler", d.hidden_size, d.hidden_dropout_prob, sd,
                                        &m);
-        ds_model_builder_add(&mb, &st, m);
-    }
-    if (st == DS_OK) {
+    if (st == DS_OK) st = ds_model_add_module(model, m);
+    if (st == DS_OK)
         st = ds_mod_linear_create("classifier", "classifier", d.hidden_size, d.n_classes,
                                   DS_ACT_NONE, DS_LINEAR_INIT_HF, sd, &m);
-        ds_model_builder_add(&mb, &st, m);
-    }
-    if (st == DS_OK) {
-        st = ds_mod_xent_create("loss", d.n_classes, &m);
-        ds_model_builder_add(&mb, &st, m);
-    }
+    if (st == DS_OK) st = ds_model_add_module(model, m);
+    ds_xent_desc xd = {.n_classes = d.n_classes, .weights = "weights"};
+    if (st == DS_OK) st = ds_mod_xent_create("loss", &xd, &m);
+    if (st == DS_OK) st = ds_model_add_module(model, m);
     if (st != DS_OK) {
-        ds_model_builder_abort(&mb);
+        ds_model_destroy(model);
         ds_error_trace(__FILE__, __LINE__);
         return st;
     }
-    mb.model->n_classes = d.n_classes;
-    mb.model->vocab_size = d.vocab_size;
-    mb.model->max_seq_len = d.max_seq_len;
-    mb.model->hidden_size = d.hidden_size;
-    *out = mb.model;
+    model->n_classes = d.n_classes;
+    model->vocab_size = d.vocab_size;
+    model->hidden_size = d.hidden_size;
+    *out = model;
     return DS_OK;
 }

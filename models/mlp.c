@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "models/model_build.h"
 #include "models/models.h"
 #include "models/modules.h"
 
@@ -23,39 +22,38 @@ ds_status ds_mlp_create(const ds_mlp_desc *d, ds_model **out) {
     if (d->n_classes < 2)
         return DS_ERR(DS_ERR_INVALID_ARG, "mlp: n_classes must be >= 2, got %d", d->n_classes);
 
-    ds_model_builder mb;
-    DS_TRY(ds_model_builder_begin(&mb, "mlp", n_hidden + 3));
+    ds_model *model;
+    DS_TRY(ds_model_create("mlp", &model));
+    ds_status st = ds_cls_model_inputs(model, d->max_seq_len, false);
     ds_module *m = NULL;
-    ds_status st = ds_mod_embed_pool_create("embeddings", "embeddings.word_embeddings",
-                                            d->vocab_size, d->embed_dim, &m);
-    ds_model_builder_add(&mb, &st, m);
+    if (st == DS_OK)
+        st = ds_mod_embed_pool_create("embeddings", "embeddings.word_embeddings", d->vocab_size,
+                                      d->embed_dim, &m);
+    if (st == DS_OK) st = ds_model_add_module(model, m);
     int in = d->embed_dim;
     for (int i = 0; i < n_hidden && st == DS_OK; i++) {
         char name[32];
         snprintf(name, sizeof name, "mlp.%d", i);
         st = ds_mod_linear_create(name, name, in, d->hidden_dim, DS_ACT_RELU,
                                   DS_LINEAR_INIT_TORCH, 0.0f, &m);
-        ds_model_builder_add(&mb, &st, m);
+        if (st == DS_OK) st = ds_model_add_module(model, m);
         in = d->hidden_dim;
     }
-    if (st == DS_OK) {
+    if (st == DS_OK)
         st = ds_mod_linear_create("classifier", "classifier", in, d->n_classes, DS_ACT_NONE,
                                   DS_LINEAR_INIT_TORCH, 0.0f, &m);
-        ds_model_builder_add(&mb, &st, m);
-    }
-    if (st == DS_OK) {
-        st = ds_mod_xent_create("loss", d->n_classes, &m);
-        ds_model_builder_add(&mb, &st, m);
-    }
+    if (st == DS_OK) st = ds_model_add_module(model, m);
+    ds_xent_desc xd = {.n_classes = d->n_classes, .weights = "weights"};
+    if (st == DS_OK) st = ds_mod_xent_create("loss", &xd, &m);
+    if (st == DS_OK) st = ds_model_add_module(model, m);
     if (st != DS_OK) {
-        ds_model_builder_abort(&mb);
+        ds_model_destroy(model);
         ds_error_trace(__FILE__, __LINE__);
         return st;
     }
-    mb.model->n_classes = d->n_classes;
-    mb.model->vocab_size = d->vocab_size;
-    mb.model->max_seq_len = d->max_seq_len;
-    mb.model->hidden_size = d->hidden_dim;
-    *out = mb.model;
+    model->n_classes = d->n_classes;
+    model->vocab_size = d->vocab_size;
+    model->hidden_size = d->hidden_dim;
+    *out = model;
     return DS_OK;
 }

@@ -59,15 +59,17 @@ static ds_status be_forward(ds_module *m, ds_module_ctx *ctx) {
     be_saved s;
     be_layout(m, B, T, ctx->saved, &s);
     float *const *P = ctx->params;
-    ds_status st = be->nn->embedding_fwd(be, s.e, P[P_WORD], bt->tokens, N, H, E->d.vocab, false);
+    const int32_t *ids, *types = ds_batch_i32(bt, "token_type_ids");
+    DS_TRY(ds_module_input_i32(m, ctx, "input_ids", &ids));
+    ds_status st = be->nn->embedding_fwd(be, s.e, P[P_WORD], ids, N, H, E->d.vocab, false);
     if (st != DS_OK) {
         ds_error_prefix("module %s, input_ids (batch %d x %d)", m->name, B, T);
         ds_error_trace(__FILE__, __LINE__);
         return st;
     }
     /* Hugging Face's order of the sums: (word + type) + position. */
-    if (bt->type_ids) {
-        st = be->nn->embedding_fwd(be, s.e, P[P_TYPE], bt->type_ids, N, H, E->d.type_vocab, true);
+    if (types) {
+        st = be->nn->embedding_fwd(be, s.e, P[P_TYPE], types, N, H, E->d.type_vocab, true);
         if (st != DS_OK) {
             ds_error_prefix("module %s, token_type_ids (batch %d x %d)", m->name, B, T);
             ds_error_trace(__FILE__, __LINE__);
@@ -103,10 +105,11 @@ static ds_status be_backward(ds_module *m, ds_module_ctx *ctx) {
     DS_TRY(be->nn->dropout_bwd(be, d, NULL, ctx->dy, N, H, drop_p(E, ctx), ctx->seed, 0));
     DS_TRY(be->nn->layernorm_bwd(be, d, G[P_LN_W], G[P_LN_B], d, s.e, s.mean, s.rstd, P[P_LN_W],
                                  N, H, false));
-    DS_TRY(be->nn->embedding_bwd(be, G[P_WORD], d, bt->tokens, N, H, E->d.padding_idx));
+    const int32_t *ids, *types = ds_batch_i32(bt, "token_type_ids");
+    DS_TRY(ds_module_input_i32(m, ctx, "input_ids", &ids));
+    DS_TRY(be->nn->embedding_bwd(be, G[P_WORD], d, ids, N, H, E->d.padding_idx));
     DS_TRY(be->nn->bcast_add_bwd(be, G[P_POS], d, B, T * H));
-    if (bt->type_ids)
-        DS_TRY(be->nn->embedding_bwd(be, G[P_TYPE], d, bt->type_ids, N, H, -1));
+    if (types) DS_TRY(be->nn->embedding_bwd(be, G[P_TYPE], d, types, N, H, -1));
     else
         DS_TRY(be->nn->bcast_add_bwd(be, G[P_TYPE], d, N, H));
     return DS_OK;
@@ -119,7 +122,7 @@ static const ds_module_ops k_bert_embed_ops = {
     .scratch_bytes = be_scratch_bytes,
     .forward = be_forward,
     .backward = be_backward,
-    .destroy = ds_module_free_basic,
+    .destroy = ds_module_free,
 };
 
 ds_status ds_mod_bert_embeddings_create(const char *name, const ds_bert_embed_desc *d,
@@ -137,7 +140,7 @@ ds_status ds_mod_bert_embeddings_create(const char *name, const ds_bert_embed_de
         return DS_ERR(DS_ERR_INVALID_ARG, "bert embeddings %s: padding_idx %d >= vocab %d", name,
                       d->padding_idx, d->vocab);
     ds_module *m;
-    DS_TRY(ds_module_alloc(&k_bert_embed_ops, name, P_COUNT, sizeof(bert_embed_impl), &m));
+    DS_TRY(ds_module_create(&k_bert_embed_ops, name, P_COUNT, sizeof(bert_embed_impl), &m));
     ((bert_embed_impl *)m->impl)->d = *d;
     float sd = d->init_std;
     ds_status st = ds_module_param(m, P_WORD, NULL, "word_embeddings.weight", d->vocab, d->hidden,
@@ -159,7 +162,7 @@ ds_status ds_mod_bert_embeddings_create(const char *name, const ds_bert_embed_de
         st = ds_module_param(m, P_LN_B, NULL, "LayerNorm.bias", d->hidden, 0, DS_INIT_ZEROS, 0.0f,
                              0.0f);
     if (st != DS_OK) {
-        ds_module_free_basic(m);
+        ds_module_free(m);
         ds_error_trace(__FILE__, __LINE__);
         return st;
     }

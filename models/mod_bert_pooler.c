@@ -66,7 +66,7 @@ static const ds_module_ops k_pooler_ops = {
     .scratch_bytes = pl_bytes,
     .forward = pl_forward,
     .backward = pl_backward,
-    .destroy = ds_module_free_basic,
+    .destroy = ds_module_free,
 };
 
 ds_status ds_mod_bert_pooler_create(const char *name, int hidden, float dropout, float init_std,
@@ -78,7 +78,7 @@ ds_status ds_mod_bert_pooler_create(const char *name, int hidden, float dropout,
         return DS_ERR(DS_ERR_INVALID_ARG, "pooler %s: dropout %g must be in [0, 1)", name,
                       (double)dropout);
     ds_module *m;
-    DS_TRY(ds_module_alloc(&k_pooler_ops, name, 2, sizeof(pooler_impl), &m));
+    DS_TRY(ds_module_create(&k_pooler_ops, name, 2, sizeof(pooler_impl), &m));
     pooler_impl *Pl = m->impl;
     Pl->H = hidden;
     Pl->dropout = dropout;
@@ -87,7 +87,7 @@ ds_status ds_mod_bert_pooler_create(const char *name, int hidden, float dropout,
     if (st == DS_OK)
         st = ds_module_param(m, 1, NULL, "dense.bias", hidden, 0, DS_INIT_ZEROS, 0.0f, 0.0f);
     if (st != DS_OK) {
-        ds_module_free_basic(m);
+        ds_module_free(m);
         ds_error_trace(__FILE__, __LINE__);
         return st;
     }

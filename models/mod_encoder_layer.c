@@ -208,7 +208,7 @@ static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
                              s.p + h * TT, T, nh * TT, B));
     float scale = 1.0f / sqrtf((float)hd);
     float *pd = pa > 0.0f ? w.pd : NULL;
-    DS_TRY(be->nn->attn_softmax_fwd(be, s.p, pd, s.p, bt->mask, B, nh, Tq, T, scale, pa,
+    DS_TRY(be->nn->attn_softmax_fwd(be, s.p, pd, s.p, ds_batch_f32(bt, "attention_mask"), B, nh, Tq, T, scale, pa,
                                     ctx->seed, 0));
     const float *pv = pd ? pd : s.p;
     /* context: C[b, :, h] = P[b, h] V[b, :, h] */
@@ -345,7 +345,7 @@ static const ds_module_ops k_encoder_ops = {
     .scratch_bytes = enc_scratch_bytes,
     .forward = enc_forward,
     .backward = enc_backward,
-    .destroy = ds_module_free_basic,
+    .destroy = ds_module_free,
 };
 
 ds_status ds_mod_encoder_layer_create(const char *name, const ds_encoder_desc *d,
@@ -365,7 +365,7 @@ ds_status ds_mod_encoder_layer_create(const char *name, const ds_encoder_desc *d
                       "encoder layer %s: dropouts (hidden %g, attention %g) must be in [0, 1)",
                       name, (double)d->hidden_dropout, (double)d->attn_dropout);
     ds_module *m;
-    DS_TRY(ds_module_alloc(&k_encoder_ops, name, P_COUNT, sizeof(enc_impl), &m));
+    DS_TRY(ds_module_create(&k_encoder_ops, name, P_COUNT, sizeof(enc_impl), &m));
     m->checkpointable = true;
     enc_impl *L = m->impl;
     L->d = *d;
@@ -393,7 +393,7 @@ ds_status ds_mod_encoder_layer_create(const char *name, const ds_encoder_desc *d
         st = ds_module_param(m, i, NULL, k_param_names[i], d0, d1, init, a, b);
     }
     if (st != DS_OK) {
-        ds_module_free_basic(m);
+        ds_module_free(m);
         ds_error_trace(__FILE__, __LINE__);
         return st;
     }

@@ -79,7 +79,7 @@ static const ds_module_ops k_linear_ops = {
     .scratch_bytes = lin_scratch_bytes,
     .forward = lin_forward,
     .backward = lin_backward,
-    .destroy = ds_module_free_basic,
+    .destroy = ds_module_free,
 };
 
 ds_status ds_mod_linear_create(const char *name, const char *param_prefix, int in, int out,
@@ -91,7 +91,7 @@ ds_status ds_mod_linear_create(const char *name, const char *param_prefix, int i
     if ((int)act < DS_ACT_NONE || act > DS_ACT_TANH)
         return DS_ERR(DS_ERR_INVALID_ARG, "linear %s: unknown activation %d", name, (int)act);
     ds_module *m;
-    DS_TRY(ds_module_alloc(&k_linear_ops, name, 2, sizeof(linear_impl), &m));
+    DS_TRY(ds_module_create(&k_linear_ops, name, 2, sizeof(linear_impl), &m));
     linear_impl *L = m->impl;
     L->in = in;
     L->out = out;
@@ -112,7 +112,7 @@ ds_status ds_mod_linear_create(const char *name, const char *param_prefix, int i
             st = ds_module_param(m, 1, param_prefix, "bias", out, 0, DS_INIT_ZEROS, 0.0f, 0.0f);
     }
     if (st != DS_OK) {
-        ds_module_free_basic(m);
+        ds_module_free(m);
         ds_error_trace(__FILE__, __LINE__);
         return st;
     }

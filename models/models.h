@@ -6,16 +6,37 @@
  *         dropout -> classifier -> cross-entropy
  *
  * Parameter names are Hugging Face's, so weights round-trip with
- * transformers. */
+ * transformers. They are built from the public module API
+ * (engine/core/module.h) exactly as a user's model would be.
+ *
+ * The classifiers' inputs (batch tensors / dataset columns):
+ *   input_ids       int32 [B, T]  token ids, padded
+ *   attention_mask  fp32  [B, T]  1 for a real token, 0 for padding (optional: all 1)
+ *   token_type_ids  int32 [B, T]  bert only, optional (all 0)
+ *   labels          int32 [B]     target: class index (DS_IGNORE_INDEX skips the row)
+ *   weights         fp32  [B]     optional target: the row's loss weight, e.g.
+ *                                 class_weight[label] (CrossEntropyLoss(weight)) */
 #ifndef DS_MODELS_MODELS_H
 #define DS_MODELS_MODELS_H
 
 #include "engine/core/module.h"
 #include "engine/core/status.h"
+#include "engine/data/dataset.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* A dataset in the classifiers' layout: n rows of input_ids [seq_len],
+ * attention_mask [seq_len] and labels, zeroed, with the class names copied
+ * (NULL: "0", "1", ...). Fill row i's tokens and set its mask to 1 for its
+ * real tokens. Owned by the caller (ds_dataset_destroy). */
+ds_status ds_cls_dataset_create(size_t n, int seq_len, int n_classes,
+                                const char *const *class_names, ds_dataset **out);
+/* Add (or overwrite) the "weights" column: weights[i] = class_weights[label
+ * of row i], for a class-weighted loss. Errors: DS_ERR_INVALID_ARG (no
+ * labels column, a label outside [0, n_classes), a weight not finite or < 0). */
+ds_status ds_cls_dataset_set_class_weights(ds_dataset *d, const float *class_weights);
 
 typedef struct ds_mlp_desc {
     int vocab_size;
@@ -31,7 +52,7 @@ typedef struct ds_mlp_desc {
  *   "embeddings"  embed_pool  embeddings.word_embeddings.weight [vocab, embed_dim]
  *   "mlp.i"       linear+relu mlp.i.weight [hidden, in], mlp.i.bias [hidden]
  *   "classifier"  linear      classifier.weight [n_classes, hidden], .bias
- *   "loss"        xent        (no parameters)
+ *   "loss"        xent        (no parameters; per-row weights from the batch's "weights")
  * Initialised as torch.nn would (Embedding N(0, 1); Linear U(+-1/sqrt(in))).
  * Errors: DS_ERR_INVALID_ARG naming the field and its value. */
 ds_status ds_mlp_create(const ds_mlp_desc *d, ds_model **out);
@@ -68,7 +89,7 @@ typedef struct ds_bert_desc {
  *                              (checkpointable: activation checkpointing may recompute it)
  *   "bert.pooler"              bert.pooler.dense.{weight,bias} (+ the classifier dropout)
  *   "classifier"               classifier.{weight,bias}
- *   "loss"                     cross-entropy, class weights from batch->class_weights
+ *   "loss"                     cross-entropy, per-row weights from the batch's "weights"
  * Initialised as HF's _init_weights: Linear and Embedding weights
  * N(0, initializer_range), biases 0, LayerNorm weight 1 and bias 0, and the
  * pad_token_id row of the word embeddings zero (it never gets a gradient).

@@ -2,12 +2,14 @@
  * from, and the small helpers they share (module allocation, parameter
  * naming, workspace layout, the GEMM calls of a linear layer).
  *
- * Every module follows engine/core/module.h: it declares its parameters and
- * never allocates; forward/backward receive everything in a ds_module_ctx;
- * parameter gradients are ACCUMULATED; dx is written; saved/scratch sizes are
- * exact functions of (B, T). Each module's forward and backward lay out their
- * saved and scratch areas with the same ds_carve walk that computes the
- * sizes, so the two cannot disagree. */
+ * Every module follows engine/core/module.h, as a user's would: it declares
+ * its parameters and never allocates; forward/backward receive everything in
+ * a ds_module_ctx; parameter gradients are ACCUMULATED; dx is written;
+ * saved/scratch sizes are exact functions of (B, T). Each module's forward
+ * and backward lay out their saved and scratch areas with the same ds_carve
+ * walk that computes the sizes, so the two cannot disagree. Batch tensors go
+ * by Hugging Face's names: input_ids, attention_mask, token_type_ids,
+ * labels. */
 #ifndef DS_MODELS_MODULES_H
 #define DS_MODELS_MODULES_H
 
@@ -18,48 +20,12 @@
 #include "engine/backend/nn.h"
 #include "engine/core/module.h"
 
-/* ---- module allocation ---- */
-
-/* A new module with n_params zeroed descriptors and a zeroed impl of
- * impl_bytes; `name` is copied (DS_ERR_INVALID_ARG if too long). Free with
- * ds_module_free_basic (usable as ops->destroy). */
-ds_status ds_module_alloc(const ds_module_ops *ops, const char *name, int n_params,
-                          size_t impl_bytes, ds_module **out);
-void ds_module_free_basic(ds_module *m);
-
-/* Fill parameter descriptor i of m: name "<prefix>.<suffix>" (prefix NULL:
- * the module's name), shape (d0[, d1]) (d1 <= 0: one dimension), init. */
-ds_status ds_module_param(ds_module *m, int i, const char *prefix, const char *suffix, int64_t d0,
-                          int64_t d1, ds_init_kind init, float a, float b);
-
-/* The checks every forward/backward starts with: a backend, a batch with
- * B, T > 0, an input when need_x, parameter pointers when the module has
- * parameters, and the output (forward) or the gradient slots (backward).
- * dy and dx are left to each module: the loss has no dy, the first module
- * no dx. */
-ds_status ds_module_check_ctx(const ds_module *m, const ds_module_ctx *ctx, bool need_x,
-                              bool backward);
-
-/* ---- workspace layout ----
- * A bump pointer over a saved or scratch area. With base == NULL it only
- * counts bytes (the *_bytes callbacks); with the real area it hands out the
- * same offsets. Each piece starts on a 64-byte boundary (a cache line, an
- * AVX-512 vector). */
-typedef struct ds_carve {
-    uintptr_t base;
-    size_t off;
-} ds_carve;
-
-static inline ds_carve ds_carve_begin(void *base) {
-    ds_carve c = {(uintptr_t)base, 0};
-    return c;
-}
-
-static inline float *ds_carve_f32(ds_carve *c, size_t n) {
-    float *p = (float *)(c->base + c->off);
-    c->off += (n * sizeof(float) + 63) / 64 * 64;
-    return c->base ? p : NULL;
-}
+/* ---- the bundled classifiers' inputs ----
+ * input_ids int32 [B, T], attention_mask fp32 [B, T] (optional: all ones),
+ * token_type_ids int32 [B, T] (optional, when with_types), labels int32 [B]
+ * (target), weights fp32 [B] (optional target: per-row loss weights); T up
+ * to max_seq_len. */
+ds_status ds_cls_model_inputs(ds_model *model, int max_seq_len, bool with_types);
 
 /* ---- linear layer pieces (PyTorch layout: W [out, in], y = x W^T + b) ----
  * x and dx have row stride ldx / lddx (the [CLS] rows of [B, T, H] are a
@@ -88,14 +54,22 @@ typedef enum ds_linear_init {
 ds_status ds_mod_linear_create(const char *name, const char *param_prefix, int in, int out,
                                ds_act act, ds_linear_init init, float std, ds_module **out_m);
 
-/* "embed_pool": batch tokens -> masked mean of their embeddings [B, E];
+/* "embed_pool": batch input_ids -> mean of their embeddings over the
+ * attention_mask [B, E];
  * param "<param_prefix>.weight" [vocab, E] ~ N(0, 1) as nn.Embedding. */
 ds_status ds_mod_embed_pool_create(const char *name, const char *param_prefix, int vocab, int E,
                                    ds_module **out_m);
 
-/* "xent": logits [B, C] -> mean (optionally class-weighted) cross-entropy,
- * one float. Needs batch->labels; batch->class_weights [C] optional. */
-ds_status ds_mod_xent_create(const char *name, int n_classes, ds_module **out_m);
+/* "xent": cross-entropy over C classes (models/mod_xent.c). */
+typedef struct ds_xent_desc {
+    int n_classes;
+    const char *labels;  /* int32 target input: [B], or [B, T] when per_token (default
+                            "labels") */
+    const char *weights; /* optional fp32 per-row weights input, [B] or [B, T]; NULL: none */
+    bool per_token;      /* logits [B, T, C], one label per position */
+    bool shift;          /* causal LM: position t is scored on label t + 1 */
+} ds_xent_desc;
+ds_status ds_mod_xent_create(const char *name, const ds_xent_desc *d, ds_module **out_m);
 
 /* "bert_embeddings": batch -> dropout(LayerNorm(word + position + type)),
  * [B, T, H]. Params under "<name>.": word_embeddings.weight [V, H],

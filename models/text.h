@@ -10,7 +10,7 @@
  *     ds_tokenizer *tok;
  *     DS_TRY(ds_char_vocab_build(train, 2, &tok));          // models/tokenizer.h
  *     ds_dataset *d;
- *     DS_TRY(ds_dataset_from_text(train, tok, 64, &d));     // engine/data/dataset.h
+ *     DS_TRY(ds_dataset_from_text(train, tok, 64, &d));     // models/models.h layout
  *
  * Formats (ds_text_format; AUTO looks at the first character of the file
  * after an optional UTF-8 byte-order mark and blank space: '[' a JSON list,
@@ -137,8 +137,9 @@ ds_status ds_text_split(const ds_text_set *set, double dev_ratio, uint64_t seed,
 struct ds_tokenizer;
 
 /* Tokenize every row of `set` into a new dataset (owned by the caller:
- * ds_dataset_destroy) of rows of seq_len ids: [CLS] tokens... [SEP],
- * truncated to seq_len, padded with the tokenizer's [PAD] id; lengths and
+ * ds_dataset_destroy) in the classifiers' layout (models/models.h): rows of
+ * seq_len input_ids, [CLS] tokens... [SEP], truncated to seq_len, padded
+ * with the tokenizer's [PAD] id, attention_mask 1 over the real tokens;
  * labels from the set, class names copied.
  * Errors: DS_ERR_INVALID_ARG for seq_len < 2; DS_ERR_DATA "path:line: ..."
  * when a text cannot be encoded; DS_ERR_OOM. */

@@ -1,6 +1,7 @@
 /* Labelled texts -> a tokenized ds_dataset (models/text.h). */
 #include <string.h>
 
+#include "models/models.h"
 #include "models/text.h"
 #include "models/tokenizer.h"
 
@@ -14,11 +15,13 @@ ds_status ds_dataset_from_text(const ds_text_set *set, const ds_tokenizer *tok, 
                       "ds_dataset_from_text: seq_len %d leaves no room for [CLS] and [SEP]",
                       seq_len);
     ds_dataset *d;
-    DS_TRY(ds_dataset_create(set->n, seq_len, set->n_classes,
-                             (const char *const *)set->class_names, &d));
+    DS_TRY(ds_cls_dataset_create(set->n, seq_len, set->n_classes,
+                                 (const char *const *)set->class_names, &d));
+    int32_t *ids = ds_dataset_i32(d, "input_ids"), *labels = ds_dataset_i32(d, "labels");
+    float *mask = ds_dataset_f32(d, "attention_mask");
     const int32_t pad = ds_tokenizer_pad_id(tok);
     for (size_t i = 0; i < set->n; i++) {
-        int32_t *row = d->tokens + i * (size_t)seq_len;
+        int32_t *row = ids + i * (size_t)seq_len;
         int len = 0;
         ds_status st = ds_tokenizer_encode(tok, set->texts[i], seq_len, row, &len);
         if (st != DS_OK) {
@@ -28,8 +31,8 @@ ds_status ds_dataset_from_text(const ds_text_set *set, const ds_tokenizer *tok, 
             return st;
         }
         for (int t = len; t < seq_len; t++) row[t] = pad;
-        d->lengths[i] = len;
-        d->labels[i] = set->labels[i];
+        for (int t = 0; t < len; t++) mask[i * (size_t)seq_len + (size_t)t] = 1.0f;
+        labels[i] = set->labels[i];
     }
     *out = d;
     return DS_OK;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "models/models.h"
 #include "models/hf.h"
 #include "models/metrics.h"
 #include "models/saved_model.h"
@@ -85,6 +86,8 @@ static ds_status load_data(const tc_opts *o, data *d) {
         for (int c = 0; c < C; c++)
             d->class_weights[c] = counts[c] ? (float)((1.0 / (double)counts[c]) * C / sum) : 0.0f;
         free(counts);
+        /* each training row's loss weight: its class's */
+        DS_TRY(ds_cls_dataset_set_class_weights(d->train, d->class_weights));
     }
     return DS_OK;
 }
@@ -180,7 +183,7 @@ static ds_status evaluate(engine_t *e, const data *d, int batch, int64_t *confus
     ds_host_batch hb = {0};
     float *logits = malloc((size_t)batch * (size_t)C * sizeof(float));
     if (st == DS_OK && !logits) st = DS_ERR(DS_ERR_OOM, "evaluation: out of memory");
-    if (st == DS_OK) st = ds_host_batch_alloc(&hb, batch, dev->seq_len);
+    if (st == DS_OK) st = ds_host_batch_alloc(&hb, dev, ds_get_model(e), batch);
     memset(confusion, 0, (size_t)C * (size_t)C * sizeof *confusion);
     size_t most = (dev->n + (size_t)world - 1) / (size_t)world;
     size_t calls = (most + (size_t)batch - 1) / (size_t)batch;
@@ -192,13 +195,13 @@ static ds_status evaluate(engine_t *e, const data *d, int batch, int64_t *confus
                         : 0;
         st = ds_host_batch_fill(&hb, dev, s.indices + (from < s.num_samples ? from : 0), count);
         if (st != DS_OK) break;
-        ds_batch b = {.B = count, .T = hb.T, .tokens = hb.tokens, .mask = hb.mask};
-        st = ds_predict(e, &b, logits);
+        st = ds_predict(e, &hb.batch, logits);
+        const int32_t *labels = ds_batch_i32(&hb.batch, "labels");
         for (int r = 0; st == DS_OK && r < count; r++) {
             int best = 0;
             for (int c = 1; c < C; c++)
                 if (logits[(size_t)r * C + c] > logits[(size_t)r * C + best]) best = c;
-            confusion[(size_t)hb.labels[r] * C + best]++;
+            confusion[(size_t)labels[r] * C + best]++;
         }
     }
     free(logits);
@@ -314,10 +317,6 @@ static int run(const tc_opts *o) {
         return fail("ds_initialize");
     }
     int rank = ds_rank(e), rc = 0;
-    if (d.class_weights && ds_set_class_weights(e, d.class_weights) != DS_OK) {
-        rc = fail("setting class weights");
-        goto out;
-    }
     if (o->init_dir) {
         ds_hf_load_report rep = {0};
         ds_status st = ds_hf_load_weights(ds_get_model(e), o->init_dir, ds_set_param_cb, e, &rep);

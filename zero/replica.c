@@ -5,6 +5,37 @@
 
 #include "zero/zero_util.h"
 
+/* Tied parameters: under fp32 a use points straight into the replica at the
+ * owner's offset; under fp16/bf16 into an fp32 copy widened at each fetch
+ * (the owner's module widens its span into pstage, which the next module
+ * reuses). */
+static ds_status init_tied(ds_replica *r) {
+    const ds_flat *f = r->flat;
+    if (f->n_ties == 0) return DS_OK;
+    r->tptrs = calloc((size_t)f->n_modules, sizeof *r->tptrs);
+    if (!r->tptrs) return DS_ERR(DS_ERR_OOM, "tied parameter tables: out of host memory");
+    if (r->pt != DS_F32) {
+        r->tstage = calloc((size_t)f->n_tied_params, sizeof *r->tstage);
+        if (!r->tstage) return DS_ERR(DS_ERR_OOM, "tied parameter tables: out of host memory");
+        for (int j = 0; j < f->n_tied_params; j++)
+            DS_TRY(ds_backend_alloc(r->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE,
+                                    (size_t)f->params[f->tied_params[j]].numel * 4,
+                                    (void **)&r->tstage[j]));
+    }
+    for (int m = 0; m < f->n_modules; m++) {
+        const ds_flat_module *fm = &f->modules[m];
+        if (fm->n_ties == 0) continue;
+        r->tptrs[m] = calloc((size_t)fm->n_ties, sizeof(float *));
+        if (!r->tptrs[m]) return DS_ERR(DS_ERR_OOM, "tied parameter tables: out of host memory");
+        for (int k = 0; k < fm->n_ties; k++) {
+            const ds_flat_tie *t = &f->ties[fm->first_tie + k];
+            r->tptrs[m][k] = r->pt == DS_F32 ? (float *)r->params + f->params[t->param].offset
+                                             : r->tstage[t->target];
+        }
+    }
+    return DS_OK;
+}
+
 ds_status ds_replica_init(ds_replica *r, const ds_zero_desc *d, bool full_grads) {
     const ds_flat *f = d->flat;
     r->be = d->be;
@@ -45,6 +76,7 @@ ds_status ds_replica_init(ds_replica *r, const ds_zero_desc *d, bool full_grads)
             r->gptrs[m][k] = r->gstage ? r->gstage + rel : (float *)r->grads + p->offset;
         }
     }
+    DS_TRY(init_tied(r));
     return DS_OK;
 }
 
@@ -59,17 +91,32 @@ void ds_replica_free(ds_replica *r) {
     ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, r->gstage, (size_t)r->max_span * 4);
     for (int m = 0; r->ptrs && m < r->flat->n_modules; m++) free(r->ptrs[m]);
     for (int m = 0; r->gptrs && m < r->flat->n_modules; m++) free(r->gptrs[m]);
+    for (int m = 0; r->tptrs && m < r->flat->n_modules; m++) free(r->tptrs[m]);
+    for (int j = 0; r->tstage && j < r->flat->n_tied_params; j++)
+        ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, r->tstage[j],
+                        (size_t)r->flat->params[r->flat->tied_params[j]].numel * 4);
     free(r->ptrs);
     free(r->gptrs);
+    free(r->tptrs);
+    free(r->tstage);
     r->be = NULL;
 }
 
-ds_status ds_replica_fetch(ds_replica *r, int m, float ***out) {
-    const ds_flat_module *fm = &r->flat->modules[m];
-    if (r->pt != DS_F32) /* widen the module's working parameters */
+ds_status ds_replica_fetch(ds_replica *r, int m, float ***out, float ***tied) {
+    const ds_flat *f = r->flat;
+    const ds_flat_module *fm = &f->modules[m];
+    if (r->pt != DS_F32) { /* widen the module's working parameters */
         DS_TRY(r->be->ops->cast(r->be, r->pstage, DS_F32, ds_at(r->params, r->pt, fm->begin),
                                 r->pt, (size_t)(fm->end - fm->begin)));
+        for (int k = 0; k < fm->n_ties; k++) {
+            const ds_flat_tie *t = &f->ties[fm->first_tie + k];
+            const ds_flat_param *p = &f->params[t->param];
+            DS_TRY(r->be->ops->cast(r->be, r->tstage[t->target], DS_F32,
+                                    ds_at(r->params, r->pt, p->offset), r->pt, (size_t)p->numel));
+        }
+    }
     *out = r->ptrs[m];
+    *tied = r->tptrs ? r->tptrs[m] : NULL;
     return DS_OK;
 }
 
@@ -174,8 +221,8 @@ ds_status ds_replica_set_weights(ds_replica *r, ds_comm *comm, float *master, in
 
 static ds_replica *R(ds_zero *z) { return (ds_replica *)z->impl; }
 
-ds_status ds_replica_op_fetch(ds_zero *z, int m, float ***out) {
-    DS_TRY(ds_replica_fetch(R(z), m, out));
+ds_status ds_replica_op_fetch(ds_zero *z, int m, float ***out, float ***tied) {
+    DS_TRY(ds_replica_fetch(R(z), m, out, tied));
     return DS_OK;
 }
 

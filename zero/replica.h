@@ -23,6 +23,8 @@ typedef struct ds_replica {
     float *pstage, *gstage;/* fp32 staging [max_span], when pt / gt != F32 */
     int64_t max_span;
     float ***ptrs, ***gptrs; /* per module: parameter / gradient slot pointers */
+    float ***tptrs;        /* per module: its tied parameters (NULL without ties) */
+    float **tstage;        /* [n_tied_params] fp32 widened copies, when pt != F32 */
 } ds_replica;
 
 /* full_grads: keep a full gradient replica (stages 0, 1). Without it
@@ -39,7 +41,8 @@ void ds_replica_free(ds_replica *r);
 ds_status ds_replica_init_values(ds_replica *r, uint64_t seed, float *master, int64_t lo,
                                  int64_t n);
 
-ds_status ds_replica_fetch(ds_replica *r, int m, float ***out);
+/* Module m's parameters (*out) and tied parameters (*tied), fp32. */
+ds_status ds_replica_fetch(ds_replica *r, int m, float ***out, float ***tied);
 ds_status ds_replica_grad_slots(ds_replica *r, int m, float ***out);
 ds_status ds_replica_grad_done(ds_replica *r, int m);
 ds_status ds_replica_zero_grad(ds_replica *r);
@@ -57,7 +60,7 @@ ds_status ds_replica_grad_to_host(ds_replica *r, int i, float *host);
 /* ---- strategy slots shared by the replica stages ----
  * They require the strategy's impl struct to BEGIN with a ds_replica
  * (stage 0) or a ds_replica_shard (stages 1 and 2). */
-ds_status ds_replica_op_fetch(ds_zero *z, int m, float ***out);
+ds_status ds_replica_op_fetch(ds_zero *z, int m, float ***out, float ***tied);
 ds_status ds_replica_op_release(ds_zero *z, int m); /* resident: nothing to do */
 ds_status ds_replica_op_grad_slots(ds_zero *z, int m, float ***out);
 ds_status ds_replica_op_grad_done(ds_zero *z, int m);

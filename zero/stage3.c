@@ -18,9 +18,16 @@
  * parameters away. Modules smaller than stage3_param_persistence_threshold
  * stay whole: they are gathered once per step and kept.
  *
+ * A parameter a module ties to (another module owns it) has a gather slot of
+ * its own, filled at the first fetch of a module using it and kept under the
+ * same reuse rule as a module's slot, so GPT-2's tied embedding is gathered
+ * for its output projection in forward and used again in that module's
+ * backward, and gathered with the embedding's own span for the embedding.
+ *
  * Gradients go through the same buckets as stage 2. Per rank and step:
  * forward gathers Psi(N-1)/N, backward again Psi(N-1)/N (less what the cache
- * saves), the gradients Psi(N-1)/N: 3 Psi(N-1)/N. */
+ * saves), the gradients Psi(N-1)/N: 3 Psi(N-1)/N, plus each tied use's
+ * parameter once (N-1)/N. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +42,8 @@ typedef struct slot {
     void *buf;       /* [cap] pt: the gathered span */
     float *f32;      /* [cap] fp32 view (== buf under fp32) */
     int64_t cap;     /* the largest span it can hold */
-    int module;      /* whose span it holds, -1 none */
+    int module;      /* whose span it holds, -1 none (a tie slot: its parameter's module) */
+    int64_t len;     /* elements gathered */
     bool valid;      /* contents current (gathered since the last update) */
     bool pending;    /* gather job submitted, not yet waited */
     bool in_use;     /* between fetch and release */
@@ -65,6 +73,8 @@ typedef struct stage3 {
     int64_t persist_max;  /* the largest persistent span: the slot refresh needs */
     bool persist_valid;
     float ***ptrs, ***gptrs; /* per module pointer tables (ptrs re-pointed per fetch) */
+    float ***tptrs;    /* per module: its tied parameters (NULL without ties) */
+    slot *tslots;      /* [flat->n_tied_params]: one gather slot per tied parameter */
     int64_t *suffix;   /* [n_modules + 1]: elements of modules m.. n-1 */
     int last_fetch;    /* module of the previous fetch, for the direction */
     uint64_t clock;
@@ -77,17 +87,16 @@ static int64_t span_of(const stage3 *s, int m) {
     return s->flat->modules[m].end - s->flat->modules[m].begin;
 }
 
-/* Put this rank's piece of module m's span into the slot and queue the
- * all-gather of the rest. */
-static ds_status start_gather(stage3 *s, slot *sl, int m) {
-    const ds_flat_module *fm = &s->flat->modules[m];
+/* Put this rank's piece of flat range [begin, end) into the slot and queue
+ * the all-gather of the rest. */
+static ds_status start_gather_range(stage3 *s, slot *sl, int64_t begin, int64_t end) {
     sl->job.counts = sl->counts;
-    ds_zero_counts(s->flat, fm->begin, fm->end, sl->job.counts);
+    ds_zero_counts(s->flat, begin, end, sl->job.counts);
     int rank = s->comm->rank;
     size_t off = ds_zero_block_offset(sl->job.counts, rank);
     size_t mine = sl->job.counts[rank];
     if (mine > 0) {
-        int64_t src = (fm->begin > s->sh.lo ? fm->begin : s->sh.lo) - s->sh.lo;
+        int64_t src = (begin > s->sh.lo ? begin : s->sh.lo) - s->sh.lo;
         DS_TRY(s->be->ops->memcpy(s->be, ds_at(sl->buf, s->pt, (int64_t)off),
                                   ds_at(s->params, s->pt, src), mine * ds_dtype_size(s->pt),
                                   DS_COPY_D2D, NULL));
@@ -96,9 +105,17 @@ static ds_status start_gather(stage3 *s, slot *sl, int m) {
     sl->job.buf = sl->buf;
     sl->job.t = s->pt;
     DS_TRY(ds_comm_job_submit(s->worker, &sl->job));
-    sl->module = m;
+    sl->len = end - begin;
     sl->valid = true;
     sl->pending = true;
+    return DS_OK;
+}
+
+/* Module m's span into the slot. */
+static ds_status start_gather(stage3 *s, slot *sl, int m) {
+    const ds_flat_module *fm = &s->flat->modules[m];
+    DS_TRY(start_gather_range(s, sl, fm->begin, fm->end));
+    sl->module = m;
     return DS_OK;
 }
 
@@ -111,8 +128,7 @@ static ds_status finish_gather(stage3 *s, slot *sl) {
         DS_TRY(st);
     }
     if (s->pt != DS_F32)
-        DS_TRY(s->be->ops->cast(s->be, sl->f32, DS_F32, sl->buf, s->pt,
-                                (size_t)span_of(s, sl->module)));
+        DS_TRY(s->be->ops->cast(s->be, sl->f32, DS_F32, sl->buf, s->pt, (size_t)sl->len));
     return DS_OK;
 }
 
@@ -192,12 +208,35 @@ static ds_status prefetch(stage3 *s, int current, int next) {
     return DS_OK;
 }
 
-static ds_status fetch(ds_zero *z, int m, float ***out) {
+/* The parameters module m ties to, each in its own slot (gathered unless
+ * still valid). */
+static ds_status fetch_tied(stage3 *s, int m) {
+    const ds_flat_module *fm = &s->flat->modules[m];
+    for (int k = 0; k < fm->n_ties; k++) {
+        const ds_flat_tie *t = &s->flat->ties[fm->first_tie + k];
+        slot *sl = &s->tslots[t->target];
+        if (!sl->valid) {
+            const ds_flat_param *p = &s->flat->params[t->param];
+            DS_TRY(start_gather_range(s, sl, p->offset, p->offset + p->numel));
+            sl->module = p->module;
+        }
+    }
+    for (int k = 0; k < fm->n_ties; k++) {
+        slot *sl = &s->tslots[s->flat->ties[fm->first_tie + k].target];
+        DS_TRY(finish_gather(s, sl));
+        s->tptrs[m][k] = sl->f32;
+    }
+    return DS_OK;
+}
+
+static ds_status fetch(ds_zero *z, int m, float ***out, float ***tied) {
     stage3 *s = S(z);
     int dir = m >= s->last_fetch ? 1 : -1; /* forward walks up, backward down */
     if (m == s->last_fetch) dir = -1;      /* the turnaround: backward starts here */
     s->last_fetch = m;
     *out = s->ptrs[m];
+    *tied = s->tptrs ? s->tptrs[m] : NULL;
+    if (s->flat->modules[m].n_ties > 0) DS_TRY(fetch_tied(s, m));
     if (span_of(s, m) == 0) return DS_OK;
     if (s->persistent[m]) {
         if (!s->persist_valid) DS_TRY(refresh_persistent(s));
@@ -219,13 +258,18 @@ static ds_status fetch(ds_zero *z, int m, float ***out) {
 
 static ds_status release(ds_zero *z, int m) {
     stage3 *s = S(z);
-    slot *sl = find_slot(s, m);
-    if (!sl) return DS_OK;
-    sl->in_use = false;
     /* Next use of m: after a forward, in the backward, past every later
      * module twice; after a backward, not before the next step. */
     bool forward = s->last_fetch == m && m < s->flat->n_modules - 1;
     int64_t distance = forward ? 2 * s->suffix[m + 1] : INT64_MAX;
+    const ds_flat_module *fm = &s->flat->modules[m];
+    for (int k = 0; k < fm->n_ties; k++) {
+        slot *t = &s->tslots[s->flat->ties[fm->first_tie + k].target];
+        if (distance > s->reuse_limit && !t->pending) t->valid = false;
+    }
+    slot *sl = find_slot(s, m);
+    if (!sl) return DS_OK;
+    sl->in_use = false;
     if (distance > s->reuse_limit && !sl->pending) sl->valid = false;
     return DS_OK;
 }
@@ -254,11 +298,13 @@ static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
 
 static void invalidate(stage3 *s) {
     for (int k = 0; k < s->n_slots; k++) s->slots[k].valid = false;
+    for (int j = 0; j < s->flat->n_tied_params; j++) s->tslots[j].valid = false;
     s->persist_valid = false;
 }
 
 static ds_status drain_slots(stage3 *s) {
     for (int k = 0; k < s->n_slots; k++) DS_TRY(finish_gather(s, &s->slots[k]));
+    for (int j = 0; j < s->flat->n_tied_params; j++) DS_TRY(finish_gather(s, &s->tslots[j]));
     return DS_OK;
 }
 
@@ -321,6 +367,13 @@ static ds_status sync_params(ds_zero *z) {
     return DS_OK;
 }
 
+static void slot_free(stage3 *s, ds_backend *be, slot *sl) {
+    ds_mem_host_free(be->mem, DS_MEM_OTHER, sl->counts, (size_t)s->flat->world * sizeof(size_t));
+    size_t cap = (size_t)sl->cap;
+    ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, sl->buf, cap * ds_dtype_size(s->pt));
+    if (s->pt != DS_F32) ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, sl->f32, cap * 4);
+}
+
 static void destroy(ds_zero *z) {
     stage3 *s = S(z);
     if (s) {
@@ -329,15 +382,11 @@ static void destroy(ds_zero *z) {
         size_t part = (size_t)f->part, span = (size_t)s->max_span;
         ds_comm_worker_destroy(s->worker); /* joins the thread: no job still runs */
         ds_grad_buckets_destroy(s->buckets);
-        for (int k = 0; k < s->n_slots; k++) {
-            ds_mem_host_free(be->mem, DS_MEM_OTHER, s->slots[k].counts,
-                             (size_t)f->world * sizeof(size_t));
-            size_t cap = (size_t)s->slots[k].cap;
-            ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, s->slots[k].buf,
-                            cap * ds_dtype_size(s->pt));
-            if (s->pt != DS_F32)
-                ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, s->slots[k].f32, cap * 4);
-        }
+        for (int k = 0; k < s->n_slots; k++) slot_free(s, be, &s->slots[k]);
+        for (int j = 0; s->tslots && j < f->n_tied_params; j++) slot_free(s, be, &s->tslots[j]);
+        free(s->tslots);
+        for (int m = 0; s->tptrs && m < f->n_modules; m++) free(s->tptrs[m]);
+        free(s->tptrs);
         ds_backend_free(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, s->params, part * ds_dtype_size(s->pt));
         ds_backend_free(be, DS_MEM_GRADS, DS_PLACE_DEVICE, s->grads, part * ds_dtype_size(s->gt));
         ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, s->gstage, span * 4);
@@ -376,8 +425,17 @@ static ds_status plan(stage3 *s, const ds_config *cfg) {
     s->suffix = calloc((size_t)n + 1, sizeof *s->suffix);
     s->ptrs = calloc((size_t)n, sizeof *s->ptrs);
     s->gptrs = calloc((size_t)n, sizeof *s->gptrs);
-    if (!s->persistent || !s->persist_off || !s->suffix || !s->ptrs || !s->gptrs)
+    s->tslots = calloc((size_t)(f->n_tied_params ? f->n_tied_params : 1), sizeof *s->tslots);
+    if (!s->persistent || !s->persist_off || !s->suffix || !s->ptrs || !s->gptrs || !s->tslots)
         return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
+    if (f->n_ties > 0) {
+        s->tptrs = calloc((size_t)n, sizeof *s->tptrs);
+        if (!s->tptrs) return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
+        for (int m = 0; m < n; m++)
+            if (f->modules[m].n_ties > 0 &&
+                !(s->tptrs[m] = calloc((size_t)f->modules[m].n_ties, sizeof(float *))))
+                return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
+    }
     for (int m = n - 1; m >= 0; m--) {
         int64_t span = span_of(s, m);
         s->suffix[m] = s->suffix[m + 1] + span;
@@ -414,6 +472,20 @@ static ds_status plan(stage3 *s, const ds_config *cfg) {
     return DS_OK;
 }
 
+static ds_status slot_alloc(stage3 *s, ds_backend *be, slot *sl) {
+    sl->module = -1;
+    DS_TRY(ds_mem_host_alloc(be->mem, DS_MEM_OTHER, (size_t)s->flat->world * sizeof(size_t),
+                             "gather block counts", (void **)&sl->counts));
+    size_t cap = (size_t)sl->cap;
+    DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, cap * ds_dtype_size(s->pt),
+                            &sl->buf));
+    if (s->pt != DS_F32)
+        DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, cap * 4, (void **)&sl->f32));
+    else
+        sl->f32 = sl->buf;
+    return DS_OK;
+}
+
 static ds_status build(stage3 *s, const ds_zero_desc *d) {
     ds_backend *be = d->be;
     size_t part = (size_t)d->flat->part;
@@ -427,19 +499,10 @@ static ds_status build(stage3 *s, const ds_zero_desc *d) {
     DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, span * 4, (void **)&s->gstage));
     DS_TRY(ds_backend_alloc(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, (size_t)s->persist_elems * 4,
                             (void **)&s->persist));
-    for (int k = 0; k < s->n_slots; k++) {
-        slot *sl = &s->slots[k];
-        sl->module = -1;
-        DS_TRY(ds_mem_host_alloc(be->mem, DS_MEM_OTHER, (size_t)d->flat->world * sizeof(size_t),
-                                 "gather block counts", (void **)&sl->counts));
-        size_t cap = (size_t)sl->cap;
-        DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, cap * ds_dtype_size(s->pt),
-                                &sl->buf));
-        if (s->pt != DS_F32)
-            DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, cap * 4,
-                                    (void **)&sl->f32));
-        else
-            sl->f32 = sl->buf;
+    for (int k = 0; k < s->n_slots; k++) DS_TRY(slot_alloc(s, be, &s->slots[k]));
+    for (int j = 0; j < d->flat->n_tied_params; j++) {
+        s->tslots[j].cap = d->flat->params[d->flat->tied_params[j]].numel;
+        DS_TRY(slot_alloc(s, be, &s->tslots[j]));
     }
     for (int m = 0; m < d->flat->n_modules; m++) {
         const ds_flat_module *fm = &d->flat->modules[m];

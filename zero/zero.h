@@ -10,7 +10,8 @@
  * The engine drives every strategy the same way:
  *
  *   for each micro-batch:
- *     for m in modules:           fetch(m) -> fp32 params; forward; release(m)
+ *     for m in modules:           fetch(m) -> fp32 params (own, tied); forward;
+ *                                 release(m)
  *     for m in reverse(modules):  fetch(m); grad_slots(m) -> fp32 slots;
  *                                 backward (accumulates into slots);
  *                                 grad_done(m); release(m)
@@ -19,6 +20,11 @@
  *                        an overflow flag, identical on every rank
  *     apply(grad_mult, optimizer hparams)   unless the engine skips the step
  *     zero_grad()
+ *
+ * Tied parameters: fetch hands a module fp32 views of the parameters it
+ * uses but an earlier module owns; their gradients are the engine's
+ * (zero/ties.h), which adds them into the owner's slots in the owner's
+ * backward, so a strategy sees only owned gradients.
  *
  * Gradients are SUMS over ranks (and over micro-batches, each already scaled
  * by 1/gradient_accumulation_steps and by the loss scale); the engine folds
@@ -74,9 +80,10 @@ typedef enum ds_zero_state {
 
 typedef struct ds_zero_ops {
     const char *name; /* "stage0", ... */
-    /* fp32 pointers to module m's parameters (in declared order), valid until
-     * release(m). Collective under stage 3 (gathers). */
-    ds_status (*fetch)(ds_zero *z, int module, float ***out);
+    /* fp32 pointers to module m's parameters (in declared order) and to the
+     * parameters it ties to (module->tied order; NULL when it has none),
+     * valid until release(m). Collective under stage 3 (gathers). */
+    ds_status (*fetch)(ds_zero *z, int module, float ***out, float ***tied);
     ds_status (*release)(ds_zero *z, int module);
     /* fp32 gradient slots for module m's backward; the module accumulates. */
     ds_status (*grad_slots)(ds_zero *z, int module, float ***out);

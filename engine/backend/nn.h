@@ -133,26 +133,41 @@ struct ds_nn_ops {
     ds_status (*dropout_bwd)(ds_backend *be, float *dx, float *dbias, const float *dy, int rows,
                              int width, float p, uint64_t seed, uint64_t offset);
 
-    /* ---- softmax cross-entropy over C classes for B rows ----
-     * weights [C] or NULL (all 1). As torch.nn.CrossEntropyLoss(weight=w):
-     * loss = sum_b w[y_b] * (-log softmax(logits_b)[y_b]) / sum_b w[y_b].
-     * Labels outside [0, C) are DS_ERR_INVALID_ARG naming the row and label. */
+    /* ---- softmax cross-entropy over C classes for R rows ----
+     * weights [R] (one per row) or NULL (all 1). Rows whose label is
+     * ignore_index count with weight 0 (a language model's padding and
+     * prompt positions). As torch.nn.CrossEntropyLoss(reduction="mean",
+     * ignore_index) with per-row weights (class weights: w_r = class_w[y_r]):
+     * loss = sum_r w_r * (-log softmax(logits_r)[y_r]) / sum_r w_r over the
+     * counted rows; 0 when nothing counts (PyTorch gives 0/0 = NaN; the
+     * engine then normalises over all ranks, where others may count).
+     * Any other label outside [0, C) is DS_ERR_INVALID_ARG naming the row and
+     * label. */
 
-    /* Writes loss[0] (device), wsum[0] = sum_b w[y_b] (device, for backward)
-     * and probs [B, C] = softmax(logits). */
-    ds_status (*xent_fwd)(ds_backend *be, float *loss, float *wsum, float *probs,
-                          const float *logits, const int32_t *labels, const float *weights, int B,
-                          int C);
-    /* dlogits[b, :] = scale * w[y_b] / wsum * (probs[b, :] - onehot(y_b))
-     * (written; may alias probs). */
+    /* Writes loss[0], wsum[0] = sum_r w_r (device), probs [R, C] =
+     * softmax(logits) (rows of ignored labels too) and row_loss [R] (the
+     * unweighted -log p of each counted row, 0 for ignored ones). The sum
+     * runs in double in row order, so it does not depend on the thread
+     * count. */
+    ds_status (*xent_fwd)(ds_backend *be, float *loss, float *wsum, float *probs, float *row_loss,
+                          const float *logits, const int32_t *labels, const float *weights, int R,
+                          int C, int ignore_index);
+    /* dlogits[r, :] = scale * w_r / wsum * (probs[r, :] - onehot(y_r)), 0 for
+     * ignored rows and when wsum is 0 (written; may alias probs). */
     ds_status (*xent_bwd)(ds_backend *be, float *dlogits, const float *probs, const float *wsum,
-                          const int32_t *labels, const float *weights, int B, int C, float scale);
+                          const int32_t *labels, const float *weights, int R, int C,
+                          int ignore_index, float scale);
 
     /* ---- rows ----
      * Copy `rows` rows of `width` floats from src (row stride src_ld) to dst
      * (row stride dst_ld); accumulate adds instead of overwriting. */
     ds_status (*copy_rows)(ds_backend *be, float *dst, int dst_ld, const float *src, int src_ld,
                            int rows, int width, bool accumulate);
+    /* Causal language modelling targets: dst[b, t] = src[b, t + 1] for
+     * t < T - 1 and dst[b, T - 1] = fill, for B rows of T (position t
+     * predicts the next token, the last has nothing to predict). */
+    ds_status (*shift_labels)(ds_backend *be, int32_t *dst, const int32_t *src, int B, int T,
+                              int32_t fill);
 };
 
 extern const ds_nn_ops ds_nn_cpu;

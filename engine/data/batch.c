@@ -1,67 +1,62 @@
-/* Host staging of one micro-batch: copy rows, build the attention mask. */
+/* Host staging of one micro-batch: copy the rows of the staged columns. */
 #include "engine/data/dataset.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-ds_status ds_host_batch_alloc(ds_host_batch *hb, int cap_B, int T) {
+ds_status ds_host_batch_alloc(ds_host_batch *hb, const ds_dataset *d, const ds_model *model,
+                              int cap_B) {
     if (!hb) return DS_ERR(DS_ERR_INVALID_ARG, "ds_host_batch_alloc: batch is NULL");
     memset(hb, 0, sizeof *hb);
-    if (cap_B < 1 || T < 1)
-        return DS_ERR(DS_ERR_INVALID_ARG, "ds_host_batch_alloc: need B >= 1 and T >= 1, got %d x %d",
-                      cap_B, T);
-    size_t cells = (size_t)cap_B * (size_t)T;
-    hb->tokens = calloc(cells, sizeof(int32_t));
-    hb->mask = calloc(cells, sizeof(float));
-    hb->labels = calloc((size_t)cap_B, sizeof(int32_t));
-    if (!hb->tokens || !hb->mask || !hb->labels) {
-        ds_host_batch_free(hb);
-        return DS_ERR(DS_ERR_OOM, "ds_host_batch_alloc: %d x %d", cap_B, T);
-    }
+    if (!d) return DS_ERR(DS_ERR_INVALID_ARG, "ds_host_batch_alloc: dataset is NULL");
+    if (cap_B < 1)
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_host_batch_alloc: need B >= 1, got %d", cap_B);
+    if (model) DS_TRY(ds_dataset_check(d, model));
     hb->cap_B = cap_B;
-    hb->T = T;
+    hb->T = d->seq_len > 0 ? d->seq_len : 1;
+    hb->batch.T = hb->T;
+    for (int k = 0; k < d->n_columns; k++) {
+        if (model && !ds_model_input(model, d->cols[k].name)) continue;
+        int j = hb->batch.n;
+        hb->col[j] = k;
+        hb->row_bytes[j] =
+            ds_tensor_desc_row_elems(&d->cols[k], d->seq_len) * ds_dtype_size(d->cols[k].dtype);
+        void *buf = calloc((size_t)cap_B, hb->row_bytes[j] ? hb->row_bytes[j] : 1);
+        ds_status st = buf ? ds_batch_set(&hb->batch, d->cols[k].name, d->cols[k].dtype, buf)
+                           : DS_ERR(DS_ERR_OOM, "ds_host_batch_alloc: %d rows of %s", cap_B,
+                                    d->cols[k].name);
+        if (st != DS_OK) {
+            free(buf);
+            ds_host_batch_free(hb);
+            return st;
+        }
+    }
     return DS_OK;
 }
 
 void ds_host_batch_free(ds_host_batch *hb) {
     if (!hb) return;
-    free(hb->tokens);
-    free(hb->mask);
-    free(hb->labels);
+    for (int j = 0; j < hb->batch.n; j++) free(hb->batch.t[j].data);
     memset(hb, 0, sizeof *hb);
 }
 
 ds_status ds_host_batch_fill(ds_host_batch *hb, const ds_dataset *d, const size_t *idx,
                              int count) {
-    if (!hb || !hb->tokens || !d)
+    if (!hb || !hb->cap_B || !d)
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_host_batch_fill: batch or dataset missing");
     if (count < 0 || count > hb->cap_B)
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_host_batch_fill: %d rows for a batch of %d", count,
                       hb->cap_B);
-    if (d->seq_len > hb->T)
-        return DS_ERR(DS_ERR_INVALID_ARG,
-                      "ds_host_batch_fill: dataset rows have %d tokens, the batch holds %d",
-                      d->seq_len, hb->T);
-    const int T = hb->T, S = d->seq_len;
-    for (int b = 0; b < count; b++) {
-        size_t i = idx[b];
-        if (i >= d->n)
-            return DS_ERR(DS_ERR_INVALID_ARG, "ds_host_batch_fill: index %zu >= %zu rows", i,
+    for (int b = 0; b < count; b++)
+        if (idx[b] >= d->n)
+            return DS_ERR(DS_ERR_INVALID_ARG, "ds_host_batch_fill: index %zu >= %zu rows", idx[b],
                           d->n);
-        int32_t len = d->lengths[i], label = d->labels[i];
-        if (len < 1 || len > S)
-            return DS_ERR(DS_ERR_DATA, "dataset row %zu: length %d outside [1, %d]", i,
-                          (int)len, S);
-        if (label < 0 || label >= d->n_classes)
-            return DS_ERR(DS_ERR_DATA, "dataset row %zu: label %d outside [0, %d)", i,
-                          (int)label, d->n_classes);
-        int32_t *tok = hb->tokens + (size_t)b * (size_t)T;
-        float *mask = hb->mask + (size_t)b * (size_t)T;
-        memcpy(tok, d->tokens + i * (size_t)S, (size_t)S * sizeof(int32_t));
-        for (int t = S; t < T; t++) tok[t] = 0;
-        for (int t = 0; t < T; t++) mask[t] = t < len ? 1.0f : 0.0f;
-        hb->labels[b] = label;
+    for (int j = 0; j < hb->batch.n; j++) {
+        size_t rb = hb->row_bytes[j];
+        const char *src = d->data[hb->col[j]];
+        char *dst = hb->batch.t[j].data;
+        for (int b = 0; b < count; b++) memcpy(dst + (size_t)b * rb, src + idx[b] * rb, rb);
     }
-    hb->B = count;
+    hb->batch.B = count;
     return DS_OK;
 }

@@ -1,4 +1,4 @@
-/* ds_dataset: fixed-width token rows in host memory. */
+/* ds_dataset: named columns of fixed-shape rows in host memory. */
 #include "engine/data/dataset.h"
 
 #include <stdio.h>
@@ -11,56 +11,154 @@ void ds_dataset_destroy(ds_dataset *d) {
         for (int c = 0; c < d->n_classes; c++) free(d->class_names[c]);
         free(d->class_names);
     }
-    free(d->tokens);
-    free(d->lengths);
-    free(d->labels);
+    for (int k = 0; k < d->n_columns; k++) free(d->data[k]);
     free(d);
 }
 
-ds_status ds_dataset_create(size_t n, int seq_len, int n_classes, const char *const *class_names,
-                            ds_dataset **out) {
+ds_status ds_dataset_create(size_t n, int seq_len, ds_dataset **out) {
     if (!out) return DS_ERR(DS_ERR_INVALID_ARG, "ds_dataset_create: out is NULL");
     *out = NULL;
-    if (seq_len < 1)
-        return DS_ERR(DS_ERR_INVALID_ARG, "ds_dataset_create: seq_len must be >= 1, got %d",
-                      seq_len);
-    if (n_classes < 1)
-        return DS_ERR(DS_ERR_INVALID_ARG, "ds_dataset_create: n_classes must be >= 1, got %d",
-                      n_classes);
-    if (n > SIZE_MAX / sizeof(int32_t) / (size_t)seq_len)
-        return DS_ERR(DS_ERR_OOM, "ds_dataset_create: %zu rows x %d tokens overflows", n,
+    if (seq_len < 0)
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_dataset_create: seq_len must be >= 0, got %d",
                       seq_len);
     ds_dataset *d = calloc(1, sizeof *d);
     if (!d) return DS_ERR(DS_ERR_OOM, "ds_dataset_create: out of memory");
     d->n = n;
     d->seq_len = seq_len;
-    d->n_classes = n_classes;
-    /* calloc(0) may return NULL: keep at least one element so NULL means OOM. */
-    size_t rows = n ? n : 1;
-    d->tokens = calloc(rows * (size_t)seq_len, sizeof(int32_t));
-    d->lengths = calloc(rows, sizeof(int32_t));
-    d->labels = calloc(rows, sizeof(int32_t));
-    d->class_names = calloc((size_t)n_classes, sizeof(char *));
-    if (!d->tokens || !d->lengths || !d->labels || !d->class_names) {
-        d->n_classes = d->class_names ? n_classes : 0;
-        ds_dataset_destroy(d);
-        return DS_ERR(DS_ERR_OOM, "ds_dataset_create: %zu rows x %d tokens (%zu bytes)", n,
-                      seq_len, rows * (size_t)seq_len * sizeof(int32_t));
-    }
-    for (int c = 0; c < n_classes; c++) {
-        char num[16];
-        const char *name = class_names ? class_names[c] : num;
-        if (!class_names) snprintf(num, sizeof num, "%d", c);
-        if (!name) {
-            ds_dataset_destroy(d);
-            return DS_ERR(DS_ERR_INVALID_ARG, "ds_dataset_create: class name %d is NULL", c);
-        }
-        d->class_names[c] = strdup(name);
-        if (!d->class_names[c]) {
-            ds_dataset_destroy(d);
-            return DS_ERR(DS_ERR_OOM, "ds_dataset_create: copying class names");
-        }
-    }
     *out = d;
+    return DS_OK;
+}
+
+int ds_dataset_find(const ds_dataset *d, const char *name) {
+    for (int k = 0; d && k < d->n_columns; k++)
+        if (strcmp(d->cols[k].name, name) == 0) return k;
+    return -1;
+}
+
+ds_status ds_dataset_add_column(ds_dataset *d, const char *name, ds_dtype dtype, int ndim,
+                                const int64_t *dims, void **data_out) {
+    if (data_out) *data_out = NULL;
+    if (!d || !name) return DS_ERR(DS_ERR_INVALID_ARG, "ds_dataset_add_column: NULL argument");
+    if (strlen(name) == 0 || strlen(name) >= DS_MAX_INPUT_NAME)
+        return DS_ERR(DS_ERR_INVALID_ARG, "dataset column \"%s\": names have 1..%d characters",
+                      name, DS_MAX_INPUT_NAME - 1);
+    if (ds_dataset_find(d, name) >= 0)
+        return DS_ERR(DS_ERR_INVALID_ARG, "dataset column %s added twice", name);
+    if (d->n_columns >= DS_MAX_INPUTS)
+        return DS_ERR(DS_ERR_INVALID_ARG, "dataset column %s: at most %d columns", name,
+                      DS_MAX_INPUTS);
+    if (dtype != DS_I32 && dtype != DS_F32)
+        return DS_ERR(DS_ERR_INVALID_ARG, "dataset column %s: dtype %s (int32 or fp32)", name,
+                      ds_dtype_name(dtype));
+    if (ndim < 0 || ndim >= DS_MAX_DIMS || (ndim > 0 && !dims))
+        return DS_ERR(DS_ERR_INVALID_ARG, "dataset column %s: %d dimensions per row (0..%d)",
+                      name, ndim, DS_MAX_DIMS - 1);
+    ds_tensor_desc c = {.dtype = dtype, .ndim = ndim};
+    snprintf(c.name, sizeof c.name, "%s", name);
+    for (int i = 0; i < ndim; i++) {
+        if (dims[i] == DS_DIM_SEQ && d->seq_len <= 0)
+            return DS_ERR(DS_ERR_INVALID_ARG, "dataset column %s: a sequence dimension, but the "
+                          "dataset was created with seq_len 0", name);
+        if (dims[i] <= 0 && dims[i] != DS_DIM_SEQ)
+            return DS_ERR(DS_ERR_INVALID_ARG, "dataset column %s: dimension %d is %lld", name,
+                          i + 1, (long long)dims[i]);
+        c.dims[i] = dims[i];
+    }
+    size_t row = ds_tensor_desc_row_elems(&c, d->seq_len) * ds_dtype_size(dtype);
+    if (row && d->n > SIZE_MAX / row)
+        return DS_ERR(DS_ERR_OOM, "dataset column %s: %zu rows x %zu bytes overflows", name, d->n,
+                      row);
+    /* calloc(0) may return NULL: keep at least one byte so NULL means OOM. */
+    size_t bytes = d->n * row;
+    void *p = calloc(bytes ? bytes : 1, 1);
+    if (!p)
+        return DS_ERR(DS_ERR_OOM, "dataset column %s: %zu rows x %zu bytes", name, d->n, row);
+    d->cols[d->n_columns] = c;
+    d->data[d->n_columns] = p;
+    d->n_columns++;
+    if (data_out) *data_out = p;
+    return DS_OK;
+}
+
+int32_t *ds_dataset_i32(const ds_dataset *d, const char *name) {
+    int k = ds_dataset_find(d, name);
+    return k >= 0 && d->cols[k].dtype == DS_I32 ? (int32_t *)d->data[k] : NULL;
+}
+
+float *ds_dataset_f32(const ds_dataset *d, const char *name) {
+    int k = ds_dataset_find(d, name);
+    return k >= 0 && d->cols[k].dtype == DS_F32 ? (float *)d->data[k] : NULL;
+}
+
+ds_status ds_dataset_set_classes(ds_dataset *d, int n, const char *const *names) {
+    if (!d || n < 1)
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_dataset_set_classes: need a dataset and n >= 1, "
+                      "got %d", n);
+    char **v = calloc((size_t)n, sizeof *v);
+    if (!v) return DS_ERR(DS_ERR_OOM, "ds_dataset_set_classes: out of memory");
+    for (int c = 0; c < n; c++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", c);
+        const char *name = names ? names[c] : num;
+        v[c] = name ? strdup(name) : NULL;
+        if (!v[c]) {
+            for (int k = 0; k < c; k++) free(v[k]);
+            free(v);
+            return name ? DS_ERR(DS_ERR_OOM, "ds_dataset_set_classes: out of memory")
+                        : DS_ERR(DS_ERR_INVALID_ARG, "ds_dataset_set_classes: name %d is NULL", c);
+        }
+    }
+    if (d->class_names)
+        for (int c = 0; c < d->n_classes; c++) free(d->class_names[c]);
+    free(d->class_names);
+    d->class_names = v;
+    d->n_classes = n;
+    return DS_OK;
+}
+
+/* "[B, 64]", "[B, T]", "[B]" */
+static void shape_str(const ds_tensor_desc *t, char *buf, size_t cap) {
+    int n = snprintf(buf, cap, "[B");
+    for (int i = 0; i < t->ndim && n > 0 && (size_t)n < cap; i++) {
+        if (t->dims[i] == DS_DIM_SEQ) n += snprintf(buf + n, cap - (size_t)n, ", T");
+        else n += snprintf(buf + n, cap - (size_t)n, ", %lld", (long long)t->dims[i]);
+    }
+    if (n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "]");
+}
+
+ds_status ds_dataset_check(const ds_dataset *d, const ds_model *model) {
+    if (!d || !model) return DS_ERR(DS_ERR_INVALID_ARG, "ds_dataset_check: NULL argument");
+    for (int i = 0; i < model->n_inputs; i++) {
+        const ds_tensor_desc *in = &model->inputs[i];
+        int k = ds_dataset_find(d, in->name);
+        if (k < 0) {
+            if (in->flags & DS_INPUT_OPTIONAL) continue;
+            char names[DS_MAX_INPUTS * (DS_MAX_INPUT_NAME + 2) + 1] = "";
+            for (int c = 0; c < d->n_columns; c++) {
+                if (c) strcat(names, ", ");
+                strcat(names, d->cols[c].name);
+            }
+            return DS_ERR(DS_ERR_INVALID_ARG, "the dataset has no column \"%s\", an input of model "
+                          "%s (its columns: %s)", in->name, model->type,
+                          d->n_columns ? names : "none");
+        }
+        const ds_tensor_desc *c = &d->cols[k];
+        bool same = c->dtype == in->dtype && c->ndim == in->ndim;
+        for (int j = 0; same && j < c->ndim; j++) same = c->dims[j] == in->dims[j];
+        if (!same) {
+            char a[96], b[96];
+            shape_str(c, a, sizeof a);
+            shape_str(in, b, sizeof b);
+            return DS_ERR(DS_ERR_INVALID_ARG, "dataset column %s is %s %s, model %s declares %s %s",
+                          in->name, ds_dtype_name(c->dtype), a, model->type,
+                          ds_dtype_name(in->dtype), b);
+        }
+        bool seq = false;
+        for (int j = 0; j < c->ndim; j++) seq |= c->dims[j] == DS_DIM_SEQ;
+        if (seq && d->seq_len > model->max_seq_len)
+            return DS_ERR(DS_ERR_INVALID_ARG, "dataset rows have %d positions but model %s plans "
+                          "for at most %d (max_seq_len)", d->seq_len, model->type,
+                          model->max_seq_len);
+    }
     return DS_OK;
 }

@@ -1,9 +1,21 @@
 /* Datasets, the distributed sampler and batching.
  *
- * A ds_dataset is tokenized, fixed-width data in host memory: n samples of up
- * to seq_len token ids each (padded with 0), a length per sample and a label
- * per sample. Text readers and tokenizers (models/text.h, models/tokenizer.h)
- * produce it; the engine only batches it.
+ * A ds_dataset is a table in host memory: n rows of named, typed columns,
+ * one per model input (engine/core/module.h), each row of a column a
+ * fixed-shape tensor (a dimension DS_DIM_SEQ is the dataset's seq_len). Text
+ * readers and tokenizers (models/text.h, models/lm_text.h) produce them for
+ * the bundled apps; your program fills its own:
+ *
+ *     ds_dataset *d;
+ *     DS_TRY(ds_dataset_create(n, 0, &d));                  // no sequence dimension
+ *     int64_t feat[1] = {16};
+ *     float *x, *y;
+ *     DS_TRY(ds_dataset_add_column(d, "x", DS_F32, 1, feat, (void **)&x));  // [n, 16]
+ *     DS_TRY(ds_dataset_add_column(d, "y", DS_F32, 0, NULL, (void **)&y));  // [n]
+ *     for (size_t i = 0; i < n; i++) { ... x[i * 16 + j] = ...; y[i] = ...; }
+ *
+ * The engine only samples and batches it: the loader copies the columns the
+ * model declares as inputs (by name) into the micro-batch.
  *
  * The sampler follows torch.utils.data.DistributedSampler: each epoch a
  * permutation of [0, n) drawn from (seed, epoch), cut into `world` disjoint
@@ -56,25 +68,45 @@ extern "C" {
 #endif
 
 typedef struct ds_dataset {
-    size_t n;           /* samples */
-    int seq_len;        /* tokens per row (padded) */
-    int32_t *tokens;    /* [n, seq_len], padded with the tokenizer's [PAD] (0 for
-                           the char vocab and for BERT vocabularies) */
-    int32_t *lengths;   /* [n] real tokens per row, 1..seq_len */
-    int32_t *labels;    /* [n] class index in [0, n_classes) */
-    int n_classes;
-    char **class_names; /* [n_classes], owned */
+    size_t n;                     /* rows */
+    int seq_len;                  /* length of DS_DIM_SEQ dimensions (0: no column has one) */
+    int n_columns;
+    ds_tensor_desc cols[DS_MAX_INPUTS]; /* per-row shapes (flags unused) */
+    void *data[DS_MAX_INPUTS];    /* [n, row elements] each, owned */
+    int n_classes;                /* optional label names of a classification set: */
+    char **class_names;           /* [n_classes], owned; 0 / NULL otherwise */
 } ds_dataset;
 
-/* Allocate an empty dataset of n rows (tokens, lengths and labels zeroed)
- * with the n_classes class names copied (class_names may be NULL: the names
- * become "0", "1", ...). *out is owned by the caller: ds_dataset_destroy.
- * Errors: DS_ERR_INVALID_ARG for seq_len < 1, n_classes < 1 or a NULL name;
- * DS_ERR_OOM naming the size. */
-ds_status ds_dataset_create(size_t n, int seq_len, int n_classes, const char *const *class_names,
-                            ds_dataset **out);
+/* An empty dataset of n rows whose DS_DIM_SEQ dimensions have length
+ * seq_len (0: none will). *out is owned by the caller: ds_dataset_destroy.
+ * Errors: DS_ERR_INVALID_ARG for seq_len < 0; DS_ERR_OOM. */
+ds_status ds_dataset_create(size_t n, int seq_len, ds_dataset **out);
 /* Frees everything; NULL is fine. */
 void ds_dataset_destroy(ds_dataset *d);
+
+/* Add a zeroed column `name` of n rows of [dims[0..ndim)] dtype (DS_I32 or
+ * DS_F32); *data_out (may be NULL) receives its storage to fill. Errors:
+ * DS_ERR_INVALID_ARG (a duplicate or too long name, a bad dtype or dims,
+ * DS_DIM_SEQ without a seq_len, more than DS_MAX_INPUTS columns), DS_ERR_OOM
+ * naming the size. */
+ds_status ds_dataset_add_column(ds_dataset *d, const char *name, ds_dtype dtype, int ndim,
+                                const int64_t *dims, void **data_out);
+/* The column's index, or -1. */
+int ds_dataset_find(const ds_dataset *d, const char *name);
+/* The column's storage as int32 / fp32, or NULL (absent, other dtype). */
+int32_t *ds_dataset_i32(const ds_dataset *d, const char *name);
+float *ds_dataset_f32(const ds_dataset *d, const char *name);
+
+/* Name the classes of a classification set (copied; names NULL: "0", "1",
+ * ...). Errors: DS_ERR_INVALID_ARG for n < 1, DS_ERR_OOM. */
+ds_status ds_dataset_set_classes(ds_dataset *d, int n, const char *const *names);
+
+/* Check that d can feed `model`: every input the model requires is a column
+ * with the same dtype and per-row shape (DS_DIM_SEQ matching DS_DIM_SEQ,
+ * seq_len <= the model's max_seq_len). Columns the model does not read are
+ * allowed (the loader skips them). Errors: DS_ERR_INVALID_ARG naming the
+ * column and both shapes. */
+ds_status ds_dataset_check(const ds_dataset *d, const ds_model *model);
 
 /* One step of splitmix64: advances *state and returns the next 64 bits. */
 static inline uint64_t ds_splitmix64_next(uint64_t *state) {
@@ -129,27 +161,28 @@ ds_status ds_sampler_set_epoch(ds_sampler *s, int64_t epoch);
 /* Frees the buffers; the struct may be initialised again. */
 void ds_sampler_free(ds_sampler *s);
 
-/* Host staging for one micro-batch; allocated once for the largest B x T. */
+/* Host staging for one micro-batch: one buffer per column, allocated once
+ * for cap_B rows. */
 typedef struct ds_host_batch {
     int cap_B, T;
-    int B;             /* rows filled */
-    int32_t *tokens;   /* [cap_B, T] */
-    float *mask;       /* [cap_B, T] */
-    int32_t *labels;   /* [cap_B] */
+    ds_batch batch;              /* the filled rows: batch.B, batch.T = T, one tensor per
+                                    staged column pointing into the buffers below */
+    int col[DS_MAX_INPUTS];      /* dataset column of each tensor */
+    size_t row_bytes[DS_MAX_INPUTS];
 } ds_host_batch;
 
-/* Errors: DS_ERR_INVALID_ARG for cap_B < 1 or T < 1; DS_ERR_OOM. */
-ds_status ds_host_batch_alloc(ds_host_batch *hb, int cap_B, int T);
+/* Stage the columns of d that `model` reads (every column when model is
+ * NULL) for up to cap_B rows; T = d->seq_len (1 when 0). Errors:
+ * DS_ERR_INVALID_ARG for cap_B < 1 or a model input d lacks (as
+ * ds_dataset_check), DS_ERR_OOM. */
+ds_status ds_host_batch_alloc(ds_host_batch *hb, const ds_dataset *d, const ds_model *model,
+                              int cap_B);
 /* Frees the buffers; the struct may be allocated again. */
 void ds_host_batch_free(ds_host_batch *hb);
-/* Fill hb with rows idx[0..count) of d (count <= cap_B); sets hb->B.
- * Row b: tokens = d's row idx[b] (positions past d->seq_len, when T is
- * larger, are 0 = [PAD]); mask = 1 for the first lengths[idx[b]] positions,
- * 0 after; labels[b] = d's label. Rows count..cap_B are left as they were:
- * only the first hb->B rows are meaningful. No allocation.
- * Errors: DS_ERR_INVALID_ARG for count outside [0, cap_B], d->seq_len > T,
- * or an index >= d->n; DS_ERR_DATA for a stored length outside
- * [1, seq_len] or a label outside [0, n_classes). */
+/* Fill hb with rows idx[0..count) of d, the dataset it was allocated for
+ * (count <= cap_B); sets batch.B = count. No allocation.
+ * Errors: DS_ERR_INVALID_ARG for count outside [0, cap_B] or an index
+ * >= d->n. */
 ds_status ds_host_batch_fill(ds_host_batch *hb, const ds_dataset *d, const size_t *idx,
                              int count);
 

@@ -9,25 +9,27 @@
 #include <stdlib.h>
 
 #include <engine/engine.h>
+#include <models/models.h>
 
 /* Class = whether token 5 appears in the row: learnable by an embedding
  * mean-pool MLP, not by chance. */
 static ds_dataset *make_data(size_t n, int T, int vocab) {
     const char *names[2] = {"absent", "present"};
     ds_dataset *d;
-    if (ds_dataset_create(n, T, 2, names, &d) != DS_OK) return NULL;
+    if (ds_cls_dataset_create(n, T, 2, names, &d) != DS_OK) return NULL;
+    int32_t *ids = ds_dataset_i32(d, "input_ids"), *labels = ds_dataset_i32(d, "labels");
+    float *mask = ds_dataset_f32(d, "attention_mask");
     unsigned s = 12345;
     for (size_t i = 0; i < n; i++) {
         int len = 4 + (int)(i % (size_t)(T - 4));
         int label = (int)(i % 2);
         for (int t = 0; t < len; t++) {
             s = s * 1103515245u + 12345u;
-            int tok = 6 + (int)((s >> 16) % (unsigned)(vocab - 6));
-            d->tokens[i * (size_t)T + (size_t)t] = tok;
+            ids[i * (size_t)T + (size_t)t] = 6 + (int)((s >> 16) % (unsigned)(vocab - 6));
+            mask[i * (size_t)T + (size_t)t] = 1.0f;
         }
-        if (label) d->tokens[i * (size_t)T + (size_t)(i % (size_t)len)] = 5;
-        d->lengths[i] = len;
-        d->labels[i] = label;
+        if (label) ids[i * (size_t)T + (size_t)(i % (size_t)len)] = 5;
+        labels[i] = label;
     }
     return d;
 }

@@ -12,18 +12,20 @@ void ck_setup_defaults(ck_setup *s) {
 ds_dataset *ck_make_data(size_t n, int T, int vocab) {
     const char *names[3] = {"a", "b", "c"};
     ds_dataset *d;
-    if (ds_dataset_create(n, T, 3, names, &d) != DS_OK) return NULL;
+    if (ds_cls_dataset_create(n, T, 3, names, &d) != DS_OK) return NULL;
+    int32_t *ids = ds_dataset_i32(d, "input_ids"), *labels = ds_dataset_i32(d, "labels");
+    float *mask = ds_dataset_f32(d, "attention_mask");
     unsigned s = 777;
     for (size_t i = 0; i < n; i++) {
         int len = 3 + (int)(i % (size_t)(T - 3));
         int label = (int)((i * 7) % 3);
         for (int t = 0; t < len; t++) {
             s = s * 1103515245u + 12345u;
-            d->tokens[i * (size_t)T + (size_t)t] = 4 + (int)((s >> 16) % (unsigned)(vocab - 4));
+            ids[i * (size_t)T + (size_t)t] = 4 + (int)((s >> 16) % (unsigned)(vocab - 4));
+            mask[i * (size_t)T + (size_t)t] = 1.0f;
         }
-        d->tokens[i * (size_t)T] = 1 + label; /* a class-bearing token */
-        d->lengths[i] = len;
-        d->labels[i] = label;
+        ids[i * (size_t)T] = 1 + label; /* a class-bearing token */
+        labels[i] = label;
     }
     return d;
 }

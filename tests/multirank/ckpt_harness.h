@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "engine/engine.h"
+#include "models/models.h"
 
 /* 40 rows: with the global batch of 16 an epoch ends in the middle of the
  * third step, so resumes cross epoch boundaries and land inside epochs. */

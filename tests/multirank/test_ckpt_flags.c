@@ -203,11 +203,10 @@ int main(void) {
               strstr(ds_last_error(), "client_state"),
           "bad client JSON: %s", ds_last_error());
     ds_host_batch hb = {0};
-    if (ds_host_batch_alloc(&hb, 4, data->seq_len) != DS_OK) TEST_DIE("batch");
+    if (ds_host_batch_alloc(&hb, data, ds_get_model(a), 4) != DS_OK) TEST_DIE("batch");
     size_t idx[4] = {0, 1, 2, 3};
     ds_host_batch_fill(&hb, data, idx, CK_GLOBAL_BATCH / CK_GAS / ds_world_size(a));
-    ds_batch b = {.B = hb.B, .T = hb.T, .tokens = hb.tokens, .mask = hb.mask, .labels = hb.labels};
-    if (ds_forward(a, &b, NULL) != DS_OK || ds_backward(a) != DS_OK || ds_step(a) != DS_OK)
+    if (ds_forward(a, &hb.batch, NULL) != DS_OK || ds_backward(a) != DS_OK || ds_step(a) != DS_OK)
         TEST_DIE("half a step");
     CHECK(ds_save_checkpoint(a, dir, "mid", NULL) == DS_ERR_INVALID_ARG &&
               strstr(ds_last_error(), "inside a step"),

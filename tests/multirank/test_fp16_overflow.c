@@ -10,16 +10,21 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "models/models.h"
 
 int main(void) {
     const int T = 8, V = 64;
     const char *names[2] = {"a", "b"};
     ds_dataset *data;
-    if (ds_dataset_create(256, T, 2, names, &data) != DS_OK) return 1;
+    if (ds_cls_dataset_create(256, T, 2, names, &data) != DS_OK) return 1;
+    int32_t *ids = ds_dataset_i32(data, "input_ids"), *labels = ds_dataset_i32(data, "labels");
+    float *mask = ds_dataset_f32(data, "attention_mask");
     for (size_t i = 0; i < 256; i++) {
-        for (int t = 0; t < T; t++) data->tokens[i * T + (size_t)t] = (int)((i + (size_t)t * 5) % V);
-        data->lengths[i] = T;
-        data->labels[i] = (int)(i % 2);
+        for (int t = 0; t < T; t++) {
+            ids[i * T + (size_t)t] = (int)((i + (size_t)t * 5) % V);
+            mask[i * T + (size_t)t] = 1.0f;
+        }
+        labels[i] = (int)(i % 2);
     }
     ds_mlp_desc md = {.vocab_size = V, .max_seq_len = T, .embed_dim = 16, .hidden_dim = 32,
                       .n_hidden = 1, .n_classes = 2};

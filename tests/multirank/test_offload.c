@@ -30,6 +30,7 @@
 
 #include "ckpt_harness.h"
 #include "engine/engine.h"
+#include "models/models.h"
 #include "tests/unit/test_util.h"
 
 #define STEPS 4

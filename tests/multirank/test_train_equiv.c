@@ -27,6 +27,7 @@
 
 #include "ckpt_harness.h"
 #include "engine/engine.h"
+#include "models/models.h"
 
 #define STEPS 20
 #define GLOBAL_BATCH 16
@@ -71,6 +72,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "setup: %s\n", ds_last_error());
         return 1;
     }
+    if (weights) { /* class weights become each row's loss weight */
+        static const float skew[3] = {0.2f, 1.0f, 3.0f};
+        if (strcmp(weights, "skew") != 0 ||
+            ds_cls_dataset_set_class_weights(data, skew) != DS_OK) {
+            fprintf(stderr, "--weights %s: %s\n", weights, ds_last_error());
+            return 1;
+        }
+    }
     char cfg[1024];
     snprintf(cfg, sizeof cfg,
              "{\"train_batch_size\": %d, \"gradient_accumulation_steps\": %d,"
@@ -93,13 +102,6 @@ int main(int argc, char **argv) {
     if (ds_initialize(&d, &e) != DS_OK) {
         fprintf(stderr, "init: %s\n", ds_last_error());
         return 1;
-    }
-    if (weights) {
-        static const float skew[3] = {0.2f, 1.0f, 3.0f};
-        if (strcmp(weights, "skew") != 0 || ds_set_class_weights(e, skew) != DS_OK) {
-            fprintf(stderr, "--weights %s: %s\n", weights, ds_last_error());
-            return 1;
-        }
     }
     double loss[STEPS];
     for (int i = 0; i < STEPS; i++) {

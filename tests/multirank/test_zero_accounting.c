@@ -32,17 +32,22 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "models/models.h"
 
 static int fails;
 
 static ds_dataset *make_data(size_t n, int T, int vocab) {
     const char *names[3] = {"a", "b", "c"};
     ds_dataset *d;
-    if (ds_dataset_create(n, T, 3, names, &d) != DS_OK) return NULL;
+    if (ds_cls_dataset_create(n, T, 3, names, &d) != DS_OK) return NULL;
+    int32_t *ids = ds_dataset_i32(d, "input_ids"), *labels = ds_dataset_i32(d, "labels");
+    float *mask = ds_dataset_f32(d, "attention_mask");
     for (size_t i = 0; i < n; i++) {
-        for (int t = 0; t < T; t++) d->tokens[i * (size_t)T + (size_t)t] = (int)((i * 31 + (size_t)t * 7) % (size_t)vocab);
-        d->lengths[i] = T;
-        d->labels[i] = (int)(i % 3);
+        for (int t = 0; t < T; t++) {
+            ids[i * (size_t)T + (size_t)t] = (int)((i * 31 + (size_t)t * 7) % (size_t)vocab);
+            mask[i * (size_t)T + (size_t)t] = 1.0f;
+        }
+        labels[i] = (int)(i % 3);
     }
     return d;
 }

@@ -77,7 +77,8 @@ void gc_batch_make(gc_batch *gb, int B, int T, int vocab, int n_classes, const i
     gb->mask = calloc(n, sizeof(float));
     gb->labels = calloc((size_t)B, sizeof(int32_t));
     if (with_types) gb->type_ids = calloc(n, sizeof(int32_t));
-    if (with_weights) gb->class_weights = calloc((size_t)n_classes, sizeof(float));
+    if (with_weights) gb->weights = calloc((size_t)B, sizeof(float));
+    float *class_weights = with_weights ? calloc((size_t)n_classes, sizeof(float)) : NULL;
     for (int b = 0; b < B; b++) {
         int len = lengths ? lengths[b] : T;
         for (int t = 0; t < T; t++) {
@@ -90,16 +91,19 @@ void gc_batch_make(gc_batch *gb, int B, int T, int vocab, int n_classes, const i
         }
         gb->labels[b] = (int32_t)(gc_rng_u64(&r) % (uint64_t)n_classes);
     }
-    if (gb->class_weights)
+    if (class_weights) {
         for (int c = 0; c < n_classes; c++)
-            gb->class_weights[c] = (float)(0.5 + 1.5 * gc_rng_uniform(&r));
+            class_weights[c] = (float)(0.5 + 1.5 * gc_rng_uniform(&r));
+        for (int b = 0; b < B; b++) gb->weights[b] = class_weights[gb->labels[b]];
+    }
+    free(class_weights);
     gb->b.B = B;
     gb->b.T = T;
-    gb->b.tokens = gb->tokens;
-    gb->b.type_ids = gb->type_ids;
-    gb->b.mask = gb->mask;
-    gb->b.labels = gb->labels;
-    gb->b.class_weights = gb->class_weights;
+    ds_batch_set(&gb->b, "input_ids", DS_I32, gb->tokens);
+    ds_batch_set(&gb->b, "attention_mask", DS_F32, gb->mask);
+    ds_batch_set(&gb->b, "labels", DS_I32, gb->labels);
+    if (gb->type_ids) ds_batch_set(&gb->b, "token_type_ids", DS_I32, gb->type_ids);
+    if (gb->weights) ds_batch_set(&gb->b, "weights", DS_F32, gb->weights);
 }
 
 void gc_batch_free(gc_batch *gb) {
@@ -107,7 +111,7 @@ void gc_batch_free(gc_batch *gb) {
     free(gb->type_ids);
     free(gb->labels);
     free(gb->mask);
-    free(gb->class_weights);
+    free(gb->weights);
     memset(gb, 0, sizeof *gb);
 }
 
@@ -162,13 +166,34 @@ int gc_chain_init(gc_chain *c, ds_backend *be, ds_module **modules, int n, const
     if (!loss_last) {
         c->r = gbuf_alloc(last->ny * sizeof(float));
         for (size_t i = 0; i < last->ny; i++) c->r[i] = (float)gc_rng_normal(&rng);
-    } else if (last->ny != 1) {
+    } else if (last->ny != 2) {
         fprintf(stderr, "harness: last module %s is not a loss (%zu outputs)\n", last->m->name,
                 last->ny);
         return -1;
     }
     for (int i = 0; i < n; i++)
         c->runs[i].dy = i + 1 < n ? c->runs[i + 1].dx : (loss_last ? NULL : c->r);
+    /* Tied parameters point at an earlier module's parameter and its
+     * gradient buffer: both uses accumulate there, so the owner's check
+     * covers the sum. */
+    for (int i = 0; i < n; i++) {
+        gc_run *r = &c->runs[i];
+        r->tied = calloc((size_t)r->m->n_tied + 1, sizeof(float *));
+        r->tied_grads = calloc((size_t)r->m->n_tied + 1, sizeof(float *));
+        for (int k = 0; k < r->m->n_tied; k++) {
+            for (int j = 0; j < i && !r->tied[k]; j++)
+                for (int p = 0; p < c->runs[j].m->n_params; p++)
+                    if (!strcmp(c->runs[j].m->params[p].name, r->m->tied[k].target)) {
+                        r->tied[k] = c->runs[j].params[p];
+                        r->tied_grads[k] = c->runs[j].grads[p];
+                    }
+            if (!r->tied[k]) {
+                fprintf(stderr, "harness: module %s ties to %s, which no earlier module of the "
+                        "chain owns\n", r->m->name, r->m->tied[k].target);
+                return -1;
+            }
+        }
+    }
     gc_chain_randomize(c, 0.5, 0.2, seed + 17);
     return 0;
 }
@@ -182,6 +207,8 @@ void gc_chain_free(gc_chain *c) {
         }
         free(r->params);
         free(r->grads);
+        free(r->tied);
+        free(r->tied_grads);
         free(r->numel);
         free(r->y);
         free(r->dx);
@@ -230,6 +257,7 @@ static ds_module_ctx make_ctx(gc_chain *c, int i) {
     ctx.training = c->training;
     ctx.seed = c->seed + (uint64_t)i;
     ctx.params = r->params;
+    ctx.tied = r->tied;
     ctx.x = r->x;
     ctx.y = r->y;
     ctx.saved = r->saved;
@@ -267,6 +295,7 @@ int gc_chain_backward(gc_chain *c) {
         if (r->dx) poison(r->dx, r->nx * sizeof(float));
         ds_module_ctx ctx = make_ctx(c, i);
         ctx.grads = r->grads;
+        ctx.tied_grads = r->tied_grads;
         ctx.dy = r->dy;
         ctx.dx = r->dx;
         ds_status st = r->m->ops->backward(r->m, &ctx);

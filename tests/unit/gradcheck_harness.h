@@ -10,6 +10,9 @@
  * with NaN before each call, so a module that reads scratch it did not write,
  * or leaves part of dx unwritten, produces NaN and fails the check.
  *
+ * A module's tied parameters (engine/core/module.h rule 6) are the buffers
+ * of the earlier module in the chain that owns them, gradients included.
+ *
  * The scalar checked is
  *   loss-terminated chain: L = y_last[0] (the loss module's output);
  *   otherwise:             L = sum_i r_i y_last[i] (double accumulation) with a
@@ -39,15 +42,15 @@ float *gc_randn(gc_rng *r, size_t n, double sd);
 
 /* ---- a host batch ---- */
 typedef struct gc_batch {
-    ds_batch b;
+    ds_batch b;  /* input_ids, attention_mask, labels [, token_type_ids, weights] */
     int32_t *tokens, *type_ids, *labels;
-    float *mask, *class_weights;
+    float *mask, *weights;
 } gc_batch;
 
 /* B rows of T tokens; row i has lengths[i] real tokens (ids in [1, vocab),
  * mask 1) then padding (id 0, mask 0). Random labels in [0, n_classes);
- * type ids (0/1, first half 0) when with_types; class weights in [0.5, 2)
- * when with_weights. */
+ * type ids (0/1, first half 0) when with_types; per-row weights
+ * class_weight[label] with class weights in [0.5, 2) when with_weights. */
 void gc_batch_make(gc_batch *gb, int B, int T, int vocab, int n_classes, const int *lengths,
                    bool with_types, bool with_weights, uint64_t seed);
 void gc_batch_free(gc_batch *gb);
@@ -57,6 +60,7 @@ typedef struct gc_run {
     ds_module *m;    /* borrowed */
     float **params;  /* [n_params] */
     float **grads;   /* [n_params] */
+    float **tied, **tied_grads; /* [n_tied]: an earlier run's params / grads */
     size_t *numel;   /* [n_params] */
     float *y, *dy_own, *dx; /* dx: NULL for a module reading the batch */
     size_t ny, nx;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "models/models.h"
 
 #define STEPS 5
 
@@ -51,12 +52,16 @@ int main(void) {
     const int T = 16;
     const char *names[3] = {"a", "b", "c"};
     ds_dataset *data;
-    if (ds_dataset_create(64, T, 3, names, &data) != DS_OK) return 1;
+    if (ds_cls_dataset_create(64, T, 3, names, &data) != DS_OK) return 1;
+    int32_t *ids = ds_dataset_i32(data, "input_ids"), *labels = ds_dataset_i32(data, "labels");
+    float *mask = ds_dataset_f32(data, "attention_mask");
     for (size_t i = 0; i < 64; i++) {
         int len = 4 + (int)(i % 12);
-        for (int t = 0; t < len; t++) data->tokens[i * T + (size_t)t] = (int)((i * 7 + (size_t)t * 3) % 60);
-        data->lengths[i] = len;
-        data->labels[i] = (int)(i % 3);
+        for (int t = 0; t < len; t++) {
+            ids[i * T + (size_t)t] = (int)((i * 7 + (size_t)t * 3) % 60);
+            mask[i * T + (size_t)t] = 1.0f;
+        }
+        labels[i] = (int)(i % 3);
     }
     double plain[STEPS], recomputed[STEPS];
     uint64_t act_plain, act_ckpt;

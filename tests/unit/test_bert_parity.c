@@ -55,6 +55,7 @@
 
 #include "bert_ref.h"
 #include "engine/engine.h"
+#include "models/models.h"
 #include "tests/unit/test_util.h"
 
 #define TOL_LOGITS 1e-4
@@ -131,8 +132,11 @@ int main(void) {
         bert_ref_free(&ref);
         return 1;
     }
-    ds_batch batch = {.B = B, .T = T, .tokens = ids, .type_ids = types, .mask = mask,
-                      .labels = labels, .class_weights = NULL};
+    ds_batch batch = {.B = B, .T = T};
+    ds_batch_set(&batch, "input_ids", DS_I32, ids);
+    ds_batch_set(&batch, "token_type_ids", DS_I32, types);
+    ds_batch_set(&batch, "attention_mask", DS_F32, mask);
+    ds_batch_set(&batch, "labels", DS_I32, labels);
 
     ds_model *model = NULL;
     CHECK_OK_GOTO(ds_bert_create(&ref.desc, &model), out);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "engine/engine.h"
+#include "models/models.h"
 #include "zero/flat.h"
 
 static int fails;

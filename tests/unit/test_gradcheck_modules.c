@@ -98,12 +98,27 @@ static int test_xent(void) {
         gc_batch gb;
         gc_batch_make(&gb, 5, 2, 10, 4, NULL, false, w == 1, 3 + (uint64_t)w);
         ds_module *m;
-        if (ds_mod_xent_create("loss", 4, &m)) return 1;
+        ds_xent_desc xd = {.n_classes = 4, .weights = "weights"};
+        if (ds_mod_xent_create("loss", &xd, &m)) return 1;
         fails += check_module(m, &gb, false, 5 * 4, true, false, &k_opts,
                               w ? "xent/weighted" : "xent");
         m->ops->destroy(m);
         gc_batch_free(&gb);
     }
+    /* per token with the causal shift and ignored positions: logits
+     * [B, T, C], labels [B, T] with -100 at padding */
+    enum { B = 3, T = 5, C = 6 };
+    gc_batch gb;
+    gc_batch_make(&gb, B, T, 10, C, NULL, false, false, 11);
+    int32_t labels[B * T];
+    for (int i = 0; i < B * T; i++) labels[i] = i % 4 == 2 ? DS_IGNORE_INDEX : (i * 5) % C;
+    ds_batch_set(&gb.b, "labels", DS_I32, labels);
+    ds_module *m;
+    ds_xent_desc xd = {.n_classes = C, .per_token = true, .shift = true};
+    if (ds_mod_xent_create("lm_loss", &xd, &m)) return 1;
+    fails += check_module(m, &gb, false, B * T * C, true, false, &k_opts, "xent/causal");
+    m->ops->destroy(m);
+    gc_batch_free(&gb);
     return fails;
 }
 

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "models/models.h"
 #include "engine/io/safetensors.h"
 #include "models/hf.h"
 #include "tests/unit/test_util.h"
@@ -103,7 +104,10 @@ int main(int argc, char **argv) {
     int32_t tokens[2 * 6] = {101, 7592, 2088, 102, 0, 0, 101, 2023, 2003, 1037, 3231, 102};
     float mask[2 * 6] = {1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1};
     int32_t labels[2] = {1, 4};
-    ds_batch b = {.B = 2, .T = 6, .tokens = tokens, .mask = mask, .labels = labels};
+    ds_batch b = {.B = 2, .T = 6};
+    ds_batch_set(&b, "input_ids", DS_I32, tokens);
+    ds_batch_set(&b, "attention_mask", DS_F32, mask);
+    ds_batch_set(&b, "labels", DS_I32, labels);
     float loss = NAN;
     CHECK_OK_GOTO(ds_forward(e, &b, &loss), out);
     CHECK_OK_GOTO(ds_backward(e), out);

@@ -422,57 +422,103 @@ static void test_layernorm(void) {
 
 static void test_xent(void) {
     /* A hand example: logits [[1, 2, 3], [1, 0, 0], [0.5, -1, 2]], labels
-     * [2, 0, 1], weights [1, 2, 0.5]. PyTorch's CrossEntropyLoss(weight=w):
-     * sum_b w[y_b] * -log softmax(z_b)[y_b] / sum_b w[y_b]. */
+     * [2, 0, 1], class weights [1, 2, 0.5], so row weights w[y] = [0.5, 1,
+     * 2]. PyTorch's CrossEntropyLoss(weight=w): sum_b w[y_b] * -log
+     * softmax(z_b)[y_b] / sum_b w[y_b]. */
     const float z[9] = {1, 2, 3, 1, 0, 0, 0.5f, -1, 2};
     const int32_t y[3] = {2, 0, 1};
-    const float w[3] = {1, 2, 0.5f};
-    double num = 0, den = 0, num_u = 0;
+    const float cw[3] = {1, 2, 0.5f};
+    const float w[3] = {cw[2], cw[0], cw[1]}; /* per row */
+    const int IGN = DS_IGNORE_INDEX;
+    double num = 0, den = 0, num_u = 0, nll[3];
     for (int b = 0; b < 3; b++) {
         double s = 0;
         for (int c = 0; c < 3; c++) s += exp(z[b * 3 + c]);
-        double nll = log(s) - z[b * 3 + y[b]];
-        num += w[y[b]] * nll;
-        den += w[y[b]];
-        num_u += nll;
+        nll[b] = log(s) - z[b * 3 + y[b]];
+        num += w[b] * nll[b];
+        den += w[b];
+        num_u += nll[b];
     }
-    float loss, wsum, probs[9], dl[9];
-    CHECK_OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, z, y, w, 3, 3));
+    float loss, wsum, probs[9], rows[3], dl[9];
+    CHECK_OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, rows, z, y, w, 3, 3, IGN));
     /* each nll is a log-sum-exp of 3 terms: a few eps relative */
     CHECK(fabs(loss - num / den) < 8 * EPS * num / den, "weighted xent %.9g, formula %.9g", loss,
           num / den);
     CHECK(wsum == 3.5f, "wsum %g, expected 1 + 2 + 0.5", wsum);
-    CHECK_OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, z, y, NULL, 3, 3));
+    for (int b = 0; b < 3; b++)
+        CHECK(fabs(rows[b] - nll[b]) < 8 * EPS * nll[b], "row loss %d %.9g, formula %.9g", b,
+              rows[b], nll[b]);
+    CHECK_OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, rows, z, y, NULL, 3, 3, IGN));
     CHECK(fabs(loss - num_u / 3) < 8 * EPS * num_u / 3, "unweighted xent %.9g, formula %.9g",
           loss, num_u / 3);
-    CHECK_OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, z, y, w, 3, 3));
-    CHECK_OK(g_be->nn->xent_bwd(g_be, dl, probs, &wsum, y, w, 3, 3, 8.0f));
+    CHECK_OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, rows, z, y, w, 3, 3, IGN));
+    CHECK_OK(g_be->nn->xent_bwd(g_be, dl, probs, &wsum, y, w, 3, 3, IGN, 8.0f));
     for (int b = 0; b < 3; b++) {
         double s = 0;
         for (int c = 0; c < 3; c++) s += exp(z[b * 3 + c]);
         for (int c = 0; c < 3; c++) {
             double p = exp(z[b * 3 + c]) / s;
-            double ref = 8.0 * w[y[b]] / den * (p - (c == y[b]));
-            CHECK(fabs(dl[b * 3 + c] - ref) < 8 * EPS * 8.0 * w[y[b]] / den,
+            double ref = 8.0 * w[b] / den * (p - (c == y[b]));
+            CHECK(fabs(dl[b * 3 + c] - ref) < 8 * EPS * 8.0 * w[b] / den,
                   "dlogits[%d,%d] %.9g, formula %.9g", b, c, dl[b * 3 + c], ref);
         }
     }
-    /* bad labels, no labels, all-zero weights */
+    /* the ignore index: row 1 drops out of the mean and gets no gradient,
+     * exactly as the loss over rows 0 and 2 alone */
+    const int32_t yi[3] = {2, IGN, 1};
+    float loss2, wsum2;
+    CHECK_OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, rows, z, yi, NULL, 3, 3, IGN));
+    CHECK(wsum == 2.0f && rows[1] == 0.0f, "ignored row counted: wsum %g, row loss %g", wsum,
+          rows[1]);
+    const float z02[6] = {1, 2, 3, 0.5f, -1, 2};
+    const int32_t y02[2] = {2, 1};
+    float p02[6], r02[2], d02[6];
+    CHECK_OK(g_be->nn->xent_fwd(g_be, &loss2, &wsum2, p02, r02, z02, y02, NULL, 2, 3, IGN));
+    CHECK(loss == loss2, "with an ignored row %.9g, without the row %.9g", loss, loss2);
+    CHECK_OK(g_be->nn->xent_bwd(g_be, dl, probs, &wsum, yi, NULL, 3, 3, IGN, 1.0f));
+    CHECK_OK(g_be->nn->xent_bwd(g_be, d02, p02, &wsum2, y02, NULL, 2, 3, IGN, 1.0f));
+    CHECK(dl[3] == 0 && dl[4] == 0 && dl[5] == 0, "ignored row has a gradient");
+    CHECK(memcmp(dl, d02, 3 * 4) == 0 && memcmp(dl + 6, d02 + 3, 3 * 4) == 0,
+          "counted rows' gradients differ from the loss without the ignored row");
+    /* nothing counts: loss 0, weight 0, no gradient (not NaN) */
+    const int32_t yall[3] = {IGN, IGN, IGN};
+    CHECK_OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, rows, z, yall, NULL, 3, 3, IGN));
+    CHECK(loss == 0.0f && wsum == 0.0f, "all ignored: loss %g, weight %g", loss, wsum);
+    CHECK_OK(g_be->nn->xent_bwd(g_be, dl, probs, &wsum, yall, NULL, 3, 3, IGN, 1.0f));
+    for (int i = 0; i < 9; i++) CHECK(dl[i] == 0.0f, "all ignored: dlogits[%d] = %g", i, dl[i]);
+    const float w0[3] = {0, 0, 0};
+    CHECK_OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, rows, z, y, w0, 3, 3, IGN));
+    CHECK(loss == 0.0f && wsum == 0.0f, "zero weights: loss %g, weight %g", loss, wsum);
+    /* bad labels, no labels */
     const int32_t bad[3] = {2, 3, 0};
     ds_clear_error();
-    ds_status st = g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, z, bad, w, 3, 3);
+    ds_status st = g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, rows, z, bad, w, 3, 3, IGN);
     CHECK(st == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "label 3 of row 1"),
           "xent with label 3: status %d, \"%s\"", (int)st, ds_last_error());
-    CHECK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, z, NULL, w, 3, 3) == DS_ERR_INVALID_ARG,
+    const int32_t neg[3] = {2, -1, 0};
+    CHECK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, rows, z, neg, w, 3, 3, IGN) ==
+              DS_ERR_INVALID_ARG,
+          "xent with label -1 (not the ignore index) accepted");
+    CHECK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, rows, z, NULL, w, 3, 3, IGN) ==
+              DS_ERR_INVALID_ARG,
           "xent without labels accepted");
-    const float w0[3] = {0, 0, 0};
-    CHECK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, z, y, w0, 3, 3) == DS_ERR_INVALID_ARG,
-          "xent with zero weight sum accepted");
     /* large logits: no overflow */
     const float zl[3] = {1000, 0, -1000};
     const int32_t yl[1] = {1};
-    CHECK_OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, zl, yl, NULL, 1, 3));
+    CHECK_OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, rows, zl, yl, NULL, 1, 3, IGN));
     CHECK(fabs(loss - 1000.0f) < 1e-3f && probs[0] == 1.0f, "xent(1000, 0, -1000) = %g", loss);
+    /* a language model's size runs in parallel: the same as one thread,
+     * bit for bit (rows are independent, the sum runs in row order) */
+    enum { R = 64, C = 3001 };
+    float *zz = randn(R * C, 3.0), *pa = malloc(R * C * 4), *pb = malloc(R * C * 4);
+    float ra[R], rb[R], la, lb, wa, wb;
+    int32_t yy[R];
+    for (int r = 0; r < R; r++) yy[r] = r % 7 == 3 ? IGN : (r * 977) % C;
+    CHECK_OK(g_be->nn->xent_fwd(g_be, &la, &wa, pa, ra, zz, yy, NULL, R, C, IGN));
+    CHECK_OK(g_be1->nn->xent_fwd(g_be1, &lb, &wb, pb, rb, zz, yy, NULL, R, C, IGN));
+    CHECK(la == lb && wa == wb && memcmp(pa, pb, (size_t)R * C * 4) == 0,
+          "xent on 2 threads differs from 1 thread");
+    free(zz), free(pa), free(pb);
 }
 
 int main(void) {

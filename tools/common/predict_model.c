@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "engine/engine.h"
+#include "models/models.h"
 #include "models/hf.h"
 #include "models/saved_model.h"
 #include "models/tokenizer.h"
@@ -216,7 +217,9 @@ ds_status pd_model_logits(pd_model *m, const char *const *texts, int n, float *l
     }
     /* Always the full width T, never the longest text of the batch: then a
      * row's arithmetic does not depend on its neighbours (see the header). */
-    ds_batch b = {.B = n, .T = m->T, .tokens = m->tokens, .mask = m->mask};
+    ds_batch b = {.B = n, .T = m->T};
+    DS_TRY(ds_batch_set(&b, "input_ids", DS_I32, m->tokens));
+    DS_TRY(ds_batch_set(&b, "attention_mask", DS_F32, m->mask));
     DS_TRY(ds_predict(m->e, &b, logits));
     return DS_OK;
 }

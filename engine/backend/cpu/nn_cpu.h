@@ -72,11 +72,13 @@ ds_status ds_nn_cpu_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const
                                      const float *p, int B, int nh, int Tq, int T, float scale,
                                      float drop_p, uint64_t seed, uint64_t offset);
 
-ds_status ds_nn_cpu_xent_fwd(ds_backend *be, float *loss, float *wsum, float *probs,
+ds_status ds_nn_cpu_shift_labels(ds_backend *be, int32_t *dst, const int32_t *src, int B, int T,
+                                int32_t fill);
+ds_status ds_nn_cpu_xent_fwd(ds_backend *be, float *loss, float *wsum, float *probs, float *row_loss,
                              const float *logits, const int32_t *labels, const float *weights,
-                             int B, int C);
+                             int R, int C, int ignore_index);
 ds_status ds_nn_cpu_xent_bwd(ds_backend *be, float *dlogits, const float *probs,
-                             const float *wsum, const int32_t *labels, const float *weights, int B,
-                             int C, float scale);
+                             const float *wsum, const int32_t *labels, const float *weights, int R,
+                             int C, int ignore_index, float scale);
 
 #endif /* DS_BACKEND_CPU_NN_CPU_H */

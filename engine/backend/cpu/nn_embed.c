@@ -1,5 +1,5 @@
 /* cpu kernels that move rows: embedding gather/scatter, broadcast add and
- * its column sum, masked mean pooling, strided row copies. */
+ * its column sum, masked mean pooling, strided row copies, shifted labels. */
 #include <omp.h>
 #include <string.h>
 
@@ -150,6 +150,18 @@ ds_status ds_nn_cpu_copy_rows(ds_backend *be, float *dst, int dst_ld, const floa
         }
         else
             memcpy(d, s, (size_t)width * sizeof(float));
+    }
+    return DS_OK;
+}
+
+ds_status ds_nn_cpu_shift_labels(ds_backend *be, int32_t *dst, const int32_t *src, int B, int T,
+                                 int32_t fill) {
+    (void)be;
+    for (int b = 0; b < B; b++) {
+        int32_t *d = dst + (size_t)b * T;
+        const int32_t *s = src + (size_t)b * T;
+        for (int t = 0; t + 1 < T; t++) d[t] = s[t + 1];
+        if (T > 0) d[T - 1] = fill;
     }
     return DS_OK;
 }

@@ -19,4 +19,5 @@ const ds_nn_ops ds_nn_cpu = {
     .xent_fwd = ds_nn_cpu_xent_fwd,
     .xent_bwd = ds_nn_cpu_xent_bwd,
     .copy_rows = ds_nn_cpu_copy_rows,
+    .shift_labels = ds_nn_cpu_shift_labels,
 };

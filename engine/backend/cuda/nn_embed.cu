@@ -185,3 +185,19 @@ ds_status ds_nn_cuda_copy_rows(ds_backend *be, float *dst, int dst_ld, const flo
     DS_CHECK_LAUNCH();
     return DS_OK;
 }
+
+__global__ void ds_k_shift_labels(int32_t *dst, const int32_t *src, int B, int T, int32_t fill) {
+    DS_GRID_STRIDE(i, (size_t)B * T) {
+        int t = (int)(i % (size_t)T);
+        dst[i] = t + 1 < T ? src[i + 1] : fill;
+    }
+}
+
+ds_status ds_nn_cuda_shift_labels(ds_backend *be, int32_t *dst, const int32_t *src, int B, int T,
+                                  int32_t fill) {
+    DS_CUDA_ENTER(be);
+    if (B <= 0 || T <= 0) return DS_OK;
+    ds_k_shift_labels<<<DS_CUDA_GRID(be, (size_t)B * T)>>>(dst, src, B, T, fill);
+    DS_CHECK_LAUNCH();
+    return DS_OK;
+}

@@ -19,4 +19,5 @@ extern "C" const ds_nn_ops ds_nn_cuda = {
     /* .xent_fwd = */ ds_nn_cuda_xent_fwd,
     /* .xent_bwd = */ ds_nn_cuda_xent_bwd,
     /* .copy_rows = */ ds_nn_cuda_copy_rows,
+    /* .shift_labels = */ ds_nn_cuda_shift_labels,
 };
