@@ -4,6 +4,8 @@
  *   bert  BertForSequenceClassification: embeddings (word + position + type,
  *         layer norm, dropout) -> encoder layers -> tanh pooler over [CLS] ->
  *         dropout -> classifier -> cross-entropy
+ *   gpt2  GPT2LMHeadModel: token + position embeddings -> pre-LN causal blocks ->
+ *         final layer norm -> tied output projection -> causal cross-entropy
  *
  * Parameter names are Hugging Face's, so weights round-trip with
  * transformers. They are built from the public module API
@@ -18,6 +20,8 @@
  *                                 class_weight[label] (CrossEntropyLoss(weight)) */
 #ifndef DS_MODELS_MODELS_H
 #define DS_MODELS_MODELS_H
+
+#include <stdbool.h>
 
 #include "engine/core/module.h"
 #include "engine/core/status.h"
@@ -95,6 +99,49 @@ typedef struct ds_bert_desc {
  * pad_token_id row of the word embeddings zero (it never gets a gradient).
  * Errors: DS_ERR_INVALID_ARG naming the field and its value. */
 ds_status ds_bert_create(const ds_bert_desc *d, ds_model **out);
+
+/* The fields of a Hugging Face GPT2Config that shape the model. Zero means
+ * the default where one is given (GPT-2 small's). */
+typedef struct ds_gpt2_desc {
+    int vocab_size;             /* 50257 */
+    int n_positions;            /* 1024: learned position table rows */
+    int n_embd;                 /* 768 */
+    int n_layer;                /* 12 */
+    int n_head;                 /* 12 */
+    int n_inner;                /* 4 * n_embd when 0 */
+    float resid_pdrop;          /* dropout after attention and MLP projections */
+    float embd_pdrop;           /* dropout after token + position embeddings */
+    float attn_pdrop;           /* dropout on attention probabilities */
+    float layer_norm_epsilon;   /* 1e-5 when 0 */
+    float initializer_range;    /* 0.02 when 0 */
+    int max_seq_len;            /* longest sequence the engine plans for; n_positions when 0 */
+    bool dropout_set;           /* the three pdrop fields are meant as given, zeros
+                                   included; false: 0.1 each when all three are 0 */
+} ds_gpt2_desc;
+
+/* New GPT2LMHeadModel (activation "gelu_new", the tanh approximation;
+ * learned absolute positions; pre-LayerNorm blocks; causal self-attention
+ * that also skips padded keys; the output projection tied to the token
+ * embedding). Inputs:
+ *   input_ids       int32 [B, T]
+ *   attention_mask  fp32  [B, T]  optional: 1 real, 0 padding (padded keys skipped)
+ *   labels          int32 [B, T]  target: usually input_ids with DS_IGNORE_INDEX at
+ *                                 padding and prompt positions; position t is scored
+ *                                 on labels[t + 1], as Hugging Face shifts them
+ * Modules and Hugging Face parameter names:
+ *   "transformer.embed"   transformer.wte.weight [V, E], transformer.wpe.weight [P, E]
+ *   "transformer.h.i"     transformer.h.i.ln_1.{weight,bias}, .attn.c_attn.{weight [E, 3E],bias},
+ *                         .attn.c_proj.{weight [E, E],bias}, .ln_2.*, .mlp.c_fc.{weight [E, I],
+ *                         bias}, .mlp.c_proj.{weight [I, E],bias} (Conv1D layout [in, out];
+ *                         checkpointable)
+ *   "lm_head"             transformer.ln_f.{weight,bias}; lm_head.weight tied to
+ *                         transformer.wte.weight (stored once, under that name)
+ *   "loss"                causal cross-entropy over the vocabulary
+ * ds_predict gives the logits [B, T, V]. Initialised as HF's _init_weights:
+ * N(0, initializer_range) weights and embeddings, zero biases, LayerNorm 1 and
+ * 0, and each c_proj weight N(0, initializer_range / sqrt(2 n_layer)).
+ * Errors: DS_ERR_INVALID_ARG naming the field and its value. */
+ds_status ds_gpt2_create(const ds_gpt2_desc *d, ds_model **out);
 
 #ifdef __cplusplus
 }
