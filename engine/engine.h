@@ -133,6 +133,16 @@ ds_status ds_predict(engine_t *e, const ds_batch *host_batch, float *out);
 /* Floats ds_predict writes for a batch of B rows of length T. */
 size_t ds_output_elems(const engine_t *e, int B, int T);
 
+/* Evaluation on a HOST batch with its targets: forward through the loss
+ * without dropout, keeping nothing for a backward and changing no training
+ * state. *loss: this rank's mean loss over the items its batch counts (0
+ * when none), *weight: their weight (the loss module's y[1]: rows, counted
+ * tokens, a weight sum). Over ranks and batches the mean is
+ * sum(loss * weight) / sum(weight) (ds_all_reduce_host). Collective under
+ * ZeRO stage 3, as ds_predict: a rank with nothing left passes B = 0 and
+ * gets 0, 0. Not between ds_forward and its ds_backward. */
+ds_status ds_evaluate(engine_t *e, const ds_batch *host_batch, double *loss, double *weight);
+
 /* Sum a small host buffer over all ranks (e.g. confusion matrices). */
 ds_status ds_all_reduce_host(engine_t *e, void *buf, size_t count, ds_dtype t);
 

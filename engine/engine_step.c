@@ -117,7 +117,7 @@ static void input_list(const ds_model *m, char *buf, size_t cap) {
 
 /* Copy a host micro-batch into the planned device buffers: the model's
  * inputs by name, targets only when training. */
-static ds_status upload_batch(engine_t *e, const ds_batch *hb, bool training) {
+static ds_status upload_batch(engine_t *e, const ds_batch *hb, bool with_targets) {
     if (!hb) return DS_ERR(DS_ERR_INVALID_ARG, "batch is NULL");
     if (hb->B < 0 || hb->B > e->cap_B)
         return DS_ERR(DS_ERR_INVALID_ARG,
@@ -140,7 +140,7 @@ static ds_status upload_batch(engine_t *e, const ds_batch *hb, bool training) {
     for (int j = 0; j < m->n_inputs; j++) {
         const ds_tensor_desc *in = &m->inputs[j];
         bool target = (in->flags & DS_INPUT_TARGET) != 0;
-        if (target && !training) continue;
+        if (target && !with_targets) continue;
         const ds_tensor *t = NULL;
         for (int i = 0; i < hb->n && !t; i++)
             if (strcmp(hb->t[i].name, in->name) == 0) t = &hb->t[i];
@@ -378,11 +378,30 @@ ds_status ds_train_batch(engine_t *e, ds_step_info *out) {
     return DS_OK;
 }
 
+ds_status ds_evaluate(engine_t *e, const ds_batch *host_batch, double *loss, double *weight) {
+    *loss = *weight = 0.0;
+    if (e->have_forward)
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_evaluate between ds_forward and ds_backward (it "
+                      "would overwrite what the backward needs)");
+    DS_TRY(upload_batch(e, host_batch, true));
+    int n = e->model->n_modules;
+    DS_TRY(run_forward(e, n, false)); /* through the loss, no dropout */
+    if (host_batch->B == 0) return DS_OK;
+    float out[2];
+    DS_TRY(e->be->ops->memcpy(e->be, out, e->act[n - 1], sizeof out, DS_COPY_D2H, NULL));
+    *loss = out[0];
+    *weight = out[1];
+    return DS_OK;
+}
+
 ds_status ds_predict(engine_t *e, const ds_batch *host_batch, float *out) {
     int n = e->model->n_modules;
     if (n < 2)
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_predict: model %s has no module before its loss",
                       e->model->type);
+    if (e->have_forward)
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_predict between ds_forward and ds_backward (it "
+                      "would overwrite what the backward needs)");
     DS_TRY(upload_batch(e, host_batch, false));
     DS_TRY(run_forward(e, n - 1, false)); /* stop before the loss module */
     if (host_batch->B > 0)

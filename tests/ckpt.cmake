@@ -11,7 +11,7 @@ ds_add_test(NAME test_ckpt_meta SOURCES ${_ck}/unit/test_ckpt_meta.c LABELS unit
 # Frames of 64 values, so even these small models span several frames per
 # partition and the "reads only what it owns" bound of the second phase bites.
 add_executable(test_ckpt_resume ${_ck}/multirank/test_ckpt_resume.c
-               ${_ck}/multirank/ckpt_harness.c)
+               ${_ck}/multirank/ckpt_harness.c ${_ck}/multirank/tied_model.c)
 target_link_libraries(test_ckpt_resume PRIVATE zero-engine)
 target_include_directories(test_ckpt_resume PRIVATE ${_ck}/multirank)
 function(ds_ckpt_resume_test name k tol np1 s1 np2 s2 model precision dropout)
@@ -38,6 +38,10 @@ foreach(stage 0 1 2 3)
   ds_ckpt_resume_test(ckpt_exact_bert_stage${stage} 3 0 2 ${stage} 2 ${stage} bert fp32 0.1)
 endforeach()
 ds_ckpt_resume_test(ckpt_exact_mlp_fp16_stage2 4 0 2 2 2 2 mlp fp16 0)
+# A tied model (its table is also its output projection: stored once) at
+# stage 3, where the table is gathered for both uses, and in fp16.
+ds_ckpt_resume_test(ckpt_exact_tied_stage3 4 0 2 3 2 3 tied fp32 0)
+ds_ckpt_resume_test(ckpt_exact_tied_fp16_stage2 4 0 2 2 2 2 tied fp16 0)
 ds_ckpt_resume_test(ckpt_exact_mlp_bf16_stage3 4 0 2 3 2 3 mlp bf16 0)
 
 # Elastic resume: N ranks at stage S save, M ranks at stage S' load; the
@@ -54,17 +58,18 @@ ds_ckpt_resume_test(ckpt_elastic_2to1_mlp 4 1e-5 2 1 1 0 mlp fp32 0)
 ds_ckpt_resume_test(ckpt_elastic_1to4_bert 3 1e-5 1 0 4 3 bert fp32 0)
 ds_ckpt_resume_test(ckpt_elastic_4to2_mlp 4 1e-5 4 2 2 2 mlp fp32 0)
 ds_ckpt_resume_test(ckpt_elastic_stage3to1_bert 3 1e-5 2 3 2 1 bert fp32 0)
+ds_ckpt_resume_test(ckpt_elastic_tied_2to1_stage3to0 4 1e-5 2 3 1 0 tied fp32 0)
 
 # Loading flags (module only, no optimizer, no scheduler), loading into a
 # trained engine, and refusals that leave the engine untouched.
 ds_add_mpi_test(NAME test_ckpt_flags SOURCES ${_ck}/multirank/test_ckpt_flags.c
-                ${_ck}/multirank/ckpt_harness.c NP 2 LABELS multirank)
+                ${_ck}/multirank/ckpt_harness.c ${_ck}/multirank/tied_model.c NP 2 LABELS multirank)
 
 # zero_to_fp32 (library and program) against ds_get_param, and
 # ds_checkpoint_verify on broken copies; then the independent Python reader
 # checks the converter's files against ds_save_weights' (fixture).
 ds_add_mpi_test(NAME test_ckpt_z2f SOURCES ${_ck}/multirank/test_ckpt_z2f.c
-                ${_ck}/multirank/ckpt_harness.c NP 2 LABELS multirank)
+                ${_ck}/multirank/ckpt_harness.c ${_ck}/multirank/tied_model.c NP 2 LABELS multirank)
 add_dependencies(test_ckpt_z2f zero_to_fp32)
 set_tests_properties(test_ckpt_z2f_np2 PROPERTIES FIXTURES_SETUP ckpt_z2f)
 find_package(Python3 COMPONENTS Interpreter)
@@ -80,7 +85,8 @@ endif()
 # fault points armed by DS_FAULT_INJECT, engine/io/fault.h); afterwards
 # `latest` names a complete checkpoint that verifies and loads bit for bit,
 # and the next save succeeds over the debris.
-add_executable(test_ckpt_crash ${_ck}/fault/test_ckpt_crash.c ${_ck}/multirank/ckpt_harness.c)
+add_executable(test_ckpt_crash ${_ck}/fault/test_ckpt_crash.c ${_ck}/multirank/ckpt_harness.c
+               ${_ck}/multirank/tied_model.c)
 target_link_libraries(test_ckpt_crash PRIVATE zero-engine)
 add_test(NAME test_ckpt_crash
          COMMAND ${_ck}/fault/test_ckpt_crash.sh $<TARGET_FILE:test_ckpt_crash>

@@ -13,7 +13,8 @@ set_tests_properties(test_installed_api PROPERTIES LABELS "unit;multirank" TIMEO
 # BERT); fp16 and bf16 stay within a band of it. The 1-rank stage-0 runs
 # write the references (CTest fixtures).
 add_executable(test_train_equiv ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_train_equiv.c
-               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c) # ck_make_data
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c # ck_make_data
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
 target_link_libraries(test_train_equiv PRIVATE zero-engine)
 function(ds_equiv_test name np fixture)
   add_test(NAME ${name} COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np ${np} -x OMP_NUM_THREADS=1
@@ -21,7 +22,8 @@ function(ds_equiv_test name np fixture)
   set_tests_properties(${name} PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS ${np}
                        FIXTURES_REQUIRED ${fixture})
 endfunction()
-foreach(model mlp bert)
+# "tied": the embedding table is also the output projection (tied_model.h).
+foreach(model mlp bert tied)
   set(ref ${CMAKE_BINARY_DIR}/tests/ref_${model}_fp32.txt)
   add_test(NAME equiv_${model}_ref COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 1
            $<TARGET_FILE:test_train_equiv> --write ${ref} --stage 0 --model ${model})
@@ -142,3 +144,18 @@ add_test(NAME test_train_cls_metrics
                  ${_gen_csv} "${DS_MPIRUN_FLAGS_STR}")
 set_tests_properties(test_train_cls_metrics PROPERTIES LABELS multirank TIMEOUT 120 PROCESSORS 2
                      FIXTURES_REQUIRED gen_csv)
+
+# The model API through the engine: tied parameters get the sum of both
+# uses' gradients and are stored once, ds_evaluate, bad batches named.
+add_executable(test_model_api ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_model_api.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
+target_link_libraries(test_model_api PRIVATE zero-engine)
+foreach(stage 0 1 2 3)
+  foreach(np 1 2)
+    ds_add_mpi_test(NAME test_model_api_s${stage}
+                    COMMAND $<TARGET_FILE:test_model_api> --stage ${stage}
+                            --dir ${CMAKE_BINARY_DIR}/tests/model_api_s${stage}_np${np}
+                    NP ${np} LABELS multirank)
+  endforeach()
+endforeach()

@@ -8,7 +8,8 @@
 # parameters, identical continued losses). Plus bf16 and SGD with momentum at
 # one stage each, and the BERT-mini memory split at stage 2.
 add_executable(test_offload ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_offload.c
-               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c) # ck_make_data
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c # ck_make_data
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
 target_link_libraries(test_offload PRIVATE zero-engine)
 foreach(stage 1 2 3)
   foreach(prec fp32 fp16)

@@ -1,6 +1,8 @@
 /* Shared pieces of the checkpoint tests (see ckpt_harness.h). */
 #include "ckpt_harness.h"
 
+#include "tied_model.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +37,9 @@ ds_dataset *ck_data(void) { return ck_make_data(CK_ROWS, 12, 50); }
 ds_status ck_engine(const ck_setup *s, const ds_dataset *data, engine_t **out) {
     const int T = 12, V = 50;
     ds_model *model = NULL;
-    if (!strcmp(s->model, "bert")) {
+    if (!strcmp(s->model, "tied")) {
+        DS_TRY(tm_create(V, 16, T, true, &model));
+    } else if (!strcmp(s->model, "bert")) {
         ds_bert_desc bd = {.vocab_size = V, .hidden_size = 32, .num_hidden_layers = 2,
                            .num_attention_heads = 4, .intermediate_size = 64,
                            .max_position_embeddings = 32, .n_classes = 3, .max_seq_len = T,

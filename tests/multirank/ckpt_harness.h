@@ -17,7 +17,7 @@
 #define CK_GAS 2
 
 typedef struct ck_setup {
-    const char *model;     /* "mlp" | "bert" */
+    const char *model;     /* "mlp" | "bert" | "tied" (tied_model.h) */
     int stage;
     const char *precision; /* "fp32" | "fp16" | "bf16" */
     int total_steps;       /* WarmupDecayLR's total_num_steps */

@@ -1,7 +1,8 @@
 /* Data-parallel equivalence: training at N ranks with the same global batch
  * follows the single-rank loss curve.
  *
- *   test_train_equiv --write REF [--stage S] [--precision fp32|fp16|bf16] [--model mlp|bert]
+ *   test_train_equiv --write REF [--stage S] [--precision fp32|fp16|bf16]
+ *                    [--model mlp|bert|tied]
  *                    [--gas G] [--clip C]
  *       run at 1 rank, write the per-step losses to REF
  *   test_train_equiv --check REF [...]
@@ -18,8 +19,11 @@
  * ranks' slices then carry different weight sums, and only a loss normalised
  * by the weight sum of all ranks' rows (what one process computes on the
  * whole batch) follows the single-rank curve; a per-rank normalisation is off
- * by 4e-3 from the first step (measured at 2 ranks). What differs is only the order of
- * floating-point sums (per-rank partial sums, then the ring all-reduce). */
+ * by 4e-3 from the first step (measured at 2 ranks). --model tied is
+ * tests/multirank/tied_model.h: its embedding table is also its output
+ * projection, so every stage must sum both uses' gradients (stage 3 gathering
+ * the table for both). What differs is only the order of floating-point sums
+ * (per-rank partial sums, then the ring all-reduce). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +32,7 @@
 #include "ckpt_harness.h"
 #include "engine/engine.h"
 #include "models/models.h"
+#include "tied_model.h"
 
 #define STEPS 20
 #define GLOBAL_BATCH 16
@@ -58,7 +63,9 @@ int main(int argc, char **argv) {
     ds_dataset *data = ck_make_data(GLOBAL_BATCH * STEPS, T, V);
     ds_model *model = NULL;
     ds_status st;
-    if (!strcmp(model_kind, "bert")) {
+    if (!strcmp(model_kind, "tied")) {
+        st = tm_create(V, 16, T, true, &model);
+    } else if (!strcmp(model_kind, "bert")) {
         ds_bert_desc bd = {.vocab_size = V, .hidden_size = 32, .num_hidden_layers = 2,
                            .num_attention_heads = 4, .intermediate_size = 64,
                            .max_position_embeddings = 32, .n_classes = 3, .max_seq_len = T};
