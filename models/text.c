@@ -312,7 +312,7 @@ done:
 
 /* ---- reading -------------------------------------------------------------------- */
 
-static ds_status read_file(const char *path, char **buf, size_t *len) {
+ds_status ds_text_read_file(const char *path, char **buf, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return DS_ERR(DS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     size_t cap = 1 << 16, n = 0;
@@ -339,7 +339,7 @@ static ds_status read_file(const char *path, char **buf, size_t *len) {
 }
 
 /* UTF-8 and NUL check of the whole file, with the line of the first fault. */
-static ds_status check_encoding(const char *path, const char *buf, size_t len) {
+ds_status ds_text_check_encoding(const char *path, const char *buf, size_t len) {
     size_t bad = ds_utf8_check(buf, len);
     const char *nul = memchr(buf, '\0', bad);
     size_t at = nul ? (size_t)(nul - buf) : bad;
@@ -367,10 +367,10 @@ ds_status ds_text_read(const char *path, const ds_text_read_opts *opts, ds_text_
                       "an empty class list)");
     char *buf = NULL;
     size_t len = 0;
-    DS_TRY(read_file(path, &buf, &len));
+    DS_TRY(ds_text_read_file(path, &buf, &len));
     const char *p = buf;
     if (len >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0) p += 3, len -= 3;
-    ds_status st = check_encoding(path, p, len);
+    ds_status st = ds_text_check_encoding(path, p, len);
     ds_text_rows rows = {0};
     if (st != DS_OK) goto done;
     ds_text_format fmt = o->format;

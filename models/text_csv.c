@@ -1,27 +1,19 @@
-/* Delimited text with a header (CSV / TSV, RFC 4180 quoting). The format
- * rules are in models/text.h. */
+/* Delimited text with a header (CSV / TSV, RFC 4180 quoting): the record
+ * reader (ds_csv_*, text_rows.h) and the labelled reader on top of it. The
+ * format rules are in models/text.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "models/text_rows.h"
 
-/* One parsed record: the unescaped field contents back to back in buf,
- * field i at buf + off[i], flen[i] bytes. Reused across records. */
-typedef struct record {
-    char *buf;
-    size_t len, cap;
-    size_t *off, *flen;
-    int n, capf;
-} record;
-
-static void record_free(record *r) {
+static void record_free(ds_csv_record *r) {
     free(r->buf);
     free(r->off);
     free(r->flen);
 }
 
-static ds_status record_put(record *r, char c) {
+static ds_status record_put(ds_csv_record *r, char c) {
     if (r->len + 1 >= r->cap) {
         size_t cap = r->cap ? r->cap * 2 : 256;
         char *b = realloc(r->buf, cap);
@@ -33,7 +25,7 @@ static ds_status record_put(record *r, char c) {
     return DS_OK;
 }
 
-static ds_status record_field(record *r, size_t start) {
+static ds_status record_field(ds_csv_record *r, size_t start) {
     if (r->n == r->capf) {
         int cap = r->capf ? r->capf * 2 : 8;
         size_t *o = realloc(r->off, (size_t)cap * sizeof *o);
@@ -58,7 +50,7 @@ static bool is_eol(const char *q, const char *end) {
 /* Parse the record starting at *pp (on line *line); leaves *pp after its line
  * end and *line on the line after it. */
 static ds_status parse_record(const char *path, const char **pp, const char *end, char delim,
-                              int *line, record *r) {
+                              int *line, ds_csv_record *r) {
     const char *q = *pp;
     r->n = 0;
     r->len = 0;
@@ -120,7 +112,7 @@ static char sniff_delimiter(const char *p, const char *end) {
     return tabs > commas ? '\t' : ',';
 }
 
-static bool blank_record(const record *r) {
+static bool blank_record(const ds_csv_record *r) {
     if (r->n != 1) return false;
     for (size_t i = 0; i < r->flen[0]; i++) {
         char c = r->buf[r->off[0] + i];
@@ -137,7 +129,7 @@ static void trim(const char *s, size_t len, const char **ts, size_t *tlen) {
     *tlen = len;
 }
 
-static ds_status find_columns(const char *path, int line, const record *h,
+static ds_status find_columns(const char *path, int line, const ds_csv_record *h,
                               const ds_text_read_opts *o, int *label_col, int *text_col) {
     *label_col = *text_col = -1;
     for (int i = 0; i < h->n; i++) {
@@ -149,72 +141,114 @@ static ds_status find_columns(const char *path, int line, const record *h,
     }
     if (*label_col >= 0 && *text_col >= 0) return DS_OK;
     char names[256];
-    size_t used = 0;
-    names[0] = '\0';
-    for (int i = 0; i < h->n && used + 4 < sizeof names; i++) {
-        size_t len = h->flen[i];
-        if (len > sizeof names - used - 4) len = sizeof names - used - 4;
-        used += (size_t)snprintf(names + used, sizeof names - used, "%s'%.*s'", i ? ", " : "",
-                                 (int)len, h->buf + h->off[i]);
-    }
+    ds_csv_header_names(h, names, sizeof names);
     bool want_label = *label_col < 0;
     return DS_ERR(DS_ERR_DATA, "%s:%d: no %s column in the header (looked for %s; header has %s)",
                   path, line, want_label ? "label" : "text",
                   ds_text_column_names(want_label, o), names);
 }
 
+/* ---- the record reader ------------------------------------------------------ */
+
+void ds_csv_header_names(const ds_csv_record *h, char *names, size_t cap) {
+    size_t used = 0;
+    names[0] = '\0';
+    for (int i = 0; i < h->n && used + 4 < cap; i++) {
+        size_t len = h->flen[i];
+        if (len > cap - used - 4) len = cap - used - 4;
+        used += (size_t)snprintf(names + used, cap - used, "%s'%.*s'", i ? ", " : "", (int)len,
+                                 h->buf + h->off[i]);
+    }
+}
+
+ds_status ds_csv_begin(ds_csv_reader *r, const char *path, const char *buf, size_t len) {
+    memset(r, 0, sizeof *r);
+    r->path = path;
+    r->p = buf;
+    r->end = buf + len;
+    r->line = 1;
+    /* Blank lines before the header are skipped. */
+    while (r->p < r->end && is_eol(r->p, r->end)) {
+        r->p += (*r->p == '\r' && r->p + 1 < r->end) ? 2 : 1;
+        r->line++;
+    }
+    if (r->p >= r->end) return DS_ERR(DS_ERR_DATA, "%s: empty file (no header line)", path);
+    r->delim = sniff_delimiter(r->p, r->end);
+    r->header_line = r->line;
+    return parse_record(path, &r->p, r->end, r->delim, &r->line, &r->header);
+}
+
+ds_status ds_csv_next(ds_csv_reader *r, bool *more) {
+    while (r->p < r->end) {
+        r->rec_line = r->line;
+        DS_TRY(parse_record(r->path, &r->p, r->end, r->delim, &r->line, &r->rec));
+        if (blank_record(&r->rec)) continue;
+        *more = true;
+        return DS_OK;
+    }
+    *more = false;
+    return DS_OK;
+}
+
+ds_status ds_csv_check_fields(const ds_csv_reader *r, const int *cols, int n_cols) {
+    const ds_csv_record *h = &r->header, *rec = &r->rec;
+    if (rec->n < h->n) {
+        /* name the first absent column that matters, as the header writes it */
+        int miss = rec->n;
+        for (int k = 0; k < n_cols; k++)
+            if (cols[k] >= rec->n) {
+                miss = cols[k];
+                break;
+            }
+        return DS_ERR(DS_ERR_DATA,
+                      "%s:%d: missing column '%.*s' (the record has %d field%s, the header %d)",
+                      r->path, r->rec_line, (int)h->flen[miss], h->buf + h->off[miss], rec->n,
+                      rec->n == 1 ? "" : "s", h->n);
+    }
+    if (rec->n > h->n)
+        return DS_ERR(DS_ERR_DATA,
+                      "%s:%d: %d fields, the header has %d (quote a text that holds '%s')",
+                      r->path, r->rec_line, rec->n, h->n, r->delim == '\t' ? "\\t" : ",");
+    return DS_OK;
+}
+
+void ds_csv_end(ds_csv_reader *r) {
+    record_free(&r->header);
+    record_free(&r->rec);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- labelled rows -------------------------------------------------------------- */
+
 ds_status ds_text_parse_csv(const char *path, const char *buf, size_t len,
                             const ds_text_read_opts *o, ds_text_rows *rows) {
-    const char *p = buf, *end = buf + len;
-    int line = 1;
-    /* Blank lines before the header are skipped. */
-    while (p < end && is_eol(p, end)) {
-        p += (*p == '\r' && p + 1 < end) ? 2 : 1;
-        line++;
-    }
-    if (p >= end) return DS_ERR(DS_ERR_DATA, "%s: empty file (no header line)", path);
-    char delim = sniff_delimiter(p, end);
-    record h = {0}, r = {0};
+    ds_csv_reader rd;
     ds_status st;
-    int header_line = line, label_col, text_col;
-    DS_TRY_GOTO(st, parse_record(path, &p, end, delim, &line, &h), done);
-    int n_fields = h.n;
-    if (n_fields < 2) {
+    int label_col, text_col;
+    DS_TRY_GOTO(st, ds_csv_begin(&rd, path, buf, len), done);
+    if (rd.header.n < 2) {
         st = DS_ERR(DS_ERR_DATA,
                     "%s:%d: the header has one column; expected a label and a text column "
                     "separated by ',' or a tab",
-                    path, header_line);
+                    path, rd.header_line);
         goto done;
     }
-    DS_TRY_GOTO(st, find_columns(path, header_line, &h, o, &label_col, &text_col), done);
-    while (p < end) {
-        int rec_line = line;
-        DS_TRY_GOTO(st, parse_record(path, &p, end, delim, &line, &r), done);
-        if (blank_record(&r)) continue;
-        if (r.n < n_fields) {
-            /* name the first absent column that matters, as the header writes it */
-            int miss = label_col >= r.n ? label_col : text_col >= r.n ? text_col : r.n;
-            st = DS_ERR(DS_ERR_DATA,
-                        "%s:%d: missing column '%.*s' (the record has %d field%s, the header "
-                        "%d)",
-                        path, rec_line, (int)h.flen[miss], h.buf + h.off[miss], r.n,
-                        r.n == 1 ? "" : "s", n_fields);
-            goto done;
-        }
-        if (r.n > n_fields) {
-            st = DS_ERR(DS_ERR_DATA,
-                        "%s:%d: %d fields, the header has %d (quote a text that holds '%s')",
-                        path, rec_line, r.n, n_fields, delim == '\t' ? "\\t" : ",");
-            goto done;
-        }
+    DS_TRY_GOTO(st, find_columns(path, rd.header_line, &rd.header, o, &label_col, &text_col),
+                done);
+    const int cols[2] = {label_col, text_col};
+    for (;;) {
+        bool more;
+        DS_TRY_GOTO(st, ds_csv_next(&rd, &more), done);
+        if (!more) break;
+        DS_TRY_GOTO(st, ds_csv_check_fields(&rd, cols, 2), done);
+        const ds_csv_record *r = &rd.rec;
         DS_TRY_GOTO(st,
-                    ds_text_rows_push(rows, r.buf + r.off[text_col], r.flen[text_col],
-                                      r.buf + r.off[label_col], r.flen[label_col], rec_line),
+                    ds_text_rows_push(rows, r->buf + r->off[text_col], r->flen[text_col],
+                                      r->buf + r->off[label_col], r->flen[label_col], rd.rec_line),
                     done);
     }
     st = DS_OK;
 done:
-    record_free(&h);
-    record_free(&r);
+    ds_csv_end(&rd);
     return st;
 }

@@ -1,5 +1,7 @@
-/* Internal to the text readers (models/text*.c): the raw rows a format
- * reader produces before labels become classes (models/text.c). */
+/* Internal to the text readers (models/text*.c, models/lm_docs.c): the raw
+ * rows a format reader produces before labels become classes
+ * (models/text.c), the delimited-record reader the CSV formats share, and
+ * the file reading and encoding check every reader starts with. */
 #ifndef DS_MODELS_TEXT_ROWS_H
 #define DS_MODELS_TEXT_ROWS_H
 
@@ -39,5 +41,60 @@ ds_status ds_text_parse_jsonl(const char *path, const char *buf, size_t len,
                               const ds_text_read_opts *o, ds_text_rows *rows);
 ds_status ds_text_parse_json(const char *path, const char *buf, size_t len,
                              const ds_text_read_opts *o, ds_text_rows *rows);
+
+/* ---- files ---- */
+
+/* Read the whole file into *buf (NUL-terminated after *len bytes; free()
+ * it). Errors: DS_ERR_IO "path: cannot open: ...", DS_ERR_OOM. */
+ds_status ds_text_read_file(const char *path, char **buf, size_t *len);
+/* UTF-8 and NUL check of buf[0..len): DS_ERR_DATA "path:line: invalid UTF-8
+ * (byte 0xXX at column C)" or "path:line: NUL byte (column C)". */
+ds_status ds_text_check_encoding(const char *path, const char *buf, size_t len);
+
+/* ---- delimited records (text_csv.c) ----
+ * The CSV / TSV rules of models/text.h without any schema: a header, then
+ * records with their line numbers. Readers of other schemas (the labelled
+ * rows below, models/lm_docs.c's text column) pick their columns.
+ *
+ *     ds_csv_reader rd;
+ *     ds_status st = ds_csv_begin(&rd, path, buf, len);   // header in rd.header
+ *     bool more;
+ *     while (st == DS_OK && (st = ds_csv_next(&rd, &more)) == DS_OK && more)
+ *         st = ds_csv_check_fields(&rd, cols, n_cols);     // then rd.rec's fields
+ *     ds_csv_end(&rd);                                     // also after a failed begin */
+
+/* One record: field i is buf + off[i], flen[i] bytes (unescaped, not
+ * NUL-terminated). */
+typedef struct ds_csv_record {
+    char *buf;
+    size_t len, cap;
+    size_t *off, *flen;
+    int n, capf;
+} ds_csv_record;
+
+typedef struct ds_csv_reader {
+    const char *path;
+    const char *p, *end; /* what is left to read */
+    char delim;          /* ',' or '\t', sniffed from the header line */
+    int line;            /* line of the next record */
+    int header_line;
+    ds_csv_record header;
+    ds_csv_record rec;   /* the record ds_csv_next read last */
+    int rec_line;        /* the line it starts on */
+} ds_csv_reader;
+
+/* Skip blank lines, sniff the delimiter, parse the header. Errors:
+ * DS_ERR_DATA "path: empty file (no header line)", an unterminated quote. */
+ds_status ds_csv_begin(ds_csv_reader *r, const char *path, const char *buf, size_t len);
+/* Read the next record that is not blank into r->rec; *more is false at the
+ * end of the file. Errors: DS_ERR_DATA "path:line: ..." (quoting). */
+ds_status ds_csv_next(ds_csv_reader *r, bool *more);
+/* The record must have as many fields as the header: DS_ERR_DATA
+ * "path:line: missing column 'NAME' ..." naming the first of cols[0..n_cols)
+ * the record lacks, or "path:line: N fields, the header has M ...". */
+ds_status ds_csv_check_fields(const ds_csv_reader *r, const int *cols, int n_cols);
+/* The header's fields as "'a', 'b', ..." into names[0..cap) (truncated). */
+void ds_csv_header_names(const ds_csv_record *h, char *names, size_t cap);
+void ds_csv_end(ds_csv_reader *r);
 
 #endif /* DS_MODELS_TEXT_ROWS_H */
