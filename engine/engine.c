@@ -35,12 +35,10 @@ static ds_status make_backend(engine_t *e) {
     if (strcmp(e->cfg.backend, "cuda") == 0) {
         bd.kind = DS_BACKEND_CUDA;
     } else if (strcmp(e->cfg.backend, "auto") == 0) {
-#ifdef DS_HAVE_CUDA
         bd.kind = DS_BACKEND_CUDA;
         if (ds_backend_create(&bd, &e->be) == DS_OK) return DS_OK;
-        ds_clear_error(); /* no usable GPU: "auto" falls back to cpu */
+        ds_clear_error(); /* no CUDA module or no usable GPU: "auto" falls back to cpu */
         bd.kind = DS_BACKEND_CPU;
-#endif
     }
     DS_TRY(ds_backend_create(&bd, &e->be));
     return DS_OK;

@@ -7,10 +7,20 @@ ds_add_test(NAME test_backend_rng SOURCES unit/test_backend_rng.c LABELS unit)
 ds_add_test(NAME test_backend_elementwise SOURCES unit/test_backend_elementwise.c LABELS unit)
 ds_add_test(NAME test_backend_optim SOURCES unit/test_backend_optim.c LABELS unit)
 
+# The CUDA module is opened at run time: without it, cuda is refused with a
+# clear message and "auto" runs on cpu.
+ds_add_test(NAME test_backend_plugin SOURCES unit/test_backend_plugin.c LABELS unit)
+if(DS_CUDA)
+  target_compile_definitions(test_backend_plugin PRIVATE DS_HAVE_CUDA=1)
+endif()
+
 # The cuda backend against the cpu backend, slot by slot (bit for bit where
 # the arithmetic is shared). Needs a GPU: exits 77, reported as skipped,
 # where none is visible, so a CUDA build on a machine without one stays green.
 if(DS_CUDA)
   ds_add_test(NAME test_backend_cuda SOURCES unit/test_backend_cuda.cu LABELS cuda)
+  # the CUDA module itself (built beside the library, opened by it at run time)
+  target_compile_definitions(test_backend_cuda PRIVATE DS_HAVE_CUDA=1)
+  target_link_libraries(test_backend_cuda PRIVATE zero-engine-cuda CUDA::cudart)
   set_tests_properties(test_backend_cuda PROPERTIES SKIP_RETURN_CODE 77)
 endif()

@@ -10,6 +10,9 @@ foreach(np 1 2 4)
   ds_add_mpi_test(NAME test_comm SOURCES ${_comm_dir}/multirank/test_comm.c NP ${np}
                   LABELS multirank TIMEOUT 240)
 endforeach()
+if(DS_CUDA) # the CUDA module exists: asking for nccl no longer fails as "no CUDA"
+  target_compile_definitions(test_comm PRIVATE DS_HAVE_CUDA=1)
+endif()
 # ... and once as a plain process (Open MPI singleton init), no launcher.
 add_test(NAME test_comm_singleton COMMAND test_comm)
 set_tests_properties(test_comm_singleton PROPERTIES LABELS multirank TIMEOUT 120
@@ -25,7 +28,7 @@ ds_add_mpi_test(NAME test_comm_timeout SOURCES ${_comm_dir}/fault/test_comm_time
 if(DS_CUDA)
   ds_add_mpi_test(NAME test_comm_nccl SOURCES ${_comm_dir}/multirank/test_comm.c NP 1
                   LABELS cuda TIMEOUT 240)
-  target_compile_definitions(test_comm_nccl PRIVATE DS_TEST_NCCL=1)
+  target_compile_definitions(test_comm_nccl PRIVATE DS_TEST_NCCL=1 DS_HAVE_CUDA=1)
   target_link_libraries(test_comm_nccl PRIVATE CUDA::cudart)
   # No usable GPU: the program exits 77 and mpirun passes that code on.
   set_tests_properties(test_comm_nccl_np1 PROPERTIES SKIP_RETURN_CODE 77)

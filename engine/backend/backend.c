@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 
+#include "engine/backend/cuda_plugin.h"
 #include "engine/backend/nn.h"
 
 ds_status ds_backend_create(const ds_backend_desc *desc, ds_backend **out) {
@@ -19,16 +20,15 @@ ds_status ds_backend_create(const ds_backend_desc *desc, ds_backend **out) {
         st = ds_backend_cpu_init(be, desc);
         be->nn = &ds_nn_cpu;
         break;
-    case DS_BACKEND_CUDA:
-#ifdef DS_HAVE_CUDA
-        st = ds_backend_cuda_init(be, desc);
-        be->nn = &ds_nn_cuda;
-#else
-        st = DS_ERR(DS_ERR_UNSUPPORTED,
-                    "backend \"cuda\" requested but this build has no CUDA (configure with "
-                    "-DDS_CUDA=ON on a machine with the CUDA toolkit)");
-#endif
+    case DS_BACKEND_CUDA: { /* opened at run time: CPU programs carry no CUDA */
+        const ds_cuda_plugin *p;
+        st = ds_cuda_plugin_get(&p);
+        if (st == DS_OK) {
+            st = p->backend_init(be, desc);
+            be->nn = p->nn;
+        }
         break;
+    }
     default:
         st = DS_ERR(DS_ERR_INVALID_ARG, "ds_backend_create: unknown backend kind %d",
                     (int)desc->kind);

@@ -163,8 +163,9 @@ typedef struct ds_backend_desc {
     ds_mem *mem;     /* accountant to record into; may be NULL (nothing recorded) */
 } ds_backend_desc;
 
-/* Create a backend. Fails with DS_ERR_UNSUPPORTED for cuda in a build
- * without DS_CUDA, or DS_ERR_BACKEND naming the CUDA error. */
+/* Create a backend. cuda is opened at run time from libzero-engine-cuda.so
+ * (engine/backend/cuda_plugin.h): DS_ERR_UNSUPPORTED when there is none
+ * (a CPU-only build or install), DS_ERR_BACKEND naming the CUDA error. */
 ds_status ds_backend_create(const ds_backend_desc *desc, ds_backend **out);
 void ds_backend_destroy(ds_backend *be);
 
@@ -176,7 +177,7 @@ void ds_backend_free(ds_backend *be, ds_mem_purpose purpose, ds_mem_place place,
 
 /* Implementation entry points (used by ds_backend_create). */
 ds_status ds_backend_cpu_init(ds_backend *be, const ds_backend_desc *desc);
-ds_status ds_backend_cuda_init(ds_backend *be, const ds_backend_desc *desc);
+ds_status ds_backend_cuda_init(ds_backend *be, const ds_backend_desc *desc); /* CUDA module */
 
 #ifdef __cplusplus
 }

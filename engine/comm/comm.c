@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend/cuda_plugin.h"
 #include "engine/comm/comm_internal.h"
 
 ds_status ds_comm_create(const ds_comm_desc *desc, ds_comm **out) {
@@ -18,15 +19,12 @@ ds_status ds_comm_create(const ds_comm_desc *desc, ds_comm **out) {
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_comm_create: timeout_s is NaN");
     switch (desc->kind) {
     case DS_COMM_MPI: DS_TRY(ds_comm_mpi_create(desc, out)); return DS_OK;
-    case DS_COMM_NCCL:
-#ifdef DS_HAVE_CUDA
-        DS_TRY(ds_comm_nccl_create(desc, out));
+    case DS_COMM_NCCL: { /* in the CUDA module, opened at run time */
+        const ds_cuda_plugin *p;
+        DS_TRY(ds_cuda_plugin_get(&p));
+        DS_TRY(p->nccl_create(desc, out));
         return DS_OK;
-#else
-        return DS_ERR(DS_ERR_UNSUPPORTED,
-                      "comm \"nccl\" requested but this build has no CUDA (configure with "
-                      "-DDS_CUDA=ON on a machine with the CUDA toolkit and NCCL)");
-#endif
+    }
     default:
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_comm_create: unknown comm kind %d",
                       (int)desc->kind);

@@ -182,6 +182,7 @@ void ds_comm_stats_reset(ds_comm *c);
 
 /* Implementation entry points. */
 ds_status ds_comm_mpi_create(const ds_comm_desc *desc, ds_comm **out);
+/* In the CUDA module (libzero-engine-cuda.so); reach it with ds_comm_create. */
 ds_status ds_comm_nccl_create(const ds_comm_desc *desc, ds_comm **out);
 
 #ifdef __cplusplus

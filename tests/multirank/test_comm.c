@@ -401,6 +401,7 @@ static void test_bad_args(ds_comm *c) {
 #ifndef DS_HAVE_CUDA
     CHECK(ds_comm_create(&nccl, &none) == DS_ERR_UNSUPPORTED && none == NULL,
           "nccl in a build without CUDA was not DS_ERR_UNSUPPORTED");
+    CHECK(strstr(ds_last_error(), "no CUDA module"), "the message says why: %s", ds_last_error());
 #else
     (void)nccl;
     (void)none;

@@ -1,0 +1,53 @@
+/* The CUDA backend and the NCCL communicator live in a module of their own,
+ * libzero-engine-cuda.so, which the library opens at run time when a GPU is
+ * asked for (zero_engine.backend "cuda" or "auto", ds_backend_create with
+ * DS_BACKEND_CUDA, ds_comm_create with DS_COMM_NCCL). A CPU program then
+ * links and loads no CUDA library at all, whatever the machine it was built
+ * on had installed.
+ *
+ * Where the module is looked for, first found wins:
+ *   1. $DS_CUDA_PLUGIN (a path), when set;
+ *   2. the directory holding libzero-engine.so itself (the build tree, or
+ *      the install prefix's lib directory, where `cmake --install` puts both);
+ *   3. the dynamic loader's search path (LD_LIBRARY_PATH, ld.so.cache).
+ * It needs the shared libzero-engine (a program linked against the static
+ * library would load a second copy of the engine's state with it).
+ *
+ * Internal to the library: users ask for a backend, not for this. */
+#ifndef DS_BACKEND_CUDA_PLUGIN_H
+#define DS_BACKEND_CUDA_PLUGIN_H
+
+#include <stdint.h>
+
+#include "engine/backend/backend.h"
+#include "engine/comm/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DS_CUDA_PLUGIN_VERSION 1
+#define DS_CUDA_PLUGIN_FILE "libzero-engine-cuda.so.0"
+#define DS_CUDA_PLUGIN_ENTRY "ds_cuda_plugin_v1"
+
+/* What the module hands the library. */
+typedef struct ds_cuda_plugin {
+    uint32_t version;       /* DS_CUDA_PLUGIN_VERSION */
+    uint32_t struct_size;   /* sizeof(ds_cuda_plugin) the module was built with */
+    ds_status (*backend_init)(ds_backend *be, const ds_backend_desc *desc);
+    const ds_nn_ops *nn;
+    ds_status (*nccl_create)(const ds_comm_desc *desc, ds_comm **out);
+} ds_cuda_plugin;
+
+/* The module's entry point (exported by libzero-engine-cuda.so). */
+typedef const ds_cuda_plugin *(*ds_cuda_plugin_entry)(void);
+
+/* Open the module once per process and return its table. Errors:
+ * DS_ERR_UNSUPPORTED naming every place tried and the loader's message (no
+ * module: a CPU-only build or install), or a version mismatch. */
+ds_status ds_cuda_plugin_get(const ds_cuda_plugin **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DS_BACKEND_CUDA_PLUGIN_H */
