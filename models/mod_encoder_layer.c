@@ -208,8 +208,8 @@ static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
                              s.p + h * TT, T, nh * TT, B));
     float scale = 1.0f / sqrtf((float)hd);
     float *pd = pa > 0.0f ? w.pd : NULL;
-    DS_TRY(be->nn->attn_softmax_fwd(be, s.p, pd, s.p, ds_batch_f32(bt, "attention_mask"), B, nh, Tq, T, scale, pa,
-                                    ctx->seed, 0));
+    DS_TRY(be->nn->attn_softmax_fwd(be, s.p, pd, s.p, ds_batch_f32(bt, "attention_mask"),
+                                    false, B, nh, Tq, T, scale, pa, ctx->seed, 0));
     const float *pv = pd ? pd : s.p;
     /* context: C[b, :, h] = P[b, h] V[b, :, h] */
     for (int h = 0; h < nh; h++)

@@ -69,7 +69,9 @@ struct ds_nn_ops {
     /* ---- bias + activation ---- */
 
     /* y[r, c] = act(x[r, c] + bias[c]); bias may be NULL (no bias). y may
-     * alias x. act is DS_ACT_NONE / RELU / GELU (erf form) / TANH. */
+     * alias x. act is DS_ACT_NONE / RELU / GELU (erf form) / TANH /
+     * GELU_TANH (the tanh approximation, GPT-2's "gelu_new"); another value
+     * is DS_ERR_INVALID_ARG. */
     ds_status (*bias_act_fwd)(ds_backend *be, float *y, const float *x, const float *bias,
                               int rows, int width, ds_act act);
     /* dx[r, c] = dy[r, c] * act'(x[r, c] + bias[c]) (written; dx may alias dy;
@@ -97,20 +99,25 @@ struct ds_nn_ops {
      * s, p, pd: [B, nh, Tq, T] (Tq query rows per head: T for a full layer,
      * 1 when only the [CLS] row is needed); mask [B, T] of 0/1 over the keys,
      * or NULL. For each (b, head, query i): p[.., i, j] = softmax_j(scale *
-     * s[.., i, j]) over the keys with mask[b, j] = 1; masked keys get
-     * probability exactly 0 (as Hugging Face's large negative bias does in
-     * fp32). A row with no real key gets all zeros (no NaN). Then the
-     * attention dropout: pd = dropout(p) with probability drop_p and the
-     * stream (seed, offset), element index = flat index in [B, nh, Tq, T]. */
+     * s[.., i, j]) over the keys with mask[b, j] = 1 and, when `causal`,
+     * j < ds_causal_keys(i, Tq, T) (nn_math.h: query i is position
+     * i + (T - Tq), the last Tq of T, and sees itself and earlier positions:
+     * a decoder's self-attention); masked keys get probability exactly 0 (as
+     * Hugging Face's large negative bias does in fp32). A row with no visible
+     * key gets all zeros (no NaN). Then the attention dropout: pd = dropout(p)
+     * with probability drop_p and the stream (seed, offset), element index =
+     * flat index in [B, nh, Tq, T]. */
 
     /* Writes p (may alias s) and, when pd != NULL, pd. pd may be NULL only
      * when drop_p == 0 (then the caller uses p). */
     ds_status (*attn_softmax_fwd)(ds_backend *be, float *p, float *pd, const float *s,
-                                  const float *mask, int B, int nh, int Tq, int T, float scale,
-                                  float drop_p, uint64_t seed, uint64_t offset);
+                                  const float *mask, bool causal, int B, int nh, int Tq, int T,
+                                  float scale, float drop_p, uint64_t seed, uint64_t offset);
     /* From dpd = d(loss)/d(pd): dp = dropout_bwd(dpd); ds = scale * p * (dp -
      * sum_j dp p) (ds may alias dpd). When pd != NULL it also regenerates pd
-     * = dropout(p), the operand of dV = pd^T dC, in the same pass. */
+     * = dropout(p), the operand of dV = pd^T dC, in the same pass. It needs
+     * neither the mask nor `causal`: a masked key's p is exactly 0, so its
+     * ds, its term of the sum and its pd are exactly 0 too. */
     ds_status (*attn_softmax_bwd)(ds_backend *be, float *ds, float *pd, const float *dpd,
                                   const float *p, int B, int nh, int Tq, int T, float scale,
                                   float drop_p, uint64_t seed, uint64_t offset);

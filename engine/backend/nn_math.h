@@ -8,9 +8,10 @@
  * use; the CUDA kernels split a row over a warp and call the element parts.
  *
  * Formulas follow PyTorch: GELU is the erf form (nn.GELU(), BERT's "gelu"),
+ * GELU_TANH the tanh approximation (GPT-2's "gelu_new", nn.GELU("tanh")),
  * layer norm uses the biased variance, ReLU's derivative at 0 is 0. The
- * exponentials of GELU and softmax use ds_expf (below), not libm, so the cpu
- * loops vectorise. */
+ * exponentials of both GELUs and softmax use ds_expf (below), not libm, so
+ * the cpu loops vectorise. */
 #ifndef DS_BACKEND_NN_MATH_H
 #define DS_BACKEND_NN_MATH_H
 
@@ -30,6 +31,8 @@ typedef enum ds_act {
     DS_ACT_RELU,
     DS_ACT_GELU, /* 0.5 x (1 + erf(x / sqrt 2)) */
     DS_ACT_TANH,
+    DS_ACT_GELU_TANH, /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): GPT-2's "gelu_new" */
+    DS_ACT_COUNT      /* not an activation: one past the last (argument checks) */
 } ds_act;
 
 /* Vectorise the next loop (OpenMP simd) in the cpu build; nothing in CUDA,
@@ -113,6 +116,46 @@ DS_HD float ds_gelu_grad(float x) {
     return fmaf(x, DS_NN_INV_SQRT_2PI * e, cdf);
 }
 
+/* GELU, tanh approximation (Hugging Face's NewGELUActivation, "gelu_new"):
+ *   0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3),
+ * computed as x * sigmoid(2u) = x / (1 + e^(-2u)), the same function
+ * (1 + tanh(u) = 2 / (1 + e^(-2u))) but without the cancellation of
+ * 1 + tanh(u) for negative x, and with ds_expf instead of libm's tanhf so
+ * the loops vectorise. Where e^(-2u) would overflow (-2u > 88: x below about
+ * -5.5) the sigmoid is 0 in float anyway, and is returned as exactly 0
+ * (x * 0 = -0, as PyTorch's 0.5 x (1 + -1)). */
+#define DS_NN_SQRT_2_OVER_PI 0.79788456080286535588f
+#define DS_NN_GELU_TANH_C 0.044715f
+
+/* sigmoid(2u) of the tanh GELU at x, and e = e^(-2u) (0 when the sigmoid is 0). */
+DS_HD float ds_gelu_tanh_sig(float x, float *e) {
+    float x2 = x * x;
+    float a = -2.0f * DS_NN_SQRT_2_OVER_PI * fmaf(DS_NN_GELU_TANH_C * x2, x, x); /* -2u */
+    float ea = ds_expf(a);
+    *e = a > 88.0f ? 0.0f : ea;
+    return a > 88.0f ? 0.0f : 1.0f / (1.0f + ea);
+}
+
+DS_HD float ds_gelu_tanh(float x) {
+    float e;
+    return x * ds_gelu_tanh_sig(x, &e);
+}
+
+/* d/dx [x s(2u)] = s + x s (1 - s) 2u' with u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2);
+ * 1 - s is written e s (= e / (1 + e)), which keeps its relative accuracy
+ * where s is close to 1 (1 - s itself would cancel). Beyond |x| = 10 the
+ * correction term is below 1e-35 (e s < 1e-38 for x > 10, s < 1e-37 for
+ * x < -10), so x is clamped there in it: x^3 cannot overflow into
+ * inf * 0 = NaN. */
+DS_HD float ds_gelu_tanh_grad(float x) {
+    float e;
+    float s = ds_gelu_tanh_sig(x, &e);
+    float xc = x > 10.0f ? 10.0f : x;
+    xc = xc < -10.0f ? -10.0f : xc;
+    float du2 = 2.0f * DS_NN_SQRT_2_OVER_PI * fmaf(3.0f * DS_NN_GELU_TANH_C, xc * xc, 1.0f);
+    return s * fmaf(xc * du2, e * s, 1.0f);
+}
+
 DS_HD float ds_relu(float x) { return x > 0.0f ? x : 0.0f; }
 DS_HD float ds_relu_grad(float x) { return x > 0.0f ? 1.0f : 0.0f; }
 
@@ -128,6 +171,7 @@ DS_HD float ds_act_fwd(ds_act act, float x) {
     case DS_ACT_RELU: return ds_relu(x);
     case DS_ACT_GELU: return ds_gelu(x);
     case DS_ACT_TANH: return tanhf(x);
+    case DS_ACT_GELU_TANH: return ds_gelu_tanh(x);
     default: return x;
     }
 }
@@ -137,6 +181,7 @@ DS_HD float ds_act_grad(ds_act act, float x) {
     case DS_ACT_RELU: return ds_relu_grad(x);
     case DS_ACT_GELU: return ds_gelu_grad(x);
     case DS_ACT_TANH: return ds_tanh_grad(x);
+    case DS_ACT_GELU_TANH: return ds_gelu_tanh_grad(x);
     default: return 1.0f;
     }
 }
@@ -254,6 +299,14 @@ DS_HD void ds_softmax_row(float *p, const float *s, const float *mask, int n, fl
     float inv = 1.0f / sum;
     DS_SIMD
     for (int j = 0; j < n; j++) p[j] *= inv;
+}
+
+/* Causal attention: the keys query row i (of Tq query rows, the last Tq of
+ * T positions) sees are j < ds_causal_keys(i, Tq, T) = i + (T - Tq) + 1:
+ * its own position and the earlier ones. */
+DS_HD int ds_causal_keys(int i, int Tq, int T) {
+    int n = i + (T - Tq) + 1;
+    return n < T ? n : T;
 }
 
 /* One element of the softmax input gradient: scale * p (dp - sum_j dp_j p_j). */

@@ -138,7 +138,8 @@ static void test_softmax(void) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) mask[b * T + t] = (b == 2) ? 0.0f : (t < T - 10 * b ? 1 : 0);
     /* batch row 2 is all padding */
-    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p, NULL, s, mask, B, nh, T, T, scale, 0.0f, 0, 0));
+    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p, NULL, s, mask, false, B, nh, T, T, scale, 0.0f,
+                                        0, 0));
     int masked_nonzero = 0, nans = 0;
     double worst_sum = 0, worst_rel = 0;
     for (int b = 0; b < B; b++)
@@ -202,8 +203,8 @@ static void test_softmax(void) {
             memcpy(s1 + r * T, s + r * T * T, (size_t)T * 4);
             memcpy(dp1 + r * T, dp + r * T * T, (size_t)T * 4);
         }
-        CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p1, NULL, s1, mask, B, nh, 1, T, scale, 0.0f,
-                                            0, 0));
+        CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p1, NULL, s1, mask, false, B, nh, 1, T, scale,
+                                            0.0f, 0, 0));
         CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds1, NULL, dp1, p1, B, nh, 1, T, scale, 0.0f,
                                             0, 0));
         int diff_p = 0, diff_ds = 0;
@@ -222,7 +223,8 @@ static void test_softmax(void) {
      * backward regenerates pd bit for bit and applies the mask to dpd */
     float pa = 0.25f;
     float *p2 = malloc(n * 4), *pd = malloc(n * 4), *pd2 = malloc(n * 4), *ref = malloc(n * 4);
-    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p2, pd, s, mask, B, nh, T, T, scale, pa, 55, 1000));
+    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p2, pd, s, mask, false, B, nh, T, T, scale, pa, 55,
+                                        1000));
     CHECK(memcmp(p2, p, n * 4) == 0, "softmax with dropout changed p");
     CHECK_OK(g_be->nn->dropout_fwd(g_be, ref, p, NULL, NULL, (int)(n / T), T, pa, 55, 1000));
     CHECK(memcmp(pd, ref, n * 4) == 0, "attention dropout is not dropout(p) of the same stream");
@@ -235,13 +237,14 @@ static void test_softmax(void) {
     for (size_t i = 0; i < n; i++) bad += fabsf(ds2[i] - ds[i]) > 1e-6f * (fabsf(ds[i]) + 1e-3f);
     CHECK(bad == 0, "fused softmax backward with dropout differs from dropout_bwd then softmax "
                     "backward in %d entries", bad);
-    CHECK(g_be->nn->attn_softmax_fwd(g_be, p2, NULL, s, mask, B, nh, T, T, scale, pa, 1, 0) ==
+    CHECK(g_be->nn->attn_softmax_fwd(g_be, p2, NULL, s, mask, false, B, nh, T, T, scale, pa, 1,
+                                     0) ==
               DS_ERR_INVALID_ARG,
           "softmax accepted dropout without a pd buffer");
     const float badp[] = {1.0f, -0.1f, NAN};
     for (int k = 0; k < 3; k++) {
-        CHECK(g_be->nn->attn_softmax_fwd(g_be, p2, pd, s, mask, B, nh, T, T, scale, badp[k], 1,
-                                         0) == DS_ERR_INVALID_ARG,
+        CHECK(g_be->nn->attn_softmax_fwd(g_be, p2, pd, s, mask, false, B, nh, T, T, scale,
+                                         badp[k], 1, 0) == DS_ERR_INVALID_ARG,
               "attn_softmax_fwd accepted p = %g", badp[k]);
         CHECK(g_be->nn->attn_softmax_bwd(g_be, ds, pd, dp, p, B, nh, T, T, scale, badp[k], 1, 0) ==
                   DS_ERR_INVALID_ARG,

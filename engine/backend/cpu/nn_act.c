@@ -31,6 +31,7 @@ static void act_fwd_rows(float *y, const float *x, const float *bias, int r0, in
         case DS_ACT_RELU: act_fwd_row(yr, xr, bias, width, DS_ACT_RELU); break;
         case DS_ACT_GELU: act_fwd_row(yr, xr, bias, width, DS_ACT_GELU); break;
         case DS_ACT_TANH: act_fwd_row(yr, xr, bias, width, DS_ACT_TANH); break;
+        case DS_ACT_GELU_TANH: act_fwd_row(yr, xr, bias, width, DS_ACT_GELU_TANH); break;
         default: act_fwd_row(yr, xr, bias, width, DS_ACT_NONE); break;
         }
     }
@@ -39,7 +40,7 @@ static void act_fwd_rows(float *y, const float *x, const float *bias, int r0, in
 ds_status ds_nn_cpu_bias_act_fwd(ds_backend *be, float *y, const float *x, const float *bias,
                                  int rows, int width, ds_act act) {
     int nt = ds_nn_cpu_threads(be);
-    if ((int)act < DS_ACT_NONE || act > DS_ACT_TANH)
+    if ((int)act < DS_ACT_NONE || act >= DS_ACT_COUNT)
         return DS_ERR(DS_ERR_INVALID_ARG, "bias_act_fwd: unknown activation %d", (int)act);
 #pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)rows * width >= DS_NN_CPU_PAR_MIN)
     for (int r = 0; r < rows; r++) act_fwd_rows(y, x, bias, r, r + 1, width, act);
@@ -99,6 +100,9 @@ static void act_bwd_dispatch(float *dx, float *acc, const float *dy, const float
     case DS_ACT_RELU: act_bwd_block(dx, acc, dy, x, bias, r0, r1, width, c0, c1, DS_ACT_RELU); break;
     case DS_ACT_GELU: act_bwd_block(dx, acc, dy, x, bias, r0, r1, width, c0, c1, DS_ACT_GELU); break;
     case DS_ACT_TANH: act_bwd_block(dx, acc, dy, x, bias, r0, r1, width, c0, c1, DS_ACT_TANH); break;
+    case DS_ACT_GELU_TANH:
+        act_bwd_block(dx, acc, dy, x, bias, r0, r1, width, c0, c1, DS_ACT_GELU_TANH);
+        break;
     default: act_bwd_block(dx, acc, dy, x, bias, r0, r1, width, c0, c1, DS_ACT_NONE); break;
     }
 }
@@ -107,7 +111,7 @@ ds_status ds_nn_cpu_bias_act_bwd(ds_backend *be, float *dx, float *dbias, const 
                                  const float *x, const float *bias, int rows, int width,
                                  ds_act act) {
     int nt = ds_nn_cpu_threads(be);
-    if ((int)act < DS_ACT_NONE || act > DS_ACT_TANH)
+    if ((int)act < DS_ACT_NONE || act >= DS_ACT_COUNT)
         return DS_ERR(DS_ERR_INVALID_ARG, "bias_act_bwd: unknown activation %d", (int)act);
     if (!dx && act != DS_ACT_NONE)
         return DS_ERR(DS_ERR_INVALID_ARG, "bias_act_bwd: dx may be NULL only for DS_ACT_NONE");

@@ -1,13 +1,14 @@
-/* cpu attention probabilities: masked scaled softmax with the attention
- * dropout fused in, and its backward, one (batch, head, query) row at a time. */
+/* cpu attention probabilities: masked (padding and, for a decoder, causal)
+ * scaled softmax with the attention dropout fused in, and its backward, one
+ * (batch, head, query) row at a time. */
 #include "engine/backend/cpu/nn_cpu.h"
 
 /* Rows longer than this are handled in chunks of multipliers. */
 #define ROW_CHUNK 256
 
 ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
-                                     const float *mask, int B, int nh, int Tq, int T, float scale,
-                                     float drop_p, uint64_t seed, uint64_t offset) {
+                                     const float *mask, bool causal, int B, int nh, int Tq, int T,
+                                     float scale, float drop_p, uint64_t seed, uint64_t offset) {
     int nt = ds_nn_cpu_threads(be);
     DS_TRY(ds_check_attn_dropout("attn_softmax_fwd", pd, drop_p));
     int64_t rows = (int64_t)B * nh * Tq;
@@ -17,7 +18,11 @@ ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const 
         int b = (int)(r / ((int64_t)nh * Tq));
         const float *mrow = mask ? mask + (size_t)b * T : NULL;
         float *pr = p + (size_t)r * T;
-        ds_softmax_row(pr, s + (size_t)r * T, mrow, T, scale);
+        /* causal: the softmax runs over the visible prefix of the keys only,
+         * the rest is exactly 0 (the dropout below keeps 0 at 0) */
+        int nk = causal ? ds_causal_keys((int)(r % Tq), Tq, T) : T;
+        ds_softmax_row(pr, s + (size_t)r * T, mrow, nk, scale);
+        for (int j = nk; j < T; j++) pr[j] = 0.0f;
         if (!pd) continue;
         float *pdr = pd + (size_t)r * T;
         if (drop_p == 0.0f) {

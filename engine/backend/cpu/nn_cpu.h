@@ -66,8 +66,8 @@ ds_status ds_nn_cpu_layernorm_bwd(ds_backend *be, float *dx, float *dgamma, floa
                                   bool accumulate_dx);
 
 ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
-                                     const float *mask, int B, int nh, int Tq, int T, float scale,
-                                     float drop_p, uint64_t seed, uint64_t offset);
+                                     const float *mask, bool causal, int B, int nh, int Tq, int T,
+                                     float scale, float drop_p, uint64_t seed, uint64_t offset);
 ds_status ds_nn_cpu_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const float *dpd,
                                      const float *p, int B, int nh, int Tq, int T, float scale,
                                      float drop_p, uint64_t seed, uint64_t offset);

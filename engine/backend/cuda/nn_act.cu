@@ -32,6 +32,9 @@ ds_status ds_nn_cuda_bias_act_fwd(ds_backend *be, float *y, const float *x, cons
     case DS_ACT_RELU: ds_k_bias_act_fwd<DS_ACT_RELU><<<DS_CUDA_GRID(be, n)>>>(y, x, bias, rows, width); break;
     case DS_ACT_GELU: ds_k_bias_act_fwd<DS_ACT_GELU><<<DS_CUDA_GRID(be, n)>>>(y, x, bias, rows, width); break;
     case DS_ACT_TANH: ds_k_bias_act_fwd<DS_ACT_TANH><<<DS_CUDA_GRID(be, n)>>>(y, x, bias, rows, width); break;
+    case DS_ACT_GELU_TANH:
+        ds_k_bias_act_fwd<DS_ACT_GELU_TANH><<<DS_CUDA_GRID(be, n)>>>(y, x, bias, rows, width);
+        break;
     default: return DS_ERR(DS_ERR_INVALID_ARG, "bias_act_fwd: unknown activation %d", (int)act);
     }
     DS_CHECK_LAUNCH();
@@ -56,6 +59,9 @@ ds_status ds_nn_cuda_bias_act_bwd(ds_backend *be, float *dx, float *dbias, const
     case DS_ACT_RELU: ds_k_bias_act_bwd<DS_ACT_RELU><<<DS_CUDA_GRID(be, n)>>>(dx, dy, x, bias, rows, width); break;
     case DS_ACT_GELU: ds_k_bias_act_bwd<DS_ACT_GELU><<<DS_CUDA_GRID(be, n)>>>(dx, dy, x, bias, rows, width); break;
     case DS_ACT_TANH: ds_k_bias_act_bwd<DS_ACT_TANH><<<DS_CUDA_GRID(be, n)>>>(dx, dy, x, bias, rows, width); break;
+    case DS_ACT_GELU_TANH:
+        ds_k_bias_act_bwd<DS_ACT_GELU_TANH><<<DS_CUDA_GRID(be, n)>>>(dx, dy, x, bias, rows, width);
+        break;
     default: return DS_ERR(DS_ERR_INVALID_ARG, "bias_act_bwd: unknown activation %d", (int)act);
     }
     DS_CHECK_LAUNCH();

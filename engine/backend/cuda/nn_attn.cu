@@ -1,32 +1,36 @@
-/* CUDA attention probabilities: masked scaled softmax with the attention
- * dropout fused in, and its backward; one warp per (batch, head, query) row.
+/* CUDA attention probabilities: masked (padding and, for a decoder, causal)
+ * scaled softmax with the attention dropout fused in, and its backward; one
+ * warp per (batch, head, query) row.
  * Each lane owns the columns lane, lane + 32, ... in every pass, so the
  * in-place uses the slot allows (p over s, ds over dpd) are safe. */
 #include "engine/backend/cuda/nn_cuda.cuh"
 
-__device__ __forceinline__ float ds_key_ok(const float *mrow, int j) {
-    return !mrow || mrow[j] != 0.0f;
+/* Key j is visible: not padding, and (causal) among the first nk keys. */
+__device__ __forceinline__ bool ds_key_ok(const float *mrow, int j, int nk) {
+    return j < nk && (!mrow || mrow[j] != 0.0f);
 }
 
 __global__ void ds_k_attn_softmax_fwd(float *p, float *pd, const float *s, const float *mask,
-                                      int nh, int Tq, int T, int64_t rows, float scale,
-                                      float drop_p, float inv_keep, uint64_t seed,
+                                      bool causal, int nh, int Tq, int T, int64_t rows,
+                                      float scale, float drop_p, float inv_keep, uint64_t seed,
                                       uint64_t offset) {
     int lane = threadIdx.x % 32;
     DS_NN_WARP_ROWS(r, rows) {
         int b = (int)(r / ((int64_t)nh * Tq));
         const float *mrow = mask ? mask + (size_t)b * T : NULL;
+        int nk = causal ? ds_causal_keys((int)(r % Tq), Tq, T) : T; /* as the cpu loop */
         const float *sr = s + r * T;
         float *pr = p + r * T;
         float mx = -INFINITY;
         for (int j = lane; j < T; j += 32) {
             float v = sr[j] * scale;
-            if (ds_key_ok(mrow, j) && v > mx) mx = v; /* as ds_softmax_row */
+            if (ds_key_ok(mrow, j, nk) && v > mx) mx = v; /* as ds_softmax_row */
         }
         mx = ds_warp_max(mx);
         float sum = 0.0f;
         for (int j = lane; j < T; j += 32) {
-            float e = (mx != -INFINITY && ds_key_ok(mrow, j)) ? ds_expf(sr[j] * scale - mx) : 0.0f;
+            bool ok = mx != -INFINITY && ds_key_ok(mrow, j, nk);
+            float e = ok ? ds_expf(sr[j] * scale - mx) : 0.0f;
             pr[j] = e;
             sum += e;
         }
@@ -47,16 +51,16 @@ __global__ void ds_k_attn_softmax_fwd(float *p, float *pd, const float *s, const
 }
 
 ds_status ds_nn_cuda_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
-                                      const float *mask, int B, int nh, int Tq, int T, float scale,
-                                      float drop_p, uint64_t seed, uint64_t offset) {
+                                      const float *mask, bool causal, int B, int nh, int Tq, int T,
+                                      float scale, float drop_p, uint64_t seed, uint64_t offset) {
     DS_TRY(ds_check_attn_dropout("attn_softmax_fwd", pd, drop_p));
     DS_CUDA_ENTER(be);
     int64_t rows = (int64_t)B * nh * Tq;
     if (rows <= 0) return DS_OK;
     ds_k_attn_softmax_fwd<<<ds_nn_row_blocks(rows), 32 * DS_NN_ROWS_PER_BLOCK, 0,
-                            DS_CUDA_DEFAULT_STREAM>>>(p, pd, s, mask, nh, Tq, T, rows, scale,
-                                                      drop_p, 1.0f / (1.0f - drop_p), seed,
-                                                      offset);
+                            DS_CUDA_DEFAULT_STREAM>>>(p, pd, s, mask, causal, nh, Tq, T, rows,
+                                                      scale, drop_p, 1.0f / (1.0f - drop_p),
+                                                      seed, offset);
     DS_CHECK_LAUNCH();
     return DS_OK;
 }
