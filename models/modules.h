@@ -108,4 +108,49 @@ ds_status ds_mod_encoder_layer_create(const char *name, const ds_encoder_desc *d
 ds_status ds_mod_bert_pooler_create(const char *name, int hidden, float dropout, float init_std,
                                     ds_module **out_m);
 
+/* ---- GPT-2 (GPT2LMHeadModel; models/mod_gpt2_*.c, assembled in gpt2.c) ----
+ * Hugging Face's Conv1D layout throughout: weights [in, out], y = x W + b. */
+
+/* "gpt2_embed": batch input_ids -> dropout(wte[ids] + wpe[0..T)) [B, T, E].
+ * Params "<param_prefix>.wte.weight" [vocab, n_embd], "<param_prefix>.wpe.weight"
+ * [n_positions, n_embd], both N(0, init_std). */
+typedef struct ds_gpt2_embed_desc {
+    int vocab, n_embd, n_positions;
+    float embd_pdrop, init_std;
+} ds_gpt2_embed_desc;
+ds_status ds_mod_gpt2_embed_create(const char *name, const char *param_prefix,
+                                   const ds_gpt2_embed_desc *d, ds_module **out_m);
+
+/* "gpt2_block": one pre-LN GPT2Block, [B, T, E] -> [B, T, E]:
+ *   x1 = x  + dropout(attn(ln_1(x)) c_proj)       causal self-attention that
+ *   y  = x1 + dropout(gelu_new(ln_2(x1) c_fc) c_proj)   also skips padded keys
+ * with the optional batch "attention_mask" (fp32 [B, T], 1 real, 0 padding).
+ * Params under "<name>." with Hugging Face's names: ln_1.{weight,bias},
+ * attn.c_attn.{weight [E, 3E], bias [3E]}, attn.c_proj.{weight [E, E], bias},
+ * ln_2.*, mlp.c_fc.{weight [E, I], bias [I]}, mlp.c_proj.{weight [I, E], bias}.
+ * Init: weights N(0, init_std), both c_proj weights N(0, proj_std), biases 0,
+ * layer norms 1 and 0. Checkpointable (its forward is a pure function of
+ * the parameters, x, the batch and ctx->seed). */
+typedef struct ds_gpt2_block_desc {
+    int n_embd, n_head, n_inner;
+    float resid_pdrop, attn_pdrop, ln_eps, init_std, proj_std;
+} ds_gpt2_block_desc;
+ds_status ds_mod_gpt2_block_create(const char *name, const ds_gpt2_block_desc *d,
+                                   ds_module **out_m);
+
+/* "gpt2_lm_head": [B, T, E] -> logits [B, T, vocab] = ln_f(x) wte^T. Owns
+ * "<ln_prefix>.weight", "<ln_prefix>.bias" (the final layer norm, 1 and 0)
+ * and ties `alias` [vocab, E] to the earlier module's parameter `tied_to`
+ * (the token embedding): it reads ctx->tied[0] and accumulates its gradient
+ * into ctx->tied_grads[0]. */
+typedef struct ds_gpt2_head_desc {
+    int vocab, n_embd;
+    float ln_eps;
+    const char *ln_prefix; /* "transformer.ln_f" */
+    const char *alias;     /* "lm_head.weight" */
+    const char *tied_to;   /* "transformer.wte.weight" */
+} ds_gpt2_head_desc;
+ds_status ds_mod_gpt2_head_create(const char *name, const ds_gpt2_head_desc *d,
+                                  ds_module **out_m);
+
 #endif /* DS_MODELS_MODULES_H */

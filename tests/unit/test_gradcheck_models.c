@@ -8,7 +8,12 @@
  *
  * Also: a forward repeated with the same seeds is bit-identical (what
  * activation checkpointing relies on when it recomputes a layer), and the
- * loss module's backward scales by loss_scale. */
+ * loss module's backward scales by loss_scale.
+ *
+ * A tiny GPT-2 (vocab 23, 2 layers, n_embd 16, 2 heads, T 6 with right
+ * padding, labels -100 at padding) is checked the same way, eval and with
+ * dropout, its tied wte gradient being the sum of the embedding's and the
+ * output projection's uses; and its blocks recompute bit for bit. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,12 +154,119 @@ static int test_recompute(void) {
     return fails;
 }
 
+/* ---- GPT-2 ---- */
+
+/* Tiny GPT-2: vocab 23, 2 layers, n_embd 16, 2 heads, n_inner 32, 8
+ * positions; dropout 0.1 everywhere (used when training). */
+static ds_status tiny_gpt2(ds_model **out) {
+    ds_gpt2_desc d = {.vocab_size = 23, .n_positions = 8, .n_embd = 16, .n_layer = 2,
+                      .n_head = 2, .n_inner = 32, .resid_pdrop = 0.1f, .embd_pdrop = 0.1f,
+                      .attn_pdrop = 0.1f, .dropout_set = true, .max_seq_len = 6};
+    return ds_gpt2_create(&d, out);
+}
+
+/* A language model's batch: B x T tokens, rows of lengths lens padded at the
+ * end (mask 0), labels = the tokens with DS_IGNORE_INDEX at padding. */
+typedef struct lm_batch {
+    gc_batch gb;
+    int32_t labels[64];
+} lm_batch;
+
+static void lm_batch_make(lm_batch *lb, int B, int T, int vocab, const int *lens, uint64_t seed) {
+    gc_batch_make(&lb->gb, B, T, vocab, 2, lens, false, false, seed);
+    for (int i = 0; i < B * T; i++)
+        lb->labels[i] = lb->gb.mask[i] != 0.0f ? lb->gb.tokens[i] : DS_IGNORE_INDEX;
+    ds_batch_set(&lb->gb.b, "labels", DS_I32, lb->labels);
+}
+
+/* The whole chain, embeddings to loss, against finite differences of the
+ * mean loss over the counted (shifted, unpadded) positions; wte's gradient
+ * is the sum of its two uses (the harness ties the head to the embedding's
+ * buffers). */
+static int test_gpt2(void) {
+    int fails = 0;
+    ds_model *model;
+    if (tiny_gpt2(&model) != DS_OK) {
+        fprintf(stderr, "gpt2: %s\n", ds_last_error());
+        return 1;
+    }
+    const int lens[] = {6, 4, 5};
+    for (int v = 0; v < 2; v++) {
+        lm_batch lb;
+        lm_batch_make(&lb, 3, 6, 23, lens, 31);
+        /* weights N(0, 0.25) as BERT's check above, for the same reason */
+        fails += check_model(model, &lb.gb, v == 1, false, 0.25, v ? "gpt2/train" : "gpt2/eval");
+        gc_batch_free(&lb.gb);
+    }
+    ds_model_destroy(model);
+    return fails;
+}
+
+/* Same seeds -> bit-identical loss and saved areas of every block (what
+ * activation checkpointing relies on when it recomputes one); another seed
+ * changes the dropout masks; eval ignores the seed. */
+static int test_gpt2_recompute(void) {
+    ds_model *model;
+    if (tiny_gpt2(&model) != DS_OK) return 1;
+    lm_batch lb;
+    const int lens[] = {6, 3};
+    lm_batch_make(&lb, 2, 6, 23, lens, 32);
+    gc_chain c;
+    int fails = 0;
+    if (gc_chain_init(&c, g_be, model->modules, model->n_modules, &lb.gb.b, true, 0, true, 5))
+        return 1;
+    c.training = true;
+    double L1, L2, L3, E1, E2;
+    if (gc_chain_forward(&c, &L1)) return 1;
+    /* the first block's saved area, then recompute */
+    gc_run *blk = &c.runs[1];
+    void *saved1 = malloc(blk->saved_bytes);
+    memcpy(saved1, blk->saved, blk->saved_bytes);
+    if (gc_chain_forward(&c, &L2)) return 1;
+    if (memcmp(saved1, blk->saved, blk->saved_bytes) != 0) {
+        fprintf(stderr, "gpt2 recompute: %s's saved area differs in a second forward\n",
+                blk->m->name);
+        fails++;
+    }
+    if (!blk->m->checkpointable) {
+        fprintf(stderr, "gpt2: %s is not checkpointable\n", blk->m->name);
+        fails++;
+    }
+    c.seed = 6;
+    if (gc_chain_forward(&c, &L3)) return 1;
+    c.training = false;
+    if (gc_chain_forward(&c, &E1)) return 1;
+    c.seed = 5;
+    if (gc_chain_forward(&c, &E2)) return 1;
+    if (L1 != L2) {
+        fprintf(stderr, "gpt2 recompute: same seed gave losses %.9g and %.9g\n", L1, L2);
+        fails++;
+    }
+    if (L1 == L3) {
+        fprintf(stderr, "gpt2 recompute: seeds 5 and 6 gave the same training loss %.9g\n", L1);
+        fails++;
+    }
+    if (E1 != E2) {
+        fprintf(stderr, "gpt2 recompute: eval loss depends on the seed (%.9g vs %.9g)\n", E1, E2);
+        fails++;
+    }
+    printf("gpt2 recompute: train %.9g (again %.9g, other seed %.9g), eval %.9g\n", L1, L2, L3,
+           E1);
+    free(saved1);
+    gc_chain_free(&c);
+    gc_batch_free(&lb.gb);
+    ds_model_destroy(model);
+    return fails;
+}
+
 int main(void) {
     g_be = test_cpu_backend(1, NULL);
     int fails = 0; /* failed tensors, each printed by gc_check */
     fails += test_mlp();
     fails += test_bert();
     fails += test_recompute();
+    fails += test_gpt2();
+    fails += test_gpt2_recompute();
     ds_backend_destroy(g_be);
     CHECK(fails == 0, "%d model gradient check(s) failed", fails);
     return test_finish("test_gradcheck_models");

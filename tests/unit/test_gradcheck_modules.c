@@ -30,7 +30,12 @@
  * Dropout runs with a fixed seed: the mask is a pure function of (seed,
  * offset), identical in every evaluation, so the module is a fixed smooth
  * map and FD applies. ReLU has kinks: an entry whose D(h) and D(h/2)
- * disagree (a kink inside the step) is skipped, at most 5% per tensor. */
+ * disagree (a kink inside the step) is skipped, at most 5% per tensor.
+ *
+ * GPT-2's modules are checked the same way (the block with and without a
+ * padding mask and with dropout, the tied head chained after the embedding
+ * that owns wte), and the block's causality exactly: no output depends on a
+ * later position's input. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,6 +263,129 @@ static int test_pooler(void) {
     return fails;
 }
 
+/* ---- GPT-2 (models/mod_gpt2_*.c) ---- */
+
+static const ds_gpt2_block_desc k_gpt2_block = {
+    .n_embd = 16, .n_head = 2, .n_inner = 24, .resid_pdrop = 0.2f, .attn_pdrop = 0.3f,
+    .ln_eps = 1e-5f, .init_std = 0.02f, .proj_std = 0.01f,
+};
+
+static int test_gpt2_embed(void) {
+    int fails = 0;
+    for (int training = 0; training < 2; training++) {
+        gc_batch gb;
+        const int lens[] = {5, 3};
+        gc_batch_make(&gb, 2, 5, 30, 3, lens, false, false, 21);
+        ds_gpt2_embed_desc d = {.vocab = 30, .n_embd = 16, .n_positions = 8, .embd_pdrop = 0.25f,
+                                .init_std = 0.02f};
+        ds_module *m;
+        if (ds_mod_gpt2_embed_create("transformer.embed", "transformer", &d, &m)) return 1;
+        fails += check_module(m, &gb, true, 0, false, training, &k_opts,
+                              training ? "gpt2_embed/dropout" : "gpt2_embed");
+        m->ops->destroy(m);
+        gc_batch_free(&gb);
+    }
+    return fails;
+}
+
+/* Variants: no attention_mask in the batch (causal only), right padding, and
+ * training with every dropout on (the masks are fixed by the seed, so the
+ * block is a fixed smooth map). */
+static int test_gpt2_block(void) {
+    int fails = 0;
+    const int B = 2, T = 5, lens[] = {5, 3};
+    for (int variant = 0; variant < 3; variant++) {
+        gc_batch gb;
+        gc_batch_make(&gb, B, T, 30, 3, lens, false, false, 22);
+        ds_batch no_mask = {.B = B, .T = T};
+        ds_batch_set(&no_mask, "input_ids", DS_I32, gb.tokens);
+        ds_module *m;
+        if (ds_mod_gpt2_block_create("transformer.h.0", &k_gpt2_block, &m)) return 1;
+        gc_chain c;
+        const ds_batch *b = variant == 0 ? &no_mask : &gb.b;
+        if (gc_chain_init(&c, g_be, &m, 1, b, false, (size_t)B * T * 16, false, 1234)) return 1;
+        c.training = variant == 2;
+        const char *label[3] = {"gpt2_block/causal", "gpt2_block/padding",
+                                "gpt2_block/padding+dropout"};
+        int f = gc_check(&c, &k_opts, label[variant]);
+        if (f) fprintf(stderr, "FAILED: %s (%d tensors)\n", label[variant], f);
+        fails += f ? 1 : 0;
+        gc_chain_free(&c);
+        m->ops->destroy(m);
+        gc_batch_free(&gb);
+    }
+    return fails;
+}
+
+/* Causality: output position t depends on inputs at positions <= t only, bit
+ * for bit (future keys get probability exactly 0, and every other operation
+ * is per position), with and without the padding mask. */
+static int test_gpt2_block_causal(void) {
+    const int B = 2, T = 6, E = 16, lens[] = {6, 4};
+    gc_batch gb;
+    gc_batch_make(&gb, B, T, 30, 3, lens, false, false, 23);
+    ds_module *m;
+    if (ds_mod_gpt2_block_create("transformer.h.0", &k_gpt2_block, &m)) return 1;
+    gc_chain c;
+    if (gc_chain_init(&c, g_be, &m, 1, &gb.b, false, (size_t)B * T * E, false, 77)) return 1;
+    size_t n = (size_t)B * T * E;
+    float *y0 = malloc(n * sizeof(float));
+    double L;
+    int fails = 0;
+    if (gc_chain_forward(&c, &L)) return 1;
+    memcpy(y0, c.runs[0].y, n * sizeof(float));
+    for (int t = T - 1; t >= 1; t--) {
+        /* perturb every input at positions >= t */
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < E; j++) c.x0[((size_t)b * T + t) * E + j] += 0.5f;
+        if (gc_chain_forward(&c, &L)) return 1;
+        int changed = 0;
+        for (int b = 0; b < B; b++)
+            for (int tt = 0; tt < t; tt++)
+                changed += memcmp(c.runs[0].y + ((size_t)b * T + tt) * E,
+                                  y0 + ((size_t)b * T + tt) * E, E * sizeof(float)) != 0;
+        CHECK(changed == 0, "gpt2_block: inputs at positions >= %d changed %d earlier outputs", t,
+              changed);
+        fails += changed != 0;
+    }
+    printf("gpt2_block/causality: outputs before t unchanged by inputs at t.. (t = %d..1)\n",
+           T - 1);
+    free(y0);
+    gc_chain_free(&c);
+    m->ops->destroy(m);
+    gc_batch_free(&gb);
+    return fails;
+}
+
+/* The tied head needs its owner earlier in the chain: embeddings -> head
+ * (the harness points the head's tied parameter at the embedding's buffers),
+ * so wte's checked gradient is the sum of its uses as the embedding table
+ * and as the output projection; finite differences move both at once, and
+ * a missing or overwritten term fails. */
+static int test_gpt2_head(void) {
+    gc_batch gb;
+    const int lens[] = {4, 2, 3};
+    gc_batch_make(&gb, 3, 4, 13, 3, lens, false, false, 24);
+    ds_gpt2_embed_desc ed = {.vocab = 13, .n_embd = 8, .n_positions = 6, .init_std = 0.02f};
+    ds_gpt2_head_desc hd = {.vocab = 13, .n_embd = 8, .ln_eps = 1e-5f,
+                            .ln_prefix = "transformer.ln_f", .alias = "lm_head.weight",
+                            .tied_to = "transformer.wte.weight"};
+    ds_module *ms[2];
+    if (ds_mod_gpt2_embed_create("transformer.embed", "transformer", &ed, &ms[0]) ||
+        ds_mod_gpt2_head_create("lm_head", &hd, &ms[1])) {
+        fprintf(stderr, "%s\n", ds_last_error());
+        return 1;
+    }
+    gc_chain c;
+    if (gc_chain_init(&c, g_be, ms, 2, &gb.b, true, 0, false, 4321)) return 1;
+    int f = gc_check(&c, &k_opts, "gpt2_embed+lm_head (tied)");
+    if (f) fprintf(stderr, "FAILED: gpt2_embed+lm_head (%d tensors)\n", f);
+    gc_chain_free(&c);
+    for (int i = 0; i < 2; i++) ms[i]->ops->destroy(ms[i]);
+    gc_batch_free(&gb);
+    return f ? 1 : 0;
+}
+
 int main(void) {
     g_be = test_cpu_backend(1, NULL);
     int fails = 0; /* failed tensors, each printed by gc_check */
@@ -268,6 +396,10 @@ int main(void) {
     fails += test_encoder_layer();
     fails += test_encoder_cls_only_is_full_row0();
     fails += test_pooler();
+    fails += test_gpt2_embed();
+    fails += test_gpt2_block();
+    fails += test_gpt2_block_causal();
+    fails += test_gpt2_head();
     ds_backend_destroy(g_be);
     CHECK(fails == 0, "%d module gradient check(s) failed", fails);
     return test_finish("test_gradcheck_modules");
