@@ -53,11 +53,12 @@ static int imin(int a, int b) { return a < b ? a : b; }
  * The sum over b cannot be one batched GEMM writing one C: batches of C must
  * not overlap (the cpu backend runs them on parallel threads, cuBLAS makes no
  * promise either). So each (b, j) product goes to its own block of `parts`
- * [B, k, C_out, C_in], and one more GEMM sums the blocks over b into dW:
- *   dW [1, k C_out C_in] += ones [1, B] parts [B, k C_out C_in].
+ * [B, k, C_out, C_in], and the column sums of parts viewed as
+ * [B, k C_out C_in] (nn's bcast_add_bwd, a bias gradient's kernel) add them
+ * into dW.
  *
  * saved:   pre, x W^T without the bias, [B, L_out, C_out]
- * scratch: dpre [B, L_out, C_out], parts [B, k, C_out, C_in], ones [B] */
+ * scratch: dpre [B, L_out, C_out], parts [B, k, C_out, C_in] */
 
 typedef struct conv_impl {
     int L, L_out, c_in, c_out, k, pad;
@@ -66,7 +67,7 @@ typedef struct conv_impl {
 } conv_impl;
 
 typedef struct conv_scratch {
-    float *dpre, *parts, *ones;
+    float *dpre, *parts;
 } conv_scratch;
 
 static size_t conv_saved_layout(const conv_impl *c, int B, void *base, float **pre) {
@@ -79,7 +80,6 @@ static size_t conv_scratch_layout(const conv_impl *c, int B, void *base, conv_sc
     ds_carve cv = ds_carve_begin(base);
     s->dpre = ds_carve_f32(&cv, (size_t)B * c->L_out * c->c_out);
     s->parts = ds_carve_f32(&cv, (size_t)B * c->k * c->c_out * c->c_in);
-    s->ones = ds_carve_f32(&cv, (size_t)B);
     return cv.off;
 }
 
@@ -173,10 +173,8 @@ static ds_status conv_backward(ds_module *m, ds_module_ctx *ctx) {
                              c->c_in, (int64_t)c->L * c->c_in, 0.0f,
                              s.parts + (size_t)j * c->c_out * c->c_in, c->c_in, wsize, B));
     }
-    /* dW += ones^T parts: the sum over the batch, accumulated (rule 2) */
-    DS_TRY(be->ops->fill(be, s.ones, (size_t)B, 1.0f));
-    DS_TRY(be->ops->gemm(be, false, false, 1, (int)wsize, B, 1.0f, s.ones, B, 0, s.parts,
-                         (int)wsize, 0, 1.0f, dW, (int)wsize, 0, 1));
+    /* dW += sum over b of parts[b]: the batch's sum, accumulated (rule 2) */
+    DS_TRY(be->nn->bcast_add_bwd(be, dW, s.parts, B, (int)wsize));
     if (!ctx->dx) return DS_OK; /* the first module: nothing before it */
     /* dx: zeroed, then every tap adds its shifted rows (written in full, rule 2) */
     DS_TRY(be->ops->memset(be, ctx->dx, 0, sizeof(float) * (size_t)B * c->L * c->c_in, NULL));
