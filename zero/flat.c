@@ -2,6 +2,7 @@
 #include "zero/flat.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,6 +106,14 @@ static bool same_shape(const ds_param_tie *t, const ds_param_desc *p) {
     return true;
 }
 
+/* "[768, 2304]" */
+static void shape_str(int ndim, const int64_t *shape, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < ndim && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
 /* Resolve every module's ties against the parameters of earlier modules. */
 static ds_status resolve_ties(const ds_model *model, ds_flat *f) {
     int n = 0;
@@ -128,12 +137,13 @@ static ds_status resolve_ties(const ds_model *model, ds_flat *f) {
                               "does not come before it (declare the parameter in the first module "
                               "that uses it)", mod->name, t->target,
                               model->modules[fp->module]->name);
-            if (!same_shape(t, fp->desc))
-                return DS_ERR(DS_ERR_INVALID_ARG, "module %s ties to %s with %d dimensions "
-                              "[%lld, %lld], the parameter has %d [%lld, %lld]", mod->name,
-                              t->target, t->ndim, (long long)t->shape[0], (long long)t->shape[1],
-                              fp->desc->ndim, (long long)fp->desc->shape[0],
-                              (long long)fp->desc->shape[1]);
+            if (!same_shape(t, fp->desc)) {
+                char a[96], b[96];
+                shape_str(t->ndim, t->shape, a, sizeof a);
+                shape_str(fp->desc->ndim, fp->desc->shape, b, sizeof b);
+                return DS_ERR(DS_ERR_INVALID_ARG, "module %s ties to %s with shape %s, the "
+                              "parameter's is %s", mod->name, t->target, a, b);
+            }
             if (t->name[0] && find_owned(f, t->name) >= 0)
                 return DS_ERR(DS_ERR_INVALID_ARG, "module %s: tie alias %s is also a parameter's "
                               "name", mod->name, t->name);

@@ -102,7 +102,11 @@ typedef struct ds_backend_ops {
     /* ---- dense math (fp32) ----
      * For b in [0, batch): C_b = alpha * op(A_b) * op(B_b) + beta * C_b with
      * op(A_b) [m x k], op(B_b) [k x n], C_b [m x n], X_b = X + b * strideX.
-     * transa/transb: use the transpose of the stored row-major matrix. */
+     * transa/transb: use the transpose of the stored row-major matrix.
+     * The C_b of a batch must not overlap (the batches run in parallel:
+     * strideC 0 with batch > 1 is refused). To sum products over a batch,
+     * write them to separate blocks and add those (nn->bcast_add_bwd sums
+     * rows), or fold the batch into k. */
     ds_status (*gemm)(ds_backend *be, bool transa, bool transb, int m, int n, int k, float alpha,
                       const float *A, int lda, int64_t strideA, const float *B, int ldb,
                       int64_t strideB, float beta, float *C, int ldc, int64_t strideC,

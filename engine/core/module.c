@@ -87,17 +87,43 @@ void ds_module_free(ds_module *m) {
     free(m);
 }
 
-/* shape (d0[, d1]) into ndim/shape; DS_ERR_INVALID_ARG naming `what` */
-static ds_status set_shape(const char *what, int64_t d0, int64_t d1, int *ndim, int64_t *shape) {
-    if (d0 <= 0) return DS_ERR(DS_ERR_INVALID_ARG, "parameter %s: size %lld", what, (long long)d0);
-    *ndim = d1 > 0 ? 2 : 1;
-    shape[0] = d0;
-    shape[1] = d1 > 0 ? d1 : 0;
+/* shape[0..n) into ndim/shape; DS_ERR_INVALID_ARG naming `what` */
+static ds_status set_shape(const char *what, int n, const int64_t *in, int *ndim, int64_t *shape) {
+    if (n < 1 || n > DS_MAX_DIMS || !in)
+        return DS_ERR(DS_ERR_INVALID_ARG, "parameter %s: %d dimensions (1..%d)", what, n,
+                      DS_MAX_DIMS);
+    for (int k = 0; k < n; k++)
+        if (in[k] <= 0)
+            return DS_ERR(DS_ERR_INVALID_ARG, "parameter %s: dimension %d is %lld", what, k,
+                          (long long)in[k]);
+    *ndim = n;
+    for (int k = 0; k < DS_MAX_DIMS; k++) shape[k] = k < n ? in[k] : 0;
     return DS_OK;
+}
+
+/* (d0[, d1]) as a shape: d1 <= 0 is one dimension */
+static int shape2(int64_t d0, int64_t d1, int64_t *s) {
+    s[0] = d0;
+    s[1] = d1;
+    return d1 > 0 ? 2 : 1;
 }
 
 ds_status ds_module_param(ds_module *m, int i, const char *prefix, const char *suffix, int64_t d0,
                           int64_t d1, ds_init_kind init, float a, float b) {
+    int64_t s[2];
+    int n = shape2(d0, d1, s);
+    return ds_module_param_nd(m, i, prefix, suffix, n, s, init, a, b);
+}
+
+ds_status ds_module_tie(ds_module *m, const char *alias, const char *target, int64_t d0,
+                        int64_t d1) {
+    int64_t s[2];
+    int n = shape2(d0, d1, s);
+    return ds_module_tie_nd(m, alias, target, n, s);
+}
+
+ds_status ds_module_param_nd(ds_module *m, int i, const char *prefix, const char *suffix,
+                             int ndim, const int64_t *shape, ds_init_kind init, float a, float b) {
     if (!m || i < 0 || i >= m->n_params)
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_module_param: parameter %d of module %s (it has %d)",
                       i, m ? m->name : "(null)", m ? m->n_params : 0);
@@ -107,15 +133,15 @@ ds_status ds_module_param(ds_module *m, int i, const char *prefix, const char *s
     if (len < 0 || len >= (int)sizeof p->name)
         return DS_ERR(DS_ERR_INVALID_ARG, "parameter name \"%s.%s\" is longer than %d characters",
                       prefix, suffix, DS_MAX_NAME - 1);
-    DS_TRY(set_shape(p->name, d0, d1, &p->ndim, p->shape));
+    DS_TRY(set_shape(p->name, ndim, shape, &p->ndim, p->shape));
     p->init = init;
     p->init_a = a;
     p->init_b = b;
     return DS_OK;
 }
 
-ds_status ds_module_tie(ds_module *m, const char *alias, const char *target, int64_t d0,
-                        int64_t d1) {
+ds_status ds_module_tie_nd(ds_module *m, const char *alias, const char *target, int ndim,
+                           const int64_t *shape) {
     if (!m || !target) return DS_ERR(DS_ERR_INVALID_ARG, "ds_module_tie: module or target is NULL");
     if (strlen(target) >= DS_MAX_NAME || (alias && strlen(alias) >= DS_MAX_NAME))
         return DS_ERR(DS_ERR_INVALID_ARG, "module %s: tied parameter name longer than %d "
@@ -127,7 +153,7 @@ ds_status ds_module_tie(ds_module *m, const char *alias, const char *target, int
     memset(x, 0, sizeof *x);
     snprintf(x->target, sizeof x->target, "%s", target);
     if (alias) snprintf(x->name, sizeof x->name, "%s", alias);
-    DS_TRY(set_shape(target, d0, d1, &x->ndim, x->shape));
+    DS_TRY(set_shape(target, ndim, shape, &x->ndim, x->shape));
     m->n_tied++;
     return DS_OK;
 }

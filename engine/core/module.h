@@ -260,11 +260,19 @@ void ds_module_free(ds_module *m);
 ds_status ds_module_param(ds_module *m, int i, const char *prefix, const char *suffix, int64_t d0,
                           int64_t d1, ds_init_kind init, float a, float b);
 
+/* The same for any shape: ndim 1..DS_MAX_DIMS dimensions, each > 0. */
+ds_status ds_module_param_nd(ds_module *m, int i, const char *prefix, const char *suffix,
+                             int ndim, const int64_t *shape, ds_init_kind init, float a, float b);
+
 /* Declare that m also uses parameter `target` of an earlier module, with
  * shape (d0[, d1]), under the alias `alias` (may be NULL: no alias). It is
- * appended to m->tied (ctx->tied[m->n_tied - 1]). */
+ * appended to m->tied (ctx->tied[m->n_tied - 1]). The shape must be the
+ * owner's (checked when the engine lays the model out). */
 ds_status ds_module_tie(ds_module *m, const char *alias, const char *target, int64_t d0,
                         int64_t d1);
+/* The same for any shape. */
+ds_status ds_module_tie_nd(ds_module *m, const char *alias, const char *target, int ndim,
+                           const int64_t *shape);
 
 /* The checks a forward/backward starts with: a backend, a batch with
  * B, T > 0, an input when need_x, parameter pointers when the module has

@@ -8,6 +8,10 @@
 #include "models/models.h"
 #include "zero/flat.h"
 
+#include <string.h>
+
+#include "models/modules.h"
+
 static int fails;
 #define CHECK(c)                                                                   \
     do {                                                                           \
@@ -17,7 +21,66 @@ static int fails;
         }                                                                          \
     } while (0)
 
+/* Two linear modules, the second tying to the first's weight (or to
+ * `target` with shape d0 x d1); owner_first false puts them the other way. */
+static ds_status tie_model(const char *target, int64_t d0, int64_t d1, bool owner_first,
+                           ds_model **out) {
+    ds_model *m;
+    DS_TRY(ds_model_create("ties", &m));
+    ds_module *a, *b;
+    ds_status st = ds_mod_linear_create("a", "a", 4, 3, DS_ACT_NONE, DS_LINEAR_INIT_HF, 0.02f, &a);
+    if (st == DS_OK)
+        st = ds_mod_linear_create("b", "b", 4, 3, DS_ACT_NONE, DS_LINEAR_INIT_HF, 0.02f, &b);
+    if (st == DS_OK) st = ds_module_tie(b, "b.alias", target, d0, d1);
+    if (st == DS_OK) st = ds_model_add_module(m, owner_first ? a : b);
+    if (st == DS_OK) st = ds_model_add_module(m, owner_first ? b : a);
+    *out = m;
+    return st;
+}
+
+/* Ties: one table entry per use, the target once; the alias finds the
+ * owner's parameter; misdeclared ties are refused naming the module. */
+static void test_ties(void) {
+    ds_model *m;
+    ds_flat *f = NULL;
+    CHECK(tie_model("a.weight", 3, 4, true, &m) == DS_OK);
+    CHECK(ds_flat_create(m, 2, &f) == DS_OK);
+    if (f) {
+        CHECK(f->n_params == 4 && f->n_ties == 1 && f->n_tied_params == 1);
+        CHECK(f->ties[0].module == 1 && f->ties[0].param == 0 && f->tied_params[0] == 0);
+        CHECK(f->modules[1].first_tie == 0 && f->modules[1].n_ties == 1);
+        CHECK(ds_flat_find(f, "b.alias") == 0 && ds_flat_tied_index(f, 0) == 0);
+        CHECK(ds_flat_tied_index(f, 1) == -1);
+        CHECK(ds_model_num_params(m) == 2 * (12 + 3)); /* the tie adds nothing */
+        ds_flat_destroy(f);
+    }
+    ds_model_destroy(m);
+    struct {
+        const char *target;
+        int64_t d0, d1;
+        bool owner_first;
+        const char *msg;
+    } bad[] = {
+        {"a.nothing", 3, 4, true, "which no module declares"},
+        {"a.weight", 4, 3, true, "with shape [4, 3], the parameter's is [3, 4]"},
+        {"a.weight", 3, 4, false, "does not come before it"},
+        {"b.weight", 3, 4, true, "which does not come before it"}, /* its own */
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        CHECK(tie_model(bad[k].target, bad[k].d0, bad[k].d1, bad[k].owner_first, &m) == DS_OK);
+        f = NULL;
+        ds_status st = ds_flat_create(m, 1, &f);
+        if (st != DS_ERR_INVALID_ARG || f || !strstr(ds_last_error(), bad[k].msg)) {
+            printf("FAIL: tie case %zu: status %d, \"%s\"\n", k, (int)st, ds_last_error());
+            fails++;
+        }
+        ds_flat_destroy(f);
+        ds_model_destroy(m);
+    }
+}
+
 int main(void) {
+    test_ties();
     ds_bert_desc bd = {.vocab_size = 21128, .hidden_size = 256, .num_hidden_layers = 4,
                        .num_attention_heads = 4, .intermediate_size = 1024,
                        .max_position_embeddings = 512, .n_classes = 6, .max_seq_len = 128};
