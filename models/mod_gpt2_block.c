@@ -22,6 +22,11 @@
  * keys when the batch has an "attention_mask" (what GPT2Model does when it is
  * given one). Padded query positions still attend to the real keys before
  * them; their outputs are computed (as HF's are) and the loss ignores them.
+ * A query that sees no real key at all (left padding: a padded position
+ * before the first real token) gets a zero attention output, where HF's
+ * additive mask makes it a uniform average over all T keys; such a position
+ * is padding either way (no loss counts it, no other query sees it), so
+ * losses and gradients agree and only its own logits differ.
  *
  * Dropout sites draw from one stream (ctx->seed) at disjoint offsets:
  * attention probs [0, B nh T T), attention output [+N E), MLP output [+N E),

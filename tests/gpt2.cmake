@@ -7,3 +7,10 @@ set(_gpt2_unit ${CMAKE_CURRENT_SOURCE_DIR}/unit)
 # gelu_new and the causal softmax against double-precision references.
 ds_add_test(NAME test_nn_decoder SOURCES ${_gpt2_unit}/test_nn_decoder.c
             ${_gpt2_unit}/gradcheck_harness.c LABELS unit)
+
+# Logits, loss, every gradient (wte's the sum of both uses) and the parameters
+# after 3 AdamW steps against transformers' GPT2LMHeadModel
+# (tests/data/gpt2_ref_tiny.bin, written by tools/make_gpt2_reference.py; read
+# with the BERT test's DSREF reader).
+ds_add_test(NAME test_gpt2_parity SOURCES ${_gpt2_unit}/test_gpt2_parity.c
+            ${_gpt2_unit}/bert_ref.c LABELS unit)
