@@ -150,6 +150,7 @@ ds_status ds_initialize(const ds_init_desc *d, engine_t **out) {
     h.world_size = e->comm->world;
     h.world_source = ds_rank_source_name(e->comm->source);
     if (h.hidden_size <= 0) h.hidden_size = e->model->hidden_size;
+    if (h.train_rows <= 0 && d->train_data) h.train_rows = (int64_t)d->train_data->n;
     DS_TRY_GOTO(st, ds_config_resolve(&e->cfg, &h), fail);
 
     /* Local construction may fail on one rank only (memory, a device):

@@ -206,6 +206,12 @@ typedef struct ds_config_hints {
     int64_t micro_batch;        /* e.g. train_cls --batch; <= 0 = not given */
     int64_t warmup_num_steps;   /* < 0 = not given */
     int64_t total_num_steps;    /* < 0 = not given */
+    /* Or the run's length, from which total_num_steps "auto" is computed:
+     * epochs over train_rows rows (ds_initialize fills train_rows from the
+     * training data), at the resolved micro batch, accumulation and world
+     * size, as the engine's loader walks them. <= 0 = not given. */
+    double epochs;
+    int64_t train_rows;
 } ds_config_hints;
 
 /* Initialise hints with "not given" everywhere and world_size 1. */
@@ -222,7 +228,10 @@ void ds_config_hints_init(ds_config_hints *h);
  *     1000; fp16/bf16 "auto" -> false; reduce_bucket_size hidden^2,
  *     stage3_prefetch_bucket_size 0.9*hidden^2, stage3_param_persistence_
  *     threshold 10*hidden when hidden_size is known, else the defaults);
- *     total_num_steps "auto" needs hints.total_num_steps;
+ *     total_num_steps "auto" needs hints.total_num_steps, or hints.epochs
+ *     and hints.train_rows (steps per epoch: ceil(rows per rank / micro
+ *     batch) / accumulation steps, at least 1; rows per rank rounded up, or
+ *     down with dataloader_drop_last);
  *   - a key written as a number and a hint that disagrees with it is an
  *     error naming both (so pass only values the user actually chose);
  *   - without an "optimizer" section the trainer's optimizer takes lr,

@@ -2,6 +2,7 @@
  * Trainer fills a DeepSpeed config), DeepSpeed's batch rule, and the checks
  * that involve more than one key. Works on a copy and writes back only on
  * success. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,6 +17,21 @@ void ds_config_hints_init(ds_config_hints *h) {
     h->micro_batch = 0;
     h->warmup_num_steps = -1;
     h->total_num_steps = -1;
+    h->epochs = -1.0;
+    h->train_rows = -1;
+}
+
+/* total_num_steps from the run's length (hints.epochs over train_rows), as
+ * the engine's loader walks an epoch; -1 when not given. Needs the batch
+ * keys resolved. */
+static int64_t steps_from_epochs(const ds_config *c, const ds_config_hints *h) {
+    if (!(h->epochs > 0) || h->train_rows <= 0) return -1;
+    int64_t world = c->world_size, rows = h->train_rows;
+    int64_t per_rank = c->dataloader_drop_last ? rows / world : (rows + world - 1) / world;
+    int64_t micro = c->train_micro_batch_size_per_gpu, gas = c->gradient_accumulation_steps;
+    int64_t per_epoch = ((per_rank + micro - 1) / micro) / gas;
+    if (per_epoch < 1) per_epoch = 1;
+    return (int64_t)ceil(h->epochs * (double)per_epoch);
 }
 
 /* Resolve failures carry the file name like parse failures do. */
@@ -113,14 +129,18 @@ static ds_status resolve_scheduler(ds_config *c, const ds_config_hints *h) {
                       "hints.warmup_num_steps", 1000));
     if (c->scheduler == DS_SCHED_WARMUP_LR) return DS_OK;
 
+    int64_t total = h->total_num_steps;
+    const char *from = "hints.total_num_steps";
+    if (total < 0 && c->total_num_steps_auto && (total = steps_from_epochs(c, h)) > 0)
+        from = "hints.epochs over the training rows";
     DS_TRY(fill_steps(c, "scheduler.params.total_num_steps", &c->total_num_steps,
-                      c->total_num_steps_auto, c->total_num_steps_set, h->total_num_steps,
-                      "hints.total_num_steps", 0));
+                      c->total_num_steps_auto, c->total_num_steps_set, total, from, 0));
     if (c->total_num_steps < 1) {
         if (c->total_num_steps_auto)
             return RFAIL(c, DS_ERR_CONFIG,
-                         "scheduler.params.total_num_steps: \"auto\" needs the trainer's step "
-                         "count (hints.total_num_steps) and none was given; write a number");
+                         "scheduler.params.total_num_steps: \"auto\" needs the run's length and "
+                         "none was given: set ds_init_desc.hints.total_num_steps, or "
+                         "hints.epochs with training data; or write a number");
         return RFAIL(c, DS_ERR_CONFIG,
                      "scheduler.params.total_num_steps: required by %s (a number or \"auto\"), "
                      "got nothing",
@@ -316,9 +336,9 @@ ds_status ds_config_resolve(ds_config *cfg, const ds_config_hints *h) {
              h->world_source && h->world_source[0] ? h->world_source
                                                    : "the caller (ds_config_hints.world_size)");
     DS_TRY(resolve_optimizer(&c, h));
-    DS_TRY(resolve_scheduler(&c, h));
     resolve_precision_and_sizes(&c, h);
     DS_TRY(resolve_batch(&c, h));
+    DS_TRY(resolve_scheduler(&c, h)); /* total_num_steps from epochs needs the batch */
     DS_TRY(check_cross(&c));
     *cfg = c;
     return DS_OK;

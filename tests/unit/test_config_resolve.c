@@ -251,6 +251,33 @@ static void test_scheduler_auto(void) {
     /* WarmupLR has no total: a hint for it is simply not used */
     c = RESOLVE_OK("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\"}}", &h1);
     CHECK_EQ_I(c.total_num_steps, 0);
+
+    /* ... or from the run's length: 1000 rows at 4 ranks (250 each), micro
+     * batch 8 (32 micro-batches, the last one short), 2 accumulation steps:
+     * 16 steps an epoch, 2.5 epochs -> 40 */
+    ds_config_hints h4 = hints_world(4);
+    h4.epochs = 2.5;
+    h4.train_rows = 1000;
+    const char *cos = "{\"train_micro_batch_size_per_gpu\": 8, \"gradient_accumulation_steps\": 2,"
+                      " \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\":"
+                      " {\"total_num_steps\": \"auto\"}}}";
+    c = RESOLVE_OK(cos, &h4);
+    CHECK_EQ_I(c.total_num_steps, 40);
+    /* 1003 rows: 251 a rank (rounded up, as without dataloader_drop_last),
+     * still 32 micro-batches and 16 steps: the same 40 */
+    h4.train_rows = 1003;
+    c = RESOLVE_OK(cos, &h4);
+    CHECK_EQ_I(c.total_num_steps, 40);
+    /* a direct hint wins over the epochs */
+    h4.total_num_steps = 9;
+    c = RESOLVE_OK(cos, &h4);
+    CHECK_EQ_I(c.total_num_steps, 9);
+    /* fewer rows than one step: at least one step an epoch */
+    h4.total_num_steps = -1;
+    h4.train_rows = 4;
+    h4.epochs = 3;
+    c = RESOLVE_OK(cos, &h4);
+    CHECK_EQ_I(c.total_num_steps, 3);
 }
 
 static void test_precision_and_sizes_auto(void) {
