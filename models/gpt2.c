@@ -8,8 +8,7 @@
 #include "models/models.h"
 #include "models/modules.h"
 
-/* d with the documented defaults filled in, or an error naming the field. */
-static ds_status gpt2_resolve(const ds_gpt2_desc *in, ds_gpt2_desc *d) {
+ds_status ds_gpt2_resolve(const ds_gpt2_desc *in, ds_gpt2_desc *d) {
     *d = *in;
     /* GPT-2 small's shape where a field is 0 (GPT2Config's defaults) */
     if (d->vocab_size == 0) d->vocab_size = 50257;
@@ -24,6 +23,7 @@ static ds_status gpt2_resolve(const ds_gpt2_desc *in, ds_gpt2_desc *d) {
     if (!d->dropout_set && d->resid_pdrop == 0.0f && d->embd_pdrop == 0.0f &&
         d->attn_pdrop == 0.0f)
         d->resid_pdrop = d->embd_pdrop = d->attn_pdrop = 0.1f;
+    d->dropout_set = true; /* the three values are now meant as they are */
 #define POSITIVE(f)                                                                       \
     if (d->f <= 0) return DS_ERR(DS_ERR_INVALID_ARG, "gpt2: " #f " must be > 0, got %d", d->f)
     POSITIVE(vocab_size);
@@ -63,7 +63,7 @@ ds_status ds_gpt2_create(const ds_gpt2_desc *in, ds_model **out) {
     *out = NULL;
     if (!in) return DS_ERR(DS_ERR_INVALID_ARG, "ds_gpt2_create: desc is NULL");
     ds_gpt2_desc d;
-    DS_TRY(gpt2_resolve(in, &d));
+    DS_TRY(ds_gpt2_resolve(in, &d));
     const float sd = d.initializer_range;
 
     ds_model *model;

@@ -1,5 +1,6 @@
-/* Hugging Face interoperability: a BERT config.json into ds_bert_desc, and
- * safetensors checkpoints onto a model's parameters by name.
+/* Hugging Face interoperability: a BERT config.json into ds_bert_desc, a
+ * GPT-2 config.json into and out of ds_gpt2_desc, and safetensors
+ * checkpoints onto a model's parameters by name.
  *
  *     ds_bert_desc d;
  *     DS_TRY(ds_hf_bert_config_read("MiniLM/config.json", 6, &d));
@@ -19,7 +20,16 @@
  * Checkpoints of BertModel and sentence-transformers (all-MiniLM-L6-v2) name
  * the same tensors without "bert." ("embeddings.word_embeddings.weight");
  * both are accepted, as are TensorFlow-era "LayerNorm.gamma"/".beta" for
- * ".weight"/".bias" (transformers renames them the same way). */
+ * ".weight"/".bias" (transformers renames them the same way).
+ *
+ * GPT-2 likewise: GPT2LMHeadModel's "transformer.h.0.attn.c_attn.weight" or
+ * the original gpt2 checkpoints' "h.0.attn.c_attn.weight", "wte.weight"
+ * (GPT2Model's names). "lm_head.weight", when present, is the alias of the
+ * tied transformer.wte.weight: it loads wte when the checkpoint has no
+ * wte of its own and is otherwise ignored (counted). The causal-mask
+ * buffers of older checkpoints ("h.0.attn.bias", "h.0.attn.masked_bias")
+ * are skipped. Conv1D weights are stored [in, out] by transformers and
+ * taken as they are. */
 #ifndef DS_MODELS_HF_H
 #define DS_MODELS_HF_H
 
@@ -59,6 +69,43 @@ extern "C" {
  * than "absolute", is_decoder or add_cross_attention true. */
 ds_status ds_hf_bert_config_read(const char *config_json_path, int n_classes, ds_bert_desc *out);
 
+/* Read a Hugging Face GPT-2 config.json (GPT2Config, as save_pretrained
+ * writes it) into *out (all fields set, dropout_set true: the file's
+ * dropouts are meant as given, zeros included).
+ *
+ * Required keys (errors name the file and the key): vocab_size, n_embd,
+ * n_layer, n_head, n_positions. Optional, with GPT2Config's defaults:
+ * n_inner (null or absent: 4 n_embd, stored as 0), resid_pdrop, embd_pdrop,
+ * attn_pdrop (0.1 each), layer_norm_epsilon (1e-5), initializer_range
+ * (0.02), activation_function ("gelu_new"). out->max_seq_len = n_positions
+ * (lower it to what batches need). Keys that do not shape the model
+ * (architectures, bos/eos_token_id, n_ctx, summary_*, use_cache, ...) are
+ * not read.
+ *
+ * Errors: DS_ERR_IO when unreadable; DS_ERR_CONFIG "<file>: <key>: ..." for
+ * invalid JSON, a missing required key, a wrong type or range, n_embd not
+ * divisible by n_head; DS_ERR_UNSUPPORTED "<file>: <key>: ..." for
+ * model_type other than "gpt2", activation_function other than "gelu_new"
+ * or "gelu_pytorch_tanh" (the same tanh approximation), tie_word_embeddings
+ * false (the engine's output projection is the token embedding),
+ * scale_attn_weights false, scale_attn_by_inverse_layer_idx or
+ * add_cross_attention true. reorder_and_upcast_attn is accepted either way
+ * (it changes only how fp16 rounds; the engine computes attention in fp32). */
+ds_status ds_hf_gpt2_config_read(const char *path, ds_gpt2_desc *out);
+
+/* Write *d (models.h's defaults filled in first) as a Hugging Face
+ * config.json at `path`, so GPT2LMHeadModel.from_pretrained(folder) builds
+ * the same model: model_type "gpt2", architectures ["GPT2LMHeadModel"],
+ * activation_function "gelu_new", tie_word_embeddings true, the shape, the
+ * dropouts, layer_norm_epsilon and initializer_range (floats in their
+ * shortest decimal form, which read back to the same float), n_inner null
+ * when it is the default 4 n_embd, bos/eos_token_id null (the descriptor
+ * does not know the tokenizer). The folder must exist; the file is written
+ * atomically (path.tmp, fsync, rename), so a reader never sees half of it.
+ * Errors: DS_ERR_INVALID_ARG (an invalid descriptor, naming the field),
+ * DS_ERR_IO naming the file, DS_ERR_OOM. */
+ds_status ds_hf_gpt2_config_write(const char *path, const ds_gpt2_desc *d);
+
 /* Installs one parameter: `data` holds `numel` fp32 values in the model's
  * layout (row-major, the shape the model declared). Returns DS_OK or a
  * failure, which stops the load and is passed up. */
@@ -73,8 +120,12 @@ typedef struct ds_hf_load_report {
     char **unexpected;     /*   ignored (a pooler or an MLM head the model lacks) */
     int n_mismatched;      /* "NAME: checkpoint [a, b] vs model [c, d]"; the load */
     char **mismatched;     /*   fails with DS_ERR_DATA when there is any */
-    int n_ignored_buffers; /* "*.position_ids" buffers: not parameters */
-    bool prefix_added;     /* checkpoint names lacked "bert." */
+    int n_ignored_buffers; /* buffers, not parameters: "*.position_ids" (BERT),
+                              "*.attn.bias", "*.attn.masked_bias" (GPT-2's causal mask) */
+    int n_ignored_aliases; /* tie aliases ("lm_head.weight") of a parameter the
+                              checkpoint also holds under its own name */
+    bool prefix_added;     /* checkpoint names lacked the base-model prefix: */
+    char prefix[16];       /*   this one ("bert.", "transformer.") */
     int n_files;           /* safetensors files read (shards) */
     char *source;          /* the file read: `path` itself, or the model.safetensors / */
                            /*   index .json found in folder `path` (errors name it too) */

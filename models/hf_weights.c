@@ -1,4 +1,12 @@
-/* Hugging Face safetensors checkpoints onto a model's parameters by name. */
+/* Hugging Face safetensors checkpoints onto a model's parameters by name.
+ *
+ * A checkpoint tensor maps onto the model parameter of its name, else of its
+ * name with a base-model prefix added ("bert.", "transformer.": checkpoints
+ * of BertModel and GPT2Model lack them), else onto the owner of a tied
+ * parameter it is an alias of ("lm_head.weight" -> transformer.wte.weight),
+ * used only when the checkpoint lacks the owner's own tensor. Non-persistent
+ * buffers older checkpoints carry (position_ids, GPT-2's attn.bias causal
+ * mask and attn.masked_bias) are counted and skipped. */
 #include "models/hf.h"
 
 #include <errno.h>
@@ -9,7 +17,9 @@
 
 #include "engine/io/safetensors.h"
 
-#define PREFIX "bert."
+/* Base-model prefixes a checkpoint may lack, tried in order. */
+static const char *const k_prefixes[] = {"bert.", "transformer."};
+#define N_PREFIXES ((int)(sizeof k_prefixes / sizeof k_prefixes[0]))
 
 typedef struct ckpt_tensor {
     int file;
@@ -31,6 +41,12 @@ typedef struct loader {
         int idx; /* into params */
     } *by_name;                   /* sorted by name */
     int *src; /* per parameter: index into ck, or -1 */
+    int *alias_src; /* per parameter: a checkpoint tensor named as a tie alias of it, or -1 */
+    struct alias {
+        const char *name; /* "lm_head.weight" */
+        int idx;          /* the tied parameter (into params) */
+    } *aliases;           /* the model's tie aliases */
+    int n_aliases;
 } loader;
 
 static int cmp_named(const void *a, const void *b) {
@@ -86,15 +102,20 @@ static void print_list(FILE *fp, const char *title, char **names, int n) {
 }
 
 void ds_hf_load_report_print(const ds_hf_load_report *rep, FILE *fp) {
-    fprintf(fp, "hf weights: loaded %d parameters from %d file%s%s\n", rep->n_loaded, rep->n_files,
-            rep->n_files == 1 ? "" : "s",
-            rep->prefix_added ? " (checkpoint names without \"" PREFIX "\")" : "");
+    fprintf(fp, "hf weights: loaded %d parameters from %d file%s", rep->n_loaded, rep->n_files,
+            rep->n_files == 1 ? "" : "s");
+    if (rep->prefix_added) fprintf(fp, " (checkpoint names without \"%s\")", rep->prefix);
+    fputc('\n', fp);
     print_list(fp, "newly initialised, not in the checkpoint", rep->missing, rep->n_missing);
     print_list(fp, "unused checkpoint tensors", rep->unexpected, rep->n_unexpected);
     print_list(fp, "mis-shaped", rep->mismatched, rep->n_mismatched);
     if (rep->n_ignored_buffers > 0)
-        fprintf(fp, "  ignored %d position_ids buffer%s\n", rep->n_ignored_buffers,
-                rep->n_ignored_buffers == 1 ? "" : "s");
+        fprintf(fp, "  ignored %d buffer%s (position_ids, attn.bias, attn.masked_bias: not "
+                "parameters)\n", rep->n_ignored_buffers, rep->n_ignored_buffers == 1 ? "" : "s");
+    if (rep->n_ignored_aliases > 0)
+        fprintf(fp, "  ignored %d tied alias%s (e.g. lm_head.weight): the checkpoint also holds "
+                "the tied parameter itself\n", rep->n_ignored_aliases,
+                rep->n_ignored_aliases == 1 ? "" : "es");
 }
 
 static void loader_free(loader *L) {
@@ -104,6 +125,8 @@ static void loader_free(loader *L) {
     free(L->params);
     free(L->by_name);
     free(L->src);
+    free(L->alias_src);
+    free(L->aliases);
 }
 
 static bool is_dir(const char *p) {
@@ -203,6 +226,59 @@ static bool same_shape(const ds_st_tensor *t, const ds_param_desc *d) {
     return true;
 }
 
+/* Buffers transformers keeps in older checkpoints that are not parameters:
+ * BERT's position_ids, GPT-2's causal mask attn.bias and attn.masked_bias
+ * (transformers itself skips them on load). */
+static bool is_buffer(const char *name) {
+    return ends_with(name, ".position_ids") || ends_with(name, ".attn.bias") ||
+           ends_with(name, ".attn.masked_bias") || !strcmp(name, "attn.bias") ||
+           !strcmp(name, "attn.masked_bias");
+}
+
+/* Index of the parameter that the tie alias `name` stands for, -1 if none. */
+static int find_alias(const loader *L, const char *name) {
+    for (int i = 0; i < L->n_aliases; i++)
+        if (!strcmp(L->aliases[i].name, name)) return L->aliases[i].idx;
+    return -1;
+}
+
+/* Collects problems for the DS_ERR_DATA message. */
+typedef struct problems {
+    char text[1024];
+    size_t len;
+} problems;
+
+/* Checkpoint tensor c now feeds parameter idx: check its shape (a mismatch
+ * is reported, the load fails after every tensor is seen) and dtype. */
+static ds_status assign(loader *L, ds_hf_load_report *rep, int ck_index, int idx,
+                        problems *pr) {
+    ckpt_tensor *c = &L->ck[ck_index];
+    const ds_param_desc *d = L->params[idx];
+    if (L->src[idx] >= 0) {
+        const ckpt_tensor *o = &L->ck[L->src[idx]];
+        return DS_ERR(DS_ERR_DATA, "%s: tensors '%s' (%s) and '%s' (%s) both map onto "
+                      "parameter %s", L->path, o->t->name, ds_st_path(L->files[o->file]),
+                      c->t->name, ds_st_path(L->files[c->file]), d->name);
+    }
+    L->src[idx] = ck_index;
+    c->param = idx;
+    if (!same_shape(c->t, d)) {
+        char a[160], b[160], line[DS_MAX_NAME + 400];
+        shape_str(c->t->ndim, c->t->shape, a, sizeof a);
+        shape_str(d->ndim, d->shape, b, sizeof b);
+        snprintf(line, sizeof line, "%s: checkpoint %s vs model %s", c->t->name, a, b);
+        DS_TRY(report_add(&rep->mismatched, &rep->n_mismatched, line));
+        if (pr->len < sizeof pr->text - 1)
+            pr->len += (size_t)snprintf(pr->text + pr->len, sizeof pr->text - pr->len, "%s%s",
+                                        pr->len ? "; " : "", line);
+    } else if (!ds_st_dtype_is_float(c->t->dtype)) {
+        return DS_ERR(DS_ERR_DATA, "%s: tensor '%s' is %s; parameter %s needs a float dtype",
+                      ds_st_path(L->files[c->file]), c->t->name, ds_st_dtype_name(c->t->dtype),
+                      d->name);
+    }
+    return DS_OK;
+}
+
 /* Match every checkpoint tensor to a parameter and fill the report. */
 static ds_status match(loader *L, ds_hf_load_report *rep) {
     int total = 0;
@@ -210,8 +286,8 @@ static ds_status match(loader *L, ds_hf_load_report *rep) {
     L->ck = calloc((size_t)(total ? total : 1), sizeof *L->ck);
     if (!L->ck) return DS_ERR(DS_ERR_OOM, "%s: %d tensors", L->path, total);
     char name[DS_MAX_NAME + 16], full[DS_MAX_NAME + 32];
-    char problems[1024] = "";
-    size_t plen = 0;
+    problems pr = {.len = 0};
+    pr.text[0] = '\0';
     for (int f = 0; f < L->n_files; f++)
         for (int i = 0; i < ds_st_count(L->files[f]); i++) {
             ckpt_tensor *c = &L->ck[L->n_ck++];
@@ -220,46 +296,44 @@ static ds_status match(loader *L, ds_hf_load_report *rep) {
             c->param = -1;
             normalise(c->t->name, name, sizeof name);
             int p = find_param(L, name);
-            if (p < 0) {
-                snprintf(full, sizeof full, PREFIX "%s", name);
+            for (int k = 0; p < 0 && k < N_PREFIXES; k++) {
+                snprintf(full, sizeof full, "%s%s", k_prefixes[k], name);
                 p = find_param(L, full);
-                if (p >= 0) rep->prefix_added = true;
+                if (p >= 0) {
+                    rep->prefix_added = true;
+                    snprintf(rep->prefix, sizeof rep->prefix, "%s", k_prefixes[k]);
+                }
             }
-            if (p < 0) {
-                if (ends_with(c->t->name, ".position_ids")) rep->n_ignored_buffers++;
-                else DS_TRY(report_add(&rep->unexpected, &rep->n_unexpected, c->t->name));
+            if (p >= 0) {
+                DS_TRY(assign(L, rep, L->n_ck - 1, p, &pr));
                 continue;
             }
-            const ds_param_desc *d = L->params[p];
-            int idx = p;
-            if (L->src[idx] >= 0) {
-                const ckpt_tensor *o = &L->ck[L->src[idx]];
-                return DS_ERR(DS_ERR_DATA, "%s: tensors '%s' (%s) and '%s' (%s) both map onto "
-                              "parameter %s", L->path, o->t->name, ds_st_path(L->files[o->file]),
-                              c->t->name, ds_st_path(L->files[f]), d->name);
-            }
-            L->src[idx] = L->n_ck - 1;
-            c->param = idx;
-            if (!same_shape(c->t, d)) {
-                char a[160], b[160], line[DS_MAX_NAME + 400];
-                shape_str(c->t->ndim, c->t->shape, a, sizeof a);
-                shape_str(d->ndim, d->shape, b, sizeof b);
-                snprintf(line, sizeof line, "%s: checkpoint %s vs model %s", c->t->name, a, b);
-                DS_TRY(report_add(&rep->mismatched, &rep->n_mismatched, line));
-                if (plen < sizeof problems - 1)
-                    plen += (size_t)snprintf(problems + plen, sizeof problems - plen, "%s%s",
-                                             plen ? "; " : "", line);
-            } else if (!ds_st_dtype_is_float(c->t->dtype)) {
-                return DS_ERR(DS_ERR_DATA, "%s: tensor '%s' is %s; parameter %s needs a float dtype",
-                              ds_st_path(L->files[f]), c->t->name, ds_st_dtype_name(c->t->dtype),
-                              d->name);
+            int a = find_alias(L, name);
+            if (a >= 0) { /* resolved below, once every tensor's own name is known */
+                if (L->alias_src[a] >= 0)
+                    return DS_ERR(DS_ERR_DATA, "%s: tensors '%s' and '%s' are both aliases of "
+                                  "the tied parameter %s", L->path,
+                                  L->ck[L->alias_src[a]].t->name, c->t->name,
+                                  L->params[a]->name);
+                L->alias_src[a] = L->n_ck - 1;
+            } else if (is_buffer(c->t->name)) {
+                rep->n_ignored_buffers++;
+            } else {
+                DS_TRY(report_add(&rep->unexpected, &rep->n_unexpected, c->t->name));
             }
         }
+    /* a tie alias ("lm_head.weight") loads the tied parameter only when the
+     * checkpoint lacks the owner's own name: both are one tensor */
+    for (int i = 0; i < L->n_params; i++) {
+        if (L->alias_src[i] < 0) continue;
+        if (L->src[i] >= 0) rep->n_ignored_aliases++;
+        else DS_TRY(assign(L, rep, L->alias_src[i], i, &pr));
+    }
     for (int i = 0; i < L->n_params; i++)
         if (L->src[i] < 0) DS_TRY(report_add(&rep->missing, &rep->n_missing, L->params[i]->name));
     if (rep->n_mismatched > 0)
         return DS_ERR(DS_ERR_DATA, "%s: %d mis-shaped tensor%s: %s", L->path, rep->n_mismatched,
-                      rep->n_mismatched == 1 ? "" : "s", problems);
+                      rep->n_mismatched == 1 ? "" : "s", pr.text);
     return DS_OK;
 }
 
@@ -295,8 +369,12 @@ ds_status ds_hf_load_weights(const ds_model *m, const char *path, ds_hf_set_fn s
     L.params = calloc(np, sizeof *L.params);
     L.by_name = calloc(np, sizeof *L.by_name);
     L.src = malloc(np * sizeof *L.src);
+    L.alias_src = malloc(np * sizeof *L.alias_src);
+    int n_ties = 0;
+    for (int i = 0; i < m->n_modules; i++) n_ties += m->modules[i]->n_tied;
+    L.aliases = calloc((size_t)(n_ties ? n_ties : 1), sizeof *L.aliases);
     ds_status st = DS_OK;
-    if (!L.params || !L.by_name || !L.src) {
+    if (!L.params || !L.by_name || !L.src || !L.alias_src || !L.aliases) {
         st = DS_ERR(DS_ERR_OOM, "%s: tables for %d parameters", path, L.n_params);
         goto done;
     }
@@ -307,6 +385,7 @@ ds_status ds_hf_load_weights(const ds_model *m, const char *path, ds_hf_set_fn s
             L.by_name[k].name = L.params[k]->name;
             L.by_name[k].idx = k;
             L.src[k] = -1;
+            L.alias_src[k] = -1;
             k++;
         }
     qsort(L.by_name, (size_t)L.n_params, sizeof *L.by_name, cmp_named);
@@ -314,6 +393,16 @@ ds_status ds_hf_load_weights(const ds_model *m, const char *path, ds_hf_set_fn s
         if (strcmp(L.by_name[i - 1].name, L.by_name[i].name) == 0) {
             st = DS_ERR(DS_ERR_INVALID_ARG, "model parameter %s appears twice", L.by_name[i].name);
             goto done;
+        }
+    for (int i = 0; i < m->n_modules; i++)
+        for (int t = 0; t < m->modules[i]->n_tied; t++) {
+            const ds_param_tie *tie = &m->modules[i]->tied[t];
+            int idx = find_param(&L, tie->target);
+            if (tie->name[0] && idx >= 0) {
+                L.aliases[L.n_aliases].name = tie->name;
+                L.aliases[L.n_aliases].idx = idx;
+                L.n_aliases++;
+            }
         }
     DS_TRY_GOTO(st, open_checkpoint(&L), done);
     rep->n_files = L.n_files;

@@ -19,6 +19,7 @@
 
 #include "engine/backend/nn.h"
 #include "engine/core/module.h"
+#include "models/models.h" /* ds_gpt2_desc */
 
 /* ---- the bundled classifiers' inputs ----
  * input_ids int32 [B, T], attention_mask fp32 [B, T] (optional: all ones),
@@ -110,6 +111,11 @@ ds_status ds_mod_bert_pooler_create(const char *name, int hidden, float dropout,
 
 /* ---- GPT-2 (GPT2LMHeadModel; models/mod_gpt2_*.c, assembled in gpt2.c) ----
  * Hugging Face's Conv1D layout throughout: weights [in, out], y = x W + b. */
+
+/* *out = *in with models.h's defaults filled in (every field then explicit,
+ * dropout_set true), or DS_ERR_INVALID_ARG naming the field and its value:
+ * what ds_gpt2_create builds from, and what a config writer writes. */
+ds_status ds_gpt2_resolve(const ds_gpt2_desc *in, ds_gpt2_desc *out);
 
 /* "gpt2_embed": batch input_ids -> dropout(wte[ids] + wpe[0..T)) [B, T, E].
  * Params "<param_prefix>.wte.weight" [vocab, n_embd], "<param_prefix>.wpe.weight"
