@@ -23,3 +23,24 @@ ds_add_test(NAME test_gpt2_parity SOURCES ${_gpt2_unit}/test_gpt2_parity.c
 # layouts (buffers skipped, lm_head.weight as the tied wte) onto an engine.
 ds_add_test(NAME test_hf_gpt2 SOURCES ${_gpt2_unit}/test_hf_gpt2.c ${_gpt2_unit}/bert_ref.c
             LABELS unit)
+
+# The engine's export (ds_hf_gpt2_config_write + ds_save_weights) loads with
+# transformers' GPT2LMHeadModel.from_pretrained: nothing missing, unexpected
+# or mis-shaped (lm_head.weight tied, not stored), and the same logits. Needs
+# a Python with torch and transformers (DS_HF_PYTHON; this machine's venv by
+# default); without one the test reports SKIPPED (exit 77).
+set(DS_HF_PYTHON "$ENV{DS_HF_PYTHON}" CACHE FILEPATH
+    "Python with torch + transformers for test_gpt2_hf_export; empty: /root/venv/bin/python if present")
+if(NOT DS_HF_PYTHON AND EXISTS /root/venv/bin/python)
+  set(_gpt2_python /root/venv/bin/python)
+else()
+  set(_gpt2_python "${DS_HF_PYTHON}")
+endif()
+add_executable(gpt2_hf_export ${_gpt2_unit}/gpt2_hf_export.c ${_gpt2_unit}/bert_ref.c)
+target_link_libraries(gpt2_hf_export PRIVATE zero-engine)
+target_compile_definitions(gpt2_hf_export PRIVATE DS_TEST_DATA_DIR="${DS_TEST_DATA_DIR}")
+add_test(NAME test_gpt2_hf_export
+         COMMAND ${_gpt2_unit}/test_gpt2_hf_export.sh $<TARGET_FILE:gpt2_hf_export>
+                 "${_gpt2_python}" ${CMAKE_CURRENT_SOURCE_DIR}/tools/check_gpt2_hf.py)
+set_tests_properties(test_gpt2_hf_export PROPERTIES LABELS unit TIMEOUT 120
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=1")
