@@ -44,3 +44,16 @@ add_test(NAME test_gpt2_hf_export
                  "${_gpt2_python}" ${CMAKE_CURRENT_SOURCE_DIR}/tools/check_gpt2_hf.py)
 set_tests_properties(test_gpt2_hf_export PROPERTIES LABELS unit TIMEOUT 120
                      SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=1")
+
+# Training at ZeRO stages 0-3 on 1 and 2 ranks follows the single-rank stage-0
+# loss curve; lm_head.weight stays transformer.wte.weight; activation
+# checkpointing with dropout trains bit for bit. The 1-rank run writes the
+# reference curve (fixture) that the 2-rank run checks.
+set(_gpt2_ref ${CMAKE_BINARY_DIR}/tests/ref_gpt2_train.txt)
+set(_gpt2_mr ${CMAKE_CURRENT_SOURCE_DIR}/multirank)
+ds_add_mpi_test(NAME test_gpt2_train SOURCES ${_gpt2_mr}/test_gpt2_train.c NP 1
+                LABELS multirank ARGS --write ${_gpt2_ref} TIMEOUT 120)
+set_tests_properties(test_gpt2_train_np1 PROPERTIES FIXTURES_SETUP ref_gpt2_train)
+ds_add_mpi_test(NAME test_gpt2_train SOURCES ${_gpt2_mr}/test_gpt2_train.c NP 2
+                LABELS multirank ARGS --check ${_gpt2_ref} TIMEOUT 120)
+set_tests_properties(test_gpt2_train_np2 PROPERTIES FIXTURES_REQUIRED ref_gpt2_train)
