@@ -88,7 +88,7 @@ ds_status ds_mod_linear_create(const char *name, const char *param_prefix, int i
     if (in <= 0 || out <= 0)
         return DS_ERR(DS_ERR_INVALID_ARG, "linear %s: sizes in=%d out=%d must be > 0", name, in,
                       out);
-    if ((int)act < DS_ACT_NONE || act > DS_ACT_TANH)
+    if ((int)act < DS_ACT_NONE || act >= DS_ACT_COUNT)
         return DS_ERR(DS_ERR_INVALID_ARG, "linear %s: unknown activation %d", name, (int)act);
     ds_module *m;
     DS_TRY(ds_module_create(&k_linear_ops, name, 2, sizeof(linear_impl), &m));

@@ -85,7 +85,7 @@ ds_status ds_mod_bert_embeddings_create(const char *name, const ds_bert_embed_de
                                         ds_module **out_m);
 
 /* "encoder_layer": one post-LN BERT layer, [B, T, H] -> [B, T, H], with the
- * padding mask from batch->mask. Params under "<name>." with Hugging Face's
+ * padding mask from the batch's "attention_mask". Params under "<name>." with Hugging Face's
  * names (attention.self.query.weight, ..., output.LayerNorm.bias).
  *
  * cls_only: compute the output of position 0 only (the other output rows are
