@@ -269,6 +269,16 @@ static int run(const lm_opts *o) {
         free_data(&d);
         return fail("reading data");
     }
+    if (o->generate > 0 && o->prompt) {
+        /* a prompt the tokenizer refuses fails now, not after training */
+        ds_lm_tokens pt = {0};
+        ds_status st = ds_lm_tokenizer_encode(d.tok, o->prompt, strlen(o->prompt), &pt);
+        ds_lm_tokens_free(&pt);
+        if (st != DS_OK) {
+            free_data(&d);
+            return fail("--prompt");
+        }
+    }
     if (model_desc(o, d.tok, &desc) != DS_OK || ds_gpt2_create(&desc, &model) != DS_OK) {
         free_data(&d);
         return fail("building the model");

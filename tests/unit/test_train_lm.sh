@@ -15,7 +15,8 @@
 #   formats JSON lines with the char tokenizer, a CSV column;
 #   errors  a missing file, an unknown flag, --seq-len past the model's
 #           positions, a BPE model folder, a bad JSON line, --tokenizer with
-#           --init: one line on stderr, exit 1 (2 for the command line).
+#           --init, a prompt that is not UTF-8 (refused before training):
+#           one line on stderr, exit 1 (2 for the command line).
 #
 #   test_train_lm.sh BINDIR WORKDIR
 set -u
@@ -193,6 +194,8 @@ expect 1 "BPE vocabulary (vocab_size 50257" --data corpus.txt --init bpe --seq-l
 expect 1 "bad.jsonl:2: bad JSON" --data bad.jsonl
 expect 2 "--init brings the model's own tokenizer" --data corpus.txt --init model --tokenizer char
 expect 2 "--format xml: must be text, lines, jsonl or csv" --data corpus.txt --format xml
+expect 1 "--prompt: invalid UTF-8 at byte 1" --data corpus.txt --tokenizer char --generate 5 \
+  --prompt "a$(printf '\377')"
 # through engine-run the job fails too (each rank says why; mpirun adds its own lines)
 "$bin/engine-run" --np 2 --config cfg.json train_lm --data nope.txt >np2.log 2>&1 &&
   fail "engine-run with a missing file exited 0"
