@@ -56,6 +56,11 @@ ds_status ds_gpt2_resolve(const ds_gpt2_desc *in, ds_gpt2_desc *d) {
     if (!(d->initializer_range > 0.0f) || !isfinite(d->initializer_range))
         return DS_ERR(DS_ERR_INVALID_ARG, "gpt2: initializer_range must be > 0, got %g",
                       (double)d->initializer_range);
+    if (d->token_ids_set &&
+        (d->bos_token_id < 0 || d->bos_token_id >= d->vocab_size || d->eos_token_id < 0 ||
+         d->eos_token_id >= d->vocab_size))
+        return DS_ERR(DS_ERR_INVALID_ARG, "gpt2: bos_token_id %d / eos_token_id %d outside the "
+                      "vocabulary [0, %d)", d->bos_token_id, d->eos_token_id, d->vocab_size);
     return DS_OK;
 }
 

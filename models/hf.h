@@ -99,8 +99,8 @@ ds_status ds_hf_gpt2_config_read(const char *path, ds_gpt2_desc *out);
  * activation_function "gelu_new", tie_word_embeddings true, the shape, the
  * dropouts, layer_norm_epsilon and initializer_range (floats in their
  * shortest decimal form, which read back to the same float), n_inner null
- * when it is the default 4 n_embd, bos/eos_token_id null (the descriptor
- * does not know the tokenizer). The folder must exist; the file is written
+ * when it is the default 4 n_embd, bos/eos_token_id the descriptor's when
+ * token_ids_set (else null: the tokenizer is unknown). The folder must exist; the file is written
  * atomically (path.tmp, fsync, rename), so a reader never sees half of it.
  * Errors: DS_ERR_INVALID_ARG (an invalid descriptor, naming the field),
  * DS_ERR_IO naming the file, DS_ERR_OOM. */

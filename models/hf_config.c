@@ -218,6 +218,17 @@ static ds_status read_gpt2(const char *path, json_t *root, ds_gpt2_desc *d) {
                      &d->initializer_range));
     if (d->initializer_range <= 0.0f)
         return DS_ERR(DS_ERR_CONFIG, "%s: initializer_range: underflows fp32", path);
+    /* both ids given as integers: the tokenizer's special ids round-trip */
+    json_t *bos = json_object_get(root, "bos_token_id"), *eos = json_object_get(root, "eos_token_id");
+    if (json_is_integer(bos) && json_is_integer(eos)) {
+        json_int_t b = json_integer_value(bos), e = json_integer_value(eos);
+        if (b < 0 || b >= d->vocab_size || e < 0 || e >= d->vocab_size)
+            return DS_ERR(DS_ERR_CONFIG, "%s: bos_token_id %lld / eos_token_id %lld: outside the "
+                          "vocabulary [0, %d)", path, (long long)b, (long long)e, d->vocab_size);
+        d->bos_token_id = (int)b;
+        d->eos_token_id = (int)e;
+        d->token_ids_set = true;
+    }
     d->dropout_set = true;
     d->max_seq_len = d->n_positions;
     return DS_OK;
@@ -296,8 +307,11 @@ ds_status ds_hf_gpt2_config_write(const char *path, const ds_gpt2_desc *in) {
     ok = ok && put(root, "scale_attn_by_inverse_layer_idx", json_false());
     ok = ok && put(root, "reorder_and_upcast_attn", json_false());
     ok = ok && put(root, "add_cross_attention", json_false());
-    ok = ok && put(root, "bos_token_id", json_null());
-    ok = ok && put(root, "eos_token_id", json_null());
+    /* generate() stops at eos_token_id: known only when the tokenizer said */
+    ok = ok && put(root, "bos_token_id",
+                   d.token_ids_set ? json_integer(d.bos_token_id) : json_null());
+    ok = ok && put(root, "eos_token_id",
+                   d.token_ids_set ? json_integer(d.eos_token_id) : json_null());
     ok = ok && put(root, "use_cache", json_true());
     char *text = ok ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
                                            JSON_REAL_PRECISION(9))

@@ -115,6 +115,9 @@ typedef struct ds_gpt2_desc {
     float layer_norm_epsilon;   /* 1e-5 when 0 */
     float initializer_range;    /* 0.02 when 0 */
     int max_seq_len;            /* longest sequence the engine plans for; n_positions when 0 */
+    bool token_ids_set;         /* bos/eos_token_id below are the tokenizer's (else they
+                                   are unknown: null in config.json) */
+    int bos_token_id, eos_token_id; /* e.g. the end-of-text id for both, as GPT-2 */
     bool dropout_set;           /* the three pdrop fields are meant as given, zeros
                                    included; false: 0.1 each when all three are 0 */
 } ds_gpt2_desc;
@@ -137,7 +140,10 @@ typedef struct ds_gpt2_desc {
  *   "lm_head"             transformer.ln_f.{weight,bias}; lm_head.weight tied to
  *                         transformer.wte.weight (stored once, under that name)
  *   "loss"                causal cross-entropy over the vocabulary
- * ds_predict gives the logits [B, T, V]. Initialised as HF's _init_weights:
+ * ds_predict gives the logits [B, T, V]. Trained on rows of T tokens, the
+ * last position is never scored (nothing follows it), so its position
+ * embedding learns nothing: sample with at most T - 1 tokens of context.
+ * Initialised as HF's _init_weights:
  * N(0, initializer_range) weights and embeddings, zero biases, LayerNorm 1 and
  * 0, and each c_proj weight N(0, initializer_range / sqrt(2 n_layer)).
  * Errors: DS_ERR_INVALID_ARG naming the field and its value. */

@@ -194,7 +194,11 @@ static ds_status save_description(engine_t *e, const lm_opts *o, const ds_gpt2_d
         char path[4200];
         snprintf(path, sizeof path, "%s/config.json", o->save_dir);
         st = make_dir(o->save_dir);
-        if (st == DS_OK) st = ds_hf_gpt2_config_write(path, desc);
+        /* transformers' generate() stops at eos_token_id: our end of text */
+        ds_gpt2_desc hf = *desc;
+        hf.token_ids_set = true;
+        hf.bos_token_id = hf.eos_token_id = ds_lm_tokenizer_eot_id(tok);
+        if (st == DS_OK) st = ds_hf_gpt2_config_write(path, &hf);
         if (st == DS_OK) st = ds_lm_tokenizer_save(tok, o->save_dir);
     }
     int32_t bad = st != DS_OK;

@@ -127,6 +127,20 @@ static void test_config_roundtrip(void) {
     CHECK(r.n_inner == 0 && r.embd_pdrop == 0.1f && r.attn_pdrop == 0.1f,
           "defaults read back as n_inner %d, pdrop %g %g", r.n_inner, (double)r.embd_pdrop,
           (double)r.attn_pdrop);
+    CHECK(!r.token_ids_set, "null bos/eos read as ids");
+    /* the tokenizer's special ids (0 is a valid id) round-trip */
+    small.token_ids_set = true;
+    small.bos_token_id = 0;
+    small.eos_token_id = 49;
+    CHECK_OK(ds_hf_gpt2_config_write(path, &small));
+    CHECK_OK(ds_hf_gpt2_config_read(path, &r));
+    CHECK(r.token_ids_set && r.bos_token_id == 0 && r.eos_token_id == 49, "ids %d %d",
+          r.bos_token_id, r.eos_token_id);
+    small.eos_token_id = 50; /* outside the vocabulary */
+    CHECK(ds_hf_gpt2_config_write(path, &small) == DS_ERR_INVALID_ARG &&
+              strstr(ds_last_error(), "eos_token_id 50"),
+          "an id outside the vocabulary: %s", ds_last_error());
+    small.token_ids_set = false;
     /* an invalid descriptor is not written (and names the field) */
     ds_gpt2_desc bad = small;
     bad.n_head = 3;
