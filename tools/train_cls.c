@@ -22,10 +22,13 @@
 #include "models/text.h"
 #include "models/tokenizer.h"
 #include "tools/common/train_cls_opts.h"
+#include "tools/common/trainer.h"
 
 /* ---- one failing line, and out ---- */
+/* what NULL: the message says it all ("loading --init DIR: ..."). */
 static int fail(const char *what) {
-    fprintf(stderr, "train_cls: %s%s%s\n", what, *ds_last_error() ? ": " : "", ds_last_error());
+    if (!what) fprintf(stderr, "train_cls: %s\n", ds_last_error());
+    else fprintf(stderr, "train_cls: %s%s%s\n", what, *ds_last_error() ? ": " : "", ds_last_error());
     return 1;
 }
 
@@ -48,7 +51,12 @@ typedef struct data {
     float *class_weights; /* --class-weight inverse, else NULL */
 } data;
 
+/* The labelled text and the tokenizer: a char vocabulary built here or read
+ * from --vocab. A WordPiece vocabulary from --init comes from load_init_vocab,
+ * so its errors say "loading --init", not "reading data". */
 static ds_status load_data(const tc_opts *o, data *d) {
+    DS_TRY(tr_check_input_file("--data", o->data));
+    if (o->eval_data) DS_TRY(tr_check_input_file("--eval-data", o->eval_data));
     ds_text_read_opts ro = {0};
     ro.keep_labels = (const char *const *)o->labels;
     ro.n_keep_labels = o->n_labels;
@@ -66,9 +74,13 @@ static ds_status load_data(const tc_opts *o, data *d) {
         ds_text_set_destroy(all);
         DS_TRY(st);
     }
-    if (o->init_dir) DS_TRY(ds_wordpiece_load_dir(o->init_dir, &d->tok));
-    else if (o->vocab) DS_TRY(ds_char_tokenizer_load(o->vocab, &d->tok));
-    else DS_TRY(ds_char_vocab_build(d->train_txt, o->min_char_count, &d->tok));
+    if (o->vocab) DS_TRY(ds_char_tokenizer_load(o->vocab, &d->tok));
+    else if (!o->init_dir) DS_TRY(ds_char_vocab_build(d->train_txt, o->min_char_count, &d->tok));
+    return DS_OK;
+}
+
+/* The datasets (and class weights) once the tokenizer exists. */
+static ds_status tokenize_data(const tc_opts *o, data *d) {
     DS_TRY(ds_dataset_from_text(d->train_txt, d->tok, o->max_seq_len, &d->train));
     DS_TRY(ds_dataset_from_text(d->dev_txt, d->tok, o->max_seq_len, &d->dev));
     if (o->class_weight_inverse) {
@@ -126,7 +138,9 @@ static ds_status make_model(const tc_opts *o, const data *d, ds_saved_model *sm,
         char path[4096];
         if (o->model_config) snprintf(path, sizeof path, "%s", o->model_config);
         else snprintf(path, sizeof path, "%s/config.json", o->init_dir);
-        DS_TRY(ds_hf_bert_config_read(path, sm->n_classes, b));
+        ds_status st = ds_hf_bert_config_read(path, sm->n_classes, b);
+        if (st != DS_OK && !o->model_config) ds_error_prefix("loading --init %s", o->init_dir);
+        DS_TRY(st);
     } else {
         *b = (ds_bert_desc){.vocab_size = V, .hidden_size = o->hidden,
                             .num_hidden_layers = o->layers, .num_attention_heads = o->heads,
@@ -268,9 +282,18 @@ static int run(const tc_opts *o) {
         free_data(&d);
         return fail("reading data");
     }
+    if (o->init_dir && ds_wordpiece_load_dir(o->init_dir, &d.tok) != DS_OK) {
+        ds_error_prefix("loading --init %s", o->init_dir);
+        free_data(&d);
+        return fail(NULL);
+    }
+    if (tokenize_data(o, &d) != DS_OK) {
+        free_data(&d);
+        return fail("reading data");
+    }
     if (make_model(o, &d, &sm, &model) != DS_OK) {
         free_data(&d);
-        return fail("building the model");
+        return fail(strncmp(ds_last_error(), "loading --init", 14) ? "building the model" : NULL);
     }
     ds_rank_info ri;
     if (ds_rank_discover(&ri) != DS_OK) return fail("discovering ranks");
@@ -323,7 +346,8 @@ static int run(const tc_opts *o) {
         if (rank == 0) ds_hf_load_report_print(&rep, stdout);
         ds_hf_load_report_free(&rep);
         if (st != DS_OK) {
-            rc = fail("loading --init weights");
+            ds_error_prefix("loading --init %s", o->init_dir);
+            rc = fail(NULL);
             goto out;
         }
     }

@@ -46,11 +46,18 @@ static const char *base_name(const char *path) {
     return slash ? slash + 1 : path;
 }
 
+/* The new message is formatted into a buffer of its own and copied in
+ * afterwards: its arguments may point into tl_msg (a caller wrapping the
+ * last error: DS_ERR(..., "%s: %s", path, ds_last_error())), and vsnprintf
+ * reading the buffer it writes is undefined behaviour; glibc's output repeats
+ * the message and cuts it off. test_status checks this. */
 ds_status ds_error_set(ds_status s, const char *file, int line, const char *fmt, ...) {
+    char msg[DS_MSG_CAP];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tl_msg, sizeof tl_msg, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(tl_msg, msg, sizeof tl_msg);
     snprintf(tl_trace, sizeof tl_trace, "%s:%d", base_name(file), line);
     return s;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Bad input to train_cls: a bad config and a bad data line each end the run
-# with a non-zero exit and ONE line on stderr naming the key or file:line.
+# Bad input to train_cls: a bad config, a bad data line, a folder as --data
+# and a broken --init folder each end the run with a non-zero exit and ONE
+# line on stderr naming the key, file:line, folder or flag.
 set -u
 bin=$1
 tmp=$(mktemp -d)
@@ -35,6 +36,18 @@ expect data_line "bad.csv:3: unterminated quote" \
     "$bin/train_cls" --config "$tmp/ok.json" --data "$tmp/bad.csv" --model mlp
 expect missing_data "nope.csv" \
     "$bin/train_cls" --config "$tmp/ok.json" --data "$tmp/nope.csv" --model mlp
+# A folder given as --data is named as one (not a bare "read error").
+expect data_folder "--data $tmp: is a folder" \
+    "$bin/train_cls" --config "$tmp/ok.json" --data "$tmp" --model mlp
+# Errors in an --init folder's files say so (not "reading data").
+mkdir -p "$tmp/init"
+printf '[PAD]\n[CLS]\n' > "$tmp/init/vocab.txt"
+expect init_vocab "train_cls: loading --init $tmp/init: $tmp/init/vocab.txt: vocabulary has no [UNK]" \
+    "$bin/train_cls" --config "$tmp/ok.json" --data "$tmp/ok.csv" --init "$tmp/init"
+printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n' > "$tmp/init/vocab.txt"
+printf '{"model_type": "bert"}' > "$tmp/init/config.json"
+expect init_config "train_cls: loading --init $tmp/init: $tmp/init/config.json:" \
+    "$bin/train_cls" --config "$tmp/ok.json" --data "$tmp/ok.csv" --init "$tmp/init"
 expect bad_flag "--epochs" \
     "$bin/train_cls" --config "$tmp/ok.json" --data "$tmp/ok.csv" --epochs zero
 [ "$fails" -eq 0 ] && echo "test_train_cls_errors: ok" || echo "test_train_cls_errors: FAILED"
