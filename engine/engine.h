@@ -196,7 +196,9 @@ ds_status ds_save_weights(engine_t *e, const char *path);
  * meta.json, renames TAG.tmp to TAG, then replaces DIR/latest through
  * latest.tmp + rename, fsyncing the folder after each step. A process killed
  * at any point leaves DIR/latest naming a complete checkpoint (the previous
- * one until the last rename); a stale TAG.tmp is removed by the next save.
+ * one until the last rename); a stale TAG.tmp is removed by the next save of
+ * that tag, or by ds_checkpoint_clean at the start of the next job. A save
+ * that fails (a full disk) removes its TAG.tmp (rank 0, before it returns).
  *
  * Exact resume: at the same world size the loaded run continues bit for bit
  * as if it had never stopped (weights, moments, step counters, Adam's step,
@@ -225,6 +227,13 @@ ds_status ds_save_weights(engine_t *e, const char *path);
  * boundary), DS_ERR_IO (the file system), DS_ERR_COMM. */
 ds_status ds_save_checkpoint(engine_t *e, const char *dir, const char *tag,
                              const char *client_state_json);
+
+/* Remove what unfinished saves left in DIR (every TAG.tmp folder and
+ * latest.tmp; nothing else), rank 0 printing each path it removes. Call it
+ * once at the start of a job that will save into DIR (train_cls does), never
+ * while another job saves there. A DIR that does not exist is fine.
+ * Collective; every rank returns the same status. Errors: DS_ERR_IO. */
+ds_status ds_checkpoint_clean(engine_t *e, const char *dir);
 
 /* What ds_load_checkpoint restores; DeepSpeed's load_checkpoint arguments. */
 typedef enum ds_load_flags {

@@ -1,6 +1,7 @@
 /* ds_save_checkpoint / ds_load_checkpoint: the engine's training state to and
  * from a checkpoint folder (formats in engine/io/ckpt_*.h; protocol in
  * engine.h). Memory: one frame of fp32 per rank in either direction. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +61,7 @@ static ds_status write_shard(engine_t *e, const char *tmpdir, int moments,
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);
     int64_t lo = (int64_t)rank * e->flat->part, hi = lo + e->flat->part;
     ds_ckpt_header h = {.rank = (uint32_t)rank, .world = (uint32_t)world, .lo = lo, .hi = hi};
+    DS_TRY(ds_fault_error("ckpt:write_shard", rank));
     float *buf = malloc((size_t)wo->frame_elems * sizeof(float));
     if (!buf) return DS_ERR(DS_ERR_OOM, "saving %s: out of host memory", path);
     ds_ckpt_writer *w = NULL;
@@ -177,6 +179,7 @@ static ds_status commit(engine_t *e, const char *dir, const char *tag, const cha
     }
     char path[PATH_CAP + 32];
     snprintf(path, sizeof path, "%s/%s", tmpdir, DS_CKPT_META_FILE);
+    if (st == DS_OK) st = ds_fault_error("ckpt:write_meta", 0);
     if (st == DS_OK) st = ds_ckpt_meta_write(path, &m);
     ds_ckpt_meta_free(&m);
     DS_TRY(st);
@@ -214,6 +217,18 @@ static ds_status save_args(engine_t *e, const char *dir, const char *tag_in, con
     return st;
 }
 
+/* Rank 0 after a failed save: remove TAG.tmp so a full disk gets its space
+ * back (nothing when the failure came after the rename: TAG is then
+ * complete). The save's own error stays the one reported. */
+static void discard_tmp(const engine_t *e, const char *tmpdir) {
+    if (e->comm->rank != 0) return;
+    ds_error_saved keep;
+    ds_error_save(&keep);
+    if (ds_ckpt_remove_flat_dir(tmpdir) != DS_OK)
+        fprintf(stderr, "[zero-engine] warning: after the failed save, %s\n", ds_last_error());
+    ds_error_restore(&keep);
+}
+
 ds_status ds_save_checkpoint(engine_t *e, const char *dir, const char *tag_in,
                              const char *client_state_json) {
     int rank = e->comm->rank, world = e->comm->world;
@@ -224,13 +239,15 @@ ds_status ds_save_checkpoint(engine_t *e, const char *dir, const char *tag_in,
     snprintf(tmpdir, sizeof tmpdir, "%s/%s.tmp", dir, tag);
     int moments = ds_optim_state_count(&e->cfg);
 
-    /* 1. rank 0 makes an empty TAG.tmp (a crash may have left one). */
+    /* 1. rank 0 makes an empty TAG.tmp (a crash may have left one). Its
+     * entry in DIR needs no sync: what makes the checkpoint durable is the
+     * rename to TAG and the sync of DIR after it. */
     ds_status st = DS_OK;
     if (rank == 0) {
         st = ds_ckpt_mkdirs(dir);
         if (st == DS_OK) st = ds_ckpt_remove_flat_dir(tmpdir);
-        if (st == DS_OK) st = ds_ckpt_mkdirs(tmpdir);
-        if (st == DS_OK) st = ds_ckpt_fsync_dir(dir);
+        if (st == DS_OK && mkdir(tmpdir, 0755) != 0)
+            st = DS_ERR(DS_ERR_IO, "%s: cannot create folder: %s", tmpdir, strerror(errno));
     }
     DS_TRY(agree(e, st));
 
@@ -240,19 +257,26 @@ ds_status ds_save_checkpoint(engine_t *e, const char *dir, const char *tag_in,
     /* 3. the barrier: nobody commits before every file is durable. */
     st = agree(e, st);
     if (st != DS_OK) {
-        if (rank == 0) ds_ckpt_remove_flat_dir(tmpdir);
+        discard_tmp(e, tmpdir);
         ds_error_trace(__FILE__, __LINE__);
         return st;
     }
     int64_t *table = calloc((size_t)world * 2, sizeof *table);
     if (!table) st = DS_ERR(DS_ERR_OOM, "ds_save_checkpoint: out of host memory");
-    DS_TRY(agree(e, st));
+    st = agree(e, st);
+    if (st != DS_OK) {
+        free(table);
+        discard_tmp(e, tmpdir);
+        ds_error_trace(__FILE__, __LINE__);
+        return st;
+    }
     /* each rank fills its row, a sum assembles the table everywhere */
     table[2 * rank] = (int64_t)info.file_bytes;
     table[2 * rank + 1] = (int64_t)info.index_hash;
     st = ds_comm_host_all_reduce(e->comm, table, (size_t)world * 2, DS_I64, DS_REDUCE_SUM);
     if (st != DS_OK) {
         free(table);
+        discard_tmp(e, tmpdir);
         ds_error_trace(__FILE__, __LINE__);
         return st;
     }
@@ -260,10 +284,28 @@ ds_status ds_save_checkpoint(engine_t *e, const char *dir, const char *tag_in,
     if (rank == 0)
         st = commit(e, dir, tag, tmpdir, client_state_json, moments, wo.frame_elems, table);
     free(table);
-    DS_TRY(agree(e, st));
+    st = agree(e, st);
+    if (st != DS_OK) {
+        discard_tmp(e, tmpdir);
+        ds_error_trace(__FILE__, __LINE__);
+        return st;
+    }
     if (rank == 0 && !e->quiet)
         fprintf(stderr, "[zero-engine] step %lld: saved checkpoint %s/%s (%d shard files)\n",
                 (long long)e->global_step, dir, tag, world);
+    return DS_OK;
+}
+
+static void report_stale(void *user, const char *path) {
+    (void)user;
+    fprintf(stderr, "[zero-engine] removed %s, left by a save that did not finish\n", path);
+}
+
+ds_status ds_checkpoint_clean(engine_t *e, const char *dir) {
+    if (!dir || !*dir) return DS_ERR(DS_ERR_INVALID_ARG, "ds_checkpoint_clean: no folder given");
+    ds_status st = DS_OK;
+    if (e->comm->rank == 0) st = ds_ckpt_remove_stale(dir, report_stale, NULL);
+    DS_TRY(agree(e, st));
     return DS_OK;
 }
 

@@ -65,6 +65,12 @@ ds_ckpt_resume_test(ckpt_elastic_tied_2to1_stage3to0 4 1e-5 2 3 1 0 tied fp32 0)
 ds_add_mpi_test(NAME test_ckpt_flags SOURCES ${_ck}/multirank/test_ckpt_flags.c
                 ${_ck}/multirank/ckpt_harness.c ${_ck}/multirank/tied_model.c NP 2 LABELS multirank)
 
+# Nothing left behind: failed saves (injected write errors) remove their
+# TAG.tmp, ds_checkpoint_clean removes stale ones, a failed zero_to_fp32
+# removes its shards and the folders it made.
+ds_add_mpi_test(NAME test_ckpt_leftovers SOURCES ${_ck}/multirank/test_ckpt_leftovers.c
+                ${_ck}/multirank/ckpt_harness.c ${_ck}/multirank/tied_model.c NP 2 LABELS fault)
+
 # zero_to_fp32 (library and program) against ds_get_param, and
 # ds_checkpoint_verify on broken copies; then the independent Python reader
 # checks the converter's files against ds_save_weights' (fixture).

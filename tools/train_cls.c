@@ -351,6 +351,12 @@ static int run(const tc_opts *o) {
             goto out;
         }
     }
+    /* A job that saves starts by removing what an earlier job's unfinished
+     * saves left (they hold disk space; each removal is printed). */
+    if (o->save_steps > 0 && ds_checkpoint_clean(e, o->ckpt_dir) != DS_OK) {
+        rc = fail("--ckpt-dir");
+        goto out;
+    }
     if (o->resume && resume(e, o) != DS_OK) {
         rc = fail("--resume");
         goto out;

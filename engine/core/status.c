@@ -86,6 +86,20 @@ void ds_error_prefix(const char *fmt, ...) {
     memcpy(tl_msg, joined, sizeof tl_msg);
 }
 
+_Static_assert(sizeof(((ds_error_saved *)0)->msg) == DS_MSG_CAP &&
+                   sizeof(((ds_error_saved *)0)->trace) == DS_TRACE_CAP,
+               "ds_error_saved holds the whole message and trace");
+
+void ds_error_save(ds_error_saved *s) {
+    memcpy(s->msg, tl_msg, sizeof s->msg);
+    memcpy(s->trace, tl_trace, sizeof s->trace);
+}
+
+void ds_error_restore(const ds_error_saved *s) {
+    memcpy(tl_msg, s->msg, sizeof tl_msg);
+    memcpy(tl_trace, s->trace, sizeof tl_trace);
+}
+
 void ds_assert_fail(const char *expr, const char *file, int line) {
     /* An invariant inside the library is broken: continuing would corrupt
      * training state silently, so stop loudly. Never reached on bad input. */

@@ -68,6 +68,21 @@ void ds_error_prefix(const char *fmt, ...)
 #endif
     ;
 
+/* The last error, kept aside while cleanup code that may fail on its own
+ * (removing a half-written file) runs, then put back, so the caller reports
+ * the failure that mattered:
+ *
+ *   ds_error_saved keep;
+ *   ds_error_save(&keep);
+ *   remove_leftovers(...);      // its own failure is printed, not returned
+ *   ds_error_restore(&keep);    // message and trace as they were */
+typedef struct ds_error_saved {
+    char msg[1024];
+    char trace[1024];
+} ds_error_saved;
+void ds_error_save(ds_error_saved *s);
+void ds_error_restore(const ds_error_saved *s);
+
 #define DS_ERR(st, ...) ds_error_set((st), __FILE__, __LINE__, __VA_ARGS__)
 
 #define DS_TRY(expr)                                                           \

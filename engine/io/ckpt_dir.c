@@ -50,7 +50,8 @@ ds_status ds_ckpt_fsync_dir(const char *dir) {
     return DS_OK;
 }
 
-ds_status ds_ckpt_mkdirs(const char *dir) {
+ds_status ds_ckpt_mkdirs_new(const char *dir, char *first_new, size_t cap) {
+    if (first_new && cap) first_new[0] = '\0';
     char p[4096];
     if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
         return DS_ERR(DS_ERR_INVALID_ARG, "path too long: %s", dir);
@@ -58,8 +59,15 @@ ds_status ds_ckpt_mkdirs(const char *dir) {
         if (*s == '/' || *s == '\0') {
             char c = *s;
             *s = '\0';
-            if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            if (mkdir(p, 0755) == 0) {
+                /* A new folder lives only in its parent's entries until the
+                 * parent is synced: without this a crash can lose a whole
+                 * checkpoint folder whose files were all synced. */
+                DS_TRY(ds_ckpt_fsync_parent(p));
+                if (first_new && cap && !first_new[0]) snprintf(first_new, cap, "%s", p);
+            } else if (errno != EEXIST) {
                 return DS_ERR(DS_ERR_IO, "%s: cannot create folder: %s", p, strerror(errno));
+            }
             *s = c;
             if (c == '\0') break;
         }
@@ -68,6 +76,24 @@ ds_status ds_ckpt_mkdirs(const char *dir) {
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return DS_ERR(DS_ERR_IO, "%s: not a folder", dir);
     return DS_OK;
+}
+
+ds_status ds_ckpt_mkdirs(const char *dir) {
+    DS_TRY(ds_ckpt_mkdirs_new(dir, NULL, 0));
+    return DS_OK;
+}
+
+void ds_ckpt_rmdirs_upto(const char *dir, const char *top) {
+    if (!top || !*top) return;
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return;
+    size_t keep = strlen(top);
+    /* dir, its parent, ... while still inside top (which is removed last) */
+    while (strlen(p) >= keep && !strncmp(p, top, keep) && rmdir(p) == 0) {
+        char *slash = strrchr(p, '/');
+        if (!slash || slash == p) break;
+        *slash = '\0';
+    }
 }
 
 ds_status ds_ckpt_remove_flat_dir(const char *dir) {
@@ -92,6 +118,41 @@ ds_status ds_ckpt_remove_flat_dir(const char *dir) {
     DS_TRY(st);
     if (rmdir(dir) != 0 && errno != ENOENT)
         return DS_ERR(DS_ERR_IO, "%s: cannot remove folder: %s", dir, strerror(errno));
+    return DS_OK;
+}
+
+ds_status ds_ckpt_remove_stale(const char *dir, void (*report)(void *user, const char *path),
+                               void *user) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return DS_OK; /* nothing saved there yet */
+        return DS_ERR(DS_ERR_IO, "%s: cannot open folder: %s", dir, strerror(errno));
+    }
+    ds_status st = DS_OK;
+    struct dirent *de;
+    char path[4096], tag[DS_CKPT_TAG_MAX + 8];
+    while (st == DS_OK && (de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (n < 5 || strcmp(de->d_name + n - 4, ".tmp") != 0 || n - 4 >= sizeof tag) continue;
+        memcpy(tag, de->d_name, n - 4);
+        tag[n - 4] = '\0';
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        struct stat s;
+        if (lstat(path, &s) != 0) continue;
+        /* only what a save writes: TAG.tmp folders and latest.tmp */
+        if (S_ISDIR(s.st_mode) && ds_ckpt_check_tag(tag) == DS_OK)
+            st = ds_ckpt_remove_flat_dir(path);
+        else if (S_ISREG(s.st_mode) && !strcmp(tag, DS_CKPT_LATEST_FILE))
+            st = unlink(path) == 0 ? DS_OK
+                                   : DS_ERR(DS_ERR_IO, "%s: cannot remove: %s", path,
+                                            strerror(errno));
+        else
+            continue;
+        if (st == DS_OK && report) report(user, path);
+    }
+    closedir(d);
+    DS_TRY(st);
+    ds_clear_error(); /* ds_ckpt_check_tag's refusals of other names */
     return DS_OK;
 }
 

@@ -37,8 +37,23 @@ ds_status ds_ckpt_fsync_dir(const char *dir);
 /* fsync the folder holding `path` ("." when it names none), so a file
  * created or renamed there survives a crash. Errors as ds_ckpt_fsync_dir. */
 ds_status ds_ckpt_fsync_parent(const char *path);
-/* mkdir -p. Errors: DS_ERR_IO naming the component that failed. */
+/* mkdir -p, syncing the parent of every folder it creates (a new folder is
+ * only as durable as its parent's entries). Errors: DS_ERR_IO naming the
+ * component that failed. */
 ds_status ds_ckpt_mkdirs(const char *dir);
+/* ds_ckpt_mkdirs, also telling the first (outermost) folder it created in
+ * first_new[cap] ("" when dir existed), for ds_ckpt_rmdirs_upto. */
+ds_status ds_ckpt_mkdirs_new(const char *dir, char *first_new, size_t cap);
+/* Undo ds_ckpt_mkdirs_new after a failure: remove dir and its parents up to
+ * and including `top` (its first_new), each only if empty. Nothing when top
+ * is "" or NULL. Never fails: what cannot be removed stays. */
+void ds_ckpt_rmdirs_upto(const char *dir, const char *top);
+/* What unfinished saves leave in DIR: every TAG.tmp folder (TAG a valid tag)
+ * and latest.tmp, removed; `report` (may be NULL) is called with the path of
+ * each. Nothing else is touched; a DIR that does not exist is fine. Errors:
+ * DS_ERR_IO naming what could not be removed. */
+ds_status ds_ckpt_remove_stale(const char *dir, void (*report)(void *user, const char *path),
+                               void *user);
 /* Remove a flat folder of files (a TAG.tmp a crash left, or an old TAG
  * swapped out); nothing there is fine. Refuses sub-folders (DS_ERR_IO), so a
  * wrong path cannot delete a tree. */

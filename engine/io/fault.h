@@ -9,12 +9,20 @@
  * be given separated by ','; ":rank=R" may be left out to match every rank.
  * Unset (the normal case) the points cost one getenv each.
  *
+ * A spec starting with "error:" makes a point fail instead, where the code
+ * asks with ds_fault_error (a full disk, a quota, a lost mount, as a
+ * function returning DS_ERR_IO sees them):
+ *
+ *   DS_FAULT_INJECT=error:ckpt:write_meta:rank=0   rank 0's meta.json write fails
+ *
  * This is test machinery and the only code in the library that ends the
  * process; it never runs unless a test sets the variable. */
 #ifndef DS_IO_FAULT_H
 #define DS_IO_FAULT_H
 
 #include <stdbool.h>
+
+#include "engine/core/status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,6 +36,10 @@ bool ds_fault_matches(const char *spec, const char *site, int rank);
 /* Raise SIGKILL on this process when DS_FAULT_INJECT arms `site` for
  * `rank`; otherwise return. */
 void ds_fault_point(const char *site, int rank);
+
+/* DS_ERR_IO ("SITE: failure injected by DS_FAULT_INJECT") when an "error:"
+ * spec arms `site` for `rank`; otherwise DS_OK. */
+ds_status ds_fault_error(const char *site, int rank);
 
 #ifdef __cplusplus
 }

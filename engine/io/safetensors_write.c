@@ -407,8 +407,19 @@ struct ds_st_sharded {
     ds_st_kv *meta;
     int n_meta;
     int cur;                /* shard being written */
+    int done;               /* shards finished (renamed into place) */
     ds_st_writer *w;        /* writer of shard cur (NULL after a failure) */
 };
+
+/* After a failure: the shards already finished go too. */
+static void remove_done(const ds_st_sharded *s) {
+    char name[256], path[4096];
+    for (int sh = 0; sh < s->done; sh++) {
+        ds_st_shard_name(s->prefix, sh, s->n_shards, name, sizeof name);
+        snprintf(path, sizeof path, "%s/%s", s->dir, name);
+        unlink(path);
+    }
+}
 
 static void sharded_free(ds_st_sharded *s) {
     if (!s) return;
@@ -509,6 +520,7 @@ static ds_status shard_next(ds_st_sharded *s) {
     ds_st_writer *w = s->w;
     s->w = NULL;
     DS_TRY(ds_st_writer_finish(w));
+    s->done++;
     s->cur++;
     DS_TRY(shard_open(s));
     return DS_OK;
@@ -585,9 +597,11 @@ ds_status ds_st_sharded_finish(ds_st_sharded *s) {
         ds_st_writer *w = s->w;
         s->w = NULL;
         st = ds_st_writer_finish(w);
+        if (st == DS_OK) s->done++;
     }
     if (st == DS_OK && s->n_shards > 1) st = write_index(s);
     if (s->w) ds_st_writer_abort(s->w);
+    if (st != DS_OK) remove_done(s);
     sharded_free(s);
     if (st != DS_OK) ds_error_trace(__FILE__, __LINE__);
     return st;
@@ -596,5 +610,6 @@ ds_status ds_st_sharded_finish(ds_st_sharded *s) {
 void ds_st_sharded_abort(ds_st_sharded *s) {
     if (!s) return;
     ds_st_writer_abort(s->w);
+    remove_done(s);
     sharded_free(s);
 }

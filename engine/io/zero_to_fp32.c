@@ -89,8 +89,10 @@ static bool ends_with(const char *s, const char *suffix) {
     return n >= k && !strcmp(s + n - k, suffix);
 }
 
+/* created[cap]: the outermost folder this call made for `out` ("" when it
+ * existed), for the cleanup after a failure. */
 static ds_status open_sink(const char *out, const ds_ckpt_meta *m, const ds_z2f_opts *o,
-                           sink *s, int *n_files) {
+                           sink *s, int *n_files, char *created, size_t cap) {
     ds_st_dtype dt = o->dtype == DS_F16 ? DS_ST_F16 : o->dtype == DS_BF16 ? DS_ST_BF16 : DS_ST_F32;
     ds_st_decl *decl = calloc(m->n_params ? (size_t)m->n_params : 1, sizeof *decl);
     if (!decl) return DS_ERR(DS_ERR_OOM, "zero_to_fp32: out of memory");
@@ -109,7 +111,7 @@ static ds_status open_sink(const char *out, const ds_ckpt_meta *m, const ds_z2f_
         st = ds_st_writer_open(out, decl, m->n_params, kv, 4, &s->file);
         *n_files = 1;
     } else {
-        st = ds_ckpt_mkdirs(out);
+        st = ds_ckpt_mkdirs_new(out, created, cap);
         if (st == DS_OK)
             st = ds_st_sharded_open(out, "model", decl, m->n_params, o->max_shard_bytes, kv, 4,
                                     &s->shards);
@@ -189,16 +191,20 @@ ds_status ds_zero_to_fp32(const char *dir, const char *out, const ds_z2f_opts *o
     float *buf = malloc(cap * sizeof(float));
     sink s = {0};
     int n_files = 0;
+    char created[PATH_CAP] = "";
     uint64_t bytes_read = 0;
     if (!buf) st = DS_ERR(DS_ERR_OOM, "zero_to_fp32: out of memory for a %zu-element frame", cap);
-    if (st == DS_OK) st = open_sink(out, &m, &o, &s, &n_files);
+    if (st == DS_OK) st = open_sink(out, &m, &o, &s, &n_files, created, sizeof created);
     if (st == DS_OK) st = stream(tag_dir, &m, &s, buf, cap, &bytes_read);
     if (st == DS_OK) {
         st = s.file ? ds_st_writer_finish(s.file) : ds_st_sharded_finish(s.shards);
         s.file = NULL;
         s.shards = NULL;
     }
-    if (st != DS_OK) sink_abort(&s);
+    if (st != DS_OK) { /* nothing of the output stays: files, then the folders made for it */
+        sink_abort(&s);
+        ds_ckpt_rmdirs_upto(out, created);
+    }
     if (st == DS_OK && report) {
         memset(report, 0, sizeof *report);
         report->n_tensors = m.n_params;

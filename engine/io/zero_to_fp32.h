@@ -77,9 +77,9 @@ typedef struct ds_z2f_report {
  * Tensors keep the model's Hugging Face names and shapes, in flat order.
  * report may be NULL. Errors: as ds_checkpoint_verify for the checkpoint,
  * DS_ERR_CORRUPT for a frame whose checksum fails while converting, DS_ERR_IO
- * for the output, DS_ERR_INVALID_ARG for options. On error no complete-looking
- * output is left (the unfinished file is removed; a sharded output has no
- * index). */
+ * for the output, DS_ERR_INVALID_ARG for options. On error nothing it
+ * created is left: the unfinished file, the shards already finished, and the
+ * folders it made for OUT are removed (a folder that existed stays). */
 ds_status ds_zero_to_fp32(const char *dir, const char *out, const ds_z2f_opts *opts,
                           ds_z2f_report *report);
 

@@ -3,8 +3,9 @@
 # run of 3 steps with a checkpoint, resumed in a new process group for 3 more,
 # log the same losses for steps 4-6 (a small BERT with dropout 0.1, 2 ranks,
 # ZeRO stage 2: exact resume restores the data order and the dropout stream).
-# Also: --resume with nothing saved starts from step 0, and zero_to_fp32
-# converts the checkpoint train_cls wrote.
+# Also: a stale TAG.tmp is removed (and said) when the job starts, --resume
+# with nothing saved starts from step 0, and zero_to_fp32 converts the
+# checkpoint train_cls wrote.
 #
 #   test_train_cls_ckpt.sh BINDIR WORKDIR MPIRUN [FLAGS...]
 set -u
@@ -33,8 +34,11 @@ losses() { # step and loss of each step line of a metrics file, from step $2 on
 TC_ARGS="--max-steps 6 --metrics straight.jsonl" tc straight.log "$@"
 TC_ARGS="--max-steps 3 --save-steps 3 --ckpt-dir ck --metrics first.jsonl" tc first.log "$@"
 [ "$(cat ck/latest 2>/dev/null)" = "global_step3" ] || fail "ck/latest is not global_step3"
+mkdir -p ck/global_step99.tmp # what a save killed half-way leaves: removed at start-up
 TC_ARGS="--max-steps 6 --save-steps 3 --ckpt-dir ck --resume --metrics second.jsonl" \
   tc second.log "$@"
+[ -e ck/global_step99.tmp ] && fail "the stale ck/global_step99.tmp is still there"
+grep -q "removed ck/global_step99.tmp" second.log || fail "no line about removing global_step99.tmp"
 grep -q "resumed from ck/global_step3 at step 3" second.log || fail "no resume line in second.log"
 losses straight.jsonl 4 >want.txt
 losses second.jsonl 1 >got.txt
