@@ -74,17 +74,14 @@ parameter P: "param/P" (initial value), "grad/P" (gradient of the step-0 loss), 
 (value after the 3 AdamW steps).
 """
 
-import copy
-import json
-import struct
+
 import sys
 
-import numpy as np
 import torch
-import transformers
 from transformers import BertConfig, BertForSequenceClassification
 
-VERSION = 1
+import ref_dump
+
 CONFIG = dict(
     vocab_size=99,
     hidden_size=64,
@@ -104,24 +101,12 @@ N_CLASSES = 3
 B, T = 4, 12
 LENGTHS = (12, 9, 5, 7)
 LABELS = (0, 2, 1, 2)
-OPTIM = dict(type="AdamW", lr=1e-3, betas=[0.9, 0.999], eps=1e-8, weight_decay=0.01)
-STEPS = 3
 
 
 def make_model():
     cfg = BertConfig(num_labels=N_CLASSES, attn_implementation="eager", **CONFIG)
     model = BertForSequenceClassification(cfg)
-    g = torch.Generator().manual_seed(20240)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g, dtype=torch.float64)
-            if name.endswith("LayerNorm.weight"):
-                v = 1.0 + 0.1 * noise
-            elif name.endswith("bias"):
-                v = 0.05 * noise
-            else:
-                v = 0.1 * noise
-            p.copy_(v.to(p.dtype))
+    ref_dump.init_weights(model, 20240, lambda name: name.endswith("LayerNorm.weight"))
     return model
 
 
@@ -141,42 +126,11 @@ def make_batch():
     return ids, types, mask, labels
 
 
-def run(model, dtype, batch):
-    """Step-0 logits, loss, grads; the loss of each step; parameters after STEPS steps."""
-    model = copy.deepcopy(model).to(dtype)
-    model.train()  # dropout is 0: train and eval agree; train is what the engine runs
+def forward(model, batch):
+    """Logits and HF's own classification loss."""
     ids, types, mask, labels = batch
-    opt = torch.optim.AdamW(
-        model.parameters(),
-        lr=OPTIM["lr"],
-        betas=tuple(OPTIM["betas"]),
-        eps=OPTIM["eps"],
-        weight_decay=OPTIM["weight_decay"],
-        foreach=False,
-    )
-    names = [n for n, _ in model.named_parameters()]
-    init = {n: p.detach().clone() for n, p in model.named_parameters()}
-    losses = []
-    logits0 = grads0 = None
-    for step in range(STEPS):
-        opt.zero_grad(set_to_none=True)
-        out = model(input_ids=ids, token_type_ids=types, attention_mask=mask, labels=labels)
-        out.loss.backward()
-        losses.append(out.loss.item())
-        if step == 0:
-            logits0 = out.logits.detach().clone()
-            grads0 = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
-        opt.step()
-    after = {n: p.detach().clone() for n, p in model.named_parameters()}
-    return dict(names=names, init=init, logits=logits0, losses=losses, grads=grads0, after=after)
-
-
-def norm_rel(a, ref):
-    """||a - ref|| / ||ref||, the metric the C test applies per tensor."""
-    a = np.asarray(a, dtype=np.float64).ravel()
-    ref = np.asarray(ref, dtype=np.float64).ravel()
-    den = np.linalg.norm(ref)
-    return float(np.linalg.norm(a - ref) / den) if den > 0 else float(np.linalg.norm(a - ref))
+    out = model(input_ids=ids, token_type_ids=types, attention_mask=mask, labels=labels)
+    return out.logits, out.loss
 
 
 def zero_true_grad(r64):
@@ -192,123 +146,36 @@ def zero_true_grad(r64):
     return [n for n in r64["names"] if norms[n] < 1e-12 * top]
 
 
-def compare(r32, r64, skip):
-    """How far float32 PyTorch is from the float64 truth, in the test's metrics."""
-    l32, l64 = r32["logits"].double().numpy(), r64["logits"].numpy()
-    out = {
-        "logits_max_abs_over_max_abs": float(np.abs(l32 - l64).max() / np.abs(l64).max()),
-        "loss_rel": abs(r32["losses"][0] - r64["losses"][0]) / abs(r64["losses"][0]),
-        "step_losses_rel_max": max(
-            abs(a - b) / abs(b) for a, b in zip(r32["losses"], r64["losses"])
-        ),
-    }
-    worst_g, worst_gn = 0.0, ""
-    worst_d, worst_dn = 0.0, ""
-    worst_a, worst_an = 0.0, ""
-    for n in r64["names"]:
-        if n in skip:
-            continue
-        g = norm_rel(r32["grads"][n].double(), r64["grads"][n])
-        if g > worst_g:
-            worst_g, worst_gn = g, n
-        d32 = (r32["after"][n].double() - r32["init"][n].double()).numpy()
-        d64 = (r64["after"][n] - r64["init"][n]).numpy()
-        d = norm_rel(d32, d64)
-        if d > worst_d:
-            worst_d, worst_dn = d, n
-        a = float(np.abs(d32 - d64).max()) / OPTIM["lr"]
-        if a > worst_a:
-            worst_a, worst_an = a, n
-    out.update(
-        grad_norm_rel_max=worst_g,
-        grad_norm_rel_worst=worst_gn,
-        update_norm_rel_max=worst_d,
-        update_norm_rel_worst=worst_dn,
-        after_max_abs_over_lr=worst_a,
-        after_max_abs_over_lr_worst=worst_an,
-        excluded=sorted(skip),
-    )
-    return out
-
-
 def main():
     if len(sys.argv) != 2:
         print(f"usage: {sys.argv[0]} OUT.bin", file=sys.stderr)
         return 2
-    torch.manual_seed(0)  # BertForSequenceClassification's own init, overwritten but seeded
-    torch.use_deterministic_algorithms(True)
-    torch.set_num_threads(1)
+    ref_dump.seed_torch()  # BertForSequenceClassification's own init, overwritten but seeded
     model = make_model()
     batch = make_batch()
-    r64 = run(model, torch.float64, batch)
-    r32 = run(model, torch.float32, batch)
+    r64 = ref_dump.train(model, torch.float64, forward, batch)
+    r32 = ref_dump.train(model, torch.float32, forward, batch)
     zero_grad = zero_true_grad(r64)
 
-    tensors = {}
-    blobs = []
-    offset = 0
-
-    def add(name, array, dtype):
-        nonlocal offset
-        a = np.ascontiguousarray(np.asarray(array), dtype="<f4" if dtype == "f32" else "<i4")
-        tensors[name] = {"dtype": dtype, "shape": list(a.shape), "offset": offset}
-        blobs.append(a.tobytes())
-        offset += a.nbytes
-
+    dump = ref_dump.Dump()
     ids, types, mask, labels = batch
-    add("input_ids", ids.numpy(), "i32")
-    add("token_type_ids", types.numpy(), "i32")
-    add("attention_mask", mask.numpy(), "f32")
-    add("labels", labels.numpy(), "i32")
-    add("logits", r64["logits"].numpy(), "f32")
-    add("loss", np.array([r64["losses"][0]]), "f32")
-    add("step_losses", np.array(r64["losses"]), "f32")
-    for n in r64["names"]:
-        add("param/" + n, r64["init"][n].numpy(), "f32")
-    for n in r64["names"]:
-        add("grad/" + n, r64["grads"][n].numpy(), "f32")
-    for n in r64["names"]:
-        add("after/" + n, r64["after"][n].numpy(), "f32")
-
-    header = {
-        "format": "zero-engine BERT reference",
-        "version": VERSION,
-        "generator": {
-            "script": "tools/make_bert_reference.py",
-            "model": "transformers.BertForSequenceClassification (eager attention)",
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "numpy": np.__version__,
-            "computed_in": "float64, stored as float32",
-        },
-        "config": dict(CONFIG, n_classes=N_CLASSES),
-        "batch": {"B": B, "T": T},
-        "optimizer": dict(OPTIM, weight_decay_on="all parameters", same_batch_each_step=True),
-        "steps": STEPS,
-        "param_names": r64["names"],
-        "zero_true_grad_params": zero_grad,
-        "tensors": tensors,
-        "torch_fp32_vs_fp64": compare(r32, r64, zero_grad),
-    }
-    text = json.dumps(header, indent=None, separators=(",", ":")).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(sys.argv[1], "wb") as f:
-        f.write(b"DSREF\0\0\0")
-        f.write(struct.pack("<IIQ", VERSION, 0, len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-    total = 24 + len(text) + offset
-    # The same initial weights as a Hugging Face checkpoint folder, written by transformers'
-    # own save_pretrained (safetensors from PyPI): an independent writer for the C reader and
-    # loader tests. float16 halves its size; the test compares against param/* rounded to fp16.
-    hf_dir = sys.argv[1][: -len(".bin")] + "_hf" if sys.argv[1].endswith(".bin") else sys.argv[1] + "_hf"
-    copy.deepcopy(model).half().save_pretrained(hf_dir, safe_serialization=True)
-    print(f"wrote {hf_dir}/config.json and model.safetensors (float16)")
-    print(f"wrote {sys.argv[1]}: {total} bytes, {len(r64['names'])} parameters "
-          f"({sum(v.numel() for v in r64['init'].values())} elements)")
-    print("loss per step (float64):", r64["losses"])
-    print("torch float32 vs float64:", json.dumps(header["torch_fp32_vs_fp64"], indent=1))
+    dump.add("input_ids", ids.numpy(), "i32")
+    dump.add("token_type_ids", types.numpy(), "i32")
+    dump.add("attention_mask", mask.numpy(), "f32")
+    dump.add("labels", labels.numpy(), "i32")
+    dump.add_run(r64)
+    skip = {n: (0, r64["grads"][n].numel()) for n in zero_grad}  # whole parameters
+    hdr = ref_dump.header(
+        "zero-engine BERT reference",
+        "tools/make_bert_reference.py",
+        "transformers.BertForSequenceClassification (eager attention)",
+        dict(CONFIG, n_classes=N_CLASSES),
+        B, T, r64,
+        ("zero_true_grad_params", zero_grad),
+        dump.tensors,
+        ref_dump.compare(r32, r64, skip, sorted(zero_grad)),
+    )
+    ref_dump.write(sys.argv[1], dump, hdr, model, r64)
     return 0
 
 

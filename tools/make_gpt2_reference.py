@@ -4,7 +4,7 @@
 The reference is Hugging Face transformers' own GPT2LMHeadModel (not a re-implementation),
 run by hand, once; its output is committed as tests/data/gpt2_ref_tiny.bin. Nothing in the
 build or in CI runs this script. It is modelled on tools/make_bert_reference.py and writes the
-same versioned format (read by tests/unit/bert_ref.c).
+same versioned format (written by tools/ref_dump.py, read by tests/unit/ref_dump.c).
 
 Setup (see make_bert_reference.py; the venv used here is /root/venv):
 
@@ -90,18 +90,15 @@ loss; for transformer.wte.weight the sum of its uses as embedding and output pro
 "after/P" (value after the 3 AdamW steps).
 """
 
-import copy
-import json
-import struct
+
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-import transformers
 from transformers import GPT2Config, GPT2LMHeadModel
 
-VERSION = 1
+import ref_dump
+
 CONFIG = dict(
     vocab_size=97,
     n_positions=16,
@@ -123,25 +120,17 @@ B, T = 3, 10
 LENGTHS = (10, 7, 4)
 PROMPT = 3  # row 0's first PROMPT labels are -100
 HOLE = 5  # row 0's attention_mask is 0 there
-OPTIM = dict(type="AdamW", lr=1e-3, betas=[0.9, 0.999], eps=1e-8, weight_decay=0.01)
-STEPS = 3
+
+
+def is_norm_weight(name):
+    return name.endswith(".weight") and name.split(".")[-2].startswith("ln_")
 
 
 def make_model():
     cfg = GPT2Config(attn_implementation="eager", **CONFIG)
     model = GPT2LMHeadModel(cfg)
     assert model.lm_head.weight is model.transformer.wte.weight, "lm_head is not tied"
-    g = torch.Generator().manual_seed(20241)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g, dtype=torch.float64)
-            if name.endswith(".weight") and name.split(".")[-2].startswith("ln_"):
-                v = 1.0 + 0.1 * noise
-            elif name.endswith("bias"):
-                v = 0.05 * noise
-            else:
-                v = 0.1 * noise
-            p.copy_(v.to(p.dtype))
+    ref_dump.init_weights(model, 20241, is_norm_weight)
     return model
 
 
@@ -167,38 +156,15 @@ def causal_lm_loss(logits, labels):
                            ignore_index=-100, reduction="mean")
 
 
-def run(model, dtype, batch):
-    """Step-0 logits, loss, grads; the loss of each step; parameters after STEPS steps."""
-    model = copy.deepcopy(model).to(dtype)
-    model.train()  # dropout is 0: train and eval agree; train is what the engine runs
+def forward(model, batch):
+    """Logits and the causal LM loss; in float32 also checked against the model's own."""
     ids, mask, labels = batch
-    opt = torch.optim.AdamW(
-        model.parameters(),
-        lr=OPTIM["lr"],
-        betas=tuple(OPTIM["betas"]),
-        eps=OPTIM["eps"],
-        weight_decay=OPTIM["weight_decay"],
-        foreach=False,
-    )
-    names = [n for n, _ in model.named_parameters()]
-    init = {n: p.detach().clone() for n, p in model.named_parameters()}
-    losses = []
-    logits0 = grads0 = None
-    for step in range(STEPS):
-        opt.zero_grad(set_to_none=True)
-        out = model(input_ids=ids, attention_mask=mask)
-        loss = causal_lm_loss(out.logits, labels)
-        if dtype == torch.float32:
-            hf = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-            assert hf.item() == loss.item(), (hf.item(), loss.item())
-        loss.backward()
-        losses.append(loss.item())
-        if step == 0:
-            logits0 = out.logits.detach().clone()
-            grads0 = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
-        opt.step()
-    after = {n: p.detach().clone() for n, p in model.named_parameters()}
-    return dict(names=names, init=init, logits=logits0, losses=losses, grads=grads0, after=after)
+    out = model(input_ids=ids, attention_mask=mask)
+    loss = causal_lm_loss(out.logits, labels)
+    if out.logits.dtype == torch.float32:
+        hf = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        assert hf.item() == loss.item(), (hf.item(), loss.item())
+    return out.logits, loss
 
 
 def zero_true_grad(r64):
@@ -214,138 +180,35 @@ def zero_true_grad(r64):
     return out
 
 
-def keep_mask(n, shape, skip):
-    """Flattened boolean mask of the entries the metrics use (all but skip's range)."""
-    m = np.ones(int(np.prod(shape)), dtype=bool)
-    if n in skip:
-        m[skip[n][0]:skip[n][1]] = False
-    return m
-
-
-def norm_rel(a, ref):
-    """||a - ref|| / ||ref||, the metric the C test applies per tensor."""
-    a = np.asarray(a, dtype=np.float64).ravel()
-    ref = np.asarray(ref, dtype=np.float64).ravel()
-    den = np.linalg.norm(ref)
-    return float(np.linalg.norm(a - ref) / den) if den > 0 else float(np.linalg.norm(a - ref))
-
-
-def compare(r32, r64, skip):
-    """How far float32 PyTorch is from the float64 truth, in the test's metrics."""
-    l32, l64 = r32["logits"].double().numpy(), r64["logits"].numpy()
-    out = {
-        "logits_max_abs_over_max_abs": float(np.abs(l32 - l64).max() / np.abs(l64).max()),
-        "loss_rel": abs(r32["losses"][0] - r64["losses"][0]) / abs(r64["losses"][0]),
-        "step_losses_rel_max": max(
-            abs(a - b) / abs(b) for a, b in zip(r32["losses"], r64["losses"])
-        ),
-    }
-    worst_g, worst_gn = 0.0, ""
-    worst_d, worst_dn = 0.0, ""
-    worst_a, worst_an = 0.0, ""
-    for n in r64["names"]:
-        keep = keep_mask(n, r64["grads"][n].shape, skip)
-        g = norm_rel(r32["grads"][n].double().numpy().ravel()[keep],
-                     r64["grads"][n].numpy().ravel()[keep])
-        if g > worst_g:
-            worst_g, worst_gn = g, n
-        d32 = (r32["after"][n].double() - r32["init"][n].double()).numpy().ravel()[keep]
-        d64 = (r64["after"][n] - r64["init"][n]).numpy().ravel()[keep]
-        d = norm_rel(d32, d64)
-        if d > worst_d:
-            worst_d, worst_dn = d, n
-        a = float(np.abs(d32 - d64).max()) / OPTIM["lr"]
-        if a > worst_a:
-            worst_a, worst_an = a, n
-    out.update(
-        grad_norm_rel_max=worst_g,
-        grad_norm_rel_worst=worst_gn,
-        update_norm_rel_max=worst_d,
-        update_norm_rel_worst=worst_dn,
-        after_max_abs_over_lr=worst_a,
-        after_max_abs_over_lr_worst=worst_an,
-        excluded={n: r for n, r in sorted(skip.items())},
-    )
-    return out
-
-
 def main():
     if len(sys.argv) != 2:
         print(f"usage: {sys.argv[0]} OUT.bin", file=sys.stderr)
         return 2
-    torch.manual_seed(0)  # GPT2LMHeadModel's own init, overwritten but seeded
-    torch.use_deterministic_algorithms(True)
-    torch.set_num_threads(1)
+    ref_dump.seed_torch()  # GPT2LMHeadModel's own init, overwritten but seeded
     model = make_model()
     batch = make_batch()
-    r64 = run(model, torch.float64, batch)
-    r32 = run(model, torch.float32, batch)
+    r64 = ref_dump.train(model, torch.float64, forward, batch)
+    r32 = ref_dump.train(model, torch.float32, forward, batch)
     skip = zero_true_grad(r64)
 
-    tensors = {}
-    blobs = []
-    offset = 0
-
-    def add(name, array, dtype):
-        nonlocal offset
-        a = np.ascontiguousarray(np.asarray(array), dtype="<f4" if dtype == "f32" else "<i4")
-        tensors[name] = {"dtype": dtype, "shape": list(a.shape), "offset": offset}
-        blobs.append(a.tobytes())
-        offset += a.nbytes
-
+    dump = ref_dump.Dump()
     ids, mask, labels = batch
-    add("input_ids", ids.numpy(), "i32")
-    add("attention_mask", mask.numpy(), "f32")
-    add("labels", labels.numpy(), "i32")
-    add("logits", r64["logits"].numpy(), "f32")
-    add("loss", np.array([r64["losses"][0]]), "f32")
-    add("step_losses", np.array(r64["losses"]), "f32")
-    for n in r64["names"]:
-        add("param/" + n, r64["init"][n].numpy(), "f32")
-    for n in r64["names"]:
-        add("grad/" + n, r64["grads"][n].numpy(), "f32")
-    for n in r64["names"]:
-        add("after/" + n, r64["after"][n].numpy(), "f32")
-
-    header = {
-        "format": "zero-engine GPT-2 reference",
-        "version": VERSION,
-        "generator": {
-            "script": "tools/make_gpt2_reference.py",
-            "model": "transformers.GPT2LMHeadModel (eager attention)",
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "numpy": np.__version__,
-            "computed_in": "float64, stored as float32",
-        },
-        "config": dict(CONFIG, n_inner=4 * CONFIG["n_embd"]),
-        "batch": {"B": B, "T": T},
-        "optimizer": dict(OPTIM, weight_decay_on="all parameters", same_batch_each_step=True),
-        "steps": STEPS,
-        "param_names": r64["names"],
-        "zero_true_grad": skip,
-        "tensors": tensors,
-        "torch_fp32_vs_fp64": compare(r32, r64, skip),
-    }
-    text = json.dumps(header, indent=None, separators=(",", ":")).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(sys.argv[1], "wb") as f:
-        f.write(b"DSREF\0\0\0")
-        f.write(struct.pack("<IIQ", VERSION, 0, len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-    total = 24 + len(text) + offset
-    # The same initial weights as a Hugging Face checkpoint folder, written by transformers'
-    # own save_pretrained: an independent writer for the C loader tests. float16 halves its
-    # size; the test compares against param/* rounded to fp16.
-    hf_dir = sys.argv[1][: -len(".bin")] + "_hf" if sys.argv[1].endswith(".bin") else sys.argv[1] + "_hf"
-    copy.deepcopy(model).half().save_pretrained(hf_dir, safe_serialization=True)
-    print(f"wrote {hf_dir}/config.json and model.safetensors (float16)")
-    print(f"wrote {sys.argv[1]}: {total} bytes, {len(r64['names'])} parameters "
-          f"({sum(v.numel() for v in r64['init'].values())} elements)")
-    print("loss per step (float64):", r64["losses"])
-    print("torch float32 vs float64:", json.dumps(header["torch_fp32_vs_fp64"], indent=1))
+    dump.add("input_ids", ids.numpy(), "i32")
+    dump.add("attention_mask", mask.numpy(), "f32")
+    dump.add("labels", labels.numpy(), "i32")
+    dump.add_run(r64)
+    excluded = {n: r for n, r in sorted(skip.items())}
+    hdr = ref_dump.header(
+        "zero-engine GPT-2 reference",
+        "tools/make_gpt2_reference.py",
+        "transformers.GPT2LMHeadModel (eager attention)",
+        dict(CONFIG, n_inner=4 * CONFIG["n_embd"]),
+        B, T, r64,
+        ("zero_true_grad", skip),
+        dump.tensors,
+        ref_dump.compare(r32, r64, skip, excluded),
+    )
+    ref_dump.write(sys.argv[1], dump, hdr, model, r64)
     return 0
 
 
