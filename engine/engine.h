@@ -186,10 +186,12 @@ ds_status ds_save_weights(engine_t *e, const char *path);
  *
  * Layout: DIR/TAG/meta.json (config, world size, stage, precision, parameter
  * table, counters, scheduler, loss scaler, RNG seed, data position, client
- * state; engine/io/ckpt_meta.h) and one DIR/TAG/shard-RRRRR-of-WWWWW.dsck per
+ * state, its own checksum; engine/io/ckpt_meta.h) and one
+ * DIR/TAG/shard-RRRRR-of-WWWWW.dsck per
  * rank holding its partition of the fp32 master weights, then of the
  * optimizer moments, in zstd frames with checksums (engine/io/ckpt_file.h).
- * DIR/latest names the newest complete tag.
+ * DIR/latest names the newest complete tag (first line) and carries its
+ * checksum (second line).
  *
  * Crash safety: ranks write into DIR/TAG.tmp/ and fsync their file and the
  * folder; after every rank has finished (a collective), rank 0 writes
@@ -248,8 +250,9 @@ typedef enum ds_load_flags {
 
 /* Load DIR/TAG (tag NULL: the one DIR/latest names) into the engine.
  * Collective. Verifies first, before changing anything, the checks of
- * ds_checkpoint_verify shared out over the ranks: every rank reads meta.json
- * and finds every shard file present with its recorded size and no file
+ * ds_checkpoint_verify shared out over the ranks: every rank reads `latest`
+ * and meta.json, verifying their checksums (engine/io/ckpt_seal.h), and
+ * finds every shard file present with its recorded size and no file
  * extra; it opens the files it will read (header, index, their checksums
  * against meta.json) and checks the checksum of every frame it will read; it
  * checks that the parameter table equals this model's and the optimizer's

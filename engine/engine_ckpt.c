@@ -366,6 +366,14 @@ static int load_sections(const engine_t *e, unsigned flags) {
     return 1 + ds_optim_state_count(&e->cfg);
 }
 
+/* "[3, 4]" */
+static void shape_text(const int64_t *shape, int ndim, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int k = 0; k < ndim && n < cap; k++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", k ? ", " : "", (long long)shape[k]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
 /* Checks that need nothing but meta.json and this engine. */
 static ds_status compatible(const engine_t *e, const ds_ckpt_meta *m, unsigned flags,
                             const char *tag_dir) {
@@ -376,13 +384,23 @@ static ds_status compatible(const engine_t *e, const ds_ckpt_meta *m, unsigned f
     for (int i = 0; i < f->n_params; i++) {
         const ds_ckpt_param_entry *p = &m->params[i];
         const ds_param_desc *d = f->params[i].desc;
-        bool same = !strcmp(p->name, d->name) && p->ndim == d->ndim &&
-                    p->offset == f->params[i].offset && p->numel == f->params[i].numel;
-        for (int k = 0; same && k < d->ndim; k++) same = p->shape[k] == d->shape[k];
-        if (!same)
-            return DS_ERR(DS_ERR_INVALID_ARG, "%s: parameter %d is %s (%lld elements at flat "
-                          "offset %lld) in the checkpoint, %s (%lld at %lld) in this model",
-                          tag_dir, i, p->name, (long long)p->numel, (long long)p->offset, d->name,
+        bool same_shape = p->ndim == d->ndim;
+        for (int k = 0; same_shape && k < d->ndim; k++) same_shape = p->shape[k] == d->shape[k];
+        /* the first field that differs, with both values */
+        if (strcmp(p->name, d->name) != 0)
+            return DS_ERR(DS_ERR_INVALID_ARG, "%s: parameter %d is named %s in the checkpoint, "
+                          "%s in this model", tag_dir, i, p->name, d->name);
+        if (!same_shape) {
+            char a[128], b[128];
+            shape_text(p->shape, p->ndim, a, sizeof a);
+            shape_text(d->shape, d->ndim, b, sizeof b);
+            return DS_ERR(DS_ERR_INVALID_ARG, "%s: parameter %s has shape %s in the checkpoint, "
+                          "%s in this model", tag_dir, d->name, a, b);
+        }
+        if (p->numel != f->params[i].numel || p->offset != f->params[i].offset)
+            return DS_ERR(DS_ERR_INVALID_ARG, "%s: parameter %s is %lld elements at flat offset "
+                          "%lld in the checkpoint, %lld at %lld in this model", tag_dir, d->name,
+                          (long long)p->numel, (long long)p->offset,
                           (long long)f->params[i].numel, (long long)f->params[i].offset);
     }
     if (m->used != f->used)

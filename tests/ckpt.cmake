@@ -71,6 +71,13 @@ ds_add_mpi_test(NAME test_ckpt_flags SOURCES ${_ck}/multirank/test_ckpt_flags.c
 ds_add_mpi_test(NAME test_ckpt_leftovers SOURCES ${_ck}/multirank/test_ckpt_leftovers.c
                 ${_ck}/multirank/ckpt_harness.c ${_ck}/multirank/tied_model.c NP 2 LABELS fault)
 
+# Every byte of meta.json and latest checked by every reader: 600 edits of
+# meta.json (random bytes and structural edits) and every byte of latest,
+# refused by verify, convert, the HF export, load and client_state.
+ds_add_test(NAME test_ckpt_mutate SOURCES ${_ck}/multirank/test_ckpt_mutate.c
+            ${_ck}/multirank/ckpt_harness.c ${_ck}/multirank/tied_model.c LABELS fault)
+add_dependencies(test_ckpt_mutate zero_to_fp32)
+
 # zero_to_fp32 (library and program) against ds_get_param, and
 # ds_checkpoint_verify on broken copies; then the independent Python reader
 # checks the converter's files against ds_save_weights' (fixture).

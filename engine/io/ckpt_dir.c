@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "engine/io/ckpt_file.h"
+#include "engine/io/ckpt_seal.h"
 
 void ds_ckpt_shard_name(int rank, int world, char *buf, size_t cap) {
     snprintf(buf, cap, "shard-%05d-of-%05d.dsck", rank, world);
@@ -216,25 +217,40 @@ ds_status ds_ckpt_write_latest(const char *dir, const char *tag) {
     char path[4096], text[DS_CKPT_TAG_MAX + 2];
     snprintf(path, sizeof path, "%s/%s", dir, DS_CKPT_LATEST_FILE);
     int n = snprintf(text, sizeof text, "%s\n", tag);
-    DS_TRY(ds_ckpt_write_file_atomic(path, text, (size_t)n));
+    char *sealed;
+    size_t len;
+    DS_TRY(ds_ckpt_seal(DS_SEAL_LINE, text, (size_t)n, &sealed, &len));
+    ds_status st = ds_ckpt_write_file_atomic(path, sealed, len);
+    free(sealed);
+    DS_TRY(st);
     return DS_OK;
 }
 
 ds_status ds_ckpt_read_latest(const char *dir, char *tag, size_t cap) {
-    char path[4096], buf[DS_CKPT_TAG_MAX + 8];
+    char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, DS_CKPT_LATEST_FILE);
-    FILE *f = fopen(path, "r");
-    if (!f) return DS_ERR(DS_ERR_IO, "%s: %s (no complete checkpoint saved there)", path,
-                          strerror(errno));
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = 0;
-    if (ds_ckpt_check_tag(buf) != DS_OK)
+    if (access(path, F_OK) != 0)
+        return DS_ERR(DS_ERR_IO, "%s: %s (no complete checkpoint saved there)", path,
+                      strerror(errno));
+    char *text;
+    size_t n, body;
+    DS_TRY(ds_ckpt_read_sealed(path, DS_SEAL_LINE, &text, &n, &body));
+    /* the checksum matched, so this is the line a save wrote: one tag */
+    text[body > 0 ? body - 1 : 0] = '\0';
+    ds_status st = strchr(text, '\n') ? DS_ERR(DS_ERR_CORRUPT, "%s: more than one line before "
+                                                "its checksum", path)
+                                       : ds_ckpt_check_tag(text);
+    if (st != DS_OK) {
+        free(text);
+        if (st == DS_ERR_CORRUPT) return st;
         return DS_ERR(DS_ERR_CORRUPT, "%s: does not hold a checkpoint tag (%s)", path,
                       ds_last_error());
-    if (n + 1 > cap) return DS_ERR(DS_ERR_INVALID_ARG, "%s: tag longer than %zu", path, cap - 1);
-    memcpy(tag, buf, n + 1);
+    }
+    size_t len = strlen(text);
+    if (len + 1 > cap) st = DS_ERR(DS_ERR_INVALID_ARG, "%s: tag longer than %zu", path, cap - 1);
+    else memcpy(tag, text, len + 1);
+    free(text);
+    DS_TRY(st);
     return DS_OK;
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine/io/ckpt_dir.h"
+#include "engine/io/ckpt_seal.h"
 
 #define FORMAT_NAME "zero-engine-checkpoint"
 
@@ -138,9 +139,12 @@ ds_status ds_ckpt_meta_write(const char *path, const ds_ckpt_meta *m) {
     char *text = json_dumps(doc, JSON_INDENT(1) | JSON_REAL_PRECISION(17) | JSON_PRESERVE_ORDER);
     json_decref(doc);
     if (!text) return DS_ERR(DS_ERR_OOM, "%s: out of memory formatting meta.json", path);
-    size_t n = strlen(text);
-    ds_status st = ds_ckpt_write_file_atomic(path, text, n);
+    char *sealed = NULL;
+    size_t n = 0;
+    ds_status st = ds_ckpt_seal(DS_SEAL_JSON, text, strlen(text), &sealed, &n);
     free(text);
+    if (st == DS_OK) st = ds_ckpt_write_file_atomic(path, sealed, n);
+    free(sealed);
     DS_TRY(st);
     return DS_OK;
 }
@@ -353,11 +357,12 @@ static void read_doc(rd *c, json_t *doc, ds_ckpt_meta *m) {
 
 ds_status ds_ckpt_meta_read(const char *path, ds_ckpt_meta *out) {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return DS_ERR(DS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *text;
+    size_t n;
+    DS_TRY(ds_ckpt_read_sealed(path, DS_SEAL_JSON, &text, &n, NULL));
     json_error_t jerr;
-    json_t *doc = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
-    fclose(f);
+    json_t *doc = json_loadb(text, n, JSON_REJECT_DUPLICATES, &jerr);
+    free(text);
     if (!doc)
         return DS_ERR(DS_ERR_CORRUPT, "%s:%d:%d: invalid JSON: %s", path, jerr.line, jerr.column,
                       jerr.text);

@@ -18,7 +18,8 @@
  *
  * 64-bit unsigned values (seed, checksums) are written as hex strings,
  * reals with 17 significant digits (so they read back to the same double),
- * non-finite reals (a diverged loss) as null. */
+ * non-finite reals (a diverged loss) as null. The last member, "checksum",
+ * is the XXH64 of every byte before it (engine/io/ckpt_seal.h). */
 #ifndef DS_IO_CKPT_META_H
 #define DS_IO_CKPT_META_H
 
@@ -33,7 +34,10 @@
 extern "C" {
 #endif
 
-#define DS_CKPT_FORMAT_VERSION 1
+/* 2: meta.json and `latest` carry a checksum (engine/io/ckpt_seal.h).
+ * Version 1 checkpoints are refused: their meta.json cannot be told apart
+ * from an edited one. */
+#define DS_CKPT_FORMAT_VERSION 2
 #define DS_CKPT_META_FILE "meta.json"
 #define DS_CKPT_TAG_MAX 200
 
@@ -85,15 +89,18 @@ typedef struct ds_ckpt_meta {
     char *client_state_json;     /* owned, NULL when none */
 } ds_ckpt_meta;
 
-/* Write m to path atomically: path.tmp, fsync, rename, fsync the folder.
+/* Write m to path atomically, sealed with its checksum: path.tmp, fsync,
+ * rename, fsync the folder.
  * config_json and client_state_json must be valid JSON (or NULL).
  * Errors: DS_ERR_INVALID_ARG for invalid embedded JSON (naming which);
  * DS_ERR_IO from the file system. */
 ds_status ds_ckpt_meta_write(const char *path, const ds_ckpt_meta *m);
 
 /* Read and check path into *out (zeroed first; free with
- * ds_ckpt_meta_free, also after a failure). Errors: DS_ERR_IO when
- * unreadable; DS_ERR_CORRUPT naming the file and the key for invalid JSON,
+ * ds_ckpt_meta_free, also after a failure): its checksum first
+ * (ds_ckpt_read_sealed), then the content. Errors: DS_ERR_IO when
+ * unreadable; DS_ERR_CORRUPT naming the file: a checksum that does not match
+ * (any edit), or the key for invalid JSON,
  * a missing key or a value of the wrong type or range; DS_ERR_UNSUPPORTED
  * for another format version. */
 ds_status ds_ckpt_meta_read(const char *path, ds_ckpt_meta *out);

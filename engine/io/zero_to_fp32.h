@@ -35,10 +35,11 @@ extern "C" {
  * does not hold a valid tag. */
 ds_status ds_checkpoint_latest(const char *dir, char *tag, size_t cap);
 
-/* Check DIR/TAG completely (tag NULL: latest): meta.json, every shard file
- * present with the recorded size, world size, rank, range, index checksum,
- * no extra file, and the checksum of every frame of every section (stored
- * bytes; nothing is decompressed). Errors name the file: DS_ERR_IO for a
+/* Check DIR/TAG completely (tag NULL: latest): the checksums of `latest` and
+ * meta.json (engine/io/ckpt_seal.h, the verifier every reader shares), every
+ * shard file present with the recorded size, world size, rank, range, index
+ * checksum, no extra file, and the checksum of every frame of every section
+ * (stored bytes; nothing is decompressed). Errors name the file: DS_ERR_IO for a
  * missing file, DS_ERR_CORRUPT for everything else. */
 ds_status ds_checkpoint_verify(const char *dir, const char *tag);
 

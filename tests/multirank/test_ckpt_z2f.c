@@ -139,7 +139,7 @@ static void broken(const char *how, const char *needle, const char *needle2, boo
     snprintf(z2f_out, sizeof z2f_out, "%s/broken_out.safetensors", out);
     sh("rm -rf '%s' && mkdir -p '%s'", bdir, bdir);
     sh("cp -r '%s/t' '%s/'", ckpt, bdir);
-    sh("echo t > '%s/latest'%s", bdir, "");
+    sh("cp '%s/latest' '%s/'", ckpt, bdir); /* names t, with its checksum */
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "cd '%s' && %s", tdir, how);
     if (system(cmd) != 0) TEST_DIE(cmd);

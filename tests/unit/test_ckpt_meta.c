@@ -2,10 +2,14 @@
  * (engine/io/ckpt_dir.h):
  *   - every field survives a write and a read exactly (reals to the bit, a
  *     NaN loss as null, a seed above 2^63, nested client state);
- *   - a damaged meta.json is refused naming the file and the key: invalid
- *     JSON (with line and column), a missing section, a wrong type, another
- *     format version, a shard table that does not match the world size, a
- *     parameter whose shape and numel disagree, a seed that is not hex;
+ *   - meta.json and latest carry a checksum (ckpt_seal.h): the sealed
+ *     meta.json is still JSON; an edit is refused naming the file and both
+ *     checksums, a file without one (format 1) saying so;
+ *   - a damaged meta.json whose checksum was made to match is still refused
+ *     naming the file and the key: invalid JSON (with line and column), a
+ *     missing section, a wrong type, another format version, a shard table
+ *     that does not match the world size, a parameter whose shape and numel
+ *     disagree, a seed that is not hex;
  *   - tag rules, `latest` written and read back, the commit of TAG.tmp to
  *     TAG (a rename, then an atomic exchange when TAG exists). */
 #include <math.h>
@@ -15,8 +19,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "engine/io/ckpt_dir.h"
 #include "engine/io/ckpt_meta.h"
+#include "engine/io/ckpt_seal.h"
 #include "tests/unit/test_util.h"
 
 static char dir[256];
@@ -124,8 +131,24 @@ static void test_roundtrip(void) {
     CHECK(ds_ckpt_json_check("\"just a string\"", "x") == DS_OK, "a JSON string is a value");
 }
 
-/* Write the sample, replace `from` by `to` in its text, read: expect `st`
- * and `needle` in the message (which must also name the file). */
+/* The checksum member and what follows it, cut off text[0..*n) and sealed
+ * again over the edited text: what a writer of a wrong meta.json produces. */
+static void reseal(const char *path, char *text) {
+    char *cut = strstr(text, ",\n \"checksum\": ");
+    if (!cut) TEST_DIE("no checksum member in the written meta.json");
+    memcpy(cut, "\n}", 3);
+    char *sealed;
+    size_t n;
+    if (ds_ckpt_seal(DS_SEAL_JSON, text, (size_t)(cut + 2 - text), &sealed, &n) != DS_OK)
+        TEST_DIE("reseal");
+    FILE *f = fopen(path, "wb");
+    fwrite(sealed, 1, n, f);
+    fclose(f);
+    free(sealed);
+}
+
+/* Write the sample, replace `from` by `to` in its text, seal it again, read:
+ * expect `st` and `needle` in the message (which must also name the file). */
 static void damaged(const char *from, const char *to, ds_status want, const char *needle) {
     ds_ckpt_meta m, r;
     sample(&m);
@@ -144,9 +167,7 @@ static void damaged(const char *from, const char *to, ds_status want, const char
         return;
     }
     snprintf(out, sizeof out, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
-    f = fopen(path, "wb");
-    fputs(out, f);
-    fclose(f);
+    reseal(path, out);
     ds_status st = ds_ckpt_meta_read(path, &r);
     CHECK(st == want && strstr(ds_last_error(), needle) && strstr(ds_last_error(), path),
           "replacing %s by %s: %s \"%s\", want %s \"%s\"", from, to, ds_status_to_string(st),
@@ -154,10 +175,62 @@ static void damaged(const char *from, const char *to, ds_status want, const char
     ds_ckpt_meta_free(&r);
 }
 
+/* The checksum itself: the file is JSON, every edit is refused before
+ * parsing, an unsealed (format 1) file is named as such. */
+static void test_sealed(void) {
+    ds_ckpt_meta m, r;
+    sample(&m);
+    char path[512];
+    snprintf(path, sizeof path, "%s/sealed.json", dir);
+    CHECK(ds_ckpt_meta_write(path, &m) == DS_OK, "write: %s", ds_last_error());
+    ds_ckpt_meta_free(&m);
+    json_error_t jerr;
+    json_t *doc = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    const char *sum = doc ? json_string_value(json_object_get(doc, "checksum")) : NULL;
+    CHECK(sum && !strncmp(sum, "xxh64:", 6) && strlen(sum) == 22,
+          "meta.json is JSON with a \"checksum\" member: %s", doc ? (sum ? sum : "none") : jerr.text);
+    json_decref(doc);
+    FILE *f = fopen(path, "rb");
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    /* a key renamed, a number changed, the checksum's own digits, the tail */
+    const char *edits[][2] = {{"\"counters\"", "\"kounters\""}, {"\"global_step\": 7", "\"global_step\": 8"},
+                              {"xxh64:", "xxh64:"}, {"\"\n}\n", "\"\n}"}};
+    for (int k = 0; k < 4; k++) {
+        static char edited[1 << 16];
+        char *at = strstr(text, edits[k][0]);
+        snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - text), text, edits[k][1],
+                 at + strlen(edits[k][0]));
+        if (k == 2) { /* the checksum's first digit, changed */
+            char *d = strstr(edited, "xxh64:") + 6;
+            *d = *d == '0' ? '1' : '0';
+        }
+        f = fopen(path, "wb");
+        fputs(edited, f);
+        fclose(f);
+        ds_status st = ds_ckpt_meta_read(path, &r);
+        const char *want = k < 3 ? "checksum mismatch" : "no checksum";
+        CHECK(st == DS_ERR_CORRUPT && strstr(ds_last_error(), path) &&
+                  strstr(ds_last_error(), want),
+              "edit %d (%s -> %s): %s \"%s\", want \"%s\"", k, edits[k][0], edits[k][1],
+              ds_status_to_string(st), ds_last_error(), want);
+        ds_ckpt_meta_free(&r);
+    }
+    /* a format-1 meta.json: no checksum */
+    f = fopen(path, "wb");
+    fputs("{\"format\": \"zero-engine-checkpoint\", \"format_version\": 1}\n", f);
+    fclose(f);
+    CHECK(ds_ckpt_meta_read(path, &r) == DS_ERR_CORRUPT && strstr(ds_last_error(), "format 2"),
+          "format 1: %s", ds_last_error());
+    ds_ckpt_meta_free(&r);
+}
+
 static void test_damaged(void) {
     damaged("\"counters\"", "\"kounters\"", DS_ERR_CORRUPT, "counters");
     damaged("\"global_step\": 7", "\"global_step\": \"7\"", DS_ERR_CORRUPT, "counters.global_step");
-    damaged("\"format_version\": 1", "\"format_version\": 2", DS_ERR_UNSUPPORTED, "version 2");
+    damaged("\"format_version\": 2", "\"format_version\": 3", DS_ERR_UNSUPPORTED, "version 3");
     damaged("\"world_size\": 2", "\"world_size\": 3", DS_ERR_CORRUPT, "world_size");
     damaged("\"shard-00001-of-00002.dsck\"", "7", DS_ERR_CORRUPT, "shards[1].file");
     damaged("\"numel\": 5", "\"numel\": 6", DS_ERR_CORRUPT, "a.bias");
@@ -185,10 +258,43 @@ static void test_tags_and_folders(void) {
     snprintf(path, sizeof path, "%s/latest.tmp", dir);
     CHECK(access(path, F_OK) != 0, "latest.tmp left behind");
     snprintf(path, sizeof path, "%s/latest", dir);
-    FILE *f = fopen(path, "w");
-    fputs("../../etc\n", f);
+    FILE *f = fopen(path, "rb");
+    char text[256] = "";
+    size_t n = fread(text, 1, sizeof text - 1, f);
     fclose(f);
-    CHECK(ds_ckpt_read_latest(dir, tag, sizeof tag) == DS_ERR_CORRUPT, "latest with a path");
+    CHECK(n == 36 && !strncmp(text, "global_step3\nxxh64:", 19) && text[n - 1] == '\n',
+          "latest is the tag's line and the checksum's: \"%s\"", text);
+    /* the checksum guards the tag: one changed digit, an older tag */
+    text[11] = '2';
+    f = fopen(path, "wb");
+    fwrite(text, 1, n, f);
+    fclose(f);
+    CHECK(ds_ckpt_read_latest(dir, tag, sizeof tag) == DS_ERR_CORRUPT &&
+              strstr(ds_last_error(), "latest: checksum mismatch"), "latest edited: %s",
+          ds_last_error());
+    f = fopen(path, "w");
+    fputs("../../etc\n", f); /* format 1: no checksum */
+    fclose(f);
+    CHECK(ds_ckpt_read_latest(dir, tag, sizeof tag) == DS_ERR_CORRUPT &&
+              strstr(ds_last_error(), "no checksum"), "latest without a checksum: %s",
+          ds_last_error());
+    /* sealed, but not a tag, or two lines: refused saying so, once */
+    const char *bodies[] = {"../../etc\n", "a\nb\n"};
+    for (int k = 0; k < 2; k++) {
+        char *sealed;
+        size_t len;
+        CHECK(ds_ckpt_seal(DS_SEAL_LINE, bodies[k], strlen(bodies[k]), &sealed, &len) == DS_OK,
+              "seal");
+        f = fopen(path, "wb");
+        fwrite(sealed, 1, len, f);
+        fclose(f);
+        free(sealed);
+        ds_status st = ds_ckpt_read_latest(dir, tag, sizeof tag);
+        const char *m = ds_last_error(), *first = strstr(m, path);
+        CHECK(st == DS_ERR_CORRUPT && first && !strstr(first + 1, path),
+              "latest holding %s: %s \"%s\" (the path once)", k ? "two lines" : "a path",
+              ds_status_to_string(st), m);
+    }
 
     /* commit: first a rename, then an exchange over the existing tag */
     for (int round = 0; round < 2; round++) {
@@ -215,6 +321,7 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
     if (system(cmd) != 0) return 1;
     test_roundtrip();
+    test_sealed();
     test_damaged();
     test_tags_and_folders();
     if (test_fails() == 0) { /* keep the files of a failed run */

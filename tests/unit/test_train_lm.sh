@@ -147,7 +147,7 @@ PY
 
 # ---- resume ----
 lm r1.log --data corpus.txt --max-steps 20 --save-steps 20 --ckpt-dir ck
-[ "$(cat ck/latest 2>/dev/null)" = "global_step20" ] || fail "ck/latest is not global_step20"
+[ "$(head -n1 ck/latest 2>/dev/null)" = "global_step20" ] || fail "ck/latest is not global_step20"
 lm r2.log --data corpus.txt --max-steps 40 --ckpt-dir ck --resume --metrics r2.jsonl
 grep -q "resumed from ck/global_step20 at step 20" r2.log || fail "r2.log: no resume line"
 steps_from() { sed -n 's/^{"step": \([0-9]*\), .*"loss": \([0-9.]*\),.*/\1 \2/p' "$1" | awk -v f="$2" '$1 >= f'; }
