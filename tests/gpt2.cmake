@@ -15,13 +15,13 @@ ds_add_test(NAME test_gpt2_model SOURCES ${_gpt2_unit}/test_gpt2_model.c LABELS 
 # Logits, loss, every gradient (wte's the sum of both uses) and the parameters
 # after 3 AdamW steps against transformers' GPT2LMHeadModel
 # (tests/data/gpt2_ref_tiny.bin, written by tools/make_gpt2_reference.py; read
-# with the BERT test's DSREF reader).
+# with the DSREF reader, checked with the BERT test's ref_parity.c).
 ds_add_test(NAME test_gpt2_parity SOURCES ${_gpt2_unit}/test_gpt2_parity.c
-            ${_gpt2_unit}/bert_ref.c LABELS unit)
+            ${_gpt2_unit}/ref_dump.c ${_gpt2_unit}/ref_parity.c LABELS unit)
 
 # config.json in and out; checkpoints in transformers' and the original gpt2
 # layouts (buffers skipped, lm_head.weight as the tied wte) onto an engine.
-ds_add_test(NAME test_hf_gpt2 SOURCES ${_gpt2_unit}/test_hf_gpt2.c ${_gpt2_unit}/bert_ref.c
+ds_add_test(NAME test_hf_gpt2 SOURCES ${_gpt2_unit}/test_hf_gpt2.c ${_gpt2_unit}/ref_dump.c
             LABELS unit)
 
 # The engine's export (ds_hf_gpt2_config_write + ds_save_weights) loads with
@@ -36,7 +36,7 @@ if(NOT DS_HF_PYTHON AND EXISTS /root/venv/bin/python)
 else()
   set(_gpt2_python "${DS_HF_PYTHON}")
 endif()
-add_executable(gpt2_hf_export ${_gpt2_unit}/gpt2_hf_export.c ${_gpt2_unit}/bert_ref.c)
+add_executable(gpt2_hf_export ${_gpt2_unit}/gpt2_hf_export.c ${_gpt2_unit}/ref_dump.c)
 target_link_libraries(gpt2_hf_export PRIVATE zero-engine)
 target_compile_definitions(gpt2_hf_export PRIVATE DS_TEST_DATA_DIR="${DS_TEST_DATA_DIR}")
 add_test(NAME test_gpt2_hf_export

@@ -5,12 +5,13 @@ set(_hf_dir ${CMAKE_CURRENT_SOURCE_DIR})
 ds_add_test(NAME test_safetensors SOURCES ${_hf_dir}/unit/test_safetensors.c LABELS unit)
 ds_add_test(NAME test_hf_config SOURCES ${_hf_dir}/unit/test_hf_config.c LABELS unit)
 ds_add_test(NAME test_hf_weights SOURCES ${_hf_dir}/unit/test_hf_weights.c
-            ${_hf_dir}/unit/bert_ref.c LABELS unit)
+            ${_hf_dir}/unit/ref_dump.c LABELS unit)
 # Logits, loss, every gradient and the parameters after 3 AdamW steps against
 # transformers' BertForSequenceClassification (tests/data/bert_ref_tiny.bin,
-# written by tools/make_bert_reference.py).
+# written by tools/make_bert_reference.py; read with the DSREF reader
+# ref_dump.c, checked with ref_parity.c, which test_gpt2_parity shares).
 ds_add_test(NAME test_bert_parity SOURCES ${_hf_dir}/unit/test_bert_parity.c
-            ${_hf_dir}/unit/bert_ref.c LABELS unit)
+            ${_hf_dir}/unit/ref_dump.c ${_hf_dir}/unit/ref_parity.c LABELS unit)
 
 # An independent reader (Python standard library only) checks files the C
 # writer produced: a single file and a sharded folder with its index.

@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bert_ref.h"
 #include "engine/engine.h"
 #include "models/hf.h"
 #include "models/models.h"
+#include "tests/unit/ref_dump.h"
 
 static int write_raw(const char *dir, const char *name, const void *data, size_t bytes) {
     char path[4096];
@@ -32,11 +32,11 @@ static int write_raw(const char *dir, const char *name, const void *data, size_t
     return fclose(f) != 0;
 }
 
-static int cfg_int(const bert_ref *ref, const char *key) {
+static int cfg_int(const ref_dump *ref, const char *key) {
     return (int)json_integer_value(json_object_get(json_object_get(ref->hdr, "config"), key));
 }
 
-static float cfg_num(const bert_ref *ref, const char *key) {
+static float cfg_num(const ref_dump *ref, const char *key) {
     return (float)json_number_value(json_object_get(json_object_get(ref->hdr, "config"), key));
 }
 
@@ -46,9 +46,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *dir = argv[1];
-    bert_ref ref;
+    ref_dump ref;
     char err[512];
-    if (bert_ref_load(DS_TEST_DATA_DIR "/gpt2_ref_tiny.bin", &ref, err, sizeof err) != 0) {
+    if (ref_dump_load(DS_TEST_DATA_DIR "/gpt2_ref_tiny.bin", &ref, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
@@ -62,8 +62,8 @@ int main(int argc, char **argv) {
                       .initializer_range = cfg_num(&ref, "initializer_range"),
                       .dropout_set = true};
     const int B = ref.B, T = ref.T;
-    const int32_t *ids = bert_ref_i32(&ref, "input_ids", NULL);
-    const float *mask = bert_ref_f32(&ref, "attention_mask", NULL, NULL, NULL);
+    const int32_t *ids = ref_dump_i32(&ref, "input_ids", NULL);
+    const float *mask = ref_dump_f32(&ref, "attention_mask", NULL, NULL, NULL);
     engine_t *e = NULL;
     float *logits = NULL;
     int rc = 1;
@@ -77,10 +77,10 @@ int main(int argc, char **argv) {
     id.model = model;
     id.quiet = true;
     if (ds_initialize(&id, &e) != DS_OK) goto out;
-    for (int i = 0; i < bert_ref_n_params(&ref); i++) {
+    for (int i = 0; i < ref_dump_n_params(&ref); i++) {
         size_t numel;
-        const char *name = bert_ref_param_name(&ref, i);
-        const float *v = bert_ref_param_f32(&ref, "param", name, &numel, NULL, NULL);
+        const char *name = ref_dump_param_name(&ref, i);
+        const float *v = ref_dump_param_f32(&ref, "param", name, &numel, NULL, NULL);
         if (ds_set_param(e, name, v, numel) != DS_OK) goto out;
     }
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -109,6 +109,6 @@ out:
     if (rc) fprintf(stderr, "gpt2_hf_export: %s\n", ds_last_error());
     ds_finalize(e);
     free(logits);
-    bert_ref_free(&ref);
+    ref_dump_free(&ref);
     return rc;
 }

@@ -28,11 +28,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bert_ref.h"
 #include "engine/engine.h"
 #include "engine/io/safetensors.h"
 #include "models/hf.h"
 #include "models/models.h"
+#include "tests/unit/ref_dump.h"
 #include "tests/unit/test_util.h"
 
 #define HF_DIR DS_TEST_DATA_DIR "/gpt2_ref_tiny_hf"
@@ -216,7 +216,7 @@ static void test_config_errors(void) {
 /* ---- weights ---- */
 
 typedef struct fixture {
-    bert_ref ref;
+    ref_dump ref;
     engine_t *e;
     ds_gpt2_desc d;
 } fixture;
@@ -303,11 +303,11 @@ static void zero_params(fixture *fx) {
 static int expect_loaded(fixture *fx, const char *only, const char *what) {
     int bad = 0;
     float *buf = malloc(sizeof(float) * MAX_NUMEL);
-    for (int i = 0; i < bert_ref_n_params(&fx->ref); i++) {
-        const char *name = bert_ref_param_name(&fx->ref, i);
+    for (int i = 0; i < ref_dump_n_params(&fx->ref); i++) {
+        const char *name = ref_dump_param_name(&fx->ref, i);
         if (only && !strstr(name, only)) continue;
         size_t numel;
-        const float *want = bert_ref_param_f32(&fx->ref, "param", name, &numel, NULL, NULL);
+        const float *want = ref_dump_param_f32(&fx->ref, "param", name, &numel, NULL, NULL);
         CHECK_OK(ds_get_param(fx->e, name, buf, numel));
         for (size_t j = 0; j < numel; j++)
             if (buf[j] != ds_f16_to_f32(ds_f32_to_f16(want[j]))) {
@@ -406,7 +406,7 @@ int main(void) {
 
     fixture fx = {0};
     char err[512];
-    if (bert_ref_load(DS_TEST_DATA_DIR "/gpt2_ref_tiny.bin", &fx.ref, err, sizeof err) != 0) {
+    if (ref_dump_load(DS_TEST_DATA_DIR "/gpt2_ref_tiny.bin", &fx.ref, err, sizeof err) != 0) {
         fprintf(stderr, "FAIL %s\n", err);
         return 1;
     }
@@ -423,7 +423,7 @@ int main(void) {
     test_weights(&fx);
 out:
     ds_finalize(fx.e);
-    bert_ref_free(&fx.ref);
+    ref_dump_free(&fx.ref);
     const char *files[] = {"config.json", "original.safetensors", "alias.safetensors",
                            "bad_alias.safetensors", "half.safetensors"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) unlink(tmp_path(files[i]));

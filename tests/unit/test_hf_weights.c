@@ -23,9 +23,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bert_ref.h"
 #include "engine/io/safetensors.h"
 #include "models/hf.h"
+#include "tests/unit/ref_dump.h"
 #include "tests/unit/test_util.h"
 
 /* ---- a model with BERT names and no compute ---- */
@@ -440,19 +440,19 @@ static void test_errors(ds_model *m, sink *s) {
 
 /* The checkpoint transformers wrote (F16) onto the dump's parameter list. */
 static void test_transformers_checkpoint(void) {
-    bert_ref ref;
+    ref_dump ref;
     char err[512];
-    if (bert_ref_load(DS_TEST_DATA_DIR "/bert_ref_tiny.bin", &ref, err, sizeof err) != 0) {
+    if (ref_dump_load(DS_TEST_DATA_DIR "/bert_ref_tiny.bin", &ref, err, sizeof err) != 0) {
         CHECK(0, "%s", err);
         return;
     }
-    int n = bert_ref_n_params(&ref);
+    int n = ref_dump_n_params(&ref);
     pdef *defs = calloc((size_t)n, sizeof *defs);
     for (int i = 0; i < n; i++) {
         int ndim;
         int64_t shape[4];
-        bert_ref_param_f32(&ref, "param", bert_ref_param_name(&ref, i), NULL, &ndim, shape);
-        defs[i] = (pdef){bert_ref_param_name(&ref, i), ndim, shape[0], ndim > 1 ? shape[1] : 0};
+        ref_dump_param_f32(&ref, "param", ref_dump_param_name(&ref, i), NULL, &ndim, shape);
+        defs[i] = (pdef){ref_dump_param_name(&ref, i), ndim, shape[0], ndim > 1 ? shape[1] : 0};
     }
     ds_model *m = fake_model(defs, n);
     sink s = {0};
@@ -465,7 +465,7 @@ static void test_transformers_checkpoint(void) {
     int bad = 0;
     for (int i = 0; i < n; i++) {
         size_t numel;
-        const float *want = bert_ref_param_f32(&ref, "param", defs[i].name, &numel, NULL, NULL);
+        const float *want = ref_dump_param_f32(&ref, "param", defs[i].name, &numel, NULL, NULL);
         if (!s.got[i] || s.numel[i] != numel) {
             CHECK(0, "%s not installed with %zu values", defs[i].name, numel);
             continue;
@@ -482,7 +482,7 @@ static void test_transformers_checkpoint(void) {
     sink_reset(&s, defs, n);
     fake_free(m);
     free(defs);
-    bert_ref_free(&ref);
+    ref_dump_free(&ref);
 }
 
 int main(void) {
