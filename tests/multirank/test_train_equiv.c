@@ -43,6 +43,7 @@ int main(int argc, char **argv) {
     double clip = 1.0;
     const char *overlap = NULL, *contiguous = "true"; /* overlap unset: stage 3 turns it on */
     const char *weights = NULL;
+    int scale_power = 16; /* fp16's initial_scale_power, DeepSpeed's default */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--write")) write_ref = argv[i + 1];
         else if (!strcmp(argv[i], "--check")) check_ref = argv[i + 1];
@@ -54,6 +55,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--overlap")) overlap = argv[i + 1];         /* true|false */
         else if (!strcmp(argv[i], "--contiguous")) contiguous = argv[i + 1];   /* true|false */
         else if (!strcmp(argv[i], "--weights")) weights = argv[i + 1];         /* skew */
+        else if (!strcmp(argv[i], "--scale-power")) scale_power = atoi(argv[i + 1]);
     }
     if (!write_ref && !check_ref) {
         fprintf(stderr, "usage: test_train_equiv --write REF | --check REF [--stage S]\n");
@@ -95,10 +97,11 @@ int main(int argc, char **argv) {
              " \"gradient_clipping\": %g, \"steps_per_print\": 1000,"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1000,"
              " %s%s%s \"contiguous_gradients\": %s},"
-             " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s}}",
+             " \"fp16\": {\"enabled\": %s, \"initial_scale_power\": %d},"
+             " \"bf16\": {\"enabled\": %s}}",
              GLOBAL_BATCH, gas, clip, stage, overlap ? "\"overlap_comm\": " : "",
              overlap ? overlap : "", overlap ? "," : "", contiguous, strcmp(precision, "fp16") ? "false" : "true",
-             strcmp(precision, "bf16") ? "false" : "true");
+             scale_power, strcmp(precision, "bf16") ? "false" : "true");
     ds_init_desc d;
     ds_init_desc_defaults(&d);
     d.config_json = cfg;
