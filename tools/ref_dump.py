@@ -1,19 +1,11 @@
 """What tools/make_bert_reference.py and tools/make_gpt2_reference.py share: the DSREF dump
 writer, the training run both record, and the float32-vs-float64 yardstick.
 
-Each script's docstring documents its dump (model, batch, header keys, tensors); this module
-holds only what is the same for both, so the two dumps keep one format, one optimizer and one
-set of metrics. The C reader is tests/unit/ref_dump.c. Not a product file: imported only by
-the two scripts (run by hand with torch and transformers, never by the build).
-
-File format (version 1), all little-endian:
-    8 bytes   magic "DSREF\\0\\0\\0"
-    u32       version = 1
-    u32       reserved = 0
-    u64       J = length of the JSON header (padded with spaces to a multiple of 8)
-    J bytes   JSON header
-    ...       data: each tensor at "offset" bytes from the start of the data, "dtype"
-              "f32" (IEEE float32) or "i32" (int32), row-major, "shape" as given
+Each script's docstring documents its dump (the file format, model, batch, header keys,
+tensors); this module holds only what is the same for both, so the two dumps keep one format,
+one optimizer and one set of metrics. The C reader is tests/unit/ref_dump.c. Not a product
+file: imported only by the two scripts (run by hand with torch and transformers, never by
+the build).
 """
 
 import copy

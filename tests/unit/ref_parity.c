@@ -10,12 +10,37 @@
 
 #include "tests/unit/test_util.h"
 
-void ref_parity_print_source(const ref_dump *ref) {
+int ref_parity_load(const char *path, ref_dump *ref) {
+    char err[512];
+    if (ref_dump_load(path, ref, err, sizeof err) != 0) {
+        fprintf(stderr, "FAIL %s\n", err);
+        return -1;
+    }
     json_t *gen = json_object_get(ref->hdr, "generator");
     printf("reference: %s, torch %s, transformers %s\n",
            json_string_value(json_object_get(gen, "model")),
            json_string_value(json_object_get(gen, "torch")),
            json_string_value(json_object_get(gen, "transformers")));
+    return 0;
+}
+
+int ref_parity_input(const ref_dump *ref, ds_batch *batch, const char *name, size_t numel) {
+    size_t n = 0;
+    const void *data = ref_dump_i32(ref, name, &n);
+    ds_dtype dtype = DS_I32;
+    if (!data) {
+        data = ref_dump_f32(ref, name, &n, NULL, NULL);
+        dtype = DS_F32;
+    }
+    if (!data || n != numel) {
+        fprintf(stderr, "FAIL: the dump has no %s of %zu values\n", name, numel);
+        return -1;
+    }
+    if (ds_batch_set(batch, name, dtype, data) != DS_OK) {
+        fprintf(stderr, "FAIL: batch input %s: %s\n", name, ds_last_error());
+        return -1;
+    }
+    return 0;
 }
 
 int ref_parity_start(ref_parity *p, const ref_dump *ref, const ref_tols *tol,
@@ -27,6 +52,12 @@ int ref_parity_start(ref_parity *p, const ref_dump *ref, const ref_tols *tol,
     p->lr = ref_dump_num(ref, "optimizer", "lr");
     p->wd = ref_dump_num(ref, "optimizer", "weight_decay");
     p->steps = (int)json_integer_value(json_object_get(ref->hdr, "steps"));
+    size_t n_losses = 0;
+    if (!ref_dump_f32(ref, "step_losses", &n_losses, NULL, NULL) || n_losses < (size_t)p->steps) {
+        TEST_FAIL("the dump has %zu step_losses for %d steps", n_losses, p->steps);
+        ds_model_destroy(model); /* it was to be the engine's */
+        return test_fails() - before;
+    }
     ds_init_desc d;
     ds_init_desc_defaults(&d);
     d.config_json = config_json;

@@ -4,7 +4,11 @@
  * builds the model and the batch, runs the steps and keeps its own
  * tolerances (its header comment says why each is what it is):
  *
- *   ref_parity p;
+ *   ref_dump ref;
+ *   if (ref_parity_load(DS_TEST_DATA_DIR "/x_ref_tiny.bin", &ref) != 0) return 1;
+ *   ds_batch batch = {.B = ref.B, .T = ref.T};
+ *   if (ref_parity_input(&ref, &batch, "input_ids", (size_t)ref.B * ref.T) != 0) ...
+ *   ref_parity p = {0};
  *   CHECK(ref_parity_start(&p, &ref, &k_tol, k_config, model) == 0, "setup");
  *   if (!p.buf) goto out;                       // no engine, or weights not set
  *   ... ds_predict, ref_parity_logits_rel(&p, ...) ...
@@ -18,6 +22,7 @@
  *   CHECK(ref_parity_after(&p) == 0, ...);
  * out:
  *   ref_parity_end(&p);
+ *   ref_dump_free(&ref);
  *
  * The checks print what they measure beside the tolerance and PyTorch's own
  * float32 figure (the dump's torch_fp32_vs_fp64), report each failure as
@@ -58,15 +63,23 @@ typedef struct ref_parity {
     int steps;       /* hdr.steps */
 } ref_parity;
 
-/* Prints "reference: <model>, torch <v>, transformers <v>" (hdr.generator). */
-void ref_parity_print_source(const ref_dump *ref);
+/* ref_dump_load, then prints "reference: <model>, torch <v>, transformers
+ * <v>" (hdr.generator). Returns 0, or -1 after printing "FAIL <why>". */
+int ref_parity_load(const char *path, ref_dump *ref);
+
+/* Sets input `name` of batch to the dump's tensor of that name, with its
+ * dtype ("i32": DS_I32, "f32": DS_F32); it must hold `numel` values.
+ * Returns 0, or -1 after printing "FAIL ..." when it is absent, of another
+ * size or not accepted. */
+int ref_parity_input(const ref_dump *ref, ds_batch *batch, const char *name, size_t numel);
 
 /* ds_initialize (quiet) with config_json and model (owned by the engine
  * from here, also on failure); then checks that it runs
  * on one rank and that the model's parameters are exactly the reference's,
  * by name and size, and sets each to its "param/" value. p->buf is NULL
- * when there is no engine or a weight could not be set (nothing else can
- * be checked). Returns the failed checks. */
+ * when the dump has no step_losses for its steps, there is no engine or a
+ * weight could not be set (nothing else can be checked). Returns the failed
+ * checks. */
 int ref_parity_start(ref_parity *p, const ref_dump *ref, const ref_tols *tol,
                      const char *config_json, ds_model *model);
 /* ds_finalize and free; a zeroed or failed start is fine. */

@@ -81,35 +81,22 @@ static const char *k_config =
 
 int main(void) {
     ref_dump ref;
-    char err[512];
-    if (ref_dump_load(DS_TEST_DATA_DIR "/bert_ref_tiny.bin", &ref, err, sizeof err) != 0) {
-        fprintf(stderr, "FAIL %s\n", err);
-        return 1;
-    }
+    if (ref_parity_load(DS_TEST_DATA_DIR "/bert_ref_tiny.bin", &ref) != 0) return 1;
     const ds_bert_desc bd = ref_dump_bert_desc(&ref);
     const int B = ref.B, T = ref.T, C = bd.n_classes;
-    ref_parity_print_source(&ref);
-
+    const size_t BT = (size_t)B * T;
     ref_parity p = {0};
 
-    size_t n_ids, n_types, n_mask, n_labels;
-    const int32_t *ids = ref_dump_i32(&ref, "input_ids", &n_ids);
-    const int32_t *types = ref_dump_i32(&ref, "token_type_ids", &n_types);
-    const float *mask = ref_dump_f32(&ref, "attention_mask", &n_mask, NULL, NULL);
-    const int32_t *labels = ref_dump_i32(&ref, "labels", &n_labels);
+    ds_batch batch = {.B = B, .T = T};
     const float *ref_logits = ref_dump_f32(&ref, "logits", NULL, NULL, NULL);
-    const float *ref_losses = ref_dump_f32(&ref, "step_losses", NULL, NULL, NULL);
-    if (!ids || !types || !mask || !labels || !ref_logits || !ref_losses ||
-        n_ids != (size_t)(B * T) || n_labels != (size_t)B) {
+    if (ref_parity_input(&ref, &batch, "input_ids", BT) ||
+        ref_parity_input(&ref, &batch, "token_type_ids", BT) ||
+        ref_parity_input(&ref, &batch, "attention_mask", BT) ||
+        ref_parity_input(&ref, &batch, "labels", (size_t)B) || !ref_logits) {
         fprintf(stderr, "FAIL: dump lacks inputs or outputs\n");
         ref_dump_free(&ref);
         return 1;
     }
-    ds_batch batch = {.B = B, .T = T};
-    ds_batch_set(&batch, "input_ids", DS_I32, ids);
-    ds_batch_set(&batch, "token_type_ids", DS_I32, types);
-    ds_batch_set(&batch, "attention_mask", DS_F32, mask);
-    ds_batch_set(&batch, "labels", DS_I32, labels);
 
     ds_model *model = NULL;
     CHECK_OK_GOTO(ds_bert_create(&bd, &model), out);

@@ -41,6 +41,26 @@ static void expect_param(const ds_model *m, const char *name, int64_t d0, int64_
           (double)p->init_b, (int)init, (double)std);
 }
 
+/* prefix.weight [n] ones and prefix.bias [n] zeros. */
+static void expect_layer_norm(const ds_model *m, const char *prefix, int64_t n) {
+    char name[128];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    expect_param(m, name, n, 0, DS_INIT_ONES, 0);
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    expect_param(m, name, n, 0, DS_INIT_ZEROS, 0);
+}
+
+/* A Conv1D: prefix.weight [in, out] (transposed from nn.Linear's) N(0, std^2),
+ * prefix.bias [out] zeros. */
+static void expect_conv1d(const ds_model *m, const char *prefix, int64_t in, int64_t out,
+                          float std) {
+    char name[128];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    expect_param(m, name, in, out, DS_INIT_NORMAL, std);
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    expect_param(m, name, out, 0, DS_INIT_ZEROS, 0);
+}
+
 static void test_gpt2_small(void) {
     ds_gpt2_desc d;
     memset(&d, 0, sizeof d);
@@ -79,20 +99,13 @@ static void test_gpt2_small(void) {
     const float sd = 0.02f, proj = 0.02f / sqrtf(24.0f);
     expect_param(m, "transformer.wte.weight", 50257, 768, DS_INIT_NORMAL, sd);
     expect_param(m, "transformer.wpe.weight", 1024, 768, DS_INIT_NORMAL, sd);
-    expect_param(m, "transformer.h.3.ln_1.weight", 768, 0, DS_INIT_ONES, 0);
-    expect_param(m, "transformer.h.3.ln_1.bias", 768, 0, DS_INIT_ZEROS, 0);
-    expect_param(m, "transformer.h.3.attn.c_attn.weight", 768, 2304, DS_INIT_NORMAL, sd);
-    expect_param(m, "transformer.h.3.attn.c_attn.bias", 2304, 0, DS_INIT_ZEROS, 0);
-    expect_param(m, "transformer.h.3.attn.c_proj.weight", 768, 768, DS_INIT_NORMAL, proj);
-    expect_param(m, "transformer.h.3.attn.c_proj.bias", 768, 0, DS_INIT_ZEROS, 0);
-    expect_param(m, "transformer.h.3.ln_2.weight", 768, 0, DS_INIT_ONES, 0);
-    expect_param(m, "transformer.h.3.ln_2.bias", 768, 0, DS_INIT_ZEROS, 0);
-    expect_param(m, "transformer.h.3.mlp.c_fc.weight", 768, 3072, DS_INIT_NORMAL, sd);
-    expect_param(m, "transformer.h.3.mlp.c_fc.bias", 3072, 0, DS_INIT_ZEROS, 0);
-    expect_param(m, "transformer.h.3.mlp.c_proj.weight", 3072, 768, DS_INIT_NORMAL, proj);
-    expect_param(m, "transformer.h.3.mlp.c_proj.bias", 768, 0, DS_INIT_ZEROS, 0);
-    expect_param(m, "transformer.ln_f.weight", 768, 0, DS_INIT_ONES, 0);
-    expect_param(m, "transformer.ln_f.bias", 768, 0, DS_INIT_ZEROS, 0);
+    expect_layer_norm(m, "transformer.h.3.ln_1", 768);
+    expect_conv1d(m, "transformer.h.3.attn.c_attn", 768, 2304, sd);
+    expect_conv1d(m, "transformer.h.3.attn.c_proj", 768, 768, proj);
+    expect_layer_norm(m, "transformer.h.3.ln_2", 768);
+    expect_conv1d(m, "transformer.h.3.mlp.c_fc", 768, 3072, sd);
+    expect_conv1d(m, "transformer.h.3.mlp.c_proj", 3072, 768, proj);
+    expect_layer_norm(m, "transformer.ln_f", 768);
     CHECK(find(m, "lm_head.weight") == NULL, "lm_head.weight is a parameter of its own");
     const ds_module *head = m->modules[13];
     CHECK(head->n_tied == 1 && !strcmp(head->tied[0].name, "lm_head.weight") &&

@@ -101,34 +101,24 @@ static void check_tie(engine_t *e, ds_status (*get)(engine_t *, const char *, fl
 
 int main(void) {
     ref_dump ref;
-    char err[512];
-    if (ref_dump_load(DS_TEST_DATA_DIR "/gpt2_ref_tiny.bin", &ref, err, sizeof err) != 0) {
-        fprintf(stderr, "FAIL %s\n", err);
-        return 1;
-    }
+    if (ref_parity_load(DS_TEST_DATA_DIR "/gpt2_ref_tiny.bin", &ref) != 0) return 1;
     const ds_gpt2_desc gd = ref_dump_gpt2_desc(&ref);
     const int B = ref.B, T = ref.T, V = gd.vocab_size;
-    ref_parity_print_source(&ref);
-
+    const size_t BT = (size_t)B * T;
     ref_parity p = {0};
     float *buf2 = NULL, *logits = NULL;
 
-    size_t n_ids, n_mask, n_labels, n_logits;
-    const int32_t *ids = ref_dump_i32(&ref, "input_ids", &n_ids);
-    const float *mask = ref_dump_f32(&ref, "attention_mask", &n_mask, NULL, NULL);
-    const int32_t *labels = ref_dump_i32(&ref, "labels", &n_labels);
+    ds_batch batch = {.B = B, .T = T};
+    size_t n_logits;
     const float *ref_logits = ref_dump_f32(&ref, "logits", &n_logits, NULL, NULL);
-    const float *ref_losses = ref_dump_f32(&ref, "step_losses", NULL, NULL, NULL);
-    if (!ids || !mask || !labels || !ref_logits || !ref_losses || n_ids != (size_t)(B * T) ||
-        n_mask != n_ids || n_labels != n_ids || n_logits != (size_t)B * T * V) {
+    if (ref_parity_input(&ref, &batch, "input_ids", BT) ||
+        ref_parity_input(&ref, &batch, "attention_mask", BT) ||
+        ref_parity_input(&ref, &batch, "labels", BT) || !ref_logits ||
+        n_logits != BT * V) {
         fprintf(stderr, "FAIL: dump lacks inputs or outputs\n");
         ref_dump_free(&ref);
         return 1;
     }
-    ds_batch batch = {.B = B, .T = T};
-    ds_batch_set(&batch, "input_ids", DS_I32, ids);
-    ds_batch_set(&batch, "attention_mask", DS_F32, mask);
-    ds_batch_set(&batch, "labels", DS_I32, labels);
 
     ds_model *model = NULL;
     CHECK_OK_GOTO(ds_gpt2_create(&gd, &model), out);

@@ -97,7 +97,51 @@ static int test_bert(void) {
 }
 
 /* Same seeds -> bit-identical outputs (recomputation); another seed changes
- * the dropout masks; training off ignores the seed. */
+ * the dropout masks; training off ignores the seed. c starts at seed 5.
+ * Training forwards at seed 5 twice (the loss, and blk's saved area when blk
+ * is not NULL, must repeat bit for bit) and once at seed 6 (the loss must
+ * change), then eval at seeds 6 and 5 (the loss must not). Returns the
+ * failures, printed with `label`; -1 when a forward fails. */
+static int check_seeds(gc_chain *c, gc_run *blk, const char *label) {
+    int fails = 0;
+    double L1, L2, L3, E1, E2;
+    c->training = true;
+    if (gc_chain_forward(c, &L1)) return -1;
+    void *saved1 = NULL;
+    if (blk) {
+        saved1 = malloc(blk->saved_bytes);
+        memcpy(saved1, blk->saved, blk->saved_bytes);
+    }
+    if (gc_chain_forward(c, &L2)) return -1;
+    if (blk && memcmp(saved1, blk->saved, blk->saved_bytes) != 0) {
+        fprintf(stderr, "%s: %s's saved area differs in a second forward\n", label,
+                blk->m->name);
+        fails++;
+    }
+    free(saved1);
+    c->seed = 6;
+    if (gc_chain_forward(c, &L3)) return -1;
+    c->training = false;
+    if (gc_chain_forward(c, &E1)) return -1;
+    c->seed = 5;
+    if (gc_chain_forward(c, &E2)) return -1;
+    if (L1 != L2) {
+        fprintf(stderr, "%s: same seed gave losses %.9g and %.9g\n", label, L1, L2);
+        fails++;
+    }
+    if (L1 == L3) {
+        fprintf(stderr, "%s: seeds 5 and 6 gave the same training loss %.9g\n", label, L1);
+        fails++;
+    }
+    if (E1 != E2) {
+        fprintf(stderr, "%s: eval loss depends on the seed (%.9g vs %.9g)\n", label, E1, E2);
+        fails++;
+    }
+    printf("%s: train %.9g (again %.9g, other seed %.9g), eval %.9g\n", label, L1, L2, L3, E1);
+    return fails;
+}
+
+/* check_seeds on the tiny BERT, then the loss module's loss_scale. */
 static int test_recompute(void) {
     ds_model *model;
     if (tiny_bert(&model) != DS_OK) return 1;
@@ -105,33 +149,13 @@ static int test_recompute(void) {
     const int lens[] = {5, 2};
     gc_batch_make(&gb, 2, 5, 30, 3, lens, true, false, 13);
     gc_chain c;
-    int fails = 0;
     if (gc_chain_init(&c, g_be, model->modules, model->n_modules, &gb.b, true, 0, true, 5))
         return 1;
-    double L1, L2, L3, E1, E2;
-    c.training = true;
-    if (gc_chain_forward(&c, &L1) || gc_chain_forward(&c, &L2)) return 1;
-    c.seed = 6;
-    if (gc_chain_forward(&c, &L3)) return 1;
-    c.training = false;
-    if (gc_chain_forward(&c, &E1)) return 1;
-    c.seed = 5;
-    if (gc_chain_forward(&c, &E2)) return 1;
-    if (L1 != L2) {
-        fprintf(stderr, "recompute: same seed gave losses %.9g and %.9g\n", L1, L2);
-        fails++;
-    }
-    if (L1 == L3) {
-        fprintf(stderr, "recompute: seeds 5 and 6 gave the same training loss %.9g\n", L1);
-        fails++;
-    }
-    if (E1 != E2) {
-        fprintf(stderr, "recompute: eval loss depends on the seed (%.9g vs %.9g)\n", E1, E2);
-        fails++;
-    }
-    printf("recompute: train %.9g (again %.9g, other seed %.9g), eval %.9g\n", L1, L2, L3, E1);
+    int fails = check_seeds(&c, NULL, "recompute");
+    if (fails < 0) return 1;
 
     /* loss_scale: the loss module's dx scales linearly */
+    double E1;
     int last = c.n - 1;
     gc_run *lr = &c.runs[last];
     float *d1 = malloc(lr->nx * sizeof(float));
@@ -202,9 +226,9 @@ static int test_gpt2(void) {
     return fails;
 }
 
-/* Same seeds -> bit-identical loss and saved areas of every block (what
- * activation checkpointing relies on when it recomputes one); another seed
- * changes the dropout masks; eval ignores the seed. */
+/* check_seeds on the tiny GPT-2, with the first block's saved area (what
+ * activation checkpointing relies on when it recomputes a block), which must
+ * be checkpointable. */
 static int test_gpt2_recompute(void) {
     ds_model *model;
     if (tiny_gpt2(&model) != DS_OK) return 1;
@@ -212,47 +236,16 @@ static int test_gpt2_recompute(void) {
     const int lens[] = {6, 3};
     lm_batch_make(&lb, 2, 6, 23, lens, 32);
     gc_chain c;
-    int fails = 0;
     if (gc_chain_init(&c, g_be, model->modules, model->n_modules, &lb.gb.b, true, 0, true, 5))
         return 1;
-    c.training = true;
-    double L1, L2, L3, E1, E2;
-    if (gc_chain_forward(&c, &L1)) return 1;
-    /* the first block's saved area, then recompute */
+    /* the first block: its saved area recomputes too */
     gc_run *blk = &c.runs[1];
-    void *saved1 = malloc(blk->saved_bytes);
-    memcpy(saved1, blk->saved, blk->saved_bytes);
-    if (gc_chain_forward(&c, &L2)) return 1;
-    if (memcmp(saved1, blk->saved, blk->saved_bytes) != 0) {
-        fprintf(stderr, "gpt2 recompute: %s's saved area differs in a second forward\n",
-                blk->m->name);
-        fails++;
-    }
+    int fails = check_seeds(&c, blk, "gpt2 recompute");
+    if (fails < 0) return 1;
     if (!blk->m->checkpointable) {
         fprintf(stderr, "gpt2: %s is not checkpointable\n", blk->m->name);
         fails++;
     }
-    c.seed = 6;
-    if (gc_chain_forward(&c, &L3)) return 1;
-    c.training = false;
-    if (gc_chain_forward(&c, &E1)) return 1;
-    c.seed = 5;
-    if (gc_chain_forward(&c, &E2)) return 1;
-    if (L1 != L2) {
-        fprintf(stderr, "gpt2 recompute: same seed gave losses %.9g and %.9g\n", L1, L2);
-        fails++;
-    }
-    if (L1 == L3) {
-        fprintf(stderr, "gpt2 recompute: seeds 5 and 6 gave the same training loss %.9g\n", L1);
-        fails++;
-    }
-    if (E1 != E2) {
-        fprintf(stderr, "gpt2 recompute: eval loss depends on the seed (%.9g vs %.9g)\n", E1, E2);
-        fails++;
-    }
-    printf("gpt2 recompute: train %.9g (again %.9g, other seed %.9g), eval %.9g\n", L1, L2, L3,
-           E1);
-    free(saved1);
     gc_chain_free(&c);
     gc_batch_free(&lb.gb);
     ds_model_destroy(model);
