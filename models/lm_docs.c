@@ -1,7 +1,6 @@
 /* Documents for language models: the four formats of models/lm_text.h, and
  * the split by document. */
 #include <jansson.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,16 +304,9 @@ ds_status ds_lm_docs_split(const ds_lm_docs *all, double dev_ratio, uint64_t see
                            ds_lm_docs **train, ds_lm_docs **dev) {
     if (!all || !train || !dev) return DS_ERR(DS_ERR_INVALID_ARG, "ds_lm_docs_split: NULL argument");
     *train = *dev = NULL;
-    if (!(dev_ratio >= 0.0 && dev_ratio < 1.0))
-        return DS_ERR(DS_ERR_INVALID_ARG, "ds_lm_docs_split: dev ratio must be in [0, 1), got %g",
-                      dev_ratio);
-    size_t n = all->n;
-    /* the 1e-9 keeps products like 10 * 0.7 from rounding down to 6 */
-    size_t n_train = (size_t)floor((double)n * (1.0 - dev_ratio) + 1e-9);
-    if (n_train > n) n_train = n;
-    size_t *perm = malloc((n ? n : 1) * sizeof *perm);
-    if (!perm) return DS_ERR(DS_ERR_OOM, "ds_lm_docs_split: %zu documents", n);
-    ds_permutation(n, seed, perm);
+    size_t n = all->n, n_train, *perm;
+    DS_TRY(ds_text_split_plan(n, dev_ratio, seed, "ds_lm_docs_split", "documents", &perm,
+                              &n_train));
     ds_status st = subset(all, perm, n_train, train);
     if (st == DS_OK) st = subset(all, perm + n_train, n - n_train, dev);
     free(perm);

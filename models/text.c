@@ -416,20 +416,27 @@ static ds_status subset(const ds_text_set *s, const size_t *rows, size_t n, ds_t
     return DS_OK;
 }
 
+ds_status ds_text_split_plan(size_t n, double dev_ratio, uint64_t seed, const char *fn,
+                             const char *what, size_t **perm, size_t *n_train) {
+    if (!(dev_ratio >= 0.0 && dev_ratio < 1.0))
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: dev ratio must be in [0, 1), got %g", fn,
+                      dev_ratio);
+    /* the 1e-9 keeps products like 10 * 0.7 from rounding down to 6 */
+    *n_train = (size_t)floor((double)n * (1.0 - dev_ratio) + 1e-9);
+    if (*n_train > n) *n_train = n;
+    *perm = malloc((n ? n : 1) * sizeof **perm);
+    if (!*perm) return DS_ERR(DS_ERR_OOM, "%s: %zu %s", fn, n, what);
+    ds_permutation(n, seed, *perm);
+    return DS_OK;
+}
+
 ds_status ds_text_split(const ds_text_set *set, double dev_ratio, uint64_t seed,
                         ds_text_set **train, ds_text_set **dev) {
     if (!set || !train || !dev)
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_text_split: NULL argument");
     *train = *dev = NULL;
-    if (!(dev_ratio >= 0.0 && dev_ratio < 1.0))
-        return DS_ERR(DS_ERR_INVALID_ARG, "ds_text_split: dev ratio must be in [0, 1), got %g",
-                      dev_ratio);
-    size_t n = set->n;
-    size_t n_train = (size_t)floor((double)n * (1.0 - dev_ratio) + 1e-9);
-    if (n_train > n) n_train = n;
-    size_t *perm = malloc((n ? n : 1) * sizeof *perm);
-    if (!perm) return DS_ERR(DS_ERR_OOM, "ds_text_split: %zu rows", n);
-    ds_permutation(n, seed, perm);
+    size_t n = set->n, n_train, *perm;
+    DS_TRY(ds_text_split_plan(n, dev_ratio, seed, "ds_text_split", "rows", &perm, &n_train));
     ds_status st = subset(set, perm, n_train, train);
     if (st == DS_OK) st = subset(set, perm + n_train, n - n_train, dev);
     free(perm);

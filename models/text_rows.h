@@ -1,7 +1,8 @@
 /* Internal to the text readers (models/text*.c, models/lm_docs.c): the raw
  * rows a format reader produces before labels become classes
- * (models/text.c), the delimited-record reader the CSV formats share, and
- * the file reading and encoding check every reader starts with. */
+ * (models/text.c), the delimited-record reader the CSV formats share, the
+ * file reading and encoding check every reader starts with, and the
+ * train/dev split rule. */
 #ifndef DS_MODELS_TEXT_ROWS_H
 #define DS_MODELS_TEXT_ROWS_H
 
@@ -41,6 +42,19 @@ ds_status ds_text_parse_jsonl(const char *path, const char *buf, size_t len,
                               const ds_text_read_opts *o, ds_text_rows *rows);
 ds_status ds_text_parse_json(const char *path, const char *buf, size_t len,
                              const ds_text_read_opts *o, ds_text_rows *rows);
+
+/* ---- the split (text.c) ---- */
+
+/* The split rule ds_text_split (models/text.h) and ds_lm_docs_split
+ * (models/lm_text.h) share, so that a row set and a document set split
+ * alike: dev_ratio must be in [0, 1); *perm (n entries, malloc'd: free() it)
+ * is ds_permutation(n, seed); its first
+ *     *n_train = floor(n * (1 - dev_ratio) + 1e-9)   (at most n)
+ * entries go to train, the rest to dev. fn and what name the caller and the
+ * things split in messages ("ds_text_split", "rows"). Errors:
+ * DS_ERR_INVALID_ARG "fn: dev ratio must be in [0, 1), got R", DS_ERR_OOM. */
+ds_status ds_text_split_plan(size_t n, double dev_ratio, uint64_t seed, const char *fn,
+                             const char *what, size_t **perm, size_t *n_train);
 
 /* ---- files ---- */
 
