@@ -229,6 +229,12 @@ ds_status ds_get_param(engine_t *e, const char *name, float *out, size_t numel) 
 ds_status ds_set_param(engine_t *e, const char *name, const float *values, size_t numel) {
     int i;
     DS_TRY(find_param(e, name, numel, &i));
+    /* Weights loaded with a NaN or inf (a damaged or diverged export) would
+     * make every step non-finite: refuse them here, where every loader ends. */
+    for (size_t k = 0; k < numel; k++)
+        if (!isfinite(values[k]))
+            return DS_ERR(DS_ERR_NONFINITE, "parameter %s: element %zu of %zu is %s (refusing "
+                          "non-finite weights)", name, k, numel, isnan(values[k]) ? "nan" : "inf");
     DS_TRY(e->zero->ops->set_param(e->zero, i, values));
     return DS_OK;
 }

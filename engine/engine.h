@@ -100,7 +100,11 @@ ds_status ds_backward(engine_t *e);
 /* At a gradient-accumulation boundary: reduce gradients across ranks, unscale,
  * check overflow (fp16: skip the step on all ranks and lower the scale), clip
  * to gradient_clipping by global norm, update the parameters, advance the
- * scheduler. Between boundaries it only counts the micro-step. */
+ * scheduler. Between boundaries it only counts the micro-step.
+ * A run that cannot learn fails here with DS_ERR_NONFINITE naming the step:
+ * fp32, bf16 and a static fp16 scale after zero_engine.max_consecutive_skips
+ * steps in a row with NaN or inf gradients (default 3); fp16 with a dynamic
+ * scale when an overflow comes with the scale at fp16.min_loss_scale. */
 ds_status ds_step(engine_t *e);
 
 typedef struct ds_step_info {
@@ -167,7 +171,9 @@ ds_status ds_get_param(engine_t *e, const char *name, float *out, size_t numel);
  * and reduces as the stage requires; for tests and debugging). Collective. */
 ds_status ds_get_grad(engine_t *e, const char *name, float *out, size_t numel);
 /* Overwrite a parameter everywhere (e.g. loading pretrained weights before
- * training); every rank passes the same values. Collective. */
+ * training); every rank passes the same values. Collective. Errors:
+ * DS_ERR_NONFINITE naming the parameter and the first element that is NaN
+ * or inf (nothing is changed). */
 ds_status ds_set_param(engine_t *e, const char *name, const float *values, size_t numel);
 /* ds_set_param shaped as a weight loader's callback (models/hf.h's
  * ds_hf_set_fn): `engine` is the engine_t. */
@@ -228,7 +234,9 @@ ds_status ds_save_weights(engine_t *e, const char *path);
  * completing the step). DIR is created if needed; an existing DIR/TAG is
  * replaced atomically. Every rank returns the same status; a failure names the
  * rank and file. Errors: DS_ERR_INVALID_ARG (bad tag or JSON, not at a
- * boundary), DS_ERR_IO (the file system), DS_ERR_COMM. */
+ * boundary), DS_ERR_IO (the file system), DS_ERR_COMM, DS_ERR_NONFINITE (a
+ * weight or optimizer moment is NaN or inf: nothing is saved, `latest` keeps
+ * naming the last good checkpoint). */
 ds_status ds_save_checkpoint(engine_t *e, const char *dir, const char *tag,
                              const char *client_state_json);
 
@@ -261,7 +269,9 @@ typedef enum ds_load_flags {
  * moments match (unless not loaded). All ranks agree on the outcome: a
  * failure anywhere leaves every engine as it was and returns the same error
  * (naming the file) on every rank; only a failure while reading what was
- * just verified (a file changed underneath) leaves the engine partly loaded.
+ * just verified (a file changed underneath, or a NaN or inf in the values,
+ * which a save refuses to write: DS_ERR_NONFINITE naming the tensor and the
+ * element) leaves the engine partly loaded.
  * The world size, ZeRO stage, precision and batch split may differ from the
  * saving run's; the config in use is this engine's own. Pending gradients are
  * dropped.

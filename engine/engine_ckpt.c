@@ -2,6 +2,7 @@
  * from a checkpoint folder (formats in engine/io/ckpt_*.h; protocol in
  * engine.h). Memory: one frame of fp32 per rank in either direction. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,31 @@ static uint32_t env_u32(const char *name, uint32_t def, uint32_t lo, uint32_t hi
     return (uint32_t)x;
 }
 
+/* NaN or inf in the state (flat elements [lo, lo + n) of section `section`
+ * in buf): an error naming the section, the tensor and the element. A
+ * checkpoint holding them could only train non-finite steps: a save refuses
+ * to write one (so `latest` keeps naming the last good checkpoint) and a
+ * load refuses to restore one. `doing` says which ("saving global_step7"). */
+static ds_status check_finite(const engine_t *e, const float *buf, int64_t lo, size_t n,
+                              uint32_t section, const char *doing) {
+    size_t k = 0;
+    while (k < n && isfinite(buf[k])) k++;
+    if (k == n) return DS_OK;
+    int64_t x = lo + (int64_t)k;
+    const ds_flat *f = e->flat;
+    const char *name = "(padding between tensors)";
+    int64_t at = x, numel = 0;
+    for (int i = 0; i < f->n_params; i++)
+        if (x >= f->params[i].offset && x < f->params[i].offset + f->params[i].numel) {
+            name = f->params[i].desc->name;
+            at = x - f->params[i].offset;
+            numel = f->params[i].numel;
+        }
+    return DS_ERR(DS_ERR_NONFINITE, "%s: %s of %s: element %lld of %lld is %s (non-finite values "
+                  "refused; a run with them cannot learn)", doing, ds_ckpt_section_name(section),
+                  name, (long long)at, (long long)numel, isnan(buf[k]) ? "nan" : "inf");
+}
+
 /* ------------------------------------------------------------------ save */
 
 static ds_status write_shard(engine_t *e, const char *tmpdir, int moments,
@@ -71,6 +97,7 @@ static ds_status write_shard(engine_t *e, const char *tmpdir, int moments,
         for (int64_t c = lo; st == DS_OK && c < hi; c += wo->frame_elems) {
             int64_t end = c + wo->frame_elems < hi ? c + wo->frame_elems : hi;
             st = e->zero->ops->state_io(e->zero, (ds_zero_state)k, c, end, buf, false);
+            if (st == DS_OK) st = check_finite(e, buf, c, (size_t)(end - c), (uint32_t)k, path);
             if (st == DS_OK) st = ds_ckpt_writer_append(w, buf, (size_t)(end - c));
         }
         if (st == DS_OK) st = ds_ckpt_writer_end(w);
@@ -453,6 +480,7 @@ static ds_status load_states(engine_t *e, const char *tag_dir, unsigned flags,
         for (int64_t c = lo; st == DS_OK && c < hi; c += (int64_t)chunk) {
             int64_t end = c + (int64_t)chunk < hi ? c + (int64_t)chunk : hi;
             st = old_range(&o, (uint32_t)k, c, end, buf);
+            if (st == DS_OK) st = check_finite(e, buf, c, (size_t)(end - c), (uint32_t)k, tag_dir);
             if (st == DS_OK) st = e->zero->ops->state_io(e->zero, (ds_zero_state)k, c, end, buf,
                                                         true);
         }

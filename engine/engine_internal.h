@@ -62,6 +62,7 @@ struct engine {
     int64_t global_step;   /* optimizer steps, skipped ones included */
     int64_t applied_steps; /* steps that updated the weights (scheduler, Adam t) */
     int64_t skipped_steps;
+    int64_t consecutive_skips; /* non-finite steps in a row (not under a dynamic fp16 scale) */
     int64_t micro_steps;
     int64_t samples;
     int micro_in_step;

@@ -296,6 +296,39 @@ static ds_optim_step optim_step(const engine_t *e, double lr) {
     return s;
 }
 
+/* A step whose gradients are not finite is skipped, and a run that keeps
+ * skipping cannot learn: it stops with its reason instead of ending
+ * "successfully" having trained nothing. fp16 with a dynamic scale does as
+ * DeepSpeed: skips lower the scale, and an overflow that would lower it below
+ * min_loss_scale ends the run (DeepSpeed's raise_error_at_min_scale). fp32,
+ * bf16 and a static fp16 scale have nothing to adapt, so they fail after
+ * zero_engine.max_consecutive_skips skips in a row. Every rank knows the
+ * overflow (reduce_grads agrees it), so every rank fails alike. */
+static ds_status check_can_learn(engine_t *e, bool skip) {
+    if (!skip) {
+        e->consecutive_skips = 0;
+        return DS_OK;
+    }
+    long long step = (long long)e->global_step + 1;
+    const ds_loss_scaler *ls = &e->scaler;
+    if (ls->enabled && ls->dynamic) {
+        bool lowers = ls->delayed_shift == 1 || ls->cur_hysteresis == 1;
+        if (lowers && ls->scale <= ls->min_scale)
+            return DS_ERR(DS_ERR_NONFINITE, "step %lld: gradient overflow with the loss scale "
+                          "already at fp16.min_loss_scale = %g: the run cannot learn in fp16 (every "
+                          "step would be skipped); lower the learning rate, or train in bf16 or "
+                          "fp32", step, ls->min_scale);
+        return DS_OK;
+    }
+    if (++e->consecutive_skips > e->cfg.max_consecutive_skips)
+        return DS_ERR(DS_ERR_NONFINITE, "step %lld: non-finite gradient (NaN or inf) in %lld "
+                      "steps in a row, more than zero_engine.max_consecutive_skips = %d allows: "
+                      "the run cannot learn; lower the learning rate, or look for NaN or inf in "
+                      "the data and the loaded weights", step, (long long)e->consecutive_skips,
+                      e->cfg.max_consecutive_skips);
+    return DS_OK;
+}
+
 ds_status ds_step(engine_t *e) {
     if (e->have_forward) return DS_ERR(DS_ERR_INVALID_ARG, "ds_step between forward and backward");
     e->micro_in_step++;
@@ -309,6 +342,7 @@ ds_status ds_step(engine_t *e) {
     double norm = sqrt(sumsq) / (world * scale);
     double lr = ds_sched_lr(&e->cfg, e->applied_steps);
     bool skip = nonfinite != 0;
+    DS_TRY(check_can_learn(e, skip));
     if (skip) {
         e->skipped_steps++;
         if (e->comm->rank == 0 && !e->quiet) {

@@ -242,8 +242,10 @@ static ds_status gather_memory(engine_t *e, double *table) {
     return DS_OK;
 }
 
-static void write_memory(FILE *f, engine_t *e, const double *table) {
-    fprintf(f, "\"memory_bytes\": [");
+static void write_memory(tr_jline *l, engine_t *e, const double *table) {
+    FILE *f = l->f;
+    tr_jline_key(l, "memory_bytes");
+    fputc('[', f);
     for (int k = 0; k < ds_world_size(e); k++) {
         const double *row = table + (size_t)k * MEM_COLS;
         fprintf(f, "%s{\"rank\": %d", k ? ", " : "", k);
@@ -256,21 +258,37 @@ static void write_memory(FILE *f, engine_t *e, const double *table) {
         }
         fprintf(f, "}");
     }
-    fprintf(f, "], \"model_state_formula\": %llu",
-            (unsigned long long)ds_expected_model_state_bytes(e));
+    fputc(']', f);
+    tr_jline_int(l, "model_state_formula", (long long)ds_expected_model_state_bytes(e));
 }
 
 static void write_eval(FILE *f, const ds_cls_report *r, char *const *names) {
-    fprintf(f, "{\"eval\": {\"accuracy\": %.6f, \"macro_f1\": %.6f, \"weighted_f1\": %.6f, "
-               "\"total\": %lld, \"per_class\": {",
-            r->accuracy, r->macro_f1, r->weighted_f1, (long long)r->total);
+    tr_jline top, ev;
+    tr_jline_begin(&top, f);
+    tr_jline_key(&top, "eval");
+    tr_jline_begin(&ev, f);
+    tr_jline_num(&ev, "accuracy", "%.6f", r->accuracy);
+    tr_jline_num(&ev, "macro_f1", "%.6f", r->macro_f1);
+    tr_jline_num(&ev, "weighted_f1", "%.6f", r->weighted_f1);
+    tr_jline_int(&ev, "total", (long long)r->total);
+    tr_jline_key(&ev, "per_class");
+    tr_jline pc;
+    tr_jline_begin(&pc, f);
     for (int c = 0; c < r->n_classes; c++) {
         const ds_class_metrics *m = &r->per_class[c];
-        fprintf(f, "%s\"%s\": {\"precision\": %.6f, \"recall\": %.6f, \"f1\": %.6f, "
-                   "\"support\": %lld}",
-                c ? ", " : "", names[c], m->precision, m->recall, m->f1, (long long)m->support);
+        tr_jline cl;
+        tr_jline_key(&pc, names[c]);
+        tr_jline_begin(&cl, f);
+        tr_jline_num(&cl, "precision", "%.6f", m->precision);
+        tr_jline_num(&cl, "recall", "%.6f", m->recall);
+        tr_jline_num(&cl, "f1", "%.6f", m->f1);
+        tr_jline_int(&cl, "support", (long long)m->support);
+        tr_jline_end(&cl);
     }
-    fprintf(f, "}}}\n");
+    tr_jline_end(&pc);
+    tr_jline_end(&ev);
+    tr_jline_end(&top);
+    fputc('\n', f);
 }
 
 /* ---- the run ---- */
@@ -424,14 +442,20 @@ static int run(const tc_opts *o) {
         double sps = (double)(info.samples - samples_last) / (t - t_last);
         t_last = t;
         samples_last = info.samples;
-        if (mf) {
-            fprintf(mf, "{\"step\": %lld, \"epoch\": %lld, \"loss\": %.6f, \"lr\": %.6e, "
-                        "\"grad_norm\": %.6f, \"samples_per_s\": %.3f, \"skipped\": %s, "
-                        "\"loss_scale\": %g, ",
-                    (long long)info.step, (long long)info.epoch, info.loss, info.lr,
-                    info.grad_norm, sps, info.skipped ? "true" : "false", info.loss_scale);
-            write_memory(mf, e, mem_table);
-            fprintf(mf, "}\n");
+        if (mf) { /* a diverged loss is null, named in "nonfinite": the line stays JSON */
+            tr_jline l;
+            tr_jline_begin(&l, mf);
+            tr_jline_int(&l, "step", (long long)info.step);
+            tr_jline_int(&l, "epoch", (long long)info.epoch);
+            tr_jline_num(&l, "loss", "%.6f", info.loss);
+            tr_jline_num(&l, "lr", "%.6e", info.lr);
+            tr_jline_num(&l, "grad_norm", "%.6f", info.grad_norm);
+            tr_jline_num(&l, "samples_per_s", "%.3f", sps);
+            tr_jline_bool(&l, "skipped", info.skipped);
+            tr_jline_num(&l, "loss_scale", "%g", info.loss_scale);
+            write_memory(&l, e, mem_table);
+            tr_jline_end(&l);
+            fputc('\n', mf);
             fflush(mf);
         }
     }

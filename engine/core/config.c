@@ -3,6 +3,7 @@
  * "auto" and the batch rule in config_resolve.c, the JSON writer in
  * config_json.c. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -71,6 +72,33 @@ void ds_config_defaults(ds_config *c) {
     snprintf(c->backend, sizeof c->backend, "cpu");
     c->comm_timeout_s = 300.0;
     c->num_threads = 0;
+    c->max_consecutive_skips = 3;
+    c->save_on_signal = 0;
+    /* Slurm's default KillWait and Kubernetes' default grace period */
+    c->preempt_deadline_s = 30.0;
+}
+
+static const struct {
+    const char *name;
+    int signo;
+} k_signals[] = {{"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGTERM", SIGTERM},
+                 {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},   {"SIGXCPU", SIGXCPU},
+                 {"SIGPWR", SIGPWR}};
+
+int ds_signal_from_name(const char *name) {
+    if (!name) return 0;
+    for (size_t i = 0; i < sizeof k_signals / sizeof *k_signals; i++)
+        if (!strcmp(name, k_signals[i].name) || !strcmp(name, k_signals[i].name + 3))
+            return k_signals[i].signo;
+    return 0;
+}
+
+const char *ds_signal_name(int signo) {
+    for (size_t i = 0; i < sizeof k_signals / sizeof *k_signals; i++)
+        if (k_signals[i].signo == signo) return k_signals[i].name;
+    static _Thread_local char other[16];
+    snprintf(other, sizeof other, "SIG%d", signo);
+    return other;
 }
 
 const char *ds_optim_type_name(ds_optim_type t) {

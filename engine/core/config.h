@@ -161,12 +161,24 @@ typedef struct ds_config {
     char backend[16];                    /* "cpu" (default) | "cuda" | "auto" */
     double comm_timeout_s;               /* default 300 */
     int num_threads;                     /* default 0 = OMP_NUM_THREADS or cores */
+    int max_consecutive_skips;           /* default 3: steps in a row with non-finite
+                                            gradients that fp32, bf16 and static-scale
+                                            fp16 skip before ds_step fails */
+    int save_on_signal;                  /* default 0 (none): a signal that, besides
+                                            SIGTERM, asks for a save and exit (ds_preempt_*) */
+    double preempt_deadline_s;           /* default 30: the longest a save-and-exit may take */
 
     /* ---- provenance ---- */
     char path[512];                      /* file it came from, "" for a string */
     int world_size;                      /* set by resolve */
     char world_source[96];               /* set by resolve, e.g. "MPI (OMPI_COMM_WORLD_SIZE)" */
 } ds_config;
+
+/* Signals zero_engine.save_on_signal accepts: "SIGUSR1" or "USR1" (also
+ * USR2, TERM, INT, HUP, XCPU, PWR) -> the number, 0 for anything else. */
+int ds_signal_from_name(const char *name);
+/* "SIGUSR1" for a signal of that list, "SIG<n>" otherwise (static text). */
+const char *ds_signal_name(int signo);
 
 /* Fill `c` with DeepSpeed's defaults (what an empty "{}" parses to). The
  * struct is zeroed first, so two configs with equal settings compare equal

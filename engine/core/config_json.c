@@ -251,6 +251,10 @@ char *ds_config_to_json(const ds_config *c) {
     jw_str(&w, "backend", c->backend);
     jw_real(&w, "comm_timeout_s", c->comm_timeout_s);
     jw_int(&w, "num_threads", c->num_threads);
+    jw_int(&w, "max_consecutive_skips", c->max_consecutive_skips);
+    if (c->save_on_signal) jw_str(&w, "save_on_signal", ds_signal_name(c->save_on_signal));
+    else jw_null(&w, "save_on_signal");
+    jw_real(&w, "preempt_deadline_s", c->preempt_deadline_s);
     jw_close(&w);
     jw_close(&w);
     jw_raw(&w, "\n");

@@ -90,6 +90,24 @@ static ds_status read_backend(const cfg_ctx *ctx, json_t *v, const char *path, v
     return DS_OK;
 }
 
+static ds_status read_signal(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    ds_config *c = base;
+    if (json_is_null(v)) {
+        c->save_on_signal = 0;
+        return DS_OK;
+    }
+    int s = json_is_string(v) ? ds_signal_from_name(json_string_value(v)) : 0;
+    if (!s) {
+        char got[96];
+        cfg_fmt_value(v, got, sizeof got);
+        return CFG_FAIL(ctx, DS_ERR_CONFIG, "%s: must be null or a signal name (\"SIGUSR1\", "
+                        "\"SIGUSR2\", \"SIGTERM\", \"SIGINT\", \"SIGHUP\", \"SIGXCPU\", "
+                        "\"SIGPWR\"; the SIG may be left out), got %s", path, got);
+    }
+    c->save_on_signal = s;
+    return DS_OK;
+}
+
 static ds_status read_comm_dtype(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
     static const char *const names[] = {"fp32", "fp16", "bf16"};
     static const ds_dtype types[] = {DS_F32, DS_F16, DS_BF16};
@@ -457,6 +475,10 @@ static const cfg_key k_zero_engine[] = {
     REAL_GT("comm_timeout_s", comm_timeout_s, 0),
     /* 0 = OMP_NUM_THREADS or the cores; 4096 is far past any machine here. */
     ROW("num_threads", CFG_INT, OFF(num_threads), 0, 4096, 0, NO, NO, NULL),
+    /* 0: the first non-finite gradient fails the step; a million is "never" */
+    ROW("max_consecutive_skips", CFG_INT, OFF(max_consecutive_skips), 0, 1000000, 0, NO, NO, NULL),
+    FN("save_on_signal", OFF(save_on_signal), read_signal),
+    REAL_GT("preempt_deadline_s", preempt_deadline_s, 0),
 };
 
 static ds_status read_zero_engine(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {

@@ -24,6 +24,7 @@ static const char *const k_names[DS_STATUS_COUNT] = {
     [DS_ERR_COMM] = "DS_ERR_COMM",
     [DS_ERR_TIMEOUT] = "DS_ERR_TIMEOUT",
     [DS_ERR_UNSUPPORTED] = "DS_ERR_UNSUPPORTED",
+    [DS_ERR_NONFINITE] = "DS_ERR_NONFINITE",
     [DS_ERR_INTERNAL] = "DS_ERR_INTERNAL",
 };
 

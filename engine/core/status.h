@@ -33,6 +33,8 @@ typedef enum ds_status {
     DS_ERR_COMM,         /* MPI / NCCL failure or a peer that disappeared */
     DS_ERR_TIMEOUT,      /* a collective waited longer than comm_timeout */
     DS_ERR_UNSUPPORTED,  /* valid request this build or backend cannot serve */
+    DS_ERR_NONFINITE,    /* NaN or inf where training needs finite numbers: loaded
+                            weights, or gradients past the skips allowed */
     DS_ERR_INTERNAL,     /* a library bug: please report */
     DS_STATUS_COUNT
 } ds_status;

@@ -3,6 +3,7 @@
 #include "engine/io/zero_to_fp32.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +152,12 @@ static ds_status stream(const char *tag_dir, const ds_ckpt_meta *m, sink *s, flo
                 open_k = k;
             }
             st = ds_ckpt_read(r, DS_CKPT_WEIGHTS, x, stop, buf);
+            for (int64_t k = 0; st == DS_OK && k < stop - x; k++)
+                if (!isfinite(buf[k])) /* weights nobody can use: no output */
+                    st = DS_ERR(DS_ERR_NONFINITE, "%s: weights of %s: element %lld of %lld is %s "
+                                "(non-finite values refused)", tag_dir, p->name,
+                                (long long)(x + k - p->offset), (long long)p->numel,
+                                isnan(buf[k]) ? "nan" : "inf");
             if (st == DS_OK) st = sink_write(s, buf, (size_t)(stop - x));
             x = stop;
         }

@@ -77,7 +77,9 @@ typedef struct ds_z2f_report {
  * Every output file appears atomically (written as .tmp, fsynced, renamed).
  * Tensors keep the model's Hugging Face names and shapes, in flat order.
  * report may be NULL. Errors: as ds_checkpoint_verify for the checkpoint,
- * DS_ERR_CORRUPT for a frame whose checksum fails while converting, DS_ERR_IO
+ * DS_ERR_CORRUPT for a frame whose checksum fails while converting,
+ * DS_ERR_NONFINITE for a NaN or inf weight (naming the tensor and element),
+ * DS_ERR_IO
  * for the output, DS_ERR_INVALID_ARG for options. On error nothing it
  * created is left: the unfinished file, the shards already finished, and the
  * folders it made for OUT are removed (a folder that existed stays). */

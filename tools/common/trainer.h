@@ -1,13 +1,23 @@
 /* What the bundled trainers (train_cls, train_lm) share beyond their own
- * options: checks of input paths that name the flag, and (below) the
- * --metrics line and the preemption save.
+ * options: checks of input paths that name the flag, the --metrics line
+ * (valid JSON whatever the numbers), and the preemption save.
  *
  *   if (tr_check_input_file("--data", o->data) != DS_OK) return fail("reading data");
+ *
+ *   tr_jline l;                                  // {"step": 7, "loss": null, ...,
+ *   tr_jline_begin(&l, f);                       //  "nonfinite": ["loss"]}
+ *   tr_jline_int(&l, "step", 7);
+ *   tr_jline_num(&l, "loss", "%.6f", NAN);
+ *   tr_jline_end(&l);
+ *   fputc('\n', f);
  *
  * Functions return a ds_status with the message in ds_last_error(), like the
  * library's. */
 #ifndef DS_TOOLS_TRAINER_H
 #define DS_TOOLS_TRAINER_H
+
+#include <stdbool.h>
+#include <stdio.h>
 
 #include "engine/engine.h"
 
@@ -15,5 +25,26 @@
  * Errors (DS_ERR_DATA) name the flag and the path: "--data /tmp: is a folder,
  * not a file", "--data x.csv: no such file". */
 ds_status tr_check_input_file(const char *flag, const char *path);
+
+/* One JSON object written member by member. JSON has no NaN or infinity
+ * (Python's json, jq and jansson refuse the bare words), so a number that is
+ * not finite, a diverged loss, is written as null and its key listed in a
+ * last member "nonfinite": [...]; a line with only finite numbers has no
+ * such member. */
+typedef struct tr_jline {
+    FILE *f;
+    int members;
+    char nonfinite[512]; /* '"loss", "grad_norm"' */
+    size_t nf_len;
+} tr_jline;
+
+void tr_jline_begin(tr_jline *l, FILE *f); /* "{" */
+void tr_jline_num(tr_jline *l, const char *key, const char *fmt, double x);
+void tr_jline_int(tr_jline *l, const char *key, long long v);
+void tr_jline_bool(tr_jline *l, const char *key, bool v);
+/* "key": (escaped) and nothing else: the caller writes the value (raw JSON)
+ * next. The other functions' keys are escaped the same way. */
+void tr_jline_key(tr_jline *l, const char *key);
+void tr_jline_end(tr_jline *l);            /* the "nonfinite" list, then "}" */
 
 #endif /* DS_TOOLS_TRAINER_H */

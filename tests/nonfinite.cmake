@@ -1,0 +1,13 @@
+# A run that cannot learn stops with its reason: non-finite gradients past
+# zero_engine.max_consecutive_skips (fp32, bf16) or at fp16.min_loss_scale,
+# and NaN/inf weights refused where they come in (ds_set_param, a Hugging
+# Face folder, train_cls --init, a save, a load, zero_to_fp32).
+ds_add_test(NAME test_nonfinite SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_nonfinite.c
+            ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c
+            ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c LABELS unit)
+add_dependencies(test_nonfinite train_cls)
+
+# The --metrics line stays JSON (null + "nonfinite" for NaN and inf).
+ds_add_test(NAME test_trainer_common SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_trainer_common.c
+            LABELS unit)
+target_link_libraries(test_trainer_common PRIVATE ds_tool_common)
