@@ -4,11 +4,19 @@
  * ds_act_fwd / ds_act_grad / ds_dropout_mult of nn_math.h. */
 #include "engine/backend/cuda/nn_cuda.cuh"
 
+/* The pre-activation as the cpu loop forms it: x + bias, or x itself without
+ * a bias (not x + 0.0f, which turns -0 into +0, so NONE, GELU, TANH and
+ * GELU_TANH returned +0 where cpu returns -0). */
+__device__ __forceinline__ float ds_preact(const float *x, const float *bias, size_t i,
+                                           int width) {
+    return bias ? x[i] + bias[i % (size_t)width] : x[i];
+}
+
 template <int ACT>
 __global__ void ds_k_bias_act_fwd(float *y, const float *x, const float *bias, int rows,
                                   int width) {
     DS_GRID_STRIDE(i, (size_t)rows * width) {
-        float z = x[i] + (bias ? bias[i % (size_t)width] : 0.0f);
+        float z = ds_preact(x, bias, i, width);
         y[i] = ds_act_fwd((ds_act)ACT, z);
     }
 }
@@ -17,13 +25,22 @@ template <int ACT>
 __global__ void ds_k_bias_act_bwd(float *dx, const float *dy, const float *x, const float *bias,
                                   int rows, int width) {
     DS_GRID_STRIDE(i, (size_t)rows * width) {
-        float z = x[i] + (bias ? bias[i % (size_t)width] : 0.0f);
+        float z = ds_preact(x, bias, i, width);
         dx[i] = dy[i] * ds_act_grad((ds_act)ACT, z);
     }
 }
 
+/* The cpu slot's checks, in its order and before the empty-shape return, so
+ * both backends refuse the same calls with the same message. */
+static ds_status ds_check_act(const char *slot, ds_act act) {
+    if ((int)act < DS_ACT_NONE || act >= DS_ACT_COUNT)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: unknown activation %d", slot, (int)act);
+    return DS_OK;
+}
+
 ds_status ds_nn_cuda_bias_act_fwd(ds_backend *be, float *y, const float *x, const float *bias,
                                   int rows, int width, ds_act act) {
+    DS_TRY(ds_check_act("bias_act_fwd", act));
     DS_CUDA_ENTER(be);
     if (rows <= 0 || width <= 0) return DS_OK;
     size_t n = (size_t)rows * width;
@@ -44,6 +61,7 @@ ds_status ds_nn_cuda_bias_act_fwd(ds_backend *be, float *y, const float *x, cons
 ds_status ds_nn_cuda_bias_act_bwd(ds_backend *be, float *dx, float *dbias, const float *dy,
                                   const float *x, const float *bias, int rows, int width,
                                   ds_act act) {
+    DS_TRY(ds_check_act("bias_act_bwd", act));
     if (!dx && act != DS_ACT_NONE)
         return DS_ERR(DS_ERR_INVALID_ARG, "bias_act_bwd: dx may be NULL only for DS_ACT_NONE");
     DS_CUDA_ENTER(be);
@@ -87,8 +105,12 @@ __global__ void ds_k_dropout_fwd(float *y, const float *x, const float *bias, co
             uint64_t j = 4 * blk + (uint64_t)l;
             if (j < offset || j >= offset + n) continue;
             size_t i = (size_t)(j - offset);
-            float v = x[i] + (bias ? bias[i % (size_t)width] : 0.0f);
-            y[i] = (res ? res[i] : 0.0f) + v * ds_dropout_mult(w.v[l], p, inv_keep);
+            float v = ds_preact(x, bias, i, width);
+            float m = ds_dropout_mult(w.v[l], p, inv_keep);
+            /* as the cpu loop: an explicit fma with a residual (not left to
+             * nvcc's contraction), a plain product without (0.0f + v * m
+             * would turn a dropped negative v's -0 into +0) */
+            y[i] = res ? fmaf(v, m, res[i]) : v * m;
         }
     }
 }
@@ -113,8 +135,8 @@ __global__ void ds_k_dropout_bwd(float *dx, const float *dy, size_t n, float p, 
 __global__ void ds_k_bias_add_res(float *y, const float *x, const float *bias, const float *res,
                                   size_t n, int width) {
     DS_GRID_STRIDE(i, n) {
-        float v = x[i] + (bias ? bias[i % (size_t)width] : 0.0f);
-        y[i] = (res ? res[i] : 0.0f) + v;
+        float v = ds_preact(x, bias, i, width);
+        y[i] = res ? res[i] + v : v; /* cpu: fmaf(v, 1, res) = res + v, or v */
     }
 }
 

@@ -49,12 +49,38 @@ ds_status ds_nn_cuda_embedding_fwd(ds_backend *be, float *out, const float *tabl
     return DS_OK;
 }
 
+/* Scatter-add without atomics, so the result is the same on every run (a
+ * float atomicAdd sums a repeated id's positions in whatever order the
+ * hardware serves them, so training on cuda would not repeat bit for bit).
+ * Owner computes: the thread of column c and id class k (= id % classes)
+ * alone writes dtable[id, c] for every id of its class, adding the positions
+ * in increasing order -- the order of the cpu loop, so the two backends give
+ * the same bits. A block of 32 columns x 8 classes reads the ids in tiles
+ * through shared memory; a warp is one class, so the branch on the id is
+ * uniform across it and its 32 lanes touch 32 consecutive floats. Every warp
+ * scans all n ids (shared-memory broadcasts) and adds only its class's rows;
+ * a table row's positions form a dependent chain, as on cpu. */
+#define DS_EMB_BWD_CLASSES 64 /* id classes: gridDim.y * 8 warps */
+#define DS_EMB_BWD_TILE 256   /* ids per shared-memory tile = threads per block */
+
 __global__ void ds_k_embedding_bwd(float *dtable, const float *dout, const int32_t *ids, int n,
                                    int h, int padding_idx) {
-    DS_GRID_STRIDE(i, (size_t)n * h) {
-        size_t row = i / (size_t)h, c = i % (size_t)h;
-        int id = ids[row];
-        if (id != padding_idx) atomicAdd(&dtable[(size_t)id * h + c], dout[i]);
+    __shared__ int32_t tile[DS_EMB_BWD_TILE];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    int k = blockIdx.y * 8 + threadIdx.y;
+    int t = threadIdx.y * 32 + threadIdx.x;
+    for (int i0 = 0; i0 < n; i0 += DS_EMB_BWD_TILE) {
+        int m = n - i0 < DS_EMB_BWD_TILE ? n - i0 : DS_EMB_BWD_TILE;
+        __syncthreads(); /* the previous tile is read by every warp */
+        if (t < m) tile[t] = ids[i0 + t];
+        __syncthreads();
+        if (c >= h) continue; /* no return: the barriers need every thread */
+        for (int j = 0; j < m; j++) {
+            int id = tile[j];
+            /* ids passed embedding_fwd, so id >= 0 and % is the class */
+            if (id == padding_idx || id % DS_EMB_BWD_CLASSES != k) continue;
+            dtable[(size_t)id * h + c] += dout[(size_t)(i0 + j) * h + c];
+        }
     }
 }
 
@@ -62,7 +88,9 @@ ds_status ds_nn_cuda_embedding_bwd(ds_backend *be, float *dtable, const float *d
                                    const int32_t *ids, int n, int h, int padding_idx) {
     DS_CUDA_ENTER(be);
     if (n <= 0 || h <= 0) return DS_OK;
-    ds_k_embedding_bwd<<<DS_CUDA_GRID(be, (size_t)n * h)>>>(dtable, dout, ids, n, h, padding_idx);
+    dim3 block(32, 8), grid((unsigned)((h + 31) / 32), DS_EMB_BWD_CLASSES / 8);
+    ds_k_embedding_bwd<<<grid, block, 0, DS_CUDA_DEFAULT_STREAM>>>(dtable, dout, ids, n, h,
+                                                                  padding_idx);
     DS_CHECK_LAUNCH();
     return DS_OK;
 }
