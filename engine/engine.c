@@ -129,6 +129,7 @@ ds_status ds_initialize(const ds_init_desc *d, engine_t **out) {
 
     /* Config syntax first: every rank reads the same file, so every rank fails
      * the same way before any collective exists. */
+    ds_engine_note_join('S'); /* engine-run counts the ranks that started */
     DS_TRY_GOTO(st, ds_rank_discover(&e->ranks), fail);
     if (d->config_path)
         DS_TRY_GOTO(st, ds_config_parse_file(d->config_path, &e->cfg, config_warn, &e->ranks),
@@ -143,6 +144,7 @@ ds_status ds_initialize(const ds_init_desc *d, engine_t **out) {
 
     ds_comm_desc cd = {.kind = DS_COMM_MPI, .timeout_s = e->cfg.comm_timeout_s};
     DS_TRY_GOTO(st, ds_comm_create(&cd, &e->comm), fail);
+    ds_engine_note_join('C'); /* ... and connected */
     e->ranks.rank = e->comm->rank;
     e->ranks.world = e->comm->world;
 

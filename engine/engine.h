@@ -117,6 +117,9 @@ typedef struct ds_step_info {
     double loss_scale;    /* fp16 scale after this step; 1 otherwise */
     bool skipped;         /* fp16 overflow: no update */
     int64_t samples;      /* samples consumed by all ranks since the start */
+    int stop_signal;      /* a preemption signal reached some rank before this
+                             step's boundary (all ranks agree): save and exit
+                             128 + it (ds_preempt_install); 0 otherwise */
 } ds_step_info;
 
 /* One optimizer step from the engine's data loader: gradient_accumulation_steps
@@ -279,6 +282,66 @@ typedef enum ds_load_flags {
  * (checksums, truncation, a world-size mismatch inside the folder),
  * DS_ERR_INVALID_ARG (another model, incompatible optimizer state, flags). */
 ds_status ds_load_checkpoint(engine_t *e, const char *dir, const char *tag, unsigned flags);
+
+/* ---- preemption (engine/engine_launch.c) -------------------------------
+ *
+ * A job told to stop keeps its work: Slurm preemption, a spot instance or a
+ * Kubernetes eviction send SIGTERM, and a scheduler can warn earlier with a
+ * chosen signal (sbatch --signal=USR1@90). The library installs no handler
+ * unless asked:
+ *
+ *   DS_TRY(ds_preempt_install(e, NULL, 0));  // SIGTERM + zero_engine.save_on_signal
+ *   for (;;) {
+ *       DS_TRY(ds_train_batch(e, &info));
+ *       if (info.stop_signal) {               // every rank sees the same value
+ *           DS_TRY(ds_save_checkpoint(e, "ckpt", NULL, NULL));
+ *           return 128 + info.stop_signal;   // 143 for SIGTERM, as a shell reports it
+ *       }
+ *   }
+ *
+ * A signal reaching any one rank (or engine-run, which passes it to every
+ * rank) is seen by all ranks at the next optimizer-step boundary: the flag
+ * rides on the boundary's existing loss all-reduce (two doubles instead of
+ * one; a second small all-reduce only when a signal came), so it costs
+ * nothing when none comes. Signals during accumulation micro-steps or during
+ * a save wait for that boundary; a second signal is counted and changes
+ * nothing (the save goes on). An application with its own handlers calls
+ * ds_preempt_request from them instead of installing these. */
+
+/* Handlers for SIGTERM, the config's zero_engine.save_on_signal (e may be
+ * NULL: none) and extra[0..n_extra) (SIGUSR1, SIGUSR2, SIGINT, SIGHUP,
+ * SIGXCPU, SIGPWR), process-wide, each recording a request and printing one
+ * line on stderr. Also the relay engine-run asks for (DS_PREEMPT_RELAY).
+ * Safe to call again. Errors: DS_ERR_INVALID_ARG for another signal. */
+ds_status ds_preempt_install(const engine_t *e, const int *extra, int n_extra);
+/* Put back the handlers that were there before ds_preempt_install. */
+void ds_preempt_uninstall(void);
+/* The signals installed (relay excluded) into out[0..cap); returns how many. */
+int ds_preempt_signals(int *out, int cap);
+/* Record a request for `signo` as the handlers do; async-signal-safe. */
+void ds_preempt_request(int signo);
+/* This process's first requested signal, 0 when none. */
+int ds_preempt_pending(void);
+
+typedef enum ds_preempt_during {
+    DS_PREEMPT_BETWEEN_STEPS = 0, /* after a boundary, before the next forward */
+    DS_PREEMPT_IN_STEP,           /* during micro-batch `micro` (1-based) of `gas` */
+    DS_PREEMPT_IN_SAVE,           /* during ds_save_checkpoint */
+} ds_preempt_during;
+
+typedef struct ds_preempt_info {
+    int signo;          /* the first signal; 0: none came */
+    int count;          /* signals received */
+    double seconds_ago; /* since the first came */
+    int during;         /* ds_preempt_during when it came */
+    int micro, gas;
+} ds_preempt_info;
+void ds_preempt_get(ds_preempt_info *out);
+/* Block until a request (returns its signal; 0 if nothing is installed): for
+ * a watchdog thread that ends the process when a save takes too long. */
+int ds_preempt_wait(void);
+/* Forget the request (an application that handled it and goes on). */
+void ds_preempt_reset(void);
 
 /* Free everything; collective (barrier). Safe on NULL. */
 void ds_finalize(engine_t *e);

@@ -261,8 +261,21 @@ static void discard_tmp(const engine_t *e, const char *tmpdir) {
     ds_error_restore(&keep);
 }
 
+static ds_status save(engine_t *e, const char *dir, const char *tag_in,
+                     const char *client_state_json);
+
+/* A signal during a save is reported as such (ds_preempt_get). */
 ds_status ds_save_checkpoint(engine_t *e, const char *dir, const char *tag_in,
                              const char *client_state_json) {
+    int gas = (int)e->cfg.gradient_accumulation_steps;
+    ds_preempt_note(DS_PREEMPT_IN_SAVE, 0, gas);
+    ds_status st = save(e, dir, tag_in, client_state_json);
+    ds_preempt_note(DS_PREEMPT_BETWEEN_STEPS, 0, gas);
+    return st;
+}
+
+static ds_status save(engine_t *e, const char *dir, const char *tag_in,
+                     const char *client_state_json) {
     int rank = e->comm->rank, world = e->comm->world;
     char tag[DS_CKPT_TAG_MAX + 1], tmpdir[PATH_CAP];
     ds_ckpt_write_opts wo;

@@ -74,6 +74,12 @@ struct engine {
 ds_status ds_engine_plan_activations(engine_t *e);
 void ds_engine_free_activations(engine_t *e);
 
+/* engine_launch.c: where training is, for a signal's report
+ * (ds_preempt_during); and the note to engine-run that this rank has reached
+ * the library ('S') or connected to the others ('C'). */
+void ds_preempt_note(int phase, int micro, int gas);
+void ds_engine_note_join(char stage);
+
 /* engine_report.c */
 void ds_engine_print_startup(engine_t *e);
 void ds_engine_print_step(const engine_t *e);

@@ -220,6 +220,8 @@ ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out) {
     DS_TRY(upload_batch(e, host_batch, true));
     if (host_batch->B == 0) return DS_ERR(DS_ERR_INVALID_ARG, "ds_forward: empty batch");
     e->fwd_seed = mix64(e->seed ^ mix64((uint64_t)e->micro_steps + 0x5151));
+    ds_preempt_note(DS_PREEMPT_IN_STEP, e->micro_in_step + 1,
+                    (int)e->cfg.gradient_accumulation_steps);
     int n = e->model->n_modules;
     DS_TRY(run_forward(e, n, true));
     float out[2]; /* the loss module's mean loss and its weight */
@@ -371,13 +373,23 @@ ds_status ds_step(engine_t *e) {
     DS_TRY(e->zero->ops->zero_grad(e->zero));
     e->global_step++;
 
-    double loss = e->loss_accum / (double)e->cfg.gradient_accumulation_steps;
-    DS_TRY(ds_comm_host_all_reduce(e->comm, &loss, 1, DS_F64, DS_REDUCE_SUM));
+    /* The step's loss over all ranks, and whether a preemption signal
+     * reached any rank: one all-reduce of two doubles (the flag costs nothing
+     * when no signal came). Only when one did, the ranks agree on which. */
+    double red[2] = {e->loss_accum / (double)e->cfg.gradient_accumulation_steps,
+                     ds_preempt_pending() ? 1.0 : 0.0};
+    DS_TRY(ds_comm_host_all_reduce(e->comm, red, 2, DS_F64, DS_REDUCE_SUM));
+    int32_t stop = 0;
+    if (red[1] > 0.0) {
+        stop = ds_preempt_pending();
+        DS_TRY(ds_comm_host_all_reduce(e->comm, &stop, 1, DS_I32, DS_REDUCE_MAX));
+    }
+    ds_preempt_note(DS_PREEMPT_BETWEEN_STEPS, 0, (int)e->cfg.gradient_accumulation_steps);
     e->loss_accum = 0.0;
     e->last = (ds_step_info){.step = e->global_step, .epoch = e->epoch,
-                             .micro_steps = e->micro_steps, .loss = loss / world, .lr = lr,
+                             .micro_steps = e->micro_steps, .loss = red[0] / world, .lr = lr,
                              .grad_norm = norm, .loss_scale = e->scaler.scale, .skipped = skip,
-                             .samples = e->samples};
+                             .samples = e->samples, .stop_signal = stop};
     if (!e->quiet) ds_engine_print_step(e);
     return DS_OK;
 }

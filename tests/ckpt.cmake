@@ -119,6 +119,15 @@ add_test(NAME test_ckpt_fsync
 set_tests_properties(test_ckpt_fsync PROPERTIES LABELS fault TIMEOUT 120 PROCESSORS 2
                      SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=1")
 
+# Preemption keeps the work: train_cls through engine-run, stopped by
+# SIGTERM / SIGUSR1 at 10 moments (to engine-run or a rank, twice, inside a
+# save), exits 128 + the signal with a checkpoint, and --resume gives the
+# losses and final weights of a run never stopped, bit for bit.
+add_test(NAME test_preempt
+         COMMAND ${_ck}/fault/test_preempt.sh ${CMAKE_BINARY_DIR}/bin
+                 ${CMAKE_BINARY_DIR}/tests/preempt)
+set_tests_properties(test_preempt PROPERTIES LABELS fault TIMEOUT 240 PROCESSORS 2)
+
 # train_cls --save-steps / --resume end to end (tests/unit/test_train_cls_ckpt.sh).
 add_test(NAME test_train_cls_ckpt
          COMMAND ${_ck}/unit/test_train_cls_ckpt.sh ${CMAKE_BINARY_DIR}/bin

@@ -5,17 +5,25 @@
 
 # A stand-in APP: prints the rank and world a launcher gave it.
 add_executable(rank_echo ${CMAKE_CURRENT_SOURCE_DIR}/unit/rank_echo.c)
+# An APP on the library: joins late, trains until a preemption signal.
+add_executable(launch_probe ${CMAKE_CURRENT_SOURCE_DIR}/unit/launch_probe.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
+target_link_libraries(launch_probe PRIVATE zero-engine)
 
 set(_ds_launch_work ${CMAKE_CURRENT_BINARY_DIR}/launcher_work)
 foreach(c help dry_np1 dry_np2 dry_np4 dry_hostfile dry_mpi_env dry_slurm launcher_none
-          no_mpirun errors run_np1 run_np2 rank_dies)
+          no_mpirun errors run_np1 run_np2 rank_dies oversubscribe join relay relay_unhandled)
   add_test(NAME launcher_${c}
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_engine_run.sh ${c}
-                   $<TARGET_FILE:engine-run> $<TARGET_FILE:rank_echo> ${_ds_launch_work}/${c})
+                   $<TARGET_FILE:engine-run> $<TARGET_FILE:rank_echo> ${_ds_launch_work}/${c}
+                   $<TARGET_FILE:launch_probe>)
   set_tests_properties(launcher_${c} PROPERTIES LABELS unit TIMEOUT 90)
 endforeach()
 # These start two ranks each.
-set_tests_properties(launcher_run_np2 launcher_rank_dies PROPERTIES PROCESSORS 2)
+set_tests_properties(launcher_run_np2 launcher_rank_dies launcher_join launcher_relay
+                     launcher_relay_unhandled PROPERTIES PROCESSORS 2)
+set_tests_properties(launcher_relay launcher_relay_unhandled PROPERTIES LABELS "unit;fault")
 set_tests_properties(launcher_rank_dies PROPERTIES LABELS "unit;fault")
 
 add_test(NAME gen_sentences

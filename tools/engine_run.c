@@ -4,11 +4,11 @@
  *              [--dry-run] --config FILE APP [ARGS...]
  *
  * The launcher decides once, from its options and the environment, how the N
- * ranks come to exist, and then exec()s: either APP itself (this process is
- * already a rank, or N = 1) or mpirun / srun, which start APP N times. It never
- * stays around as a parent, so signals, exit codes and job control belong to
- * APP or to the MPI/Slurm launcher exactly as if the user had typed the command
- * --dry-run prints. The full rules are in usage() below (engine-run --help).
+ * ranks come to exist: APP itself runs in place (exec: this process is
+ * already a rank, or N = 1), srun is exec'd, or mpirun starts as engine-run's
+ * child, which engine-run supervises (tools/common/supervise.h: SIGTERM
+ * relayed to every rank as a preemption, the join count while ranks start,
+ * the exit status). The full rules are in usage() below (engine-run --help).
  *
  * Errors are one line on stderr, "engine-run: <what>", and exit status 2 for
  * a malformed command line or 1 for anything else (missing file, missing
@@ -17,6 +17,8 @@
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,12 +27,17 @@
 #include <unistd.h>
 
 #include "engine/comm/comm.h"
+#include "engine/core/config.h"
+#include "tools/common/supervise.h"
 
 enum { EXIT_USAGE = 2, EXIT_RUNTIME = 1 };
 
 /* The most ranks one command line may ask for: far above any machine count
  * this launcher will meet, low enough that N * anything fits in an int. */
 enum { MAX_RANKS = 1 << 20 };
+/* More ranks than this per core start so slowly (a thousand processes on two
+ * cores take minutes to connect) that it is refused without --oversubscribe. */
+enum { MAX_RANKS_PER_CORE = 8 };
 
 typedef enum launcher_kind { L_AUTO, L_MPIRUN, L_SRUN, L_NONE } launcher_kind;
 
@@ -40,6 +47,7 @@ typedef struct options {
     const char *hostfile;
     launcher_kind launcher;
     int dry_run;
+    int oversubscribe; /* --oversubscribe: beyond MAX_RANKS_PER_CORE too */
     const char *config;
     const char *app;
     char **app_args; /* ARGS after APP, passed on untouched */
@@ -76,7 +84,7 @@ static void fail(int code, const char *fmt, ...) {
 static void usage(FILE *out) {
     fputs(
         "usage: engine-run [--np N] [--hostfile F] [--launcher auto|mpirun|srun|none]\n"
-        "                  [--dry-run] --config FILE APP [ARGS...]\n"
+        "                  [--oversubscribe] [--dry-run] --config FILE APP [ARGS...]\n"
         "\n"
         "Starts N ranks of APP, a program built on zero-engine, and passes each one\n"
         "'--config FILE' (FILE made absolute) followed by ARGS.\n"
@@ -92,6 +100,7 @@ static void usage(FILE *out) {
         "  --hostfile F    Open MPI hostfile, passed to mpirun as --hostfile F (absolute);\n"
         "                  not used with srun (the Slurm allocation decides the hosts)\n"
         "  --launcher L    auto (default), mpirun, srun or none; see below\n"
+        "  --oversubscribe start more than 8 ranks per core (mpirun; refused without it)\n"
         "  --dry-run       print the command engine-run would exec, one line on stdout,\n"
         "                  with any environment variable it sets in front, and exit 0\n"
         "  --config FILE   the ds_config.json for APP (required; must exist)\n"
@@ -105,11 +114,14 @@ static void usage(FILE *out) {
         "  2. N = 1: APP runs in place.\n"
         "  3. Inside a Slurm allocation (SLURM_JOB_ID set) but not in an srun step, e.g.\n"
         "     in an sbatch script: exec srun -n N --kill-on-bad-exit=1 APP ...\n"
-        "  4. Otherwise: exec mpirun -np N [--hostfile F] [--allow-run-as-root]\n"
-        "     [--oversubscribe] --bind-to none -x OMP_NUM_THREADS [-x VAR ...] APP ...\n"
+        "  4. Otherwise: mpirun -np N [--hostfile F] [--allow-run-as-root]\n"
+        "     [--oversubscribe] --bind-to none --mca ess_base_forward_signals SIGURG\n"
+        "     -x OMP_NUM_THREADS [-x VAR ...] APP ..., with DS_PREEMPT_RELAY set, as\n"
+        "     engine-run's child (below).\n"
         "     --allow-run-as-root is added when engine-run runs as root.\n"
-        "     --oversubscribe is added when N exceeds the cores of this machine and no\n"
-        "     hostfile is given (with a hostfile its slots decide).\n"
+        "     More ranks than cores (this machine's, or the hostfile's slots): one\n"
+        "     warning with both numbers, and --oversubscribe is added; more than 8 per\n"
+        "     core is refused unless engine-run's own --oversubscribe is given.\n"
         "     -x forwards OMP_NUM_THREADS and, when set, LD_LIBRARY_PATH,\n"
         "     OPENBLAS_NUM_THREADS and every DS_* variable to ranks on other hosts\n"
         "     (ranks on this host inherit the whole environment anyway).\n"
@@ -131,11 +143,26 @@ static void usage(FILE *out) {
         "one core count once, as Open MPI counts slots); ENGINE_RUN_CORES=K overrides\n"
         "the count, e.g. in a container whose CPU quota the kernel does not show.\n"
         "\n"
+        "Preemption: a SIGTERM reaching engine-run is passed to every rank: mpirun\n"
+        "would turn it into a kill a second later, so it goes as SIGURG, which mpirun\n"
+        "forwards and ranks that save on signals (train_cls; ds_preempt_install)\n"
+        "read as SIGTERM: each saves a checkpoint at its next step boundary and exits\n"
+        "143, and so does engine-run. SIGUSR1 and SIGUSR2 go through as they are\n"
+        "(128 + the signal). If the ranks do not save on signals, or are not gone\n"
+        "within the config's zero_engine.preempt_deadline_s + 5 s, mpirun gets the\n"
+        "SIGTERM. A SIGTERM that reaches mpirun itself (a whole job signalled at once)\n"
+        "is Open MPI's: it kills the ranks a second later. With Slurm, ask for an\n"
+        "early signal instead (sbatch --signal=USR1@90 and save_on_signal USR1).\n"
+        "\n"
+        "While the ranks start, after 2 s without all of them, engine-run prints how\n"
+        "many have started and connected (ranks on this host: not with a hostfile).\n"
+        "\n"
         "When a rank dies: mpirun ends the whole job as soon as one rank exits with a\n"
         "non-zero status or is killed by a signal (Open MPI's default), and srun gets\n"
         "--kill-on-bad-exit=1 for the same effect, so no rank is left waiting in a\n"
-        "collective. The exit status of engine-run is APP's (in place) or the\n"
-        "launcher's.\n"
+        "collective. The exit status of engine-run is APP's (in place), srun's, or\n"
+        "mpirun's (128 + the signal that ended it; after a preemption signal a job\n"
+        "that fails returns 128 + that signal).\n"
         "\n"
         "Open MPI's MCA parameters can be given as environment variables\n"
         "(OMPI_MCA_btl=self,vader,tcp ...); mpirun reads them itself.\n"
@@ -421,6 +448,8 @@ static void parse_args(int argc, char **argv, options *o) {
             else fail(EXIT_USAGE, "--launcher: expected auto, mpirun, srun or none, got '%s'", v);
         } else if (strcmp(a, "--dry-run") == 0) {
             o->dry_run = 1;
+        } else if (strcmp(a, "--oversubscribe") == 0) {
+            o->oversubscribe = 1;
         } else if (is_option(a, "--config")) {
             o->config = option_value(argc, argv, &i, "--config");
             if (!*o->config) fail(EXIT_USAGE, "--config: empty file name");
@@ -492,6 +521,73 @@ static plan_kind choose(const options *o, const launch_env *e) {
     }
     if (o->np == 1) return P_IN_PLACE;
     return e->in_slurm_alloc ? P_SRUN : P_MPIRUN;
+}
+
+/* Slots a hostfile gives ("host slots=N" lines summed), or 0 when a line
+ * names none (Open MPI then counts the host's cores, which we cannot see). */
+static int hostfile_slots(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[1024];
+    long total = 0;
+    bool unknown = false;
+    while (fgets(line, sizeof line, f)) {
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        char host[512];
+        if (sscanf(line, "%511s", host) != 1) continue; /* blank or comment */
+        const char *s = strstr(line, "slots=");
+        long n = s ? strtol(s + 6, NULL, 10) : 0;
+        if (n <= 0) unknown = true;
+        total += n;
+    }
+    fclose(f);
+    return unknown || total > MAX_RANKS ? 0 : (int)total;
+}
+
+/* More ranks than cores: one warning with both numbers; more than
+ * MAX_RANKS_PER_CORE a core: refused without --oversubscribe. Returns
+ * whether mpirun needs --oversubscribe. */
+static bool check_oversubscription(const options *o, int cores, const char *whose,
+                                   const char *unit) {
+    if (cores <= 0 || o->np <= cores) return o->oversubscribe;
+    if ((long)o->np > (long)MAX_RANKS_PER_CORE * cores && !o->oversubscribe)
+        fail(EXIT_USAGE, "--np %d is %.1f ranks per core on %s %d %s; more than %d per core "
+             "start so slowly (minutes) that engine-run refuses them: give --oversubscribe to "
+             "start them anyway, or fewer ranks", o->np, (double)o->np / cores, whose, cores,
+             unit, MAX_RANKS_PER_CORE);
+    fprintf(stderr, "engine-run: warning: %d ranks on %s %d %s: the ranks share them, one "
+            "OpenMP thread each\n", o->np, whose, cores, unit);
+    return true;
+}
+
+/* Shown by --dry-run in front of the command, as OMP_NUM_THREADS is. */
+static void note_env(const char *name, const char *value) {
+    if (g_n_env_notes >= (int)(sizeof g_env_notes / sizeof *g_env_notes)) return;
+    snprintf(g_env_notes[g_n_env_notes++].text, sizeof g_env_notes[0].text, "%s=%s", name,
+             value);
+}
+
+/* mpirun passes SIGURG on (the relayed SIGTERM: supervise.h), and the
+ * config's save_on_signal when mpirun does not by default. (Raising
+ * odls_base_sigkill_timeout, so that a SIGTERM mpirun gets itself left the
+ * ranks time to save, is no way out: mpirun then waits that long after any
+ * rank exits non-zero, a preempted one included.) */
+static void push_signal_mca(argv_buf *cmd, const ds_config *c) {
+    char fwd[256];
+    const char *user = env_get("OMPI_MCA_ess_base_forward_signals");
+    if (user && strcmp(user, "none") == 0) user = NULL;
+    snprintf(fwd, sizeof fwd, "%s%sSIGURG%s", user ? user : "", user ? "," : "",
+             c->save_on_signal == SIGXCPU ? ",SIGXCPU" : c->save_on_signal == SIGPWR ? ",SIGPWR" : "");
+    argv_push(cmd, "--mca");
+    argv_push(cmd, "ess_base_forward_signals");
+    argv_push(cmd, fwd);
+}
+
+/* What engine-run takes from the config: the preemption deadline and signal.
+ * A config it cannot read is APP's to report: the defaults stay. */
+static void read_config(const char *path, ds_config *c) {
+    if (ds_config_parse_file(path, c, NULL, NULL) != DS_OK) ds_config_defaults(c);
 }
 
 /* Forward to remote ranks the variables that change what a rank computes or
@@ -572,6 +668,8 @@ int main(int argc, char **argv) {
 
     argv_buf cmd = {0};
     char launcher_path[PATH_MAX];
+    ds_config cfg;
+    read_config(config_abs, &cfg);
     if (plan == P_MPIRUN) {
         if (!find_on_path("mpirun", launcher_path, sizeof launcher_path))
             fail(EXIT_RUNTIME,
@@ -580,6 +678,15 @@ int main(int argc, char **argv) {
                  o.np);
         int cores = usable_cores();
         default_omp_threads(cores / o.np);
+        bool over = o.hostfile ? check_oversubscription(&o, hostfile_slots(hostfile_abs),
+                                                        "the hostfile's", "slots")
+                               : check_oversubscription(&o, cores, "this machine's", "cores");
+        /* the ranks read a relayed SIGURG as the SIGTERM engine-run got */
+        char relay[32];
+        snprintf(relay, sizeof relay, "%d:%d", ER_RELAY_SIGNAL, SIGTERM);
+        if (setenv("DS_PREEMPT_RELAY", relay, 1) != 0)
+            fail(EXIT_RUNTIME, "setenv DS_PREEMPT_RELAY: %s", strerror(errno));
+        note_env("DS_PREEMPT_RELAY", relay);
         argv_push(&cmd, launcher_path);
         argv_push(&cmd, "-np");
         argv_pushf(&cmd, "%d", o.np);
@@ -588,11 +695,12 @@ int main(int argc, char **argv) {
             argv_push(&cmd, hostfile_abs);
         }
         if (geteuid() == 0) argv_push(&cmd, "--allow-run-as-root");
-        if (!o.hostfile && o.np > cores) argv_push(&cmd, "--oversubscribe");
+        if (over) argv_push(&cmd, "--oversubscribe");
         /* Open MPI would pin each rank to one core, and its OpenMP threads
          * with it; the ranks' threads are sized by OMP_NUM_THREADS instead. */
         argv_push(&cmd, "--bind-to");
         argv_push(&cmd, "none");
+        push_signal_mca(&cmd, &cfg);
         push_forwarded_env(&cmd);
     } else if (plan == P_SRUN) {
         if (!find_on_path("srun", launcher_path, sizeof launcher_path))
@@ -622,6 +730,15 @@ int main(int argc, char **argv) {
     if (plan != P_IN_PLACE) {
         fputs("engine-run: ", stderr);
         print_command(stderr, &cmd);
+    }
+    if (plan == P_MPIRUN) {
+        if (cfg.save_on_signal == SIGINT || cfg.save_on_signal == SIGHUP)
+            fprintf(stderr, "engine-run: warning: mpirun does not pass %s on to the ranks: "
+                    "zero_engine.save_on_signal %s works when sent to the ranks themselves\n",
+                    ds_signal_name(cfg.save_on_signal), ds_signal_name(cfg.save_on_signal));
+        er_supervise_opts so = {.np = o.np, .count_joins = o.hostfile == NULL,
+                                .deadline_s = cfg.preempt_deadline_s};
+        return er_supervise(cmd.v, &so);
     }
     fflush(stdout);
     fflush(stderr);

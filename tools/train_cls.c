@@ -369,9 +369,17 @@ static int run(const tc_opts *o) {
             goto out;
         }
     }
-    /* A job that saves starts by removing what an earlier job's unfinished
-     * saves left (they hold disk space; each removal is printed). */
-    if (o->save_steps > 0 && ds_checkpoint_clean(e, o->ckpt_dir) != DS_OK) {
+    /* SIGTERM (and --save-on-signal, zero_engine.save_on_signal): save at
+     * the next step boundary and exit 128 + the signal. */
+    tr_preempt stopper;
+    if (tr_preempt_start(&stopper, e, "train_cls", o->save_on_signal, o->ckpt_dir) != DS_OK) {
+        rc = fail("preemption handlers");
+        goto out;
+    }
+    /* A job that saves (on schedule or when preempted) starts by removing
+     * what an earlier job's unfinished saves left (they hold disk space; each
+     * removal is printed). */
+    if (o->ckpt_dir && ds_checkpoint_clean(e, o->ckpt_dir) != DS_OK) {
         rc = fail("--ckpt-dir");
         goto out;
     }
@@ -431,14 +439,16 @@ static int run(const tc_opts *o) {
             rc = fail("training");
             break;
         }
+        double t_step = now_s();
         /* every --save-steps steps, and the last one (so a finished run
          * resumes straight to evaluation) */
-        if (o->save_steps > 0 && (info.step % o->save_steps == 0 || s + 1 == total) &&
-            ds_save_checkpoint(e, o->ckpt_dir, NULL, client) != DS_OK) {
+        bool saved = o->save_steps > 0 && (info.step % o->save_steps == 0 || s + 1 == total);
+        if (saved && ds_save_checkpoint(e, o->ckpt_dir, NULL, client) != DS_OK) {
             rc = fail("saving a checkpoint");
             break;
         }
         double t = now_s();
+        tr_preempt_observe(&stopper, e, t_step - t_last, saved ? t - t_step : 0.0);
         double sps = (double)(info.samples - samples_last) / (t - t_last);
         t_last = t;
         samples_last = info.samples;
@@ -458,6 +468,8 @@ static int run(const tc_opts *o) {
             fputc('\n', mf);
             fflush(mf);
         }
+        /* every rank sees the same stop_signal: all save, all exit */
+        if (info.stop_signal) rc = tr_preempt_stop(&stopper, e, &info, saved, client);
     }
     free(mem_table);
     if (rc == 0 && rank == 0)

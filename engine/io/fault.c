@@ -24,18 +24,28 @@ static bool one_matches(const char *spec, size_t n, const char *site, int rank) 
     return *end == '\0' && end != buf && r == rank;
 }
 
-#define ERROR_PREFIX "error:"
+/* The kinds of spec: a prefix ("" for SIGKILL) and what it does. */
+static const char *const k_prefix[] = {"", "error:", "term:"};
+enum { KIND_KILL, KIND_ERROR, KIND_TERM };
 
-/* Specs of one kind: kill specs (no prefix) or error specs ("error:"). */
-static bool matches_kind(const char *spec, const char *site, int rank, bool error) {
+static int kind_of(const char *spec, size_t n, size_t *skip) {
+    for (int k = 1; k < 3; k++) {
+        size_t p = strlen(k_prefix[k]);
+        if (n > p && strncmp(spec, k_prefix[k], p) == 0) {
+            *skip = p;
+            return k;
+        }
+    }
+    *skip = 0;
+    return KIND_KILL;
+}
+
+static bool matches_kind(const char *spec, const char *site, int rank, int kind) {
     if (!spec || !site) return false;
-    size_t ep = strlen(ERROR_PREFIX);
     while (*spec) {
         const char *comma = strchr(spec, ',');
-        size_t n = comma ? (size_t)(comma - spec) : strlen(spec);
-        bool is_error = n > ep && strncmp(spec, ERROR_PREFIX, ep) == 0;
-        if (is_error == error &&
-            one_matches(spec + (is_error ? ep : 0), n - (is_error ? ep : 0), site, rank))
+        size_t n = comma ? (size_t)(comma - spec) : strlen(spec), skip;
+        if (kind_of(spec, n, &skip) == kind && one_matches(spec + skip, n - skip, site, rank))
             return true;
         if (!comma) break;
         spec = comma + 1;
@@ -44,18 +54,24 @@ static bool matches_kind(const char *spec, const char *site, int rank, bool erro
 }
 
 bool ds_fault_matches(const char *spec, const char *site, int rank) {
-    return matches_kind(spec, site, rank, false);
+    return matches_kind(spec, site, rank, KIND_KILL);
 }
 
 ds_status ds_fault_error(const char *site, int rank) {
     const char *spec = getenv(DS_FAULT_ENV);
-    if (!spec || !matches_kind(spec, site, rank, true)) return DS_OK;
+    if (!spec || !matches_kind(spec, site, rank, KIND_ERROR)) return DS_OK;
     return DS_ERR(DS_ERR_IO, "%s: failure injected by %s on rank %d", site, DS_FAULT_ENV, rank);
 }
 
 void ds_fault_point(const char *site, int rank) {
     const char *spec = getenv(DS_FAULT_ENV);
-    if (!spec || !ds_fault_matches(spec, site, rank)) return;
+    if (!spec) return;
+    if (matches_kind(spec, site, rank, KIND_TERM)) { /* a preemption arriving here */
+        fprintf(stderr, "[zero-engine] %s: rank %d sends itself SIGTERM at %s\n", DS_FAULT_ENV,
+                rank, site);
+        raise(SIGTERM);
+    }
+    if (!ds_fault_matches(spec, site, rank)) return;
     fprintf(stderr, "[zero-engine] %s: rank %d kills itself at %s\n", DS_FAULT_ENV, rank, site);
     fflush(stderr);
     raise(SIGKILL);

@@ -15,6 +15,11 @@
  *
  *   DS_FAULT_INJECT=error:ckpt:write_meta:rank=0   rank 0's meta.json write fails
  *
+ * and one starting with "term:" makes a kill point raise SIGTERM and go on
+ * (a preemption arriving in the middle of a save):
+ *
+ *   DS_FAULT_INJECT=term:ckpt:after_shard_write:rank=1
+ *
  * This is test machinery and the only code in the library that ends the
  * process; it never runs unless a test sets the variable. */
 #ifndef DS_IO_FAULT_H
@@ -34,7 +39,7 @@ extern "C" {
 bool ds_fault_matches(const char *spec, const char *site, int rank);
 
 /* Raise SIGKILL on this process when DS_FAULT_INJECT arms `site` for
- * `rank`; otherwise return. */
+ * `rank` (SIGTERM, then return, for a "term:" spec); otherwise return. */
 void ds_fault_point(const char *site, int rank);
 
 /* DS_ERR_IO ("SITE: failure injected by DS_FAULT_INJECT") when an "error:"

@@ -1,18 +1,20 @@
 #!/bin/sh
 # Tests of engine-run (tools/engine_run.c), one case per ctest test.
 #
-#   test_engine_run.sh CASE ENGINE_RUN RANK_ECHO WORKDIR
+#   test_engine_run.sh CASE ENGINE_RUN RANK_ECHO WORKDIR [LAUNCH_PROBE]
 #
 # Most cases compare the exact --dry-run line, which is the command engine-run
-# would exec; run_np1 / run_np2 / rank_dies really start processes, with
-# rank_echo (tests/unit/rank_echo.c) as APP. Prints every mismatch and exits 1
-# if there was any.
+# would run; run_np1 / run_np2 / rank_dies really start processes, with
+# rank_echo (tests/unit/rank_echo.c) as APP; join, relay and relay_unhandled
+# use launch_probe (tests/unit/launch_probe.c), an APP built on the library.
+# Prints every mismatch and exits 1 if there was any.
 set -u
 . "$(dirname "$0")/test_util.sh"
-need_args 4 "CASE ENGINE_RUN RANK_ECHO WORKDIR" $#
+[ $# -eq 4 ] || need_args 5 "CASE ENGINE_RUN RANK_ECHO WORKDIR [LAUNCH_PROBE]" $#
 tcase=$1
 er=$(readlink -f "$2")
 app=$(readlink -f "$3")
+probe=$(readlink -f "${5:-/nonexistent}")
 rm -rf "$4" && mkdir -p "$4" && cd "$4" || exit 1
 work=$(pwd -P)
 bindir=$(dirname "$er")
@@ -32,6 +34,10 @@ printf '#!/bin/sh\nexit 0\n' >fakebin/srun && chmod +x fakebin/srun
 mpirun=$(command -v mpirun || echo "")
 root=""
 [ "$(id -u)" -eq 0 ] && root=" --allow-run-as-root"
+# What every mpirun line carries: the relay of a SIGTERM as SIGURG (mpirun
+# forwards it; ranks read it as SIGTERM, DS_PREEMPT_RELAY).
+relay="DS_PREEMPT_RELAY=23:15"
+sigs="--mca ess_base_forward_signals SIGURG"
 
 # er_run ARGS...: run engine-run with the assignments in $E added to its
 # environment (E="ENGINE_RUN_CORES=2 ..."; words without spaces; emptied after
@@ -120,29 +126,119 @@ dry_np1)
 dry_np2)
   need_mpirun
   E="ENGINE_RUN_CORES=2"
-  expect_out "OMP_NUM_THREADS=1 $mpirun -np 2$root --bind-to none -x OMP_NUM_THREADS $app --config $cfg a" \
+  expect_out "OMP_NUM_THREADS=1 $relay $mpirun -np 2$root --bind-to none $sigs -x OMP_NUM_THREADS -x DS_PREEMPT_RELAY $app --config $cfg a" \
     --np 2 --dry-run --config cfg.json "$app" a
+  [ -s err.txt ] && fail "--np 2 on 2 cores: unexpected stderr: $(cat err.txt)"
+  # the config's save_on_signal, when mpirun does not forward it by itself
+  echo '{"train_micro_batch_size_per_gpu": 1, "zero_engine": {"save_on_signal": "SIGXCPU"}}' >xcpu.json
+  E="ENGINE_RUN_CORES=2"
+  er_run --np 2 --dry-run --config xcpu.json "$app"
+  grep -qF -- "--mca ess_base_forward_signals SIGURG,SIGXCPU " out.txt ||
+    fail "save_on_signal SIGXCPU is not forwarded: $(cat out.txt)"
   ;;
 
 dry_np4)
   need_mpirun
-  base="-x OMP_NUM_THREADS $app --config $cfg"
+  base="$sigs -x OMP_NUM_THREADS -x DS_PREEMPT_RELAY $app --config $cfg"
   # More ranks than cores: oversubscribe, one thread each.
   E="ENGINE_RUN_CORES=2"
-  expect_out "OMP_NUM_THREADS=1 $mpirun -np 4$root --oversubscribe --bind-to none $base" \
+  expect_out "OMP_NUM_THREADS=1 $relay $mpirun -np 4$root --oversubscribe --bind-to none $base" \
     --np 4 --dry-run --config cfg.json "$app"
   # Enough cores: no oversubscription, the cores shared out (8 / 4 = 2).
   E="ENGINE_RUN_CORES=8"
-  expect_out "OMP_NUM_THREADS=2 $mpirun -np 4$root --bind-to none $base" \
+  expect_out "OMP_NUM_THREADS=2 $relay $mpirun -np 4$root --bind-to none $base" \
     --np 4 --dry-run --config cfg.json "$app"
   # The user's OMP_NUM_THREADS is kept; DS_* variables are forwarded.
   E="OMP_NUM_THREADS=3 DS_TEST_KNOB=1 ENGINE_RUN_CORES=8"
-  expect_out "$mpirun -np 4$root --bind-to none -x OMP_NUM_THREADS -x DS_TEST_KNOB $app --config $cfg" \
+  expect_out "$relay $mpirun -np 4$root --bind-to none $sigs -x OMP_NUM_THREADS -x DS_TEST_KNOB -x DS_PREEMPT_RELAY $app --config $cfg" \
     --np 4 --dry-run --config cfg.json "$app"
-  # No override: no machine has this many cores.
-  er_run --np 100000 --dry-run --config cfg.json "$app"
-  grep -qF -- "-np 100000$root --oversubscribe --bind-to none" out.txt ||
-    fail "--np 100000 without --oversubscribe: $(cat out.txt) $(cat err.txt)"
+  ;;
+
+oversubscribe)
+  need_mpirun
+  # More ranks than cores: one warning naming both numbers.
+  E="ENGINE_RUN_CORES=2"
+  er_run --np 4 --dry-run --config cfg.json "$app"
+  [ "$rc" -eq 0 ] && [ "$(wc -l <err.txt)" -eq 1 ] &&
+    grep -qF "engine-run: warning: 4 ranks on this machine's 2 cores" err.txt ||
+    fail "--np 4 on 2 cores: exit $rc, stderr: $(cat err.txt)"
+  # Beyond 8 a core: refused, unless --oversubscribe.
+  E="ENGINE_RUN_CORES=2"
+  expect_error 2 "--np 17 is 8.5 ranks per core on this machine's 2 cores" \
+    --np 17 --dry-run --config cfg.json "$app"
+  grep -qF -- "--oversubscribe" err.txt || fail "the refusal does not name --oversubscribe"
+  E="ENGINE_RUN_CORES=2"
+  expect_error 2 "1000 is 500.0 ranks per core" --np 1000 --dry-run --config cfg.json "$app"
+  E="ENGINE_RUN_CORES=2"
+  er_run --np 1000 --oversubscribe --dry-run --config cfg.json "$app"
+  grep -qF -- "-np 1000$root --oversubscribe --bind-to none" out.txt &&
+    grep -qF "1000 ranks on this machine's 2 cores" err.txt ||
+    fail "--np 1000 --oversubscribe: $(cat out.txt) $(cat err.txt)"
+  # A hostfile's slots count as its cores; a line without slots: not counted.
+  printf 'localhost slots=2\n' >hosts
+  er_run --np 3 --hostfile hosts --dry-run --config cfg.json "$app"
+  grep -qF "3 ranks on the hostfile's 2 slots" err.txt && grep -qF -- "--oversubscribe" out.txt ||
+    fail "--np 3 on 2 slots: $(cat out.txt) $(cat err.txt)"
+  expect_error 2 "17 is 8.5 ranks per core on the hostfile's 2 slots" \
+    --np 17 --hostfile hosts --dry-run --config cfg.json "$app"
+  printf 'localhost\n' >hosts_unknown
+  er_run --np 17 --hostfile hosts_unknown --dry-run --config cfg.json "$app"
+  [ "$rc" -eq 0 ] && [ ! -s err.txt ] || fail "a hostfile without slots: exit $rc, $(cat err.txt)"
+  ;;
+
+join)
+  need_mpirun
+  # Rank 1 starts 3 s late: after 2 s engine-run says how many have joined,
+  # then that all did.
+  "$er" --np 2 --config cfg.json "$probe" --delay-rank 1 3 >out.txt 2>err.txt
+  rc=$?
+  [ "$rc" -eq 0 ] || fail "exit $rc: $(cat err.txt)"
+  grep -q "^engine-run: waiting for the ranks: 1 of 2 started, [01] connected ([0-9]* s)\$" err.txt ||
+    fail "no progress line while rank 1 was late: $(cat err.txt)"
+  grep -q "^engine-run: all 2 ranks connected ([0-9.]* s)\$" err.txt ||
+    fail "no line saying all ranks connected: $(cat err.txt)"
+  ;;
+
+relay)
+  need_mpirun
+  # SIGTERM to engine-run: every rank sees it at a step boundary (relayed as
+  # SIGURG through mpirun) and exits 143, and so does engine-run.
+  "$er" --np 2 --config cfg.json "$probe" --train >out.txt 2>err.txt &
+  pid=$!
+  for _ in $(seq 600); do [ "$(grep -c training out.txt)" -eq 2 ] && break; sleep 0.05; done
+  kill -TERM $pid
+  wait $pid
+  rc=$?
+  [ "$rc" -eq 143 ] || fail "engine-run exited $rc after SIGTERM, want 143: $(cat err.txt)"
+  [ "$(grep -c 'stopped by signal 15 at step' out.txt)" -eq 2 ] ||
+    fail "both ranks should stop with signal 15: $(cat out.txt)"
+  grep -qF "relayed as SIGURG" err.txt || fail "engine-run did not say it relayed: $(cat err.txt)"
+  # SIGUSR1 goes through mpirun as it is: 138
+  "$er" --np 2 --config cfg.json "$probe" --train >out.txt 2>err.txt &
+  pid=$!
+  for _ in $(seq 600); do [ "$(grep -c training out.txt)" -eq 2 ] && break; sleep 0.05; done
+  kill -USR1 $pid
+  wait $pid
+  rc=$?
+  [ "$rc" -eq 143 ] || [ "$rc" -eq 138 ] || fail "engine-run exited $rc after SIGUSR1"
+  # launch_probe saves only on SIGTERM (no save_on_signal): SIGUSR1 ends it
+  # by its default action, mpirun reports the death, engine-run says 138
+  [ "$rc" -eq 138 ] || fail "SIGUSR1: exit $rc, want 138"
+  ;;
+
+relay_unhandled)
+  need_mpirun
+  # An APP that does not save on signals (rank_echo): SIGTERM goes to mpirun
+  # at once, which ends the job; engine-run exits 143.
+  "$er" --np 2 --config cfg.json "$app" --sleep 60 >out.txt 2>err.txt &
+  pid=$!
+  for _ in $(seq 200); do [ "$(grep -c rank_echo out.txt)" -eq 2 ] && break; sleep 0.05; done
+  start=$(date +%s)
+  kill -TERM $pid
+  wait $pid
+  rc=$?
+  [ "$rc" -eq 143 ] || fail "exit $rc, want 143: $(cat err.txt)"
+  [ $(($(date +%s) - start)) -lt 20 ] || fail "the job took more than 20 s to end"
   ;;
 
 dry_hostfile)
@@ -151,7 +247,7 @@ dry_hostfile)
   # With a hostfile its slots decide: no --oversubscribe even above the cores.
   E="ENGINE_RUN_CORES=2"
   expect_out \
-    "OMP_NUM_THREADS=1 $mpirun -np 4 --hostfile $work/hosts$root --bind-to none -x OMP_NUM_THREADS $app --config $cfg" \
+    "OMP_NUM_THREADS=1 $relay $mpirun -np 4 --hostfile $work/hosts$root --bind-to none $sigs -x OMP_NUM_THREADS -x DS_PREEMPT_RELAY $app --config $cfg" \
     --np 4 --hostfile hosts --dry-run --config cfg.json "$app"
   expect_error 1 "nohosts" --np 2 --hostfile nohosts --dry-run --config cfg.json "$app"
   expect_error 2 "--hostfile is for mpirun" --np 1 --hostfile hosts --dry-run --config cfg.json "$app"
@@ -203,7 +299,7 @@ dry_slurm)
   E="SLURM_JOB_ID=7"
   expect_out "$app --config $cfg" --np 1 --dry-run --config cfg.json "$app"
   E="SLURM_JOB_ID=7 ENGINE_RUN_CORES=2"
-  expect_out "OMP_NUM_THREADS=1 $mpirun -np 2$root --bind-to none -x OMP_NUM_THREADS $app --config $cfg" \
+  expect_out "OMP_NUM_THREADS=1 $relay $mpirun -np 2$root --bind-to none $sigs -x OMP_NUM_THREADS -x DS_PREEMPT_RELAY $app --config $cfg" \
     --launcher mpirun --np 2 --dry-run --config cfg.json "$app"
   # --launcher srun needs no allocation (srun can make one) and applies at N = 1 too.
   expect_out "$work/fakebin/srun -n 1 --kill-on-bad-exit=1 $app --config $cfg" \

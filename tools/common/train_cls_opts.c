@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/core/config.h"
+
 static const char k_usage[] =
     "usage: train_cls --config ds_config.json --data FILE [options]\n"
     "\n"
@@ -53,14 +55,21 @@ static const char k_usage[] =
     "                       safetensors)\n"
     "  --ckpt-dir DIR       where checkpoints go (default SAVE_DIR/checkpoints)\n"
     "  --resume             continue from the checkpoint CKPT_DIR/latest names, on any\n"
-    "                       number of ranks (start from step 0 when there is none)\n";
+    "                       number of ranks (start from step 0 when there is none)\n"
+    "  --save-on-signal SIG besides SIGTERM, save a checkpoint and exit on SIG (USR1,\n"
+    "                       USR2, INT, HUP, XCPU, PWR; e.g. Slurm's sbatch\n"
+    "                       --signal=USR1@90); also zero_engine.save_on_signal\n"
+    "\n"
+    "On SIGTERM (and SIG) every rank saves a checkpoint at the next step boundary\n"
+    "and train_cls exits 128 + the signal (143 for SIGTERM) within\n"
+    "zero_engine.preempt_deadline_s (default 30 s); --resume continues from it.\n";
 
 enum {
     O_CONFIG = 256, O_DATA, O_EVAL_DATA, O_DEV_RATIO, O_EPOCHS, O_MAX_STEPS, O_MAX_SEQ,
     O_SEED, O_SAVE, O_METRICS, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_INTER, O_DROPOUT,
     O_MODEL_CONFIG, O_VOCAB, O_INIT, O_CLASS_WEIGHT, O_LR, O_WD, O_BATCH, O_WARMUP,
     O_EVAL_BATCH, O_MIN_CHAR, O_LABELS, O_DROP_CONFLICTS, O_SAVE_STEPS, O_CKPT_DIR, O_RESUME,
-    O_HELP
+    O_SAVE_ON_SIGNAL, O_HELP
 };
 
 static const struct option k_long[] = {
@@ -95,6 +104,7 @@ static const struct option k_long[] = {
     {"save-steps", required_argument, 0, O_SAVE_STEPS},
     {"ckpt-dir", required_argument, 0, O_CKPT_DIR},
     {"resume", no_argument, 0, O_RESUME},
+    {"save-on-signal", required_argument, 0, O_SAVE_ON_SIGNAL},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -185,6 +195,12 @@ int tc_opts_parse(int argc, char **argv, tc_opts *o) {
         case O_SAVE_STEPS: rc = parse_i64(flag, v, 1, INT64_MAX, &o->save_steps); break;
         case O_CKPT_DIR: o->ckpt_dir = v; break;
         case O_RESUME: o->resume = true; break;
+        case O_SAVE_ON_SIGNAL:
+            o->save_on_signal = ds_signal_from_name(v);
+            if (!o->save_on_signal)
+                rc = bad(flag, v, "must be a signal name: USR1, USR2, TERM, INT, HUP, XCPU or PWR "
+                         "(SIG may be given)");
+            break;
         case O_LABELS: rc = split_labels(v, o); break;
         case O_MODEL:
             if (strcmp(v, "bert") && strcmp(v, "mlp")) rc = bad(flag, v, "must be bert or mlp");

@@ -30,6 +30,7 @@ typedef struct tc_opts {
     const char *ckpt_dir;      /* NULL: derived from save_dir (see ckpt_dir_buf) */
     int64_t save_steps;        /* 0: no checkpoints */
     bool resume;
+    int save_on_signal;        /* --save-on-signal: a signal besides SIGTERM; 0 none */
     char ckpt_dir_buf[4096];
 } tc_opts;
 

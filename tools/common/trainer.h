@@ -47,4 +47,36 @@ void tr_jline_bool(tr_jline *l, const char *key, bool v);
 void tr_jline_key(tr_jline *l, const char *key);
 void tr_jline_end(tr_jline *l);            /* the "nonfinite" list, then "}" */
 
+/* Preemption (engine.h, ds_preempt_*) for a trainer:
+ *
+ *   tr_preempt p;
+ *   DS_TRY(tr_preempt_start(&p, e, "train_cls", o->save_on_signal, o->ckpt_dir));
+ *   for (...) {
+ *       DS_TRY(ds_train_batch(e, &info));
+ *       ... scheduled save (saved = true), metrics ...
+ *       tr_preempt_observe(&p, e, step_seconds, saved ? save_seconds : 0);
+ *       if (info.stop_signal) return tr_preempt_stop(&p, e, &info, saved, client);
+ *   }
+ *
+ * start installs the handlers (SIGTERM, zero_engine.save_on_signal,
+ * extra_signal when not 0), starts a watchdog thread that ends the process
+ * with 128 + the signal if the save and exit take longer than
+ * zero_engine.preempt_deadline_s after the signal, and has rank 0 print
+ * which signals save, where, and that bound. observe warns once (rank 0)
+ * when a step plus a save take longer than the bound. stop saves a
+ * checkpoint into ckpt_dir (unless this step's was just saved; nothing when
+ * ckpt_dir is NULL), prints what it did and returns the exit code 128 +
+ * signal, or 1 when the save failed (the message printed). */
+typedef struct tr_preempt {
+    const char *prog, *ckpt_dir;
+    double deadline_s;
+    bool warned;
+} tr_preempt;
+
+ds_status tr_preempt_start(tr_preempt *p, engine_t *e, const char *prog, int extra_signal,
+                           const char *ckpt_dir);
+void tr_preempt_observe(tr_preempt *p, engine_t *e, double step_s, double save_s);
+int tr_preempt_stop(tr_preempt *p, engine_t *e, const ds_step_info *info, bool saved,
+                    const char *client_state_json);
+
 #endif /* DS_TOOLS_TRAINER_H */

@@ -1,0 +1,43 @@
+/* engine-run's side of a job it starts through mpirun: it stays mpirun's
+ * parent, instead of exec'ing it, for three things mpirun does not do:
+ *
+ *  - Preemption. mpirun turns a SIGTERM into a kill of the whole job (the
+ *    ranks get SIGTERM and, a second later, SIGKILL), and it cannot pass a
+ *    SIGTERM on. So a SIGTERM reaching engine-run is relayed as SIGURG, which
+ *    mpirun forwards (--mca ess_base_forward_signals) and which ranks that
+ *    save on signals (ds_preempt_install) read as SIGTERM
+ *    (DS_PREEMPT_RELAY): every rank saves at the next step boundary and
+ *    exits 143. SIGUSR1 and SIGUSR2 (and SIGXCPU / SIGPWR when the config
+ *    names them) are passed as they are; mpirun forwards those itself. If no
+ *    rank said it saves on signals, or the job has not ended within the
+ *    config's preempt_deadline_s (+5 s) of the relay, mpirun gets the SIGTERM
+ *    after all. A SIGINT a terminal sent reached mpirun already; one sent to
+ *    engine-run alone is passed on.
+ *  - The join count. While the ranks start (a thousand processes on a small
+ *    machine take minutes), it prints how many have started and connected,
+ *    counted through a pipe each rank writes a byte to (DS_LAUNCH_FIFO; the
+ *    ranks on this host only, so not with a hostfile).
+ *  - The exit status: mpirun's, or 128 + the signal that killed it; after a
+ *    preemption signal a failing job returns 128 + that signal.
+ */
+#ifndef DS_TOOLS_SUPERVISE_H
+#define DS_TOOLS_SUPERVISE_H
+
+#include <stdbool.h>
+
+/* The signal a SIGTERM is relayed as, and the value of DS_PREEMPT_RELAY that
+ * tells the ranks ("23:15" on Linux). */
+#define ER_RELAY_SIGNAL SIGURG
+
+typedef struct er_supervise_opts {
+    int np;
+    bool count_joins;  /* every rank runs on this host (no hostfile) */
+    double deadline_s; /* zero_engine.preempt_deadline_s */
+} er_supervise_opts;
+
+/* Run argv (argv[0] an absolute path) as a child, supervise it as above and
+ * return engine-run's exit status. Failures to start are printed
+ * ("engine-run: ...") and return 1. */
+int er_supervise(char **argv, const er_supervise_opts *o);
+
+#endif /* DS_TOOLS_SUPERVISE_H */
