@@ -30,9 +30,10 @@
 extern "C" {
 #endif
 
-/* Read DIR/latest into tag[cap] (NUL-terminated). Errors: DS_ERR_IO when
- * there is no DIR/latest (nothing saved there yet), DS_ERR_CORRUPT when it
- * does not hold a valid tag. */
+/* Read DIR/latest into tag[cap] (NUL-terminated), verifying its checksum.
+ * Errors: DS_ERR_IO when there is no DIR/latest (nothing saved there yet),
+ * DS_ERR_CORRUPT when its checksum does not match or it does not hold a
+ * valid tag. */
 ds_status ds_checkpoint_latest(const char *dir, char *tag, size_t cap);
 
 /* Check DIR/TAG completely (tag NULL: latest): the checksums of `latest` and
