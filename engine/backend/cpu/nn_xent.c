@@ -7,6 +7,31 @@
 
 #include "engine/backend/cpu/nn_cpu.h"
 
+/* One row: probs[c] = e^(z_c - lse) and the return value lse = log sum_c
+ * e^(z_c), from a pass for the maximum, one computing e^(z_c - max) into
+ * probs while summing them, and one scaling by 1 / sum. Comparisons and
+ * ds_expf rather than libm's fmaxf and expf, so every pass vectorises: on a
+ * 50k vocabulary (GPT-2's B*T rows) the libm version took 3.3% of a training
+ * step, half of it in scalar expf calls, and evaluated each exponential twice
+ * (in the log-sum-exp and again for the probabilities). A NaN logit gives a
+ * NaN sum, loss and probabilities, as before; the maximum skips it. */
+static float xent_row(float *pr, const float *z, int C) {
+    float mx = -INFINITY;
+    DS_SIMD_MAX(mx)
+    for (int c = 0; c < C; c++) mx = z[c] > mx ? z[c] : mx;
+    float sum = 0.0f;
+    DS_SIMD_SUM(sum)
+    for (int c = 0; c < C; c++) {
+        float e = ds_expf(z[c] - mx);
+        pr[c] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+    DS_SIMD
+    for (int c = 0; c < C; c++) pr[c] *= inv;
+    return mx + logf(sum);
+}
+
 ds_status ds_nn_cpu_xent_fwd(ds_backend *be, float *loss, float *wsum, float *probs,
                              float *row_loss, const float *logits, const int32_t *labels,
                              const float *weights, int R, int C, int ignore_index) {
@@ -20,8 +45,7 @@ ds_status ds_nn_cpu_xent_fwd(ds_backend *be, float *loss, float *wsum, float *pr
     for (int r = 0; r < R; r++) {
         const float *z = logits + (size_t)r * C;
         float *pr = probs + (size_t)r * C;
-        float lse = ds_logsumexp_row(z, C);
-        for (int c = 0; c < C; c++) pr[c] = expf(z[c] - lse);
+        float lse = xent_row(pr, z, C);
         row_loss[r] = labels[r] == ignore_index ? 0.0f : lse - z[labels[r]];
     }
     double num = 0.0, den = 0.0;
