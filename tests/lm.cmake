@@ -7,7 +7,8 @@ set(_lm_dir ${CMAKE_CURRENT_SOURCE_DIR})
 # first a target exactly once), the UTF-8 sanitizer.
 ds_add_test(NAME test_lm_text SOURCES ${_lm_dir}/unit/test_lm_text.c LABELS unit)
 # train_lm through engine-run on 2 ranks: training, the dev report, metrics,
-# save + --init reload, resume, formats, sampling, errors (about 10 s).
+# save + --init reload, resume, a SIGTERM and its resume, formats, sampling,
+# errors (about 10 s).
 add_test(NAME test_train_lm
          COMMAND sh ${_lm_dir}/unit/test_train_lm.sh ${CMAKE_BINARY_DIR}/bin
                  ${CMAKE_CURRENT_BINARY_DIR}/train_lm_work)

@@ -12,11 +12,16 @@
 #           the same token count and the loss within 1e-5;
 #   resume  20 steps with a checkpoint, then --resume to 40: steps 21-40 log
 #           the losses of the straight run bit for bit;
+#   preempt SIGTERM to engine-run a few steps in: exit 143, latest names the
+#           checkpoint saved at the next step boundary and it verifies; a
+#           stale TAG.tmp is removed at start-up; --resume to 40 completes
+#           the metrics with the losses of the straight run, bit for bit;
 #   formats JSON lines with the char tokenizer, a CSV column;
-#   errors  a missing file, an unknown flag, --seq-len past the model's
-#           positions, a BPE model folder, a bad JSON line, --tokenizer with
-#           --init, a prompt that is not UTF-8 (refused before training):
-#           one line on stderr, exit 1 (2 for the command line).
+#   errors  a missing file, a folder as --data, an unknown flag, --seq-len
+#           past the model's positions, a BPE model folder, an --init folder
+#           without weights, a bad JSON line, --tokenizer with --init, a
+#           prompt that is not UTF-8 (refused before training): one line on
+#           stderr, exit 1 (2 for the command line).
 #
 #   test_train_lm.sh BINDIR WORKDIR
 set -u
@@ -157,6 +162,39 @@ steps_from r2.jsonl 1 >got.txt
 cmp -s want.txt got.txt || { fail "resumed losses differ:"; paste want.txt got.txt | head; }
 tail -1 r2.jsonl | cmp -s - a_eval.json || fail "resumed eval differs: $(tail -1 r2.jsonl)"
 
+# ---- preemption ----
+# Up to 1000 steps (a step takes a few ms here), SIGTERM to engine-run once 5
+# are logged: every rank saves at the next step boundary and the job exits
+# 143. The constant learning rate makes the run's length irrelevant to its
+# losses, so the stopped run plus a --resume to 40 must log steps 1-40 with
+# the straight run's losses.
+"$bin/engine-run" --np 2 --config cfg.json train_lm $shape --data corpus.txt --max-steps 1000 \
+  --ckpt-dir pk --metrics p.jsonl >p1.log 2>&1 &
+pid=$!
+until [ "$(cat p.jsonl 2>/dev/null | grep -c '^{"step"')" -ge 5 ] || ! kill -0 $pid 2>/dev/null; do
+  sleep 0.01
+done
+kill -TERM $pid
+wait $pid
+rc=$?
+saved=$(sed -n 's/^train_lm: SIGTERM (came .*): saved pk\/global_step\([0-9]*\); exiting 143,.*/\1/p' p1.log)
+if [ "$rc" -ne 143 ] || [ -z "$saved" ] || [ "$saved" -ge 40 ]; then
+  fail "SIGTERM: exit $rc (want 143), saved step '$saved' (want one below 40):"
+  tail -5 p1.log
+else
+  [ "$(head -n1 pk/latest)" = "global_step$saved" ] || fail "pk/latest is not global_step$saved"
+  "$bin/zero_to_fp32" --verify pk >/dev/null 2>&1 || fail "the preemption checkpoint does not verify"
+  [ "$(steps_from p.jsonl 1 | awk '{print $1}' | tr '\n' ' ')" = "$(seq 1 "$saved" | tr '\n' ' ')" ] ||
+    fail "p.jsonl before the stop is not steps 1..$saved"
+  mkdir pk/global_step999.tmp # what a save cut short leaves
+  lm p2.log --data corpus.txt --max-steps 40 --ckpt-dir pk --resume --metrics p.jsonl
+  grep -q "removed pk/global_step999.tmp" p2.log && [ ! -e pk/global_step999.tmp ] ||
+    fail "p2.log: pk/global_step999.tmp not removed at start-up"
+  steps_from p.jsonl 1 >got.txt
+  steps_from a.jsonl 1 >want.txt
+  cmp -s want.txt got.txt || { fail "stopped + resumed losses differ:"; diff want.txt got.txt | head; }
+fi
+
 # ---- formats and the char tokenizer ----
 # (the corpus is ASCII: a character is a byte, and the 30 dev documents add
 # one end-of-text token each)
@@ -188,9 +226,12 @@ printf '{"text": "fine"}\n{"text": "broken\n' >bad.jsonl
 python3 -c 'import json; json.dump({"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024,
   "n_embd": 64, "n_layer": 1, "n_head": 2}, open("config.json", "w"))' && mkdir -p bpe && mv config.json bpe/
 expect 1 "nope.txt: cannot open" --data nope.txt
+expect 1 "reading data: --data bpe: is a folder, not a file" --data bpe
 expect 2 "unknown or incomplete option --bogus" --data corpus.txt --bogus
 expect 1 "--seq-len 64 exceeds the model's n_positions 32" --data corpus.txt --init model --seq-len 64
 expect 1 "BPE vocabulary (vocab_size 50257" --data corpus.txt --init bpe --seq-len 32
+mkdir -p noweights && cp model/config.json model/lm_tokenizer.json noweights/
+expect 1 "train_lm: loading --init noweights: " --data corpus.txt --init noweights --seq-len 32
 expect 1 "bad.jsonl:2: bad JSON" --data bad.jsonl
 expect 2 "--init brings the model's own tokenizer" --data corpus.txt --init model --tokenizer char
 expect 2 "--format xml: must be text, lines, jsonl or csv" --data corpus.txt --format xml

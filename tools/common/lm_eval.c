@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/common/trainer_run.h"
+
 /* ---- evaluation ---- */
 
 /* Targets and their bytes in rows idx[0..count) of dev: position t is scored
@@ -24,39 +26,30 @@ static void count_targets(const ds_dataset *dev, const size_t *idx, int count, d
     }
 }
 
+typedef struct eval_sums {
+    engine_t *e;
+    const ds_dataset *dev;
+    double sum[4]; /* [nats, weight, bytes, targets] of this rank, then of all */
+} eval_sums;
+
+static ds_status eval_call(void *user, const ds_batch *b, const size_t *idx, int count) {
+    eval_sums *s = user;
+    double loss = 0, weight = 0;
+    DS_TRY(ds_evaluate(s->e, b, &loss, &weight));
+    s->sum[0] += loss * weight;
+    s->sum[1] += weight;
+    count_targets(s->dev, idx, count, &s->sum[3], &s->sum[2]);
+    return DS_OK;
+}
+
 ds_status lm_evaluate(engine_t *e, const ds_dataset *dev, int batch, lm_eval_result *out) {
     memset(out, 0, sizeof *out);
     if (!ds_dataset_i32(dev, "labels") || !ds_dataset_i32(dev, "token_bytes"))
         return DS_ERR(DS_ERR_INVALID_ARG, "evaluation: the dev set lacks labels or token_bytes "
                       "(not packed by ds_lm_pack)");
-    int rank = ds_rank(e), world = ds_world_size(e);
-    ds_sampler s;
-    DS_TRY(ds_sampler_init(&s, dev->n, world, rank, 0, false, false, false));
-    ds_status st = ds_sampler_set_epoch(&s, 0);
-    ds_host_batch hb = {0};
-    if (st == DS_OK) st = ds_host_batch_alloc(&hb, dev, ds_get_model(e), batch);
-    /* [nats, weight, bytes, targets] of this rank, then of all */
-    double sum[4] = {0, 0, 0, 0};
-    size_t most = (dev->n + (size_t)world - 1) / (size_t)world;
-    size_t calls = (most + (size_t)batch - 1) / (size_t)batch;
-    for (size_t k = 0; st == DS_OK && k < calls; k++) {
-        size_t from = k * (size_t)batch;
-        int count = from < s.num_samples
-                        ? (int)(s.num_samples - from < (size_t)batch ? s.num_samples - from
-                                                                      : (size_t)batch)
-                        : 0;
-        const size_t *idx = s.indices + (from < s.num_samples ? from : 0);
-        st = ds_host_batch_fill(&hb, dev, idx, count);
-        double loss = 0, weight = 0;
-        if (st == DS_OK) st = ds_evaluate(e, &hb.batch, &loss, &weight);
-        if (st != DS_OK) break;
-        sum[0] += loss * weight;
-        sum[1] += weight;
-        count_targets(dev, idx, count, &sum[3], &sum[2]);
-    }
-    ds_host_batch_free(&hb);
-    ds_sampler_free(&s);
-    DS_TRY(st);
+    eval_sums s = {.e = e, .dev = dev};
+    DS_TRY(tr_eval_slices(e, dev, batch, eval_call, &s));
+    double *sum = s.sum;
     DS_TRY(ds_all_reduce_host(e, sum, 4, DS_F64));
     /* The loss's weight is the count of tokens it scored: the same number
      * the rows hold as targets, or the packing and the model disagree on
@@ -81,22 +74,22 @@ void lm_eval_print(FILE *f, const char *prefix, const lm_eval_result *r) {
             prefix, r->loss, r->ppl, r->bpb, r->tokens, r->bytes, (long long)r->rows);
 }
 
-void lm_json_number(FILE *f, const char *fmt, double x) {
-    if (isfinite(x)) fprintf(f, fmt, x);
-    else fputs("null", f);
-}
-
-void lm_eval_write_json(FILE *f, const lm_eval_result *r) {
-    fputs("{\"loss\": ", f);
-    lm_json_number(f, "%.6f", r->loss);
-    fputs(", \"perplexity\": ", f);
-    lm_json_number(f, "%.6f", r->ppl);
-    fputs(", \"bits_per_byte\": ", f);
-    lm_json_number(f, "%.6f", r->bpb);
-    fputs(", \"nats\": ", f);
-    lm_json_number(f, "%.6f", r->nats);
-    fprintf(f, ", \"tokens\": %.0f, \"bytes\": %.0f, \"rows\": %lld}", r->tokens, r->bytes,
-            (long long)r->rows);
+void lm_eval_write_line(FILE *f, const char *key, const lm_eval_result *r) {
+    tr_jline top, ev;
+    tr_jline_begin(&top, f);
+    tr_jline_key(&top, key);
+    tr_jline_begin(&ev, f);
+    tr_jline_num(&ev, "loss", "%.6f", r->loss);
+    tr_jline_num(&ev, "perplexity", "%.6f", r->ppl);
+    tr_jline_num(&ev, "bits_per_byte", "%.6f", r->bpb);
+    tr_jline_num(&ev, "nats", "%.6f", r->nats);
+    tr_jline_num(&ev, "tokens", "%.0f", r->tokens);
+    tr_jline_num(&ev, "bytes", "%.0f", r->bytes);
+    tr_jline_int(&ev, "rows", (long long)r->rows);
+    tr_jline_end(&ev);
+    tr_jline_end(&top);
+    fputc('\n', f);
+    fflush(f);
 }
 
 /* ---- sampling ---- */

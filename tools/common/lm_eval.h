@@ -31,10 +31,10 @@ ds_status lm_evaluate(engine_t *e, const ds_dataset *dev, int batch, lm_eval_res
 /* "loss 2.3456 nats/token, perplexity 10.44, 3.3839 bits/byte (N tokens,
  * M bytes, R rows)". */
 void lm_eval_print(FILE *f, const char *prefix, const lm_eval_result *r);
-/* The result as one JSON object, non-finite numbers as null. */
-void lm_eval_write_json(FILE *f, const lm_eval_result *r);
-/* A JSON number, or null when x is not finite (JSON has no NaN, Infinity). */
-void lm_json_number(FILE *f, const char *fmt, double x);
+/* The --metrics line {"<key>": {"loss": ..., "perplexity": ..., ...}}: a
+ * number that is not finite is null and named in the object's "nonfinite"
+ * (tr_jline). */
+void lm_eval_write_line(FILE *f, const char *key, const lm_eval_result *r);
 
 typedef struct lm_gen_opts {
     int n_new;          /* tokens to generate */

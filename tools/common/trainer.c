@@ -11,15 +11,31 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+int tr_fail(const char *prog, const char *what) {
+    const char *why = ds_last_error();
+    if (!what) fprintf(stderr, "%s: %s\n", prog, why);
+    else fprintf(stderr, "%s: %s%s%s\n", prog, what, *why ? ": " : "", why);
+    return 1;
+}
+
+/* A folder reads as "read error" deep in stdio; say what it is. */
+static ds_status folder_error(const char *flag, const char *path) {
+    return DS_ERR(DS_ERR_DATA, "%s %s: is a folder, not a file (give the data file itself)", flag,
+                  path);
+}
+
+ds_status tr_check_not_folder(const char *flag, const char *path) {
+    struct stat s;
+    if (stat(path, &s) == 0 && S_ISDIR(s.st_mode)) return folder_error(flag, path);
+    return DS_OK;
+}
+
 ds_status tr_check_input_file(const char *flag, const char *path) {
     struct stat s;
     if (stat(path, &s) != 0)
         return DS_ERR(DS_ERR_DATA, "%s %s: %s", flag, path,
                       errno == ENOENT ? "no such file" : strerror(errno));
-    /* A folder reads as "read error" deep in stdio; say what it is. */
-    if (S_ISDIR(s.st_mode))
-        return DS_ERR(DS_ERR_DATA, "%s %s: is a folder, not a file (give the data file itself)",
-                      flag, path);
+    if (S_ISDIR(s.st_mode)) return folder_error(flag, path);
     if (access(path, R_OK) != 0)
         return DS_ERR(DS_ERR_DATA, "%s %s: not readable: %s", flag, path, strerror(errno));
     return DS_OK;

@@ -1,6 +1,7 @@
-/* What the bundled trainers (train_cls, train_lm) share beyond their own
- * options: checks of input paths that name the flag, the --metrics line
- * (valid JSON whatever the numbers), and the preemption save.
+/* Pieces the bundled trainers (train_cls, train_lm) share: the failing
+ * line, checks of input paths that name the flag, the --metrics line (valid
+ * JSON whatever the numbers), and the preemption save. The run built from
+ * them is trainer_run.h, the shared command line trainer_opts.h.
  *
  *   if (tr_check_input_file("--data", o->data) != DS_OK) return fail("reading data");
  *
@@ -21,10 +22,18 @@
 
 #include "engine/engine.h"
 
+/* The one line a tool prints when it gives up, returning its exit code 1:
+ * "PROG: WHAT: <ds_last_error()>", or "PROG: <ds_last_error()>" when WHAT is
+ * NULL because the message says it all ("loading --init DIR: ..."). */
+int tr_fail(const char *prog, const char *what);
+
 /* `path`, given with `flag`, is a file that can be opened for reading.
  * Errors (DS_ERR_DATA) name the flag and the path: "--data /tmp: is a folder,
  * not a file", "--data x.csv: no such file". */
 ds_status tr_check_input_file(const char *flag, const char *path);
+/* Only the folder check, for readers whose own errors already name a
+ * missing or unreadable file ("corpus.txt: cannot open: ..."). */
+ds_status tr_check_not_folder(const char *flag, const char *path);
 
 /* One JSON object written member by member. JSON has no NaN or infinity
  * (Python's json, jq and jansson refuse the bare words), so a number that is

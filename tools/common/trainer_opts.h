@@ -1,0 +1,123 @@
+/* The command line the bundled trainers (train_cls, train_lm) share: the
+ * flags both take, parsed once, and the program's own flags handed to it.
+ *
+ *   static int take(const tr_cli *c, void *user, int id, const char *flag, const char *v) {
+ *       my_opts *o = user;
+ *       switch (id) {
+ *       case O_VOCAB: o->vocab = v; return -1;
+ *       case O_INTERMEDIATE: return tr_opt_int(c, flag, v, 1, 1 << 20, &o->intermediate);
+ *       }
+ *       return -1;
+ *   }
+ *   tr_opts_defaults(&o->tr);
+ *   o->tr.epochs = 3;                                    // the program's own defaults
+ *   tr_cli cli = {.prog = "train_cls", .usage = k_usage, .own = k_own, .take = take,
+ *                 .user = o, .max_steps_min = 1};
+ *   int rc = tr_opts_parse(argc, argv, &o->tr, &cli);   // -1 go on, 0 --help, 2 error
+ *
+ * Every usage error is one line on stderr naming the flag, and parsing
+ * returns 2; --help prints cli.usage and returns 0. */
+#ifndef DS_TOOLS_TRAINER_OPTS_H
+#define DS_TOOLS_TRAINER_OPTS_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct tr_opts {
+    const char *config, *data, *eval_data; /* --config and --data are required */
+    double dev_ratio;          /* default 0.1 */
+    uint64_t seed;             /* default 42 */
+    /* the model: shape flags, a config file, a folder to start from */
+    const char *model_config, *init_dir;
+    int layers, hidden, heads; /* default 4, 256, 4 */
+    float dropout;             /* default 0.1 */
+    bool dropout_set;
+    int min_char_count;        /* char vocabularies; default 1 */
+    /* the run's length: --max-steps, else --epochs over the training rows */
+    int epochs;                /* default 1 */
+    int64_t max_steps;         /* < 0: not given */
+    /* values for the config's "auto" keys */
+    double lr, weight_decay;   /* < 0: not given */
+    int64_t batch, warmup;     /* <= 0 / < 0: not given */
+    int eval_batch;            /* rows per evaluation call; 0: the micro batch
+                                  (--batch when given) */
+    /* outputs */
+    const char *metrics, *save_dir;
+    /* checkpoints: every save_steps optimizer steps (and at the end) into
+     * ckpt_dir, default <save_dir>/checkpoints; resume from ckpt_dir/latest;
+     * a preemption signal saves there too */
+    const char *ckpt_dir;      /* NULL: none (neither --ckpt-dir nor --save-dir) */
+    int64_t save_steps;        /* 0: no scheduled checkpoints */
+    bool resume;
+    int save_on_signal;        /* --save-on-signal: a signal besides SIGTERM; 0 none */
+    char ckpt_dir_buf[4096];
+} tr_opts;
+
+/* The shared defaults above. */
+void tr_opts_defaults(tr_opts *o);
+
+/* A program's own flags: `own` is a getopt_long table ended by a zero entry
+ * whose `val`s are the program's ids, each >= TR_OPT_OWN. */
+enum { TR_OPT_OWN = 1024 };
+
+typedef struct tr_cli tr_cli;
+struct tr_cli {
+    const char *prog;              /* "train_lm": the first word of every message */
+    const char *usage;             /* --help's text */
+    const struct option *own;      /* the program's flags (may be NULL) */
+    /* One of them (value NULL for a flag without one): -1 to go on, 2 after
+     * a usage error it printed (tr_opt_bad and the tr_opt_ parsers do). */
+    int (*take)(const tr_cli *c, void *user, int id, const char *flag, const char *value);
+    /* After every flag was read and --config and --data are known to be
+     * there: the program's checks across flags and its derived defaults;
+     * -1 or 2 as take. May be NULL. */
+    int (*check)(const tr_cli *c, void *user);
+    void *user;
+    int64_t max_steps_min;         /* --max-steps' lowest value: 1, or 0 when no
+                                      training is a use (evaluate, generate) */
+    bool hint_required;            /* the missing --config / --data lines end in
+                                      "(see PROG --help)" as well */
+};
+
+/* Parse argv into o (start from tr_opts_defaults and the program's own
+ * defaults) and, through cli->take, the program's options. Then: --config
+ * and --data are required; --eval-batch defaults to --batch; cli->check;
+ * ckpt_dir defaults to SAVE_DIR/checkpoints, and --save-steps and --resume
+ * need one. Returns -1 to go on, 0 after --help, 2 after a usage error. */
+int tr_opts_parse(int argc, char **argv, tr_opts *o, const tr_cli *cli);
+
+/* Usage errors, one line on stderr, each returning 2:
+ * "PROG: --FLAG VALUE: WANT (see PROG --help)" */
+int tr_opt_bad(const tr_cli *c, const char *flag, const char *value, const char *want);
+/* "PROG: MSG (see PROG --help)" */
+int tr_usage_error(const tr_cli *c, const char *msg);
+
+/* Value parsers for take: -1 with *out set, or 2 after a usage error that
+ * names the flag and the range. */
+int tr_opt_i64(const tr_cli *c, const char *flag, const char *v, int64_t lo, int64_t hi,
+               int64_t *out);
+int tr_opt_int(const tr_cli *c, const char *flag, const char *v, int lo, int hi, int *out);
+int tr_opt_f64(const tr_cli *c, const char *flag, const char *v, double lo, double hi,
+               double *out);
+
+/* --help text both trainers print the same way: the checkpoint flags ... */
+#define TR_USAGE_CHECKPOINTS                                                            \
+    "checkpoints:\n"                                                                    \
+    "  --save-steps N       save a training checkpoint every N optimizer steps and at\n" \
+    "                       the end (crash-safe; zero_to_fp32 converts one to\n"        \
+    "                       safetensors)\n"                                             \
+    "  --ckpt-dir DIR       where checkpoints go (default SAVE_DIR/checkpoints)\n"      \
+    "  --resume             continue from the checkpoint CKPT_DIR/latest names, on\n"  \
+    "                       any number of ranks (from step 0 when there is none)\n"       \
+    "  --save-on-signal SIG besides SIGTERM, save a checkpoint and exit on SIG (USR1,\n" \
+    "                       USR2, INT, HUP, XCPU, PWR; e.g. Slurm's sbatch\n"           \
+    "                       --signal=USR1@90); also zero_engine.save_on_signal\n"
+
+/* ... and the paragraph on what a preemption signal does. */
+#define TR_USAGE_PREEMPTION(PROG)                                                       \
+    "On SIGTERM (and SIG) every rank saves a checkpoint at the next step boundary\n"    \
+    "and " PROG " exits 128 + the signal (143 for SIGTERM) within\n"                    \
+    "zero_engine.preempt_deadline_s (default 30 s); --resume continues from it.\n"
+
+#endif /* DS_TOOLS_TRAINER_OPTS_H */

@@ -1,0 +1,248 @@
+/* The trainers' shared run (see trainer_run.h). */
+#include "tools/common/trainer_run.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "models/hf.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- the engine and the run's length ---- */
+
+/* Steps per pass over `rows` training rows at the resolved batch keys: the
+ * rule config.h gives for hints.epochs (ceil(rows per rank / micro batch) /
+ * accumulation steps, at least 1; rows per rank rounded up, or down with
+ * dataloader_drop_last), which is how the engine's loader walks an epoch. */
+static int64_t steps_per_epoch(const ds_config *c, size_t rows) {
+    int64_t world = c->world_size;
+    int64_t per_rank = c->dataloader_drop_last ? (int64_t)rows / world
+                                               : ((int64_t)rows + world - 1) / world;
+    int64_t micro = c->train_micro_batch_size_per_gpu, gas = c->gradient_accumulation_steps;
+    int64_t n = ((per_rank + micro - 1) / micro) / gas;
+    return n < 1 ? 1 : n;
+}
+
+/* The scheduler's total_num_steps and the run's length agree: "auto" took
+ * hints.epochs (the same rule as steps_per_epoch, so a difference is a bug
+ * here), and a number written in the config must match --epochs as it had
+ * to match the trainer's step count before the engine computed it. */
+static ds_status check_schedule(const tr_run *r, const ds_config *c) {
+    bool uses_total = c->scheduler == DS_SCHED_WARMUP_DECAY_LR ||
+                      c->scheduler == DS_SCHED_WARMUP_COSINE_LR;
+    if (!uses_total || r->o->max_steps >= 0 || c->total_num_steps == r->total) return DS_OK;
+    if (c->total_num_steps_auto)
+        return DS_ERR(DS_ERR_INTERNAL, "total_num_steps \"auto\" resolved to %lld, but %s "
+                      "counts %lld steps (--epochs %d x %lld per epoch)",
+                      (long long)c->total_num_steps, r->prog, (long long)r->total,
+                      r->o->epochs, (long long)r->per_epoch);
+    return DS_ERR(DS_ERR_CONFIG, "%s: scheduler.params.total_num_steps: the config says %lld but "
+                  "the run is %lld steps (--epochs %d x %lld per epoch); write \"auto\" to take "
+                  "the run's, or make them agree",
+                  c->path, (long long)c->total_num_steps, (long long)r->total, r->o->epochs,
+                  (long long)r->per_epoch);
+}
+
+int tr_run_init(tr_run *r, const char *prog, const tr_opts *o, ds_model *model,
+                const ds_dataset *train) {
+    memset(r, 0, sizeof *r);
+    r->prog = prog;
+    r->o = o;
+    ds_init_desc id;
+    ds_init_desc_defaults(&id);
+    id.config_path = o->config;
+    id.model = model;
+    id.train_data = train;
+    id.seed = o->seed;
+    if (o->lr > 0) id.hints.lr = o->lr;
+    if (o->weight_decay >= 0) id.hints.weight_decay = o->weight_decay;
+    if (o->batch > 0) id.hints.micro_batch = o->batch;
+    if (o->warmup >= 0) id.hints.warmup_num_steps = o->warmup;
+    /* The run's length for total_num_steps "auto": the engine counts the
+     * steps of --epochs itself at the batch it resolves, so the config is
+     * resolved once, there. A scheduler needs at least one step, also when
+     * none is taken (--max-steps 0). */
+    if (o->max_steps >= 0) id.hints.total_num_steps = o->max_steps > 0 ? o->max_steps : 1;
+    else id.hints.epochs = o->epochs;
+    if (ds_initialize(&id, &r->e) != DS_OK) {
+        r->e = NULL;
+        return tr_fail(prog, "ds_initialize");
+    }
+    const ds_config *c = ds_get_config(r->e);
+    r->rank = ds_rank(r->e);
+    r->world = ds_world_size(r->e);
+    r->per_epoch = steps_per_epoch(c, train->n);
+    r->total = o->max_steps >= 0 ? o->max_steps : r->per_epoch * o->epochs;
+    r->micro = c->train_micro_batch_size_per_gpu;
+    r->eval_batch = o->eval_batch > 0 && o->eval_batch < r->micro ? o->eval_batch : (int)r->micro;
+    snprintf(r->client, sizeof r->client, "{\"total_steps\": %lld}", (long long)r->total);
+    if (check_schedule(r, c) != DS_OK) return tr_fail(prog, NULL);
+    return 0;
+}
+
+/* ---- before the first step ---- */
+
+static ds_status load_init_weights(tr_run *r) {
+    ds_hf_load_report rep = {0};
+    ds_status st = ds_hf_load_weights(ds_get_model(r->e), r->o->init_dir, ds_set_param_cb, r->e,
+                                      &rep);
+    if (r->rank == 0) ds_hf_load_report_print(&rep, stdout);
+    ds_hf_load_report_free(&rep);
+    if (st != DS_OK) ds_error_prefix("loading --init %s", r->o->init_dir);
+    return st;
+}
+
+/* --resume: load the checkpoint latest names, if there is one. */
+static ds_status resume(tr_run *r) {
+    const char *dir = r->o->ckpt_dir;
+    char tag[256], latest[4200];
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    if (access(latest, F_OK) != 0) {
+        if (r->rank == 0)
+            printf("%s: --resume: no checkpoint in %s yet (no %s), starting from step 0\n", r->prog,
+                   dir, latest);
+        return DS_OK;
+    }
+    DS_TRY(ds_checkpoint_latest(dir, tag, sizeof tag));
+    DS_TRY(ds_load_checkpoint(r->e, dir, tag, DS_LOAD_ALL));
+    if (r->rank == 0)
+        printf("%s: resumed from %s/%s at step %lld\n", r->prog, dir, tag,
+               (long long)ds_global_step(r->e));
+    return DS_OK;
+}
+
+/* Rank 0 writes; every rank learns whether it worked, so none goes on alone. */
+static ds_status describe_save_dir(tr_run *r, tr_describe_fn describe, void *user) {
+    ds_status st = r->rank == 0 ? describe(user, r->o->save_dir) : DS_OK;
+    int32_t bad = st != DS_OK;
+    DS_TRY(ds_all_reduce_host(r->e, &bad, 1, DS_I32));
+    if (bad && r->rank != 0) return DS_ERR(DS_ERR_IO, "rank 0 could not write --save-dir");
+    return st;
+}
+
+int tr_run_prepare(tr_run *r, tr_describe_fn describe, void *user, const char *what) {
+    const tr_opts *o = r->o;
+    if (o->init_dir && load_init_weights(r) != DS_OK) return tr_fail(r->prog, NULL);
+    /* SIGTERM (and --save-on-signal, zero_engine.save_on_signal): save at
+     * the next step boundary and exit 128 + the signal. */
+    if (tr_preempt_start(&r->stopper, r->e, r->prog, o->save_on_signal, o->ckpt_dir) != DS_OK)
+        return tr_fail(r->prog, "preemption handlers");
+    /* A job that saves (on schedule or when preempted) starts by removing
+     * what an earlier job's unfinished saves left (they hold disk space; each
+     * removal is printed). */
+    if (o->ckpt_dir && ds_checkpoint_clean(r->e, o->ckpt_dir) != DS_OK)
+        return tr_fail(r->prog, "--ckpt-dir");
+    if (o->resume && resume(r) != DS_OK) return tr_fail(r->prog, "--resume");
+    r->start = ds_global_step(r->e);
+    if (o->save_dir && describe_save_dir(r, describe, user) != DS_OK) return tr_fail(r->prog, what);
+    if (o->metrics && r->rank == 0 && !(r->metrics = fopen(o->metrics, r->start > 0 ? "a" : "w"))) {
+        fprintf(stderr, "%s: cannot write --metrics %s: %s\n", r->prog, o->metrics,
+                strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- the steps ---- */
+
+static void write_step(tr_run *r, const ds_step_info *info, double sps, tr_step_fields_fn fields,
+                       void *user) {
+    FILE *f = r->metrics;
+    tr_jline l;
+    tr_jline_begin(&l, f);
+    tr_jline_int(&l, "step", (long long)info->step);
+    tr_jline_int(&l, "epoch", (long long)info->epoch);
+    tr_jline_num(&l, "loss", "%.6f", info->loss);
+    tr_jline_num(&l, "lr", "%.6e", info->lr);
+    tr_jline_num(&l, "grad_norm", "%.6f", info->grad_norm);
+    fields(user, &l, info, sps);
+    tr_jline_end(&l);
+    fputc('\n', f);
+    fflush(f);
+}
+
+int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
+    const tr_opts *o = r->o;
+    double t0 = now_s(), t_last = t0;
+    ds_step_info li;
+    ds_last_step_info(r->e, &li);
+    int64_t samples_last = li.samples, samples_start = li.samples;
+    int rc = 0;
+    for (int64_t s = r->start; rc == 0 && s < r->total; s++) {
+        ds_step_info info;
+        if (ds_train_batch(r->e, &info) != DS_OK) {
+            rc = tr_fail(r->prog, "training");
+            break;
+        }
+        double t_step = now_s();
+        bool saved = o->save_steps > 0 && (info.step % o->save_steps == 0 || s + 1 == r->total);
+        if (saved && ds_save_checkpoint(r->e, o->ckpt_dir, NULL, r->client) != DS_OK) {
+            rc = tr_fail(r->prog, "saving a checkpoint");
+            break;
+        }
+        double t = now_s();
+        tr_preempt_observe(&r->stopper, r->e, t_step - t_last, saved ? t - t_step : 0.0);
+        double sps = (double)(info.samples - samples_last) / (t - t_last);
+        t_last = t;
+        samples_last = info.samples;
+        if (r->metrics) write_step(r, &info, sps, fields, user);
+        /* every rank sees the same stop_signal: all save, all exit */
+        if (info.stop_signal) rc = tr_preempt_stop(&r->stopper, r->e, &info, saved, r->client);
+    }
+    r->train_s = now_s() - t0;
+    r->train_samples = samples_last - samples_start;
+    return rc;
+}
+
+/* ---- the end ---- */
+
+int tr_run_save(tr_run *r) {
+    if (r->metrics) fclose(r->metrics);
+    r->metrics = NULL;
+    if (!r->o->save_dir) return 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", r->o->save_dir);
+    if (ds_save_weights(r->e, path) != DS_OK) return tr_fail(r->prog, "saving the weights");
+    if (r->rank == 0) printf("%s: saved the model to %s\n", r->prog, r->o->save_dir);
+    return 0;
+}
+
+void tr_run_end(tr_run *r) {
+    if (r->metrics) fclose(r->metrics);
+    r->metrics = NULL;
+    ds_finalize(r->e);
+    r->e = NULL;
+}
+
+/* ---- evaluation ---- */
+
+ds_status tr_eval_slices(engine_t *e, const ds_dataset *rows, int batch, tr_eval_fn fn,
+                         void *user) {
+    int rank = ds_rank(e), world = ds_world_size(e);
+    ds_sampler s;
+    DS_TRY(ds_sampler_init(&s, rows->n, world, rank, 0, false, false, false));
+    ds_status st = ds_sampler_set_epoch(&s, 0);
+    ds_host_batch hb = {0};
+    if (st == DS_OK) st = ds_host_batch_alloc(&hb, rows, ds_get_model(e), batch);
+    /* as many calls as the rank with the most rows makes */
+    size_t most = (rows->n + (size_t)world - 1) / (size_t)world;
+    size_t calls = (most + (size_t)batch - 1) / (size_t)batch;
+    for (size_t k = 0; st == DS_OK && k < calls; k++) {
+        size_t from = k * (size_t)batch;
+        size_t left = from < s.num_samples ? s.num_samples - from : 0;
+        int count = (int)(left < (size_t)batch ? left : (size_t)batch);
+        const size_t *idx = s.indices + (from < s.num_samples ? from : 0);
+        st = ds_host_batch_fill(&hb, rows, idx, count);
+        if (st == DS_OK) st = fn(user, &hb.batch, idx, count);
+    }
+    ds_host_batch_free(&hb);
+    ds_sampler_free(&s);
+    return st;
+}
