@@ -19,7 +19,8 @@ set_tests_properties(test_comm_singleton PROPERTIES LABELS multirank TIMEOUT 120
                      ENVIRONMENT "OMP_NUM_THREADS=1")
 
 # Rank 0 skips a collective; rank 1 must fail with DS_ERR_TIMEOUT after its
-# 2 s deadline and both must exit (the 60 s limit catches a hang).
+# 2 s deadline and both must exit: rank 1 with MPI_Abort, never MPI_Finalize
+# (the 60 s limit catches a hang).
 ds_add_mpi_test(NAME test_comm_timeout SOURCES ${_comm_dir}/fault/test_comm_timeout.c NP 2
                 LABELS fault TIMEOUT 60)
 

@@ -2,6 +2,7 @@
 #include "zero/grad_buckets.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "zero/zero_util.h"
 
@@ -111,6 +112,10 @@ static ds_status flush(ds_grad_buckets *gb) {
     int64_t part_lo = (int64_t)gb->rank * gb->flat->part;
     k->dst = (gb->lo > part_lo ? gb->lo : part_lo) - part_lo;
     k->acc = (ds_comm_job){.kind = DS_JOB_FN, .fn = accumulate, .arg = k};
+    /* named in a timeout ("gradient bucket of modules 3-5 of 12 (...)") */
+    ds_zero_describe_range(gb->flat, gb->lo, gb->hi, "gradient bucket", k->rs.what,
+                           sizeof k->rs.what);
+    memcpy(k->acc.what, k->rs.what, sizeof k->acc.what);
     DS_TRY(ds_comm_job_submit(gb->w, &k->rs));
     DS_TRY(ds_comm_job_submit(gb->w, &k->acc));
     k->busy = true;

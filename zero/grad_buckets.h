@@ -16,7 +16,7 @@
 #ifndef DS_ZERO_GRAD_BUCKETS_H
 #define DS_ZERO_GRAD_BUCKETS_H
 
-#include "zero/comm_worker.h"
+#include "engine/comm/comm_worker.h"
 #include "zero/zero.h"
 
 typedef struct ds_grad_buckets ds_grad_buckets;

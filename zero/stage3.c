@@ -104,6 +104,9 @@ static ds_status start_gather_range(stage3 *s, slot *sl, int64_t begin, int64_t 
     sl->job.kind = DS_JOB_ALL_GATHERV;
     sl->job.buf = sl->buf;
     sl->job.t = s->pt;
+    /* named in a timeout ("parameter gather of module 4 of 12 (...)") */
+    ds_zero_describe_range(s->flat, begin, end, "parameter gather", sl->job.what,
+                           sizeof sl->job.what);
     DS_TRY(ds_comm_job_submit(s->worker, &sl->job));
     sl->len = end - begin;
     sl->valid = true;

@@ -1,6 +1,7 @@
 /* Shared helpers of the partitioned stages. */
 #include "zero/zero_util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,4 +107,29 @@ ds_status ds_zero_state_copy(ds_backend *be, float *base, int64_t base_lo, int64
     DS_TRY(be->ops->memcpy(be, write ? (void *)dev : (void *)host, write ? (void *)host : (void *)dev,
                            bytes, write ? DS_COPY_H2D : DS_COPY_D2H, NULL));
     return DS_OK;
+}
+
+void ds_zero_describe_range(const ds_flat *f, int64_t lo, int64_t hi, const char *what, char *buf,
+                            size_t cap) {
+    int first = -1, last = -1;
+    for (int m = 0; m < f->n_modules; m++) {
+        if (f->modules[m].end <= lo || f->modules[m].begin >= hi || !f->modules[m].n_params)
+            continue;
+        if (first < 0) first = m;
+        last = m;
+    }
+    if (first < 0) {
+        snprintf(buf, cap, "%s of flat elements [%lld, %lld)", what, (long long)lo,
+                 (long long)hi);
+        return;
+    }
+    const ds_flat_module *a = &f->modules[first], *b = &f->modules[last];
+    const char *pa = f->params[a->first_param].desc->name;
+    const char *pb = f->params[b->first_param + b->n_params - 1].desc->name;
+    if (first == last)
+        snprintf(buf, cap, "%s of module %d of %d (%s%s)", what, first + 1, f->n_modules, pa,
+                 a->n_params > 1 ? ", ..." : "");
+    else
+        snprintf(buf, cap, "%s of modules %d-%d of %d (%s .. %s)", what, first + 1, last + 1,
+                 f->n_modules, pa, pb);
 }

@@ -41,6 +41,13 @@ ds_status ds_zero_init_partition(ds_backend *be, const ds_flat *f, int rank, uin
 ds_status ds_zero_state_copy(ds_backend *be, float *base, int64_t base_lo, int64_t base_hi,
                              int64_t lo, int64_t hi, float *host, bool write);
 
+/* What a collective over flat range [lo, hi) is for, named in its failure
+ * message (ds_comm_job.what): "<what> of module 4 of 12 (<its first
+ * parameter>)", or "<what> of modules 3-5 of 12 (<first> .. <last
+ * parameter>)". 1-based module numbers. */
+void ds_zero_describe_range(const ds_flat *f, int64_t lo, int64_t hi, const char *what, char *buf,
+                            size_t cap);
+
 static inline void *ds_at(void *base, ds_dtype t, int64_t i) {
     return (char *)base + (size_t)i * ds_dtype_size(t);
 }

@@ -9,6 +9,7 @@
 
 #include "engine/backend/cuda_plugin.h"
 #include "engine/comm/comm_internal.h"
+#include "engine/comm/comm_worker.h"
 
 ds_status ds_comm_create(const ds_comm_desc *desc, ds_comm **out) {
     if (!out) return DS_ERR(DS_ERR_INVALID_ARG, "ds_comm_create: out is NULL");
@@ -76,11 +77,21 @@ static ds_status check_alias(const char *what, const void *big, size_t big_bytes
                   what, allowed_off);
 }
 
+/* One owner of the communicator: while a communication thread holds it, a
+ * collective from any other thread waits until that thread's queue is empty
+ * (comm_worker.h), so two threads never use it at once. The thread's own
+ * jobs come through here too and pass straight on. */
+static void enter(ds_comm *c) {
+    ds_comm_worker *w = ds_comm_base(c)->worker;
+    if (w) ds_comm_worker_wait_idle(w);
+}
+
 /* ---- the data path ---------------------------------------------------------- */
 
 ds_status ds_comm_all_reduce(ds_comm *c, void *buf, size_t count, ds_dtype t, ds_reduce_op op) {
     DS_TRY(check_common(c, "all_reduce", buf, count, t));
     DS_TRY(check_op("all_reduce", op));
+    enter(c);
     DS_TRY(c->ops->all_reduce(c, buf, count, t, op));
     return DS_OK;
 }
@@ -93,6 +104,7 @@ ds_status ds_comm_reduce_scatter(ds_comm *c, const void *send, void *recv, size_
     size_t es = ds_dtype_size(t);
     DS_TRY(check_alias("reduce_scatter", send, count * es * (size_t)c->world, recv, count * es,
                        (size_t)c->rank * count * es));
+    enter(c);
     DS_TRY(c->ops->reduce_scatter(c, send, recv, count, t, op));
     return DS_OK;
 }
@@ -103,6 +115,7 @@ ds_status ds_comm_all_gather(ds_comm *c, const void *send, void *recv, size_t co
     size_t es = ds_dtype_size(t);
     DS_TRY(check_alias("all_gather", recv, count * es * (size_t)c->world, send, count * es,
                        (size_t)c->rank * count * es));
+    enter(c);
     DS_TRY(c->ops->all_gather(c, send, recv, count, t));
     return DS_OK;
 }
@@ -123,6 +136,7 @@ ds_status ds_comm_reduce_scatterv(ds_comm *c, const void *send, void *recv, cons
     size_t es = ds_dtype_size(t), off = 0;
     for (int r = 0; r < c->rank; r++) off += counts[r];
     DS_TRY(check_alias("reduce_scatterv", send, total * es, recv, mine * es, off * es));
+    enter(c);
     DS_TRY(c->ops->reduce_scatterv(c, send, recv, counts, t, op));
     return DS_OK;
 }
@@ -130,6 +144,7 @@ ds_status ds_comm_reduce_scatterv(ds_comm *c, const void *send, void *recv, cons
 ds_status ds_comm_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds_dtype t) {
     if (!counts) return DS_ERR(DS_ERR_INVALID_ARG, "all_gatherv: counts is NULL");
     DS_TRY(check_common(c, "all_gatherv", buf, sum_counts(c, counts), t));
+    enter(c);
     DS_TRY(c->ops->all_gatherv(c, buf, counts, t));
     return DS_OK;
 }
@@ -139,12 +154,14 @@ ds_status ds_comm_broadcast(ds_comm *c, void *buf, size_t count, ds_dtype t, int
     if (root < 0 || root >= c->world)
         return DS_ERR(DS_ERR_INVALID_ARG, "broadcast: root %d is not a rank of a world of %d",
                       root, c->world);
+    enter(c);
     DS_TRY(c->ops->broadcast(c, buf, count, t, root));
     return DS_OK;
 }
 
 ds_status ds_comm_barrier(ds_comm *c) {
     if (!c) return DS_ERR(DS_ERR_INVALID_ARG, "barrier: communicator is NULL");
+    enter(c);
     DS_TRY(c->ops->barrier(c));
     return DS_OK;
 }
@@ -152,7 +169,11 @@ ds_status ds_comm_barrier(ds_comm *c) {
 /* ---- host helpers: MPI's own collectives, polled under the deadline ------- */
 
 static ds_status host_ready(ds_comm *c, const char *what) {
-    if (ds_comm_base(c)->coll_broken)
+    enter(c);
+    const ds_comm_mpi_base *b = ds_comm_base(c);
+    if (b->coll_broken && b->failure != DS_OK) /* repeat the failure that broke it */
+        return DS_ERR(b->failure, "%s", b->failure_msg);
+    if (b->coll_broken)
         return DS_ERR(DS_ERR_COMM,
                       "%s: rank %d's host collectives are unusable after an earlier timeout; "
                       "destroy the communicator",
@@ -206,7 +227,7 @@ ds_status ds_comm_host_broadcast(ds_comm *c, void *buf, size_t bytes, int root) 
     return DS_OK;
 }
 
-ds_status ds_comm_agree(ds_comm *c, ds_status local, ds_status *out_worst) {
+static ds_status agree(ds_comm *c, ds_status local, ds_status *out_worst, bool one_message) {
     if (!out_worst) return DS_ERR(DS_ERR_INVALID_ARG, "agree: out_worst is NULL");
     *out_worst = local;
     if (!c) return DS_ERR(DS_ERR_INVALID_ARG, "agree: communicator is NULL");
@@ -233,8 +254,18 @@ ds_status ds_comm_agree(ds_comm *c, ds_status local, ds_status *out_worst) {
     if (rc != MPI_SUCCESS) return ds_comm_mpi_error(rc, "agree: MPI_Ibcast", c);
     DS_TRY(host_wait(c, &breq, "agree"));
     msg[sizeof msg - 1] = '\0';
-    if (local == DS_OK)
+    if (local == DS_OK || (one_message && c->rank != pair[1]))
         DS_ERR((ds_status)pair[0], "rank %d failed with %s: %s", pair[1],
                ds_status_to_string((ds_status)pair[0]), msg);
+    return DS_OK;
+}
+
+ds_status ds_comm_agree(ds_comm *c, ds_status local, ds_status *out_worst) {
+    DS_TRY(agree(c, local, out_worst, false));
+    return DS_OK;
+}
+
+ds_status ds_comm_agree_one(ds_comm *c, ds_status local, ds_status *out_worst) {
+    DS_TRY(agree(c, local, out_worst, true));
     return DS_OK;
 }

@@ -11,13 +11,26 @@
  *
  * Every collective is called by all ranks of the world with the same counts.
  * Every collective has a deadline (desc.timeout_s): a rank that waits longer
- * than that for a peer fails with DS_ERR_TIMEOUT naming the collective and the
- * peer rank it was waiting on, instead of hanging the job
- * ("all_reduce: rank 1 waited 30.0 s for rank 0 (reduce-scatter step 1 of 1,
- * chunk 3 of 8)"). Its pending messages are abandoned, so from then on the
- * data path of that communicator fails with DS_ERR_COMM; ds_comm_agree and
- * the host helpers still work (all ranks can learn of the failure and stop),
- * then destroy it.
+ * than that for a peer fails with DS_ERR_TIMEOUT naming the collective, what
+ * it was for (ds_comm_set_context) and the peer rank it was waiting on,
+ * instead of hanging the job ("reduce_scatterv of gradient bucket of modules
+ * 3-5 of 12 (...): rank 1 waited 30.0 s for rank 0 (reduce-scatter step 1 of
+ * 1, chunk 3 of 8)"). Its pending messages are abandoned, so from then on the
+ * data path of that communicator fails with DS_ERR_COMM repeating that first
+ * failure's message; ds_comm_agree and the host helpers still work (all ranks
+ * can learn of the failure and stop), then destroy it.
+ *
+ * Ending the job: MPI_Finalize is collective, so after a failed collective it
+ * would wait for the peer that did not answer, forever if that peer is
+ * stopped or stuck. A process whose collective failed or timed out therefore
+ * never finalises: when the library initialised MPI, its exit handler calls
+ * MPI_Abort(MPI_COMM_WORLD, exit status) instead, and the launcher (mpirun,
+ * srun) ends every rank, the stuck one included. That is the engine's
+ * decision, taken at exit, the one point where the program has given up on
+ * the job; nothing in the library aborts while the program still runs. A
+ * program that initialised MPI itself makes the same choice with
+ * ds_comm_process_failed().
+ *
  *
  * NCCL buffers are device pointers, ready when the call is made (the work
  * that produced them complete, or issued on the calling thread's per-thread
@@ -28,9 +41,11 @@
  * with theory (ds_comm_stats). Reductions of F16/BF16 buffers accumulate each
  * pair in fp32 and round once per hop, as NCCL does.
  *
- * Thread use: one thread at a time may call into a ds_comm (the engine's
- * communication thread, or the main thread); MPI is initialised with
- * MPI_THREAD_SERIALIZED or better for that reason. */
+ * Thread use: one thread at a time uses a ds_comm. While a communication
+ * thread owns it (comm_worker.h, overlap_comm), a collective called on any
+ * other thread first waits inside the call until that thread's queue is
+ * empty, so callers need not coordinate; MPI is initialised with
+ * MPI_THREAD_SERIALIZED or better because the calls come from two threads. */
 #ifndef DS_COMM_COMM_H
 #define DS_COMM_COMM_H
 
@@ -171,6 +186,13 @@ ds_status ds_comm_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds_dt
  * its own message). Costs one small all-reduce, plus one broadcast of the
  * message when some rank failed. */
 ds_status ds_comm_agree(ds_comm *c, ds_status local, ds_status *out_worst);
+/* ds_comm_agree, but with one message on every rank, for failures that
+ * share a cause (a full disk every rank writes to): R keeps its own and every
+ * other rank, failing or not, reads "rank R failed with DS_ERR_...: <R's
+ * message>". Printed by every rank, that is one error, and engine-run shows
+ * it once (tools/common/output_relay.h). Other ranks' own messages are
+ * dropped. */
+ds_status ds_comm_agree_one(ds_comm *c, ds_status local, ds_status *out_worst);
 
 /* Host-side MPI collectives for small metadata, also available when the data
  * path is NCCL (these do not count in ds_comm_stats). */
@@ -179,6 +201,21 @@ ds_status ds_comm_host_all_reduce(ds_comm *c, void *buf, size_t count, ds_dtype 
 ds_status ds_comm_host_broadcast(ds_comm *c, void *buf, size_t bytes, int root);
 
 void ds_comm_stats_reset(ds_comm *c);
+
+/* Name what this thread's next collectives on c are for, so a timeout or
+ * failure says so: "gradient bucket of modules 3-5 of 12 (...)" turns
+ * "reduce_scatterv: rank 0 waited ..." into "reduce_scatterv of gradient
+ * bucket of modules 3-5 of 12 (...): rank 0 waited ...". Per thread (the
+ * communication thread sets each job's own); `what` is borrowed until the
+ * next call; NULL clears it. */
+void ds_comm_set_context(ds_comm *c, const char *what);
+
+/* Whether a collective of this process failed or timed out on any
+ * communicator (requests were abandoned). Then MPI_Finalize would wait for
+ * the peer that did not answer: end the job with MPI_Abort instead. The
+ * library does so itself at exit when it initialised MPI (see the deadline
+ * paragraph above); a program that initialised MPI itself asks here. */
+bool ds_comm_process_failed(void);
 
 /* Implementation entry points. */
 ds_status ds_comm_mpi_create(const ds_comm_desc *desc, ds_comm **out);

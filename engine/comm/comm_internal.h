@@ -12,15 +12,40 @@
 
 #include "engine/comm/comm.h"
 
+struct ds_comm_worker;
+
 typedef struct ds_comm_mpi_base {
     MPI_Comm comm;     /* a duplicate of MPI_COMM_WORLD, errors returned not fatal */
     bool initialised;  /* comm is held (freed by ds_comm_mpi_shutdown) */
     bool broken;       /* a point-to-point wait timed out or failed: requests were
                         * abandoned, the data path cannot be trusted any more */
     bool coll_broken;  /* the same for MPI's own collectives (host helpers) */
+    /* The first failure that broke either path, kept so that every later
+     * refusal repeats it: the first failure is the one that knows the peer
+     * and the operation, a later "not attempted" knows nothing. */
+    ds_status failure;       /* DS_OK until then */
+    char failure_msg[1024];
+    /* The communication thread that owns this communicator while it exists
+     * (comm_worker.h); collectives from any other thread wait for its queue
+     * to be empty first, so two threads never use the communicator at once. */
+    struct ds_comm_worker *worker;
 } ds_comm_mpi_base;
 
 static inline ds_comm_mpi_base *ds_comm_base(ds_comm *c) { return (ds_comm_mpi_base *)c->impl; }
+
+/* Record that communicator c cannot be trusted any more: `collective` says
+ * which path (MPI's own collectives, or the point-to-point data path) has
+ * abandoned requests. Keeps `st` and the current error message as the
+ * communicator's first failure (only the first is kept) and marks the
+ * process: at exit it ends the job with MPI_Abort instead of MPI_Finalize
+ * (ds_comm_process_failed). Call it right after DS_ERR recorded the failure. */
+void ds_comm_note_broken(ds_comm *c, bool collective, ds_status st);
+
+/* This thread's context (ds_comm_set_context), or NULL. */
+const char *ds_comm_context(void);
+/* "coll", or "coll of <context>" when this thread named one: how failure
+ * messages name the operation. */
+void ds_comm_op_name(const char *coll, char *buf, size_t cap);
 
 /* Initialise MPI if nobody has (MPI_THREAD_MULTIPLE requested, SERIALIZED
  * accepted; finalised at exit when the library initialised it), check that

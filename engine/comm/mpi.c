@@ -86,7 +86,12 @@ static size_t chunk_len(const layout *l, int b, size_t o, size_t chunk) {
     return len - o < chunk ? len - o : chunk;
 }
 
+/* A refusal after the data path broke repeats the failure that broke it:
+ * that one names the peer and the operation. */
 static ds_status broken_error(ds_comm *c, const char *coll) {
+    const ds_comm_mpi_base *b = ds_comm_base(c);
+    if (b->failure != DS_OK)
+        return DS_ERR(b->failure, "%s", b->failure_msg);
     return DS_ERR(DS_ERR_COMM,
                   "%s: communicator on rank %d is unusable after an earlier timeout or MPI "
                   "error (pending messages were abandoned); destroy it",
@@ -110,8 +115,9 @@ static ds_status exchange(ds_comm *c, const void *sbuf, size_t sbytes, int to, v
             MPI_Cancel(&reqs[0]);
             MPI_Request_free(&reqs[0]);
         }
-        ds_comm_base(c)->broken = true;
-        return ds_comm_mpi_error(rc, ctx->coll, c);
+        ds_status st = ds_comm_mpi_error(rc, ctx->coll, c);
+        ds_comm_note_broken(c, false, st);
+        return st;
     }
     DS_TRY(ds_comm_mpi_wait(c, reqs, peers, is_recv, 2, ctx));
     return DS_OK;
@@ -298,7 +304,7 @@ static ds_status mpi_broadcast(ds_comm *c, void *buf, size_t n, ds_dtype t, int 
     } else {
         for (int i = 0; i < 2; i++)
             if (sreq[i] != MPI_REQUEST_NULL) MPI_Request_free(&sreq[i]);
-        ds_comm_base(c)->broken = true;
+        ds_comm_note_broken(c, false, st); /* the wait did already, or MPI_Isend/Irecv failed */
     }
     count(c, DS_COLL_BROADCAST, sent, es);
     if (st != DS_OK) ds_error_trace(__FILE__, __LINE__);

@@ -6,14 +6,23 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine/comm/reduce.h"
 
 enum { DS_TAG_BARRIER = 7 };
+
+/* Polls of a wait come microseconds apart (a sched_yield every 16); a gap of
+ * 0.1 s means the process was not running, not waiting. Generous: time a
+ * loaded machine keeps a runnable process off the CPU only makes the
+ * deadline later, never earlier. */
+#define DS_COMM_POLL_GAP_S 0.1
 
 /* Process-wide MPI state. MPI can be initialised only once per process, so
  * the library initialises it on the first ds_comm_create (unless the program
@@ -24,6 +33,38 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool g_booted; /* MPI initialised (or adopted), fp16/bf16 types registered */
 static MPI_Datatype g_f16 = MPI_DATATYPE_NULL, g_bf16 = MPI_DATATYPE_NULL;
 static MPI_Op g_ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+/* A collective of this process failed or timed out (ds_comm_note_broken):
+ * at exit the job is aborted, not finalised. */
+static atomic_bool g_failed;
+/* What this thread's collectives are for (ds_comm_set_context). */
+static __thread const char *t_context;
+
+void ds_comm_set_context(ds_comm *c, const char *what) {
+    (void)c; /* per thread: one thread uses a communicator at a time */
+    t_context = what;
+}
+
+const char *ds_comm_context(void) { return t_context; }
+
+bool ds_comm_process_failed(void) { return atomic_load(&g_failed); }
+
+void ds_comm_note_broken(ds_comm *c, bool collective, ds_status st) {
+    atomic_store(&g_failed, true);
+    if (!c || !c->impl) return;
+    ds_comm_mpi_base *b = ds_comm_base(c);
+    if (collective) b->coll_broken = true;
+    else b->broken = true;
+    if (b->failure == DS_OK) {
+        b->failure = st;
+        snprintf(b->failure_msg, sizeof b->failure_msg, "%s", ds_last_error());
+    }
+}
+
+void ds_comm_op_name(const char *coll, char *buf, size_t cap) {
+    const char *what = t_context;
+    if (what && *what) snprintf(buf, cap, "%s of %s", coll, what);
+    else snprintf(buf, cap, "%s", coll);
+}
 
 double ds_comm_now(void) {
     struct timespec ts;
@@ -32,10 +73,11 @@ double ds_comm_now(void) {
 }
 
 ds_status ds_comm_mpi_error(int code, const char *what, const ds_comm *c) {
-    char text[MPI_MAX_ERROR_STRING];
+    char text[MPI_MAX_ERROR_STRING], op[512];
     int len = 0;
     if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", code);
-    return DS_ERR(DS_ERR_COMM, "%s failed on rank %d: %s", what, c ? c->rank : -1, text);
+    ds_comm_op_name(what, op, sizeof op);
+    return DS_ERR(DS_ERR_COMM, "%s failed on rank %d: %s", op, c ? c->rank : -1, text);
 }
 
 /* ---- fp16 / bf16 for MPI's own reductions (host helpers only) ---------- */
@@ -105,14 +147,32 @@ static const char *thread_level_name(int level) {
     }
 }
 
-static void finalize_at_exit(void) {
+/* At exit of a process whose MPI the library initialised: MPI_Finalize, a
+ * collective, when every collective so far worked. After one failed or timed
+ * out, the peer it waited for may be stopped or stuck, and MPI_Finalize
+ * would wait for it forever (seen with gdb: ompi_mpi_finalize waiting on a
+ * SIGSTOPped rank while mpirun never learnt that anything failed). Then the
+ * job is ended instead: MPI_Abort makes the launcher kill every rank, the
+ * stuck one included, and mpirun exits with `status`. This is where the
+ * library decides to end the job: the program has already given up (it is
+ * exiting), so aborting takes nothing from it but the hang. */
+static void finalize_at_exit(int status, void *arg) {
+    (void)arg;
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
-    if (init && !fin) {
-        free_half_types();
-        MPI_Finalize();
+    if (!init || fin) return;
+    if (atomic_load(&g_failed)) {
+        fflush(stdout);
+        fflush(stderr);
+        /* The launcher's SIGTERM to every rank of the aborted job, this one
+         * included, is no preemption to save for (ds_preempt_install): die. */
+        signal(SIGTERM, SIG_DFL);
+        MPI_Abort(MPI_COMM_WORLD, status);
+        _exit(status ? status : 1); /* MPI_Abort does not return; if it did, still no finalize */
     }
+    free_half_types();
+    MPI_Finalize();
 }
 
 /* Initialise MPI (or adopt the program's) once per process. */
@@ -139,10 +199,16 @@ static ds_status boot_mpi(const char *who) {
             goto out;
         }
         ours = true;
-        atexit(finalize_at_exit);
+        on_exit(finalize_at_exit, NULL);
     } else {
         MPI_Query_thread(&provided);
     }
+    /* Requests abandoned after a timeout are cancelled and freed; when the
+     * job is being torn down those calls may fail, and errors not tied to a
+     * communicator of ours land on MPI_COMM_WORLD, whose default handler
+     * would end the process from inside MPI with a banner. When the library
+     * owns MPI, they come back as codes like everything else. */
+    if (ours) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     /* The engine's communication thread calls MPI while the main thread does
      * not: SERIALIZED is the least that is correct. Left initialised on
      * failure: finalising would only make a later MPI_Init impossible. */
@@ -238,15 +304,21 @@ static void abandon(MPI_Request *reqs, const bool *is_recv, int n) {
 
 /* A timeout or error leaves requests behind: point-to-point ones break the
  * data path, MPI collectives (host helpers) break those; each keeps working
- * without the other, which is what lets ds_comm_agree run after a timeout. */
-static void mark_broken(ds_comm *c, const ds_comm_wait_ctx *ctx) {
-    if (ctx->collective) ds_comm_base(c)->coll_broken = true;
-    else ds_comm_base(c)->broken = true;
+ * without the other, which is what lets ds_comm_agree run after a timeout.
+ * Called once the error is recorded, so the communicator keeps its text. */
+static void mark_broken(ds_comm *c, const ds_comm_wait_ctx *ctx, ds_status st) {
+    ds_comm_note_broken(c, ctx->collective, st);
 }
 
 ds_status ds_comm_mpi_wait(ds_comm *c, MPI_Request *reqs, const int *peers, const bool *is_recv,
                            int n, const ds_comm_wait_ctx *ctx) {
-    double start = 0.0;
+    /* The deadline counts the time this process spent waiting, awake: a gap
+     * between two polls longer than DS_COMM_POLL_GAP_S means it did not run
+     * (SIGSTOP, a debugger, the scheduler), and it cannot blame a peer for
+     * that time. So a rank stopped in the middle of a wait and continued
+     * before the deadline does not time out on its peers when it wakes,
+     * which would fail a job whose ranks were only slow. */
+    double last = 0.0, waited = 0.0;
     for (unsigned spin = 0;; spin++) {
         int pending = -1, pending_send = -1;
         for (int i = 0; i < n; i++) {
@@ -257,11 +329,12 @@ ds_status ds_comm_mpi_wait(ds_comm *c, MPI_Request *reqs, const int *peers, cons
             if (rc != MPI_SUCCESS) {
                 int code = (rc == MPI_ERR_IN_STATUS) ? status.MPI_ERROR : rc;
                 char what[160];
-                snprintf(what, sizeof what, "%s: %s rank %d", ctx->coll,
+                snprintf(what, sizeof what, "%s (%s rank %d)", ctx->coll,
                          is_recv[i] ? "receive from" : "send to", peers[i]);
-                mark_broken(c, ctx);
                 abandon(reqs, is_recv, n);
-                return ds_comm_mpi_error(code, what, c);
+                ds_status st = ds_comm_mpi_error(code, what, c);
+                mark_broken(c, ctx, st);
+                return st;
             }
             if (!done) {
                 if (is_recv[i] && pending < 0) pending = i;
@@ -269,27 +342,36 @@ ds_status ds_comm_mpi_wait(ds_comm *c, MPI_Request *reqs, const int *peers, cons
             }
         }
         if (pending < 0 && pending_send < 0) return DS_OK;
+        double t = ds_comm_now();
         if (spin == 0) {
-            start = ds_comm_now();
+            last = t;
             continue;
         }
-        double waited = ds_comm_now() - start;
+        if (t - last < DS_COMM_POLL_GAP_S) waited += t - last;
+        last = t;
         if (waited > c->timeout_s) {
             int who = pending >= 0 ? peers[pending] : peers[pending_send];
-            mark_broken(c, ctx);
+            /* MPI's own collectives do not say who is late; of two ranks,
+             * the other one is */
+            if (who < 0 && c->world == 2) who = 1 - c->rank;
             abandon(reqs, is_recv, n);
-            char where[160];
+            char where[160], op[512];
             if (ctx->nsteps > 0)
                 snprintf(where, sizeof where, " (%s%sstep %d of %d, chunk %zu of %zu)",
                          ctx->phase ? ctx->phase : "", ctx->phase ? " " : "", ctx->step + 1,
                          ctx->nsteps, ctx->chunk + 1, ctx->nchunks);
             else
                 where[0] = '\0';
+            ds_comm_op_name(ctx->coll, op, sizeof op);
+            ds_status st;
             if (who < 0) /* a collective of MPI's own: it does not say who is late */
-                return DS_ERR(DS_ERR_TIMEOUT, "%s: rank %d waited %.1f s for the other ranks%s",
-                              ctx->coll, c->rank, waited, where);
-            return DS_ERR(DS_ERR_TIMEOUT, "%s: rank %d waited %.1f s for rank %d%s", ctx->coll,
-                          c->rank, waited, who, where);
+                st = DS_ERR(DS_ERR_TIMEOUT, "%s: rank %d waited %.1f s for the other ranks%s", op,
+                            c->rank, waited, where);
+            else
+                st = DS_ERR(DS_ERR_TIMEOUT, "%s: rank %d waited %.1f s for rank %d%s", op,
+                            c->rank, waited, who, where);
+            mark_broken(c, ctx, st);
+            return st;
         }
         if (ctx->idle && ctx->idle->left) {
             ds_comm_idle_copy *w = ctx->idle;

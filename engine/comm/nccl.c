@@ -59,12 +59,22 @@ static void abort_comm(nccl_impl *m) {
     m->base.broken = true;
 }
 
-static ds_status timeout_error(ds_comm *c, const char *what, double waited) {
+/* After a failure recorded by DS_ERR: abort NCCL and keep the message as the
+ * communicator's first failure (the process then ends the job at exit with
+ * MPI_Abort, comm.h). */
+static ds_status fail_comm(ds_comm *c, ds_status st) {
     abort_comm(c->impl);
-    return DS_ERR(DS_ERR_TIMEOUT,
-                  "%s: rank %d waited %.1f s for the other ranks (NCCL does not say which; the "
-                  "NCCL communicator was aborted)",
-                  what, c->rank, waited);
+    ds_comm_note_broken(c, false, st);
+    return st;
+}
+
+static ds_status timeout_error(ds_comm *c, const char *what, double waited) {
+    char op[512];
+    ds_comm_op_name(what, op, sizeof op);
+    return fail_comm(c, DS_ERR(DS_ERR_TIMEOUT,
+                               "%s: rank %d waited %.1f s for the other ranks (NCCL does not say "
+                               "which; the NCCL communicator was aborted)",
+                               op, c->rank, waited));
 }
 
 /* Non-blocking mode: wait until the communicator leaves ncclInProgress. */
@@ -77,9 +87,7 @@ static ds_status settle(ds_comm *c, const char *what) {
         if (r != ncclSuccess) return nccl_error(c, what, r);
         if (state == ncclSuccess) return DS_OK;
         if (state != ncclInProgress) {
-            ds_status st = nccl_error(c, what, state);
-            abort_comm(m);
-            return st;
+            return fail_comm(c, nccl_error(c, what, state));
         }
         double waited = ds_comm_now() - start;
         if (waited > c->timeout_s) return timeout_error(c, what, waited);
@@ -100,9 +108,7 @@ static ds_status complete(ds_comm *c, const char *what, ncclResult_t r) {
         ncclResult_t state = ncclSuccess;
         ncclCommGetAsyncError(m->nc, &state);
         if (state != ncclSuccess && state != ncclInProgress) {
-            ds_status st = nccl_error(c, what, state);
-            abort_comm(m);
-            return st;
+            return fail_comm(c, nccl_error(c, what, state));
         }
         double waited = ds_comm_now() - start;
         if (waited > c->timeout_s) return timeout_error(c, what, waited);
@@ -129,6 +135,8 @@ static ncclRedOp_t nccl_op(ds_reduce_op op) {
 
 static ds_status ready(ds_comm *c, const char *what) {
     nccl_impl *m = c->impl;
+    if ((m->aborted || m->base.broken) && m->base.failure != DS_OK)
+        return DS_ERR(m->base.failure, "%s", m->base.failure_msg); /* the first failure */
     if (m->aborted || m->base.broken)
         return DS_ERR(DS_ERR_COMM,
                       "%s: the NCCL communicator on rank %d was aborted after an earlier "

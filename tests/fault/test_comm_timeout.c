@@ -5,16 +5,19 @@
  * must give up after at least 2 s (the deadline is not cut short) and well
  * before a hang (generous upper bound: this is a loaded, oversubscribed CI
  * machine, and the point is "returns", not "returns fast"), with a message
- * that names the collective, itself, and rank 0. Then both ranks learn of the
- * failure through ds_comm_agree, rank 1's data path refuses further work, and
- * both exit normally: ds_comm_destroy, then MPI_Finalize at exit (the library
- * initialised MPI). Rank 1's abandoned send of a 512 KiB block must not keep
- * MPI_Finalize from returning.
+ * that names the collective, itself, and rank 0. Its data path then refuses
+ * further work repeating that first failure (status and message), not a
+ * generic "unusable", and ds_comm_process_failed() says the process had a
+ * failed collective. Both ranks learn of the failure through ds_comm_agree
+ * (the host path still works) and exit.
  *
- * Under ctest the whole program has a 60 s limit, which is what catches a hang
- * in MPI_Finalize. No MPI_Abort is needed, in the test or the library: the
- * abandoned requests are freed (MPI_Request_free), Open MPI 4.1's finalize
- * does not wait for them, and the unmatched message is dropped. */
+ * At exit rank 1 does not call MPI_Finalize (collective: after a failed
+ * collective it could wait forever for a peer that is stopped): the library's
+ * exit handler ends the job with MPI_Abort(MPI_COMM_WORLD, exit status), so
+ * mpirun's status is rank 1's (0 when every check passed) and rank 0 may be
+ * stopped by mpirun before it prints its last line. Under ctest the whole
+ * program has a 60 s limit, which is what catches a hang at exit. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -68,17 +71,30 @@ int main(void) {
             fprintf(stderr, "rank 1: message does not name collective, rank, peer and step\n");
             fail = 1;
         }
-        /* The data path refuses to run over abandoned messages. */
+        /* The data path refuses to run over abandoned messages, repeating
+         * the failure that broke it. */
+        char first[1024];
+        snprintf(first, sizeof first, "%s", msg);
         ds_status again = ds_comm_barrier(c);
-        if (again != DS_ERR_COMM) {
-            fprintf(stderr, "rank 1: barrier after a timeout gave %s, expected DS_ERR_COMM\n",
-                    ds_status_to_string(again));
+        if (again != DS_ERR_TIMEOUT || strcmp(ds_last_error(), first) != 0) {
+            fprintf(stderr, "rank 1: barrier after a timeout gave %s \"%s\", expected the first "
+                    "failure DS_ERR_TIMEOUT \"%s\"\n", ds_status_to_string(again),
+                    ds_last_error(), first);
+            fail = 1;
+        }
+        if (!ds_comm_process_failed()) {
+            fprintf(stderr, "rank 1: ds_comm_process_failed() is false after a timeout\n");
             fail = 1;
         }
     } else {
         /* Skip the collective; arrive at the agreement after rank 1 gave up
          * (it arrives at ~2 s and waits up to 2 s there). */
         usleep((useconds_t)((TIMEOUT_S + 0.5) * 1e6));
+        if (ds_comm_process_failed()) {
+            fprintf(stderr, "rank 0: ds_comm_process_failed() is true, no collective of it "
+                    "failed\n");
+            fail = 1;
+        }
     }
     ds_status worst = DS_OK;
     ds_status st = ds_comm_agree(c, local, &worst);
@@ -91,8 +107,15 @@ int main(void) {
         fprintf(stderr, "rank 0: agree message \"%s\"\n", ds_last_error());
         fail = 1;
     }
+    /* Rank 1's exit status becomes mpirun's (MPI_Abort), and rank 0 may be
+     * stopped before it exits: rank 1 exits with either rank's failure. */
+    int32_t any = fail;
+    if (ds_comm_host_all_reduce(c, &any, 1, DS_I32, DS_REDUCE_MAX) != DS_OK) {
+        fprintf(stderr, "rank %d: sharing the result: %s\n", c->rank, ds_last_error());
+        any = 1;
+    }
     int rank = c->rank;
     ds_comm_destroy(c);
     printf("rank %d: %s, exiting\n", rank, fail ? "FAILED" : "ok");
-    return fail;
+    return any;
 }

@@ -1,10 +1,13 @@
-/* FIFO of collectives run by one communication thread (or inline). */
-#include "zero/comm_worker.h"
+/* FIFO of collectives run by one communication thread (or inline); see
+ * comm_worker.h. */
+#include "engine/comm/comm_worker.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "engine/comm/comm_internal.h"
 
 #define QUEUE_CAP 256
 
@@ -15,9 +18,13 @@ struct ds_comm_worker {
     pthread_mutex_t lock;
     pthread_cond_t cond_work, cond_done;
     ds_comm_job *queue[QUEUE_CAP];
-    size_t head, tail; /* head: next to run; tail: next free */
+    size_t head, tail; /* head: next to run (advanced once it finished); tail: next free */
     bool stop;
-    bool failed;       /* a job failed: fail the rest */
+    /* The first job that failed: every later job and drain report it. Written
+     * by the thread running jobs before it advances head (under the lock),
+     * read by waiters after they saw head pass, or by the running thread. */
+    ds_status failed;
+    char first_msg[1024];
 };
 
 static ds_status run_job(ds_comm_worker *w, ds_comm_job *j) {
@@ -29,24 +36,33 @@ static ds_status run_job(ds_comm_worker *w, ds_comm_job *j) {
     case DS_JOB_ALL_GATHERV:
         DS_TRY(ds_comm_all_gatherv(c, j->buf, j->counts, j->t));
         return DS_OK;
-    case DS_JOB_FN:
-        DS_TRY(j->fn(j->arg));
+    case DS_JOB_FN: {
+        ds_status st = j->fn(j->arg);
+        /* not a collective: the context was not in the message yet */
+        if (st != DS_OK && j->what[0]) ds_error_prefix("%s", j->what);
+        DS_TRY(st);
         return DS_OK;
+    }
     }
     return DS_ERR(DS_ERR_INTERNAL, "comm worker: unknown job kind %d", (int)j->kind);
 }
 
 static void finish(ds_comm_worker *w, ds_comm_job *j) {
     ds_status st;
-    if (w->failed) {
-        st = DS_ERR(DS_ERR_COMM, "an earlier collective on this rank failed; later ones are "
-                                 "not attempted");
+    if (w->failed != DS_OK) {
+        st = w->failed;
+        snprintf(j->message, sizeof j->message, "%s", w->first_msg);
     } else {
+        ds_comm_set_context(w->comm, j->what[0] ? j->what : NULL);
         st = run_job(w, j);
-        if (st != DS_OK) w->failed = true;
+        ds_comm_set_context(w->comm, NULL);
+        if (st != DS_OK) {
+            snprintf(j->message, sizeof j->message, "%s", ds_last_error());
+            snprintf(w->first_msg, sizeof w->first_msg, "%s", j->message);
+            w->failed = st;
+        }
     }
     j->status = st;
-    if (st != DS_OK) snprintf(j->message, sizeof j->message, "%s", ds_last_error());
     __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
 }
 
@@ -69,6 +85,11 @@ static void *worker_main(void *arg) {
 
 ds_status ds_comm_worker_create(ds_comm *comm, bool threaded, ds_comm_worker **out) {
     *out = NULL;
+    if (!comm) return DS_ERR(DS_ERR_INVALID_ARG, "comm worker: communicator is NULL");
+    ds_comm_mpi_base *base = ds_comm_base(comm);
+    if (threaded && base->worker)
+        return DS_ERR(DS_ERR_INVALID_ARG, "comm worker: the communicator already has a "
+                      "communication thread (one owner at a time)");
     ds_comm_worker *w = calloc(1, sizeof *w);
     if (!w) return DS_ERR(DS_ERR_OOM, "comm worker: out of host memory");
     w->comm = comm;
@@ -77,9 +98,13 @@ ds_status ds_comm_worker_create(ds_comm *comm, bool threaded, ds_comm_worker **o
     pthread_cond_init(&w->cond_work, NULL);
     pthread_cond_init(&w->cond_done, NULL);
     if (threaded && pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+        pthread_mutex_destroy(&w->lock);
+        pthread_cond_destroy(&w->cond_work);
+        pthread_cond_destroy(&w->cond_done);
         free(w);
         return DS_ERR(DS_ERR_INTERNAL, "comm worker: cannot start the communication thread");
     }
+    if (threaded) base->worker = w;
     *out = w;
     return DS_OK;
 }
@@ -92,6 +117,8 @@ void ds_comm_worker_destroy(ds_comm_worker *w) {
         pthread_cond_broadcast(&w->cond_work);
         pthread_mutex_unlock(&w->lock);
         pthread_join(w->thread, NULL);
+        ds_comm_mpi_base *base = ds_comm_base(w->comm);
+        if (base->worker == w) base->worker = NULL;
     }
     pthread_mutex_destroy(&w->lock);
     pthread_cond_destroy(&w->cond_work);
@@ -128,11 +155,20 @@ ds_status ds_comm_job_wait(ds_comm_worker *w, ds_comm_job *job) {
 }
 
 ds_status ds_comm_worker_drain(ds_comm_worker *w) {
-    if (!w->threaded) return DS_OK;
+    ds_status failed;
+    char msg[sizeof w->first_msg];
+    pthread_mutex_lock(&w->lock);
+    while (w->threaded && w->head != w->tail) pthread_cond_wait(&w->cond_done, &w->lock);
+    failed = w->failed;
+    if (failed != DS_OK) snprintf(msg, sizeof msg, "%s", w->first_msg);
+    pthread_mutex_unlock(&w->lock);
+    if (failed != DS_OK) return DS_ERR(failed, "%s", msg);
+    return DS_OK;
+}
+
+void ds_comm_worker_wait_idle(ds_comm_worker *w) {
+    if (!w->threaded || pthread_equal(pthread_self(), w->thread)) return;
     pthread_mutex_lock(&w->lock);
     while (w->head != w->tail) pthread_cond_wait(&w->cond_done, &w->lock);
-    bool failed = w->failed;
     pthread_mutex_unlock(&w->lock);
-    if (failed) return DS_ERR(DS_ERR_COMM, "a collective on the communication thread failed");
-    return DS_OK;
 }
