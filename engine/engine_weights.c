@@ -10,7 +10,10 @@ ds_status ds_save_weights(engine_t *e, const char *path) {
     int64_t largest = 0;
     for (int i = 0; i < f->n_params; i++)
         if (f->params[i].numel > largest) largest = f->params[i].numel;
-    ds_st_decl *decl = calloc((size_t)f->n_params, sizeof *decl);
+    /* n_params >= 1 (a model has parameters); the guard also tells gcc, whose
+     * -Walloc-size-larger-than under -fsanitize=address otherwise sees a
+     * negative count cast to a huge size */
+    ds_st_decl *decl = calloc(f->n_params > 0 ? (size_t)f->n_params : 1, sizeof *decl);
     float *buf = malloc((size_t)largest * sizeof(float));
     ds_status st = DS_OK;
     if (!decl || !buf) {

@@ -14,6 +14,9 @@ DS_DEB_PACKAGES=(
   # OpenMP threads for the cores.
   libopenblas-openmp-dev
   libopenmpi-dev openmpi-bin
+  # The fuzz harnesses (tests/fuzz): clang with libFuzzer and the sanitizer
+  # runtimes, and clang's OpenMP.
+  clang libclang-rt-dev libomp-dev
   # test_ckpt_fsync records the system calls of a checkpoint save;
   # test_preempt finds a rank's process with pgrep.
   strace procps
