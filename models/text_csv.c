@@ -54,6 +54,13 @@ static ds_status parse_record(const char *path, const char **pp, const char *end
     const char *q = *pp;
     r->n = 0;
     r->len = 0;
+    /* Readers take field i as buf + off[i]: buf must exist even when every
+     * field is empty (a header ","), as NULL + 0 is undefined behaviour. */
+    if (!r->buf) {
+        r->buf = malloc(256);
+        if (!r->buf) return DS_ERR(DS_ERR_OOM, "reading CSV: a record buffer");
+        r->cap = 256;
+    }
     for (;;) {
         size_t start = r->len;
         if (q < end && *q == '"') {

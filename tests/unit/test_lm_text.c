@@ -149,6 +149,11 @@ static void test_errors(void) {
     expect_error(fixture("quote.csv", "text\nfine\n\"open\nnever\n", -1), NULL, DS_ERR_DATA,
                  "quote.csv:3:", "unterminated quote");
     expect_error(fixture("empty.csv", "", 0), NULL, DS_ERR_DATA, "empty.csv", "empty file");
+    /* found by tests/fuzz/fuzz_lm_docs (issue 15): a header of empty names
+     * left the record buffer NULL and the column search computed NULL + 0,
+     * undefined behaviour (UBSan stops the DS_SANITIZE build here) */
+    expect_error(fixture("empty_names.csv", "\n,,\nx,y,z\n", -1), NULL, DS_ERR_DATA,
+                 "empty_names.csv:2:", "no text column");
 }
 
 /* ---- split ---- */

@@ -183,9 +183,30 @@ static void test_errors(void) {
     expect_error("does_not_exist.csv", NULL, DS_ERR_IO, 0, "cannot open");
 }
 
+/* Inputs the fuzz harness tests/fuzz/fuzz_text found (issue 15), written
+ * out here; each one failed under the DS_SANITIZE build before its fix. */
+static void test_fuzz_regressions(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/test_text_read_fuzz.csv", DS_BINARY_DIR);
+    /* a header of two empty names: the record buffer stayed NULL and the
+     * column search computed NULL + 0, undefined behaviour */
+    FILE *f = fopen(path, "wb");
+    if (!f) TEST_DIE(path);
+    fputs(",", f);
+    fclose(f);
+    ds_text_set *s = NULL;
+    ds_clear_error();
+    ds_status st = ds_text_read(path, NULL, &s);
+    CHECK(st == DS_ERR_DATA && strstr(ds_last_error(), ":1: no label column"),
+          "a header of empty names: %s: %s", ds_status_to_string(st), ds_last_error());
+    ds_text_set_destroy(s);
+    remove(path);
+}
+
 int main(void) {
     test_formats();
     test_label_options();
     test_errors();
+    test_fuzz_regressions();
     return test_finish("test_text_read");
 }
