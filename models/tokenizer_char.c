@@ -211,6 +211,12 @@ static ds_status parse_line(const char *path, int line, const char *s, size_t le
                             uint32_t *cp) {
     *cp = UINT32_MAX;
     if (len == 0) return DS_ERR(DS_ERR_DATA, "%s:%d: empty line", path, line);
+    /* Tokens are C strings and texts UTF-8 without NUL (the readers check
+     * both): a NUL would cut the token short of its line, so that the
+     * vocabulary holds another token than the file and saves an unreadable
+     * one. */
+    if (memchr(s, '\0', len) || ds_utf8_check(s, len) != len)
+        return DS_ERR(DS_ERR_DATA, "%s:%d: invalid UTF-8 or a NUL byte", path, line);
     uint32_t c;
     int k = ds_utf8_decode((const unsigned char *)s, len, &c);
     char buf[5];
@@ -225,6 +231,8 @@ static ds_status parse_line(const char *path, int line, const char *s, size_t le
         }
         if (c >= 0xD800 && c <= 0xDFFF)
             return DS_ERR(DS_ERR_DATA, "%s:%d: \\u escape of a surrogate", path, line);
+        if (c == 0)
+            return DS_ERR(DS_ERR_DATA, "%s:%d: \\u0000: a text never holds U+0000", path, line);
         int n = ds_utf8_encode(c, buf);
         s = buf, len = (size_t)n;
         *cp = c;

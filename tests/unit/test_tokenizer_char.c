@@ -40,10 +40,14 @@ static void check_vocab(const ds_tokenizer *t, const char *const *want, int n) {
               ds_tokenizer_id_to_token(t, i), want[i]);
 }
 
-static void write_file(const char *path, const char *content) {
+static void write_bytes(const char *path, const char *content, size_t n) {
     FILE *f = fopen(path, "wb");
-    fputs(content, f);
+    fwrite(content, 1, n, f);
     fclose(f);
+}
+
+static void write_file(const char *path, const char *content) {
+    write_bytes(path, content, strlen(content));
 }
 
 int main(void) {
@@ -140,6 +144,23 @@ int main(void) {
               ds_tokenizer_token_to_id(back, "é"));
         ds_tokenizer_destroy(back);
     }
+    /* Found by tests/fuzz/fuzz_vocab (issue 15): a [SPECIAL] line holding a
+     * NUL byte loaded as the token cut at the NUL (the vocabulary then held
+     * another token than its file, and saved a line that does not load);
+     * invalid UTF-8 in a special and the escape \u0000 went through too. */
+    static const char nul_special[] = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[a\0b]\n";
+    write_bytes(path, nul_special, sizeof nul_special - 1);
+    CHECK(ds_char_tokenizer_load(path, &back) == DS_ERR_DATA &&
+              strstr(ds_last_error(), ":5: invalid UTF-8 or a NUL byte"),
+          "a NUL inside a special: %s", ds_last_error());
+    write_file(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[\x94,.d]\n");
+    CHECK(ds_char_tokenizer_load(path, &back) == DS_ERR_DATA &&
+              strstr(ds_last_error(), ":5: invalid UTF-8 or a NUL byte"),
+          "invalid UTF-8 inside a special: %s", ds_last_error());
+    write_file(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n\\u0000\n");
+    CHECK(ds_char_tokenizer_load(path, &back) == DS_ERR_DATA &&
+              strstr(ds_last_error(), ":5: \\u0000"),
+          "the escape of U+0000: %s", ds_last_error());
     CHECK(ds_char_tokenizer_load(DS_BINARY_DIR "/no/such/vocab.txt", &back) == DS_ERR_IO,
           "missing file");
     remove(path);
