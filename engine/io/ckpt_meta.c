@@ -4,12 +4,14 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/io/ckpt_dir.h"
+#include "engine/io/ckpt_file.h"
 #include "engine/io/ckpt_seal.h"
 
 #define FORMAT_NAME "zero-engine-checkpoint"
@@ -176,6 +178,17 @@ static int64_t get_i64(rd *c, json_t *o, const char *k, const char *w) {
     return v ? (int64_t)json_integer_value(v) : 0;
 }
 
+/* An integer in [lo, hi]. Every field narrower than 64 bits is read through
+ * this, so that no value changes on the way in (a world size of 2^32 + 1
+ * would otherwise become 1). */
+static int64_t get_ranged(rd *c, json_t *o, const char *k, const char *w, int64_t lo, int64_t hi) {
+    int64_t v = get_i64(c, o, k, w);
+    if (c->st == DS_OK && (v < lo || v > hi))
+        c->st = DS_ERR(DS_ERR_CORRUPT, "%s: %s%s%s = %lld, outside [%lld, %lld]", c->path, w,
+                       *w ? "." : "", k, (long long)v, (long long)lo, (long long)hi);
+    return c->st == DS_OK ? v : 0;
+}
+
 static bool get_bool(rd *c, json_t *o, const char *k, const char *w) {
     json_t *v = need(c, o, k, w, JSON_TRUE);
     return v ? json_is_true(v) : false;
@@ -243,14 +256,19 @@ static void read_params(rd *c, json_t *doc, ds_ckpt_meta *m) {
             json_t *v = json_array_get(shape, (size_t)d);
             range_check(c, json_is_integer(v) && json_integer_value(v) >= 0,
                         "a parameter shape holds a non-integer or negative dimension");
-            if (c->st == DS_OK) n *= (e->shape[d] = (int64_t)json_integer_value(v));
+            if (c->st == DS_OK) {
+                e->shape[d] = (int64_t)json_integer_value(v);
+                range_check(c, !__builtin_mul_overflow(n, e->shape[d], &n),
+                            "a parameter shape overflows 64 bits");
+            }
         }
         char msg[DS_MAX_NAME + 96];
         snprintf(msg, sizeof msg, "parameter %s: numel, shape and offset disagree or overlap",
                  e->name);
-        range_check(c, n == e->numel && e->offset >= prev_end && e->offset + e->numel <= m->used,
+        /* offset >= prev_end >= 0 and numel = n >= 0: no sum below overflows */
+        range_check(c, n == e->numel && e->offset >= prev_end && e->numel <= m->used - e->offset,
                     msg);
-        prev_end = e->offset + e->numel;
+        if (c->st == DS_OK) prev_end = e->offset + e->numel;
     }
 }
 
@@ -273,10 +291,10 @@ static void read_shards(rd *c, json_t *doc, ds_ckpt_meta *m) {
         json_t *s = json_array_get(arr, (size_t)r);
         ds_ckpt_shard_entry *e = &m->shards[r];
         get_str(c, s, "file", where, e->file, sizeof e->file);
-        e->rank = (int)get_i64(c, s, "rank", where);
+        e->rank = (int)get_ranged(c, s, "rank", where, 0, INT_MAX);
         e->lo = get_i64(c, s, "lo", where);
         e->hi = get_i64(c, s, "hi", where);
-        e->bytes = (uint64_t)get_i64(c, s, "bytes", where);
+        e->bytes = (uint64_t)get_ranged(c, s, "bytes", where, 0, INT64_MAX);
         e->index_hash = get_hex(c, s, "index_hash", where);
     }
 }
@@ -285,7 +303,7 @@ static void read_doc(rd *c, json_t *doc, ds_ckpt_meta *m) {
     char fmt[64] = "";
     get_str(c, doc, "format", "", fmt, sizeof fmt);
     range_check(c, !strcmp(fmt, FORMAT_NAME), "not a zero-engine checkpoint (format)");
-    m->format_version = (int)get_i64(c, doc, "format_version", "");
+    m->format_version = (int)get_ranged(c, doc, "format_version", "", 0, INT_MAX);
     if (c->st == DS_OK && m->format_version != DS_CKPT_FORMAT_VERSION) {
         c->st = DS_ERR(DS_ERR_UNSUPPORTED, "%s: checkpoint format version %d, this build reads %d",
                        c->path, m->format_version, DS_CKPT_FORMAT_VERSION);
@@ -293,23 +311,28 @@ static void read_doc(rd *c, json_t *doc, ds_ckpt_meta *m) {
     }
     get_str(c, doc, "tag", "", m->tag, sizeof m->tag);
     get_str(c, doc, "engine_version", "", m->engine_version, sizeof m->engine_version);
-    m->world = (int)get_i64(c, doc, "world_size", "");
-    m->stage = (int)get_i64(c, doc, "zero_stage", "");
+    m->world = (int)get_ranged(c, doc, "world_size", "", 1, INT_MAX);
+    m->stage = (int)get_ranged(c, doc, "zero_stage", "", 0, 3);
     get_str(c, doc, "precision", "", m->precision, sizeof m->precision);
     json_t *o = need(c, doc, "optimizer", "", JSON_OBJECT);
     get_str(c, o, "type", "optimizer", m->optimizer, sizeof m->optimizer);
-    m->moments = (int)get_i64(c, o, "moments", "optimizer");
+    m->moments = (int)get_ranged(c, o, "moments", "optimizer", 0, 2);
     json_t *f = need(c, doc, "flat", "", JSON_OBJECT);
     m->numel = get_i64(c, f, "numel", "flat");
     m->used = get_i64(c, f, "used", "flat");
     m->padded = get_i64(c, f, "padded", "flat");
     m->part = get_i64(c, f, "part", "flat");
-    m->align = (int)get_i64(c, f, "align", "flat");
-    m->frame_elems = (uint32_t)get_i64(c, f, "frame_elems", "flat");
-    range_check(c, m->world >= 1 && m->stage >= 0 && m->stage <= 3 && m->moments >= 0 &&
-                       m->moments <= 2 && m->numel >= 0 && m->used >= m->numel &&
-                       m->padded >= m->used && m->part * m->world == m->padded,
-                "world_size, zero_stage, optimizer.moments or the flat layout out of range");
+    m->align = (int)get_ranged(c, f, "align", "flat", 1, INT_MAX);
+    /* the shard files' own bounds (ckpt_file.h): a load and zero_to_fp32
+     * read one frame of this many elements at a time, and 0 would never
+     * advance */
+    m->frame_elems = (uint32_t)get_ranged(c, f, "frame_elems", "flat", DS_CKPT_FRAME_ELEMS_MIN,
+                                          DS_CKPT_FRAME_ELEMS_MAX);
+    int64_t whole;
+    range_check(c, m->numel >= 0 && m->used >= m->numel && m->padded >= m->used &&
+                       !__builtin_mul_overflow(m->part, (int64_t)m->world, &whole) &&
+                       whole == m->padded,
+                "the flat layout (numel <= used <= padded = part * world_size) out of range");
     read_params(c, doc, m);
     read_shards(c, doc, m);
     json_t *k = need(c, doc, "counters", "", JSON_OBJECT);
@@ -329,7 +352,7 @@ static void read_doc(rd *c, json_t *doc, ds_ckpt_meta *m) {
     json_t *ls = need(c, doc, "loss_scaler", "", JSON_OBJECT);
     m->scaler_enabled = get_bool(c, ls, "enabled", "loss_scaler");
     m->loss_scale = get_real_or_nan(c, ls, "scale", "loss_scaler");
-    m->cur_hysteresis = (int)get_i64(c, ls, "cur_hysteresis", "loss_scaler");
+    m->cur_hysteresis = (int)get_ranged(c, ls, "cur_hysteresis", "loss_scaler", INT_MIN, INT_MAX);
     m->scaler_cur_iter = get_i64(c, ls, "cur_iter", "loss_scaler");
     m->scaler_last_overflow_iter = get_i64(c, ls, "last_overflow_iter", "loss_scaler");
     json_t *g = need(c, doc, "rng", "", JSON_OBJECT);

@@ -237,6 +237,22 @@ static void test_damaged(void) {
     damaged("\"seed\": \"0x", "\"seed\": \"1x", DS_ERR_CORRUPT, "rng.seed");
     damaged("\"tag\": \"global_step7\",", "\"tag\": \"global_step7\"", DS_ERR_CORRUPT, ":");
     damaged("\"zero-engine-checkpoint\"", "\"other\"", DS_ERR_CORRUPT, "format");
+    /* Issue 15 (tests/fuzz/fuzz_ckpt_meta, which seals what it mutates):
+     * integer overflow in the checks themselves (undefined behaviour, which
+     * the DS_SANITIZE build stops at), values narrowed to int that wrapped
+     * into range, and a frame size a load would never advance by. */
+    damaged("\"part\": 32", "\"part\": 4611686018427387904", DS_ERR_CORRUPT, "flat layout");
+    damaged("\"offset\": 16", "\"offset\": 9223372036854775807", DS_ERR_CORRUPT, "a.bias");
+    damaged("\"shape\": [\n    3,\n    4\n   ]",
+            "\"shape\": [\n    4294967296,\n    4294967296\n   ]", DS_ERR_CORRUPT,
+            "shape overflows");
+    damaged("\"world_size\": 2", "\"world_size\": 4294967298", DS_ERR_CORRUPT,
+            "world_size = 4294967298, outside");
+    damaged("\"format_version\": 2", "\"format_version\": 4294967298", DS_ERR_CORRUPT,
+            "format_version = 4294967298, outside");
+    damaged("\"frame_elems\": 1048576", "\"frame_elems\": 0", DS_ERR_CORRUPT,
+            "flat.frame_elems = 0, outside");
+    damaged("\"bytes\": 1000", "\"bytes\": -1", DS_ERR_CORRUPT, "shards[0].bytes = -1");
 }
 
 static void test_tags_and_folders(void) {
