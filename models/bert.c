@@ -1,6 +1,7 @@
 /* BertForSequenceClassification assembled from the modules of models/:
  *   bert.embeddings -> bert.encoder.layer.0 .. L-1 -> bert.pooler (+ dropout)
  *   -> classifier -> loss */
+#include <limits.h>
 #include <stdio.h>
 
 #include "models/models.h"
@@ -12,7 +13,14 @@ static ds_status bert_resolve(const ds_bert_desc *in, ds_bert_desc *d) {
     if (d->type_vocab_size == 0) d->type_vocab_size = 2;
     if (d->layer_norm_eps == 0.0f) d->layer_norm_eps = 1e-12f;
     if (d->initializer_range == 0.0f) d->initializer_range = 0.02f;
-    if (d->intermediate_size == 0) d->intermediate_size = 4 * d->hidden_size;
+    if (d->intermediate_size == 0 && d->hidden_size > 0) {
+        /* past INT_MAX / 4 the default does not fit an int (nor the product) */
+        if (d->hidden_size > INT_MAX / 4)
+            return DS_ERR(DS_ERR_INVALID_ARG, "bert: hidden_size %d: the default "
+                          "intermediate_size (4 * hidden_size) exceeds %d; give "
+                          "intermediate_size", d->hidden_size, INT_MAX);
+        d->intermediate_size = 4 * d->hidden_size;
+    }
     if (d->max_seq_len == 0) d->max_seq_len = d->max_position_embeddings;
 #define POSITIVE(f)                                                                       \
     if (d->f <= 0) return DS_ERR(DS_ERR_INVALID_ARG, "bert: " #f " must be > 0, got %d", d->f)

@@ -2,6 +2,7 @@
  *   transformer.embed -> transformer.h.0 .. L-1 -> lm_head (ln_f, tied wte^T)
  *   -> loss (causal cross-entropy: position t scored on labels[t + 1])
  * Parameter names are Hugging Face's; see models.h. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -16,7 +17,14 @@ ds_status ds_gpt2_resolve(const ds_gpt2_desc *in, ds_gpt2_desc *d) {
     if (d->n_embd == 0) d->n_embd = 768;
     if (d->n_layer == 0) d->n_layer = 12;
     if (d->n_head == 0) d->n_head = 12;
-    if (d->n_inner == 0) d->n_inner = 4 * d->n_embd;
+    if (d->n_inner == 0 && d->n_embd > 0) {
+        /* a config.json may give any width up to 1e9: past INT_MAX / 4 the
+         * default does not fit an int (and the product would overflow) */
+        if (d->n_embd > INT_MAX / 4)
+            return DS_ERR(DS_ERR_INVALID_ARG, "gpt2: n_embd %d: the default n_inner (4 * n_embd) "
+                          "exceeds %d; give n_inner", d->n_embd, INT_MAX);
+        d->n_inner = 4 * d->n_embd;
+    }
     if (d->layer_norm_epsilon == 0.0f) d->layer_norm_epsilon = 1e-5f;
     if (d->initializer_range == 0.0f) d->initializer_range = 0.02f;
     if (d->max_seq_len == 0) d->max_seq_len = d->n_positions;

@@ -296,7 +296,8 @@ ds_status ds_hf_gpt2_config_write(const char *path, const ds_gpt2_desc *in) {
     ok = ok && put(root, "n_head", json_integer(d.n_head));
     /* null is GPT2Config's way of saying 4 n_embd */
     ok = ok && put(root, "n_inner",
-                   d.n_inner == 4 * d.n_embd ? json_null() : json_integer(d.n_inner));
+                   (int64_t)d.n_inner == 4 * (int64_t)d.n_embd ? json_null()
+                                                                : json_integer(d.n_inner));
     ok = ok && put(root, "resid_pdrop", json_float(d.resid_pdrop));
     ok = ok && put(root, "embd_pdrop", json_float(d.embd_pdrop));
     ok = ok && put(root, "attn_pdrop", json_float(d.attn_pdrop));

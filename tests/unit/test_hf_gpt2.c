@@ -32,6 +32,7 @@
 #include "engine/io/safetensors.h"
 #include "models/hf.h"
 #include "models/models.h"
+#include "models/modules.h"
 #include "tests/unit/ref_dump.h"
 #include "tests/unit/test_util.h"
 
@@ -207,6 +208,21 @@ static void test_config_errors(void) {
     CHECK(d.resid_pdrop == 0.1f && d.embd_pdrop == 0.1f && d.attn_pdrop == 0.1f &&
               d.layer_norm_epsilon == 1e-5f && d.initializer_range == 0.02f && d.n_inner == 0,
           "GPT2Config's defaults not applied");
+    /* Found by tests/fuzz/fuzz_hf_config (issue 15): a width the reader
+     * accepts (up to 1e9) whose default n_inner, 4 * n_embd, overflowed an
+     * int in ds_gpt2_resolve, and in the writer's test for the default */
+    write_text(path, "{\"vocab_size\": 50, \"n_embd\": 1000000000, \"n_layer\": 1, "
+                     "\"n_head\": 4, \"n_positions\": 8}");
+    CHECK_OK(ds_hf_gpt2_config_read(path, &d));
+    ds_gpt2_desc r, back;
+    ds_clear_error();
+    CHECK(ds_gpt2_resolve(&d, &r) == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "give n_inner"),
+          "n_embd 1e9 without n_inner: \"%s\"", ds_last_error());
+    d.n_inner = 8;
+    CHECK_OK(ds_hf_gpt2_config_write(tmp_path("wide.json"), &d));
+    CHECK_OK(ds_hf_gpt2_config_read(tmp_path("wide.json"), &back));
+    CHECK(back.n_embd == 1000000000 && back.n_inner == 8, "wide config read back: %d, %d",
+          back.n_embd, back.n_inner);
     ds_clear_error();
     CHECK(ds_hf_gpt2_config_read(tmp_path("missing.json"), &d) == DS_ERR_IO &&
               strstr(ds_last_error(), "missing.json"),

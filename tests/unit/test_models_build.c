@@ -165,6 +165,10 @@ static void test_bad_descs(void) {
     d = ok, d.n_classes = 1, expect_bad_bert(d, "n_classes");
     d = ok, d.pad_token_id = 30, expect_bad_bert(d, "pad_token_id");
     d = ok, d.num_hidden_layers = -1, expect_bad_bert(d, "num_hidden_layers");
+    /* issue 15 (fuzz_hf_config found GPT-2's twin): a width whose default
+     * intermediate size, 4 * hidden, does not fit an int was computed anyway
+     * (signed overflow) instead of refused */
+    d = ok, d.hidden_size = 1000000000, expect_bad_bert(d, "give intermediate_size");
     ds_mlp_desc md = {.vocab_size = 10, .max_seq_len = 4, .embed_dim = 0, .hidden_dim = 4,
                       .n_classes = 2};
     ds_model *m = NULL;
