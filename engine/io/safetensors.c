@@ -472,10 +472,14 @@ ds_status ds_st_index_read(const char *path, ds_st_index *out) {
         st = DS_ERR(DS_ERR_CORRUPT, "%s: missing or non-object \"weight_map\"", path);
         goto done;
     }
+    /* total_size is informational: a value that is not a byte count (a
+     * string, a negative, a real of 2^64 or more, whose conversion to
+     * uint64_t would be undefined) reads as absent */
     json_t *total = json_object_get(json_object_get(root, "metadata"), "total_size");
     if (json_is_integer(total) && json_integer_value(total) >= 0)
         out->total_size = (uint64_t)json_integer_value(total);
-    else if (json_is_real(total) && json_real_value(total) >= 0)
+    else if (json_is_real(total) && json_real_value(total) >= 0 &&
+             json_real_value(total) < 18446744073709551616.0)
         out->total_size = (uint64_t)json_real_value(total);
     size_t cap = json_object_size(wm);
     out->names = calloc(cap ? cap : 1, sizeof(char *));

@@ -255,7 +255,7 @@ typedef struct ds_st_index {
     char **files;      /* file name per tensor (relative to the index's folder) */
     int n_files;       /* distinct files, in order of first appearance */
     char **file_list;
-    uint64_t total_size; /* metadata.total_size, 0 when absent */
+    uint64_t total_size; /* metadata.total_size, 0 when absent or not a byte count */
 } ds_st_index;
 
 /* Read an index. Errors: DS_ERR_IO when unreadable, DS_ERR_CORRUPT naming

@@ -533,6 +533,23 @@ static void test_sharded(const char *dir) {
     fputs("{\"metadata\":{},\"weight_map\":{\"a\":\"../x.safetensors\"}}", fp);
     fclose(fp);
     CHECK(ds_st_index_read(p, &ix) == DS_ERR_CORRUPT, "index with a path: %s", ds_last_error());
+
+    /* found by tests/fuzz/fuzz_safetensors (issue 15): a total_size real of
+     * 2^64 or more was converted to uint64_t, which is undefined (UBSan
+     * stops the DS_SANITIZE build there); it reads as absent now, as a
+     * string does, and 5e9 still reads */
+    const char *totals[][2] = {{"3.5e38", "0"}, {"1e300", "0"}, {"\"12\"", "0"},
+                               {"5e9", "5000000000"}, {"77", "77"}};
+    for (int k = 0; k < 5; k++) {
+        fp = fopen(p, "w");
+        fprintf(fp, "{\"metadata\": {\"total_size\": %s}, \"weight_map\": {\"a\": \"m.st\"}}",
+                totals[k][0]);
+        fclose(fp);
+        CHECK_OK(ds_st_index_read(p, &ix));
+        CHECK(ix.total_size == strtoull(totals[k][1], NULL, 10), "total_size %s read as %llu",
+              totals[k][0], (unsigned long long)ix.total_size);
+        ds_st_index_free(&ix);
+    }
 }
 
 static void test_parse_size(void) {
