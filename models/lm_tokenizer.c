@@ -2,6 +2,7 @@
  * through the char vocabulary of models/tokenizer_char.c. */
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,7 +195,11 @@ static ds_status get_int(const char *path, const json_t *o, const char *key, int
     const json_t *v = json_object_get(o, key);
     if (!json_is_integer(v))
         return DS_ERR(DS_ERR_DATA, "%s: %s: missing or not an integer", path, key);
-    *out = (int)json_integer_value(v);
+    /* checked before narrowing: 2^32 + 257 would otherwise read as 257 */
+    json_int_t x = json_integer_value(v);
+    if (x < INT_MIN || x > INT_MAX)
+        return DS_ERR(DS_ERR_DATA, "%s: %s: %lld does not fit an int", path, key, (long long)x);
+    *out = (int)x;
     return DS_OK;
 }
 

@@ -2,6 +2,7 @@
 #include "models/saved_model.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +67,11 @@ ds_status ds_saved_model_write(const char *dir, const ds_saved_model *m) {
 static ds_status get_int(json_t *o, const char *path, const char *key, int *out) {
     json_t *v = json_object_get(o, key);
     if (!json_is_integer(v)) return DS_ERR(DS_ERR_DATA, "%s: %s: missing or not an integer", path, key);
-    *out = (int)json_integer_value(v);
+    /* checked before narrowing: 2^32 + 100 would otherwise read as 100 */
+    json_int_t x = json_integer_value(v);
+    if (x < INT_MIN || x > INT_MAX)
+        return DS_ERR(DS_ERR_DATA, "%s: %s: %lld does not fit an int", path, key, (long long)x);
+    *out = (int)x;
     return DS_OK;
 }
 

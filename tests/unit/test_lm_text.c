@@ -330,6 +330,14 @@ static void test_tokenizer_files(void) {
     ds_clear_error();
     CHECK(ds_lm_tokenizer_load(dir, &u) == DS_ERR_DATA, "vocab_size 300 for bytes accepted");
     CHECK(strstr(ds_last_error(), "vocab_size: 300") != NULL, "message '%s'", ds_last_error());
+    /* issue 15: an integer beyond int was narrowed first, so 2^32 + 257
+     * read as the byte tokenizer's 257 and passed the check */
+    fixture("tok_bad/lm_tokenizer.json",
+            "{\"kind\": \"byte\", \"vocab_size\": 4294967553, \"eot_id\": 256}", -1);
+    ds_clear_error();
+    CHECK(ds_lm_tokenizer_load(dir, &u) == DS_ERR_DATA &&
+              strstr(ds_last_error(), "vocab_size: 4294967553 does not fit an int"),
+          "vocab_size 2^32 + 257: '%s'", ds_last_error());
     fixture("tok_bad/lm_tokenizer.json", "{\"kind\": \"bpe\", \"vocab_size\": 50257}", -1);
     CHECK(ds_lm_tokenizer_load(dir, &u) == DS_ERR_DATA, "kind bpe accepted");
     CHECK(u == NULL, "a tokenizer came back with an error");

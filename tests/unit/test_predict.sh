@@ -329,6 +329,10 @@ errors)
   mkdir -p wrongweights && cp "$fix/bert/config.json" "$fix/bert/vocab.txt" wrongweights/
   cp "$fix/mlp/model.safetensors" wrongweights/
   expect_error "wrongweights/model.safetensors" --model wrongweights "x"
+  # issue 15: an integer beyond int was narrowed first (2^32 + 16 read as 16)
+  mkdir -p wideint && cp "$fix/bert/model.safetensors" "$fix/bert/vocab.txt" wideint/
+  sed 's/"max_seq_len": [0-9]*/"max_seq_len": 4294967312/' "$fix/bert/config.json" >wideint/config.json
+  expect_error "wideint/config.json: max_seq_len: 4294967312 does not fit an int" --model wideint "x"
   # a vocabulary larger than the model's embedding table
   mkdir -p bigvocab && cp "$fix/bert/config.json" "$fix/bert/model.safetensors" bigvocab/
   { cat "$fix/bert/vocab.txt"; printf '%s\n' 龘 龖 齉 靐; } >bigvocab/vocab.txt
