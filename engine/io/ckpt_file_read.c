@@ -101,6 +101,15 @@ static ds_status parse_index(ds_ckpt_reader *r, const unsigned char *ix, uint64_
                      (unsigned long long)s->n_frames, (long long)r->h.lo, (long long)r->h.hi);
             return corrupt(r, msg);
         }
+        /* Each frame takes CKPT_FRAME_REC index bytes: a count beyond what
+         * the index holds is refused here, before the counts are summed and
+         * multiplied (2^59 frames would wrap the size check below to a
+         * match, and the allocation of the frame table to a huge one). */
+        if (s->n_frames > (n - CKPT_INDEX_HEAD) / CKPT_FRAME_REC) {
+            snprintf(msg, sizeof msg, "index entry %u claims %llu frames, more than the index's "
+                     "%llu bytes hold", k, (unsigned long long)s->n_frames, (unsigned long long)n);
+            return corrupt(r, msg);
+        }
         for (uint32_t j = 0; j < k; j++)
             if (r->sec[j].id == s->id) return corrupt(r, "a section appears twice in the index");
         total += s->n_frames;
@@ -121,7 +130,11 @@ static ds_status parse_index(ds_ckpt_reader *r, const unsigned char *ix, uint64_
             *f = (ck_frame){.offset = ck_get64(p), .stored = ck_get32(p + 8),
                             .elems = ck_get32(p + 12), .first = (int64_t)ck_get64(p + 16),
                             .hash = ck_get64(p + 24)};
-            if (f->offset < end_prev || f->offset + f->stored > index_off || f->stored == 0 ||
+            /* offset + stored is not formed: near 2^64 it would wrap below
+             * index_off and let a frame "inside" the file be read at a
+             * negative file offset */
+            if (f->offset < end_prev || f->stored > index_off ||
+                f->offset > index_off - f->stored || f->stored == 0 ||
                 f->stored > bound || f->elems == 0 || f->elems > r->h.frame_elems ||
                 f->first != next) {
                 snprintf(msg, sizeof msg, "section %s frame %llu (offset %llu, %u bytes, "
@@ -201,7 +214,9 @@ static ds_status open_checked(ds_ckpt_reader *r) {
         return corrupt(r, msg);
     }
     uint64_t ioff = ck_get64(tr), ibytes = ck_get64(tr + 8);
-    if (ioff < DS_CKPT_HEADER_BYTES || ibytes > size || ioff + ibytes + sizeof tr != size) {
+    /* no sum of the two: a huge offset would wrap it back to the file size */
+    if (ioff < DS_CKPT_HEADER_BYTES || ioff > size - sizeof tr ||
+        ibytes != size - sizeof tr - ioff) {
         snprintf(msg, sizeof msg, "trailer places the index at %llu + %llu in a file of %llu "
                  "bytes", (unsigned long long)ioff, (unsigned long long)ibytes,
                  (unsigned long long)size);

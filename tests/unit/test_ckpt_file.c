@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -247,6 +248,84 @@ static void test_corruption(void) {
     expect_open_fails(bad, "truncated");
 }
 
+/* Rewrite bytes [off, off + 8) of `path` with v, then seal what a reader
+ * checks again: the header's checksum (bytes 0..56) and the index's (in the
+ * trailer), as a writer with a bug, or someone forging a file, would. What
+ * is left is the reader's structural checks alone. */
+static void put64_resealed(const char *path, long off, uint64_t v) {
+    int fd = open(path, O_RDWR);
+    off_t size = lseek(fd, 0, SEEK_END);
+    unsigned char hb[DS_CKPT_HEADER_BYTES], tr[DS_CKPT_TRAILER_BYTES];
+    CHECK(pwrite(fd, &v, 8, off) == 8, "patch %s", path);
+    CHECK(pread(fd, hb, sizeof hb, 0) == (ssize_t)sizeof hb &&
+              pread(fd, tr, sizeof tr, size - (off_t)sizeof tr) == (ssize_t)sizeof tr,
+          "read %s", path);
+    uint64_t h = ds_xxh64(hb, 56, 0), ioff, ibytes;
+    memcpy(hb + 56, &h, 8);
+    memcpy(&ioff, tr, 8);
+    memcpy(&ibytes, tr + 8, 8);
+    unsigned char *ix = malloc(ibytes);
+    CHECK(ix && pread(fd, ix, ibytes, (off_t)ioff) == (ssize_t)ibytes, "read the index");
+    h = ds_xxh64(ix, ibytes, 0);
+    memcpy(tr + 16, &h, 8);
+    CHECK(pwrite(fd, hb, sizeof hb, 0) == (ssize_t)sizeof hb &&
+              pwrite(fd, tr, sizeof tr, size - (off_t)sizeof tr) == (ssize_t)sizeof tr,
+          "reseal %s", path);
+    free(ix);
+    close(fd);
+}
+
+/* Found by reading the open checks while writing tests/fuzz/fuzz_ckpt_file
+ * (issue 15), which exercises the same ground: three of them could be
+ * defeated by unsigned wrap-around. */
+static void test_index_wraparound(void) {
+    char good[512], bad[512];
+    snprintf(good, sizeof good, "%s/good.dsck", tmpdir());
+    snprintf(bad, sizeof bad, "%s/bad.dsck", tmpdir());
+    write_file(good, DS_CKPT_FILTER_SHUFFLE);
+    struct stat st;
+    CHECK(stat(good, &st) == 0, "stat %s", good);
+    uint64_t ioff;
+    {
+        int fd = open(good, O_RDONLY);
+        CHECK(pread(fd, &ioff, 8, st.st_size - DS_CKPT_TRAILER_BYTES) == 8, "trailer");
+        close(fd);
+    }
+    /* index: 8-byte head, 3 section records of 32 bytes, then the frames
+     * (offset u64 first); header: hi at byte 32 */
+    long frame0 = (long)ioff + 8 + 3 * 32, sec0 = (long)ioff + 8;
+
+    /* a trailer placing the index at 2^64 - 16 with size - 16 bytes: the
+     * sum wrapped to the file size and open read at a negative offset
+     * (DS_ERR_IO "Invalid argument" for a damaged file) */
+    copy_file(good, bad);
+    {
+        int fd = open(bad, O_RDWR);
+        uint64_t tr[2] = {UINT64_MAX - 15, (uint64_t)st.st_size - 16};
+        CHECK(pwrite(fd, tr, sizeof tr, st.st_size - DS_CKPT_TRAILER_BYTES) == sizeof tr,
+              "patch the trailer");
+        close(fd);
+    }
+    expect_open_fails(bad, "trailer places the index");
+
+    /* frame 0 at offset 2^64 - 2: offset + stored wrapped below the index's
+     * offset and open accepted it; a read then asked pread for a negative
+     * offset (DS_ERR_IO instead of naming the bad frame) */
+    copy_file(good, bad);
+    put64_resealed(bad, frame0, UINT64_MAX - 1);
+    expect_open_fails(bad, "weights frame 0");
+
+    /* a section claiming 2^59 more frames, in a header range wide enough to
+     * pass the per-section test: the frame count times 32 wrapped to the
+     * index's true size and open went on to allocate 2^64 bytes (an OOM
+     * status, or an abort under AddressSanitizer) */
+    copy_file(good, bad);
+    put64_resealed(bad, 32, (uint64_t)LO + (1ull << 60));       /* header hi */
+    put64_resealed(bad, sec0 + 16, (uint64_t)LO + (1ull << 60)); /* weights hi */
+    put64_resealed(bad, sec0 + 24, 20 + (1ull << 59));           /* weights frames */
+    expect_open_fails(bad, "claims");
+}
+
 static void test_misuse(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/misuse.dsck", tmpdir());
@@ -296,6 +375,7 @@ int main(void) {
     test_roundtrip(DS_CKPT_FILTER_SHUFFLE);
     test_roundtrip(DS_CKPT_FILTER_NONE);
     test_corruption();
+    test_index_wraparound();
     test_misuse();
     test_fault_matcher();
     cleanup();
