@@ -40,6 +40,13 @@ void cfg_warn(const cfg_ctx *ctx, const char *fmt, ...) {
 }
 
 void cfg_fmt_real(double x, char *buf, size_t cap) {
+    /* Negative zero: %g gives "-0", which JSON reads as the integer 0, so a
+     * config written and read again would hold +0 (found by
+     * tests/fuzz/fuzz_config, issue 15); "-0.0" is a real and reads back. */
+    if (x == 0.0 && signbit(x)) {
+        snprintf(buf, cap, "-0.0");
+        return;
+    }
     /* The shortest of %.1g..%.17g that strtod reads back to x: 5e-4 prints
      * as 0.0005, not 0.00050000000000000001, and still round-trips. */
     for (int p = 1; p <= 17; p++) {

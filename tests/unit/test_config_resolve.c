@@ -395,6 +395,10 @@ static void test_round_trip(void) {
         " \"synchronize_checkpoint_boundary\": true, \"profile\": true},"
         " \"checkpoint\": {\"tag_validation\": \"Ignore\"},"
         " \"zero_engine\": {\"backend\": \"cuda\", \"comm_timeout_s\": 45.25, \"num_threads\": 3}}",
+        /* found by tests/fuzz/fuzz_config (issue 15): -0.0 was printed "-0",
+         * which reads back as the integer 0 */
+        "{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\","
+        " \"betas\": [0.9, -0.0], \"weight_decay\": -0.0}}, \"gradient_clipping\": -0.0}",
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ds_config c = RESOLVE_OK(cases[i], &h);
