@@ -236,8 +236,11 @@ ds_status ds_save_weights(engine_t *e, const char *path);
  * gradient-accumulation boundary (not between ds_forward and the ds_step
  * completing the step). DIR is created if needed; an existing DIR/TAG is
  * replaced atomically. Every rank returns the same status; a failure names the
- * rank and file. Errors: DS_ERR_INVALID_ARG (bad tag or JSON, not at a
- * boundary), DS_ERR_IO (the file system), DS_ERR_COMM, DS_ERR_NONFINITE (a
+ * rank and file; a full disk also says how many bytes were free. DIR is
+ * locked for this job on the first save (ds_checkpoint_clean): another job
+ * writing into it makes the save fail. Errors: DS_ERR_INVALID_ARG (bad tag
+ * or JSON, not at a boundary), DS_ERR_IO (the file system, the lock),
+ * DS_ERR_COMM, DS_ERR_NONFINITE (a
  * weight or optimizer moment is NaN or inf: nothing is saved, `latest` keeps
  * naming the last good checkpoint). */
 ds_status ds_save_checkpoint(engine_t *e, const char *dir, const char *tag,
@@ -245,10 +248,26 @@ ds_status ds_save_checkpoint(engine_t *e, const char *dir, const char *tag,
 
 /* Remove what unfinished saves left in DIR (every TAG.tmp folder and
  * latest.tmp; nothing else), rank 0 printing each path it removes. Call it
- * once at the start of a job that will save into DIR (train_cls does), never
- * while another job saves there. A DIR that does not exist is fine.
- * Collective; every rank returns the same status. Errors: DS_ERR_IO. */
+ * once at the start of a job that will save into DIR (train_cls does). It
+ * first takes DIR's lock (as ds_save_checkpoint does): one job at a time
+ * writes into a folder, and a second one fails here, at start-up, naming the
+ * job that holds it ("DIR is being written by another job (DIR/.lock held by
+ * pid 4242 on node7 since ...)") instead of interleaving its tags with the
+ * first's. The lock is an flock on DIR/.lock that rank 0's process holds
+ * until it ends, so a job that dies however it dies frees it. DIR is
+ * created if needed. Collective; every rank returns the same status.
+ * Errors: DS_ERR_IO. */
 ds_status ds_checkpoint_clean(engine_t *e, const char *dir);
+
+/* Bounded disk use: keep the newest `keep` checkpoints in DIR (by the step
+ * their meta.json records) and the one DIR/latest names, removing the
+ * others, rank 0 printing each. Folders that are not checkpoints this
+ * version reads are left alone; a removal is crash-safe (renamed to TAG.tmp
+ * first, which ds_checkpoint_clean clears). Call it after a save
+ * (train_cls and train_lm --save-total-limit K do). Collective; every rank
+ * returns the same status. Errors: DS_ERR_IO, DS_ERR_CORRUPT (latest
+ * unreadable: nothing is removed), DS_ERR_INVALID_ARG (keep < 1). */
+ds_status ds_checkpoint_prune(engine_t *e, const char *dir, int keep);
 
 /* What ds_load_checkpoint restores; DeepSpeed's load_checkpoint arguments. */
 typedef enum ds_load_flags {

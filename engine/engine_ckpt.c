@@ -19,12 +19,14 @@
 
 /* ------------------------------------------------------------------ shared */
 
-/* All ranks learn whether any rank failed: a failing rank returns its own
- * status and message, the others the worst status with the message of the
- * rank that had it (ds_comm_agree). Collective. */
+/* All ranks learn whether any rank failed, and all report the same failure:
+ * the lowest rank with the worst status, in its words ("rank 1 failed with
+ * DS_ERR_IO: ...", ds_comm_agree_one). A full disk or a damaged file is one
+ * cause, so the user reads one line, not one per rank. A failing rank keeps
+ * its own status. Collective. */
 static ds_status agree(engine_t *e, ds_status local) {
     ds_status worst;
-    DS_TRY(ds_comm_agree(e->comm, local, &worst));
+    DS_TRY(ds_comm_agree_one(e->comm, local, &worst));
     return local != DS_OK ? local : worst;
 }
 
@@ -105,12 +107,22 @@ static ds_status write_shard(engine_t *e, const char *tmpdir, int moments,
         if (st == DS_OK && k == 0) ds_fault_point("ckpt:mid_shard_write", rank);
     }
     free(buf);
+    /* a full disk says how full, and how much this file holds */
+    char need[96];
+    snprintf(need, sizeof need, "the shard holds %llu bytes before compression",
+             (unsigned long long)(hi - lo) * sizeof(float) * (unsigned long long)(moments + 1));
     if (st != DS_OK) {
+        ds_ckpt_note_space(path, need);
         ds_error_trace(__FILE__, __LINE__);
         ds_ckpt_writer_abort(w);
         return st;
     }
-    DS_TRY(ds_ckpt_writer_finish(w, info)); /* the file's bytes: fsynced */
+    st = ds_ckpt_writer_finish(w, info); /* the file's bytes: fsynced */
+    if (st != DS_OK) {
+        ds_ckpt_note_space(path, need);
+        ds_error_trace(__FILE__, __LINE__);
+        return st;
+    }
     /* Its entry in TAG.tmp: each rank syncs the entry it made (on a shared
      * file system a client's metadata is its own to flush). Rank 0 need
      * not: it syncs TAG.tmp after writing meta.json there, before the rename
@@ -214,11 +226,16 @@ static ds_status commit(engine_t *e, const char *dir, const char *tag, const cha
     if (st == DS_OK) st = ds_fault_error("ckpt:write_meta", 0);
     if (st == DS_OK) st = ds_ckpt_meta_write(path, &m);
     ds_ckpt_meta_free(&m);
+    if (st != DS_OK) ds_ckpt_note_space(path, NULL);
     DS_TRY(st);
     ds_fault_point("ckpt:after_meta", 0);
     DS_TRY(ds_ckpt_commit_dir(dir, tag));
     ds_fault_point("ckpt:after_rename", 0);
-    DS_TRY(ds_ckpt_write_latest(dir, tag));
+    /* TAG is complete from here on; a failure to point latest at it leaves
+     * latest naming the previous checkpoint */
+    st = ds_ckpt_write_latest(dir, tag);
+    if (st != DS_OK) ds_ckpt_note_space(dir, NULL);
+    DS_TRY(st);
     ds_fault_point("ckpt:after_latest", 0);
     return DS_OK;
 }
@@ -289,10 +306,13 @@ static ds_status save(engine_t *e, const char *dir, const char *tag_in,
      * rename to TAG and the sync of DIR after it. */
     ds_status st = DS_OK;
     if (rank == 0) {
-        st = ds_ckpt_mkdirs(dir);
+        /* one job writes into DIR (held until the process ends) */
+        st = ds_ckpt_lock_dir(dir);
         if (st == DS_OK) st = ds_ckpt_remove_flat_dir(tmpdir);
-        if (st == DS_OK && mkdir(tmpdir, 0755) != 0)
+        if (st == DS_OK && mkdir(tmpdir, 0755) != 0) {
             st = DS_ERR(DS_ERR_IO, "%s: cannot create folder: %s", tmpdir, strerror(errno));
+            ds_ckpt_note_space(dir, NULL);
+        }
     }
     DS_TRY(agree(e, st));
 
@@ -349,7 +369,36 @@ static void report_stale(void *user, const char *path) {
 ds_status ds_checkpoint_clean(engine_t *e, const char *dir) {
     if (!dir || !*dir) return DS_ERR(DS_ERR_INVALID_ARG, "ds_checkpoint_clean: no folder given");
     ds_status st = DS_OK;
-    if (e->comm->rank == 0) st = ds_ckpt_remove_stale(dir, report_stale, NULL);
+    /* The lock first: what looks stale may be another job's save in flight. */
+    if (e->comm->rank == 0) st = ds_ckpt_lock_dir(dir);
+    if (st == DS_OK && e->comm->rank == 0) st = ds_ckpt_remove_stale(dir, report_stale, NULL);
+    DS_TRY(agree(e, st));
+    return DS_OK;
+}
+
+typedef struct prune_note {
+    bool quiet;
+    int keep;
+} prune_note;
+
+static void report_pruned(void *user, const char *path) {
+    const prune_note *p = user;
+    if (!p->quiet)
+        fprintf(stderr, "[zero-engine] removed checkpoint %s (keeping the newest %d and the one "
+                "latest names)\n", path, p->keep);
+}
+
+ds_status ds_checkpoint_prune(engine_t *e, const char *dir, int keep) {
+    if (!dir || !*dir) return DS_ERR(DS_ERR_INVALID_ARG, "ds_checkpoint_prune: no folder given");
+    if (keep < 1)
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_checkpoint_prune: keep must be at least 1, got %d",
+                      keep);
+    ds_status st = DS_OK;
+    if (e->comm->rank == 0) {
+        prune_note note = {.quiet = e->quiet, .keep = keep};
+        st = ds_ckpt_lock_dir(dir); /* held since the save: no other job writes here */
+        if (st == DS_OK) st = ds_ckpt_prune(dir, keep, report_pruned, &note);
+    }
     DS_TRY(agree(e, st));
     return DS_OK;
 }

@@ -92,7 +92,38 @@ void ds_preempt_request(int signo) {
     errno = saved;
 }
 
-static void on_signal(int sig) {
+/* The process that started this one is Open MPI's launcher (mpirun or an
+ * orted daemon): its SIGTERM is no preemption. mpirun cannot pass a SIGTERM
+ * on (engine-run relays one as SIGURG); it sends SIGTERM only to end the
+ * job (a rank died or aborted, or mpirun itself was signalled), with SIGKILL
+ * a second later. A rank that took it for a preemption printed "saving at
+ * the next step boundary" under the error that ended the job and waited for
+ * that SIGKILL, for a save that could not finish with its peers gone. */
+static atomic_int g_parent_kills;
+
+static bool parent_is_ompi_launcher(void) {
+    char path[64], comm[64] = "";
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)getppid());
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, comm, sizeof comm - 1);
+    close(fd);
+    if (n <= 0) return false;
+    comm[n] = '\0';
+    comm[strcspn(comm, "\n")] = '\0';
+    static const char *const k_launchers[] = {"mpirun", "mpiexec", "orterun", "orted"};
+    for (size_t k = 0; k < sizeof k_launchers / sizeof *k_launchers; k++)
+        if (!strcmp(comm, k_launchers[k])) return true;
+    return false;
+}
+
+static void on_signal(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
+    if (sig == SIGTERM && atomic_load(&g_parent_kills) && si && si->si_pid == getppid()) {
+        signal(SIGTERM, SIG_DFL); /* the launcher ends the job: go, as without a handler */
+        raise(SIGTERM);
+        return;
+    }
     int from = atomic_load(&g_relay_from);
     ds_preempt_request(from && sig == from ? atomic_load(&g_relay_to) : sig);
 }
@@ -109,9 +140,9 @@ static ds_status install_one(int s, const sigset_t *mask) {
     if (g_installed[s]) return DS_OK;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
+    sa.sa_sigaction = on_signal;
     sa.sa_mask = *mask;        /* one handler at a time */
-    sa.sa_flags = SA_RESTART;  /* a write or a wait the signal interrupts goes on */
+    sa.sa_flags = SA_RESTART | SA_SIGINFO; /* a write or a wait it interrupts goes on */
     if (sigaction(s, &sa, &g_old[s]) != 0)
         return DS_ERR(DS_ERR_INTERNAL, "ds_preempt_install: sigaction(%s): %s", ds_signal_name(s),
                       strerror(errno));
@@ -155,6 +186,7 @@ ds_status ds_preempt_install(const engine_t *e, const int *extra, int n_extra) {
     }
     atomic_store(&g_relay_to, to);
     atomic_store(&g_relay_from, from);
+    atomic_store(&g_parent_kills, parent_is_ompi_launcher());
     sigset_t mask;
     sigemptyset(&mask);
     for (int k = 0; k < n; k++) sigaddset(&mask, want[k]);

@@ -211,7 +211,10 @@ static ds_status normalise_loss(engine_t *e, float mine) {
     e->loss_norm = 1.0;
     if (e->comm->world == 1) return DS_OK;
     double total = mine;
-    DS_TRY(ds_comm_host_all_reduce(e->comm, &total, 1, DS_F64, DS_REDUCE_SUM));
+    ds_comm_set_context(e->comm, "the loss weights after forward"); /* named in a timeout */
+    ds_status st = ds_comm_host_all_reduce(e->comm, &total, 1, DS_F64, DS_REDUCE_SUM);
+    ds_comm_set_context(e->comm, NULL);
+    DS_TRY(st);
     e->loss_norm = total > 0.0 ? (double)e->comm->world * mine / total : 0.0;
     return DS_OK;
 }
@@ -378,12 +381,16 @@ ds_status ds_step(engine_t *e) {
      * when no signal came). Only when one did, the ranks agree on which. */
     double red[2] = {e->loss_accum / (double)e->cfg.gradient_accumulation_steps,
                      ds_preempt_pending() ? 1.0 : 0.0};
-    DS_TRY(ds_comm_host_all_reduce(e->comm, red, 2, DS_F64, DS_REDUCE_SUM));
+    ds_comm_set_context(e->comm, "the step's loss"); /* named in a timeout */
+    ds_status st = ds_comm_host_all_reduce(e->comm, red, 2, DS_F64, DS_REDUCE_SUM);
     int32_t stop = 0;
-    if (red[1] > 0.0) {
+    if (st == DS_OK && red[1] > 0.0) {
         stop = ds_preempt_pending();
-        DS_TRY(ds_comm_host_all_reduce(e->comm, &stop, 1, DS_I32, DS_REDUCE_MAX));
+        ds_comm_set_context(e->comm, "the preemption signal");
+        st = ds_comm_host_all_reduce(e->comm, &stop, 1, DS_I32, DS_REDUCE_MAX);
     }
+    ds_comm_set_context(e->comm, NULL);
+    DS_TRY(st);
     ds_preempt_note(DS_PREEMPT_BETWEEN_STEPS, 0, (int)e->cfg.gradient_accumulation_steps);
     e->loss_accum = 0.0;
     e->last = (ds_step_info){.step = e->global_step, .epoch = e->epoch,

@@ -135,3 +135,28 @@ add_test(NAME test_train_cls_ckpt
                  -x OMP_NUM_THREADS=1)
 set_tests_properties(test_train_cls_ckpt PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS 2
                      ENVIRONMENT "OMP_NUM_THREADS=1")
+
+# One writer per checkpoint folder and bounded disk use: another process's
+# lock refuses clean and save (naming its pid), a killed holder frees it,
+# ds_checkpoint_prune keeps the newest K and latest's and nothing else goes.
+ds_add_test(NAME test_ckpt_lock SOURCES ${_ck}/fault/test_ckpt_lock.c
+            ${_ck}/multirank/ckpt_harness.c ${_ck}/multirank/tied_model.c LABELS fault)
+target_include_directories(test_ckpt_lock PRIVATE ${_ck}/multirank)
+
+# A full disk during a save and during zero_to_fp32 (tmpfs mounts; skipped
+# with 77 where mounting is not allowed) and a file-size limit: one line with
+# the path and the bytes, the last checkpoint intact and latest on it,
+# nothing under a final name.
+add_test(NAME test_disk_full
+         COMMAND ${_ck}/fault/test_disk_full.sh ${CMAKE_BINARY_DIR}/bin
+                 ${CMAKE_BINARY_DIR}/tests/disk_full)
+set_tests_properties(test_disk_full PROPERTIES LABELS fault TIMEOUT 120 PROCESSORS 2
+                     SKIP_RETURN_CODE 77)
+
+# A dead rank: 20 SIGKILLs of a random rank at start-up, while training and
+# inside saves; each time the job ends within 15 s naming the rank, latest
+# verifies and the next run resumes from it (tests/fault/test_kill_ranks.sh).
+add_test(NAME test_kill_ranks
+         COMMAND ${_ck}/fault/test_kill_ranks.sh ${CMAKE_BINARY_DIR}/bin
+                 ${CMAKE_BINARY_DIR}/tests/kill_ranks 20)
+set_tests_properties(test_kill_ranks PROPERTIES LABELS fault TIMEOUT 240 PROCESSORS 2)

@@ -24,6 +24,18 @@ set_tests_properties(test_comm_singleton PROPERTIES LABELS multirank TIMEOUT 120
 ds_add_mpi_test(NAME test_comm_timeout SOURCES ${_comm_dir}/fault/test_comm_timeout.c NP 2
                 LABELS fault TIMEOUT 60)
 
+# A hung rank ends the job with its name, a slow one does not: train_cls at
+# 2 ranks through engine-run with comm_timeout_s 5; rank 1 stopped (SIGSTOP),
+# stuck computing (DS_FAULT_INJECT=stall:...), or stopped for 1.5 s only
+# (tests/fault/test_hung_rank.sh).
+foreach(c stop compute slow)
+  add_test(NAME test_hung_rank_${c}
+           COMMAND ${_comm_dir}/fault/test_hung_rank.sh ${CMAKE_BINARY_DIR}/bin
+                   ${CMAKE_BINARY_DIR}/tests/hung_rank_${c} ${c})
+  set_tests_properties(test_hung_rank_${c} PROPERTIES LABELS "multirank;fault" TIMEOUT 120
+                       PROCESSORS 2)
+endforeach()
+
 # The same program against the NCCL communicator, every buffer staged through
 # device memory: needs a GPU (label cuda), so only in CUDA builds.
 if(DS_CUDA)

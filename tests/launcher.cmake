@@ -13,7 +13,8 @@ target_link_libraries(launch_probe PRIVATE zero-engine)
 
 set(_ds_launch_work ${CMAKE_CURRENT_BINARY_DIR}/launcher_work)
 foreach(c help dry_np1 dry_np2 dry_np4 dry_hostfile dry_mpi_env dry_slurm launcher_none
-          no_mpirun errors run_np1 run_np2 rank_dies oversubscribe join relay relay_unhandled)
+          no_mpirun errors run_np1 run_np2 rank_dies oversubscribe join relay relay_unhandled
+          mpirun_hangs)
   add_test(NAME launcher_${c}
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_engine_run.sh ${c}
                    $<TARGET_FILE:engine-run> $<TARGET_FILE:rank_echo> ${_ds_launch_work}/${c}
@@ -24,7 +25,21 @@ endforeach()
 set_tests_properties(launcher_run_np2 launcher_rank_dies launcher_join launcher_relay
                      launcher_relay_unhandled PROPERTIES PROCESSORS 2)
 set_tests_properties(launcher_relay launcher_relay_unhandled PROPERTIES LABELS "unit;fault")
-set_tests_properties(launcher_rank_dies PROPERTIES LABELS "unit;fault")
+set_tests_properties(launcher_rank_dies launcher_mpirun_hangs PROPERTIES LABELS "unit;fault")
+
+# engine-run's output relay on streams shaped like mpirun --tag-output's:
+# tags off, each rank's lines whole, an error every rank prints shown once,
+# mpirun's failure banners as one line naming the rank.
+ds_add_test(NAME test_output_relay SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_output_relay.c
+            LABELS unit)
+target_link_libraries(test_output_relay PRIVATE ds_tool_common)
+
+# One error, once: a bad config, a bad data line, a locked checkpoint folder
+# at 2 and 4 ranks through engine-run; the message once, no mpirun banner.
+add_test(NAME test_one_error
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/fault/test_one_error.sh ${CMAKE_BINARY_DIR}/bin
+                 ${_ds_launch_work}/one_error)
+set_tests_properties(test_one_error PROPERTIES LABELS "unit;fault" TIMEOUT 120 PROCESSORS 2)
 
 add_test(NAME gen_sentences
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_gen_sentences.sh

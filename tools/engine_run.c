@@ -48,6 +48,7 @@ typedef struct options {
     launcher_kind launcher;
     int dry_run;
     int oversubscribe; /* --oversubscribe: beyond MAX_RANKS_PER_CORE too */
+    int raw_output;    /* --raw-output: mpirun's output untouched */
     const char *config;
     const char *app;
     char **app_args; /* ARGS after APP, passed on untouched */
@@ -84,7 +85,7 @@ static void fail(int code, const char *fmt, ...) {
 static void usage(FILE *out) {
     fputs(
         "usage: engine-run [--np N] [--hostfile F] [--launcher auto|mpirun|srun|none]\n"
-        "                  [--oversubscribe] [--dry-run] --config FILE APP [ARGS...]\n"
+        "                  [--oversubscribe] [--raw-output] [--dry-run] --config FILE APP [ARGS...]\n"
         "\n"
         "Starts N ranks of APP, a program built on zero-engine, and passes each one\n"
         "'--config FILE' (FILE made absolute) followed by ARGS.\n"
@@ -101,6 +102,7 @@ static void usage(FILE *out) {
         "                  not used with srun (the Slurm allocation decides the hosts)\n"
         "  --launcher L    auto (default), mpirun, srun or none; see below\n"
         "  --oversubscribe start more than 8 ranks per core (mpirun; refused without it)\n"
+        "  --raw-output    show what mpirun prints untouched (see Output below)\n"
         "  --dry-run       print the command engine-run would exec, one line on stdout,\n"
         "                  with any environment variable it sets in front, and exit 0\n"
         "  --config FILE   the ds_config.json for APP (required; must exist)\n"
@@ -115,9 +117,9 @@ static void usage(FILE *out) {
         "  3. Inside a Slurm allocation (SLURM_JOB_ID set) but not in an srun step, e.g.\n"
         "     in an sbatch script: exec srun -n N --kill-on-bad-exit=1 APP ...\n"
         "  4. Otherwise: mpirun -np N [--hostfile F] [--allow-run-as-root]\n"
-        "     [--oversubscribe] --bind-to none --mca ess_base_forward_signals SIGURG\n"
-        "     -x OMP_NUM_THREADS [-x VAR ...] APP ..., with DS_PREEMPT_RELAY set, as\n"
-        "     engine-run's child (below).\n"
+        "     [--oversubscribe] --bind-to none --tag-output --mca\n"
+        "     ess_base_forward_signals SIGURG -x OMP_NUM_THREADS [-x VAR ...] APP ...,\n"
+        "     with DS_PREEMPT_RELAY set, as engine-run's child (below).\n"
         "     --allow-run-as-root is added when engine-run runs as root.\n"
         "     More ranks than cores (this machine's, or the hostfile's slots): one\n"
         "     warning with both numbers, and --oversubscribe is added; more than 8 per\n"
@@ -160,9 +162,20 @@ static void usage(FILE *out) {
         "When a rank dies: mpirun ends the whole job as soon as one rank exits with a\n"
         "non-zero status or is killed by a signal (Open MPI's default), and srun gets\n"
         "--kill-on-bad-exit=1 for the same effect, so no rank is left waiting in a\n"
-        "collective. The exit status of engine-run is APP's (in place), srun's, or\n"
-        "mpirun's (128 + the signal that ended it; after a preemption signal a job\n"
-        "that fails returns 128 + that signal).\n"
+        "collective. A rank that is stopped or stuck is caught by the others: their\n"
+        "collectives give up after zero_engine.comm_timeout_s, and a rank whose\n"
+        "collective failed ends the job with MPI_Abort when it exits. The exit status\n"
+        "of engine-run is APP's (in place), srun's, or mpirun's (128 + the signal\n"
+        "that ended it; after a preemption signal a job that fails returns 128 +\n"
+        "that signal).\n"
+        "\n"
+        "Output (mpirun): engine-run removes mpirun's --tag-output tags and prints\n"
+        "each rank's lines whole; a line a rank prints on stderr that another rank\n"
+        "already printed word for word is not repeated (an error every rank hits,\n"
+        "such as a bad config, shows once); mpirun's multi-line banners about a\n"
+        "failed job become one line naming the rank ('engine-run: rank 1 was killed\n"
+        "by signal 9 (SIGKILL); mpirun stopped the other ranks'). --raw-output\n"
+        "leaves out --tag-output and all of this.\n"
         "\n"
         "Open MPI's MCA parameters can be given as environment variables\n"
         "(OMPI_MCA_btl=self,vader,tcp ...); mpirun reads them itself.\n"
@@ -450,6 +463,8 @@ static void parse_args(int argc, char **argv, options *o) {
             o->dry_run = 1;
         } else if (strcmp(a, "--oversubscribe") == 0) {
             o->oversubscribe = 1;
+        } else if (strcmp(a, "--raw-output") == 0) {
+            o->raw_output = 1;
         } else if (is_option(a, "--config")) {
             o->config = option_value(argc, argv, &i, "--config");
             if (!*o->config) fail(EXIT_USAGE, "--config: empty file name");
@@ -700,6 +715,9 @@ int main(int argc, char **argv) {
          * with it; the ranks' threads are sized by OMP_NUM_THREADS instead. */
         argv_push(&cmd, "--bind-to");
         argv_push(&cmd, "none");
+        /* every line says its rank, so the relay can show each error once
+         * and each rank's lines whole (supervise.h) */
+        if (!o.raw_output) argv_push(&cmd, "--tag-output");
         push_signal_mca(&cmd, &cfg);
         push_forwarded_env(&cmd);
     } else if (plan == P_SRUN) {
@@ -737,7 +755,8 @@ int main(int argc, char **argv) {
                     "zero_engine.save_on_signal %s works when sent to the ranks themselves\n",
                     ds_signal_name(cfg.save_on_signal), ds_signal_name(cfg.save_on_signal));
         er_supervise_opts so = {.np = o.np, .count_joins = o.hostfile == NULL,
-                                .deadline_s = cfg.preempt_deadline_s};
+                                .deadline_s = cfg.preempt_deadline_s,
+                                .relay_output = !o.raw_output};
         return er_supervise(cmd.v, &so);
     }
     fflush(stdout);

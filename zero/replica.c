@@ -270,7 +270,10 @@ ds_status ds_replica_shard_update(ds_replica_shard *rs, const ds_optim_step *ste
     ds_replica *r = &rs->rep;
     void *lp = ds_at(r->params, r->pt, rs->sh.lo);
     DS_TRY(ds_shard_update(&rs->sh, step, lp, grads, r->gt, grad_mult, lp, r->pt));
-    DS_TRY(ds_comm_all_gather(rs->comm, lp, r->params, (size_t)rs->sh.part, r->pt));
+    ds_comm_set_context(rs->comm, "the parameters after the update"); /* named in a timeout */
+    ds_status st = ds_comm_all_gather(rs->comm, lp, r->params, (size_t)rs->sh.part, r->pt);
+    ds_comm_set_context(rs->comm, NULL);
+    DS_TRY(st);
     return DS_OK;
 }
 

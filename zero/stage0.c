@@ -31,8 +31,14 @@ static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
     if (s->comm->world > 1)
         for (int64_t b = 0; b < n; b += s->bucket) {
             int64_t len = (n - b < s->bucket) ? n - b : s->bucket;
-            DS_TRY(ds_comm_all_reduce(s->comm, (char *)r->grads + (size_t)b * ds_dtype_size(r->gt),
-                                      (size_t)len, r->gt, DS_REDUCE_SUM));
+            char what[256]; /* named in a timeout */
+            ds_zero_describe_range(r->flat, b, b + len, "gradient bucket", what, sizeof what);
+            ds_comm_set_context(s->comm, what);
+            ds_status st = ds_comm_all_reduce(s->comm,
+                                              (char *)r->grads + (size_t)b * ds_dtype_size(r->gt),
+                                              (size_t)len, r->gt, DS_REDUCE_SUM);
+            ds_comm_set_context(s->comm, NULL);
+            DS_TRY(st);
         }
     /* Every rank now holds the same summed gradient, so the local norm and
      * overflow flag are already global. */

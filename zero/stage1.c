@@ -26,7 +26,11 @@ static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
     stage1 *s = S(z);
     ds_replica *r = &s->rs.rep;
     size_t part = (size_t)s->rs.sh.part;
-    DS_TRY(ds_comm_reduce_scatter(s->rs.comm, r->grads, my_grads(s), part, r->gt, DS_REDUCE_SUM));
+    ds_comm_set_context(s->rs.comm, "the gradients"); /* named in a timeout */
+    ds_status st = ds_comm_reduce_scatter(s->rs.comm, r->grads, my_grads(s), part, r->gt,
+                                          DS_REDUCE_SUM);
+    ds_comm_set_context(s->rs.comm, NULL);
+    DS_TRY(st);
     DS_TRY(ds_zero_part_sumsq(r->be, s->rs.comm, my_grads(s), r->gt, part, sumsq, overflow));
     return DS_OK;
 }

@@ -71,7 +71,10 @@ ds_status ds_zero_part_sumsq(ds_backend *be, ds_comm *comm, const void *buf, ds_
     int bad = 0;
     DS_TRY(be->ops->sumsq(be, buf, t, n, &s, &bad));
     double v[2] = {s, (double)bad};
-    DS_TRY(ds_comm_host_all_reduce(comm, v, 2, DS_F64, DS_REDUCE_SUM));
+    ds_comm_set_context(comm, "the gradient norm"); /* named if it times out */
+    ds_status st = ds_comm_host_all_reduce(comm, v, 2, DS_F64, DS_REDUCE_SUM);
+    ds_comm_set_context(comm, NULL);
+    DS_TRY(st);
     *sumsq = v[0];
     *overflow = v[1] > 0.0;
     return DS_OK;

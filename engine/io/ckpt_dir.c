@@ -4,10 +4,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/io/ckpt_file.h"
@@ -370,4 +375,220 @@ ds_status ds_ckpt_check_dir_range(const char *tag_dir, int64_t lo, int64_t hi,
                                   ds_ckpt_meta *meta) {
     DS_TRY(check_dir(tag_dir, false, lo, hi, meta));
     return DS_OK;
+}
+
+/* ---- one writer per folder ---------------------------------------------- */
+
+/* The folders whose lock this process holds: the descriptor stays open (the
+ * lock with it) until the process ends. A process saves into few folders. */
+#define MAX_HELD_LOCKS 16
+static struct held_lock {
+    dev_t dev;
+    ino_t ino;
+    int fd;
+} g_locks[MAX_HELD_LOCKS];
+static int g_n_locks;
+static pthread_mutex_t g_locks_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static ds_status lock_dir(const char *dir) {
+    struct stat ds;
+    if (stat(dir, &ds) != 0)
+        return DS_ERR(DS_ERR_IO, "%s: cannot lock the checkpoint folder: %s", dir, strerror(errno));
+    for (int k = 0; k < g_n_locks; k++)
+        if (g_locks[k].dev == ds.st_dev && g_locks[k].ino == ds.st_ino) return DS_OK;
+    if (g_n_locks == MAX_HELD_LOCKS)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: this process already locks %d checkpoint folders, "
+                      "the most it may", dir, MAX_HELD_LOCKS);
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, DS_CKPT_LOCK_FILE) >= (int)sizeof path)
+        return DS_ERR(DS_ERR_INVALID_ARG, "path too long: %s", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return DS_ERR(DS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        char who[256] = "";
+        ssize_t n = err == EWOULDBLOCK ? pread(fd, who, sizeof who - 1, 0) : -1;
+        close(fd);
+        if (err != EWOULDBLOCK)
+            return DS_ERR(DS_ERR_IO, "%s: cannot lock: %s", path, strerror(err));
+        who[n > 0 ? n : 0] = '\0';
+        who[strcspn(who, "\n")] = '\0';
+        return DS_ERR(DS_ERR_IO, "%s is being written by another job (%s held by %s): two jobs "
+                      "saving checkpoints into one folder would interleave their tags and remove "
+                      "each other's unfinished saves; wait for that job to end, or save into "
+                      "another folder", dir, path, who[0] ? who : "another process");
+    }
+    /* who holds it, for the refusal a second job prints */
+    char host[128] = "?", when[64] = "?", text[320];
+    gethostname(host, sizeof host);
+    host[sizeof host - 1] = '\0';
+    time_t t = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    int len = snprintf(text, sizeof text, "pid %ld on %s since %s\n", (long)getpid(), host, when);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)len, 0) != len) {
+        /* the lock holds without its note; a refusal then says less */
+    }
+    g_locks[g_n_locks++] = (struct held_lock){.dev = ds.st_dev, .ino = ds.st_ino, .fd = fd};
+    return DS_OK;
+}
+
+ds_status ds_ckpt_lock_dir(const char *dir) {
+    DS_TRY(ds_ckpt_mkdirs(dir));
+    pthread_mutex_lock(&g_locks_mu);
+    ds_status st = lock_dir(dir);
+    pthread_mutex_unlock(&g_locks_mu);
+    DS_TRY(st);
+    return DS_OK;
+}
+
+/* ---- bounded disk use ------------------------------------------------------ */
+
+typedef struct ckpt_entry {
+    char tag[DS_CKPT_TAG_MAX + 1];
+    int64_t step;
+    struct timespec mtime;
+} ckpt_entry;
+
+/* newest first: the higher step, then the later folder */
+static int newer_first(const void *a, const void *b) {
+    const ckpt_entry *x = a, *y = b;
+    if (x->step != y->step) return x->step > y->step ? -1 : 1;
+    if (x->mtime.tv_sec != y->mtime.tv_sec) return x->mtime.tv_sec > y->mtime.tv_sec ? -1 : 1;
+    if (x->mtime.tv_nsec != y->mtime.tv_nsec) return x->mtime.tv_nsec > y->mtime.tv_nsec ? -1 : 1;
+    return strcmp(x->tag, y->tag);
+}
+
+/* The complete checkpoints in dir: folders with a valid tag whose meta.json
+ * reads and verifies. *out is malloc'ed (free it). */
+static ds_status list_checkpoints(const char *dir, ckpt_entry **out, int *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    DIR *d = opendir(dir);
+    if (!d) return DS_ERR(DS_ERR_IO, "%s: cannot open folder: %s", dir, strerror(errno));
+    ckpt_entry *v = NULL;
+    int n = 0, cap = 0;
+    ds_status st = DS_OK;
+    struct dirent *de;
+    while (st == DS_OK && (de = readdir(d))) {
+        char path[4096];
+        struct stat s;
+        if (strlen(de->d_name) > DS_CKPT_TAG_MAX || ds_ckpt_check_tag(de->d_name) != DS_OK)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (lstat(path, &s) != 0 || !S_ISDIR(s.st_mode)) continue;
+        snprintf(path, sizeof path, "%s/%s/%s", dir, de->d_name, DS_CKPT_META_FILE);
+        ds_ckpt_meta m;
+        ds_status ok = ds_ckpt_meta_read(path, &m);
+        int64_t step = m.global_step;
+        ds_ckpt_meta_free(&m);
+        if (ok != DS_OK) continue; /* not a checkpoint this version can read: not ours to remove */
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            ckpt_entry *w = realloc(v, (size_t)cap * sizeof *v);
+            if (!w) {
+                st = DS_ERR_OOM; /* the message after the loop, which clears errors */
+                break;
+            }
+            v = w;
+        }
+        snprintf(v[n].tag, sizeof v[n].tag, "%s", de->d_name);
+        v[n].step = step;
+        v[n].mtime = s.st_mtim;
+        n++;
+    }
+    closedir(d);
+    ds_clear_error(); /* the names and folders skipped above */
+    if (st != DS_OK) {
+        free(v);
+        return DS_ERR(st, "%s: listing the checkpoints: out of host memory", dir);
+    }
+    *out = v;
+    *n_out = n;
+    return DS_OK;
+}
+
+/* TAG -> TAG.tmp, DIR synced, then deleted: a crash leaves only a TAG.tmp,
+ * which the next job's ds_ckpt_remove_stale clears. */
+static ds_status remove_checkpoint(const char *dir, const char *tag) {
+    char fin[4096], tmp[4096];
+    snprintf(fin, sizeof fin, "%s/%s", dir, tag);
+    snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, tag);
+    DS_TRY(ds_ckpt_remove_flat_dir(tmp)); /* debris of an earlier save of this tag */
+    if (rename(fin, tmp) != 0)
+        return DS_ERR(DS_ERR_IO, "rename %s -> %s: %s", fin, tmp, strerror(errno));
+    DS_TRY(ds_ckpt_fsync_dir(dir));
+    DS_TRY(ds_ckpt_remove_flat_dir(tmp));
+    return DS_OK;
+}
+
+ds_status ds_ckpt_prune(const char *dir, int keep, void (*report)(void *user, const char *path),
+                        void *user) {
+    if (keep < 1)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: keeping %d checkpoints: at least 1 must stay", dir,
+                      keep);
+    char latest[DS_CKPT_TAG_MAX + 1] = "", path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, DS_CKPT_LATEST_FILE);
+    if (access(path, F_OK) == 0) DS_TRY(ds_ckpt_read_latest(dir, latest, sizeof latest));
+    ckpt_entry *v;
+    int n;
+    DS_TRY(list_checkpoints(dir, &v, &n));
+    qsort(v, (size_t)n, sizeof *v, newer_first);
+    ds_status st = DS_OK;
+    for (int k = keep; st == DS_OK && k < n; k++) {
+        if (!strcmp(v[k].tag, latest)) continue; /* what a resume loads stays */
+        st = remove_checkpoint(dir, v[k].tag);
+        if (st == DS_OK && report) {
+            snprintf(path, sizeof path, "%s/%s", dir, v[k].tag);
+            report(user, path);
+        }
+    }
+    free(v);
+    DS_TRY(st);
+    return DS_OK;
+}
+
+/* ---- a full disk, said with numbers ---------------------------------------- */
+
+/* The last error's message, with `note` appended; its trace stays. */
+static void append_note(const char *note) {
+    ds_error_saved keep, now;
+    ds_error_save(&keep);
+    DS_ERR(DS_ERR_IO, "%s (%s)", keep.msg, note);
+    ds_error_save(&now);
+    memcpy(keep.msg, now.msg, sizeof keep.msg);
+    ds_error_restore(&keep);
+}
+
+void ds_ckpt_note_space(const char *path, const char *need) {
+    const char *msg = ds_last_error();
+    char note[1024];
+    if (strstr(msg, strerror(EFBIG))) { /* not the disk: the process's file-size limit */
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
+        snprintf(note, sizeof note, "the file-size limit of this process, ulimit -f, is %llu "
+                 "bytes%s%.200s", (unsigned long long)rl.rlim_cur, need ? "; " : "",
+                 need ? need : "");
+        append_note(note);
+        return;
+    }
+    if (!strstr(msg, strerror(ENOSPC)) && !strstr(msg, strerror(EDQUOT))) return;
+    /* the nearest folder of path that exists holds the file system */
+    char at[4096];
+    snprintf(at, sizeof at, "%s", path);
+    struct statvfs v;
+    while (statvfs(at, &v) != 0) {
+        char *slash = strrchr(at, '/');
+        if (!slash || slash == at) {
+            snprintf(at, sizeof at, "%s", slash == at ? "/" : ".");
+            if (statvfs(at, &v) != 0) return;
+            break;
+        }
+        *slash = '\0';
+    }
+    /* a path too long for the note is cut: the message keeps the file's name */
+    snprintf(note, sizeof note, "the file system of %.600s has %llu bytes free of %llu%s%.200s",
+             at, (unsigned long long)v.f_bavail * v.f_frsize,
+             (unsigned long long)v.f_blocks * v.f_frsize, need ? "; " : "", need ? need : "");
+    append_note(note);
 }

@@ -58,6 +58,43 @@ ds_status ds_ckpt_remove_stale(const char *dir, void (*report)(void *user, const
  * swapped out); nothing there is fine. Refuses sub-folders (DS_ERR_IO), so a
  * wrong path cannot delete a tree. */
 ds_status ds_ckpt_remove_flat_dir(const char *dir);
+/* One writer per checkpoint folder. Takes an exclusive flock on DIR/.lock
+ * (creating DIR and the file) for this process, held until the process
+ * ends: two jobs saving into one folder would interleave their tags and
+ * remove each other's unfinished saves (ds_ckpt_remove_stale). A lock this
+ * process already holds on DIR is fine (taken again, nothing happens). The
+ * file records who holds it ("pid 4242 on node7 since 2025-03-01 12:00:00
+ * UTC"), which the refusal quotes. A job that dies, however it dies, frees
+ * the lock with its process: flock belongs to the open file, which the
+ * kernel closes, so a stale lock never blocks (on NFS Linux emulates flock
+ * with POSIX locks, which the server drops with the client's lease).
+ * Errors: DS_ERR_IO "DIR is being written by another job (DIR/.lock held by
+ * pid 4242 on node7 since ...)", or naming the call that failed. */
+ds_status ds_ckpt_lock_dir(const char *dir);
+#define DS_CKPT_LOCK_FILE ".lock"
+
+/* Keep the newest `keep` (>= 1) checkpoints of DIR and the one `latest`
+ * names, removing the others: a checkpoint is a folder DIR/TAG (TAG a valid
+ * tag) with a meta.json that reads and verifies; newest is the highest
+ * global_step recorded there, ties broken by the folder's modification time.
+ * Folders that are not such a checkpoint are left alone. Each removal is
+ * crash-safe: TAG is renamed to TAG.tmp (DIR synced), then deleted, so a
+ * crash leaves only what ds_ckpt_remove_stale clears, never a partial TAG.
+ * `report` (may be NULL) gets each removed TAG's path. Call it with DIR
+ * locked (ds_ckpt_lock_dir). Errors: DS_ERR_IO naming what could not be
+ * removed; DS_ERR_INVALID_ARG for keep < 1. */
+ds_status ds_ckpt_prune(const char *dir, int keep, void (*report)(void *user, const char *path),
+                        void *user);
+
+/* After a failed write under `path`: when the error recorded says the disk
+ * or a quota is full (or a file-size limit), add what the file system
+ * holding `path` has left and, when `need` is not NULL, what the write
+ * needed, so the one line the user reads has the path and the bytes:
+ * "...: No space left on device (the file system of /ckpt/global_step4.tmp
+ * has 40960 bytes free of 2097152; the shard holds 1572864 bytes before
+ * compression)". Any other error stays as it is. */
+void ds_ckpt_note_space(const char *path, const char *need);
+
 /* Write len bytes to path atomically: path.tmp, fsync, rename, fsync folder. */
 ds_status ds_ckpt_write_file_atomic(const char *path, const void *data, size_t len);
 

@@ -25,11 +25,11 @@ static bool one_matches(const char *spec, size_t n, const char *site, int rank) 
 }
 
 /* The kinds of spec: a prefix ("" for SIGKILL) and what it does. */
-static const char *const k_prefix[] = {"", "error:", "term:"};
-enum { KIND_KILL, KIND_ERROR, KIND_TERM };
+static const char *const k_prefix[] = {"", "error:", "term:", "stall:"};
+enum { KIND_KILL, KIND_ERROR, KIND_TERM, KIND_STALL, N_KINDS };
 
 static int kind_of(const char *spec, size_t n, size_t *skip) {
-    for (int k = 1; k < 3; k++) {
+    for (int k = 1; k < N_KINDS; k++) {
         size_t p = strlen(k_prefix[k]);
         if (n > p && strncmp(spec, k_prefix[k], p) == 0) {
             *skip = p;
@@ -70,6 +70,13 @@ void ds_fault_point(const char *site, int rank) {
         fprintf(stderr, "[zero-engine] %s: rank %d sends itself SIGTERM at %s\n", DS_FAULT_ENV,
                 rank, site);
         raise(SIGTERM);
+    }
+    if (matches_kind(spec, site, rank, KIND_STALL)) { /* stuck in a computation */
+        fprintf(stderr, "[zero-engine] %s: rank %d computes forever at %s\n", DS_FAULT_ENV, rank,
+                site);
+        fflush(stderr);
+        volatile double x = 1.0;
+        for (;;) x = x * 1.0000001 + 1e-9; /* busy, never in MPI, until the job is ended */
     }
     if (!ds_fault_matches(spec, site, rank)) return;
     fprintf(stderr, "[zero-engine] %s: rank %d kills itself at %s\n", DS_FAULT_ENV, rank, site);

@@ -20,6 +20,11 @@
  *
  *   DS_FAULT_INJECT=term:ckpt:after_shard_write:rank=1
  *
+ * and one starting with "stall:" makes a kill point compute forever instead
+ * (a rank stuck in a long computation: alive, busy, in no collective):
+ *
+ *   DS_FAULT_INJECT=stall:train:step12:rank=1   (the trainers' step 12)
+ *
  * This is test machinery and the only code in the library that ends the
  * process; it never runs unless a test sets the variable. */
 #ifndef DS_IO_FAULT_H
@@ -39,7 +44,8 @@ extern "C" {
 bool ds_fault_matches(const char *spec, const char *site, int rank);
 
 /* Raise SIGKILL on this process when DS_FAULT_INJECT arms `site` for
- * `rank` (SIGTERM, then return, for a "term:" spec); otherwise return. */
+ * `rank` (SIGTERM, then return, for a "term:" spec; spin until killed for a
+ * "stall:" spec); otherwise return. */
 void ds_fault_point(const char *site, int rank);
 
 /* DS_ERR_IO ("SITE: failure injected by DS_FAULT_INJECT") when an "error:"

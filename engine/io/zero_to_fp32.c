@@ -209,6 +209,11 @@ ds_status ds_zero_to_fp32(const char *dir, const char *out, const ds_z2f_opts *o
         s.shards = NULL;
     }
     if (st != DS_OK) { /* nothing of the output stays: files, then the folders made for it */
+        /* a full disk (or a file-size limit) says the bytes: free, and needed */
+        char need[96];
+        snprintf(need, sizeof need, "the output holds %llu bytes",
+                 (unsigned long long)m.numel * (unsigned long long)ds_dtype_size(o.dtype));
+        ds_ckpt_note_space(out, need);
         sink_abort(&s);
         ds_ckpt_rmdirs_upto(out, created);
     }

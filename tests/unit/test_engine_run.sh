@@ -37,7 +37,7 @@ root=""
 # What every mpirun line carries: the relay of a SIGTERM as SIGURG (mpirun
 # forwards it; ranks read it as SIGTERM, DS_PREEMPT_RELAY).
 relay="DS_PREEMPT_RELAY=23:15"
-sigs="--mca ess_base_forward_signals SIGURG"
+sigs="--tag-output --mca ess_base_forward_signals SIGURG"
 
 # er_run ARGS...: run engine-run with the assignments in $E added to its
 # environment (E="ENGINE_RUN_CORES=2 ..."; words without spaces; emptied after
@@ -224,6 +224,48 @@ relay)
   # launch_probe saves only on SIGTERM (no save_on_signal): SIGUSR1 ends it
   # by its default action, mpirun reports the death, engine-run says 138
   [ "$rc" -eq 138 ] || fail "SIGUSR1: exit $rc, want 138"
+  ;;
+
+mpirun_hangs)
+  # Open MPI 4.1's mpirun can hang when a rank dies while the ranks connect.
+  # A stand-in mpirun starts two "ranks" (sleep, with OMPI_COMM_WORLD_RANK
+  # set) and then never reaps them; rank 1 is killed. engine-run must end
+  # what is left 5 s after (ER_TEARDOWN_S) and return the dead rank's status.
+  mkdir -p hang
+  cat >hang/mpirun <<'SH'
+#!/bin/sh
+OMPI_COMM_WORLD_RANK=0 sleep 300 &
+echo "$!" >rank0.pid
+OMPI_COMM_WORLD_RANK=1 sleep 300 &
+echo "$!" >ranks.pid
+exec sleep 300
+SH
+  chmod +x hang/mpirun
+  PATH="$work/hang:$PATH" "$er" --np 2 --config cfg.json "$app" >out.txt 2>err.txt &
+  pid=$!
+  for _ in $(seq 200); do [ -s ranks.pid ] && break; sleep 0.05; done
+  sleep 0.5 # engine-run finds the ranks at its next poll (100 ms)
+  start=$(date +%s)
+  kill -KILL "$(cat ranks.pid)"
+  wait $pid
+  rc=$?
+  took=$(($(date +%s) - start))
+  [ "$rc" -eq 137 ] || fail "exit $rc, want 137 (rank 1's SIGKILL): $(cat err.txt)"
+  [ "$took" -le 12 ] || fail "engine-run took $took s to end the hung job"
+  grep -q "^engine-run: mpirun did not end the job within 5 s of a rank's end: ending it$" err.txt ||
+    fail "no line saying engine-run ended the job: $(cat err.txt)"
+  grep -q "^engine-run: rank 1 was killed by signal 9 (SIGKILL); mpirun stopped the other ranks$" err.txt ||
+    fail "rank 1 not named: $(cat err.txt)"
+  # SIGKILL is sent before engine-run returns; the kernel may take a moment
+  # to end the process and its new parent to reap it: up to 2 s, a zombie
+  # counting as ended
+  r0=$(cat rank0.pid)
+  for _ in $(seq 40); do
+    st=$(awk '{print $3}' "/proc/$r0/stat" 2>/dev/null)
+    [ -z "$st" ] || [ "$st" = Z ] && break
+    sleep 0.05
+  done
+  [ -z "$st" ] || [ "$st" = Z ] || fail "rank 0 still runs 2 s after engine-run returned"
   ;;
 
 relay_unhandled)

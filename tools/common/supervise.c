@@ -1,5 +1,7 @@
 /* engine-run as mpirun's parent (see supervise.h). */
 #include "tools/common/supervise.h"
+#include "tools/common/output_relay.h"
+#include "tools/common/rank_watch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -86,11 +88,25 @@ static void install(void) {
     for (int k = 0; k < N_HANDLED; k++) sigaction(k_handled[k], &sa, NULL);
 }
 
-static pid_t start_child(char **argv) {
+/* Pipes for mpirun's stdout and stderr: [k][0] ours to read, [k][1] its. */
+static bool open_pipes(int fds[2][2]) {
+    for (int k = 0; k < 2; k++) fds[k][0] = fds[k][1] = -1;
+    for (int k = 0; k < 2; k++)
+        if (pipe2(fds[k], O_CLOEXEC) != 0) return false;
+    return true;
+}
+
+static void close_fd(int *fd) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+}
+
+static pid_t start_child(char **argv, int fds[2][2]) {
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid != 0) return pid;
     /* the child: mpirun with the signals as they were, dying with us */
+    if (fds && (dup2(fds[0][1], 1) < 0 || dup2(fds[1][1], 2) < 0)) _exit(1);
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
@@ -100,6 +116,37 @@ static pid_t start_child(char **argv) {
     execv(argv[0], argv);
     fprintf(stderr, "engine-run: cannot run '%s': %s\n", argv[0], strerror(errno));
     _exit(1);
+}
+
+/* How long mpirun may take to end a job once a rank died or failed: it
+ * takes 1-2 s here (SIGTERM to the others, SIGKILL a second later), and the
+ * job must end within 15 s of a rank's death (issue 15). */
+#define ER_TEARDOWN_S 5.0
+
+/* After mpirun exited, its pipes reach EOF at once (the ranks write through
+ * mpirun, not into them); this bounds the wait if something else holds one. */
+#define RELAY_DRAIN_S 2.0
+
+/* Whatever mpirun's pipes hold, into the relay; a pipe at EOF is closed. */
+static void relay_pipes(er_relay *relay, int fds[2][2], double now) {
+    er_relay_tick(relay, now);
+    for (int k = 0; k < 2; k++) {
+        if (fds[k][0] < 0) continue;
+        char buf[65536];
+        /* a bounded number of reads, so signals and the join count are not
+         * starved by a rank that prints without pause */
+        for (int rounds = 0; rounds < 16; rounds++) {
+            struct pollfd p = {.fd = fds[k][0], .events = POLLIN};
+            if (poll(&p, 1, 0) <= 0) break;
+            ssize_t n = read(fds[k][0], buf, sizeof buf);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) {
+                close_fd(&fds[k][0]);
+                break;
+            }
+            er_relay_feed(relay, k, buf, (size_t)n);
+        }
+    }
 }
 
 int er_supervise(char **argv, const er_supervise_opts *o) {
@@ -112,19 +159,42 @@ int er_supervise(char **argv, const er_supervise_opts *o) {
     install();
     fflush(stdout);
     fflush(stderr);
-    pid_t pid = start_child(argv);
+    /* mpirun's output through the relay; without pipes or memory, as it is */
+    int fds[2][2];
+    er_relay *relay = NULL;
+    if (o->relay_output && open_pipes(fds)) relay = er_relay_create(o->np, 1, 2);
+    if (!relay && o->relay_output)
+        for (int k = 0; k < 2; k++) {
+            close_fd(&fds[k][0]);
+            close_fd(&fds[k][1]);
+        }
+    pid_t pid = start_child(argv, relay ? fds : NULL);
+    if (relay)
+        for (int k = 0; k < 2; k++) close_fd(&fds[k][1]);
     if (pid < 0) {
         fprintf(stderr, "engine-run: cannot start '%s': %s\n", argv[0], strerror(errno));
         joins_close(&j);
+        if (relay)
+            for (int k = 0; k < 2; k++) close_fd(&fds[k][0]);
+        er_relay_destroy(relay);
         return 1;
     }
-    double t0 = now_s(), last_print = 0, relayed_at = -1;
+    /* which local rank ends first, to name it when mpirun's banner does not */
+    er_ranks *ranks = relay && o->count_joins ? er_ranks_create(pid, o->np) : NULL;
+    double t0 = now_s(), last_print = 0, relayed_at = -1, over_at = -1;
+    int torn_down = 0;
     int seen[N_HANDLED] = {0}, stop_sig = 0, printed_s = -1, printed_c = -1, status = 0;
     bool progress = false, escalated = false;
     for (;;) {
-        struct pollfd p = {.fd = j.rfd, .events = POLLIN};
-        poll(counting ? &p : NULL, counting ? 1 : 0, 100);
+        struct pollfd p[3 + ER_WATCH_MAX] = {{.fd = counting ? j.rfd : -1, .events = POLLIN},
+                                             {.fd = relay ? fds[0][0] : -1, .events = POLLIN},
+                                             {.fd = relay ? fds[1][0] : -1, .events = POLLIN}};
+        er_ranks_scan(ranks);
+        int np = 3 + er_ranks_fds(ranks, p + 3, ER_WATCH_MAX);
+        poll(p, (nfds_t)np, 100);
+        er_ranks_check(ranks);
         joins_read(&j);
+        if (relay) relay_pipes(relay, fds, now_s());
         double t = now_s() - t0;
         /* Start-up: after 2 s without every rank connected, a line each time
          * the counts move (at most every 5 s), and one when all are there. */
@@ -174,6 +244,23 @@ int er_supervise(char **argv, const er_supervise_opts *o) {
             kill(pid, SIGTERM);
             escalated = true;
         }
+        /* A rank died or failed: mpirun ends the job within a second or two.
+         * Open MPI 4.1's mpirun can hang instead when a rank dies while the
+         * ranks connect (seen: "PMIX ERROR: UNREACHABLE", the dead rank left
+         * a zombie, mpirun waiting forever): past ER_TEARDOWN_S engine-run
+         * ends what is left itself. */
+        int st1 = er_ranks_first_status(ranks);
+        if (over_at < 0 && ((relay && er_relay_named_rank(relay)) || (st1 > 0 && !stop_sig)))
+            over_at = t;
+        if (over_at >= 0 && t - over_at > ER_TEARDOWN_S && torn_down < 2) {
+            if (!torn_down)
+                fprintf(stderr, "engine-run: mpirun did not end the job within %.0f s of a "
+                        "rank's end: ending it\n", ER_TEARDOWN_S);
+            er_ranks_kill(ranks, SIGKILL);
+            kill(pid, torn_down ? SIGKILL : SIGTERM);
+            torn_down++;
+            over_at = t; /* SIGKILL follows after the same wait */
+        }
         pid_t w = waitpid(pid, &status, WNOHANG);
         if (w == pid) break;
         if (w < 0 && errno != EINTR) {
@@ -182,8 +269,42 @@ int er_supervise(char **argv, const er_supervise_opts *o) {
             break;
         }
     }
-    joins_close(&j);
+    if (relay) { /* what mpirun wrote before it exited */
+        double until = now_s() + RELAY_DRAIN_S;
+        while ((fds[0][0] >= 0 || fds[1][0] >= 0) && now_s() < until) {
+            struct pollfd p[2] = {{.fd = fds[0][0], .events = POLLIN},
+                                  {.fd = fds[1][0], .events = POLLIN}};
+            poll(p, 2, 100);
+            relay_pipes(relay, fds, now_s());
+        }
+        er_relay_finish(relay);
+    }
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    er_ranks_check(ranks);
+    int first = er_ranks_first_gone(ranks), first_status = er_ranks_first_status(ranks);
+    /* ended by engine-run: the status is the first rank's, as mpirun's would be */
+    if (torn_down && first_status > 0)
+        code = WIFSIGNALED(first_status) ? 128 + WTERMSIG(first_status)
+                                         : WEXITSTATUS(first_status);
+    /* mpirun's banner did not come (or was not about a rank): say which rank
+     * ended first and how mpirun reports it (128 + a signal that killed it,
+     * else the rank's exit status); not after a preemption, whose ending is
+     * the plan */
+    if (relay && code != 0 && !stop_sig && first >= 0 && !er_relay_named_rank(relay)) {
+        const char *abbrev = code > 128 && code - 128 < NSIG ? sigabbrev_np(code - 128) : NULL;
+        if (abbrev)
+            fprintf(stderr, "engine-run: rank %d was killed by signal %d (SIG%s); mpirun stopped "
+                    "the other ranks\n", first, code - 128, abbrev);
+        else
+            fprintf(stderr, "engine-run: rank %d exited with status %d; mpirun stopped the other "
+                    "ranks\n", first, code);
+    }
+    er_ranks_destroy(ranks);
+    if (relay) {
+        er_relay_destroy(relay);
+        for (int k = 0; k < 2; k++) close_fd(&fds[k][0]);
+    }
+    joins_close(&j);
     /* told to stop: a job that stopped says which signal stopped it */
     if (stop_sig && code != 0) code = 128 + stop_sig;
     return code;

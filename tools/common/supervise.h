@@ -19,6 +19,10 @@
  *    ranks on this host only, so not with a hostfile).
  *  - The exit status: mpirun's, or 128 + the signal that killed it; after a
  *    preemption signal a failing job returns 128 + that signal.
+ *  - The output (relay_output, mpirun started with --tag-output): through
+ *    tools/common/output_relay.h, each rank's lines whole, an error every
+ *    rank prints alike once, mpirun's failure banners as one line naming the
+ *    rank.
  */
 #ifndef DS_TOOLS_SUPERVISE_H
 #define DS_TOOLS_SUPERVISE_H
@@ -33,6 +37,7 @@ typedef struct er_supervise_opts {
     int np;
     bool count_joins;  /* every rank runs on this host (no hostfile) */
     double deadline_s; /* zero_engine.preempt_deadline_s */
+    bool relay_output; /* mpirun's stdout and stderr through output_relay.h */
 } er_supervise_opts;
 
 /* Run argv (argv[0] an absolute path) as a child, supervise it as above and

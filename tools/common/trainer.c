@@ -126,6 +126,11 @@ int tr_preempt_stop(tr_preempt *p, engine_t *e, const ds_step_info *info, bool s
                 ds_signal_name(sig), ds_last_error());
         return 1;
     }
+    if (p->ckpt_dir && !saved && p->keep > 0 && ds_checkpoint_prune(e, p->ckpt_dir, p->keep) != DS_OK) {
+        fprintf(stderr, "%s: %s: removing old checkpoints (--save-total-limit %d): %s\n", p->prog,
+                ds_signal_name(sig), p->keep, ds_last_error());
+        return 1;
+    }
     ds_preempt_get(&pi); /* the time after the save */
     if (rank == 0) {
         if (p->ckpt_dir)

@@ -74,12 +74,14 @@ void tr_jline_end(tr_jline *l);            /* the "nonfinite" list, then "}" */
  * which signals save, where, and that bound. observe warns once (rank 0)
  * when a step plus a save take longer than the bound. stop saves a
  * checkpoint into ckpt_dir (unless this step's was just saved; nothing when
- * ckpt_dir is NULL), prints what it did and returns the exit code 128 +
- * signal, or 1 when the save failed (the message printed). */
+ * ckpt_dir is NULL), keeping `keep` of them when set, prints what it did and
+ * returns the exit code 128 + signal, or 1 when the save failed (the message
+ * printed). */
 typedef struct tr_preempt {
     const char *prog, *ckpt_dir;
     double deadline_s;
     bool warned;
+    int keep; /* after stop's save, keep this many checkpoints (ds_checkpoint_prune); 0 all */
 } tr_preempt;
 
 ds_status tr_preempt_start(tr_preempt *p, engine_t *e, const char *prog, int extra_signal,

@@ -30,7 +30,7 @@ enum {
     O_CONFIG = 256, O_DATA, O_EVAL_DATA, O_DEV_RATIO, O_SEED, O_MODEL_CONFIG, O_INIT, O_LAYERS,
     O_HIDDEN, O_HEADS, O_DROPOUT, O_MIN_CHAR, O_EPOCHS, O_MAX_STEPS, O_LR, O_WD, O_BATCH,
     O_WARMUP, O_EVAL_BATCH, O_METRICS, O_SAVE, O_SAVE_STEPS, O_CKPT_DIR, O_RESUME,
-    O_SAVE_ON_SIGNAL, O_HELP
+    O_SAVE_ON_SIGNAL, O_SAVE_TOTAL_LIMIT, O_HELP
 };
 
 static const struct option k_shared[] = {
@@ -59,6 +59,7 @@ static const struct option k_shared[] = {
     {"ckpt-dir", required_argument, 0, O_CKPT_DIR},
     {"resume", no_argument, 0, O_RESUME},
     {"save-on-signal", required_argument, 0, O_SAVE_ON_SIGNAL},
+    {"save-total-limit", required_argument, 0, O_SAVE_TOTAL_LIMIT},
     {"help", no_argument, 0, O_HELP},
 };
 #define N_SHARED (sizeof k_shared / sizeof k_shared[0])
@@ -143,6 +144,9 @@ static int take_shared(const tr_cli *c, tr_opts *o, int id, const char *flag, co
         rc = tr_opt_i64(c, flag, v, c->max_steps_min, INT64_MAX, &o->max_steps);
         break;
     case O_SAVE_STEPS: rc = tr_opt_i64(c, flag, v, 1, INT64_MAX, &o->save_steps); break;
+    case O_SAVE_TOTAL_LIMIT:
+        rc = tr_opt_int(c, flag, v, 1, 1 << 20, &o->save_total_limit);
+        break;
     case O_SEED:
         rc = tr_opt_i64(c, flag, v, 0, INT64_MAX, &i);
         o->seed = (uint64_t)i;
@@ -203,9 +207,10 @@ int tr_opts_parse(int argc, char **argv, tr_opts *o, const tr_cli *c) {
         snprintf(o->ckpt_dir_buf, sizeof o->ckpt_dir_buf, "%s/checkpoints", o->save_dir);
         o->ckpt_dir = o->ckpt_dir_buf;
     }
-    if ((o->save_steps > 0 || o->resume) && !o->ckpt_dir) {
+    if ((o->save_steps > 0 || o->resume || o->save_total_limit > 0) && !o->ckpt_dir) {
         fprintf(stderr, "%s: --%s needs --ckpt-dir or --save-dir (see %s --help)\n", c->prog,
-                o->resume ? "resume" : "save-steps", c->prog);
+                o->resume ? "resume" : o->save_steps > 0 ? "save-steps" : "save-total-limit",
+                c->prog);
         return 2;
     }
     return -1;

@@ -49,6 +49,8 @@ typedef struct tr_opts {
      * a preemption signal saves there too */
     const char *ckpt_dir;      /* NULL: none (neither --ckpt-dir nor --save-dir) */
     int64_t save_steps;        /* 0: no scheduled checkpoints */
+    int save_total_limit;      /* --save-total-limit: checkpoints kept after each
+                                  save (and the one latest names); 0: all */
     bool resume;
     int save_on_signal;        /* --save-on-signal: a signal besides SIGTERM; 0 none */
     char ckpt_dir_buf[4096];
@@ -83,8 +85,8 @@ struct tr_cli {
 /* Parse argv into o (start from tr_opts_defaults and the program's own
  * defaults) and, through cli->take, the program's options. Then: --config
  * and --data are required; --eval-batch defaults to --batch; cli->check;
- * ckpt_dir defaults to SAVE_DIR/checkpoints, and --save-steps and --resume
- * need one. Returns -1 to go on, 0 after --help, 2 after a usage error. */
+ * ckpt_dir defaults to SAVE_DIR/checkpoints, and --save-steps, --resume and
+ * --save-total-limit need one. Returns -1 to go on, 0 after --help, 2 after a usage error. */
 int tr_opts_parse(int argc, char **argv, tr_opts *o, const tr_cli *cli);
 
 /* Usage errors, one line on stderr, each returning 2:
@@ -107,7 +109,11 @@ int tr_opt_f64(const tr_cli *c, const char *flag, const char *v, double lo, doub
     "  --save-steps N       save a training checkpoint every N optimizer steps and at\n" \
     "                       the end (crash-safe; zero_to_fp32 converts one to\n"        \
     "                       safetensors)\n"                                             \
-    "  --ckpt-dir DIR       where checkpoints go (default SAVE_DIR/checkpoints)\n"      \
+    "  --ckpt-dir DIR       where checkpoints go (default SAVE_DIR/checkpoints); one\n" \
+    "                       job at a time writes there (a second one fails at start)\n" \
+    "  --save-total-limit K keep only the newest K checkpoints in CKPT_DIR (and the\n"  \
+    "                       one CKPT_DIR/latest names), removing older ones after\n"   \
+    "                       each save (default: keep all)\n"                          \
     "  --resume             continue from the checkpoint CKPT_DIR/latest names, on\n"  \
     "                       any number of ranks (from step 0 when there is none)\n"       \
     "  --save-on-signal SIG besides SIGTERM, save a checkpoint and exit on SIG (USR1,\n" \

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/io/fault.h"
 #include "models/hf.h"
 
 static double now_s(void) {
@@ -134,9 +135,11 @@ int tr_run_prepare(tr_run *r, tr_describe_fn describe, void *user, const char *w
      * the next step boundary and exit 128 + the signal. */
     if (tr_preempt_start(&r->stopper, r->e, r->prog, o->save_on_signal, o->ckpt_dir) != DS_OK)
         return tr_fail(r->prog, "preemption handlers");
-    /* A job that saves (on schedule or when preempted) starts by removing
-     * what an earlier job's unfinished saves left (they hold disk space; each
-     * removal is printed). */
+    r->stopper.keep = o->save_total_limit;
+    /* A job that saves (on schedule or when preempted) takes the folder's
+     * lock, so a second job started on the same folder stops here, and
+     * removes what an earlier job's unfinished saves left (they hold disk
+     * space; each removal is printed). */
     if (o->ckpt_dir && ds_checkpoint_clean(r->e, o->ckpt_dir) != DS_OK)
         return tr_fail(r->prog, "--ckpt-dir");
     if (o->resume && resume(r) != DS_OK) return tr_fail(r->prog, "--resume");
@@ -177,14 +180,30 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
     int rc = 0;
     for (int64_t s = r->start; rc == 0 && s < r->total; s++) {
         ds_step_info info;
+        char what[96];
+        if (getenv(DS_FAULT_ENV)) { /* tests: a rank killed or stuck at step s + 1 */
+            snprintf(what, sizeof what, "train:step%lld", (long long)s + 1);
+            ds_fault_point(what, r->rank);
+        }
         if (ds_train_batch(r->e, &info) != DS_OK) {
-            rc = tr_fail(r->prog, "training");
+            /* the step a failure happened in: a timeout names the collective
+             * and the bucket or module, this names when */
+            snprintf(what, sizeof what, "training step %lld", (long long)s + 1);
+            rc = tr_fail(r->prog, what);
             break;
         }
         double t_step = now_s();
         bool saved = o->save_steps > 0 && (info.step % o->save_steps == 0 || s + 1 == r->total);
         if (saved && ds_save_checkpoint(r->e, o->ckpt_dir, NULL, r->client) != DS_OK) {
-            rc = tr_fail(r->prog, "saving a checkpoint");
+            snprintf(what, sizeof what, "saving the checkpoint of step %lld", (long long)info.step);
+            rc = tr_fail(r->prog, what);
+            break;
+        }
+        /* bounded disk use: the newest --save-total-limit (and latest's) stay */
+        if (saved && o->save_total_limit > 0 &&
+            ds_checkpoint_prune(r->e, o->ckpt_dir, o->save_total_limit) != DS_OK) {
+            snprintf(what, sizeof what, "--save-total-limit %d", o->save_total_limit);
+            rc = tr_fail(r->prog, what);
             break;
         }
         double t = now_s();

@@ -60,8 +60,9 @@ typedef ds_status (*tr_describe_fn)(void *user, const char *save_dir);
 
 /* Before the first step, in this order: --init DIR's weights by name (rank 0
  * prints the load report; errors say "loading --init DIR"); the preemption
- * handlers and watchdog (tr_preempt_start, with --save-on-signal); what
- * unfinished saves of an earlier job left in ckpt_dir (ds_checkpoint_clean);
+ * handlers and watchdog (tr_preempt_start, with --save-on-signal); ckpt_dir's
+ * lock (a second job on it fails here) and what unfinished saves of an
+ * earlier job left there (ds_checkpoint_clean);
  * --resume from ckpt_dir/latest (from step 0 when there is none, saying
  * so); `describe` into --save-dir on rank 0, every rank learning whether it
  * worked (`what` names the files in the error line); --metrics opened on
@@ -74,7 +75,8 @@ typedef void (*tr_step_fields_fn)(void *user, tr_jline *l, const ds_step_info *i
 
 /* Steps start .. total-1 (ds_train_batch): a checkpoint every --save-steps
  * steps and at the last one (so a finished run resumes straight to its
- * evaluation), a --metrics line per step (the rest of its members from
+ * evaluation), older ones removed past --save-total-limit, and a failure
+ * names the step ("PROG: training step 13: ..."), a --metrics line per step (the rest of its members from
  * `fields`; non-finite numbers null and named in "nonfinite"), and at a
  * preemption signal a save and 128 + the signal (tr_preempt_stop). Sets
  * train_s and train_samples. */

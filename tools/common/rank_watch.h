@@ -1,0 +1,42 @@
+/* Which rank of an mpirun job on this host ended first, as engine-run sees
+ * it (supervise.h). mpirun says so in a banner, but Open MPI 4.1's mpirun
+ * sometimes fails to print it while the job is torn down ("ORTE_ERROR_LOG:
+ * ... show_help.c"); engine-run then names the rank itself.
+ *
+ * The ranks are mpirun's children on this host: found in
+ * /proc/<mpirun>/task/<tid>/children and told apart by their
+ * OMPI_COMM_WORLD_RANK, then watched through pidfds (Linux 5.3+; without
+ * them, by looking in /proc at each poll), so the first one to end is known
+ * to the millisecond. Ranks on other hosts are not seen: with a hostfile
+ * engine-run relies on mpirun's banners. */
+#ifndef DS_TOOLS_RANK_WATCH_H
+#define DS_TOOLS_RANK_WATCH_H
+
+#include <poll.h>
+#include <sys/types.h>
+
+/* Jobs of more ranks than this are not watched (a pidfd each, in the poll). */
+#define ER_WATCH_MAX 256
+
+typedef struct er_ranks er_ranks;
+
+/* Watch the np ranks mpirun (pid `launcher`) starts here; NULL when np is
+ * above ER_WATCH_MAX or memory is short. */
+er_ranks *er_ranks_create(pid_t launcher, int np);
+void er_ranks_destroy(er_ranks *w);
+/* Look for ranks not found yet (cheap once all are). */
+void er_ranks_scan(er_ranks *w);
+/* The pidfds of the ranks still running, for poll (POLLIN when one ends);
+ * returns how many were written to out (at most cap). */
+int er_ranks_fds(const er_ranks *w, struct pollfd *out, int cap);
+/* After poll returned: note the ranks that ended, in order. */
+void er_ranks_check(er_ranks *w);
+/* The rank that ended first, or -1. */
+int er_ranks_first_gone(const er_ranks *w);
+/* Its wait status (waitpid's), or -1 when mpirun reaped it before it was
+ * seen: known when mpirun does not reap, which is when it matters. */
+int er_ranks_first_status(const er_ranks *w);
+/* Send sig to every rank found and still running. */
+void er_ranks_kill(const er_ranks *w, int sig);
+
+#endif /* DS_TOOLS_RANK_WATCH_H */
