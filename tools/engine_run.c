@@ -204,6 +204,12 @@ static void argv_push(argv_buf *a, const char *s) {
     a->v[a->n] = NULL;
 }
 
+static void argv_free(argv_buf *a) {
+    for (int k = 0; k < a->n; k++) free(a->v[k]);
+    free(a->v);
+    *a = (argv_buf){0};
+}
+
 static void argv_pushf(argv_buf *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void argv_pushf(argv_buf *a, const char *fmt, ...) {
@@ -743,6 +749,7 @@ int main(int argc, char **argv) {
 
     if (o.dry_run) {
         print_command(stdout, &cmd);
+        argv_free(&cmd);
         return fflush(stdout) == 0 ? 0 : EXIT_RUNTIME;
     }
     if (plan != P_IN_PLACE) {
@@ -757,7 +764,9 @@ int main(int argc, char **argv) {
         er_supervise_opts so = {.np = o.np, .count_joins = o.hostfile == NULL,
                                 .deadline_s = cfg.preempt_deadline_s,
                                 .relay_output = !o.raw_output};
-        return er_supervise(cmd.v, &so);
+        int rc = er_supervise(cmd.v, &so);
+        argv_free(&cmd);
+        return rc;
     }
     fflush(stdout);
     fflush(stderr);
