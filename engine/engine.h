@@ -238,7 +238,12 @@ ds_status ds_save_weights(engine_t *e, const char *path);
  * replaced atomically. Every rank returns the same status; a failure names the
  * rank and file; a full disk also says how many bytes were free. DIR is
  * locked for this job on the first save (ds_checkpoint_clean): another job
- * writing into it makes the save fail. Errors: DS_ERR_INVALID_ARG (bad tag
+ * writing into it makes the save fail. Every rank must see the same DIR (a
+ * shared file system at the same path on every host): before writing its
+ * shard each rank reads back a marker rank 0 has just written into DIR
+ * (engine/io/ckpt_shared.h; one small file write and read a save), and a
+ * rank that sees another folder fails the save with one line naming it,
+ * its host and DIR. Errors: DS_ERR_INVALID_ARG (bad tag
  * or JSON, not at a boundary), DS_ERR_IO (the file system, the lock),
  * DS_ERR_COMM, DS_ERR_NONFINITE (a
  * weight or optimizer moment is NaN or inf: nothing is saved, `latest` keeps
@@ -255,7 +260,11 @@ ds_status ds_save_checkpoint(engine_t *e, const char *dir, const char *tag,
  * pid 4242 on node7 since ...)") instead of interleaving its tags with the
  * first's. The lock is an flock on DIR/.lock that rank 0's process holds
  * until it ends, so a job that dies however it dies frees it. DIR is
- * created if needed. Collective; every rank returns the same status.
+ * created if needed. It then checks, as every save does, that every rank
+ * sees the DIR rank 0 locked, so a job whose hosts do not share DIR stops
+ * here: "checkpoint folder DIR: rank 1 (host node2) does not see the folder
+ * rank 0 (host node1) writes (...); every rank must see the same checkpoint
+ * folder: ...". Collective; every rank returns the same status.
  * Errors: DS_ERR_IO. */
 ds_status ds_checkpoint_clean(engine_t *e, const char *dir);
 

@@ -12,6 +12,7 @@
 #include "engine/io/ckpt_dir.h"
 #include "engine/io/ckpt_file.h"
 #include "engine/io/ckpt_meta.h"
+#include "engine/io/ckpt_shared.h"
 #include "engine/io/fault.h"
 #include "zero/optim.h"
 
@@ -210,6 +211,8 @@ static ds_status commit(engine_t *e, const char *dir, const char *tag, const cha
                         const char *client, int moments, uint32_t frame_elems,
                         const int64_t *table) {
     ds_fault_point("ckpt:before_meta", 0);
+    /* every rank has read the marker by now (the shards are written) */
+    if (e->comm->world > 1) DS_TRY(ds_ckpt_marker_remove(dir));
     ds_ckpt_meta m;
     ds_status st = fill_meta(e, tag, client, moments, frame_elems, &m);
     for (int r = 0; st == DS_OK && r < m.world; r++) {
@@ -268,12 +271,15 @@ static ds_status save_args(engine_t *e, const char *dir, const char *tag_in, con
 
 /* Rank 0 after a failed save: remove TAG.tmp so a full disk gets its space
  * back (nothing when the failure came after the rename: TAG is then
- * complete). The save's own error stays the one reported. */
-static void discard_tmp(const engine_t *e, const char *tmpdir) {
+ * complete), and the shared-folder marker. The save's own error stays the
+ * one reported. */
+static void discard_tmp(const engine_t *e, const char *dir, const char *tmpdir) {
     if (e->comm->rank != 0) return;
     ds_error_saved keep;
     ds_error_save(&keep);
     if (ds_ckpt_remove_flat_dir(tmpdir) != DS_OK)
+        fprintf(stderr, "[zero-engine] warning: after the failed save, %s\n", ds_last_error());
+    if (e->comm->world > 1 && ds_ckpt_marker_remove(dir) != DS_OK)
         fprintf(stderr, "[zero-engine] warning: after the failed save, %s\n", ds_last_error());
     ds_error_restore(&keep);
 }
@@ -305,6 +311,7 @@ static ds_status save(engine_t *e, const char *dir, const char *tag_in,
      * entry in DIR needs no sync: what makes the checkpoint durable is the
      * rename to TAG and the sync of DIR after it. */
     ds_status st = DS_OK;
+    ds_ckpt_marker marker = {{0}};
     if (rank == 0) {
         /* one job writes into DIR (held until the process ends) */
         st = ds_ckpt_lock_dir(dir);
@@ -313,16 +320,30 @@ static ds_status save(engine_t *e, const char *dir, const char *tag_in,
             st = DS_ERR(DS_ERR_IO, "%s: cannot create folder: %s", tmpdir, strerror(errno));
             ds_ckpt_note_space(dir, NULL);
         }
+        /* what every other rank reads back before it writes (ckpt_shared.h) */
+        if (st == DS_OK && world > 1) {
+            st = ds_ckpt_marker_write(dir, &marker);
+            if (st != DS_OK) {
+                ds_ckpt_note_space(dir, NULL);
+                discard_tmp(e, dir, tmpdir);
+            }
+        }
     }
     DS_TRY(agree(e, st));
 
-    /* 2. every rank writes and syncs its shard file. */
+    /* 2. every rank checks that it sees the folder rank 0 writes (a local
+     * disk on each host would fail below with a bare "No such file"), then
+     * writes and syncs its shard file. */
+    if (world > 1) {
+        DS_TRY(ds_comm_host_broadcast(e->comm, &marker, sizeof marker, 0));
+        if (rank != 0) st = ds_ckpt_marker_check(dir, &marker, rank);
+    }
     ds_ckpt_file_info info = {0};
-    st = write_shard(e, tmpdir, moments, &wo, &info);
+    if (st == DS_OK) st = write_shard(e, tmpdir, moments, &wo, &info);
     /* 3. the barrier: nobody commits before every file is durable. */
     st = agree(e, st);
     if (st != DS_OK) {
-        discard_tmp(e, tmpdir);
+        discard_tmp(e, dir, tmpdir);
         ds_error_trace(__FILE__, __LINE__);
         return st;
     }
@@ -331,7 +352,7 @@ static ds_status save(engine_t *e, const char *dir, const char *tag_in,
     st = agree(e, st);
     if (st != DS_OK) {
         free(table);
-        discard_tmp(e, tmpdir);
+        discard_tmp(e, dir, tmpdir);
         ds_error_trace(__FILE__, __LINE__);
         return st;
     }
@@ -341,7 +362,7 @@ static ds_status save(engine_t *e, const char *dir, const char *tag_in,
     st = ds_comm_host_all_reduce(e->comm, table, (size_t)world * 2, DS_I64, DS_REDUCE_SUM);
     if (st != DS_OK) {
         free(table);
-        discard_tmp(e, tmpdir);
+        discard_tmp(e, dir, tmpdir);
         ds_error_trace(__FILE__, __LINE__);
         return st;
     }
@@ -351,7 +372,7 @@ static ds_status save(engine_t *e, const char *dir, const char *tag_in,
     free(table);
     st = agree(e, st);
     if (st != DS_OK) {
-        discard_tmp(e, tmpdir);
+        discard_tmp(e, dir, tmpdir);
         ds_error_trace(__FILE__, __LINE__);
         return st;
     }
@@ -366,6 +387,26 @@ static void report_stale(void *user, const char *path) {
     fprintf(stderr, "[zero-engine] removed %s, left by a save that did not finish\n", path);
 }
 
+/* Every rank sees DIR as rank 0 does (engine/io/ckpt_shared.h), checked at
+ * start-up so that a job whose hosts do not share the folder stops before
+ * it trains (and before a --resume on which ranks would disagree about
+ * whether DIR/latest exists). Collective; rank 0 holds DIR's lock. */
+static ds_status check_shared(engine_t *e, const char *dir) {
+    int rank = e->comm->rank;
+    if (e->comm->world == 1) return DS_OK;
+    ds_ckpt_marker m = {{0}};
+    ds_status st = rank == 0 ? ds_ckpt_marker_write(dir, &m) : DS_OK;
+    DS_TRY(agree(e, st));
+    DS_TRY(ds_comm_host_broadcast(e->comm, &m, sizeof m, 0));
+    st = rank == 0 ? DS_OK : ds_ckpt_marker_check(dir, &m, rank);
+    st = agree(e, st);
+    /* every rank has read it (or failed to): rank 0 removes it either way */
+    ds_status rm = rank == 0 ? ds_ckpt_marker_remove(dir) : DS_OK;
+    if (st == DS_OK) st = agree(e, rm);
+    DS_TRY(st);
+    return DS_OK;
+}
+
 ds_status ds_checkpoint_clean(engine_t *e, const char *dir) {
     if (!dir || !*dir) return DS_ERR(DS_ERR_INVALID_ARG, "ds_checkpoint_clean: no folder given");
     ds_status st = DS_OK;
@@ -373,6 +414,7 @@ ds_status ds_checkpoint_clean(engine_t *e, const char *dir) {
     if (e->comm->rank == 0) st = ds_ckpt_lock_dir(dir);
     if (st == DS_OK && e->comm->rank == 0) st = ds_ckpt_remove_stale(dir, report_stale, NULL);
     DS_TRY(agree(e, st));
+    DS_TRY(check_shared(e, dir));
     return DS_OK;
 }
 
