@@ -35,9 +35,11 @@
 #                                  would call ssh, 'agent HOST COMMAND...', and it
 #                                  runs COMMAND inside HOST's namespaces through
 #                                  'ip netns exec', with a fresh environment as an
-#                                  ssh login has (PATH, HOME, LD_LIBRARY_PATH and
-#                                  the OMPI_MCA_* settings below, nothing else:
-#                                  what the ranks need must come through mpirun -x)
+#                                  ssh login has (PATH, HOME, LD_LIBRARY_PATH, the
+#                                  OMPI_MCA_* settings below and the sanitizers'
+#                                  ASAN/LSAN/UBSAN_OPTIONS, as a cluster's ssh
+#                                  would pass with SendEnv; nothing else: what the
+#                                  ranks need must come through mpirun -x)
 #   OMPI_MCA_btl                   self,tcp (--btl)
 #   OMPI_MCA_btl_tcp_if_include    10.77.0.0/24: ranks talk over the veth link
 #   OMPI_MCA_oob_tcp_if_include    10.77.0.0/24: and so do mpirun and its daemons
@@ -267,7 +269,7 @@ do_enter() {
   [ -n "${LD_LIBRARY_PATH:-}" ] && keep+=(LD_LIBRARY_PATH="$LD_LIBRARY_PATH")
   local v
   for v in $(compgen -e); do
-    case $v in OMPI_MCA_*) keep+=("$v=${!v}") ;; esac
+    case $v in OMPI_MCA_* | ASAN_OPTIONS | LSAN_OPTIONS | UBSAN_OPTIONS) keep+=("$v=${!v}") ;; esac
   done
   exec env -i "${keep[@]}" sh -c "$1"
 }
