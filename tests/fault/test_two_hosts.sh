@@ -54,8 +54,12 @@ cat >cfg.json <<'JSON'
 {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
  "gradient_clipping": 1.0,
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01}},
+ "scheduler": {"type": "WarmupLR",
+               "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-2, "warmup_num_steps": 5}},
  "zero_optimization": {"stage": 2}}
 JSON
+# The schedule is named, and does not depend on the run's length: the first
+# half (--max-steps 10) and the straight run (20) follow the same one.
 # An APP that notes where its rank runs, then is train_cls. Host 2 gets a
 # login's environment, so the DS_ variable there came through mpirun -x.
 cat >probe.sh <<SH
