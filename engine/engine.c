@@ -50,13 +50,9 @@ static ds_status make_backend(engine_t *e) {
  * act on yet: refuse them rather than train differently from what the file
  * says. */
 static ds_status check_implemented(const ds_config *c) {
-    /* offload_optimizer "cpu" is offload/host_optim.h, whole partitions only */
-    if (c->offload_optimizer.device == DS_OFFLOAD_NVME)
-        return DS_ERR(DS_ERR_UNSUPPORTED,
-                      "zero_optimization.offload_optimizer.device: \"%s\" is not implemented in "
-                      "this version of zero-engine (use \"cpu\" or \"none\")",
-                      ds_offload_device_name(c->offload_optimizer.device));
-    if (c->offload_optimizer.device == DS_OFFLOAD_CPU && c->offload_optimizer.ratio < 1.0)
+    /* offload_optimizer "cpu" and "nvme" are offload/host_optim.h, whole
+     * partitions only */
+    if (c->offload_optimizer.device != DS_OFFLOAD_NONE && c->offload_optimizer.ratio < 1.0)
         return DS_ERR(DS_ERR_UNSUPPORTED,
                       "zero_optimization.offload_optimizer.ratio: partial offload (%g) is not "
                       "implemented in this version of zero-engine (use 1.0)",

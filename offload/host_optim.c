@@ -1,13 +1,17 @@
-/* Optimizer state in host memory: allocation, the chunked copy/update
- * pipeline, and pushing the master to the device's working parameters. */
+/* Optimizer state off the device: allocation, the host-RAM tier, the
+ * piecewise copy/update pipeline, and pushing the master to the device's
+ * working parameters. */
 #include "offload/host_optim.h"
 
 #include <stdlib.h>
+#include <string.h>
 
-/* Elements per pipeline chunk: 4 Mi elements (16 MiB of fp32 master) is
- * large enough that each chunk's OpenMP update and copy launches amortise
- * their fixed cost, and small enough that only the first chunk's download
- * and the last chunk's upload are not hidden behind host math. */
+#include "offload/nvme_swap.h"
+
+/* Elements per pipeline piece in host RAM: 4 Mi elements (16 MiB of fp32
+ * master) is large enough that each piece's OpenMP update and copy launches
+ * amortise their fixed cost, and small enough that only the first piece's
+ * download and the last piece's upload are not hidden behind host math. */
 #define DS_HOST_OPTIM_CHUNK ((int64_t)1 << 22)
 
 struct ds_host_optim {
@@ -17,30 +21,90 @@ struct ds_host_optim {
     int64_t n;
     int n_moments;
     ds_dtype gt, pt;
-    bool pinned;        /* master and moments allocated pinned through dev */
-    float *master;      /* [n] fp32 */
-    float *moment[2];   /* [n] fp32 each, as many as n_moments */
+    ds_tier *tier;      /* where master and moments live */
+    bool swapped;       /* the tier's pieces are reused buffers (nvme) */
     void *gstage;       /* [n] gt: the partition's gradients */
     void *pstage;       /* [n] pt: updated working parameters (param_t != F32 only) */
     ds_stream *down, *up; /* device->host and host->device copy streams (NULL on cpu) */
     ds_event *ready;    /* recorded on the default stream at the start of a step */
 };
 
-static bool is_float_type(ds_dtype t) { return t == DS_F32 || t == DS_F16 || t == DS_BF16; }
+/* ------------------------------------------------ the host-RAM tier -- */
 
-/* Master and moments: pinned through the engine backend, or plain host RAM
- * (page-aligned) through the host backend. Either way counted at HOST. */
-static ds_status alloc_state(ds_host_optim *o, ds_mem_purpose purpose, float **out) {
-    ds_backend *be = o->pinned ? o->dev : o->host;
-    DS_TRY(ds_backend_alloc(be, purpose, DS_PLACE_HOST, (size_t)o->n * sizeof(float),
-                            (void **)out));
+typedef struct ram_tier {
+    ds_tier base; /* first */
+    ds_backend *be;
+    float *arr[3];
+} ram_tier;
+
+static ds_status ram_begin(ds_tier *t, int64_t b, int64_t e, float **state) {
+    (void)e;
+    for (int k = 0; k < t->n_tensors; k++) state[k] = ((ram_tier *)t)->arr[k] + b;
     return DS_OK;
 }
 
-static void free_state(ds_host_optim *o, ds_mem_purpose purpose, float *p) {
-    ds_backend_free(o->pinned ? o->dev : o->host, purpose, DS_PLACE_HOST, p,
-                    (size_t)o->n * sizeof(float));
+static ds_status ram_end(ds_tier *t, int64_t b, int64_t e, bool dirty) {
+    (void)t, (void)b, (void)e, (void)dirty; /* resident: nothing to write back */
+    return DS_OK;
 }
+
+static ds_status ram_finish(ds_tier *t) {
+    (void)t;
+    return DS_OK;
+}
+
+static ds_status ram_io(ds_tier *t, int k, int64_t lo, int64_t hi, float *host, bool write) {
+    float *p = ((ram_tier *)t)->arr[k] + lo;
+    size_t bytes = (size_t)(hi - lo) * sizeof(float);
+    if (write) memcpy(p, host, bytes);
+    else memcpy(host, p, bytes);
+    return DS_OK;
+}
+
+static ds_status ram_fill(ds_tier *t, int k, ds_tier_fill_fn fn, void *ctx) {
+    if (t->n > 0) DS_TRY(fn(ctx, 0, t->n, ((ram_tier *)t)->arr[k]));
+    return DS_OK;
+}
+
+static void ram_destroy(ds_tier *t) {
+    ram_tier *r = (ram_tier *)t;
+    if (!r) return;
+    for (int k = 0; k < t->n_tensors; k++)
+        ds_backend_free(r->be, k ? DS_MEM_OPTIM : DS_MEM_MASTER, DS_PLACE_HOST, r->arr[k],
+                        (size_t)t->n * sizeof(float));
+    free(r);
+}
+
+static const ds_tier_ops k_ram_ops = {
+    .name = "host", .begin = ram_begin, .end = ram_end, .finish = ram_finish,
+    .io = ram_io, .fill = ram_fill, .destroy = ram_destroy,
+};
+
+/* Master and moments pinned through the engine backend, or plain host RAM
+ * (page-aligned) through the host backend. Either way counted at HOST. */
+static ds_status ram_create(ds_backend *be, int64_t n, int n_tensors, ds_tier **out) {
+    ram_tier *r = calloc(1, sizeof *r);
+    if (!r) return DS_ERR(DS_ERR_OOM, "offload_optimizer: out of host memory");
+    r->base = (ds_tier){.ops = &k_ram_ops, .n = n, .n_tensors = n_tensors,
+                        .piece = DS_HOST_OPTIM_CHUNK};
+    r->be = be;
+    for (int k = 0; k < n_tensors; k++) {
+        void *p;
+        ds_status st = ds_backend_alloc(be, k ? DS_MEM_OPTIM : DS_MEM_MASTER, DS_PLACE_HOST,
+                                        (size_t)n * sizeof(float), &p);
+        if (st != DS_OK) {
+            ram_destroy(&r->base);
+            return st;
+        }
+        r->arr[k] = p;
+    }
+    *out = &r->base;
+    return DS_OK;
+}
+
+/* ------------------------------------------------------------ object -- */
+
+static bool is_float_type(ds_dtype t) { return t == DS_F32 || t == DS_F16 || t == DS_BF16; }
 
 static ds_status build(ds_host_optim *o, const ds_host_optim_desc *d) {
     if (d->dev->kind == DS_BACKEND_CPU) {
@@ -51,8 +115,17 @@ static ds_status build(ds_host_optim *o, const ds_host_optim_desc *d) {
         DS_TRY(ds_backend_create(&hd, &o->host));
         o->own_host = true;
     }
-    DS_TRY(alloc_state(o, DS_MEM_MASTER, &o->master));
-    for (int k = 0; k < o->n_moments; k++) DS_TRY(alloc_state(o, DS_MEM_OPTIM, &o->moment[k]));
+    ds_backend *state_be = d->pin_memory ? o->dev : o->host;
+    if (d->nvme) {
+        ds_nvme_swap_desc sd = {.buf_be = state_be, .what = "zero_optimization.offload_optimizer",
+                                .off = d->nvme, .aio = d->aio,
+                                .sub_group_size = d->sub_group_size, .rank = d->rank, .n = o->n,
+                                .n_tensors = 1 + o->n_moments};
+        DS_TRY(ds_nvme_swap_create(&sd, &o->tier));
+        o->swapped = true;
+    } else {
+        DS_TRY(ram_create(state_be, o->n, 1 + o->n_moments, &o->tier));
+    }
     /* Staging buffers are the ends of asynchronous copies: page-locked on
      * cuda whatever pin_memory says (the engine backend's HOST place). */
     DS_TRY(ds_backend_alloc(o->dev, DS_MEM_BUFFERS, DS_PLACE_HOST,
@@ -80,6 +153,9 @@ ds_status ds_host_optim_create(const ds_host_optim_desc *d, ds_host_optim **out)
         return DS_ERR(DS_ERR_INVALID_ARG,
                       "ds_host_optim_create: gradients and parameters must be fp32, fp16 or "
                       "bf16, got %s and %s", ds_dtype_name(d->grad_t), ds_dtype_name(d->param_t));
+    if (d->nvme && (!d->aio || d->sub_group_size < 1))
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "ds_host_optim_create: nvme needs the aio settings and sub_group_size >= 1");
     ds_host_optim *o = calloc(1, sizeof *o);
     if (!o) return DS_ERR(DS_ERR_OOM, "ds_host_optim_create: out of host memory");
     o->dev = d->dev;
@@ -87,10 +163,10 @@ ds_status ds_host_optim_create(const ds_host_optim_desc *d, ds_host_optim **out)
     o->n_moments = d->n_moments;
     o->gt = d->grad_t;
     o->pt = d->param_t;
-    o->pinned = d->pin_memory;
     ds_status st = build(o, d);
     if (st != DS_OK) {
-        ds_error_prefix("offload_optimizer: host state of %lld elements", (long long)d->n);
+        ds_error_prefix("offload_optimizer: %s state of %lld elements",
+                        d->nvme ? "NVMe" : "host", (long long)d->n);
         ds_error_trace(__FILE__, __LINE__);
         ds_host_optim_destroy(o);
         return st;
@@ -105,10 +181,7 @@ void ds_host_optim_destroy(ds_host_optim *o) {
     if (o->down) ops->stream_destroy(o->dev, o->down);
     if (o->up) ops->stream_destroy(o->dev, o->up);
     if (o->ready) ops->event_destroy(o->dev, o->ready);
-    if (o->host) {
-        free_state(o, DS_MEM_MASTER, o->master);
-        for (int k = 0; k < 2; k++) free_state(o, DS_MEM_OPTIM, o->moment[k]);
-    }
+    if (o->tier) o->tier->ops->destroy(o->tier); /* nvme: the files go with it */
     ds_backend_free(o->dev, DS_MEM_BUFFERS, DS_PLACE_HOST, o->gstage,
                     (size_t)o->n * ds_dtype_size(o->gt));
     ds_backend_free(o->dev, DS_MEM_BUFFERS, DS_PLACE_HOST, o->pstage,
@@ -117,13 +190,33 @@ void ds_host_optim_destroy(ds_host_optim *o) {
     free(o);
 }
 
-float *ds_host_optim_master(ds_host_optim *o) { return o->master; }
+ds_status ds_host_optim_state_io(ds_host_optim *o, int k, int64_t lo, int64_t hi, float *host,
+                                 bool write) {
+    if (lo < 0 || hi > o->n || lo > hi || k < 0 || k > 2)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "offload_optimizer: state %d range [%lld, %lld) outside the partition's "
+                      "[0, %lld)", k, (long long)lo, (long long)hi, (long long)o->n);
+    if (k > o->n_moments) { /* a moment this optimizer does not keep */
+        if (write)
+            return DS_ERR(DS_ERR_INVALID_ARG,
+                          "the checkpoint holds optimizer moments this optimizer does not keep");
+        memset(host, 0, (size_t)(hi - lo) * sizeof(float));
+        return DS_OK;
+    }
+    if (lo < hi) DS_TRY(o->tier->ops->io(o->tier, k, lo, hi, host, write));
+    return DS_OK;
+}
 
-float *ds_host_optim_moment(ds_host_optim *o, int k) {
-    return k >= 0 && k < o->n_moments ? o->moment[k] : NULL;
+ds_status ds_host_optim_fill_master(ds_host_optim *o, ds_tier_fill_fn fn, void *ctx) {
+    DS_TRY(o->tier->ops->fill(o->tier, 0, fn, ctx));
+    return DS_OK;
 }
 
 ds_backend *ds_host_optim_backend(ds_host_optim *o) { return o->host; }
+
+ds_tier_stats ds_host_optim_swap_stats(const ds_host_optim *o) { return o->tier->stats; }
+
+/* --------------------------------------------------------------- step -- */
 
 static void *at(void *base, ds_dtype t, int64_t i) {
     return (char *)base + (size_t)i * ds_dtype_size(t);
@@ -138,19 +231,22 @@ static ds_status wait(ds_host_optim *o, ds_stream *s) {
     return DS_OK;
 }
 
-/* Gradients of chunk [b, e) into the host staging buffer. */
+/* Gradients of piece [b, e) into the host staging buffer. */
 static ds_status download(ds_host_optim *o, const void *dev_grads, int64_t b, int64_t e) {
     DS_TRY(o->dev->ops->memcpy(o->dev, at(o->gstage, o->gt, b), cat(dev_grads, o->gt, b),
                                (size_t)(e - b) * ds_dtype_size(o->gt), DS_COPY_D2H, o->down));
     return DS_OK;
 }
 
-/* Working parameters of chunk [b, e): the low-precision staging copy the
- * update wrote, or the fp32 master itself. */
-static ds_status upload(ds_host_optim *o, void *dev_params, int64_t b, int64_t e) {
-    const void *src = o->pt == DS_F32 ? (const void *)(o->master + b) : cat(o->pstage, o->pt, b);
+/* Working parameters of piece [b, e): the low-precision staging copy the
+ * update wrote, or the fp32 master piece itself. A swapped piece's buffer is
+ * reused by a later piece, so the copy must land before the piece ends. */
+static ds_status upload(ds_host_optim *o, void *dev_params, int64_t b, int64_t e,
+                        const float *master) {
+    const void *src = o->pt == DS_F32 ? (const void *)master : cat(o->pstage, o->pt, b);
     DS_TRY(o->dev->ops->memcpy(o->dev, at(dev_params, o->pt, b), src,
                                (size_t)(e - b) * ds_dtype_size(o->pt), DS_COPY_H2D, o->up));
+    if (o->swapped) DS_TRY(wait(o, o->up));
     return DS_OK;
 }
 
@@ -167,50 +263,69 @@ static ds_status fence(ds_host_optim *o) {
 
 /* The same dispatch as zero/optim.c, on host memory: the cpu backend's
  * slots, so the arithmetic is that of a non-offloaded cpu run. */
-static ds_status update(ds_host_optim *o, const ds_host_update *u, int64_t b, int64_t e) {
+static ds_status update(ds_host_optim *o, const ds_host_update *u, int64_t b, int64_t e,
+                        float **st) {
     ds_backend *h = o->host;
     size_t n = (size_t)(e - b);
-    float *w = o->master + b;
     const void *g = cat(o->gstage, o->gt, b);
-    float *m0 = o->moment[0] ? o->moment[0] + b : NULL;
-    float *m1 = o->moment[1] ? o->moment[1] + b : NULL;
+    float *m0 = o->n_moments >= 1 ? st[1] : NULL;
+    float *m1 = o->n_moments >= 2 ? st[2] : NULL;
     void *lp = o->pt != DS_F32 ? at(o->pstage, o->pt, b) : NULL;
     if (u->type == DS_OPTIM_SGD)
-        DS_TRY(h->ops->sgd(h, w, g, o->gt, u->grad_mult, m0, n, &u->sgd, lp, o->pt));
+        DS_TRY(h->ops->sgd(h, st[0], g, o->gt, u->grad_mult, m0, n, &u->sgd, lp, o->pt));
     else
-        DS_TRY(h->ops->adam(h, w, g, o->gt, u->grad_mult, m0, m1, n, &u->adam, lp, o->pt));
+        DS_TRY(h->ops->adam(h, st[0], g, o->gt, u->grad_mult, m0, m1, n, &u->adam, lp, o->pt));
     return DS_OK;
+}
+
+static int64_t piece_end(const ds_host_optim *o, int64_t b) {
+    return o->n - b < o->tier->piece ? o->n : b + o->tier->piece;
 }
 
 ds_status ds_host_optim_step(ds_host_optim *o, const ds_host_update *u, const void *dev_grads,
                              void *dev_params) {
     if (o->n == 0) return DS_OK;
     DS_TRY(fence(o));
-    /* Pipeline: chunk k+1 downloads and chunk k-1 uploads while chunk k is
-     * updated. The staging buffers span the whole partition, so no chunk's
-     * buffer is reused within a step. */
-    int64_t chunk = DS_HOST_OPTIM_CHUNK;
-    DS_TRY(download(o, dev_grads, 0, o->n < chunk ? o->n : chunk));
-    for (int64_t b = 0; b < o->n; b += chunk) {
-        int64_t e = o->n - b < chunk ? o->n : b + chunk;
-        DS_TRY(wait(o, o->down)); /* chunk [b, e) has landed */
-        if (e < o->n) DS_TRY(download(o, dev_grads, e, o->n - e < chunk ? o->n : e + chunk));
-        DS_TRY(update(o, u, b, e));
-        DS_TRY(upload(o, dev_params, b, e));
+    /* Pipeline: piece k+1's gradients download and piece k-1's parameters
+     * upload while piece k is updated; the tier reads and writes the state
+     * pieces (overlapped as pipeline_read / pipeline_write say). The staging
+     * buffers span the whole partition, so no piece's buffer is reused
+     * within a step. */
+    const ds_tier_ops *t = o->tier->ops;
+    DS_TRY(download(o, dev_grads, 0, piece_end(o, 0)));
+    for (int64_t b = 0; b < o->n; b = piece_end(o, b)) {
+        int64_t e = piece_end(o, b);
+        float *st[3];
+        DS_TRY(wait(o, o->down)); /* piece [b, e) has landed */
+        if (e < o->n) DS_TRY(download(o, dev_grads, e, piece_end(o, e)));
+        DS_TRY(t->begin(o->tier, b, e, st));
+        DS_TRY(update(o, u, b, e, st));
+        DS_TRY(upload(o, dev_params, b, e, st[0]));
+        DS_TRY(t->end(o->tier, b, e, true));
     }
     /* Callers use dev_params next (all-gather, forward) and may read the
-     * master on the host: everything has landed when this returns. */
+     * state: everything has landed when this returns. */
     DS_TRY(wait(o, o->down));
     DS_TRY(wait(o, o->up));
+    DS_TRY(t->finish(o->tier));
     return DS_OK;
 }
 
 ds_status ds_host_optim_push(ds_host_optim *o, void *dev_params) {
     if (o->n == 0) return DS_OK;
-    if (o->pt != DS_F32)
-        DS_TRY(o->host->ops->cast(o->host, o->pstage, o->pt, o->master, DS_F32, (size_t)o->n));
     DS_TRY(fence(o));
-    DS_TRY(upload(o, dev_params, 0, o->n));
+    const ds_tier_ops *t = o->tier->ops;
+    for (int64_t b = 0; b < o->n; b = piece_end(o, b)) {
+        int64_t e = piece_end(o, b);
+        float *st[3];
+        DS_TRY(t->begin(o->tier, b, e, st));
+        if (o->pt != DS_F32)
+            DS_TRY(o->host->ops->cast(o->host, at(o->pstage, o->pt, b), o->pt, st[0], DS_F32,
+                                      (size_t)(e - b)));
+        DS_TRY(upload(o, dev_params, b, e, st[0]));
+        DS_TRY(t->end(o->tier, b, e, false)); /* read only */
+    }
     DS_TRY(wait(o, o->up));
+    DS_TRY(t->finish(o->tier));
     return DS_OK;
 }

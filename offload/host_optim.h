@@ -1,27 +1,36 @@
-/* Optimizer state in host memory (DeepSpeed's offload_optimizer device "cpu").
+/* Optimizer state off the device (DeepSpeed's offload_optimizer device
+ * "cpu" or "nvme").
  *
  * Holds one partition of n elements: the fp32 master weights (always, even
  * when training in fp32, as DeepSpeed does), the optimizer moments, and two
  * host staging buffers (the partition's gradients in grad_t, and the updated
- * working parameters in param_t when param_t is not fp32). A step
+ * working parameters in param_t when param_t is not fp32). Where master and
+ * moments live is a tier (offload/tier.h): host RAM for "cpu", files under
+ * nvme_path for "nvme" (offload/nvme_swap.h), swapped in sub_group_size
+ * pieces. A step
  *
  *   gradients  device -> host staging      (async, on a copy stream)
+ *   state      tier -> host, per piece     (nvme: read, sub-group by sub-group)
  *   update     on the host                 (the cpu backend's adam / sgd slot:
  *                                           the same arithmetic as the device
  *                                           run, so losses are bit-identical
  *                                           on the cpu backend)
+ *   state      host -> tier                (nvme: written back)
  *   parameters host -> device              (async, on a second copy stream)
  *
- * runs in chunks, so copying chunk k+1 in and chunk k-1 out overlaps the
- * update of chunk k where the backend has streams (cuda); on the cpu backend
- * every copy is synchronous and the chunks simply run in turn.
+ * runs in pieces, so copying piece k+1 in and piece k-1 out overlaps the
+ * update of piece k where the backend has streams (cuda) and, on NVMe, where
+ * pipeline_read / pipeline_write ask for it; on the cpu backend every device
+ * copy is synchronous.
  *
- * Memory, all allocated by ds_host_optim_create and counted at
- * DS_PLACE_HOST: master (DS_MEM_MASTER) and moments (DS_MEM_OPTIM), pinned
+ * Memory, all allocated by ds_host_optim_create: with "cpu", master
+ * (DS_MEM_MASTER) and moments (DS_MEM_OPTIM) at DS_PLACE_HOST, pinned
  * through the engine backend when pin_memory (cudaHostAlloc on cuda),
- * page-aligned RAM through the host backend otherwise; the staging buffers
- * (DS_MEM_BUFFERS) are always pinned on cuda because asynchronous copies
- * need page-locked memory. Nothing is allocated by a step.
+ * page-aligned RAM through the host backend otherwise; with "nvme" they are
+ * counted at DS_PLACE_NVME and only the swap buffers (DS_MEM_BUFFERS) are in
+ * RAM. The staging buffers (DS_MEM_BUFFERS) are always pinned on cuda
+ * because asynchronous copies need page-locked memory. Nothing is allocated
+ * by a step.
  *
  * Usage (zero/shard.c):
  *
@@ -29,10 +38,10 @@
  *                            .grad_t = DS_F16, .param_t = DS_F16, .pin_memory = true};
  *   ds_host_optim *o;
  *   DS_TRY(ds_host_optim_create(&hd, &o));
- *   float *master = ds_host_optim_master(o);   // host: fill the initial weights
+ *   DS_TRY(ds_host_optim_fill_master(o, draw_initial_values, ctx));
  *   ...
  *   DS_TRY(ds_host_optim_step(o, &upd, dev_grads, dev_params));
- *   ds_host_optim_destroy(o);
+ *   ds_host_optim_destroy(o);     // nvme: the swap files are removed
  *
  * This folder depends on engine/ only (zero uses offload, never the
  * reverse). */
@@ -45,6 +54,7 @@
 #include "engine/backend/backend.h"
 #include "engine/core/config.h"
 #include "engine/core/status.h"
+#include "offload/tier.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -60,6 +70,14 @@ typedef struct ds_host_optim_desc {
     ds_dtype param_t;   /* working parameters on the device: F32, F16 or BF16 */
     bool pin_memory;    /* master and moments page-locked (on cuda) */
     int num_threads;    /* OpenMP threads of the host math (0: OMP_NUM_THREADS or cores) */
+    /* device "nvme": the swap's settings (offload_optimizer: nvme_path,
+     * buffer_count, pipeline_read/_write, fast_init; the aio section;
+     * zero_optimization.sub_group_size), and the rank naming its folder.
+     * NULL nvme: the state lives in host RAM. */
+    const ds_offload_config *nvme;
+    const ds_aio_config *aio;
+    int64_t sub_group_size;
+    int rank;
 } ds_host_optim_desc;
 
 /* One update, resolved by the caller (zero/): which optimizer, its
@@ -72,24 +90,36 @@ typedef struct ds_host_update {
     float grad_mult;
 } ds_host_update;
 
-/* Allocate the host state (zeroed) and, on a cuda backend, a cpu backend for
+/* Allocate the state (zeroed) and, on a cuda backend, a cpu backend for
  * the host math and two copy streams. On a cpu backend the engine's backend
- * does the host math itself. *out owns everything; free with
- * ds_host_optim_destroy. Errors: DS_ERR_INVALID_ARG (types, n_moments),
- * DS_ERR_OOM / DS_ERR_BACKEND from the allocations (naming the bytes). */
+ * does the host math itself. With nvme, make the swap folder and files
+ * (call ds_nvme_preflight first for the start-up checks). *out owns
+ * everything; free with ds_host_optim_destroy. Errors: DS_ERR_INVALID_ARG
+ * (types, n_moments), DS_ERR_OOM / DS_ERR_BACKEND from the allocations
+ * (naming the bytes), DS_ERR_IO / DS_ERR_CONFIG from the swap. */
 ds_status ds_host_optim_create(const ds_host_optim_desc *d, ds_host_optim **out);
 void ds_host_optim_destroy(ds_host_optim *o);
 
-/* Host pointers into the state, valid until destroy: the fp32 master [n] and
- * moment k [n] (NULL when the optimizer keeps fewer than k+1 moments). The
- * caller may read and write them between steps (initialisation,
- * checkpoints). */
-float *ds_host_optim_master(ds_host_optim *o);
-float *ds_host_optim_moment(ds_host_optim *o, int k);
+/* State tensor k (0 the fp32 master, 1 and 2 the moments), elements
+ * [lo, hi) of the partition, to (write false) or from (write true) host
+ * memory, between steps (initialisation, checkpoints, set/get of weights).
+ * A moment the optimizer does not keep reads as zeros and fails
+ * DS_ERR_INVALID_ARG on write. After writing the master,
+ * ds_host_optim_push brings the working parameters up to date. */
+ds_status ds_host_optim_state_io(ds_host_optim *o, int k, int64_t lo, int64_t hi, float *host,
+                                 bool write);
 
-/* The backend that runs the host math (a cpu backend): host pointers above
- * may be passed to its slots. Borrowed. */
+/* The whole master from fn, called with consecutive ranges [b, e) of the
+ * partition and a host buffer to fill (initialisation). */
+ds_status ds_host_optim_fill_master(ds_host_optim *o, ds_tier_fill_fn fn, void *ctx);
+
+/* The backend that runs the host math (a cpu backend): host pointers
+ * handed to a fill function may be passed to its slots. Borrowed. */
 ds_backend *ds_host_optim_backend(ds_host_optim *o);
+
+/* Bytes the swap moved and the time steps waited for it ("nvme"; zeros for
+ * "cpu"), since creation. */
+ds_tier_stats ds_host_optim_swap_stats(const ds_host_optim *o);
 
 /* One optimizer step on the partition: dev_grads (device, n elements of
  * grad_t) -> host, update master and moments, write the updated working

@@ -39,3 +39,56 @@ add_test(NAME config_run_offload
 set_tests_properties(config_run_offload PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS 2
                      FIXTURES_REQUIRED gen_csv ENVIRONMENT "OMP_NUM_THREADS=1"
                      PASS_REGULAR_EXPRESSION "macro avg")
+
+# offload_optimizer {"device": "nvme"} (offload/nvme_swap.h): master weights
+# and moments in swap files under a folder of the build tree (a real disk:
+# the swap needs O_DIRECT). Stages 1-3, fp32 and fp16, 1 and 2 ranks: the
+# same training as without offload bit for bit, sub-grouped and pipelined or
+# with DeepSpeed's defaults; checkpoints both ways and zero_to_fp32; bf16 and
+# SGD at one stage each.
+add_executable(test_offload_nvme ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_offload_nvme.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
+target_link_libraries(test_offload_nvme PRIVATE zero-engine)
+foreach(stage 1 2 3)
+  foreach(prec fp32 fp16)
+    foreach(np 1 2)
+      set(_nv_name offload_nvme_stage${stage}_${prec})
+      ds_add_mpi_test(NAME ${_nv_name} NP ${np} LABELS multirank
+                      COMMAND $<TARGET_FILE:test_offload_nvme> --stage ${stage} --precision ${prec}
+                              --dir ${CMAKE_BINARY_DIR}/tests/${_nv_name}_np${np})
+    endforeach()
+  endforeach()
+endforeach()
+ds_add_mpi_test(NAME offload_nvme_stage3_bf16 NP 2 LABELS multirank
+                COMMAND $<TARGET_FILE:test_offload_nvme> --stage 3 --precision bf16
+                        --dir ${CMAKE_BINARY_DIR}/tests/offload_nvme_stage3_bf16_np2)
+ds_add_mpi_test(NAME offload_nvme_stage1_sgd NP 2 LABELS multirank
+                COMMAND $<TARGET_FILE:test_offload_nvme> --stage 1 --precision fp32
+                        --optimizer SGD --dir ${CMAKE_BINARY_DIR}/tests/offload_nvme_stage1_sgd_np2)
+# Bad nvme_path (missing, a file, not writable, no O_DIRECT, too small), too
+# few buffers, a disk that fills mid-training.
+ds_add_mpi_test(NAME offload_nvme_errors NP 2 LABELS fault
+                COMMAND $<TARGET_FILE:test_offload_nvme> --errors
+                        --dir ${CMAKE_BINARY_DIR}/tests/offload_nvme_errors_np2)
+# A run killed with swap writes in flight leaves its folders; the next
+# start-up removes them and trains.
+set(_nv_crash ${CMAKE_BINARY_DIR}/tests/offload_nvme_crash)
+add_test(NAME offload_nvme_crash
+         COMMAND sh -c "rm -rf \"$3\"; \"$1\" $2 -np 2 -x OMP_NUM_THREADS=1 -x DS_FAULT_INJECT=nvme:mid_step \"$0\" --crash --dir \"$3\" && { echo 'the killed run exited 0'; exit 1; }; \"$1\" $2 -np 2 -x OMP_NUM_THREADS=1 \"$0\" --after-crash --dir \"$3\""
+                 $<TARGET_FILE:test_offload_nvme> ${DS_MPIRUN} "${DS_MPIRUN_FLAGS_STR}" ${_nv_crash})
+set_tests_properties(offload_nvme_crash PROPERTIES LABELS fault TIMEOUT 300 PROCESSORS 2)
+
+# Checkpoints of a swapped state through tests/ckpt.cmake's resume harness
+# (every phase swaps to its own folder; frames of 64 values, so a load writes
+# the swap files in pieces smaller than their 4 KiB blocks): an exact resume
+# at stage 3 in fp16 (tolerance 0: bit for bit), and elastic 2 ranks at
+# stage 2 -> 1 rank at stage 1 (tolerance 1e-5 relative: the summation-order
+# gap tests/ckpt.cmake explains for ckpt_elastic_2to1_mlp; the loaded
+# parameters themselves are compared exactly).
+ds_ckpt_resume_test(ckpt_nvme_exact_fp16_stage3 4 0 2 3 2 3 mlp fp16 0)
+ds_ckpt_resume_test(ckpt_nvme_elastic_2to1 4 1e-5 2 2 1 1 mlp fp32 0)
+foreach(_t ckpt_nvme_exact_fp16_stage3 ckpt_nvme_elastic_2to1)
+  set_property(TEST ${_t} APPEND PROPERTY ENVIRONMENT
+               "CK_EXTRA=--nvme ${CMAKE_BINARY_DIR}/tests/${_t}_nvme")
+endforeach()

@@ -2,20 +2,37 @@
  * offloaded, through offload/host_optim.h. */
 #include "zero/shard.h"
 
+#include <string.h>
+
 #include "zero/optim.h"
 #include "zero/zero_util.h"
 
+typedef struct init_ctx {
+    ds_backend *be;
+    const ds_zero_desc *d;
+} init_ctx;
+
+/* The host backend's counter-based RNG draws the same values the device
+ * draws for these elements in every other stage. */
+static ds_status draw_master(void *ctx, int64_t b, int64_t e, float *dst) {
+    const init_ctx *c = ctx;
+    DS_TRY(ds_zero_init_partition_range(c->be, c->d->flat, c->d->comm->rank, c->d->seed, b, e,
+                                        dst));
+    return DS_OK;
+}
+
 static ds_status init_offload(ds_shard *sh, const ds_zero_desc *d) {
     const ds_config *c = d->cfg;
+    bool nvme = c->offload_optimizer.device == DS_OFFLOAD_NVME;
     ds_host_optim_desc hd = {.dev = d->be, .n = sh->part, .n_moments = ds_optim_state_count(c),
                              .grad_t = d->grad_t, .param_t = d->param_t,
                              .pin_memory = c->offload_optimizer.pin_memory,
-                             .num_threads = c->num_threads};
+                             .num_threads = c->num_threads,
+                             .nvme = nvme ? &c->offload_optimizer : NULL, .aio = &c->aio,
+                             .sub_group_size = c->sub_group_size, .rank = d->comm->rank};
     DS_TRY(ds_host_optim_create(&hd, &sh->off));
-    /* The host backend's counter-based RNG draws the same values the
-     * device draws for these elements in every other stage. */
-    DS_TRY(ds_zero_init_partition(ds_host_optim_backend(sh->off), d->flat, d->comm->rank, d->seed,
-                                  ds_host_optim_master(sh->off)));
+    init_ctx ic = {.be = ds_host_optim_backend(sh->off), .d = d};
+    DS_TRY(ds_host_optim_fill_master(sh->off, draw_master, &ic));
     return DS_OK;
 }
 
@@ -25,7 +42,7 @@ ds_status ds_shard_init(ds_shard *sh, const ds_zero_desc *d) {
     sh->part = d->flat->part;
     sh->lo = (int64_t)d->comm->rank * d->flat->part;
     sh->mixed = d->param_t != DS_F32;
-    if (d->cfg->offload_optimizer.device == DS_OFFLOAD_CPU) {
+    if (d->cfg->offload_optimizer.device != DS_OFFLOAD_NONE) {
         DS_TRY(init_offload(sh, d));
         return DS_OK;
     }
@@ -69,11 +86,13 @@ ds_status ds_shard_update(ds_shard *sh, const ds_optim_step *step, float *fp32_w
 ds_status ds_shard_state_io(ds_shard *sh, float *fp32_weights, ds_zero_state which, int64_t lo,
                             int64_t hi, float *host, bool write) {
     if (sh->off) {
-        /* host memory on both sides: the host backend's copies are memcpy */
-        float *base = which == DS_STATE_WEIGHTS ? ds_host_optim_master(sh->off)
-                      : ds_host_optim_moment(sh->off, which == DS_STATE_MOMENT0 ? 0 : 1);
-        DS_TRY(ds_zero_state_copy(ds_host_optim_backend(sh->off), base, sh->lo, sh->lo + sh->part,
-                                  lo, hi, host, write));
+        if (lo < sh->lo || hi > sh->lo + sh->part || lo > hi)
+            return DS_ERR(DS_ERR_INVALID_ARG,
+                          "optimizer state range [%lld, %lld) outside this rank's [%lld, %lld)",
+                          (long long)lo, (long long)hi, (long long)sh->lo,
+                          (long long)(sh->lo + sh->part));
+        DS_TRY(ds_host_optim_state_io(sh->off, (int)which, lo - sh->lo, hi - sh->lo, host,
+                                      write));
         return DS_OK;
     }
     float *base = which == DS_STATE_WEIGHTS ? (sh->mixed ? sh->master : fp32_weights)
@@ -82,19 +101,33 @@ ds_status ds_shard_state_io(ds_shard *sh, float *fp32_weights, ds_zero_state whi
     return DS_OK;
 }
 
+/* Offloaded, the master is reached by ranges (it may live on NVMe):
+ * this rank's piece of parameter i, at its place in `host`. */
+static ds_status off_piece(ds_shard *sh, const ds_flat *f, int rank, int i, float *host,
+                           bool write) {
+    const ds_flat_param *p = &f->params[i];
+    int64_t b, e;
+    if (!ds_flat_clip(f, rank, p->offset, p->offset + p->numel, &b, &e)) return DS_OK;
+    DS_TRY(ds_host_optim_state_io(sh->off, 0, b - sh->lo, e - sh->lo, host + (b - p->offset),
+                                  write));
+    return DS_OK;
+}
+
 ds_status ds_shard_get_weights(ds_shard *sh, ds_comm *comm, const ds_flat *f, int i, float *host) {
-    if (sh->off)
-        DS_TRY(ds_zero_part_to_host(ds_host_optim_backend(sh->off), comm, f, i,
-                                    ds_host_optim_master(sh->off), DS_F32, host));
-    else
+    if (sh->off) { /* every rank its piece, zeros elsewhere, a sum assembles it (exact) */
+        size_t numel = (size_t)f->params[i].numel;
+        memset(host, 0, numel * sizeof(float));
+        DS_TRY(off_piece(sh, f, comm->rank, i, host, false));
+        DS_TRY(ds_comm_host_all_reduce(comm, host, numel, DS_F32, DS_REDUCE_SUM));
+    } else {
         DS_TRY(ds_zero_part_to_host(sh->be, comm, f, i, sh->master, DS_F32, host));
+    }
     return DS_OK;
 }
 
 ds_status ds_shard_set_weights(ds_shard *sh, const ds_flat *f, int rank, int i, const float *host) {
     if (sh->off)
-        DS_TRY(ds_zero_part_from_host(ds_host_optim_backend(sh->off), f, rank, i,
-                                      ds_host_optim_master(sh->off), DS_F32, host));
+        DS_TRY(off_piece(sh, f, rank, i, (float *)host, true)); /* write: host is only read */
     else if (sh->mixed)
         DS_TRY(ds_zero_part_from_host(sh->be, f, rank, i, sh->master, DS_F32, host));
     return DS_OK;

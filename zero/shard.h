@@ -2,10 +2,11 @@
  * master weights (mixed precision only: under fp32 the working parameters'
  * own slice serves) and of the optimizer moments.
  *
- * With zero_optimization.offload_optimizer.device "cpu" the shard delegates
- * to offload/host_optim.h: master (always, fp32 training included, as
- * DeepSpeed keeps it) and moments live in host memory, the update runs on
- * the host, and `master`, `state0`, `state1` below stay NULL. Stages then
+ * With zero_optimization.offload_optimizer.device "cpu" or "nvme" the shard
+ * delegates to offload/host_optim.h: master (always, fp32 training
+ * included, as DeepSpeed keeps it) and moments live in host memory or in
+ * swap files under nvme_path, the update runs on the host, and `master`,
+ * `state0`, `state1` below stay NULL. Stages then
  * reach the fp32 weights only through ds_shard_get_weights /
  * ds_shard_set_weights / ds_shard_sync_working / ds_shard_state_io. */
 #ifndef DS_ZERO_SHARD_H
@@ -20,7 +21,8 @@ typedef struct ds_shard {
     bool mixed;
     float *master;          /* [part] fp32 on the device, mixed and not offloaded only */
     float *state0, *state1; /* [part] device optimizer moments (as many as the optimizer keeps) */
-    ds_host_optim *off;     /* offload_optimizer cpu: master + moments on the host, else NULL */
+    ds_host_optim *off;     /* offload_optimizer cpu / nvme: master + moments off the device,
+                               else NULL */
 } ds_shard;
 
 /* Allocate the shard. Offloaded, the host master is also initialised here

@@ -82,12 +82,19 @@ ds_status ds_zero_part_sumsq(ds_backend *be, ds_comm *comm, const void *buf, ds_
 
 ds_status ds_zero_init_partition(ds_backend *be, const ds_flat *f, int rank, uint64_t seed,
                                  float *part) {
-    int64_t lo = (int64_t)rank * f->part;
+    DS_TRY(ds_zero_init_partition_range(be, f, rank, seed, 0, f->part, part));
+    return DS_OK;
+}
+
+ds_status ds_zero_init_partition_range(ds_backend *be, const ds_flat *f, int rank, uint64_t seed,
+                                       int64_t b, int64_t e, float *dst) {
+    int64_t lo = (int64_t)rank * f->part + b, hi = (int64_t)rank * f->part + e;
     for (int i = 0; i < f->n_params; i++) {
         const ds_flat_param *p = &f->params[i];
-        int64_t b, e;
-        if (!ds_flat_clip(f, rank, p->offset, p->offset + p->numel, &b, &e)) continue;
-        DS_TRY(ds_zero_init_range(be, p, i, seed, b - p->offset, e - b, part + (b - lo)));
+        int64_t pb = p->offset > lo ? p->offset : lo;
+        int64_t pe = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (pb >= pe) continue;
+        DS_TRY(ds_zero_init_range(be, p, i, seed, pb - p->offset, pe - pb, dst + (pb - lo)));
     }
     return DS_OK;
 }

@@ -35,6 +35,10 @@ ds_status ds_zero_part_sumsq(ds_backend *be, ds_comm *comm, const void *buf, ds_
 ds_status ds_zero_init_partition(ds_backend *be, const ds_flat *f, int rank, uint64_t seed,
                                  float *part);
 
+/* The same for elements [b, e) of the partition only (dst holds e - b). */
+ds_status ds_zero_init_partition_range(ds_backend *be, const ds_flat *f, int rank, uint64_t seed,
+                                       int64_t b, int64_t e, float *dst);
+
 /* state_io's copy: `base` holds fp32 flat elements from `base_lo` to
  * `base_hi`; copies [lo, hi) (checked to lie inside) to or from host. A NULL
  * base (a moment the optimizer does not keep) reads as zeros. */

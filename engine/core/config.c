@@ -65,6 +65,12 @@ void ds_config_defaults(ds_config *c) {
     o->ratio = 1.0;
     c->offload_param = *o;
     c->offload_param.buffer_count = 5;
+    /* DeepSpeed's AIO_*_DEFAULT (runtime/swap_tensor/constants.py) */
+    c->aio.block_size = 1048576;
+    c->aio.queue_depth = 8;
+    c->aio.thread_count = 1;
+    c->aio.single_submit = false;
+    c->aio.overlap_events = true;
 
     c->number_checkpoints = 0;
     c->checkpoint_tag_validation = 1; /* Warn */

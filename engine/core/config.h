@@ -58,7 +58,24 @@ typedef struct ds_offload_config {
     int64_t buffer_size;        /* offload_param.buffer_size, default 1e8 */
     int64_t max_in_cpu;         /* offload_param.max_in_cpu, default 1e9 */
     double ratio;               /* offload_optimizer.ratio, default 1.0 */
+    bool pipeline_read;         /* offload_optimizer, nvme: read sub-group k+1 during the
+                                   update of k; default false */
+    bool pipeline_write;        /* offload_optimizer, nvme: write sub-group k-1 during the
+                                   update of k; default false */
+    bool fast_init;             /* offload_optimizer, nvme: moments not written at start-up
+                                   (the preallocated files read as zeros); default false */
 } ds_offload_config;
+
+/* Section "aio": how NVMe swap files are read and written (DeepSpeed's
+ * async I/O handle; zero-engine's engine is offload/aio.h). */
+typedef struct ds_aio_config {
+    int64_t block_size;         /* bytes per request, default 1048576 (a multiple of 4096) */
+    int queue_depth;            /* requests in flight per thread, default 8 */
+    int thread_count;           /* I/O threads, default 1; "intra_op_parallelism" is the
+                                   newer DeepSpeed name of the same key */
+    bool single_submit;         /* default false */
+    bool overlap_events;        /* default true */
+} ds_aio_config;
 
 typedef struct ds_config {
     /* ---- batch (after resolve all three are > 0) ---- */
@@ -144,6 +161,7 @@ typedef struct ds_config {
     bool reduce_bucket_size_auto, prefetch_bucket_size_auto, persistence_threshold_auto;
     ds_offload_config offload_optimizer;
     ds_offload_config offload_param;
+    ds_aio_config aio;                   /* section "aio" */
 
     /* ---- activation_checkpointing ---- */
     bool activation_checkpointing;       /* section present: recompute checkpointable modules */

@@ -164,6 +164,9 @@ static void write_offload(jw *w, const char *key, const ds_offload_config *o, bo
         jw_int(w, "max_in_cpu", o->max_in_cpu);
     } else {
         jw_real(w, "ratio", o->ratio);
+        jw_bool(w, "pipeline_read", o->pipeline_read);
+        jw_bool(w, "pipeline_write", o->pipeline_write);
+        jw_bool(w, "fast_init", o->fast_init);
     }
     jw_bool(w, "pin_memory", o->pin_memory);
     jw_close(w);
@@ -245,6 +248,14 @@ char *ds_config_to_json(const ds_config *c) {
     jw_open(&w, "checkpoint");
     int tv = c->checkpoint_tag_validation;
     jw_str(&w, "tag_validation", tag_names[tv >= 0 && tv <= 2 ? tv : 1]);
+    jw_close(&w);
+
+    jw_open(&w, "aio");
+    jw_int(&w, "block_size", c->aio.block_size);
+    jw_int(&w, "queue_depth", c->aio.queue_depth);
+    jw_int(&w, "thread_count", c->aio.thread_count);
+    jw_bool(&w, "single_submit", c->aio.single_submit);
+    jw_bool(&w, "overlap_events", c->aio.overlap_events);
     jw_close(&w);
 
     jw_open(&w, "zero_engine");

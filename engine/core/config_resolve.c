@@ -308,10 +308,10 @@ static ds_status check_cross(const ds_config *c) {
                      "bf16.enabled true%s; enable one",
                      c->fp16_enabled_auto ? " (auto)" : "", c->bf16_enabled_auto ? " (auto)" : "");
     /* DeepSpeed: offload_param is "valid only with stage 3"; optimizer
-     * offload with stages 1-3 (stage 0 has no ZeRO optimizer to offload);
-     * NVMe for optimizer state is ZeRO-Infinity, stage 3. */
+     * offload, to cpu or nvme, "valid with stage 1, 2, and 3" (stage 0 has
+     * no ZeRO optimizer to offload). */
     DS_TRY(check_offload(c, "offload_param", &c->offload_param, 3, 3));
-    DS_TRY(check_offload(c, "offload_optimizer", &c->offload_optimizer, 1, 3));
+    DS_TRY(check_offload(c, "offload_optimizer", &c->offload_optimizer, 1, 1));
     if (c->offload_optimizer.device != DS_OFFLOAD_NONE && c->offload_optimizer.ratio < 1.0 &&
         c->zero_stage != 3) {
         char r[40];

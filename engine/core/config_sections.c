@@ -356,10 +356,12 @@ static const cfg_key k_offload_optimizer[] = {
     OROW("buffer_count", CFG_INT, buffer_count, 1, BIG, CFG_NO_HI),
     OROW("pin_memory", CFG_BOOL, pin_memory, 0, 0, 0),
     OROW("ratio", CFG_REAL, ratio, 0, 1, 0),
+    OROW("pipeline_read", CFG_BOOL, pipeline_read, 0, 0, 0),
+    OROW("pipeline_write", CFG_BOOL, pipeline_write, 0, 0, 0),
+    OROW("fast_init", CFG_BOOL, fast_init, 0, 0, 0),
 };
 static const char *const k_offload_optimizer_unimpl[] = {
-    "pipeline_read", "pipeline_write", "fast_init", "super_offload", "convert_grad_on_cpu",
-    "cpuadam_cores_perc", NULL};
+    "super_offload", "convert_grad_on_cpu", "cpuadam_cores_perc", NULL};
 
 static const cfg_key k_offload_param[] = {
     FN("device", OOFF(device), read_offload_device),
@@ -381,6 +383,53 @@ static ds_status read_offload_param(const cfg_ctx *ctx, json_t *v, const char *p
     DS_TRY(cfg_need_object(ctx, v, path));
     return cfg_walk(ctx, v, path, k_offload_param, NKEYS(k_offload_param),
                     &((ds_config *)base)->offload_param, NULL, 0);
+}
+
+/* ----------------------------------------------------------------- aio -- */
+
+/* O_DIRECT transfers must start and end on the file system's block
+ * boundaries (512 or 4096 bytes): a request size that is a multiple of 4096
+ * keeps every piece aligned on any of them. */
+static ds_status read_aio_block_size(const cfg_ctx *ctx, json_t *v, const char *path,
+                                     void *base) {
+    static const cfg_key k = {"block_size", CFG_I64, 0, 4096, 1 << 30, 0, NO, NO, NULL};
+    int64_t b;
+    DS_TRY(cfg_read_i64(ctx, v, path, &k, &b));
+    if (b % 4096 != 0)
+        return CFG_FAIL(ctx, DS_ERR_CONFIG,
+                        "%s: must be a multiple of 4096 (direct I/O works in whole blocks), got "
+                        "%lld", path, (long long)b);
+    ((ds_config *)base)->aio.block_size = b;
+    return DS_OK;
+}
+
+static ds_status read_aio_use_gds(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    (void)base;
+    bool gds;
+    DS_TRY(cfg_read_bool(ctx, v, path, &gds));
+    if (gds)
+        return CFG_FAIL(ctx, DS_ERR_UNSUPPORTED,
+                        "%s: GPUDirect Storage is not implemented in this version of zero-engine "
+                        "(swap goes through host buffers), got true", path);
+    return DS_OK;
+}
+
+/* Upper bounds: far past what any disk queue takes; they keep the I/O
+ * thread count (thread_count * queue_depth) a number a process can start. */
+static const cfg_key k_aio[] = {
+    FN("block_size", OFF(aio.block_size), read_aio_block_size),
+    ROW("queue_depth", CFG_INT, OFF(aio.queue_depth), 1, 128, 0, NO, NO, NULL),
+    ROW("thread_count", CFG_INT, OFF(aio.thread_count), 1, 64, 0, NO, NO, NULL),
+    ROW("intra_op_parallelism", CFG_INT, OFF(aio.thread_count), 1, 64, 0, NO, NO, NULL),
+    BOOL("single_submit", aio.single_submit),
+    BOOL("overlap_events", aio.overlap_events),
+    FN("use_gds", OFF(aio.queue_depth), read_aio_use_gds), /* an id no other FN row has */
+};
+
+static ds_status read_aio(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    if (json_is_null(v)) return DS_OK; /* DeepSpeed: a null section means the defaults */
+    DS_TRY(cfg_need_object(ctx, v, path));
+    return cfg_walk(ctx, v, path, k_aio, NKEYS(k_aio), base, NULL, 0);
 }
 
 /* --------------------------------------------------- zero_optimization -- */
@@ -514,6 +563,7 @@ const cfg_key cfg_top_keys[] = {
     FN("activation_checkpointing", OFF(activation_checkpointing), read_activation),
     FN("checkpoint", OFF(checkpoint_tag_validation), read_checkpoint),
     FN("zero_engine", OFF(backend), read_zero_engine),
+    FN("aio", OFF(aio), read_aio),
 };
 const size_t cfg_top_nkeys = NKEYS(cfg_top_keys);
 
@@ -523,7 +573,7 @@ const char *const cfg_top_unimplemented[] = {
     "amp", "torch_autocast", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
     "sparse_gradients", "gradient_accumulation_dtype", "data_types", "memory_breakdown",
     "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger",
-    "elasticity", "autotuning", "aio", "pipeline", "tensor_parallel", "compression_training",
+    "elasticity", "autotuning", "pipeline", "tensor_parallel", "compression_training",
     "curriculum_learning", "data_efficiency", "sparse_attention", "seq_parallel_communication_data_type",
     "gradient_allreduce_op", "compile", "timers", "weight_quantization", "hybrid_engine",
     "eigenvalue", "progressive_layer_drop", "fp8", "nebula", "dump_state", "vocabulary_size",

@@ -82,5 +82,6 @@ const char *ds_mem_purpose_name(ds_mem_purpose p) {
 }
 
 const char *ds_mem_place_name(ds_mem_place p) {
-    return p == DS_PLACE_DEVICE ? "device" : p == DS_PLACE_HOST ? "host" : "?";
+    return p == DS_PLACE_DEVICE ? "device" : p == DS_PLACE_HOST ? "host"
+           : p == DS_PLACE_NVME ? "nvme" : "?";
 }

@@ -36,6 +36,7 @@ typedef enum ds_mem_purpose {
 typedef enum ds_mem_place {
     DS_PLACE_DEVICE = 0,  /* backend memory: host RAM on cpu, HBM on cuda */
     DS_PLACE_HOST,        /* host RAM (pinned when the backend is cuda) */
+    DS_PLACE_NVME,        /* files on disk: optimizer state swapped to offload_optimizer.nvme_path */
     DS_PLACE_COUNT
 } ds_mem_place;
 
@@ -69,7 +70,7 @@ void ds_mem_snapshot(const ds_mem *m, ds_mem_report *out);
 
 /* "params", "grads", "master", "optim", "buffers", "activations", "other" */
 const char *ds_mem_purpose_name(ds_mem_purpose p);
-/* "device", "host" */
+/* "device", "host", "nvme" */
 const char *ds_mem_place_name(ds_mem_place p);
 
 #ifdef __cplusplus

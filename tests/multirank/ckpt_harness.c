@@ -53,7 +53,12 @@ ds_status ck_engine(const ck_setup *s, const ds_dataset *data, engine_t **out) {
     }
     bool fp16 = !strcmp(s->precision, "fp16"), bf16 = !strcmp(s->precision, "bf16");
     bool sgd = !strcmp(s->optimizer, "SGD");
-    char cfg[2048];
+    char off[1400] = "";
+    if (s->nvme)
+        snprintf(off, sizeof off,
+                 ", \"sub_group_size\": 1024, \"offload_optimizer\": {\"device\": \"nvme\","
+                 " \"nvme_path\": \"%s\"}", s->nvme);
+    char cfg[4096];
     /* fp16: a 2^20 start overflows for the first steps (skipped steps, scale
      * halving) and a window of 3 doubles it again: the scaler's state moves. */
     snprintf(cfg, sizeof cfg,
@@ -63,11 +68,11 @@ ds_status ck_engine(const ck_setup *s, const ds_dataset *data, engine_t **out) {
              " \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"warmup_min_lr\": 0,"
              " \"warmup_max_lr\": 0.003, \"warmup_num_steps\": 3, \"total_num_steps\": %d}},"
              " \"gradient_clipping\": 1.0, \"steps_per_print\": 1000,"
-             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1000},"
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1000%s},"
              " \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 20, \"loss_scale_window\": 3,"
              " \"hysteresis\": 1}, \"bf16\": {\"enabled\": %s}}",
              CK_GLOBAL_BATCH, CK_GAS, s->optimizer, sgd ? ", \"momentum\": 0.9" : "",
-             s->total_steps, s->stage, fp16 ? "true" : "false", bf16 ? "true" : "false");
+             s->total_steps, s->stage, off, fp16 ? "true" : "false", bf16 ? "true" : "false");
     ds_init_desc d;
     ds_init_desc_defaults(&d);
     d.config_json = cfg;

@@ -23,6 +23,8 @@ typedef struct ck_setup {
     int total_steps;       /* WarmupDecayLR's total_num_steps */
     float dropout;         /* bert: hidden and attention dropout */
     const char *optimizer; /* "AdamW" (default) | "SGD" */
+    const char *nvme;      /* NULL, or offload_optimizer "nvme" with this nvme_path
+                              (sub-groups of 1024 elements, so several per partition) */
 } ck_setup;
 
 void ck_setup_defaults(ck_setup *s);

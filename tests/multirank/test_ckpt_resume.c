@@ -23,10 +23,12 @@
  *         tolerance is set);
  *       - at stages 1-3 this rank decompressed at most its partition plus one
  *         frame at each end per section (it read only what it owns).
- * Common: --model mlp|bert --stage S --precision fp32|fp16|bf16 --dropout P. */
+ * Common: --model mlp|bert --stage S --precision fp32|fp16|bf16 --dropout P
+ * [--nvme DIR: optimizer state swapped to DIR, offload_optimizer "nvme"]. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt_harness.h"
 #include "engine/io/ckpt_file.h"
@@ -60,6 +62,10 @@ static int parse(int argc, char **argv, args *a) {
         else if (!strcmp(k, "--stage")) a->s.stage = atoi(v);
         else if (!strcmp(k, "--precision")) a->s.precision = v;
         else if (!strcmp(k, "--dropout")) a->s.dropout = (float)atof(v);
+        else if (!strcmp(k, "--nvme")) {
+            a->s.nvme = v;
+            mkdir(v, 0755); /* every phase: an existing folder is fine */
+        }
         else {
             fprintf(stderr, "test_ckpt_resume: unknown argument %s\n", k);
             return 2;

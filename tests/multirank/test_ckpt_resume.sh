@@ -10,7 +10,8 @@ bin=$1 work=$2 k=$3 tol=$4 np1=$5 s1=$6 np2=$7 s2=$8 model=$9
 shift 9
 precision=$1 dropout=$2
 shift 2
-common="--model $model --precision $precision --dropout $dropout"
+# CK_EXTRA: more arguments for every phase (--nvme DIR: state swapped to DIR)
+common="--model $model --precision $precision --dropout $dropout ${CK_EXTRA:-}"
 rm -rf "$work"
 mkdir -p "$work"
 echo "== straight: $np2 rank(s), stage $s2, $((2 * k)) steps"

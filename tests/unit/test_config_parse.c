@@ -95,6 +95,13 @@ static void test_defaults(void) {
     CHECK_EQ_D(c.offload_optimizer.ratio, 1.0);
     CHECK_TRUE(!c.offload_optimizer.pin_memory);
     CHECK_TRUE(strcmp(c.offload_optimizer.nvme_path, "/local_nvme") == 0);
+    CHECK_TRUE(!c.offload_optimizer.pipeline_read && !c.offload_optimizer.pipeline_write &&
+               !c.offload_optimizer.fast_init);
+    /* DeepSpeed's AIO defaults (runtime/swap_tensor/constants.py) */
+    CHECK_EQ_I(c.aio.block_size, 1048576);
+    CHECK_EQ_I(c.aio.queue_depth, 8);
+    CHECK_EQ_I(c.aio.thread_count, 1);
+    CHECK_TRUE(!c.aio.single_submit && c.aio.overlap_events);
     CHECK_EQ_I(c.offload_param.device, DS_OFFLOAD_NONE);
     CHECK_EQ_I(c.offload_param.buffer_count, 5);
     CHECK_EQ_I(c.offload_param.buffer_size, 100000000);
@@ -154,13 +161,16 @@ static void test_all_sections(void) {
         "   \"gather_16bit_weights_on_model_save\": true, \"sub_group_size\": 7000,"
         "   \"round_robin_gradients\": true,"
         "   \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/mnt/nvme\","
-        "     \"buffer_count\": 6, \"pin_memory\": true, \"ratio\": 0.25},"
+        "     \"buffer_count\": 6, \"pin_memory\": true, \"ratio\": 0.25, \"pipeline_read\": true,"
+        "     \"pipeline_write\": true, \"fast_init\": true},"
         "   \"offload_param\": {\"device\": \"CPU\", \"nvme_path\": null, \"buffer_count\": 7,"
         "     \"buffer_size\": 123, \"max_in_cpu\": 456, \"pin_memory\": true}},"
         " \"activation_checkpointing\": {\"partition_activations\": false,"
         "   \"cpu_checkpointing\": true, \"contiguous_memory_optimization\": true,"
         "   \"number_checkpoints\": 3, \"synchronize_checkpoint_boundary\": true, \"profile\": true},"
         " \"checkpoint\": {\"tag_validation\": \"fail\"},"
+        " \"aio\": {\"block_size\": 262144, \"queue_depth\": 4, \"intra_op_parallelism\": 2,"
+        "   \"single_submit\": true, \"overlap_events\": false, \"use_gds\": false},"
         " \"zero_engine\": {\"backend\": \"cuda\", \"comm_timeout_s\": 12.5, \"num_threads\": 2}}");
     CHECK_EQ_I(c.train_batch_size, 64);
     CHECK_TRUE(c.train_batch_size_set && c.micro_batch_set && c.grad_accum_set);
@@ -194,6 +204,12 @@ static void test_all_sections(void) {
     CHECK_EQ_I(c.offload_optimizer.buffer_count, 6);
     CHECK_TRUE(c.offload_optimizer.pin_memory);
     CHECK_EQ_D(c.offload_optimizer.ratio, 0.25);
+    CHECK_TRUE(c.offload_optimizer.pipeline_read && c.offload_optimizer.pipeline_write &&
+               c.offload_optimizer.fast_init);
+    CHECK_EQ_I(c.aio.block_size, 262144);
+    CHECK_EQ_I(c.aio.queue_depth, 4);
+    CHECK_EQ_I(c.aio.thread_count, 2); /* intra_op_parallelism: DeepSpeed's newer name */
+    CHECK_TRUE(c.aio.single_submit && !c.aio.overlap_events);
     CHECK_EQ_I(c.offload_param.device, DS_OFFLOAD_CPU); /* device names are case-insensitive */
     CHECK_EQ_I(c.offload_param.nvme_path[0], 0);
     CHECK_EQ_I(c.offload_param.buffer_count, 7);

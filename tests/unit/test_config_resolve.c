@@ -387,13 +387,15 @@ static void test_round_trip(void) {
         " \"stage3_max_reuse_distance\": 456, \"stage3_gather_16bit_weights_on_model_save\": true,"
         " \"sub_group_size\": 789, \"round_robin_gradients\": true,"
         " \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/nv\\\"me\", \"buffer_count\": 8,"
-        " \"pin_memory\": true, \"ratio\": 0.3},"
+        " \"pin_memory\": true, \"ratio\": 0.3, \"pipeline_read\": true, \"fast_init\": true},"
         " \"offload_param\": {\"device\": \"cpu\", \"nvme_path\": null, \"buffer_count\": 9,"
         " \"buffer_size\": 1e7, \"max_in_cpu\": 2e8, \"pin_memory\": true}},"
         " \"activation_checkpointing\": {\"partition_activations\": true, \"cpu_checkpointing\": true,"
         " \"contiguous_memory_optimization\": true, \"number_checkpoints\": 4,"
         " \"synchronize_checkpoint_boundary\": true, \"profile\": true},"
         " \"checkpoint\": {\"tag_validation\": \"Ignore\"},"
+        " \"aio\": {\"block_size\": 65536, \"queue_depth\": 3, \"thread_count\": 2,"
+        " \"single_submit\": true, \"overlap_events\": false},"
         " \"zero_engine\": {\"backend\": \"cuda\", \"comm_timeout_s\": 45.25, \"num_threads\": 3}}",
         /* found by tests/fuzz/fuzz_config (issue 15): -0.0 was printed "-0",
          * which reads back as the integer 0 */

@@ -1,0 +1,510 @@
+/* offload_optimizer {"device": "nvme"} (ZeRO-Infinity's optimizer swap):
+ * the same training as without offload, with master weights and moments in
+ * swap files.
+ *
+ *   test_offload_nvme --stage S --precision fp32|fp16|bf16 --dir D [--optimizer AdamW|SGD]
+ *       a small BERT, the global batch split over the ranks, swap files in D/nvme:
+ *       1. equivalence: an engine without offload (A), one swapping in many
+ *          sub-groups with pipeline_read and pipeline_write and an aio pool of
+ *          4 threads cutting each request into several blocks (B), and one
+ *          with DeepSpeed's defaults (one sub-group, no pipelining; C,
+ *          pin_memory false, fast_init true) train STEPS steps: every step's
+ *          loss, lr, loss scale and the final parameters identical bit for bit
+ *          (the host update runs the cpu backend's adam/sgd slot on each
+ *          sub-group, and the update is element-wise);
+ *       2. accounting: master and moments are counted at the "nvme" place,
+ *          nothing of them on the device or the host; the swap buffers are
+ *          what the sub-groups and the pipelining need; a step allocates
+ *          nothing;
+ *       3. files: while B and C live each rank has two swap folders in D/nvme;
+ *          after ds_finalize none is left;
+ *       4. checkpoints: A and B save; a fresh swapping engine loads A's, a
+ *          fresh plain one loads B's: the parameters equal bit for bit and the
+ *          next steps give A's losses; zero_to_fp32 of both checkpoints writes
+ *          the same bytes;
+ *       5. ds_set_param reaches the swapped master.
+ *   test_offload_nvme --errors --dir D
+ *       every bad nvme_path fails ds_initialize with one message naming the
+ *       path and the bytes (missing, not a directory, not writable, no
+ *       O_DIRECT, too small), leaving nothing behind; too few buffers for the
+ *       pipelining is a config error; a disk that fills mid-training
+ *       (DS_FAULT_INJECT=error:nvme:swap_write) fails the step with the file
+ *       and strerror, removes the swap files at once, and the checkpoint saved
+ *       before it verifies and loads.
+ *   test_offload_nvme --crash --dir D        (run under DS_FAULT_INJECT=nvme:mid_step)
+ *       trains until the kill point ends the process: swap files are left.
+ *   test_offload_nvme --after-crash --dir D
+ *       finds the crashed run's folders, and a new engine's start-up removes
+ *       them (and never reads them) and trains. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt_harness.h"
+#include "engine/engine.h"
+#include "engine/io/zero_to_fp32.h"
+#include "models/models.h"
+#include "offload/nvme_dir.h"
+#include "tests/unit/test_util.h"
+
+#define STEPS 4
+#define MORE 2
+#define GLOBAL_BATCH 16
+
+typedef struct setup {
+    int stage;
+    const char *precision, *optimizer, *dir;
+    char nvme[1024];
+} setup;
+
+/* offload: 0 none, 1 nvme pipelined in many sub-groups, 2 nvme with
+ * DeepSpeed's defaults (pin_memory false, fast_init true). extra: more
+ * offload_optimizer keys (or ""), for the error cases; bdp: another model. */
+static ds_status try_engine(const setup *s, const ds_dataset *data, int offload,
+                            const char *nvme_path, const char *extra, const ds_bert_desc *bdp,
+                            engine_t **out) {
+    ds_bert_desc bd = {.vocab_size = 50, .hidden_size = 32, .num_hidden_layers = 2,
+                       .num_attention_heads = 4, .intermediate_size = 64,
+                       .max_position_embeddings = 32, .n_classes = 3, .max_seq_len = data->seq_len};
+    if (bdp) bd = *bdp;
+    ds_model *model;
+    DS_TRY(ds_bert_create(&bd, &model));
+    bool fp16 = !strcmp(s->precision, "fp16"), bf16 = !strcmp(s->precision, "bf16");
+    bool sgd = !strcmp(s->optimizer, "SGD");
+    char zero[1536] = "", top[256] = "";
+    /* 1: sub-groups of 4096 elements (16 KiB) over a partition of ~10-20 K,
+     * the last one short; blocks of 4 KiB, so each request is cut in 4 and
+     * spread over 2 * 2 I/O threads. */
+    if (offload == 1) {
+        snprintf(zero, sizeof zero,
+                 ", \"sub_group_size\": 4096, \"offload_optimizer\": {\"device\": \"nvme\","
+                 " \"nvme_path\": \"%s\", \"pin_memory\": true, \"buffer_count\": 9,"
+                 " \"pipeline_read\": true, \"pipeline_write\": true%s}",
+                 nvme_path, extra);
+        snprintf(top, sizeof top,
+                 ", \"aio\": {\"block_size\": 4096, \"queue_depth\": 2, \"thread_count\": 2}");
+    } else if (offload == 2) {
+        snprintf(zero, sizeof zero,
+                 ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\","
+                 " \"pin_memory\": false, \"fast_init\": true%s}", nvme_path, extra);
+    }
+    char cfg[4096];
+    /* fp16: from 2^18 the scale doubles after 3 clean steps and the 4th
+     * overflows (a skipped step): the skip path runs with the state swapped.
+     * warmup_min_lr > 0: every update moves the weights. */
+    snprintf(cfg, sizeof cfg,
+             "{\"train_batch_size\": %d, \"gradient_accumulation_steps\": 2,"
+             " \"optimizer\": {\"type\": \"%s\", \"params\": {\"lr\": 0.003, "
+             "\"weight_decay\": 0.01%s}},"
+             " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0.001,"
+             " \"warmup_max_lr\": 0.003, \"warmup_num_steps\": 3}},"
+             " \"gradient_clipping\": 1.0, \"steps_per_print\": 1000,"
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1000%s}%s,"
+             " \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 18, \"loss_scale_window\": 3,"
+             " \"hysteresis\": 1}, \"bf16\": {\"enabled\": %s}}",
+             GLOBAL_BATCH, s->optimizer, sgd ? ", \"momentum\": 0.9" : "", s->stage, zero, top,
+             fp16 ? "true" : "false", bf16 ? "true" : "false");
+    ds_init_desc d;
+    ds_init_desc_defaults(&d);
+    d.config_json = cfg;
+    d.model = model;
+    d.train_data = data;
+    d.quiet = true;
+    DS_TRY(ds_initialize(&d, out));
+    return DS_OK;
+}
+
+static engine_t *make_engine(const setup *s, const ds_dataset *data, int offload) {
+    engine_t *e;
+    REQUIRE_OK(try_engine(s, data, offload, s->nvme, "", NULL, &e));
+    return e;
+}
+
+static void barrier(engine_t *e) {
+    double x = 0.0;
+    REQUIRE_OK(ds_all_reduce_host(e, &x, 1, DS_F64));
+}
+
+static void train(engine_t *e, int steps, ds_step_info *out) {
+    for (int i = 0; i < steps; i++) REQUIRE_OK(ds_train_batch(e, &out[i]));
+}
+
+static void same_steps(const char *what, const ds_step_info *a, const ds_step_info *b, int n) {
+    for (int i = 0; i < n; i++) /* bit for bit: exact comparisons on purpose */
+        CHECK(a[i].loss == b[i].loss && a[i].lr == b[i].lr &&
+                  a[i].loss_scale == b[i].loss_scale && a[i].skipped == b[i].skipped,
+              "%s: step %d: loss %a vs %a, lr %a vs %a, scale %g vs %g", what, i, a[i].loss,
+              b[i].loss, a[i].lr, b[i].lr, a[i].loss_scale, b[i].loss_scale);
+}
+
+static void same_params(const char *what, engine_t *a, engine_t *b) {
+    size_t na, nb;
+    float *pa = ck_params(a, &na), *pb = ck_params(b, &nb);
+    CHECK(na == nb && memcmp(pa, pb, na * sizeof *pa) == 0, "%s: parameters differ", what);
+    for (size_t i = 0, shown = 0; na == nb && i < na && shown < 3; i++)
+        if (memcmp(&pa[i], &pb[i], sizeof *pa) != 0) {
+            TEST_FAIL("%s: parameter element %zu: %a vs %a", what, i, pa[i], pb[i]);
+            shown++;
+        }
+    free(pa);
+    free(pb);
+}
+
+/* Swap folders under dir (every rank's). */
+static int swap_folders(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, "zero_engine_swap.", 17)) n++;
+    closedir(d);
+    return n;
+}
+
+#define B(r, p, pl) ((r).bytes[p][pl])
+
+/* The accounting of a swapping engine (off) against the plain one. */
+static void check_split(const setup *s, const ds_mem_report *plain, const ds_mem_report *off,
+                        const char *what) {
+    bool sgd = !strcmp(s->optimizer, "SGD");
+    int moments = sgd ? 1 : 2; /* SGD runs with momentum 0.9 */
+    uint64_t optim = B(*plain, DS_MEM_OPTIM, DS_PLACE_DEVICE);
+    uint64_t part = optim / (uint64_t)(4 * moments);
+    CHECK(part > 0, "%s: plain optim bytes %llu", what, (unsigned long long)optim);
+    for (int pl = 0; pl < DS_PLACE_NVME; pl++) {
+        CHECK_EQ_I((long long)B(*off, DS_MEM_MASTER, pl), 0);
+        CHECK_EQ_I((long long)B(*off, DS_MEM_OPTIM, pl), 0);
+    }
+    CHECK_EQ_I((long long)B(*off, DS_MEM_OPTIM, DS_PLACE_NVME), (long long)optim);
+    CHECK_EQ_I((long long)B(*off, DS_MEM_MASTER, DS_PLACE_NVME), (long long)(part * 4));
+    for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
+        if (p != DS_MEM_MASTER && p != DS_MEM_OPTIM)
+            CHECK(B(*off, p, DS_PLACE_DEVICE) == B(*plain, p, DS_PLACE_DEVICE),
+                  "%s: %s on the device: %llu vs %llu", what,
+                  ds_mem_purpose_name((ds_mem_purpose)p),
+                  (unsigned long long)B(*off, p, DS_PLACE_DEVICE),
+                  (unsigned long long)B(*plain, p, DS_PLACE_DEVICE));
+}
+
+static void check_no_growth(const char *what, const ds_mem_report *before,
+                            const ds_mem_report *after) {
+    for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
+        for (int pl = 0; pl < DS_PLACE_COUNT; pl++)
+            CHECK(after->bytes[p][pl] == before->bytes[p][pl] &&
+                      after->peak[p][pl] == before->peak[p][pl],
+                  "%s: %s on %s: %llu (peak %llu) after the steps, %llu (peak %llu) before", what,
+                  ds_mem_purpose_name((ds_mem_purpose)p), ds_mem_place_name((ds_mem_place)pl),
+                  (unsigned long long)after->bytes[p][pl], (unsigned long long)after->peak[p][pl],
+                  (unsigned long long)before->bytes[p][pl],
+                  (unsigned long long)before->peak[p][pl]);
+}
+
+/* Both files byte for byte (rank 0 only). */
+static void same_file(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    CHECK(fa && fb, "opening %s and %s", a, b);
+    if (fa && fb) {
+        int ca, cb;
+        long at = 0;
+        do {
+            ca = fgetc(fa);
+            cb = fgetc(fb);
+            at++;
+        } while (ca == cb && ca != EOF);
+        CHECK(ca == cb, "%s and %s differ at byte %ld", a, b, at - 1);
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+}
+
+static int run_equiv(setup *s) {
+    ds_dataset *data = ck_make_data(GLOBAL_BATCH * (STEPS + MORE), 12, 50);
+    if (!data) TEST_DIE("dataset");
+    ds_step_info ia[STEPS + MORE], ib[STEPS], ic[STEPS], tail[MORE];
+    ds_mem_report ra, rb, rb2, rc;
+    engine_t *a = make_engine(s, data, 0);
+    int rank = ds_rank(a), world = ds_world_size(a);
+    test_set_rank(rank);
+    engine_t *b = make_engine(s, data, 1);
+    engine_t *c = make_engine(s, data, 2);
+    barrier(a); /* every rank's folders exist */
+    CHECK_EQ_I(swap_folders(s->nvme), 2 * world);
+    ds_memory_report(a, &ra);
+    ds_memory_report(b, &rb);
+    ds_memory_report(c, &rc);
+    check_split(s, &ra, &rb, "pipelined");
+    check_split(s, &ra, &rc, "defaults");
+    train(a, STEPS, ia);
+    train(b, STEPS, ib);
+    train(c, STEPS, ic);
+    ds_memory_report(b, &rb2);
+    check_no_growth("swapped steps", &rb, &rb2);
+    same_steps("nvme pipelined vs none", ia, ib, STEPS);
+    same_steps("nvme defaults vs none", ia, ic, STEPS);
+    int updates = 0;
+    for (int i = 0; i < STEPS; i++) updates += !ia[i].skipped;
+    /* the comparisons prove something only if the weights moved */
+    CHECK(updates >= STEPS - 1 && ia[STEPS - 1].loss != ia[0].loss,
+          "the reference run took %d updates of %d, loss %g -> %g", updates, STEPS, ia[0].loss,
+          ia[STEPS - 1].loss);
+    same_params("nvme pipelined vs none", a, b);
+    same_params("nvme defaults vs none", a, c);
+    ds_finalize(c);
+
+    /* checkpoints cross the swap boundary both ways */
+    char da[1200], db[1200];
+    snprintf(da, sizeof da, "%s/plain", s->dir);
+    snprintf(db, sizeof db, "%s/nvme_ckpt", s->dir);
+    REQUIRE_OK(ds_save_checkpoint(a, da, NULL, NULL));
+    REQUIRE_OK(ds_save_checkpoint(b, db, NULL, NULL));
+    ds_finalize(b);
+    if (rank == 0) { /* zero_to_fp32 reads the same weights out of both */
+        char oa[1300], ob[1300];
+        snprintf(oa, sizeof oa, "%s/plain.safetensors", s->dir);
+        snprintf(ob, sizeof ob, "%s/nvme.safetensors", s->dir);
+        ds_z2f_opts o;
+        ds_z2f_opts_defaults(&o);
+        REQUIRE_OK(ds_zero_to_fp32(da, oa, &o, NULL));
+        REQUIRE_OK(ds_zero_to_fp32(db, ob, &o, NULL));
+        same_file(oa, ob);
+    }
+    engine_t *oa = make_engine(s, data, 1); /* swapping, loads the plain save */
+    engine_t *pb = make_engine(s, data, 0); /* plain, loads the swapped save */
+    REQUIRE_OK(ds_load_checkpoint(oa, da, NULL, DS_LOAD_ALL));
+    REQUIRE_OK(ds_load_checkpoint(pb, db, NULL, DS_LOAD_ALL));
+    same_params("swapping engine loading a plain checkpoint", a, oa);
+    same_params("plain engine loading a swapped checkpoint", a, pb);
+    train(a, MORE, ia + STEPS);
+    train(oa, MORE, tail);
+    same_steps("continued after loading into nvme", ia + STEPS, tail, MORE);
+    train(pb, MORE, tail);
+    same_steps("continued after loading from nvme", ia + STEPS, tail, MORE);
+    same_params("after the continued steps", a, oa);
+
+    /* ds_set_param reaches the swapped master (the next update starts from it) */
+    const ds_param_desc *p0 = &ds_get_model(a)->modules[0]->params[0];
+    size_t n0 = (size_t)ds_param_numel(p0);
+    float *v0 = malloc(n0 * sizeof *v0);
+    if (!v0) TEST_DIE("out of memory");
+    for (size_t i = 0; i < n0; i++) v0[i] = 0.001f * (float)(i % 97) - 0.05f;
+    REQUIRE_OK(ds_set_param(a, p0->name, v0, n0));
+    REQUIRE_OK(ds_set_param(oa, p0->name, v0, n0));
+    free(v0);
+    same_params("after ds_set_param", a, oa);
+    train(a, 1, ia);
+    train(oa, 1, tail);
+    same_steps("the step after ds_set_param", ia, tail, 1);
+    same_params("the step after ds_set_param", a, oa);
+    ds_finalize(pb);
+    ds_finalize(oa);
+    barrier(a);
+    CHECK_EQ_I(swap_folders(s->nvme), 0); /* ds_finalize removed every one */
+    ds_finalize(a);
+    ds_dataset_destroy(data);
+    if (rank == 0 && test_fails() == 0)
+        printf("stage %d %s %s: %d steps bit-identical with and without NVMe offload, "
+               "checkpoints cross both ways, no swap file left\n", s->stage, s->precision,
+               s->optimizer, STEPS + MORE);
+    return test_finish("test_offload_nvme");
+}
+
+/* ds_initialize must fail with a message holding every needle. */
+static void expect_fail(const setup *s, const ds_dataset *data, const char *path,
+                        const char *extra, const ds_bert_desc *bd, const char *what,
+                        const char *const *needles) {
+    engine_t *e = NULL;
+    ds_clear_error();
+    ds_status st = try_engine(s, data, 2, path, extra, bd, &e);
+    CHECK(st != DS_OK, "%s: ds_initialize succeeded", what);
+    if (st == DS_OK) {
+        ds_finalize(e);
+        return;
+    }
+    const char *msg = ds_last_error();
+    for (const char *const *n = needles; *n; n++)
+        CHECK(strstr(msg, *n) != NULL, "%s: \"%s\" not in the message: %s", what, *n, msg);
+    if (test_state_get()->rank <= 0) printf("  %s: %s\n", what, msg);
+}
+
+static int run_errors(setup *s) {
+    s->stage = 2;
+    ds_dataset *data = ck_make_data(GLOBAL_BATCH * 4, 12, 50);
+    if (!data) TEST_DIE("dataset");
+    /* the plain engine is this rank's handle on the communicator */
+    engine_t *a = make_engine(s, data, 0);
+    int rank = ds_rank(a);
+    test_set_rank(rank);
+    char p[1300];
+
+    snprintf(p, sizeof p, "%s/missing", s->dir);
+    expect_fail(s, data, p, "", NULL, "missing",
+                (const char *[]){p, "does not exist", "bytes", "free", NULL});
+
+    snprintf(p, sizeof p, "%s/a_file", s->dir);
+    if (rank == 0) {
+        FILE *f = fopen(p, "w");
+        if (f) fclose(f);
+    }
+    barrier(a);
+    expect_fail(s, data, p, "", NULL, "not a directory",
+                (const char *[]){p, "is not a directory", "bytes", "free", NULL});
+
+    /* Not writable: a read-only folder, or, for root (whom permissions do
+     * not stop), sysfs, where no one can make a folder. */
+    if (geteuid() == 0) {
+        snprintf(p, sizeof p, "/sys/kernel");
+    } else {
+        snprintf(p, sizeof p, "%s/read_only", s->dir);
+        mkdir(p, 0555);
+    }
+    expect_fail(s, data, p, "", NULL, "not writable",
+                (const char *[]){p, "not writable", "bytes", "free", NULL});
+
+    /* No O_DIRECT: a file system without it refuses the flag with EINVAL;
+     * every file system on this machine may have it (tmpfs has since Linux
+     * 6.6), so the probe is told to fail as such a one does. */
+    setenv("DS_FAULT_INJECT", "error:nvme:odirect", 1);
+    expect_fail(s, data, s->nvme, "", NULL, "no O_DIRECT",
+                (const char *[]){s->nvme, "does not support direct I/O", "bytes", "free", NULL});
+    unsetenv("DS_FAULT_INJECT");
+
+    /* Too small: a model whose Adam state (12 bytes a parameter) is twice
+     * what the disk has free; the check runs before anything is allocated,
+     * so the model's size costs nothing. */
+    int64_t fr = ds_nvme_free_bytes(s->nvme);
+    CHECK(fr > 0, "free bytes of %s: %lld", s->nvme, (long long)fr);
+    int64_t want = fr / 12 * 2 * 2 + 1; /* parameters: 2x the state that fits, 2 ranks */
+    ds_bert_desc big = {.vocab_size = 0, .hidden_size = 1024, .num_hidden_layers = 1,
+                        .num_attention_heads = 4, .intermediate_size = 64,
+                        .max_position_embeddings = 32, .n_classes = 3, .max_seq_len = 12};
+    big.vocab_size = (int)(want / 1024 < 2000000000 ? want / 1024 + 1 : 2000000000);
+    expect_fail(s, data, s->nvme, "", &big, "too small",
+                (const char *[]){s->nvme, "too small", "bytes", "free", NULL});
+
+    /* pipelining without the buffers for it: a config error at start-up */
+    expect_fail(s, data, s->nvme, ", \"pipeline_read\": true, \"pipeline_write\": true", NULL,
+                "too few buffers",
+                (const char *[]){"buffer_count: 4 buffers", "give buffer_count >= 9", NULL});
+    barrier(a);
+    CHECK_EQ_I(swap_folders(s->nvme), 0); /* no failed start-up left anything */
+
+    /* A disk that fills mid-training: the step fails naming the file and
+     * strerror, the swap files go at once, the checkpoint saved before is
+     * intact. */
+    engine_t *b = make_engine(s, data, 2);
+    ds_step_info info[2];
+    train(b, 1, info);
+    char ck[1200];
+    snprintf(ck, sizeof ck, "%s/ckpt", s->dir);
+    REQUIRE_OK(ds_save_checkpoint(b, ck, NULL, NULL));
+    size_t nsaved;
+    float *saved = ck_params(b, &nsaved);
+    setenv("DS_FAULT_INJECT", "error:nvme:swap_write", 1);
+    ds_clear_error();
+    ds_status st = ds_train_batch(b, &info[1]);
+    unsetenv("DS_FAULT_INJECT");
+    const char *msg = ds_last_error();
+    CHECK(st == DS_ERR_IO, "the step with a full disk returned %s", ds_status_to_string(st));
+    CHECK(strstr(msg, "No space left on device") && strstr(msg, ".swp") &&
+              strstr(msg, "swap files were removed"),
+          "disk full message: %s", msg);
+    if (rank == 0) printf("  disk full: %s\n", msg);
+    barrier(a);
+    CHECK_EQ_I(swap_folders(s->nvme), 0); /* gone before ds_finalize */
+    ds_clear_error();
+    st = ds_train_batch(b, &info[1]);
+    CHECK(st != DS_OK && strstr(ds_last_error(), "load the last checkpoint"),
+          "a step after the loss: %s", ds_last_error());
+    ds_finalize(b);
+    if (rank == 0) {
+        char tag[256];
+        REQUIRE_OK(ds_checkpoint_latest(ck, tag, sizeof tag));
+        REQUIRE_OK(ds_checkpoint_verify(ck, tag));
+    }
+    engine_t *c = make_engine(s, data, 2);
+    REQUIRE_OK(ds_load_checkpoint(c, ck, NULL, DS_LOAD_ALL));
+    size_t nl;
+    float *loaded = ck_params(c, &nl);
+    CHECK(nl == nsaved && memcmp(loaded, saved, nl * sizeof *loaded) == 0,
+          "the checkpoint saved before the full disk does not load the saved weights");
+    free(loaded);
+    free(saved);
+    ds_finalize(c);
+    ds_finalize(a);
+    ds_dataset_destroy(data);
+    return test_finish("test_offload_nvme --errors");
+}
+
+/* Train until DS_FAULT_INJECT=nvme:mid_step kills this process. */
+static int run_crash(setup *s) {
+    ds_dataset *data = ck_make_data(GLOBAL_BATCH * 4, 12, 50);
+    if (!data) TEST_DIE("dataset");
+    engine_t *e = make_engine(s, data, 1);
+    ds_step_info info;
+    for (int i = 0; i < 4; i++) REQUIRE_OK(ds_train_batch(e, &info));
+    fprintf(stderr, "test_offload_nvme --crash: the kill point was never reached\n");
+    return 1;
+}
+
+static int run_after_crash(setup *s) {
+    int left = swap_folders(s->nvme);
+    ds_dataset *data = ck_make_data(GLOBAL_BATCH * 4, 12, 50);
+    if (!data) TEST_DIE("dataset");
+    engine_t *a = make_engine(s, data, 0);
+    int rank = ds_rank(a), world = ds_world_size(a);
+    test_set_rank(rank);
+    /* every rank of the killed run left its folder (mpirun's SIGKILL to the
+     * others is as abrupt as the kill point's) */
+    CHECK(left >= 1, "the crashed run left %d swap folders", left);
+    barrier(a);
+    engine_t *b = make_engine(s, data, 1); /* its start-up removes them */
+    barrier(a);
+    CHECK_EQ_I(swap_folders(s->nvme), world); /* only the new engine's */
+    ds_step_info ia[2], ib[2];
+    train(a, 2, ia);
+    train(b, 2, ib);
+    same_steps("after cleaning a crashed run's leftovers", ia, ib, 2);
+    ds_finalize(b);
+    barrier(a);
+    CHECK_EQ_I(swap_folders(s->nvme), 0);
+    ds_finalize(a);
+    ds_dataset_destroy(data);
+    if (rank == 0 && test_fails() == 0)
+        printf("%d swap folder(s) of a killed run removed at the next start-up\n", left);
+    return test_finish("test_offload_nvme --after-crash");
+}
+
+int main(int argc, char **argv) {
+    setup s = {.stage = 2, .precision = "fp32", .optimizer = "AdamW"};
+    const char *mode = "equiv";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--errors")) mode = "errors";
+        else if (!strcmp(argv[i], "--crash")) mode = "crash";
+        else if (!strcmp(argv[i], "--after-crash")) mode = "after-crash";
+        else if (i + 1 < argc && !strcmp(argv[i], "--stage")) s.stage = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--precision")) s.precision = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--optimizer")) s.optimizer = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--dir")) s.dir = argv[++i];
+        else {
+            fprintf(stderr, "test_offload_nvme: unknown argument %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!s.dir) {
+        fprintf(stderr, "test_offload_nvme: --dir is required\n");
+        return 2;
+    }
+    /* the swap folder: made here (every rank; mkdir of an existing one is fine) */
+    mkdir(s.dir, 0755);
+    snprintf(s.nvme, sizeof s.nvme, "%s/nvme", s.dir);
+    mkdir(s.nvme, 0755);
+    if (!strcmp(mode, "errors")) return run_errors(&s);
+    if (!strcmp(mode, "crash")) return run_crash(&s);
+    if (!strcmp(mode, "after-crash")) return run_after_crash(&s);
+    return run_equiv(&s);
+}
