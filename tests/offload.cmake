@@ -92,3 +92,17 @@ foreach(_t ckpt_nvme_exact_fp16_stage3 ckpt_nvme_elastic_2to1)
   set_property(TEST ${_t} APPEND PROPERTY ENVIRONMENT
                "CK_EXTRA=--nvme ${CMAKE_BINARY_DIR}/tests/${_t}_nvme")
 endforeach()
+
+# configs/zero2_nvme.json and zero3_nvme.json drive a real 2-rank run through
+# the launcher (tests/engine.cmake's gen_csv data), with nvme_path pointed at
+# a folder of the build tree; the run ends with the evaluation table and
+# leaves no swap file.
+foreach(cfg zero2_nvme zero3_nvme)
+  set(_d ${CMAKE_BINARY_DIR}/tests/config_run_${cfg})
+  add_test(NAME config_run_${cfg}
+           COMMAND sh -c "rm -rf \"$3\" && mkdir -p \"$3/nvme\" && sed 's|\"/local_nvme\"|\"'\"$3/nvme\"'\"|' \"$2\" > \"$3/cfg.json\" && \"$0\" --np 2 --config \"$3/cfg.json\" train_cls --data \"$1\" --model mlp --hidden 32 --intermediate 64 --max-seq-len 32 --max-steps 6 > \"$3/log\" 2>&1; rc=$?; cat \"$3/log\"; [ $rc -eq 0 ] && grep -q 'macro avg' \"$3/log\" && [ -z \"$(ls -A \"$3/nvme\")\" ]"
+                   $<TARGET_FILE:engine-run> ${CMAKE_BINARY_DIR}/tests/gen_sentences.csv
+                   ${CMAKE_SOURCE_DIR}/configs/${cfg}.json ${_d})
+  set_tests_properties(config_run_${cfg} PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS 2
+                       FIXTURES_REQUIRED gen_csv ENVIRONMENT "OMP_NUM_THREADS=1")
+endforeach()
