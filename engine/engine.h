@@ -72,14 +72,21 @@ typedef struct ds_init_desc {
     const ds_dataset *train_data;/* borrowed, must outlive the engine; NULL if the
                                     caller feeds batches with ds_forward */
     uint64_t seed;               /* init, shuffling and dropout; default 42 */
-    ds_config_hints hints;       /* the trainer's values for "auto" keys */
-    bool quiet;                  /* rank 0 does not print the resolved config */
+    ds_config_hints hints;       /* the trainer's values for "auto" keys and
+                                    missing optimizer / scheduler sections
+                                    (engine/core/config.h); _defaults gives
+                                    "nothing given", ds_config_hints_hf_defaults
+                                    a Hugging Face Trainer's defaults. world_size,
+                                    hidden_size and train_rows are filled here */
+    bool quiet;                  /* rank 0 does not print the start-up summary
+                                    (ds_config_summary and the memory line) */
 } ds_init_desc;
 
 void ds_init_desc_defaults(ds_init_desc *d);
 
 /* Discover ranks, create backend and communicator, read and resolve the
- * config (rank 0 prints it), lay out and initialise parameters (identically
+ * config (rank 0 prints a summary, ds_config_summary; every key is
+ * ds_config_to_json(ds_get_config(e))), lay out and initialise parameters (identically
  * on every rank, whatever the world size), plan all memory, build the ZeRO
  * strategy of the configured stage. Collective: all ranks call it. */
 ds_status ds_initialize(const ds_init_desc *desc, engine_t **out);

@@ -1,7 +1,9 @@
-/* What rank 0 prints: the resolved config, the per-rank memory table next
- * to the ZeRO paper's formula, and a line every steps_per_print steps. */
+/* What rank 0 prints: a short account of the resolved config, the memory
+ * per rank next to the ZeRO paper's formula, and a line every
+ * steps_per_print steps. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/engine_internal.h"
 
@@ -14,57 +16,78 @@ static const ds_mem_purpose k_state[] = {DS_MEM_PARAMS, DS_MEM_GRADS, DS_MEM_MAS
  * the row (offload_optimizer puts master and moments there) */
 #define N_COLS (DS_MEM_PURPOSE_COUNT + 3)
 
-void ds_engine_print_startup(engine_t *e) {
+/* Each column's largest value over the ranks, by a sum over ranks of a
+ * world x N_COLS table each rank fills its row of (no gather primitive).
+ * Collective. NULL when out of memory or the reduction failed. */
+static double *memory_rows(engine_t *e) {
     int rank = e->comm->rank, world = e->comm->world;
-    /* Each rank fills its row of a world x N_COLS table; a sum over ranks
-     * assembles it on every rank without a gather primitive. */
     double *rows = calloc((size_t)world * N_COLS, sizeof *rows);
-    if (rows) {
-        ds_mem_report r;
-        ds_mem_snapshot(e->mem, &r);
-        double *row = rows + (size_t)rank * N_COLS;
-        uint64_t state = 0;
-        for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
-            row[p] = (double)(r.bytes[p][DS_PLACE_DEVICE] + r.bytes[p][DS_PLACE_HOST]);
-        for (size_t k = 0; k < sizeof k_state / sizeof *k_state; k++)
-            state += r.bytes[k_state[k]][DS_PLACE_DEVICE] + r.bytes[k_state[k]][DS_PLACE_HOST];
-        row[DS_MEM_PURPOSE_COUNT] = (double)state;
-        row[DS_MEM_PURPOSE_COUNT + 1] = (double)ds_expected_model_state_bytes(e);
-        row[DS_MEM_PURPOSE_COUNT + 2] = (double)r.total[DS_PLACE_HOST];
-        if (ds_comm_host_all_reduce(e->comm, rows, (size_t)world * N_COLS, DS_F64,
-                                    DS_REDUCE_SUM) != DS_OK) {
-            free(rows);
-            rows = NULL;
-        }
+    if (!rows) return NULL;
+    ds_mem_report r;
+    ds_mem_snapshot(e->mem, &r);
+    double *row = rows + (size_t)rank * N_COLS;
+    uint64_t state = 0;
+    for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
+        row[p] = (double)(r.bytes[p][DS_PLACE_DEVICE] + r.bytes[p][DS_PLACE_HOST]);
+    for (size_t k = 0; k < sizeof k_state / sizeof *k_state; k++)
+        state += r.bytes[k_state[k]][DS_PLACE_DEVICE] + r.bytes[k_state[k]][DS_PLACE_HOST];
+    row[DS_MEM_PURPOSE_COUNT] = (double)state;
+    row[DS_MEM_PURPOSE_COUNT + 1] = (double)ds_expected_model_state_bytes(e);
+    row[DS_MEM_PURPOSE_COUNT + 2] = (double)r.total[DS_PLACE_HOST];
+    if (ds_comm_host_all_reduce(e->comm, rows, (size_t)world * N_COLS, DS_F64, DS_REDUCE_SUM) !=
+        DS_OK) {
+        free(rows);
+        return NULL;
     }
-    if (rank != 0) {
+    return rows;
+}
+
+/* One line: each purpose's largest per-rank share (the ranks' rows differ
+ * only by partition padding; --metrics has every rank's). */
+static void print_memory(const double *rows, int world) {
+    double most[N_COLS] = {0};
+    for (int r = 0; r < world; r++)
+        for (int c = 0; c < N_COLS; c++)
+            if (rows[(size_t)r * N_COLS + c] > most[c]) most[c] = rows[(size_t)r * N_COLS + c];
+    printf("[zero-engine] memory per rank, MiB (largest of %d rank%s):", world,
+           world == 1 ? "" : "s");
+    int n = 0;
+    for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
+        if (most[p] >= 0.005 * 1048576.0) /* what prints as 0.00 is left out */
+            printf("%s %s %.2f", n++ ? "," : "", ds_mem_purpose_name((ds_mem_purpose)p),
+                   most[p] / 1048576.0);
+    printf("; model state %.2f (ZeRO formula %.2f); host %.2f\n",
+           most[DS_MEM_PURPOSE_COUNT] / 1048576.0, most[DS_MEM_PURPOSE_COUNT + 1] / 1048576.0,
+           most[DS_MEM_PURPOSE_COUNT + 2] / 1048576.0);
+}
+
+/* Rank 0's start-up print, a dozen lines: what runs (ds_config_summary:
+ * batch, optimizer, schedule, where "auto" values came from, what differs
+ * from DeepSpeed's defaults) and the memory each rank holds. The whole
+ * resolved config is ds_config_to_json(ds_get_config(e)) (the bundled
+ * trainers write it to a file and print it with --print-config). */
+void ds_engine_print_startup(engine_t *e) {
+    double *rows = memory_rows(e); /* collective: every rank takes part */
+    if (e->comm->rank != 0) {
         free(rows);
         return;
     }
-    char *json = ds_config_to_json(&e->cfg);
-    printf("[zero-engine] resolved ds_config (world size %d from %s):\n%s\n", world,
-           ds_rank_source_name(e->comm->source), json ? json : "(out of memory)");
-    free(json);
-    printf("[zero-engine] backend %s, comm %s, stage %d, precision %s (grads %s), model %s: "
-           "Psi = %lld parameters (%lld in the padded flat space, %lld per partition)\n",
+    printf("[zero-engine] backend %s, comm %s, ZeRO stage %d, precision %s (grads %s), model %s: "
+           "Psi = %lld parameters (%lld padded, %lld per partition)\n",
            e->be->ops->name, e->comm->ops->name, e->cfg.zero_stage, ds_dtype_name(e->param_t),
            ds_dtype_name(e->grad_t), e->model->type, (long long)e->flat->numel,
            (long long)e->flat->padded, (long long)e->flat->part);
-    if (rows) {
-        printf("[zero-engine] memory per rank, MiB:\n  rank");
-        for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
-            printf(" %11s", ds_mem_purpose_name((ds_mem_purpose)p));
-        printf(" | model-state  ZeRO-formula |  host total\n");
-        for (int r = 0; r < world; r++) {
-            const double *row = rows + (size_t)r * N_COLS;
-            printf("  %4d", r);
-            for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++) printf(" %11.2f", row[p] / 1048576.0);
-            printf(" | %11.2f  %12.2f | %13.2f\n", row[DS_MEM_PURPOSE_COUNT] / 1048576.0,
-                   row[DS_MEM_PURPOSE_COUNT + 1] / 1048576.0,
-                   row[DS_MEM_PURPOSE_COUNT + 2] / 1048576.0);
-        }
-        free(rows);
+    char *summary = ds_config_summary(&e->cfg);
+    if (summary) {
+        /* every line of the summary ends in '\n' */
+        for (char *line = summary, *nl; (nl = strchr(line, '\n')) != NULL; line = nl + 1)
+            printf("[zero-engine] %.*s\n", (int)(nl - line), line);
+    } else {
+        printf("[zero-engine] (out of memory for the config summary)\n");
     }
+    free(summary);
+    if (rows) print_memory(rows, e->comm->world);
+    free(rows);
     fflush(stdout);
 }
 

@@ -77,6 +77,51 @@ typedef struct ds_aio_config {
     bool overlap_events;        /* default true */
 } ds_aio_config;
 
+/* Where a resolved value came from (ds_config.origin). */
+typedef enum ds_config_source {
+    DS_SRC_DEFAULT = 0,  /* DeepSpeed's default: absent from the file, or
+                            "auto" / a missing section with nothing given */
+    DS_SRC_CONFIG,       /* written in the file as a value */
+    DS_SRC_HINT,         /* the caller's value (a trainer flag the user gave) */
+    DS_SRC_HINT_DEFAULT, /* the caller's default for it (a flag left out) */
+    DS_SRC_COMPUTED,     /* "auto" computed: the batch rule, the run's length,
+                            the hidden size, the optimizer lr */
+} ds_config_source;
+
+/* The keys whose origin is tracked: those "auto" or a missing section can
+ * fill. */
+typedef enum ds_config_key {
+    DS_KEY_TRAIN_BATCH_SIZE = 0,
+    DS_KEY_MICRO_BATCH,
+    DS_KEY_GRAD_ACCUM,
+    DS_KEY_GRADIENT_CLIPPING,
+    DS_KEY_OPTIMIZER,          /* optimizer.type */
+    DS_KEY_LR,
+    DS_KEY_BETAS,
+    DS_KEY_EPS,
+    DS_KEY_WEIGHT_DECAY,
+    DS_KEY_SCHEDULER,          /* scheduler.type */
+    DS_KEY_WARMUP_MIN_LR,
+    DS_KEY_WARMUP_MAX_LR,
+    DS_KEY_WARMUP_NUM_STEPS,
+    DS_KEY_TOTAL_NUM_STEPS,
+    DS_KEY_FP16,               /* fp16.enabled */
+    DS_KEY_BF16,               /* bf16.enabled */
+    DS_KEY_REDUCE_BUCKET_SIZE,
+    DS_KEY_PREFETCH_BUCKET_SIZE,
+    DS_KEY_PERSISTENCE_THRESHOLD,
+    DS_KEY_COUNT
+} ds_config_key;
+
+typedef struct ds_config_origin {
+    ds_config_source source;
+    bool was_auto;   /* the file wrote "auto" */
+    bool used;       /* the key applies to this config (a scheduler's keys
+                        only with that scheduler, ...) */
+    char from[128];  /* how: "--lr", "hints.micro_batch", "16 x 1 x 2 ranks",
+                        "no optimizer section"; "" when nothing to add */
+} ds_config_origin;
+
 typedef struct ds_config {
     /* ---- batch (after resolve all three are > 0) ---- */
     int64_t train_batch_size;               /* default: derived */
@@ -126,6 +171,8 @@ typedef struct ds_config {
     int64_t last_batch_iteration;/* default -1 */
     bool warmup_min_lr_auto, warmup_max_lr_auto, warmup_num_steps_auto, total_num_steps_auto;
     bool warmup_max_lr_set, warmup_num_steps_set, total_num_steps_set; /* given as numbers */
+    bool warmup_min_lr_set;
+    bool scheduler_set;          /* section present */
 
     /* ---- precision ---- */
     bool fp16_enabled;           /* default false */
@@ -138,6 +185,7 @@ typedef struct ds_config {
     double min_loss_scale;       /* default 1 */
     bool bf16_enabled;           /* default false; section "bf16" or "bfloat16" */
     bool fp16_enabled_auto, bf16_enabled_auto;
+    bool fp16_enabled_set, bf16_enabled_set; /* written as true / false */
     /* "communication_data_type": null (= the training dtype), "fp32", "fp16", "bf16" */
     bool comm_dtype_set;
     ds_dtype communication_data_type;
@@ -159,6 +207,7 @@ typedef struct ds_config {
     int64_t sub_group_size;              /* default 1e9 */
     bool round_robin_gradients;          /* default false */
     bool reduce_bucket_size_auto, prefetch_bucket_size_auto, persistence_threshold_auto;
+    bool reduce_bucket_size_set, prefetch_bucket_size_set, persistence_threshold_set;
     ds_offload_config offload_optimizer;
     ds_offload_config offload_param;
     ds_aio_config aio;                   /* section "aio" */
@@ -190,6 +239,7 @@ typedef struct ds_config {
     char path[512];                      /* file it came from, "" for a string */
     int world_size;                      /* set by resolve */
     char world_source[96];               /* set by resolve, e.g. "MPI (OMPI_COMM_WORLD_SIZE)" */
+    ds_config_origin origin[DS_KEY_COUNT]; /* set by resolve: where each tracked value came from */
 } ds_config;
 
 /* Signals zero_engine.save_on_signal accepts: "SIGUSR1" or "USR1" (also
@@ -226,15 +276,39 @@ ds_status ds_config_parse_file(const char *path, ds_config *out, ds_config_warn_
 ds_status ds_config_parse_string(const char *json, ds_config *out, ds_config_warn_fn warn,
                                  void *user);
 
-/* What the world and the trainer know, for "auto" and the batch rule. */
+/* The trainer-side values that fill "auto" keys and missing sections, by
+ * index into ds_config_hints.name and .is_default. */
+typedef enum ds_hint_id {
+    DS_HINT_LR = 0,            /* lr                 HF --learning_rate */
+    DS_HINT_WEIGHT_DECAY,      /* weight_decay       HF --weight_decay */
+    DS_HINT_BETA1,             /* beta1              HF --adam_beta1 */
+    DS_HINT_BETA2,             /* beta2              HF --adam_beta2 */
+    DS_HINT_EPS,               /* eps                HF --adam_epsilon */
+    DS_HINT_GRADIENT_CLIPPING, /* gradient_clipping  HF --max_grad_norm */
+    DS_HINT_MICRO_BATCH,       /* micro_batch        HF --per_device_train_batch_size */
+    DS_HINT_GRAD_ACCUM,        /* gradient_accumulation_steps */
+    DS_HINT_WARMUP,            /* warmup_num_steps   HF --warmup_steps */
+    DS_HINT_TOTAL_STEPS,       /* total_num_steps    HF --max_steps */
+    DS_HINT_EPOCHS,            /* epochs             HF --num_train_epochs */
+    DS_HINT_LR_SCHEDULER,      /* lr_scheduler_type  HF --lr_scheduler_type */
+    DS_HINT_FP16,              /* fp16               HF --fp16 */
+    DS_HINT_BF16,              /* bf16               HF --bf16 */
+    DS_HINT_COUNT
+} ds_hint_id;
+
+/* What the world and the trainer know, for "auto", missing sections and the
+ * batch rule. Start from ds_config_hints_init (nothing given) or
+ * ds_config_hints_hf_defaults (a Hugging Face Trainer's defaults). */
 typedef struct ds_config_hints {
     int world_size;            /* required, >= 1 */
     const char *world_source;  /* for messages, e.g. "MPI (OMPI_COMM_WORLD_SIZE)" */
     int hidden_size;           /* model's, for bucket sizes; 0 = unknown */
     /* trainer's values for "auto" (HF Trainer's role); < 0 = not given */
-    double lr, weight_decay, eps, beta1, beta2, gradient_clipping;
+    double lr, weight_decay, eps, beta1, beta2;
+    double gradient_clipping;   /* HF's max_grad_norm */
     int64_t micro_batch;        /* e.g. train_cls --batch; <= 0 = not given */
-    int64_t warmup_num_steps;   /* < 0 = not given */
+    int64_t gradient_accumulation_steps; /* <= 0 = not given */
+    int64_t warmup_num_steps;   /* < 0 = not given; 0 resolves to 1 (below) */
     int64_t total_num_steps;    /* < 0 = not given */
     /* Or the run's length, from which total_num_steps "auto" is computed:
      * epochs over train_rows rows (ds_initialize fills train_rows from the
@@ -242,43 +316,99 @@ typedef struct ds_config_hints {
      * size, as the engine's loader walks them. <= 0 = not given. */
     double epochs;
     int64_t train_rows;
+    /* The schedule a config without a "scheduler" section gets, in HF's
+     * names: "linear" (WarmupDecayLR, linear warmup, decay to 0),
+     * "cosine" (WarmupCosineLR down to 0), "constant" (no scheduler),
+     * "constant_with_warmup" (WarmupLR, linear warmup). NULL = not given:
+     * such a config keeps a constant lr, as DeepSpeed alone does. */
+    const char *lr_scheduler_type;
+    int fp16, bf16;             /* 1 on, 0 off, < 0 = not given */
+    /* What the caller calls each value, for messages and the start-up
+     * print ("--lr" for a trainer flag); NULL: "hints.lr" and so on. */
+    const char *name[DS_HINT_COUNT];
+    /* A value the caller defaults rather than one the user chose (a flag
+     * left out): it fills "auto" and missing optimizer / scheduler sections
+     * like any hint, but a number written in the config is not checked
+     * against it, and it fills no absent key (micro batch, fp16, bf16). */
+    bool is_default[DS_HINT_COUNT];
 } ds_config_hints;
 
 /* Initialise hints with "not given" everywhere and world_size 1. */
 void ds_config_hints_init(ds_config_hints *h);
 
-/* Resolve every "auto", apply the batch rule and cross-key checks (fp16 and
- * bf16 both enabled; WarmupDecayLR without total_num_steps; offload_param
- * without stage 3; ...). Errors name the keys and the values.
+/* ds_config_hints_init, then the Hugging Face Trainer's defaults
+ * (TrainingArguments), each marked is_default: lr 5e-5, weight_decay 0,
+ * betas 0.9 / 0.999, eps 1e-8, gradient_clipping (max_grad_norm) 1.0,
+ * warmup 0 steps, lr_scheduler_type "linear", fp16 and bf16 off. A program
+ * that acts as a trainer starts here and overwrites what its user gave
+ * (clearing is_default for those). */
+void ds_config_hints_hf_defaults(ds_config_hints *h);
+
+/* Resolve every "auto", fill missing optimizer / scheduler sections, apply
+ * the batch rule and cross-key checks (fp16 and bf16 both enabled;
+ * WarmupDecayLR without total_num_steps; offload_param without stage 3;
+ * ...). Errors name the keys, the values and the hint to set. Where each
+ * tracked value came from is recorded in c->origin (ds_config_origin).
  *
- * Hints work as Hugging Face's Trainer integration does:
- *   - a key written "auto" takes the hint, else DeepSpeed's default
- *     (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight_decay 0, gradient_clipping
- *     0, warmup_min_lr 0, warmup_max_lr = the optimizer lr, warmup_num_steps
- *     1000; fp16/bf16 "auto" -> false; reduce_bucket_size hidden^2,
- *     stage3_prefetch_bucket_size 0.9*hidden^2, stage3_param_persistence_
- *     threshold 10*hidden when hidden_size is known, else the defaults);
- *     total_num_steps "auto" needs hints.total_num_steps, or hints.epochs
- *     and hints.train_rows (steps per epoch: ceil(rows per rank / micro
- *     batch) / accumulation steps, at least 1; rows per rank rounded up, or
- *     down with dataloader_drop_last);
- *   - a key written as a number and a hint that disagrees with it is an
- *     error naming both (so pass only values the user actually chose);
- *   - without an "optimizer" section the trainer's optimizer takes lr,
- *     betas, eps and weight_decay from the hints;
+ * Hints work as Hugging Face's Trainer integration does
+ * (HfTrainerDeepSpeedConfig.trainer_config_process / _finalize):
+ *   - a key written "auto" takes the hint; without one it is an error that
+ *     names the key and the hint ("optimizer.params.lr: \"auto\" needs the
+ *     trainer's value: set hints.lr"), except where no trainer value is
+ *     involved: warmup_min_lr "auto" is 0 (HF's fill), warmup_max_lr
+ *     "auto" the optimizer lr, fp16 / bf16 "auto" off, the batch keys
+ *     follow the batch rule below, reduce_bucket_size hidden^2,
+ *     stage3_prefetch_bucket_size int(0.9 * hidden^2),
+ *     stage3_param_persistence_threshold 10 * hidden (DeepSpeed's defaults
+ *     when hidden_size is unknown); total_num_steps "auto" needs
+ *     hints.total_num_steps, or hints.epochs and hints.train_rows (steps per
+ *     epoch: ceil(rows per rank / micro batch) / accumulation steps, at least
+ *     1; rows per rank rounded up, or down with dataloader_drop_last);
+ *     warmup_num_steps 0 becomes 1, the least DeepSpeed accepts (its
+ *     schedules warm up over max(2, W) steps anyway);
+ *   - a key written as a number and a hint the user chose that disagrees
+ *     with it is an error naming both (hints marked is_default are not
+ *     checked);
+ *   - without an "optimizer" section the trainer's optimizer runs: AdamW
+ *     with lr, betas, eps and weight_decay from the hints, DeepSpeed's Adam
+ *     defaults for those not given (lr 1e-3, betas 0.9 / 0.999, eps 1e-8,
+ *     weight_decay 0). DeepSpeed itself would need a client optimizer here;
+ *     zero-engine has none, so its own AdamW is that optimizer;
+ *   - without a "scheduler" section and with hints.lr_scheduler_type, the
+ *     schedule HF's Trainer would build (see lr_scheduler_type) from the
+ *     optimizer lr, hints.warmup_num_steps (0 when not given) and the run's
+ *     length as for total_num_steps "auto"; without lr_scheduler_type the lr
+ *     stays constant (DeepSpeed);
  *   - the micro-batch hint fills train_micro_batch_size_per_gpu when it is
- *     "auto" or absent; the batch trio then follows DeepSpeed's rule ("auto"
- *     without a hint counts as not given), and a micro batch that resolves
- *     to something other than a given hint is an error.
+ *     "auto", or absent when the user chose it; the batch trio then follows
+ *     DeepSpeed's rule ("auto" without a hint counts as not given), and a
+ *     micro batch that resolves to something other than a chosen hint is an
+ *     error; gradient_accumulation_steps "auto" takes its hint likewise;
+ *   - fp16 / bf16 "auto" take the hint (off without one); a hint the user
+ *     chose also turns on a precision whose section is absent.
  * `c` is written only on success, so a failed resolve leaves it as parsed. */
 ds_status ds_config_resolve(ds_config *c, const ds_config_hints *h);
+
+/* Tracked keys' names ("optimizer.params.lr") and sources' names
+ * ("config", "hint", "trainer default", "DeepSpeed default", "auto"). */
+const char *ds_config_key_name(ds_config_key k);
+const char *ds_config_source_name(ds_config_source s);
+
+/* A short account of a resolved config, a few lines of text, each ending in
+ * '\n': the batch rule with its numbers, the optimizer and the schedule
+ * that will run with their parameters, every value filled from "auto", a
+ * hint or a trainer default and from where, and every key whose value
+ * differs from DeepSpeed's default (what the engine prints at start-up;
+ * ds_config_to_json has every key). Returns a malloc'd string the caller
+ * frees, or NULL when out of memory. */
+char *ds_config_summary(const ds_config *c);
 
 /* The resolved config as DeepSpeed-style JSON (every key, no "auto"), for
  * rank 0 to print at start-up and for checkpoints' meta.json. Reals are
  * written with the fewest digits that read back to the same double, so
  * parsing and resolving the text gives the same settings. The "optimizer"
- * section is written only when the file had one (else the trainer's
- * optimizer is meant), "scheduler" only when one is set. Call it after
+ * section is always written (the optimizer that runs, also when the file had
+ * none), "scheduler" when one runs. Call it after
  * ds_config_resolve. Returns a malloc'd string the caller frees, or NULL when
  * out of memory. */
 char *ds_config_to_json(const ds_config *c);

@@ -110,4 +110,35 @@ extern const cfg_key cfg_top_keys[];
 extern const size_t cfg_top_nkeys;
 extern const char *const cfg_top_unimplemented[];
 
+/* ---- resolution: config_resolve.c (entry, hints, batch rule, cross
+ * checks) and config_fill.c (optimizer, scheduler, precision, sizes) ---- */
+
+/* Resolve failures carry the file name like parse failures do. */
+#define RFAIL(c, st, ...) cfg_fail_at((c)->path, (st), __FILE__, __LINE__, __VA_ARGS__)
+
+/* The caller's name for a hint ("--lr"), else "hints.lr". */
+const char *cfg_hint_name(const ds_config_hints *h, ds_hint_id id);
+/* The user chose it (not marked is_default): checked against the file. */
+bool cfg_hint_chosen(const ds_config_hints *h, ds_hint_id id);
+/* DS_SRC_HINT or DS_SRC_HINT_DEFAULT. */
+ds_config_source cfg_hint_source(const ds_config_hints *h, ds_hint_id id);
+
+/* Record key k's origin (marks it used; keeps was_auto). */
+void cfg_origin(ds_config *c, ds_config_key k, ds_config_source s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+/* total_num_steps from hints.epochs over hints.train_rows at the resolved
+ * batch keys; -1 when not given. `from` (may be NULL) gets the account. */
+int64_t cfg_steps_from_epochs(const ds_config *c, const ds_config_hints *h, char *from,
+                              size_t cap);
+
+ds_status cfg_resolve_optimizer(ds_config *c, const ds_config_hints *h);
+ds_status cfg_resolve_precision(ds_config *c, const ds_config_hints *h);
+void cfg_resolve_sizes(ds_config *c, const ds_config_hints *h);
+/* after the batch rule: the run's length needs the resolved batch keys */
+ds_status cfg_resolve_scheduler(ds_config *c, const ds_config_hints *h);
+
 #endif /* DS_CORE_CONFIG_INTERNAL_H */

@@ -211,7 +211,7 @@ char *ds_config_to_json(const ds_config *c) {
     jw_bool(&w, "prescale_gradients", c->prescale_gradients);
     jw_real(&w, "gradient_predivide_factor", c->gradient_predivide_factor);
     jw_real(&w, "gradient_clipping", c->gradient_clipping);
-    if (c->optimizer_set) write_optimizer(&w, c);
+    write_optimizer(&w, c); /* the one that runs, also without a section in the file */
     if (c->scheduler != DS_SCHED_NONE) write_scheduler(&w, c);
 
     jw_open(&w, "fp16");

@@ -1,12 +1,20 @@
-/* ds_config_resolve: "auto" from the trainer's hints (as Hugging Face's
- * Trainer fills a DeepSpeed config), DeepSpeed's batch rule, and the checks
- * that involve more than one key. Works on a copy and writes back only on
- * success. */
+/* ds_config_resolve: the hints (their names, defaults and HF's defaults),
+ * DeepSpeed's batch rule, and the checks that involve more than one key;
+ * the "auto" keys and missing sections are filled in config_fill.c. Works
+ * on a copy and writes back only on success. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "engine/core/config_internal.h"
+
+static const char *const k_hint_names[DS_HINT_COUNT] = {
+    "hints.lr", "hints.weight_decay", "hints.beta1", "hints.beta2", "hints.eps",
+    "hints.gradient_clipping", "hints.micro_batch", "hints.gradient_accumulation_steps",
+    "hints.warmup_num_steps", "hints.total_num_steps", "hints.epochs", "hints.lr_scheduler_type",
+    "hints.fp16", "hints.bf16",
+};
 
 void ds_config_hints_init(ds_config_hints *h) {
     memset(h, 0, sizeof *h);
@@ -15,155 +23,98 @@ void ds_config_hints_init(ds_config_hints *h) {
     h->hidden_size = 0;
     h->lr = h->weight_decay = h->eps = h->beta1 = h->beta2 = h->gradient_clipping = -1.0;
     h->micro_batch = 0;
+    h->gradient_accumulation_steps = 0;
     h->warmup_num_steps = -1;
     h->total_num_steps = -1;
     h->epochs = -1.0;
     h->train_rows = -1;
+    h->lr_scheduler_type = NULL;
+    h->fp16 = h->bf16 = -1;
+}
+
+void ds_config_hints_hf_defaults(ds_config_hints *h) {
+    ds_config_hints_init(h);
+    /* transformers' TrainingArguments defaults */
+    h->lr = 5e-5;
+    h->weight_decay = 0.0;
+    h->beta1 = 0.9;
+    h->beta2 = 0.999;
+    h->eps = 1e-8;
+    h->gradient_clipping = 1.0;
+    h->warmup_num_steps = 0;
+    h->lr_scheduler_type = "linear";
+    h->fp16 = h->bf16 = 0;
+    static const ds_hint_id defaulted[] = {DS_HINT_LR, DS_HINT_WEIGHT_DECAY, DS_HINT_BETA1,
+                                           DS_HINT_BETA2, DS_HINT_EPS, DS_HINT_GRADIENT_CLIPPING,
+                                           DS_HINT_WARMUP, DS_HINT_LR_SCHEDULER, DS_HINT_FP16,
+                                           DS_HINT_BF16};
+    for (size_t i = 0; i < sizeof defaulted / sizeof *defaulted; i++)
+        h->is_default[defaulted[i]] = true;
+}
+
+const char *cfg_hint_name(const ds_config_hints *h, ds_hint_id id) {
+    return h->name[id] && h->name[id][0] ? h->name[id] : k_hint_names[id];
+}
+
+bool cfg_hint_chosen(const ds_config_hints *h, ds_hint_id id) { return !h->is_default[id]; }
+
+ds_config_source cfg_hint_source(const ds_config_hints *h, ds_hint_id id) {
+    return h->is_default[id] ? DS_SRC_HINT_DEFAULT : DS_SRC_HINT;
+}
+
+void cfg_origin(ds_config *c, ds_config_key k, ds_config_source s, const char *fmt, ...) {
+    ds_config_origin *o = &c->origin[k];
+    o->source = s;
+    o->used = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o->from, sizeof o->from, fmt, ap);
+    va_end(ap);
+}
+
+/* Which tracked keys the file wrote as "auto" (before anything is filled). */
+static void mark_auto(ds_config *c) {
+    memset(c->origin, 0, sizeof c->origin);
+    const bool autos[DS_KEY_COUNT] = {
+        [DS_KEY_TRAIN_BATCH_SIZE] = c->train_batch_size_auto,
+        [DS_KEY_MICRO_BATCH] = c->micro_batch_auto,
+        [DS_KEY_GRAD_ACCUM] = c->grad_accum_auto,
+        [DS_KEY_GRADIENT_CLIPPING] = c->gradient_clipping_auto,
+        [DS_KEY_LR] = c->lr_auto,
+        [DS_KEY_BETAS] = c->betas_auto,
+        [DS_KEY_EPS] = c->eps_auto,
+        [DS_KEY_WEIGHT_DECAY] = c->weight_decay_auto,
+        [DS_KEY_WARMUP_MIN_LR] = c->warmup_min_lr_auto,
+        [DS_KEY_WARMUP_MAX_LR] = c->warmup_max_lr_auto,
+        [DS_KEY_WARMUP_NUM_STEPS] = c->warmup_num_steps_auto,
+        [DS_KEY_TOTAL_NUM_STEPS] = c->total_num_steps_auto,
+        [DS_KEY_FP16] = c->fp16_enabled_auto,
+        [DS_KEY_BF16] = c->bf16_enabled_auto,
+        [DS_KEY_REDUCE_BUCKET_SIZE] = c->reduce_bucket_size_auto,
+        [DS_KEY_PREFETCH_BUCKET_SIZE] = c->prefetch_bucket_size_auto,
+        [DS_KEY_PERSISTENCE_THRESHOLD] = c->persistence_threshold_auto,
+    };
+    for (int k = 0; k < DS_KEY_COUNT; k++) c->origin[k].was_auto = autos[k];
 }
 
 /* total_num_steps from the run's length (hints.epochs over train_rows), as
  * the engine's loader walks an epoch; -1 when not given. Needs the batch
  * keys resolved. */
-static int64_t steps_from_epochs(const ds_config *c, const ds_config_hints *h) {
+int64_t cfg_steps_from_epochs(const ds_config *c, const ds_config_hints *h, char *from,
+                              size_t cap) {
     if (!(h->epochs > 0) || h->train_rows <= 0) return -1;
     int64_t world = c->world_size, rows = h->train_rows;
     int64_t per_rank = c->dataloader_drop_last ? rows / world : (rows + world - 1) / world;
     int64_t micro = c->train_micro_batch_size_per_gpu, gas = c->gradient_accumulation_steps;
     int64_t per_epoch = ((per_rank + micro - 1) / micro) / gas;
     if (per_epoch < 1) per_epoch = 1;
-    return (int64_t)ceil(h->epochs * (double)per_epoch);
-}
-
-/* Resolve failures carry the file name like parse failures do. */
-#define RFAIL(c, st, ...) cfg_fail_at((c)->path, (st), __FILE__, __LINE__, __VA_ARGS__)
-
-/* One real-valued key: "auto" (or no optimizer section, for the optimizer's
- * keys) takes the hint or DeepSpeed's default; a number written in the file
- * must agree with a given hint (HF's fill_match); the result must be in
- * [lo, hi) (hi < 0: no upper bound). */
-static ds_status fill_real(const ds_config *c, const char *key, double *field, bool take_hint,
-                           bool written, double hint, const char *hint_name, double dflt,
-                           double lo, double hi) {
-    char a[40], b[40];
-    if (take_hint) {
-        *field = hint >= 0 ? hint : dflt;
-    } else if (written && hint >= 0 && *field != hint) {
-        cfg_fmt_real(*field, a, sizeof a);
-        cfg_fmt_real(hint, b, sizeof b);
-        return RFAIL(c, DS_ERR_CONFIG,
-                     "%s: the config says %s but the trainer's value (%s) is %s; write \"auto\" "
-                     "to take the trainer's, or make them agree",
-                     key, a, hint_name, b);
-    }
-    if (*field < lo || (hi >= 0 && *field >= hi)) {
-        cfg_fmt_real(*field, a, sizeof a);
-        cfg_fmt_real(lo, b, sizeof b);
-        if (hi >= 0) {
-            char h[40];
-            cfg_fmt_real(hi, h, sizeof h);
-            return RFAIL(c, DS_ERR_CONFIG, "%s: must be in [%s, %s), got %s (from %s)", key, b, h,
-                         a, hint_name);
-        }
-        return RFAIL(c, DS_ERR_CONFIG, "%s: must be >= %s, got %s (from %s)", key, b, a,
-                     hint_name);
-    }
-    return DS_OK;
-}
-
-/* Same for a step count: "auto" takes the hint (which must be >= 1) or
- * `dflt` (0 = still not given, checked by the caller). */
-static ds_status fill_steps(const ds_config *c, const char *key, int64_t *field, bool is_auto,
-                            bool written, int64_t hint, const char *hint_name, int64_t dflt) {
-    if (is_auto) {
-        *field = hint >= 0 ? hint : dflt;
-        if (hint >= 0 && hint < 1)
-            return RFAIL(c, DS_ERR_CONFIG, "%s: must be >= 1, got %lld (\"auto\" from %s)", key,
-                         (long long)hint, hint_name);
-    } else if (written && hint >= 0 && *field != hint) {
-        return RFAIL(c, DS_ERR_CONFIG,
-                     "%s: the config says %lld but the trainer's value (%s) is %lld; write "
-                     "\"auto\" to take the trainer's, or make them agree",
-                     key, (long long)*field, hint_name, (long long)hint);
-    }
-    return DS_OK;
-}
-
-static ds_status resolve_optimizer(ds_config *c, const ds_config_hints *h) {
-    /* Without an optimizer section the trainer's own optimizer is meant, and
-     * it takes the trainer's values (HF builds its optimizer from its args). */
-    bool trainer = !c->optimizer_set;
-    DS_TRY(fill_real(c, "optimizer.params.lr", &c->lr, trainer || c->lr_auto, c->lr_set, h->lr,
-                     "hints.lr", 1e-3, 0, -1));
-    DS_TRY(fill_real(c, "optimizer.params.betas[0]", &c->betas[0], trainer || c->betas_auto,
-                     c->betas_set, h->beta1, "hints.beta1", 0.9, 0, 1));
-    DS_TRY(fill_real(c, "optimizer.params.betas[1]", &c->betas[1], trainer || c->betas_auto,
-                     c->betas_set, h->beta2, "hints.beta2", 0.999, 0, 1));
-    DS_TRY(fill_real(c, "optimizer.params.eps", &c->eps, trainer || c->eps_auto, c->eps_set, h->eps,
-                     "hints.eps", 1e-8, 0, -1));
-    DS_TRY(fill_real(c, "optimizer.params.weight_decay", &c->weight_decay,
-                     trainer || c->weight_decay_auto, c->weight_decay_set, h->weight_decay,
-                     "hints.weight_decay", 0.0, 0, -1));
-    DS_TRY(fill_real(c, "gradient_clipping", &c->gradient_clipping, c->gradient_clipping_auto,
-                     c->gradient_clipping_set, h->gradient_clipping, "hints.gradient_clipping", 0.0,
-                     0, -1));
-    return DS_OK;
-}
-
-static ds_status resolve_scheduler(ds_config *c, const ds_config_hints *h) {
-    if (c->scheduler == DS_SCHED_NONE) return DS_OK;
-    /* HF fills warmup_min_lr "auto" with 0 (no trainer argument for it). */
-    if (c->warmup_min_lr_auto) c->warmup_min_lr = 0.0;
-    if (c->scheduler != DS_SCHED_WARMUP_COSINE_LR) {
-        /* warmup_max_lr "auto": the trainer's lr (HF), else the optimizer's
-         * lr, which is where the trainer's lr went anyway. Absent with
-         * WarmupLR: DeepSpeed's WarmupLR(warmup_max_lr=None) takes the
-         * optimizer lr; WarmupDecayLR keeps its 0.001. */
-        bool absent = !c->warmup_max_lr_auto && !c->warmup_max_lr_set;
-        if (absent && c->scheduler == DS_SCHED_WARMUP_LR) c->warmup_max_lr = c->lr;
-        DS_TRY(fill_real(c, "scheduler.params.warmup_max_lr", &c->warmup_max_lr,
-                         c->warmup_max_lr_auto, c->warmup_max_lr_set, h->lr, "hints.lr", c->lr, 0,
-                         -1));
-    }
-    DS_TRY(fill_steps(c, "scheduler.params.warmup_num_steps", &c->warmup_num_steps,
-                      c->warmup_num_steps_auto, c->warmup_num_steps_set, h->warmup_num_steps,
-                      "hints.warmup_num_steps", 1000));
-    if (c->scheduler == DS_SCHED_WARMUP_LR) return DS_OK;
-
-    int64_t total = h->total_num_steps;
-    const char *from = "hints.total_num_steps";
-    if (total < 0 && c->total_num_steps_auto && (total = steps_from_epochs(c, h)) > 0)
-        from = "hints.epochs over the training rows";
-    DS_TRY(fill_steps(c, "scheduler.params.total_num_steps", &c->total_num_steps,
-                      c->total_num_steps_auto, c->total_num_steps_set, total, from, 0));
-    if (c->total_num_steps < 1) {
-        if (c->total_num_steps_auto)
-            return RFAIL(c, DS_ERR_CONFIG,
-                         "scheduler.params.total_num_steps: \"auto\" needs the run's length and "
-                         "none was given: set ds_init_desc.hints.total_num_steps, or "
-                         "hints.epochs with training data; or write a number");
-        return RFAIL(c, DS_ERR_CONFIG,
-                     "scheduler.params.total_num_steps: required by %s (a number or \"auto\"), "
-                     "got nothing",
-                     ds_sched_type_name(c->scheduler));
-    }
-    return DS_OK;
-}
-
-static void resolve_precision_and_sizes(ds_config *c, const ds_config_hints *h) {
-    /* HF: fp16/bf16 "auto" follow --fp16/--bf16; our trainers train fp32
-     * unless the config says otherwise. */
-    if (c->fp16_enabled_auto) c->fp16_enabled = false;
-    if (c->bf16_enabled_auto) c->bf16_enabled = false;
-
-    /* HF's trainer_config_finalize: sizes from the model's hidden size. */
-    int64_t hid = h->hidden_size > 0 ? h->hidden_size : 0;
-    if (c->reduce_bucket_size_auto) c->reduce_bucket_size = hid ? hid * hid : 500000000;
-    if (c->prefetch_bucket_size_auto)
-        /* int(0.9 * hidden * hidden) evaluated left to right as Python does,
-         * so the value is HF's to the element. */
-        c->stage3_prefetch_bucket_size = hid ? (int64_t)(0.9 * (double)hid * (double)hid) : 50000000;
-    if (c->persistence_threshold_auto)
-        c->stage3_param_persistence_threshold = hid ? 10 * hid : 100000;
+    int64_t total = (int64_t)ceil(h->epochs * (double)per_epoch);
+    if (from)
+        snprintf(from, cap, "%s %g x %lld steps an epoch (%lld rows, %lld a rank, micro %lld, "
+                 "accumulation %lld)",
+                 cfg_hint_name(h, DS_HINT_EPOCHS), h->epochs, (long long)per_epoch,
+                 (long long)rows, (long long)per_rank, (long long)micro, (long long)gas);
+    return total;
 }
 
 /* ---------------------------------------------------------- batch rule -- */
@@ -179,18 +130,66 @@ static ds_status batch_fail(const batch_ctx *b, const char *what) {
     return RFAIL(b->c, DS_ERR_CONFIG, "%s (world size from %s)", what, b->source);
 }
 
+/* The batch keys' origins once the rule has run. */
+static void batch_origins(ds_config *c, const ds_config_hints *h, bool tb, bool mb_file,
+                          bool mb_hint, bool ga_file, bool ga_hint) {
+    long long T = c->train_batch_size, M = c->train_micro_batch_size_per_gpu,
+              G = c->gradient_accumulation_steps, W = c->world_size;
+    if (tb)
+        cfg_origin(c, DS_KEY_TRAIN_BATCH_SIZE, DS_SRC_CONFIG, "%s", "");
+    else
+        cfg_origin(c, DS_KEY_TRAIN_BATCH_SIZE, DS_SRC_COMPUTED,
+                   "micro %lld x accumulation %lld x world %lld", M, G, W);
+    if (mb_file)
+        cfg_origin(c, DS_KEY_MICRO_BATCH, DS_SRC_CONFIG, "%s", "");
+    else if (mb_hint)
+        cfg_origin(c, DS_KEY_MICRO_BATCH, cfg_hint_source(h, DS_HINT_MICRO_BATCH), "%s",
+                   cfg_hint_name(h, DS_HINT_MICRO_BATCH));
+    else
+        cfg_origin(c, DS_KEY_MICRO_BATCH, DS_SRC_COMPUTED,
+                   "train_batch_size %lld / (accumulation %lld x world %lld)", T, G, W);
+    if (ga_file)
+        cfg_origin(c, DS_KEY_GRAD_ACCUM, DS_SRC_CONFIG, "%s", "");
+    else if (ga_hint)
+        cfg_origin(c, DS_KEY_GRAD_ACCUM, cfg_hint_source(h, DS_HINT_GRAD_ACCUM), "%s",
+                   cfg_hint_name(h, DS_HINT_GRAD_ACCUM));
+    else if (tb && (mb_file || mb_hint))
+        cfg_origin(c, DS_KEY_GRAD_ACCUM, DS_SRC_COMPUTED,
+                   "train_batch_size %lld / (micro %lld x world %lld)", T, M, W);
+    else
+        cfg_origin(c, DS_KEY_GRAD_ACCUM, DS_SRC_COMPUTED, "only %s given",
+                   tb ? "train_batch_size" : "the micro batch");
+}
+
 /* DeepSpeed's _set_batch_related_parameters + _batch_assertion, with exact
  * division where DeepSpeed floors and then fails its assertion. */
 static ds_status resolve_batch(ds_config *c, const ds_config_hints *h) {
-    batch_ctx b = {c, c->world_size, c->world_source, ""};
+    char note[96] = "";
+    batch_ctx b = {c, c->world_size, c->world_source, note};
     bool tb = c->train_batch_size_set, mb = c->micro_batch_set, ga = c->grad_accum_set;
-    /* The trainer's micro batch fills "auto", and also an absent key: a
-     * trainer's --batch is the micro batch, and DeepSpeed's rules for the
-     * missing key would only contradict it (checked below). */
-    if (!mb && h->micro_batch > 0) {
+    bool mb_file = mb, ga_file = ga, mb_hint = false, ga_hint = false;
+    const char *micro_name = cfg_hint_name(h, DS_HINT_MICRO_BATCH);
+    const char *accum_name = cfg_hint_name(h, DS_HINT_GRAD_ACCUM);
+    /* The trainer's micro batch fills "auto", and also an absent key when
+     * the user chose it: a trainer's --batch is the micro batch, and
+     * DeepSpeed's rules for the missing key would only contradict it
+     * (checked below). */
+    if (!mb && h->micro_batch > 0 &&
+        (c->micro_batch_auto || cfg_hint_chosen(h, DS_HINT_MICRO_BATCH))) {
         c->train_micro_batch_size_per_gpu = h->micro_batch;
-        mb = true;
-        b.micro_note = " (from hints.micro_batch)";
+        mb = mb_hint = true;
+        snprintf(note, sizeof note, " (from %s)", micro_name);
+    }
+    /* Accumulation the same way (HF's gradient_accumulation_steps). */
+    int64_t hg = h->gradient_accumulation_steps;
+    if (ga && hg > 0 && cfg_hint_chosen(h, DS_HINT_GRAD_ACCUM) && c->gradient_accumulation_steps != hg)
+        return RFAIL(c, DS_ERR_CONFIG,
+                     "gradient_accumulation_steps: the config says %lld but the trainer's value "
+                     "(%s) is %lld; write \"auto\" to take the trainer's, or make them agree",
+                     (long long)c->gradient_accumulation_steps, accum_name, (long long)hg);
+    if (!ga && hg > 0 && (c->grad_accum_auto || cfg_hint_chosen(h, DS_HINT_GRAD_ACCUM))) {
+        c->gradient_accumulation_steps = hg;
+        ga = ga_hint = true;
     }
     int64_t W = b.world, T = c->train_batch_size, M = c->train_micro_batch_size_per_gpu,
             G = c->gradient_accumulation_steps;
@@ -264,21 +263,24 @@ static ds_status resolve_batch(ds_config *c, const ds_config_hints *h) {
          * needs to be provided" (accumulation alone cannot give the others). */
         return RFAIL(c, DS_ERR_CONFIG,
                      "batch size: set train_batch_size or train_micro_batch_size_per_gpu (a "
-                     "number, or \"auto\" with the trainer's micro batch in hints.micro_batch)%s",
+                     "number, or \"auto\" with the trainer's micro batch in %s)%s",
+                     micro_name,
                      ga ? "; gradient_accumulation_steps alone cannot give the others" : "");
     }
 
-    /* The trainer's micro batch (its --batch flag) must be what is used. */
-    if (h->micro_batch > 0 && c->train_micro_batch_size_per_gpu != h->micro_batch) {
+    /* The micro batch the user chose (a trainer's --batch) must be what is used. */
+    if (h->micro_batch > 0 && cfg_hint_chosen(h, DS_HINT_MICRO_BATCH) &&
+        c->train_micro_batch_size_per_gpu != h->micro_batch) {
         snprintf(msg, sizeof msg,
                  "train_micro_batch_size_per_gpu resolves to %lld (train_batch_size %lld / "
                  "(gradient_accumulation_steps %lld * world_size %lld)) but the trainer's micro "
-                 "batch (hints.micro_batch) is %lld; write \"auto\" or make them agree",
+                 "batch (%s) is %lld; write \"auto\" or make them agree",
                  (long long)c->train_micro_batch_size_per_gpu, (long long)c->train_batch_size,
-                 (long long)c->gradient_accumulation_steps, (long long)W,
+                 (long long)c->gradient_accumulation_steps, (long long)W, micro_name,
                  (long long)h->micro_batch);
         return batch_fail(&b, msg);
     }
+    batch_origins(c, h, tb, mb_file, mb_hint, ga_file, ga_hint);
     return DS_OK;
 }
 
@@ -335,10 +337,12 @@ ds_status ds_config_resolve(ds_config *cfg, const ds_config_hints *h) {
     snprintf(c.world_source, sizeof c.world_source, "%s",
              h->world_source && h->world_source[0] ? h->world_source
                                                    : "the caller (ds_config_hints.world_size)");
-    DS_TRY(resolve_optimizer(&c, h));
-    resolve_precision_and_sizes(&c, h);
+    mark_auto(&c);
+    DS_TRY(cfg_resolve_optimizer(&c, h));
+    DS_TRY(cfg_resolve_precision(&c, h));
+    cfg_resolve_sizes(&c, h);
     DS_TRY(resolve_batch(&c, h));
-    DS_TRY(resolve_scheduler(&c, h)); /* total_num_steps from epochs needs the batch */
+    DS_TRY(cfg_resolve_scheduler(&c, h)); /* total_num_steps from epochs needs the batch */
     DS_TRY(check_cross(&c));
     *cfg = c;
     return DS_OK;

@@ -238,7 +238,7 @@ static ds_status read_optimizer(const cfg_ctx *ctx, json_t *v, const char *path,
 
 #define K_MIN_LR                                                                               \
     ROW("warmup_min_lr", CFG_REAL, OFF(warmup_min_lr), 0, BIG, CFG_NO_HI | CFG_AUTO,           \
-        OFF(warmup_min_lr_auto), NO, NULL)
+        OFF(warmup_min_lr_auto), OFF(warmup_min_lr_set), NULL)
 #define K_MAX_LR                                                                               \
     ROW("warmup_max_lr", CFG_REAL, OFF(warmup_max_lr), 0, BIG, CFG_NO_HI | CFG_AUTO,           \
         OFF(warmup_max_lr_auto), OFF(warmup_max_lr_set), NULL)
@@ -305,6 +305,7 @@ static ds_status read_scheduler(const cfg_ctx *ctx, json_t *v, const char *path,
     DS_TRY(cfg_read_enum(ctx, type, tpath, names, 3, "WarmupLR, WarmupDecayLR, WarmupCosineLR",
                          &idx));
     c->scheduler = (ds_sched_type)(DS_SCHED_WARMUP_LR + idx);
+    c->scheduler_set = true;
     DS_TRY(cfg_walk(ctx, v, path, k_scheduler, NKEYS(k_scheduler), c, NULL, 0));
     if (c->total_num_steps_set && c->warmup_num_steps_set && c->total_num_steps < c->warmup_num_steps)
         cfg_warn(ctx, "%s.params.total_num_steps %lld is less than warmup_num_steps %lld: the "
@@ -316,7 +317,8 @@ static ds_status read_scheduler(const cfg_ctx *ctx, json_t *v, const char *path,
 /* ----------------------------------------------------------- precision -- */
 
 static const cfg_key k_fp16[] = {
-    ROW("enabled", CFG_BOOL, OFF(fp16_enabled), 0, 0, CFG_AUTO, OFF(fp16_enabled_auto), NO, NULL),
+    ROW("enabled", CFG_BOOL, OFF(fp16_enabled), 0, 0, CFG_AUTO, OFF(fp16_enabled_auto),
+        OFF(fp16_enabled_set), NULL),
     BOOL("auto_cast", fp16_auto_cast),
     REAL_GE("loss_scale", loss_scale, 0),
     /* 2^64 times any loss overflows every fp16 gradient (max 65504); the
@@ -330,7 +332,8 @@ static const cfg_key k_fp16[] = {
 static const char *const k_fp16_unimpl[] = {"fp16_master_weights_and_grads", NULL};
 
 static const cfg_key k_bf16[] = {
-    ROW("enabled", CFG_BOOL, OFF(bf16_enabled), 0, 0, CFG_AUTO, OFF(bf16_enabled_auto), NO, NULL),
+    ROW("enabled", CFG_BOOL, OFF(bf16_enabled), 0, 0, CFG_AUTO, OFF(bf16_enabled_auto),
+        OFF(bf16_enabled_set), NULL),
 };
 static const char *const k_bf16_unimpl[] = {"immediate_grad_update", "check_grad_overflow",
                                             "bf16_master_weights_and_grads",
@@ -436,8 +439,8 @@ static ds_status read_aio(const cfg_ctx *ctx, json_t *v, const char *path, void 
 
 /* Sizes count elements. DeepSpeed's fields are named without "stage3_" and
  * take the "stage3_" spelling as an alias; both are accepted here. */
-#define ZSIZE(name, f, lo, ao)                                                                 \
-    ROW(name, CFG_I64, OFF(f), lo, BIG, CFG_NO_HI | CFG_AUTO, OFF(ao), NO, NULL)
+#define ZSIZE(name, f, lo, ao, so)                                                             \
+    ROW(name, CFG_I64, OFF(f), lo, BIG, CFG_NO_HI | CFG_AUTO, OFF(ao), OFF(so), NULL)
 
 static const cfg_key k_zero[] = {
     ROW("stage", CFG_INT, OFF(zero_stage), 0, 3, 0, NO, NO, NULL),
@@ -445,15 +448,18 @@ static const cfg_key k_zero[] = {
     I64_GE("allgather_bucket_size", allgather_bucket_size, 1),
     ROW("overlap_comm", CFG_BOOL, OFF(overlap_comm), 0, 0, 0, NO, OFF(overlap_comm_set), NULL),
     BOOL("reduce_scatter", reduce_scatter),
-    ZSIZE("reduce_bucket_size", reduce_bucket_size, 1, reduce_bucket_size_auto),
+    ZSIZE("reduce_bucket_size", reduce_bucket_size, 1, reduce_bucket_size_auto,
+          reduce_bucket_size_set),
     BOOL("contiguous_gradients", contiguous_gradients),
     /* 0 is meaningful for these two: no prefetch / partition everything. */
-    ZSIZE("stage3_prefetch_bucket_size", stage3_prefetch_bucket_size, 0, prefetch_bucket_size_auto),
-    ZSIZE("prefetch_bucket_size", stage3_prefetch_bucket_size, 0, prefetch_bucket_size_auto),
+    ZSIZE("stage3_prefetch_bucket_size", stage3_prefetch_bucket_size, 0, prefetch_bucket_size_auto,
+          prefetch_bucket_size_set),
+    ZSIZE("prefetch_bucket_size", stage3_prefetch_bucket_size, 0, prefetch_bucket_size_auto,
+          prefetch_bucket_size_set),
     ZSIZE("stage3_param_persistence_threshold", stage3_param_persistence_threshold, 0,
-          persistence_threshold_auto),
+          persistence_threshold_auto, persistence_threshold_set),
     ZSIZE("param_persistence_threshold", stage3_param_persistence_threshold, 0,
-          persistence_threshold_auto),
+          persistence_threshold_auto, persistence_threshold_set),
     I64_GE("stage3_max_live_parameters", stage3_max_live_parameters, 0),
     I64_GE("max_live_parameters", stage3_max_live_parameters, 0),
     I64_GE("stage3_max_reuse_distance", stage3_max_reuse_distance, 0),

@@ -125,7 +125,7 @@ static const bad_case k_cases[] = {
     /* ---- resolve: cross-key checks ---- */
     R("{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}", 1, CFG, "fp16.enabled and bf16.enabled: both true", NULL),
     R("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupDecayLR\"}}", 1, CFG, "scheduler.params.total_num_steps: required by WarmupDecayLR", NULL),
-    R("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": \"auto\"}}}", 1, CFG, "scheduler.params.total_num_steps: \"auto\" needs the run's length and none was given: set ds_init_desc.hints.total_num_steps, or hints.epochs with training data", NULL),
+    R("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": \"auto\"}}}", 1, CFG, "scheduler.params.total_num_steps: \"auto\" needs the run's length and none was given: set hints.total_num_steps, or hints.epochs with training data (ds_init_desc.hints)", NULL),
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"offload_param\": {\"device\": \"cpu\"}}}", 1, CFG, "zero_optimization.offload_param.device: \"cpu\" needs zero_optimization.stage 3, got stage 2", NULL),
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": \"cpu\"}}}", 1, CFG, "zero_optimization.offload_optimizer.device: \"cpu\" needs zero_optimization.stage >= 1, got stage 0", NULL),
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": \"nvme\"}}}", 1, CFG, "zero_optimization.offload_optimizer.device: \"nvme\" needs zero_optimization.stage >= 1, got stage 0", NULL),

@@ -145,14 +145,13 @@ static void test_optimizer_auto(void) {
     const char *autos = "{\"train_batch_size\": 8, \"gradient_clipping\": \"auto\","
                         " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\","
                         " \"betas\": \"auto\", \"eps\": \"auto\", \"weight_decay\": \"auto\"}}}";
-    /* no hints: DeepSpeed's defaults */
-    ds_config c = RESOLVE_OK(autos, &h);
-    CHECK_EQ_D(c.lr, 1e-3);
-    CHECK_EQ_D(c.betas[0], 0.9);
-    CHECK_EQ_D(c.betas[1], 0.999);
-    CHECK_EQ_D(c.eps, 1e-8);
-    CHECK_EQ_D(c.weight_decay, 0.0);
-    CHECK_EQ_D(c.gradient_clipping, 0.0);
+    /* no hints: "auto" means the trainer's value, and there is none; the
+     * error names the first such key and the hint to set */
+    ds_config c, bad;
+    CHECK_TRUE(ds_config_parse_string(autos, &bad, quiet, NULL) == DS_OK);
+    CHECK_TRUE(ds_config_resolve(&bad, &h) == DS_ERR_CONFIG &&
+               strstr(ds_last_error(), "optimizer.params.lr: \"auto\" needs the trainer's value "
+                                       "and none was given: set hints.lr"));
     /* hints: the trainer's values */
     h.lr = 3e-4;
     h.beta1 = 0.8;
@@ -172,7 +171,8 @@ static void test_optimizer_auto(void) {
     CHECK_TRUE(ds_config_resolve(&again, &h) == DS_OK && memcmp(&again, &c, sizeof c) == 0);
     /* no optimizer section: the trainer's optimizer with the trainer's values */
     c = RESOLVE_OK("{\"train_batch_size\": 8}", &h);
-    CHECK_TRUE(!c.optimizer_set);
+    CHECK_TRUE(!c.optimizer_set && c.optimizer == DS_OPTIM_ADAMW);
+    CHECK_EQ_I(c.scheduler, DS_SCHED_NONE); /* no lr_scheduler_type: constant, as DeepSpeed */
     CHECK_EQ_D(c.lr, 3e-4);
     CHECK_EQ_D(c.weight_decay, 0.05);
     CHECK_EQ_D(c.gradient_clipping, 0.0); /* a top-level key: absent means DeepSpeed's 0 */
@@ -185,7 +185,6 @@ static void test_optimizer_auto(void) {
                    " \"params\": {\"lr\": 3e-4}}}", &h);
     CHECK_EQ_D(c.eps, 1e-8);
     /* a disagreeing gradient_clipping and beta are errors naming both values */
-    ds_config bad;
     CHECK_TRUE(ds_config_parse_string("{\"train_batch_size\": 8, \"gradient_clipping\": 1.0}", &bad,
                                       quiet, NULL) == DS_OK);
     CHECK_TRUE(ds_config_resolve(&bad, &h) == DS_ERR_CONFIG &&
@@ -200,7 +199,7 @@ static void test_optimizer_auto(void) {
                strstr(ds_last_error(), "optimizer.params.betas[0]: the config says 0.9 but the "
                                        "trainer's value (hints.beta1) is 0.8"));
     /* a hint out of range is reported against the key it fills */
-    ds_config_hints hb = hints_world(1);
+    ds_config_hints hb = h;
     hb.beta2 = 1.0;
     CHECK_TRUE(ds_config_parse_string(autos, &bad, quiet, NULL) == DS_OK);
     CHECK_TRUE(ds_config_resolve(&bad, &hb) == DS_ERR_CONFIG &&
@@ -215,23 +214,27 @@ static void test_scheduler_auto(void) {
                         " {\"warmup_min_lr\": \"auto\", \"warmup_max_lr\": \"auto\","
                         " \"warmup_num_steps\": \"auto\", \"total_num_steps\": \"auto\"}}}";
     h.total_num_steps = 5000;
-    ds_config c = RESOLVE_OK(decay, &h);
-    CHECK_EQ_D(c.warmup_min_lr, 0.0);
-    CHECK_EQ_D(c.warmup_max_lr, 2e-4);     /* no lr hint: the optimizer's lr */
-    CHECK_EQ_I(c.warmup_num_steps, 1000);  /* no hint: DeepSpeed's default */
-    CHECK_EQ_I(c.total_num_steps, 5000);
-    h.lr = 2e-4;
-    h.warmup_num_steps = 300;
-    c = RESOLVE_OK(decay, &h);
-    CHECK_EQ_D(c.warmup_max_lr, 2e-4);
-    CHECK_EQ_I(c.warmup_num_steps, 300);
-    /* a warmup hint of 0 cannot fill a key DeepSpeed requires >= 1 */
-    h.warmup_num_steps = 0;
+    /* warmup_num_steps "auto" without a warmup hint: the error names it */
     ds_config bad;
     CHECK_TRUE(ds_config_parse_string(decay, &bad, quiet, NULL) == DS_OK);
     CHECK_TRUE(ds_config_resolve(&bad, &h) == DS_ERR_CONFIG &&
-               strstr(ds_last_error(), "scheduler.params.warmup_num_steps: must be >= 1, got 0 "
-                                       "(\"auto\" from hints.warmup_num_steps)"));
+               strstr(ds_last_error(), "scheduler.params.warmup_num_steps: \"auto\" needs the "
+                                       "trainer's value and none was given: set "
+                                       "hints.warmup_num_steps"));
+    h.warmup_num_steps = 300;
+    ds_config c = RESOLVE_OK(decay, &h);
+    CHECK_EQ_D(c.warmup_min_lr, 0.0);
+    CHECK_EQ_D(c.warmup_max_lr, 2e-4);     /* no lr hint: the optimizer's lr */
+    CHECK_EQ_I(c.warmup_num_steps, 300);
+    CHECK_EQ_I(c.total_num_steps, 5000);
+    h.lr = 2e-4;
+    c = RESOLVE_OK(decay, &h);
+    CHECK_EQ_D(c.warmup_max_lr, 2e-4);
+    /* a warmup hint of 0 (HF's default warmup_steps) fills 1, the least
+     * DeepSpeed takes; its schedules warm up over max(2, W) steps anyway */
+    h.warmup_num_steps = 0;
+    c = RESOLVE_OK(decay, &h);
+    CHECK_EQ_I(c.warmup_num_steps, 1);
 
     /* warmup_max_lr absent: WarmupLR takes the optimizer lr (DeepSpeed's
      * warmup_max_lr=None), WarmupDecayLR keeps DeepSpeed's 0.001. */
@@ -320,6 +323,11 @@ static void clear_provenance(ds_config *c) {
     c->fp16_enabled_auto = c->bf16_enabled_auto = false;
     c->overlap_comm_set = false;
     c->reduce_bucket_size_auto = c->prefetch_bucket_size_auto = c->persistence_threshold_auto = false;
+    /* the printed form writes every section and key the run uses */
+    c->optimizer_set = c->scheduler_set = false;
+    c->warmup_min_lr_set = c->fp16_enabled_set = c->bf16_enabled_set = false;
+    c->reduce_bucket_size_set = c->prefetch_bucket_size_set = c->persistence_threshold_set = false;
+    memset(c->origin, 0, sizeof c->origin);
 }
 
 /* to_json -> parse -> resolve gives the same settings, and printing again
@@ -424,7 +432,7 @@ static void test_shipped_configs(void) {
     int nfiles = 0, seen_required = 0;
     static const char *const required[] = {"ds_config.json", "zero0.json", "zero1.json",
                                            "zero2.json", "zero3.json", "fp16.json",
-                                           "bf16.json", "offload.json"};
+                                           "bf16.json", "offload.json", "hf_zero2.json"};
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (!ends_with(e->d_name, ".json")) continue;
@@ -435,9 +443,16 @@ static void test_shipped_configs(void) {
         snprintf(path, sizeof path, "%s/%s", dirname, e->d_name);
         static const int worlds[] = {1, 2, 4};
         for (int wi = 0; wi < 3; wi++) {
-            /* What a trainer always knows: the world and the step count. */
-            ds_config_hints h = hints_world(worlds[wi]);
+            /* What a trainer always knows: the world and the step count,
+             * and HF's defaults for what its user left out (they fill
+             * "auto", as hf_zero2.json's, and never override a number). */
+            ds_config_hints h;
+            ds_config_hints_hf_defaults(&h);
+            h.world_size = worlds[wi];
+            h.world_source = "test (WORLD_SIZE)";
             h.total_num_steps = 1000;
+            h.micro_batch = 8;
+            h.is_default[DS_HINT_MICRO_BATCH] = true;
             ds_config c;
             int warnings = 0;
             if (ds_config_parse_file(path, &c, count_warning, &warnings) != DS_OK ||
@@ -461,6 +476,16 @@ static void test_shipped_configs(void) {
                 CHECK_EQ_I(c.train_micro_batch_size_per_gpu, 16);
                 CHECK_EQ_D(c.gradient_clipping, 1.0);
                 CHECK_EQ_I(c.steps_per_print, 10);
+            } else if (strcmp(e->d_name, "hf_zero2.json") == 0) {
+                /* HF's template: every trainer value "auto" */
+                CHECK_EQ_I(c.train_micro_batch_size_per_gpu, 8);
+                CHECK_EQ_I(c.gradient_accumulation_steps, 1);
+                CHECK_EQ_D(c.gradient_clipping, 1.0);
+                CHECK_EQ_D(c.lr, 5e-5);
+                CHECK_EQ_D(c.warmup_max_lr, 5e-5);
+                CHECK_EQ_I(c.scheduler, DS_SCHED_WARMUP_LR);
+                CHECK_TRUE(c.zero_stage == 2 && c.offload_optimizer.device == DS_OFFLOAD_CPU);
+                CHECK_TRUE(!c.fp16_enabled && !c.bf16_enabled);
             } else if (strcmp(e->d_name, "fp16.json") == 0) {
                 CHECK_TRUE(c.fp16_enabled && c.loss_scale == 0.0 && c.zero_stage == 2);
             } else if (strcmp(e->d_name, "offload.json") == 0) {
