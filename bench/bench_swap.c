@@ -3,6 +3,7 @@
  * (offload "cpu") and in swap files (offload "nvme").
  *
  *   bench/bench_swap --io DIR [--mib 256] [--sub-group-mib 64] [--threads T --depth Q --block B]
+ *                    [--engine auto|pool|uring]
  *       one partition of 3 tensors of MIB MiB each in swap files under DIR:
  *       write (the start-up fill), read only, and the step's read + write
  *       pass (pipelined), in MB/s of file data moved. Compare with
@@ -60,7 +61,7 @@ static double pass(ds_tier *t, bool dirty) {
 }
 
 static int run_io(const char *dir, int64_t mib, int64_t sg_mib, int threads, int depth,
-                  int64_t block) {
+                  int64_t block, ds_aio_engine engine) {
     ds_backend *be;
     ds_mem *mem;
     if (ds_mem_create(&mem) != DS_OK) die("accountant");
@@ -72,7 +73,8 @@ static int run_io(const char *dir, int64_t mib, int64_t sg_mib, int threads, int
     ds_aio_config aio = {.block_size = block, .queue_depth = depth, .thread_count = threads};
     int64_t n = mib << 18; /* elements of 4 bytes */
     ds_nvme_swap_desc d = {.buf_be = be, .what = "bench", .off = &off, .aio = &aio,
-                           .sub_group_size = sg_mib << 18, .rank = 0, .n = n, .n_tensors = 3};
+                           .sub_group_size = sg_mib << 18, .rank = 0, .n = n, .n_tensors = 3,
+                           .engine = engine};
     ds_tier *t;
     if (ds_nvme_swap_create(&d, &t) != DS_OK) die("swap");
     double mb = 3.0 * (double)n * 4.0 / 1e6;
@@ -82,8 +84,9 @@ static int run_io(const char *dir, int64_t mib, int64_t sg_mib, int threads, int
     double tw = now_s() - t0;
     double tr = pass(t, false);
     double trw = pass(t, true);
-    printf("swap of 3 x %lld MiB, sub-groups of %lld MiB, %d x %d I/O threads, block %lld KiB:\n",
-           (long long)mib, (long long)sg_mib, threads, depth, (long long)(block >> 10));
+    printf("swap of 3 x %lld MiB, sub-groups of %lld MiB, %s, thread_count %d, queue_depth %d, "
+           "block %lld KiB:\n", (long long)mib, (long long)sg_mib, ds_nvme_swap_engine(t),
+           threads, depth, (long long)(block >> 10));
     printf("  write (fill)       %8.0f MB/s\n", mb / tw);
     printf("  read (pipelined)   %8.0f MB/s\n", mb / tr);
     printf("  read + write step  %8.0f MB/s each way (%.2f s for %.0f MB in and out)\n",
@@ -168,6 +171,7 @@ int main(int argc, char **argv) {
     const char *io = NULL, *train = NULL;
     int64_t mib = 256, sg = 64, block = 1 << 20;
     int threads = 1, depth = 8, steps = 6;
+    ds_aio_engine engine = DS_AIO_AUTO;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--io")) io = argv[i + 1];
         else if (!strcmp(argv[i], "--train")) train = argv[i + 1];
@@ -177,12 +181,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--depth")) depth = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--block")) block = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--engine"))
+            engine = !strcmp(argv[i + 1], "pool") ? DS_AIO_POOL
+                     : !strcmp(argv[i + 1], "uring") ? DS_AIO_URING : DS_AIO_AUTO;
         else {
             fprintf(stderr, "bench_swap: unknown option %s\n", argv[i]);
             return 2;
         }
     }
-    if (io) return run_io(io, mib, sg, threads, depth, block);
+    if (io) return run_io(io, mib, sg, threads, depth, block, engine);
     if (train) return run_train(train, steps);
     fprintf(stderr, "usage: bench_swap --io DIR | --train DIR\n");
     return 2;

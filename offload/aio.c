@@ -1,23 +1,12 @@
-/* The NVMe swap's I/O engine: one queue of requests, a pool of threads
- * taking block_size pieces off its head, blocking pread / pwrite each. */
-#include "offload/aio.h"
-
+/* The NVMe swap's I/O engine: one queue of requests, threads taking
+ * block_size pieces off its head: blocking pread / pwrite each (the pool),
+ * or io_uring with queue_depth in flight each (offload/aio_uring.c). */
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-struct ds_aio {
-    pthread_mutex_t lock;
-    pthread_cond_t work; /* a request was queued, or stop */
-    pthread_cond_t done; /* a request completed */
-    ds_aio_req *head, *tail;
-    bool stop;
-    int64_t block;
-    int nthreads, started;
-    pthread_t *threads;
-};
+#include "offload/aio_internal.h"
 
 /* One piece, retried until whole: pread / pwrite may move fewer bytes than
  * asked (a signal, a file system's own limit). Returns 0 or an errno. */
@@ -36,34 +25,47 @@ static int do_piece(int fd, char *buf, uint64_t len, uint64_t off, bool write) {
     return 0;
 }
 
+bool ds_aio_take(ds_aio *a, ds_aio_req **r, uint64_t *at, uint64_t *len) {
+    ds_aio_req *q = a->head;
+    if (!q) return false;
+    *r = q;
+    *at = q->next;
+    *len = q->bytes - q->next < (uint64_t)a->block ? q->bytes - q->next : (uint64_t)a->block;
+    q->next += *len;
+    if (q->next == q->bytes) { /* every piece handed out: off the queue */
+        a->head = q->qnext;
+        if (!a->head) a->tail = NULL;
+    }
+    return true;
+}
+
+void ds_aio_complete(ds_aio *a, ds_aio_req *r, uint64_t at, uint64_t len, int err) {
+    ds_aio_ticket *t = r->ticket;
+    if (err && !t->err) {
+        t->err = err;
+        t->err_write = r->write;
+        t->err_fd = r->fd;
+        t->err_off = r->off + at;
+    }
+    r->done += len;
+    if (r->done == r->bytes && --t->pending == 0) pthread_cond_broadcast(&a->done);
+}
+
+/* The pool's thread: one blocking transfer at a time. */
 static void *worker(void *arg) {
     ds_aio *a = arg;
     pthread_mutex_lock(&a->lock);
     for (;;) {
-        while (!a->stop && !a->head) pthread_cond_wait(&a->work, &a->lock);
+        ds_aio_req *r;
+        uint64_t at, len;
+        while (!a->stop && !ds_aio_take(a, &r, &at, &len)) pthread_cond_wait(&a->work, &a->lock);
         if (a->stop) break;
-        ds_aio_req *r = a->head;
-        uint64_t at = r->next;
-        uint64_t len = r->bytes - at < (uint64_t)a->block ? r->bytes - at : (uint64_t)a->block;
-        r->next += len;
-        if (r->next == r->bytes) { /* every piece handed out: off the queue */
-            a->head = r->qnext;
-            if (!a->head) a->tail = NULL;
-        }
         pthread_mutex_unlock(&a->lock);
         int err = r->inject_errno ? r->inject_errno
                                   : do_piece(r->fd, (char *)r->buf + at, len, r->off + at,
                                              r->write);
         pthread_mutex_lock(&a->lock);
-        ds_aio_ticket *t = r->ticket;
-        if (err && !t->err) {
-            t->err = err;
-            t->err_write = r->write;
-            t->err_fd = r->fd;
-            t->err_off = r->off + at;
-        }
-        r->done += len;
-        if (r->done == r->bytes && --t->pending == 0) pthread_cond_broadcast(&a->done);
+        ds_aio_complete(a, r, at, len, err);
     }
     pthread_mutex_unlock(&a->lock);
     return NULL;
@@ -76,19 +78,33 @@ ds_status ds_aio_create(const ds_aio_desc *d, ds_aio **out) {
                       "aio: block_size, queue_depth and thread_count must be >= 1, got %lld, %d, "
                       "%d", (long long)d->block_size, d->queue_depth, d->thread_count);
     ds_aio *a = calloc(1, sizeof *a);
-    int n = d->thread_count * d->queue_depth;
-    if (a) a->threads = calloc((size_t)n, sizeof *a->threads);
-    if (!a || !a->threads) {
-        free(a);
-        return DS_ERR(DS_ERR_OOM, "aio: out of host memory for %d I/O threads", n);
-    }
+    if (!a) return DS_ERR(DS_ERR_OOM, "aio: out of host memory");
     pthread_mutex_init(&a->lock, NULL);
     pthread_cond_init(&a->work, NULL);
     pthread_cond_init(&a->done, NULL);
     a->block = d->block_size;
+    a->queue_depth = d->queue_depth;
+    /* The pool unless io_uring is asked for: measured on this project's
+     * machine, io_uring moved the swap's traffic no faster (bench/RESULTS.md).
+     * io_uring needs the build's liburing and a kernel that lets us (a
+     * container's seccomp profile may not). */
+    a->uring = d->engine == DS_AIO_URING && ds_aio_uring_usable(d->queue_depth);
+    if (d->engine == DS_AIO_URING && !a->uring) {
+        ds_aio_destroy(a);
+        return DS_ERR(DS_ERR_UNSUPPORTED, "aio: io_uring is not available (%s)",
+                      ds_aio_uring_built() ? "the kernel refused io_uring_queue_init"
+                                           : "built without liburing");
+    }
+    int n = a->uring ? d->thread_count : d->thread_count * d->queue_depth;
+    a->threads = calloc((size_t)n, sizeof *a->threads);
+    if (!a->threads) {
+        ds_aio_destroy(a);
+        return DS_ERR(DS_ERR_OOM, "aio: out of host memory for %d I/O threads", n);
+    }
     a->nthreads = n;
     for (; a->started < n; a->started++) {
-        int rc = pthread_create(&a->threads[a->started], NULL, worker, a);
+        int rc = pthread_create(&a->threads[a->started], NULL,
+                                a->uring ? ds_aio_uring_worker : worker, a);
         if (rc != 0) {
             ds_aio_destroy(a);
             return DS_ERR(DS_ERR_IO, "aio: starting I/O thread %d of %d: %s", a->started + 1, n,
@@ -139,3 +155,5 @@ bool ds_aio_wait(ds_aio *a, ds_aio_ticket *t) {
 }
 
 int ds_aio_threads(const ds_aio *a) { return a->nthreads; }
+
+const char *ds_aio_engine_name(const ds_aio *a) { return a->uring ? "io_uring" : "pool"; }

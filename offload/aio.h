@@ -1,19 +1,20 @@
-/* Asynchronous file I/O for the NVMe swap: a pool of threads running
- * pread / pwrite on O_DIRECT file descriptors.
+/* Asynchronous file I/O for the NVMe swap, on O_DIRECT file descriptors:
+ * a pool of threads running pread / pwrite (the default), or io_uring
+ * (offload/aio_uring.c, when built with Debian's liburing-dev and the
+ * kernel allows it; chosen by DS_AIO_URING, for measurements).
  *
  * DeepSpeed's "aio" section describes its libaio handle; here the same keys
- * size the pool:
+ * size the engine:
  *
  *   block_size     each request is cut into pieces of this many bytes
- *   thread_count   (alias intra_op_parallelism) and
- *   queue_depth    thread_count * queue_depth threads each keep one piece
- *                  in flight, so the disk sees as many outstanding requests
- *                  as DeepSpeed's handle keeps in its queues
+ *   thread_count   (alias intra_op_parallelism) threads, each keeping
+ *   queue_depth    pieces in flight in its ring (io_uring); the pool runs
+ *                  thread_count * queue_depth threads of one piece each, so
+ *                  the disk sees as many outstanding requests either way
  *
  * single_submit and overlap_events choose how libaio's io_submit and
- * io_getevents calls are batched; a blocking pread per thread has no such
- * calls, so they do not change what this engine does (see bench/RESULTS.md
- * for why a thread pool and not io_uring).
+ * io_getevents calls are batched; they do not change what this engine does
+ * (bench/RESULTS.md measures io_uring against the pool).
  *
  * Usage (offload/nvme_swap.c):
  *
@@ -46,10 +47,17 @@ extern "C" {
 
 typedef struct ds_aio ds_aio;
 
+typedef enum ds_aio_engine {
+    DS_AIO_AUTO = 0,    /* the pool: io_uring measured no faster here (bench/RESULTS.md) */
+    DS_AIO_POOL,        /* thread_count * queue_depth threads of blocking pread / pwrite */
+    DS_AIO_URING,       /* thread_count threads, each a ring of queue_depth entries */
+} ds_aio_engine;
+
 typedef struct ds_aio_desc {
     int64_t block_size; /* bytes per piece, > 0 */
     int queue_depth;    /* >= 1 */
     int thread_count;   /* >= 1 */
+    ds_aio_engine engine;
 } ds_aio_desc;
 
 /* What a group of requests came to. Read err only after ds_aio_wait. */
@@ -75,7 +83,8 @@ typedef struct ds_aio_req {
 } ds_aio_req;
 
 /* Start the threads. Errors: DS_ERR_INVALID_ARG (a size < 1), DS_ERR_OOM,
- * DS_ERR_IO (a thread that could not start, with strerror). */
+ * DS_ERR_IO (a thread that could not start, with strerror),
+ * DS_ERR_UNSUPPORTED (engine DS_AIO_URING where io_uring is not available). */
 ds_status ds_aio_create(const ds_aio_desc *d, ds_aio **out);
 
 /* Stop and join the threads. Requests still queued are dropped: wait for
@@ -93,8 +102,9 @@ void ds_aio_submit(ds_aio *a, ds_aio_req *reqs, int n, ds_aio_ticket *t);
  * Waiting on a ticket with nothing pending returns at once. */
 bool ds_aio_wait(ds_aio *a, ds_aio_ticket *t);
 
-/* Threads the pool runs (thread_count * queue_depth). */
+/* I/O threads running, and which engine they are: "io_uring" or "pool". */
 int ds_aio_threads(const ds_aio *a);
+const char *ds_aio_engine_name(const ds_aio *a);
 
 #ifdef __cplusplus
 }

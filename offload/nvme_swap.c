@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "engine/io/fault.h"
-#include "offload/aio.h"
 #include "offload/nvme_dir.h"
 
 #define MAX_T 3    /* master + two moments */
@@ -340,7 +339,7 @@ static ds_status build(nvme_tier *t, const ds_nvme_swap_desc *d) {
         }
     }
     ds_aio_desc ad = {.block_size = d->aio->block_size, .queue_depth = d->aio->queue_depth,
-                      .thread_count = d->aio->thread_count};
+                      .thread_count = d->aio->thread_count, .engine = d->engine};
     DS_TRY(ds_aio_create(&ad, &t->aio));
     if (!o->fast_init) /* every block written once: a disk that cannot take it fails now */
         for (int k = 1; k < t->base.n_tensors; k++) DS_TRY(op_fill(&t->base, k, zeros, NULL));
@@ -379,4 +378,8 @@ ds_status ds_nvme_swap_create(const ds_nvme_swap_desc *d, ds_tier **out) {
     }
     *out = &t->base;
     return DS_OK;
+}
+
+const char *ds_nvme_swap_engine(const ds_tier *t) {
+    return ds_aio_engine_name(((const nvme_tier *)t)->aio);
 }

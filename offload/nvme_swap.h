@@ -28,6 +28,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/core/config.h"
+#include "offload/aio.h"
 #include "offload/tier.h"
 
 typedef struct ds_nvme_swap_desc {
@@ -41,6 +42,7 @@ typedef struct ds_nvme_swap_desc {
     int rank;
     int64_t n;           /* partition elements */
     int n_tensors;       /* 1 + moments */
+    ds_aio_engine engine;/* DS_AIO_AUTO (0): the pool; DS_AIO_URING for measurements */
 } ds_nvme_swap_desc;
 
 /* Swap bytes a partition of n elements with n_tensors tensors takes on disk. */
@@ -51,5 +53,8 @@ uint64_t ds_nvme_swap_bytes(int64_t n, int n_tensors);
  * every moment block is written once here (a disk that cannot take the
  * state fails now, not mid-training). */
 ds_status ds_nvme_swap_create(const ds_nvme_swap_desc *d, ds_tier **out);
+
+/* The I/O engine a swap tier runs: "io_uring" or "pool". */
+const char *ds_nvme_swap_engine(const ds_tier *t);
 
 #endif /* DS_OFFLOAD_NVME_SWAP_H */

@@ -40,6 +40,12 @@ set_tests_properties(config_run_offload PROPERTIES LABELS multirank TIMEOUT 300 
                      FIXTURES_REQUIRED gen_csv ENVIRONMENT "OMP_NUM_THREADS=1"
                      PASS_REGULAR_EXPRESSION "macro avg")
 
+# The swap's I/O engine (offload/aio.h): the thread pool and, where this
+# build has liburing and the kernel allows it, io_uring; data, tickets,
+# errors. The build tree is on a disk with O_DIRECT.
+ds_add_test(NAME test_aio SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_aio.c LABELS unit
+            ARGS ${CMAKE_BINARY_DIR}/tests)
+
 # offload_optimizer {"device": "nvme"} (offload/nvme_swap.h): master weights
 # and moments in swap files under a folder of the build tree (a real disk:
 # the swap needs O_DIRECT). Stages 1-3, fp32 and fp16, 1 and 2 ranks: the

@@ -13,6 +13,8 @@ DS_DEB_PACKAGES=(
   # The OpenMP build of OpenBLAS: the pthread build fights the engine's own
   # OpenMP threads for the cores.
   libopenblas-openmp-dev
+  # io_uring for the NVMe optimizer swap (optional: without it, a thread pool)
+  liburing-dev
   libopenmpi-dev openmpi-bin
   # The fuzz harnesses (tests/fuzz): clang with libFuzzer and the sanitizer
   # runtimes, and clang's OpenMP.
