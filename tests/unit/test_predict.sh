@@ -49,7 +49,9 @@ classes="anger disgust fear happiness sadness surprise"
 texts_file=$fix/texts.txt
 
 # ---- fixtures ---------------------------------------------------------------
-# A config for a few quick steps: constant lr (no warmup) large enough that
+# A config for a few quick steps: constant lr (no scheduler section, and
+# --lr-scheduler-type constant instead of the trainer's default linear decay;
+# no warmup) large enough that
 # 60 steps move the tiny models away from their initial, nearly uniform,
 # outputs, so different texts get clearly different logits (case batch:
 # measured 0.03 apart, where 30 steps at 3e-3 left them 1e-3 apart).
@@ -77,6 +79,7 @@ train() { # train NAME ARGS...: train_cls into $fix/NAME, log in $fix/NAME.log
   rm -rf "${fix:?}/$name"
   # a later --data replaces this one (getopt: the last wins)
   if ! "$tc" --config "$fix/cfg.json" --data "$fix/data.csv" --max-steps 60 --seed 3 \
+    --lr-scheduler-type constant \
     --save-dir "$fix/$name" "$@" >"$fix/$name.log" 2>&1; then
     fail "train_cls $name failed:"
     cat "$fix/$name.log"

@@ -49,7 +49,8 @@ with open("corpus.csv", "w", newline="") as f:
     w.writerow(["id", "body"])
     for i, d in enumerate(docs): w.writerow([i, d])
 PY
-# A constant learning rate (no scheduler), so a run cut at step 20 and
+# A constant learning rate (no scheduler section, and --lr-scheduler-type
+# constant in $shape below), so a run cut at step 20 and
 # resumed follows the straight run exactly; dropout stays on (0.1).
 cat >cfg.json <<'JSON'
 {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
@@ -57,7 +58,10 @@ cat >cfg.json <<'JSON'
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01}},
  "zero_optimization": {"stage": 2}}
 JSON
-shape="--seq-len 32 --layers 2 --hidden 32 --heads 2"
+# --lr-scheduler-type constant keeps the lr constant: without a scheduler
+# section the trainer would run HF's default "linear" schedule, which ties
+# the lr to --max-steps, and that differs between the cut and resumed runs.
+shape="--seq-len 32 --layers 2 --hidden 32 --heads 2 --lr-scheduler-type constant"
 lm() { # lm LOG ARGS...: train_lm on 2 ranks through engine-run
   log=$1
   shift

@@ -69,10 +69,7 @@ static const char k_usage[] =
     "  --max-steps N        stop after N optimizer steps (overrides --epochs; 0:\n"
     "                       no training, only evaluation and --generate)\n"
     "  --seed N             split, shuffling, init and dropout (default 42)\n"
-    "  --lr X --weight-decay X --batch N --warmup N\n"
-    "                       values for the config's \"auto\" keys (optimizer lr and\n"
-    "                       weight_decay, train_micro_batch_size_per_gpu,\n"
-    "                       warmup_num_steps); total_num_steps \"auto\" is the run's\n"
+    TR_USAGE_AUTO
     "  --eval-batch N       rows per evaluation call (default: the micro batch)\n"
     "evaluation (on dev, before training when starting at step 0, and after):\n"
     "  every dev token is counted exactly once across ranks; reported are the\n"

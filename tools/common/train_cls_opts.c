@@ -37,10 +37,7 @@ static const char k_usage[] =
     "  --epochs N           (default 3)\n"
     "  --max-steps N        stop after N optimizer steps (overrides --epochs)\n"
     "  --seed N             split, shuffling, init and dropout (default 42)\n"
-    "  --lr X --weight-decay X --batch N --warmup N\n"
-    "                       values for the config's \"auto\" keys (optimizer lr and\n"
-    "                       weight_decay, train_micro_batch_size_per_gpu,\n"
-    "                       warmup_num_steps); total_num_steps \"auto\" is the run's\n"
+    TR_USAGE_AUTO
     "  --eval-batch N       rows per prediction call (default: the micro batch)\n"
     "output:\n"
     "  --metrics FILE       JSON lines: one per step, a last one with \"eval\"\n"

@@ -22,6 +22,7 @@ void tr_opts_defaults(tr_opts *o) {
     o->max_steps = -1;
     o->lr = -1;
     o->weight_decay = -1;
+    o->adam_beta1 = o->adam_beta2 = o->adam_epsilon = o->max_grad_norm = -1;
     o->warmup = -1;
 }
 
@@ -30,7 +31,8 @@ enum {
     O_CONFIG = 256, O_DATA, O_EVAL_DATA, O_DEV_RATIO, O_SEED, O_MODEL_CONFIG, O_INIT, O_LAYERS,
     O_HIDDEN, O_HEADS, O_DROPOUT, O_MIN_CHAR, O_EPOCHS, O_MAX_STEPS, O_LR, O_WD, O_BATCH,
     O_WARMUP, O_EVAL_BATCH, O_METRICS, O_SAVE, O_SAVE_STEPS, O_CKPT_DIR, O_RESUME,
-    O_SAVE_ON_SIGNAL, O_SAVE_TOTAL_LIMIT, O_HELP
+    O_SAVE_ON_SIGNAL, O_SAVE_TOTAL_LIMIT, O_BETA1, O_BETA2, O_ADAM_EPS, O_MAX_GRAD_NORM,
+    O_LR_SCHED, O_FP16, O_BF16, O_PRINT_CONFIG, O_HELP
 };
 
 static const struct option k_shared[] = {
@@ -60,6 +62,14 @@ static const struct option k_shared[] = {
     {"resume", no_argument, 0, O_RESUME},
     {"save-on-signal", required_argument, 0, O_SAVE_ON_SIGNAL},
     {"save-total-limit", required_argument, 0, O_SAVE_TOTAL_LIMIT},
+    {"adam-beta1", required_argument, 0, O_BETA1},
+    {"adam-beta2", required_argument, 0, O_BETA2},
+    {"adam-epsilon", required_argument, 0, O_ADAM_EPS},
+    {"max-grad-norm", required_argument, 0, O_MAX_GRAD_NORM},
+    {"lr-scheduler-type", required_argument, 0, O_LR_SCHED},
+    {"fp16", no_argument, 0, O_FP16},
+    {"bf16", no_argument, 0, O_BF16},
+    {"print-config", no_argument, 0, O_PRINT_CONFIG},
     {"help", no_argument, 0, O_HELP},
 };
 #define N_SHARED (sizeof k_shared / sizeof k_shared[0])
@@ -140,6 +150,21 @@ static int take_shared(const tr_cli *c, tr_opts *o, int id, const char *flag, co
         break;
     case O_LR: rc = tr_opt_f64(c, flag, v, 1e-12, 10.0, &o->lr); break;
     case O_WD: rc = tr_opt_f64(c, flag, v, 0.0, 10.0, &o->weight_decay); break;
+    /* PyTorch's Adam: 0 <= beta < 1; the largest double below 1 is the bound */
+    case O_BETA1: rc = tr_opt_f64(c, flag, v, 0.0, 0.9999999999999999, &o->adam_beta1); break;
+    case O_BETA2: rc = tr_opt_f64(c, flag, v, 0.0, 0.9999999999999999, &o->adam_beta2); break;
+    case O_ADAM_EPS: rc = tr_opt_f64(c, flag, v, 0.0, 1.0, &o->adam_epsilon); break;
+    case O_MAX_GRAD_NORM: rc = tr_opt_f64(c, flag, v, 0.0, 1e30, &o->max_grad_norm); break;
+    case O_LR_SCHED:
+        if (strcmp(v, "linear") && strcmp(v, "cosine") && strcmp(v, "constant") &&
+            strcmp(v, "constant_with_warmup"))
+            rc = tr_opt_bad(c, flag, v, "must be linear, cosine, constant or constant_with_warmup");
+        else
+            o->lr_scheduler_type = v;
+        break;
+    case O_FP16: o->fp16 = true; break;
+    case O_BF16: o->bf16 = true; break;
+    case O_PRINT_CONFIG: o->print_config = true; break;
     case O_MAX_STEPS:
         rc = tr_opt_i64(c, flag, v, c->max_steps_min, INT64_MAX, &o->max_steps);
         break;
@@ -200,6 +225,7 @@ int tr_opts_parse(int argc, char **argv, tr_opts *o, const tr_cli *c) {
         fprintf(stderr, "%s: %s\n", c->prog, missing);
         return 2;
     }
+    if (o->fp16 && o->bf16) return tr_usage_error(c, "--fp16 and --bf16: give one");
     if (!o->eval_batch && o->batch > 0) o->eval_batch = (int)o->batch;
     int rc = c->check ? c->check(c, c->user) : -1;
     if (rc >= 0) return rc;

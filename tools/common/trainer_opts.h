@@ -37,9 +37,15 @@ typedef struct tr_opts {
     /* the run's length: --max-steps, else --epochs over the training rows */
     int epochs;                /* default 1 */
     int64_t max_steps;         /* < 0: not given */
-    /* values for the config's "auto" keys */
+    /* values for the config's "auto" keys and missing optimizer / scheduler
+     * sections, Hugging Face Trainer style (trainer_run.c passes them as
+     * ds_config_hints over the HF Trainer's defaults) */
     double lr, weight_decay;   /* < 0: not given */
+    double adam_beta1, adam_beta2, adam_epsilon, max_grad_norm; /* < 0: not given */
     int64_t batch, warmup;     /* <= 0 / < 0: not given */
+    const char *lr_scheduler_type; /* NULL: not given (HF's "linear") */
+    bool fp16, bf16;           /* --fp16 / --bf16 given */
+    bool print_config;         /* --print-config: print the resolved config, exit 0 */
     int eval_batch;            /* rows per evaluation call; 0: the micro batch
                                   (--batch when given) */
     /* outputs */
@@ -119,6 +125,24 @@ int tr_opt_f64(const tr_cli *c, const char *flag, const char *v, double lo, doub
     "  --save-on-signal SIG besides SIGTERM, save a checkpoint and exit on SIG (USR1,\n" \
     "                       USR2, INT, HUP, XCPU, PWR; e.g. Slurm's sbatch\n"           \
     "                       --signal=USR1@90); also zero_engine.save_on_signal\n"
+
+/* ... the values for the config's "auto" keys ... */
+#define TR_USAGE_AUTO                                                                   \
+    "  --lr X --weight-decay X --adam-beta1 X --adam-beta2 X --adam-epsilon X\n"       \
+    "  --max-grad-norm X --batch N --warmup N --lr-scheduler-type NAME --fp16 --bf16\n" \
+    "                       as Hugging Face's Trainer: they fill the config's\n"      \
+    "                       \"auto\" keys (lr, weight_decay, betas, eps,\n"          \
+    "                       gradient_clipping, train_micro_batch_size_per_gpu,\n"     \
+    "                       warmup_num_steps, fp16/bf16.enabled) and a missing\n"    \
+    "                       optimizer (AdamW) or scheduler section (NAME: linear =\n" \
+    "                       WarmupDecayLR, cosine, constant, constant_with_warmup);\n" \
+    "                       HF's defaults: lr 5e-5, weight decay 0, betas 0.9 0.999,\n" \
+    "                       eps 1e-8, max grad norm 1.0, warmup 0, linear; a number\n" \
+    "                       in the config must agree with a flag given;\n"           \
+    "                       total_num_steps \"auto\" is the run's length\n"          \
+    "  --print-config       print the resolved config (every key) and exit; a run\n"  \
+    "                       writes it to ds_config.resolved.json beside --metrics,\n" \
+    "                       else in --save-dir\n"
 
 /* ... and the paragraph on what a preemption signal does. */
 #define TR_USAGE_PREEMPTION(PROG)                                                       \

@@ -2,6 +2,8 @@
 #include "tools/common/trainer_run.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -51,6 +53,64 @@ static ds_status check_schedule(const tr_run *r, const ds_config *c) {
                   (long long)r->per_epoch);
 }
 
+/* The flags as ds_config_hints: the Hugging Face Trainer's defaults, then
+ * what the user gave, each named by its flag for messages and the start-up
+ * print. */
+static void set_hint(ds_config_hints *h, ds_hint_id id, const char *flag, bool given) {
+    h->name[id] = flag;
+    if (given) h->is_default[id] = false;
+}
+
+static void flags_to_hints(const tr_opts *o, ds_config_hints *h) {
+    ds_config_hints_hf_defaults(h);
+    if (o->lr > 0) h->lr = o->lr;
+    set_hint(h, DS_HINT_LR, "--lr", o->lr > 0);
+    if (o->weight_decay >= 0) h->weight_decay = o->weight_decay;
+    set_hint(h, DS_HINT_WEIGHT_DECAY, "--weight-decay", o->weight_decay >= 0);
+    if (o->adam_beta1 >= 0) h->beta1 = o->adam_beta1;
+    set_hint(h, DS_HINT_BETA1, "--adam-beta1", o->adam_beta1 >= 0);
+    if (o->adam_beta2 >= 0) h->beta2 = o->adam_beta2;
+    set_hint(h, DS_HINT_BETA2, "--adam-beta2", o->adam_beta2 >= 0);
+    if (o->adam_epsilon >= 0) h->eps = o->adam_epsilon;
+    set_hint(h, DS_HINT_EPS, "--adam-epsilon", o->adam_epsilon >= 0);
+    if (o->max_grad_norm >= 0) h->gradient_clipping = o->max_grad_norm;
+    set_hint(h, DS_HINT_GRADIENT_CLIPPING, "--max-grad-norm", o->max_grad_norm >= 0);
+    if (o->batch > 0) h->micro_batch = o->batch;
+    set_hint(h, DS_HINT_MICRO_BATCH, "--batch", o->batch > 0);
+    if (o->warmup >= 0) h->warmup_num_steps = o->warmup;
+    set_hint(h, DS_HINT_WARMUP, "--warmup", o->warmup >= 0);
+    if (o->lr_scheduler_type) h->lr_scheduler_type = o->lr_scheduler_type;
+    set_hint(h, DS_HINT_LR_SCHEDULER, "--lr-scheduler-type", o->lr_scheduler_type != NULL);
+    /* the trainers train fp32 unless --fp16 / --bf16 or the config says so */
+    if (o->fp16) h->fp16 = 1;
+    set_hint(h, DS_HINT_FP16, "--fp16", o->fp16);
+    if (o->bf16) h->bf16 = 1;
+    set_hint(h, DS_HINT_BF16, "--bf16", o->bf16);
+    /* The run's length for total_num_steps "auto": the engine counts the
+     * steps of --epochs itself at the batch it resolves, so the config is
+     * resolved once, there. A scheduler needs at least one step, also when
+     * none is taken (--max-steps 0). */
+    if (o->max_steps >= 0) h->total_num_steps = o->max_steps > 0 ? o->max_steps : 1;
+    else h->epochs = o->epochs;
+    set_hint(h, DS_HINT_TOTAL_STEPS, "--max-steps", o->max_steps >= 0);
+    set_hint(h, DS_HINT_EPOCHS, "--epochs", true);
+}
+
+/* --print-config: rank 0 prints every key of the resolved config on stdout
+ * (JSON a later run takes as --config), every rank ends the job, and the
+ * program exits 0 without training, as LightningCLI's --print_config does. */
+static void print_config_and_exit(tr_run *r) {
+    if (r->rank == 0) {
+        char *js = ds_config_to_json(ds_get_config(r->e));
+        if (js) fputs(js, stdout);
+        else fprintf(stderr, "%s: --print-config: out of memory\n", r->prog);
+        free(js);
+        fflush(stdout);
+    }
+    tr_run_end(r);
+    exit(0);
+}
+
 int tr_run_init(tr_run *r, const char *prog, const tr_opts *o, ds_model *model,
                 const ds_dataset *train) {
     memset(r, 0, sizeof *r);
@@ -62,16 +122,8 @@ int tr_run_init(tr_run *r, const char *prog, const tr_opts *o, ds_model *model,
     id.model = model;
     id.train_data = train;
     id.seed = o->seed;
-    if (o->lr > 0) id.hints.lr = o->lr;
-    if (o->weight_decay >= 0) id.hints.weight_decay = o->weight_decay;
-    if (o->batch > 0) id.hints.micro_batch = o->batch;
-    if (o->warmup >= 0) id.hints.warmup_num_steps = o->warmup;
-    /* The run's length for total_num_steps "auto": the engine counts the
-     * steps of --epochs itself at the batch it resolves, so the config is
-     * resolved once, there. A scheduler needs at least one step, also when
-     * none is taken (--max-steps 0). */
-    if (o->max_steps >= 0) id.hints.total_num_steps = o->max_steps > 0 ? o->max_steps : 1;
-    else id.hints.epochs = o->epochs;
+    id.quiet = o->print_config; /* the JSON alone, for a file or jq */
+    flags_to_hints(o, &id.hints);
     if (ds_initialize(&id, &r->e) != DS_OK) {
         r->e = NULL;
         return tr_fail(prog, "ds_initialize");
@@ -79,6 +131,7 @@ int tr_run_init(tr_run *r, const char *prog, const tr_opts *o, ds_model *model,
     const ds_config *c = ds_get_config(r->e);
     r->rank = ds_rank(r->e);
     r->world = ds_world_size(r->e);
+    if (o->print_config) print_config_and_exit(r);
     r->per_epoch = steps_per_epoch(c, train->n);
     r->total = o->max_steps >= 0 ? o->max_steps : r->per_epoch * o->epochs;
     r->micro = c->train_micro_batch_size_per_gpu;
@@ -128,6 +181,41 @@ static ds_status describe_save_dir(tr_run *r, tr_describe_fn describe, void *use
     return st;
 }
 
+/* The full resolved config beside the run's outputs (the start-up print has
+ * only what matters): DIR/ds_config.resolved.json, DIR the folder of
+ * --metrics, else --save-dir; written to a .tmp and renamed, so the file is
+ * whole or absent. Rank 0. */
+static int save_resolved_rank0(tr_run *r) {
+    const tr_opts *o = r->o;
+    const char *dir = o->save_dir;
+    size_t len = dir ? strlen(dir) : 0;
+    if (o->metrics) {
+        const char *slash = strrchr(o->metrics, '/');
+        dir = slash ? o->metrics : ".";
+        len = slash ? (size_t)(slash - o->metrics) + (slash == o->metrics) : 1;
+    }
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%.*s%sds_config.resolved.json", (int)len, dir,
+             len && dir[len - 1] == '/' ? "" : "/");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    char *json = ds_config_to_json(ds_get_config(r->e));
+    if (!json) {
+        fprintf(stderr, "%s: out of memory\n", r->prog);
+        return 1;
+    }
+    FILE *f = fopen(tmp, "w");
+    bool ok = f && fputs(json, f) >= 0;
+    if (f && fclose(f) != 0) ok = false;
+    free(json);
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "%s: cannot write %s: %s\n", r->prog, path, strerror(errno));
+        if (f) remove(tmp);
+        return 1;
+    }
+    printf("%s: the resolved config, every key: %s (--print-config prints it)\n", r->prog, path);
+    return 0;
+}
+
 int tr_run_prepare(tr_run *r, tr_describe_fn describe, void *user, const char *what) {
     const tr_opts *o = r->o;
     if (o->init_dir && load_init_weights(r) != DS_OK) return tr_fail(r->prog, NULL);
@@ -145,12 +233,17 @@ int tr_run_prepare(tr_run *r, tr_describe_fn describe, void *user, const char *w
     if (o->resume && resume(r) != DS_OK) return tr_fail(r->prog, "--resume");
     r->start = ds_global_step(r->e);
     if (o->save_dir && describe_save_dir(r, describe, user) != DS_OK) return tr_fail(r->prog, what);
+    int32_t bad = 0;
     if (o->metrics && r->rank == 0 && !(r->metrics = fopen(o->metrics, r->start > 0 ? "a" : "w"))) {
         fprintf(stderr, "%s: cannot write --metrics %s: %s\n", r->prog, o->metrics,
                 strerror(errno));
-        return 1;
+        bad = 1;
     }
-    return 0;
+    if (!bad && r->rank == 0 && (o->save_dir || o->metrics)) bad = save_resolved_rank0(r);
+    /* every rank learns whether rank 0 could write its files, so none
+     * trains alone */
+    if (ds_all_reduce_host(r->e, &bad, 1, DS_I32) != DS_OK) return tr_fail(r->prog, NULL);
+    return bad ? 1 : 0;
 }
 
 /* ---- the steps ---- */

@@ -43,13 +43,18 @@ typedef struct tr_run {
     int64_t train_samples; /* took in them */
 } tr_run;
 
-/* ds_initialize with the options' values for the config's "auto" keys and
- * the run's length: hints.total_num_steps from --max-steps (at least 1: a
- * scheduler needs a step, also when none is taken), else hints.epochs over
- * the training rows. The config is resolved there, once; per_epoch, total,
- * micro and eval_batch are read back from it (ds_get_config). A written
- * total_num_steps that disagrees with --epochs is refused, naming both.
- * `model` passes to the engine, also on failure. */
+/* ds_initialize with the options as the config's hints, Hugging Face
+ * Trainer style: its defaults (ds_config_hints_hf_defaults), then the flags
+ * the user gave (--lr, --weight-decay, --adam-beta1/2, --adam-epsilon,
+ * --max-grad-norm, --batch, --warmup, --lr-scheduler-type, --fp16, --bf16),
+ * each named by its flag, and the run's length: hints.total_num_steps from
+ * --max-steps (at least 1: a scheduler needs a step, also when none is
+ * taken), else hints.epochs over the training rows. The config is resolved
+ * there, once; per_epoch, total, micro and eval_batch are read back from it
+ * (ds_get_config). A written total_num_steps that disagrees with --epochs
+ * is refused, naming both. With --print-config rank 0 prints the resolved
+ * config and the process exits 0 here. `model` passes to the engine, also
+ * on failure. */
 int tr_run_init(tr_run *r, const char *prog, const tr_opts *o, ds_model *model,
                 const ds_dataset *train);
 
@@ -66,7 +71,9 @@ typedef ds_status (*tr_describe_fn)(void *user, const char *save_dir);
  * --resume from ckpt_dir/latest (from step 0 when there is none, saying
  * so); `describe` into --save-dir on rank 0, every rank learning whether it
  * worked (`what` names the files in the error line); --metrics opened on
- * rank 0. */
+ * rank 0; the resolved config, every key, written to ds_config.resolved.json
+ * beside --metrics (in the folder of its file), else in --save-dir, every
+ * rank learning whether rank 0 could write these. */
 int tr_run_prepare(tr_run *r, tr_describe_fn describe, void *user, const char *what);
 
 /* A step's metrics members after step, epoch, loss, lr and grad_norm. */
