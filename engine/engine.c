@@ -57,11 +57,6 @@ static ds_status check_implemented(const ds_config *c) {
                       "zero_optimization.offload_optimizer.ratio: partial offload (%g) is not "
                       "implemented in this version of zero-engine (use 1.0)",
                       c->offload_optimizer.ratio);
-    if (c->offload_param.device != DS_OFFLOAD_NONE)
-        return DS_ERR(DS_ERR_UNSUPPORTED,
-                      "zero_optimization.offload_param.device: \"%s\" is not implemented in this "
-                      "version of zero-engine (use \"none\")",
-                      ds_offload_device_name(c->offload_param.device));
     if (c->partition_activations || c->cpu_checkpointing)
         return DS_ERR(DS_ERR_UNSUPPORTED,
                       "activation_checkpointing.%s: not implemented (recomputation itself is: "

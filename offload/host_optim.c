@@ -27,6 +27,8 @@ struct ds_host_optim {
     void *pstage;       /* [n] pt: updated working parameters (param_t != F32 only) */
     ds_stream *down, *up; /* device->host and host->device copy streams (NULL on cpu) */
     ds_event *ready;    /* recorded on the default stream at the start of a step */
+    ds_host_param_sink sink; /* offload_param: where updated pieces go, else NULL */
+    void *sink_ctx;
 };
 
 /* ------------------------------------------------ the host-RAM tier -- */
@@ -216,6 +218,11 @@ ds_backend *ds_host_optim_backend(ds_host_optim *o) { return o->host; }
 
 ds_tier_stats ds_host_optim_swap_stats(const ds_host_optim *o) { return o->tier->stats; }
 
+void ds_host_optim_set_sink(ds_host_optim *o, ds_host_param_sink fn, void *ctx) {
+    o->sink = fn;
+    o->sink_ctx = ctx;
+}
+
 /* --------------------------------------------------------------- step -- */
 
 static void *at(void *base, ds_dtype t, int64_t i) {
@@ -244,6 +251,10 @@ static ds_status download(ds_host_optim *o, const void *dev_grads, int64_t b, in
 static ds_status upload(ds_host_optim *o, void *dev_params, int64_t b, int64_t e,
                         const float *master) {
     const void *src = o->pt == DS_F32 ? (const void *)master : cat(o->pstage, o->pt, b);
+    if (o->sink) { /* synchronous: the piece has landed when it returns */
+        DS_TRY(o->sink(o->sink_ctx, b, e, src));
+        return DS_OK;
+    }
     DS_TRY(o->dev->ops->memcpy(o->dev, at(dev_params, o->pt, b), src,
                                (size_t)(e - b) * ds_dtype_size(o->pt), DS_COPY_H2D, o->up));
     if (o->swapped) DS_TRY(wait(o, o->up));

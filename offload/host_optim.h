@@ -121,6 +121,12 @@ ds_backend *ds_host_optim_backend(ds_host_optim *o);
  * "cpu"), since creation. */
 ds_tier_stats ds_host_optim_swap_stats(const ds_host_optim *o);
 
+/* With offload_param the working parameters have no device partition: the
+ * updated pieces go to fn(ctx, b, e, src) instead (src: host memory, e - b
+ * elements of param_t), in step and push, which then take NULL dev_params. */
+typedef ds_status (*ds_host_param_sink)(void *ctx, int64_t b, int64_t e, const void *src);
+void ds_host_optim_set_sink(ds_host_optim *o, ds_host_param_sink fn, void *ctx);
+
 /* One optimizer step on the partition: dev_grads (device, n elements of
  * grad_t) -> host, update master and moments, write the updated working
  * parameters to dev_params (device, n elements of param_t; the fp32 master

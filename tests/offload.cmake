@@ -112,3 +112,26 @@ foreach(cfg zero2_nvme zero3_nvme)
   set_tests_properties(config_run_${cfg} PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS 2
                        FIXTURES_REQUIRED gen_csv ENVIRONMENT "OMP_NUM_THREADS=1")
 endforeach()
+
+# offload_param at stage 3 (offload/param_store.h): the parameter partition
+# in host memory, or in a file past max_in_cpu elements, with the optimizer
+# on the device and swapped to NVMe: the same training bit for bit.
+foreach(dev cpu nvme)
+  foreach(prec fp32 fp16)
+    foreach(np 1 2)
+      set(_pp_name offload_param_${dev}_${prec})
+      ds_add_mpi_test(NAME ${_pp_name} NP ${np} LABELS multirank
+                      COMMAND $<TARGET_FILE:test_offload_nvme> --param ${dev} --precision ${prec}
+                              --dir ${CMAKE_BINARY_DIR}/tests/${_pp_name}_np${np})
+    endforeach()
+  endforeach()
+endforeach()
+# configs/zero3_offload_param.json through the launcher, as config_run_offload.
+add_test(NAME config_run_zero3_offload_param
+         COMMAND $<TARGET_FILE:engine-run> --np 2
+                 --config ${CMAKE_SOURCE_DIR}/configs/zero3_offload_param.json
+                 train_cls --data ${CMAKE_BINARY_DIR}/tests/gen_sentences.csv --model mlp
+                 --hidden 32 --intermediate 64 --max-seq-len 32 --max-steps 6)
+set_tests_properties(config_run_zero3_offload_param PROPERTIES LABELS multirank TIMEOUT 300
+                     PROCESSORS 2 FIXTURES_REQUIRED gen_csv ENVIRONMENT "OMP_NUM_THREADS=1"
+                     PASS_REGULAR_EXPRESSION "macro avg")

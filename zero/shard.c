@@ -36,20 +36,52 @@ static ds_status init_offload(ds_shard *sh, const ds_zero_desc *d) {
     return DS_OK;
 }
 
+/* Elements per piece of the device update's output on its way to the
+ * param store: 4 Mi (16 MiB of fp32), as the host update's pieces. */
+#define SCRATCH ((int64_t)1 << 22)
+
+static ds_status to_store(void *ctx, int64_t b, int64_t e, const void *src) {
+    DS_TRY(ds_param_store_write(ctx, b, e, src, true));
+    return DS_OK;
+}
+
+void ds_shard_attach_store(ds_shard *sh, ds_param_store *ps) {
+    sh->ps = ps;
+    if (sh->off) ds_host_optim_set_sink(sh->off, ps ? to_store : NULL, ps);
+}
+
+/* The device master into the store, a scratch piece at a time. */
+static ds_status master_to_store(ds_shard *sh) {
+    for (int64_t b = 0; b < sh->part; b += sh->scratch_n) {
+        int64_t e = sh->part - b < sh->scratch_n ? sh->part : b + sh->scratch_n;
+        DS_TRY(sh->be->ops->cast(sh->be, sh->scratch, sh->pt, sh->master + b, DS_F32,
+                                 (size_t)(e - b)));
+        DS_TRY(ds_param_store_write(sh->ps, b, e, sh->scratch, false));
+    }
+    return DS_OK;
+}
+
 ds_status ds_shard_init(ds_shard *sh, const ds_zero_desc *d) {
     ds_backend *be = d->be;
     sh->be = be;
     sh->part = d->flat->part;
     sh->lo = (int64_t)d->comm->rank * d->flat->part;
     sh->mixed = d->param_t != DS_F32;
+    sh->pt = d->param_t;
     if (d->cfg->offload_optimizer.device != DS_OFFLOAD_NONE) {
         DS_TRY(init_offload(sh, d));
         return DS_OK;
     }
     size_t bytes = (size_t)sh->part * sizeof(float);
     int nstate = ds_optim_state_count(d->cfg);
-    if (sh->mixed)
+    bool param_off = d->cfg->zero_stage == 3 && d->cfg->offload_param.device != DS_OFFLOAD_NONE;
+    if (sh->mixed || param_off)
         DS_TRY(ds_backend_alloc(be, DS_MEM_MASTER, DS_PLACE_DEVICE, bytes, (void **)&sh->master));
+    if (param_off) {
+        sh->scratch_n = sh->part < SCRATCH ? sh->part : SCRATCH;
+        DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE,
+                                (size_t)sh->scratch_n * ds_dtype_size(sh->pt), &sh->scratch));
+    }
     if (nstate >= 1)
         DS_TRY(ds_backend_alloc(be, DS_MEM_OPTIM, DS_PLACE_DEVICE, bytes, (void **)&sh->state0));
     if (nstate >= 2)
@@ -60,6 +92,9 @@ ds_status ds_shard_init(ds_shard *sh, const ds_zero_desc *d) {
 void ds_shard_free(ds_shard *sh) {
     if (!sh->be) return;
     size_t bytes = (size_t)sh->part * sizeof(float);
+    ds_backend_free(sh->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, sh->scratch,
+                    (size_t)sh->scratch_n * ds_dtype_size(sh->pt));
+    sh->scratch = NULL;
     ds_host_optim_destroy(sh->off);
     sh->off = NULL;
     ds_backend_free(sh->be, DS_MEM_MASTER, DS_PLACE_DEVICE, sh->master, bytes);
@@ -74,7 +109,21 @@ ds_status ds_shard_update(ds_shard *sh, const ds_optim_step *step, float *fp32_w
     if (sh->off) {
         ds_host_update u = {.type = step->type, .adam = step->adam, .sgd = step->sgd,
                             .grad_mult = grad_mult};
-        DS_TRY(ds_host_optim_step(sh->off, &u, grads, sh->mixed ? lp_out : (void *)fp32_weights));
+        void *dst = sh->ps ? NULL : sh->mixed ? lp_out : (void *)fp32_weights; /* ps: the sink */
+        DS_TRY(ds_host_optim_step(sh->off, &u, grads, dst));
+        return DS_OK;
+    }
+    if (sh->ps) { /* the update is element-wise: piece by piece is the same arithmetic */
+        size_t gsz = ds_dtype_size(gt);
+        for (int64_t b = 0; b < sh->part; b += sh->scratch_n) {
+            int64_t e = sh->part - b < sh->scratch_n ? sh->part : b + sh->scratch_n;
+            DS_TRY(ds_optim_update(sh->be, step, sh->master + b,
+                                   (const char *)grads + (size_t)b * gsz, gt, grad_mult,
+                                   sh->state0 ? sh->state0 + b : NULL,
+                                   sh->state1 ? sh->state1 + b : NULL, (size_t)(e - b),
+                                   sh->scratch, lp_t));
+            DS_TRY(ds_param_store_write(sh->ps, b, e, sh->scratch, false));
+        }
         return DS_OK;
     }
     float *w = sh->mixed ? sh->master : fp32_weights;
@@ -95,7 +144,7 @@ ds_status ds_shard_state_io(ds_shard *sh, float *fp32_weights, ds_zero_state whi
                                       write));
         return DS_OK;
     }
-    float *base = which == DS_STATE_WEIGHTS ? (sh->mixed ? sh->master : fp32_weights)
+    float *base = which == DS_STATE_WEIGHTS ? (sh->master ? sh->master : fp32_weights)
                   : which == DS_STATE_MOMENT0 ? sh->state0 : sh->state1;
     DS_TRY(ds_zero_state_copy(sh->be, base, sh->lo, sh->lo + sh->part, lo, hi, host, write));
     return DS_OK;
@@ -128,14 +177,16 @@ ds_status ds_shard_get_weights(ds_shard *sh, ds_comm *comm, const ds_flat *f, in
 ds_status ds_shard_set_weights(ds_shard *sh, const ds_flat *f, int rank, int i, const float *host) {
     if (sh->off)
         DS_TRY(off_piece(sh, f, rank, i, (float *)host, true)); /* write: host is only read */
-    else if (sh->mixed)
+    else if (sh->master)
         DS_TRY(ds_zero_part_from_host(sh->be, f, rank, i, sh->master, DS_F32, host));
     return DS_OK;
 }
 
 ds_status ds_shard_sync_working(ds_shard *sh, void *working, ds_dtype pt) {
     if (sh->off)
-        DS_TRY(ds_host_optim_push(sh->off, working));
+        DS_TRY(ds_host_optim_push(sh->off, sh->ps ? NULL : working)); /* ps: the sink */
+    else if (sh->ps)
+        DS_TRY(master_to_store(sh));
     else if (sh->mixed)
         DS_TRY(sh->be->ops->cast(sh->be, working, pt, sh->master, DS_F32, (size_t)sh->part));
     return DS_OK;
@@ -143,12 +194,13 @@ ds_status ds_shard_sync_working(ds_shard *sh, void *working, ds_dtype pt) {
 
 ds_status ds_shard_init_working(ds_shard *sh, const ds_zero_desc *d, void *working, ds_dtype pt) {
     if (sh->off) { /* the host master was drawn by ds_shard_init */
-        DS_TRY(ds_host_optim_push(sh->off, working));
+        DS_TRY(ds_host_optim_push(sh->off, sh->ps ? NULL : working));
         return DS_OK;
     }
-    float *w = sh->mixed ? sh->master : (float *)working;
+    float *w = sh->master ? sh->master : (float *)working;
     DS_TRY(ds_zero_init_partition(sh->be, d->flat, d->comm->rank, d->seed, w));
-    if (sh->mixed) DS_TRY(sh->be->ops->cast(sh->be, working, pt, sh->master, DS_F32,
-                                            (size_t)sh->part));
+    if (sh->ps) DS_TRY(master_to_store(sh));
+    else if (sh->mixed) DS_TRY(sh->be->ops->cast(sh->be, working, pt, sh->master, DS_F32,
+                                                 (size_t)sh->part));
     return DS_OK;
 }

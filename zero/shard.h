@@ -13,16 +13,25 @@
 #define DS_ZERO_SHARD_H
 
 #include "offload/host_optim.h"
+#include "offload/param_store.h"
 #include "zero/zero.h"
 
 typedef struct ds_shard {
     ds_backend *be;
     int64_t part, lo;       /* partition size and its first flat element */
     bool mixed;
-    float *master;          /* [part] fp32 on the device, mixed and not offloaded only */
+    float *master;          /* [part] fp32 on the device, not offloaded: mixed precision, or
+                               offload_param (the working partition is then not fp32 storage
+                               the update can own) */
     float *state0, *state1; /* [part] device optimizer moments (as many as the optimizer keeps) */
     ds_host_optim *off;     /* offload_optimizer cpu / nvme: master + moments off the device,
                                else NULL */
+    ds_param_store *ps;     /* stage 3 with offload_param: the working partition (borrowed;
+                               ds_shard_attach_store), else NULL */
+    void *scratch;          /* [scratch_n] param_t on the device: one piece of the update's
+                               output on its way to ps (device optimizer only) */
+    int64_t scratch_n;
+    ds_dtype pt;
 } ds_shard;
 
 /* Allocate the shard. Offloaded, the host master is also initialised here
@@ -31,6 +40,12 @@ ds_status ds_shard_init(ds_shard *sh, const ds_zero_desc *d);
 void ds_shard_free(ds_shard *sh);
 
 static inline bool ds_shard_offloaded(const ds_shard *sh) { return sh->off != NULL; }
+
+/* Stage 3 with offload_param: the working partition lives in ps, and every
+ * call below that writes working parameters (lp_out / working / the fp32
+ * slice) writes them there instead, piece by piece; those pointers are then
+ * ignored (pass NULL). */
+void ds_shard_attach_store(ds_shard *sh, ds_param_store *ps);
 
 /* One optimizer step on the partition. fp32_weights: the fp32 slice to update
  * when not mixed (ignored when mixed: the master is updated and written to

@@ -27,7 +27,12 @@
  * Gradients go through the same buckets as stage 2. Per rank and step:
  * forward gathers Psi(N-1)/N, backward again Psi(N-1)/N (less what the cache
  * saves), the gradients Psi(N-1)/N: 3 Psi(N-1)/N, plus each tied use's
- * parameter once (N-1)/N. */
+ * parameter once (N-1)/N.
+ *
+ * With offload_param the partition lives in an offload/param_store.h (host
+ * memory, or NVMe past max_in_cpu elements): a gather, prefetches included,
+ * reads this rank's piece of the span from it, and the update writes it
+ * once per step; the fp32 master is then kept apart from it (zero/shard.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,7 +65,8 @@ typedef struct stage3 {
     ds_dtype pt, gt;
     ds_comm_worker *worker;
     ds_grad_buckets *buckets;
-    void *params;      /* [part] pt: this rank's parameter partition */
+    void *params;      /* [part] pt: this rank's parameter partition (NULL with ps) */
+    ds_param_store *ps;/* offload_param: the partition in host memory / NVMe, else NULL */
     void *grads;       /* [part] gt */
     float *gstage;     /* [max_span] fp32 gradient staging */
     int64_t max_span;
@@ -97,9 +103,12 @@ static ds_status start_gather_range(stage3 *s, slot *sl, int64_t begin, int64_t 
     size_t mine = sl->job.counts[rank];
     if (mine > 0) {
         int64_t src = (begin > s->sh.lo ? begin : s->sh.lo) - s->sh.lo;
-        DS_TRY(s->be->ops->memcpy(s->be, ds_at(sl->buf, s->pt, (int64_t)off),
-                                  ds_at(s->params, s->pt, src), mine * ds_dtype_size(s->pt),
-                                  DS_COPY_D2D, NULL));
+        void *dst = ds_at(sl->buf, s->pt, (int64_t)off);
+        if (s->ps) /* offload_param: brought in from host memory or NVMe */
+            DS_TRY(ds_param_store_read(s->ps, src, src + (int64_t)mine, dst));
+        else
+            DS_TRY(s->be->ops->memcpy(s->be, dst, ds_at(s->params, s->pt, src),
+                                      mine * ds_dtype_size(s->pt), DS_COPY_D2D, NULL));
     }
     sl->job.kind = DS_JOB_ALL_GATHERV;
     sl->job.buf = sl->buf;
@@ -333,8 +342,26 @@ static ds_status get_param(ds_zero *z, int i, float *host) {
         DS_TRY(ds_shard_get_weights(&s->sh, s->comm, s->flat, i, host));
         return DS_OK;
     }
-    const void *src = s->sh.mixed ? (const void *)s->sh.master : s->params;
+    const void *src = s->sh.master ? (const void *)s->sh.master : s->params;
     DS_TRY(ds_zero_part_to_host(s->be, s->comm, s->flat, i, src, DS_F32, host));
+    return DS_OK;
+}
+
+/* This rank's piece of parameter i into the param store, in the working
+ * dtype. */
+static ds_status set_stored(stage3 *s, int i, const float *host) {
+    const ds_flat_param *p = &s->flat->params[i];
+    int64_t b, e;
+    if (!ds_flat_clip(s->flat, s->comm->rank, p->offset, p->offset + p->numel, &b, &e))
+        return DS_OK;
+    size_t n = (size_t)(e - b);
+    void *tmp = malloc(n * ds_dtype_size(s->pt));
+    if (!tmp) return DS_ERR(DS_ERR_OOM, "setting %s: out of host memory", p->desc->name);
+    const float *src = host + (b - p->offset);
+    for (size_t k = 0; k < n; k++) ds_store_f32(tmp, s->pt, k, src[k]);
+    ds_status st = ds_param_store_write(s->ps, b - s->sh.lo, e - s->sh.lo, tmp, true);
+    free(tmp);
+    DS_TRY(st);
     return DS_OK;
 }
 
@@ -342,7 +369,10 @@ static ds_status set_param(ds_zero *z, int i, const float *host) {
     stage3 *s = S(z);
     DS_TRY(drain_slots(s));
     DS_TRY(ds_shard_set_weights(&s->sh, s->flat, s->comm->rank, i, host));
-    DS_TRY(ds_zero_part_from_host(s->be, s->flat, s->comm->rank, i, s->params, s->pt, host));
+    if (s->ps)
+        DS_TRY(set_stored(s, i, host));
+    else
+        DS_TRY(ds_zero_part_from_host(s->be, s->flat, s->comm->rank, i, s->params, s->pt, host));
     invalidate(s);
     return DS_OK;
 }
@@ -391,6 +421,7 @@ static void destroy(ds_zero *z) {
         for (int m = 0; s->tptrs && m < f->n_modules; m++) free(s->tptrs[m]);
         free(s->tptrs);
         ds_backend_free(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, s->params, part * ds_dtype_size(s->pt));
+        ds_param_store_destroy(s->ps); /* nvme: its file goes with it */
         ds_backend_free(be, DS_MEM_GRADS, DS_PLACE_DEVICE, s->grads, part * ds_dtype_size(s->gt));
         ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, s->gstage, span * 4);
         ds_backend_free(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, s->persist,
@@ -495,8 +526,15 @@ static ds_status build(stage3 *s, const ds_zero_desc *d) {
     DS_TRY(plan(s, d->cfg));
     size_t span = (size_t)s->max_span;
     DS_TRY(ds_shard_init(&s->sh, d));
-    DS_TRY(ds_backend_alloc(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, part * ds_dtype_size(s->pt),
-                            &s->params));
+    if (d->cfg->offload_param.device != DS_OFFLOAD_NONE) {
+        ds_param_store_desc pd = {.dev = be, .off = &d->cfg->offload_param, .aio = &d->cfg->aio,
+                                  .rank = d->comm->rank, .n = (int64_t)part, .t = s->pt};
+        DS_TRY(ds_param_store_create(&pd, &s->ps));
+        ds_shard_attach_store(&s->sh, s->ps);
+    } else {
+        DS_TRY(ds_backend_alloc(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, part * ds_dtype_size(s->pt),
+                                &s->params));
+    }
     DS_TRY(ds_backend_alloc(be, DS_MEM_GRADS, DS_PLACE_DEVICE, part * ds_dtype_size(s->gt),
                             &s->grads));
     DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, span * 4, (void **)&s->gstage));

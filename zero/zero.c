@@ -5,6 +5,7 @@
 
 #include "offload/nvme_dir.h"
 #include "offload/nvme_swap.h"
+#include "offload/param_store.h"
 #include "zero/optim.h"
 
 ds_status ds_zero_create(const ds_zero_desc *d, ds_zero **out) {
@@ -17,6 +18,13 @@ ds_status ds_zero_create(const ds_zero_desc *d, ds_zero **out) {
         uint64_t need = ds_nvme_swap_bytes(d->flat->part, 1 + ds_optim_state_count(c));
         DS_TRY(ds_nvme_preflight("zero_optimization.offload_optimizer",
                                  c->offload_optimizer.nvme_path, d->comm->rank, need));
+    }
+    if (c->offload_param.device == DS_OFFLOAD_NVME && c->zero_stage == 3) {
+        uint64_t need = ds_param_store_file_bytes(d->flat->part, d->param_t,
+                                                  c->offload_param.max_in_cpu);
+        if (need > 0)
+            DS_TRY(ds_nvme_preflight("zero_optimization.offload_param",
+                                     c->offload_param.nvme_path, d->comm->rank, need));
     }
     switch (d->cfg->zero_stage) {
     case 0: DS_TRY(ds_zero_stage0_create(d, out)); break;

@@ -31,6 +31,12 @@
  *       (DS_FAULT_INJECT=error:nvme:swap_write) fails the step with the file
  *       and strerror, removes the swap files at once, and the checkpoint saved
  *       before it verifies and loads.
+ *   test_offload_nvme --param cpu|nvme --precision P --dir D
+ *       offload_param at stage 3 (the parameter partition in host memory, or
+ *       in a file past max_in_cpu elements), the optimizer on the device and
+ *       swapped to NVMe: losses and parameters bit-identical to no offload;
+ *       the partition counted off the device; checkpoints both ways;
+ *       ds_set_param; no file left.
  *   test_offload_nvme --crash --dir D        (run under DS_FAULT_INJECT=nvme:mid_step)
  *       trains until the kill point ends the process: swap files are left.
  *   test_offload_nvme --after-crash --dir D
@@ -60,6 +66,10 @@ typedef struct setup {
     const char *precision, *optimizer, *dir;
     char nvme[1024];
 } setup;
+
+/* More zero_optimization keys for every engine made while set (the
+ * offload_param cases). */
+static char g_zero_more[1400];
 
 /* offload: 0 none, 1 nvme pipelined in many sub-groups, 2 nvme with
  * DeepSpeed's defaults (pin_memory false, fast_init true). extra: more
@@ -103,10 +113,11 @@ static ds_status try_engine(const setup *s, const ds_dataset *data, int offload,
              " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0.001,"
              " \"warmup_max_lr\": 0.003, \"warmup_num_steps\": 3}},"
              " \"gradient_clipping\": 1.0, \"steps_per_print\": 1000,"
-             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1000%s}%s,"
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1000%s%s}%s,"
              " \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 18, \"loss_scale_window\": 3,"
              " \"hysteresis\": 1}, \"bf16\": {\"enabled\": %s}}",
-             GLOBAL_BATCH, s->optimizer, sgd ? ", \"momentum\": 0.9" : "", s->stage, zero, top,
+             GLOBAL_BATCH, s->optimizer, sgd ? ", \"momentum\": 0.9" : "", s->stage, zero,
+             g_zero_more, top,
              fp16 ? "true" : "false", bf16 ? "true" : "false");
     ds_init_desc d;
     ds_init_desc_defaults(&d);
@@ -479,6 +490,107 @@ static int run_after_crash(setup *s) {
     return test_finish("test_offload_nvme --after-crash");
 }
 
+/* offload_param at stage 3: the same training with the parameter partition
+ * in host memory or, past max_in_cpu elements, in a file; with the
+ * optimizer on the device (B) and swapped to NVMe as well (C). */
+static int run_param(setup *s, const char *device) {
+    s->stage = 3;
+    bool nvme = !strcmp(device, "nvme");
+    ds_dataset *data = ck_make_data(GLOBAL_BATCH * (STEPS + MORE), 12, 50);
+    if (!data) TEST_DIE("dataset");
+    ds_step_info ia[STEPS + MORE], ib[STEPS], ic[STEPS], tail[MORE];
+    engine_t *a = make_engine(s, data, 0);
+    int rank = ds_rank(a), world = ds_world_size(a);
+    test_set_rank(rank);
+    /* nvme: 1000 elements in host memory, the rest (~10 K) in the file,
+     * moved through 3 buffers of 1500 elements: many chunks, edges that cut
+     * 4 KiB blocks */
+    if (nvme)
+        snprintf(g_zero_more, sizeof g_zero_more,
+                 ", \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\","
+                 " \"max_in_cpu\": 1000, \"buffer_size\": 1500, \"buffer_count\": 3,"
+                 " \"pin_memory\": true}", s->nvme);
+    else
+        snprintf(g_zero_more, sizeof g_zero_more,
+                 ", \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": false}");
+    engine_t *b = make_engine(s, data, 0);
+    engine_t *c = make_engine(s, data, 1);
+    g_zero_more[0] = '\0';
+    ds_mem_report ra, rb, rc, rb2;
+    ds_memory_report(a, &ra);
+    ds_memory_report(b, &rb);
+    ds_memory_report(c, &rc);
+    uint64_t pbytes = B(ra, DS_MEM_PARAMS, DS_PLACE_DEVICE);
+    for (int k = 0; k < 2; k++) { /* the partition left the device, nothing of it is lost */
+        const ds_mem_report *r = k ? &rc : &rb;
+        uint64_t pdev = B(*r, DS_MEM_PARAMS, DS_PLACE_DEVICE);
+        uint64_t phost = B(*r, DS_MEM_PARAMS, DS_PLACE_HOST);
+        uint64_t pnvme = B(*r, DS_MEM_PARAMS, DS_PLACE_NVME);
+        /* the device keeps only stage 3's persistent small modules */
+        CHECK(pdev < pbytes && pdev + phost + pnvme == pbytes,
+              "offload_param %s: params device %llu host %llu nvme %llu, plain %llu", device,
+              (unsigned long long)pdev, (unsigned long long)phost, (unsigned long long)pnvme,
+              (unsigned long long)pbytes);
+        CHECK(nvme ? pnvme > 0 && phost > 0 : pnvme == 0,
+              "offload_param %s: %llu bytes at host, %llu at nvme", device,
+              (unsigned long long)phost, (unsigned long long)pnvme);
+    }
+    train(a, STEPS, ia);
+    train(b, STEPS, ib);
+    train(c, STEPS, ic);
+    ds_memory_report(b, &rb2);
+    check_no_growth("offload_param steps", &rb, &rb2);
+    same_steps("offload_param vs none", ia, ib, STEPS);
+    same_steps("offload_param + nvme optimizer vs none", ia, ic, STEPS);
+    same_params("offload_param vs none", a, b);
+    same_params("offload_param + nvme optimizer vs none", a, c);
+    if (nvme) {
+        barrier(a);
+        CHECK_EQ_I(swap_folders(s->nvme), 3 * world); /* b's params, c's params and state */
+    }
+    /* checkpoints: the offloaded engine saves, a plain one loads, and back */
+    char da[1200], db[1200];
+    snprintf(da, sizeof da, "%s/plain", s->dir);
+    snprintf(db, sizeof db, "%s/param_ckpt", s->dir);
+    REQUIRE_OK(ds_save_checkpoint(a, da, NULL, NULL));
+    REQUIRE_OK(ds_save_checkpoint(c, db, NULL, NULL));
+    ds_finalize(c);
+    engine_t *pb = make_engine(s, data, 0);
+    REQUIRE_OK(ds_load_checkpoint(pb, db, NULL, DS_LOAD_ALL));
+    REQUIRE_OK(ds_load_checkpoint(b, da, NULL, DS_LOAD_ALL)); /* b continues from a's save */
+    same_params("plain engine loading an offload_param checkpoint", a, pb);
+    same_params("offload_param engine loading a plain checkpoint", a, b);
+    train(a, MORE, ia + STEPS);
+    train(b, MORE, tail);
+    same_steps("continued with offload_param after loading", ia + STEPS, tail, MORE);
+    train(pb, MORE, tail);
+    same_steps("continued after loading from offload_param", ia + STEPS, tail, MORE);
+    /* ds_set_param reaches the stored partition */
+    const ds_param_desc *p0 = &ds_get_model(a)->modules[0]->params[0];
+    size_t n0 = (size_t)ds_param_numel(p0);
+    float *v0 = malloc(n0 * sizeof *v0);
+    if (!v0) TEST_DIE("out of memory");
+    for (size_t i = 0; i < n0; i++) v0[i] = 0.002f * (float)(i % 89) - 0.07f;
+    REQUIRE_OK(ds_set_param(a, p0->name, v0, n0));
+    REQUIRE_OK(ds_set_param(b, p0->name, v0, n0));
+    free(v0);
+    train(a, 1, ia);
+    train(b, 1, tail);
+    same_steps("the step after ds_set_param with offload_param", ia, tail, 1);
+    same_params("the step after ds_set_param with offload_param", a, b);
+    ds_finalize(pb);
+    ds_finalize(b);
+    barrier(a);
+    CHECK_EQ_I(swap_folders(s->nvme), 0);
+    ds_finalize(a);
+    ds_dataset_destroy(data);
+    if (rank == 0 && test_fails() == 0)
+        printf("stage 3 %s, offload_param %s: bit-identical with and without, with the "
+               "optimizer on the device and swapped; checkpoints both ways\n", s->precision,
+               device);
+    return test_finish("test_offload_nvme --param");
+}
+
 int main(int argc, char **argv) {
     setup s = {.stage = 2, .precision = "fp32", .optimizer = "AdamW"};
     const char *mode = "equiv";
@@ -486,6 +598,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--errors")) mode = "errors";
         else if (!strcmp(argv[i], "--crash")) mode = "crash";
         else if (!strcmp(argv[i], "--after-crash")) mode = "after-crash";
+        else if (i + 1 < argc && !strcmp(argv[i], "--param")) mode = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--stage")) s.stage = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--precision")) s.precision = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--optimizer")) s.optimizer = argv[++i];
@@ -506,5 +619,6 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "errors")) return run_errors(&s);
     if (!strcmp(mode, "crash")) return run_crash(&s);
     if (!strcmp(mode, "after-crash")) return run_after_crash(&s);
+    if (!strcmp(mode, "cpu") || !strcmp(mode, "nvme")) return run_param(&s, mode);
     return run_equiv(&s);
 }
