@@ -72,7 +72,11 @@ typedef enum ds_rank_source {
     DS_RANKS_SINGLE = 0, /* nothing set: one rank */
     DS_RANKS_MPI,        /* OMPI_COMM_WORLD_* / PMI_* / MPI itself */
     DS_RANKS_SLURM,      /* SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID */
-    DS_RANKS_ENV,        /* RANK, WORLD_SIZE, LOCAL_RANK */
+    DS_RANKS_ENV,        /* RANK, WORLD_SIZE, LOCAL_RANK (with MASTER_ADDR and
+                          * MASTER_PORT: the parts join, engine/comm/join.h) */
+    DS_RANKS_JOIN,       /* a node of engine-run --nnodes: Open MPI's variables
+                          * within the node, DS_JOIN_NODE_RANK / DS_JOIN_NNODES
+                          * across nodes (engine/comm/join.h) */
 } ds_rank_source;
 
 typedef struct ds_rank_info {
@@ -86,7 +90,9 @@ typedef struct ds_rank_info {
 } ds_rank_info;
 
 /* Read the launcher's environment (no MPI call). Precedence: Open MPI / PMI
- * variables, then Slurm (inside a job step only; the step's task count
+ * variables (with DS_JOIN_NNODES also set: one node of engine-run --nnodes,
+ * rank = DS_JOIN_NODE_RANK * OMPI_COMM_WORLD_SIZE + OMPI_COMM_WORLD_RANK),
+ * then Slurm (inside a job step only; the step's task count
  * SLURM_STEP_NUM_TASKS before SLURM_NTASKS), then RANK/WORLD_SIZE/LOCAL_RANK,
  * else a single rank. Inconsistent values (rank >= world, non-numbers, half a
  * launcher's set) fail with DS_ERR_INVALID_ARG naming the variable. engine-run

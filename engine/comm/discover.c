@@ -5,6 +5,7 @@
  * is an error rather than a silent fall-through to the next one, because
  * running 4 processes that each believe they are alone trains 4 models. */
 #include "engine/comm/comm.h"
+#include "engine/comm/join.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -104,6 +105,32 @@ static ds_status read_group(const group *g, ds_rank_info *out) {
     return DS_OK;
 }
 
+/* A node's ranks under engine-run --nnodes: mpirun's numbering is the
+ * node's own, and DS_JOIN_NODE_RANK / DS_JOIN_NNODES place the node in the
+ * job (engine/comm/join.h): rank = node * K + local rank, K ranks a node. */
+static ds_status read_join(ds_rank_info *info) {
+    const char *nodes_var = DS_JOIN_NNODES_VAR, *node_var = DS_JOIN_NODE_RANK_VAR;
+    if (info->source != DS_RANKS_MPI || !getenv("OMPI_COMM_WORLD_SIZE"))
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "rank discovery: %s is set but this process is not a rank that mpirun "
+                      "started (engine-run --nnodes sets it for the ranks of its node)",
+                      nodes_var);
+    int nodes, node;
+    DS_TRY(parse_int(nodes_var, getenv(nodes_var), 1, &nodes));
+    DS_TRY(parse_req(node_var, nodes_var, 0, &node));
+    if (node >= nodes)
+        return DS_ERR(DS_ERR_INVALID_ARG, "rank discovery: %s=%d is not below %s=%d", node_var,
+                      node, nodes_var, nodes);
+    if ((long long)nodes * info->world > INT_MAX)
+        return DS_ERR(DS_ERR_INVALID_ARG, "rank discovery: %s=%d nodes of %d ranks is too many",
+                      nodes_var, nodes, info->world);
+    info->rank += node * info->world;
+    info->world *= nodes;
+    info->source = DS_RANKS_JOIN;
+    info->world_var = nodes_var;
+    return DS_OK;
+}
+
 ds_status ds_rank_discover(ds_rank_info *out) {
     if (!out) return DS_ERR(DS_ERR_INVALID_ARG, "ds_rank_discover: out is NULL");
     *out = (ds_rank_info){.rank = 0, .world = 1, .local_rank = 0, .local_world = 1,
@@ -114,6 +141,7 @@ ds_status ds_rank_discover(ds_rank_info *out) {
         if (g->requires && !getenv(g->requires)) continue;
         ds_rank_info info;
         DS_TRY(read_group(g, &info));
+        if (getenv(DS_JOIN_NNODES_VAR)) DS_TRY(read_join(&info));
         *out = info;
         return DS_OK;
     }
@@ -131,6 +159,7 @@ const char *ds_rank_source_name(ds_rank_source s) {
         return getenv("SLURM_STEP_NUM_TASKS") ? "Slurm (SLURM_STEP_NUM_TASKS)"
                                               : "Slurm (SLURM_NTASKS)";
     case DS_RANKS_ENV: return "environment (WORLD_SIZE)";
+    case DS_RANKS_JOIN: return "engine-run --nnodes (DS_JOIN_NNODES x OMPI_COMM_WORLD_SIZE)";
     default: return "unknown";
     }
 }

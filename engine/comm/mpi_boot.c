@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/comm/join.h"
 #include "engine/comm/reduce.h"
 
 enum { DS_TAG_BARRIER = 7 };
@@ -31,6 +32,43 @@ enum { DS_TAG_BARRIER = 7 };
  * was the one to initialise MPI it finalises it at exit. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool g_booted; /* MPI initialised (or adopted), fp16/bf16 types registered */
+/* The job's ranks: MPI_COMM_WORLD, or, when the job was started in parts
+ * (engine-run --nnodes, RANK/MASTER_ADDR: join.h), the communicator that
+ * joined them. Every communicator of the library is made from this one. */
+static MPI_Comm g_world = MPI_COMM_NULL;
+/* A join that failed cannot be tried again (MPI may still wait in it on
+ * another thread): later creates repeat its failure. */
+static ds_status g_join_failure = DS_OK;
+static char g_join_msg[1024];
+/* The communicators held by live ds_comms. Open MPI 4.1 cannot finalise a
+ * joined job while one still exists (a rank dies of SIGPIPE in
+ * MPI_Finalize), so those a program did not destroy are freed at exit. */
+static ds_comm_mpi_base **g_live;
+static int g_n_live, g_cap_live;
+
+static bool live_add(ds_comm_mpi_base *b) {
+    pthread_mutex_lock(&g_lock);
+    bool ok = true;
+    if (g_n_live == g_cap_live) {
+        int cap = g_cap_live ? 2 * g_cap_live : 8;
+        ds_comm_mpi_base **v = realloc(g_live, (size_t)cap * sizeof *v);
+        if (v) {
+            g_live = v;
+            g_cap_live = cap;
+        }
+        ok = v != NULL;
+    }
+    if (ok) g_live[g_n_live++] = b;
+    pthread_mutex_unlock(&g_lock);
+    return ok;
+}
+
+static void live_remove(ds_comm_mpi_base *b) {
+    pthread_mutex_lock(&g_lock);
+    for (int k = 0; k < g_n_live; k++)
+        if (g_live[k] == b) g_live[k--] = g_live[--g_n_live];
+    pthread_mutex_unlock(&g_lock);
+}
 static MPI_Datatype g_f16 = MPI_DATATYPE_NULL, g_bf16 = MPI_DATATYPE_NULL;
 static MPI_Op g_ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 /* A collective of this process failed or timed out (ds_comm_note_broken):
@@ -168,15 +206,25 @@ static void finalize_at_exit(int status, void *arg) {
         /* The launcher's SIGTERM to every rank of the aborted job, this one
          * included, is no preemption to save for (ds_preempt_install): die. */
         signal(SIGTERM, SIG_DFL);
-        MPI_Abort(MPI_COMM_WORLD, status);
+        ds_join_stop_server();
+        /* a joined job: the launcher of this part ends its ranks (the other
+         * parts' ranks time out on this one and end theirs) */
+        MPI_Abort(g_world != MPI_COMM_NULL ? g_world : MPI_COMM_WORLD, status);
         _exit(status ? status : 1); /* MPI_Abort does not return; if it did, still no finalize */
     }
     free_half_types();
+    for (int k = 0; k < g_n_live; k++)
+        if (g_live[k]->comm != MPI_COMM_NULL) MPI_Comm_free(&g_live[k]->comm);
+    free(g_live);
+    g_live = NULL;
+    g_n_live = 0;
+    ds_join_release();
     MPI_Finalize();
 }
 
-/* Initialise MPI (or adopt the program's) once per process. */
-static ds_status boot_mpi(const char *who) {
+/* Initialise MPI (or adopt the program's) once per process, and join the
+ * parts of a job started in parts (join.h) within timeout_s. */
+static ds_status boot_mpi(const char *who, const ds_rank_info *info, double timeout_s) {
     pthread_mutex_lock(&g_lock);
     ds_status st = DS_OK;
     int flag = 0;
@@ -188,11 +236,27 @@ static ds_status boot_mpi(const char *who) {
                     who);
         goto out;
     }
+    if (g_join_failure != DS_OK) {
+        st = DS_ERR(g_join_failure, "%s", g_join_msg);
+        goto out;
+    }
     if (g_booted) goto out;
     int provided = MPI_THREAD_SINGLE;
     bool ours = false;
+    ds_join_plan plan;
+    DS_TRY_GOTO(st, ds_join_plan_read(info, &plan), out);
     MPI_Initialized(&flag);
+    if (flag && plan.kind == DS_JOIN_ENV) {
+        st = DS_ERR(DS_ERR_COMM,
+                    "%s: RANK/WORLD_SIZE/MASTER_ADDR ask this process to join the other ranks, "
+                    "but the program initialised MPI itself before ds_comm_create, too early "
+                    "for that: let ds_comm_create initialise MPI",
+                    who);
+        goto out;
+    }
     if (!flag) {
+        /* the env form meets the other ranks before MPI starts (join.h) */
+        DS_TRY_GOTO(st, ds_join_prepare(&plan, timeout_s), out);
         int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
         if (rc != MPI_SUCCESS) {
             st = ds_comm_mpi_error(rc, "MPI_Init_thread", NULL);
@@ -225,26 +289,61 @@ static ds_status boot_mpi(const char *who) {
         free_half_types();
         goto out;
     }
+    g_world = MPI_COMM_WORLD;
+    if (plan.kind != DS_JOIN_NONE) {
+        st = ds_join_merge(&plan, timeout_s, &g_world);
+        if (st != DS_OK) {
+            /* a thread may still wait in MPI for the missing part: the job is
+             * ended at exit (MPI_Abort), never finalised */
+            g_world = MPI_COMM_WORLD;
+            g_join_failure = st;
+            snprintf(g_join_msg, sizeof g_join_msg, "%s", ds_last_error());
+            atomic_store(&g_failed, true);
+            goto out;
+        }
+    }
     g_booted = true;
 out:
     pthread_mutex_unlock(&g_lock);
     return st;
 }
 
+/* c->local_rank: how many lower ranks run on a host of this one's name. */
+static ds_status local_rank_by_host(ds_comm *c, MPI_Comm comm) {
+    char *names = calloc((size_t)c->world, MPI_MAX_PROCESSOR_NAME);
+    char self[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0;
+    if (!names) return DS_ERR(DS_ERR_OOM, "comm: out of memory for %d host names", c->world);
+    MPI_Get_processor_name(self, &len);
+    int rc = MPI_Allgather(self, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names, MPI_MAX_PROCESSOR_NAME,
+                           MPI_CHAR, comm);
+    if (rc == MPI_SUCCESS) {
+        c->local_rank = 0;
+        for (int r = 0; r < c->rank; r++)
+            c->local_rank += strcmp(names + (size_t)r * MPI_MAX_PROCESSOR_NAME, self) == 0;
+    }
+    free(names);
+    return rc == MPI_SUCCESS ? DS_OK : ds_comm_mpi_error(rc, "MPI_Allgather of host names", c);
+}
+
 ds_status ds_comm_mpi_boot(const char *who, const ds_comm_desc *desc, ds_comm *c,
                            ds_comm_mpi_base *base) {
     ds_rank_info info;
     DS_TRY(ds_rank_discover(&info));
-    DS_TRY(boot_mpi(who));
+    c->timeout_s = (desc && desc->timeout_s > 0) ? desc->timeout_s : 300.0;
+    DS_TRY(boot_mpi(who, &info, c->timeout_s));
     base->initialised = true;
     base->comm = MPI_COMM_NULL;
-    c->timeout_s = (desc && desc->timeout_s > 0) ? desc->timeout_s : 300.0;
 
     ds_status st = DS_OK;
     int rank = 0, world = 1;
-    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &base->comm);
+    int rc = MPI_Comm_dup(g_world, &base->comm);
     if (rc != MPI_SUCCESS) {
         st = ds_comm_mpi_error(rc, "MPI_Comm_dup", NULL);
+        goto fail;
+    }
+    if (!live_add(base)) {
+        st = DS_ERR(DS_ERR_OOM, "%s: out of memory", who);
         goto fail;
     }
     /* Errors come back as codes on this communicator, so a peer's failure
@@ -254,10 +353,14 @@ ds_status ds_comm_mpi_boot(const char *who, const ds_comm_desc *desc, ds_comm *c
     MPI_Comm_size(base->comm, &world);
     if (info.source != DS_RANKS_SINGLE && (info.world != world || info.rank != rank)) {
         st = DS_ERR(DS_ERR_COMM,
-                    "%s: %s says rank %d of %d, but MPI_COMM_WORLD says rank %d of %d: start "
-                    "the ranks with the launcher that set those variables (mpirun, srun), or "
+                    "%s: %s says rank %d of %d, but MPI says rank %d of %d: start "
+                    "the ranks with the launcher that set those variables (mpirun, srun)%s, or "
                     "unset them",
-                    who, ds_rank_source_name(info.source), info.rank, info.world, rank, world);
+                    who, ds_rank_source_name(info.source), info.rank, info.world, rank, world,
+                    info.source == DS_RANKS_ENV
+                        ? ", set MASTER_ADDR and MASTER_PORT too (the ranks then meet there, "
+                          "torchrun-style)"
+                        : "");
         goto fail;
     }
     c->rank = rank;
@@ -265,6 +368,11 @@ ds_status ds_comm_mpi_boot(const char *who, const ds_comm_desc *desc, ds_comm *c
     c->source = (info.source == DS_RANKS_SINGLE && world > 1) ? DS_RANKS_MPI : info.source;
     if (info.source != DS_RANKS_SINGLE && info.local_rank >= 0) {
         c->local_rank = info.local_rank;
+    } else if (g_world != MPI_COMM_WORLD) {
+        /* A joined job (join.h) whose launcher did not say: MPI's shared-
+         * memory split stops at the parts' borders (every rank of the env
+         * form came out local rank 0), so count the lower ranks on this host. */
+        DS_TRY_GOTO(st, local_rank_by_host(c, base->comm), fail);
     } else {
         /* The launcher did not say: ranks that share memory are on one node. */
         MPI_Comm node;
@@ -285,6 +393,7 @@ fail:
 
 void ds_comm_mpi_shutdown(ds_comm_mpi_base *base) {
     if (!base->initialised) return;
+    live_remove(base);
     if (base->comm != MPI_COMM_NULL) MPI_Comm_free(&base->comm);
     base->initialised = false;
 }

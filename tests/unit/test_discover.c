@@ -14,7 +14,7 @@ static const char *const k_vars[] = {
     "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
     "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS",
     "RANK", "WORLD_SIZE",
-    "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+    "LOCAL_RANK", "LOCAL_WORLD_SIZE", "DS_JOIN_NODE_RANK", "DS_JOIN_NNODES",
 };
 
 /* Start from a clean environment, then set NAME=VALUE pairs (NULL-ended). */
@@ -122,6 +122,27 @@ int main(void) {
     env("SLURM_STEP_ID", "0", "SLURM_PROCID", "0", "SLURM_NTASKS", "2", "RANK", "garbage", NULL);
     expect_info("RANK ignored under Slurm", 0, 2, -1, -1, DS_RANKS_SLURM);
 
+    /* ---- a node of engine-run --nnodes: Open MPI's numbering within the
+     * node, DS_JOIN_* across nodes (rank = node * K + local rank) ---- */
+    env("OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "2", "OMPI_COMM_WORLD_LOCAL_RANK",
+        "1", "OMPI_COMM_WORLD_LOCAL_SIZE", "2", "DS_JOIN_NODE_RANK", "2", "DS_JOIN_NNODES", "3",
+        NULL);
+    expect_info("node 2 of 3, 2 ranks each", 5, 6, 1, 2, DS_RANKS_JOIN);
+    env("OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "1", "DS_JOIN_NODE_RANK", "0",
+        "DS_JOIN_NNODES", "2", "RANK", "1", "WORLD_SIZE", "2", NULL);
+    expect_info("node 0 of 2, one rank, RANK ignored", 0, 2, 0, 1, DS_RANKS_JOIN);
+    env("OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "1", "DS_JOIN_NODE_RANK", "2",
+        "DS_JOIN_NNODES", "2", NULL);
+    expect_error("node rank out of range", "DS_JOIN_NODE_RANK=2", "DS_JOIN_NNODES=2");
+    env("OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "1", "DS_JOIN_NNODES", "2", NULL);
+    expect_error("DS_JOIN_NNODES without the node rank", "DS_JOIN_NODE_RANK", "DS_JOIN_NNODES");
+    env("OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "4", "DS_JOIN_NODE_RANK", "0",
+        "DS_JOIN_NNODES", "1000000000", NULL);
+    expect_error("more ranks than an int", "DS_JOIN_NNODES", "too many");
+    env("SLURM_STEP_ID", "0", "SLURM_PROCID", "0", "SLURM_NTASKS", "2", "DS_JOIN_NODE_RANK", "0",
+        "DS_JOIN_NNODES", "2", NULL);
+    expect_error("DS_JOIN_* outside mpirun", "DS_JOIN_NNODES", "not a rank that mpirun started");
+
     /* ---- bad values: the variable and the value are named ---- */
     env("RANK", "abc", "WORLD_SIZE", "2", NULL);
     expect_error("RANK=abc", "RANK", "\"abc\"");
@@ -166,7 +187,7 @@ int main(void) {
     expect_error("bad Open MPI value with good RANK", "OMPI_COMM_WORLD_RANK", "\"x\"");
 
     CHECK(ds_rank_discover(NULL) == DS_ERR_INVALID_ARG, "NULL out accepted");
-    for (int s = DS_RANKS_SINGLE; s <= DS_RANKS_ENV; s++)
+    for (int s = DS_RANKS_SINGLE; s <= DS_RANKS_JOIN; s++)
         CHECK(ds_rank_source_name((ds_rank_source)s) && ds_rank_source_name((ds_rank_source)s)[0],
               "source %d has no name", s);
 
