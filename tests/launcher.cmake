@@ -12,7 +12,7 @@ add_executable(launch_probe ${CMAKE_CURRENT_SOURCE_DIR}/unit/launch_probe.c
 target_link_libraries(launch_probe PRIVATE zero-engine)
 
 set(_ds_launch_work ${CMAKE_CURRENT_BINARY_DIR}/launcher_work)
-foreach(c help dry_np1 dry_np2 dry_np4 dry_hostfile dry_mpi_env dry_slurm launcher_none
+foreach(c help dry_np1 dry_np2 dry_np4 dry_hostfile dry_mpi_env dry_slurm dry_nodes launcher_none
           no_mpirun errors run_np1 run_np2 rank_dies oversubscribe join relay relay_unhandled
           mpirun_hangs)
   add_test(NAME launcher_${c}
@@ -52,4 +52,19 @@ foreach(c convert offline broken)
                    ${CMAKE_SOURCE_DIR}/tools/fetch_data.sh $<TARGET_FILE:gen_sentences>
                    ${_ds_launch_work}/fetch_data_${c})
   set_tests_properties(fetch_data_${c} PROPERTIES LABELS unit TIMEOUT 90)
+endforeach()
+
+# One job from one launcher per node, torchrun-style (engine-run --nnodes
+# --node-rank --master-addr --master-port --nproc-per-node, and the RANK /
+# WORLD_SIZE / MASTER_* environment; tests/fault/test_nodes.sh): the losses
+# of engine-run --np, a master that is wrong, busy or alone, a node rank out of
+# range or given twice, a node whose rank dies, and two network namespaces
+# (tools/twohost.sh; skipped, 77, where they cannot be made). Each launcher
+# ends within its timeout with one line, nothing left running. 2-12 s each.
+foreach(c np1x2 np2x2 env never bad_addr port_busy rank_range duplicate node_dies two_hosts)
+  add_test(NAME launcher_nodes_${c}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/fault/test_nodes.sh ${CMAKE_BINARY_DIR}/bin
+                   ${_ds_launch_work}/nodes_${c} ${CMAKE_SOURCE_DIR}/tools/twohost.sh ${c})
+  set_tests_properties(launcher_nodes_${c} PROPERTIES LABELS "multirank;fault" TIMEOUT 90
+                       PROCESSORS 2 SKIP_RETURN_CODE 77)
 endforeach()

@@ -2,13 +2,16 @@
  *
  *   engine-run [--np N] [--hostfile F] [--launcher auto|mpirun|srun|none]
  *              [--dry-run] --config FILE APP [ARGS...]
+ *   engine-run --nnodes N --node-rank R --master-addr A [--master-port P]
+ *              [--nproc-per-node K] [--rdzv-timeout S] --config FILE APP ...
+ *                                   (once per node, torchrun-style: nodes.h)
  *
  * The launcher decides once, from its options and the environment, how the N
  * ranks come to exist: APP itself runs in place (exec: this process is
  * already a rank, or N = 1), srun is exec'd, or mpirun starts as engine-run's
  * child, which engine-run supervises (tools/common/supervise.h: SIGTERM
  * relayed to every rank as a preemption, the join count while ranks start,
- * the exit status). The full rules are in usage() below (engine-run --help).
+ * the exit status). The full rules are in tools/common/er_help.c (engine-run --help).
  *
  * Errors are one line on stderr, "engine-run: <what>", and exit status 2 for
  * a malformed command line or 1 for anything else (missing file, missing
@@ -27,7 +30,11 @@
 #include <unistd.h>
 
 #include "engine/comm/comm.h"
+#include "engine/comm/rdzv.h"
 #include "engine/core/config.h"
+#include "tools/common/cores.h"
+#include "tools/common/er_help.h"
+#include "tools/common/nodes.h"
 #include "tools/common/supervise.h"
 
 enum { EXIT_USAGE = 2, EXIT_RUNTIME = 1 };
@@ -53,6 +60,13 @@ typedef struct options {
     const char *app;
     char **app_args; /* ARGS after APP, passed on untouched */
     int n_app_args;
+    /* torchrun-style, one launcher per node (tools/common/nodes.h) */
+    int nnodes;          /* 0: --nnodes not given */
+    int node_rank;       /* -1: not given */
+    const char *master_addr;
+    int master_port;     /* 0: not given */
+    int nproc_per_node;  /* 0: not given (1) */
+    double rdzv_timeout; /* 0: the config's zero_engine.comm_timeout_s */
 } options;
 
 /* A growable argv (NULL-terminated at all times) for the command we exec. */
@@ -67,7 +81,7 @@ typedef struct env_note {
     char text[64];
 } env_note;
 
-static env_note g_env_notes[4];
+static env_note g_env_notes[6];
 static int g_n_env_notes;
 
 static void fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
@@ -80,114 +94,6 @@ static void fail(int code, const char *fmt, ...) {
     va_end(ap);
     fputc('\n', stderr);
     exit(code);
-}
-
-static void usage(FILE *out) {
-    fputs(
-        "usage: engine-run [--np N] [--hostfile F] [--launcher auto|mpirun|srun|none]\n"
-        "                  [--oversubscribe] [--raw-output] [--dry-run] --config FILE APP [ARGS...]\n"
-        "\n"
-        "Starts N ranks of APP, a program built on zero-engine, and passes each one\n"
-        "'--config FILE' (FILE made absolute) followed by ARGS.\n"
-        "\n"
-        "APP is either the name of a program bundled with engine-run (train_cls, ...),\n"
-        "looked up in the directory that holds the engine-run executable itself, or a\n"
-        "path containing '/' to any executable (./my_trainer, /opt/x/bin/trainer).\n"
-        "Options go before APP; everything after APP is APP's.\n"
-        "\n"
-        "Options:\n"
-        "  --np N          number of ranks (default 1; inside mpirun or srun the\n"
-        "                  launcher's own count, which --np, if given, must match)\n"
-        "  --hostfile F    Open MPI hostfile, passed to mpirun as --hostfile F (absolute);\n"
-        "                  not used with srun (the Slurm allocation decides the hosts)\n"
-        "  --launcher L    auto (default), mpirun, srun or none; see below\n"
-        "  --oversubscribe start more than 8 ranks per core (mpirun; refused without it)\n"
-        "  --raw-output    show what mpirun prints untouched (see Output below)\n"
-        "  --dry-run       print the command engine-run would exec, one line on stdout,\n"
-        "                  with any environment variable it sets in front, and exit 0\n"
-        "  --config FILE   the ds_config.json for APP (required; must exist)\n"
-        "  -h, --help      this text\n"
-        "\n"
-        "How the ranks start (--launcher auto):\n"
-        "  1. Inside an MPI job (OMPI_COMM_WORLD_* or PMI_RANK/PMI_SIZE set, e.g.\n"
-        "     'mpirun -np 4 engine-run ...') or inside an srun step (SLURM_PROCID,\n"
-        "     SLURM_STEP_NUM_TASKS or SLURM_NTASKS, and SLURM_STEP_ID set): this\n"
-        "     process already is one rank; APP runs in place (exec).\n"
-        "  2. N = 1: APP runs in place.\n"
-        "  3. Inside a Slurm allocation (SLURM_JOB_ID set) but not in an srun step, e.g.\n"
-        "     in an sbatch script: exec srun -n N --kill-on-bad-exit=1 APP ...\n"
-        "  4. Otherwise: mpirun -np N [--hostfile F] [--allow-run-as-root]\n"
-        "     [--oversubscribe] --bind-to none --tag-output --mca\n"
-        "     ess_base_forward_signals SIGURG -x OMP_NUM_THREADS [-x VAR ...] APP ...,\n"
-        "     with DS_PREEMPT_RELAY set, as engine-run's child (below).\n"
-        "     --allow-run-as-root is added when engine-run runs as root.\n"
-        "     More ranks than cores (this machine's, or the hostfile's slots): one\n"
-        "     warning with both numbers, and --oversubscribe is added; more than 8 per\n"
-        "     core is refused unless engine-run's own --oversubscribe is given.\n"
-        "     -x forwards OMP_NUM_THREADS and, when set, LD_LIBRARY_PATH,\n"
-        "     OPENBLAS_NUM_THREADS and every DS_* variable to ranks on other hosts\n"
-        "     (ranks on this host inherit the whole environment anyway).\n"
-        "  --launcher mpirun / srun force that launcher for any N (mpirun also inside\n"
-        "  a Slurm allocation); --launcher none always runs APP in place and refuses\n"
-        "  N > 1, because nothing would start the other ranks. Forcing mpirun or srun\n"
-        "  from inside an MPI job or srun step is refused (it would nest launchers).\n"
-        "\n"
-        "Threads per rank: when OMP_NUM_THREADS is unset, engine-run sets it so the\n"
-        "ranks on one machine share its cores instead of each starting one OpenMP\n"
-        "thread per core and fighting over them:\n"
-        "  mpirun:           max(1, cores / N), counted on this machine (with a\n"
-        "                    hostfile spanning machines, set OMP_NUM_THREADS yourself)\n"
-        "  in an MPI job:    max(1, cores / OMPI_COMM_WORLD_LOCAL_SIZE)\n"
-        "  srun, srun step:  SLURM_CPUS_PER_TASK when set; otherwise left unset, so\n"
-        "                    OpenMP uses the CPUs Slurm bound the task to\n"
-        "  one rank:         left unset (OpenMP uses every core)\n"
-        "'cores' are the physical cores this process may run on (hardware threads of\n"
-        "one core count once, as Open MPI counts slots); ENGINE_RUN_CORES=K overrides\n"
-        "the count, e.g. in a container whose CPU quota the kernel does not show.\n"
-        "\n"
-        "Preemption: a SIGTERM reaching engine-run is passed to every rank: mpirun\n"
-        "would turn it into a kill a second later, so it goes as SIGURG, which mpirun\n"
-        "forwards and ranks that save on signals (train_cls; ds_preempt_install)\n"
-        "read as SIGTERM: each saves a checkpoint at its next step boundary and exits\n"
-        "143, and so does engine-run. SIGUSR1 and SIGUSR2 go through as they are\n"
-        "(128 + the signal). If the ranks do not save on signals, or are not gone\n"
-        "within the config's zero_engine.preempt_deadline_s + 5 s, mpirun gets the\n"
-        "SIGTERM. A SIGTERM that reaches mpirun itself (a whole job signalled at once)\n"
-        "is Open MPI's: it kills the ranks a second later. With Slurm, ask for an\n"
-        "early signal instead (sbatch --signal=USR1@90 and save_on_signal USR1).\n"
-        "\n"
-        "While the ranks start, after 2 s without all of them, engine-run prints how\n"
-        "many have started and connected (ranks on this host: not with a hostfile).\n"
-        "\n"
-        "When a rank dies: mpirun ends the whole job as soon as one rank exits with a\n"
-        "non-zero status or is killed by a signal (Open MPI's default), and srun gets\n"
-        "--kill-on-bad-exit=1 for the same effect, so no rank is left waiting in a\n"
-        "collective. A rank that is stopped or stuck is caught by the others: their\n"
-        "collectives give up after zero_engine.comm_timeout_s, and a rank whose\n"
-        "collective failed ends the job with MPI_Abort when it exits. The exit status\n"
-        "of engine-run is APP's (in place), srun's, or mpirun's (128 + the signal\n"
-        "that ended it; after a preemption signal a job that fails returns 128 +\n"
-        "that signal).\n"
-        "\n"
-        "Output (mpirun): engine-run removes mpirun's --tag-output tags and prints\n"
-        "each rank's lines whole; a line a rank prints on stderr that another rank\n"
-        "already printed word for word is not repeated (an error every rank hits,\n"
-        "such as a bad config, shows once); mpirun's multi-line banners about a\n"
-        "failed job become one line naming the rank ('engine-run: rank 1 was killed\n"
-        "by signal 9 (SIGKILL); mpirun stopped the other ranks'). --raw-output\n"
-        "leaves out --tag-output and all of this.\n"
-        "\n"
-        "Open MPI's MCA parameters can be given as environment variables\n"
-        "(OMPI_MCA_btl=self,vader,tcp ...); mpirun reads them itself.\n"
-        "\n"
-        "Errors are one line on stderr starting with 'engine-run:'; exit status 2 for\n"
-        "a malformed command line, 1 for a missing file or program.\n"
-        "\n"
-        "Examples:\n"
-        "  engine-run --np 2 --config configs/ds_config.json train_cls --data d.csv\n"
-        "  engine-run --np 8 --hostfile hosts --config c.json ./my_trainer --lr 1e-3\n"
-        "  sbatch -n 16 --wrap 'engine-run --np 16 --config c.json train_cls ...'\n",
-        out);
 }
 
 static void argv_push(argv_buf *a, const char *s) {
@@ -237,53 +143,14 @@ static int parse_count(const char *s) {
     return (int)v;
 }
 
-/* Cores this process may use, to compare --np with and to share out among
- * OpenMP threads. Open MPI gives a host as many slots as it has physical cores
- * (hardware threads of one core are one slot), so we count cores the same way
- * or mpirun would refuse an N we judged to fit. CPUs outside our affinity mask
- * (taskset, cgroup cpusets) are not ours and do not count. */
+/* Cores this process may use (tools/common/cores.h); ENGINE_RUN_CORES
+ * overrides, and a bad value there is a usage error. */
 static int usable_cores(void) {
-    const char *forced = getenv("ENGINE_RUN_CORES");
-    if (forced) {
-        int k = parse_count(forced);
-        if (!k) fail(EXIT_USAGE, "ENGINE_RUN_CORES: expected a positive integer, got '%s'", forced);
-        return k;
-    }
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    int fallback = online > 0 ? (int)online : 1;
-
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) != 0) return fallback;
-    int n_cpus = CPU_COUNT(&set);
-    if (n_cpus < 1) return fallback;
-
-    /* (package, core) pairs seen so far; a core appears once per hw thread. */
-    static long seen[CPU_SETSIZE][2];
-    int n_seen = 0;
-    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-        if (!CPU_ISSET(cpu, &set)) continue;
-        long id[2];
-        const char *leaf[2] = {"physical_package_id", "core_id"};
-        for (int k = 0; k < 2; k++) {
-            char path[128];
-            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/%s", cpu, leaf[k]);
-            FILE *f = fopen(path, "r");
-            /* No topology (some containers, non-Linux /sys): every CPU is a core. */
-            if (!f) return n_cpus;
-            int ok = fscanf(f, "%ld", &id[k]) == 1;
-            fclose(f);
-            if (!ok) return n_cpus;
-        }
-        int dup = 0;
-        for (int i = 0; i < n_seen && !dup; i++) dup = seen[i][0] == id[0] && seen[i][1] == id[1];
-        if (!dup) {
-            seen[n_seen][0] = id[0];
-            seen[n_seen][1] = id[1];
-            n_seen++;
-        }
-    }
-    return n_seen > 0 ? n_seen : n_cpus;
+    int k = er_usable_cores();
+    if (k < 0)
+        fail(EXIT_USAGE, "ENGINE_RUN_CORES: expected a positive integer, got '%s'",
+             getenv("ENGINE_RUN_CORES"));
+    return k;
 }
 
 /* Set OMP_NUM_THREADS=value unless the user already chose a value. */
@@ -438,15 +305,104 @@ static int is_option(const char *arg, const char *name) {
     return strncmp(arg, name, len) == 0 && (arg[len] == '\0' || arg[len] == '=');
 }
 
+/* A whole number in [lo, hi] for option `name`, or a usage error. */
+static int option_int(const char *name, const char *v, int lo, int hi) {
+    char *end = NULL;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || errno || *end || x < lo || x > hi)
+        fail(EXIT_USAGE, "%s: expected a whole number from %d to %d, got '%s'", name, lo, hi, v);
+    return (int)x;
+}
+
+/* The torchrun-style options (and their torchrun spellings with '_'). */
+static bool parse_node_option(int argc, char **argv, int *i, options *o) {
+    static const char *k_names[][2] = {{"--nnodes", "--nnodes"},
+                                       {"--node-rank", "--node_rank"},
+                                       {"--master-addr", "--master_addr"},
+                                       {"--master-port", "--master_port"},
+                                       {"--nproc-per-node", "--nproc_per_node"},
+                                       {"--rdzv-timeout", "--rdzv_timeout"}};
+    int which = -1;
+    const char *spelled = NULL;
+    for (int k = 0; k < 6 && which < 0; k++)
+        for (int s = 0; s < 2 && which < 0; s++)
+            if (is_option(argv[*i], k_names[k][s])) {
+                which = k;
+                spelled = k_names[k][s];
+            }
+    if (which < 0) return false;
+    const char *name = k_names[which][0];
+    const char *v = option_value(argc, argv, i, spelled);
+    switch (which) {
+    case 0: o->nnodes = option_int(name, v, 1, ER_HOOK_FDS); break;
+    case 1: o->node_rank = option_int(name, v, 0, ER_HOOK_FDS); break;
+    case 2:
+        if (!*v) fail(EXIT_USAGE, "--master-addr: empty address");
+        o->master_addr = v;
+        break;
+    case 3: o->master_port = option_int(name, v, 1, 65535); break;
+    case 4: o->nproc_per_node = option_int(name, v, 1, MAX_RANKS); break;
+    default: {
+        char *end = NULL;
+        o->rdzv_timeout = strtod(v, &end);
+        if (!*v || *end || !(o->rdzv_timeout > 0) || o->rdzv_timeout > 1e7)
+            fail(EXIT_USAGE, "--rdzv-timeout: expected seconds > 0, got '%s'", v);
+    }
+    }
+    return true;
+}
+
+/* The torchrun-style options together: defaults from the environment, then
+ * the rules (a node rank in range, an address, no --np beside them). */
+static void check_node_options(options *o) {
+    if (!o->nnodes) {
+        if (o->node_rank >= 0 || o->master_addr || o->master_port || o->nproc_per_node ||
+            o->rdzv_timeout > 0)
+            fail(EXIT_USAGE, "--node-rank, --master-addr, --master-port, --nproc-per-node and "
+                 "--rdzv-timeout go with --nnodes N (one launcher per node)");
+        return;
+    }
+    if (o->np_given)
+        fail(EXIT_USAGE, "--np %d with --nnodes %d: give one (--nnodes N --nproc-per-node K "
+             "starts N * K ranks)", o->np, o->nnodes);
+    if (o->hostfile)
+        fail(EXIT_USAGE, "--hostfile with --nnodes: each node's launcher starts the ranks of its "
+             "own node; drop --hostfile");
+    if (!o->nproc_per_node) o->nproc_per_node = 1;
+    if (o->node_rank < 0 && env_get("NODE_RANK"))
+        o->node_rank = option_int("NODE_RANK", env_get("NODE_RANK"), 0, ER_HOOK_FDS);
+    if (!o->master_addr) o->master_addr = env_get("MASTER_ADDR");
+    if (!o->master_port)
+        o->master_port = env_get("MASTER_PORT")
+                             ? option_int("MASTER_PORT", env_get("MASTER_PORT"), 1, 65535)
+                             : 29500;
+    if (o->nnodes == 1 && o->node_rank < 0) o->node_rank = 0;
+    if (o->node_rank < 0)
+        fail(EXIT_USAGE, "--nnodes %d needs --node-rank R (0..%d), this node's number",
+             o->nnodes, o->nnodes - 1);
+    if (o->node_rank >= o->nnodes)
+        fail(EXIT_USAGE, "--node-rank %d is out of range: --nnodes %d numbers the nodes 0..%d",
+             o->node_rank, o->nnodes, o->nnodes - 1);
+    if (o->nnodes > 1 && !o->master_addr)
+        fail(EXIT_USAGE, "--nnodes %d needs --master-addr A (node 0's host name or address) "
+             "or MASTER_ADDR", o->nnodes);
+    if ((long)o->nnodes * o->nproc_per_node > MAX_RANKS)
+        fail(EXIT_USAGE, "--nnodes %d x --nproc-per-node %d is more than %d ranks", o->nnodes,
+             o->nproc_per_node, MAX_RANKS);
+    o->np = o->nproc_per_node; /* this node's share: what its mpirun starts */
+}
+
 static void parse_args(int argc, char **argv, options *o) {
     memset(o, 0, sizeof *o);
     o->np = 1;
+    o->node_rank = -1;
     o->launcher = L_AUTO;
     int i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
+            er_usage(stdout);
             exit(0);
         } else if (strcmp(a, "--") == 0) {
             i++;
@@ -474,6 +430,8 @@ static void parse_args(int argc, char **argv, options *o) {
         } else if (is_option(a, "--config")) {
             o->config = option_value(argc, argv, &i, "--config");
             if (!*o->config) fail(EXIT_USAGE, "--config: empty file name");
+        } else if (parse_node_option(argc, argv, &i, o)) {
+            continue;
         } else if (a[0] == '-' && a[1] != '\0') {
             fail(EXIT_USAGE, "unknown option '%s' (options go before APP; see engine-run --help)", a);
         } else {
@@ -492,6 +450,7 @@ static void parse_args(int argc, char **argv, options *o) {
     if (!o->config) fail(EXIT_USAGE, "--config FILE is required (before APP)");
     if (config_in_args)
         fail(EXIT_USAGE, "--config given twice: before APP and among APP's arguments; keep the first");
+    check_node_options(o);
 }
 
 /* Where this process sits: already a rank of some launcher, or not. The
@@ -515,6 +474,16 @@ static int inside_srun(const launch_env *e) { return e->ranks.source == DS_RANKS
 typedef enum plan_kind { P_IN_PLACE, P_MPIRUN, P_SRUN } plan_kind;
 
 static plan_kind choose(const options *o, const launch_env *e) {
+    if (o->nnodes && (inside_mpi(e) || inside_srun(e)))
+        fail(EXIT_USAGE, "--nnodes inside a job %s already started (%s=%d): this process is one "
+             "of its ranks; start engine-run --nnodes on each node instead",
+             inside_srun(e) ? "srun" : "mpirun", e->ranks.world_var, e->ranks.world);
+    if (o->nnodes > 1) {
+        if (o->launcher == L_SRUN || o->launcher == L_NONE)
+            fail(EXIT_USAGE, "--launcher %s with --nnodes: each node starts its ranks with "
+                 "mpirun", launcher_name(o->launcher));
+        return P_MPIRUN; /* also for one rank: its mpirun joins the others' */
+    }
     if (inside_mpi(e) || inside_srun(e)) {
         const char *var = e->ranks.world_var;
         const char *who = inside_srun(e)                 ? "srun"
@@ -542,28 +511,6 @@ static plan_kind choose(const options *o, const launch_env *e) {
     }
     if (o->np == 1) return P_IN_PLACE;
     return e->in_slurm_alloc ? P_SRUN : P_MPIRUN;
-}
-
-/* Slots a hostfile gives ("host slots=N" lines summed), or 0 when a line
- * names none (Open MPI then counts the host's cores, which we cannot see). */
-static int hostfile_slots(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[1024];
-    long total = 0;
-    bool unknown = false;
-    while (fgets(line, sizeof line, f)) {
-        char *hash = strchr(line, '#');
-        if (hash) *hash = '\0';
-        char host[512];
-        if (sscanf(line, "%511s", host) != 1) continue; /* blank or comment */
-        const char *s = strstr(line, "slots=");
-        long n = s ? strtol(s + 6, NULL, 10) : 0;
-        if (n <= 0) unknown = true;
-        total += n;
-    }
-    fclose(f);
-    return unknown || total > MAX_RANKS ? 0 : (int)total;
 }
 
 /* More ranks than cores: one warning with both numbers; more than
@@ -691,15 +638,37 @@ int main(int argc, char **argv) {
     char launcher_path[PATH_MAX];
     ds_config cfg;
     read_config(config_abs, &cfg);
+    /* one node of several: its ranks learn where they sit in the job */
+    if (o.nnodes > 1) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", o.node_rank);
+        if (setenv("DS_JOIN_NODE_RANK", num, 1) != 0) fail(EXIT_RUNTIME, "setenv: %s", strerror(errno));
+        note_env("DS_JOIN_NODE_RANK", num);
+        snprintf(num, sizeof num, "%d", o.nnodes);
+        if (setenv("DS_JOIN_NNODES", num, 1) != 0) fail(EXIT_RUNTIME, "setenv: %s", strerror(errno));
+        note_env("DS_JOIN_NNODES", num);
+    }
+    er_nodes *nodes = NULL;
+    char uri[DS_RDZV_LINE] = "URI-FROM-NODE-0";
     if (plan == P_MPIRUN) {
         if (!find_on_path("mpirun", launcher_path, sizeof launcher_path))
             fail(EXIT_RUNTIME,
                  "mpirun not found on PATH, needed to start %d ranks; install Open MPI "
                  "(Debian package openmpi-bin) or use --np 1",
                  o.np);
+        /* everything this node can check is checked: meet the other nodes */
+        if (o.nnodes > 1 && !o.dry_run) {
+            er_nodes_opts no = {
+                .nnodes = o.nnodes, .node_rank = o.node_rank, .nproc = o.nproc_per_node,
+                .master_addr = o.master_addr, .master_port = o.master_port,
+                .timeout_s = o.rdzv_timeout > 0 ? o.rdzv_timeout : cfg.comm_timeout_s,
+                .preempt_grace_s = cfg.preempt_deadline_s + 5.0};
+            nodes = er_nodes_meet(&no, uri, sizeof uri);
+            if (!nodes) return EXIT_RUNTIME;
+        }
         int cores = usable_cores();
         default_omp_threads(cores / o.np);
-        bool over = o.hostfile ? check_oversubscription(&o, hostfile_slots(hostfile_abs),
+        bool over = o.hostfile ? check_oversubscription(&o, er_hostfile_slots(hostfile_abs, MAX_RANKS),
                                                         "the hostfile's", "slots")
                                : check_oversubscription(&o, cores, "this machine's", "cores");
         /* the ranks read a relayed SIGURG as the SIGTERM engine-run got */
@@ -726,6 +695,10 @@ int main(int argc, char **argv) {
         if (!o.raw_output) argv_push(&cmd, "--tag-output");
         push_signal_mca(&cmd, &cfg);
         push_forwarded_env(&cmd);
+        if (o.nnodes > 1) { /* where the nodes' jobs find each other */
+            argv_push(&cmd, "--ompi-server");
+            argv_push(&cmd, uri);
+        }
     } else if (plan == P_SRUN) {
         if (!find_on_path("srun", launcher_path, sizeof launcher_path))
             fail(EXIT_RUNTIME,
@@ -744,6 +717,9 @@ int main(int argc, char **argv) {
     } else if (inside_srun(&e)) {
         const char *cpt = env_get("SLURM_CPUS_PER_TASK");
         if (cpt && parse_count(cpt)) default_omp_threads(parse_count(cpt));
+    } else if (e.ranks.source == DS_RANKS_ENV && e.ranks.local_world > 1) {
+        /* started by an outside agent, one rank a process: share the node */
+        default_omp_threads(usable_cores() / e.ranks.local_world);
     }
     push_app(&cmd, app_abs, config_abs, &o);
 
@@ -753,19 +729,33 @@ int main(int argc, char **argv) {
         return fflush(stdout) == 0 ? 0 : EXIT_RUNTIME;
     }
     if (plan != P_IN_PLACE) {
-        fputs("engine-run: ", stderr);
-        print_command(stderr, &cmd);
+        /* one write: the launchers of other nodes may share this terminal */
+        char *line = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&line, &len);
+        if (mem) {
+            fputs("engine-run: ", mem);
+            print_command(mem, &cmd);
+            fclose(mem);
+            fputs(line, stderr);
+            free(line);
+        }
     }
     if (plan == P_MPIRUN) {
         if (cfg.save_on_signal == SIGINT || cfg.save_on_signal == SIGHUP)
             fprintf(stderr, "engine-run: warning: mpirun does not pass %s on to the ranks: "
                     "zero_engine.save_on_signal %s works when sent to the ranks themselves\n",
                     ds_signal_name(cfg.save_on_signal), ds_signal_name(cfg.save_on_signal));
+        er_supervise_hook hook = nodes ? er_nodes_hook(nodes) : (er_supervise_hook){0};
         er_supervise_opts so = {.np = o.np, .count_joins = o.hostfile == NULL,
                                 .deadline_s = cfg.preempt_deadline_s,
-                                .relay_output = !o.raw_output};
+                                .relay_output = !o.raw_output,
+                                .rank_offset = o.nnodes > 1 ? o.node_rank * o.np : 0,
+                                .hook = nodes ? &hook : NULL};
         int rc = er_supervise(cmd.v, &so);
         argv_free(&cmd);
+        if (nodes) rc = er_nodes_finish(nodes, rc);
+        er_nodes_close(nodes);
         return rc;
     }
     fflush(stdout);

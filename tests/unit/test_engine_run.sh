@@ -23,7 +23,8 @@ bindir=$(dirname "$er")
 # environment running ctest may hold (an MPI job, a Slurm allocation, knobs).
 unset OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_LOCAL_SIZE PMI_SIZE PMI_RANK \
   SLURM_JOB_ID SLURM_PROCID SLURM_NTASKS SLURM_STEP_ID SLURM_STEP_NUM_TASKS SLURM_CPUS_PER_TASK \
-  OMP_NUM_THREADS OPENBLAS_NUM_THREADS LD_LIBRARY_PATH ENGINE_RUN_CORES
+  OMP_NUM_THREADS OPENBLAS_NUM_THREADS LD_LIBRARY_PATH ENGINE_RUN_CORES \
+  RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT NODE_RANK
 for v in $(env | sed -n 's/^\(DS_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
 
 echo '{"train_micro_batch_size_per_gpu": 1}' >cfg.json
@@ -106,7 +107,9 @@ help)
   for word in "--np N" "--hostfile F" "--launcher" "auto" "mpirun" "srun" "none" "--dry-run" \
     "--config FILE" "APP" "OMP_NUM_THREADS" "--oversubscribe" "--allow-run-as-root" \
     "--bind-to none" "--kill-on-bad-exit=1" "OMPI_COMM_WORLD_" "PMI_RANK" "SLURM_PROCID" "SLURM_JOB_ID" \
-    "ENGINE_RUN_CORES" "exit status"; do
+    "ENGINE_RUN_CORES" "exit status" "--nnodes N" "--node-rank R" "--master-addr A" \
+    "--master-port P" "--nproc-per-node K" "--rdzv-timeout S" "ompi-server" "MASTER_ADDR" \
+    "RANK, WORLD_SIZE"; do
     grep -qF -- "$word" out.txt || fail "--help does not mention '$word'"
   done
   er_run -h
@@ -424,6 +427,47 @@ rank_dies)
     case "$args" in *"$app --config $cfg"*) left="$left [$args]" ;; esac
   done
   [ -z "$left" ] || fail "ranks still running after engine-run returned:$left"
+  ;;
+
+dry_nodes)
+  # One launcher per node (torchrun-style): the node's mpirun, its place in
+  # the job (DS_JOIN_*, forwarded) and the ompi-server node 0 hands out
+  # (a placeholder in a dry run, which meets no other node).
+  need_mpirun
+  join="DS_JOIN_NODE_RANK=1 DS_JOIN_NNODES=2"
+  tail="$sigs -x OMP_NUM_THREADS -x DS_JOIN_NODE_RANK -x DS_JOIN_NNODES -x DS_PREEMPT_RELAY --ompi-server URI-FROM-NODE-0 $app --config $cfg a"
+  E="ENGINE_RUN_CORES=2"
+  expect_out "$join OMP_NUM_THREADS=2 $relay $mpirun -np 1$root --bind-to none $tail" \
+    --nnodes 2 --node-rank 1 --master-addr node0 --dry-run --config cfg.json "$app" a
+  E="ENGINE_RUN_CORES=2"
+  expect_out "$join OMP_NUM_THREADS=1 $relay $mpirun -np 2$root --bind-to none $tail" \
+    --nnodes=2 --node_rank=1 --master_addr=node0 --nproc_per_node=2 --dry-run --config cfg.json "$app" a
+  # MASTER_ADDR, MASTER_PORT and NODE_RANK stand in for the flags
+  E="ENGINE_RUN_CORES=2 MASTER_ADDR=node0 MASTER_PORT=1234 NODE_RANK=1"
+  expect_out "$join OMP_NUM_THREADS=2 $relay $mpirun -np 1$root --bind-to none $tail" \
+    --nnodes 2 --dry-run --config cfg.json "$app" a
+  # one node: --np K, nothing to join
+  E="ENGINE_RUN_CORES=2"
+  expect_out "OMP_NUM_THREADS=1 $relay $mpirun -np 2$root --bind-to none $sigs -x OMP_NUM_THREADS -x DS_PREEMPT_RELAY $app --config $cfg" \
+    --nnodes 1 --nproc-per-node 2 --dry-run --config cfg.json "$app"
+  expect_error 2 "--node-rank 2 is out of range: --nnodes 2 numbers the nodes 0..1" \
+    --nnodes 2 --node-rank 2 --master-addr node0 --config cfg.json "$app"
+  expect_error 2 "--nnodes 2 needs --node-rank R (0..1)" --nnodes 2 --master-addr n --config cfg.json "$app"
+  expect_error 2 "--nnodes 2 needs --master-addr A" --nnodes 2 --node-rank 0 --config cfg.json "$app"
+  expect_error 2 "--np 2 with --nnodes 2: give one" \
+    --np 2 --nnodes 2 --node-rank 0 --master-addr n --config cfg.json "$app"
+  expect_error 2 "go with --nnodes N" --node-rank 1 --config cfg.json "$app"
+  expect_error 2 "--hostfile with --nnodes" \
+    --nnodes 2 --node-rank 0 --master-addr n --hostfile cfg.json --config cfg.json "$app"
+  expect_error 2 "--master-port: expected a whole number from 1 to 65535, got '0'" \
+    --nnodes 2 --node-rank 0 --master-addr n --master-port 0 --config cfg.json "$app"
+  expect_error 2 "--rdzv-timeout: expected seconds > 0, got '-1'" \
+    --nnodes 2 --node-rank 0 --master-addr n --rdzv-timeout -1 --config cfg.json "$app"
+  expect_error 2 "--launcher srun with --nnodes" \
+    --nnodes 2 --node-rank 0 --master-addr n --launcher srun --config cfg.json "$app"
+  E="OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2"
+  expect_error 2 "--nnodes inside a job mpirun already started (OMPI_COMM_WORLD_SIZE=2)" \
+    --nnodes 2 --node-rank 0 --master-addr n --config cfg.json "$app"
   ;;
 
 *)

@@ -61,6 +61,7 @@ struct er_relay {
     size_t banner_len;
     bool in_banner, banner_overflow;
     bool named; /* a banner named the rank that ended the job */
+    int rank_offset; /* added to the ranks mpirun's banners name (its own numbering) */
     double now;
 };
 
@@ -230,7 +231,8 @@ static bool condense(er_relay *r, const char *b) {
         char pidtext[32] = "";
         if (pid > 0) snprintf(pidtext, sizeof pidtext, ", pid %ld", pid);
         say(r, "engine-run: rank %d (on %s%s) was killed by signal %d%s%s%s; mpirun stopped "
-            "the other ranks\n", rank, node, pidtext, sig, name ? " (" : "", name ? name : "",
+            "the other ranks\n", rank + r->rank_offset, node, pidtext, sig, name ? " (" : "",
+            name ? name : "",
             name ? ")" : "");
         r->named = true;
         return true;
@@ -243,7 +245,7 @@ static bool condense(er_relay *r, const char *b) {
         if (name && ec && sscanf(name, "Process name: [[%d,%*d],%d]", &job, &rank) == 2 &&
             sscanf(ec, "Exit code: %d", &code) == 1) {
             say(r, "engine-run: rank %d exited with status %d; mpirun stopped the other ranks\n",
-                rank, code);
+                rank + r->rank_offset, code);
             r->named = true;
             return true;
         }
@@ -252,7 +254,7 @@ static bool condense(er_relay *r, const char *b) {
         sscanf(p, "mpirun has exited due to process rank %d with PID %ld on node %255s", &rank,
                &pid, node) == 3) {
         say(r, "engine-run: rank %d (on %s) exited without finishing MPI (no MPI_Finalize); "
-            "mpirun stopped the other ranks\n", rank, node);
+            "mpirun stopped the other ranks\n", rank + r->rank_offset, node);
         r->named = true;
         return true;
     }
@@ -304,6 +306,8 @@ static void banner_line(er_relay *r, const char *line, size_t n) {
 }
 
 int er_relay_named_rank(const er_relay *r) { return r->named; }
+
+void er_relay_set_rank_offset(er_relay *r, int offset) { r->rank_offset = offset; }
 
 /* ---- lines by source ---- */
 

@@ -42,5 +42,10 @@ void er_relay_destroy(er_relay *r);
 /* Whether a banner of mpirun's named the rank that ended the job (and the
  * relay printed that line). */
 int er_relay_named_rank(const er_relay *r);
+/* One node of a job started in parts (engine-run --nnodes): mpirun numbers
+ * its ranks from 0, and this is added where its banners name one, so the
+ * lines name the job's ranks. MPI_Abort's banner already names the rank in
+ * the job's communicator and is left as it is. */
+void er_relay_set_rank_offset(er_relay *r, int offset);
 
 #endif /* DS_TOOLS_OUTPUT_RELAY_H */

@@ -163,6 +163,7 @@ int er_supervise(char **argv, const er_supervise_opts *o) {
     int fds[2][2];
     er_relay *relay = NULL;
     if (o->relay_output && open_pipes(fds)) relay = er_relay_create(o->np, 1, 2);
+    if (relay) er_relay_set_rank_offset(relay, o->rank_offset);
     if (!relay && o->relay_output)
         for (int k = 0; k < 2; k++) {
             close_fd(&fds[k][0]);
@@ -184,13 +185,16 @@ int er_supervise(char **argv, const er_supervise_opts *o) {
     double t0 = now_s(), last_print = 0, relayed_at = -1, over_at = -1;
     int torn_down = 0;
     int seen[N_HANDLED] = {0}, stop_sig = 0, printed_s = -1, printed_c = -1, status = 0;
+    int hook_code = -1; /* the hook ended the job: engine-run's exit status */
     bool progress = false, escalated = false;
     for (;;) {
-        struct pollfd p[3 + ER_WATCH_MAX] = {{.fd = counting ? j.rfd : -1, .events = POLLIN},
-                                             {.fd = relay ? fds[0][0] : -1, .events = POLLIN},
-                                             {.fd = relay ? fds[1][0] : -1, .events = POLLIN}};
+        struct pollfd p[3 + ER_WATCH_MAX + ER_HOOK_FDS] = {
+            {.fd = counting ? j.rfd : -1, .events = POLLIN},
+            {.fd = relay ? fds[0][0] : -1, .events = POLLIN},
+            {.fd = relay ? fds[1][0] : -1, .events = POLLIN}};
         er_ranks_scan(ranks);
         int np = 3 + er_ranks_fds(ranks, p + 3, ER_WATCH_MAX);
+        if (o->hook) np += o->hook->fds(o->hook->arg, p + np, ER_HOOK_FDS);
         poll(p, (nfds_t)np, 100);
         er_ranks_check(ranks);
         joins_read(&j);
@@ -237,6 +241,11 @@ int er_supervise(char **argv, const er_supervise_opts *o) {
                 kill(pid, sig);
             }
         }
+        /* the other nodes say this node's ranks must go */
+        if (o->hook && hook_code < 0 && (hook_code = o->hook->tick(o->hook->arg)) >= 0) {
+            kill(pid, SIGTERM);
+            if (over_at < 0) over_at = t; /* then SIGKILL, as after a rank's end */
+        }
         /* a relay the ranks did not act on in time: end the job */
         if (relayed_at >= 0 && !escalated && t - relayed_at > o->deadline_s + 5.0) {
             fprintf(stderr, "engine-run: the ranks did not exit within %.0f s of the relayed "
@@ -253,7 +262,7 @@ int er_supervise(char **argv, const er_supervise_opts *o) {
         if (over_at < 0 && ((relay && er_relay_named_rank(relay)) || (st1 > 0 && !stop_sig)))
             over_at = t;
         if (over_at >= 0 && t - over_at > ER_TEARDOWN_S && torn_down < 2) {
-            if (!torn_down)
+            if (!torn_down && hook_code < 0)
                 fprintf(stderr, "engine-run: mpirun did not end the job within %.0f s of a "
                         "rank's end: ending it\n", ER_TEARDOWN_S);
             er_ranks_kill(ranks, SIGKILL);
@@ -290,7 +299,9 @@ int er_supervise(char **argv, const er_supervise_opts *o) {
      * ended first and how mpirun reports it (128 + a signal that killed it,
      * else the rank's exit status); not after a preemption, whose ending is
      * the plan */
-    if (relay && code != 0 && !stop_sig && first >= 0 && !er_relay_named_rank(relay)) {
+    first += first >= 0 ? o->rank_offset : 0;
+    if (relay && code != 0 && !stop_sig && hook_code < 0 && first >= 0 &&
+        !er_relay_named_rank(relay)) {
         const char *abbrev = code > 128 && code - 128 < NSIG ? sigabbrev_np(code - 128) : NULL;
         if (abbrev)
             fprintf(stderr, "engine-run: rank %d was killed by signal %d (SIG%s); mpirun stopped "
@@ -307,5 +318,7 @@ int er_supervise(char **argv, const er_supervise_opts *o) {
     joins_close(&j);
     /* told to stop: a job that stopped says which signal stopped it */
     if (stop_sig && code != 0) code = 128 + stop_sig;
+    /* stopped for another node: that node's status (the hook said why) */
+    if (hook_code >= 0) code = hook_code;
     return code;
 }

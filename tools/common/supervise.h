@@ -27,17 +27,37 @@
 #ifndef DS_TOOLS_SUPERVISE_H
 #define DS_TOOLS_SUPERVISE_H
 
+#include <poll.h>
 #include <stdbool.h>
 
 /* The signal a SIGTERM is relayed as, and the value of DS_PREEMPT_RELAY that
  * tells the ranks ("23:15" on Linux). */
 #define ER_RELAY_SIGNAL SIGURG
 
+/* The most descriptors a hook may add to the poll (a connection per node). */
+#define ER_HOOK_FDS 1024
+
+/* Something else to watch while the job runs: the other nodes of a job
+ * started in parts (tools/common/nodes.h). */
+typedef struct er_supervise_hook {
+    void *arg;
+    /* The descriptors to poll beside the job's (at most cap); returns how
+     * many it wrote. */
+    int (*fds)(void *arg, struct pollfd *out, int cap);
+    /* Called after every poll (about every 100 ms): -1 to carry on, or an
+     * exit status to end the job with now (mpirun gets SIGTERM and, after
+     * ER_TEARDOWN_S, it and the ranks SIGKILL; the hook printed why). */
+    int (*tick)(void *arg);
+} er_supervise_hook;
+
 typedef struct er_supervise_opts {
     int np;
     bool count_joins;  /* every rank runs on this host (no hostfile) */
     double deadline_s; /* zero_engine.preempt_deadline_s */
     bool relay_output; /* mpirun's stdout and stderr through output_relay.h */
+    int rank_offset;   /* the job's rank of mpirun's rank 0 (engine-run --nnodes), for
+                          lines that name a rank */
+    const er_supervise_hook *hook; /* NULL: none */
 } er_supervise_opts;
 
 /* Run argv (argv[0] an absolute path) as a child, supervise it as above and
