@@ -100,7 +100,7 @@ print("{tokens_per_s:.1f} tokens/s, steps {step_s} s, {gflops:.0f} GFLOP/s, idle
 
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-    echo "commit: $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "repository HEAD: $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown) (the programs: $build)"
     echo "cpu: $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), $ncpu cpus"
     echo "flags: $(grep -m1 -o -w -E 'avx512f|avx2|fma|avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
     echo "mem: $(awk '/MemTotal/{printf "%.1f GiB", $2/1048576}' /proc/meminfo)"

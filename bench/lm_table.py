@@ -15,6 +15,7 @@ processes took during the run, in cores (0 on an idle machine, up to 2).
 import json, os, statistics, sys
 
 MiB = 1048576.0
+QUIET = 0.10  # cores other processes may take for a run to count as undisturbed
 
 LABELS = [
     ("zs0_1x2", "zero-engine, 1 rank x 2 threads, stage 0"),
@@ -56,13 +57,42 @@ def main():
     env = open(os.path.join(out, "env.txt")).read().strip()
     print("Conditions (bench/lm_speed.sh's env.txt):\n")
     print("```\n" + env + "\n```\n")
-    any_r = runs[0]
+    any_r = next((r for r in runs if r["side"] == "engine"), runs[0])
     print(f"Model: GPT-2, {any_r['layers']} layers x {any_r['hidden']}, {any_r['heads']} heads, "
           f"vocab {any_r['vocab']}, Psi = {any_r['psi']:,} parameters; sequence {any_r['seq']}, "
           f"global batch {any_r['batch']} = {any_r['batch'] * any_r['seq']} tokens per step; "
           f"{any_r['steps']} timed steps after {any_r['warmup']} warm-up per run; "
           f"{len({r['rep'] for r in runs})} repetitions. Matmul FLOP per step "
           f"{any_r.get('flop_per_step', 0) / 1e9:.1f} G (bench_lm.c: flops_per_step).\n")
+
+    quiet = {lab: {k: r for k, r in reps.items() if r["others_cores"] < QUIET}
+             for lab, reps in by.items()}
+    print(f"Undisturbed runs only (other processes took < {QUIET:.2f} cores while it ran): "
+          f"median over those runs, and the ratio of the medians against the faster PyTorch "
+          f"attention of the same layout:\n")
+    print("| run | undisturbed runs | tokens/s, median [range] | vs PyTorch |")
+    print("| --- | ---: | ---: | ---: |")
+    pt_best = {}
+    for layout in ("1x2", "2x1"):
+        cands = [med([r["tokens_per_s"] for r in quiet.get(f"pt_{layout}_{att}", {}).values()])
+                 for att in ("eager", "sdpa")]
+        cands = [c for c in cands if c == c]
+        pt_best[layout] = max(cands) if cands else float("nan")
+    for lab, name in LABELS:
+        q = quiet.get(lab, {})
+        if lab not in by:
+            continue
+        tps = [r["tokens_per_s"] for r in q.values()]
+        if not tps:
+            print(f"| {name} | 0 | - | - |")
+            continue
+        ratio = ""
+        if lab.startswith("zs"):
+            b = pt_best["1x2" if "1x2" in lab else "2x1"]
+            ratio = f"{med(tps) / b:.2f}x" if b == b else ""
+        print(f"| {name} | {len(tps)} | {med(tps):.1f} [{min(tps):.1f}-{max(tps):.1f}] | "
+              f"{ratio} |")
+    print("\nAll runs:\n")
 
     print("| run | tokens/s, median of reps [range] | step s | GFLOP/s | vs PyTorch (same layout, "
           "faster attention, paired by rep) | others (cores) per rep |")
