@@ -25,4 +25,13 @@ cmake --build "$build" -j "$(nproc)"
 export ASAN_OPTIONS="fast_unwind_on_malloc=0:detect_leaks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizer/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
-exec ctest --test-dir "$build" -L 'unit|multirank' --output-on-failure -j "${CTEST_JOBS:-2}"
+# A test that fails is run once more, and its first failure stays in the
+# log (--output-on-failure): in one full run on the loaded 2-core machine
+# LeakSanitizer's own tracer crashed at exit ("Tracer caught signal 11",
+# "LeakSanitizer has encountered a fatal error") in four launcher_nodes_*
+# tests in a row, in a plain engine-run --np 2 train_cls that exits 0, and
+# the same binaries passed those tests in 3 later runs (alone, at -j2 and
+# beside two busy loops). A crash of the sanitizer is not a finding about
+# the program; a real leak or error fails both runs.
+exec ctest --test-dir "$build" -L 'unit|multirank' --output-on-failure -j "${CTEST_JOBS:-2}" \
+  --repeat until-pass:2
