@@ -178,21 +178,5 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 cat "$section"
 [ -n "$write_results" ] || exit 0
 results=$src/bench/RESULTS.md
-python3 - "$results" "$section" "$section_title" <<'EOF'
-import os, sys
-path, section = sys.argv[1], open(sys.argv[2]).read().rstrip("\n") + "\n"
-head = "## " + sys.argv[3]
-text = open(path).read() if os.path.exists(path) else "# Benchmark results\n"
-lines = text.split("\n")
-start = next((i for i, l in enumerate(lines) if l.strip() == head), None)
-if start is None:
-    text = text.rstrip("\n") + "\n\n" + section
-else:
-    end = next((j for j in range(start + 1, len(lines)) if lines[j].startswith("## ")), len(lines))
-    rest = "\n".join(lines[end:])
-    text = "\n".join(lines[:start]) + ("\n" if start else "") + section + ("\n" + rest if rest else "")
-tmp = path + ".tmp"
-open(tmp, "w").write(text)
-os.replace(tmp, path)
-EOF
+python3 "$src/bench/results_section.py" "$results" "$section" "$section_title"
 echo "lm_quality.sh: wrote the section into $results"

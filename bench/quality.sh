@@ -257,21 +257,5 @@ fi
 # Replace our section (from its heading to the next "## " heading) or append
 # it; every other section stays byte for byte.
 results=$src/bench/RESULTS.md
-python3 - "$results" "$section" "$section_title" <<'EOF'
-import os, sys
-path, section = sys.argv[1], open(sys.argv[2]).read().rstrip("\n") + "\n"
-head = "## " + sys.argv[3]
-text = open(path).read() if os.path.exists(path) else "# Benchmark results\n"
-lines = text.split("\n")
-start = next((i for i, l in enumerate(lines) if l.strip() == head), None)
-if start is None:
-    text = text.rstrip("\n") + "\n\n" + section
-else:
-    end = next((j for j in range(start + 1, len(lines)) if lines[j].startswith("## ")), len(lines))
-    rest = "\n".join(lines[end:])
-    text = "\n".join(lines[:start]) + ("\n" if start else "") + section + ("\n" + rest if rest else "")
-tmp = path + ".tmp"
-open(tmp, "w").write(text)
-os.replace(tmp, path)
-EOF
+python3 "$src/bench/results_section.py" "$results" "$section" "$section_title"
 echo "quality.sh: wrote the section into $results"

@@ -42,17 +42,6 @@ start() {
     --max-steps "$1" --metrics "$work/m.jsonl" </dev/null >out.log 2>err.log &
   pid=$!
 }
-# the pid of rank R of the job engine-run $1 started (a child of its mpirun)
-rank_pid() {
-  local m p
-  for m in $(pgrep -P "$1"); do
-    for p in $(pgrep -P "$m"); do
-      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" &&
-        { echo "$p"; return; }
-    done
-  done
-}
-now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 steps() { grep -c "^{\"step\"" m.jsonl 2>/dev/null; }
 # wait for the job, at most LIMIT s (then kill it, a hang); sets rc

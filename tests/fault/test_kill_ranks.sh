@@ -43,17 +43,6 @@ run() {
     --max-steps "$2" --save-steps 3 --ckpt-dir ck --resume </dev/null >"$1" 2>&1 &
   pid=$!
 }
-# the pid of rank R of the job engine-run $1 started (a child of its mpirun)
-rank_pid() {
-  local m p
-  for m in $(pgrep -P "$1"); do
-    for p in $(pgrep -P "$m"); do
-      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" &&
-        { echo "$p"; return; }
-    done
-  done
-}
-now() { date +%s.%N; }
 latest_step() { head -n1 ck/latest 2>/dev/null | sed -n 's/^global_step\([0-9]*\)$/\1/p'; }
 
 at_start=0 in_save=0 in_train=0 worst=0 resumed=0

@@ -71,7 +71,6 @@ port=$((20000 + $$ % 10000))
 train=(train_cls --data "$work/data.csv" --model bert --layers 2 --hidden 64 --heads 2
   --intermediate 128 --max-seq-len 64 --dropout 0 --seed 3)
 
-now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 losses() { sed -n 's/^{"step": \([0-9]*\),.*"loss": \([^,]*\),.*/\1 \2/p' "$1"; }
 

@@ -45,19 +45,6 @@ run() {
   pid=$!
 }
 losses() { sed -n 's/^{"step": \([0-9]*\), .*"loss": \([0-9.]*\),.*/\1 \2/p' "$1"; }
-# the pid of rank R of the job engine-run $1 started (a child of its mpirun):
-# the children of engine-run's children, a few pgrep calls, not a scan of
-# /proc (which took 0.3 s here, a third of the run, and let signals miss it)
-rank_pid() {
-  local m p
-  for m in $(pgrep -P "$1"); do
-    for p in $(pgrep -P "$m"); do
-      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" &&
-        { echo "$p"; return; }
-    done
-  done
-}
-now() { date +%s.%N; }
 
 mkdir -p straight
 run straight
