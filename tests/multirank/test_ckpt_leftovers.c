@@ -74,15 +74,23 @@ static void check_clean(engine_t *e) {
         snprintf(p, sizeof p, "%s/notes.tmp", ckpt); /* not a save's: stays */
         touch(p);
     }
-    /* rank 0 prints what it removes: catch its stderr in a file */
+    /* rank 0 prints what it removes: catch its stderr in a file. Only rank
+     * 0 opens it: another rank's O_TRUNC, arriving after rank 0 printed,
+     * emptied it (seen once in a full run under load) */
     snprintf(log, sizeof log, "%s/clean.log", out);
-    int saved = dup(2), fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (ds_rank(e) == 0) dup2(fd, 2);
+    int saved = -1, fd = -1;
+    if (ds_rank(e) == 0) {
+        saved = dup(2);
+        fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 2);
+    }
     ds_status st = ds_checkpoint_clean(e, ckpt);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(fd);
-    close(saved);
+    if (ds_rank(e) == 0) {
+        fflush(stderr);
+        dup2(saved, 2);
+        close(fd);
+        close(saved);
+    }
     CHECK(st == DS_OK, "ds_checkpoint_clean: %s", ds_last_error());
     if (ds_rank(e) != 0) return;
     FILE *f = fopen(log, "r");
