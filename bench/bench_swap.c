@@ -97,7 +97,7 @@ static int run_io(const char *dir, int64_t mib, int64_t sg_mib, int threads, int
     return 0;
 }
 
-static double train_median(const char *dir, const char *offload, int steps) {
+static double train_median(const char *offload, int steps) {
     ds_mlp_desc md = {.vocab_size = 8192, .max_seq_len = 16, .embed_dim = 1024,
                       .hidden_dim = 4096, .n_hidden = 5, .n_classes = 4};
     ds_model *model;
@@ -120,7 +120,6 @@ static double train_median(const char *dir, const char *offload, int steps) {
              "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
              "{\"lr\": 1e-4}}, \"steps_per_print\": 1000, \"zero_optimization\": {\"stage\": 1%s}}",
              offload);
-    (void)dir;
     ds_init_desc d;
     ds_init_desc_defaults(&d);
     d.config_json = cfg;
@@ -163,7 +162,7 @@ static int run_train(const char *dir, int steps) {
     printf("MLP 80.7 M parameters, stage 1, 1 rank, fp32 AdamW, batch 8 x 16 tokens; median of "
            "%d steps\n", steps);
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++)
-        printf("  %-42s %7.3f s/step\n", runs[i].name, train_median(dir, runs[i].off, steps));
+        printf("  %-42s %7.3f s/step\n", runs[i].name, train_median(runs[i].off, steps));
     return 0;
 }
 
