@@ -61,10 +61,23 @@ endforeach()
 # range or given twice, a node whose rank dies, and two network namespaces
 # (tools/twohost.sh; skipped, 77, where they cannot be made). Each launcher
 # ends within its timeout with one line, nothing left running. 2-12 s each.
-foreach(c np1x2 np2x2 env never bad_addr port_busy rank_range duplicate node_dies two_hosts)
+foreach(c np1x2 np2x2 env never bad_addr port_busy rank_range duplicate node_dies node_pipe
+          two_hosts)
   add_test(NAME launcher_nodes_${c}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/fault/test_nodes.sh ${CMAKE_BINARY_DIR}/bin
                    ${_ds_launch_work}/nodes_${c} ${CMAKE_SOURCE_DIR}/tools/twohost.sh ${c})
   set_tests_properties(launcher_nodes_${c} PROPERTIES LABELS "multirank;fault" TIMEOUT 90
                        PROCESSORS 2 SKIP_RETURN_CODE 77)
+  # Under the sanitizers (tools/test_sanitize.sh) these run with AddressSanitizer and
+  # UndefinedBehaviorSanitizer but without LeakSanitizer: on the CI host its tracer crashed
+  # at every rank's exit in np1x2, np2x2, env and two_hosts, twice each ("Tracer caught
+  # signal 11" in __lsan::ScanRangeForPointers, address 0x3bc8, in a plain engine-run --np
+  # 2 run that trained and ended well), and once in four here; never reproduced alone. That
+  # is the leak checker failing, not a finding. The ranks' code is the same as in the
+  # launcher_* and multirank tests, which keep the leak check; what only these reach (the
+  # join, engine/comm/join.c) keeps ASan's checks of every access.
+  if(DS_SANITIZE)
+    set_tests_properties(launcher_nodes_${c} PROPERTIES
+                         ENVIRONMENT_MODIFICATION "ASAN_OPTIONS=string_append::detect_leaks=0")
+  endif()
 endforeach()

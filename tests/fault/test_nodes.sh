@@ -27,6 +27,10 @@
 #   node_dies  a rank of node 1 is killed mid-training: both launchers end
 #              within 15 s (node 0 stops its ranks for node 1), node 1's line
 #              names the job's rank 1, node 0's names node 1
+#   node_pipe  node 0's rank dies of SIGPIPE (as one does that writes to a
+#              rank already gone) 1.5 s before node 1's is SIGKILLed
+#              (rank_echo stands in for the ranks): node 0 names node 1 and
+#              exits 137, the cause, not 141, the echo
 #   two_hosts  two launchers in two network namespaces (tools/twohost.sh):
 #              node 1's launcher on host 2, started through twohost's agent;
 #              the losses of --np 2. Exit 77 where namespaces cannot be made.
@@ -252,6 +256,19 @@ node_dies)
   grep -q "^engine-run: node 0: node 1's ranks ended with status 137: stopping the job's other nodes\$" n0.err ||
     fail "node 0 does not name node 1: $(cat n0.err)"
   echo "rank 1 killed after step 5: both launchers ended $took s later (rc $rc0, $rc1)"
+  ;;
+node_pipe)
+  echo_app=$(dirname "$bin")/tests/rank_echo
+  [ -x "$echo_app" ] || { fail "no rank_echo at $echo_app"; finish; }
+  node 0 --nnodes 2 --node-rank 0 "${nodes[@]}" --config cfg.json "$echo_app" \
+    --exit-rank 0 --signal 13 --after 500
+  node 1 --nnodes 2 --node-rank 1 "${nodes[@]}" --config cfg.json "$echo_app" \
+    --exit-rank 0 --signal 9 --after 2000
+  for r in 0 1; do wait_node $r 30; eval "rc$r=$rc"; done
+  [ "$rc0" -eq 137 ] && [ "$rc1" -eq 137 ] || fail "exit statuses $rc0 and $rc1, want 137 both"
+  grep -q "^engine-run: node 0: node 1's ranks ended with status 137: stopping the job's other nodes\$" n0.err ||
+    fail "node 0 does not name node 1: $(cat n0.err)"
+  echo "node 0 (rc $rc0): $(grep 'node 0:' n0.err)"
   ;;
 two_hosts)
   "$bin/engine-run" --np 2 --config cfg.json "${train[@]}" --max-steps 10 \

@@ -10,10 +10,13 @@
  *
  * --exit-rank R --code C: rank R exits with status C at once, the others sleep
  * S seconds (default 0) and then exit 0; the launcher tests use this to see
- * that one rank's death ends the whole job. */
+ * that one rank's death ends the whole job. --signal N: rank R dies of signal
+ * N instead, --after MS milliseconds from its start (default 0). */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char *env_or(const char *name, const char *fallback) {
@@ -49,19 +52,29 @@ int main(int argc, char **argv) {
         return 3;
     }
 
-    int exit_rank = -1, code = 0, sleep_s = 0;
+    int exit_rank = -1, code = 0, sleep_s = 0, sig = 0, after_ms = 0;
     printf("rank_echo rank %s of %s from %s config %s omp %s args", rank, world, source, config,
            env_or("OMP_NUM_THREADS", "unset"));
     for (int i = 3; i < argc; i++) {
         if (strcmp(argv[i], "--exit-rank") == 0 && i + 1 < argc) exit_rank = atoi(argv[++i]);
         else if (strcmp(argv[i], "--code") == 0 && i + 1 < argc) code = atoi(argv[++i]);
         else if (strcmp(argv[i], "--sleep") == 0 && i + 1 < argc) sleep_s = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--signal") == 0 && i + 1 < argc) sig = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--after") == 0 && i + 1 < argc) after_ms = atoi(argv[++i]);
         else printf(" %s", argv[i]);
     }
     printf("\n");
     fflush(stdout);
 
-    if (exit_rank == atoi(rank)) return code;
+    if (exit_rank == atoi(rank)) {
+        struct timespec ts = {.tv_sec = after_ms / 1000, .tv_nsec = (after_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        if (sig) {
+            signal(sig, SIG_DFL); /* die of it, whatever the launcher left set */
+            raise(sig);
+        }
+        return code;
+    }
     if (sleep_s > 0) sleep((unsigned)sleep_s);
     return 0;
 }

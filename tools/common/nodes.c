@@ -37,6 +37,9 @@ struct er_nodes {
     int stop_code;    /* the stop decided (-1: none) */
     double stop_at;   /* when this node's ranks are stopped */
     bool stopped;     /* the hook returned stop_code */
+    int held_node;    /* node 0: a node whose failure was secondary(), held
+                         until held_until for the cause (-1: none) */
+    double held_until;
 };
 
 static double now_s(void) {
@@ -90,6 +93,15 @@ static bool preempted(int code) {
            sig == SIGUSR2 || sig == SIGXCPU || sig == SIGPWR;
 }
 
+/* A rank killed by SIGPIPE wrote to a peer rank that was already gone (Open
+ * MPI's TCP transport between the nodes writes without MSG_NOSIGNAL): the
+ * effect of another node's failure, seldom the cause. Its node waits up to
+ * SETTLE_S for the cause to be reported before naming itself: a rank
+ * SIGKILLed on node 1 is otherwise sometimes reported by node 0 as its own
+ * rank's SIGPIPE, when node 0's rank wrote before node 1's mpirun noticed. */
+#define SETTLE_S 3.0
+static bool secondary(int code) { return code == 128 + SIGPIPE; }
+
 er_nodes *er_nodes_meet(const er_nodes_opts *o, char *uri, size_t cap) {
     er_nodes *n = calloc(1, sizeof *n);
     if (n) n->peers = calloc((size_t)o->nnodes, sizeof *n->peers);
@@ -101,6 +113,7 @@ er_nodes *er_nodes_meet(const er_nodes_opts *o, char *uri, size_t cap) {
     }
     n->o = *o;
     n->stop_code = -1;
+    n->held_node = -1;
     for (int k = 0; k < o->nnodes; k++) n->peers[k] = (peer){.fd = -1, .end_code = -1};
     ds_rdzv_desc d = {.addr = o->master_addr, .port = o->master_port, .member = o->node_rank,
                       .members = o->nnodes, .nproc = o->nproc, .timeout_s = o->timeout_s,
@@ -174,12 +187,27 @@ static int hook_tick(void *arg) {
         for (int k = 1; k < n->o.nnodes; k++) {
             int code = master_read(n, k);
             if (code < 0 || n->stop_code >= 0) continue;
+            if (secondary(code)) {
+                if (n->held_node < 0) { /* decided below once the window passes */
+                    n->held_node = k;
+                    n->held_until = t + SETTLE_S;
+                }
+                continue;
+            }
+            n->held_node = -1;
             double grace = preempted(code) ? n->o.preempt_grace_s : 0.0;
             fprintf(stderr, "engine-run: node 0: node %d's ranks ended with status %d: stopping "
                     "the job's other nodes%s\n", k, code,
                     grace > 0 ? " once they have had time to save" : "");
             tell_stop(n, code, k);
             decide_stop(n, code, t + grace);
+        }
+        if (n->held_node > 0 && n->stop_code < 0 && t >= n->held_until) {
+            int k = n->held_node, code = n->peers[k].end_code;
+            fprintf(stderr, "engine-run: node 0: node %d's ranks ended with status %d: stopping "
+                    "the job's other nodes\n", k, code);
+            tell_stop(n, code, k);
+            decide_stop(n, code, t);
         }
     } else if (n->stop_code < 0) {
         char line[256];
@@ -223,6 +251,26 @@ static void not_ended(const er_nodes *n, char *buf, size_t cap) {
     }
 }
 
+/* Node 0, whose ranks failed secondarily: the first other node to report a
+ * failure that is not secondary within SETTLE_S (a secondary one when no
+ * other comes), or 0 when none does. */
+static int first_cause(er_nodes *n) {
+    double until = now_s() + SETTLE_S;
+    int fallback = n->held_node > 0 ? n->held_node : 0;
+    for (;;) {
+        for (int k = 1; k < n->o.nnodes; k++) {
+            master_read(n, k);
+            int c = n->peers[k].end_code;
+            if (c > 0 && !secondary(c)) return k;
+            if (c > 0 && !fallback) fallback = k;
+        }
+        if (now_s() >= until) return fallback;
+        struct pollfd p[ER_HOOK_FDS];
+        int np = hook_fds(n, p, ER_HOOK_FDS);
+        poll(p, (nfds_t)np, 100);
+    }
+}
+
 int er_nodes_finish(er_nodes *n, int code) {
     if (n->o.node_rank != 0) {
         send_line(n->peers[0].fd, "end %d\n", code);
@@ -232,6 +280,13 @@ int er_nodes_finish(er_nodes *n, int code) {
     if (n->stop_code >= 0) return n->stopped || code == 0 ? n->stop_code : code;
     if (n->o.node_rank != 0) return code;
     if (code != 0) {
+        int cause = secondary(code) ? first_cause(n) : 0;
+        if (cause > 0) { /* another node's failure made this one's ranks fail */
+            fprintf(stderr, "engine-run: node 0: node %d's ranks ended with status %d: stopping "
+                    "the job's other nodes\n", cause, n->peers[cause].end_code);
+            tell_stop(n, n->peers[cause].end_code, cause);
+            return n->peers[cause].end_code;
+        }
         tell_stop(n, code, 0);
         return code;
     }

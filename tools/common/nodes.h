@@ -16,7 +16,10 @@
  * gives the others zero_engine.preempt_deadline_s + 5 s to finish their own
  * save first. After a job that went well, node 0 waits (the rendezvous
  * timeout at most) for the others to report theirs, and returns the worst
- * status; every launcher prints one line naming the node that failed.
+ * status; every launcher prints one line naming the node that failed. A
+ * node whose ranks died of SIGPIPE (they wrote to a rank that was already
+ * gone) is not named while another node reports a failure within 3 s: the
+ * job is named after the cause, not the echo.
  *
  * Errors print one line "engine-run: node R: ..." on stderr. */
 #ifndef DS_TOOLS_NODES_H
