@@ -8,6 +8,7 @@
 # parameters, identical continued losses). Plus bf16 and SGD with momentum at
 # one stage each, and the BERT-mini memory split at stage 2.
 add_executable(test_offload ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_offload.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/offload_harness.c
                ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c # ck_make_data
                ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
 target_link_libraries(test_offload PRIVATE zero-engine)
@@ -53,6 +54,7 @@ ds_add_test(NAME test_aio SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_aio.c LA
 # with DeepSpeed's defaults; checkpoints both ways and zero_to_fp32; bf16 and
 # SGD at one stage each.
 add_executable(test_offload_nvme ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_offload_nvme.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/offload_harness.c
                ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c
                ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
 target_link_libraries(test_offload_nvme PRIVATE zero-engine)

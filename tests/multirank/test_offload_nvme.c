@@ -55,11 +55,12 @@
 #include "engine/io/zero_to_fp32.h"
 #include "models/models.h"
 #include "offload/nvme_dir.h"
+#include "offload_harness.h"
 #include "tests/unit/test_util.h"
 
-#define STEPS 4
-#define MORE 2
-#define GLOBAL_BATCH 16
+#define STEPS OFF_STEPS
+#define MORE OFF_MORE
+#define GLOBAL_BATCH OFF_GLOBAL_BATCH
 
 typedef struct setup {
     int stage;
@@ -77,15 +78,7 @@ static char g_zero_more[1400];
 static ds_status try_engine(const setup *s, const ds_dataset *data, int offload,
                             const char *nvme_path, const char *extra, const ds_bert_desc *bdp,
                             engine_t **out) {
-    ds_bert_desc bd = {.vocab_size = 50, .hidden_size = 32, .num_hidden_layers = 2,
-                       .num_attention_heads = 4, .intermediate_size = 64,
-                       .max_position_embeddings = 32, .n_classes = 3, .max_seq_len = data->seq_len};
-    if (bdp) bd = *bdp;
-    ds_model *model;
-    DS_TRY(ds_bert_create(&bd, &model));
-    bool fp16 = !strcmp(s->precision, "fp16"), bf16 = !strcmp(s->precision, "bf16");
-    bool sgd = !strcmp(s->optimizer, "SGD");
-    char zero[1536] = "", top[256] = "";
+    char zero[3072] = "", top[256] = "";
     /* 1: sub-groups of 4096 elements (16 KiB) over a partition of ~10-20 K,
      * the last one short; blocks of 4 KiB, so each request is cut in 4 and
      * spread over 2 * 2 I/O threads. */
@@ -93,40 +86,19 @@ static ds_status try_engine(const setup *s, const ds_dataset *data, int offload,
         snprintf(zero, sizeof zero,
                  ", \"sub_group_size\": 4096, \"offload_optimizer\": {\"device\": \"nvme\","
                  " \"nvme_path\": \"%s\", \"pin_memory\": true, \"buffer_count\": 9,"
-                 " \"pipeline_read\": true, \"pipeline_write\": true%s}",
-                 nvme_path, extra);
+                 " \"pipeline_read\": true, \"pipeline_write\": true%s}%s",
+                 nvme_path, extra, g_zero_more);
         snprintf(top, sizeof top,
                  ", \"aio\": {\"block_size\": 4096, \"queue_depth\": 2, \"thread_count\": 2}");
     } else if (offload == 2) {
         snprintf(zero, sizeof zero,
                  ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\","
-                 " \"pin_memory\": false, \"fast_init\": true%s}", nvme_path, extra);
+                 " \"pin_memory\": false, \"fast_init\": true%s}%s", nvme_path, extra,
+                 g_zero_more);
+    } else {
+        snprintf(zero, sizeof zero, "%s", g_zero_more);
     }
-    char cfg[4096];
-    /* fp16: from 2^18 the scale doubles after 3 clean steps and the 4th
-     * overflows (a skipped step): the skip path runs with the state swapped.
-     * warmup_min_lr > 0: every update moves the weights. */
-    snprintf(cfg, sizeof cfg,
-             "{\"train_batch_size\": %d, \"gradient_accumulation_steps\": 2,"
-             " \"optimizer\": {\"type\": \"%s\", \"params\": {\"lr\": 0.003, "
-             "\"weight_decay\": 0.01%s}},"
-             " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0.001,"
-             " \"warmup_max_lr\": 0.003, \"warmup_num_steps\": 3}},"
-             " \"gradient_clipping\": 1.0, \"steps_per_print\": 1000,"
-             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1000%s%s}%s,"
-             " \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 18, \"loss_scale_window\": 3,"
-             " \"hysteresis\": 1}, \"bf16\": {\"enabled\": %s}}",
-             GLOBAL_BATCH, s->optimizer, sgd ? ", \"momentum\": 0.9" : "", s->stage, zero,
-             g_zero_more, top,
-             fp16 ? "true" : "false", bf16 ? "true" : "false");
-    ds_init_desc d;
-    ds_init_desc_defaults(&d);
-    d.config_json = cfg;
-    d.model = model;
-    d.train_data = data;
-    d.quiet = true;
-    DS_TRY(ds_initialize(&d, out));
-    return DS_OK;
+    return off_engine(s->stage, s->precision, s->optimizer, zero, top, bdp, data, out);
 }
 
 static engine_t *make_engine(const setup *s, const ds_dataset *data, int offload) {
@@ -138,31 +110,6 @@ static engine_t *make_engine(const setup *s, const ds_dataset *data, int offload
 static void barrier(engine_t *e) {
     double x = 0.0;
     REQUIRE_OK(ds_all_reduce_host(e, &x, 1, DS_F64));
-}
-
-static void train(engine_t *e, int steps, ds_step_info *out) {
-    for (int i = 0; i < steps; i++) REQUIRE_OK(ds_train_batch(e, &out[i]));
-}
-
-static void same_steps(const char *what, const ds_step_info *a, const ds_step_info *b, int n) {
-    for (int i = 0; i < n; i++) /* bit for bit: exact comparisons on purpose */
-        CHECK(a[i].loss == b[i].loss && a[i].lr == b[i].lr &&
-                  a[i].loss_scale == b[i].loss_scale && a[i].skipped == b[i].skipped,
-              "%s: step %d: loss %a vs %a, lr %a vs %a, scale %g vs %g", what, i, a[i].loss,
-              b[i].loss, a[i].lr, b[i].lr, a[i].loss_scale, b[i].loss_scale);
-}
-
-static void same_params(const char *what, engine_t *a, engine_t *b) {
-    size_t na, nb;
-    float *pa = ck_params(a, &na), *pb = ck_params(b, &nb);
-    CHECK(na == nb && memcmp(pa, pb, na * sizeof *pa) == 0, "%s: parameters differ", what);
-    for (size_t i = 0, shown = 0; na == nb && i < na && shown < 3; i++)
-        if (memcmp(&pa[i], &pb[i], sizeof *pa) != 0) {
-            TEST_FAIL("%s: parameter element %zu: %a vs %a", what, i, pa[i], pb[i]);
-            shown++;
-        }
-    free(pa);
-    free(pb);
 }
 
 /* Swap folders under dir (every rank's). */
@@ -202,19 +149,6 @@ static void check_split(const setup *s, const ds_mem_report *plain, const ds_mem
                   (unsigned long long)B(*plain, p, DS_PLACE_DEVICE));
 }
 
-static void check_no_growth(const char *what, const ds_mem_report *before,
-                            const ds_mem_report *after) {
-    for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
-        for (int pl = 0; pl < DS_PLACE_COUNT; pl++)
-            CHECK(after->bytes[p][pl] == before->bytes[p][pl] &&
-                      after->peak[p][pl] == before->peak[p][pl],
-                  "%s: %s on %s: %llu (peak %llu) after the steps, %llu (peak %llu) before", what,
-                  ds_mem_purpose_name((ds_mem_purpose)p), ds_mem_place_name((ds_mem_place)pl),
-                  (unsigned long long)after->bytes[p][pl], (unsigned long long)after->peak[p][pl],
-                  (unsigned long long)before->bytes[p][pl],
-                  (unsigned long long)before->peak[p][pl]);
-}
-
 /* Both files byte for byte (rank 0 only). */
 static void same_file(const char *a, const char *b) {
     FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
@@ -236,7 +170,7 @@ static void same_file(const char *a, const char *b) {
 static int run_equiv(setup *s) {
     ds_dataset *data = ck_make_data(GLOBAL_BATCH * (STEPS + MORE), 12, 50);
     if (!data) TEST_DIE("dataset");
-    ds_step_info ia[STEPS + MORE], ib[STEPS], ic[STEPS], tail[MORE];
+    ds_step_info ia[STEPS + MORE], ib[STEPS], ic[STEPS];
     ds_mem_report ra, rb, rb2, rc;
     engine_t *a = make_engine(s, data, 0);
     int rank = ds_rank(a), world = ds_world_size(a);
@@ -250,21 +184,16 @@ static int run_equiv(setup *s) {
     ds_memory_report(c, &rc);
     check_split(s, &ra, &rb, "pipelined");
     check_split(s, &ra, &rc, "defaults");
-    train(a, STEPS, ia);
-    train(b, STEPS, ib);
-    train(c, STEPS, ic);
+    off_train(a, STEPS, ia);
+    off_train(b, STEPS, ib);
+    off_train(c, STEPS, ic);
     ds_memory_report(b, &rb2);
-    check_no_growth("swapped steps", &rb, &rb2);
-    same_steps("nvme pipelined vs none", ia, ib, STEPS);
-    same_steps("nvme defaults vs none", ia, ic, STEPS);
-    int updates = 0;
-    for (int i = 0; i < STEPS; i++) updates += !ia[i].skipped;
-    /* the comparisons prove something only if the weights moved */
-    CHECK(updates >= STEPS - 1 && ia[STEPS - 1].loss != ia[0].loss,
-          "the reference run took %d updates of %d, loss %g -> %g", updates, STEPS, ia[0].loss,
-          ia[STEPS - 1].loss);
-    same_params("nvme pipelined vs none", a, b);
-    same_params("nvme defaults vs none", a, c);
+    off_check_no_growth("swapped steps", &rb, &rb2);
+    off_same_steps("nvme pipelined vs none", ia, ib, STEPS);
+    off_same_steps("nvme defaults vs none", ia, ic, STEPS);
+    off_check_moved(ia, STEPS);
+    off_same_params("nvme pipelined vs none", a, b);
+    off_same_params("nvme defaults vs none", a, c);
     ds_finalize(c);
 
     /* checkpoints cross the swap boundary both ways */
@@ -286,31 +215,10 @@ static int run_equiv(setup *s) {
     }
     engine_t *oa = make_engine(s, data, 1); /* swapping, loads the plain save */
     engine_t *pb = make_engine(s, data, 0); /* plain, loads the swapped save */
-    REQUIRE_OK(ds_load_checkpoint(oa, da, NULL, DS_LOAD_ALL));
-    REQUIRE_OK(ds_load_checkpoint(pb, db, NULL, DS_LOAD_ALL));
-    same_params("swapping engine loading a plain checkpoint", a, oa);
-    same_params("plain engine loading a swapped checkpoint", a, pb);
-    train(a, MORE, ia + STEPS);
-    train(oa, MORE, tail);
-    same_steps("continued after loading into nvme", ia + STEPS, tail, MORE);
-    train(pb, MORE, tail);
-    same_steps("continued after loading from nvme", ia + STEPS, tail, MORE);
-    same_params("after the continued steps", a, oa);
+    off_cross_load(a, oa, pb, da, db, ia + STEPS, "nvme");
 
     /* ds_set_param reaches the swapped master (the next update starts from it) */
-    const ds_param_desc *p0 = &ds_get_model(a)->modules[0]->params[0];
-    size_t n0 = (size_t)ds_param_numel(p0);
-    float *v0 = malloc(n0 * sizeof *v0);
-    if (!v0) TEST_DIE("out of memory");
-    for (size_t i = 0; i < n0; i++) v0[i] = 0.001f * (float)(i % 97) - 0.05f;
-    REQUIRE_OK(ds_set_param(a, p0->name, v0, n0));
-    REQUIRE_OK(ds_set_param(oa, p0->name, v0, n0));
-    free(v0);
-    same_params("after ds_set_param", a, oa);
-    train(a, 1, ia);
-    train(oa, 1, tail);
-    same_steps("the step after ds_set_param", ia, tail, 1);
-    same_params("the step after ds_set_param", a, oa);
+    off_set_param_step(a, oa, 0, "nvme");
     ds_finalize(pb);
     ds_finalize(oa);
     barrier(a);
@@ -409,7 +317,7 @@ static int run_errors(setup *s) {
      * intact. */
     engine_t *b = make_engine(s, data, 2);
     ds_step_info info[2];
-    train(b, 1, info);
+    off_train(b, 1, info);
     char ck[1200];
     snprintf(ck, sizeof ck, "%s/ckpt", s->dir);
     REQUIRE_OK(ds_save_checkpoint(b, ck, NULL, NULL));
@@ -477,9 +385,9 @@ static int run_after_crash(setup *s) {
     barrier(a);
     CHECK_EQ_I(swap_folders(s->nvme), world); /* only the new engine's */
     ds_step_info ia[2], ib[2];
-    train(a, 2, ia);
-    train(b, 2, ib);
-    same_steps("after cleaning a crashed run's leftovers", ia, ib, 2);
+    off_train(a, 2, ia);
+    off_train(b, 2, ib);
+    off_same_steps("after cleaning a crashed run's leftovers", ia, ib, 2);
     ds_finalize(b);
     barrier(a);
     CHECK_EQ_I(swap_folders(s->nvme), 0);
@@ -498,7 +406,7 @@ static int run_param(setup *s, const char *device) {
     bool nvme = !strcmp(device, "nvme");
     ds_dataset *data = ck_make_data(GLOBAL_BATCH * (STEPS + MORE), 12, 50);
     if (!data) TEST_DIE("dataset");
-    ds_step_info ia[STEPS + MORE], ib[STEPS], ic[STEPS], tail[MORE];
+    ds_step_info ia[STEPS + MORE], ib[STEPS], ic[STEPS];
     engine_t *a = make_engine(s, data, 0);
     int rank = ds_rank(a), world = ds_world_size(a);
     test_set_rank(rank);
@@ -535,15 +443,15 @@ static int run_param(setup *s, const char *device) {
               "offload_param %s: %llu bytes at host, %llu at nvme", device,
               (unsigned long long)phost, (unsigned long long)pnvme);
     }
-    train(a, STEPS, ia);
-    train(b, STEPS, ib);
-    train(c, STEPS, ic);
+    off_train(a, STEPS, ia);
+    off_train(b, STEPS, ib);
+    off_train(c, STEPS, ic);
     ds_memory_report(b, &rb2);
-    check_no_growth("offload_param steps", &rb, &rb2);
-    same_steps("offload_param vs none", ia, ib, STEPS);
-    same_steps("offload_param + nvme optimizer vs none", ia, ic, STEPS);
-    same_params("offload_param vs none", a, b);
-    same_params("offload_param + nvme optimizer vs none", a, c);
+    off_check_no_growth("offload_param steps", &rb, &rb2);
+    off_same_steps("offload_param vs none", ia, ib, STEPS);
+    off_same_steps("offload_param + nvme optimizer vs none", ia, ic, STEPS);
+    off_same_params("offload_param vs none", a, b);
+    off_same_params("offload_param + nvme optimizer vs none", a, c);
     if (nvme) {
         barrier(a);
         CHECK_EQ_I(swap_folders(s->nvme), 3 * world); /* b's params, c's params and state */
@@ -556,28 +464,9 @@ static int run_param(setup *s, const char *device) {
     REQUIRE_OK(ds_save_checkpoint(c, db, NULL, NULL));
     ds_finalize(c);
     engine_t *pb = make_engine(s, data, 0);
-    REQUIRE_OK(ds_load_checkpoint(pb, db, NULL, DS_LOAD_ALL));
-    REQUIRE_OK(ds_load_checkpoint(b, da, NULL, DS_LOAD_ALL)); /* b continues from a's save */
-    same_params("plain engine loading an offload_param checkpoint", a, pb);
-    same_params("offload_param engine loading a plain checkpoint", a, b);
-    train(a, MORE, ia + STEPS);
-    train(b, MORE, tail);
-    same_steps("continued with offload_param after loading", ia + STEPS, tail, MORE);
-    train(pb, MORE, tail);
-    same_steps("continued after loading from offload_param", ia + STEPS, tail, MORE);
+    off_cross_load(a, b, pb, da, db, ia + STEPS, "offload_param"); /* b continues from a's save */
     /* ds_set_param reaches the stored partition */
-    const ds_param_desc *p0 = &ds_get_model(a)->modules[0]->params[0];
-    size_t n0 = (size_t)ds_param_numel(p0);
-    float *v0 = malloc(n0 * sizeof *v0);
-    if (!v0) TEST_DIE("out of memory");
-    for (size_t i = 0; i < n0; i++) v0[i] = 0.002f * (float)(i % 89) - 0.07f;
-    REQUIRE_OK(ds_set_param(a, p0->name, v0, n0));
-    REQUIRE_OK(ds_set_param(b, p0->name, v0, n0));
-    free(v0);
-    train(a, 1, ia);
-    train(b, 1, tail);
-    same_steps("the step after ds_set_param with offload_param", ia, tail, 1);
-    same_params("the step after ds_set_param with offload_param", a, b);
+    off_set_param_step(a, b, 1, "offload_param");
     ds_finalize(pb);
     ds_finalize(b);
     barrier(a);
