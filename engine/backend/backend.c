@@ -17,8 +17,7 @@ ds_status ds_backend_create(const ds_backend_desc *desc, ds_backend **out) {
     ds_status st;
     switch (desc->kind) {
     case DS_BACKEND_CPU:
-        st = ds_backend_cpu_init(be, desc);
-        be->nn = &ds_nn_cpu;
+        st = ds_backend_cpu_init(be, desc); /* sets be->nn: its instruction set's table */
         break;
     case DS_BACKEND_CUDA: { /* opened at run time: CPU programs carry no CUDA */
         const ds_cuda_plugin *p;

@@ -177,7 +177,8 @@ struct ds_nn_ops {
                               int32_t fill);
 };
 
-extern const ds_nn_ops ds_nn_cpu;
+/* The cpu tables are one per instruction set (engine/backend/cpu/cpu_isa.h);
+ * a cpu backend's be->nn is the one it chose. */
 #ifdef DS_HAVE_CUDA
 extern const ds_nn_ops ds_nn_cuda;
 #endif

@@ -1,5 +1,8 @@
-/* The cpu backend: memory, copies, ordering and GEMM (OpenBLAS), and the
- * table that wires in the element-wise slots of cpu_elementwise.c.
+/* The cpu backend: memory, copies, ordering and GEMM (OpenBLAS), compiled
+ * once; the element-wise and model kernels come in one variant per
+ * instruction set (cpu_isa.h), and ds_backend_cpu_init wires in the variant
+ * this CPU runs best (or the one DS_CPU_ISA names): be->ops and be->nn are
+ * that variant's tables (cpu_variant.c).
  *
  * "Device" memory is host RAM and everything is synchronous, so sync is a
  * no-op and the optional stream / event slots are NULL (backend.h).
@@ -16,6 +19,7 @@
 #include <string.h>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_isa.h"
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/backend/math.h"
 
@@ -25,7 +29,7 @@
 #define DS_CPU_LINE 64
 #define DS_CPU_BIG ((size_t)1 << 16)
 
-static ds_status cpu_alloc(ds_backend *be, size_t bytes, ds_mem_place place, void **out) {
+ds_status ds_cpu_alloc(ds_backend *be, size_t bytes, ds_mem_place place, void **out) {
     (void)be;
     *out = NULL;
     if (place != DS_PLACE_DEVICE && place != DS_PLACE_HOST)
@@ -45,13 +49,13 @@ static ds_status cpu_alloc(ds_backend *be, size_t bytes, ds_mem_place place, voi
     return DS_OK;
 }
 
-static void cpu_free(ds_backend *be, void *ptr, ds_mem_place place) {
+void ds_cpu_free(ds_backend *be, void *ptr, ds_mem_place place) {
     (void)be;
     (void)place;
     free(ptr);
 }
 
-static ds_status cpu_memcpy(ds_backend *be, void *dst, const void *src, size_t bytes,
+ds_status ds_cpu_memcpy(ds_backend *be, void *dst, const void *src, size_t bytes,
                             ds_copy_kind kind, ds_stream *stream) {
     (void)be;
     (void)stream;
@@ -65,7 +69,7 @@ static ds_status cpu_memcpy(ds_backend *be, void *dst, const void *src, size_t b
     return DS_OK;
 }
 
-static ds_status cpu_memset(ds_backend *be, void *dst, int value, size_t bytes, ds_stream *stream) {
+ds_status ds_cpu_memset(ds_backend *be, void *dst, int value, size_t bytes, ds_stream *stream) {
     (void)be;
     (void)stream;
     if (bytes == 0) return DS_OK;
@@ -74,7 +78,7 @@ static ds_status cpu_memset(ds_backend *be, void *dst, int value, size_t bytes, 
     return DS_OK;
 }
 
-static ds_status cpu_sync(ds_backend *be) {
+ds_status ds_cpu_sync(ds_backend *be) {
     (void)be;
     return DS_OK;
 }
@@ -97,7 +101,7 @@ static void gemm_beta_only(float beta, float *C, int m, int n, int ldc, int64_t 
  * are too small to split well. bench/bench_gemm.c measures both. */
 #define DS_CPU_GEMM_SMALL_FLOPS (16.0 * 1024 * 1024)
 
-static ds_status cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, int k,
                           float alpha, const float *A, int lda, int64_t strideA, const float *B,
                           int ldb, int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
                           int batch) {
@@ -126,28 +130,7 @@ static ds_status cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n
     return DS_OK;
 }
 
-static void cpu_destroy(ds_backend *be) { be->impl = NULL; }
-
-static const ds_backend_ops k_cpu_ops = {
-    .name = "cpu",
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .memcpy = cpu_memcpy,
-    .memset = cpu_memset,
-    .sync = cpu_sync,
-    /* streams and events: OPTIONAL, NULL (everything is synchronous) */
-    .gemm = cpu_gemm,
-    .rng_normal = ds_cpu_rng_normal,
-    .rng_uniform = ds_cpu_rng_uniform,
-    .cast = ds_cpu_cast,
-    .fill = ds_cpu_fill,
-    .scale = ds_cpu_scale,
-    .axpy = ds_cpu_axpy,
-    .sumsq = ds_cpu_sumsq,
-    .adam = ds_cpu_adam,
-    .sgd = ds_cpu_sgd,
-    .destroy = cpu_destroy,
-};
+void ds_cpu_destroy(ds_backend *be) { be->impl = NULL; }
 
 ds_status ds_backend_cpu_init(ds_backend *be, const ds_backend_desc *desc) {
     if (desc->num_threads < 0)
@@ -155,7 +138,10 @@ ds_status ds_backend_cpu_init(ds_backend *be, const ds_backend_desc *desc) {
                       desc->num_threads);
     int nt = desc->num_threads > 0 ? desc->num_threads : omp_get_max_threads();
     if (nt < 1) nt = 1;
-    be->ops = &k_cpu_ops;
+    const ds_cpu_variant *v;
+    DS_TRY(ds_cpu_variant_pick(&v));
+    be->ops = v->ops;
+    be->nn = v->nn;
     be->num_threads = nt;
     be->device = 0;
     be->impl = NULL;

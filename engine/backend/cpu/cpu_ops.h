@@ -1,10 +1,52 @@
 /* Private to the cpu backend: the slots of engine/backend/backend.h that
- * cpu_elementwise.c implements, wired into the table by cpu_backend.c.
- * Each has the contract of its slot in backend.h. */
+ * cpu_backend.c (memory, copies, GEMM; compiled once) and cpu_elementwise.c
+ * (compiled once per instruction set, cpu_isa.h) implement, wired into one
+ * table per variant by cpu_variant.c. Each has the contract of its slot in
+ * backend.h. */
 #ifndef DS_BACKEND_CPU_OPS_H
 #define DS_BACKEND_CPU_OPS_H
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_isa.h"
+
+/* The files compiled once per instruction set get DS_ISA_SUFFIX (_avx512,
+ * _avx2, _scalar, _native) from the build, and every name they export is
+ * renamed name -> name_<isa> here and in nn_cpu.h, so the variants link side
+ * by side. A function added to those files and called from another file
+ * needs a line here; a missing one fails the link (duplicate symbols), never
+ * silently. Files compiled once see the plain names and must not call them. */
+#define DS_ISA_CAT_(a, b) a##b
+#define DS_ISA_CAT(a, b) DS_ISA_CAT_(a, b)
+#define DS_ISA_NAME(name) DS_ISA_CAT(name, DS_ISA_SUFFIX)
+#ifdef DS_ISA_SUFFIX
+#define ds_cpu_kernels DS_ISA_NAME(ds_cpu_kernels)
+#define ds_cpu_to_f32 DS_ISA_NAME(ds_cpu_to_f32)
+#define ds_cpu_from_f32 DS_ISA_NAME(ds_cpu_from_f32)
+#define ds_cpu_rng_normal DS_ISA_NAME(ds_cpu_rng_normal)
+#define ds_cpu_rng_uniform DS_ISA_NAME(ds_cpu_rng_uniform)
+#define ds_cpu_cast DS_ISA_NAME(ds_cpu_cast)
+#define ds_cpu_fill DS_ISA_NAME(ds_cpu_fill)
+#define ds_cpu_scale DS_ISA_NAME(ds_cpu_scale)
+#define ds_cpu_axpy DS_ISA_NAME(ds_cpu_axpy)
+#define ds_cpu_sumsq DS_ISA_NAME(ds_cpu_sumsq)
+#define ds_cpu_adam DS_ISA_NAME(ds_cpu_adam)
+#define ds_cpu_sgd DS_ISA_NAME(ds_cpu_sgd)
+#define ds_cpu_vmath DS_ISA_NAME(ds_cpu_vmath)
+#endif
+
+/* ---- compiled once (cpu_backend.c) ---- */
+ds_status ds_cpu_alloc(ds_backend *be, size_t bytes, ds_mem_place place, void **out);
+void ds_cpu_free(ds_backend *be, void *ptr, ds_mem_place place);
+ds_status ds_cpu_memcpy(ds_backend *be, void *dst, const void *src, size_t bytes,
+                        ds_copy_kind kind, ds_stream *stream);
+ds_status ds_cpu_memset(ds_backend *be, void *dst, int value, size_t bytes, ds_stream *stream);
+ds_status ds_cpu_sync(ds_backend *be);
+ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, int k, float alpha,
+                      const float *A, int lda, int64_t strideA, const float *B, int ldb,
+                      int64_t strideB, float beta, float *C, int ldc, int64_t strideC, int batch);
+void ds_cpu_destroy(ds_backend *be);
+
+/* ---- compiled once per instruction set ---- */
 
 /* Element counts below this run on the calling thread: starting an OpenMP
  * team costs a few microseconds, more than 16k element updates. */
@@ -39,5 +81,8 @@ ds_status ds_cpu_adam(ds_backend *be, float *param, const void *grad, ds_dtype g
 ds_status ds_cpu_sgd(ds_backend *be, float *param, const void *grad, ds_dtype grad_t,
                      float grad_mult, float *momentum_buf, size_t n, const ds_sgd_hparams *hp,
                      void *param_lp, ds_dtype lp_t);
+
+/* cpu_vmath.c: the ds_cpu_variant.vmath of this variant (cpu_isa.h). */
+void ds_cpu_vmath(ds_vmath_fn fn, float *y, const float *x, size_t n);
 
 #endif /* DS_BACKEND_CPU_OPS_H */

@@ -1,11 +1,42 @@
 /* Private: the cpu model kernels (engine/backend/cpu/nn_*.c), gathered into
  * the `ds_nn_cpu` table by nn_table.c. Semantics of each function: the slot
- * of the same name in engine/backend/nn.h. */
+ * of the same name in engine/backend/nn.h. These files are compiled once per
+ * instruction set (cpu_isa.h): every name they export carries the variant's
+ * suffix (ds_nn_cpu_layernorm_fwd -> ds_nn_cpu_layernorm_fwd_avx2), through
+ * the list below; a new exported function needs a line there (without one
+ * the link fails on duplicate symbols). */
 #ifndef DS_BACKEND_CPU_NN_CPU_H
 #define DS_BACKEND_CPU_NN_CPU_H
 
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/backend/nn.h"
+
+#ifdef DS_ISA_SUFFIX
+#define ds_nn_cpu DS_ISA_NAME(ds_nn_cpu)
+#define ds_nn_cpu_col_tile DS_ISA_NAME(ds_nn_cpu_col_tile)
+#define ds_nn_cpu_dropout_mults DS_ISA_NAME(ds_nn_cpu_dropout_mults)
+#define ds_nn_cpu_embedding_fwd DS_ISA_NAME(ds_nn_cpu_embedding_fwd)
+#define ds_nn_cpu_embedding_bwd DS_ISA_NAME(ds_nn_cpu_embedding_bwd)
+#define ds_nn_cpu_bcast_add_fwd DS_ISA_NAME(ds_nn_cpu_bcast_add_fwd)
+#define ds_nn_cpu_bcast_add_bwd DS_ISA_NAME(ds_nn_cpu_bcast_add_bwd)
+#define ds_nn_cpu_mean_pool_fwd DS_ISA_NAME(ds_nn_cpu_mean_pool_fwd)
+#define ds_nn_cpu_mean_pool_bwd DS_ISA_NAME(ds_nn_cpu_mean_pool_bwd)
+#define ds_nn_cpu_copy_rows DS_ISA_NAME(ds_nn_cpu_copy_rows)
+#define ds_nn_cpu_bias_act_fwd DS_ISA_NAME(ds_nn_cpu_bias_act_fwd)
+#define ds_nn_cpu_bias_act_bwd DS_ISA_NAME(ds_nn_cpu_bias_act_bwd)
+#define ds_nn_cpu_dropout_fwd DS_ISA_NAME(ds_nn_cpu_dropout_fwd)
+#define ds_nn_cpu_dropout_bwd DS_ISA_NAME(ds_nn_cpu_dropout_bwd)
+#define ds_nn_cpu_layernorm_fwd DS_ISA_NAME(ds_nn_cpu_layernorm_fwd)
+#define ds_nn_cpu_layernorm_bwd DS_ISA_NAME(ds_nn_cpu_layernorm_bwd)
+#define ds_nn_cpu_attn_softmax_fwd DS_ISA_NAME(ds_nn_cpu_attn_softmax_fwd)
+#define ds_nn_cpu_attn_softmax_bwd DS_ISA_NAME(ds_nn_cpu_attn_softmax_bwd)
+#define ds_nn_cpu_shift_labels DS_ISA_NAME(ds_nn_cpu_shift_labels)
+#define ds_nn_cpu_xent_fwd DS_ISA_NAME(ds_nn_cpu_xent_fwd)
+#define ds_nn_cpu_xent_bwd DS_ISA_NAME(ds_nn_cpu_xent_bwd)
+#endif
+
+/* This variant's model-kernel table (nn_table.c). */
+extern const ds_nn_ops ds_nn_cpu;
 
 /* Below this many elements a kernel runs on the calling thread: the
  * threshold of the engine's element-wise slots (cpu_ops.h), signed for the

@@ -1,4 +1,6 @@
-/* The cpu model-kernel table (engine/backend/nn.h). */
+/* The cpu model-kernel table (engine/backend/nn.h) of one instruction-set
+ * variant: this file is compiled once per variant like the kernels it lists,
+ * so `ds_nn_cpu` and every name below carry the variant's suffix (nn_cpu.h). */
 #include "engine/backend/cpu/nn_cpu.h"
 
 const ds_nn_ops ds_nn_cpu = {
