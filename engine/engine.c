@@ -154,6 +154,7 @@ ds_status ds_initialize(const ds_init_desc *d, engine_t **out) {
         st = worst;
         goto fail;
     }
+    ds_engine_wall_clock_init(e);
     if (!e->quiet) ds_engine_print_startup(e);
     *out = e;
     return DS_OK;

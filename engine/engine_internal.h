@@ -7,6 +7,7 @@
 #include "engine/backend/backend.h"
 #include "engine/comm/comm.h"
 #include "engine/core/config.h"
+#include "engine/engine_timers.h"
 #include "engine/engine.h"
 #include "zero/flat.h"
 #include "zero/loss_scaler.h"
@@ -68,6 +69,7 @@ struct engine {
     int micro_in_step;
     double loss_accum;     /* this rank's micro-batch losses since the boundary */
     ds_step_info last;
+    ds_wc_state wc;        /* wall_clock_breakdown (engine_timers.c) */
 };
 
 /* engine_step.c */
@@ -79,6 +81,12 @@ void ds_engine_free_activations(engine_t *e);
  * the library ('S') or connected to the others ('C'). */
 void ds_preempt_note(int phase, int micro, int gas);
 void ds_engine_note_join(char stage);
+
+/* engine_timers.c: wall_clock_breakdown's state from the config (after
+ * the communicator exists), and the step's end: at steps_per_print, the
+ * interval's means (ds_wall_clock_last) and rank 0's print. */
+void ds_engine_wall_clock_init(engine_t *e);
+void ds_engine_wall_clock_step(engine_t *e);
 
 /* engine_report.c */
 void ds_engine_print_startup(engine_t *e);

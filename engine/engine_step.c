@@ -220,6 +220,7 @@ static ds_status normalise_loss(engine_t *e, float mine) {
 }
 
 ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out) {
+    double wc0 = ds_wc_start(&e->wc);
     DS_TRY(upload_batch(e, host_batch, true));
     if (host_batch->B == 0) return DS_ERR(DS_ERR_INVALID_ARG, "ds_forward: empty batch");
     e->fwd_seed = mix64(e->seed ^ mix64((uint64_t)e->micro_steps + 0x5151));
@@ -233,11 +234,13 @@ ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out) {
     e->have_forward = true;
     e->loss_accum += out[0] * e->loss_norm;
     if (loss_out) *loss_out = out[0];
+    ds_wc_stop(&e->wc, DS_WC_FWD, wc0);
     return DS_OK;
 }
 
 ds_status ds_backward(engine_t *e) {
     if (!e->have_forward) return DS_ERR(DS_ERR_INVALID_ARG, "ds_backward without ds_forward");
+    double wc0 = ds_wc_start(&e->wc);
     e->have_forward = false;
     int n = e->model->n_modules;
     /* Gradient accumulation: each micro-batch contributes loss/GAS; fp16
@@ -281,6 +284,7 @@ ds_status ds_backward(engine_t *e) {
     }
     e->micro_steps++;
     e->samples += (int64_t)e->dbatch.B * e->comm->world;
+    ds_wc_stop(&e->wc, DS_WC_BWD, wc0);
     return DS_OK;
 }
 
@@ -339,6 +343,7 @@ ds_status ds_step(engine_t *e) {
     e->micro_in_step++;
     if (e->micro_in_step < e->cfg.gradient_accumulation_steps) return DS_OK;
     e->micro_in_step = 0;
+    double wc0 = ds_wc_start(&e->wc);
 
     double sumsq;
     int nonfinite;
@@ -397,7 +402,9 @@ ds_status ds_step(engine_t *e) {
                              .micro_steps = e->micro_steps, .loss = red[0] / world, .lr = lr,
                              .grad_norm = norm, .loss_scale = e->scaler.scale, .skipped = skip,
                              .samples = e->samples, .stop_signal = stop};
+    ds_wc_stop(&e->wc, DS_WC_STEP, wc0);
     if (!e->quiet) ds_engine_print_step(e);
+    ds_engine_wall_clock_step(e);
     return DS_OK;
 }
 

@@ -13,6 +13,12 @@ endforeach()
 if(DS_CUDA) # the CUDA module exists: asking for nccl no longer fails as "no CUDA"
   target_compile_definitions(test_comm PRIVATE DS_HAVE_CUDA=1)
 endif()
+# The traffic counters of the comm front door (calls, sizes, bytes inside and
+# across hosts, time, time waited) at 1 and 2 ranks on this host.
+foreach(np 1 2)
+  ds_add_mpi_test(NAME test_comm_counters SOURCES ${_comm_dir}/multirank/test_comm_counters.c
+                  NP ${np} LABELS multirank TIMEOUT 60)
+endforeach()
 # ... and once as a plain process (Open MPI singleton init), no launcher.
 add_test(NAME test_comm_singleton COMMAND test_comm)
 set_tests_properties(test_comm_singleton PROPERTIES LABELS multirank TIMEOUT 120

@@ -42,6 +42,49 @@ void ds_comm_stats_reset(ds_comm *c) {
     if (c) memset(&c->stats, 0, sizeof c->stats);
 }
 
+double ds_coll_busbw_factor(ds_coll which, int world) {
+    double n = world > 0 ? (double)world : 1.0;
+    switch (which) {
+    case DS_COLL_ALL_REDUCE: return 2.0 * (n - 1.0) / n;
+    case DS_COLL_REDUCE_SCATTER:
+    case DS_COLL_ALL_GATHER: return (n - 1.0) / n;
+    default: return 1.0;
+    }
+}
+
+const char *ds_coll_name(ds_coll which) {
+    static const char *const names[DS_COLL_COUNT] = {"all_reduce", "reduce_scatter",
+                                                     "all_gather", "broadcast"};
+    return (int)which >= 0 && which < DS_COLL_COUNT ? names[which] : "?";
+}
+
+/* ---- counting: one place for every implementation ---------------------------
+ * The implementations count calls and bytes sent; here each call's time,
+ * size, and where its bytes went (the ring sends only to rank + 1, so the
+ * call's new bytes are all inside or all across hosts). Two clock reads per
+ * collective, about 40 ns against collectives of microseconds and more. */
+
+typedef struct coll_mark {
+    double t0;
+    uint64_t sent0;
+} coll_mark;
+
+static coll_mark mark(const ds_comm *c, ds_coll which) {
+    return (coll_mark){.t0 = ds_comm_now(), .sent0 = c->stats.bytes_sent[which]};
+}
+
+static void account(ds_comm *c, ds_coll which, coll_mark m, size_t size_bytes) {
+    double dt = ds_comm_now() - m.t0;
+    uint64_t sent = c->stats.bytes_sent[which] - m.sent0;
+    if (c->next_same_host) c->stats.bytes_intra[which] += sent;
+    else c->stats.bytes_inter[which] += sent;
+    c->stats.size_bytes[which] += size_bytes;
+    c->stats.seconds[which] += dt;
+    /* on the communication thread the time is hidden unless someone waits
+     * for it, which comm_worker.c counts where they wait */
+    if (!ds_comm_worker_self()) c->stats.wait_s += dt;
+}
+
 /* ---- argument checks ------------------------------------------------------ */
 
 static ds_status check_common(const ds_comm *c, const char *what, const void *p, size_t count,
@@ -92,7 +135,10 @@ ds_status ds_comm_all_reduce(ds_comm *c, void *buf, size_t count, ds_dtype t, ds
     DS_TRY(check_common(c, "all_reduce", buf, count, t));
     DS_TRY(check_op("all_reduce", op));
     enter(c);
-    DS_TRY(c->ops->all_reduce(c, buf, count, t, op));
+    coll_mark m = mark(c, DS_COLL_ALL_REDUCE);
+    ds_status st = c->ops->all_reduce(c, buf, count, t, op);
+    account(c, DS_COLL_ALL_REDUCE, m, count * ds_dtype_size(t));
+    DS_TRY(st);
     return DS_OK;
 }
 
@@ -105,7 +151,10 @@ ds_status ds_comm_reduce_scatter(ds_comm *c, const void *send, void *recv, size_
     DS_TRY(check_alias("reduce_scatter", send, count * es * (size_t)c->world, recv, count * es,
                        (size_t)c->rank * count * es));
     enter(c);
-    DS_TRY(c->ops->reduce_scatter(c, send, recv, count, t, op));
+    coll_mark m = mark(c, DS_COLL_REDUCE_SCATTER);
+    ds_status st = c->ops->reduce_scatter(c, send, recv, count, t, op);
+    account(c, DS_COLL_REDUCE_SCATTER, m, count * es * (size_t)c->world);
+    DS_TRY(st);
     return DS_OK;
 }
 
@@ -116,7 +165,10 @@ ds_status ds_comm_all_gather(ds_comm *c, const void *send, void *recv, size_t co
     DS_TRY(check_alias("all_gather", recv, count * es * (size_t)c->world, send, count * es,
                        (size_t)c->rank * count * es));
     enter(c);
-    DS_TRY(c->ops->all_gather(c, send, recv, count, t));
+    coll_mark m = mark(c, DS_COLL_ALL_GATHER);
+    ds_status st = c->ops->all_gather(c, send, recv, count, t);
+    account(c, DS_COLL_ALL_GATHER, m, count * es * (size_t)c->world);
+    DS_TRY(st);
     return DS_OK;
 }
 
@@ -137,15 +189,22 @@ ds_status ds_comm_reduce_scatterv(ds_comm *c, const void *send, void *recv, cons
     for (int r = 0; r < c->rank; r++) off += counts[r];
     DS_TRY(check_alias("reduce_scatterv", send, total * es, recv, mine * es, off * es));
     enter(c);
-    DS_TRY(c->ops->reduce_scatterv(c, send, recv, counts, t, op));
+    coll_mark m = mark(c, DS_COLL_REDUCE_SCATTER);
+    ds_status st = c->ops->reduce_scatterv(c, send, recv, counts, t, op);
+    account(c, DS_COLL_REDUCE_SCATTER, m, total * es);
+    DS_TRY(st);
     return DS_OK;
 }
 
 ds_status ds_comm_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds_dtype t) {
     if (!counts) return DS_ERR(DS_ERR_INVALID_ARG, "all_gatherv: counts is NULL");
-    DS_TRY(check_common(c, "all_gatherv", buf, sum_counts(c, counts), t));
+    size_t total = sum_counts(c, counts);
+    DS_TRY(check_common(c, "all_gatherv", buf, total, t));
     enter(c);
-    DS_TRY(c->ops->all_gatherv(c, buf, counts, t));
+    coll_mark m = mark(c, DS_COLL_ALL_GATHER);
+    ds_status st = c->ops->all_gatherv(c, buf, counts, t);
+    account(c, DS_COLL_ALL_GATHER, m, total * ds_dtype_size(t));
+    DS_TRY(st);
     return DS_OK;
 }
 
@@ -155,7 +214,10 @@ ds_status ds_comm_broadcast(ds_comm *c, void *buf, size_t count, ds_dtype t, int
         return DS_ERR(DS_ERR_INVALID_ARG, "broadcast: root %d is not a rank of a world of %d",
                       root, c->world);
     enter(c);
-    DS_TRY(c->ops->broadcast(c, buf, count, t, root));
+    coll_mark m = mark(c, DS_COLL_BROADCAST);
+    ds_status st = c->ops->broadcast(c, buf, count, t, root);
+    account(c, DS_COLL_BROADCAST, m, count * ds_dtype_size(t));
+    DS_TRY(st);
     return DS_OK;
 }
 

@@ -110,11 +110,37 @@ typedef enum ds_coll {
     DS_COLL_COUNT
 } ds_coll;
 
+/* Counted once, at the front door (comm.c), for every implementation:
+ * calls, what this rank sent (elements and bytes, split by where the peer it
+ * sent to runs), the operation's size for bandwidth (nccl-tests' "size": the
+ * buffer of all_reduce and broadcast, the whole send buffer of
+ * reduce_scatter, the whole receive buffer of all_gather), and wall time in
+ * the collective on whichever thread ran it. The data path sends only to
+ * the next rank of the ring (rank + 1 mod world, the broadcast chain too),
+ * so a rank's bytes are all inside its host or all across hosts; with NCCL
+ * the same ring is assumed (NCCL does not say which links it used).
+ *
+ * wait_s is what the calling threads spent blocked on communication: the
+ * collectives they ran themselves, plus the time they waited for the
+ * communication thread (overlap_comm) to finish jobs they needed. The part
+ * of the collectives' time not in wait_s was hidden behind computation. */
 typedef struct ds_comm_stats {
     uint64_t calls[DS_COLL_COUNT];
     uint64_t elems_sent[DS_COLL_COUNT];
     uint64_t bytes_sent[DS_COLL_COUNT];
+    uint64_t bytes_intra[DS_COLL_COUNT]; /* sent to a rank on this host */
+    uint64_t bytes_inter[DS_COLL_COUNT]; /* sent to a rank on another host */
+    uint64_t size_bytes[DS_COLL_COUNT];  /* operation sizes (nccl-tests' size) */
+    double seconds[DS_COLL_COUNT];       /* wall time inside the collectives */
+    double wait_s;                       /* calling threads blocked on communication */
 } ds_comm_stats;
+
+/* nccl-tests' bus-bandwidth factor of a collective over `world` ranks:
+ * all_reduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n, broadcast 1.
+ * busbw = size_bytes / seconds * factor, comparable across world sizes. */
+double ds_coll_busbw_factor(ds_coll which, int world);
+/* "all_reduce", "reduce_scatter", "all_gather", "broadcast" */
+const char *ds_coll_name(ds_coll which);
 
 typedef struct ds_comm_ops {
     const char *name; /* "mpi", "nccl" */
@@ -148,6 +174,8 @@ struct ds_comm {
     int rank, world, local_rank;
     ds_rank_source source;
     double timeout_s;
+    int nhosts;          /* hosts the ranks run on (by host name) */
+    bool next_same_host; /* rank + 1 mod world, the ring's next, runs on this host */
     ds_comm_stats stats;
     void *impl;
 };

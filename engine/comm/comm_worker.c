@@ -11,6 +11,12 @@
 
 #define QUEUE_CAP 256
 
+/* Set on a communication thread: its collectives' time is hidden behind the
+ * other threads' work unless they wait for it (counted where they wait). */
+static _Thread_local bool tl_on_worker;
+
+bool ds_comm_worker_self(void) { return tl_on_worker; }
+
 struct ds_comm_worker {
     ds_comm *comm;
     bool threaded;
@@ -26,6 +32,10 @@ struct ds_comm_worker {
     ds_status failed;
     char first_msg[1024];
 };
+
+/* A wait that blocked: its time is communication the caller could not hide
+ * (ds_comm_stats.wait_s). Only the blocking branch reads the clock. */
+static void add_wait(ds_comm_worker *w, double t0) { w->comm->stats.wait_s += ds_comm_now() - t0; }
 
 static ds_status run_job(ds_comm_worker *w, ds_comm_job *j) {
     ds_comm *c = w->comm;
@@ -68,6 +78,7 @@ static void finish(ds_comm_worker *w, ds_comm_job *j) {
 
 static void *worker_main(void *arg) {
     ds_comm_worker *w = arg;
+    tl_on_worker = true;
     pthread_mutex_lock(&w->lock);
     for (;;) {
         while (w->head == w->tail && !w->stop) pthread_cond_wait(&w->cond_work, &w->lock);
@@ -135,7 +146,11 @@ ds_status ds_comm_job_submit(ds_comm_worker *w, ds_comm_job *job) {
         return DS_OK;
     }
     pthread_mutex_lock(&w->lock);
-    while (w->tail - w->head >= QUEUE_CAP) pthread_cond_wait(&w->cond_done, &w->lock);
+    if (w->tail - w->head >= QUEUE_CAP) {
+        double t0 = ds_comm_now();
+        while (w->tail - w->head >= QUEUE_CAP) pthread_cond_wait(&w->cond_done, &w->lock);
+        add_wait(w, t0);
+    }
     w->queue[w->tail % QUEUE_CAP] = job;
     w->tail++;
     pthread_cond_broadcast(&w->cond_work);
@@ -145,10 +160,12 @@ ds_status ds_comm_job_submit(ds_comm_worker *w, ds_comm_job *job) {
 
 ds_status ds_comm_job_wait(ds_comm_worker *w, ds_comm_job *job) {
     if (w->threaded && !__atomic_load_n(&job->done, __ATOMIC_ACQUIRE)) {
+        double t0 = ds_comm_now();
         pthread_mutex_lock(&w->lock);
         while (!__atomic_load_n(&job->done, __ATOMIC_ACQUIRE))
             pthread_cond_wait(&w->cond_done, &w->lock);
         pthread_mutex_unlock(&w->lock);
+        add_wait(w, t0);
     }
     if (job->status != DS_OK) return DS_ERR(job->status, "%s", job->message);
     return DS_OK;
@@ -158,7 +175,11 @@ ds_status ds_comm_worker_drain(ds_comm_worker *w) {
     ds_status failed;
     char msg[sizeof w->first_msg];
     pthread_mutex_lock(&w->lock);
-    while (w->threaded && w->head != w->tail) pthread_cond_wait(&w->cond_done, &w->lock);
+    if (w->threaded && w->head != w->tail) {
+        double t0 = ds_comm_now();
+        while (w->head != w->tail) pthread_cond_wait(&w->cond_done, &w->lock);
+        add_wait(w, t0);
+    }
     failed = w->failed;
     if (failed != DS_OK) snprintf(msg, sizeof msg, "%s", w->first_msg);
     pthread_mutex_unlock(&w->lock);
@@ -169,6 +190,10 @@ ds_status ds_comm_worker_drain(ds_comm_worker *w) {
 void ds_comm_worker_wait_idle(ds_comm_worker *w) {
     if (!w->threaded || pthread_equal(pthread_self(), w->thread)) return;
     pthread_mutex_lock(&w->lock);
-    while (w->head != w->tail) pthread_cond_wait(&w->cond_done, &w->lock);
+    if (w->head != w->tail) {
+        double t0 = ds_comm_now();
+        while (w->head != w->tail) pthread_cond_wait(&w->cond_done, &w->lock);
+        add_wait(w, t0);
+    }
     pthread_mutex_unlock(&w->lock);
 }

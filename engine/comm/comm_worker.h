@@ -77,4 +77,9 @@ ds_status ds_comm_worker_drain(ds_comm_worker *w);
  * the caller is w's own thread (then return at once). */
 void ds_comm_worker_wait_idle(ds_comm_worker *w);
 
+/* For engine/comm: whether the calling thread is a communication thread
+ * (its collectives' time counts in ds_comm_stats.wait_s only where another
+ * thread waits for it). */
+bool ds_comm_worker_self(void);
+
 #endif /* DS_COMM_COMM_WORKER_H */

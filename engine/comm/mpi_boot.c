@@ -326,6 +326,37 @@ static ds_status local_rank_by_host(ds_comm *c, MPI_Comm comm) {
     return rc == MPI_SUCCESS ? DS_OK : ds_comm_mpi_error(rc, "MPI_Allgather of host names", c);
 }
 
+/* c->nhosts and c->next_same_host, from every rank's host name (what
+ * MPI_Get_processor_name says: gethostname, so a simulated host with its own
+ * UTS namespace counts as a host), for the inside/across-host split of the
+ * traffic counters (ds_comm_stats). */
+static ds_status hosts_by_name(ds_comm *c, MPI_Comm comm) {
+    c->nhosts = 1;
+    c->next_same_host = true;
+    if (c->world == 1) return DS_OK;
+    char *names = calloc((size_t)c->world, MPI_MAX_PROCESSOR_NAME);
+    char self[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0;
+    if (!names) return DS_ERR(DS_ERR_OOM, "comm: out of memory for %d host names", c->world);
+    MPI_Get_processor_name(self, &len);
+    int rc = MPI_Allgather(self, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names, MPI_MAX_PROCESSOR_NAME,
+                           MPI_CHAR, comm);
+    if (rc == MPI_SUCCESS) {
+        const char *next = names + (size_t)((c->rank + 1) % c->world) * MPI_MAX_PROCESSOR_NAME;
+        c->next_same_host = strcmp(next, self) == 0;
+        c->nhosts = 0;
+        for (int r = 0; r < c->world; r++) { /* a name not seen at a lower rank is a new host */
+            const char *nr = names + (size_t)r * MPI_MAX_PROCESSOR_NAME;
+            int seen = 0;
+            for (int q = 0; q < r && !seen; q++)
+                seen = strcmp(names + (size_t)q * MPI_MAX_PROCESSOR_NAME, nr) == 0;
+            c->nhosts += !seen;
+        }
+    }
+    free(names);
+    return rc == MPI_SUCCESS ? DS_OK : ds_comm_mpi_error(rc, "MPI_Allgather of host names", c);
+}
+
 ds_status ds_comm_mpi_boot(const char *who, const ds_comm_desc *desc, ds_comm *c,
                            ds_comm_mpi_base *base) {
     ds_rank_info info;
@@ -384,6 +415,7 @@ ds_status ds_comm_mpi_boot(const char *who, const ds_comm_desc *desc, ds_comm *c
         MPI_Comm_rank(node, &c->local_rank);
         MPI_Comm_free(&node);
     }
+    DS_TRY_GOTO(st, hosts_by_name(c, base->comm), fail);
     return DS_OK;
 fail:
     ds_comm_mpi_shutdown(base);
