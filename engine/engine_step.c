@@ -249,6 +249,10 @@ ds_status ds_backward(engine_t *e) {
         (float)(e->scaler.scale * e->loss_norm / (double)e->cfg.gradient_accumulation_steps);
     const float *dy = NULL;
     int which = 0;
+    /* The last micro-batch of the accumulation: each module's gradients are
+     * final when its backward ends, and the strategy reduces them while the
+     * earlier modules' backward goes on (overlap_comm). */
+    e->zero->final_backward = e->micro_in_step + 1 >= e->cfg.gradient_accumulation_steps;
     for (int i = n - 1; i >= 0; i--) {
         ds_module *mod = e->model->modules[i];
         float **params, **tied, **grads;

@@ -2,11 +2,15 @@
  *
  * Every rank holds the whole model state: the replicas of parameters and
  * gradients (zero/replica.h), the optimizer state over the full flat space,
- * and fp32 master weights under mixed precision. At the accumulation boundary
- * the gradients are all-reduced in place in buckets of reduce_bucket_size
- * elements and every rank applies the identical update to the whole model. */
+ * and fp32 master weights under mixed precision. During the backward of the
+ * last micro-batch of a step the gradients are all-reduced in place, bucket
+ * by bucket of reduce_bucket_size elements as the modules finish, on the
+ * communication thread with overlap_comm (zero/grad_reduce.h); at the
+ * boundary every rank waits for the last bucket and applies the identical
+ * update to the whole model. */
 #include <stdlib.h>
 
+#include "zero/grad_reduce.h"
 #include "zero/optim.h"
 #include "zero/replica.h"
 #include "zero/zero.h"
@@ -18,31 +22,36 @@ typedef struct stage0 {
     bool mixed;             /* fp32 master weights exist */
     float *master;          /* [padded] fp32, mixed only */
     float *state0, *state1; /* optimizer moments [padded] */
-    int64_t bucket;         /* all-reduce bucket, elements */
+    ds_grad_reduce *gr;     /* the all-reduce buckets */
 } stage0;
 
 static stage0 *S(ds_zero *z) { return (stage0 *)z->impl; }
 static float *weights(stage0 *s) { return s->mixed ? s->master : (float *)s->rep.params; }
 
+static ds_status grad_done(ds_zero *z, int m) {
+    stage0 *s = S(z);
+    DS_TRY(ds_replica_grad_done(&s->rep, m));
+    if (z->final_backward) { /* module m's gradients are final: reduce them now */
+        const ds_flat_module *fm = &s->rep.flat->modules[m];
+        DS_TRY(ds_grad_reduce_ready(s->gr, fm->begin, fm->end));
+    }
+    return DS_OK;
+}
+
 static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
     stage0 *s = S(z);
     ds_replica *r = &s->rep;
-    int64_t n = r->flat->used;
-    if (s->comm->world > 1)
-        for (int64_t b = 0; b < n; b += s->bucket) {
-            int64_t len = (n - b < s->bucket) ? n - b : s->bucket;
-            char what[256]; /* named in a timeout */
-            ds_zero_describe_range(r->flat, b, b + len, "gradient bucket", what, sizeof what);
-            ds_comm_set_context(s->comm, what);
-            ds_status st = ds_comm_all_reduce(s->comm,
-                                              (char *)r->grads + (size_t)b * ds_dtype_size(r->gt),
-                                              (size_t)len, r->gt, DS_REDUCE_SUM);
-            ds_comm_set_context(s->comm, NULL);
-            DS_TRY(st);
-        }
+    DS_TRY(ds_grad_reduce_finish(s->gr));
     /* Every rank now holds the same summed gradient, so the local norm and
      * overflow flag are already global. */
-    DS_TRY(r->be->ops->sumsq(r->be, r->grads, r->gt, (size_t)n, sumsq, overflow));
+    DS_TRY(r->be->ops->sumsq(r->be, r->grads, r->gt, (size_t)r->flat->used, sumsq, overflow));
+    return DS_OK;
+}
+
+static ds_status zero_grad(ds_zero *z) {
+    stage0 *s = S(z);
+    DS_TRY(ds_grad_reduce_reset(s->gr)); /* nothing in flight writes the replica */
+    DS_TRY(ds_replica_zero_grad(&s->rep));
     return DS_OK;
 }
 
@@ -77,6 +86,11 @@ static ds_status set_param(ds_zero *z, int i, const float *host) {
 
 static ds_status get_grad(ds_zero *z, int i, float *host) {
     stage0 *s = S(z);
+    if (ds_grad_reduce_started(s->gr)) { /* the last backward reduced the replica */
+        DS_TRY(ds_grad_reduce_finish(s->gr));
+        DS_TRY(ds_replica_grad_to_host(&s->rep, i, host));
+        return DS_OK;
+    }
     DS_TRY(ds_replica_grad_to_host(&s->rep, i, host));
     DS_TRY(ds_comm_host_all_reduce(s->comm, host, (size_t)s->rep.flat->params[i].numel, DS_F32,
                                    DS_REDUCE_SUM));
@@ -105,6 +119,7 @@ static void destroy(ds_zero *z) {
     if (s) {
         ds_backend *be = s->rep.be ? s->rep.be : z->d.be;
         size_t padded = (size_t)z->d.flat->padded;
+        ds_grad_reduce_destroy(s->gr); /* joins the communication thread */
         ds_backend_free(be, DS_MEM_MASTER, DS_PLACE_DEVICE, s->master, padded * 4);
         ds_backend_free(be, DS_MEM_OPTIM, DS_PLACE_DEVICE, s->state0, padded * 4);
         ds_backend_free(be, DS_MEM_OPTIM, DS_PLACE_DEVICE, s->state1, padded * 4);
@@ -116,8 +131,9 @@ static void destroy(ds_zero *z) {
 
 static const ds_zero_ops k_stage0_ops = {
     .name = "stage0", .fetch = ds_replica_op_fetch, .release = ds_replica_op_release,
-    .grad_slots = ds_replica_op_grad_slots, .grad_done = ds_replica_op_grad_done,
-    .reduce_grads = reduce_grads, .apply = apply, .zero_grad = ds_replica_op_zero_grad, .get_param = get_param, .set_param = set_param,
+    .grad_slots = ds_replica_op_grad_slots, .grad_done = grad_done,
+    .reduce_grads = reduce_grads, .apply = apply, .zero_grad = zero_grad,
+    .get_param = get_param, .set_param = set_param,
     .get_grad = get_grad, .state_io = state_io, .sync_params = sync_params, .destroy = destroy,
 };
 
@@ -136,6 +152,9 @@ static ds_status build(stage0 *s, const ds_zero_desc *d) {
         DS_TRY(ds_backend_alloc(be, DS_MEM_OPTIM, DS_PLACE_DEVICE, padded * 4,
                                 (void **)&s->state1));
     DS_TRY(ds_replica_init_values(&s->rep, d->seed, s->master, 0, d->flat->padded));
+    DS_TRY(ds_grad_reduce_create(be, d->comm, d->flat, s->rep.gt, s->rep.grads, DS_GRAD_ALL_REDUCE,
+                                 d->cfg->reduce_bucket_size, !d->cfg->contiguous_gradients,
+                                 d->cfg->overlap_comm, &s->gr));
     return DS_OK;
 }
 
@@ -145,7 +164,6 @@ ds_status ds_zero_stage0_create(const ds_zero_desc *d, ds_zero **out) {
     stage0 *s = S(z);
     s->comm = d->comm;
     s->mixed = d->param_t != DS_F32;
-    s->bucket = d->cfg->reduce_bucket_size > 0 ? d->cfg->reduce_bucket_size : d->flat->padded;
     ds_status st = build(s, d);
     if (st != DS_OK) {
         ds_error_trace(__FILE__, __LINE__);

@@ -2,19 +2,23 @@
  *
  * Working parameters and gradients stay replicated (zero/replica.h), but the
  * fp32 master weights and the optimizer moments exist only for the rank's own
- * partition (zero/shard.h). At the boundary the gradients are
- * reduce-scattered so each rank receives the summed gradient of its
- * partition, each rank updates its partition, and the working parameters are
- * all-gathered: Psi(N-1)/N + Psi(N-1)/N elements sent per rank, the same as
- * stage 0's all-reduce. */
+ * partition (zero/shard.h). During the backward of the last micro-batch of
+ * a step the gradients are reduce-scattered in place, bucket by bucket as
+ * the modules finish (zero/grad_reduce.h, on the communication thread with
+ * overlap_comm), so each rank holds the summed gradient of its partition at
+ * its place in the replica; at the boundary each rank updates its partition
+ * and the working parameters are all-gathered: Psi(N-1)/N + Psi(N-1)/N
+ * elements sent per rank, the same as stage 0's all-reduce. */
 #include <stdlib.h>
 
+#include "zero/grad_reduce.h"
 #include "zero/replica.h"
 #include "zero/zero.h"
 #include "zero/zero_util.h"
 
 typedef struct stage1 {
     ds_replica_shard rs; /* first: the shared replica slots reach it through impl */
+    ds_grad_reduce *gr;  /* the reduce-scatter buckets */
 } stage1;
 
 static stage1 *S(ds_zero *z) { return (stage1 *)z->impl; }
@@ -22,16 +26,29 @@ static stage1 *S(ds_zero *z) { return (stage1 *)z->impl; }
 /* The partition's slice of the gradient replica, reduced over ranks. */
 static void *my_grads(stage1 *s) { return ds_at(s->rs.rep.grads, s->rs.rep.gt, s->rs.sh.lo); }
 
+static ds_status grad_done(ds_zero *z, int m) {
+    stage1 *s = S(z);
+    DS_TRY(ds_replica_grad_done(&s->rs.rep, m));
+    if (z->final_backward) { /* module m's gradients are final: reduce them now */
+        const ds_flat_module *fm = &s->rs.rep.flat->modules[m];
+        DS_TRY(ds_grad_reduce_ready(s->gr, fm->begin, fm->end));
+    }
+    return DS_OK;
+}
+
 static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
     stage1 *s = S(z);
     ds_replica *r = &s->rs.rep;
-    size_t part = (size_t)s->rs.sh.part;
-    ds_comm_set_context(s->rs.comm, "the gradients"); /* named in a timeout */
-    ds_status st = ds_comm_reduce_scatter(s->rs.comm, r->grads, my_grads(s), part, r->gt,
-                                          DS_REDUCE_SUM);
-    ds_comm_set_context(s->rs.comm, NULL);
-    DS_TRY(st);
-    DS_TRY(ds_zero_part_sumsq(r->be, s->rs.comm, my_grads(s), r->gt, part, sumsq, overflow));
+    DS_TRY(ds_grad_reduce_finish(s->gr));
+    DS_TRY(ds_zero_part_sumsq(r->be, s->rs.comm, my_grads(s), r->gt, (size_t)s->rs.sh.part, sumsq,
+                              overflow));
+    return DS_OK;
+}
+
+static ds_status zero_grad(ds_zero *z) {
+    stage1 *s = S(z);
+    DS_TRY(ds_grad_reduce_reset(s->gr)); /* nothing in flight writes the replica */
+    DS_TRY(ds_replica_zero_grad(&s->rs.rep));
     return DS_OK;
 }
 
@@ -43,6 +60,12 @@ static ds_status apply(ds_zero *z, float grad_mult, const ds_optim_step *step) {
 
 static ds_status get_grad(ds_zero *z, int i, float *host) {
     stage1 *s = S(z);
+    if (ds_grad_reduce_started(s->gr)) { /* each partition holds its sums */
+        DS_TRY(ds_grad_reduce_finish(s->gr));
+        DS_TRY(ds_zero_part_to_host(s->rs.rep.be, s->rs.comm, s->rs.rep.flat, i, my_grads(s),
+                                    s->rs.rep.gt, host));
+        return DS_OK;
+    }
     DS_TRY(ds_replica_grad_to_host(&s->rs.rep, i, host));
     DS_TRY(ds_comm_host_all_reduce(s->rs.comm, host, (size_t)s->rs.rep.flat->params[i].numel,
                                    DS_F32, DS_REDUCE_SUM));
@@ -50,7 +73,10 @@ static ds_status get_grad(ds_zero *z, int i, float *host) {
 }
 
 static void destroy(ds_zero *z) {
-    if (S(z)) ds_replica_shard_free(&S(z)->rs);
+    if (S(z)) {
+        ds_grad_reduce_destroy(S(z)->gr); /* joins the communication thread */
+        ds_replica_shard_free(&S(z)->rs);
+    }
     free(z->impl);
     free(z);
 }
@@ -60,10 +86,10 @@ static const ds_zero_ops k_stage1_ops = {
     .fetch = ds_replica_op_fetch,
     .release = ds_replica_op_release,
     .grad_slots = ds_replica_op_grad_slots,
-    .grad_done = ds_replica_op_grad_done,
+    .grad_done = grad_done,
     .reduce_grads = reduce_grads,
     .apply = apply,
-    .zero_grad = ds_replica_op_zero_grad,
+    .zero_grad = zero_grad,
     .get_param = ds_replica_shard_op_get_param,
     .set_param = ds_replica_shard_op_set_param,
     .get_grad = get_grad,
@@ -75,7 +101,12 @@ static const ds_zero_ops k_stage1_ops = {
 ds_status ds_zero_stage1_create(const ds_zero_desc *d, ds_zero **out) {
     ds_zero *z;
     DS_TRY(ds_zero_alloc(d, &k_stage1_ops, 1, sizeof(stage1), &z));
-    ds_status st = ds_replica_shard_init(&S(z)->rs, d, true);
+    stage1 *s = S(z);
+    ds_status st = ds_replica_shard_init(&s->rs, d, true);
+    if (st == DS_OK)
+        st = ds_grad_reduce_create(d->be, d->comm, d->flat, s->rs.rep.gt, s->rs.rep.grads,
+                                   DS_GRAD_REDUCE_SCATTER, d->cfg->reduce_bucket_size,
+                                   !d->cfg->contiguous_gradients, d->cfg->overlap_comm, &s->gr);
     if (st != DS_OK) {
         ds_error_trace(__FILE__, __LINE__);
         destroy(z);

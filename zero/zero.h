@@ -1,7 +1,7 @@
 /* ZeRO strategies: one object per stage behind one interface.
  *
  *   stage 0  zero/stage0.c   everything everywhere; gradients all-reduced in
- *                            buckets at the accumulation boundary
+ *                            buckets during the last micro-batch's backward
  *   stage 1  zero/stage1.c   fp32 master + optimizer moments of the rank's
  *   stage 2  zero/stage2.c   partition only; (2) gradients reduce-scattered
  *                            into the partition during backward
@@ -121,6 +121,12 @@ struct ds_zero {
     ds_zero_desc d;
     int stage;
     void *impl;
+    /* Set by the engine before each backward: this micro-batch ends the
+     * gradient accumulation, so each module's gradients are final at its
+     * grad_done (tied uses already folded in) and stages 0 and 1 reduce them
+     * during the backward. Stages 2 and 3 reduce every micro-batch's
+     * gradients into their partition anyway (they keep no full replica). */
+    bool final_backward;
 };
 
 /* Build the strategy for cfg->zero_optimization.stage and initialise the

@@ -46,6 +46,9 @@ static ds_status run_job(ds_comm_worker *w, ds_comm_job *j) {
     case DS_JOB_ALL_GATHERV:
         DS_TRY(ds_comm_all_gatherv(c, j->buf, j->counts, j->t));
         return DS_OK;
+    case DS_JOB_ALL_REDUCE:
+        DS_TRY(ds_comm_all_reduce(c, j->buf, j->count, j->t, DS_REDUCE_SUM));
+        return DS_OK;
     case DS_JOB_FN: {
         ds_status st = j->fn(j->arg);
         /* not a collective: the context was not in the message yet */

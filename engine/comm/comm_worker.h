@@ -35,6 +35,7 @@ typedef enum ds_comm_job_kind {
     DS_JOB_REDUCE_SCATTERV = 0, /* send (sum of counts elements) -> recv (counts[rank]) */
     DS_JOB_ALL_GATHERV,         /* in place in buf: block rank is this rank's */
     DS_JOB_FN,                  /* run fn(arg) on the worker (host-side finishing work) */
+    DS_JOB_ALL_REDUCE,          /* sum of count elements, in place in buf */
 } ds_comm_job_kind;
 
 typedef struct ds_comm_job {
@@ -42,6 +43,7 @@ typedef struct ds_comm_job {
     const void *send;
     void *buf;        /* recv for reduce_scatterv, the buffer otherwise */
     size_t *counts;   /* [world] block sizes; owned by the submitter, alive until waited */
+    size_t count;     /* all_reduce: elements */
     ds_dtype t;
     ds_status (*fn)(void *arg);
     void *arg;

@@ -1,0 +1,28 @@
+# overlap_comm (issue 22, item 2): gradients reduced bucket by bucket during
+# backward on the communication thread give bit-identical losses, gradient
+# norms and final weights to the same buckets reduced inline, at every stage,
+# at 1 and 2 ranks; with gradient accumulation, a tied table, fp16/bf16
+# gradients, activation checkpointing and per-module buckets
+# (tests/multirank/test_overlap_equiv.c).
+add_executable(test_overlap_equiv ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_overlap_equiv.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c # ck_make_data
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
+target_link_libraries(test_overlap_equiv PRIVATE zero-engine)
+target_include_directories(test_overlap_equiv PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multirank)
+function(ds_overlap_test name np)
+  add_test(NAME ${name} COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np ${np} -x OMP_NUM_THREADS=1
+                                $<TARGET_FILE:test_overlap_equiv> ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS ${np})
+endfunction()
+foreach(stage 0 1 2 3)
+  foreach(np 1 2)
+    ds_overlap_test(overlap_equiv_mlp_gas2_stage${stage}_np${np} ${np}
+                    --stage ${stage} --model mlp --gas 2)
+    ds_overlap_test(overlap_equiv_tied_fp16_stage${stage}_np${np} ${np}
+                    --stage ${stage} --model tied --precision fp16)
+    ds_overlap_test(overlap_equiv_bert_bf16_ckpt_stage${stage}_np${np} ${np}
+                    --stage ${stage} --model bert --precision bf16 --ckpt 1)
+  endforeach()
+  ds_overlap_test(overlap_equiv_mlp_permodule_stage${stage}_np2 2
+                  --stage ${stage} --model mlp --contiguous false)
+endforeach()

@@ -1,0 +1,157 @@
+/* In-place bucketed gradient reduction during backward; see grad_reduce.h. */
+#include "zero/grad_reduce.h"
+
+#include <stdlib.h>
+
+#include "zero/zero_util.h"
+
+/* Buckets in flight at once. More than two lets a burst of small modules
+ * (BERT's layer norms and biases) queue behind a large bucket on the wire
+ * without stalling backward; the ring only bounds host memory for the jobs. */
+#define NSLOT 8
+
+typedef struct slot {
+    ds_comm_job job;
+    size_t *counts; /* [world], reduce-scatter blocks */
+    bool busy;
+} slot;
+
+struct ds_grad_reduce {
+    ds_backend *be;
+    ds_comm *comm;
+    ds_comm_worker *w;
+    const ds_flat *flat;
+    ds_dtype gt;
+    void *grads;
+    ds_grad_reduce_kind kind;
+    int64_t cap;
+    bool per_module;
+    slot s[NSLOT];
+    int next;
+    /* [cursor, used) is final; [cursor, hi) of it is collected but not yet
+     * submitted; [hi, used) is submitted. */
+    int64_t cursor, hi;
+    bool started;  /* a bucket was submitted since reset */
+    bool finished; /* everything submitted and landed */
+};
+
+static ds_status wait_slot(ds_grad_reduce *g, slot *k) {
+    if (!k->busy) return DS_OK;
+    k->busy = false;
+    DS_TRY(ds_comm_job_wait(g->w, &k->job));
+    return DS_OK;
+}
+
+static ds_status wait_all(ds_grad_reduce *g) {
+    ds_status first = DS_OK;
+    for (int i = 0; i < NSLOT; i++) { /* wait for all, report the first failure */
+        ds_status st = wait_slot(g, &g->s[(g->next + i) % NSLOT]);
+        if (st != DS_OK && first == DS_OK) first = st;
+    }
+    DS_TRY(first);
+    return DS_OK;
+}
+
+/* Reduce [lo, hi) in place. */
+static ds_status submit(ds_grad_reduce *g, int64_t lo, int64_t hi) {
+    g->started = true;
+    if (g->comm->world == 1 || hi <= lo) return DS_OK; /* the sum over one rank */
+    slot *k = &g->s[g->next];
+    DS_TRY(wait_slot(g, k)); /* its previous bucket must have landed */
+    ds_comm_job *j = &k->job;
+    void *base = ds_at(g->grads, g->gt, lo);
+    if (g->kind == DS_GRAD_ALL_REDUCE) {
+        *j = (ds_comm_job){.kind = DS_JOB_ALL_REDUCE, .buf = base, .count = (size_t)(hi - lo),
+                           .t = g->gt};
+    } else {
+        ds_zero_counts(g->flat, lo, hi, k->counts);
+        size_t mine = ds_zero_block_offset(k->counts, g->comm->rank);
+        /* in place: the receive block is this rank's block of the bucket */
+        *j = (ds_comm_job){.kind = DS_JOB_REDUCE_SCATTERV, .send = base,
+                           .buf = ds_at(base, g->gt, (int64_t)mine), .counts = k->counts,
+                           .t = g->gt};
+    }
+    /* named in a timeout ("gradient bucket of modules 3-5 of 12 (...)") */
+    ds_zero_describe_range(g->flat, lo, hi, "gradient bucket", j->what, sizeof j->what);
+    DS_TRY(ds_comm_job_submit(g->w, j));
+    k->busy = true;
+    g->next = (g->next + 1) % NSLOT;
+    return DS_OK;
+}
+
+ds_status ds_grad_reduce_create(ds_backend *be, ds_comm *comm, const ds_flat *f, ds_dtype gt,
+                                void *grads, ds_grad_reduce_kind kind, int64_t cap,
+                                bool per_module, bool threaded, ds_grad_reduce **out) {
+    *out = NULL;
+    ds_grad_reduce *g = calloc(1, sizeof *g);
+    if (!g) return DS_ERR(DS_ERR_OOM, "gradient reduction: out of host memory");
+    *g = (ds_grad_reduce){.be = be, .comm = comm, .flat = f, .gt = gt, .grads = grads,
+                          .kind = kind, .cap = cap > 0 ? cap : 1, .per_module = per_module,
+                          .cursor = f->used, .hi = f->used};
+    ds_status st = DS_OK;
+    for (int i = 0; st == DS_OK && i < NSLOT; i++)
+        st = ds_mem_host_alloc(be->mem, DS_MEM_OTHER, (size_t)f->world * sizeof(size_t),
+                               "bucket block counts", (void **)&g->s[i].counts);
+    if (st == DS_OK) st = ds_comm_worker_create(comm, threaded, &g->w);
+    if (st != DS_OK) {
+        ds_grad_reduce_destroy(g);
+        DS_TRY(st);
+    }
+    *out = g;
+    return DS_OK;
+}
+
+void ds_grad_reduce_destroy(ds_grad_reduce *g) {
+    if (!g) return;
+    ds_comm_worker_destroy(g->w); /* joins the thread: no job still runs */
+    for (int i = 0; i < NSLOT; i++)
+        ds_mem_host_free(g->be->mem, DS_MEM_OTHER, g->s[i].counts,
+                         (size_t)g->flat->world * sizeof(size_t));
+    free(g);
+}
+
+ds_status ds_grad_reduce_ready(ds_grad_reduce *g, int64_t begin, int64_t end) {
+    if (end <= begin) return DS_OK;
+    if (g->finished || end != g->cursor)
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_backward: this step's gradients were already "
+                      "reduced by an earlier backward of its last micro-batch (with "
+                      "gradient_accumulation_steps = k, call ds_step after each ds_backward; "
+                      "the k-th reduces)");
+    g->cursor = begin;
+    while (g->hi - g->cursor >= g->cap) {
+        DS_TRY(submit(g, g->hi - g->cap, g->hi));
+        g->hi -= g->cap;
+    }
+    /* a module's end, or the model's start: what is left goes now */
+    if ((g->per_module || g->cursor == 0) && g->hi > g->cursor) {
+        DS_TRY(submit(g, g->cursor, g->hi));
+        g->hi = g->cursor;
+    }
+    return DS_OK;
+}
+
+ds_status ds_grad_reduce_finish(ds_grad_reduce *g) {
+    if (!g->finished) {
+        /* everything below hi: the collected rest and what was never marked */
+        while (g->hi > 0) {
+            int64_t len = g->hi < g->cap ? g->hi : g->cap;
+            DS_TRY(submit(g, g->hi - len, g->hi));
+            g->hi -= len;
+        }
+        g->cursor = 0;
+        g->started = true;
+        g->finished = true;
+    }
+    DS_TRY(wait_all(g));
+    return DS_OK;
+}
+
+bool ds_grad_reduce_started(const ds_grad_reduce *g) { return g->started; }
+
+ds_status ds_grad_reduce_reset(ds_grad_reduce *g) {
+    ds_status st = wait_all(g);
+    g->cursor = g->hi = g->flat->used;
+    g->started = g->finished = false;
+    DS_TRY(st);
+    return DS_OK;
+}

@@ -1,0 +1,70 @@
+/* In-place gradient reduction during backward (stages 0 and 1).
+ *
+ * Stages 0 and 1 keep a full gradient replica. In the last micro-batch of an
+ * accumulation each module's gradients are final as soon as its backward
+ * finished (tied parameters included: zero/ties.h folds every use into the
+ * owner's slots before the owner's backward, which runs after all users').
+ * Modules finish in reverse flat order and their spans are adjacent, so the
+ * final gradients always form one range [cursor, used) growing downwards.
+ * Each time that range has grown by reduce_bucket_size elements (or by one
+ * module, with contiguous_gradients false), the new bucket is reduced in
+ * place on the communication thread (overlap_comm; inline without it), while
+ * the backward of the earlier modules goes on:
+ *
+ *   DS_GRAD_ALL_REDUCE      stage 0: every rank gets the bucket's sum
+ *   DS_GRAD_REDUCE_SCATTER  stage 1: each rank gets the sum of the bucket's
+ *                           intersection with its partition, in place at
+ *                           the same flat offsets (the rest of the bucket is
+ *                           left as the rank's own unreduced values)
+ *
+ * Bucket boundaries depend only on the layout and the cap, so every rank
+ * issues the same collectives in the same order, and the arithmetic is the
+ * same with overlap on and off (the jobs are the same; only the thread that
+ * runs them differs): losses are bit-identical.
+ *
+ * Buckets are cut from the top: when [cursor, hi) reaches cap elements,
+ * [hi - cap, hi) is submitted (a module larger than cap gives several); the
+ * remainder goes when module 0 finished (cursor reaches 0). A ring of job
+ * slots bounds what is in flight: submitting into a slot still in flight
+ * waits for it first (back-pressure when the link is slower than backward). */
+#ifndef DS_ZERO_GRAD_REDUCE_H
+#define DS_ZERO_GRAD_REDUCE_H
+
+#include "engine/comm/comm_worker.h"
+#include "zero/zero.h"
+
+typedef enum ds_grad_reduce_kind {
+    DS_GRAD_ALL_REDUCE = 0,
+    DS_GRAD_REDUCE_SCATTER,
+} ds_grad_reduce_kind;
+
+typedef struct ds_grad_reduce ds_grad_reduce;
+
+/* grads: the full replica (gt, f->padded elements), owned by the strategy.
+ * cap: reduce_bucket_size in elements (at least 1). per_module: a bucket
+ * never spans two modules (contiguous_gradients false). threaded:
+ * overlap_comm (a communication thread owns comm until destroy). */
+ds_status ds_grad_reduce_create(ds_backend *be, ds_comm *comm, const ds_flat *f, ds_dtype gt,
+                                void *grads, ds_grad_reduce_kind kind, int64_t cap,
+                                bool per_module, bool threaded, ds_grad_reduce **out);
+/* Joins the communication thread. */
+void ds_grad_reduce_destroy(ds_grad_reduce *g);
+
+/* The gradients of flat range [begin, end) (module m's span) are final.
+ * Ranges come in reverse flat order, each ending where the previous began;
+ * one that does not is a second backward into gradients already reduced:
+ * DS_ERR_INVALID_ARG (the sums would count the first backward world times). */
+ds_status ds_grad_reduce_ready(ds_grad_reduce *g, int64_t begin, int64_t end);
+
+/* Reduce whatever was not reduced yet (all of [0, used) when no backward
+ * marked anything final) and wait for every bucket. Idempotent until reset. */
+ds_status ds_grad_reduce_finish(ds_grad_reduce *g);
+
+/* Whether any bucket was submitted since the last reset: the replica then
+ * holds reduced values (after finish), not this rank's own gradients. */
+bool ds_grad_reduce_started(const ds_grad_reduce *g);
+
+/* New accumulation: nothing reduced. Waits for anything in flight. */
+ds_status ds_grad_reduce_reset(ds_grad_reduce *g);
+
+#endif /* DS_ZERO_GRAD_REDUCE_H */
