@@ -29,8 +29,11 @@
  * page-aligned RAM through the host backend otherwise; with "nvme" they are
  * counted at DS_PLACE_NVME and only the swap buffers (DS_MEM_BUFFERS) are in
  * RAM. The staging buffers (DS_MEM_BUFFERS) are always pinned on cuda
- * because asynchronous copies need page-locked memory. Nothing is allocated
- * by a step.
+ * because asynchronous copies need page-locked memory. On the cpu backend,
+ * whose "device" memory is host RAM, there is no gradient staging (the
+ * update reads the gradients in place) and the parameter staging holds one
+ * piece (4 Mi elements, or a sub-group on NVMe), not the partition. Nothing
+ * is allocated by a step.
  *
  * Usage (zero/shard.c):
  *
