@@ -34,3 +34,7 @@ if(DS_CUDA)
   target_link_libraries(test_nn_cuda PRIVATE zero-engine-cuda CUDA::cudart)
   set_tests_properties(test_nn_cuda PROPERTIES SKIP_RETURN_CODE 77)
 endif()
+
+# The instruction-set variants of the cpu kernels (engine/backend/cpu/cpu_isa.h)
+# against each other, bit for bit, for every variant this CPU runs.
+ds_add_test(NAME test_cpu_isa SOURCES unit/test_cpu_isa.c LABELS unit)

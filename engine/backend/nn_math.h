@@ -36,7 +36,10 @@ typedef enum ds_act {
 } ds_act;
 
 /* Vectorise the next loop (OpenMP simd) in the cpu build; nothing in CUDA,
- * where the row helpers below are not used. */
+ * where the row helpers below are not used. DS_SIMD_SUM / DS_SIMD_SUM2 sum
+ * in an order that depends on the vector width: the cpu kernels use the
+ * fixed-lane sums below instead (DS_LANES), so every instruction-set variant
+ * gives the same bits; DS_SIMD_MAX is exact in any order. */
 #if defined(_OPENMP) && !defined(__CUDACC__)
 #define DS_SIMD _Pragma("omp simd")
 #define DS_SIMD_SUM(v) _Pragma(DS_NN_STR(omp simd reduction(+ : v)))
@@ -49,6 +52,28 @@ typedef enum ds_act {
 #define DS_SIMD_MAX(v)
 #endif
 #define DS_NN_STR(x) #x
+
+/* ---- fixed-order sums ----
+ * An `omp simd reduction(+)` adds in an order that depends on the vector
+ * width the compiler picked, so the avx512, avx2 and scalar builds of the cpu
+ * kernels (engine/backend/cpu/cpu_isa.h) would round a row's sum differently
+ * and training would depend on the host. The cpu row sums therefore go into
+ * DS_LANES = 16 lanes instead: lane k takes elements k, k + 16, k + 32, ...
+ * in order, ds_lanes_sum adds the lanes by a fixed tree, and the last n % 16
+ * elements are added in order after it. Any vector width that divides 16
+ * computes exactly this, and the loop over the 16 lanes still vectorises. */
+#define DS_LANES 16
+
+DS_HD float ds_lanes_sum(const float *a) {
+    float s8[8], s4[4];
+    for (int k = 0; k < 8; k++) s8[k] = a[k] + a[k + 8];
+    for (int k = 0; k < 4; k++) s4[k] = s8[k] + s8[k + 4];
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+/* The whole-lane part of a row of n: the first ds_lanes_end(n) elements go
+ * through the lanes, the rest in order. */
+DS_HD int ds_lanes_end(int n) { return n - n % DS_LANES; }
 
 #define DS_NN_INV_SQRT2 0.70710678118654752440f
 #define DS_NN_INV_SQRT_2PI 0.39894228040143267794f
@@ -229,13 +254,25 @@ DS_HD float ds_ln_dx(float dy, float g, float xhat, float rstd, float a, float c
 /* Row statistics, two passes over a row that sits in cache (a one-pass
  * E[x^2] - E[x]^2 loses the variance to cancellation when |mean| >> std). */
 DS_HD void ds_ln_row_stats(const float *x, int h, float eps, float *mean, float *rstd) {
-    float s = 0.0f;
-    DS_SIMD_SUM(s)
-    for (int i = 0; i < h; i++) s += x[i];
+    int hb = ds_lanes_end(h);
+    float acc[DS_LANES] = {0.0f};
+    for (int i0 = 0; i0 < hb; i0 += DS_LANES) {
+        DS_SIMD
+        for (int k = 0; k < DS_LANES; k++) acc[k] += x[i0 + k];
+    }
+    float s = ds_lanes_sum(acc);
+    for (int i = hb; i < h; i++) s += x[i];
     float m = s / (float)h;
-    float v = 0.0f;
-    DS_SIMD_SUM(v)
-    for (int i = 0; i < h; i++) {
+    for (int k = 0; k < DS_LANES; k++) acc[k] = 0.0f;
+    for (int i0 = 0; i0 < hb; i0 += DS_LANES) {
+        DS_SIMD
+        for (int k = 0; k < DS_LANES; k++) {
+            float d = x[i0 + k] - m;
+            acc[k] = fmaf(d, d, acc[k]);
+        }
+    }
+    float v = ds_lanes_sum(acc);
+    for (int i = hb; i < h; i++) {
         float d = x[i] - m;
         v = fmaf(d, d, v);
     }
@@ -253,9 +290,18 @@ DS_HD void ds_ln_row_fwd(float *y, const float *x, const float *gamma, const flo
  * dy is read before its dx is written). */
 DS_HD void ds_ln_row_bwd(float *dx, const float *dy, const float *x, const float *gamma, int h,
                          float mean, float rstd, int accumulate) {
-    float a = 0.0f, c = 0.0f;
-    DS_SIMD_SUM2(a, c)
-    for (int i = 0; i < h; i++) {
+    int hb = ds_lanes_end(h);
+    float acc_a[DS_LANES] = {0.0f}, acc_c[DS_LANES] = {0.0f};
+    for (int i0 = 0; i0 < hb; i0 += DS_LANES) {
+        DS_SIMD
+        for (int k = 0; k < DS_LANES; k++) {
+            float dg = dy[i0 + k] * gamma[i0 + k];
+            acc_a[k] += dg;
+            acc_c[k] = fmaf(dg, ds_ln_xhat(x[i0 + k], mean, rstd), acc_c[k]);
+        }
+    }
+    float a = ds_lanes_sum(acc_a), c = ds_lanes_sum(acc_c);
+    for (int i = hb; i < h; i++) {
         float dg = dy[i] * gamma[i];
         a += dg;
         c = fmaf(dg, ds_ln_xhat(x[i], mean, rstd), c);
@@ -289,9 +335,19 @@ DS_HD void ds_softmax_row(float *p, const float *s, const float *mask, int n, fl
         for (int j = 0; j < n; j++) p[j] = 0.0f;
         return;
     }
-    float sum = 0.0f;
-    DS_SIMD_SUM(sum)
-    for (int j = 0; j < n; j++) {
+    int nb = ds_lanes_end(n);
+    float acc[DS_LANES] = {0.0f};
+    for (int j0 = 0; j0 < nb; j0 += DS_LANES) {
+        DS_SIMD
+        for (int k = 0; k < DS_LANES; k++) {
+            int j = j0 + k;
+            float e = (!mask || mask[j] != 0.0f) ? ds_expf(s[j] * scale - mx) : 0.0f;
+            p[j] = e;
+            acc[k] += e;
+        }
+    }
+    float sum = ds_lanes_sum(acc);
+    for (int j = nb; j < n; j++) {
         float e = (!mask || mask[j] != 0.0f) ? ds_expf(s[j] * scale - mx) : 0.0f;
         p[j] = e;
         sum += e;

@@ -64,8 +64,20 @@ ds_status ds_nn_cpu_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const
                                         inv_keep);
                 const float *pc = pr + j0, *dc = dr + j0;
                 float *sc = sr + j0;
-                DS_SIMD_SUM(dot)
-                for (int j = 0; j < n; j++) {
+                /* fixed-lane sum (nn_math.h), chunk after chunk: the
+                 * same bits for every vector width */
+                float acc[DS_LANES] = {0.0f};
+                int nb = ds_lanes_end(n);
+                for (int q = 0; q < nb; q += DS_LANES) {
+                    DS_SIMD
+                    for (int k = 0; k < DS_LANES; k++) {
+                        float dp = dc[q + k] * m[q + k];
+                        sc[q + k] = dp;
+                        acc[k] = fmaf(dp, pc[q + k], acc[k]);
+                    }
+                }
+                dot += ds_lanes_sum(acc);
+                for (int j = nb; j < n; j++) {
                     float dp = dc[j] * m[j];
                     sc[j] = dp;
                     dot = fmaf(dp, pc[j], dot);
@@ -76,8 +88,17 @@ ds_status ds_nn_cpu_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const
                 }
             }
         } else {
-            DS_SIMD_SUM(dot)
-            for (int j = 0; j < T; j++) {
+            float acc[DS_LANES] = {0.0f};
+            int nb = ds_lanes_end(T);
+            for (int q = 0; q < nb; q += DS_LANES) {
+                DS_SIMD
+                for (int k = 0; k < DS_LANES; k++) {
+                    sr[q + k] = dr[q + k];
+                    acc[k] = fmaf(dr[q + k], pr[q + k], acc[k]);
+                }
+            }
+            dot = ds_lanes_sum(acc);
+            for (int j = nb; j < T; j++) {
                 sr[j] = dr[j];
                 dot = fmaf(dr[j], pr[j], dot);
             }

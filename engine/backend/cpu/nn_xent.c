@@ -19,9 +19,19 @@ static float xent_row(float *pr, const float *z, int C) {
     float mx = -INFINITY;
     DS_SIMD_MAX(mx)
     for (int c = 0; c < C; c++) mx = z[c] > mx ? z[c] : mx;
-    float sum = 0.0f;
-    DS_SIMD_SUM(sum)
-    for (int c = 0; c < C; c++) {
+    /* fixed-lane sum (nn_math.h): the same bits for every vector width */
+    float acc[DS_LANES] = {0.0f};
+    int cb = ds_lanes_end(C);
+    for (int c0 = 0; c0 < cb; c0 += DS_LANES) {
+        DS_SIMD
+        for (int k = 0; k < DS_LANES; k++) {
+            float e = ds_expf(z[c0 + k] - mx);
+            pr[c0 + k] = e;
+            acc[k] += e;
+        }
+    }
+    float sum = ds_lanes_sum(acc);
+    for (int c = cb; c < C; c++) {
         float e = ds_expf(z[c] - mx);
         pr[c] = e;
         sum += e;

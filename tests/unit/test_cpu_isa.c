@@ -1,0 +1,273 @@
+/* The cpu kernel variants (engine/backend/cpu/cpu_isa.h) give the same bits.
+ *
+ * Every variant this build has and this CPU runs (DS_CPU_ISA picks it at
+ * backend creation) runs the same calls on the same inputs: the RNG, casts,
+ * scale, axpy, sum of squares, Adam / AdamW / SGD (fp32, fp16 and bf16
+ * gradients and working copies) and every model kernel (embedding, broadcast
+ * add, mean pool, row copies, bias + each activation forward and backward,
+ * dropout, layer norm, masked / causal attention softmax with dropout,
+ * cross-entropy), at 2 threads, on shapes whose widths leave vector tails
+ * (37 x 771, heads of 1..133 keys). Each output is compared byte for byte
+ * with the scalar variant's: the tolerance is zero, because the project
+ * promises bit-identical training across stages, resumes and hosts, and the
+ * variants differ only in vector width and instruction encoding (no
+ * contraction, fixed-lane reductions). A host without AVX-512 or AVX2
+ * checks the variants it has and says which it skipped. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_isa.h"
+#include "engine/backend/nn.h"
+#include "tests/unit/test_util.h"
+
+#define MAX_OUT 96
+
+typedef struct outputs {
+    int n;
+    const char *name[MAX_OUT];
+    void *data[MAX_OUT];
+    size_t bytes[MAX_OUT];
+} outputs;
+
+static void keep(outputs *o, const char *name, const void *p, size_t bytes) {
+    if (o->n == MAX_OUT) TEST_DIE("MAX_OUT too small");
+    void *c = malloc(bytes ? bytes : 1);
+    if (!c) TEST_DIE("out of memory");
+    memcpy(c, p, bytes);
+    o->name[o->n] = name;
+    o->data[o->n] = c;
+    o->bytes[o->n] = bytes;
+    o->n++;
+}
+
+static uint64_t g_rng;
+static float frand(float lo, float hi) { /* xorshift64*, deterministic */
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    uint64_t r = g_rng * 2685821657736338717ull;
+    return lo + (hi - lo) * (float)((r >> 40) * (1.0 / 16777216.0));
+}
+static float *frand_buf(size_t n, float lo, float hi) {
+    float *p = malloc(n * sizeof *p);
+    if (!p) TEST_DIE("out of memory");
+    for (size_t i = 0; i < n; i++) p[i] = frand(lo, hi);
+    return p;
+}
+
+enum { R = 37, W = 771, N = R * W };
+
+/* The engine's element-wise slots and optimizers. */
+static void run_elementwise(ds_backend *be, outputs *o) {
+    const ds_backend_ops *op = be->ops;
+    size_t n = 100003; /* > DS_CPU_PAR_MIN: threads take chunks; odd tail */
+    float *a = frand_buf(n, -3.0f, 3.0f), *b = frand_buf(n, -1.0f, 1.0f);
+    a[5] = 0.0f, a[6] = -0.0f, a[7] = 65519.0f, a[8] = 7e-8f, a[9] = 1e30f;
+    float *f = malloc(n * sizeof *f);
+    uint16_t *h = malloc(n * sizeof *h), *bf = malloc(n * sizeof *bf);
+    if (!f || !h || !bf) TEST_DIE("out of memory");
+
+    CHECK_OK(op->rng_normal(be, f, n, 0.5f, 0.02f, 1234, 7));
+    keep(o, "rng_normal", f, n * 4);
+    CHECK_OK(op->rng_uniform(be, f, n, -2.0f, 3.0f, 99, 3));
+    keep(o, "rng_uniform", f, n * 4);
+    CHECK_OK(op->cast(be, h, DS_F16, a, DS_F32, n));
+    keep(o, "cast f32->f16", h, n * 2);
+    CHECK_OK(op->cast(be, bf, DS_BF16, a, DS_F32, n));
+    keep(o, "cast f32->bf16", bf, n * 2);
+    CHECK_OK(op->cast(be, f, DS_F32, h, DS_F16, n));
+    keep(o, "cast f16->f32", f, n * 4);
+    CHECK_OK(op->cast(be, f, DS_F32, bf, DS_BF16, n));
+    keep(o, "cast bf16->f32", f, n * 4);
+    memcpy(f, a, n * 4);
+    CHECK_OK(op->scale(be, f, DS_F32, n, 0.3f));
+    keep(o, "scale f32", f, n * 4);
+    CHECK_OK(op->scale(be, h, DS_F16, n, 1.7f));
+    keep(o, "scale f16", h, n * 2);
+    CHECK_OK(op->axpy(be, f, DS_F32, -0.7f, bf, DS_BF16, n));
+    keep(o, "axpy f32 += bf16", f, n * 4);
+    CHECK_OK(op->axpy(be, h, DS_F16, 0.1f, b, DS_F32, n));
+    keep(o, "axpy f16 += f32", h, n * 2);
+    double ss[2];
+    int nf[2];
+    CHECK_OK(op->sumsq(be, a, DS_F32, n, &ss[0], &nf[0]));
+    CHECK_OK(op->sumsq(be, h, DS_F16, n, &ss[1], &nf[1]));
+    keep(o, "sumsq", ss, sizeof ss);
+    keep(o, "sumsq nonfinite", nf, sizeof nf);
+
+    /* Three steps of AdamW (fp32 grads), Adam with L2 (fp16 grads, bf16
+     * working copy), SGD with Nesterov momentum (bf16 grads, fp16 copy). */
+    float *p = frand_buf(n, -1.0f, 1.0f), *m = calloc(n, 4), *v = calloc(n, 4);
+    if (!m || !v) TEST_DIE("out of memory");
+    for (int t = 1; t <= 3; t++) {
+        ds_adam_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                              .weight_decay = 0.01f, .step = t, .adam_w_mode = true,
+                              .bias_correction = true};
+        CHECK_OK(op->adam(be, p, b, DS_F32, 0.5f, m, v, n, &hp, NULL, DS_F32));
+        hp.adam_w_mode = false;
+        CHECK_OK(op->adam(be, p, h, DS_F16, 1.0f / 1024, m, v, n, &hp, bf, DS_BF16));
+        ds_sgd_hparams sp = {.lr = 0.01f, .momentum = 0.9f, .dampening = 0.0f,
+                             .weight_decay = 1e-4f, .nesterov = true, .first_step = t == 1};
+        CHECK_OK(op->sgd(be, p, bf, DS_BF16, 0.25f, v, n, &sp, h, DS_F16));
+    }
+    keep(o, "optim param", p, n * 4);
+    keep(o, "optim m", m, n * 4);
+    keep(o, "optim v/momentum", v, n * 4);
+    keep(o, "optim bf16 copy", bf, n * 2);
+    keep(o, "optim f16 copy", h, n * 2);
+    free(a), free(b), free(f), free(h), free(bf), free(p), free(m), free(v);
+}
+
+/* Every model kernel. */
+static void run_nn(ds_backend *be, outputs *o) {
+    const ds_nn_ops *nn = be->nn;
+    float *x = frand_buf(N, -6.0f, 6.0f), *dy = frand_buf(N, -1.0f, 1.0f);
+    float *bias = frand_buf(W, -0.5f, 0.5f), *y = malloc(N * 4), *dx = malloc(N * 4);
+    float *db = calloc(W, 4);
+    if (!y || !dx || !db) TEST_DIE("out of memory");
+
+    static const char *act_name[DS_ACT_COUNT][2] = {
+        {"act none fwd", "act none bwd"}, {"act relu fwd", "act relu bwd"},
+        {"act gelu fwd", "act gelu bwd"}, {"act tanh fwd", "act tanh bwd"},
+        {"act gelu_tanh fwd", "act gelu_tanh bwd"}};
+    for (int a = 0; a < DS_ACT_COUNT; a++) {
+        CHECK_OK(nn->bias_act_fwd(be, y, x, bias, R, W, (ds_act)a));
+        keep(o, act_name[a][0], y, N * 4);
+        CHECK_OK(nn->bias_act_bwd(be, dx, db, dy, x, bias, R, W, (ds_act)a));
+        keep(o, act_name[a][1], dx, N * 4);
+    }
+    keep(o, "act dbias", db, W * 4);
+
+    CHECK_OK(nn->dropout_fwd(be, y, x, bias, dy, R, W, 0.1f, 42, 5));
+    keep(o, "dropout fwd", y, N * 4);
+    CHECK_OK(nn->dropout_bwd(be, dx, db, dy, R, W, 0.1f, 42, 5));
+    keep(o, "dropout bwd", dx, N * 4);
+
+    float *gamma = frand_buf(W, 0.5f, 1.5f), *beta = frand_buf(W, -0.2f, 0.2f);
+    float mean[R], rstd[R];
+    float *dg = calloc(W, 4), *dbeta = calloc(W, 4);
+    if (!dg || !dbeta) TEST_DIE("out of memory");
+    for (int i = 0; i < W; i++) x[i] += 100.0f; /* a row whose mean dwarfs its spread */
+    CHECK_OK(nn->layernorm_fwd(be, y, mean, rstd, x, gamma, beta, R, W, 1e-12f));
+    keep(o, "layernorm y", y, N * 4);
+    keep(o, "layernorm mean", mean, sizeof mean);
+    keep(o, "layernorm rstd", rstd, sizeof rstd);
+    CHECK_OK(nn->layernorm_bwd(be, dx, dg, dbeta, dy, x, mean, rstd, gamma, R, W, false));
+    keep(o, "layernorm dx", dx, N * 4);
+    keep(o, "layernorm dgamma", dg, W * 4);
+    keep(o, "layernorm dbeta", dbeta, W * 4);
+
+    /* attention: B=2, nh=3, T up to 133 keys (tails of every vector width),
+     * a padding mask, causal and not, with dropout */
+    enum { B = 2, NH = 3, T = 133 };
+    size_t na = (size_t)B * NH * T * T;
+    float *s = frand_buf(na, -8.0f, 8.0f), *pa = malloc(na * 4), *pd = malloc(na * 4);
+    float *dpd = frand_buf(na, -1.0f, 1.0f), *dsc = malloc(na * 4), *pd2 = malloc(na * 4);
+    float mask[B * T];
+    if (!pa || !pd || !dsc || !pd2) TEST_DIE("out of memory");
+    for (int i = 0; i < B * T; i++) mask[i] = (i % T) < (i < T ? T : 70) ? 1.0f : 0.0f;
+    for (int causal = 0; causal < 2; causal++) {
+        CHECK_OK(nn->attn_softmax_fwd(be, pa, pd, s, mask, causal, B, NH, T, T, 0.125f, 0.1f, 7,
+                                      11));
+        keep(o, causal ? "softmax causal p" : "softmax p", pa, na * 4);
+        keep(o, causal ? "softmax causal pd" : "softmax pd", pd, na * 4);
+        CHECK_OK(nn->attn_softmax_bwd(be, dsc, pd2, dpd, pa, B, NH, T, T, 0.125f, 0.1f, 7, 11));
+        keep(o, causal ? "softmax causal ds" : "softmax ds", dsc, na * 4);
+    }
+
+    /* cross-entropy over a 1000-class head with weights and an ignored row */
+    enum { XR = 29, XC = 1001 };
+    float *logits = frand_buf((size_t)XR * XC, -10.0f, 10.0f);
+    float *probs = malloc((size_t)XR * XC * 4), *dl = malloc((size_t)XR * XC * 4);
+    float loss, wsum, row_loss[XR], wts[XR];
+    int32_t labels[XR];
+    if (!probs || !dl) TEST_DIE("out of memory");
+    for (int r = 0; r < XR; r++) labels[r] = r == 3 ? -100 : (r * 37) % XC, wts[r] = frand(0, 2);
+    CHECK_OK(nn->xent_fwd(be, &loss, &wsum, probs, row_loss, logits, labels, wts, XR, XC, -100));
+    keep(o, "xent loss", &loss, 4);
+    keep(o, "xent probs", probs, (size_t)XR * XC * 4);
+    keep(o, "xent row loss", row_loss, sizeof row_loss);
+    CHECK_OK(nn->xent_bwd(be, dl, probs, &wsum, labels, wts, XR, XC, -100, 0.5f));
+    keep(o, "xent dlogits", dl, (size_t)XR * XC * 4);
+
+    /* embedding, broadcast add, mean pool, row copies */
+    enum { V = 50 };
+    int32_t ids[R];
+    for (int i = 0; i < R; i++) ids[i] = (i * 7) % V;
+    float *table = frand_buf((size_t)V * W, -1.0f, 1.0f), *dtab = calloc((size_t)V * W, 4);
+    if (!dtab) TEST_DIE("out of memory");
+    CHECK_OK(nn->embedding_fwd(be, y, table, ids, R, W, V, false));
+    CHECK_OK(nn->embedding_fwd(be, y, table, ids, R, W, V, true));
+    CHECK_OK(nn->bcast_add_fwd(be, y, bias, R, W, true));
+    keep(o, "embedding + bcast fwd", y, N * 4);
+    CHECK_OK(nn->embedding_bwd(be, dtab, dy, ids, R, W, 0));
+    keep(o, "embedding bwd", dtab, (size_t)V * W * 4);
+    CHECK_OK(nn->bcast_add_bwd(be, db, dy, R, W));
+    keep(o, "bcast bwd", db, W * 4);
+    float pmask[R], pool[W];
+    for (int i = 0; i < R; i++) pmask[i] = i % 5 ? 1.0f : 0.0f;
+    CHECK_OK(nn->mean_pool_fwd(be, pool, x, pmask, 1, R, W));
+    keep(o, "mean pool fwd", pool, sizeof pool);
+    CHECK_OK(nn->mean_pool_bwd(be, dx, pool, pmask, 1, R, W));
+    keep(o, "mean pool bwd", dx, N * 4);
+    CHECK_OK(nn->copy_rows(be, y, W, x + 3, W, R, W - 3, true));
+    keep(o, "copy rows", y, N * 4);
+
+    free(x), free(dy), free(bias), free(y), free(dx), free(db), free(gamma), free(beta);
+    free(dg), free(dbeta), free(s), free(pa), free(pd), free(dpd), free(dsc), free(pd2);
+    free(logits), free(probs), free(dl), free(table), free(dtab);
+}
+
+static void run_variant(const char *isa, outputs *o) {
+    if (setenv("DS_CPU_ISA", isa, 1) != 0) TEST_DIE("setenv");
+    ds_backend *be = test_cpu_backend(2, NULL);
+    char want[32];
+    snprintf(want, sizeof want, "cpu/%s", isa);
+    CHECK(strcmp(be->ops->name, want) == 0, "DS_CPU_ISA=%s gave backend %s", isa, be->ops->name);
+    g_rng = 0x9E3779B97F4A7C15ull; /* the same inputs for every variant */
+    run_elementwise(be, o);
+    run_nn(be, o);
+    ds_backend_destroy(be);
+}
+
+int main(void) {
+    static outputs out[8];
+    const char *ran[8];
+    int nv = 0;
+    for (int i = 0; ds_cpu_isa_names[i] && nv < 8; i++) {
+        const char *isa = ds_cpu_isa_names[i];
+        if (!ds_cpu_variant_find(isa)) {
+            printf("test_cpu_isa: %s: not run by this CPU, skipped\n", isa);
+            continue;
+        }
+        run_variant(isa, &out[nv]);
+        ran[nv++] = isa;
+    }
+    CHECK(nv >= 1, "no variant ran");
+    /* the last (narrowest) variant is the reference */
+    const outputs *ref = &out[nv - 1];
+    for (int k = 0; k + 1 < nv; k++) {
+        const outputs *o = &out[k];
+        CHECK(o->n == ref->n, "%s: %d outputs, %s: %d", ran[k], o->n, ran[nv - 1], ref->n);
+        int same = 0;
+        for (int j = 0; j < o->n && j < ref->n; j++) {
+            if (memcmp(o->data[j], ref->data[j], o->bytes[j]) == 0) {
+                same++;
+                continue;
+            }
+            size_t first = 0;
+            const unsigned char *a = o->data[j], *b = ref->data[j];
+            while (a[first] == b[first]) first++;
+            TEST_FAIL("%s: %s differs from %s at byte %zu of %zu", o->name[j], ran[k],
+                      ran[nv - 1], first, o->bytes[j]);
+        }
+        printf("test_cpu_isa: %s vs %s: %d of %d outputs bit-identical\n", ran[k], ran[nv - 1],
+               same, o->n);
+    }
+    for (int k = 0; k < nv; k++)
+        for (int j = 0; j < out[k].n; j++) free(out[k].data[j]);
+    return test_finish("test_cpu_isa");
+}
