@@ -648,6 +648,13 @@ int main(int argc, char **argv) {
         if (setenv("DS_JOIN_NNODES", num, 1) != 0) fail(EXIT_RUNTIME, "setenv: %s", strerror(errno));
         note_env("DS_JOIN_NNODES", num);
     }
+    /* The trainers' progress (tools/common/progress.h) is a status line on
+     * a terminal, plain lines in a log. mpirun gives its ranks a pseudo-
+     * terminal whatever engine-run's stdout is, so they learn it from here
+     * (DS_ variables travel to the ranks); a value the user set stays. */
+    if (!getenv("DS_PROGRESS_TTY") &&
+        setenv("DS_PROGRESS_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1) != 0)
+        fail(EXIT_RUNTIME, "setenv DS_PROGRESS_TTY: %s", strerror(errno));
     er_nodes *nodes = NULL;
     char uri[DS_RDZV_LINE] = "URI-FROM-NODE-0";
     if (plan == P_MPIRUN) {

@@ -11,6 +11,7 @@
 
 #include "engine/io/fault.h"
 #include "models/hf.h"
+#include "tools/common/progress.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -271,6 +272,13 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
     ds_last_step_info(r->e, &li);
     int64_t samples_last = li.samples, samples_start = li.samples;
     int rc = 0;
+    /* rank 0's status line (a terminal) or lines (a log); tokens: samples x
+     * the padded sequence length the model runs at */
+    const ds_model *model = ds_get_model(r->e);
+    tr_progress prog;
+    tr_progress_start(&prog, r->prog, r->rank, r->start, r->total, r->per_epoch,
+                      ds_get_config(r->e)->steps_per_print,
+                      model->max_seq_len > 0 ? (double)model->max_seq_len : 1.0, li.samples);
     for (int64_t s = r->start; rc == 0 && s < r->total; s++) {
         ds_step_info info;
         char what[96];
@@ -278,7 +286,9 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
             snprintf(what, sizeof what, "train:step%lld", (long long)s + 1);
             ds_fault_point(what, r->rank);
         }
+        tr_progress_before_step(&prog, s + 1);
         if (ds_train_batch(r->e, &info) != DS_OK) {
+            tr_progress_end(&prog);
             /* the step a failure happened in: a timeout names the collective
              * and the bucket or module, this names when */
             snprintf(what, sizeof what, "training step %lld", (long long)s + 1);
@@ -305,9 +315,11 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
         t_last = t;
         samples_last = info.samples;
         if (r->metrics) write_step(r, &info, sps, fields, user);
+        tr_progress_step(&prog, &info);
         /* every rank sees the same stop_signal: all save, all exit */
         if (info.stop_signal) rc = tr_preempt_stop(&r->stopper, r->e, &info, saved, r->client);
     }
+    tr_progress_end(&prog);
     r->train_s = now_s() - t0;
     r->train_samples = samples_last - samples_start;
     return rc;
@@ -353,6 +365,9 @@ ds_status tr_eval_slices(engine_t *e, const ds_dataset *rows, int batch, tr_eval
         const size_t *idx = s.indices + (from < s.num_samples ? from : 0);
         st = ds_host_batch_fill(&hb, rows, idx, count);
         if (st == DS_OK) st = fn(user, &hb.batch, idx, count);
+        if (st == DS_OK)
+            tr_progress_eval(program_invocation_short_name, "evaluation", rank, (int64_t)k + 1,
+                             (int64_t)calls, (int64_t)rows->n);
     }
     ds_host_batch_free(&hb);
     ds_sampler_free(&s);

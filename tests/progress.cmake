@@ -1,0 +1,9 @@
+# Rank 0's progress in train_cls and train_lm (tools/common/progress.h):
+# plain lines in a log, a status line redrawn on a pseudo-terminal
+# (script(1)), evaluation's own progress, once at 2 ranks (about 3 s).
+add_test(NAME test_progress
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_progress.sh ${CMAKE_BINARY_DIR}/bin
+                 ${CMAKE_BINARY_DIR}/tests/gen_sentences.csv
+                 ${CMAKE_CURRENT_BINARY_DIR}/progress_work)
+set_tests_properties(test_progress PROPERTIES LABELS multirank TIMEOUT 120 PROCESSORS 2
+                     FIXTURES_REQUIRED gen_csv)
