@@ -154,6 +154,7 @@ ds_status ds_initialize(const ds_init_desc *d, engine_t **out) {
         st = worst;
         goto fail;
     }
+    DS_TRY_GOTO(st, ds_engine_monitor_open(e), fail);
     ds_engine_wall_clock_init(e);
     if (!e->quiet) ds_engine_print_startup(e);
     *out = e;
@@ -175,6 +176,7 @@ void ds_finalize(engine_t *e) {
     ds_backend_destroy(e->be);
     ds_comm_destroy(e->comm);
     ds_mem_destroy(e->mem);
+    ds_monitor_close(e->monitor);
     free(e);
 }
 
@@ -182,6 +184,7 @@ int ds_rank(const engine_t *e) { return e->comm->rank; }
 int ds_world_size(const engine_t *e) { return e->comm->world; }
 const ds_config *ds_get_config(const engine_t *e) { return &e->cfg; }
 const ds_model *ds_get_model(const engine_t *e) { return e->model; }
+ds_monitor *ds_get_monitor(const engine_t *e) { return e->monitor; }
 int64_t ds_global_step(const engine_t *e) { return e->global_step; }
 double ds_get_lr(const engine_t *e) { return e->last.lr; }
 void ds_memory_report(const engine_t *e, ds_mem_report *out) { ds_mem_snapshot(e->mem, out); }

@@ -51,6 +51,7 @@
 #include "engine/comm/comm.h"
 #include "engine/data/dataset.h"
 #include "engine/io/zero_to_fp32.h"
+#include "engine/monitor/monitor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -165,6 +166,13 @@ int ds_rank(const engine_t *e);
 int ds_world_size(const engine_t *e);
 const ds_config *ds_get_config(const engine_t *e);   /* resolved */
 const ds_model *ds_get_model(const engine_t *e);
+/* The config's monitors (tensorboard, csv_monitor; engine/monitor/monitor.h)
+ * on rank 0, NULL elsewhere and when none is enabled; borrowed. The engine
+ * writes Train/Samples/{train_loss, lr, grad_norm, loss_scale,
+ * samples_per_sec, memory_<purpose>_MiB} at every step; a training loop adds
+ * its own with ds_monitor_write(ds_get_monitor(e), "Eval/accuracy", v,
+ * info.samples), a no-op on NULL. */
+ds_monitor *ds_get_monitor(const engine_t *e);
 int64_t ds_global_step(const engine_t *e);
 double ds_get_lr(const engine_t *e);
 void ds_memory_report(const engine_t *e, ds_mem_report *out);

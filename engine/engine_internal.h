@@ -70,6 +70,11 @@ struct engine {
     double loss_accum;     /* this rank's micro-batch losses since the boundary */
     ds_step_info last;
     ds_wc_state wc;        /* wall_clock_breakdown (engine_timers.c) */
+
+    /* ---- monitors (engine_monitor.c): rank 0's, NULL elsewhere or when off ---- */
+    struct ds_monitor *monitor;
+    double monitor_t;         /* when the previous step's scalars were written */
+    int64_t monitor_samples;  /* samples then */
 };
 
 /* engine_step.c */
@@ -81,6 +86,13 @@ void ds_engine_free_activations(engine_t *e);
  * the library ('S') or connected to the others ('C'). */
 void ds_preempt_note(int phase, int micro, int gas);
 void ds_engine_note_join(char stage);
+
+/* engine_monitor.c: open the configured monitors (every rank learns
+ * whether rank 0 could; collective), and write a step's scalars (rank 0; a
+ * failed write warns once and stops monitoring, so that a full log disk
+ * neither ends the run nor leaves rank 0 alone in a collective). */
+ds_status ds_engine_monitor_open(engine_t *e);
+void ds_engine_monitor_step(engine_t *e);
 
 /* engine_timers.c: wall_clock_breakdown's state from the config (after
  * the communicator exists), and the step's end: at steps_per_print, the

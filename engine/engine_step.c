@@ -409,6 +409,7 @@ ds_status ds_step(engine_t *e) {
     ds_wc_stop(&e->wc, DS_WC_STEP, wc0);
     if (!e->quiet) ds_engine_print_step(e);
     ds_engine_wall_clock_step(e);
+    ds_engine_monitor_step(e);
     return DS_OK;
 }
 

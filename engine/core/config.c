@@ -71,6 +71,9 @@ void ds_config_defaults(ds_config *c) {
     c->aio.thread_count = 1;
     c->aio.single_submit = false;
     c->aio.overlap_events = true;
+    /* DeepSpeed's monitor/config.py */
+    snprintf(c->tensorboard.job_name, sizeof c->tensorboard.job_name, "DeepSpeedJobName");
+    snprintf(c->csv_monitor.job_name, sizeof c->csv_monitor.job_name, "DeepSpeedJobName");
 
     c->number_checkpoints = 0;
     c->checkpoint_tag_validation = 1; /* Warn */

@@ -77,6 +77,14 @@ typedef struct ds_aio_config {
     bool overlap_events;        /* default true */
 } ds_aio_config;
 
+/* Sections "tensorboard" and "csv_monitor" (DeepSpeed's monitor config;
+ * engine/monitor/monitor.h writes them). */
+typedef struct ds_monitor_config {
+    bool enabled;               /* default false */
+    char output_path[512];      /* default "" (the current folder) */
+    char job_name[128];         /* default "DeepSpeedJobName"; a folder in output_path */
+} ds_monitor_config;
+
 /* Where a resolved value came from (ds_config.origin). */
 typedef enum ds_config_source {
     DS_SRC_DEFAULT = 0,  /* DeepSpeed's default: absent from the file, or
@@ -211,6 +219,8 @@ typedef struct ds_config {
     ds_offload_config offload_optimizer;
     ds_offload_config offload_param;
     ds_aio_config aio;                   /* section "aio" */
+    ds_monitor_config tensorboard;       /* section "tensorboard" */
+    ds_monitor_config csv_monitor;       /* section "csv_monitor" */
 
     /* ---- activation_checkpointing ---- */
     bool activation_checkpointing;       /* section present: recompute checkpointable modules */

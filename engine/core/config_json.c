@@ -258,6 +258,16 @@ char *ds_config_to_json(const ds_config *c) {
     jw_bool(&w, "overlap_events", c->aio.overlap_events);
     jw_close(&w);
 
+    const ds_monitor_config *mons[2] = {&c->tensorboard, &c->csv_monitor};
+    const char *mon_names[2] = {"tensorboard", "csv_monitor"};
+    for (int i = 0; i < 2; i++) {
+        jw_open(&w, mon_names[i]);
+        jw_bool(&w, "enabled", mons[i]->enabled);
+        jw_str(&w, "output_path", mons[i]->output_path);
+        jw_str(&w, "job_name", mons[i]->job_name);
+        jw_close(&w);
+    }
+
     jw_open(&w, "zero_engine");
     jw_str(&w, "backend", c->backend);
     jw_real(&w, "comm_timeout_s", c->comm_timeout_s);

@@ -570,6 +570,8 @@ const cfg_key cfg_top_keys[] = {
     FN("checkpoint", OFF(checkpoint_tag_validation), read_checkpoint),
     FN("zero_engine", OFF(backend), read_zero_engine),
     FN("aio", OFF(aio), read_aio),
+    FN("tensorboard", OFF(tensorboard), cfg_read_monitor),
+    FN("csv_monitor", OFF(csv_monitor), cfg_read_monitor),
 };
 const size_t cfg_top_nkeys = NKEYS(cfg_top_keys);
 
@@ -578,7 +580,7 @@ const size_t cfg_top_nkeys = NKEYS(cfg_top_keys);
 const char *const cfg_top_unimplemented[] = {
     "amp", "torch_autocast", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
     "sparse_gradients", "gradient_accumulation_dtype", "data_types", "memory_breakdown",
-    "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger",
+    "flops_profiler", "wandb", "comet", "comms_logger",
     "elasticity", "autotuning", "pipeline", "tensor_parallel", "compression_training",
     "curriculum_learning", "data_efficiency", "sparse_attention", "seq_parallel_communication_data_type",
     "gradient_allreduce_op", "compile", "timers", "weight_quantization", "hybrid_engine",
