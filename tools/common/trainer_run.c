@@ -12,6 +12,7 @@
 #include "engine/io/fault.h"
 #include "models/hf.h"
 #include "tools/common/progress.h"
+#include "tools/common/run_stats.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -250,7 +251,7 @@ int tr_run_prepare(tr_run *r, tr_describe_fn describe, void *user, const char *w
 /* ---- the steps ---- */
 
 static void write_step(tr_run *r, const ds_step_info *info, double sps, tr_step_fields_fn fields,
-                       void *user) {
+                       void *user, ds_comm_stats *comm_prev) {
     FILE *f = r->metrics;
     tr_jline l;
     tr_jline_begin(&l, f);
@@ -260,6 +261,8 @@ static void write_step(tr_run *r, const ds_step_info *info, double sps, tr_step_
     tr_jline_num(&l, "lr", "%.6e", info->lr);
     tr_jline_num(&l, "grad_norm", "%.6f", info->grad_norm);
     fields(user, &l, info, sps);
+    tr_comm_fields(&l, r->e, comm_prev);          /* the step's collectives */
+    tr_wall_clock_fields(&l, r->e, info->step); /* wall_clock_breakdown's interval */
     tr_jline_end(&l);
     fputc('\n', f);
     fflush(f);
@@ -274,6 +277,9 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
     int rc = 0;
     /* rank 0's status line (a terminal) or lines (a log); tokens: samples x
      * the padded sequence length the model runs at */
+    ds_comm_stats comm_start, comm_prev;
+    ds_comm_report(r->e, &comm_start);
+    comm_prev = comm_start;
     const ds_model *model = ds_get_model(r->e);
     tr_progress prog;
     tr_progress_start(&prog, r->prog, r->rank, r->start, r->total, r->per_epoch,
@@ -314,7 +320,7 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
         double sps = (double)(info.samples - samples_last) / (t - t_last);
         t_last = t;
         samples_last = info.samples;
-        if (r->metrics) write_step(r, &info, sps, fields, user);
+        if (r->metrics) write_step(r, &info, sps, fields, user, &comm_prev);
         tr_progress_step(&prog, &info);
         /* every rank sees the same stop_signal: all save, all exit */
         if (info.stop_signal) rc = tr_preempt_stop(&r->stopper, r->e, &info, saved, r->client);
@@ -322,6 +328,9 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
     tr_progress_end(&prog);
     r->train_s = now_s() - t0;
     r->train_samples = samples_last - samples_start;
+    /* every rank got here alike (a failure or a preemption ends them all) */
+    if (rc == 0 && tr_comm_report(r->e, r->prog, &comm_start, r->total - r->start) != DS_OK)
+        rc = tr_fail(r->prog, "the communication report");
     return rc;
 }
 

@@ -1,0 +1,105 @@
+/* Communication counters and wall-clock breakdown in --metrics and the
+ * end-of-run report (see run_stats.h). */
+#include "tools/common/run_stats.h"
+
+#include <stdio.h>
+
+#include "engine/wall_clock.h"
+
+void tr_comm_fields(tr_jline *l, const engine_t *e, ds_comm_stats *prev) {
+    ds_comm_stats now;
+    ds_comm_report(e, &now);
+    tr_jline_key(l, "comm");
+    FILE *f = l->f;
+    fputc('{', f);
+    int n = 0;
+    for (int k = 0; k < DS_COLL_COUNT; k++) {
+        uint64_t calls = now.calls[k] - prev->calls[k];
+        if (!calls) continue;
+        fprintf(f,
+                "%s\"%s\": {\"calls\": %llu, \"bytes\": %llu, \"inside_host\": %llu, "
+                "\"across_hosts\": %llu, \"seconds\": %.6f}",
+                n++ ? ", " : "", ds_coll_name((ds_coll)k), (unsigned long long)calls,
+                (unsigned long long)(now.bytes_sent[k] - prev->bytes_sent[k]),
+                (unsigned long long)(now.bytes_intra[k] - prev->bytes_intra[k]),
+                (unsigned long long)(now.bytes_inter[k] - prev->bytes_inter[k]),
+                now.seconds[k] - prev->seconds[k]);
+    }
+    fprintf(f, "%s\"wait_s\": %.6f}", n ? ", " : "", now.wait_s - prev->wait_s);
+    *prev = now;
+}
+
+void tr_wall_clock_fields(tr_jline *l, const engine_t *e, int64_t step) {
+    ds_wall_clock w;
+    bool ready = false;
+    if (ds_wall_clock_last(e, &w, &ready) != DS_OK || !ready || w.to_step != step) return;
+    tr_jline_key(l, "wall_clock");
+    FILE *f = l->f;
+    fprintf(f,
+            "{\"from_step\": %lld, \"to_step\": %lld, \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, "
+            "\"step_ms\": %.4f, \"comm_wait_ms\": %.4f, \"comm\": {",
+            (long long)w.from_step, (long long)w.to_step, w.fwd_ms, w.bwd_ms, w.step_ms,
+            w.comm_wait_ms);
+    int n = 0;
+    for (int k = 0; k < DS_COLL_COUNT; k++) {
+        if (w.calls[k] <= 0) continue;
+        fprintf(f,
+                "%s\"%s\": {\"calls\": %.4f, \"bytes\": %.1f, \"inside_host\": %.1f, "
+                "\"across_hosts\": %.1f, \"ms\": %.4f, \"busbw_gbps\": %.4f}",
+                n++ ? ", " : "", ds_coll_name((ds_coll)k), w.calls[k], w.bytes[k],
+                w.bytes_intra[k], w.bytes_inter[k], w.ms[k], w.busbw_gbps[k]);
+    }
+    fputs("}}", f);
+}
+
+/* "17.52 MB": decimal, as link rates are quoted */
+static void mb(char *buf, size_t cap, double b) {
+    if (b >= 1e9) snprintf(buf, cap, "%.2f GB", b / 1e9);
+    else if (b >= 1e6) snprintf(buf, cap, "%.2f MB", b / 1e6);
+    else if (b >= 1e3) snprintf(buf, cap, "%.2f kB", b / 1e3);
+    else snprintf(buf, cap, "%.0f B", b);
+}
+
+/* per kind: calls, inside, across, seconds (seconds: the largest rank's) */
+enum { F_CALLS, F_INTRA, F_INTER, F_SECONDS, F_N };
+
+ds_status tr_comm_report(engine_t *e, const char *prog, const ds_comm_stats *start,
+                         int64_t steps) {
+    ds_comm_stats now;
+    ds_comm_report(e, &now);
+    double sum[DS_COLL_COUNT * F_N + 1];
+    for (int k = 0; k < DS_COLL_COUNT; k++) {
+        sum[k * F_N + F_CALLS] = (double)(now.calls[k] - start->calls[k]);
+        sum[k * F_N + F_INTRA] = (double)(now.bytes_intra[k] - start->bytes_intra[k]);
+        sum[k * F_N + F_INTER] = (double)(now.bytes_inter[k] - start->bytes_inter[k]);
+        sum[k * F_N + F_SECONDS] = now.seconds[k] - start->seconds[k];
+    }
+    sum[DS_COLL_COUNT * F_N] = now.wait_s - start->wait_s;
+    /* counts and bytes add over ranks (bytes then: what crossed each kind of
+     * link); times are summed too and divided by the ranks below (the mean) */
+    DS_TRY(ds_all_reduce_host(e, sum, sizeof sum / sizeof *sum, DS_F64));
+    if (ds_rank(e) != 0) return DS_OK;
+    int world = ds_world_size(e);
+    double per = steps > 0 ? (double)steps : 1.0;
+    printf("%s: communication over %lld steps, all %d ranks (bytes sent, inside a host / across "
+           "hosts; time the mean of the ranks):",
+           prog, (long long)steps, world);
+    int n = 0;
+    for (int k = 0; k < DS_COLL_COUNT; k++) {
+        const double *s = sum + k * F_N;
+        if (s[F_CALLS] <= 0) continue;
+        char in[32], out[32], inp[32], outp[32];
+        mb(in, sizeof in, s[F_INTRA]);
+        mb(out, sizeof out, s[F_INTER]);
+        mb(inp, sizeof inp, s[F_INTRA] / per);
+        mb(outp, sizeof outp, s[F_INTER] / per);
+        printf("%s %s %.0f calls, %s / %s, %.3g s (per step %.3g calls, %s / %s, %.3g ms)",
+               n++ ? ";" : "", ds_coll_name((ds_coll)k), s[F_CALLS] / world, in, out,
+               s[F_SECONDS] / world, s[F_CALLS] / world / per, inp, outp,
+               1e3 * s[F_SECONDS] / world / per);
+    }
+    if (!n) printf(" no collectives");
+    printf("; waited for communication %.3g s\n", sum[DS_COLL_COUNT * F_N] / world);
+    fflush(stdout);
+    return DS_OK;
+}
