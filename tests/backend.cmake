@@ -38,3 +38,7 @@ endif()
 # The instruction-set variants of the cpu kernels (engine/backend/cpu/cpu_isa.h)
 # against each other, bit for bit, for every variant this CPU runs.
 ds_add_test(NAME test_cpu_isa SOURCES unit/test_cpu_isa.c LABELS unit)
+
+# Accuracy of the vectorised exp / erf / GELU math of the model kernels against
+# libm, under every variant this CPU runs, and their agreement in bits.
+ds_add_test(NAME test_vmath SOURCES unit/test_vmath.c LABELS unit)

@@ -81,9 +81,11 @@ DS_HD int ds_lanes_end(int n) { return n - n % DS_LANES; }
 /* ---- exp and erf without libm ----
  * The loops over millions of GELU / softmax elements must vectorise, and a
  * libm call stops the vectoriser (gcc only maps expf to libmvec under
- * -ffast-math). These are branch-free and fmaf-based; their accuracy (exp
- * within 2 ulp, erf within ~1e-6 absolute) is checked against double
- * precision in tests/unit/test_nn_kernels.c. */
+ * -ffast-math). These are branch-free and fmaf-based; their accuracy against
+ * libm in double, under every instruction-set variant of the cpu kernels, is
+ * swept densely by tests/unit/test_vmath.c, which states each bound and why:
+ * exp within 2 ulp (1 measured), erf within 5.5e-7 absolute, GELU within
+ * 2 ulp + 2.75e-7 |x|, the tanh GELU within (4 + 3 |2u|) ulp. */
 
 /* e^x for x <= 88 (larger x is clamped to 88); x < -87.33 gives 0 (the
  * result would be subnormal). Cephes' expf: x = n ln2 + r with a two-part
