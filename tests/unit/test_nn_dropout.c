@@ -101,6 +101,26 @@ static void test_dropout_stats(void) {
     free(ones), free(y), free(dx), free(y2), free(x);
 }
 
+/* dropout_bwd with a bias gradient makes dx and dbias in one pass over
+ * column tiles (nn_act.c): both must be bit for bit what the two passes it
+ * replaced give (dropout_bwd without dbias, then bcast_add_bwd's column
+ * sums), at a size that runs on the 2-thread team, with a width that is not
+ * a multiple of the tile and an offset inside a Philox block. */
+static void test_dropout_bwd_dbias_one_pass(void) {
+    const int R = 301, W = 200; /* 60200 elements: above DS_CPU_PAR_MIN */
+    size_t n = (size_t)R * W;
+    float *dy = randn(n, 1.0), *dx1 = malloc(n * 4), *dx2 = malloc(n * 4);
+    float *db1 = randn(W, 1.0), *db2 = malloc(W * 4);
+    memcpy(db2, db1, W * 4); /* accumulated into: start from the same values */
+    CHECK_OK(g_be->nn->dropout_bwd(g_be, dx1, db1, dy, R, W, 0.1f, 3, 7));
+    CHECK_OK(g_be->nn->dropout_bwd(g_be, dx2, NULL, dy, R, W, 0.1f, 3, 7));
+    CHECK_OK(g_be->nn->bcast_add_bwd(g_be, db2, dx2, R, W));
+    CHECK(memcmp(dx1, dx2, n * 4) == 0, "dropout_bwd: dx differs with and without dbias");
+    CHECK(memcmp(db1, db2, W * 4) == 0,
+          "dropout_bwd: dbias differs from dropout_bwd then bcast_add_bwd");
+    free(dy), free(dx1), free(dx2), free(db1), free(db2);
+}
+
 /* y = res + dropout(x + bias); dbias = column sums of the backward */
 static void test_dropout_fused(void) {
     const int R = 97, W = 130;
@@ -258,6 +278,7 @@ int main(void) {
     g_be = test_cpu_backend(2, NULL);
     test_dropout_stats();
     test_dropout_fused();
+    test_dropout_bwd_dbias_one_pass();
     test_softmax();
     ds_backend_destroy(g_be);
     return test_finish("test_nn_dropout");

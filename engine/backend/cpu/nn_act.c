@@ -128,7 +128,7 @@ ds_status ds_nn_cpu_bias_act_bwd(ds_backend *be, float *dx, float *dbias, const 
 #pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)rows * width >= DS_NN_CPU_PAR_MIN)
     for (int k = 0; k < ntiles; k++) {
         int c0 = k * tile, c1 = c0 + tile < width ? c0 + tile : width;
-        float acc[256];
+        float acc[DS_NN_CPU_TILE_MAX];
         for (int c = 0; c < c1 - c0; c++) acc[c] = 0.0f;
         act_bwd_dispatch(dx, acc, dy, x, bias, 0, rows, width, c0, c1, act);
         for (int c = c0; c < c1; c++) dbias[c] += acc[c - c0];
@@ -216,6 +216,34 @@ ds_status ds_nn_cpu_dropout_bwd(ds_backend *be, float *dx, float *dbias, const f
     int nt = ds_nn_cpu_threads(be);
     DS_TRY(ds_check_dropout_p("dropout_bwd", p));
     float inv_keep = 1.0f / (1.0f - p);
+    if (p > 0.0f && dbias) {
+        /* One pass: the multipliers, dx and the bias gradient together, in
+         * column tiles (as bcast_add_bwd, whose sums this repeats bit for
+         * bit: each column's rows in order from 0, then added to dbias), so
+         * dx is not read a second time. */
+        int tile = ds_nn_cpu_col_tile(nt, width);
+        int ntiles = (width + tile - 1) / tile;
+#pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)rows * width >= DS_NN_CPU_PAR_MIN)
+        for (int k = 0; k < ntiles; k++) {
+            int c0 = k * tile, n = (c0 + tile < width ? c0 + tile : width) - c0;
+            float acc[DS_NN_CPU_TILE_MAX], m[DS_NN_CPU_TILE_MAX];
+            for (int c = 0; c < n; c++) acc[c] = 0.0f;
+            for (int r = 0; r < rows; r++) {
+                const float *dyr = dy + (size_t)r * width + c0;
+                float *dxr = dx + (size_t)r * width + c0;
+                ds_nn_cpu_dropout_mults(m, seed, offset + (uint64_t)r * width + c0, n, p,
+                                        inv_keep);
+                DS_SIMD
+                for (int c = 0; c < n; c++) {
+                    float g = dyr[c] * m[c];
+                    dxr[c] = g;
+                    acc[c] += g;
+                }
+            }
+            for (int c = 0; c < n; c++) dbias[c0 + c] += acc[c];
+        }
+        return DS_OK;
+    }
     if (p > 0.0f) {
 #pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)rows * width >= DS_NN_CPU_PAR_MIN)
         for (int r = 0; r < rows; r++) {

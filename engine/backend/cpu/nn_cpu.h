@@ -45,9 +45,15 @@ extern const ds_nn_ops ds_nn_cpu;
 
 /* Column tiles for the reductions over rows (bias, gamma, beta gradients):
  * each thread owns whole columns and sums its rows in order, so the result
- * is deterministic and independent of the thread count. Returns the tile
- * width for `width` columns on nt threads (a multiple of 16 floats, at most
- * 256, so a tile's accumulators fit on the stack). */
+ * is deterministic and independent of the thread count (and of the tile
+ * width). Returns the tile width for `width` columns on nt threads: a
+ * multiple of 16 floats, at most DS_NN_CPU_TILE_MAX so a tile's accumulators
+ * fit on the stack, and as wide as that allows with the same number of tiles
+ * for every thread. Wide, because a tile walks down the rows: each row of a
+ * tile is a jump to another page, where the hardware prefetcher starts over,
+ * and 256-float tiles of a 4096 x 1024 GELU gradient ran at a third of the
+ * speed of whole rows (bench/bench_kernels, "bias + GELU bwd"). */
+#define DS_NN_CPU_TILE_MAX 1024
 int ds_nn_cpu_col_tile(int nt, int width);
 
 /* The backend's thread count: every kernel's team has this size, the same

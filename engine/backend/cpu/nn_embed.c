@@ -6,11 +6,11 @@
 #include "engine/backend/cpu/nn_cpu.h"
 
 int ds_nn_cpu_col_tile(int nt, int width) {
-    int t = (width + nt - 1) / nt;
-    t = (t + 15) / 16 * 16;
-    if (t > 256) t = 256;
-    if (t < 16) t = 16;
-    return t;
+    for (int per = 1;; per++) { /* tiles per thread */
+        int t = (width + nt * per - 1) / (nt * per);
+        t = (t + 15) / 16 * 16;
+        if (t <= DS_NN_CPU_TILE_MAX) return t < 16 ? 16 : t;
+    }
 }
 
 ds_status ds_nn_cpu_embedding_fwd(ds_backend *be, float *out, const float *table,
@@ -82,7 +82,7 @@ ds_status ds_nn_cpu_bcast_add_bwd(ds_backend *be, float *dx, const float *dout, 
 #pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)rows * width >= DS_NN_CPU_PAR_MIN)
     for (int k = 0; k < ntiles; k++) {
         int c0 = k * tile, c1 = c0 + tile < width ? c0 + tile : width;
-        float acc[256];
+        float acc[DS_NN_CPU_TILE_MAX];
         for (int c = c0; c < c1; c++) acc[c - c0] = 0.0f;
         for (int r = 0; r < rows; r++) {
             const float *restrict src = dout + (size_t)r * width;

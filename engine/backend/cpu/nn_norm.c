@@ -30,7 +30,7 @@ ds_status ds_nn_cpu_layernorm_bwd(ds_backend *be, float *dx, float *dgamma, floa
 #pragma omp parallel for schedule(static) num_threads(nt) if (par)
     for (int k = 0; k < ntiles; k++) {
         int c0 = k * tile, c1 = c0 + tile < h ? c0 + tile : h;
-        float ag[256], ab[256];
+        float ag[DS_NN_CPU_TILE_MAX], ab[DS_NN_CPU_TILE_MAX];
         for (int c = 0; c < c1 - c0; c++) ag[c] = ab[c] = 0.0f;
         for (int r = 0; r < n; r++) {
             const float *dyr = dy + (size_t)r * h;
