@@ -6,15 +6,17 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "zero/estimate.h"
 
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
 /* Model-state purposes, the ones the ZeRO formula covers. */
 static const ds_mem_purpose k_state[] = {DS_MEM_PARAMS, DS_MEM_GRADS, DS_MEM_MASTER,
                                          DS_MEM_OPTIM};
-/* per purpose (device + host), model state, formula, and the host share of
- * the row (offload_optimizer puts master and moments there) */
-#define N_COLS (DS_MEM_PURPOSE_COUNT + 3)
+/* per purpose (device + host), model state, formula, the host share of
+ * the row (offload_optimizer puts master and moments there), and the bytes
+ * in NVMe swap files (offload_optimizer / offload_param device "nvme") */
+#define N_COLS (DS_MEM_PURPOSE_COUNT + 4)
 
 /* Each column's largest value over the ranks, by a sum over ranks of a
  * world x N_COLS table each rank fills its row of (no gather primitive).
@@ -34,12 +36,56 @@ static double *memory_rows(engine_t *e) {
     row[DS_MEM_PURPOSE_COUNT] = (double)state;
     row[DS_MEM_PURPOSE_COUNT + 1] = (double)ds_expected_model_state_bytes(e);
     row[DS_MEM_PURPOSE_COUNT + 2] = (double)r.total[DS_PLACE_HOST];
+    row[DS_MEM_PURPOSE_COUNT + 3] = (double)r.total[DS_PLACE_NVME];
     if (ds_comm_host_all_reduce(e->comm, rows, (size_t)world * N_COLS, DS_F64, DS_REDUCE_SUM) !=
         DS_OK) {
         free(rows);
         return NULL;
     }
     return rows;
+}
+
+static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
+
+/* Purpose p's bytes in this machine's RAM (device memory is RAM on cpu). */
+static double ram_gib(const ds_mem_report *r, ds_mem_purpose p, ds_backend_kind be) {
+    return gib(r->bytes[p][DS_PLACE_HOST] + (be == DS_BACKEND_CPU ? r->bytes[p][DS_PLACE_DEVICE] : 0));
+}
+
+/* Before the strategy allocates: the estimate (zero/estimate.h) against
+ * the RAM this host has, so a configuration that cannot fit stops here
+ * with the fix instead of being killed by the kernel mid-step. */
+ds_status ds_engine_check_fit(engine_t *e) {
+    uint64_t limit;
+    const char *source;
+    DS_TRY(ds_estimate_ram_limit(&limit, &source));
+    if (limit == 0) return DS_OK; /* DS_MEM_LIMIT=off */
+    ds_backend_kind be = e->be->kind;
+    ds_mem_report r;
+    DS_TRY(ds_estimate_model(e->model, e->comm->world, &e->cfg, be, &r));
+    /* the ranks of one host share its RAM (MemAvailable is the host's) */
+    int hosts = e->comm->nhosts > 0 ? e->comm->nhosts : 1;
+    int per_host = (e->comm->world + hosts - 1) / hosts;
+    uint64_t need = ds_estimate_ram(&r, be) * (uint64_t)per_host;
+    if (need <= limit) return DS_OK;
+    char fix[512];
+    ds_estimate_fix(e->model, 0, 0, e->comm->world, per_host, &e->cfg, be, limit, fix,
+                    sizeof fix);
+    int64_t psi = 0;
+    for (int m = 0; m < e->model->n_modules; m++)
+        for (int k = 0; k < e->model->modules[m]->n_params; k++)
+            psi += ds_param_numel(&e->model->modules[m]->params[k]);
+    return DS_ERR(DS_ERR_OOM,
+                  "this configuration does not fit in memory: ZeRO stage %d, %s, %lld "
+                  "parameters, %d rank%s on this host need %.2f GiB of RAM by the estimate "
+                  "(per rank: params %.2f, grads %.2f, master %.2f, optim %.2f, buffers %.2f "
+                  "GiB; activations not counted) against %.2f GiB (%s); %s. DS_MEM_LIMIT=off "
+                  "skips this check",
+                  e->cfg.zero_stage, ds_dtype_name(e->param_t), (long long)psi, per_host,
+                  per_host == 1 ? "" : "s", gib(need), ram_gib(&r, DS_MEM_PARAMS, be),
+                  ram_gib(&r, DS_MEM_GRADS, be), ram_gib(&r, DS_MEM_MASTER, be),
+                  ram_gib(&r, DS_MEM_OPTIM, be), ram_gib(&r, DS_MEM_BUFFERS, be), gib(limit),
+                  source, fix);
 }
 
 /* One line: each purpose's largest per-rank share (the ranks' rows differ
@@ -56,9 +102,12 @@ static void print_memory(const double *rows, int world) {
         if (most[p] >= 0.005 * 1048576.0) /* what prints as 0.00 is left out */
             printf("%s %s %.2f", n++ ? "," : "", ds_mem_purpose_name((ds_mem_purpose)p),
                    most[p] / 1048576.0);
-    printf("; model state %.2f (ZeRO formula %.2f); host %.2f\n",
+    printf("; model state %.2f (ZeRO formula %.2f); host %.2f",
            most[DS_MEM_PURPOSE_COUNT] / 1048576.0, most[DS_MEM_PURPOSE_COUNT + 1] / 1048576.0,
            most[DS_MEM_PURPOSE_COUNT + 2] / 1048576.0);
+    if (most[DS_MEM_PURPOSE_COUNT + 3] > 0) /* only runs that swap to files have the place */
+        printf("; nvme %.2f", most[DS_MEM_PURPOSE_COUNT + 3] / 1048576.0);
+    printf("\n");
 }
 
 /* Rank 0's start-up print, a dozen lines: what runs (ds_config_summary:

@@ -1,0 +1,411 @@
+/* Memory estimator: the allocations of zero/ and offload/ at start-up,
+ * replayed as arithmetic. Each block names the file whose allocations it
+ * follows; tests/unit/test_estimate.c compares the result with the
+ * accountant of real engines, so a change there that is not made here
+ * fails a test. */
+#include "zero/estimate.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "offload/nvme_dir.h"
+#include "zero/flat.h"
+#include "zero/optim.h"
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* What the estimate needs of the flat layout (zero/flat.c). */
+typedef struct layout {
+    int64_t used, padded, part;
+    const int64_t *spans; /* module spans in the flat space (padded tensors) */
+    int n_spans;
+    const int64_t *tied;  /* elements of each tied parameter */
+    int n_tied;
+} layout;
+
+typedef struct est {
+    const ds_config *c;
+    ds_backend_kind be;
+    const layout *l;
+    ds_mem_report *r;
+    uint64_t P, G;  /* bytes per parameter, per gradient element */
+    bool mixed;     /* param_t is not fp32: an fp32 master exists */
+    int moments;    /* fp32 optimizer moments (zero/optim.c) */
+    int64_t max_span;
+} est;
+
+static void add(est *e, ds_mem_purpose p, ds_mem_place at, int64_t elems, uint64_t esz) {
+    if (elems > 0) e->r->bytes[p][at] += (uint64_t)elems * esz;
+}
+
+/* zero/replica.c: the full replica of stages 0-2. */
+static void replica(est *e, bool full_grads) {
+    int64_t padded = e->l->padded;
+    add(e, DS_MEM_PARAMS, DS_PLACE_DEVICE, padded, e->P);
+    if (full_grads) add(e, DS_MEM_GRADS, DS_PLACE_DEVICE, padded, e->G);
+    if (e->mixed) add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, e->max_span, 4); /* fp32 params */
+    if (e->G != 4 || !full_grads) add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, e->max_span, 4);
+    if (e->mixed)
+        for (int j = 0; j < e->l->n_tied; j++) add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, e->l->tied[j], 4);
+}
+
+/* offload/nvme_swap.c: files for master and moments, and nsets x tensors
+ * sub-group buffers in RAM. Returns the tier's piece (elements). */
+static int64_t nvme_swap(est *e, int64_t n) {
+    const ds_offload_config *o = &e->c->offload_optimizer;
+    int64_t align = DS_NVME_ALIGN / (int64_t)sizeof(float);
+    int64_t padded = round_up(n, align);
+    int64_t sg = round_up(min64(e->c->sub_group_size, padded), align);
+    int nsets = 1 + (o->pipeline_read ? 1 : 0) + (o->pipeline_write ? 1 : 0);
+    add(e, DS_MEM_MASTER, DS_PLACE_NVME, n, 4);
+    add(e, DS_MEM_OPTIM, DS_PLACE_NVME, n * e->moments, 4);
+    add(e, DS_MEM_BUFFERS, DS_PLACE_HOST, sg * nsets * (1 + e->moments), 4);
+    return sg;
+}
+
+/* offload/host_optim.c: the optimizer partition off the device. */
+static void host_optim(est *e, int64_t n) {
+    int64_t piece = (int64_t)1 << 22; /* DS_HOST_OPTIM_CHUNK */
+    if (e->c->offload_optimizer.device == DS_OFFLOAD_NVME) {
+        piece = nvme_swap(e, n);
+    } else {
+        add(e, DS_MEM_MASTER, DS_PLACE_HOST, n, 4);
+        add(e, DS_MEM_OPTIM, DS_PLACE_HOST, n * e->moments, 4);
+    }
+    if (e->be == DS_BACKEND_CPU) { /* gradients read in place, one piece of parameters */
+        if (e->P != 4) add(e, DS_MEM_BUFFERS, DS_PLACE_HOST, min64(n, piece), e->P);
+    } else {
+        add(e, DS_MEM_BUFFERS, DS_PLACE_HOST, n, e->G);
+        if (e->P != 4) add(e, DS_MEM_BUFFERS, DS_PLACE_HOST, n, e->P);
+    }
+}
+
+/* zero/shard.c: master and moments of the rank's partition. */
+static void shard(est *e, bool param_off) {
+    int64_t part = e->l->part;
+    if (e->c->offload_optimizer.device != DS_OFFLOAD_NONE) {
+        host_optim(e, part);
+        return;
+    }
+    if (e->mixed || param_off) add(e, DS_MEM_MASTER, DS_PLACE_DEVICE, part, 4);
+    if (param_off) add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, min64(part, (int64_t)1 << 22), e->P);
+    add(e, DS_MEM_OPTIM, DS_PLACE_DEVICE, part * e->moments, 4);
+}
+
+/* zero/grad_buckets.c: two buckets, at most the model, at least a module. */
+static void buckets(est *e) {
+    int64_t cap = e->c->reduce_bucket_size;
+    if (cap > e->l->used) cap = e->l->used;
+    if (e->max_span > cap) cap = e->max_span;
+    add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, 2 * cap, e->G);
+}
+
+/* offload/param_store.c: stage 3's parameter partition off the device. */
+static void param_store(est *e, int64_t n) {
+    const ds_offload_config *o = &e->c->offload_param;
+    int64_t n_host = o->device == DS_OFFLOAD_NVME ? min64(n, o->max_in_cpu) : n;
+    add(e, DS_MEM_PARAMS, DS_PLACE_HOST, n_host, e->P);
+    if (n_host == n) return;
+    int64_t file = round_up((n - n_host) * (int64_t)e->P, DS_NVME_ALIGN);
+    int64_t buf = min64(round_up(o->buffer_size * (int64_t)e->P, DS_NVME_ALIGN), file);
+    add(e, DS_MEM_PARAMS, DS_PLACE_NVME, n - n_host, e->P);
+    add(e, DS_MEM_BUFFERS, DS_PLACE_HOST, buf, (uint64_t)(o->buffer_count < 8 ? o->buffer_count : 8));
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* zero/stage3.c: partitioned parameters, gather slots, persistent modules. */
+static ds_status stage3(est *e) {
+    const ds_config *c = e->c;
+    const layout *l = e->l;
+    int64_t persist = 0;
+    for (int m = 0; m < l->n_spans; m++)
+        if (l->spans[m] > 0 && l->spans[m] < c->stage3_param_persistence_threshold)
+            persist += l->spans[m];
+    bool param_off = c->offload_param.device != DS_OFFLOAD_NONE;
+    shard(e, param_off);
+    if (param_off) param_store(e, l->part);
+    else add(e, DS_MEM_PARAMS, DS_PLACE_DEVICE, l->part, e->P);
+    add(e, DS_MEM_GRADS, DS_PLACE_DEVICE, l->part, e->G);
+    add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, e->max_span, 4);
+    add(e, DS_MEM_PARAMS, DS_PLACE_DEVICE, persist, 4);
+    /* slots: the module in use and the prefetched ones, 2 or 3, sized as the
+     * largest spans (the last repeats when there are fewer modules) */
+    int64_t live = e->max_span > 0 ? c->stage3_max_live_parameters / e->max_span : 3;
+    int n_slots = live < 2 ? 2 : live > 3 ? 3 : (int)live;
+    int64_t *s = malloc((size_t)(l->n_spans > 0 ? l->n_spans : 1) * sizeof *s);
+    if (!s) return DS_ERR(DS_ERR_OOM, "memory estimate: out of host memory");
+    if (l->n_spans > 0) memcpy(s, l->spans, (size_t)l->n_spans * sizeof *s);
+    qsort(s, (size_t)l->n_spans, sizeof *s, cmp_desc);
+    for (int k = 0; k < n_slots; k++) {
+        int64_t cap = l->n_spans > 0 ? s[k < l->n_spans ? k : l->n_spans - 1] : 0;
+        add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, cap, e->P + (e->mixed ? 4 : 0));
+    }
+    free(s);
+    for (int j = 0; j < l->n_tied; j++)
+        add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, l->tied[j], e->P + (e->mixed ? 4 : 0));
+    buckets(e);
+    return DS_OK;
+}
+
+static void totals(ds_mem_report *out) {
+    memset(out->total, 0, sizeof out->total);
+    for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
+        for (int at = 0; at < DS_PLACE_COUNT; at++) {
+            out->peak[p][at] = out->bytes[p][at];
+            out->total[at] += out->bytes[p][at];
+        }
+    memcpy(out->total_peak, out->total, sizeof out->total);
+}
+
+static ds_status estimate(const layout *l, const ds_config *c, ds_backend_kind be,
+                          ds_mem_report *out) {
+    memset(out, 0, sizeof *out);
+    if (c->zero_stage < 0 || c->zero_stage > 3)
+        return DS_ERR(DS_ERR_INVALID_ARG, "memory estimate: ZeRO stage must be 0..3, got %d",
+                      c->zero_stage);
+    ds_dtype pt = c->fp16_enabled ? DS_F16 : c->bf16_enabled ? DS_BF16 : DS_F32;
+    ds_dtype gt = c->comm_dtype_set ? c->communication_data_type : pt;
+    est e = {.c = c, .be = be, .l = l, .r = out, .P = ds_dtype_size(pt), .G = ds_dtype_size(gt),
+             .mixed = pt != DS_F32, .moments = ds_optim_state_count(c)};
+    for (int m = 0; m < l->n_spans; m++)
+        if (l->spans[m] > e.max_span) e.max_span = l->spans[m];
+    switch (c->zero_stage) {
+    case 0: /* zero/stage0.c: everything everywhere, on the device */
+        replica(&e, true);
+        if (e.mixed) add(&e, DS_MEM_MASTER, DS_PLACE_DEVICE, l->padded, 4);
+        add(&e, DS_MEM_OPTIM, DS_PLACE_DEVICE, l->padded * e.moments, 4);
+        break;
+    case 1: /* zero/stage1.c */
+        replica(&e, true);
+        shard(&e, false);
+        break;
+    case 2: /* zero/stage2.c: the gradient partition and its buckets */
+        replica(&e, false);
+        shard(&e, false);
+        add(&e, DS_MEM_GRADS, DS_PLACE_DEVICE, l->part, e.G);
+        buckets(&e);
+        break;
+    default:
+        DS_TRY(stage3(&e));
+    }
+    /* zero/ties.c: the gradient accumulators of tied parameters */
+    for (int j = 0; j < l->n_tied; j++) add(&e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, l->tied[j], 4);
+    totals(out);
+    return DS_OK;
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* engine/engine_step.c (ds_engine_plan_activations): every module's
+ * output, what its backward keeps (checkpointed modules share the largest
+ * one), the largest scratch, two activation-gradient buffers, and the
+ * device copy of a micro-batch, for train_micro_batch_size_per_gpu rows
+ * of the model's max_seq_len. */
+static void plan_activations(const ds_model *m, const ds_config *c, ds_mem_report *r) {
+    int B = (int)c->train_micro_batch_size_per_gpu, T = m->max_seq_len > 0 ? m->max_seq_len : 1;
+    if (B <= 0) return; /* the engine refuses it */
+    size_t act = 0, saved = 0, ckpt = 0, scratch = 0, grad = 0, in = 0;
+    int64_t budget = c->number_checkpoints > 0 ? c->number_checkpoints : INT64_MAX;
+    for (int i = 0; i < m->n_modules; i++) {
+        const ds_module *mod = m->modules[i];
+        size_t out = mod->ops->out_elems(mod, B, T), keep = mod->ops->saved_bytes(mod, B, T);
+        act += out * sizeof(float);
+        scratch = max_sz(scratch, mod->ops->scratch_bytes(mod, B, T));
+        if (i < m->n_modules - 1) grad = max_sz(grad, out);
+        if (c->activation_checkpointing && mod->checkpointable && budget > 0) {
+            budget--;
+            ckpt = max_sz(ckpt, keep);
+        } else {
+            saved += keep;
+        }
+    }
+    for (int j = 0; j < m->n_inputs; j++)
+        in += (size_t)B * ds_tensor_desc_row_elems(&m->inputs[j], T) *
+              ds_dtype_size(m->inputs[j].dtype);
+    r->bytes[DS_MEM_ACTIVATIONS][DS_PLACE_DEVICE] += act + saved + ckpt + 2 * grad * sizeof(float);
+    r->bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE] += scratch;
+    r->bytes[DS_MEM_OTHER][DS_PLACE_DEVICE] += in;
+}
+
+ds_status ds_estimate_model(const ds_model *model, int world, const ds_config *cfg,
+                            ds_backend_kind be, ds_mem_report *out) {
+    memset(out, 0, sizeof *out);
+    ds_flat *f;
+    DS_TRY(ds_flat_create(model, world, &f)); /* a table; the parameters are not allocated */
+    int64_t *spans = malloc((size_t)f->n_modules * sizeof *spans);
+    int64_t *tied = malloc((size_t)(f->n_tied_params > 0 ? f->n_tied_params : 1) * sizeof *tied);
+    if (!spans || !tied) {
+        free(spans);
+        free(tied);
+        ds_flat_destroy(f);
+        return DS_ERR(DS_ERR_OOM, "memory estimate: out of host memory");
+    }
+    for (int m = 0; m < f->n_modules; m++) spans[m] = f->modules[m].end - f->modules[m].begin;
+    for (int j = 0; j < f->n_tied_params; j++) tied[j] = f->params[f->tied_params[j]].numel;
+    layout l = {.used = f->used, .padded = f->padded, .part = f->part, .spans = spans,
+                .n_spans = f->n_modules, .tied = tied, .n_tied = f->n_tied_params};
+    ds_status st = estimate(&l, cfg, be, out);
+    if (st == DS_OK) {
+        plan_activations(model, cfg, out);
+        totals(out);
+    }
+    free(spans);
+    free(tied);
+    ds_flat_destroy(f);
+    return st;
+}
+
+ds_status ds_estimate_params(int64_t params, int64_t largest_layer, int world,
+                             const ds_config *cfg, ds_backend_kind be, ds_mem_report *out) {
+    memset(out, 0, sizeof *out);
+    if (params < 1 || world < 1 || largest_layer < 0 || largest_layer > params)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "memory estimate: need params >= 1, ranks >= 1 and 0 <= largest layer <= "
+                      "params, got %lld, %d, %lld", (long long)params, world,
+                      (long long)largest_layer);
+    /* one flat range (zero/flat.c pads it to whole blocks of every rank) */
+    int64_t used = round_up(params, DS_FLAT_ALIGN);
+    int64_t padded = round_up(used, (int64_t)world * DS_FLAT_ALIGN);
+    int64_t span = round_up(largest_layer, DS_FLAT_ALIGN);
+    layout l = {.used = used, .padded = padded, .part = padded / world, .spans = &span,
+                .n_spans = largest_layer > 0 ? 1 : 0};
+    DS_TRY(estimate(&l, cfg, be, out));
+    return DS_OK;
+}
+
+uint64_t ds_estimate_ram(const ds_mem_report *r, ds_backend_kind be) {
+    return r->total[DS_PLACE_HOST] + (be == DS_BACKEND_CPU ? r->total[DS_PLACE_DEVICE] : 0);
+}
+
+uint64_t ds_estimate_state(const ds_mem_report *r, ds_mem_place place) {
+    return r->bytes[DS_MEM_PARAMS][place] + r->bytes[DS_MEM_GRADS][place] +
+           r->bytes[DS_MEM_MASTER][place] + r->bytes[DS_MEM_OPTIM][place];
+}
+
+static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
+
+bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_layer, int world,
+                     int ranks_per_host, const ds_config *cfg, ds_backend_kind be,
+                     uint64_t ram_limit, char *buf, size_t cap) {
+    static const struct {
+        int stage; /* 0: keep the configured stage */
+        ds_offload_device opt, param;
+        const char *keys;
+    } tries[] = {
+        {0, DS_OFFLOAD_CPU, DS_OFFLOAD_NONE, "zero_optimization.offload_optimizer.device \"cpu\""},
+        {0, DS_OFFLOAD_NVME, DS_OFFLOAD_NONE,
+         "zero_optimization.offload_optimizer.device \"nvme\" (with its nvme_path)"},
+        {3, DS_OFFLOAD_CPU, DS_OFFLOAD_CPU,
+         "zero_optimization.stage 3 with offload_param.device and offload_optimizer.device "
+         "\"cpu\""},
+        {3, DS_OFFLOAD_NVME, DS_OFFLOAD_CPU,
+         "zero_optimization.stage 3 with offload_param.device \"cpu\" and "
+         "offload_optimizer.device \"nvme\""},
+        {3, DS_OFFLOAD_NVME, DS_OFFLOAD_NVME,
+         "zero_optimization.stage 3 with offload_param.device and offload_optimizer.device "
+         "\"nvme\" (with their nvme_path)"},
+    };
+    if (cap) buf[0] = '\0';
+    ds_config *c = malloc(sizeof *c);
+    if (!c) return false;
+    uint64_t need = 0;
+    bool found = false;
+    for (size_t k = 0; k < sizeof tries / sizeof *tries && !found; k++) {
+        *c = *cfg;
+        if (tries[k].stage) c->zero_stage = tries[k].stage;
+        if (c->zero_stage == 0) c->zero_stage = 1; /* offload needs a partitioned optimizer */
+        if (c->offload_optimizer.device > tries[k].opt ||
+            (c->zero_stage == 3 && c->offload_param.device > tries[k].param))
+            continue; /* not more offload than the config already has */
+        c->offload_optimizer.device = tries[k].opt;
+        c->offload_param.device = tries[k].param;
+        if (c->offload_optimizer.ratio < 1.0) c->offload_optimizer.ratio = 1.0;
+        ds_mem_report r;
+        ds_status st = model ? ds_estimate_model(model, world, c, be, &r)
+                             : ds_estimate_params(params, largest_layer, world, c, be, &r);
+        if (st != DS_OK) {
+            ds_clear_error();
+            continue;
+        }
+        need = ds_estimate_ram(&r, be) * (uint64_t)ranks_per_host;
+        if (need > ram_limit) continue;
+        found = true;
+        uint64_t disk = r.total[DS_PLACE_NVME];
+        char stage[48] = "";
+        if (c->zero_stage != cfg->zero_stage && !tries[k].stage)
+            snprintf(stage, sizeof stage, "zero_optimization.stage 1 with ");
+        if (disk)
+            snprintf(buf, cap, "%s%s would fit: %.2f GiB of RAM for the rank%s on this host, "
+                     "%.2f GiB per rank on disk", stage, tries[k].keys, gib(need),
+                     ranks_per_host == 1 ? "" : "s", gib(disk));
+        else
+            snprintf(buf, cap, "%s%s would fit: %.2f GiB of RAM for the rank%s on this host",
+                     stage, tries[k].keys, gib(need), ranks_per_host == 1 ? "" : "s");
+    }
+    if (!found)
+        snprintf(buf, cap, "no offload makes it fit (the most, parameters and optimizer on NVMe, "
+                 "still needs %.2f GiB of RAM on this host): use more hosts or a smaller model",
+                 gib(need));
+    free(c);
+    return found;
+}
+
+static ds_status parse_size(const char *s, uint64_t *out) {
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || errno || v < 0) goto bad;
+    double mult = 1;
+    switch (*end) {
+    case 'k': case 'K': mult = 1024.0; end++; break;
+    case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B') end += *end == 'i' && end[1] == 'B' ? 2 : 1;
+    if (*end) goto bad;
+    *out = (uint64_t)(v * mult);
+    return DS_OK;
+bad:
+    return DS_ERR(DS_ERR_INVALID_ARG,
+                  "DS_MEM_LIMIT: '%s' is not a size (bytes, or a number with K, M, G or T: "
+                  "DS_MEM_LIMIT=8G; 'off' turns the start-up memory check off)", s);
+}
+
+ds_status ds_estimate_ram_limit(uint64_t *out, const char **source) {
+    *out = 0;
+    const char *env = getenv("DS_MEM_LIMIT");
+    if (env && *env) {
+        if (source) *source = "DS_MEM_LIMIT";
+        if (strcmp(env, "off") == 0) return DS_OK;
+        DS_TRY(parse_size(env, out));
+        return DS_OK;
+    }
+    if (source) *source = "MemAvailable in /proc/meminfo";
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return DS_ERR(DS_ERR_IO, "cannot read /proc/meminfo (%s): set DS_MEM_LIMIT to the RAM "
+                      "this job may use, or to off", strerror(errno));
+    char line[256];
+    unsigned long long kb = 0;
+    bool seen = false;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            seen = true;
+            break;
+        }
+    fclose(f);
+    if (!seen)
+        return DS_ERR(DS_ERR_IO, "/proc/meminfo has no MemAvailable line: set DS_MEM_LIMIT to "
+                      "the RAM this job may use, or to off");
+    *out = (uint64_t)kb * 1024u;
+    return DS_OK;
+}

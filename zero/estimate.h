@@ -1,0 +1,92 @@
+/* Memory estimator: the bytes a configuration will hold per rank, by
+ * purpose and place, before anything is allocated. DeepSpeed users know it
+ * as estimate_zero2_model_states_mem_needs_all_live / ..._zero3_...; this
+ * one follows this engine's own allocations (zero/, offload/) instead of
+ * DeepSpeed's rule-of-thumb factors, so it can be checked against the
+ * memory report of a real run (ds_memory_report): tests/unit/test_estimate.c
+ * holds every stage, precision and offload combination to 5%.
+ *
+ *   ds_config cfg;                              // parsed and resolved
+ *   ds_mem_report est;                          // bytes[purpose][place] per rank
+ *   DS_TRY(ds_estimate_model(model, 4, &cfg, DS_BACKEND_CPU, &est));
+ *   // or, for a model not built: Psi and its largest layer only
+ *   DS_TRY(ds_estimate_params(2000000000, 67108864, 4, &cfg, DS_BACKEND_CPU, &est));
+ *   uint64_t ram = ds_estimate_ram(&est, DS_BACKEND_CPU);   // of this machine, per rank
+ *   char fix[512];
+ *   if (ds_estimate_fix(model, 0, 0, 4, 4, &cfg, DS_BACKEND_CPU, limit, fix, sizeof fix))
+ *       puts(fix);                              // "offload_optimizer device nvme: ..."
+ *
+ * Counted: parameters, gradients, fp32 master weights and optimizer moments
+ * (the ZeRO paper's model states) at their place (device, host RAM, NVMe
+ * files), the buffers the strategies and the offload tiers allocate at
+ * start-up (gradient buckets, stage-3 gather slots, fp32 compute copies of
+ * a module, tied-gradient accumulators, NVMe swap buffers, host staging)
+ * and, with a model, the engine's activation plan for
+ * train_micro_batch_size_per_gpu rows of its max_seq_len (activations,
+ * scratch, the device copy of a batch under "other"). Not counted: tables
+ * of a few bytes per module or rank, the host data set, and the
+ * communicator's scratch (64 MiB at most). Without a model
+ * (ds_estimate_params) the layout is one flat range: padding per tensor,
+ * tied parameters, stage 3's small persistent modules and the activations
+ * are unknown, and a largest layer of 0 leaves out the buffers sized by
+ * it. peak[][] equals bytes[][]: everything is allocated once. */
+#ifndef DS_ZERO_ESTIMATE_H
+#define DS_ZERO_ESTIMATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/backend/backend.h"
+#include "engine/core/config.h"
+#include "engine/core/mem.h"
+#include "engine/core/module.h"
+#include "engine/core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Per-rank bytes of `model` trained by `world` ranks under the resolved
+ * `cfg` (stage, precision, optimizer, offload sections, sub_group_size,
+ * buckets, stage-3 limits) on a backend of kind `be`. The model is only
+ * read (its parameter table). Errors: DS_ERR_INVALID_ARG (world < 1, a
+ * model without modules, a stage outside 0..3). */
+ds_status ds_estimate_model(const ds_model *model, int world, const ds_config *cfg,
+                            ds_backend_kind be, ds_mem_report *out);
+
+/* The same from a parameter count alone: `params` (Psi) parameters whose
+ * largest layer (module) has `largest_layer` of them (0: unknown). */
+ds_status ds_estimate_params(int64_t params, int64_t largest_layer, int world,
+                             const ds_config *cfg, ds_backend_kind be, ds_mem_report *out);
+
+/* Bytes of this machine's RAM a rank of the estimate needs: device plus
+ * host on the cpu backend (its device memory is RAM), host on cuda. */
+uint64_t ds_estimate_ram(const ds_mem_report *r, ds_backend_kind be);
+
+/* Model-state bytes (params, grads, master, optim) at `place`. */
+uint64_t ds_estimate_state(const ds_mem_report *r, ds_mem_place place);
+
+/* The least offload that makes `ranks_per_host` ranks fit in `ram_limit`
+ * bytes of RAM, tried in this order: offload_optimizer cpu (stages 1-3),
+ * offload_optimizer nvme, stage 3 with offload_param cpu and the optimizer
+ * on cpu, then nvme, then both on nvme. The model is `model` when given,
+ * else `params` / `largest_layer` as ds_estimate_params. Writes one
+ * sentence naming the config keys and the estimate into buf (always
+ * terminated) and returns true; false (and what the last try needed) when
+ * none fits. */
+bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_layer, int world,
+                     int ranks_per_host, const ds_config *cfg, ds_backend_kind be,
+                     uint64_t ram_limit, char *buf, size_t cap);
+
+/* RAM this process may plan for: the environment's DS_MEM_LIMIT when set
+ * (bytes, or with a K, M, G or T suffix, binary; "off" turns the start-up
+ * check off: *out = 0 and returns DS_OK), else /proc/meminfo's MemAvailable.
+ * Errors: DS_ERR_INVALID_ARG (DS_MEM_LIMIT not a size), DS_ERR_IO (no
+ * /proc/meminfo and no DS_MEM_LIMIT). */
+ds_status ds_estimate_ram_limit(uint64_t *out, const char **source);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DS_ZERO_ESTIMATE_H */
