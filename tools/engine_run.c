@@ -34,6 +34,7 @@
 #include "engine/core/config.h"
 #include "tools/common/cores.h"
 #include "tools/common/er_help.h"
+#include "tools/common/er_report.h"
 #include "tools/common/nodes.h"
 #include "tools/common/supervise.h"
 
@@ -404,6 +405,8 @@ static void parse_args(int argc, char **argv, options *o) {
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             er_usage(stdout);
             exit(0);
+        } else if (strcmp(a, "--report") == 0) { /* ds_report: what this install can use */
+            exit(er_report(stdout));
         } else if (strcmp(a, "--") == 0) {
             i++;
             break;
@@ -648,13 +651,6 @@ int main(int argc, char **argv) {
         if (setenv("DS_JOIN_NNODES", num, 1) != 0) fail(EXIT_RUNTIME, "setenv: %s", strerror(errno));
         note_env("DS_JOIN_NNODES", num);
     }
-    /* The trainers' progress (tools/common/progress.h) is a status line on
-     * a terminal, plain lines in a log. mpirun gives its ranks a pseudo-
-     * terminal whatever engine-run's stdout is, so they learn it from here
-     * (DS_ variables travel to the ranks); a value the user set stays. */
-    if (!getenv("DS_PROGRESS_TTY") &&
-        setenv("DS_PROGRESS_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1) != 0)
-        fail(EXIT_RUNTIME, "setenv DS_PROGRESS_TTY: %s", strerror(errno));
     er_nodes *nodes = NULL;
     char uri[DS_RDZV_LINE] = "URI-FROM-NODE-0";
     if (plan == P_MPIRUN) {
@@ -678,6 +674,17 @@ int main(int argc, char **argv) {
         bool over = o.hostfile ? check_oversubscription(&o, er_hostfile_slots(hostfile_abs, MAX_RANKS),
                                                         "the hostfile's", "slots")
                                : check_oversubscription(&o, cores, "this machine's", "cores");
+        /* The trainers' progress (tools/common/progress.h) is a status line
+         * on a terminal, plain lines in a log. mpirun gives its ranks a
+         * pseudo-terminal whatever engine-run's stdout is, so they learn it
+         * from here (DS_ variables travel to the ranks); a value the user
+         * set stays. */
+        if (!getenv("DS_PROGRESS_TTY")) {
+            const char *tty = isatty(STDOUT_FILENO) ? "1" : "0";
+            if (setenv("DS_PROGRESS_TTY", tty, 1) != 0)
+                fail(EXIT_RUNTIME, "setenv DS_PROGRESS_TTY: %s", strerror(errno));
+            note_env("DS_PROGRESS_TTY", tty);
+        }
         /* the ranks read a relayed SIGURG as the SIGTERM engine-run got */
         char relay[32];
         snprintf(relay, sizeof relay, "%d:%d", ER_RELAY_SIGNAL, SIGTERM);

@@ -36,8 +36,10 @@ mpirun=$(command -v mpirun || echo "")
 root=""
 [ "$(id -u)" -eq 0 ] && root=" --allow-run-as-root"
 # What every mpirun line carries: the relay of a SIGTERM as SIGURG (mpirun
-# forwards it; ranks read it as SIGTERM, DS_PREEMPT_RELAY).
-relay="DS_PREEMPT_RELAY=23:15"
+# forwards it; ranks read it as SIGTERM, DS_PREEMPT_RELAY), and whether
+# engine-run's stdout is a terminal (DS_PROGRESS_TTY: mpirun gives ranks a
+# pseudo-terminal even when it is not).
+relay="DS_PROGRESS_TTY=0 DS_PREEMPT_RELAY=23:15"
 sigs="--tag-output --mca ess_base_forward_signals SIGURG"
 
 # er_run ARGS...: run engine-run with the assignments in $E added to its
@@ -129,7 +131,7 @@ dry_np1)
 dry_np2)
   need_mpirun
   E="ENGINE_RUN_CORES=2"
-  expect_out "OMP_NUM_THREADS=1 $relay $mpirun -np 2$root --bind-to none $sigs -x OMP_NUM_THREADS -x DS_PREEMPT_RELAY $app --config $cfg a" \
+  expect_out "OMP_NUM_THREADS=1 $relay $mpirun -np 2$root --bind-to none $sigs -x OMP_NUM_THREADS -x DS_PROGRESS_TTY -x DS_PREEMPT_RELAY $app --config $cfg a" \
     --np 2 --dry-run --config cfg.json "$app" a
   [ -s err.txt ] && fail "--np 2 on 2 cores: unexpected stderr: $(cat err.txt)"
   # the config's save_on_signal, when mpirun does not forward it by itself
@@ -142,7 +144,7 @@ dry_np2)
 
 dry_np4)
   need_mpirun
-  base="$sigs -x OMP_NUM_THREADS -x DS_PREEMPT_RELAY $app --config $cfg"
+  base="$sigs -x OMP_NUM_THREADS -x DS_PROGRESS_TTY -x DS_PREEMPT_RELAY $app --config $cfg"
   # More ranks than cores: oversubscribe, one thread each.
   E="ENGINE_RUN_CORES=2"
   expect_out "OMP_NUM_THREADS=1 $relay $mpirun -np 4$root --oversubscribe --bind-to none $base" \
@@ -153,7 +155,7 @@ dry_np4)
     --np 4 --dry-run --config cfg.json "$app"
   # The user's OMP_NUM_THREADS is kept; DS_* variables are forwarded.
   E="OMP_NUM_THREADS=3 DS_TEST_KNOB=1 ENGINE_RUN_CORES=8"
-  expect_out "$relay $mpirun -np 4$root --bind-to none $sigs -x OMP_NUM_THREADS -x DS_TEST_KNOB -x DS_PREEMPT_RELAY $app --config $cfg" \
+  expect_out "$relay $mpirun -np 4$root --bind-to none $sigs -x OMP_NUM_THREADS -x DS_TEST_KNOB -x DS_PROGRESS_TTY -x DS_PREEMPT_RELAY $app --config $cfg" \
     --np 4 --dry-run --config cfg.json "$app"
   ;;
 
@@ -292,7 +294,7 @@ dry_hostfile)
   # With a hostfile its slots decide: no --oversubscribe even above the cores.
   E="ENGINE_RUN_CORES=2"
   expect_out \
-    "OMP_NUM_THREADS=1 $relay $mpirun -np 4 --hostfile $work/hosts$root --bind-to none $sigs -x OMP_NUM_THREADS -x DS_PREEMPT_RELAY $app --config $cfg" \
+    "OMP_NUM_THREADS=1 $relay $mpirun -np 4 --hostfile $work/hosts$root --bind-to none $sigs -x OMP_NUM_THREADS -x DS_PROGRESS_TTY -x DS_PREEMPT_RELAY $app --config $cfg" \
     --np 4 --hostfile hosts --dry-run --config cfg.json "$app"
   expect_error 1 "nohosts" --np 2 --hostfile nohosts --dry-run --config cfg.json "$app"
   expect_error 2 "--hostfile is for mpirun" --np 1 --hostfile hosts --dry-run --config cfg.json "$app"
@@ -344,7 +346,7 @@ dry_slurm)
   E="SLURM_JOB_ID=7"
   expect_out "$app --config $cfg" --np 1 --dry-run --config cfg.json "$app"
   E="SLURM_JOB_ID=7 ENGINE_RUN_CORES=2"
-  expect_out "OMP_NUM_THREADS=1 $relay $mpirun -np 2$root --bind-to none $sigs -x OMP_NUM_THREADS -x DS_PREEMPT_RELAY $app --config $cfg" \
+  expect_out "OMP_NUM_THREADS=1 $relay $mpirun -np 2$root --bind-to none $sigs -x OMP_NUM_THREADS -x DS_PROGRESS_TTY -x DS_PREEMPT_RELAY $app --config $cfg" \
     --launcher mpirun --np 2 --dry-run --config cfg.json "$app"
   # --launcher srun needs no allocation (srun can make one) and applies at N = 1 too.
   expect_out "$work/fakebin/srun -n 1 --kill-on-bad-exit=1 $app --config $cfg" \
@@ -435,7 +437,7 @@ dry_nodes)
   # (a placeholder in a dry run, which meets no other node).
   need_mpirun
   join="DS_JOIN_NODE_RANK=1 DS_JOIN_NNODES=2"
-  tail="$sigs -x OMP_NUM_THREADS -x DS_JOIN_NODE_RANK -x DS_JOIN_NNODES -x DS_PREEMPT_RELAY --ompi-server URI-FROM-NODE-0 $app --config $cfg a"
+  tail="$sigs -x OMP_NUM_THREADS -x DS_JOIN_NODE_RANK -x DS_JOIN_NNODES -x DS_PROGRESS_TTY -x DS_PREEMPT_RELAY --ompi-server URI-FROM-NODE-0 $app --config $cfg a"
   E="ENGINE_RUN_CORES=2"
   expect_out "$join OMP_NUM_THREADS=2 $relay $mpirun -np 1$root --bind-to none $tail" \
     --nnodes 2 --node-rank 1 --master-addr node0 --dry-run --config cfg.json "$app" a
@@ -448,7 +450,7 @@ dry_nodes)
     --nnodes 2 --dry-run --config cfg.json "$app" a
   # one node: --np K, nothing to join
   E="ENGINE_RUN_CORES=2"
-  expect_out "OMP_NUM_THREADS=1 $relay $mpirun -np 2$root --bind-to none $sigs -x OMP_NUM_THREADS -x DS_PREEMPT_RELAY $app --config $cfg" \
+  expect_out "OMP_NUM_THREADS=1 $relay $mpirun -np 2$root --bind-to none $sigs -x OMP_NUM_THREADS -x DS_PROGRESS_TTY -x DS_PREEMPT_RELAY $app --config $cfg" \
     --nnodes 1 --nproc-per-node 2 --dry-run --config cfg.json "$app"
   expect_error 2 "--node-rank 2 is out of range: --nnodes 2 numbers the nodes 0..1" \
     --nnodes 2 --node-rank 2 --master-addr node0 --config cfg.json "$app"
