@@ -11,3 +11,15 @@ foreach(np 1 2)
                   ARGS ${CMAKE_BINARY_DIR}/tests/estimate_np${np})
   file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/tests/estimate_np${np})
 endforeach()
+
+# The program: a 2e9-parameter bf16 MLP at stage 1 on one rank under a 24
+# GiB limit is refused and NVMe named as the fix (30.5 GiB of RAM without
+# offload); bad input is one line and exit status 2.
+add_test(NAME zero_estimate_2b
+         COMMAND $<TARGET_FILE:zero_estimate> --params 2013282308 --largest-layer 67117056
+                 --stage 1 --precision bf16)
+set_tests_properties(zero_estimate_2b PROPERTIES LABELS unit ENVIRONMENT "DS_MEM_LIMIT=24G"
+  PASS_REGULAR_EXPRESSION "total +30\\.500 +0\\.000 +0\\.000.*does NOT fit.*fix: zero_optimization\\.offload_optimizer\\.device \"nvme\"")
+add_test(NAME zero_estimate_bad_args
+         COMMAND $<TARGET_FILE:zero_estimate> --params 10 --offload-param disk)
+set_tests_properties(zero_estimate_bad_args PROPERTIES LABELS unit WILL_FAIL TRUE)

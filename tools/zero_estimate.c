@@ -1,0 +1,283 @@
+/* zero_estimate: per-rank device, host and disk bytes of a training
+ * configuration before running it (zero/estimate.h), as DeepSpeed's
+ * estimate_zero2_model_states_mem_needs_all_live / ..._zero3_... print
+ * them, but from this engine's own allocations.
+ *
+ *   zero_estimate --params 2013282308 --largest-layer 67117056 --stage 1 --precision bf16
+ *   zero_estimate --model-config config.json --ranks 4 --stage 3 \
+ *                 --offload-optimizer nvme --offload-param cpu
+ *
+ * Prints the chosen configuration by purpose and place, then every offload
+ * option of the stage (DeepSpeed's "per CPU | per GPU | Options" table),
+ * each against this host's RAM (MemAvailable, or DS_MEM_LIMIT). Exit
+ * status 0, or 2 with one line on stderr for bad arguments. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "models/hf.h"
+#include "models/models.h"
+#include "zero/estimate.h"
+
+static const char k_usage[] =
+    "usage: zero_estimate (--params N [--largest-layer L] | --model-config FILE)\n"
+    "                     [--ranks R] [--ranks-per-host K] [--stage 0..3]\n"
+    "                     [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme]\n"
+    "                     [--precision fp32|fp16|bf16] [--backend cpu|cuda]\n"
+    "                     [--micro-batch B] [--config ds_config.json]\n"
+    "Per-rank bytes of the model states, buffers and (with --model-config) activations\n"
+    "of a configuration, by purpose and place (device, host RAM, NVMe files).\n"
+    "  --params N           parameters (Psi); --largest-layer L: those of the largest\n"
+    "                       layer (sizes buffers; 0 or absent: not counted)\n"
+    "  --model-config FILE  a Hugging Face GPT-2 or BERT config.json: the exact layout\n"
+    "  --ranks R            ranks in all (default 1); --ranks-per-host K (default R)\n"
+    "  --config FILE        a ds_config.json; the flags override its keys\n"
+    "  --micro-batch B      train_micro_batch_size_per_gpu for the activations (default 1)\n"
+    "Defaults: stage 2, fp32, no offload, the cpu backend.\n";
+
+typedef struct opts {
+    long long params, largest;
+    const char *model_config, *config, *precision, *opt, *param, *backend;
+    int ranks, per_host, stage, micro;
+} opts;
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "zero_estimate: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (zero_estimate --help)\n");
+    return 2;
+}
+
+static bool parse_ll(const char *s, long long *out) {
+    char *end;
+    double v = strtod(s, &end); /* 2e9 and 2000000000 both */
+    if (end == s || *end || v < 0 || v > 9e18) return false;
+    *out = (long long)v;
+    return true;
+}
+
+static bool one_of(const char *s, const char *a, const char *b, const char *c) {
+    return !strcmp(s, a) || !strcmp(s, b) || !strcmp(s, c);
+}
+
+static int parse(int argc, char **argv, opts *o) {
+    static const struct option lo[] = {
+        {"params", required_argument, 0, 'p'},        {"largest-layer", required_argument, 0, 'l'},
+        {"model-config", required_argument, 0, 'm'}, {"ranks", required_argument, 0, 'r'},
+        {"ranks-per-host", required_argument, 0, 'k'}, {"stage", required_argument, 0, 's'},
+        {"offload-optimizer", required_argument, 0, 'o'},
+        {"offload-param", required_argument, 0, 'q'}, {"precision", required_argument, 0, 'x'},
+        {"backend", required_argument, 0, 'b'},       {"micro-batch", required_argument, 0, 'B'},
+        {"config", required_argument, 0, 'c'},        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    *o = (opts){.params = -1, .ranks = 1, .stage = -1, .micro = 0};
+    int ch;
+    long long v;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (ch) {
+        case 'p': if (!parse_ll(optarg, &o->params) || o->params < 1)
+                      return usage_error("--params: '%s' is not a count >= 1", optarg);
+                  break;
+        case 'l': if (!parse_ll(optarg, &o->largest))
+                      return usage_error("--largest-layer: '%s' is not a count", optarg);
+                  break;
+        case 'm': o->model_config = optarg; break;
+        case 'c': o->config = optarg; break;
+        case 'r': if (!parse_ll(optarg, &v) || v < 1 || v > 1000000)
+                      return usage_error("--ranks: '%s' is not a count >= 1", optarg);
+                  o->ranks = (int)v;
+                  break;
+        case 'k': if (!parse_ll(optarg, &v) || v < 1 || v > 100000)
+                      return usage_error("--ranks-per-host: '%s' is not a count >= 1", optarg);
+                  o->per_host = (int)v;
+                  break;
+        case 's': if (!parse_ll(optarg, &v) || v > 3)
+                      return usage_error("--stage: must be 0..3, got '%s'", optarg);
+                  o->stage = (int)v;
+                  break;
+        case 'B': if (!parse_ll(optarg, &v) || v < 1 || v > 1000000)
+                      return usage_error("--micro-batch: '%s' is not a count >= 1", optarg);
+                  o->micro = (int)v;
+                  break;
+        case 'o': case 'q':
+            if (!one_of(optarg, "none", "cpu", "nvme"))
+                return usage_error(ch == 'o' ? "--offload-optimizer: none, cpu or nvme, got '%s'"
+                                             : "--offload-param: none, cpu or nvme, got '%s'",
+                                   optarg);
+            *(ch == 'o' ? &o->opt : &o->param) = optarg;
+            break;
+        case 'x': if (!one_of(optarg, "fp32", "fp16", "bf16"))
+                      return usage_error("--precision: fp32, fp16 or bf16, got '%s'", optarg);
+                  o->precision = optarg;
+                  break;
+        case 'b': if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
+                      return usage_error("--backend: cpu or cuda, got '%s'", optarg);
+                  o->backend = optarg;
+                  break;
+        case 'h': fputs(k_usage, stdout); exit(0);
+        default:
+            return usage_error("unknown or incomplete option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    if ((o->params > 0) == (o->model_config != NULL))
+        return usage_error("%sgive --params N or --model-config FILE, one of them", "");
+    if (o->model_config && o->largest)
+        return usage_error("%s--largest-layer goes with --params (a model config has its layers)", "");
+    if (o->largest > o->params && o->params > 0)
+        return usage_error("%s--largest-layer is larger than --params", "");
+    if (!o->per_host) o->per_host = o->ranks;
+    return 0;
+}
+
+static ds_offload_device device_of(const char *s) {
+    return !strcmp(s, "cpu") ? DS_OFFLOAD_CPU : !strcmp(s, "nvme") ? DS_OFFLOAD_NVME
+                                                                   : DS_OFFLOAD_NONE;
+}
+
+/* The config: the file's, or DeepSpeed's defaults (stage 2 here, as the
+ * usual starting point), then the flags. */
+static ds_status make_config(const opts *o, ds_config *c) {
+    if (o->config) DS_TRY(ds_config_parse_file(o->config, c, NULL, NULL));
+    else DS_TRY(ds_config_parse_string("{\"train_micro_batch_size_per_gpu\": 1, "
+                                       "\"zero_optimization\": {\"stage\": 2}}", c, NULL, NULL));
+    ds_config_hints h;
+    ds_config_hints_init(&h);
+    h.world_size = o->ranks;
+    DS_TRY(ds_config_resolve(c, &h));
+    if (o->micro) c->train_micro_batch_size_per_gpu = o->micro;
+    if (o->stage >= 0) c->zero_stage = o->stage;
+    if (o->precision) {
+        c->fp16_enabled = !strcmp(o->precision, "fp16");
+        c->bf16_enabled = !strcmp(o->precision, "bf16");
+    }
+    if (o->opt) c->offload_optimizer.device = device_of(o->opt);
+    if (o->param) c->offload_param.device = device_of(o->param);
+    if (c->zero_stage == 0 && c->offload_optimizer.device != DS_OFFLOAD_NONE)
+        return DS_ERR(DS_ERR_CONFIG, "offload_optimizer needs ZeRO stage 1, 2 or 3 (--stage)");
+    if (c->zero_stage != 3 && c->offload_param.device != DS_OFFLOAD_NONE)
+        return DS_ERR(DS_ERR_CONFIG, "offload_param needs ZeRO stage 3 (--stage 3)");
+    return DS_OK;
+}
+
+static ds_status make_model(const char *path, ds_model **out) {
+    ds_gpt2_desc gd;
+    if (ds_hf_gpt2_config_read(path, &gd) == DS_OK) return ds_gpt2_create(&gd, out);
+    char gpt2_err[512];
+    snprintf(gpt2_err, sizeof gpt2_err, "%s", ds_last_error());
+    ds_clear_error();
+    ds_bert_desc bd;
+    if (ds_hf_bert_config_read(path, 0, &bd) == DS_OK) return ds_bert_create(&bd, out);
+    char bert_err[512];
+    snprintf(bert_err, sizeof bert_err, "%s", ds_last_error());
+    return DS_ERR(DS_ERR_CONFIG, "--model-config %s: neither a GPT-2 nor a BERT config "
+                  "(as GPT-2: %s; as BERT: %s)", path, gpt2_err, bert_err);
+}
+
+static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
+
+static ds_status estimate(const opts *o, const ds_model *m, const ds_config *c, ds_backend_kind be,
+                          ds_mem_report *r) {
+    if (m) DS_TRY(ds_estimate_model(m, o->ranks, c, be, r));
+    else DS_TRY(ds_estimate_params(o->params, o->largest, o->ranks, c, be, r));
+    return DS_OK;
+}
+
+static const char *dev_name(ds_offload_device d) {
+    return d == DS_OFFLOAD_CPU ? "cpu" : d == DS_OFFLOAD_NVME ? "nvme" : "none";
+}
+
+static ds_status run(const opts *o) {
+    ds_config c;
+    DS_TRY(make_config(o, &c));
+    ds_model *m = NULL;
+    if (o->model_config) DS_TRY(make_model(o->model_config, &m));
+    ds_backend_kind be = o->backend && !strcmp(o->backend, "cuda") ? DS_BACKEND_CUDA
+                                                                   : DS_BACKEND_CPU;
+    ds_mem_report r;
+    ds_status st = estimate(o, m, &c, be, &r);
+    if (st != DS_OK) {
+        ds_model_destroy(m);
+        return st;
+    }
+    int64_t psi = o->params;
+    if (m) {
+        psi = 0;
+        for (int k = 0; k < m->n_modules; k++)
+            for (int p = 0; p < m->modules[k]->n_params; p++)
+                psi += ds_param_numel(&m->modules[k]->params[p]);
+    }
+    const char *prec = c.fp16_enabled ? "fp16" : c.bf16_enabled ? "bf16" : "fp32";
+    printf("Estimated memory per rank: %lld parameters (%.1fM)%s, %d rank%s (%d per host), "
+           "ZeRO stage %d, %s, %s backend,\noffload_optimizer %s, offload_param %s\n",
+           (long long)psi, psi / 1e6, m ? "" : o->largest ? ", layout from --params" :
+           ", layout from --params, no largest layer (buffers sized by it left out)",
+           o->ranks, o->ranks == 1 ? "" : "s", o->per_host, c.zero_stage, prec,
+           be == DS_BACKEND_CPU ? "cpu" : "cuda", dev_name(c.offload_optimizer.device),
+           dev_name(c.zero_stage == 3 ? c.offload_param.device : DS_OFFLOAD_NONE));
+    printf("  %-12s %12s %12s %12s   (GiB)\n", "purpose", "device", "host", "nvme");
+    for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
+        printf("  %-12s %12.3f %12.3f %12.3f\n", ds_mem_purpose_name((ds_mem_purpose)p),
+               gib(r.bytes[p][DS_PLACE_DEVICE]), gib(r.bytes[p][DS_PLACE_HOST]),
+               gib(r.bytes[p][DS_PLACE_NVME]));
+    printf("  %-12s %12.3f %12.3f %12.3f\n", "total", gib(r.total[DS_PLACE_DEVICE]),
+           gib(r.total[DS_PLACE_HOST]), gib(r.total[DS_PLACE_NVME]));
+    uint64_t limit = 0;
+    const char *source = "";
+    ds_status lst = ds_estimate_ram_limit(&limit, &source);
+    if (lst != DS_OK) {
+        fprintf(stderr, "zero_estimate: warning: %s\n", ds_last_error());
+        ds_clear_error();
+    }
+    uint64_t need = ds_estimate_ram(&r, be) * (uint64_t)o->per_host;
+    printf("RAM of this host for its %d rank%s: %.3f GiB%s", o->per_host,
+           o->per_host == 1 ? "" : "s", gib(need),
+           be == DS_BACKEND_CPU ? " (the cpu backend's device memory is RAM)" : "");
+    if (limit) printf("; available %.3f GiB (%s): %s", gib(limit), source,
+                      need <= limit ? "fits" : "does NOT fit");
+    printf("\n");
+    if (limit && need > limit) {
+        char fix[512];
+        ds_estimate_fix(m, o->params, o->largest, o->ranks, o->per_host, &c, be, limit, fix,
+                        sizeof fix);
+        printf("fix: %s\n", fix);
+    }
+    /* every option of this stage, as DeepSpeed's _all_live tables */
+    printf("\nAll options at stage %d (per rank, GiB):\n  %9s %9s %9s   options\n",
+           c.zero_stage < 1 ? 1 : c.zero_stage, "device", "host", "nvme");
+    for (int q = 0; q < (c.zero_stage == 3 ? 3 : 1); q++)
+        for (int k = 0; k < 3; k++) {
+            ds_config t = c;
+            if (t.zero_stage == 0) t.zero_stage = 1;
+            t.offload_optimizer.device = (ds_offload_device)k;
+            t.offload_param.device = (ds_offload_device)q;
+            ds_mem_report a;
+            if (estimate(o, m, &t, be, &a) != DS_OK) {
+                ds_clear_error();
+                continue;
+            }
+            printf("  %9.3f %9.3f %9.3f   offload_optimizer=%s", gib(a.total[DS_PLACE_DEVICE]),
+                   gib(a.total[DS_PLACE_HOST]), gib(a.total[DS_PLACE_NVME]), dev_name(t.offload_optimizer.device));
+            if (t.zero_stage == 3) printf(", offload_param=%s", dev_name(t.offload_param.device));
+            if (limit)
+                printf("%s", ds_estimate_ram(&a, be) * (uint64_t)o->per_host <= limit
+                                 ? "" : "   (does not fit this host)");
+            printf("\n");
+        }
+    ds_model_destroy(m);
+    return DS_OK;
+}
+
+int main(int argc, char **argv) {
+    opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc;
+    if (run(&o) != DS_OK) {
+        fprintf(stderr, "zero_estimate: %s\n", ds_last_error());
+        return 2;
+    }
+    return 0;
+}
