@@ -9,6 +9,7 @@
  * deterministic), the engine's sampler gives each rank its slice. The run
  * from ds_initialize to the saved weights (checkpoints, --resume, preemption,
  * --metrics) is shared with train_lm: tools/common/trainer_run.c. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "models/text.h"
 #include "models/tokenizer.h"
 #include "tools/common/train_cls_opts.h"
+#include "tools/common/train_habits.h"
 #include "tools/common/trainer_run.h"
 
 /* ---- one failing line, and out ---- */
@@ -158,6 +160,7 @@ typedef struct confusion {
     int C;
     float *logits; /* [batch, C] */
     int64_t *counts; /* [C, C]: true class x predicted class */
+    double nll;      /* summed cross-entropy of the rows (no class weights) */
 } confusion;
 
 static ds_status predict_call(void *user, const ds_batch *b, const size_t *idx, int count) {
@@ -172,11 +175,14 @@ static ds_status predict_call(void *user, const ds_batch *b, const size_t *idx, 
         for (int c = 1; c < C; c++)
             if (l[c] > l[best]) best = c;
         cm->counts[(size_t)labels[r] * C + best]++;
+        double z = 0.0; /* log-sum-exp around the largest logit */
+        for (int c = 0; c < C; c++) z += exp((double)l[c] - (double)l[best]);
+        cm->nll += (double)l[best] + log(z) - (double)l[labels[r]];
     }
     return DS_OK;
 }
 
-static ds_status evaluate(engine_t *e, const data *d, int batch, int64_t *counts) {
+static ds_status evaluate(engine_t *e, const data *d, int batch, int64_t *counts, double *nll) {
     int C = d->dev->n_classes;
     confusion cm = {.e = e, .C = C, .counts = counts,
                     .logits = malloc((size_t)batch * (size_t)C * sizeof(float))};
@@ -186,6 +192,29 @@ static ds_status evaluate(engine_t *e, const data *d, int batch, int64_t *counts
     free(cm.logits);
     DS_TRY(st);
     DS_TRY(ds_all_reduce_host(e, counts, (size_t)C * (size_t)C, DS_I64));
+    *nll = cm.nll;
+    DS_TRY(ds_all_reduce_host(e, nll, 1, DS_F64));
+    return DS_OK;
+}
+
+/* --eval-steps' evaluation (tr_evaluate_fn): accuracy, the F1s and the mean
+ * cross-entropy over dev. */
+static ds_status eval_during(void *user, engine_t *e, int batch, tr_eval_result *out) {
+    const data *d = user;
+    int C = d->dev->n_classes;
+    int64_t *cm = calloc((size_t)C * (size_t)C, sizeof *cm);
+    double nll = 0.0;
+    ds_cls_report rep;
+    ds_status st = cm ? evaluate(e, d, batch, cm, &nll) : DS_ERR(DS_ERR_OOM, "out of memory");
+    if (st == DS_OK) st = ds_cls_report_compute(cm, C, &rep);
+    free(cm);
+    DS_TRY(st);
+    tr_eval_put(out, "accuracy", rep.accuracy);
+    tr_eval_put(out, "macro_f1", rep.macro_f1);
+    tr_eval_put(out, "weighted_f1", rep.weighted_f1);
+    tr_eval_put(out, "loss", rep.total ? nll / (double)rep.total : NAN);
+    out->samples = rep.total;
+    ds_cls_report_free(&rep);
     return DS_OK;
 }
 
@@ -287,7 +316,8 @@ static int report_dev(const tr_run *r, const data *d) {
     int C = d->dev->n_classes, rc = 0;
     int64_t *cm = calloc((size_t)C * (size_t)C, sizeof *cm);
     ds_cls_report rep;
-    if (!cm || evaluate(r->e, d, r->eval_batch, cm) != DS_OK ||
+    double nll = 0.0;
+    if (!cm || evaluate(r->e, d, r->eval_batch, cm, &nll) != DS_OK ||
         ds_cls_report_compute(cm, C, &rep) != DS_OK) {
         rc = fail("evaluating");
     } else {
@@ -327,6 +357,9 @@ static int run(const tc_opts *o) {
     run_state rs = {.d = &d, .sm = &sm};
     int rc = tr_run_init(&r, "train_cls", &o->tr, model, d.train);
     rs.e = r.e;
+    tr_habits habits; /* --eval-steps, --save-best, --early-stopping, --logging-steps */
+    tr_habits_init(&habits, &o->tr, eval_during, &d, describe, &rs);
+    r.habits = &habits;
     if (rc == 0)
         rc = tr_run_prepare(&r, describe, &rs, "writing config.json and vocab.txt to --save-dir");
     if (rc == 0 && r.rank == 0)
@@ -346,7 +379,9 @@ static int run(const tc_opts *o) {
             rc = fail("gathering the memory report");
         }
     }
+    if (rc == 0 && r.rank == 0) tr_habits_record(&habits, &r);
     if (rc == 0) rc = tr_run_train(&r, step_fields, &rs);
+    if (rc == 0) tr_habits_finish(&habits, &r);
     free(rs.mem_table);
     if (rc == 0 && r.rank == 0)
         printf("train_cls: trained %lld steps in %.1f s (%.1f samples/s)\n",

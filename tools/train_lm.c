@@ -24,6 +24,7 @@
 #include "models/lm_text.h"
 #include "models/models.h"
 #include "tools/common/lm_eval.h"
+#include "tools/common/train_habits.h"
 #include "tools/common/lm_opts.h"
 #include "tools/common/trainer_run.h"
 
@@ -200,6 +201,20 @@ static ds_status report_dev(const tr_run *r, const data *d, const char *when, co
     return DS_OK;
 }
 
+/* --eval-steps' evaluation (tr_evaluate_fn): loss and perplexity over dev. */
+static ds_status eval_during(void *user, engine_t *e, int batch, tr_eval_result *out) {
+    const data *d = user;
+    if (d->dev->n == 0)
+        return DS_ERR(DS_ERR_INVALID_ARG, "--eval-steps: the dev split has no rows (raise "
+                      "--dev-ratio or give --eval-data)");
+    lm_eval_result res;
+    DS_TRY(lm_evaluate(e, d->dev, batch, &res));
+    tr_eval_put(out, "loss", res.loss);
+    tr_eval_put(out, "perplexity", res.ppl);
+    out->samples = res.rows;
+    return DS_OK;
+}
+
 static void print_summary(const tr_run *r, const data *d, int64_t params) {
     const ds_gpt2_desc *m = &d->desc;
     printf("train_lm: train %zu documents -> %zu tokens in %zu rows of %d; dev %zu documents -> "
@@ -263,6 +278,9 @@ static int run(const lm_opts *o) {
     int64_t n_params = ds_model_num_params(model);
     tr_run r;
     int rc = tr_run_init(&r, "train_lm", &o->tr, model, d.train);
+    tr_habits habits; /* --eval-steps, --save-best, --early-stopping, --logging-steps */
+    tr_habits_init(&habits, &o->tr, eval_during, &d, describe, &d);
+    r.habits = &habits;
     if (rc == 0)
         rc = tr_run_prepare(&r, describe, &d,
                             "writing config.json and the tokenizer to --save-dir");
@@ -270,7 +288,9 @@ static int run(const lm_opts *o) {
     if (rc == 0 && r.start == 0 && r.total > 0 &&
         report_dev(&r, &d, "before training", "initial_eval") != DS_OK)
         rc = fail("evaluating");
+    if (rc == 0 && r.rank == 0) tr_habits_record(&habits, &r);
     if (rc == 0) rc = tr_run_train(&r, step_fields, &d);
+    if (rc == 0) tr_habits_finish(&habits, &r);
     if (rc == 0 && r.rank == 0 && r.total > r.start) {
         double sps = (double)r.train_samples / r.train_s;
         printf("train_lm: trained %lld steps in %.1f s (%.1f rows/s, %.0f tokens/s)\n",

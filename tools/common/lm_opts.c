@@ -89,6 +89,7 @@ static const char k_usage[] =
     "                       loadable by --init and, for the weights, by Hugging\n"
     "                       Face transformers (GPT2LMHeadModel.from_pretrained)\n"
     TR_USAGE_CHECKPOINTS
+    TR_USAGE_HABITS("loss, perplexity")
     "generation (after training; every rank runs it, rank 0 prints):\n"
     "  --generate N         continue --prompt by N tokens, one at a time, feeding\n"
     "                       the model <|endoftext|> + prompt + what it generated,\n"
@@ -185,6 +186,7 @@ int lm_opts_parse(int argc, char **argv, lm_opts *o) {
     o->seq_len = 128;
     o->temperature = 1.0;
     tr_cli cli = {.prog = "train_lm", .usage = k_usage, .own = k_own, .take = take,
-                  .check = check, .user = o, .max_steps_min = 0, .hint_required = true};
+                  .check = check, .user = o, .max_steps_min = 0, .hint_required = true,
+                  .eval_metrics = "loss,perplexity"};
     return tr_opts_parse(argc, argv, &o->tr, &cli);
 }

@@ -44,6 +44,7 @@ static const char k_usage[] =
     "  --save-dir DIR       config.json + model.safetensors + vocab.txt, loadable\n"
     "                       by predict and by transformers\n"
     TR_USAGE_CHECKPOINTS
+    TR_USAGE_HABITS("accuracy, macro_f1, weighted_f1, loss")
     "\n"
     TR_USAGE_PREEMPTION("train_cls");
 
@@ -120,7 +121,8 @@ int tc_opts_parse(int argc, char **argv, tc_opts *o) {
     o->max_seq_len = 64;
     o->intermediate = 1024;
     tr_cli cli = {.prog = "train_cls", .usage = k_usage, .own = k_own, .take = take,
-                  .check = check, .user = o, .max_steps_min = 1};
+                  .check = check, .user = o, .max_steps_min = 1,
+                  .eval_metrics = "accuracy,macro_f1,weighted_f1,loss"};
     return tr_opts_parse(argc, argv, &o->tr, &cli);
 }
 

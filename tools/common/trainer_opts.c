@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/core/config.h"
+#include "tools/common/train_habits.h"
 
 void tr_opts_defaults(tr_opts *o) {
     memset(o, 0, sizeof *o);
@@ -24,6 +25,7 @@ void tr_opts_defaults(tr_opts *o) {
     o->weight_decay = -1;
     o->adam_beta1 = o->adam_beta2 = o->adam_epsilon = o->max_grad_norm = -1;
     o->warmup = -1;
+    o->logging_steps = 1;
 }
 
 /* The shared flags' ids: below TR_OPT_OWN, apart from the programs'. */
@@ -32,7 +34,8 @@ enum {
     O_HIDDEN, O_HEADS, O_DROPOUT, O_MIN_CHAR, O_EPOCHS, O_MAX_STEPS, O_LR, O_WD, O_BATCH,
     O_WARMUP, O_EVAL_BATCH, O_METRICS, O_SAVE, O_SAVE_STEPS, O_CKPT_DIR, O_RESUME,
     O_SAVE_ON_SIGNAL, O_SAVE_TOTAL_LIMIT, O_BETA1, O_BETA2, O_ADAM_EPS, O_MAX_GRAD_NORM,
-    O_LR_SCHED, O_FP16, O_BF16, O_PRINT_CONFIG, O_HELP
+    O_LR_SCHED, O_FP16, O_BF16, O_PRINT_CONFIG, O_HELP, O_EVAL_STEPS, O_SAVE_BEST,
+    O_EARLY_STOPPING, O_LOGGING_STEPS
 };
 
 static const struct option k_shared[] = {
@@ -71,6 +74,10 @@ static const struct option k_shared[] = {
     {"bf16", no_argument, 0, O_BF16},
     {"print-config", no_argument, 0, O_PRINT_CONFIG},
     {"help", no_argument, 0, O_HELP},
+    {"eval-steps", required_argument, 0, O_EVAL_STEPS},
+    {"save-best", required_argument, 0, O_SAVE_BEST},
+    {"early-stopping", required_argument, 0, O_EARLY_STOPPING},
+    {"logging-steps", required_argument, 0, O_LOGGING_STEPS},
 };
 #define N_SHARED (sizeof k_shared / sizeof k_shared[0])
 #define MAX_OPTS 96 /* shared + a program's, and the closing zero entry */
@@ -185,8 +192,29 @@ static int take_shared(const tr_cli *c, tr_opts *o, int id, const char *flag, co
     case O_EVAL_BATCH: rc = tr_opt_int(c, flag, v, 1, 1 << 20, &o->eval_batch); break;
     case O_MIN_CHAR: rc = tr_opt_int(c, flag, v, 1, 1 << 20, &o->min_char_count); break;
     case O_HELP: fputs(c->usage, stdout); return 0;
+    case O_EVAL_STEPS: rc = tr_opt_i64(c, flag, v, 1, INT64_MAX, &o->eval_steps); break;
+    case O_SAVE_BEST: o->save_best = v; break;
+    case O_EARLY_STOPPING: rc = tr_opt_int(c, flag, v, 1, 1 << 20, &o->early_stopping); break;
+    case O_LOGGING_STEPS: rc = tr_opt_i64(c, flag, v, 1, INT64_MAX, &o->logging_steps); break;
     }
     return rc;
+}
+
+/* --save-best names a metric of this program and needs an evaluation to
+ * judge and a folder to keep it in; --early-stopping watches that metric. */
+static int check_habits(const tr_cli *c, const tr_opts *o) {
+    if (o->save_best) {
+        bool up;
+        char want[160];
+        snprintf(want, sizeof want, "one of %s", c->eval_metrics ? c->eval_metrics : "(none)");
+        if (!tr_metric_known(c->eval_metrics, o->save_best, &up))
+            return tr_opt_bad(c, "save-best", o->save_best, want);
+        if (!o->eval_steps) return tr_usage_error(c, "--save-best needs --eval-steps N");
+        if (!o->save_dir) return tr_usage_error(c, "--save-best needs --save-dir DIR");
+    }
+    if (o->early_stopping && !o->save_best)
+        return tr_usage_error(c, "--early-stopping needs --save-best METRIC (the metric it watches)");
+    return -1;
 }
 
 int tr_opts_parse(int argc, char **argv, tr_opts *o, const tr_cli *c) {
@@ -239,5 +267,5 @@ int tr_opts_parse(int argc, char **argv, tr_opts *o, const tr_cli *c) {
                 c->prog);
         return 2;
     }
-    return -1;
+    return check_habits(c, o);
 }

@@ -59,6 +59,11 @@ typedef struct tr_opts {
                                   save (and the one latest names); 0: all */
     bool resume;
     int save_on_signal;        /* --save-on-signal: a signal besides SIGTERM; 0 none */
+    /* the Hugging Face Trainer's habits (train_habits.h) */
+    int64_t eval_steps;        /* --eval-steps: evaluate every N steps; 0 none */
+    const char *save_best;     /* --save-best METRIC: keep SAVE_DIR/best; NULL none */
+    int early_stopping;        /* --early-stopping PATIENCE; 0 none */
+    int64_t logging_steps;     /* --logging-steps: a --metrics line every N steps; default 1 */
     char ckpt_dir_buf[4096];
 } tr_opts;
 
@@ -86,6 +91,8 @@ struct tr_cli {
                                       training is a use (evaluate, generate) */
     bool hint_required;            /* the missing --config / --data lines end in
                                       "(see PROG --help)" as well */
+    const char *eval_metrics;      /* --save-best's choices, "accuracy,macro_f1,...";
+                                      NULL: the program has none */
 };
 
 /* Parse argv into o (start from tr_opts_defaults and the program's own
@@ -125,6 +132,19 @@ int tr_opt_f64(const tr_cli *c, const char *flag, const char *v, double lo, doub
     "  --save-on-signal SIG besides SIGTERM, save a checkpoint and exit on SIG (USR1,\n" \
     "                       USR2, INT, HUP, XCPU, PWR; e.g. Slurm's sbatch\n"           \
     "                       --signal=USR1@90); also zero_engine.save_on_signal\n"
+
+/* ... the Hugging Face Trainer's evaluation habits ... */
+#define TR_USAGE_HABITS(METRICS)                                                        \
+    "evaluation during training (Hugging Face Trainer style):\n"                        \
+    "  --eval-steps N       evaluate on dev every N steps (every dev sample once);\n"   \
+    "                       printed, written to --metrics and the config's monitors\n" \
+    "  --save-best METRIC   keep the model with the best dev METRIC in SAVE_DIR/best\n" \
+    "                       (" METRICS "); needs --eval-steps\n"                        \
+    "                       and --save-dir\n"                                          \
+    "  --early-stopping P   stop when METRIC has not improved in P evaluations in a\n" \
+    "                       row; needs --save-best\n"                                  \
+    "  --logging-steps N    a --metrics line every N steps and at the last, its loss\n" \
+    "                       the mean since the line before (default 1)\n"
 
 /* ... the values for the config's "auto" keys ... */
 #define TR_USAGE_AUTO                                                                   \

@@ -13,6 +13,7 @@
 #include "models/hf.h"
 #include "tools/common/progress.h"
 #include "tools/common/run_stats.h"
+#include "tools/common/train_habits.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -320,10 +321,17 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
         double sps = (double)(info.samples - samples_last) / (t - t_last);
         t_last = t;
         samples_last = info.samples;
-        if (r->metrics) write_step(r, &info, sps, fields, user, &comm_prev);
+        ds_step_info logged = info; /* --logging-steps: every N-th, its loss the mean */
+        if (tr_habits_log(r->habits, &logged, s + 1 == r->total) && r->metrics)
+            write_step(r, &logged, sps, fields, user, &comm_prev);
         tr_progress_step(&prog, &info);
         /* every rank sees the same stop_signal: all save, all exit */
         if (info.stop_signal) rc = tr_preempt_stop(&r->stopper, r->e, &info, saved, r->client);
+        /* --eval-steps, --save-best, --early-stopping (train_habits.h); every
+         * rank decides alike (the evaluation is all-reduced) */
+        int hr = rc == 0 && r->habits ? tr_habits_after_step(r->habits, r, &info) : 0;
+        if (hr < 0) break;
+        if (hr > 0) rc = hr;
     }
     tr_progress_end(&prog);
     r->train_s = now_s() - t0;

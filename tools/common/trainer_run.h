@@ -41,6 +41,8 @@ typedef struct tr_run {
     char client[64];       /* each checkpoint's client state {"total_steps": N} */
     double train_s;        /* tr_run_train's seconds, and the samples all ranks */
     int64_t train_samples; /* took in them */
+    struct tr_habits *habits; /* --eval-steps and the rest (train_habits.h); NULL: none.
+                                 The program sets it before tr_run_train */
 } tr_run;
 
 /* ds_initialize with the options as the config's hints, Hugging Face

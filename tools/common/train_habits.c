@@ -1,0 +1,237 @@
+/* Evaluation during training, the best model, early stopping and the
+ * --metrics cadence (train_habits.h). */
+#define _XOPEN_SOURCE 700
+#include "tools/common/train_habits.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tools/common/trainer.h"
+#include "tools/common/trainer_run.h"
+
+void tr_eval_put(tr_eval_result *r, const char *name, double value) {
+    if (r->n == TR_EVAL_MAX) return;
+    r->name[r->n] = name;
+    r->value[r->n++] = value;
+}
+
+bool tr_metric_known(const char *names, const char *metric, bool *higher_better) {
+    if (!names || !metric || !metric[0]) return false;
+    size_t ml = strlen(metric);
+    bool found = false;
+    for (const char *p = names; *p;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == ml && strncmp(p, metric, n) == 0) found = true;
+        p += n + (end != NULL);
+    }
+    *higher_better = strcmp(metric, "loss") != 0 && strcmp(metric, "perplexity") != 0;
+    return found;
+}
+
+void tr_habits_init(tr_habits *h, const tr_opts *o, tr_evaluate_fn evaluate, void *eval_user,
+                    tr_habits_describe_fn describe, void *describe_user) {
+    memset(h, 0, sizeof *h);
+    h->o = o;
+    h->evaluate = evaluate;
+    h->eval_user = eval_user;
+    h->describe = describe;
+    h->describe_user = describe_user;
+    h->higher_better = true;
+    if (o->save_best) tr_metric_known(o->save_best, o->save_best, &h->higher_better);
+}
+
+void tr_habits_record(const tr_habits *h, const tr_run *r) {
+    if (!r->metrics) return;
+    const tr_opts *o = h->o;
+    tr_jline top, t;
+    tr_jline_begin(&top, r->metrics);
+    tr_jline_key(&top, "trainer");
+    tr_jline_begin(&t, r->metrics);
+    tr_jline_int(&t, "eval_steps", (long long)o->eval_steps);
+    tr_jline_key(&t, "save_best");
+    if (o->save_best) fprintf(r->metrics, "\"%s\"", o->save_best); /* a checked metric name */
+    else fputs("null", r->metrics);
+    tr_jline_int(&t, "early_stopping", o->early_stopping);
+    tr_jline_int(&t, "logging_steps", (long long)o->logging_steps);
+    tr_jline_int(&t, "total_steps", (long long)r->total);
+    tr_jline_end(&t);
+    tr_jline_end(&top);
+    fputc('\n', r->metrics);
+    fflush(r->metrics);
+}
+
+bool tr_habits_log(tr_habits *h, ds_step_info *info, bool last) {
+    if (!h) return true;
+    h->loss_sum += info->loss;
+    h->loss_n++;
+    if (info->step % h->o->logging_steps != 0 && !last) return false;
+    info->loss = h->loss_sum / (double)h->loss_n;
+    h->loss_sum = 0.0;
+    h->loss_n = 0;
+    return true;
+}
+
+/* ---- the best model's folder ---- */
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* rm -rf; a missing path is fine. */
+static ds_status rm_tree(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return DS_OK;
+    if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        return DS_ERR(DS_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
+    return DS_OK;
+}
+
+/* Every rank learns whether rank 0's part worked (the message stays on
+ * rank 0; the others name rank 0). */
+static ds_status agree(engine_t *e, ds_status mine, const char *what) {
+    int32_t bad = mine != DS_OK;
+    DS_TRY(ds_all_reduce_host(e, &bad, 1, DS_I32));
+    if (!bad) return DS_OK;
+    return mine != DS_OK ? mine : DS_ERR(DS_ERR_IO, "rank 0 could not %s", what);
+}
+
+/* SAVE_DIR/best as a whole: the weights and the description into
+ * best.tmp, then best.tmp renamed over best, so a crash leaves the old
+ * best or the new one, never half of one. Collective. */
+static ds_status save_best(tr_habits *h, tr_run *r, char *dir, size_t cap) {
+    char tmp[4300], old[4300], w[4400];
+    snprintf(dir, cap, "%s/best", h->o->save_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", dir);
+    snprintf(old, sizeof old, "%s.old", dir);
+    snprintf(w, sizeof w, "%s/model.safetensors", tmp);
+    ds_status st = DS_OK;
+    if (r->rank == 0) {
+        st = rm_tree(tmp);
+        if (st == DS_OK && mkdir(tmp, 0777) != 0)
+            st = DS_ERR(DS_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+        if (st == DS_OK && h->describe) st = h->describe(h->describe_user, tmp);
+    }
+    DS_TRY(agree(r->e, st, "prepare the best model's folder"));
+    DS_TRY(ds_save_weights(r->e, w));
+    if (r->rank == 0) {
+        struct stat sb;
+        st = rm_tree(old);
+        if (st == DS_OK && stat(dir, &sb) == 0 && rename(dir, old) != 0)
+            st = DS_ERR(DS_ERR_IO, "cannot rename %s: %s", dir, strerror(errno));
+        if (st == DS_OK && rename(tmp, dir) != 0)
+            st = DS_ERR(DS_ERR_IO, "cannot rename %s to %s: %s", tmp, dir, strerror(errno));
+        if (st == DS_OK) st = rm_tree(old);
+    }
+    return agree(r->e, st, "replace the best model's folder");
+}
+
+/* ---- after a step ---- */
+
+static void write_eval_line(const tr_run *r, const ds_step_info *info, const tr_eval_result *res,
+                            bool best) {
+    tr_jline top, d;
+    tr_jline_begin(&top, r->metrics);
+    tr_jline_int(&top, "eval_step", (long long)info->step);
+    tr_jline_int(&top, "samples", (long long)info->samples);
+    tr_jline_key(&top, "dev");
+    tr_jline_begin(&d, r->metrics);
+    for (int i = 0; i < res->n; i++) tr_jline_num(&d, res->name[i], "%.6f", res->value[i]);
+    tr_jline_int(&d, "total", (long long)res->samples);
+    tr_jline_end(&d);
+    tr_jline_bool(&top, "best", best);
+    tr_jline_end(&top);
+    fputc('\n', r->metrics);
+    fflush(r->metrics);
+}
+
+int tr_habits_after_step(tr_habits *h, tr_run *r, const ds_step_info *info) {
+    const tr_opts *o = h->o;
+    if (!o->eval_steps || info->step % o->eval_steps != 0) return 0;
+    char what[128];
+    tr_eval_result res = {0};
+    if (h->evaluate(h->eval_user, r->e, r->eval_batch, &res) != DS_OK) {
+        snprintf(what, sizeof what, "evaluating at step %lld", (long long)info->step);
+        return tr_fail(r->prog, what);
+    }
+    h->evals++;
+    /* the monitors see the dev metrics beside the training scalars */
+    ds_monitor *m = ds_get_monitor(r->e);
+    for (int i = 0; m && i < res.n; i++) {
+        char tag[64];
+        snprintf(tag, sizeof tag, "Eval/%s", res.name[i]);
+        if (ds_monitor_write(m, tag, res.value[i], info->samples) != DS_OK) {
+            fprintf(stderr, "%s: monitor: %s\n", r->prog, ds_last_error());
+            break;
+        }
+    }
+    ds_monitor_flush(m);
+
+    bool improved = false;
+    double v = NAN;
+    if (o->save_best) {
+        for (int i = 0; i < res.n; i++)
+            if (strcmp(res.name[i], o->save_best) == 0) v = res.value[i];
+        /* strictly better, as HF's early_stopping_threshold 0; NaN never is */
+        improved = isfinite(v) && (h->best_step == 0 || (h->higher_better ? v > h->best
+                                                                          : v < h->best));
+    }
+    if (r->rank == 0) {
+        printf("%s: step %lld dev:", r->prog, (long long)info->step);
+        for (int i = 0; i < res.n; i++) printf(" %s %.4f", res.name[i], res.value[i]);
+        printf(" (%lld samples)\n", (long long)res.samples);
+        if (r->metrics) write_eval_line(r, info, &res, improved);
+    }
+    if (!o->save_best) return 0;
+    if (improved) {
+        char dir[4200];
+        h->best = v;
+        h->best_step = info->step;
+        h->bad_evals = 0;
+        if (save_best(h, r, dir, sizeof dir) != DS_OK) {
+            snprintf(what, sizeof what, "saving the best model (step %lld)", (long long)info->step);
+            return tr_fail(r->prog, what);
+        }
+        if (r->rank == 0)
+            printf("%s: best %s %.4f at step %lld, saved to %s\n", r->prog, o->save_best, v,
+                   (long long)info->step, dir);
+        return 0;
+    }
+    h->bad_evals++;
+    if (o->early_stopping && h->bad_evals >= o->early_stopping) {
+        if (r->rank == 0)
+            printf("%s: early stopping at step %lld: %s has not improved on %.4f (step %lld) "
+                   "in %d evaluations\n", r->prog, (long long)info->step, o->save_best, h->best,
+                   (long long)h->best_step, h->bad_evals);
+        h->stopped = true;
+        return -1;
+    }
+    return 0;
+}
+
+void tr_habits_finish(const tr_habits *h, const tr_run *r) {
+    if (r->rank != 0 || !r->metrics || (!h->o->eval_steps && !h->o->save_best)) return;
+    tr_jline top, b;
+    tr_jline_begin(&top, r->metrics);
+    tr_jline_int(&top, "evaluations", h->evals);
+    tr_jline_bool(&top, "early_stopped", h->stopped);
+    if (h->o->save_best) {
+        tr_jline_key(&top, "best");
+        tr_jline_begin(&b, r->metrics);
+        tr_jline_key(&b, "metric");
+        fprintf(r->metrics, "\"%s\"", h->o->save_best);
+        if (h->best_step > 0) tr_jline_num(&b, "value", "%.6f", h->best);
+        tr_jline_int(&b, "step", (long long)h->best_step);
+        tr_jline_end(&b);
+    }
+    tr_jline_end(&top);
+    fputc('\n', r->metrics);
+    fflush(r->metrics);
+}
