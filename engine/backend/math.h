@@ -6,8 +6,10 @@
  * check the exact arithmetic the GPU runs.
  *
  * Bit-for-bit agreement between cpu and cuda. The two compilers are free to
- * fuse `a * b + c` into one fma (gcc does with -march=native, nvcc always
- * does), and they would not fuse the same pairs. So every product that feeds
+ * fuse `a * b + c` into one fma (nvcc always does; gcc would wherever FMA is
+ * enabled, but the build gives it -ffp-contract=off so that the instruction-
+ * set variants of the cpu kernels agree, engine/backend/cpu/cpu_isa.h), and
+ * they would not fuse the same pairs. So every product that feeds
  * an addition here is written as an explicit fmaf(), which both sides compute
  * exactly rounded; what is left is +, -, *, / and sqrtf, which IEEE rounds
  * identically on both (nvcc's defaults -prec-div=true -prec-sqrt=true; do not

@@ -2,7 +2,8 @@
  * loops: the same bits as the scalar ds_f32_to_f16 & co. of
  * engine/core/dtype.h (which the CUDA kernels run), only faster.
  *
- * With F16C (any x86-64 since 2013; the build uses -march=native) fp16 goes
+ * With F16C (any x86-64 since 2013: the avx2 and avx512 variants of the
+ * kernels, cpu_isa.h; the scalar variant runs the scalar code) fp16 goes
  * through vcvtps2ph / vcvtph2ps, 8 at a time: both round to nearest even,
  * overflow to inf and keep subnormals exactly as the scalar code does
  * (tests/unit/test_dtype.c checks the scalar code against the hardware
