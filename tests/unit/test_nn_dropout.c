@@ -121,6 +121,23 @@ static void test_dropout_bwd_dbias_one_pass(void) {
     free(dy), free(dx1), free(dx2), free(db1), free(db2);
 }
 
+/* The mask where the Philox block counter's low word wraps (block 2^32 - 8
+ * onwards: the vectorised multipliers of nn_act.c carry into the high word
+ * per lane) is still exactly the stream of ds_rng_uniform_at. */
+static void test_dropout_counter_carry(void) {
+    const int R = 2, W = 256;
+    size_t n = (size_t)R * W;
+    uint64_t off = ((uint64_t)1 << 34) - 32 - 2; /* element 4 (2^32 - 8) - 2: mid-block */
+    float *x = malloc(n * 4), *y = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) x[i] = 1.0f;
+    float p = 0.5f, inv = 1.0f / (1.0f - p);
+    CHECK_OK(g_be->nn->dropout_fwd(g_be, y, x, NULL, NULL, R, W, p, 77, off));
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) bad += y[i] != (ds_rng_uniform_at(77, off + i) >= p ? inv : 0.0f);
+    CHECK(bad == 0, "dropout across the 2^32 block boundary: %d of %zu entries wrong", bad, n);
+    free(x), free(y);
+}
+
 /* y = res + dropout(x + bias); dbias = column sums of the backward */
 static void test_dropout_fused(void) {
     const int R = 97, W = 130;
@@ -279,6 +296,7 @@ int main(void) {
     test_dropout_stats();
     test_dropout_fused();
     test_dropout_bwd_dbias_one_pass();
+    test_dropout_counter_carry();
     test_softmax();
     ds_backend_destroy(g_be);
     return test_finish("test_nn_dropout");

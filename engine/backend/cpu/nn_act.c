@@ -5,6 +5,10 @@
  * is libm-free for that reason). */
 #include "engine/backend/cpu/nn_cpu.h"
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
 #define DS_INLINE static inline __attribute__((always_inline))
 
 /* ---- bias + activation ---- */
@@ -138,6 +142,77 @@ ds_status ds_nn_cpu_bias_act_bwd(ds_backend *be, float *dx, float *dbias, const 
 
 /* ---- dropout ---- */
 
+#ifdef __AVX512F__
+/* Lanes 2i of the 64-bit products a * b of the even 32-bit lanes and 2i + 1
+ * of the odd ones, split into their low and high 32-bit halves. */
+static inline __attribute__((always_inline)) void mulhilo16(__m512i a, __m512i b, __m512i *lo,
+                                                            __m512i *hi) {
+    __m512i pe = _mm512_mul_epu32(a, b);
+    __m512i po = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), b);
+    *lo = _mm512_mask_blend_epi32(0xAAAA, pe, _mm512_slli_epi64(po, 32));
+    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
+}
+
+/* The dropout multipliers of 16 consecutive Philox blocks blk .. blk + 15 of
+ * the uniform stream (64 elements) into m: ds_rng_block and ds_dropout_mult
+ * of engine/backend/math.h and nn_math.h with the blocks in the lanes of
+ * AVX-512 registers, then a 4 x 16 transpose to element order. Integer
+ * arithmetic and one exact conversion, so the same bits as the scalar loop
+ * (test_nn_dropout, test_cpu_isa). gcc's own vectorisation of the scalar
+ * loop kept it in 256-bit registers with a shuffle per product: 3.4 ns per
+ * block here against about 1 for this. */
+static void philox_mults16(float *m, uint64_t seed, uint64_t blk, float p, float inv_keep) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512i base = _mm512_set1_epi32((int)(uint32_t)blk);
+    __m512i c0 = _mm512_add_epi32(base, lane);
+    /* the counter's high word, plus the carry where the low word wrapped */
+    __m512i c1 = _mm512_mask_add_epi32(_mm512_set1_epi32((int)(uint32_t)(blk >> 32)),
+                                       _mm512_cmplt_epu32_mask(c0, base),
+                                       _mm512_set1_epi32((int)(uint32_t)(blk >> 32)),
+                                       _mm512_set1_epi32(1));
+    __m512i c2 = _mm512_set1_epi32((int)DS_RNG_TAG_UNIFORM), c3 = _mm512_setzero_si512();
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    const __m512i m0 = _mm512_set1_epi32((int)DS_PHILOX_M0), m1 = _mm512_set1_epi32((int)DS_PHILOX_M1);
+    for (int r = 0; r < 10; r++) {
+        if (r > 0) {
+            k0 += DS_PHILOX_W0;
+            k1 += DS_PHILOX_W1;
+        }
+        __m512i lo0, hi0, lo1, hi1;
+        mulhilo16(c0, m0, &lo0, &hi0);
+        mulhilo16(c2, m1, &lo1, &hi1);
+        /* 0x96: a ^ b ^ c */
+        c0 = _mm512_ternarylogic_epi32(hi1, c1, _mm512_set1_epi32((int)k0), 0x96);
+        c2 = _mm512_ternarylogic_epi32(hi0, c3, _mm512_set1_epi32((int)k1), 0x96);
+        c1 = lo1;
+        c3 = lo0;
+    }
+    /* multiplier of a word: (w >> 8) 2^-24 >= p ? inv_keep : 0, exactly as
+     * ds_rng_bits_to_unit (the conversion of a 24-bit integer is exact) */
+    const __m512 scale = _mm512_set1_ps(5.9604644775390625e-8f), pv = _mm512_set1_ps(p);
+    const __m512 keep = _mm512_set1_ps(inv_keep);
+    __m512i w[4] = {c0, c1, c2, c3};
+    __m512i v[4];
+    for (int k = 0; k < 4; k++) {
+        __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(w[k], 8)), scale);
+        v[k] = _mm512_castps_si512(
+            _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(u, pv, _CMP_GE_OQ), keep));
+    }
+    /* v[k] lane b is element 4 b + k: transpose 4 x 16 to element order */
+    __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
+    __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
+    /* u0 holds blocks 0, 4, 8, 12 (one per 128-bit chunk), u1 1, 5, 9, 13, ... */
+    __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
+    __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
+    __m512i a = _mm512_shuffle_i32x4(u0, u1, 0x44), b = _mm512_shuffle_i32x4(u2, u3, 0x44);
+    __m512i c = _mm512_shuffle_i32x4(u0, u1, 0xEE), d = _mm512_shuffle_i32x4(u2, u3, 0xEE);
+    _mm512_storeu_si512((void *)(m + 0), _mm512_shuffle_i32x4(a, b, 0x88));
+    _mm512_storeu_si512((void *)(m + 16), _mm512_shuffle_i32x4(a, b, 0xDD));
+    _mm512_storeu_si512((void *)(m + 32), _mm512_shuffle_i32x4(c, d, 0x88));
+    _mm512_storeu_si512((void *)(m + 48), _mm512_shuffle_i32x4(c, d, 0xDD));
+}
+#endif
+
 void ds_nn_cpu_dropout_mults(float *m, uint64_t seed, uint64_t j0, int n, float p,
                              float inv_keep) {
     int i = 0;
@@ -151,8 +226,13 @@ void ds_nn_cpu_dropout_mults(float *m, uint64_t seed, uint64_t j0, int n, float 
     uint64_t blk0 = (j0 + (uint64_t)i) >> 2;
     int nb = (n - i) / 4;
     float *mb = m + i;
+    int b0 = 0;
+#ifdef __AVX512F__
+    for (; b0 + 16 <= nb; b0 += 16)
+        philox_mults16(mb + 4 * b0, seed, blk0 + (uint64_t)b0, p, inv_keep);
+#endif
     DS_SIMD
-    for (int b = 0; b < nb; b++) {
+    for (int b = b0; b < nb; b++) {
         ds_philox4 w = ds_rng_block(seed, DS_RNG_TAG_UNIFORM, blk0 + (uint64_t)b);
         mb[4 * b + 0] = ds_dropout_mult(w.v[0], p, inv_keep);
         mb[4 * b + 1] = ds_dropout_mult(w.v[1], p, inv_keep);
