@@ -46,8 +46,9 @@ void tr_habits_init(tr_habits *h, const tr_opts *o, tr_evaluate_fn evaluate, voi
 }
 
 void tr_habits_record(const tr_habits *h, const tr_run *r) {
-    if (!r->metrics) return;
     const tr_opts *o = h->o;
+    /* a run without these flags writes the file it always wrote */
+    if (!r->metrics || (!o->eval_steps && !o->save_best && o->logging_steps == 1)) return;
     tr_jline top, t;
     tr_jline_begin(&top, r->metrics);
     tr_jline_key(&top, "trainer");

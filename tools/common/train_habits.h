@@ -85,7 +85,8 @@ void tr_habits_init(tr_habits *h, const tr_opts *o, tr_evaluate_fn evaluate, voi
                     tr_habits_describe_fn describe, void *describe_user);
 
 /* The flags, once, as the first --metrics line of the training
- * ({"trainer": {"eval_steps": ..., ...}}). Rank 0 with --metrics. */
+ * ({"trainer": {"eval_steps": ..., ...}}) when any of them is given. Rank 0
+ * with --metrics. */
 void tr_habits_record(const tr_habits *h, const tr_run *r);
 
 /* Whether step `info` gets a --metrics line (every --logging-steps, and the
