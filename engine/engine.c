@@ -167,6 +167,7 @@ fail:
 
 void ds_finalize(engine_t *e) {
     if (!e) return;
+    ds_engine_prof_free(e);
     ds_engine_free_activations(e);
     ds_host_batch_free(&e->hb);
     if (e->train) ds_sampler_free(&e->sampler);

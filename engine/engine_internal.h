@@ -70,6 +70,7 @@ struct engine {
     double loss_accum;     /* this rank's micro-batch losses since the boundary */
     ds_step_info last;
     ds_wc_state wc;        /* wall_clock_breakdown (engine_timers.c) */
+    ds_prof_state prof;    /* flops_profiler (flops_profiler.c) */
 
     /* ---- monitors (engine_monitor.c): rank 0's, NULL elsewhere or when off ---- */
     struct ds_monitor *monitor;
@@ -99,6 +100,15 @@ void ds_engine_monitor_step(engine_t *e);
  * interval's means (ds_wall_clock_last) and rank 0's print. */
 void ds_engine_wall_clock_init(engine_t *e);
 void ds_engine_wall_clock_step(engine_t *e);
+
+/* flops_profiler.c: its state from the config (ds_engine_wall_clock_init
+ * calls it) and freed at ds_finalize; at the first ds_forward of
+ * profile_step the GEMM counter goes on, at that step's end rank 0 prints
+ * the profile and it goes off. */
+void ds_engine_prof_init(engine_t *e);
+void ds_engine_prof_free(engine_t *e);
+void ds_engine_prof_forward(engine_t *e);
+void ds_engine_prof_step_end(engine_t *e);
 
 /* engine_report.c */
 void ds_engine_print_startup(engine_t *e);

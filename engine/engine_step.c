@@ -185,7 +185,9 @@ static ds_status run_forward(engine_t *e, int upto, bool training) {
             ds_module_ctx ctx = module_ctx(e, i, training);
             ctx.params = params;
             ctx.tied = tied;
+            ds_prof_mark pm = ds_prof_begin(&e->prof);
             ds_status st = mod->ops->forward(mod, &ctx);
+            ds_prof_end(&e->prof, i, false, pm);
             if (st != DS_OK) {
                 ds_error_prefix("forward of %s", mod->name);
                 ds_error_trace(__FILE__, __LINE__);
@@ -220,6 +222,7 @@ static ds_status normalise_loss(engine_t *e, float mine) {
 }
 
 ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out) {
+    ds_engine_prof_forward(e); /* flops_profiler: counting starts at profile_step */
     double wc0 = ds_wc_start(&e->wc);
     DS_TRY(upload_batch(e, host_batch, true));
     if (host_batch->B == 0) return DS_ERR(DS_ERR_INVALID_ARG, "ds_forward: empty batch");
@@ -262,6 +265,7 @@ ds_status ds_backward(engine_t *e) {
         ds_module_ctx ctx = module_ctx(e, i, true);
         ctx.params = params;
         ctx.tied = tied;
+        ds_prof_mark pm = ds_prof_begin(&e->prof); /* a recomputed forward counts in backward */
         if (e->recompute[i]) { /* activation checkpointing: rebuild the internals */
             ds_status st = mod->ops->forward(mod, &ctx);
             if (st != DS_OK) {
@@ -276,6 +280,7 @@ ds_status ds_backward(engine_t *e) {
         ctx.dx = i > 0 ? e->grad_buf[which] : NULL;
         ctx.loss_scale = loss_scale;
         ds_status st = mod->ops->backward(mod, &ctx);
+        ds_prof_end(&e->prof, i, true, pm);
         if (st != DS_OK) {
             ds_error_prefix("backward of %s", mod->name);
             ds_error_trace(__FILE__, __LINE__);
@@ -407,6 +412,7 @@ ds_status ds_step(engine_t *e) {
                              .grad_norm = norm, .loss_scale = e->scaler.scale, .skipped = skip,
                              .samples = e->samples, .stop_signal = stop};
     ds_wc_stop(&e->wc, DS_WC_STEP, wc0);
+    ds_engine_prof_step_end(e);
     if (!e->quiet) ds_engine_print_step(e);
     ds_engine_wall_clock_step(e);
     ds_engine_monitor_step(e);

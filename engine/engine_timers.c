@@ -10,6 +10,7 @@ void ds_engine_wall_clock_init(engine_t *e) {
     memset(w, 0, sizeof *w);
     w->on = e->cfg.wall_clock_breakdown;
     w->comm0 = e->comm->stats;
+    ds_engine_prof_init(e);
 }
 
 /* "17.52 MB", "512 B": decimal units, as bandwidths are quoted */

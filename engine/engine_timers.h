@@ -1,5 +1,5 @@
 /* Inside the engine: the wall_clock_breakdown timers (engine/wall_clock.h
- * is what users see). engine_step.c brackets forward, backward and the
+ * is what users see) and the flops profiler's state (engine/flops_profiler.h). engine_step.c brackets forward, backward and the
  * optimizer step with ds_wc_start / ds_wc_stop, which do nothing but one
  * branch when the key is off. */
 #ifndef DS_ENGINE_TIMERS_H
@@ -15,6 +15,8 @@ typedef enum ds_wc_phase { DS_WC_FWD = 0, DS_WC_BWD, DS_WC_STEP, DS_WC_PHASES } 
 
 typedef struct ds_wc_state {
     bool on;                      /* wall_clock_breakdown */
+    bool profiling;               /* the flops profiler's step: time the phases too */
+    double prof_acc[DS_WC_PHASES]; /* ... into these */
     double acc[DS_WC_PHASES];     /* seconds since the interval began */
     int64_t steps;                /* optimizer steps in it so far (a checkpoint
                                    * loaded meanwhile moves global_step, not this) */
@@ -28,9 +30,56 @@ static inline double ds_wc_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
-static inline double ds_wc_start(const ds_wc_state *w) { return w->on ? ds_wc_now() : 0.0; }
+static inline double ds_wc_start(const ds_wc_state *w) {
+    return (w->on || w->profiling) ? ds_wc_now() : 0.0;
+}
 static inline void ds_wc_stop(ds_wc_state *w, ds_wc_phase p, double t0) {
-    if (w->on) w->acc[p] += ds_wc_now() - t0;
+    if (!w->on && !w->profiling) return;
+    double dt = ds_wc_now() - t0;
+    if (w->on) w->acc[p] += dt;
+    if (w->profiling) w->prof_acc[p] += dt;
+}
+
+/* ---- flops_profiler (flops_profiler.c) ---- */
+
+typedef struct ds_prof_module {
+    double fwd_flops, bwd_flops, fwd_s, bwd_s;
+} ds_prof_module;
+
+typedef struct ds_prof_state {
+    bool enabled;                   /* flops_profiler.enabled */
+    bool active;                    /* counting: inside the profiled step */
+    bool done;                      /* the profile is taken */
+    int n;                          /* modules */
+    ds_prof_module *mods;           /* [n], allocated at init when enabled */
+    int64_t step;
+    double t_iter0, iter_s, fwd_s, bwd_s, step_s;
+} ds_prof_state;
+
+/* Around one module's forward or backward: the clock and the GEMM counter
+ * before, and the module's share after. One branch when not profiling. */
+typedef struct ds_prof_mark {
+    double t0, flops0;
+} ds_prof_mark;
+
+double ds_prof_gemm_flops(void); /* the process's GEMM counter */
+
+static inline ds_prof_mark ds_prof_begin(const ds_prof_state *p) {
+    ds_prof_mark m = {0, 0};
+    if (p->active) m = (ds_prof_mark){ds_wc_now(), ds_prof_gemm_flops()};
+    return m;
+}
+static inline void ds_prof_end(ds_prof_state *p, int module, bool backward, ds_prof_mark m) {
+    if (!p->active) return;
+    double dt = ds_wc_now() - m.t0, fl = ds_prof_gemm_flops() - m.flops0;
+    ds_prof_module *x = &p->mods[module];
+    if (backward) {
+        x->bwd_s += dt;
+        x->bwd_flops += fl;
+    } else {
+        x->fwd_s += dt;
+        x->fwd_flops += fl;
+    }
 }
 
 #endif /* DS_ENGINE_TIMERS_H */

@@ -74,6 +74,11 @@ void ds_config_defaults(ds_config *c) {
     /* DeepSpeed's monitor/config.py */
     snprintf(c->tensorboard.job_name, sizeof c->tensorboard.job_name, "DeepSpeedJobName");
     snprintf(c->csv_monitor.job_name, sizeof c->csv_monitor.job_name, "DeepSpeedJobName");
+    /* DeepSpeed's profiling/constants.py */
+    c->flops_profiler.profile_step = 1;
+    c->flops_profiler.module_depth = -1;
+    c->flops_profiler.top_modules = 1;
+    c->flops_profiler.detailed = true;
 
     c->number_checkpoints = 0;
     c->checkpoint_tag_validation = 1; /* Warn */

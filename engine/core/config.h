@@ -85,6 +85,18 @@ typedef struct ds_monitor_config {
     char job_name[128];         /* default "DeepSpeedJobName"; a folder in output_path */
 } ds_monitor_config;
 
+/* Section "flops_profiler" (DeepSpeed's; engine/flops_profiler.h). */
+typedef struct ds_flops_profiler_config {
+    bool enabled;               /* default false */
+    double recompute_fwd_factor; /* default 0; accepted: the counts are measured, a
+                                    recomputed forward included */
+    int64_t profile_step;       /* default 1: the optimizer step profiled */
+    int64_t module_depth;       /* default -1: every depth of the module names */
+    int64_t top_modules;        /* default 1: modules listed per depth */
+    bool detailed;              /* default true: the per-module table */
+    char output_file[512];      /* default "": stdout */
+} ds_flops_profiler_config;
+
 /* Where a resolved value came from (ds_config.origin). */
 typedef enum ds_config_source {
     DS_SRC_DEFAULT = 0,  /* DeepSpeed's default: absent from the file, or
@@ -221,6 +233,7 @@ typedef struct ds_config {
     ds_aio_config aio;                   /* section "aio" */
     ds_monitor_config tensorboard;       /* section "tensorboard" */
     ds_monitor_config csv_monitor;       /* section "csv_monitor" */
+    ds_flops_profiler_config flops_profiler; /* section "flops_profiler" */
 
     /* ---- activation_checkpointing ---- */
     bool activation_checkpointing;       /* section present: recompute checkpointable modules */

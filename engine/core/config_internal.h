@@ -111,6 +111,8 @@ extern const size_t cfg_top_nkeys;
 extern const char *const cfg_top_unimplemented[];
 /* "tensorboard" and "csv_monitor" (config_monitor.c): `path` names which. */
 ds_status cfg_read_monitor(const cfg_ctx *ctx, json_t *v, const char *path, void *base);
+/* "flops_profiler" (config_flops.c). */
+ds_status cfg_read_flops_profiler(const cfg_ctx *ctx, json_t *v, const char *path, void *base);
 
 /* ---- resolution: config_resolve.c (entry, hints, batch rule, cross
  * checks) and config_fill.c (optimizer, scheduler, precision, sizes) ---- */

@@ -268,6 +268,17 @@ char *ds_config_to_json(const ds_config *c) {
         jw_close(&w);
     }
 
+    jw_open(&w, "flops_profiler");
+    jw_bool(&w, "enabled", c->flops_profiler.enabled);
+    jw_real(&w, "recompute_fwd_factor", c->flops_profiler.recompute_fwd_factor);
+    jw_int(&w, "profile_step", c->flops_profiler.profile_step);
+    jw_int(&w, "module_depth", c->flops_profiler.module_depth);
+    jw_int(&w, "top_modules", c->flops_profiler.top_modules);
+    jw_bool(&w, "detailed", c->flops_profiler.detailed);
+    if (c->flops_profiler.output_file[0]) jw_str(&w, "output_file", c->flops_profiler.output_file);
+    else jw_null(&w, "output_file");
+    jw_close(&w);
+
     jw_open(&w, "zero_engine");
     jw_str(&w, "backend", c->backend);
     jw_real(&w, "comm_timeout_s", c->comm_timeout_s);

@@ -572,6 +572,7 @@ const cfg_key cfg_top_keys[] = {
     FN("aio", OFF(aio), read_aio),
     FN("tensorboard", OFF(tensorboard), cfg_read_monitor),
     FN("csv_monitor", OFF(csv_monitor), cfg_read_monitor),
+    FN("flops_profiler", OFF(flops_profiler), cfg_read_flops_profiler),
 };
 const size_t cfg_top_nkeys = NKEYS(cfg_top_keys);
 
@@ -580,7 +581,7 @@ const size_t cfg_top_nkeys = NKEYS(cfg_top_keys);
 const char *const cfg_top_unimplemented[] = {
     "amp", "torch_autocast", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
     "sparse_gradients", "gradient_accumulation_dtype", "data_types", "memory_breakdown",
-    "flops_profiler", "wandb", "comet", "comms_logger",
+    "wandb", "comet", "comms_logger",
     "elasticity", "autotuning", "pipeline", "tensor_parallel", "compression_training",
     "curriculum_learning", "data_efficiency", "sparse_attention", "seq_parallel_communication_data_type",
     "gradient_allreduce_op", "compile", "timers", "weight_quantization", "hybrid_engine",
