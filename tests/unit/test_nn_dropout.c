@@ -121,13 +121,14 @@ static void test_dropout_bwd_dbias_one_pass(void) {
     free(dy), free(dx1), free(dx2), free(db1), free(db2);
 }
 
-/* The mask where the Philox block counter's low word wraps (block 2^32 - 8
- * onwards: the vectorised multipliers of nn_act.c carry into the high word
- * per lane) is still exactly the stream of ds_rng_uniform_at. */
+/* The mask where the Philox block counter's low word wraps (whole blocks
+ * from 2^32 - 4: inside the first 8- or 16-block register of the vectorised
+ * multipliers of nn_act.c, which carry into the high word per lane) is still
+ * exactly the stream of ds_rng_uniform_at. */
 static void test_dropout_counter_carry(void) {
     const int R = 2, W = 256;
     size_t n = (size_t)R * W;
-    uint64_t off = ((uint64_t)1 << 34) - 32 - 2; /* element 4 (2^32 - 8) - 2: mid-block */
+    uint64_t off = ((uint64_t)1 << 34) - 16 - 2; /* element 4 (2^32 - 4) - 2: mid-block */
     float *x = malloc(n * 4), *y = malloc(n * 4);
     for (size_t i = 0; i < n; i++) x[i] = 1.0f;
     float p = 0.5f, inv = 1.0f / (1.0f - p);
