@@ -70,8 +70,8 @@ static ds_status build_local(engine_t *e, const ds_init_desc *d) {
     DS_TRY(ds_mem_create(&e->mem));
     DS_TRY(pick_precision(e));
     DS_TRY(make_backend(e));
+    DS_TRY(ds_flat_create(e->model, e->comm->world, &e->flat)); /* a table */
     DS_TRY(ds_engine_check_fit(e)); /* refuse what cannot fit before allocating it */
-    DS_TRY(ds_flat_create(e->model, e->comm->world, &e->flat));
     ds_zero_desc zd = {.cfg = &e->cfg, .be = e->be, .comm = e->comm, .flat = e->flat,
                        .param_t = e->param_t, .grad_t = e->grad_t, .seed = d->seed};
     DS_TRY(ds_zero_create(&zd, &e->zero));

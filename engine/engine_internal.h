@@ -114,7 +114,8 @@ void ds_engine_prof_step_end(engine_t *e);
 void ds_engine_print_startup(engine_t *e);
 /* The memory estimate of this model and config against the host's RAM
  * (MemAvailable, or DS_MEM_LIMIT): DS_ERR_OOM with the estimate and the
- * offload that would fit when it does not. Before the strategy allocates. */
+ * offload that would fit when it does not; a bad nvme_path fails first.
+ * After the flat layout, before the strategy allocates. */
 ds_status ds_engine_check_fit(engine_t *e);
 void ds_engine_print_step(const engine_t *e);
 

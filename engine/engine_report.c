@@ -6,7 +6,11 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "offload/nvme_dir.h"
+#include "offload/nvme_swap.h"
+#include "offload/param_store.h"
 #include "zero/estimate.h"
+#include "zero/optim.h"
 
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
@@ -32,7 +36,8 @@ static double *memory_rows(engine_t *e) {
     for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
         row[p] = (double)(r.bytes[p][DS_PLACE_DEVICE] + r.bytes[p][DS_PLACE_HOST]);
     for (size_t k = 0; k < sizeof k_state / sizeof *k_state; k++)
-        state += r.bytes[k_state[k]][DS_PLACE_DEVICE] + r.bytes[k_state[k]][DS_PLACE_HOST];
+        state += r.bytes[k_state[k]][DS_PLACE_DEVICE] + r.bytes[k_state[k]][DS_PLACE_HOST] +
+                 r.bytes[k_state[k]][DS_PLACE_NVME]; /* the formula counts the swapped state */
     row[DS_MEM_PURPOSE_COUNT] = (double)state;
     row[DS_MEM_PURPOSE_COUNT + 1] = (double)ds_expected_model_state_bytes(e);
     row[DS_MEM_PURPOSE_COUNT + 2] = (double)r.total[DS_PLACE_HOST];
@@ -56,6 +61,20 @@ static double ram_gib(const ds_mem_report *r, ds_mem_purpose p, ds_backend_kind 
  * the RAM this host has, so a configuration that cannot fit stops here
  * with the fix instead of being killed by the kernel mid-step. */
 ds_status ds_engine_check_fit(engine_t *e) {
+    /* A bad nvme_path is the first thing to fix: its one-line error (the
+     * same check ds_zero_create makes) before the RAM estimate's. */
+    const ds_config *c = &e->cfg;
+    if (c->offload_optimizer.device == DS_OFFLOAD_NVME && c->zero_stage >= 1)
+        DS_TRY(ds_nvme_preflight("zero_optimization.offload_optimizer",
+                                 c->offload_optimizer.nvme_path, e->comm->rank,
+                                 ds_nvme_swap_bytes(e->flat->part, 1 + ds_optim_state_count(c))));
+    if (c->offload_param.device == DS_OFFLOAD_NVME && c->zero_stage == 3) {
+        uint64_t need = ds_param_store_file_bytes(e->flat->part, e->param_t,
+                                                  c->offload_param.max_in_cpu);
+        if (need > 0)
+            DS_TRY(ds_nvme_preflight("zero_optimization.offload_param",
+                                     c->offload_param.nvme_path, e->comm->rank, need));
+    }
     uint64_t limit;
     const char *source;
     DS_TRY(ds_estimate_ram_limit(&limit, &source));

@@ -3,8 +3,10 @@
  * working parameters. */
 #include "offload/host_optim.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "offload/nvme_swap.h"
 
@@ -235,6 +237,23 @@ void ds_host_optim_set_sink(ds_host_optim *o, ds_host_param_sink fn, void *ctx) 
 
 /* --------------------------------------------------------------- step -- */
 
+/* Process-wide sums over every host optimizer's steps: a bench reads them
+ * around a training step to split its time. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static ds_host_optim_totals g_totals;
+
+void ds_host_optim_get_totals(ds_host_optim_totals *out) {
+    pthread_mutex_lock(&g_lock);
+    *out = g_totals;
+    pthread_mutex_unlock(&g_lock);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void *at(void *base, ds_dtype t, int64_t i) {
     return (char *)base + (size_t)i * ds_dtype_size(t);
 }
@@ -319,6 +338,8 @@ ds_status ds_host_optim_step(ds_host_optim *o, const ds_host_update *u, const vo
      * buffers span the whole partition, so no piece's buffer is reused
      * within a step. */
     const ds_tier_ops *t = o->tier->ops;
+    double t0 = now_s(), upd = 0;
+    ds_tier_stats before = o->tier->stats;
     DS_TRY(download(o, dev_grads, 0, piece_end(o, 0)));
     for (int64_t b = 0; b < o->n; b = piece_end(o, b)) {
         int64_t e = piece_end(o, b);
@@ -326,7 +347,9 @@ ds_status ds_host_optim_step(ds_host_optim *o, const ds_host_update *u, const vo
         DS_TRY(wait(o, o->down)); /* piece [b, e) has landed */
         if (e < o->n) DS_TRY(download(o, dev_grads, e, piece_end(o, e)));
         DS_TRY(t->begin(o->tier, b, e, st));
+        double u0 = now_s();
         DS_TRY(update(o, u, dev_grads, b, e, st));
+        upd += now_s() - u0;
         DS_TRY(upload(o, dev_params, b, e, st[0]));
         DS_TRY(t->end(o->tier, b, e, true));
     }
@@ -335,6 +358,16 @@ ds_status ds_host_optim_step(ds_host_optim *o, const ds_host_update *u, const vo
     DS_TRY(wait(o, o->down));
     DS_TRY(wait(o, o->up));
     DS_TRY(t->finish(o->tier));
+    const ds_tier_stats *a = &o->tier->stats;
+    pthread_mutex_lock(&g_lock);
+    g_totals.steps++;
+    g_totals.step_s += now_s() - t0;
+    g_totals.update_s += upd;
+    g_totals.read_bytes += a->read_bytes - before.read_bytes;
+    g_totals.write_bytes += a->write_bytes - before.write_bytes;
+    g_totals.read_wait_s += a->read_wait_s - before.read_wait_s;
+    g_totals.write_wait_s += a->write_wait_s - before.write_wait_s;
+    pthread_mutex_unlock(&g_lock);
     return DS_OK;
 }
 

@@ -124,6 +124,19 @@ ds_backend *ds_host_optim_backend(ds_host_optim *o);
  * "cpu"), since creation. */
 ds_tier_stats ds_host_optim_swap_stats(const ds_host_optim *o);
 
+/* What every host optimizer of this process did in its steps, summed
+ * (ds_host_optim_step only: initialisation and checkpoints not counted):
+ * the wall time of the steps, the time in the update (Adam or SGD) itself,
+ * the bytes the swap read and wrote and the time the steps waited for them
+ * (all of the I/O time without pipelining, the part not hidden behind the
+ * update with it). For benchmarks: bench/bench_infinity splits a training
+ * step with it. Thread-safe. */
+typedef struct ds_host_optim_totals {
+    uint64_t steps, read_bytes, write_bytes;
+    double step_s, update_s, read_wait_s, write_wait_s;
+} ds_host_optim_totals;
+void ds_host_optim_get_totals(ds_host_optim_totals *out);
+
 /* With offload_param the working parameters have no device partition: the
  * updated pieces go to fn(ctx, b, e, src) instead (src: host memory, e - b
  * elements of param_t), in step and push, which then take NULL dev_params. */
