@@ -2,6 +2,15 @@
  *
  *   OMP_NUM_THREADS=2 bench/bench_train --stage 0
  *   mpirun -np 2 -x OMP_NUM_THREADS=1 bench/bench_train --stage 3
+ *   ... bench/bench_train --stage 1 --overlap 1 --bucket 1000000
+ *
+ * --overlap 0|1 sets zero_optimization.overlap_comm (default: DeepSpeed's,
+ * true at stage 3 only), --bucket N its reduce_bucket_size in elements
+ * (default DeepSpeed's 5e8, which for this model is one bucket: nothing to
+ * overlap). --overlap ab builds two engines in one process, overlap_comm off
+ * and on, and alternates their steps (off-on, on-off, ...): on a shared
+ * machine whose load changes by the second, each pair of steps sees the same
+ * load, and the median of the pairs' time ratios is the overlap's effect.
  *
  * The model is the one issue 3 names: vocab 21128, hidden 256, 4 layers,
  * 4 heads, intermediate 1024, 6 classes: 8,767,238 parameters; sequence 128,
@@ -29,86 +38,103 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int main(int argc, char **argv) {
-    int stage = 0, steps = 8, warmup = 2, T = 128, global_batch = 32, ckpt = 0;
-    const char *precision = "fp32";
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--stage")) stage = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--warmup")) warmup = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--seq")) T = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--batch")) global_batch = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--precision")) precision = argv[i + 1];
-        else if (!strcmp(argv[i], "--activation-checkpointing")) ckpt = atoi(argv[i + 1]);
-        else {
-            fprintf(stderr, "bench_train: unknown option %s\n", argv[i]);
-            return 2;
-        }
-    }
-    const int V = 21128, H = 256, L = 4, NH = 4, I = 1024, C = 6;
-    size_t n_rows = (size_t)global_batch * (size_t)(steps + warmup);
-    const char *names[6] = {"a", "b", "c", "d", "e", "f"};
+typedef struct bench {
+    int stage, steps, warmup, T, global_batch, ckpt;
+    const char *precision;
+    long long bucket;
+    int64_t psi;
     ds_dataset *data;
-    if (ds_cls_dataset_create(n_rows, T, C, names, &data) != DS_OK) {
-        fprintf(stderr, "bench_train: %s\n", ds_last_error());
-        return 1;
-    }
-    int32_t *ids = ds_dataset_i32(data, "input_ids"), *labels = ds_dataset_i32(data, "labels");
-    float *mask = ds_dataset_f32(data, "attention_mask");
-    unsigned s = 1;
-    for (size_t i = 0; i < n_rows; i++) {
-        for (int t = 0; t < T; t++) {
-            s = s * 1103515245u + 12345u;
-            ids[i * (size_t)T + (size_t)t] = 4 + (int)((s >> 8) % (unsigned)(V - 4));
-            mask[i * (size_t)T + (size_t)t] = 1.0f;
-        }
-        labels[i] = (int)(i % (size_t)C);
-    }
+    int32_t *ids, *labels;
+    float *mask;
+} bench;
+
+enum { V = 21128, H = 256, L = 4, NH = 4, I = 1024, C = 6 };
+
+/* overlap: -1 DeepSpeed's default, 0 off, 1 on. */
+static ds_status make_engine(bench *b, int overlap, engine_t **out) {
     ds_bert_desc bd = {.vocab_size = V, .hidden_size = H, .num_hidden_layers = L,
                        .num_attention_heads = NH, .intermediate_size = I,
                        .max_position_embeddings = 512, .type_vocab_size = 2,
                        .hidden_dropout_prob = 0.1f, .attention_probs_dropout_prob = 0.1f,
-                       .n_classes = C, .max_seq_len = T};
+                       .n_classes = C, .max_seq_len = b->T};
     ds_model *model;
-    if (ds_bert_create(&bd, &model) != DS_OK) {
-        fprintf(stderr, "bench_train: %s\n", ds_last_error());
-        return 1;
-    }
-    int64_t psi = ds_model_num_params(model);
+    DS_TRY(ds_bert_create(&bd, &model));
+    b->psi = ds_model_num_params(model);
+    char ov[64] = "";
+    if (overlap >= 0) snprintf(ov, sizeof ov, ", \"overlap_comm\": %s", overlap ? "true" : "false");
     char cfg[1024];
     snprintf(cfg, sizeof cfg,
              "{\"train_batch_size\": %d, \"steps_per_print\": 1000000,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4, \"weight_decay\": 0.01}},"
              " \"gradient_clipping\": 1.0,"
-             " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0},"
+             " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0,"
+             " \"reduce_bucket_size\": %lld%s},"
              " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s}"
              "%s}",
-             global_batch, stage, strcmp(precision, "fp16") ? "false" : "true",
-             strcmp(precision, "bf16") ? "false" : "true",
-             ckpt ? ", \"activation_checkpointing\": {}" : "");
+             b->global_batch, b->stage, b->bucket, ov,
+             strcmp(b->precision, "fp16") ? "false" : "true",
+             strcmp(b->precision, "bf16") ? "false" : "true",
+             b->ckpt ? ", \"activation_checkpointing\": {}" : "");
     ds_init_desc d;
     ds_init_desc_defaults(&d);
     d.config_json = cfg;
     d.model = model;
-    d.train_data = data;
+    d.train_data = b->data;
     d.quiet = true;
-    engine_t *e;
-    if (ds_initialize(&d, &e) != DS_OK) {
-        fprintf(stderr, "bench_train: %s\n", ds_last_error());
-        return 1;
+    DS_TRY(ds_initialize(&d, out));
+    return DS_OK;
+}
+
+/* Per engine: total, forward, backward and step time of each timed step. */
+typedef struct timing {
+    double *dt, *fw, *bw, *st;
+} timing;
+
+/* Step i: this rank's rows of global batch i, through ds_forward /
+ * ds_backward / ds_step so that the three phases are timed apart: with
+ * overlap_comm the gradient buckets travel during backward, and what the
+ * link could not carry by its end is waited for in the step (with the
+ * optimizer and, at stages 1 and 2, the parameters' all-gather). */
+static ds_status timed_step(const bench *b, engine_t *e, int i, timing *tm) {
+    int world = ds_world_size(e), rank = ds_rank(e), micro = b->global_batch / world;
+    size_t row = (size_t)i * (size_t)b->global_batch + (size_t)rank * (size_t)micro;
+    ds_batch batch = {.B = micro, .T = b->T};
+    DS_TRY(ds_batch_set(&batch, "input_ids", DS_I32, b->ids + row * (size_t)b->T));
+    DS_TRY(ds_batch_set(&batch, "attention_mask", DS_F32, b->mask + row * (size_t)b->T));
+    DS_TRY(ds_batch_set(&batch, "labels", DS_I32, b->labels + row));
+    double t0 = now_s();
+    DS_TRY(ds_forward(e, &batch, NULL));
+    double t1 = now_s();
+    DS_TRY(ds_backward(e));
+    double t2 = now_s();
+    DS_TRY(ds_step(e));
+    double t3 = now_s();
+    if (i >= b->warmup) {
+        int k = i - b->warmup;
+        tm->dt[k] = t3 - t0;
+        tm->fw[k] = t1 - t0;
+        tm->bw[k] = t2 - t1;
+        tm->st[k] = t3 - t2;
     }
-    double *dt = calloc((size_t)steps, sizeof *dt);
-    for (int i = 0; i < warmup + steps; i++) {
-        double t0 = now_s();
-        ds_step_info info;
-        if (ds_train_batch(e, &info) != DS_OK) {
-            fprintf(stderr, "bench_train: %s\n", ds_last_error());
-            return 1;
-        }
-        if (i >= warmup) dt[i - warmup] = now_s() - t0;
+    return DS_OK;
+}
+
+static double median(const double *x, int n) {
+    double *y = malloc((size_t)n * sizeof *y);
+    memcpy(y, x, (size_t)n * sizeof *y);
+    qsort(y, (size_t)n, sizeof *y, cmp_double);
+    double m = y[n / 2];
+    free(y);
+    return m;
+}
+
+static void report(const bench *b, engine_t *e, int overlap, const timing *tm) {
+    int steps = b->steps, T = b->T;
+    double med = median(tm->dt, steps), lo = tm->dt[0], hi = tm->dt[0];
+    for (int k = 1; k < steps; k++) {
+        if (tm->dt[k] < lo) lo = tm->dt[k];
+        if (tm->dt[k] > hi) hi = tm->dt[k];
     }
-    qsort(dt, (size_t)steps, sizeof *dt, cmp_double);
-    double med = dt[steps / 2];
     /* Matmul FLOPs per step, two ways.
      * - The issue's count (what a full BERT does, PyTorch included): forward
      *   2*(matmul params)*T plus attention scores and context 2*2*T*T*H per
@@ -119,26 +145,104 @@ int main(int argc, char **argv) {
      *   classifier run once per sample; the GFLOP/s on this count are what
      *   the cores sustain. */
     double mm_params = (double)L * (4.0 * H * H + 2.0 * H * I) + (double)H * H + (double)H * C;
-    double flops = 3.0 * (2.0 * mm_params * T + (double)L * 4.0 * T * T * H) * global_batch;
+    double flops = 3.0 * (2.0 * mm_params * T + (double)L * 4.0 * T * T * H) * b->global_batch;
     double full_layer = 2.0 * (4.0 * H * H + 2.0 * H * I) * T + 4.0 * T * T * H;
     double last_layer = 2.0 * (2.0 * H * H) * T + 2.0 * (2.0 * H * H + 2.0 * H * I) + 4.0 * T * H;
     double executed = 3.0 * ((L - 1) * full_layer + last_layer + 2.0 * (H * H + H * C)) *
-                      global_batch;
+                      b->global_batch;
     ds_mem_report mr;
     ds_memory_report(e, &mr);
     if (ds_rank(e) == 0)
-        printf("bench_train: BERT-mini Psi=%lld stage %d %s world %d seq %d batch %d: %.2f "
-               "samples/s (median step %.3f s, min %.3f, max %.3f), %.1f GFLOP/s matmul on the "
-               "issue's count (%.1f GFLOP/step; executed %.1f GFLOP/step = %.1f GFLOP/s), "
-               "model state %.1f MiB/rank (formula %.1f)\n",
-               (long long)psi, stage, precision, ds_world_size(e), T, global_batch,
-               global_batch / med, med, dt[0], dt[steps - 1], flops / med / 1e9, flops / 1e9,
-               executed / 1e9, executed / med / 1e9,
+        printf("bench_train: BERT-mini Psi=%lld stage %d %s overlap %d bucket %lld world %d seq "
+               "%d batch %d: %.2f samples/s (median step %.3f s, min %.3f, max %.3f), %.1f "
+               "GFLOP/s matmul on the issue's count (%.1f GFLOP/step; executed %.1f GFLOP/step = "
+               "%.1f GFLOP/s), model state %.1f MiB/rank (formula %.1f); medians forward %.3f "
+               "s, backward %.3f s, step %.3f s\n",
+               (long long)b->psi, b->stage, b->precision,
+               overlap, b->bucket, ds_world_size(e), T, b->global_batch, b->global_batch / med,
+               med, lo, hi, flops / med / 1e9, flops / 1e9, executed / 1e9,
+               executed / med / 1e9,
                (double)(mr.bytes[DS_MEM_PARAMS][0] + mr.bytes[DS_MEM_GRADS][0] +
                         mr.bytes[DS_MEM_MASTER][0] + mr.bytes[DS_MEM_OPTIM][0]) / 1048576.0,
-               (double)ds_expected_model_state_bytes(e) / 1048576.0);
-    free(dt);
-    ds_finalize(e);
-    ds_dataset_destroy(data);
+               (double)ds_expected_model_state_bytes(e) / 1048576.0, median(tm->fw, steps),
+               median(tm->bw, steps), median(tm->st, steps));
+}
+
+static int fail(void) {
+    fprintf(stderr, "bench_train: %s\n", ds_last_error());
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    bench b = {.stage = 0, .steps = 8, .warmup = 2, .T = 128, .global_batch = 32, .ckpt = 0,
+               .precision = "fp32", .bucket = 500000000};
+    int overlap = -1; /* -1: DeepSpeed's default; 2: ab */
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--stage")) b.stage = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--steps")) b.steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--warmup")) b.warmup = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--seq")) b.T = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--batch")) b.global_batch = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--precision")) b.precision = argv[i + 1];
+        else if (!strcmp(argv[i], "--activation-checkpointing")) b.ckpt = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--overlap"))
+            overlap = !strcmp(argv[i + 1], "ab") ? 2 : atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--bucket")) b.bucket = atoll(argv[i + 1]);
+        else {
+            fprintf(stderr, "bench_train: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (b.steps < 1 || b.warmup < 0) {
+        fprintf(stderr, "bench_train: --steps must be at least 1, --warmup at least 0\n");
+        return 2;
+    }
+    size_t n_rows = (size_t)b.global_batch * (size_t)(b.steps + b.warmup);
+    const char *names[6] = {"a", "b", "c", "d", "e", "f"};
+    if (ds_cls_dataset_create(n_rows, b.T, C, names, &b.data) != DS_OK) return fail();
+    b.ids = ds_dataset_i32(b.data, "input_ids");
+    b.labels = ds_dataset_i32(b.data, "labels");
+    b.mask = ds_dataset_f32(b.data, "attention_mask");
+    unsigned s = 1;
+    for (size_t i = 0; i < n_rows; i++) {
+        for (int t = 0; t < b.T; t++) {
+            s = s * 1103515245u + 12345u;
+            b.ids[i * (size_t)b.T + (size_t)t] = 4 + (int)((s >> 8) % (unsigned)(V - 4));
+            b.mask[i * (size_t)b.T + (size_t)t] = 1.0f;
+        }
+        b.labels[i] = (int)(i % (size_t)C);
+    }
+    int ne = overlap == 2 ? 2 : 1;
+    engine_t *e[2] = {NULL, NULL};
+    timing tm[2];
+    for (int k = 0; k < ne; k++) {
+        if (make_engine(&b, ne == 2 ? k : overlap, &e[k]) != DS_OK) return fail();
+        double *m = calloc((size_t)b.steps * 4, sizeof *m);
+        tm[k] = (timing){.dt = m, .fw = m + b.steps, .bw = m + 2 * b.steps, .st = m + 3 * b.steps};
+    }
+    for (int i = 0; i < b.warmup + b.steps; i++)
+        for (int j = 0; j < ne; j++) {
+            int k = (i + j) % ne; /* ab: off first in even steps, on first in odd ones */
+            if (timed_step(&b, e[k], i, &tm[k]) != DS_OK) return fail();
+        }
+    for (int k = 0; k < ne; k++) report(&b, e[k], ne == 2 ? k : overlap, &tm[k]);
+    if (ne == 2 && ds_rank(e[0]) == 0) {
+        double *r = malloc((size_t)b.steps * sizeof *r);
+        double rlo = 1e30, rhi = 0;
+        for (int k = 0; k < b.steps; k++) {
+            r[k] = tm[0].dt[k] / tm[1].dt[k]; /* > 1: overlap on is faster */
+            if (r[k] < rlo) rlo = r[k];
+            if (r[k] > rhi) rhi = r[k];
+        }
+        printf("bench_train: stage %d paired steps: samples/s overlap on / off = %.3f (median "
+               "of %d pairs, min %.3f, max %.3f)\n", b.stage, median(r, b.steps), b.steps, rlo,
+               rhi);
+        free(r);
+    }
+    for (int k = 0; k < ne; k++) {
+        ds_finalize(e[k]);
+        free(tm[k].dt);
+    }
+    ds_dataset_destroy(b.data);
     return 0;
 }

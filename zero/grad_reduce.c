@@ -5,10 +5,12 @@
 
 #include "zero/zero_util.h"
 
-/* Buckets in flight at once. More than two lets a burst of small modules
- * (BERT's layer norms and biases) queue behind a large bucket on the wire
- * without stalling backward; the ring only bounds host memory for the jobs. */
-#define NSLOT 8
+/* Buckets in flight at once. A module larger than the cap gives several
+ * buckets at its end (BERT-mini's 5.5M-element embedding, the last to finish,
+ * is 11 buckets of 5e5): enough slots that they all queue at once rather
+ * than backward waiting for the first ones to land. The ring only bounds
+ * host memory for the jobs (about 1.3 KB each). */
+#define NSLOT 64
 
 typedef struct slot {
     ds_comm_job job;

@@ -24,9 +24,10 @@
  *
  * Buckets are cut from the top: when [cursor, hi) reaches cap elements,
  * [hi - cap, hi) is submitted (a module larger than cap gives several); the
- * remainder goes when module 0 finished (cursor reaches 0). A ring of job
+ * remainder goes when module 0 finished (cursor reaches 0). A ring of 64 job
  * slots bounds what is in flight: submitting into a slot still in flight
- * waits for it first (back-pressure when the link is slower than backward). */
+ * waits for it first (back-pressure when the link is far slower than
+ * backward). */
 #ifndef DS_ZERO_GRAD_REDUCE_H
 #define DS_ZERO_GRAD_REDUCE_H
 

@@ -1,8 +1,9 @@
 /* The communication thread of overlap_comm: the one owner of a communicator
  * while the collectives of a step are in flight.
  *
- * Collectives the strategies issue during forward and backward (stage 2's
- * gradient buckets, stage 3's parameter gathers and prefetches) go into one
+ * Collectives the strategies issue during forward and backward (the
+ * gradient buckets of stages 0-2, stage 3's parameter gathers and
+ * prefetches) go into one
  * FIFO executed by one thread, so they run while the main thread computes the
  * next module. One FIFO keeps the collectives in the same order on every rank
  * (the main thread enqueues them in model order). Without overlap_comm the

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# overlap_twohost.sh: BERT-mini samples/s at stages 0-2 with overlap_comm off
+# and on, on one host (shared memory) and on two simulated hosts joined by a
+# 10 Gbit/s and a 1 Gbit/s link (tools/twohost.sh), with the raw TCP rate of
+# each link measured in the same session (issue 22, item 2).
+#
+#   bench/overlap_twohost.sh BUILD_DIR [REPEATS] [BUCKET] [STEPS]
+#   RATES="10gbit 1gbit" SAME=1 STAGES="0 1 2" OVERLAPS="0 1" (environment)
+#   choose the links, whether to run on one host too, the stages and the
+#   runs per stage: OVERLAPS=ab runs one process per stage that alternates
+#   the steps of an overlap-off and an overlap-on engine (bench_train
+#   --overlap ab), whose paired ratio is robust to the machine's load
+#
+# Two ranks, one thread each (OMP_NUM_THREADS=1), --bind-to none (each
+# simulated host's daemon would otherwise bind both ranks to core 0). In each
+# repeat and setting the six runs go one after the other (stage 0 off, on,
+# stage 1 off, on, ...) so that off/on ratios come from neighbouring runs on
+# a machine whose load changes. BUCKET: reduce_bucket_size in elements for
+# both off and on (default 500000: 2 MB of fp32, about a quarter of one
+# encoder layer), so off and on reduce the same buckets and differ only in
+# the thread that runs them. Lines go to stdout; one per run starts
+# "bench_train:", one per link "link:". Needs root (namespaces); exits 77
+# where the hosts cannot be made.
+set -u
+BUILD=${1:?usage: overlap_twohost.sh BUILD_DIR [REPEATS] [BUCKET] [STEPS]}
+REPEATS=${2:-2}
+BUCKET=${3:-500000}
+STEPS=${4:-6}
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+TWOHOST=$HERE/tools/twohost.sh
+BENCH=$(readlink -f "$BUILD/bench/bench_train")
+[ -x "$BENCH" ] || { echo "overlap_twohost: no $BENCH (build the bench target)" >&2; exit 1; }
+"$TWOHOST" check >/dev/null || { "$TWOHOST" check; exit 77; }
+ROOT=""
+[ "$(id -u)" -eq 0 ] && ROOT=--allow-run-as-root
+MPI="mpirun $ROOT --bind-to none -np 2 -x OMP_NUM_THREADS=1"
+
+# The raw TCP rate from host 2 to host 1: 2 s of 64 KiB writes, counted by
+# the receiver from its first byte to EOF.
+LINK_PY='
+import socket, sys, time
+if sys.argv[1] == "recv":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("10.77.0.1", 5299)); s.listen(1); c, _ = s.accept()
+    n = 0; t0 = None
+    while True:
+        b = c.recv(1 << 20)
+        if not b: break
+        if t0 is None: t0 = time.time()
+        n += len(b)
+    dt = time.time() - t0
+    print("link: %.1f MB/s raw TCP (%.0f MB in %.2f s), %.2f Gbit/s" % (n / dt / 1e6, n / 1e6, dt, n * 8 / dt / 1e9))
+else:
+    c = socket.create_connection(("10.77.0.1", 5299)); buf = b"x" * 65536; t0 = time.time()
+    while time.time() - t0 < 2.0: c.sendall(buf)
+    c.close()
+'
+
+runs() { # $1: mpirun prefix
+  local stage ov
+  for stage in ${STAGES:-0 1 2}; do
+    for ov in ${OVERLAPS:-0 1}; do
+      $1 "$BENCH" --stage "$stage" --overlap "$ov" --bucket "$BUCKET" --steps "$STEPS" \
+        --warmup 2 2>&1 | grep -E '^bench_train:|rror' || echo "bench_train: stage $stage overlap $ov FAILED"
+    done
+  done
+}
+
+for rep in $(seq 1 "$REPEATS"); do
+  echo "== repeat $rep, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  if [ "${SAME:-1}" = 1 ]; then
+    echo "-- same host (shared memory)"
+    runs "$MPI --mca btl self,vader,tcp"
+  fi
+  for rate in ${RATES:-10gbit 1gbit}; do
+    echo "-- two hosts, $rate, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+    export LINK_PY BENCH BUCKET STEPS MPI STAGES OVERLAPS
+    export -f runs
+    "$TWOHOST" run --name ovl$$ --rate "$rate" -- bash -c '
+      python3 -c "$LINK_PY" recv & r=$!
+      sleep 0.5
+      '"$TWOHOST"' agent "$TWOHOST_NAME-2" "python3 -c '"'"'$LINK_PY'"'"' send"
+      wait $r
+      runs "$MPI --hostfile $TWOHOST_HOSTFILE"' 2>&1 | grep -E '^(link|bench_train):|FAILED|rror'
+  done
+done
+echo "== end, load average $(cut -d' ' -f1-3 /proc/loadavg)"
