@@ -19,3 +19,10 @@ add_test(NAME test_train_habits
                  ${CMAKE_CURRENT_BINARY_DIR}/train_habits_work "${DS_MPIRUN_FLAGS_STR}")
 set_tests_properties(test_train_habits PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS 2
                      FIXTURES_REQUIRED gen_csv)
+# tools/plot_metrics: a train_cls run's --metrics drawn, rendered by
+# rsvg-convert (skipped, 77, without it), bad input refused.
+add_test(NAME test_plot_metrics
+         COMMAND ${_mon}/unit/test_plot_metrics.sh ${CMAKE_BINARY_DIR}/bin
+                 ${CMAKE_BINARY_DIR}/tests/gen_sentences.csv "${DS_MPIRUN_FLAGS_STR}")
+set_tests_properties(test_plot_metrics PROPERTIES LABELS multirank TIMEOUT 180 PROCESSORS 2
+                     SKIP_RETURN_CODE 77 FIXTURES_REQUIRED gen_csv)
