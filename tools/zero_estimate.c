@@ -179,6 +179,11 @@ static ds_status make_model(const char *path, ds_model **out) {
 
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
+/* The table's unit: GiB, or MiB for a model whose every place is under 1 GiB. */
+static double g_unit = 1024.0 * 1024.0 * 1024.0;
+static const char *g_unit_name = "GiB";
+static double u(uint64_t b) { return (double)b / g_unit; }
+
 static ds_status estimate(const opts *o, const ds_model *m, const ds_config *c, ds_backend_kind be,
                           ds_mem_report *r) {
     if (m) DS_TRY(ds_estimate_model(m, o->ranks, c, be, r));
@@ -218,13 +223,18 @@ static ds_status run(const opts *o) {
            o->ranks, o->ranks == 1 ? "" : "s", o->per_host, c.zero_stage, prec,
            be == DS_BACKEND_CPU ? "cpu" : "cuda", dev_name(c.offload_optimizer.device),
            dev_name(c.zero_stage == 3 ? c.offload_param.device : DS_OFFLOAD_NONE));
-    printf("  %-12s %12s %12s %12s   (GiB)\n", "purpose", "device", "host", "nvme");
+    if (r.total[DS_PLACE_DEVICE] < (1u << 30) && r.total[DS_PLACE_HOST] < (1u << 30) &&
+        r.total[DS_PLACE_NVME] < (1u << 30)) {
+        g_unit = 1024.0 * 1024.0;
+        g_unit_name = "MiB";
+    }
+    printf("  %-12s %12s %12s %12s   (%s)\n", "purpose", "device", "host", "nvme", g_unit_name);
     for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
         printf("  %-12s %12.3f %12.3f %12.3f\n", ds_mem_purpose_name((ds_mem_purpose)p),
-               gib(r.bytes[p][DS_PLACE_DEVICE]), gib(r.bytes[p][DS_PLACE_HOST]),
-               gib(r.bytes[p][DS_PLACE_NVME]));
-    printf("  %-12s %12.3f %12.3f %12.3f\n", "total", gib(r.total[DS_PLACE_DEVICE]),
-           gib(r.total[DS_PLACE_HOST]), gib(r.total[DS_PLACE_NVME]));
+               u(r.bytes[p][DS_PLACE_DEVICE]), u(r.bytes[p][DS_PLACE_HOST]),
+               u(r.bytes[p][DS_PLACE_NVME]));
+    printf("  %-12s %12.3f %12.3f %12.3f\n", "total", u(r.total[DS_PLACE_DEVICE]),
+           u(r.total[DS_PLACE_HOST]), u(r.total[DS_PLACE_NVME]));
     uint64_t limit = 0;
     const char *source = "";
     ds_status lst = ds_estimate_ram_limit(&limit, &source);
@@ -246,8 +256,8 @@ static ds_status run(const opts *o) {
         printf("fix: %s\n", fix);
     }
     /* every option of this stage, as DeepSpeed's _all_live tables */
-    printf("\nAll options at stage %d (per rank, GiB):\n  %9s %9s %9s   options\n",
-           c.zero_stage < 1 ? 1 : c.zero_stage, "device", "host", "nvme");
+    printf("\nAll options at stage %d (per rank, %s):\n  %9s %9s %9s   options\n",
+           c.zero_stage < 1 ? 1 : c.zero_stage, g_unit_name, "device", "host", "nvme");
     for (int q = 0; q < (c.zero_stage == 3 ? 3 : 1); q++)
         for (int k = 0; k < 3; k++) {
             ds_config t = c;
@@ -259,8 +269,9 @@ static ds_status run(const opts *o) {
                 ds_clear_error();
                 continue;
             }
-            printf("  %9.3f %9.3f %9.3f   offload_optimizer=%s", gib(a.total[DS_PLACE_DEVICE]),
-                   gib(a.total[DS_PLACE_HOST]), gib(a.total[DS_PLACE_NVME]), dev_name(t.offload_optimizer.device));
+            printf("  %9.3f %9.3f %9.3f   offload_optimizer=%s", u(a.total[DS_PLACE_DEVICE]),
+                   u(a.total[DS_PLACE_HOST]), u(a.total[DS_PLACE_NVME]),
+                   dev_name(t.offload_optimizer.device));
             if (t.zero_stage == 3) printf(", offload_param=%s", dev_name(t.offload_param.device));
             if (limit)
                 printf("%s", ds_estimate_ram(&a, be) * (uint64_t)o->per_host <= limit
