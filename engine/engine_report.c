@@ -50,11 +50,9 @@ static double *memory_rows(engine_t *e) {
     return rows;
 }
 
-static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
-
 /* Purpose p's bytes in this machine's RAM (device memory is RAM on cpu). */
-static double ram_gib(const ds_mem_report *r, ds_mem_purpose p, ds_backend_kind be) {
-    return gib(r->bytes[p][DS_PLACE_HOST] + (be == DS_BACKEND_CPU ? r->bytes[p][DS_PLACE_DEVICE] : 0));
+static uint64_t ram_of(const ds_mem_report *r, ds_mem_purpose p, ds_backend_kind be) {
+    return r->bytes[p][DS_PLACE_HOST] + (be == DS_BACKEND_CPU ? r->bytes[p][DS_PLACE_DEVICE] : 0);
 }
 
 /* Before the strategy allocates: the estimate (zero/estimate.h) against
@@ -94,17 +92,21 @@ ds_status ds_engine_check_fit(engine_t *e) {
     for (int m = 0; m < e->model->n_modules; m++)
         for (int k = 0; k < e->model->modules[m]->n_params; k++)
             psi += ds_param_numel(&e->model->modules[m]->params[k]);
+    char sz[8][24];
     return DS_ERR(DS_ERR_OOM,
                   "this configuration does not fit in memory: ZeRO stage %d, %s, %lld "
-                  "parameters, %d rank%s on this host need %.2f GiB of RAM by the estimate "
-                  "(per rank: params %.2f, grads %.2f, master %.2f, optim %.2f, buffers %.2f "
-                  "GiB; activations not counted) against %.2f GiB (%s); %s. DS_MEM_LIMIT=off "
-                  "skips this check",
+                  "parameters, %d rank%s on this host need %s of RAM by the estimate (per rank: "
+                  "params %s, grads %s, master %s, optim %s, buffers %s, activations %s) against "
+                  "%s (%s); %s. DS_MEM_LIMIT=off skips this check",
                   e->cfg.zero_stage, ds_dtype_name(e->param_t), (long long)psi, per_host,
-                  per_host == 1 ? "" : "s", gib(need), ram_gib(&r, DS_MEM_PARAMS, be),
-                  ram_gib(&r, DS_MEM_GRADS, be), ram_gib(&r, DS_MEM_MASTER, be),
-                  ram_gib(&r, DS_MEM_OPTIM, be), ram_gib(&r, DS_MEM_BUFFERS, be), gib(limit),
-                  source, fix);
+                  per_host == 1 ? "" : "s", ds_estimate_size(need, sz[0]),
+                  ds_estimate_size(ram_of(&r, DS_MEM_PARAMS, be), sz[1]),
+                  ds_estimate_size(ram_of(&r, DS_MEM_GRADS, be), sz[2]),
+                  ds_estimate_size(ram_of(&r, DS_MEM_MASTER, be), sz[3]),
+                  ds_estimate_size(ram_of(&r, DS_MEM_OPTIM, be), sz[4]),
+                  ds_estimate_size(ram_of(&r, DS_MEM_BUFFERS, be), sz[5]),
+                  ds_estimate_size(ram_of(&r, DS_MEM_ACTIVATIONS, be), sz[6]),
+                  ds_estimate_size(limit, sz[7]), source, fix);
 }
 
 /* One line: each purpose's largest per-rank share (the ranks' rows differ

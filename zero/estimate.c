@@ -289,7 +289,14 @@ uint64_t ds_estimate_state(const ds_mem_report *r, ds_mem_place place) {
            r->bytes[DS_MEM_MASTER][place] + r->bytes[DS_MEM_OPTIM][place];
 }
 
-static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
+const char *ds_estimate_size(uint64_t b, char *buf) {
+    double v = (double)b;
+    if (v >= 1024.0 * 1024 * 1024) snprintf(buf, 24, "%.2f GiB", v / (1024.0 * 1024 * 1024));
+    else if (v >= 1024.0 * 1024) snprintf(buf, 24, "%.1f MiB", v / (1024.0 * 1024));
+    else if (v >= 1024.0) snprintf(buf, 24, "%.0f KiB", v / 1024.0);
+    else snprintf(buf, 24, "%llu bytes", (unsigned long long)b);
+    return buf;
+}
 
 bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_layer, int world,
                      int ranks_per_host, const ds_config *cfg, ds_backend_kind be,
@@ -317,8 +324,18 @@ bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_laye
     if (!c) return false;
     uint64_t need = 0;
     bool found = false;
-    for (size_t k = 0; k < sizeof tries / sizeof *tries && !found; k++) {
+    /* Each NVMe try also with sub-groups of 1e8 elements when the config's
+     * are larger: DeepSpeed's default 1e9 keeps up to 12 GB of swap
+     * buffers in RAM for Adam, often more than the offload saves. */
+    const int64_t small_sg = 100000000;
+    size_t n_tries = sizeof tries / sizeof *tries;
+    for (size_t i = 0; i < 2 * n_tries && !found; i++) {
+        size_t k = i / 2;
+        bool shrink = i % 2 == 1;
+        if (shrink && (tries[k].opt != DS_OFFLOAD_NVME || cfg->sub_group_size <= small_sg))
+            continue;
         *c = *cfg;
+        if (shrink) c->sub_group_size = small_sg;
         if (tries[k].stage) c->zero_stage = tries[k].stage;
         if (c->zero_stage == 0) c->zero_stage = 1; /* offload needs a partitioned optimizer */
         if (c->offload_optimizer.device > tries[k].opt ||
@@ -341,18 +358,22 @@ bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_laye
         char stage[48] = "";
         if (c->zero_stage != cfg->zero_stage && !tries[k].stage)
             snprintf(stage, sizeof stage, "zero_optimization.stage 1 with ");
+        const char *sg = shrink ? " and zero_optimization.sub_group_size 1e8" : "";
+        char n1[24], n2[24];
         if (disk)
-            snprintf(buf, cap, "%s%s would fit: %.2f GiB of RAM for the rank%s on this host, "
-                     "%.2f GiB per rank on disk", stage, tries[k].keys, gib(need),
-                     ranks_per_host == 1 ? "" : "s", gib(disk));
+            snprintf(buf, cap, "%s%s%s would fit: %s of RAM for the rank%s on this host, %s per "
+                     "rank on disk", stage, tries[k].keys, sg, ds_estimate_size(need, n1),
+                     ranks_per_host == 1 ? "" : "s", ds_estimate_size(disk, n2));
         else
-            snprintf(buf, cap, "%s%s would fit: %.2f GiB of RAM for the rank%s on this host",
-                     stage, tries[k].keys, gib(need), ranks_per_host == 1 ? "" : "s");
+            snprintf(buf, cap, "%s%s%s would fit: %s of RAM for the rank%s on this host", stage,
+                     tries[k].keys, sg, ds_estimate_size(need, n1),
+                     ranks_per_host == 1 ? "" : "s");
     }
+    char n3[24];
     if (!found)
         snprintf(buf, cap, "no offload makes it fit (the most, parameters and optimizer on NVMe, "
-                 "still needs %.2f GiB of RAM on this host): use more hosts or a smaller model",
-                 gib(need));
+                 "still needs %s of RAM on this host): use more hosts or a smaller model",
+                 ds_estimate_size(need, n3));
     free(c);
     return found;
 }

@@ -79,6 +79,10 @@ bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_laye
                      int ranks_per_host, const ds_config *cfg, ds_backend_kind be,
                      uint64_t ram_limit, char *buf, size_t cap);
 
+/* `bytes` for a message: "1.50 GiB", "12.3 MiB", "340 KiB" or "12 bytes"
+ * (binary units) into buf (at least 24 chars); returns buf. */
+const char *ds_estimate_size(uint64_t bytes, char *buf);
+
 /* RAM this process may plan for: the environment's DS_MEM_LIMIT when set
  * (bytes, or with a K, M, G or T suffix, binary; "off" turns the start-up
  * check off: *out = 0 and returns DS_OK), else /proc/meminfo's MemAvailable.

@@ -139,7 +139,7 @@ static void check_refusal(uint64_t ram_plain, uint64_t ram_nvme, int world) {
           ds_status_to_string(st), ds_last_error());
     const char *msg = ds_last_error();
     CHECK(strstr(msg, "does not fit") && strstr(msg, "DS_MEM_LIMIT") &&
-              strstr(msg, "offload_optimizer.device \"nvme\"") && strstr(msg, "GiB"),
+              strstr(msg, "offload_optimizer.device \"nvme\"") && strstr(msg, "MiB"),
           "the refusal names the estimate, the limit and the fix: %s", msg);
     ds_finalize(e);
     if (TEST_OK(start(0, 1, "bf16", "nvme", "none", &e))) ds_finalize(e);
