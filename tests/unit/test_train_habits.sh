@@ -90,6 +90,7 @@ mpirun $mpi -np 2 "$bin/train_cls" --config frozen.json --data "$data" --model m
     --intermediate 32 --max-seq-len 32 --max-steps 40 --eval-steps 2 --save-best macro_f1 \
     --early-stopping 3 --save-dir out2 --metrics stop.jsonl > stop.log 2>&1 || fail "early-stopping run exited $?"
 grep -q "early stopping at step 8: macro_f1 has not improved" stop.log || fail "early stop: $(grep -i early stop.log)"
+grep -q "train_cls: trained 8 steps" stop.log || fail "early stop: $(grep trained stop.log)"
 python3 - stop.jsonl <<'PY' || fails=$((fails + 1))
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
