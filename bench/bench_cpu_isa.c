@@ -15,7 +15,14 @@
  * sqrt(bc2) + eps)) with the same roundings as the engine's ds_adam_update,
  * split over the threads in the same chunks; the line "same bits" says
  * whether their parameters equal the engine's after the run. A variant or a
- * hand loop this CPU cannot run is listed as skipped. */
+ * hand loop this CPU cannot run is listed as skipped.
+ *
+ *   OPENBLAS_CORETYPE=Haswell bench/bench_cpu_isa --gemm-hash
+ *
+ * prints only OpenBLAS's kernel name and a hash of the bits of one
+ * 384 x 320 x 1000 sgemm (1 thread): run under several OPENBLAS_CORETYPE
+ * values, it shows whether OpenBLAS's kernels round alike (they do not). */
+#include <cblas.h>
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
@@ -129,9 +136,36 @@ static void state_init(state *s, size_t n, int nt) {
 
 enum { MAXC = 8 };
 
+/* FNV-1a of one sgemm's output bits, with OpenBLAS's kernel name. */
+static int gemm_hash(void) {
+    enum { M = 384, N = 320, K = 1000 };
+    float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N);
+    float *C = malloc(sizeof(float) * M * N);
+    if (!A || !B || !C) return 1;
+    uint64_t s = 1;
+    for (int i = 0; i < M * K; i++) {
+        s = s * 6364136223846793005ull + 1;
+        A[i] = (float)((s >> 40) % 2001) / 1000.0f - 1.0f;
+    }
+    for (int i = 0; i < K * N; i++) {
+        s = s * 6364136223846793005ull + 1;
+        B[i] = (float)((s >> 40) % 2001) / 1000.0f - 1.0f;
+    }
+    openblas_set_num_threads(1);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *p = (const unsigned char *)C;
+    for (size_t i = 0; i < sizeof(float) * M * N; i++) h = (h ^ p[i]) * 1099511628211ull;
+    printf("OpenBLAS kernel %s: sgemm %dx%dx%d bits hash %016llx, C[7] = %.9g\n",
+           openblas_get_corename(), M, N, K, (unsigned long long)h, (double)C[7]);
+    free(A), free(B), free(C);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     size_t n = 100000000;
     int nt = 2, reps = 7;
+    if (argc == 2 && !strcmp(argv[1], "--gemm-hash")) return gemm_hash();
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--n")) n = (size_t)atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) nt = atoi(argv[i + 1]);
