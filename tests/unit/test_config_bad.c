@@ -35,6 +35,12 @@ static const bad_case k_cases[] = {
     P("{\"train_batch_size\": 1e30}", CFG, "train_batch_size: must be an integer, got 1e+30", NULL),
     P("{\"train_batch_size\": true}", CFG, "train_batch_size: must be an integer, got true", NULL),
     P("{\"steps_per_print\": 0}", CFG, "steps_per_print: must be >= 1, got 0", NULL),
+    /* ---- flops_profiler (config_flops.c) ---- */
+    P("{\"flops_profiler\": {\"profile_step\": 0}}", CFG, "flops_profiler.profile_step: must be >= 1, got 0", NULL),
+    P("{\"flops_profiler\": {\"module_depth\": -2}}", CFG, "flops_profiler.module_depth: must be >= -1, got -2", NULL),
+    P("{\"flops_profiler\": {\"top_modules\": 0}}", CFG, "flops_profiler.top_modules: must be >= 1, got 0", NULL),
+    P("{\"flops_profiler\": {\"output_file\": 3}}", CFG, "flops_profiler.output_file: must be a file path or null, got 3", NULL),
+    P("{\"flops_profiler\": {\"enabled\": \"yes\"}}", CFG, "flops_profiler.enabled: must be true or false, got \"yes\"", NULL),
     /* ---- booleans are only true/false ---- */
     P("{\"fp16\": {\"enabled\": 1}}", CFG, "fp16.enabled: must be true or false, got 1", NULL),
     P("{\"fp16\": {\"enabled\": \"true\"}}", CFG, "fp16.enabled: must be true or false, got \"true\"", NULL),
