@@ -322,6 +322,15 @@ static int report_dev(const tr_run *r, const data *d) {
         rc = fail("evaluating");
     } else {
         if (r->rank == 0) {
+            /* the final evaluation in the monitors too, at the last step's samples */
+            tr_eval_result res = {0};
+            ds_step_info li;
+            ds_last_step_info(r->e, &li);
+            tr_eval_put(&res, "accuracy", rep.accuracy);
+            tr_eval_put(&res, "macro_f1", rep.macro_f1);
+            tr_eval_put(&res, "weighted_f1", rep.weighted_f1);
+            tr_eval_put(&res, "loss", rep.total ? nll / (double)rep.total : NAN);
+            tr_monitor_eval(r->e, "train_cls", &res, li.samples);
             printf("train_cls: dev evaluation over %lld samples\n", (long long)rep.total);
             ds_cls_report_print(&rep, (const char *const *)d->dev->class_names, stdout);
             if (r->metrics) write_eval(r->metrics, &rep, d->dev->class_names);

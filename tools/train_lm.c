@@ -193,6 +193,12 @@ static ds_status report_dev(const tr_run *r, const data *d, const char *when, co
     lm_eval_result res;
     DS_TRY(lm_evaluate(r->e, d->dev, r->eval_batch, &res));
     if (r->rank == 0) {
+        tr_eval_result ev = {0}; /* in the monitors too, at this point's samples */
+        ds_step_info li;
+        ds_last_step_info(r->e, &li);
+        tr_eval_put(&ev, "loss", res.loss);
+        tr_eval_put(&ev, "perplexity", res.ppl);
+        tr_monitor_eval(r->e, "train_lm", &ev, li.samples);
         char prefix[64];
         snprintf(prefix, sizeof prefix, "train_lm: dev %s: ", when);
         lm_eval_print(stdout, prefix, &res);

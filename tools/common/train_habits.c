@@ -33,6 +33,20 @@ bool tr_metric_known(const char *names, const char *metric, bool *higher_better)
     return found;
 }
 
+void tr_monitor_eval(engine_t *e, const char *prog, const tr_eval_result *res, int64_t samples) {
+    ds_monitor *m = ds_get_monitor(e);
+    for (int i = 0; m && i < res->n; i++) {
+        char tag[64];
+        snprintf(tag, sizeof tag, "Eval/%s", res->name[i]);
+        if (ds_monitor_write(m, tag, res->value[i], samples) != DS_OK) {
+            /* a log file that cannot be written does not end the training */
+            fprintf(stderr, "%s: monitor: %s\n", prog, ds_last_error());
+            return;
+        }
+    }
+    if (ds_monitor_flush(m) != DS_OK) fprintf(stderr, "%s: monitor: %s\n", prog, ds_last_error());
+}
+
 void tr_habits_init(tr_habits *h, const tr_opts *o, tr_evaluate_fn evaluate, void *eval_user,
                     tr_habits_describe_fn describe, void *describe_user) {
     memset(h, 0, sizeof *h);
@@ -163,17 +177,7 @@ int tr_habits_after_step(tr_habits *h, tr_run *r, const ds_step_info *info) {
         return tr_fail(r->prog, what);
     }
     h->evals++;
-    /* the monitors see the dev metrics beside the training scalars */
-    ds_monitor *m = ds_get_monitor(r->e);
-    for (int i = 0; m && i < res.n; i++) {
-        char tag[64];
-        snprintf(tag, sizeof tag, "Eval/%s", res.name[i]);
-        if (ds_monitor_write(m, tag, res.value[i], info->samples) != DS_OK) {
-            fprintf(stderr, "%s: monitor: %s\n", r->prog, ds_last_error());
-            break;
-        }
-    }
-    ds_monitor_flush(m);
+    tr_monitor_eval(r->e, r->prog, &res, info->samples);
 
     bool improved = false;
     double v = NAN;

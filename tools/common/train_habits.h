@@ -77,6 +77,11 @@ typedef struct tr_habits {
     int64_t loss_n;
 } tr_habits;
 
+/* The result into the config's monitors as Eval/<name> at `samples` (the x
+ * axis of the engine's Train/Samples/ scalars); a write that fails is one
+ * line on stderr. Rank 0 writes; a no-op elsewhere. */
+void tr_monitor_eval(engine_t *e, const char *prog, const tr_eval_result *res, int64_t samples);
+
 /* METRIC names a metric the trainer computes (names: "accuracy,macro_f1,..."),
  * and whether it improves upwards; for the option checks. */
 bool tr_metric_known(const char *names, const char *metric, bool *higher_better);
