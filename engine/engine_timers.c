@@ -41,6 +41,12 @@ static void print_interval(const engine_t *e, const ds_wall_clock *w) {
     }
     if (!listed) printf(" | no collectives (%d rank%s)", e->comm->world,
                         e->comm->world == 1 ? "" : "s");
+    if (w->host_calls > 0) {
+        char hb[32];
+        fmt_bytes(hb, sizeof hb, w->host_bytes);
+        printf(" | metadata (MPI's own): %.4g call%s, %s, %.2f ms", w->host_calls,
+               w->host_calls == 1.0 ? "" : "s", hb, w->host_ms);
+    }
     char bi[32], bx[32];
     fmt_bytes(bi, sizeof bi, intra);
     fmt_bytes(bx, sizeof bx, inter);
@@ -74,6 +80,9 @@ void ds_engine_wall_clock_step(engine_t *e) {
                                       1e9
                                 : 0.0;
     }
+    r.host_calls = (double)(now->host_calls - then->host_calls) / n;
+    r.host_bytes = (double)(now->host_bytes - then->host_bytes) / n;
+    r.host_ms = 1e3 * (now->host_seconds - then->host_seconds) / n;
     w->last = r;
     w->have_last = true;
     memset(w->acc, 0, sizeof w->acc);

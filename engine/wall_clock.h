@@ -50,6 +50,8 @@ typedef struct ds_wall_clock {
     double bytes_inter[DS_COLL_COUNT]; /* ... to a rank on another host */
     double ms[DS_COLL_COUNT];
     double busbw_gbps[DS_COLL_COUNT];  /* GB/s (1e9 bytes), 0 without calls */
+    /* MPI's own collectives on metadata (the step's loss, agreements) */
+    double host_calls, host_bytes, host_ms;
 } ds_wall_clock;
 
 /* The breakdown of the latest print interval. DS_ERR_INVALID_ARG when

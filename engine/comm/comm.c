@@ -243,11 +243,20 @@ static ds_status host_ready(ds_comm *c, const char *what) {
     return DS_OK;
 }
 
-static ds_status host_wait(ds_comm *c, MPI_Request *req, const char *what) {
+/* Waits for one MPI collective of `bytes` bytes started at t0, and counts
+ * it (ds_comm_stats.host_*; the caller's thread waited for all of it). */
+static ds_status host_wait(ds_comm *c, MPI_Request *req, const char *what, double t0,
+                           size_t bytes) {
     int peer = -1;
     bool is_recv = true;
     ds_comm_wait_ctx ctx = {.coll = what, .collective = true};
-    DS_TRY(ds_comm_mpi_wait(c, req, &peer, &is_recv, 1, &ctx));
+    ds_status st = ds_comm_mpi_wait(c, req, &peer, &is_recv, 1, &ctx);
+    double dt = ds_comm_now() - t0;
+    c->stats.host_calls++;
+    c->stats.host_bytes += bytes;
+    c->stats.host_seconds += dt;
+    if (!ds_comm_worker_self()) c->stats.wait_s += dt;
+    DS_TRY(st);
     return DS_OK;
 }
 
@@ -266,9 +275,10 @@ ds_status ds_comm_host_all_reduce(ds_comm *c, void *buf, size_t count, ds_dtype 
     DS_TRY(ds_comm_mpi_dtype(t, &dt));
     DS_TRY(ds_comm_mpi_op(t, op, &mop));
     MPI_Request req;
+    double t0 = ds_comm_now();
     int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, dt, mop, ds_comm_base(c)->comm, &req);
     if (rc != MPI_SUCCESS) return ds_comm_mpi_error(rc, "host_all_reduce: MPI_Iallreduce", c);
-    DS_TRY(host_wait(c, &req, what));
+    DS_TRY(host_wait(c, &req, what, t0, count * ds_dtype_size(t)));
     return DS_OK;
 }
 
@@ -283,9 +293,10 @@ ds_status ds_comm_host_broadcast(ds_comm *c, void *buf, size_t bytes, int root) 
     DS_TRY(host_ready(c, what));
     if (bytes == 0) return DS_OK;
     MPI_Request req;
+    double t0 = ds_comm_now();
     int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, ds_comm_base(c)->comm, &req);
     if (rc != MPI_SUCCESS) return ds_comm_mpi_error(rc, "host_broadcast: MPI_Ibcast", c);
-    DS_TRY(host_wait(c, &req, what));
+    DS_TRY(host_wait(c, &req, what, t0, bytes));
     return DS_OK;
 }
 
@@ -298,13 +309,14 @@ static ds_status agree(ds_comm *c, ds_status local, ds_status *out_worst, bool o
      * has it, so a rank that was fine can say who was not. */
     int pair[2] = {(int)local, c->rank};
     MPI_Request req;
+    double t0 = ds_comm_now();
     int rc = MPI_Iallreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MAXLOC, ds_comm_base(c)->comm,
                             &req);
     if (rc != MPI_SUCCESS) return ds_comm_mpi_error(rc, "agree: MPI_Iallreduce", c);
     /* Keep the local failure's message: if the agreement itself fails the
      * caller reports the communication error (returned) and still knows its
      * own status through *out_worst. */
-    DS_TRY(host_wait(c, &req, "agree"));
+    DS_TRY(host_wait(c, &req, "agree", t0, sizeof pair));
     *out_worst = (ds_status)pair[0];
     if (pair[0] == DS_OK) return DS_OK;
     /* Somebody failed (every rank knows it, so every rank joins): that rank
@@ -312,9 +324,10 @@ static ds_status agree(ds_comm *c, ds_status local, ds_status *out_worst, bool o
     char msg[1024] = {0};
     if (c->rank == pair[1]) snprintf(msg, sizeof msg, "%s", ds_last_error());
     MPI_Request breq;
+    t0 = ds_comm_now();
     rc = MPI_Ibcast(msg, (int)sizeof msg, MPI_BYTE, pair[1], ds_comm_base(c)->comm, &breq);
     if (rc != MPI_SUCCESS) return ds_comm_mpi_error(rc, "agree: MPI_Ibcast", c);
-    DS_TRY(host_wait(c, &breq, "agree"));
+    DS_TRY(host_wait(c, &breq, "agree", t0, sizeof msg));
     msg[sizeof msg - 1] = '\0';
     if (local == DS_OK || (one_message && c->rank != pair[1]))
         DS_ERR((ds_status)pair[0], "rank %d failed with %s: %s", pair[1],

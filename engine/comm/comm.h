@@ -133,6 +133,12 @@ typedef struct ds_comm_stats {
     uint64_t size_bytes[DS_COLL_COUNT];  /* operation sizes (nccl-tests' size) */
     double seconds[DS_COLL_COUNT];       /* wall time inside the collectives */
     double wait_s;                       /* calling threads blocked on communication */
+    /* The host helpers and ds_comm_agree (MPI's own collectives on small
+     * metadata: the step's loss, agreed statuses): calls, buffer bytes, time
+     * (also in wait_s: the caller runs them). Where their bytes go is MPI's
+     * choice, so they are not split by host. */
+    uint64_t host_calls, host_bytes;
+    double host_seconds;
 } ds_comm_stats;
 
 /* nccl-tests' bus-bandwidth factor of a collective over `world` ranks:
@@ -229,7 +235,7 @@ ds_status ds_comm_agree(ds_comm *c, ds_status local, ds_status *out_worst);
 ds_status ds_comm_agree_one(ds_comm *c, ds_status local, ds_status *out_worst);
 
 /* Host-side MPI collectives for small metadata, also available when the data
- * path is NCCL (these do not count in ds_comm_stats). */
+ * path is NCCL (these count in ds_comm_stats' host_* fields only). */
 ds_status ds_comm_host_all_reduce(ds_comm *c, void *buf, size_t count, ds_dtype t,
                                   ds_reduce_op op);
 ds_status ds_comm_host_broadcast(ds_comm *c, void *buf, size_t bytes, int root);

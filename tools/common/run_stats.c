@@ -25,6 +25,11 @@ void tr_comm_fields(tr_jline *l, const engine_t *e, ds_comm_stats *prev) {
                 (unsigned long long)(now.bytes_inter[k] - prev->bytes_inter[k]),
                 now.seconds[k] - prev->seconds[k]);
     }
+    if (now.host_calls != prev->host_calls)
+        fprintf(f, "%s\"host\": {\"calls\": %llu, \"bytes\": %llu, \"seconds\": %.6f}",
+                n++ ? ", " : "", (unsigned long long)(now.host_calls - prev->host_calls),
+                (unsigned long long)(now.host_bytes - prev->host_bytes),
+                now.host_seconds - prev->host_seconds);
     fprintf(f, "%s\"wait_s\": %.6f}", n ? ", " : "", now.wait_s - prev->wait_s);
     *prev = now;
 }
@@ -49,7 +54,8 @@ void tr_wall_clock_fields(tr_jline *l, const engine_t *e, int64_t step) {
                 n++ ? ", " : "", ds_coll_name((ds_coll)k), w.calls[k], w.bytes[k],
                 w.bytes_intra[k], w.bytes_inter[k], w.ms[k], w.busbw_gbps[k]);
     }
-    fputs("}}", f);
+    fprintf(f, "}, \"host\": {\"calls\": %.4f, \"bytes\": %.1f, \"ms\": %.4f}}", w.host_calls,
+            w.host_bytes, w.host_ms);
 }
 
 /* "17.52 MB": decimal, as link rates are quoted */
@@ -67,7 +73,7 @@ ds_status tr_comm_report(engine_t *e, const char *prog, const ds_comm_stats *sta
                          int64_t steps) {
     ds_comm_stats now;
     ds_comm_report(e, &now);
-    double sum[DS_COLL_COUNT * F_N + 1];
+    double sum[DS_COLL_COUNT * F_N + 4]; /* then wait_s, host calls, bytes, seconds */
     for (int k = 0; k < DS_COLL_COUNT; k++) {
         sum[k * F_N + F_CALLS] = (double)(now.calls[k] - start->calls[k]);
         sum[k * F_N + F_INTRA] = (double)(now.bytes_intra[k] - start->bytes_intra[k]);
@@ -75,6 +81,9 @@ ds_status tr_comm_report(engine_t *e, const char *prog, const ds_comm_stats *sta
         sum[k * F_N + F_SECONDS] = now.seconds[k] - start->seconds[k];
     }
     sum[DS_COLL_COUNT * F_N] = now.wait_s - start->wait_s;
+    sum[DS_COLL_COUNT * F_N + 1] = (double)(now.host_calls - start->host_calls);
+    sum[DS_COLL_COUNT * F_N + 2] = (double)(now.host_bytes - start->host_bytes);
+    sum[DS_COLL_COUNT * F_N + 3] = now.host_seconds - start->host_seconds;
     /* counts and bytes add over ranks (bytes then: what crossed each kind of
      * link); times are summed too and divided by the ranks below (the mean) */
     DS_TRY(ds_all_reduce_host(e, sum, sizeof sum / sizeof *sum, DS_F64));
@@ -99,6 +108,13 @@ ds_status tr_comm_report(engine_t *e, const char *prog, const ds_comm_stats *sta
                1e3 * s[F_SECONDS] / world / per);
     }
     if (!n) printf(" no collectives");
+    const double *h = sum + DS_COLL_COUNT * F_N + 1;
+    if (h[0] > 0) {
+        char hb[32];
+        mb(hb, sizeof hb, h[1] / world);
+        printf("; metadata (MPI's own collectives: the step's loss, agreements) %.0f calls, %s, "
+               "%.3g s", h[0] / world, hb, h[2] / world);
+    }
     printf("; waited for communication %.3g s\n", sum[DS_COLL_COUNT * F_N] / world);
     fflush(stdout);
     return DS_OK;

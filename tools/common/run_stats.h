@@ -12,8 +12,9 @@
  * "comm" holds, for each kind of collective this rank ran in the step (the
  * v-variants count with their kind): {"calls", "bytes" (this rank sent),
  * "inside_host", "across_hosts" (the same bytes split by where the
- * receiving rank runs), "seconds"}, and "wait_s", the time the training
- * thread was blocked on communication. "wall_clock" is ds_wall_clock_last's
+ * receiving rank runs), "seconds"}, "host" {"calls", "bytes", "seconds"}
+ * for MPI's own collectives on metadata (the step's loss, agreements), and
+ * "wait_s", the time the training thread was blocked on communication. "wall_clock" is ds_wall_clock_last's
  * interval (engine/wall_clock.h) on the step that closed it. */
 #ifndef DS_TOOLS_RUN_STATS_H
 #define DS_TOOLS_RUN_STATS_H
