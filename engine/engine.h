@@ -180,6 +180,12 @@ void ds_comm_report(const engine_t *e, ds_comm_stats *out);
 /* Model-state bytes the ZeRO paper predicts per rank for this engine's
  * Psi, N, stage and precision (params + grads + master + optimizer). */
 uint64_t ds_expected_model_state_bytes(const engine_t *e);
+/* Before building an engine: what a model and config will hold per rank,
+ * by purpose and place, is zero/estimate.h (ds_estimate_model,
+ * ds_estimate_params; the zero_estimate program). ds_initialize runs it
+ * and fails DS_ERR_OOM, naming the offload that would fit, when the
+ * host's ranks would need more than MemAvailable (DS_MEM_LIMIT overrides;
+ * "off" skips the check). */
 
 /* Copy the full fp32 parameter of `name` (Hugging Face name) into host
  * `out` (numel floats); gathers under stage 3. Collective. */
