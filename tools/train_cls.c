@@ -389,7 +389,8 @@ static int run(const tc_opts *o) {
         }
     }
     if (rc == 0 && r.rank == 0) tr_habits_record(&habits, &r);
-    if (rc == 0) rc = tr_run_train(&r, step_fields, &rs);
+    if (rc == 0) rc = tr_habits_resume(&habits, &r);
+    if (rc == 0 && !habits.stopped) rc = tr_run_train(&r, step_fields, &rs);
     if (rc == 0) tr_habits_finish(&habits, &r);
     free(rs.mem_table);
     if (rc == 0 && r.rank == 0)

@@ -295,7 +295,8 @@ static int run(const lm_opts *o) {
         report_dev(&r, &d, "before training", "initial_eval") != DS_OK)
         rc = fail("evaluating");
     if (rc == 0 && r.rank == 0) tr_habits_record(&habits, &r);
-    if (rc == 0) rc = tr_run_train(&r, step_fields, &d);
+    if (rc == 0) rc = tr_habits_resume(&habits, &r);
+    if (rc == 0 && !habits.stopped) rc = tr_run_train(&r, step_fields, &d);
     if (rc == 0) tr_habits_finish(&habits, &r);
     if (rc == 0 && r.rank == 0 && r.total > r.start) {
         double sps = (double)r.train_samples / r.train_s;

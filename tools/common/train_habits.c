@@ -8,7 +8,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+
+#include <jansson.h>
 
 #include "tools/common/trainer.h"
 #include "tools/common/trainer_run.h"
@@ -148,6 +151,56 @@ static ds_status save_best(tr_habits *h, tr_run *r, char *dir, size_t cap) {
     return agree(r->e, st, "replace the best model's folder");
 }
 
+/* ---- resuming: the state rides in each checkpoint's client state ---- */
+
+/* r->client, which every later checkpoint stores: the run's length and
+ * this state, so --resume goes on judging against the same best. */
+static void set_client(const tr_habits *h, tr_run *r) {
+    snprintf(r->client, sizeof r->client,
+             "{\"total_steps\": %lld, \"habits\": {\"best\": %.17g, \"best_step\": %lld, "
+             "\"bad_evals\": %d, \"evals\": %d}}", (long long)r->total,
+             h->best_step > 0 ? h->best : 0.0, (long long)h->best_step, h->bad_evals, h->evals);
+}
+
+/* The state from the checkpoint --resume loaded (every rank reads the same
+ * file: every rank sees the checkpoint folder). */
+static ds_status load_state(tr_habits *h, const tr_run *r) {
+    char tag[256];
+    DS_TRY(ds_checkpoint_latest(r->o->ckpt_dir, tag, sizeof tag));
+    char *json = NULL;
+    DS_TRY(ds_checkpoint_client_state(r->o->ckpt_dir, tag, &json));
+    json_t *root = json ? json_loads(json, 0, NULL) : NULL;
+    free(json);
+    json_t *s = json_object_get(root, "habits");
+    if (json_is_object(s)) { /* absent: saved by a run without these flags */
+        h->best = json_number_value(json_object_get(s, "best"));
+        h->best_step = json_integer_value(json_object_get(s, "best_step"));
+        h->bad_evals = (int)json_integer_value(json_object_get(s, "bad_evals"));
+        h->evals = (int)json_integer_value(json_object_get(s, "evals"));
+    }
+    json_decref(root);
+    return DS_OK;
+}
+
+int tr_habits_resume(tr_habits *h, tr_run *r) {
+    if (!h->o->eval_steps && !h->o->save_best) return 0; /* the client state stays as it was */
+    set_client(h, r);
+    if (r->start == 0 || !r->o->ckpt_dir) return 0;
+    if (load_state(h, r) != DS_OK) return tr_fail(r->prog, "--resume: the trainer state");
+    set_client(h, r);
+    if (r->rank == 0 && h->best_step > 0)
+        printf("%s: --resume: best %s %.4f at step %lld, %d evaluations without improvement\n",
+               r->prog, h->o->save_best, h->best, (long long)h->best_step, h->bad_evals);
+    /* a checkpoint of an evaluation step was saved before that evaluation:
+     * evaluate it again (the same weights, the same numbers) */
+    if (!h->o->eval_steps || r->start % h->o->eval_steps != 0) return 0;
+    ds_step_info li;
+    ds_last_step_info(r->e, &li);
+    li.step = r->start;
+    int rc = tr_habits_after_step(h, r, &li);
+    return rc < 0 ? 0 : rc; /* stopped: h->stopped says so */
+}
+
 /* ---- after a step ---- */
 
 static void write_eval_line(const tr_run *r, const ds_step_info *info, const tr_eval_result *res,
@@ -200,6 +253,7 @@ int tr_habits_after_step(tr_habits *h, tr_run *r, const ds_step_info *info) {
         h->best = v;
         h->best_step = info->step;
         h->bad_evals = 0;
+        set_client(h, r);
         if (save_best(h, r, dir, sizeof dir) != DS_OK) {
             snprintf(what, sizeof what, "saving the best model (step %lld)", (long long)info->step);
             return tr_fail(r->prog, what);
@@ -210,6 +264,7 @@ int tr_habits_after_step(tr_habits *h, tr_run *r, const ds_step_info *info) {
         return 0;
     }
     h->bad_evals++;
+    set_client(h, r);
     if (o->early_stopping && h->bad_evals >= o->early_stopping) {
         if (r->rank == 0)
             printf("%s: early stopping at step %lld: %s has not improved on %.4f (step %lld) "

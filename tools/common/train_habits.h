@@ -94,6 +94,14 @@ void tr_habits_init(tr_habits *h, const tr_opts *o, tr_evaluate_fn evaluate, voi
  * with --metrics. */
 void tr_habits_record(const tr_habits *h, const tr_run *r);
 
+/* After tr_run_prepare, on every rank: the state a --resume'd checkpoint
+ * holds (best value and step, evaluations without improvement; each
+ * checkpoint's client state carries it), and, when the checkpoint is of an
+ * evaluation step (saved before that evaluation), the evaluation again.
+ * 0 to go on (h->stopped: early stopping ended the run there), 1 after a
+ * failure (the line printed). */
+int tr_habits_resume(tr_habits *h, tr_run *r);
+
 /* Whether step `info` gets a --metrics line (every --logging-steps, and the
  * last step); when it does, info->loss becomes the mean since the last
  * line. Call it on every step. h may be NULL: every step, unchanged. */

@@ -38,7 +38,8 @@ typedef struct tr_run {
                               (the plan holds activations for that many) */
     FILE *metrics;         /* rank 0's --metrics (appended to after a resume) */
     tr_preempt stopper;
-    char client[64];       /* each checkpoint's client state {"total_steps": N} */
+    char client[256];      /* each checkpoint's client state {"total_steps": N}, and
+                              the habits' {"habits": {...}} (train_habits.h) */
     double train_s;        /* tr_run_train's seconds, and the samples all ranks */
     int64_t train_samples; /* took in them */
     struct tr_habits *habits; /* --eval-steps and the rest (train_habits.h); NULL: none.
