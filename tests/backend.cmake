@@ -42,3 +42,8 @@ ds_add_test(NAME test_cpu_isa SOURCES unit/test_cpu_isa.c LABELS unit)
 # Accuracy of the vectorised exp / erf / GELU math of the model kernels against
 # libm, under every variant this CPU runs, and their agreement in bits.
 ds_add_test(NAME test_vmath SOURCES unit/test_vmath.c LABELS unit)
+
+# Whole training steps (small BERT, stage 2, 2 ranks) under each variant this
+# CPU runs: the same loss bits every step.
+ds_add_mpi_test(NAME test_cpu_isa_train NP 2 LABELS multirank
+                SOURCES unit/test_cpu_isa_train.c multirank/ckpt_harness.c multirank/tied_model.c)
