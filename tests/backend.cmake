@@ -6,6 +6,8 @@ ds_add_test(NAME test_backend_gemm SOURCES unit/test_backend_gemm.c LABELS unit)
 ds_add_test(NAME test_backend_rng SOURCES unit/test_backend_rng.c LABELS unit)
 ds_add_test(NAME test_backend_elementwise SOURCES unit/test_backend_elementwise.c LABELS unit)
 ds_add_test(NAME test_backend_optim SOURCES unit/test_backend_optim.c LABELS unit)
+# Blockwise int8 of ZeRO++ qwZ: the round-trip bound per block, NaN / inf, threads.
+ds_add_test(NAME test_quant SOURCES unit/test_quant.c LABELS unit)
 
 # The CUDA module is opened at run time: without it, cuda is refused with a
 # clear message and "auto" runs on cpu.

@@ -145,6 +145,18 @@ typedef struct ds_backend_ops {
                      float grad_mult, float *momentum_buf, size_t n, const ds_sgd_hparams *hp,
                      void *param_lp, ds_dtype lp_t);
 
+    /* ---- blockwise int8 quantization (ZeRO++ qwZ, engine/backend/math.h 2b) ----
+     * x (n elements of F32/F16/BF16) cut into blocks of `block` elements (the
+     * last may be shorter): scales[b] = max|block b| / 127 (fp32),
+     * q[i] = round(x[i] * 127 / max) in [-127, 127]. Then
+     * |x - dequantized| <= scales[b] / 2 + max * 2^-21; a block holding inf or
+     * NaN dequantizes to NaN. Same bits on every backend. */
+    ds_status (*quantize_i8)(ds_backend *be, int8_t *q, float *scales, const void *x, ds_dtype t,
+                             size_t n, size_t block);
+    /* y[i] = q[i] * scales[i / block] (fp32), for i < n. */
+    ds_status (*dequantize_i8)(ds_backend *be, float *y, const int8_t *q, const float *scales,
+                               size_t n, size_t block);
+
     /* ---- lifetime ---- */
     void (*destroy)(ds_backend *be);
 } ds_backend_ops;

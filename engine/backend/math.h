@@ -25,6 +25,8 @@
  *      of dropout (nn.h);
  *   2. Adam / AdamW and SGD element updates, with the per-call coefficients
  *      computed once on the host in double;
+ *   2b. blockwise symmetric int8 quantization (ZeRO++ qwZ), with its
+ *      error bound;
  *   3. host-side argument checks both backends apply to a slot's arguments,
  *      so cpu and cuda reject the same calls with the same messages.
  * The fp32 <-> fp16 / bf16 casts are in engine/core/dtype.h. */
@@ -316,6 +318,73 @@ DS_HD void ds_sgd_update(float *p, float *buf, float g_raw, const ds_sgd_coef *c
 }
 
 /* ------------------------------------------------------------------------ */
+/* 2b. Blockwise symmetric int8 quantization (ZeRO++ qwZ: the parameters a
+ * stage-3 all-gather carries, zero/stage3.c).
+ *
+ * A run of n values is cut into blocks of `block` elements (the last may be
+ * shorter); each block keeps one fp32 scale, step = max|x| / 127, and each
+ * value becomes q = round_to_nearest_even(x * (127 / max|x|)) in [-127, 127].
+ * Dequantized, x' = q * step. DeepSpeed's kernel (csrc/includes/
+ * quantization_utils.h, Symmetric, 8 bits) multiplies by 2^8 / (2 max) =
+ * 128 / max and clamps to [-128, 127], so its largest element may land a
+ * whole step off; 127 keeps every element within half a step:
+ *
+ *   |x - x'| <= step / 2 + max * 2^-21.
+ *
+ * Why: x * inv with inv = 127 / max is exact up to two fp32 roundings
+ * (inv's and the product's, each relative 2^-24 of at most 127.5), so it is
+ * within 127.5 * 2^-23 of x * 127 / max; rounding to an integer adds at
+ * most 1/2; in units of x (times max / 127) that is step/2 + 1.004 max *
+ * 2^-23, and the step itself (relative 2^-24, times |q| <= 127) and the
+ * product q * step (relative 2^-24 of at most max) add max * 2^-23 more:
+ * just over max * 2^-22 in all, which 2^-21 covers with room. |x * inv| <= 127 (1 + 2^-24)^2 < 127.5,
+ * so no value rounds past 127 (the clamp only guards NaN).
+ *
+ * Non-finite values poison their block: max|x| is inf or NaN (NaN sticks
+ * in the running max), inv is 0, every q is 0 and q * step is 0 * inf or
+ * 0 * NaN = NaN, so the dequantized block is NaN and the overflow checks
+ * downstream see it. A block whose max is below 127 / FLT_MAX (about
+ * 4e-37) has no finite inv and becomes zeros (error <= max). */
+
+/* DeepSpeed's qwZ groups (CUDAQuantizer in runtime/zero/
+ * partition_parameters.py) hold at most 8000 elements, "the optimal size is
+ * 4k"; a fixed 4096 keeps a scale's cost at 4 / 4096 of the int8 bytes. */
+#define DS_Q8_BLOCK ((size_t)4096)
+
+/* The running max|x| of a block, with NaN sticky (fmaxf would drop it). */
+DS_HD float ds_q8_absmax_acc(float m, float x) {
+    float a = fabsf(x);
+    return (a > m || a != a) ? a : m;
+}
+
+/* The block's dequantization step. */
+DS_HD float ds_q8_step(float absmax) { return absmax / 127.0f; }
+
+/* The block's quantization multiplier; 0 where it would not be finite. */
+DS_HD float ds_q8_inv(float absmax) {
+    float inv = absmax > 0.0f ? 127.0f / absmax : 0.0f;
+    return inv <= 3.4028234663852886e38f ? inv : 0.0f;
+}
+
+DS_HD int8_t ds_q8_quantize(float x, float inv) {
+    float r = rintf(x * inv);
+    if (r != r) r = 0.0f;
+    r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
+    return (int8_t)r;
+}
+
+DS_HD float ds_q8_dequantize(int8_t q, float step) { return (float)q * step; }
+
+DS_HD size_t ds_q8_nblocks(size_t n, size_t block) { return (n + block - 1) / block; }
+
+/* Bytes of n values packed as the qwZ wire format: the fp32 scales of its
+ * blocks, then the int8 values, padded to 4 bytes so that the next piece's
+ * scales stay aligned. */
+DS_HD size_t ds_q8_packed_bytes(size_t n, size_t block) {
+    return 4 * ds_q8_nblocks(n, block) + ((n + 3) & ~(size_t)3);
+}
+
+/* ------------------------------------------------------------------------ */
 /* 3. Argument checks (host only). Each returns DS_OK or DS_ERR_INVALID_ARG
  * with a message that names the slot (`who`) and the offending values. */
 
@@ -350,6 +419,16 @@ static inline ds_status ds_check_optim(const char *who, const float *param, cons
     if (param_lp) DS_TRY(ds_check_float_dtype(who, "param_lp", lp_t));
     DS_TRY(ds_check_ptr(who, "param", param, n));
     DS_TRY(ds_check_ptr(who, "grad", grad, n));
+    return DS_OK;
+}
+
+/* The quantization slots: a block of at least one element. */
+static inline ds_status ds_check_q8(const char *who, const void *x, const void *q,
+                                    const float *scales, size_t n, size_t block) {
+    if (block == 0) return DS_ERR(DS_ERR_INVALID_ARG, "%s: block size is 0", who);
+    DS_TRY(ds_check_ptr(who, "x", x, n));
+    DS_TRY(ds_check_ptr(who, "q", q, n));
+    DS_TRY(ds_check_ptr(who, "scales", scales, n));
     return DS_OK;
 }
 

@@ -32,6 +32,8 @@
 #define ds_cpu_adam DS_ISA_NAME(ds_cpu_adam)
 #define ds_cpu_sgd DS_ISA_NAME(ds_cpu_sgd)
 #define ds_cpu_vmath DS_ISA_NAME(ds_cpu_vmath)
+#define ds_cpu_quantize_i8 DS_ISA_NAME(ds_cpu_quantize_i8)
+#define ds_cpu_dequantize_i8 DS_ISA_NAME(ds_cpu_dequantize_i8)
 #endif
 
 /* ---- compiled once (cpu_backend.c) ---- */
@@ -81,6 +83,12 @@ ds_status ds_cpu_adam(ds_backend *be, float *param, const void *grad, ds_dtype g
 ds_status ds_cpu_sgd(ds_backend *be, float *param, const void *grad, ds_dtype grad_t,
                      float grad_mult, float *momentum_buf, size_t n, const ds_sgd_hparams *hp,
                      void *param_lp, ds_dtype lp_t);
+
+/* cpu_quant.c: blockwise int8 (ZeRO++ qwZ). */
+ds_status ds_cpu_quantize_i8(ds_backend *be, int8_t *q, float *scales, const void *x, ds_dtype t,
+                             size_t n, size_t block);
+ds_status ds_cpu_dequantize_i8(ds_backend *be, float *y, const int8_t *q, const float *scales,
+                               size_t n, size_t block);
 
 /* cpu_vmath.c: the ds_cpu_variant.vmath of this variant (cpu_isa.h). */
 void ds_cpu_vmath(ds_vmath_fn fn, float *y, const float *x, size_t n);

@@ -29,6 +29,8 @@ static const ds_backend_ops k_ops = {
     .sumsq = ds_cpu_sumsq,
     .adam = ds_cpu_adam,
     .sgd = ds_cpu_sgd,
+    .quantize_i8 = ds_cpu_quantize_i8,
+    .dequantize_i8 = ds_cpu_dequantize_i8,
     .destroy = ds_cpu_destroy,
 };
 

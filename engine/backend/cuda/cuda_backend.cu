@@ -213,6 +213,8 @@ static const ds_backend_ops k_cuda_ops = {
     /* .sumsq = */ ds_cuda_sumsq,
     /* .adam = */ ds_cuda_adam,
     /* .sgd = */ ds_cuda_sgd,
+    /* .quantize_i8 = */ ds_cuda_quantize_i8,
+    /* .dequantize_i8 = */ ds_cuda_dequantize_i8,
     /* .destroy = */ cuda_destroy,
 };
 

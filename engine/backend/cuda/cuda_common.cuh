@@ -121,6 +121,11 @@ ds_status ds_cuda_adam(ds_backend *be, float *param, const void *grad, ds_dtype 
 ds_status ds_cuda_sgd(ds_backend *be, float *param, const void *grad, ds_dtype grad_t,
                       float grad_mult, float *momentum_buf, size_t n, const ds_sgd_hparams *hp,
                       void *param_lp, ds_dtype lp_t);
+/* Blockwise int8 (cuda_quant.cu). */
+ds_status ds_cuda_quantize_i8(ds_backend *be, int8_t *q, float *scales, const void *x,
+                              ds_dtype t, size_t n, size_t block);
+ds_status ds_cuda_dequantize_i8(ds_backend *be, float *y, const int8_t *q, const float *scales,
+                                size_t n, size_t block);
 /* C_b = beta * C_b for each batch (GEMM with k = 0). */
 ds_status ds_cuda_gemm_beta(ds_backend *be, float beta, float *C, int m, int n, int ldc,
                             int64_t strideC, int batch);

@@ -1,0 +1,65 @@
+/* The cpu backend's quantization slots (backend.h): blockwise symmetric int8
+ * of ZeRO++ qwZ. Each block is one work item (threads take whole blocks), and
+ * its arithmetic is the DS_HD functions of engine/backend/math.h (2b) that
+ * the CUDA kernels call, so both backends produce the same bytes. The block's
+ * max is a max, so its value does not depend on the order it is taken in:
+ * the result is the same at 1 or N threads and in every ISA variant. */
+#include <math.h>
+#include <omp.h>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_ops.h"
+#include "engine/backend/math.h"
+
+/* One block: the max, the scale, the values. fp16 / bf16 input is widened
+ * in chunks on the stack (cpu_convert.c), like the element-wise loops. */
+static void quantize_block(int8_t *q, float *scale, const void *x, ds_dtype t, size_t lo,
+                           size_t len) {
+    float buf[DS_CPU_CHUNK];
+    float m = 0.0f;
+    for (size_t c = 0; c < len; c += DS_CPU_CHUNK) {
+        size_t k = len - c < DS_CPU_CHUNK ? len - c : DS_CPU_CHUNK;
+        const float *v = t == DS_F32 ? (const float *)x + lo + c : buf;
+        if (t != DS_F32) ds_cpu_to_f32(buf, x, t, lo + c, k);
+        for (size_t i = 0; i < k; i++) m = ds_q8_absmax_acc(m, v[i]);
+    }
+    float inv = ds_q8_inv(m);
+    *scale = ds_q8_step(m);
+    for (size_t c = 0; c < len; c += DS_CPU_CHUNK) {
+        size_t k = len - c < DS_CPU_CHUNK ? len - c : DS_CPU_CHUNK;
+        const float *v = t == DS_F32 ? (const float *)x + lo + c : buf;
+        if (t != DS_F32) ds_cpu_to_f32(buf, x, t, lo + c, k);
+        int8_t *out = q + lo + c;
+#pragma omp simd
+        for (size_t i = 0; i < k; i++) out[i] = ds_q8_quantize(v[i], inv);
+    }
+}
+
+ds_status ds_cpu_quantize_i8(ds_backend *be, int8_t *q, float *scales, const void *x, ds_dtype t,
+                             size_t n, size_t block) {
+    DS_TRY(ds_check_float_dtype("cpu quantize_i8", "x", t));
+    DS_TRY(ds_check_q8("cpu quantize_i8", x, q, scales, n, block));
+    if (n == 0) return DS_OK;
+    size_t nb = ds_q8_nblocks(n, block);
+#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * block, len = n - lo < block ? n - lo : block;
+        quantize_block(q, &scales[b], x, t, lo, len);
+    }
+    return DS_OK;
+}
+
+ds_status ds_cpu_dequantize_i8(ds_backend *be, float *y, const int8_t *q, const float *scales,
+                               size_t n, size_t block) {
+    DS_TRY(ds_check_q8("cpu dequantize_i8", y, q, scales, n, block));
+    if (n == 0) return DS_OK;
+    size_t nb = ds_q8_nblocks(n, block);
+#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * block, len = n - lo < block ? n - lo : block;
+        float step = scales[b];
+#pragma omp simd
+        for (size_t i = lo; i < lo + len; i++) y[i] = ds_q8_dequantize(q[i], step);
+    }
+    return DS_OK;
+}

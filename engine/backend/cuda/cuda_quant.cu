@@ -1,0 +1,63 @@
+/* The cuda backend's quantization slots (backend.h): blockwise symmetric int8
+ * of ZeRO++ qwZ. One thread block per quantization block: its threads take
+ * the block's max (a max, so the order of the reduction does not change it),
+ * then quantize their elements with the DS_HD functions of
+ * engine/backend/math.h (2b) that the cpu loops call: the same bytes on both
+ * backends. */
+#include "engine/backend/cuda/cuda_common.cuh"
+
+/* Thread blocks per launch at most; a grid-stride loop takes the rest. */
+#define DS_Q8_MAX_GRID 65535u
+
+__global__ void ds_k_quantize_i8(int8_t *q, float *scales, const void *x, ds_dtype t, size_t n,
+                                 size_t block, size_t nb) {
+    __shared__ float part[DS_CUDA_THREADS];
+    for (size_t b = blockIdx.x; b < nb; b += gridDim.x) {
+        size_t lo = b * block, hi = n - lo < block ? n : lo + block;
+        float m = 0.0f;
+        for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+            m = ds_q8_absmax_acc(m, ds_load_f32(x, t, i));
+        part[threadIdx.x] = m;
+        __syncthreads();
+        for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+            if (threadIdx.x < s)
+                part[threadIdx.x] = ds_q8_absmax_acc(part[threadIdx.x], part[threadIdx.x + s]);
+            __syncthreads();
+        }
+        float mx = part[0];
+        __syncthreads(); /* part is rewritten by the next block's pass */
+        float inv = ds_q8_inv(mx);
+        if (threadIdx.x == 0) scales[b] = ds_q8_step(mx);
+        for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+            q[i] = ds_q8_quantize(ds_load_f32(x, t, i), inv);
+    }
+}
+
+__global__ void ds_k_dequantize_i8(float *y, const int8_t *q, const float *scales, size_t n,
+                                   size_t block) {
+    DS_GRID_STRIDE(i, n) y[i] = ds_q8_dequantize(q[i], scales[i / block]);
+}
+
+ds_status ds_cuda_quantize_i8(ds_backend *be, int8_t *q, float *scales, const void *x,
+                              ds_dtype t, size_t n, size_t block) {
+    DS_TRY(ds_check_float_dtype("cuda quantize_i8", "x", t));
+    DS_TRY(ds_check_q8("cuda quantize_i8", x, q, scales, n, block));
+    if (n == 0) return DS_OK;
+    DS_CUDA_ENTER(be);
+    size_t nb = ds_q8_nblocks(n, block);
+    unsigned grid = nb < DS_Q8_MAX_GRID ? (unsigned)nb : DS_Q8_MAX_GRID;
+    ds_k_quantize_i8<<<grid, DS_CUDA_THREADS, 0, DS_CUDA_DEFAULT_STREAM>>>(q, scales, x, t, n,
+                                                                           block, nb);
+    DS_CHECK_LAUNCH();
+    return DS_OK;
+}
+
+ds_status ds_cuda_dequantize_i8(ds_backend *be, float *y, const int8_t *q, const float *scales,
+                                size_t n, size_t block) {
+    DS_TRY(ds_check_q8("cuda dequantize_i8", y, q, scales, n, block));
+    if (n == 0) return DS_OK;
+    DS_CUDA_ENTER(be);
+    ds_k_dequantize_i8<<<DS_CUDA_GRID(be, n)>>>(y, q, scales, n, block);
+    DS_CHECK_LAUNCH();
+    return DS_OK;
+}
