@@ -32,10 +32,24 @@
  * With offload_param the partition lives in an offload/param_store.h (host
  * memory, or NVMe past max_in_cpu elements): a gather, prefetches included,
  * reads this rank's piece of the span from it, and the update writes it
- * once per step; the fp32 master is then kept apart from it (zero/shard.h). */
+ * once per step; the fp32 master is then kept apart from it (zero/shard.h).
+ *
+ * zero_quantized_weights (ZeRO++ qwZ): every gather carries each rank's
+ * piece as blockwise int8 (engine/backend/math.h 2b: blocks of DS_Q8_BLOCK
+ * elements from the piece's start, an fp32 scale each, scales first, padded
+ * to 4 bytes), one all-gather of bytes per span, and every rank dequantizes
+ * all pieces, its own included, into the slot's fp32 view. That is what
+ * DeepSpeed does (AllGatherCoalescedHandle.wait dequantizes the whole
+ * gathered flat tensor): every rank then computes with the same weights, as
+ * data parallelism needs; keeping the own piece exact would give each rank
+ * a different model. The partition, the fp32 master and the update stay
+ * exact: only what the forward and backward see is quantized. A piece of n
+ * elements sends 4 ceil(n / 4096) + roundup4(n) bytes instead of
+ * n * sizeof(param dtype). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend/math.h"
 #include "zero/grad_buckets.h"
 #include "zero/shard.h"
 #include "zero/zero.h"
@@ -55,6 +69,10 @@ typedef struct slot {
     uint64_t used_at;/* LRU clock */
     size_t *counts;  /* [world], the gather's blocks */
     ds_comm_job job;
+    /* qwZ only: the packed pieces (bytes) and their byte counts */
+    uint8_t *qbuf;
+    size_t qcap;
+    size_t *qcounts; /* [world] */
 } slot;
 
 typedef struct stage3 {
@@ -85,12 +103,48 @@ typedef struct stage3 {
     int last_fetch;    /* module of the previous fetch, for the direction */
     uint64_t clock;
     int64_t prefetch_limit, reuse_limit;
+    bool qwz;          /* zero_quantized_weights */
 } stage3;
 
 static stage3 *S(ds_zero *z) { return (stage3 *)z->impl; }
 
 static int64_t span_of(const stage3 *s, int m) {
     return s->flat->modules[m].end - s->flat->modules[m].begin;
+}
+
+/* qwZ: the byte counts of the packed pieces (from sl->counts). */
+static void packed_counts(stage3 *s, slot *sl) {
+    for (int r = 0; r < s->comm->world; r++)
+        sl->qcounts[r] = ds_q8_packed_bytes(sl->counts[r], DS_Q8_BLOCK);
+}
+
+/* qwZ: this rank's piece (its elements at x) quantized into its place. */
+static ds_status quantize_mine(stage3 *s, slot *sl, const void *x) {
+    int rank = s->comm->rank;
+    size_t mine = sl->counts[rank];
+    uint8_t *p = sl->qbuf + ds_zero_block_offset(sl->qcounts, rank);
+    size_t nb = ds_q8_nblocks(mine, DS_Q8_BLOCK);
+    DS_TRY(s->be->ops->quantize_i8(s->be, (int8_t *)(p + 4 * nb), (float *)p, x, s->pt, mine,
+                                   DS_Q8_BLOCK));
+    return DS_OK;
+}
+
+/* qwZ: every rank's piece (its own included, as DeepSpeed does) dequantized
+ * into the slot's fp32 view. */
+static ds_status dequantize_all(stage3 *s, slot *sl) {
+    size_t eoff = 0, boff = 0;
+    for (int r = 0; r < s->comm->world; r++) {
+        size_t n = sl->counts[r];
+        if (n > 0) {
+            const uint8_t *p = sl->qbuf + boff;
+            size_t nb = ds_q8_nblocks(n, DS_Q8_BLOCK);
+            DS_TRY(s->be->ops->dequantize_i8(s->be, sl->f32 + eoff, (const int8_t *)(p + 4 * nb),
+                                             (const float *)p, n, DS_Q8_BLOCK));
+        }
+        eoff += n;
+        boff += sl->qcounts[r];
+    }
+    return DS_OK;
 }
 
 /* Put this rank's piece of flat range [begin, end) into the slot and queue
@@ -101,18 +155,21 @@ static ds_status start_gather_range(stage3 *s, slot *sl, int64_t begin, int64_t 
     int rank = s->comm->rank;
     size_t off = ds_zero_block_offset(sl->job.counts, rank);
     size_t mine = sl->job.counts[rank];
+    if (s->qwz) packed_counts(s, sl);
     if (mine > 0) {
         int64_t src = (begin > s->sh.lo ? begin : s->sh.lo) - s->sh.lo;
         void *dst = ds_at(sl->buf, s->pt, (int64_t)off);
         if (s->ps) /* offload_param: brought in from host memory or NVMe */
             DS_TRY(ds_param_store_read(s->ps, src, src + (int64_t)mine, dst));
-        else
+        else if (!s->qwz) /* qwZ quantizes straight from the partition */
             DS_TRY(s->be->ops->memcpy(s->be, dst, ds_at(s->params, s->pt, src),
                                       mine * ds_dtype_size(s->pt), DS_COPY_D2D, NULL));
+        if (s->qwz) DS_TRY(quantize_mine(s, sl, s->ps ? dst : ds_at(s->params, s->pt, src)));
     }
     sl->job.kind = DS_JOB_ALL_GATHERV;
-    sl->job.buf = sl->buf;
-    sl->job.t = s->pt;
+    sl->job.buf = s->qwz ? (void *)sl->qbuf : sl->buf;
+    sl->job.t = s->qwz ? DS_U8 : s->pt;
+    if (s->qwz) sl->job.counts = sl->qcounts;
     /* named in a timeout ("parameter gather of module 4 of 12 (...)") */
     ds_zero_describe_range(s->flat, begin, end, "parameter gather", sl->job.what,
                            sizeof sl->job.what);
@@ -139,7 +196,9 @@ static ds_status finish_gather(stage3 *s, slot *sl) {
         sl->valid = false;
         DS_TRY(st);
     }
-    if (s->pt != DS_F32)
+    if (s->qwz) /* straight to fp32: no cast of the slot */
+        DS_TRY(dequantize_all(s, sl));
+    else if (s->pt != DS_F32)
         DS_TRY(s->be->ops->cast(s->be, sl->f32, DS_F32, sl->buf, s->pt, (size_t)sl->len));
     return DS_OK;
 }
@@ -402,6 +461,11 @@ static ds_status sync_params(ds_zero *z) {
 
 static void slot_free(stage3 *s, ds_backend *be, slot *sl) {
     ds_mem_host_free(be->mem, DS_MEM_OTHER, sl->counts, (size_t)s->flat->world * sizeof(size_t));
+    if (s->qwz) {
+        ds_mem_host_free(be->mem, DS_MEM_OTHER, sl->qcounts,
+                         (size_t)s->flat->world * sizeof(size_t));
+        ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, sl->qbuf, sl->qcap);
+    }
     size_t cap = (size_t)sl->cap;
     ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, sl->buf, cap * ds_dtype_size(s->pt));
     if (s->pt != DS_F32) ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, sl->f32, cap * 4);
@@ -517,6 +581,17 @@ static ds_status slot_alloc(stage3 *s, ds_backend *be, slot *sl) {
         DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, cap * 4, (void **)&sl->f32));
     else
         sl->f32 = sl->buf;
+    if (s->qwz) {
+        /* The packed pieces of a span of cap elements cut among `world`
+         * ranks: sum over r of 4 ceil(n_r / B) + roundup4(n_r) <= cap +
+         * 4 (cap / B + world) + 3 world. */
+        size_t w = (size_t)s->flat->world;
+        sl->qcap = cap + 4 * (cap / DS_Q8_BLOCK + w) + 3 * w;
+        DS_TRY(ds_mem_host_alloc(be->mem, DS_MEM_OTHER, w * sizeof(size_t),
+                                 "qwZ gather byte counts", (void **)&sl->qcounts));
+        DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, sl->qcap,
+                                (void **)&sl->qbuf));
+    }
     return DS_OK;
 }
 
@@ -569,6 +644,7 @@ ds_status ds_zero_stage3_create(const ds_zero_desc *d, ds_zero **out) {
     s->flat = d->flat;
     s->pt = d->param_t;
     s->gt = d->grad_t;
+    s->qwz = d->cfg->zero_quantized_weights;
     ds_status st = build(s, d);
     if (st != DS_OK) {
         ds_error_trace(__FILE__, __LINE__);

@@ -55,6 +55,7 @@ void ds_config_defaults(ds_config *c) {
     c->stage3_max_live_parameters = 1000000000;
     c->stage3_max_reuse_distance = 1000000000;
     c->sub_group_size = 1000000000;
+    c->zero_quantized_weights = false; /* DeepSpeed DeepSpeedZeroConfig: False */
 
     ds_offload_config *o = &c->offload_optimizer;
     o->device = DS_OFFLOAD_NONE;

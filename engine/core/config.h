@@ -226,6 +226,9 @@ typedef struct ds_config {
     bool stage3_gather_16bit_weights_on_model_save; /* default false */
     int64_t sub_group_size;              /* default 1e9 */
     bool round_robin_gradients;          /* default false */
+    /* ZeRO++ qwZ: stage 3's parameter all-gathers carry blockwise int8
+     * (engine/backend/math.h 2b); default false, stage 3 only */
+    bool zero_quantized_weights;
     bool reduce_bucket_size_auto, prefetch_bucket_size_auto, persistence_threshold_auto;
     bool reduce_bucket_size_set, prefetch_bucket_size_set, persistence_threshold_set;
     ds_offload_config offload_optimizer;

@@ -189,6 +189,7 @@ static void write_zero(jw *w, const ds_config *c) {
             c->stage3_gather_16bit_weights_on_model_save);
     jw_int(w, "sub_group_size", c->sub_group_size);
     jw_bool(w, "round_robin_gradients", c->round_robin_gradients);
+    jw_bool(w, "zero_quantized_weights", c->zero_quantized_weights);
     write_offload(w, "offload_optimizer", &c->offload_optimizer, false);
     write_offload(w, "offload_param", &c->offload_param, true);
     jw_close(w);

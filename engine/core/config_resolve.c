@@ -314,6 +314,15 @@ static ds_status check_cross(const ds_config *c) {
      * no ZeRO optimizer to offload). */
     DS_TRY(check_offload(c, "offload_param", &c->offload_param, 3, 3));
     DS_TRY(check_offload(c, "offload_optimizer", &c->offload_optimizer, 1, 1));
+    /* DeepSpeed reads zero_quantized_weights only where stage 3 gathers
+     * parameters (zero.Init) and ignores it elsewhere; a user who asks for
+     * quantized gathers at a stage that has none is told so instead. */
+    if (c->zero_quantized_weights && c->zero_stage != 3)
+        return RFAIL(c, DS_ERR_CONFIG,
+                     "zero_optimization.zero_quantized_weights: true needs "
+                     "zero_optimization.stage 3 (only stage 3 all-gathers parameters), got "
+                     "stage %d",
+                     c->zero_stage);
     if (c->offload_optimizer.device != DS_OFFLOAD_NONE && c->offload_optimizer.ratio < 1.0 &&
         c->zero_stage != 3) {
         char r[40];

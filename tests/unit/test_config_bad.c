@@ -133,6 +133,9 @@ static const bad_case k_cases[] = {
     R("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupDecayLR\"}}", 1, CFG, "scheduler.params.total_num_steps: required by WarmupDecayLR", NULL),
     R("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": \"auto\"}}}", 1, CFG, "scheduler.params.total_num_steps: \"auto\" needs the run's length and none was given: set hints.total_num_steps, or hints.epochs with training data (ds_init_desc.hints)", NULL),
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"offload_param\": {\"device\": \"cpu\"}}}", 1, CFG, "zero_optimization.offload_param.device: \"cpu\" needs zero_optimization.stage 3, got stage 2", NULL),
+    /* ZeRO++ qwZ quantizes stage 3's parameter gathers; other stages have none */
+    R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"zero_quantized_weights\": true}}", 1, CFG, "zero_optimization.zero_quantized_weights: true needs zero_optimization.stage 3 (only stage 3 all-gathers parameters), got stage 2", NULL),
+    P("{\"zero_optimization\": {\"zero_quantized_weights\": 1}}", CFG, "zero_optimization.zero_quantized_weights: must be true or false, got 1", NULL),
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": \"cpu\"}}}", 1, CFG, "zero_optimization.offload_optimizer.device: \"cpu\" needs zero_optimization.stage >= 1, got stage 0", NULL),
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": \"nvme\"}}}", 1, CFG, "zero_optimization.offload_optimizer.device: \"nvme\" needs zero_optimization.stage >= 1, got stage 0", NULL),
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": null}}}", 1, CFG, "zero_optimization.offload_optimizer.nvme_path: required with device \"nvme\", got null", NULL),

@@ -89,6 +89,7 @@ static void test_defaults(void) {
     CHECK_EQ_I(c.stage3_max_live_parameters, 1000000000);
     CHECK_EQ_I(c.stage3_max_reuse_distance, 1000000000);
     CHECK_TRUE(!c.stage3_gather_16bit_weights_on_model_save && !c.round_robin_gradients);
+    CHECK_TRUE(!c.zero_quantized_weights); /* DeepSpeed's default: False */
     CHECK_EQ_I(c.sub_group_size, 1000000000);
     CHECK_EQ_I(c.offload_optimizer.device, DS_OFFLOAD_NONE);
     CHECK_EQ_I(c.offload_optimizer.buffer_count, 4);
@@ -159,7 +160,7 @@ static void test_all_sections(void) {
         "   \"prefetch_bucket_size\": 3000, \"param_persistence_threshold\": 40,"
         "   \"max_live_parameters\": 5000, \"max_reuse_distance\": 6000,"
         "   \"gather_16bit_weights_on_model_save\": true, \"sub_group_size\": 7000,"
-        "   \"round_robin_gradients\": true,"
+        "   \"round_robin_gradients\": true, \"zero_quantized_weights\": true,"
         "   \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/mnt/nvme\","
         "     \"buffer_count\": 6, \"pin_memory\": true, \"ratio\": 0.25, \"pipeline_read\": true,"
         "     \"pipeline_write\": true, \"fast_init\": true},"
@@ -198,6 +199,7 @@ static void test_all_sections(void) {
     CHECK_EQ_I(c.stage3_max_live_parameters, 5000);
     CHECK_EQ_I(c.stage3_max_reuse_distance, 6000);
     CHECK_TRUE(c.stage3_gather_16bit_weights_on_model_save && c.round_robin_gradients);
+    CHECK_TRUE(c.zero_quantized_weights);
     CHECK_EQ_I(c.sub_group_size, 7000);
     CHECK_EQ_I(c.offload_optimizer.device, DS_OFFLOAD_NVME);
     CHECK_TRUE(strcmp(c.offload_optimizer.nvme_path, "/mnt/nvme") == 0);
