@@ -338,12 +338,39 @@ static void test_causal_softmax(void) {
     free(pd), free(ref), free(pd2);
 }
 
+/* causal attention with dropout: p is the no-dropout call's, pd is p times
+ * the dropout stream's multiplier at every element (ds_rng_uniform_at at
+ * offset + flat index), so exactly 0 past each row's visible keys, where
+ * nn_attn.c draws no multipliers and writes the zeros itself */
+static void test_causal_dropout(void) {
+    const float scale = 0.41f, pdrop = 0.2f, inv = 1.0f / (1.0f - pdrop);
+    size_t n = (size_t)B * NH * T * T;
+    float mask[B * T];
+    make_mask(mask);
+    float *s = gc_randn(&g_rng, n, 3.0), *p = malloc(n * 4), *pd = malloc(n * 4);
+    float *p0 = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) pd[i] = NAN; /* every entry must be written */
+    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p, pd, s, mask, true, B, NH, T, T, scale, pdrop,
+                                        5, 33));
+    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p0, NULL, s, mask, true, B, NH, T, T, scale, 0.0f,
+                                        0, 0));
+    CHECK(memcmp(p, p0, n * 4) == 0, "causal softmax: p differs with dropout on");
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float m = ds_rng_uniform_at(5, 33 + i) >= pdrop ? inv : 0.0f;
+        bad += !(pd[i] == p[i] * m); /* the kernel's one product; NaN fails */
+    }
+    CHECK(bad == 0, "causal softmax with dropout: %d of %zu entries of pd wrong", bad, n);
+    free(s), free(p), free(pd), free(p0);
+}
+
 int main(void) {
     g_be = test_cpu_backend(2, NULL);
     g_be1 = test_cpu_backend(1, NULL);
     test_gelu_tanh_math();
     test_gelu_tanh_kernel();
     test_causal_softmax();
+    test_causal_dropout();
     ds_backend_destroy(g_be);
     ds_backend_destroy(g_be1);
     return test_finish("test_nn_decoder");

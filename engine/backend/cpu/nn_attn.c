@@ -30,13 +30,16 @@ ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const 
             for (int j = 0; j < T; j++) pdr[j] = pr[j];
             continue;
         }
+        /* multipliers for the visible keys only: past nk, p is exactly 0 and
+         * so is 0 * multiplier (half of a causal layer's random numbers) */
         float m[ROW_CHUNK];
-        for (int j0 = 0; j0 < T; j0 += ROW_CHUNK) {
-            int n = T - j0 < ROW_CHUNK ? T - j0 : ROW_CHUNK;
+        for (int j0 = 0; j0 < nk; j0 += ROW_CHUNK) {
+            int n = nk - j0 < ROW_CHUNK ? nk - j0 : ROW_CHUNK;
             ds_nn_cpu_dropout_mults(m, seed, offset + (uint64_t)r * T + j0, n, drop_p, inv_keep);
             DS_SIMD
             for (int j = 0; j < n; j++) pdr[j0 + j] = pr[j0 + j] * m[j];
         }
+        for (int j = nk; j < T; j++) pdr[j] = 0.0f;
     }
     return DS_OK;
 }
