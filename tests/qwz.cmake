@@ -14,3 +14,8 @@ foreach(prec fp32 bf16)
   set_tests_properties(stage3_qwz_${prec}_np2 PROPERTIES LABELS multirank TIMEOUT 300
                        PROCESSORS 2)
 endforeach()
+# offload_param cpu: the piece is read from host memory, then quantized
+add_test(NAME stage3_qwz_offload_fp32_np2 COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 2
+         -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_qwz> --precision fp32 --offload 1)
+set_tests_properties(stage3_qwz_offload_fp32_np2 PROPERTIES LABELS multirank TIMEOUT 300
+                     PROCESSORS 2)

@@ -2,7 +2,10 @@
  * the same small BERT trained STEPS steps twice in one process, with
  * full-precision parameter gathers and with int8 ones.
  *
- *   test_qwz [--precision fp32|bf16]
+ *   test_qwz [--precision fp32|bf16] [--offload 0|1]
+ *
+ * --offload 1 keeps the parameter partition in host memory (offload_param
+ * cpu): a gather then reads this rank's piece from there and quantizes it.
  *
  * Checked:
  *   - the bytes this rank's parameter all-gathers send per step
@@ -62,6 +65,8 @@ static ds_status make_model(ds_model **out) {
     return ds_bert_create(&bd, out);
 }
 
+static int g_offload;
+
 static int train(const ds_dataset *data, const char *prec, bool qwz, run *r) {
     ds_model *model;
     if (make_model(&model) != DS_OK) {
@@ -75,8 +80,9 @@ static int train(const ds_dataset *data, const char *prec, bool qwz, run *r) {
              " \"steps_per_print\": 1000, \"bf16\": {\"enabled\": %s},"
              " \"zero_optimization\": {\"stage\": 3, \"stage3_max_reuse_distance\": 0,"
              " \"stage3_prefetch_bucket_size\": 0, \"stage3_param_persistence_threshold\": 0,"
-             " \"zero_quantized_weights\": %s}}",
-             GLOBAL_BATCH, strcmp(prec, "bf16") ? "false" : "true", qwz ? "true" : "false");
+             " \"zero_quantized_weights\": %s%s}}",
+             GLOBAL_BATCH, strcmp(prec, "bf16") ? "false" : "true", qwz ? "true" : "false",
+             g_offload ? ", \"offload_param\": {\"device\": \"cpu\"}" : "");
     ds_init_desc d;
     ds_init_desc_defaults(&d);
     d.config_json = cfg;
@@ -136,6 +142,7 @@ int main(int argc, char **argv) {
     const char *prec = "fp32";
     for (int i = 1; i + 1 < argc; i += 2)
         if (!strcmp(argv[i], "--precision")) prec = argv[i + 1];
+        else if (!strcmp(argv[i], "--offload")) g_offload = atoi(argv[i + 1]);
     ds_dataset *data = ck_make_data(GLOBAL_BATCH * STEPS, T_LEN, VOCAB);
     if (!data) return 1;
     run full, q;
@@ -173,8 +180,9 @@ int main(int argc, char **argv) {
         fails++;
     }
     if (rank == 0) {
-        printf("%s %s: all-gather bytes per step per rank %llu -> %llu with qwZ (%.4f; formula "
-               "%llu -> %llu)\n", fails ? "FAIL" : "ok", prec, per_full, per_q,
+        printf("%s %s%s: all-gather bytes per step per rank %llu -> %llu with qwZ (%.4f; formula "
+               "%llu -> %llu)\n", fails ? "FAIL" : "ok", prec, g_offload ? " offload_param" : "",
+               per_full, per_q,
                (double)per_q / (double)per_full, want_full, want_q);
         printf("  loss step 1 %.6f / %.6f, step %d %.6f / %.6f (full / qwZ); worst difference "
                "%.3e of the first loss (band %.0e)\n", full.loss[0], q.loss[0], STEPS,
