@@ -102,7 +102,11 @@ ds_status ds_initialize(const ds_init_desc *desc, engine_t **out);
 ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out);
 
 /* Backward of the last forward; gradients accumulate (scaled by
- * 1/gradient_accumulation_steps, and by the loss scale under fp16). */
+ * 1/gradient_accumulation_steps, and by the loss scale under fp16). The
+ * backward of the last micro-batch before a boundary also reduces the
+ * gradients across ranks as its modules finish (on the communication thread
+ * with overlap_comm), so ds_step must follow it: at stages 0 and 1 a second
+ * ds_backward there fails with DS_ERR_INVALID_ARG. */
 ds_status ds_backward(engine_t *e);
 
 /* At a gradient-accumulation boundary: reduce gradients across ranks, unscale,

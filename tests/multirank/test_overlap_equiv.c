@@ -20,7 +20,8 @@
  * uses are in; --ckpt 1 (BERT) recomputes the encoder layers in backward;
  * --precision fp16/bf16 reduces gradients stored in the half type. The
  * second run must also differ from nothing: the losses must fall, so a run
- * that silently did not train cannot pass. */
+ * that silently did not train cannot pass. Last, a second ds_backward after
+ * the last micro-batch's must fail at stages 0 and 1 (check_second_backward). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,14 +62,91 @@ static ds_status make_model(const opts *o, ds_model **out) {
     return ds_mlp_create(&md, out);
 }
 
-/* Train STEPS steps with overlap_comm `overlap`; fill r. 0 on success. */
-static int train(const opts *o, const ds_dataset *data, bool overlap, run *r) {
-    ds_model *model;
-    if (make_model(o, &model) != DS_OK) {
+/* An engine of o with overlap_comm `overlap` and gas micro-batches a step;
+ * *model stays readable until ds_finalize. */
+static int make_engine(const opts *o, int gas, const ds_dataset *data, bool overlap,
+                       ds_model **model, engine_t **out) {
+    if (make_model(o, model) != DS_OK) {
         fprintf(stderr, "model: %s\n", ds_last_error());
         return 1;
     }
-    /* the parameter names and sizes, read before the engine owns the model */
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_batch_size\": %d, \"gradient_accumulation_steps\": %d,"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003,"
+             " \"weight_decay\": 0.01}}, \"gradient_clipping\": 1.0, \"steps_per_print\": 1000,"
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": %ld,"
+             " \"overlap_comm\": %s, \"contiguous_gradients\": %s},"
+             " \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 8},"
+             " \"bf16\": {\"enabled\": %s}%s}",
+             GLOBAL_BATCH, gas, o->stage, o->bucket, overlap ? "true" : "false", o->contiguous,
+             strcmp(o->precision, "fp16") ? "false" : "true",
+             strcmp(o->precision, "bf16") ? "false" : "true",
+             o->ckpt ? ", \"activation_checkpointing\": {}" : "");
+    ds_init_desc d;
+    ds_init_desc_defaults(&d);
+    d.config_json = cfg;
+    d.model = *model;
+    d.train_data = data;
+    d.quiet = true;
+    if (ds_initialize(&d, out) != DS_OK) {
+        fprintf(stderr, "init: %s\n", ds_last_error());
+        return 1;
+    }
+    return 0;
+}
+
+/* A second ds_backward into gradients the first already reduced would count
+ * the first world times at stages 0 and 1 (they reduce the replica in place
+ * during the last micro-batch's backward): it must fail, naming the fix.
+ * Stages 2 and 3 add every backward into their partition, so there it is
+ * accumulation as before. Returns the number of failures. */
+static int check_second_backward(const opts *o, const ds_dataset *data) {
+    ds_model *model;
+    engine_t *e;
+    if (make_engine(o, 1, data, true, &model, &e)) return 1;
+    int world = ds_world_size(e), rank = ds_rank(e), micro = GLOBAL_BATCH / world;
+    ds_batch b = {.B = micro, .T = T_LEN};
+    for (int j = 0; j < model->n_inputs; j++) {
+        const ds_tensor_desc *in = &model->inputs[j];
+        size_t off = (size_t)rank * (size_t)micro * ds_tensor_desc_row_elems(in, T_LEN);
+        int32_t *i32 = in->dtype == DS_I32 ? ds_dataset_i32(data, in->name) : NULL;
+        float *f32 = in->dtype == DS_F32 ? ds_dataset_f32(data, in->name) : NULL;
+        if (!i32 && !f32) continue; /* an optional input the data does not have */
+        const void *col = i32 ? (const void *)(i32 + off) : (const void *)(f32 + off);
+        if (ds_batch_set(&b, in->name, in->dtype, col) != DS_OK) return 1;
+    }
+    int fails = 0;
+    ds_status st = ds_forward(e, &b, NULL);
+    if (st == DS_OK) st = ds_backward(e);
+    if (st == DS_OK) st = ds_forward(e, &b, NULL);
+    if (st != DS_OK) {
+        printf("FAIL: forward/backward/forward: %s\n", ds_last_error());
+        fails++;
+    } else {
+        st = ds_backward(e);
+        bool reduces = o->stage <= 1; /* at one rank too: the guard does not depend on it */
+        if (reduces && (st != DS_ERR_INVALID_ARG || !strstr(ds_last_error(), "ds_step"))) {
+            printf("FAIL: stage %d: a second ds_backward after the last micro-batch's gave %s "
+                   "(%s), not DS_ERR_INVALID_ARG naming ds_step\n", o->stage,
+                   ds_status_to_string(st), st ? ds_last_error() : "");
+            fails++;
+        } else if (!reduces && st != DS_OK) {
+            printf("FAIL: stage %d world %d: a second ds_backward failed: %s\n", o->stage, world,
+                   ds_last_error());
+            fails++;
+        }
+    }
+    ds_finalize(e);
+    return fails;
+}
+
+/* Train STEPS steps with overlap_comm `overlap`; fill r. 0 on success. */
+static int train(const opts *o, const ds_dataset *data, bool overlap, run *r) {
+    ds_model *model;
+    engine_t *e;
+    if (make_engine(o, o->gas, data, overlap, &model, &e)) return 1;
+    /* the parameter names and sizes (the engine owns the model until ds_finalize) */
     int n_names = 0;
     for (int m = 0; m < model->n_modules; m++) n_names += model->modules[m]->n_params;
     char (*names)[DS_MAX_NAME] = calloc((size_t)n_names + 1, sizeof *names);
@@ -82,30 +160,6 @@ static int train(const opts *o, const ds_dataset *data, bool overlap, run *r) {
             numel[k] = (size_t)ds_param_numel(&model->modules[m]->params[p]);
             r->n_weights += numel[k];
         }
-    char cfg[1024];
-    snprintf(cfg, sizeof cfg,
-             "{\"train_batch_size\": %d, \"gradient_accumulation_steps\": %d,"
-             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003,"
-             " \"weight_decay\": 0.01}}, \"gradient_clipping\": 1.0, \"steps_per_print\": 1000,"
-             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": %ld,"
-             " \"overlap_comm\": %s, \"contiguous_gradients\": %s},"
-             " \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 8},"
-             " \"bf16\": {\"enabled\": %s}%s}",
-             GLOBAL_BATCH, o->gas, o->stage, o->bucket, overlap ? "true" : "false", o->contiguous,
-             strcmp(o->precision, "fp16") ? "false" : "true",
-             strcmp(o->precision, "bf16") ? "false" : "true",
-             o->ckpt ? ", \"activation_checkpointing\": {}" : "");
-    ds_init_desc d;
-    ds_init_desc_defaults(&d);
-    d.config_json = cfg;
-    d.model = model;
-    d.train_data = data;
-    d.quiet = true;
-    engine_t *e;
-    if (ds_initialize(&d, &e) != DS_OK) {
-        fprintf(stderr, "init: %s\n", ds_last_error());
-        return 1;
-    }
     int rc = 0;
     for (int i = 0; i < STEPS && rc == 0; i++) {
         ds_step_info info;
@@ -154,9 +208,9 @@ int main(int argc, char **argv) {
     }
     static run off, on;
     if (train(&o, data, false, &off) || train(&o, data, true, &on)) return 1;
+    int fails = check_second_backward(&o, data);
     ds_dataset_destroy(data);
 
-    int fails = 0;
     for (int i = 0; i < STEPS; i++) {
         if (memcmp(&off.loss[i], &on.loss[i], sizeof(double)) != 0) {
             printf("FAIL: step %d loss %.17g (overlap off) vs %.17g (on)\n", i + 1, off.loss[i],
