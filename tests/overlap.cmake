@@ -26,3 +26,9 @@ foreach(stage 0 1 2 3)
   ds_overlap_test(overlap_equiv_mlp_permodule_stage${stage}_np2 2
                   --stage ${stage} --model mlp --contiguous false)
 endforeach()
+# Four ranks: buckets that straddle several partitions (stage 1's uneven
+# reduce-scatter blocks).
+foreach(stage 0 1)
+  ds_overlap_test(overlap_equiv_bert_bf16_ckpt_stage${stage}_np4 4
+                  --stage ${stage} --model bert --precision bf16 --ckpt 1)
+endforeach()
