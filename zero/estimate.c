@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend/math.h"
 #include "offload/nvme_dir.h"
 #include "zero/flat.h"
 #include "zero/optim.h"
@@ -20,6 +21,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* What the estimate needs of the flat layout (zero/flat.c). */
 typedef struct layout {
     int64_t used, padded, part;
+    int world;
     const int64_t *spans; /* module spans in the flat space (padded tensors) */
     int n_spans;
     const int64_t *tied;  /* elements of each tied parameter */
@@ -115,6 +117,17 @@ static void param_store(est *e, int64_t n) {
     add(e, DS_MEM_BUFFERS, DS_PLACE_HOST, buf, (uint64_t)(o->buffer_count < 8 ? o->buffer_count : 8));
 }
 
+/* One gather slot of cap elements (stage3.c slot_alloc): low-precision
+ * and fp32 views, and with qwZ the packed int8 blocks of every rank's piece. */
+static void slot(est *e, int64_t cap) {
+    add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, cap, e->P + (e->mixed ? 4 : 0));
+    if (e->c->zero_quantized_weights) {
+        int64_t w = e->l->world;
+        add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE,
+            cap + 4 * (cap / (int64_t)DS_Q8_BLOCK + w) + 3 * w, 1);
+    }
+}
+
 static int cmp_desc(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x < y) - (x > y);
@@ -144,12 +157,10 @@ static ds_status stage3(est *e) {
     if (l->n_spans > 0) memcpy(s, l->spans, (size_t)l->n_spans * sizeof *s);
     qsort(s, (size_t)l->n_spans, sizeof *s, cmp_desc);
     for (int k = 0; k < n_slots; k++) {
-        int64_t cap = l->n_spans > 0 ? s[k < l->n_spans ? k : l->n_spans - 1] : 0;
-        add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, cap, e->P + (e->mixed ? 4 : 0));
+        slot(e, l->n_spans > 0 ? s[k < l->n_spans ? k : l->n_spans - 1] : 0);
     }
     free(s);
-    for (int j = 0; j < l->n_tied; j++)
-        add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, l->tied[j], e->P + (e->mixed ? 4 : 0));
+    for (int j = 0; j < l->n_tied; j++) slot(e, l->tied[j]);
     buckets(e);
     return DS_OK;
 }
@@ -249,7 +260,8 @@ ds_status ds_estimate_model(const ds_model *model, int world, const ds_config *c
     }
     for (int m = 0; m < f->n_modules; m++) spans[m] = f->modules[m].end - f->modules[m].begin;
     for (int j = 0; j < f->n_tied_params; j++) tied[j] = f->params[f->tied_params[j]].numel;
-    layout l = {.used = f->used, .padded = f->padded, .part = f->part, .spans = spans,
+    layout l = {.used = f->used, .padded = f->padded, .part = f->part, .world = world,
+                .spans = spans,
                 .n_spans = f->n_modules, .tied = tied, .n_tied = f->n_tied_params};
     ds_status st = estimate(&l, cfg, be, out);
     if (st == DS_OK) {
@@ -274,7 +286,8 @@ ds_status ds_estimate_params(int64_t params, int64_t largest_layer, int world,
     int64_t used = round_up(params, DS_FLAT_ALIGN);
     int64_t padded = round_up(used, (int64_t)world * DS_FLAT_ALIGN);
     int64_t span = round_up(largest_layer, DS_FLAT_ALIGN);
-    layout l = {.used = used, .padded = padded, .part = padded / world, .spans = &span,
+    layout l = {.used = used, .padded = padded, .part = padded / world, .world = world,
+                .spans = &span,
                 .n_spans = largest_layer > 0 ? 1 : 0};
     DS_TRY(estimate(&l, cfg, be, out));
     return DS_OK;

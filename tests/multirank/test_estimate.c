@@ -29,6 +29,7 @@
 #define TOL 0.05
 
 static const char *g_dir;
+static const char *g_zero_more = ""; /* more zero_optimization keys for every config */
 static double g_worst[3]; /* largest relative difference: [0] rows against engines, [1] the
                              RAM totals, [2] --params only against the model */
 static int g_rows;         /* (purpose, place) rows compared with engines */
@@ -54,12 +55,12 @@ static ds_status start(int kind, int stage, const char *prec, const char *opt, c
              "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 1,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}},"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 20000,"
-             " \"sub_group_size\": 30000,"
+             " \"sub_group_size\": 30000%s,"
              " \"offload_optimizer\": {\"device\": \"%s\", \"nvme_path\": \"%s\"},"
              " \"offload_param\": {\"device\": \"%s\", \"nvme_path\": \"%s\","
              " \"max_in_cpu\": 10000, \"buffer_size\": 5000}},"
              " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s}}",
-             stage, opt, g_dir, param, g_dir, strcmp(prec, "fp16") ? "false" : "true",
+             stage, g_zero_more, opt, g_dir, param, g_dir, strcmp(prec, "fp16") ? "false" : "true",
              strcmp(prec, "bf16") ? "false" : "true");
     ds_init_desc d;
     ds_init_desc_defaults(&d);
@@ -185,6 +186,11 @@ int main(int argc, char **argv) {
                             if (o == 2) ram_nvme = r;
                         }
                     }
+    /* ZeRO++ qwZ: the gather slots carry packed int8 blocks too */
+    g_zero_more = ", \"zero_quantized_weights\": true";
+    for (int kind = 0; kind < 2; kind++)
+        for (int q = 0; q < 3; q++) check_one(kind, 3, "bf16", "none", places[q]);
+    g_zero_more = "";
     {
         engine_t *e;
         if (TEST_OK(start(0, 0, "fp32", "none", "none", &e))) {
