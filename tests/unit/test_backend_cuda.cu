@@ -3,7 +3,7 @@
  *
  * Bit-for-bit where the arithmetic is shared (engine/backend/math.h, see its
  * header for why that holds): rng_uniform, rng_normal, cast, fill, scale,
- * axpy, adam, sgd (NaN results of arithmetic excepted: their payloads are
+ * axpy, adam, sgd, quantize_i8 / dequantize_i8 (NaN results of arithmetic excepted: their payloads are
  * the hardware's). Within a bound otherwise:
  *   - gemm: cuBLAS and OpenBLAS sum in different orders; both are within
  *     (k + 2) eps sum|a||b| of the exact product (test_backend_gemm.c), so
@@ -233,6 +233,48 @@ static void test_cast_scale_axpy_fill(void) {
     free(hx);
 }
 
+/* Blockwise int8 (qwZ): the same int8 values, scales and dequantized
+ * values as the cpu, in each input type, with a short last block and blocks
+ * holding NaN and inf (dequantized to NaN on both). */
+static void test_quant(void) {
+    const size_t n = 5 * DS_Q8_BLOCK + 321, nb = ds_q8_nblocks(n, DS_Q8_BLOCK);
+    float *x = (float *)malloc(n * 4), *yc = (float *)malloc(n * 4), *yg = (float *)malloc(n * 4);
+    float *sc = (float *)malloc(nb * 4), *sg = (float *)malloc(nb * 4);
+    int8_t *qc = (int8_t *)malloc(n), *qg = (int8_t *)malloc(n);
+    void *hx = malloc(n * 4);
+    void *dx = dev_alloc(n * 4), *dq = dev_alloc(n), *ds = dev_alloc(nb * 4), *dy = dev_alloc(n * 4);
+    for (size_t i = 0; i < n; i++) x[i] = frand() * powf(10.0f, (float)((i / DS_Q8_BLOCK) % 5) - 2);
+    x[DS_Q8_BLOCK + 7] = NAN;
+    x[3 * DS_Q8_BLOCK + 9] = -INFINITY;
+    for (int t = 0; t < 3; t++) {
+        size_t es = ds_dtype_size(k_types[t]);
+        REQUIRE_OK(g_cpu->ops->cast(g_cpu, hx, k_types[t], x, DS_F32, n));
+        to_dev(dx, hx, n * es);
+        REQUIRE_OK(g_cpu->ops->quantize_i8(g_cpu, qc, sc, hx, k_types[t], n, DS_Q8_BLOCK));
+        REQUIRE_OK(g_gpu->ops->quantize_i8(g_gpu, (int8_t *)dq, (float *)ds, dx, k_types[t], n,
+                                           DS_Q8_BLOCK));
+        REQUIRE_OK(g_cpu->ops->dequantize_i8(g_cpu, yc, qc, sc, n, DS_Q8_BLOCK));
+        REQUIRE_OK(g_gpu->ops->dequantize_i8(g_gpu, (float *)dy, (const int8_t *)dq,
+                                             (const float *)ds, n, DS_Q8_BLOCK));
+        to_host(qg, dq, n);
+        to_host(sg, ds, nb * 4);
+        to_host(yg, dy, n * 4);
+        CHECK(memcmp(qc, qg, n) == 0, "quantize_i8 %s: int8 values differ",
+              ds_dtype_name(k_types[t]));
+        CHECK(count_differ_nan_ok(sc, sg, nb, DS_F32) == 0, "quantize_i8 %s: scales differ",
+              ds_dtype_name(k_types[t]));
+        CHECK(count_differ_nan_ok(yc, yg, n, DS_F32) == 0, "dequantize_i8 %s differs",
+              ds_dtype_name(k_types[t]));
+        CHECK(isnan(yg[DS_Q8_BLOCK]) && isnan(yg[3 * DS_Q8_BLOCK]),
+              "blocks with NaN / inf are not NaN on the GPU");
+    }
+    dev_free(dx, n * 4);
+    dev_free(dq, n);
+    dev_free(ds, nb * 4);
+    dev_free(dy, n * 4);
+    free(x), free(yc), free(yg), free(sc), free(sg), free(qc), free(qg), free(hx);
+}
+
 static void test_sumsq(void) {
     const size_t n = 1000003;
     float *x = (float *)malloc(n * 4);
@@ -442,6 +484,7 @@ int main(void) {
     test_memory();
     test_rng();
     test_cast_scale_axpy_fill();
+    test_quant();
     test_sumsq();
     test_optim();
     test_gemm();
