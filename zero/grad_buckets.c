@@ -26,7 +26,8 @@ struct ds_grad_buckets {
     int rank;
     ds_dtype gt;
     void *part_grads;
-    int64_t cap;
+    int64_t cap;   /* buffer size: reduce_bucket_size, at least the largest module */
+    int64_t limit; /* reduce_bucket_size: a bucket goes once it holds this much */
     bool per_module;
     bucket b[2];
     int cur;
@@ -53,11 +54,14 @@ ds_status ds_grad_buckets_create(ds_backend *be, ds_comm_worker *w, const ds_fla
      * 5e8 elements would otherwise cost 2 GB per buffer on a small model),
      * nor less than the largest module, which must fit in one. */
     if (cap > f->used) cap = f->used;
+    if (cap < 1) cap = 1;
+    int64_t limit = cap;
     for (int m = 0; m < f->n_modules; m++)
         if (f->modules[m].end - f->modules[m].begin > cap)
             cap = f->modules[m].end - f->modules[m].begin;
     *gb = (ds_grad_buckets){.be = be, .w = w, .flat = f, .rank = rank, .gt = gt,
-                            .part_grads = part_grads, .cap = cap, .per_module = per_module};
+                            .part_grads = part_grads, .cap = cap, .limit = limit,
+                            .per_module = per_module};
     for (int k = 0; k < 2; k++) {
         gb->b[k].owner = gb;
         ds_status st = ds_mem_host_alloc(be->mem, DS_MEM_OTHER, (size_t)f->world * sizeof(size_t),
@@ -126,7 +130,7 @@ static ds_status flush(ds_grad_buckets *gb) {
 
 ds_status ds_grad_buckets_add(ds_grad_buckets *gb, int64_t begin, int64_t end, const float *src) {
     if (end <= begin) return DS_OK;
-    if (gb->open && (gb->lo != end || gb->hi - begin > gb->cap)) DS_TRY(flush(gb));
+    if (gb->open && (gb->lo != end || gb->hi - begin > gb->limit)) DS_TRY(flush(gb));
     bucket *k = &gb->b[gb->cur];
     if (!gb->open) {
         DS_TRY(wait_bucket(gb, k)); /* its last use must have landed */
@@ -136,7 +140,12 @@ ds_status ds_grad_buckets_add(ds_grad_buckets *gb, int64_t begin, int64_t end, c
     void *dst = ds_at(k->buf, gb->gt, gb->cap - (gb->hi - begin));
     DS_TRY(gb->be->ops->cast(gb->be, dst, gb->gt, src, DS_F32, (size_t)(end - begin)));
     gb->lo = begin;
-    if (gb->per_module) DS_TRY(flush(gb));
+    /* Full (reduce_bucket_size reached, or one module larger than it): on
+     * the wire now, while the next modules' backward runs. Before, the flush
+     * waited for the next module, and buffers sized to the largest module
+     * (BERT-mini's 5.5M-element embedding) gathered every encoder layer
+     * into one bucket that left only when backward had ended. */
+    if (gb->per_module || gb->hi - gb->lo >= gb->limit) DS_TRY(flush(gb));
     return DS_OK;
 }
 
