@@ -1,23 +1,34 @@
 #!/bin/sh
 # ZeRO++ qwZ (zero_quantized_weights) against full-precision stage-3 gathers
-# on the bundled text classifier (issue 22, item 4): the same run twice at 2
-# ranks, one process per rank, and a table of the training loss (mean over
-# windows of 100 steps), the all-gather bytes per step per rank (from
-# --metrics' comm members) and the dev evaluation.
+# on a bundled trainer (issue 22, item 4): the same run twice at 2 ranks, one
+# process per rank, and a table of the training loss (mean over windows of
+# 100 steps), the all-gather bytes per step per rank (from --metrics' comm
+# members) and the dev evaluation.
 #
 #   bench/qwz_curve.sh [--build DIR] [--data FILE] [--steps N] [--work DIR]
-#                      [--shape "--layers 2 --hidden 128 --heads 4 --intermediate 512"]
+#                      [--trainer cls|lm] [--shape "FLAGS"]
+#
+# cls: train_cls, BERT --layers 2 --hidden 128 --heads 4 --intermediate 512,
+#      lr 3e-4; lm: train_lm, GPT-2 (output tied to the embedding)
+#      --layers 2 --hidden 128 --heads 4 --seq-len 64, byte tokens, lr 1e-3.
+#      Both: micro batch 16, constant lr, seed 42.
 set -eu
 build=build data=../shared/data/nlpcc2013-emotion/Nlpcc2013Train.tsv steps=1000
-work=/tmp/qwz_curve shape="--layers 2 --hidden 128 --heads 4 --intermediate 512"
+work=/tmp/qwz_curve shape="" trainer=cls
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2 ;; --data) data=$2 ;; --steps) steps=$2 ;; --work) work=$2 ;;
-    --shape) shape=$2 ;;
+    --shape) shape=$2 ;; --trainer) trainer=$2 ;;
     *) echo "qwz_curve.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
 done
+case "$trainer" in
+  cls) prog=train_cls lr=3e-4 def="--layers 2 --hidden 128 --heads 4 --intermediate 512" ;;
+  lm) prog=train_lm lr=1e-3 def="--layers 2 --hidden 128 --heads 4 --seq-len 64" ;;
+  *) echo "qwz_curve.sh: --trainer cls or lm, got $trainer" >&2; exit 2 ;;
+esac
+[ -n "$shape" ] || shape=$def
 mkdir -p "$work"
 for q in false true; do
   cat > "$work/cfg_$q.json" <<JSON
@@ -25,9 +36,9 @@ for q in false true; do
  "zero_optimization": {"stage": 3, "zero_quantized_weights": $q}}
 JSON
   # shellcheck disable=SC2086 # $shape is a list of flags
-  mpirun --allow-run-as-root -np 2 -x OMP_NUM_THREADS=1 "$build/bin/train_cls" \
+  mpirun --allow-run-as-root -np 2 -x OMP_NUM_THREADS=1 "$build/bin/$prog" \
     --config "$work/cfg_$q.json" --data "$data" $shape --max-steps "$steps" \
-    --lr 3e-4 --lr-scheduler-type constant --seed 42 \
+    --lr "$lr" --lr-scheduler-type constant --seed 42 \
     --metrics "$work/metrics_$q.jsonl" > "$work/log_$q.txt" 2>&1
 done
 python3 - "$work" <<'PY'
