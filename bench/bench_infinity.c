@@ -6,7 +6,7 @@
  *       [--steps 4] [--batch 8] [--sub-group 5e7] [--pipeline] [--lr 1e-4]
  *
  * An MLP (vocab 1024, embedding 1024 wide, `layers` hidden layers of
- * `hidden`, 4 classes: 2.02e9 parameters at the defaults), bf16, ZeRO stage
+ * `hidden`, 4 classes: 1.956e9 parameters at the defaults), bf16, ZeRO stage
  * 1, one rank, AdamW. First the config without offload: ds_initialize must
  * refuse it (the estimate against MemAvailable) before allocating. Then
  * offload_optimizer nvme under DIR (sub_group_size pieces, pipelined or
