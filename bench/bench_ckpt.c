@@ -29,15 +29,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_util.h"
 #include "engine/engine.h"
 #include "models/models.h"
 #include "engine/io/ckpt_file.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static double mb(uint64_t b) { return (double)b / 1e6; }
 

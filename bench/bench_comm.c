@@ -17,17 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench_util.h"
 #include "engine/comm/comm.h"
 
 typedef struct opts {
     size_t mib, chunk, scratch;
     int iters, warmup, verbose;
 } opts;
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 typedef enum { RS, AG, AG_IN_PLACE, AR, NWHICH } which;
 static const char *const k_names[NWHICH] = {"reduce_scatter", "all_gather",

@@ -31,20 +31,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_util.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/cpu_isa.h"
 #include "engine/backend/math.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 #define CHUNK 2048 /* the engine's DS_CPU_CHUNK */
 

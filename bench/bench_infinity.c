@@ -20,16 +20,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_util.h"
 #include "engine/engine.h"
 #include "models/models.h"
 #include "offload/host_optim.h"
 #include "zero/estimate.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void die(const char *what) {
     fprintf(stderr, "bench_infinity: %s: %s\n", what, ds_last_error());

@@ -24,19 +24,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_util.h"
 #include "engine/engine.h"
 #include "models/models.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 typedef struct bench {
     int stage, steps, warmup, T, global_batch, ckpt;
