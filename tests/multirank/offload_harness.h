@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "models/models.h"
+#include "tests/unit/test_util.h"
 
 #define OFF_STEPS 4        /* steps before the checkpoints */
 #define OFF_MORE 2         /* steps after loading them */
@@ -49,5 +50,17 @@ void off_cross_load(engine_t *ref, engine_t *loads_plain, engine_t *loads_off,
  * then one step each: the same loss and parameters, so the value reached
  * wherever the engine keeps its master. */
 void off_set_param_step(engine_t *ref, engine_t *off, int seed, const char *what);
+
+/* The checks of this harness that failed. test_util.h's counter is per
+ * translation unit, so they are not in the test's own count. */
+int off_harness_fails(void);
+
+/* test_finish for a program using this harness: it fails when a check here
+ * failed too (inline, so the failure counts in the program's own unit). */
+static inline int off_finish(const char *name) {
+    int n = off_harness_fails();
+    if (n > 0) TEST_FAIL("%d check(s) of the offload harness failed (printed above)", n);
+    return test_finish(name);
+}
 
 #endif /* DS_TESTS_OFFLOAD_HARNESS_H */

@@ -134,7 +134,7 @@ static int run_bert_mini(setup *s) {
         print_split("offload_optimizer cpu, pin_memory true", &ro);
     }
     ds_dataset_destroy(data);
-    return test_finish("test_offload --bert-mini");
+    return off_finish("test_offload --bert-mini");
 }
 
 int main(int argc, char **argv) {
@@ -203,5 +203,5 @@ int main(int argc, char **argv) {
     if (rank == 0 && test_fails() == 0)
         printf("stage %d %s %s: %d steps bit-identical with and without offload, "
                "checkpoints cross both ways\n", s.stage, s.precision, s.optimizer, STEPS + MORE);
-    return test_finish("test_offload");
+    return off_finish("test_offload");
 }

@@ -229,7 +229,7 @@ static int run_equiv(setup *s) {
         printf("stage %d %s %s: %d steps bit-identical with and without NVMe offload, "
                "checkpoints cross both ways, no swap file left\n", s->stage, s->precision,
                s->optimizer, STEPS + MORE);
-    return test_finish("test_offload_nvme");
+    return off_finish("test_offload_nvme");
 }
 
 /* ds_initialize must fail with a message holding every needle. */
@@ -356,7 +356,7 @@ static int run_errors(setup *s) {
     ds_finalize(c);
     ds_finalize(a);
     ds_dataset_destroy(data);
-    return test_finish("test_offload_nvme --errors");
+    return off_finish("test_offload_nvme --errors");
 }
 
 /* Train until DS_FAULT_INJECT=nvme:mid_step kills this process. */
@@ -395,7 +395,7 @@ static int run_after_crash(setup *s) {
     ds_dataset_destroy(data);
     if (rank == 0 && test_fails() == 0)
         printf("%d swap folder(s) of a killed run removed at the next start-up\n", left);
-    return test_finish("test_offload_nvme --after-crash");
+    return off_finish("test_offload_nvme --after-crash");
 }
 
 /* offload_param at stage 3: the same training with the parameter partition
@@ -477,7 +477,7 @@ static int run_param(setup *s, const char *device) {
         printf("stage 3 %s, offload_param %s: bit-identical with and without, with the "
                "optimizer on the device and swapped; checkpoints both ways\n", s->precision,
                device);
-    return test_finish("test_offload_nvme --param");
+    return off_finish("test_offload_nvme --param");
 }
 
 int main(int argc, char **argv) {
