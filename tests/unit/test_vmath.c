@@ -49,18 +49,8 @@
 #include <string.h>
 
 #include "engine/backend/cpu/cpu_isa.h"
+#include "engine/core/dtype.h"
 #include "tests/unit/test_util.h"
-
-static float bits_f(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static uint32_t f_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
 
 /* ulp of the float nearest r */
 static double ulp_of(double r) {
@@ -76,12 +66,12 @@ static double ulp_of(double r) {
  * in the range. */
 static size_t sweep(float lo, float hi, float *x, size_t cap) {
     size_t n = 0;
-    uint32_t u0 = f_bits(1e-8f), u1 = f_bits(fmaxf(fabsf(lo), fabsf(hi)));
+    uint32_t u0 = ds_f32_bits(1e-8f), u1 = ds_f32_bits(fmaxf(fabsf(lo), fabsf(hi)));
     uint32_t stride = (u1 - u0) >> 20;
     if (stride < 1) stride = 1;
     x[n++] = 0.0f;
     for (uint32_t u = u0; u <= u1 && n + 2 <= cap; u += stride) {
-        float v = bits_f(u);
+        float v = ds_bits_f32(u);
         if (v <= hi) x[n++] = v;
         if (-v >= lo) x[n++] = -v;
     }
