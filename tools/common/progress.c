@@ -80,12 +80,17 @@ void tr_progress_before_step(tr_progress *p, int64_t next_step) {
     if (p->tty && next_step % p->every == 0) clear_line(p);
 }
 
+/* The time `remaining` more units take at the rate of `taken` in `elapsed`;
+ * NaN (printed "?") before the first. */
+static double time_left(double elapsed, int64_t taken, int64_t remaining) {
+    return taken > 0 ? elapsed / (double)taken * (double)(remaining > 0 ? remaining : 0) : NAN;
+}
+
 /* Steps per second so far and the time the remaining steps take at it. */
 static void rates(const tr_progress *p, const ds_step_info *info, double t, double *elapsed,
                   double *left, double *sps) {
     *elapsed = t - p->t0;
-    int64_t done = info->step - p->start, todo = p->total - info->step;
-    *left = done > 0 ? *elapsed / (double)done * (double)(todo > 0 ? todo : 0) : NAN;
+    *left = time_left(*elapsed, info->step - p->start, p->total - info->step);
     *sps = *elapsed > 0 ? (double)(info->samples - p->samples0) / *elapsed : 0.0;
 }
 
@@ -178,7 +183,7 @@ void tr_progress_eval(const char *prog, const char *what, int rank, int64_t done
     bool tty = progress_tty();
     if (tty) {
         char a[32], b[32];
-        double left = done > 0 ? el / (double)done * (double)(calls - done) : NAN;
+        double left = time_left(el, done, calls - done);
         tr_progress_hms(el, a, sizeof a);
         tr_progress_hms(left, b, sizeof b);
         if (done < calls)
