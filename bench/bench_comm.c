@@ -131,11 +131,6 @@ static double time_once(ctx *x, which w, int engine, int check, int *err) {
     return slowest;
 }
 
-static double median(double *t, int n) {
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
 /* The engine and Open MPI alternate call by call, so both see the same
  * machine: on a shared host, memory bandwidth comes and goes for seconds. */
 static void measure(ctx *x, which w, const opts *o, double *te, double *tm, int *err) {
@@ -153,8 +148,8 @@ static void measure(ctx *x, which w, const opts *o, double *te, double *tm, int 
     }
     int any = *err;
     MPI_Allreduce(&any, err, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    *te = median(e, o->iters);
-    *tm = median(m, o->iters);
+    *te = median_sort(e, o->iters);
+    *tm = median_sort(m, o->iters);
     free(e);
     free(m);
 }

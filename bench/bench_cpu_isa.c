@@ -228,8 +228,7 @@ int main(int argc, char **argv) {
     double best_hand = 0;
     double med[MAXC];
     for (int c = 0; c < nc; c++) {
-        qsort(t[c], (size_t)reps, sizeof(double), cmp_double);
-        med[c] = t[c][reps / 2];
+        med[c] = median_sort(t[c], reps);
         if (!be[c] && n / med[c] > best_hand) best_hand = (double)n / med[c];
     }
     for (int c = 0; c < nc; c++) {

@@ -191,8 +191,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_lm: step %d%s %.3f s loss %.4f\n", i + 1,
                     i < warmup ? " (warm-up)" : "", now_s() - t0, info.loss);
     }
-    qsort(dt, (size_t)steps, sizeof *dt, cmp_double);
-    double med = 0.5 * (dt[(steps - 1) / 2] + dt[steps / 2]);
+    double med = median_sort(dt, steps);
     double tokens = (double)global_batch * T;
     double flops = flops_per_step(L, E, I, V, T, global_batch);
 

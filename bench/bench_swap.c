@@ -126,8 +126,7 @@ static double train_median(const char *offload, int steps) {
         if (ds_train_batch(e, &info) != DS_OK) die("step");
         t[i] = now_s() - t0;
     }
-    qsort(t, (size_t)steps, sizeof *t, cmp_double);
-    double med = t[steps / 2];
+    double med = median_sort(t, steps);
     free(t);
     ds_finalize(e);
     ds_dataset_destroy(data);

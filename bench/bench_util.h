@@ -1,9 +1,9 @@
-/* What the bench programs share: a monotonic clock and the comparison their
- * medians sort with. Header-only: every C file of bench/ is its own program
+/* What the bench programs share: a monotonic clock and medians. Header-only: every C file of bench/ is its own program
  * (CMakeLists.txt builds each file of bench/ as one). */
 #ifndef DS_BENCH_UTIL_H
 #define DS_BENCH_UTIL_H
 
+#include <stdlib.h>
 #include <time.h>
 
 /* Seconds on the monotonic clock (wall time, not CPU time). */
@@ -17,6 +17,13 @@ static inline double now_s(void) {
 static inline int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* The median of n > 0 values (the mean of the middle two when n is even),
+ * sorting them in place. */
+static inline double median_sort(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 #endif /* DS_BENCH_UTIL_H */
