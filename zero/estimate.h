@@ -3,7 +3,7 @@
  * as estimate_zero2_model_states_mem_needs_all_live / ..._zero3_...; this
  * one follows this engine's own allocations (zero/, offload/) instead of
  * DeepSpeed's rule-of-thumb factors, so it can be checked against the
- * memory report of a real run (ds_memory_report): tests/unit/test_estimate.c
+ * memory report of a real run (ds_memory_report): tests/multirank/test_estimate.c
  * holds every stage, precision and offload combination to 5%.
  *
  *   ds_config cfg;                              // parsed and resolved

@@ -36,19 +36,15 @@ typedef enum ds_act {
 } ds_act;
 
 /* Vectorise the next loop (OpenMP simd) in the cpu build; nothing in CUDA,
- * where the row helpers below are not used. DS_SIMD_SUM / DS_SIMD_SUM2 sum
- * in an order that depends on the vector width: the cpu kernels use the
- * fixed-lane sums below instead (DS_LANES), so every instruction-set variant
- * gives the same bits; DS_SIMD_MAX is exact in any order. */
+ * where the row helpers below are not used. There is no simd sum on
+ * purpose: its order would follow the vector width; sums use the fixed lanes
+ * below (DS_LANES), so every instruction-set variant gives the same bits.
+ * DS_SIMD_MAX is exact in any order. */
 #if defined(_OPENMP) && !defined(__CUDACC__)
 #define DS_SIMD _Pragma("omp simd")
-#define DS_SIMD_SUM(v) _Pragma(DS_NN_STR(omp simd reduction(+ : v)))
-#define DS_SIMD_SUM2(v, w) _Pragma(DS_NN_STR(omp simd reduction(+ : v, w)))
 #define DS_SIMD_MAX(v) _Pragma(DS_NN_STR(omp simd reduction(max : v)))
 #else
 #define DS_SIMD
-#define DS_SIMD_SUM(v)
-#define DS_SIMD_SUM2(v, w)
 #define DS_SIMD_MAX(v)
 #endif
 #define DS_NN_STR(x) #x
