@@ -71,9 +71,12 @@ static ds_status build_local(engine_t *e, const ds_init_desc *d) {
     DS_TRY(pick_precision(e));
     DS_TRY(make_backend(e));
     DS_TRY(ds_flat_create(e->model, e->comm->world, &e->flat)); /* a table */
-    DS_TRY(ds_engine_check_fit(e)); /* refuse what cannot fit before allocating it */
     ds_zero_desc zd = {.cfg = &e->cfg, .be = e->be, .comm = e->comm, .flat = e->flat,
                        .param_t = e->param_t, .grad_t = e->grad_t, .seed = d->seed};
+    /* a bad nvme_path's own one-line error first, then the RAM estimate's:
+     * both refuse what cannot work before anything is allocated */
+    DS_TRY(ds_zero_preflight(&zd));
+    DS_TRY(ds_engine_check_fit(e));
     DS_TRY(ds_zero_create(&zd, &e->zero));
     DS_TRY(ds_ties_create(e->be, e->flat, &e->ties));
     ds_loss_scaler_init(&e->scaler, &e->cfg);

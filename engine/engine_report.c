@@ -6,11 +6,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
-#include "offload/nvme_dir.h"
-#include "offload/nvme_swap.h"
-#include "offload/param_store.h"
 #include "zero/estimate.h"
-#include "zero/optim.h"
 
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
@@ -59,20 +55,6 @@ static uint64_t ram_of(const ds_mem_report *r, ds_mem_purpose p, ds_backend_kind
  * the RAM this host has, so a configuration that cannot fit stops here
  * with the fix instead of being killed by the kernel mid-step. */
 ds_status ds_engine_check_fit(engine_t *e) {
-    /* A bad nvme_path is the first thing to fix: its one-line error (the
-     * same check ds_zero_create makes) before the RAM estimate's. */
-    const ds_config *c = &e->cfg;
-    if (c->offload_optimizer.device == DS_OFFLOAD_NVME && c->zero_stage >= 1)
-        DS_TRY(ds_nvme_preflight("zero_optimization.offload_optimizer",
-                                 c->offload_optimizer.nvme_path, e->comm->rank,
-                                 ds_nvme_swap_bytes(e->flat->part, 1 + ds_optim_state_count(c))));
-    if (c->offload_param.device == DS_OFFLOAD_NVME && c->zero_stage == 3) {
-        uint64_t need = ds_param_store_file_bytes(e->flat->part, e->param_t,
-                                                  c->offload_param.max_in_cpu);
-        if (need > 0)
-            DS_TRY(ds_nvme_preflight("zero_optimization.offload_param",
-                                     c->offload_param.nvme_path, e->comm->rank, need));
-    }
     uint64_t limit;
     const char *source;
     DS_TRY(ds_estimate_ram_limit(&limit, &source));

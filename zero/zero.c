@@ -8,13 +8,9 @@
 #include "offload/param_store.h"
 #include "zero/optim.h"
 
-ds_status ds_zero_create(const ds_zero_desc *d, ds_zero **out) {
-    *out = NULL;
+ds_status ds_zero_preflight(const ds_zero_desc *d) {
     const ds_config *c = d->cfg;
     if (c->offload_optimizer.device == DS_OFFLOAD_NVME && c->zero_stage >= 1) {
-        /* ZeRO-Infinity: a bad nvme_path fails here, before the stage
-         * allocates anything, with the bytes the swap needs against the
-         * bytes free. */
         uint64_t need = ds_nvme_swap_bytes(d->flat->part, 1 + ds_optim_state_count(c));
         DS_TRY(ds_nvme_preflight("zero_optimization.offload_optimizer",
                                  c->offload_optimizer.nvme_path, d->comm->rank, need));
@@ -26,6 +22,11 @@ ds_status ds_zero_create(const ds_zero_desc *d, ds_zero **out) {
             DS_TRY(ds_nvme_preflight("zero_optimization.offload_param",
                                      c->offload_param.nvme_path, d->comm->rank, need));
     }
+    return DS_OK;
+}
+
+ds_status ds_zero_create(const ds_zero_desc *d, ds_zero **out) {
+    *out = NULL;
     switch (d->cfg->zero_stage) {
     case 0: DS_TRY(ds_zero_stage0_create(d, out)); break;
     case 1: DS_TRY(ds_zero_stage1_create(d, out)); break;

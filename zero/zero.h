@@ -129,7 +129,15 @@ struct ds_zero {
     bool final_backward;
 };
 
-/* Build the strategy for cfg->zero_optimization.stage and initialise the
+/* ZeRO-Infinity's start-up checks, before anything is allocated: a bad
+ * nvme_path (missing, not a folder, not writable, no O_DIRECT, too small for
+ * the bytes the swap or the parameter file needs) fails with one message
+ * naming the key, the path and the bytes; a crashed run's leftovers there are
+ * removed. Nothing to do without NVMe offload. */
+ds_status ds_zero_preflight(const ds_zero_desc *d);
+
+/* Build the strategy for cfg->zero_optimization.stage (ds_zero_preflight
+ * first) and initialise the
  * parameters from their declared inits (the same values on every rank and
  * for every world size: element i of parameter p comes from the Philox
  * stream (seed, p) at counter i). */
