@@ -70,10 +70,7 @@ ds_status ds_engine_check_fit(engine_t *e) {
     char fix[512];
     ds_estimate_fix(e->model, 0, 0, e->comm->world, per_host, &e->cfg, be, limit, fix,
                     sizeof fix);
-    int64_t psi = 0;
-    for (int m = 0; m < e->model->n_modules; m++)
-        for (int k = 0; k < e->model->modules[m]->n_params; k++)
-            psi += ds_param_numel(&e->model->modules[m]->params[k]);
+    int64_t psi = ds_model_num_params(e->model);
     char sz[8][24];
     return DS_ERR(DS_ERR_OOM,
                   "this configuration does not fit in memory: ZeRO stage %d, %s, %lld "

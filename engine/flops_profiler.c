@@ -308,8 +308,8 @@ ds_status ds_flops_profile_get(const engine_t *e, ds_flops_profile *out, bool *r
     out->step = p->step;
     out->n_modules = p->n;
     out->batch_per_rank = e->cfg.train_micro_batch_size_per_gpu * e->cfg.gradient_accumulation_steps;
+    out->params = ds_model_num_params(e->model);
     for (int i = 0; i < p->n; i++) {
-        out->params += module_params(e->model->modules[i]);
         out->fwd_flops += p->mods[i].fwd_flops;
         out->bwd_flops += p->mods[i].bwd_flops;
     }

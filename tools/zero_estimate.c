@@ -208,13 +208,7 @@ static ds_status run(const opts *o) {
         ds_model_destroy(m);
         return st;
     }
-    int64_t psi = o->params;
-    if (m) {
-        psi = 0;
-        for (int k = 0; k < m->n_modules; k++)
-            for (int p = 0; p < m->modules[k]->n_params; p++)
-                psi += ds_param_numel(&m->modules[k]->params[p]);
-    }
+    int64_t psi = m ? ds_model_num_params(m) : o->params;
     const char *prec = c.fp16_enabled ? "fp16" : c.bf16_enabled ? "bf16" : "fp32";
     printf("Estimated memory per rank: %lld parameters (%.1fM)%s, %d rank%s (%d per host), "
            "ZeRO stage %d, %s, %s backend,\noffload_optimizer %s, offload_param %s\n",
