@@ -3,16 +3,19 @@
 #define _XOPEN_SOURCE 700
 #include "tools/common/train_habits.h"
 
+#include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
+#include "engine/io/ckpt_dir.h"
 #include "tools/common/trainer.h"
 #include "tools/common/trainer_run.h"
 
@@ -96,20 +99,24 @@ bool tr_habits_log(tr_habits *h, ds_step_info *info, bool last) {
 
 /* ---- the best model's folder ---- */
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-/* rm -rf; a missing path is fine. */
-static ds_status rm_tree(const char *path) {
-    struct stat st;
-    if (lstat(path, &st) != 0) return DS_OK;
-    if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
-        return DS_ERR(DS_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
-    return DS_OK;
+/* fsync every file of a flat folder, then the folder: the new best must be
+ * on disk before it replaces the old one (ds_ckpt_commit_dir renames only). */
+static ds_status sync_folder(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return DS_ERR(DS_ERR_IO, "cannot open %s: %s", dir, strerror(errno));
+    ds_status st = DS_OK;
+    struct dirent *ent;
+    while (st == DS_OK && (ent = readdir(d))) {
+        if (ent->d_name[0] == '.') continue;
+        char path[4608];
+        snprintf(path, sizeof path, "%.4300s/%s", dir, ent->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0 || fsync(fd) != 0)
+            st = DS_ERR(DS_ERR_IO, "cannot sync %s: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+    }
+    closedir(d);
+    return st == DS_OK ? ds_ckpt_fsync_dir(dir) : st;
 }
 
 /* Every rank learns whether rank 0's part worked (the message stays on
@@ -122,17 +129,18 @@ static ds_status agree(engine_t *e, ds_status mine, const char *what) {
 }
 
 /* SAVE_DIR/best as a whole: the weights and the description into
- * best.tmp, then best.tmp renamed over best, so a crash leaves the old
- * best or the new one, never half of one. Collective. */
+ * best.tmp, synced, then made SAVE_DIR/best in one step as a checkpoint tag
+ * is (ds_ckpt_commit_dir: rename, or an atomic exchange with the old best),
+ * so a crash leaves the old best or the new one, never half of one and
+ * never none. Collective. */
 static ds_status save_best(tr_habits *h, tr_run *r, char *dir, size_t cap) {
-    char tmp[4300], old[4300], w[4400];
+    char tmp[4300], w[4400];
     snprintf(dir, cap, "%s/best", h->o->save_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", dir);
-    snprintf(old, sizeof old, "%s.old", dir);
     snprintf(w, sizeof w, "%s/model.safetensors", tmp);
     ds_status st = DS_OK;
     if (r->rank == 0) {
-        st = rm_tree(tmp);
+        st = ds_ckpt_remove_flat_dir(tmp); /* a crashed save's leftovers */
         if (st == DS_OK && mkdir(tmp, 0777) != 0)
             st = DS_ERR(DS_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
         if (st == DS_OK && h->describe) st = h->describe(h->describe_user, tmp);
@@ -140,13 +148,8 @@ static ds_status save_best(tr_habits *h, tr_run *r, char *dir, size_t cap) {
     DS_TRY(agree(r->e, st, "prepare the best model's folder"));
     DS_TRY(ds_save_weights(r->e, w));
     if (r->rank == 0) {
-        struct stat sb;
-        st = rm_tree(old);
-        if (st == DS_OK && stat(dir, &sb) == 0 && rename(dir, old) != 0)
-            st = DS_ERR(DS_ERR_IO, "cannot rename %s: %s", dir, strerror(errno));
-        if (st == DS_OK && rename(tmp, dir) != 0)
-            st = DS_ERR(DS_ERR_IO, "cannot rename %s to %s: %s", tmp, dir, strerror(errno));
-        if (st == DS_OK) st = rm_tree(old);
+        st = sync_folder(tmp);
+        if (st == DS_OK) st = ds_ckpt_commit_dir(h->o->save_dir, "best");
     }
     return agree(r->e, st, "replace the best model's folder");
 }
