@@ -11,6 +11,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "engine/io/ckpt_dir.h"
 #include "engine/monitor/tb_events.h"
 
 /* One CSV file per tag; a run logs a dozen or so scalars. */
@@ -27,24 +28,12 @@ struct ds_monitor {
     int n_csv, cap_csv;
 };
 
-/* mkdir -p; DeepSpeed's os.makedirs(log_dir, exist_ok=True). */
+/* mkdir -p (DeepSpeed's os.makedirs(log_dir, exist_ok=True)); the error
+ * names the config key. */
 static ds_status make_dirs(const char *path, const char *key) {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return DS_ERR(DS_ERR_IO, "%s: path too long: %s", key, path);
-    for (char *p = buf + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char c = *p;
-        *p = '\0';
-        struct stat st;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return DS_ERR(DS_ERR_IO, "%s: cannot create folder %s: %s", key, buf, strerror(errno));
-        if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
-            return DS_ERR(DS_ERR_IO, "%s: %s is not a folder", key, buf);
-        *p = c;
-        if (c == '\0') break;
-    }
-    return DS_OK;
+    ds_status st = ds_ckpt_mkdirs(path);
+    if (st != DS_OK) ds_error_prefix("%s", key);
+    return st;
 }
 
 /* output_path/job_name; output_path "" is the current folder (DeepSpeed
@@ -155,7 +144,7 @@ ds_status ds_monitor_write(ds_monitor *m, const char *tag, double value, int64_t
         DS_TRY(csv_for(m, tag, &f));
         /* %.9g: a float32's value round-trips; doubles keep 9 digits, more than
            any scalar a run logs is worth */
-        if (fprintf(f, "%lld,%.9g\n", (long long)step, value) < 0 || fflush(f) != 0)
+        if (fprintf(f, "%lld,%.9g\n", (long long)step, value) < 0)
             return DS_ERR(DS_ERR_IO, "csv_monitor: writing %s in %s: %s", tag, m->csv_dir,
                           strerror(errno));
     }
@@ -163,8 +152,13 @@ ds_status ds_monitor_write(ds_monitor *m, const char *tag, double value, int64_t
 }
 
 ds_status ds_monitor_flush(ds_monitor *m) {
-    if (m && m->tb && fflush(m->tb) != 0)
+    if (!m) return DS_OK;
+    if (m->tb && fflush(m->tb) != 0)
         return DS_ERR(DS_ERR_IO, "tensorboard: writing %s: %s", m->tb_path, strerror(errno));
+    for (int i = 0; i < m->n_csv; i++)
+        if (fflush(m->csv[i].f) != 0)
+            return DS_ERR(DS_ERR_IO, "csv_monitor: writing %s in %s: %s", m->csv[i].tag,
+                          m->csv_dir, strerror(errno));
     return DS_OK;
 }
 

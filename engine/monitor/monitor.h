@@ -54,8 +54,8 @@ typedef struct ds_monitor ds_monitor; /* opaque */
 ds_status ds_monitor_open(const ds_config *cfg, int rank, ds_monitor **out);
 
 /* One scalar `value` of `tag` ("Train/Samples/lr") at `step` into every open
- * monitor. The event file is flushed by ds_monitor_flush (the engine does at
- * every step); a CSV row goes out at once. */
+ * monitor. Buffered: ds_monitor_flush pushes the event file and the CSV
+ * rows out (the engine does at every step), ds_monitor_close too. */
 ds_status ds_monitor_write(ds_monitor *m, const char *tag, double value, int64_t step);
 
 /* Push buffered events to the files (TensorBoard reads them as they come). */
