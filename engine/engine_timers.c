@@ -62,32 +62,32 @@ void ds_engine_wall_clock_step(engine_t *e) {
     if (e->cfg.steps_per_print <= 0 || e->global_step % e->cfg.steps_per_print != 0) return;
     int64_t steps = w->steps;
     double n = (double)steps;
-    const ds_comm_stats *now = &e->comm->stats, *then = &w->comm0;
+    ds_comm_stats d;
+    ds_comm_stats_diff(&e->comm->stats, &w->comm0, &d);
     ds_wall_clock r = {.from_step = e->global_step - steps, .to_step = e->global_step};
     r.fwd_ms = 1e3 * w->acc[DS_WC_FWD] / n;
     r.bwd_ms = 1e3 * w->acc[DS_WC_BWD] / n;
     r.step_ms = 1e3 * w->acc[DS_WC_STEP] / n;
-    r.comm_wait_ms = 1e3 * (now->wait_s - then->wait_s) / n;
+    r.comm_wait_ms = 1e3 * d.wait_s / n;
     for (int k = 0; k < DS_COLL_COUNT; k++) {
-        double s = now->seconds[k] - then->seconds[k];
-        r.calls[k] = (double)(now->calls[k] - then->calls[k]) / n;
-        r.bytes[k] = (double)(now->bytes_sent[k] - then->bytes_sent[k]) / n;
-        r.bytes_intra[k] = (double)(now->bytes_intra[k] - then->bytes_intra[k]) / n;
-        r.bytes_inter[k] = (double)(now->bytes_inter[k] - then->bytes_inter[k]) / n;
+        double s = d.seconds[k];
+        r.calls[k] = (double)d.calls[k] / n;
+        r.bytes[k] = (double)d.bytes_sent[k] / n;
+        r.bytes_intra[k] = (double)d.bytes_intra[k] / n;
+        r.bytes_inter[k] = (double)d.bytes_inter[k] / n;
         r.ms[k] = 1e3 * s / n;
-        double size = (double)(now->size_bytes[k] - then->size_bytes[k]);
-        r.busbw_gbps[k] = s > 0 ? size / s * ds_coll_busbw_factor((ds_coll)k, e->comm->world) /
-                                      1e9
+        r.busbw_gbps[k] = s > 0 ? (double)d.size_bytes[k] / s *
+                                      ds_coll_busbw_factor((ds_coll)k, e->comm->world) / 1e9
                                 : 0.0;
     }
-    r.host_calls = (double)(now->host_calls - then->host_calls) / n;
-    r.host_bytes = (double)(now->host_bytes - then->host_bytes) / n;
-    r.host_ms = 1e3 * (now->host_seconds - then->host_seconds) / n;
+    r.host_calls = (double)d.host_calls / n;
+    r.host_bytes = (double)d.host_bytes / n;
+    r.host_ms = 1e3 * d.host_seconds / n;
     w->last = r;
     w->have_last = true;
     memset(w->acc, 0, sizeof w->acc);
     w->steps = 0;
-    w->comm0 = *now;
+    w->comm0 = e->comm->stats;
     if (e->comm->rank == 0 && !e->quiet) print_interval(e, &r);
 }
 

@@ -42,6 +42,22 @@ void ds_comm_stats_reset(ds_comm *c) {
     if (c) memset(&c->stats, 0, sizeof c->stats);
 }
 
+void ds_comm_stats_diff(const ds_comm_stats *now, const ds_comm_stats *then, ds_comm_stats *out) {
+    for (int k = 0; k < DS_COLL_COUNT; k++) {
+        out->calls[k] = now->calls[k] - then->calls[k];
+        out->elems_sent[k] = now->elems_sent[k] - then->elems_sent[k];
+        out->bytes_sent[k] = now->bytes_sent[k] - then->bytes_sent[k];
+        out->bytes_intra[k] = now->bytes_intra[k] - then->bytes_intra[k];
+        out->bytes_inter[k] = now->bytes_inter[k] - then->bytes_inter[k];
+        out->size_bytes[k] = now->size_bytes[k] - then->size_bytes[k];
+        out->seconds[k] = now->seconds[k] - then->seconds[k];
+    }
+    out->wait_s = now->wait_s - then->wait_s;
+    out->host_calls = now->host_calls - then->host_calls;
+    out->host_bytes = now->host_bytes - then->host_bytes;
+    out->host_seconds = now->host_seconds - then->host_seconds;
+}
+
 double ds_coll_busbw_factor(ds_coll which, int world) {
     double n = world > 0 ? (double)world : 1.0;
     switch (which) {

@@ -141,6 +141,9 @@ typedef struct ds_comm_stats {
     double host_seconds;
 } ds_comm_stats;
 
+/* out = now - then, every counter (an interval's traffic from two reports). */
+void ds_comm_stats_diff(const ds_comm_stats *now, const ds_comm_stats *then, ds_comm_stats *out);
+
 /* nccl-tests' bus-bandwidth factor of a collective over `world` ranks:
  * all_reduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n, broadcast 1.
  * busbw = size_bytes / seconds * factor, comparable across world sizes. */

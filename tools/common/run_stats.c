@@ -7,30 +7,27 @@
 #include "engine/wall_clock.h"
 
 void tr_comm_fields(tr_jline *l, const engine_t *e, ds_comm_stats *prev) {
-    ds_comm_stats now;
+    ds_comm_stats now, d;
     ds_comm_report(e, &now);
+    ds_comm_stats_diff(&now, prev, &d);
     tr_jline_key(l, "comm");
     FILE *f = l->f;
     fputc('{', f);
     int n = 0;
     for (int k = 0; k < DS_COLL_COUNT; k++) {
-        uint64_t calls = now.calls[k] - prev->calls[k];
-        if (!calls) continue;
+        if (!d.calls[k]) continue;
         fprintf(f,
                 "%s\"%s\": {\"calls\": %llu, \"bytes\": %llu, \"inside_host\": %llu, "
                 "\"across_hosts\": %llu, \"seconds\": %.6f}",
-                n++ ? ", " : "", ds_coll_name((ds_coll)k), (unsigned long long)calls,
-                (unsigned long long)(now.bytes_sent[k] - prev->bytes_sent[k]),
-                (unsigned long long)(now.bytes_intra[k] - prev->bytes_intra[k]),
-                (unsigned long long)(now.bytes_inter[k] - prev->bytes_inter[k]),
-                now.seconds[k] - prev->seconds[k]);
+                n++ ? ", " : "", ds_coll_name((ds_coll)k), (unsigned long long)d.calls[k],
+                (unsigned long long)d.bytes_sent[k], (unsigned long long)d.bytes_intra[k],
+                (unsigned long long)d.bytes_inter[k], d.seconds[k]);
     }
-    if (now.host_calls != prev->host_calls)
+    if (d.host_calls)
         fprintf(f, "%s\"host\": {\"calls\": %llu, \"bytes\": %llu, \"seconds\": %.6f}",
-                n++ ? ", " : "", (unsigned long long)(now.host_calls - prev->host_calls),
-                (unsigned long long)(now.host_bytes - prev->host_bytes),
-                now.host_seconds - prev->host_seconds);
-    fprintf(f, "%s\"wait_s\": %.6f}", n ? ", " : "", now.wait_s - prev->wait_s);
+                n++ ? ", " : "", (unsigned long long)d.host_calls,
+                (unsigned long long)d.host_bytes, d.host_seconds);
+    fprintf(f, "%s\"wait_s\": %.6f}", n ? ", " : "", d.wait_s);
     *prev = now;
 }
 
@@ -71,19 +68,20 @@ enum { F_CALLS, F_INTRA, F_INTER, F_SECONDS, F_N };
 
 ds_status tr_comm_report(engine_t *e, const char *prog, const ds_comm_stats *start,
                          int64_t steps) {
-    ds_comm_stats now;
+    ds_comm_stats now, d;
     ds_comm_report(e, &now);
+    ds_comm_stats_diff(&now, start, &d);
     double sum[DS_COLL_COUNT * F_N + 4]; /* then wait_s, host calls, bytes, seconds */
     for (int k = 0; k < DS_COLL_COUNT; k++) {
-        sum[k * F_N + F_CALLS] = (double)(now.calls[k] - start->calls[k]);
-        sum[k * F_N + F_INTRA] = (double)(now.bytes_intra[k] - start->bytes_intra[k]);
-        sum[k * F_N + F_INTER] = (double)(now.bytes_inter[k] - start->bytes_inter[k]);
-        sum[k * F_N + F_SECONDS] = now.seconds[k] - start->seconds[k];
+        sum[k * F_N + F_CALLS] = (double)d.calls[k];
+        sum[k * F_N + F_INTRA] = (double)d.bytes_intra[k];
+        sum[k * F_N + F_INTER] = (double)d.bytes_inter[k];
+        sum[k * F_N + F_SECONDS] = d.seconds[k];
     }
-    sum[DS_COLL_COUNT * F_N] = now.wait_s - start->wait_s;
-    sum[DS_COLL_COUNT * F_N + 1] = (double)(now.host_calls - start->host_calls);
-    sum[DS_COLL_COUNT * F_N + 2] = (double)(now.host_bytes - start->host_bytes);
-    sum[DS_COLL_COUNT * F_N + 3] = now.host_seconds - start->host_seconds;
+    sum[DS_COLL_COUNT * F_N] = d.wait_s;
+    sum[DS_COLL_COUNT * F_N + 1] = (double)d.host_calls;
+    sum[DS_COLL_COUNT * F_N + 2] = (double)d.host_bytes;
+    sum[DS_COLL_COUNT * F_N + 3] = d.host_seconds;
     /* counts and bytes add over ranks (bytes then: what crossed each kind of
      * link); times are summed too and divided by the ranks below (the mean) */
     DS_TRY(ds_all_reduce_host(e, sum, sizeof sum / sizeof *sum, DS_F64));
