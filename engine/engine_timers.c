@@ -13,8 +13,7 @@ void ds_engine_wall_clock_init(engine_t *e) {
     ds_engine_prof_init(e);
 }
 
-/* "17.52 MB", "512 B": decimal units, as bandwidths are quoted */
-static void fmt_bytes(char *buf, size_t cap, double b) {
+void ds_format_bytes(char *buf, size_t cap, double b) {
     if (b >= 1e9) snprintf(buf, cap, "%.2f GB", b / 1e9);
     else if (b >= 1e6) snprintf(buf, cap, "%.2f MB", b / 1e6);
     else if (b >= 1e3) snprintf(buf, cap, "%.2f kB", b / 1e3);
@@ -32,7 +31,7 @@ static void print_interval(const engine_t *e, const ds_wall_clock *w) {
     for (int k = 0; k < DS_COLL_COUNT; k++) {
         if (w->calls[k] <= 0) continue;
         char b[32];
-        fmt_bytes(b, sizeof b, w->bytes[k]);
+        ds_format_bytes(b, sizeof b, w->bytes[k]);
         printf(" | %s: %.4g call%s, %s, %.2f ms, busbw %.2f GB/s", ds_coll_name((ds_coll)k),
                w->calls[k], w->calls[k] == 1.0 ? "" : "s", b, w->ms[k], w->busbw_gbps[k]);
         intra += w->bytes_intra[k];
@@ -43,13 +42,13 @@ static void print_interval(const engine_t *e, const ds_wall_clock *w) {
                         e->comm->world == 1 ? "" : "s");
     if (w->host_calls > 0) {
         char hb[32];
-        fmt_bytes(hb, sizeof hb, w->host_bytes);
+        ds_format_bytes(hb, sizeof hb, w->host_bytes);
         printf(" | metadata (MPI's own): %.4g call%s, %s, %.2f ms", w->host_calls,
                w->host_calls == 1.0 ? "" : "s", hb, w->host_ms);
     }
     char bi[32], bx[32];
-    fmt_bytes(bi, sizeof bi, intra);
-    fmt_bytes(bx, sizeof bx, inter);
+    ds_format_bytes(bi, sizeof bi, intra);
+    ds_format_bytes(bx, sizeof bx, inter);
     printf(" | inside host %s, across hosts %s (%d host%s)\n", bi, bx, e->comm->nhosts,
            e->comm->nhosts == 1 ? "" : "s");
     fflush(stdout);

@@ -59,6 +59,10 @@ typedef struct ds_wall_clock {
  * ends. Every rank has its own (rank 0 prints its own). */
 ds_status ds_wall_clock_last(const engine_t *e, ds_wall_clock *out, bool *ready);
 
+/* "17.52 MB", "512 B": bytes in decimal units, as link rates are quoted
+ * (the prints above; the trainers' end-of-run report). */
+void ds_format_bytes(char *buf, size_t cap, double bytes);
+
 #ifdef __cplusplus
 }
 #endif

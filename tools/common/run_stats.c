@@ -55,14 +55,6 @@ void tr_wall_clock_fields(tr_jline *l, const engine_t *e, int64_t step) {
             w.host_bytes, w.host_ms);
 }
 
-/* "17.52 MB": decimal, as link rates are quoted */
-static void mb(char *buf, size_t cap, double b) {
-    if (b >= 1e9) snprintf(buf, cap, "%.2f GB", b / 1e9);
-    else if (b >= 1e6) snprintf(buf, cap, "%.2f MB", b / 1e6);
-    else if (b >= 1e3) snprintf(buf, cap, "%.2f kB", b / 1e3);
-    else snprintf(buf, cap, "%.0f B", b);
-}
-
 /* per kind: calls, inside, across, seconds (seconds: the largest rank's) */
 enum { F_CALLS, F_INTRA, F_INTER, F_SECONDS, F_N };
 
@@ -96,10 +88,10 @@ ds_status tr_comm_report(engine_t *e, const char *prog, const ds_comm_stats *sta
         const double *s = sum + k * F_N;
         if (s[F_CALLS] <= 0) continue;
         char in[32], out[32], inp[32], outp[32];
-        mb(in, sizeof in, s[F_INTRA]);
-        mb(out, sizeof out, s[F_INTER]);
-        mb(inp, sizeof inp, s[F_INTRA] / per);
-        mb(outp, sizeof outp, s[F_INTER] / per);
+        ds_format_bytes(in, sizeof in, s[F_INTRA]);
+        ds_format_bytes(out, sizeof out, s[F_INTER]);
+        ds_format_bytes(inp, sizeof inp, s[F_INTRA] / per);
+        ds_format_bytes(outp, sizeof outp, s[F_INTER] / per);
         printf("%s %s %.0f calls, %s / %s, %.3g s (per step %.3g calls, %s / %s, %.3g ms)",
                n++ ? ";" : "", ds_coll_name((ds_coll)k), s[F_CALLS] / world, in, out,
                s[F_SECONDS] / world, s[F_CALLS] / world / per, inp, outp,
@@ -109,7 +101,7 @@ ds_status tr_comm_report(engine_t *e, const char *prog, const ds_comm_stats *sta
     const double *h = sum + DS_COLL_COUNT * F_N + 1;
     if (h[0] > 0) {
         char hb[32];
-        mb(hb, sizeof hb, h[1] / world);
+        ds_format_bytes(hb, sizeof hb, h[1] / world);
         printf("; metadata (MPI's own collectives: the step's loss, agreements) %.0f calls, %s, "
                "%.3g s", h[0] / world, hb, h[2] / world);
     }
