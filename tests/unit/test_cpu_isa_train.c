@@ -65,7 +65,7 @@ static int train(const char *isa, double loss[STEPS], int *rank) {
 int main(void) {
     double ref[STEPS], loss[STEPS];
     const char *ref_isa = NULL;
-    int rank = 0, fails = 0;
+    int rank = 0, fails = 0, compared = 0;
     for (int v = 0; ds_cpu_isa_names[v]; v++) {
         const char *isa = ds_cpu_isa_names[v];
         if (!ds_cpu_variant_find(isa)) {
@@ -90,6 +90,11 @@ int main(void) {
             printf("test_cpu_isa_train: %s vs %s: %d of %d step losses bit-identical (last %.7f)\n",
                    isa, ref_isa, same, STEPS, loss[STEPS - 1]);
         if (same != STEPS) fails++;
+        compared++;
+    }
+    if (!compared) { /* one variant runs here: nothing to compare */
+        if (rank == 0) printf("test_cpu_isa_train: only %s runs here, skipped\n", ref_isa);
+        return 77;
     }
     if (rank == 0) printf("test_cpu_isa_train: %s\n", fails ? "FAILED" : "ok");
     return fails ? 1 : 0;
