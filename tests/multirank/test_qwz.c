@@ -22,7 +22,8 @@
  *     full-precision one from the first step (the gathered weights are the
  *     quantized ones), but stays within a band of it at every step (see
  *     BAND);
- *   - every rank sees the same losses (they are agreed across ranks). */
+ *   each rank checks all of it and fails the run on its own (the losses are
+ *   the engine's, already agreed across ranks; the bytes are this rank's). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
