@@ -110,9 +110,7 @@ int main(int argc, char **argv) {
             if (r >= 0) ms[(size_t)which * (size_t)rounds + (size_t)r] = (now_s() - t0) * 1e3 / steps;
         }
     }
-    qsort(ms, (size_t)rounds, sizeof *ms, cmp_double);
-    qsort(ms + rounds, (size_t)rounds, sizeof *ms, cmp_double);
-    double off = ms[rounds / 2], on = ms[rounds + rounds / 2];
+    double off = median_sort(ms, rounds), on = median_sort(ms + rounds, rounds);
     printf("step of a small BERT (median of %d rounds of %d steps), ms: off %.4f [%.4f..%.4f], "
            "on %.4f [%.4f..%.4f]; on - off %+.4f ms (%+.2f%%)\n",
            rounds, steps, off, ms[0], ms[rounds - 1], on, ms[rounds], ms[2 * rounds - 1], on - off,
