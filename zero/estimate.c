@@ -120,12 +120,15 @@ static void param_store(est *e, int64_t n) {
 /* One gather slot of cap elements (stage3.c slot_alloc): low-precision
  * and fp32 views, and with qwZ the packed int8 blocks of every rank's piece. */
 static void slot(est *e, int64_t cap) {
-    add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, cap, e->P + (e->mixed ? 4 : 0));
-    if (e->c->zero_quantized_weights) {
-        int64_t w = e->l->world;
+    bool qwz = e->c->zero_quantized_weights;
+    /* the working-dtype span (fp32: also the fp32 view), and under mixed
+     * precision the fp32 view; qwZ under mixed precision keeps only the
+     * latter */
+    int64_t per = (e->mixed && qwz) ? 4 : e->P + (e->mixed ? 4 : 0);
+    add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, cap, per);
+    if (qwz)
         add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE,
-            cap + 4 * (cap / (int64_t)DS_Q8_BLOCK + w) + 3 * w, 1);
-    }
+            (int64_t)ds_q8_gather_bytes((size_t)cap, (size_t)e->l->world), 1);
 }
 
 static int cmp_desc(const void *a, const void *b) {

@@ -158,7 +158,7 @@ static ds_status start_gather_range(stage3 *s, slot *sl, int64_t begin, int64_t 
     if (s->qwz) packed_counts(s, sl);
     if (mine > 0) {
         int64_t src = (begin > s->sh.lo ? begin : s->sh.lo) - s->sh.lo;
-        void *dst = ds_at(sl->buf, s->pt, (int64_t)off);
+        void *dst = ds_at(sl->buf ? sl->buf : (void *)sl->f32, s->pt, (int64_t)off);
         if (s->ps) /* offload_param: brought in from host memory or NVMe */
             DS_TRY(ds_param_store_read(s->ps, src, src + (int64_t)mine, dst));
         else if (!s->qwz) /* qwZ quantizes straight from the partition */
@@ -467,7 +467,8 @@ static void slot_free(stage3 *s, ds_backend *be, slot *sl) {
         ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, sl->qbuf, sl->qcap);
     }
     size_t cap = (size_t)sl->cap;
-    ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, sl->buf, cap * ds_dtype_size(s->pt));
+    if (sl->buf) /* NULL under qwZ with fp16/bf16; the fp32 view itself under fp32 */
+        ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, sl->buf, cap * ds_dtype_size(s->pt));
     if (s->pt != DS_F32) ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, sl->f32, cap * 4);
 }
 
@@ -575,18 +576,19 @@ static ds_status slot_alloc(stage3 *s, ds_backend *be, slot *sl) {
     DS_TRY(ds_mem_host_alloc(be->mem, DS_MEM_OTHER, (size_t)s->flat->world * sizeof(size_t),
                              "gather block counts", (void **)&sl->counts));
     size_t cap = (size_t)sl->cap;
-    DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, cap * ds_dtype_size(s->pt),
-                            &sl->buf));
+    /* qwZ under fp16/bf16 gathers into qbuf and dequantizes into f32: no
+     * working-dtype copy of the span (buf stays NULL; f32 is the scratch a
+     * piece read from offload_param's store is quantized from) */
+    if (s->pt == DS_F32 || !s->qwz)
+        DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, cap * ds_dtype_size(s->pt),
+                                &sl->buf));
     if (s->pt != DS_F32)
         DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, cap * 4, (void **)&sl->f32));
     else
         sl->f32 = sl->buf;
     if (s->qwz) {
-        /* The packed pieces of a span of cap elements cut among `world`
-         * ranks: sum over r of 4 ceil(n_r / B) + roundup4(n_r) <= cap +
-         * 4 (cap / B + world) + 3 world. */
         size_t w = (size_t)s->flat->world;
-        sl->qcap = cap + 4 * (cap / DS_Q8_BLOCK + w) + 3 * w;
+        sl->qcap = ds_q8_gather_bytes(cap, w);
         DS_TRY(ds_mem_host_alloc(be->mem, DS_MEM_OTHER, w * sizeof(size_t),
                                  "qwZ gather byte counts", (void **)&sl->qcounts));
         DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, sl->qcap,

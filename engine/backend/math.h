@@ -384,6 +384,13 @@ DS_HD size_t ds_q8_packed_bytes(size_t n, size_t block) {
     return 4 * ds_q8_nblocks(n, block) + ((n + 3) & ~(size_t)3);
 }
 
+/* Room for the packed pieces of a span of n elements cut among `world`
+ * ranks, DS_Q8_BLOCK blocks: the sum over r of ds_q8_packed_bytes(n_r) is at
+ * most n + 4 (n / B + world) + 3 world (stage 3's qwZ gather buffer). */
+DS_HD size_t ds_q8_gather_bytes(size_t n, size_t world) {
+    return n + 4 * (n / DS_Q8_BLOCK + world) + 3 * world;
+}
+
 /* ------------------------------------------------------------------------ */
 /* 3. Argument checks (host only). Each returns DS_OK or DS_ERR_INVALID_ARG
  * with a message that names the slot (`who`) and the offending values. */
