@@ -309,31 +309,15 @@ out:
     return st;
 }
 
-/* c->local_rank: how many lower ranks run on a host of this one's name. */
-static ds_status local_rank_by_host(ds_comm *c, MPI_Comm comm) {
-    char *names = calloc((size_t)c->world, MPI_MAX_PROCESSOR_NAME);
-    char self[MPI_MAX_PROCESSOR_NAME] = "";
-    int len = 0;
-    if (!names) return DS_ERR(DS_ERR_OOM, "comm: out of memory for %d host names", c->world);
-    MPI_Get_processor_name(self, &len);
-    int rc = MPI_Allgather(self, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names, MPI_MAX_PROCESSOR_NAME,
-                           MPI_CHAR, comm);
-    if (rc == MPI_SUCCESS) {
-        c->local_rank = 0;
-        for (int r = 0; r < c->rank; r++)
-            c->local_rank += strcmp(names + (size_t)r * MPI_MAX_PROCESSOR_NAME, self) == 0;
-    }
-    free(names);
-    return rc == MPI_SUCCESS ? DS_OK : ds_comm_mpi_error(rc, "MPI_Allgather of host names", c);
-}
-
-/* c->nhosts and c->next_same_host, from every rank's host name (what
- * MPI_Get_processor_name says: gethostname, so a simulated host with its own
- * UTS namespace counts as a host), for the inside/across-host split of the
- * traffic counters (ds_comm_stats). */
-static ds_status hosts_by_name(ds_comm *c, MPI_Comm comm) {
+/* Every rank's host name (MPI_Get_processor_name: gethostname, so a
+ * simulated host with its own UTS namespace counts as a host), gathered
+ * once: c->nhosts and c->next_same_host, for the inside/across-host split of
+ * the traffic counters (ds_comm_stats), and with set_local_rank
+ * c->local_rank, how many lower ranks run on a host of this one's name. */
+static ds_status hosts_by_name(ds_comm *c, MPI_Comm comm, bool set_local_rank) {
     c->nhosts = 1;
     c->next_same_host = true;
+    if (set_local_rank) c->local_rank = 0;
     if (c->world == 1) return DS_OK;
     char *names = calloc((size_t)c->world, MPI_MAX_PROCESSOR_NAME);
     char self[MPI_MAX_PROCESSOR_NAME] = "";
@@ -352,6 +336,7 @@ static ds_status hosts_by_name(ds_comm *c, MPI_Comm comm) {
             for (int q = 0; q < r && !seen; q++)
                 seen = strcmp(names + (size_t)q * MPI_MAX_PROCESSOR_NAME, nr) == 0;
             c->nhosts += !seen;
+            if (set_local_rank && r < c->rank) c->local_rank += strcmp(nr, self) == 0;
         }
     }
     free(names);
@@ -398,13 +383,15 @@ ds_status ds_comm_mpi_boot(const char *who, const ds_comm_desc *desc, ds_comm *c
     c->rank = rank;
     c->world = world;
     c->source = (info.source == DS_RANKS_SINGLE && world > 1) ? DS_RANKS_MPI : info.source;
+    /* A joined job (join.h) whose launcher did not say the local rank:
+     * MPI's shared-memory split stops at the parts' borders (every rank of
+     * the env form came out local rank 0), so the lower ranks on this host
+     * are counted by name (hosts_by_name, below). */
+    bool local_by_name = false;
     if (info.source != DS_RANKS_SINGLE && info.local_rank >= 0) {
         c->local_rank = info.local_rank;
     } else if (g_world != MPI_COMM_WORLD) {
-        /* A joined job (join.h) whose launcher did not say: MPI's shared-
-         * memory split stops at the parts' borders (every rank of the env
-         * form came out local rank 0), so count the lower ranks on this host. */
-        DS_TRY_GOTO(st, local_rank_by_host(c, base->comm), fail);
+        local_by_name = true;
     } else {
         /* The launcher did not say: ranks that share memory are on one node. */
         MPI_Comm node;
@@ -416,7 +403,7 @@ ds_status ds_comm_mpi_boot(const char *who, const ds_comm_desc *desc, ds_comm *c
         MPI_Comm_rank(node, &c->local_rank);
         MPI_Comm_free(&node);
     }
-    DS_TRY_GOTO(st, hosts_by_name(c, base->comm), fail);
+    DS_TRY_GOTO(st, hosts_by_name(c, base->comm, local_by_name), fail);
     return DS_OK;
 fail:
     ds_comm_mpi_shutdown(base);
