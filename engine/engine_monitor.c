@@ -3,15 +3,8 @@
  * DeepSpeed's engine does (Train/Samples/<name> at the step's global sample
  * count). */
 #include <stdio.h>
-#include <time.h>
 
 #include "engine/engine_internal.h"
-
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 ds_status ds_engine_monitor_open(engine_t *e) {
     ds_status worst;
@@ -19,7 +12,7 @@ ds_status ds_engine_monitor_open(engine_t *e) {
      * alone */
     DS_TRY(ds_comm_agree(e->comm, ds_monitor_open(&e->cfg, e->comm->rank, &e->monitor), &worst));
     if (worst != DS_OK) return worst;
-    e->monitor_t = mono_s();
+    e->monitor_t = ds_wc_now();
     e->monitor_samples = e->samples;
     if (e->monitor && !e->quiet) {
         const char *ev = ds_monitor_event_file(e->monitor), *csv = ds_monitor_csv_dir(e->monitor);
@@ -55,7 +48,7 @@ static ds_status write_step(engine_t *e, double sps) {
 
 void ds_engine_monitor_step(engine_t *e) {
     if (!e->monitor) return;
-    double t = mono_s();
+    double t = ds_wc_now();
     double sps = t > e->monitor_t ? (double)(e->last.samples - e->monitor_samples) / (t - e->monitor_t)
                                   : 0.0;
     e->monitor_t = t;
