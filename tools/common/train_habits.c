@@ -119,15 +119,6 @@ static ds_status sync_folder(const char *dir) {
     return st == DS_OK ? ds_ckpt_fsync_dir(dir) : st;
 }
 
-/* Every rank learns whether rank 0's part worked (the message stays on
- * rank 0; the others name rank 0). */
-static ds_status agree(engine_t *e, ds_status mine, const char *what) {
-    int32_t bad = mine != DS_OK;
-    DS_TRY(ds_all_reduce_host(e, &bad, 1, DS_I32));
-    if (!bad) return DS_OK;
-    return mine != DS_OK ? mine : DS_ERR(DS_ERR_IO, "rank 0 could not %s", what);
-}
-
 /* SAVE_DIR/best as a whole: the weights and the description into
  * best.tmp, synced, then made SAVE_DIR/best in one step as a checkpoint tag
  * is (ds_ckpt_commit_dir: rename, or an atomic exchange with the old best),
@@ -145,13 +136,13 @@ static ds_status save_best(tr_habits *h, tr_run *r, char *dir, size_t cap) {
             st = DS_ERR(DS_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
         if (st == DS_OK && h->describe) st = h->describe(h->describe_user, tmp);
     }
-    DS_TRY(agree(r->e, st, "prepare the best model's folder"));
+    DS_TRY(tr_agree(r->e, st, "prepare the best model's folder"));
     DS_TRY(ds_save_weights(r->e, w));
     if (r->rank == 0) {
         st = sync_folder(tmp);
         if (st == DS_OK) st = ds_ckpt_commit_dir(h->o->save_dir, "best");
     }
-    return agree(r->e, st, "replace the best model's folder");
+    return tr_agree(r->e, st, "replace the best model's folder");
 }
 
 /* ---- resuming: the state rides in each checkpoint's client state ---- */

@@ -175,13 +175,17 @@ static ds_status resume(tr_run *r) {
     return DS_OK;
 }
 
+ds_status tr_agree(engine_t *e, ds_status mine, const char *what) {
+    int32_t bad = mine != DS_OK;
+    DS_TRY(ds_all_reduce_host(e, &bad, 1, DS_I32));
+    if (!bad) return DS_OK;
+    return mine != DS_OK ? mine : DS_ERR(DS_ERR_IO, "rank 0 could not %s", what);
+}
+
 /* Rank 0 writes; every rank learns whether it worked, so none goes on alone. */
 static ds_status describe_save_dir(tr_run *r, tr_describe_fn describe, void *user) {
-    ds_status st = r->rank == 0 ? describe(user, r->o->save_dir) : DS_OK;
-    int32_t bad = st != DS_OK;
-    DS_TRY(ds_all_reduce_host(r->e, &bad, 1, DS_I32));
-    if (bad && r->rank != 0) return DS_ERR(DS_ERR_IO, "rank 0 could not write --save-dir");
-    return st;
+    return tr_agree(r->e, r->rank == 0 ? describe(user, r->o->save_dir) : DS_OK,
+                    "write --save-dir");
 }
 
 /* The full resolved config beside the run's outputs (the start-up print has

@@ -79,6 +79,11 @@ typedef ds_status (*tr_describe_fn)(void *user, const char *save_dir);
  * rank learning whether rank 0 could write these. */
 int tr_run_prepare(tr_run *r, tr_describe_fn describe, void *user, const char *what);
 
+/* Collective: `mine` is this rank's result of work only rank 0 did; every
+ * rank returns an error when rank 0 failed (rank 0 its own, the others
+ * "rank 0 could not WHAT"), so none goes on alone. */
+ds_status tr_agree(engine_t *e, ds_status mine, const char *what);
+
 /* A step's metrics members after step, epoch, loss, lr and grad_norm. */
 typedef void (*tr_step_fields_fn)(void *user, tr_jline *l, const ds_step_info *info,
                                   double samples_per_s);
