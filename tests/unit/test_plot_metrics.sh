@@ -10,6 +10,8 @@
 #
 #   test_plot_metrics.sh BINDIR CSV "MPIRUN FLAGS"
 set -u
+. "$(dirname "$0")/test_util.sh"
+need_args 3 "BINDIR CSV \"MPIRUN FLAGS\"" $#
 bin=$(readlink -f "$1")
 data=$(readlink -f "$2")
 mpi=$3
@@ -17,8 +19,6 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 export OMP_NUM_THREADS=1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 printf '{"train_micro_batch_size_per_gpu": 4, "steps_per_print": 1000,
   "zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}}' > c.json
@@ -109,5 +109,4 @@ print(f"{sys.argv[1]}: {w} x {h}, {len(colours)} colours, {100 * ink / (w * h):.
 sys.exit(1 if fails else 0)
 PY
 done
-[ $fails -eq 0 ] && echo "test_plot_metrics: ok" || echo "test_plot_metrics: FAILED ($fails)"
-[ $fails -eq 0 ]
+finish

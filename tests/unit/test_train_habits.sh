@@ -16,14 +16,14 @@
 #
 #   test_train_habits.sh BINDIR CSV WORKDIR "MPIRUN FLAGS"
 set -u
+. "$(dirname "$0")/test_util.sh"
+need_args 4 "BINDIR CSV WORKDIR \"MPIRUN FLAGS\"" $#
 bin=$(readlink -f "$1")
 data=$(readlink -f "$2")
 work=$3
 mpi=$4
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 export OMP_NUM_THREADS=1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 printf '{"train_micro_batch_size_per_gpu": 4, "steps_per_print": 1000,
   "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
@@ -185,5 +185,4 @@ bad train_cls "--save-best needs --eval-steps" --save-best loss --save-dir x
 bad train_cls "--save-best needs --save-dir" --save-best loss --eval-steps 5
 bad train_cls "--early-stopping needs --save-best" --early-stopping 2 --eval-steps 5
 bad train_lm "--save-best accuracy: one of loss,perplexity" --save-best accuracy --eval-steps 5 --save-dir x
-[ $fails -eq 0 ] && echo "test_train_habits: ok" || echo "test_train_habits: FAILED ($fails)"
-[ $fails -eq 0 ]
+finish
