@@ -146,42 +146,21 @@ static int train(const opts *o, const ds_dataset *data, bool overlap, run *r) {
     ds_model *model;
     engine_t *e;
     if (make_engine(o, o->gas, data, overlap, &model, &e)) return 1;
-    /* the parameter names and sizes (the engine owns the model until ds_finalize) */
-    int n_names = 0;
-    for (int m = 0; m < model->n_modules; m++) n_names += model->modules[m]->n_params;
-    char (*names)[DS_MAX_NAME] = calloc((size_t)n_names + 1, sizeof *names);
-    size_t *numel = calloc((size_t)n_names + 1, sizeof *numel);
-    if (!names || !numel) return 1;
-    int k = 0;
-    r->n_weights = 0;
-    for (int m = 0; m < model->n_modules; m++)
-        for (int p = 0; p < model->modules[m]->n_params; p++, k++) {
-            snprintf(names[k], DS_MAX_NAME, "%s", model->modules[m]->params[p].name);
-            numel[k] = (size_t)ds_param_numel(&model->modules[m]->params[p]);
-            r->n_weights += numel[k];
-        }
     int rc = 0;
     for (int i = 0; i < STEPS && rc == 0; i++) {
         ds_step_info info;
         if (ds_train_batch(e, &info) != DS_OK) {
             fprintf(stderr, "overlap %d step %d: %s\n", overlap, i + 1, ds_last_error());
             rc = 1;
+            break;
         }
         r->loss[i] = info.loss;
         r->norm[i] = info.grad_norm;
     }
-    r->weights = malloc(r->n_weights * sizeof(float));
-    size_t at = 0;
-    for (int i = 0; rc == 0 && i < n_names; i++) {
-        if (ds_get_param(e, names[i], r->weights + at, numel[i]) != DS_OK) {
-            fprintf(stderr, "get %s: %s\n", names[i], ds_last_error());
-            rc = 1;
-        }
-        at += numel[i];
-    }
+    /* every parameter in model order (NULL, said on stderr, on failure) */
+    r->weights = rc == 0 ? ck_params(e, &r->n_weights) : NULL;
+    if (!r->weights) rc = 1;
     ds_finalize(e);
-    free(names);
-    free(numel);
     return rc;
 }
 
