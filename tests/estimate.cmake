@@ -23,3 +23,14 @@ set_tests_properties(zero_estimate_2b PROPERTIES LABELS unit ENVIRONMENT "DS_MEM
 add_test(NAME zero_estimate_bad_args
          COMMAND $<TARGET_FILE:zero_estimate> --params 10 --offload-param disk)
 set_tests_properties(zero_estimate_bad_args PROPERTIES LABELS unit WILL_FAIL TRUE)
+
+# --model-config: the tiny GPT-2 fixture's config.json (vocab 97, n_embd 32,
+# 2 layers, 16 positions, tied head) is the bundled GPT-2's 29,088
+# parameters, by hand: wte 97*32 + wpe 16*32 + 2 layers * (2 LN 2*64 +
+# c_attn 32*96+96 + attn c_proj 32*32+32 + c_fc 32*128+128 + mlp c_proj
+# 128*32+32) + ln_f 64.
+add_test(NAME zero_estimate_model_config
+         COMMAND $<TARGET_FILE:zero_estimate> --model-config
+                 ${CMAKE_CURRENT_SOURCE_DIR}/data/gpt2_ref_tiny_hf/config.json --ranks 2 --stage 3)
+set_tests_properties(zero_estimate_model_config PROPERTIES LABELS unit
+  PASS_REGULAR_EXPRESSION "Estimated memory per rank: 29088 parameters .*2 ranks .*ZeRO stage 3")
