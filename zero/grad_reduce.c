@@ -150,6 +150,22 @@ ds_status ds_grad_reduce_finish(ds_grad_reduce *g) {
 
 bool ds_grad_reduce_started(const ds_grad_reduce *g) { return g->started; }
 
+ds_status ds_grad_reduce_grad_done(ds_grad_reduce *g, ds_replica *rep, bool final_backward,
+                                   int m) {
+    DS_TRY(ds_replica_grad_done(rep, m));
+    if (final_backward) {
+        const ds_flat_module *fm = &rep->flat->modules[m];
+        DS_TRY(ds_grad_reduce_ready(g, fm->begin, fm->end));
+    }
+    return DS_OK;
+}
+
+ds_status ds_grad_reduce_zero_grad(ds_grad_reduce *g, ds_replica *rep) {
+    DS_TRY(ds_grad_reduce_reset(g)); /* nothing in flight writes the replica */
+    DS_TRY(ds_replica_zero_grad(rep));
+    return DS_OK;
+}
+
 ds_status ds_grad_reduce_reset(ds_grad_reduce *g) {
     ds_status st = wait_all(g);
     g->cursor = g->hi = g->flat->used;

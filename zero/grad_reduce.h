@@ -32,6 +32,7 @@
 #define DS_ZERO_GRAD_REDUCE_H
 
 #include "engine/comm/comm_worker.h"
+#include "zero/replica.h"
 #include "zero/zero.h"
 
 typedef enum ds_grad_reduce_kind {
@@ -67,5 +68,11 @@ bool ds_grad_reduce_started(const ds_grad_reduce *g);
 
 /* New accumulation: nothing reduced. Waits for anything in flight. */
 ds_status ds_grad_reduce_reset(ds_grad_reduce *g);
+
+/* The strategy slots of a replica reduced during the last backward (stages
+ * 0 and 1): module m's backward ended (its gradients are final in the last
+ * micro-batch: reduce them now), and a new accumulation. */
+ds_status ds_grad_reduce_grad_done(ds_grad_reduce *g, ds_replica *rep, bool final_backward, int m);
+ds_status ds_grad_reduce_zero_grad(ds_grad_reduce *g, ds_replica *rep);
 
 #endif /* DS_ZERO_GRAD_REDUCE_H */

@@ -29,13 +29,7 @@ static stage0 *S(ds_zero *z) { return (stage0 *)z->impl; }
 static float *weights(stage0 *s) { return s->mixed ? s->master : (float *)s->rep.params; }
 
 static ds_status grad_done(ds_zero *z, int m) {
-    stage0 *s = S(z);
-    DS_TRY(ds_replica_grad_done(&s->rep, m));
-    if (z->final_backward) { /* module m's gradients are final: reduce them now */
-        const ds_flat_module *fm = &s->rep.flat->modules[m];
-        DS_TRY(ds_grad_reduce_ready(s->gr, fm->begin, fm->end));
-    }
-    return DS_OK;
+    return ds_grad_reduce_grad_done(S(z)->gr, &S(z)->rep, z->final_backward, m);
 }
 
 static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
@@ -48,12 +42,7 @@ static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
     return DS_OK;
 }
 
-static ds_status zero_grad(ds_zero *z) {
-    stage0 *s = S(z);
-    DS_TRY(ds_grad_reduce_reset(s->gr)); /* nothing in flight writes the replica */
-    DS_TRY(ds_replica_zero_grad(&s->rep));
-    return DS_OK;
-}
+static ds_status zero_grad(ds_zero *z) { return ds_grad_reduce_zero_grad(S(z)->gr, &S(z)->rep); }
 
 static ds_status apply(ds_zero *z, float grad_mult, const ds_optim_step *step) {
     stage0 *s = S(z);

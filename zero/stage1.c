@@ -27,13 +27,7 @@ static stage1 *S(ds_zero *z) { return (stage1 *)z->impl; }
 static void *my_grads(stage1 *s) { return ds_at(s->rs.rep.grads, s->rs.rep.gt, s->rs.sh.lo); }
 
 static ds_status grad_done(ds_zero *z, int m) {
-    stage1 *s = S(z);
-    DS_TRY(ds_replica_grad_done(&s->rs.rep, m));
-    if (z->final_backward) { /* module m's gradients are final: reduce them now */
-        const ds_flat_module *fm = &s->rs.rep.flat->modules[m];
-        DS_TRY(ds_grad_reduce_ready(s->gr, fm->begin, fm->end));
-    }
-    return DS_OK;
+    return ds_grad_reduce_grad_done(S(z)->gr, &S(z)->rs.rep, z->final_backward, m);
 }
 
 static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
@@ -46,10 +40,7 @@ static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
 }
 
 static ds_status zero_grad(ds_zero *z) {
-    stage1 *s = S(z);
-    DS_TRY(ds_grad_reduce_reset(s->gr)); /* nothing in flight writes the replica */
-    DS_TRY(ds_replica_zero_grad(&s->rs.rep));
-    return DS_OK;
+    return ds_grad_reduce_zero_grad(S(z)->gr, &S(z)->rs.rep);
 }
 
 static ds_status apply(ds_zero *z, float grad_mult, const ds_optim_step *step) {
