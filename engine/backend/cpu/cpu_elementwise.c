@@ -66,14 +66,6 @@ static size_t chunk_len(size_t c, size_t n) {
     return n - lo < DS_CPU_CHUNK ? n - lo : DS_CPU_CHUNK;
 }
 
-/* The fp32 values of src[lo, lo + len): src itself when it is fp32, else
- * converted into buf (len <= DS_CPU_CHUNK). */
-static const float *f32_view(float *buf, const void *src, ds_dtype t, size_t lo, size_t len) {
-    if (t == DS_F32) return (const float *)src + lo;
-    ds_cpu_to_f32(buf, src, t, lo, len);
-    return buf;
-}
-
 ds_status ds_cpu_cast(ds_backend *be, void *dst, ds_dtype dst_t, const void *src, ds_dtype src_t,
                       size_t n) {
     DS_TRY(ds_check_float_dtype("cpu cast", "dst", dst_t));
@@ -150,7 +142,7 @@ ds_status ds_cpu_axpy(ds_backend *be, void *y, ds_dtype yt, float alpha, const v
     for (size_t c = 0; c < nchunks; c++) {
         size_t lo = c * DS_CPU_CHUNK, len = chunk_len(c, n);
         float xbuf[DS_CPU_CHUNK], ybuf[DS_CPU_CHUNK];
-        const float *xs = f32_view(xbuf, x, xt, lo, len);
+        const float *xs = ds_cpu_f32_view(xbuf, x, xt, lo, len);
         if (yt == DS_F32) {
             axpy_run((float *)y + lo, alpha, xs, len);
         } else {
@@ -182,7 +174,7 @@ static double sumsq_range(const void *x, ds_dtype t, size_t lo, size_t hi) {
     float buf[DS_CPU_CHUNK];
     for (size_t start = lo; start < hi; start += DS_CPU_CHUNK) {
         size_t len = hi - start < DS_CPU_CHUNK ? hi - start : DS_CPU_CHUNK;
-        const float *f = f32_view(buf, x, t, start, len);
+        const float *f = ds_cpu_f32_view(buf, x, t, start, len);
         size_t i = 0;
         for (; i + 4 <= len; i += 4) {
             double v0 = f[i], v1 = f[i + 1], v2 = f[i + 2], v3 = f[i + 3];
@@ -247,7 +239,7 @@ ds_status ds_cpu_adam(ds_backend *be, float *param, const void *grad, ds_dtype g
     for (size_t ch = 0; ch < nchunks; ch++) {
         size_t lo = ch * DS_CPU_CHUNK, len = chunk_len(ch, n);
         float gbuf[DS_CPU_CHUNK];
-        const float *g = f32_view(gbuf, grad, grad_t, lo, len);
+        const float *g = ds_cpu_f32_view(gbuf, grad, grad_t, lo, len);
         adam_run(param + lo, g, m + lo, v + lo, len, &c);
         if (param_lp) ds_cpu_from_f32(param_lp, lp_t, lo, param + lo, len);
     }
@@ -279,7 +271,7 @@ ds_status ds_cpu_sgd(ds_backend *be, float *param, const void *grad, ds_dtype gr
     for (size_t ch = 0; ch < nchunks; ch++) {
         size_t lo = ch * DS_CPU_CHUNK, len = chunk_len(ch, n);
         float gbuf[DS_CPU_CHUNK];
-        const float *g = f32_view(gbuf, grad, grad_t, lo, len);
+        const float *g = ds_cpu_f32_view(gbuf, grad, grad_t, lo, len);
         sgd_run(param + lo, g, buf ? buf + lo : NULL, len, &c);
         if (param_lp) ds_cpu_from_f32(param_lp, lp_t, lo, param + lo, len);
     }

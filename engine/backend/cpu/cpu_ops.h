@@ -62,6 +62,15 @@ void ds_cpu_destroy(ds_backend *be);
 
 /* dst[i] = src[first + i] as fp32, for i < n (cpu_convert.c). */
 void ds_cpu_to_f32(float *restrict dst, const void *src, ds_dtype t, size_t first, size_t n);
+
+/* The fp32 values of src[lo, lo + len): src itself when it is fp32, else
+ * converted into buf (len <= DS_CPU_CHUNK). */
+static inline const float *ds_cpu_f32_view(float *buf, const void *src, ds_dtype t, size_t lo,
+                                           size_t len) {
+    if (t == DS_F32) return (const float *)src + lo;
+    ds_cpu_to_f32(buf, src, t, lo, len);
+    return buf;
+}
 /* dst[first + i] = src[i] rounded to t, for i < n. */
 void ds_cpu_from_f32(void *dst, ds_dtype t, size_t first, const float *restrict src, size_t n);
 

@@ -19,16 +19,14 @@ static void quantize_block(int8_t *q, float *scale, const void *x, ds_dtype t, s
     float m = 0.0f;
     for (size_t c = 0; c < len; c += DS_CPU_CHUNK) {
         size_t k = len - c < DS_CPU_CHUNK ? len - c : DS_CPU_CHUNK;
-        const float *v = t == DS_F32 ? (const float *)x + lo + c : buf;
-        if (t != DS_F32) ds_cpu_to_f32(buf, x, t, lo + c, k);
+        const float *v = ds_cpu_f32_view(buf, x, t, lo + c, k);
         for (size_t i = 0; i < k; i++) m = ds_q8_absmax_acc(m, v[i]);
     }
     float inv = ds_q8_inv(m);
     *scale = ds_q8_step(m);
     for (size_t c = 0; c < len; c += DS_CPU_CHUNK) {
         size_t k = len - c < DS_CPU_CHUNK ? len - c : DS_CPU_CHUNK;
-        const float *v = t == DS_F32 ? (const float *)x + lo + c : buf;
-        if (t != DS_F32) ds_cpu_to_f32(buf, x, t, lo + c, k);
+        const float *v = ds_cpu_f32_view(buf, x, t, lo + c, k);
         int8_t *out = q + lo + c;
 #pragma omp simd
         for (size_t i = 0; i < k; i++) out[i] = ds_q8_quantize(v[i], inv);
