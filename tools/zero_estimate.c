@@ -144,10 +144,8 @@ static ds_status make_config(const opts *o, ds_config *c) {
     if (o->config) DS_TRY(ds_config_parse_file(o->config, c, NULL, NULL));
     else DS_TRY(ds_config_parse_string("{\"train_micro_batch_size_per_gpu\": 1, "
                                        "\"zero_optimization\": {\"stage\": 2}}", c, NULL, NULL));
-    ds_config_hints h;
-    ds_config_hints_init(&h);
-    h.world_size = o->ranks;
-    DS_TRY(ds_config_resolve(c, &h));
+    /* the flags before resolving, so the resolver's own checks (offload
+     * against stage, ...) judge what is estimated */
     if (o->micro) c->train_micro_batch_size_per_gpu = o->micro;
     if (o->stage >= 0) c->zero_stage = o->stage;
     if (o->precision) {
@@ -156,10 +154,10 @@ static ds_status make_config(const opts *o, ds_config *c) {
     }
     if (o->opt) c->offload_optimizer.device = device_of(o->opt);
     if (o->param) c->offload_param.device = device_of(o->param);
-    if (c->zero_stage == 0 && c->offload_optimizer.device != DS_OFFLOAD_NONE)
-        return DS_ERR(DS_ERR_CONFIG, "offload_optimizer needs ZeRO stage 1, 2 or 3 (--stage)");
-    if (c->zero_stage != 3 && c->offload_param.device != DS_OFFLOAD_NONE)
-        return DS_ERR(DS_ERR_CONFIG, "offload_param needs ZeRO stage 3 (--stage 3)");
+    ds_config_hints h;
+    ds_config_hints_init(&h);
+    h.world_size = o->ranks;
+    DS_TRY(ds_config_resolve(c, &h));
     return DS_OK;
 }
 
@@ -191,10 +189,6 @@ static ds_status estimate(const opts *o, const ds_model *m, const ds_config *c, 
     return DS_OK;
 }
 
-static const char *dev_name(ds_offload_device d) {
-    return d == DS_OFFLOAD_CPU ? "cpu" : d == DS_OFFLOAD_NVME ? "nvme" : "none";
-}
-
 static ds_status run(const opts *o) {
     ds_config c;
     DS_TRY(make_config(o, &c));
@@ -215,8 +209,8 @@ static ds_status run(const opts *o) {
            (long long)psi, psi / 1e6, m ? "" : o->largest ? ", layout from --params" :
            ", layout from --params, no largest layer (buffers sized by it left out)",
            o->ranks, o->ranks == 1 ? "" : "s", o->per_host, c.zero_stage, prec,
-           be == DS_BACKEND_CPU ? "cpu" : "cuda", dev_name(c.offload_optimizer.device),
-           dev_name(c.zero_stage == 3 ? c.offload_param.device : DS_OFFLOAD_NONE));
+           be == DS_BACKEND_CPU ? "cpu" : "cuda", ds_offload_device_name(c.offload_optimizer.device),
+           ds_offload_device_name(c.zero_stage == 3 ? c.offload_param.device : DS_OFFLOAD_NONE));
     if (r.total[DS_PLACE_DEVICE] < (1u << 30) && r.total[DS_PLACE_HOST] < (1u << 30) &&
         r.total[DS_PLACE_NVME] < (1u << 30)) {
         g_unit = 1024.0 * 1024.0;
@@ -265,8 +259,8 @@ static ds_status run(const opts *o) {
             }
             printf("  %9.3f %9.3f %9.3f   offload_optimizer=%s", u(a.total[DS_PLACE_DEVICE]),
                    u(a.total[DS_PLACE_HOST]), u(a.total[DS_PLACE_NVME]),
-                   dev_name(t.offload_optimizer.device));
-            if (t.zero_stage == 3) printf(", offload_param=%s", dev_name(t.offload_param.device));
+                   ds_offload_device_name(t.offload_optimizer.device));
+            if (t.zero_stage == 3) printf(", offload_param=%s", ds_offload_device_name(t.offload_param.device));
             if (limit)
                 printf("%s", ds_estimate_ram(&a, be) * (uint64_t)o->per_host <= limit
                                  ? "" : "   (does not fit this host)");
