@@ -544,12 +544,15 @@ static void note_env(const char *name, const char *value) {
  * odls_base_sigkill_timeout, so that a SIGTERM mpirun gets itself left the
  * ranks time to save, is no way out: mpirun then waits that long after any
  * rank exits non-zero, a preempted one included.) */
-static void push_signal_mca(argv_buf *cmd, const ds_config *c) {
+static void push_signal_mca(argv_buf *cmd, const int *save_sigs, int n) {
     char fwd[256];
     const char *user = env_get("OMPI_MCA_ess_base_forward_signals");
     if (user && strcmp(user, "none") == 0) user = NULL;
-    snprintf(fwd, sizeof fwd, "%s%sSIGURG%s", user ? user : "", user ? "," : "",
-             c->save_on_signal == SIGXCPU ? ",SIGXCPU" : c->save_on_signal == SIGPWR ? ",SIGPWR" : "");
+    snprintf(fwd, sizeof fwd, "%s%sSIGURG", user ? user : "", user ? "," : "");
+    for (int k = 0; k < n; k++)
+        if (save_sigs[k] == SIGXCPU || save_sigs[k] == SIGPWR)
+            snprintf(fwd + strlen(fwd), sizeof fwd - strlen(fwd), ",%s",
+                     ds_signal_name(save_sigs[k]));
     argv_push(cmd, "--mca");
     argv_push(cmd, "ess_base_forward_signals");
     argv_push(cmd, fwd);
@@ -559,6 +562,22 @@ static void push_signal_mca(argv_buf *cmd, const ds_config *c) {
  * A config it cannot read is APP's to report: the defaults stay. */
 static void read_config(const char *path, ds_config *c) {
     if (ds_config_parse_file(path, c, NULL, NULL) != DS_OK) ds_config_defaults(c);
+}
+
+/* The bundled trainers' --save-on-signal NAME (or =NAME) among APP's
+ * arguments: a signal the ranks save on besides the config's, which mpirun
+ * must then pass on too. 0 when absent or not a name APP will accept (APP
+ * reports that). */
+static int app_save_signal(const options *o) {
+    static const char flag[] = "--save-on-signal";
+    for (int k = 0; k < o->n_app_args; k++) {
+        const char *a = o->app_args[k];
+        if (strcmp(a, flag) == 0 && k + 1 < o->n_app_args)
+            return ds_signal_from_name(o->app_args[k + 1]);
+        if (strncmp(a, flag, sizeof flag - 1) == 0 && a[sizeof flag - 1] == '=')
+            return ds_signal_from_name(a + sizeof flag);
+    }
+    return 0;
 }
 
 /* Forward to remote ranks the variables that change what a rank computes or
@@ -641,6 +660,8 @@ int main(int argc, char **argv) {
     char launcher_path[PATH_MAX];
     ds_config cfg;
     read_config(config_abs, &cfg);
+    /* the signals the ranks save on: the config's and the trainer flag's */
+    const int save_sigs[2] = {cfg.save_on_signal, app_save_signal(&o)};
     /* one node of several: its ranks learn where they sit in the job */
     if (o.nnodes > 1) {
         char num[16];
@@ -707,7 +728,7 @@ int main(int argc, char **argv) {
         /* every line says its rank, so the relay can show each error once
          * and each rank's lines whole (supervise.h) */
         if (!o.raw_output) argv_push(&cmd, "--tag-output");
-        push_signal_mca(&cmd, &cfg);
+        push_signal_mca(&cmd, save_sigs, 2);
         push_forwarded_env(&cmd);
         if (o.nnodes > 1) { /* where the nodes' jobs find each other */
             argv_push(&cmd, "--ompi-server");
@@ -756,10 +777,13 @@ int main(int argc, char **argv) {
         }
     }
     if (plan == P_MPIRUN) {
-        if (cfg.save_on_signal == SIGINT || cfg.save_on_signal == SIGHUP)
-            fprintf(stderr, "engine-run: warning: mpirun does not pass %s on to the ranks: "
-                    "zero_engine.save_on_signal %s works when sent to the ranks themselves\n",
-                    ds_signal_name(cfg.save_on_signal), ds_signal_name(cfg.save_on_signal));
+        for (int k = 0; k < 2; k++)
+            if (save_sigs[k] == SIGINT || save_sigs[k] == SIGHUP)
+                fprintf(stderr, "engine-run: warning: mpirun does not pass %s on to the ranks: "
+                        "%s %s works when sent to the ranks themselves\n",
+                        ds_signal_name(save_sigs[k]),
+                        k == 0 ? "zero_engine.save_on_signal" : "--save-on-signal",
+                        ds_signal_name(save_sigs[k]));
         er_supervise_hook hook = nodes ? er_nodes_hook(nodes) : (er_supervise_hook){0};
         er_supervise_opts so = {.np = o.np, .count_joins = o.hostfile == NULL,
                                 .deadline_s = cfg.preempt_deadline_s,

@@ -140,6 +140,14 @@ dry_np2)
   er_run --np 2 --dry-run --config xcpu.json "$app"
   grep -qF -- "--mca ess_base_forward_signals SIGURG,SIGXCPU " out.txt ||
     fail "save_on_signal SIGXCPU is not forwarded: $(cat out.txt)"
+  # the trainer's --save-on-signal too, in both spellings, beside the config's
+  echo '{"train_micro_batch_size_per_gpu": 1, "zero_engine": {"save_on_signal": "SIGPWR"}}' >pwr.json
+  for flag in "--save-on-signal XCPU" "--save-on-signal=SIGXCPU"; do
+    E="ENGINE_RUN_CORES=2"
+    er_run --np 2 --dry-run --config pwr.json "$app" $flag
+    grep -qF -- "--mca ess_base_forward_signals SIGURG,SIGPWR,SIGXCPU " out.txt ||
+      fail "$flag (and the config's SIGPWR) not forwarded: $(cat out.txt)"
+  done
   ;;
 
 dry_np4)
