@@ -11,7 +11,9 @@
  *     through ds_hf_load_weights and through train_cls --init (exit 1,
  *     "loading --init"), a save (nothing written, latest unchanged), a load
  *     of a checkpoint holding one, and zero_to_fp32 of it: each names the
- *     tensor and the element. */
+ *     tensor and the element;
+ *   - end to end, train_cls with finite weights too large to learn from
+ *     exits 1 with one line naming the step and the key (fp32 and fp16). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,8 +128,9 @@ static void test_set_param(engine_t *e) {
 }
 
 /* A copy of the tiny BERT's Hugging Face folder whose tensor `bad` has
- * element 3 set to NaN, plus a vocab.txt train_cls can use. */
-static void nan_hf_folder(const char *dir, const char *bad) {
+ * element 3 (every element when `all`) set to `value`, plus a vocab.txt
+ * train_cls can use. */
+static void poisoned_hf_folder(const char *dir, const char *bad, float value, bool all) {
     char src[1024], dst[1024];
     mkdir(dir, 0755);
     snprintf(src, sizeof src, "cp '%s/bert_ref_tiny_hf/config.json' '%s/'", DS_TEST_DATA_DIR, dir);
@@ -153,7 +156,8 @@ static void nan_hf_folder(const char *dir, const char *bad) {
         const ds_st_tensor *t = ds_st_tensor_at(f, i);
         float *x = malloc(t->numel * sizeof *x);
         if (ds_st_read_f32(f, t, 0, t->numel, x) != DS_OK) TEST_DIE("read");
-        if (!strcmp(t->name, bad)) x[3] = NAN;
+        for (size_t k = all ? 0 : 3; !strcmp(t->name, bad) && k < (all ? t->numel : 4); k++)
+            x[k] = value;
         if (ds_st_writer_write_f32(w, x, t->numel) != DS_OK) TEST_DIE("write");
         free(x);
     }
@@ -166,7 +170,7 @@ static void test_hf(void) {
     const char *bad = "bert.encoder.layer.1.output.dense.weight";
     char dir[700], path[800];
     snprintf(dir, sizeof dir, "%s/hf_nan", out);
-    nan_hf_folder(dir, bad);
+    poisoned_hf_folder(dir, bad, NAN, false);
     snprintf(path, sizeof path, "%s/config.json", dir);
     ds_bert_desc b;
     if (ds_hf_bert_config_read(path, 3, &b) != DS_OK) TEST_DIE("config");
@@ -291,6 +295,58 @@ static void test_checkpoints(engine_t *e) {
           "zero_to_fp32 of a NaN weight: %s \"%s\"", ds_status_to_string(st), ds_last_error());
 }
 
+/* Run train_cls (one process, --init dir, the config json) for 8 steps;
+ * returns its exit status and the last stderr line in `line`; `lines`
+ * counts them. */
+static int train_cls_init(const char *dir, const char *json, const char *name, char *line,
+                          size_t cap, int *lines) {
+    char cmd[5000], data[800], cfg[800], err[800];
+    snprintf(data, sizeof data, "%s/d.csv", out);
+    snprintf(cfg, sizeof cfg, "%s/%s.json", out, name);
+    snprintf(err, sizeof err, "%s/%s.err", out, name);
+    FILE *f = fopen(cfg, "w");
+    if (!f) TEST_DIE(cfg);
+    fputs(json, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s/bin/train_cls' --config '%s' --data '%s' --init '%s' "
+             "--max-seq-len 12 --max-steps 8 >/dev/null 2>'%s'", DS_BINARY_DIR, cfg, data, dir, err);
+    int rc = system(cmd);
+    f = fopen(err, "r");
+    *lines = 0;
+    line[0] = '\0';
+    while (f && fgets(line, (int)cap, f)) (*lines)++; /* the last line stays */
+    if (f) fclose(f);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* The same stops end to end: a trainer whose weights are finite but so
+ * large (3e38, near FLT_MAX, in a whole dense layer: its sums overflow to
+ * inf and inf - inf to NaN; 1e30 does not, layer norm's variance overflows
+ * first and zeroes the output) that every step's gradients are NaN exits 1
+ * with one line (after fp16's skip lines) naming the step and the key, in fp32 after
+ * max_consecutive_skips (3) skipped steps, in fp16 when the dynamic scale
+ * would go below min_loss_scale (2^16 -> 2^15 -> 2^14 = min, hysteresis 1:
+ * the overflow of step 3 would lower it again). */
+static void test_trainer_stops(void) {
+    char dir[700], line[2048];
+    int lines;
+    snprintf(dir, sizeof dir, "%s/hf_huge", out);
+    poisoned_hf_folder(dir, "bert.encoder.layer.1.output.dense.weight", 3e38f, true);
+    int rc = train_cls_init(dir, "{\"train_micro_batch_size_per_gpu\": 2}", "fp32", line,
+                            sizeof line, &lines);
+    /* lines: one per skipped step, then the error, which names its step once */
+    CHECK(rc == 1 && lines == 4 && !strncmp(line, "train_cls: step 4:", 18) &&
+              strstr(line, "zero_engine.max_consecutive_skips = 3"),
+          "train_cls fp32 that cannot learn: exit %d, %d lines: %s", rc, lines, line);
+    rc = train_cls_init(dir, "{\"train_micro_batch_size_per_gpu\": 2, \"fp16\": {\"enabled\": "
+                        "true, \"initial_scale_power\": 16, \"hysteresis\": 1, "
+                        "\"min_loss_scale\": 16384}}", "fp16", line, sizeof line, &lines);
+    /* lines: two per skipped step (the skip, the lower scale), then the error */
+    CHECK(rc == 1 && lines == 5 && !strncmp(line, "train_cls: step 3:", 18) &&
+              strstr(line, "fp16.min_loss_scale = 16384"),
+          "train_cls fp16 that cannot learn: exit %d, %d lines: %s", rc, lines, line);
+}
+
 int main(void) {
     snprintf(out, sizeof out, "%s/tests/nonfinite", DS_BINARY_DIR);
     char cmd[1200];
@@ -304,6 +360,7 @@ int main(void) {
     ds_finalize(e);
     ds_dataset_destroy(data);
     test_hf();
+    test_trainer_stops();
     if (test_fails() == 0) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", out);
         if (system(cmd) != 0) return 1;

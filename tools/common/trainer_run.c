@@ -301,9 +301,12 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
         if (ds_train_batch(r->e, &info) != DS_OK) {
             tr_progress_end(&prog);
             /* the step a failure happened in: a timeout names the collective
-             * and the bucket or module, this names when */
+             * and the bucket or module, this names when (unless the message
+             * does already: "step N: ..." from ds_step's can-learn check) */
+            snprintf(what, sizeof what, "step %lld:", (long long)s + 1);
+            bool named = strncmp(ds_last_error(), what, strlen(what)) == 0;
             snprintf(what, sizeof what, "training step %lld", (long long)s + 1);
-            rc = tr_fail(r->prog, what);
+            rc = tr_fail(r->prog, named ? NULL : what);
             break;
         }
         double t_step = now_s();
