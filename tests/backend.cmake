@@ -16,6 +16,19 @@ if(DS_CUDA)
   target_compile_definitions(test_backend_plugin PRIVATE DS_HAVE_CUDA=1)
 endif()
 
+# A CPU run maps no CUDA library: /proc/self/maps after a step on backend
+# cpu, and on "auto" falling back to cpu (which closes the module again).
+# In a DS_CUDA=ON build it first shows the scan sees the module when open.
+ds_add_test(NAME test_no_cuda_mapped SOURCES unit/test_no_cuda_mapped.c LABELS unit)
+if(DS_CUDA)
+  add_dependencies(test_no_cuda_mapped zero-engine-cuda)
+endif()
+# ... and links none: ldd on every program and libzero-engine.so (.ci/run runs
+# the same script on its DS_CUDA=ON build). Label unit: it reads files only.
+add_test(NAME test_no_cuda_linked
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_no_cuda_linked.sh ${CMAKE_BINARY_DIR})
+set_tests_properties(test_no_cuda_linked PROPERTIES LABELS unit TIMEOUT 60)
+
 # The cuda backend against the cpu backend, slot by slot (bit for bit where
 # the arithmetic is shared). Needs a GPU: exits 77, reported as skipped,
 # where none is visible, so a CUDA build on a machine without one stays green.

@@ -25,6 +25,7 @@ ds_status ds_backend_create(const ds_backend_desc *desc, ds_backend **out) {
         if (st == DS_OK) {
             st = p->backend_init(be, desc);
             be->nn = p->nn;
+            if (st != DS_OK) ds_cuda_plugin_put(); /* no GPU: the module is closed again */
         }
         break;
     }
@@ -44,6 +45,7 @@ ds_status ds_backend_create(const ds_backend_desc *desc, ds_backend **out) {
 void ds_backend_destroy(ds_backend *be) {
     if (!be) return;
     if (be->ops && be->ops->destroy) be->ops->destroy(be);
+    if (be->kind == DS_BACKEND_CUDA) ds_cuda_plugin_put(); /* after its code ran */
     free(be);
 }
 

@@ -42,10 +42,18 @@ typedef struct ds_cuda_plugin {
 /* The module's entry point (exported by libzero-engine-cuda.so). */
 typedef const ds_cuda_plugin *(*ds_cuda_plugin_entry)(void);
 
-/* Open the module once per process and return its table. Errors:
- * DS_ERR_UNSUPPORTED naming every place tried and the loader's message (no
- * module: a CPU-only build or install), or a version mismatch. */
+/* Open the module (once while it is in use) and return its table; each
+ * successful call is matched by one ds_cuda_plugin_put when the caller is
+ * done with what the table made. Errors, all DS_ERR_UNSUPPORTED: no module
+ * (a CPU-only build or install), naming every place tried; a module that is
+ * there but cannot be loaded, naming it and the loader's message (a CUDA
+ * library it links is missing); a version mismatch. */
 ds_status ds_cuda_plugin_get(const ds_cuda_plugin **out);
+
+/* Done with the table: the last put closes the module, which unmaps the CUDA
+ * libraries it brought in (a backend "auto" that found no GPU and fell back
+ * to cpu leaves none mapped). */
+void ds_cuda_plugin_put(void);
 
 #ifdef __cplusplus
 }

@@ -63,14 +63,16 @@ double ds_coll_busbw_factor(ds_coll which, int world) {
     switch (which) {
     case DS_COLL_ALL_REDUCE: return 2.0 * (n - 1.0) / n;
     case DS_COLL_REDUCE_SCATTER:
-    case DS_COLL_ALL_GATHER: return (n - 1.0) / n;
+    case DS_COLL_ALL_GATHER:
+    case DS_COLL_ALL_TO_ALL: return (n - 1.0) / n;
     default: return 1.0;
     }
 }
 
 const char *ds_coll_name(ds_coll which) {
     static const char *const names[DS_COLL_COUNT] = {"all_reduce", "reduce_scatter",
-                                                     "all_gather", "broadcast"};
+                                                     "all_gather", "broadcast",
+                                                     "all_to_all"};
     return (int)which >= 0 && which < DS_COLL_COUNT ? names[which] : "?";
 }
 
@@ -220,6 +222,21 @@ ds_status ds_comm_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds_dt
     coll_mark m = mark(c, DS_COLL_ALL_GATHER);
     ds_status st = c->ops->all_gatherv(c, buf, counts, t);
     account(c, DS_COLL_ALL_GATHER, m, total * ds_dtype_size(t));
+    DS_TRY(st);
+    return DS_OK;
+}
+
+ds_status ds_comm_all_to_all(ds_comm *c, const void *send, void *recv, size_t count, ds_dtype t) {
+    DS_TRY(check_common(c, "all_to_all", send, count, t));
+    DS_TRY(check_common(c, "all_to_all", recv, count, t));
+    size_t bytes = count * ds_dtype_size(t) * (size_t)c->world;
+    uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
+    if (bytes && s < r + bytes && r < s + bytes)
+        return DS_ERR(DS_ERR_INVALID_ARG, "all_to_all: send and receive buffers overlap");
+    enter(c);
+    coll_mark m = mark(c, DS_COLL_ALL_TO_ALL);
+    ds_status st = c->ops->all_to_all(c, send, recv, count, t);
+    account(c, DS_COLL_ALL_TO_ALL, m, bytes);
     DS_TRY(st);
     return DS_OK;
 }

@@ -107,6 +107,7 @@ typedef enum ds_coll {
     DS_COLL_REDUCE_SCATTER,
     DS_COLL_ALL_GATHER,
     DS_COLL_BROADCAST,
+    DS_COLL_ALL_TO_ALL, /* the 1-bit compressed all-reduce's first phase (codec.h) */
     DS_COLL_COUNT
 } ds_coll;
 
@@ -145,10 +146,11 @@ typedef struct ds_comm_stats {
 void ds_comm_stats_diff(const ds_comm_stats *now, const ds_comm_stats *then, ds_comm_stats *out);
 
 /* nccl-tests' bus-bandwidth factor of a collective over `world` ranks:
- * all_reduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n, broadcast 1.
+ * all_reduce 2(n-1)/n, reduce_scatter, all_gather and all_to_all (n-1)/n,
+ * broadcast 1.
  * busbw = size_bytes / seconds * factor, comparable across world sizes. */
 double ds_coll_busbw_factor(ds_coll which, int world);
-/* "all_reduce", "reduce_scatter", "all_gather", "broadcast" */
+/* "all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all" */
 const char *ds_coll_name(ds_coll which);
 
 typedef struct ds_comm_ops {
@@ -175,6 +177,10 @@ typedef struct ds_comm_ops {
     /* In place: buf holds the blocks back to back; block rank is this
      * rank's, the others arrive. */
     ds_status (*all_gatherv)(ds_comm *c, void *buf, const size_t *counts, ds_dtype t);
+    /* send holds world blocks of count elements; block b goes to rank b, and
+     * rank b's block `rank` lands at recv + b*count. send and recv do not
+     * overlap. */
+    ds_status (*all_to_all)(ds_comm *c, const void *send, void *recv, size_t count, ds_dtype t);
     void (*destroy)(ds_comm *c);
 } ds_comm_ops;
 
@@ -218,6 +224,11 @@ ds_status ds_comm_barrier(ds_comm *c);
 ds_status ds_comm_reduce_scatterv(ds_comm *c, const void *send, void *recv, const size_t *counts,
                                   ds_dtype t, ds_reduce_op op);
 ds_status ds_comm_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds_dtype t);
+/* Personalised exchange (MPI_Alltoall): block b of send (count elements)
+ * goes to rank b; recv block b comes from rank b. Counted as DS_COLL_ALL_TO_ALL
+ * ((world-1) blocks sent); its inside/across-host split follows the ring's
+ * next rank like the others', exact on one host and at two ranks. */
+ds_status ds_comm_all_to_all(ds_comm *c, const void *send, void *recv, size_t count, ds_dtype t);
 
 /* Agree on a status across ranks: *out_worst gets the worst (largest) status
  * code of any rank, so all ranks take the same branch after a local failure

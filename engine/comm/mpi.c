@@ -32,7 +32,7 @@
 #include "engine/comm/reduce.h"
 #include "engine/core/mem.h"
 
-enum { TAG_REDUCE = 1, TAG_GATHER = 2, TAG_BCAST = 3 };
+enum { TAG_REDUCE = 1, TAG_GATHER = 2, TAG_BCAST = 3, TAG_A2A = 4 };
 
 /* Chunk size of the ring messages when the caller does not choose one.
  * Measured here at 2 ranks (bench/RESULTS.md): through Open MPI's shared
@@ -349,6 +349,41 @@ static ds_status mpi_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds
     return st;
 }
 
+/* Pairwise exchange: in step s (1..N-1) a rank sends block r+s and receives
+ * from r-s, so every pair meets once and no rank waits on two peers; each
+ * block goes in messages of at most chunk_bytes (MPI counts are ints). The
+ * own block is copied while the first step waits. */
+static ds_status mpi_all_to_all(ds_comm *c, const void *send, void *recv, size_t n, ds_dtype t) {
+    if (ds_comm_base(c)->broken) return broken_error(c, "all_to_all");
+    mpi_impl *m = c->impl;
+    int w = c->world, r = c->rank;
+    size_t es = ds_dtype_size(t), bytes = n * es;
+    const unsigned char *sb = send;
+    unsigned char *rb = recv;
+    ds_comm_idle_copy copy = {.dst = rb + (size_t)r * bytes, .src = sb + (size_t)r * bytes,
+                              .left = bytes};
+    size_t nchunks = bytes ? (bytes + m->chunk_bytes - 1) / m->chunk_bytes : 0;
+    uint64_t sent = 0;
+    ds_status st = DS_OK;
+    for (int s = 1; s < w && st == DS_OK; s++) {
+        int to = (r + s) % w, from = (r - s + w) % w;
+        for (size_t k = 0; k < nchunks && st == DS_OK; k++) {
+            size_t o = k * m->chunk_bytes;
+            size_t len = bytes - o < m->chunk_bytes ? bytes - o : m->chunk_bytes;
+            ds_comm_wait_ctx ctx = {.coll = "all_to_all", .phase = "exchange", .step = s - 1,
+                                    .nsteps = w - 1, .chunk = k, .nchunks = nchunks,
+                                    .idle = &copy};
+            st = exchange(c, sb + (size_t)to * bytes + o, len, to, rb + (size_t)from * bytes + o,
+                          len, from, TAG_A2A, &ctx);
+            if (st == DS_OK) sent += len / es;
+        }
+    }
+    if (copy.left) memcpy(copy.dst, copy.src, copy.left);
+    count(c, DS_COLL_ALL_TO_ALL, sent, es);
+    if (st != DS_OK) ds_error_trace(__FILE__, __LINE__);
+    return st;
+}
+
 static const ds_comm_ops k_mpi_ops = {
     .reduce_scatterv = mpi_reduce_scatterv,
     .all_gatherv = mpi_all_gatherv,
@@ -357,6 +392,7 @@ static const ds_comm_ops k_mpi_ops = {
     .reduce_scatter = mpi_reduce_scatter,
     .all_gather = mpi_all_gather,
     .broadcast = mpi_broadcast,
+    .all_to_all = mpi_all_to_all,
     .barrier = mpi_barrier,
     .destroy = mpi_destroy,
 };

@@ -253,6 +253,33 @@ static ds_status nccl_all_gatherv(ds_comm *c, void *buf, const size_t *counts, d
     return DS_OK;
 }
 
+/* NCCL's point-to-point calls in one group: a send to and a receive from
+ * every other rank, the own block copied on the stream. */
+static ds_status nccl_all_to_all(ds_comm *c, const void *send, void *recv, size_t n, ds_dtype t) {
+    nccl_impl *m = c->impl;
+    ncclDataType_t nt;
+    DS_TRY(ready(c, "all_to_all"));
+    DS_TRY(nccl_type(t, &nt));
+    size_t bytes = n * ds_dtype_size(t);
+    if (n) {
+        cudaError_t ce = cudaMemcpyAsync((char *)recv + (size_t)c->rank * bytes,
+                                         (const char *)send + (size_t)c->rank * bytes, bytes,
+                                         cudaMemcpyDeviceToDevice, m->stream);
+        if (ce != cudaSuccess) return cuda_error(c, "all_to_all", ce);
+        ncclResult_t r = ncclGroupStart();
+        for (int b = 0; b < c->world && r == ncclSuccess; b++) {
+            if (b == c->rank) continue;
+            r = ncclSend((const char *)send + (size_t)b * bytes, n, nt, b, m->nc, m->stream);
+            if (r == ncclSuccess)
+                r = ncclRecv((char *)recv + (size_t)b * bytes, n, nt, b, m->nc, m->stream);
+        }
+        ncclResult_t e = ncclGroupEnd();
+        DS_TRY(complete(c, "all_to_all", r != ncclSuccess ? r : e));
+    }
+    count(c, DS_COLL_ALL_TO_ALL, (uint64_t)(c->world - 1) * n, t);
+    return DS_OK;
+}
+
 /* Through MPI: it stays sound even after the NCCL communicator is aborted. */
 static ds_status nccl_barrier(ds_comm *c) {
     DS_TRY(ds_comm_mpi_barrier(c));
@@ -283,6 +310,7 @@ static const ds_comm_ops k_nccl_ops = {
     .reduce_scatter = nccl_reduce_scatter,
     .all_gather = nccl_all_gather,
     .broadcast = nccl_broadcast,
+    .all_to_all = nccl_all_to_all,
     .barrier = nccl_barrier,
     .reduce_scatterv = nccl_reduce_scatterv,
     .all_gatherv = nccl_all_gatherv,

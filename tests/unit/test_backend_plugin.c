@@ -1,9 +1,16 @@
 /* The CUDA module is opened at run time (engine/backend/cuda_plugin.h): in a
  * build without it, asking for cuda is DS_ERR_UNSUPPORTED saying there is no
- * CUDA module and where it looked; DS_CUDA_PLUGIN naming a missing file is
- * refused with that path; zero_engine.backend "auto" then trains on cpu. */
+ * CUDA module and where it looked; in a build with it and no GPU, the error
+ * says what is missing (the driver, or a visible GPU), not that the module
+ * is; DS_CUDA_PLUGIN naming a missing file is refused with that path, and
+ * naming a file that is there but does not load (here one that is no shared
+ * object; in life a module whose cuBLAS or NCCL is not installed) says that
+ * module cannot be loaded, with the loader's reason and what to install;
+ * zero_engine.backend "auto" then trains on cpu. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/backend/backend.h"
 #include "engine/engine.h"
@@ -19,9 +26,13 @@ int main(void) {
               strstr(ds_last_error(), "libzero-engine-cuda.so.0"),
           "cuda without the module: %d %s", (int)st, ds_last_error());
 #else
-    /* the module is there; without a GPU it fails naming the CUDA error */
+    /* the module is there; without a GPU it fails naming what is missing */
     if (st == DS_OK) ds_backend_destroy(be);
-    else CHECK(!strstr(ds_last_error(), "no CUDA module"), "module not found: %s", ds_last_error());
+    else CHECK(!strstr(ds_last_error(), "no CUDA module") &&
+                   (strstr(ds_last_error(), "no NVIDIA driver") ||
+                    strstr(ds_last_error(), "no GPU is visible") ||
+                    strstr(ds_last_error(), "update the driver")),
+               "no GPU, said as: %s", ds_last_error());
 #endif
     /* DS_CUDA_PLUGIN is read when the module is first looked for, and a
      * failed look is not remembered: set it and ask again */
@@ -32,6 +43,24 @@ int main(void) {
               strstr(ds_last_error(), "/nonexistent/libzero-engine-cuda.so.0"),
           "DS_CUDA_PLUGIN to a missing file: %s", ds_last_error());
 #endif
+
+    /* a module file that is there and does not load: its cause, not "no
+     * module" (the loader reads the header and refuses it) */
+    char fake[] = "/tmp/test_backend_plugin_XXXXXX";
+    int fd = mkstemp(fake);
+    if (fd < 0) TEST_DIE("mkstemp in /tmp");
+    static const char k_junk[] = "not a shared object\n";
+    CHECK(write(fd, k_junk, sizeof k_junk - 1) == (ssize_t)(sizeof k_junk - 1), "writing %s", fake);
+    close(fd);
+    setenv("DS_CUDA_PLUGIN", fake, 1);
+    st = ds_backend_create(&d, &be);
+    char want[128];
+    snprintf(want, sizeof want, "the CUDA module %s cannot be loaded: ", fake);
+    CHECK(st == DS_ERR_UNSUPPORTED && !be && strstr(ds_last_error(), want) &&
+              strstr(ds_last_error(), "install the CUDA runtime, cuBLAS, cuRAND and NCCL") &&
+              !strstr(ds_last_error(), "no CUDA module"),
+          "a module that does not load: %d %s", (int)st, ds_last_error());
+    unlink(fake);
     unsetenv("DS_CUDA_PLUGIN");
 
     /* "auto" falls back to cpu and trains */

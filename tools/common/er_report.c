@@ -102,6 +102,7 @@ static void report_backends(FILE *out) {
                                 : DS_CUDA_PLUGIN_FILE;
         fprintf(out, ROW "cuda (cuBLAS, NCCL): module %s, interface version %u\n", "", where,
                 p->version);
+        ds_cuda_plugin_put();
     } else {
         fprintf(out, ROW "cuda: not available: %s\n", "", ds_last_error());
     }

@@ -221,7 +221,27 @@ static const ds_backend_ops k_cuda_ops = {
 /* The body of ds_backend_cuda_init; on failure the caller releases `im`. */
 static ds_status cuda_setup(ds_backend *be, ds_cuda_impl *im, const ds_backend_desc *desc) {
     int count = 0;
-    DS_CHECK_CUDA(cudaGetDeviceCount(&count));
+    cudaError_t ce = cudaGetDeviceCount(&count);
+    /* the two ways a machine with the CUDA libraries has no GPU to use, each
+     * said as what is missing rather than as the runtime's error name */
+    if (ce == cudaErrorInsufficientDriver) {
+        int drv = 0, rt = 0;
+        cudaDriverGetVersion(&drv);
+        cudaRuntimeGetVersion(&rt);
+        if (drv == 0)
+            return DS_ERR(DS_ERR_UNSUPPORTED, "cuda backend: no NVIDIA driver (libcuda.so.1 is "
+                          "not installed or not on the loader's path): no GPU can be used here");
+        return DS_ERR(DS_ERR_UNSUPPORTED, "cuda backend: the NVIDIA driver supports CUDA %d.%d, "
+                      "older than the CUDA %d.%d runtime this build uses: update the driver",
+                      drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+    }
+    if (ce == cudaErrorNoDevice || (ce == cudaSuccess && count == 0)) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        return DS_ERR(DS_ERR_UNSUPPORTED, "cuda backend: the NVIDIA driver is installed but no "
+                      "GPU is visible%s%s%s", vis ? " (CUDA_VISIBLE_DEVICES=" : "",
+                      vis ? vis : "", vis ? ")" : "");
+    }
+    DS_CHECK_CUDA(ce);
     if (desc->device < 0 || desc->device >= count)
         return DS_ERR(DS_ERR_INVALID_ARG, "cuda backend: device %d requested, %d visible",
                       desc->device, count);

@@ -1,0 +1,116 @@
+/* Compression codecs for collectives, one layer under the ZeRO stages and
+ * the optimizers: a caller asks for "all-reduce this vector, 1-bit
+ * compressed" and never sees the wire format.
+ *
+ *   float err_w[lay.worker_n], err_s[lay.server_n];   caller-owned feedback
+ *   ds_coded_layout lay = ds_coded_layout_of(&ds_codec_onebit, n, world);
+ *   ds_coded_scratch *scr;  ds_coded_scratch_create(&ds_codec_onebit, n, world, &scr);
+ *   ds_comm_all_reduce_coded(comm, buf, n, &ds_codec_onebit, err_w, err_s, scr);
+ *   -> buf holds the mean over ranks, as the codec could carry it; err_w and
+ *      err_s hold what this call's encodings lost, added back next call.
+ *
+ * A codec encodes a vector into wire records, one per block, and decodes a
+ * record back. Encoding with error feedback (error-compensated compression,
+ * the 1-bit Adam paper, arXiv:2102.02888) first adds the caller's error
+ * buffer to the input and afterwards leaves in it what the code lost:
+ *     c = x + err;  wire = code(c);  err = c - decode(wire)
+ * so what one call drops is sent by the next, and the sum over calls of what
+ * was decoded differs from the sum of the inputs by one call's error only.
+ * The error buffers are the caller's (they are optimizer state: checkpoints
+ * carry them), the codec holds nothing between calls.
+ *
+ * The 1-bit codec (ds_codec_onebit), DeepSpeed's: a record is one fp32
+ * scale then the signs, one bit per element (most significant bit first, as
+ * numpy.packbits; 1 means >= 0, so zero and NaN decode positive as in
+ * DeepSpeed's sign().add_(1).bool()). The scale is the root mean square of
+ * the whole encoded vector (||c||_2 / sqrt(n), the sum of squares in double)
+ * and every block's record repeats it, so decode(c)_i = scale * sign(c_i).
+ * n/8 + 4 bytes for n elements: 32x fewer than fp32 on large blocks.
+ *
+ * The compressed all-reduce (ds_comm_all_reduce_coded) is DeepSpeed's
+ * chunked scheme (deepspeed/runtime/comm/mpi.py, compressed_allreduce),
+ * with the worker and the server error feedback:
+ *   1. the vector, padded with zeros to `padded` elements (a multiple of
+ *      world * lcm(world, 8), as DeepSpeed pads), is encoded with the worker
+ *      error into `world` chunk records; chunk r goes to rank r (all_to_all);
+ *   2. rank r, the server of chunk r, decodes the world records of its chunk
+ *      and averages them (each record's scale times 1/world, summed in rank
+ *      order), then encodes that with the server error into one record;
+ *   3. the server records are all-gathered; every rank decodes all chunks.
+ * Every rank ends with the same vector. A rank sends (world-1)/world of the
+ * encoded vector in each phase: 2 (world-1)/world (padded/8 + 4 world)
+ * bytes, against 2 (world-1)/world 4 n bytes of an fp32 ring all-reduce.
+ * With one rank nothing is encoded and buf is left as it is (DeepSpeed
+ * compresses only when size > 1).
+ *
+ * Other codecs (blockwise int8/int4, qwZ's and qgZ's) fit the same table:
+ * their records carry a scale per block, and err may be NULL where a scheme
+ * keeps no feedback. */
+#ifndef DS_COMM_CODEC_H
+#define DS_COMM_CODEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "engine/comm/comm.h"
+#include "engine/core/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ds_codec {
+    const char *name; /* "onebit" */
+    /* A block's element count must be a multiple of this (8 for 1-bit: a
+     * byte of signs). */
+    size_t elem_align;
+    /* Bytes of one record of n elements. */
+    size_t (*wire_bytes)(size_t n);
+    /* Encode x (n elements) into nblocks records of n/nblocks elements each,
+     * back to back at wire (n/nblocks a multiple of elem_align). With err
+     * (n elements) non-NULL: c = x + err is encoded and err becomes
+     * c - decode(code(c)). x is not written. */
+    void (*encode)(const float *x, float *err, size_t n, int nblocks, void *wire);
+    /* out[i] = alpha * decoded[i] for a record of n elements; with
+     * accumulate, out[i] += that instead. */
+    void (*decode)(const void *wire, size_t n, float alpha, bool accumulate, float *out);
+} ds_codec;
+
+extern const ds_codec ds_codec_onebit;
+
+/* The 1-bit code of one element, written once for C loops and kernels. */
+DS_HD int ds_onebit_bit(float c) { return !(c < 0.0f); }
+DS_HD float ds_onebit_value(int bit, float scale) { return bit ? scale : -scale; }
+
+/* Sizes of the compressed all-reduce of n elements over world ranks. */
+typedef struct ds_coded_layout {
+    size_t padded;   /* n rounded up to a multiple of world * lcm(world, 8) */
+    size_t chunk;    /* padded / world: one server's share */
+    size_t worker_n; /* elements of the caller's worker error buffer (padded) */
+    size_t server_n; /* elements of the caller's server error buffer (chunk) */
+    size_t record;   /* wire bytes of one chunk record */
+} ds_coded_layout;
+
+ds_coded_layout ds_coded_layout_of(const ds_codec *codec, size_t n, int world);
+
+/* Scratch of one compressed all-reduce size (the padded vector, the send
+ * and receive records), allocated once so a call allocates nothing. */
+typedef struct ds_coded_scratch ds_coded_scratch;
+ds_status ds_coded_scratch_create(const ds_codec *codec, size_t n, int world,
+                                  ds_coded_scratch **out);
+void ds_coded_scratch_destroy(ds_coded_scratch *s); /* safe on NULL */
+
+/* buf (n fp32 host elements) becomes the mean over all ranks as the scheme
+ * above carries it; worker_err (layout.worker_n) and server_err
+ * (layout.server_n) are this rank's error feedback, read and updated. Every
+ * rank calls it with the same n; the traffic counts as one all_to_all and
+ * one all_gather of bytes (DS_U8) in the communicator's stats. Errors: the
+ * collectives', DS_ERR_INVALID_ARG for a scratch of another size or world. */
+ds_status ds_comm_all_reduce_coded(ds_comm *c, float *buf, size_t n, const ds_codec *codec,
+                                   float *worker_err, float *server_err,
+                                   ds_coded_scratch *scratch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DS_COMM_CODEC_H */

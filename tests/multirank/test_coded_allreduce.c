@@ -1,0 +1,196 @@
+/* The 1-bit compressed all-reduce (engine/comm/codec.h) at 1, 2 and 4 ranks.
+ *
+ * 1. By hand. Rank r sends s_i (r+1) [7, 1, 7, 1, ...] (s_i = -1 on the
+ *    second half): the root mean square of |7|, |1| is 5 exactly, so the
+ *    worker scale is 5 (r+1), the worker error (r+1) s_i [2, -4, ...], and
+ *    the server's average of the chunks is s_i 5 (w+1)/2 (7.5 at 2 ranks,
+ *    12.5 at 4: every term 5 (r+1)/w is exact), which it sends with no
+ *    error. Call 2 sends s_i (r+1) [-1, 5, ...]: with the carried error
+ *    that is s_i (r+1) [1, 1, ...], so the result is s_i (w+1)/2 and every
+ *    error returns to 0: the two results add up to the mean of the two
+ *    inputs, 6 s_i (w+1)/2, exactly (what error feedback promises).
+ * 2. Against a serial reference: every rank generates every rank's input
+ *    (fixed seeds) and runs the scheme of DeepSpeed's compressed_allreduce
+ *    itself in plain loops (padding to world lcm(world, 8), one RMS scale per
+ *    worker vector, the servers' average in rank order, signs as
+ *    sign(x) + 1 != 0); three calls in a row with n not a multiple of the
+ *    padding, so the worker and server errors carried across calls are
+ *    compared, 0 ulps, with the rank's own buffers.
+ * 3. The counters: each call is one all_to_all and one all_gather of
+ *    (world - 1) records of chunk/8 + 4 bytes. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/comm/codec.h"
+#include "engine/comm/comm.h"
+#include "tests/unit/test_util.h"
+
+static void hand(ds_comm *c) {
+    int w = c->world, r = c->rank;
+    /* one padding unit (16 elements at 2 ranks, 32 at 4): nothing padded */
+    ds_coded_layout l = ds_coded_layout_of(&ds_codec_onebit, 1, w);
+    size_t n = l.padded;
+    float *buf = malloc(n * 4), *we = calloc(l.worker_n, 4), *se = calloc(l.server_n, 4);
+    ds_coded_scratch *scr = NULL;
+    REQUIRE_OK(ds_coded_scratch_create(&ds_codec_onebit, n, w, &scr));
+    float k = (float)(r + 1), avg = 5.0f * (float)(w + 1) / 2.0f;
+    for (size_t i = 0; i < n; i++) buf[i] = (i >= n / 2 ? -1.0f : 1.0f) * k * (i % 2 ? 1 : 7);
+    CHECK_OK(ds_comm_all_reduce_coded(c, buf, n, &ds_codec_onebit, we, se, scr));
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float s = i >= n / 2 ? -1.0f : 1.0f;
+        float out = w == 1 ? s * k * (i % 2 ? 1 : 7) : s * avg;
+        float ew = w == 1 ? 0.0f : s * k * (i % 2 ? -4.0f : 2.0f);
+        if (buf[i] != out || we[i] != ew) bad++;
+    }
+    for (size_t i = 0; i < l.server_n; i++) bad += se[i] != 0.0f;
+    CHECK(bad == 0, "hand call 1: %d values differ", bad);
+    float first[64];
+    memcpy(first, buf, n * 4);
+    for (size_t i = 0; i < n; i++) buf[i] = (i >= n / 2 ? -1.0f : 1.0f) * k * (i % 2 ? 5 : -1);
+    CHECK_OK(ds_comm_all_reduce_coded(c, buf, n, &ds_codec_onebit, we, se, scr));
+    bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float s = i >= n / 2 ? -1.0f : 1.0f;
+        float out = w == 1 ? s * k * (i % 2 ? 5 : -1) : s * (float)(w + 1) / 2.0f;
+        if (buf[i] != out || we[i] != 0.0f) bad++;
+        /* the two results add to the mean of the two inputs exactly */
+        if (w > 1 && first[i] + buf[i] != s * 6.0f * (float)(w + 1) / 2.0f) bad++;
+    }
+    for (size_t i = 0; i < l.server_n; i++) bad += se[i] != 0.0f;
+    CHECK(bad == 0, "hand call 2: %d values differ", bad);
+    ds_coded_scratch_destroy(scr);
+    free(buf), free(we), free(se);
+}
+
+/* ---- the serial reference: plain loops, the scheme as DeepSpeed writes it */
+
+static float gen(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((int64_t)(*s >> 33) % 2001 - 1000) / 250.0f; /* [-4, 4] */
+}
+
+static float rms(const float *c, size_t n) {
+    double q = 0.0;
+    for (size_t i = 0; i < n; i++) q += (double)c[i] * (double)c[i];
+    return (float)(sqrt(q) / sqrt((double)n));
+}
+
+typedef struct ref {
+    int w;
+    size_t n, padded, chunk;
+    float *we;  /* [w][padded] worker errors */
+    float *se;  /* [w][chunk] server errors */
+} ref;
+
+/* One call: in (w vectors of n) -> out (n), updating every rank's errors. */
+static void ref_call(ref *R, const float *in, float *out) {
+    int w = R->w;
+    size_t P = R->padded, C = R->chunk;
+    float *cw = calloc(P * (size_t)w, 4), *sc = calloc((size_t)w, 4);
+    for (int r = 0; r < w; r++) {
+        float *cr = cw + (size_t)r * P, *er = R->we + (size_t)r * P;
+        for (size_t i = 0; i < P; i++) cr[i] = (i < R->n ? in[(size_t)r * R->n + i] : 0.0f) + er[i];
+        sc[r] = rms(cr, P);
+        for (size_t i = 0; i < P; i++) er[i] = cr[i] - (cr[i] < 0.0f ? -sc[r] : sc[r]);
+    }
+    for (int k = 0; k < w; k++) { /* server k */
+        float *acc = calloc(C, 4), *es = R->se + (size_t)k * C;
+        for (int r = 0; r < w; r++) {
+            float s = sc[r] * (1.0f / (float)w);
+            for (size_t i = 0; i < C; i++) {
+                float v = cw[(size_t)r * P + (size_t)k * C + i] < 0.0f ? -s : s;
+                acc[i] = r == 0 ? v : acc[i] + v;
+            }
+        }
+        for (size_t i = 0; i < C; i++) acc[i] += es[i];
+        float ss = rms(acc, C);
+        for (size_t i = 0; i < C; i++) {
+            float d = acc[i] < 0.0f ? -ss : ss;
+            es[i] = acc[i] - d;
+            size_t g = (size_t)k * C + i;
+            if (g < R->n) out[g] = d;
+        }
+        free(acc);
+    }
+    free(cw), free(sc);
+}
+
+static void against_reference(ds_comm *c, size_t n) {
+    int w = c->world, r = c->rank;
+    ds_coded_layout l = ds_coded_layout_of(&ds_codec_onebit, n, w);
+    ref R = {.w = w, .n = n, .padded = l.padded, .chunk = l.chunk};
+    R.we = calloc(l.padded * (size_t)w, 4);
+    R.se = calloc(l.chunk * (size_t)w, 4);
+    float *in = malloc(n * (size_t)w * 4), *want = malloc(n * 4), *buf = malloc(n * 4);
+    float *we = calloc(l.worker_n, 4), *se = calloc(l.server_n, 4);
+    ds_coded_scratch *scr = NULL;
+    REQUIRE_OK(ds_coded_scratch_create(&ds_codec_onebit, n, w, &scr));
+    for (int call = 0; call < 3; call++) {
+        for (int q = 0; q < w; q++) {
+            uint64_t s = 1000u * (uint64_t)call + (uint64_t)q + 1;
+            for (size_t i = 0; i < n; i++) in[(size_t)q * n + i] = gen(&s);
+        }
+        memcpy(buf, in + (size_t)r * n, n * 4);
+        if (w > 1) ref_call(&R, in, want);
+        else memcpy(want, buf, n * 4); /* one rank: nothing is encoded */
+        CHECK_OK(ds_comm_all_reduce_coded(c, buf, n, &ds_codec_onebit, we, se, scr));
+        int bad = 0;
+        for (size_t i = 0; i < n; i++) bad += memcmp(&buf[i], &want[i], 4) != 0;
+        CHECK(bad == 0, "n %zu call %d: %d of %zu results differ from the reference", n, call,
+              bad, n);
+        if (w > 1) {
+            bad = 0;
+            for (size_t i = 0; i < l.padded; i++)
+                bad += memcmp(&we[i], &R.we[(size_t)r * l.padded + i], 4) != 0;
+            for (size_t i = 0; i < l.chunk; i++)
+                bad += memcmp(&se[i], &R.se[(size_t)r * l.chunk + i], 4) != 0;
+            CHECK(bad == 0, "n %zu call %d: %d error-feedback values differ", n, call, bad);
+        }
+    }
+    ds_coded_scratch_destroy(scr);
+    free(R.we), free(R.se), free(in), free(want), free(buf), free(we), free(se);
+}
+
+static void counters(ds_comm *c) {
+    int w = c->world;
+    size_t n = 1000;
+    ds_coded_layout l = ds_coded_layout_of(&ds_codec_onebit, n, w);
+    /* 1000 at 2 ranks pads to 1008 (a multiple of 16), 4 ranks to 1024 */
+    CHECK_EQ_I((long long)l.padded, w == 2 ? 1008 : w == 4 ? 1024 : 1000);
+    CHECK_EQ_I((long long)l.record, (long long)(4 + l.chunk / 8));
+    float *buf = calloc(n, 4), *we = calloc(l.worker_n, 4), *se = calloc(l.server_n, 4);
+    ds_coded_scratch *scr = NULL;
+    REQUIRE_OK(ds_coded_scratch_create(&ds_codec_onebit, n, w, &scr));
+    ds_comm_stats before = c->stats;
+    CHECK_OK(ds_comm_all_reduce_coded(c, buf, n, &ds_codec_onebit, we, se, scr));
+    ds_comm_stats d;
+    ds_comm_stats_diff(&c->stats, &before, &d);
+    long long per = w > 1 ? (long long)(w - 1) * (long long)l.record : 0;
+    CHECK_EQ_I((long long)d.bytes_sent[DS_COLL_ALL_TO_ALL], per);
+    CHECK_EQ_I((long long)d.bytes_sent[DS_COLL_ALL_GATHER], per);
+    CHECK_EQ_I((long long)d.calls[DS_COLL_ALL_TO_ALL], w > 1 ? 1 : 0);
+    CHECK_EQ_I((long long)d.bytes_sent[DS_COLL_ALL_REDUCE], 0);
+    /* a scratch of another size is refused, naming both */
+    CHECK_TRUE(ds_comm_all_reduce_coded(c, buf, n - 1, &ds_codec_onebit, we, se, scr) ==
+               DS_ERR_INVALID_ARG);
+    ds_coded_scratch_destroy(scr);
+    free(buf), free(we), free(se);
+}
+
+int main(void) {
+    ds_comm *c = NULL;
+    ds_comm_desc d = {.kind = DS_COMM_MPI};
+    REQUIRE_OK(ds_comm_create(&d, &c));
+    test_set_rank(c->rank);
+    hand(c);
+    against_reference(c, 8);
+    against_reference(c, 1000);
+    against_reference(c, 100003); /* odd, and messages of several KiB */
+    counters(c);
+    ds_comm_destroy(c);
+    return test_finish("test_coded_allreduce");
+}
