@@ -1,6 +1,7 @@
 /* A user program: includes only the public header, links the installed
  * library through pkg-config, trains an MLP on a synthetic task and checks
- * that it learned. The README's API example is this file.
+ * that it learned (test_installed_api.sh). The README's C program is
+ * examples/hello_train, tested the same way by example_hello_train.
  *
  *   cc example_train.c $(pkg-config --cflags --libs zero-engine) -o example_train
  *   mpirun -np 2 ./example_train
