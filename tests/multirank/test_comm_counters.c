@@ -47,7 +47,15 @@ int main(void) {
     REQUIRE_OK(ds_comm_reduce_scatter(c, buf, out, N, DS_F32, DS_REDUCE_SUM));
     REQUIRE_OK(ds_comm_all_gather(c, out, buf, N, DS_F32));
     REQUIRE_OK(ds_comm_broadcast(c, buf, N, DS_F32, 0));
+    float *a2a = calloc((size_t)N * (size_t)w, sizeof *a2a);
+    if (!a2a) TEST_DIE("out of memory");
+    REQUIRE_OK(ds_comm_all_to_all(c, buf, a2a, N, DS_F32));
     const ds_comm_stats *s = &c->stats;
+    /* all_to_all: its whole send buffer; every block but its own is sent */
+    CHECK_EQ_I((long long)s->size_bytes[DS_COLL_ALL_TO_ALL], 4LL * N * w);
+    CHECK_EQ_I((long long)s->bytes_sent[DS_COLL_ALL_TO_ALL], 4LL * N * (w - 1));
+    CHECK_EQ_D(ds_coll_busbw_factor(DS_COLL_ALL_TO_ALL, 4), 0.75);
+    free(a2a);
     /* sizes: the all_reduce buffer, the whole reduce_scatter send buffer,
      * the whole all_gather receive buffer, the broadcast buffer */
     CHECK_EQ_I((long long)s->size_bytes[DS_COLL_ALL_REDUCE], 4 * N);
