@@ -365,7 +365,8 @@ void ds_config_hints_init(ds_config_hints *h);
 /* ds_config_hints_init, then the Hugging Face Trainer's defaults
  * (TrainingArguments), each marked is_default: lr 5e-5, weight_decay 0,
  * betas 0.9 / 0.999, eps 1e-8, gradient_clipping (max_grad_norm) 1.0,
- * warmup 0 steps, lr_scheduler_type "linear", fp16 and bf16 off. A program
+ * micro_batch (per_device_train_batch_size) 8, warmup 0 steps,
+ * lr_scheduler_type "linear", fp16 and bf16 off. A program
  * that acts as a trainer starts here and overwrites what its user gave
  * (clearing is_default for those). */
 void ds_config_hints_hf_defaults(ds_config_hints *h);

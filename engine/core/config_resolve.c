@@ -41,13 +41,16 @@ void ds_config_hints_hf_defaults(ds_config_hints *h) {
     h->beta2 = 0.999;
     h->eps = 1e-8;
     h->gradient_clipping = 1.0;
+    /* per_device_train_batch_size: as a default it fills a micro batch
+     * written "auto" only; a number in the config stands, unchecked */
+    h->micro_batch = 8;
     h->warmup_num_steps = 0;
     h->lr_scheduler_type = "linear";
     h->fp16 = h->bf16 = 0;
     static const ds_hint_id defaulted[] = {DS_HINT_LR, DS_HINT_WEIGHT_DECAY, DS_HINT_BETA1,
                                            DS_HINT_BETA2, DS_HINT_EPS, DS_HINT_GRADIENT_CLIPPING,
-                                           DS_HINT_WARMUP, DS_HINT_LR_SCHEDULER, DS_HINT_FP16,
-                                           DS_HINT_BF16};
+                                           DS_HINT_MICRO_BATCH, DS_HINT_WARMUP,
+                                           DS_HINT_LR_SCHEDULER, DS_HINT_FP16, DS_HINT_BF16};
     for (size_t i = 0; i < sizeof defaulted / sizeof *defaulted; i++)
         h->is_default[defaulted[i]] = true;
 }
@@ -163,7 +166,7 @@ static void batch_origins(ds_config *c, const ds_config_hints *h, bool tb, bool 
 
 /* DeepSpeed's _set_batch_related_parameters + _batch_assertion, with exact
  * division where DeepSpeed floors and then fails its assertion. */
-static ds_status resolve_batch(ds_config *c, const ds_config_hints *h) {
+static ds_status resolve_batch_with(ds_config *c, const ds_config_hints *h, bool default_fills) {
     char note[96] = "";
     batch_ctx b = {c, c->world_size, c->world_source, note};
     bool tb = c->train_batch_size_set, mb = c->micro_batch_set, ga = c->grad_accum_set;
@@ -175,7 +178,7 @@ static ds_status resolve_batch(ds_config *c, const ds_config_hints *h) {
      * DeepSpeed's rules for the missing key would only contradict it
      * (checked below). */
     if (!mb && h->micro_batch > 0 &&
-        (c->micro_batch_auto || cfg_hint_chosen(h, DS_HINT_MICRO_BATCH))) {
+        ((c->micro_batch_auto && default_fills) || cfg_hint_chosen(h, DS_HINT_MICRO_BATCH))) {
         c->train_micro_batch_size_per_gpu = h->micro_batch;
         mb = mb_hint = true;
         snprintf(note, sizeof note, " (from %s)", micro_name);
@@ -282,6 +285,23 @@ static ds_status resolve_batch(ds_config *c, const ds_config_hints *h) {
     }
     batch_origins(c, h, tb, mb_file, mb_hint, ga_file, ga_hint);
     return DS_OK;
+}
+
+/* A default micro batch (HF's per_device_train_batch_size 8, a flag the user
+ * left out) fills "auto" only where it fits the numbers the config gives:
+ * where it would make DeepSpeed's rule fail (a train_batch_size that is no
+ * multiple of it, or one fixed with the accumulation), the rule derives the
+ * micro batch as if there were no hint. A default never conflicts. */
+static ds_status resolve_batch(ds_config *c, const ds_config_hints *h) {
+    if (h->micro_batch <= 0 || cfg_hint_chosen(h, DS_HINT_MICRO_BATCH) || !c->micro_batch_auto)
+        return resolve_batch_with(c, h, true);
+    ds_config tried = *c;
+    if (resolve_batch_with(&tried, h, true) == DS_OK) {
+        *c = tried;
+        return DS_OK;
+    }
+    ds_clear_error();
+    return resolve_batch_with(c, h, false);
 }
 
 /* ------------------------------------------------------- cross checks -- */

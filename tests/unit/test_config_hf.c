@@ -107,6 +107,7 @@ static void origin_is(const ds_config *c, ds_config_key k, ds_config_source s, c
 static void test_zero2_template(void) {
     ds_config_hints h = trainer(2);
     h.micro_batch = 8; /* --batch 8, the user's */
+    h.is_default[DS_HINT_MICRO_BATCH] = false;
     ds_config c = RESOLVE_OK(k_zero2, &h);
     /* the batch: micro from --batch, accumulation 1, train_batch_size 8 x 1 x 2 */
     CHECK_EQ_I(c.train_micro_batch_size_per_gpu, 8);
@@ -177,9 +178,24 @@ static void test_zero2_template(void) {
     c = RESOLVE_OK(k_zero2, &h);
     ORIGIN(c, DS_KEY_BETAS, DS_SRC_HINT, "--adam-beta1, --b2");
 
-    /* a micro batch "auto" without --batch counts as not given: the batch
-     * rule needs one of the two, and the error names the flag */
+    /* a micro batch "auto" without --batch takes HF's default
+     * per_device_train_batch_size, 8, named as a trainer default */
+    ds_config_hints db = trainer(2);
+    db.total_num_steps = 10; /* the trainer's linear schedule needs a length */
+    c = RESOLVE_OK(k_zero2, &db);
+    CHECK_EQ_I(c.train_micro_batch_size_per_gpu, 8);
+    CHECK_EQ_I(c.train_batch_size, 16);
+    ORIGIN(c, DS_KEY_MICRO_BATCH, DS_SRC_HINT_DEFAULT, "--batch");
+    /* ... and never overrides a number, nor conflicts with one */
+    c = RESOLVE_OK("{\"train_micro_batch_size_per_gpu\": 3}", &db);
+    CHECK_EQ_I(c.train_micro_batch_size_per_gpu, 3);
+    c = RESOLVE_OK("{\"train_batch_size\": 12, \"train_micro_batch_size_per_gpu\": \"auto\","
+                   " \"gradient_accumulation_steps\": 3}", &db);
+    CHECK_EQ_I(c.train_micro_batch_size_per_gpu, 2); /* 12 / 3 / 2 ranks: the rule, not 8 */
+    /* with no micro batch at all "auto" counts as not given: the batch rule
+     * needs one of the two, and the error names the flag */
     ds_config_hints nb = trainer(2);
+    nb.micro_batch = 0;
     FAILS_WITH(k_zero2, &nb, DS_ERR_CONFIG,
                "batch size: set train_batch_size or train_micro_batch_size_per_gpu (a number, "
                "or \"auto\" with the trainer's micro batch in --batch)");
@@ -187,7 +203,8 @@ static void test_zero2_template(void) {
 
 static void test_zero3_template(void) {
     ds_config_hints h = trainer(4);
-    h.micro_batch = 4;
+    h.micro_batch = 4; /* --batch 4 */
+    h.is_default[DS_HINT_MICRO_BATCH] = false;
     h.hidden_size = 768;
     h.epochs = 3;
     h.train_rows = 1000; /* 250 a rank, 63 micro-batches of 4: 63 steps an epoch */
@@ -348,7 +365,8 @@ static void test_defaults_versus_chosen(void) {
     CHECK_EQ_I(c.gradient_accumulation_steps, 4);
     /* a precision the user chose turns on an absent section; a default does not */
     ds_config_hints hp = trainer(1);
-    hp.micro_batch = 2;
+    hp.micro_batch = 2; /* --batch 2 */
+    hp.is_default[DS_HINT_MICRO_BATCH] = false;
     hp.total_num_steps = 10;
     c = RESOLVE_OK("{}", &hp);
     CHECK_TRUE(!c.bf16_enabled);
@@ -465,7 +483,8 @@ static int count_lines(const char *s) {
  * other keys that differ from DeepSpeed's defaults. */
 static void test_summary(void) {
     ds_config_hints h = trainer(2);
-    h.micro_batch = 8;
+    h.micro_batch = 8; /* --batch 8 */
+    h.is_default[DS_HINT_MICRO_BATCH] = false;
     ds_config c = RESOLVE_OK(k_zero2, &h);
     char *s = ds_config_summary(&c);
     CHECK_TRUE(s != NULL);

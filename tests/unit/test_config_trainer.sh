@@ -8,7 +8,9 @@
 # and exits 0 without training. A config without optimizer and scheduler
 # sections runs AdamW and HF's linear schedule (DeepSpeed's WarmupDecayLR)
 # from the flags, step by step; --lr-scheduler-type constant keeps the lr.
-# Bad flags and a micro batch "auto" without --batch are one line each.
+# Without --batch a micro batch "auto" takes HF's per_device_train_batch_size
+# default, 8; a number in the config stands. Bad flags and a config with no
+# batch key at all are one line each.
 #   test_config_trainer.sh BINDIR
 set -u
 . "$(dirname "$0")/test_util.sh"
@@ -165,7 +167,13 @@ expect() { # expect NAME RC WANT ARGS...: exit RC and one stderr line holding WA
     cat err
   fi
 }
-expect no_batch 1 "or \"auto\" with the trainer's micro batch in --batch" --config zero2.json
+tc nobatch.log --config zero2.json --lr 3e-4 --max-steps 1 || { fail "no --batch: exit $?"; cat nobatch.log; }
+want="[zero-engine] batch: train_batch_size 8 (auto) = micro 8 (--batch default) x accumulation 1 (auto) x world 1"
+grep -qF -- "$want" nobatch.log || fail "nobatch.log lacks: $want"
+# bare.json's micro batch 4 stands (the default neither overrides nor conflicts)
+grep -qF "batch: train_batch_size 4 (auto) = micro 4 x accumulation 1" bare.log || fail "bare.log: the config's micro batch 4 is not what runs"
+printf '{"gradient_accumulation_steps": 2}' >nobatch.json
+expect no_batch 1 "or \"auto\" with the trainer's micro batch in --batch" --config nobatch.json
 expect bad_sched 2 "--lr-scheduler-type polynomial: must be linear, cosine, constant or constant_with_warmup" \
   --config zero2.json --lr-scheduler-type polynomial
 expect both_precisions 2 "--fp16 and --bf16: give one" --config zero2.json --fp16 --bf16
