@@ -47,8 +47,8 @@ foreach(prec fp16 bf16)
   endforeach()
 endforeach()
 # The tied model in mixed precision: under fp16/bf16 the replica stages widen
-# the tied table into a copy of its own and stage 3 gathers it into its own
-# slot, in the low-precision type. fp16 starts at scale 2^8: at DeepSpeed's
+# the tied table into a copy of its own and stage 3 reads it from the
+# embedding's gather slot, in the low-precision type. fp16 starts at scale 2^8: at DeepSpeed's
 # 2^16 this model's first two steps overflow and are skipped (as they should
 # be), which moves the curve off the fp32 one by 2-10%.
 foreach(prec fp16 bf16)

@@ -14,6 +14,7 @@
 #include "offload/nvme_dir.h"
 #include "zero/flat.h"
 #include "zero/optim.h"
+#include "zero/ties.h"
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -26,6 +27,7 @@ typedef struct layout {
     int n_spans;
     const int64_t *tied;  /* elements of each tied parameter */
     int n_tied;
+    int held;             /* stage 3: the most spans a module holds at once (ties.h) */
 } layout;
 
 typedef struct est {
@@ -152,9 +154,11 @@ static ds_status stage3(est *e) {
     add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, e->max_span, 4);
     add(e, DS_MEM_PARAMS, DS_PLACE_DEVICE, persist, 4);
     /* slots: the module in use and the prefetched ones, 2 or 3, sized as the
-     * largest spans (the last repeats when there are fewer modules) */
+     * largest spans (the last repeats when there are fewer modules); a tied
+     * parameter has none of its own (it is read from its owner's slot) */
     int64_t live = e->max_span > 0 ? c->stage3_max_live_parameters / e->max_span : 3;
     int n_slots = live < 2 ? 2 : live > 3 ? 3 : (int)live;
+    if (n_slots < l->held) n_slots = l->held; /* a tie user holds its owners' spans too */
     int64_t *s = malloc((size_t)(l->n_spans > 0 ? l->n_spans : 1) * sizeof *s);
     if (!s) return DS_ERR(DS_ERR_OOM, "memory estimate: out of host memory");
     if (l->n_spans > 0) memcpy(s, l->spans, (size_t)l->n_spans * sizeof *s);
@@ -163,7 +167,6 @@ static ds_status stage3(est *e) {
         slot(e, l->n_spans > 0 ? s[k < l->n_spans ? k : l->n_spans - 1] : 0);
     }
     free(s);
-    for (int j = 0; j < l->n_tied; j++) slot(e, l->tied[j]);
     buckets(e);
     return DS_OK;
 }
@@ -265,7 +268,8 @@ ds_status ds_estimate_model(const ds_model *model, int world, const ds_config *c
     for (int j = 0; j < f->n_tied_params; j++) tied[j] = f->params[f->tied_params[j]].numel;
     layout l = {.used = f->used, .padded = f->padded, .part = f->part, .world = world,
                 .spans = spans,
-                .n_spans = f->n_modules, .tied = tied, .n_tied = f->n_tied_params};
+                .n_spans = f->n_modules, .tied = tied, .n_tied = f->n_tied_params,
+                .held = ds_ties_max_held(f, cfg->stage3_param_persistence_threshold)};
     ds_status st = estimate(&l, cfg, be, out);
     if (st == DS_OK) {
         plan_activations(model, cfg, out);

@@ -10,24 +10,34 @@
  * size follows stage3_max_live_parameters. Slot k holds up to the k-th
  * largest module span, not the largest: a model whose embedding dwarfs its
  * layers (BERT-mini: 5.6M against 0.8M) pays for the embedding once, not
- * once per slot. Only one module is in use at a time (fetch, compute,
- * release), so a fetch always finds the largest slot free; the others are
- * for prefetching and caching. A released slot keeps its contents
+ * once per slot. Only one module runs at a time (fetch, compute, release);
+ * it holds its own span and, with ties, its owners' (below), placed largest
+ * first, so the i-th of them always finds a free slot among the i largest;
+ * the other slots are for prefetching and caching. A released slot keeps its contents
  * as a cache (the last modules of forward are the first of backward), unless
  * the module's next use lies further than stage3_max_reuse_distance
  * parameters away. Modules smaller than stage3_param_persistence_threshold
  * stay whole: they are gathered once per step and kept.
  *
- * A parameter a module ties to (another module owns it) has a gather slot of
- * its own, filled at the first fetch of a module using it and kept under the
- * same reuse rule as a module's slot, so GPT-2's tied embedding is gathered
- * for its output projection in forward and used again in that module's
- * backward, and gathered with the embedding's own span for the embedding.
+ * A parameter a module ties to (another module owns it: GPT-2's output
+ * projection is its token embedding) is read from the owner's gathered
+ * span: a module with ties holds, while it runs, a slot with each owner's
+ * span as well as its own (zero/ties.h ds_ties_held), found in the pool when
+ * still valid and gathered there when not, exactly as the owner's own fetch
+ * does. So the table exists once, in one pool slot that the owner and the
+ * tie user share; no buffer is set aside for it, and it is released (the
+ * slot free for any span) under the reuse rule when neither needs it: after
+ * the tie user's forward its next use is that module's backward, after its
+ * backward the owner's backward, past the modules between them. The owner's
+ * whole span is gathered for a tie (GPT-2: wte with wpe, 2% more than the
+ * table), the unit every fetch moves.
  *
  * Gradients go through the same buckets as stage 2. Per rank and step:
  * forward gathers Psi(N-1)/N, backward again Psi(N-1)/N (less what the cache
- * saves), the gradients Psi(N-1)/N: 3 Psi(N-1)/N, plus each tied use's
- * parameter once (N-1)/N.
+ * saves), the gradients Psi(N-1)/N: 3 Psi(N-1)/N, plus the owner's span once
+ * more (N-1)/N for each tie whose owner was released before the tie user ran
+ * (stage3_max_reuse_distance 0; with the default distance a small model's
+ * table stays gathered and costs nothing more).
  *
  * With offload_param the partition lives in an offload/param_store.h (host
  * memory, or NVMe past max_in_cpu elements): a gather, prefetches included,
@@ -52,6 +62,7 @@
 #include "engine/backend/math.h"
 #include "zero/grad_buckets.h"
 #include "zero/shard.h"
+#include "zero/ties.h"
 #include "zero/zero.h"
 #include "zero/zero_util.h"
 
@@ -61,7 +72,7 @@ typedef struct slot {
     void *buf;       /* [cap] pt: the gathered span */
     float *f32;      /* [cap] fp32 view (== buf under fp32) */
     int64_t cap;     /* the largest span it can hold */
-    int module;      /* whose span it holds, -1 none (a tie slot: its parameter's module) */
+    int module;      /* whose span it holds, -1 none */
     int64_t len;     /* elements gathered */
     bool valid;      /* contents current (gathered since the last update) */
     bool pending;    /* gather job submitted, not yet waited */
@@ -98,11 +109,11 @@ typedef struct stage3 {
     bool persist_valid;
     float ***ptrs, ***gptrs; /* per module pointer tables (ptrs re-pointed per fetch) */
     float ***tptrs;    /* per module: its tied parameters (NULL without ties) */
-    slot *tslots;      /* [flat->n_tied_params]: one gather slot per tied parameter */
     int64_t *suffix;   /* [n_modules + 1]: elements of modules m.. n-1 */
     int last_fetch;    /* module of the previous fetch, for the direction */
+    bool backward;     /* the module fetched last runs its backward */
     uint64_t clock;
-    int64_t prefetch_limit, reuse_limit;
+    int64_t prefetch_limit, reuse_limit, persist_threshold;
     bool qwz;          /* zero_quantized_weights */
 } stage3;
 
@@ -279,25 +290,25 @@ static ds_status prefetch(stage3 *s, int current, int next) {
     return DS_OK;
 }
 
-/* The parameters module m ties to, each in its own slot (gathered unless
- * still valid). */
-static ds_status fetch_tied(stage3 *s, int m) {
+/* The parameters module m ties to, pointed into their owners' gathered
+ * spans (a slot fetch holds, or the persistent copy). */
+static void point_tied(stage3 *s, int m) {
     const ds_flat_module *fm = &s->flat->modules[m];
     for (int k = 0; k < fm->n_ties; k++) {
-        const ds_flat_tie *t = &s->flat->ties[fm->first_tie + k];
-        slot *sl = &s->tslots[t->target];
-        if (!sl->valid) {
-            const ds_flat_param *p = &s->flat->params[t->param];
-            DS_TRY(start_gather_range(s, sl, p->offset, p->offset + p->numel));
-            sl->module = p->module;
-        }
+        const ds_flat_param *p = &s->flat->params[s->flat->ties[fm->first_tie + k].param];
+        int o = p->module;
+        float *base = s->persistent[o] ? s->persist + s->persist_off[o] : find_slot(s, o)->f32;
+        s->tptrs[m][k] = base + (p->offset - s->flat->modules[o].begin);
     }
-    for (int k = 0; k < fm->n_ties; k++) {
-        slot *sl = &s->tslots[s->flat->ties[fm->first_tie + k].target];
-        DS_TRY(finish_gather(s, sl));
-        s->tptrs[m][k] = sl->f32;
-    }
-    return DS_OK;
+}
+
+/* Whether module m (or an owner of its ties) reads the persistent copy. */
+static bool needs_persist(const stage3 *s, int m) {
+    const ds_flat_module *fm = &s->flat->modules[m];
+    bool any = s->persistent[m];
+    for (int k = 0; k < fm->n_ties && !any; k++)
+        any = s->persistent[s->flat->params[s->flat->ties[fm->first_tie + k].param].module];
+    return any;
 }
 
 static ds_status fetch(ds_zero *z, int m, float ***out, float ***tied) {
@@ -305,25 +316,30 @@ static ds_status fetch(ds_zero *z, int m, float ***out, float ***tied) {
     int dir = m >= s->last_fetch ? 1 : -1; /* forward walks up, backward down */
     if (m == s->last_fetch) dir = -1;      /* the turnaround: backward starts here */
     s->last_fetch = m;
+    s->backward = dir < 0;
     *out = s->ptrs[m];
     *tied = s->tptrs ? s->tptrs[m] : NULL;
-    if (s->flat->modules[m].n_ties > 0) DS_TRY(fetch_tied(s, m));
-    if (span_of(s, m) == 0) return DS_OK;
-    if (s->persistent[m]) {
-        if (!s->persist_valid) DS_TRY(refresh_persistent(s));
-        point(s, m, s->persist + s->persist_off[m]);
-        return DS_OK;
+    if (needs_persist(s, m) && !s->persist_valid) DS_TRY(refresh_persistent(s));
+    /* m's span and its ties' owners', largest first: with the slot
+     * capacities the largest spans, each then finds a free slot (plan) */
+    int held[MAX_SLOTS];
+    slot *got[MAX_SLOTS];
+    int n = ds_ties_held(s->flat, m, s->persist_threshold, held);
+    for (int i = 0; i < n; i++) {
+        slot *sl = find_slot(s, held[i]);
+        if (!sl) {
+            DS_TRY(victim(s, -1, span_of(s, held[i]), &sl));
+            DS_TRY(start_gather(s, sl, held[i]));
+        }
+        sl->in_use = true;
+        sl->used_at = ++s->clock;
+        got[i] = sl;
     }
-    slot *sl = find_slot(s, m);
-    if (!sl) {
-        DS_TRY(victim(s, -1, span_of(s, m), &sl));
-        DS_TRY(start_gather(s, sl, m));
-    }
-    sl->in_use = true;
-    sl->used_at = ++s->clock;
-    DS_TRY(prefetch(s, m, m + dir)); /* queued behind m's own gather */
-    DS_TRY(finish_gather(s, sl));
-    point(s, m, sl->f32);
+    if (n > 0) DS_TRY(prefetch(s, m, m + dir)); /* queued behind m's own gathers */
+    for (int i = 0; i < n; i++) DS_TRY(finish_gather(s, got[i]));
+    if (s->persistent[m]) point(s, m, s->persist + s->persist_off[m]);
+    else if (span_of(s, m) > 0) point(s, m, find_slot(s, m)->f32);
+    if (s->flat->modules[m].n_ties > 0) point_tied(s, m);
     return DS_OK;
 }
 
@@ -333,10 +349,18 @@ static ds_status release(ds_zero *z, int m) {
      * module twice; after a backward, not before the next step. */
     bool forward = s->last_fetch == m && m < s->flat->n_modules - 1;
     int64_t distance = forward ? 2 * s->suffix[m + 1] : INT64_MAX;
+    /* The spans of its ties' owners: next used by m's backward after its
+     * forward, by the owner's backward after m's (past the modules between
+     * them). Released, the slot holds nothing anyone is using: the table is
+     * gathered again where it is needed next. */
     const ds_flat_module *fm = &s->flat->modules[m];
     for (int k = 0; k < fm->n_ties; k++) {
-        slot *t = &s->tslots[s->flat->ties[fm->first_tie + k].target];
-        if (distance > s->reuse_limit && !t->pending) t->valid = false;
+        int o = s->flat->params[s->flat->ties[fm->first_tie + k].param].module;
+        slot *t = find_slot(s, o);
+        if (!t || !t->in_use) continue; /* persistent, or a second tie to o */
+        t->in_use = false;
+        int64_t next = s->backward ? s->suffix[o + 1] - s->suffix[m] : 2 * s->suffix[m + 1];
+        if (next > s->reuse_limit && !t->pending) t->valid = false;
     }
     slot *sl = find_slot(s, m);
     if (!sl) return DS_OK;
@@ -369,13 +393,11 @@ static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
 
 static void invalidate(stage3 *s) {
     for (int k = 0; k < s->n_slots; k++) s->slots[k].valid = false;
-    for (int j = 0; j < s->flat->n_tied_params; j++) s->tslots[j].valid = false;
     s->persist_valid = false;
 }
 
 static ds_status drain_slots(stage3 *s) {
     for (int k = 0; k < s->n_slots; k++) DS_TRY(finish_gather(s, &s->slots[k]));
-    for (int j = 0; j < s->flat->n_tied_params; j++) DS_TRY(finish_gather(s, &s->tslots[j]));
     return DS_OK;
 }
 
@@ -481,8 +503,6 @@ static void destroy(ds_zero *z) {
         ds_comm_worker_destroy(s->worker); /* joins the thread: no job still runs */
         ds_grad_buckets_destroy(s->buckets);
         for (int k = 0; k < s->n_slots; k++) slot_free(s, be, &s->slots[k]);
-        for (int j = 0; s->tslots && j < f->n_tied_params; j++) slot_free(s, be, &s->tslots[j]);
-        free(s->tslots);
         for (int m = 0; s->tptrs && m < f->n_modules; m++) free(s->tptrs[m]);
         free(s->tptrs);
         ds_backend_free(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, s->params, part * ds_dtype_size(s->pt));
@@ -524,8 +544,7 @@ static ds_status plan(stage3 *s, const ds_config *cfg) {
     s->suffix = calloc((size_t)n + 1, sizeof *s->suffix);
     s->ptrs = calloc((size_t)n, sizeof *s->ptrs);
     s->gptrs = calloc((size_t)n, sizeof *s->gptrs);
-    s->tslots = calloc((size_t)(f->n_tied_params ? f->n_tied_params : 1), sizeof *s->tslots);
-    if (!s->persistent || !s->persist_off || !s->suffix || !s->ptrs || !s->gptrs || !s->tslots)
+    if (!s->persistent || !s->persist_off || !s->suffix || !s->ptrs || !s->gptrs)
         return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
     if (f->n_ties > 0) {
         s->tptrs = calloc((size_t)n, sizeof *s->tptrs);
@@ -557,8 +576,21 @@ static ds_status plan(stage3 *s, const ds_config *cfg) {
      * stage3_max_live_parameters allows, at least two (current + next). */
     int64_t live = s->max_span > 0 ? cfg->stage3_max_live_parameters / s->max_span : MAX_SLOTS;
     s->n_slots = live < 2 ? 2 : live > 3 ? 3 : (int)live;
+    /* A module with ties holds its owners' spans too (fetch): as many slots
+     * as the most any module holds at once. */
+    s->persist_threshold = cfg->stage3_param_persistence_threshold;
+    for (int m = 0; m < n; m++) {
+        int held = ds_ties_held(f, m, s->persist_threshold, NULL);
+        if (held > MAX_SLOTS)
+            return DS_ERR(DS_ERR_INVALID_ARG,
+                          "stage 3: the module tying %s uses parameters of %d modules at once; "
+                          "at most %d", f->ties[f->modules[m].first_tie].desc->name, held,
+                          MAX_SLOTS);
+        if (held > s->n_slots) s->n_slots = held;
+    }
     /* Capacities: the n_slots largest spans, largest first (with fewer
-     * modules than slots, the last repeats). */
+     * modules than slots, the last repeats): any n_slots modules fit at once,
+     * placed largest first. */
     int64_t *spans = malloc((size_t)(n > 0 ? n : 1) * sizeof *spans);
     if (!spans) return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
     for (int m = 0; m < n; m++) spans[m] = span_of(s, m);
@@ -618,10 +650,6 @@ static ds_status build(stage3 *s, const ds_zero_desc *d) {
     DS_TRY(ds_backend_alloc(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, (size_t)s->persist_elems * 4,
                             (void **)&s->persist));
     for (int k = 0; k < s->n_slots; k++) DS_TRY(slot_alloc(s, be, &s->slots[k]));
-    for (int j = 0; j < d->flat->n_tied_params; j++) {
-        s->tslots[j].cap = d->flat->params[d->flat->tied_params[j]].numel;
-        DS_TRY(slot_alloc(s, be, &s->tslots[j]));
-    }
     for (int m = 0; m < d->flat->n_modules; m++) {
         const ds_flat_module *fm = &d->flat->modules[m];
         for (int k = 0; k < fm->n_params; k++)

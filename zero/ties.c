@@ -80,3 +80,44 @@ ds_status ds_ties_clear(ds_ties *t) {
         DS_TRY(t->be->ops->memset(t->be, t->acc[j], 0, numel_of(t, j) * sizeof(float), NULL));
     return DS_OK;
 }
+
+static bool slot_span(const ds_flat *f, int m, int64_t threshold) {
+    int64_t span = f->modules[m].end - f->modules[m].begin;
+    return span > 0 && span >= threshold;
+}
+
+int ds_ties_held(const ds_flat *f, int m, int64_t persistence_threshold, int *out) {
+    const ds_flat_module *fm = &f->modules[m];
+    int n = 0;
+    for (int k = -1; k < fm->n_ties; k++) {
+        int o = k < 0 ? m : f->params[f->ties[fm->first_tie + k].param].module;
+        if (!slot_span(f, o, persistence_threshold)) continue;
+        bool seen = false; /* several ties to one owner hold its span once */
+        for (int j = 0; j < k && !seen; j++)
+            seen = f->params[f->ties[fm->first_tie + j].param].module == o;
+        if (seen) continue;
+        if (out) { /* insertion by span, descending; equal spans by index */
+            int64_t so = f->modules[o].end - f->modules[o].begin;
+            int at = n;
+            while (at > 0) {
+                int p = out[at - 1];
+                int64_t sp = f->modules[p].end - f->modules[p].begin;
+                if (sp > so || (sp == so && p < o)) break;
+                out[at] = p;
+                at--;
+            }
+            out[at] = o;
+        }
+        n++;
+    }
+    return n;
+}
+
+int ds_ties_max_held(const ds_flat *f, int64_t persistence_threshold) {
+    int most = 0;
+    for (int m = 0; m < f->n_modules; m++) {
+        int n = ds_ties_held(f, m, persistence_threshold, NULL);
+        if (n > most) most = n;
+    }
+    return most;
+}

@@ -34,4 +34,18 @@ ds_status ds_ties_fold(ds_ties *t, int m, float *const *own);
 /* Clear every accumulator (a backward abandoned half way). */
 ds_status ds_ties_clear(ds_ties *t);
 
+/* Stage 3: the modules whose spans are held gathered while module m runs,
+ * largest span first (ties broken by index, so every rank agrees): m itself
+ * and each distinct module that owns a parameter m ties to, except those
+ * whose span is empty or persistent (0 < span < persistence_threshold: kept
+ * whole, not gathered into a slot). A tie is served from its owner's
+ * gathered span, so the table is never gathered twice. Writes them to `out`
+ * (NULL: count only; else room for the count) and returns the count.
+ * zero/stage3.c and zero/estimate.c both size the slot pool from it. */
+int ds_ties_held(const ds_flat *f, int m, int64_t persistence_threshold, int *out);
+
+/* The largest ds_ties_held over f's modules: how many gather slots stage 3
+ * needs in use at once. */
+int ds_ties_max_held(const ds_flat *f, int64_t persistence_threshold);
+
 #endif /* DS_ZERO_TIES_H */

@@ -80,8 +80,10 @@
  *     weights: GPT-2's token embedding is also its output projection):
  *     declare it with ds_module_tie; it arrives in ctx->tied with its
  *     gradient slot in ctx->tied_grads. The engine sums both uses'
- *     gradients, gathers it wherever it is used under stage 3, and stores it
- *     once (checkpoints, safetensors) under the owner's name.
+ *     gradients and stores it once (checkpoints, safetensors) under the
+ *     owner's name. Under stage 3 the using module reads it from its owner's
+ *     gathered span: one copy, in a slot of the gather pool that both share,
+ *     gathered wherever it is needed and released when neither needs it.
  *  7. Errors are returned, never exit()ed: return a ds_status from DS_ERR
  *     naming the module (m->name) and the offending value.
  *

@@ -28,10 +28,15 @@
  *           (an exact 50/50 split at 2 ranks, not whole tensors).
  * Then the same for a model with a tied parameter (tied_model.h: the
  * embedding table is also the output projection). Psi counts the table once
- * and so does the memory; at stage 3 the head gathers the table for its own
- * use in forward (kept for its backward, the reuse distance being 0 at the
- * turnaround), so a step sends 3 Psi (N-1)/N + |table| (N-1)/N. Traffic is
- * the mean over ranks: a span cut by partitions sends uneven blocks. */
+ * and so does the memory; at stage 3 the embedding's span is released after
+ * its forward, the head gathers it again (into the pool) for its forward and
+ * keeps it for its backward (the reuse distance being 0 at the turnaround),
+ * so a step sends 3 Psi (N-1)/N + |table| (N-1)/N. Traffic is the mean over
+ * ranks: a span cut by partitions sends uneven blocks.
+ *
+ * Last, stage 3's handling of the tie, exactly (tie_release below): the
+ * table is held once, in one slot of the gather pool that the embedding and
+ * the head share, released when neither needs it and gathered again. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +45,7 @@
 #include "engine/engine.h"
 #include "tied_model.h"
 #include "models/models.h"
+#include "zero/flat.h"
 
 static int fails;
 
@@ -170,6 +176,102 @@ static int run(int stage, bool mixed, bool tied, const ds_dataset *data) {
     return 0;
 }
 
+/* One step of the tied model at stage 3 (or 2), fp32: the elements
+ * all-gathered, summed over ranks, and the device buffer bytes. */
+static int tie_step(int stage, long long reuse, const ds_dataset *data, double *gathered,
+                    double *buffers, int *rank, int *world) {
+    ds_model *model;
+    if (tm_create(2000, 64, 8, true, &model) != DS_OK) return 1;
+    char cfg[512];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": 4, \"steps_per_print\": 1000,"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}},"
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 20000,"
+             " \"stage3_param_persistence_threshold\": 0,"
+             " \"stage3_max_reuse_distance\": %lld}}",
+             stage, reuse);
+    ds_init_desc d;
+    ds_init_desc_defaults(&d);
+    d.config_json = cfg;
+    d.model = model;
+    d.train_data = data;
+    d.quiet = true;
+    engine_t *e;
+    if (ds_initialize(&d, &e) != DS_OK) {
+        printf("FAIL: init stage %d: %s\n", stage, ds_last_error());
+        return 1;
+    }
+    *rank = ds_rank(e);
+    *world = ds_world_size(e);
+    ds_mem_report r;
+    ds_memory_report(e, &r);
+    *buffers = (double)r.bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE];
+    ds_comm_stats before, after;
+    ds_comm_report(e, &before);
+    ds_step_info info;
+    ds_status st = ds_train_batch(e, &info);
+    ds_comm_report(e, &after);
+    *gathered = (double)(after.elems_sent[DS_COLL_ALL_GATHER] -
+                         before.elems_sent[DS_COLL_ALL_GATHER]);
+    if (st == DS_OK) ds_all_reduce_host(e, gathered, 1, DS_F64);
+    else printf("FAIL: step: %s\n", ds_last_error());
+    ds_finalize(e);
+    return st != DS_OK;
+}
+
+/* Stage 3 and the tie (zero/stage3.c): the head reads the table from the
+ * embedding's gathered span. Spans E, H, B of embeddings, hidden, head.
+ *   gathers  the ring all-gather sends every block but the receiver's own,
+ *            so the elements sent, summed over ranks, are exactly (N-1) x
+ *            the spans gathered:
+ *              default reuse distance: E + H + B, each module once (the head
+ *              finds the table in the embedding's slot, kept since its
+ *              forward, and so does the embedding's backward);
+ *              stage3_max_reuse_distance 0: 3E + 2H + B: the embedding's
+ *              span is released after its forward, the head gathers it into
+ *              the pool for its forward and keeps it for its backward (the
+ *              turnaround), releases it after, and the embedding's backward
+ *              gathers it again; the hidden layer is gathered twice, the
+ *              head's own span once (kept over the turnaround);
+ *   memory   the gather slots, stage 3's device buffers less stage 2's (both
+ *            hold one max-span fp32 gradient staging and the same buckets,
+ *            activations and tie accumulator), are 4 bytes x the three
+ *            largest spans, E + H + B: one slot holds the table, and no
+ *            buffer is set aside for the tie. */
+static int tie_release(const ds_dataset *data) {
+    double g_keep, g_zero, g2, buf3, buf2;
+    int rank, world;
+    if (tie_step(3, 1000000000LL, data, &g_keep, &buf3, &rank, &world) ||
+        tie_step(3, 0, data, &g_zero, &buf3, &rank, &world) ||
+        tie_step(2, 0, data, &g2, &buf2, &rank, &world))
+        return 1;
+    ds_model *model;
+    ds_flat *f;
+    if (tm_create(2000, 64, 8, true, &model) != DS_OK) return 1;
+    ds_status st = ds_flat_create(model, world, &f);
+    ds_model_destroy(model);
+    if (st != DS_OK) return 1;
+    double E = (double)(f->modules[0].end - f->modules[0].begin);
+    double H = (double)(f->modules[1].end - f->modules[1].begin);
+    double B = (double)(f->modules[2].end - f->modules[2].begin);
+    ds_flat_destroy(f);
+    double n1 = world - 1;
+    check(rank, g_keep == (E + H + B) * n1,
+          "stage 3, tie, default reuse: %.0f elements gathered, expected %.0f", g_keep,
+          (E + H + B) * n1);
+    check(rank, g_zero == (3 * E + 2 * H + B) * n1,
+          "stage 3, tie, reuse distance 0: %.0f elements gathered, expected %.0f", g_zero,
+          (3 * E + 2 * H + B) * n1);
+    check(rank, buf3 - buf2 == 4 * (E + H + B),
+          "stage 3, tie: gather slots %.0f bytes, expected %.0f (one table)", buf3 - buf2,
+          4 * (E + H + B));
+    if (rank == 0)
+        printf("tie at stage 3, world %d: table %.0f elements; gathered per step %.0f (default "
+               "reuse), %.0f (reuse 0); gather slots %.0f B\n",
+               world, E, g_keep / (n1 > 0 ? n1 : 1), g_zero / (n1 > 0 ? n1 : 1), buf3 - buf2);
+    return 0;
+}
+
 int main(void) {
     ds_dataset *data = make_data(64, 8, 2000);
     if (!data) return 1;
@@ -177,6 +279,7 @@ int main(void) {
         for (int mixed = 0; mixed <= 1; mixed++)
             for (int tied = 0; tied <= 1; tied++)
                 if (run(stage, mixed, tied, data)) fails++;
+    if (tie_release(data)) fails++;
     ds_dataset_destroy(data);
     printf("%s\n", fails ? "test_zero_accounting: FAILED" : "test_zero_accounting: ok");
     return fails != 0;
