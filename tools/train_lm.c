@@ -57,26 +57,38 @@ static ds_status make_dir(const char *dir) {
 
 /* ---- the model's description and its tokenizer ---- */
 
-/* --init DIR: the folder's config and the tokenizer it was trained with. A
- * folder without train_lm's tokenizer description is refused: its token ids
- * mean nothing to the byte or char tokenizers (a Hugging Face GPT-2's 50257
- * are BPE tokens). Errors say "loading --init DIR". */
-static ds_status init_model_dir(const char *dir, ds_gpt2_desc *desc, ds_lm_tokenizer **tok) {
+/* --init DIR: the folder's config and the tokenizer it was trained with
+ * (lm_tokenizer.json, which train_lm --save-dir writes). A plain Hugging
+ * Face GPT-2 folder (config.json, model.safetensors) has none: its ids are
+ * taken as the byte tokenizer's when its vocab_size holds them (257: bytes
+ * and <|endoftext|>), or when --tokenizer byte says so. A BPE vocabulary (a
+ * Hugging Face GPT-2's 50257, merges.txt) is refused: its ids would mean
+ * other text to the byte tokenizer; so is --tokenizer char, whose ids come
+ * from the training text. Errors say "loading --init DIR". */
+static ds_status init_model_dir(const lm_opts *o, ds_gpt2_desc *desc, ds_lm_tokenizer **tok,
+                                bool *plain) {
+    const char *dir = o->tr.init_dir;
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
     ds_status st = ds_hf_gpt2_config_read(path, desc);
-    if (st == DS_OK && !exists(dir, "lm_tokenizer.json")) {
-        if (desc->vocab_size == 50257 || exists(dir, "merges.txt"))
-            st = DS_ERR(DS_ERR_UNSUPPORTED,
-                        "a GPT-2 with a BPE vocabulary (vocab_size %d%s): train_lm has only the "
-                        "byte and char tokenizers, and the model's token ids would mean other "
-                        "text to them",
-                        desc->vocab_size, exists(dir, "merges.txt") ? ", merges.txt" : "");
-        else
-            st = DS_ERR(DS_ERR_DATA, "no lm_tokenizer.json, so the tokenizer the model was "
-                        "trained with is unknown (train_lm --save-dir writes it)");
-    }
-    if (st == DS_OK) st = ds_lm_tokenizer_load(dir, tok);
+    *plain = st == DS_OK && !exists(dir, "lm_tokenizer.json");
+    int V = 257; /* the byte tokenizer's ids */
+    if (*plain && (desc->vocab_size == 50257 || exists(dir, "merges.txt")))
+        st = DS_ERR(DS_ERR_UNSUPPORTED,
+                    "a GPT-2 with a BPE vocabulary (vocab_size %d%s): train_lm has only the "
+                    "byte and char tokenizers, and the model's token ids would mean other "
+                    "text to them",
+                    desc->vocab_size, exists(dir, "merges.txt") ? ", merges.txt" : "");
+    else if (*plain && o->tokenizer_set && strcmp(o->tokenizer, "byte"))
+        st = DS_ERR(DS_ERR_INVALID_ARG, "no lm_tokenizer.json, and --tokenizer %s builds its "
+                    "ids from the training text, not the model's: only --tokenizer byte "
+                    "reads such a folder", o->tokenizer);
+    else if (*plain && !o->tokenizer_set && desc->vocab_size < V)
+        st = DS_ERR(DS_ERR_DATA, "no lm_tokenizer.json, and vocab_size %d is smaller than the "
+                    "byte tokenizer's %d ids, so the tokenizer the model was trained with is "
+                    "unknown (train_lm --save-dir writes lm_tokenizer.json)",
+                    desc->vocab_size, V);
+    if (st == DS_OK) st = *plain ? ds_lm_tokenizer_byte(tok) : ds_lm_tokenizer_load(dir, tok);
     if (st != DS_OK) ds_error_prefix("loading --init %s", dir);
     return st;
 }
@@ -259,7 +271,8 @@ static int generate(const tr_run *r, const lm_opts *o, const data *d) {
 static int run(const lm_opts *o) {
     data d = {.o = o};
     ds_model *model = NULL;
-    if (o->tr.init_dir && init_model_dir(o->tr.init_dir, &d.desc, &d.tok) != DS_OK) {
+    bool plain = false; /* --init of a folder without lm_tokenizer.json */
+    if (o->tr.init_dir && init_model_dir(o, &d.desc, &d.tok, &plain) != DS_OK) {
         free_data(&d);
         return fail(NULL);
     }
@@ -290,7 +303,12 @@ static int run(const lm_opts *o) {
     if (rc == 0)
         rc = tr_run_prepare(&r, describe, &d,
                             "writing config.json and the tokenizer to --save-dir");
-    if (rc == 0 && r.rank == 0) print_summary(&r, &d, n_params);
+    if (rc == 0 && r.rank == 0) {
+        if (plain)
+            printf("train_lm: --init %s has no lm_tokenizer.json: its ids are read as the byte "
+                   "tokenizer's (vocab_size %d)\n", o->tr.init_dir, d.desc.vocab_size);
+        print_summary(&r, &d, n_params);
+    }
     if (rc == 0 && r.start == 0 && r.total > 0 &&
         report_dev(&r, &d, "before training", "initial_eval") != DS_OK)
         rc = fail("evaluating");

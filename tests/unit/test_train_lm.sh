@@ -16,12 +16,23 @@
 #           checkpoint saved at the next step boundary and it verifies; a
 #           stale TAG.tmp is removed at start-up; --resume to 40 completes
 #           the metrics with the losses of the straight run, bit for bit;
+#   sampling --temperature 0.8 --top-k 5 --sample-seed 7 twice from the saved
+#           model: the same text; --top-k 1 gives the greedy text;
+#   plain   --init of model/ without lm_tokenizer.json (a Hugging Face
+#           folder): read with the byte tokenizer, the same evaluation and
+#           sample; --tokenizer byte too;
+#   dev     --eval-data FILE: all 300 documents train, dev tokens = the
+#           file's bytes + its documents; --dev-ratio 0.2: 240 / 60, the
+#           drawn documents' bytes + 60;
+#   help    --help mentions every long option of the parser's tables;
 #   formats JSON lines with the char tokenizer, a CSV column;
 #   errors  a missing file, a folder as --data, an unknown flag, --seq-len
 #           past the model's positions, a BPE model folder, an --init folder
 #           without weights, a bad JSON line, --tokenizer with --init, a
-#           prompt that is not UTF-8 (refused before training): one line on
-#           stderr, exit 1 (2 for the command line).
+#           prompt that is not UTF-8 (refused before training), a folder
+#           without lm_tokenizer.json whose vocab_size is under 257 or
+#           given --tokenizer char: one line on stderr, exit 1 (2 for the
+#           command line).
 #
 #   test_train_lm.sh BINDIR WORKDIR
 set -u
@@ -48,6 +59,29 @@ with open("corpus.csv", "w", newline="") as f:
     w = csv.writer(f)
     w.writerow(["id", "body"])
     for i, d in enumerate(docs): w.writerow([i, d])
+PY
+# The dev split as ds_lm_docs_split draws it (engine/data/dataset.h gives the
+# permutation in Python): the documents after the first int(n (1 - ratio)) of
+# the permuted order.
+cat >lmsplit.py <<'PY'
+M = 2**64 - 1
+def permutation(n, seed):
+    s, a = seed & M, list(range(n))
+    for i in range(n - 1, 0, -1):
+        s = (s + 0x9E3779B97F4A7C15) & M
+        z = s
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
+        z ^= z >> 31
+        j = z % (i + 1)
+        a[i], a[j] = a[j], a[i]
+    return a
+def docs(path):  # the text format: documents separated by blank lines
+    return open(path, encoding="utf-8").read().strip("\n").split("\n\n")
+def dev(path, ratio, seed=42):
+    d = docs(path)
+    perm = permutation(len(d), seed)
+    return [d[i] for i in perm[int(len(d) * (1 - ratio) + 1e-9):]]
 PY
 # A constant learning rate (no scheduler section, and --lr-scheduler-type
 # constant in $shape below), so a run cut at step 20 and
@@ -81,23 +115,10 @@ lm a.log --data corpus.txt --max-steps 40 --metrics a.jsonl --save-dir model $ge
 # learn fails them.
 python3 - a.jsonl corpus.txt <<'PY' || fail "a.jsonl (above)"
 import json, math, sys
+from lmsplit import dev as dev_split
 lines = [json.loads(l) for l in open(sys.argv[1])]   # any bad line raises
 fails = []
-M = 2**64 - 1
-def permutation(n, seed):
-    s, a = seed & M, list(range(n))
-    for i in range(n - 1, 0, -1):
-        s = (s + 0x9E3779B97F4A7C15) & M
-        z = s
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
-        z ^= z >> 31
-        j = z % (i + 1)
-        a[i], a[j] = a[j], a[i]
-    return a
-docs = open(sys.argv[2], encoding="utf-8").read().strip("\n").split("\n\n")
-perm = permutation(len(docs), 42)
-dev = [docs[i] for i in perm[int(len(docs) * 0.9 + 1e-9):]]
+dev = dev_split(sys.argv[2], 0.1)
 dev_bytes = sum(len(d.encode()) for d in dev)
 init, ev = lines[0].get("initial_eval"), lines[-1].get("eval")
 steps = [l for l in lines if "step" in l]
@@ -153,6 +174,81 @@ ok = a["tokens"] == c["tokens"] and a["bytes"] == c["bytes"] and abs(a["loss"] -
 if not ok: print("FAIL 2 ranks", a, "1 rank", c)
 sys.exit(0 if ok else 1)
 PY
+
+# ---- sampling ----
+# sample LOG: the text train_lm printed after its "sample (...):" line (it
+# may hold line breaks; nothing follows it in the log).
+sample() { sed -n '/^train_lm: sample (/,$p' "$1" | tail -n +2; }
+samp="--init model --max-steps 0 --generate 30 --prompt anna --temperature 0.8"
+# shellcheck disable=SC2086 # $samp is a list of words
+lm s1.log --data corpus.txt $samp --top-k 5 --sample-seed 7
+# shellcheck disable=SC2086
+lm s2.log --data corpus.txt $samp --top-k 5 --sample-seed 7
+grep -q "^train_lm: sample (30 tokens, temperature 0.8, top-k 5, seed 7):$" s1.log ||
+  fail "s1.log: no sample line naming temperature 0.8, top-k 5, seed 7"
+sample s1.log >s1.txt
+sample s2.log >s2.txt
+[ -s s1.txt ] || fail "s1.log: no sampled text"
+cmp -s s1.txt s2.txt || fail "the same --sample-seed sampled different text: $(cat s1.txt) / $(cat s2.txt)"
+# top-k 1 keeps only the most likely token: greedy whatever the temperature
+# shellcheck disable=SC2086
+lm s3.log --data corpus.txt $samp --top-k 1 --sample-seed 7
+sample s3.log >s3.txt
+sample b.log >greedy.txt
+cmp -s s3.txt greedy.txt || fail "--top-k 1 differs from greedy: '$(cat s3.txt)' vs '$(cat greedy.txt)'"
+
+# ---- a plain Hugging Face folder (no lm_tokenizer.json) ----
+# model/ without its tokenizer description is what a Hugging Face GPT-2
+# folder of a byte-level model looks like: vocab_size 257 holds the byte ids,
+# so it is read with the byte tokenizer and evaluates as model/ did.
+mkdir -p plain && cp model/config.json model/model.safetensors plain/
+lm h.log --data corpus.txt --init plain --max-steps 0 --metrics h.jsonl $gen
+grep -q "^train_lm: --init plain has no lm_tokenizer.json: its ids are read as the byte tokenizer's (vocab_size 257)$" h.log ||
+  fail "h.log: no line saying plain/ is read with the byte tokenizer"
+cmp -s a_eval.json h.jsonl || fail "plain folder's eval differs: $(cat h.jsonl) vs $(cat a_eval.json)"
+sample h.log >h_sample.txt
+cmp -s h_sample.txt greedy.txt || fail "plain folder's sample differs: $(cat h_sample.txt)"
+lm hb.log --data corpus.txt --init plain --tokenizer byte --max-steps 0 --metrics hb.jsonl
+cmp -s a_eval.json hb.jsonl || fail "plain folder with --tokenizer byte: $(cat hb.jsonl)"
+
+# ---- --eval-data and --dev-ratio ----
+# A dev file of its own (with 2- and 3-byte UTF-8 characters, so bytes are
+# not characters): every --data document trains, and the dev tokens are
+# exactly the eval file's bytes plus one <|endoftext|> per document.
+printf 'the caf\303\251 sees the old river.\n\nanna likes \346\227\245\346\234\254 books.\nbob finds the tree.\n\na dog wants the red ball.\n' >eval.txt
+lm e.log --data corpus.txt --eval-data eval.txt --max-steps 2 --metrics e.jsonl
+grep -q "^train_lm: train 300 documents .* dev 3 documents" e.log ||
+  fail "e.log: not 300 training and 3 dev documents: $(grep '^train_lm: train' e.log)"
+# --dev-ratio 0.2 given: 240 documents train, the 60 that the split draws
+# are dev, their bytes + 60 tokens.
+lm d2.log --data corpus.txt --dev-ratio 0.2 --max-steps 2 --metrics d2.jsonl
+grep -q "^train_lm: train 240 documents .* dev 60 documents" d2.log ||
+  fail "d2.log: not 240 training and 60 dev documents: $(grep '^train_lm: train' d2.log)"
+python3 - <<'PY' || fail "--eval-data / --dev-ratio token counts (above)"
+import json, sys
+from lmsplit import docs, dev
+fails = []
+for log, want in (("e.jsonl", docs("eval.txt")), ("d2.jsonl", dev("corpus.txt", 0.2))):
+    ev = [json.loads(l) for l in open(log)][-1]["eval"]
+    b = sum(len(d.encode()) for d in want)
+    if ev["bytes"] != b or ev["tokens"] != b + len(want):
+        fails.append(f"{log}: {ev['tokens']} tokens / {ev['bytes']} bytes, expected "
+                     f"{b + len(want)} / {b} ({len(want)} documents)")
+for f in fails: print("FAIL", f)
+sys.exit(1 if fails else 0)
+PY
+
+# ---- --help names every option ----
+# The long options the parser accepts, read from its tables (the shared
+# trainer flags and train_lm's own): each must appear in --help.
+src=$(dirname "$0")/../../tools/common
+opts=$(sed -n 's/^ *{"\([a-z0-9-]*\)", *\(no\|required\)_argument.*/\1/p' "$src/trainer_opts.c" \
+  "$src/lm_opts.c")
+[ "$(echo "$opts" | wc -w)" -ge 40 ] || fail "read only $(echo "$opts" | wc -w) options from $src"
+"$bin/train_lm" --help >help.txt 2>&1 || fail "train_lm --help exited $?"
+for o in $opts; do
+  grep -q -- "--$o\([^a-z0-9-]\|$\)" help.txt || fail "train_lm --help does not mention --$o"
+done
 
 # ---- resume ----
 lm r1.log --data corpus.txt --max-steps 20 --save-steps 20 --ckpt-dir ck
@@ -238,6 +334,11 @@ mkdir -p noweights && cp model/config.json model/lm_tokenizer.json noweights/
 expect 1 "train_lm: loading --init noweights: " --data corpus.txt --init noweights --seq-len 32
 expect 1 "bad.jsonl:2: bad JSON" --data bad.jsonl
 expect 2 "--init brings the model's own tokenizer" --data corpus.txt --init model --tokenizer char
+python3 -c 'import json; c = json.load(open("model/config.json")); c["vocab_size"] = 200
+[c.pop(k, None) for k in ("bos_token_id", "eos_token_id")]
+json.dump(c, open("small_config.json", "w"))' && mkdir -p small && mv small_config.json small/config.json
+expect 1 "loading --init small: no lm_tokenizer.json, and vocab_size 200 is smaller than the byte tokenizer's 257 ids"   --data corpus.txt --init small --seq-len 32
+expect 1 "loading --init plain: no lm_tokenizer.json, and --tokenizer char builds its ids"   --data corpus.txt --init plain --tokenizer char --seq-len 32
 expect 2 "--format xml: must be text, lines, jsonl or csv" --data corpus.txt --format xml
 expect 1 "--prompt: invalid UTF-8 at byte 1" --data corpus.txt --tokenizer char --generate 5 \
   --prompt "a$(printf '\377')"

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "models/lm_text.h"
 
@@ -60,10 +61,12 @@ static const char k_usage[] =
     "  --init DIR           continue from a model folder that train_lm --save-dir\n"
     "                       wrote: config.json, model.safetensors and the tokenizer\n"
     "                       (lm_tokenizer.json, vocab.txt), which replaces\n"
-    "                       --tokenizer. A Hugging Face GPT-2 with its BPE\n"
-    "                       vocabulary (50257 tokens) is refused: train_lm has no\n"
-    "                       BPE tokenizer. --seq-len may not exceed the model's\n"
-    "                       n_positions\n"
+    "                       --tokenizer. A Hugging Face GPT-2 folder without\n"
+    "                       lm_tokenizer.json is read with the byte tokenizer when\n"
+    "                       its vocab_size is at least 257 or --tokenizer byte is\n"
+    "                       given; one with a BPE vocabulary (50257 tokens,\n"
+    "                       merges.txt) is refused: train_lm has no BPE tokenizer.\n"
+    "                       --seq-len may not exceed the model's n_positions\n"
     "training:\n"
     "  --epochs N           passes over the training rows (default 1)\n"
     "  --max-steps N        stop after N optimizer steps (overrides --epochs; 0:\n"
@@ -159,10 +162,18 @@ static int take(const tr_cli *c, void *user, int id, const char *flag, const cha
     return rc;
 }
 
+/* DIR holds train_lm's tokenizer description (a folder without one, a
+ * plain Hugging Face GPT-2, may take --tokenizer byte: tools/train_lm.c). */
+static bool has_tokenizer(const char *dir) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/lm_tokenizer.json", dir);
+    return access(p, F_OK) == 0;
+}
+
 static int check(const tr_cli *c, void *user) {
     lm_opts *o = user;
     const tr_opts *t = &o->tr;
-    if (t->init_dir && o->tokenizer_set)
+    if (t->init_dir && o->tokenizer_set && has_tokenizer(t->init_dir))
         return tr_usage_error(c, "--init brings the model's own tokenizer; drop --tokenizer");
     if (t->init_dir && t->model_config)
         return tr_usage_error(c, "--init brings the model's config.json; drop --model-config");

@@ -15,7 +15,8 @@ typedef struct lm_opts {
     const char *text_field;    /* JSON lines key (NULL: "text") */
     const char *column;        /* CSV column (NULL: text | sentence | 文本 | review) */
     const char *tokenizer;     /* "byte" | "char" */
-    bool tokenizer_set;        /* --tokenizer given (refused with --init) */
+    bool tokenizer_set;        /* --tokenizer given (refused with an --init folder
+                                  that brings its own) */
     int seq_len;
     /* sampling after training */
     int generate;              /* new tokens; 0: none */

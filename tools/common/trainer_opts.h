@@ -162,7 +162,8 @@ int tr_opt_f64(const tr_cli *c, const char *flag, const char *v, double lo, doub
     "                       total_num_steps \"auto\" is the run's length\n"          \
     "  --print-config       print the resolved config (every key) and exit; a run\n"  \
     "                       writes it to ds_config.resolved.json beside --metrics,\n" \
-    "                       else in --save-dir\n"
+    "                       else in --save-dir\n"                                  \
+    "  --help               print this text and exit\n"
 
 /* ... and the paragraph on what a preemption signal does. */
 #define TR_USAGE_PREEMPTION(PROG)                                                       \
