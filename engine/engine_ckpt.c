@@ -31,6 +31,18 @@ static ds_status agree(engine_t *e, ds_status local) {
     return local != DS_OK ? local : worst;
 }
 
+/* The parts a save writes, one file each: the state's partitions
+ * (ds_zero.state_parts: the world's, or under MiCS its shard group's, which
+ * the other groups replicate), each written by the rank that holds it in
+ * the first group. The checkpoint then reads like one saved by that many
+ * ranks, so any world size loads it. */
+static int64_t part_elems(const engine_t *e) {
+    return e->flat->padded / e->zero->state_parts;
+}
+static bool writes_part(const engine_t *e) {
+    return e->zero->stage == 0 ? true : e->comm->rank < e->zero->state_parts;
+}
+
 /* The range of the flat space whose optimizer state this rank holds: its
  * partition, or everything at stage 0 (replicated state). */
 static void owned_range(const engine_t *e, int64_t *lo, int64_t *hi) {
@@ -38,8 +50,8 @@ static void owned_range(const engine_t *e, int64_t *lo, int64_t *hi) {
         *lo = 0;
         *hi = e->flat->padded;
     } else {
-        *lo = (int64_t)e->comm->rank * e->flat->part;
-        *hi = *lo + e->flat->part;
+        *lo = (int64_t)e->zero->state_part * part_elems(e);
+        *hi = *lo + part_elems(e);
     }
 }
 
@@ -84,11 +96,11 @@ static ds_status check_finite(const engine_t *e, const float *buf, int64_t lo, s
 
 static ds_status write_shard(engine_t *e, const char *tmpdir, int moments,
                              const ds_ckpt_write_opts *wo, ds_ckpt_file_info *info) {
-    int rank = e->comm->rank, world = e->comm->world;
+    int rank = e->comm->rank, world = e->zero->state_parts;
     char name[64], path[PATH_CAP + 80];
     ds_ckpt_shard_name(rank, world, name, sizeof name);
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    int64_t lo = (int64_t)rank * e->flat->part, hi = lo + e->flat->part;
+    int64_t lo = (int64_t)rank * part_elems(e), hi = lo + part_elems(e);
     ds_ckpt_header h = {.rank = (uint32_t)rank, .world = (uint32_t)world, .lo = lo, .hi = hi};
     DS_TRY(ds_fault_error("ckpt:write_shard", rank));
     float *buf = malloc((size_t)wo->frame_elems * sizeof(float));
@@ -155,11 +167,11 @@ static ds_status fill_meta(engine_t *e, const char *tag, const char *client, int
     if (cfg.last_batch_iteration < -1) cfg.last_batch_iteration = -1;
     m->config_json = ds_config_to_json(&cfg);
     m->params = calloc((size_t)f->n_params, sizeof *m->params);
-    m->shards = calloc((size_t)e->comm->world, sizeof *m->shards);
+    m->shards = calloc((size_t)e->zero->state_parts, sizeof *m->shards);
     if (client) m->client_state_json = strdup(client);
     if (!m->config_json || !m->params || !m->shards || (client && !m->client_state_json))
         return DS_ERR(DS_ERR_OOM, "saving checkpoint %s: out of host memory", tag);
-    m->world = e->comm->world;
+    m->world = e->zero->state_parts; /* the files' layout: MiCS writes fewer */
     m->stage = e->zero->stage;
     snprintf(m->precision, sizeof m->precision, "%s", precision_name(e));
     snprintf(m->optimizer, sizeof m->optimizer, "%s", ds_optim_type_name(e->cfg.optimizer));
@@ -167,7 +179,7 @@ static ds_status fill_meta(engine_t *e, const char *tag, const char *client, int
     m->numel = f->numel;
     m->used = f->used;
     m->padded = f->padded;
-    m->part = f->part;
+    m->part = part_elems(e);
     m->align = DS_FLAT_ALIGN;
     m->frame_elems = frame_elems;
     m->n_params = f->n_params;
@@ -339,7 +351,7 @@ static ds_status save(engine_t *e, const char *dir, const char *tag_in,
         if (rank != 0) st = ds_ckpt_marker_check(dir, &marker, rank);
     }
     ds_ckpt_file_info info = {0};
-    if (st == DS_OK) st = write_shard(e, tmpdir, moments, &wo, &info);
+    if (st == DS_OK && writes_part(e)) st = write_shard(e, tmpdir, moments, &wo, &info);
     /* 3. the barrier: nobody commits before every file is durable. */
     st = agree(e, st);
     if (st != DS_OK) {
@@ -378,7 +390,7 @@ static ds_status save(engine_t *e, const char *dir, const char *tag_in,
     }
     if (rank == 0 && !e->quiet)
         fprintf(stderr, "[zero-engine] step %lld: saved checkpoint %s/%s (%d shard files)\n",
-                (long long)e->global_step, dir, tag, world);
+                (long long)e->global_step, dir, tag, e->zero->state_parts);
     return DS_OK;
 }
 

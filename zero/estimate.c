@@ -13,6 +13,7 @@
 #include "engine/backend/math.h"
 #include "offload/nvme_dir.h"
 #include "zero/flat.h"
+#include "zero/groups.h"
 #include "zero/optim.h"
 #include "zero/ties.h"
 
@@ -138,10 +139,24 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-/* zero/stage3.c: partitioned parameters, gather slots, persistent modules. */
+/* zero/stage3.c: partitioned parameters, gather slots, persistent modules;
+ * with hpZ the secondary piece, under MiCS a partition of the shard group
+ * (zero/groups.h). */
 static ds_status stage3(est *e) {
     const ds_config *c = e->c;
+    DS_TRY(ds_zero_groups_check(c, e->l->world));
+    layout ml = *e->l; /* MiCS: the partition is cut over the shard group */
+    if (c->mics_shard_size > 0) {
+        ml.world = (int)c->mics_shard_size;
+        ml.part = ml.padded / ml.world;
+    }
+    const layout *world_l = e->l;
+    e->l = &ml;
     const layout *l = e->l;
+    if (c->zero_hpz_partition_size > 1)
+        add(e, DS_MEM_PARAMS, DS_PLACE_DEVICE, l->padded / c->zero_hpz_partition_size, e->P);
+    if (c->mics_hierarchical_params_gather) /* the packed pieces across hosts */
+        add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, e->max_span, e->P);
     int64_t persist = 0;
     for (int m = 0; m < l->n_spans; m++)
         if (l->spans[m] > 0 && l->spans[m] < c->stage3_param_persistence_threshold)
@@ -168,6 +183,7 @@ static ds_status stage3(est *e) {
     }
     free(s);
     buckets(e);
+    e->l = world_l;
     return DS_OK;
 }
 

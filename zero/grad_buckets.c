@@ -22,6 +22,7 @@ typedef struct bucket {
 struct ds_grad_buckets {
     ds_backend *be;
     ds_comm_worker *w;
+    ds_comm *comm;      /* NULL: the worker's */
     const ds_flat *flat;
     int rank;
     ds_dtype gt;
@@ -78,6 +79,8 @@ ds_status ds_grad_buckets_create(ds_backend *be, ds_comm_worker *w, const ds_fla
     return DS_OK;
 }
 
+void ds_grad_buckets_set_comm(ds_grad_buckets *gb, ds_comm *c) { gb->comm = c; }
+
 void ds_grad_buckets_destroy(ds_grad_buckets *gb) {
     if (!gb) return;
     for (int k = 0; k < 2; k++) {
@@ -108,6 +111,7 @@ static ds_status flush(ds_grad_buckets *gb) {
     ds_zero_counts(gb->flat, gb->lo, gb->hi, k->rs.counts);
     size_t mine = ds_zero_block_offset(k->rs.counts, gb->rank);
     k->rs.kind = DS_JOB_REDUCE_SCATTERV;
+    k->rs.comm = gb->comm;
     k->rs.send = send;
     k->rs.buf = ds_at(send, gb->gt, (int64_t)mine); /* in place: recv aliases our block */
     k->rs.t = gb->gt;

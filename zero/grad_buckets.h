@@ -28,6 +28,10 @@ ds_status ds_grad_buckets_create(ds_backend *be, ds_comm_worker *w, const ds_fla
                                  ds_dtype gt, void *part_grads, int64_t cap, bool per_module,
                                  ds_grad_buckets **out);
 void ds_grad_buckets_destroy(ds_grad_buckets *gb);
+/* The communicator the reduce-scatters run on when it is not the worker's
+ * own: MiCS's shard group (f and rank given at create are then that
+ * group's). */
+void ds_grad_buckets_set_comm(ds_grad_buckets *gb, ds_comm *c);
 
 /* The fp32 gradients of flat range [begin, end) (a module's span, src[0] =
  * element begin) are complete for this micro-batch. src may be reused when

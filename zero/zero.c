@@ -50,7 +50,8 @@ ds_status ds_zero_alloc(const ds_zero_desc *d, const ds_zero_ops *ops, int stage
         free(impl);
         return DS_ERR(DS_ERR_OOM, "ZeRO stage %d: out of host memory", stage);
     }
-    *z = (ds_zero){.ops = ops, .d = *d, .stage = stage, .impl = impl};
+    *z = (ds_zero){.ops = ops, .d = *d, .stage = stage, .impl = impl,
+                   .state_parts = d->comm->world, .state_part = d->comm->rank};
     *out = z;
     return DS_OK;
 }

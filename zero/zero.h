@@ -127,6 +127,13 @@ struct ds_zero {
      * during the backward. Stages 2 and 3 reduce every micro-batch's
      * gradients into their partition anyway (they keep no full replica). */
     bool final_backward;
+    /* How the optimizer state is laid over the ranks, for checkpoints (one
+     * file per part): flat->padded cut into state_parts equal parts, this
+     * rank holding part state_part (state_io's range at stages 1-3). The
+     * world's ranks, except under MiCS: its shard groups replicate the
+     * state, so there are mics_shard_size parts and a replica holds the
+     * part of its place in its group. */
+    int state_parts, state_part;
 };
 
 /* ZeRO-Infinity's start-up checks, before anything is allocated: a bad

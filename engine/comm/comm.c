@@ -84,11 +84,13 @@ const char *ds_coll_name(ds_coll which) {
 
 typedef struct coll_mark {
     double t0;
-    uint64_t sent0;
+    uint64_t calls0, elems0, sent0;
 } coll_mark;
 
 static coll_mark mark(const ds_comm *c, ds_coll which) {
-    return (coll_mark){.t0 = ds_comm_now(), .sent0 = c->stats.bytes_sent[which]};
+    return (coll_mark){.t0 = ds_comm_now(), .calls0 = c->stats.calls[which],
+                       .elems0 = c->stats.elems_sent[which],
+                       .sent0 = c->stats.bytes_sent[which]};
 }
 
 static void account(ds_comm *c, ds_coll which, coll_mark m, size_t size_bytes) {
@@ -100,7 +102,20 @@ static void account(ds_comm *c, ds_coll which, coll_mark m, size_t size_bytes) {
     c->stats.seconds[which] += dt;
     /* on the communication thread the time is hidden unless someone waits
      * for it, which comm_worker.c counts where they wait */
-    if (!ds_comm_worker_self()) c->stats.wait_s += dt;
+    bool waited = !ds_comm_worker_self();
+    if (waited) c->stats.wait_s += dt;
+    /* a sub-communicator's traffic is the rank's traffic too: the world
+     * communicator's report holds every byte, by where its peer ran */
+    ds_comm *r = c->root;
+    if (!r) return;
+    r->stats.calls[which] += c->stats.calls[which] - m.calls0;
+    r->stats.elems_sent[which] += c->stats.elems_sent[which] - m.elems0;
+    r->stats.bytes_sent[which] += sent;
+    if (c->next_same_host) r->stats.bytes_intra[which] += sent;
+    else r->stats.bytes_inter[which] += sent;
+    r->stats.size_bytes[which] += size_bytes;
+    r->stats.seconds[which] += dt;
+    if (waited) r->stats.wait_s += dt;
 }
 
 /* ---- argument checks ------------------------------------------------------ */
@@ -143,7 +158,8 @@ static ds_status check_alias(const char *what, const void *big, size_t big_bytes
  * (comm_worker.h), so two threads never use it at once. The thread's own
  * jobs come through here too and pass straight on. */
 static void enter(ds_comm *c) {
-    ds_comm_worker *w = ds_comm_base(c)->worker;
+    /* a sub-communicator belongs to its world communicator's thread */
+    ds_comm_worker *w = ds_comm_base(c->root ? c->root : c)->worker;
     if (w) ds_comm_worker_wait_idle(w);
 }
 
@@ -251,6 +267,22 @@ ds_status ds_comm_broadcast(ds_comm *c, void *buf, size_t count, ds_dtype t, int
     ds_status st = c->ops->broadcast(c, buf, count, t, root);
     account(c, DS_COLL_BROADCAST, m, count * ds_dtype_size(t));
     DS_TRY(st);
+    return DS_OK;
+}
+
+ds_status ds_comm_split(ds_comm *c, int color, int key, ds_comm **out) {
+    if (!out) return DS_ERR(DS_ERR_INVALID_ARG, "comm split: out is NULL");
+    *out = NULL;
+    if (!c) return DS_ERR(DS_ERR_INVALID_ARG, "comm split: communicator is NULL");
+    if (color < 0)
+        return DS_ERR(DS_ERR_INVALID_ARG, "comm split: color %d is negative (every rank joins "
+                      "one group)", color);
+    if (!c->ops->split)
+        return DS_ERR(DS_ERR_INVALID_ARG, "comm split: the %s communicator cannot split",
+                      c->ops->name);
+    enter(c);
+    DS_TRY(c->ops->split(c, color, key, out));
+    (*out)->root = c->root ? c->root : c;
     return DS_OK;
 }
 

@@ -181,6 +181,8 @@ typedef struct ds_comm_ops {
      * rank b's block `rank` lands at recv + b*count. send and recv do not
      * overlap. */
     ds_status (*all_to_all)(ds_comm *c, const void *send, void *recv, size_t count, ds_dtype t);
+    /* A sub-communicator of the same kind (ds_comm_split). */
+    ds_status (*split)(ds_comm *c, int color, int key, ds_comm **out);
     void (*destroy)(ds_comm *c);
 } ds_comm_ops;
 
@@ -192,6 +194,10 @@ struct ds_comm {
     int nhosts;          /* hosts the ranks run on (by host name) */
     bool next_same_host; /* rank + 1 mod world, the ring's next, runs on this host */
     ds_comm_stats stats;
+    /* A sub-communicator's world communicator (ds_comm_split), NULL for a
+     * world communicator: its counters count this one's traffic too, and its
+     * communication thread owns this one as well. */
+    ds_comm *root;
     void *impl;
 };
 
@@ -229,6 +235,27 @@ ds_status ds_comm_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds_dt
  * ((world-1) blocks sent); its inside/across-host split follows the ring's
  * next rank like the others', exact on one host and at two ranks. */
 ds_status ds_comm_all_to_all(ds_comm *c, const void *send, void *recv, size_t count, ds_dtype t);
+
+/* Sub-communicators: the groups hierarchical schemes choose (ZeRO++ hpZ's
+ * ranks of a host, MiCS's shard and replica groups), not new collectives.
+ * Collective over c: every rank of c calls it; the ranks that pass the same
+ * color form one new communicator, ranked by key (ties by their rank in c).
+ * The new one is of c's kind (mpi: MPI_Comm_split; nccl: an NCCL
+ * communicator of the group, bootstrapped over the split MPI one), with c's
+ * deadline; its nhosts / next_same_host describe its own ring, so its bytes
+ * land in the right inside/across-host counter.
+ *
+ * Counting: a sub-communicator's collectives count in its own stats and in
+ * its world communicator's (root), so the world's report holds every byte
+ * the rank sent, split by where its peer runs.
+ *
+ * Ownership: one thread at a time uses the world communicator and all its
+ * sub-communicators together (the mpi kind shares the world's ring
+ * scratch): a collective on any of them from a thread other than the
+ * world's communication thread waits for that thread's queue to be empty,
+ * and jobs name the communicator they run on (ds_comm_job.comm). Destroy
+ * sub-communicators before their world communicator. */
+ds_status ds_comm_split(ds_comm *c, int color, int key, ds_comm **out);
 
 /* Agree on a status across ranks: *out_worst gets the worst (largest) status
  * code of any rank, so all ranks take the same branch after a local failure

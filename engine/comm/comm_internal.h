@@ -55,6 +55,12 @@ void ds_comm_op_name(const char *coll, char *buf, size_t cap);
  * initialised (it cannot be initialised twice), so a later create can retry. */
 ds_status ds_comm_mpi_boot(const char *who, const ds_comm_desc *desc, ds_comm *c,
                            ds_comm_mpi_base *base);
+/* A sub-communicator's MPI side (ds_comm_split): MPI_Comm_split of
+ * parent's communicator by (color, key), errors returned, and c's rank,
+ * world, ring neighbours' hosts (nhosts, next_same_host), deadline, source
+ * and local rank (the process's, from parent). Collective over parent. */
+ds_status ds_comm_mpi_split_boot(ds_comm *parent, int color, int key, ds_comm *c,
+                                 ds_comm_mpi_base *base);
 /* Free base->comm. MPI itself is finalised at exit, and only when the
  * library was the one to initialise it. */
 void ds_comm_mpi_shutdown(ds_comm_mpi_base *base);

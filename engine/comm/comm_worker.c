@@ -38,7 +38,7 @@ struct ds_comm_worker {
 static void add_wait(ds_comm_worker *w, double t0) { w->comm->stats.wait_s += ds_comm_now() - t0; }
 
 static ds_status run_job(ds_comm_worker *w, ds_comm_job *j) {
-    ds_comm *c = w->comm;
+    ds_comm *c = j->comm ? j->comm : w->comm;
     switch (j->kind) {
     case DS_JOB_REDUCE_SCATTERV:
         DS_TRY(ds_comm_reduce_scatterv(c, j->send, j->buf, j->counts, j->t, DS_REDUCE_SUM));

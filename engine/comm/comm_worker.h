@@ -41,6 +41,10 @@ typedef enum ds_comm_job_kind {
 
 typedef struct ds_comm_job {
     ds_comm_job_kind kind;
+    /* The communicator the collective runs on: NULL for the worker's own,
+     * or one of its sub-communicators (ds_comm_split; one thread owns them
+     * all). counts then has that communicator's world entries. */
+    ds_comm *comm;
     const void *send;
     void *buf;        /* recv for reduce_scatterv, the buffer otherwise */
     size_t *counts;   /* [world] block sizes; owned by the submitter, alive until waited */

@@ -49,6 +49,8 @@ typedef struct mpi_impl {
     size_t scratch_bytes;
     size_t chunk_bytes; /* per message; scratch holds two */
     ds_mem *mem;        /* where the scratch is accounted, may be NULL */
+    bool borrowed;      /* a sub-communicator: the scratch is its world's (one
+                         * thread uses them all at a time, comm.h) */
 } mpi_impl;
 
 /* How a buffer is cut into N blocks: `per` elements each, or explicit
@@ -321,7 +323,7 @@ static void mpi_destroy(ds_comm *c) {
     mpi_impl *m = c->impl;
     if (!m) return;
     ds_comm_mpi_shutdown(&m->base);
-    ds_mem_host_free(m->mem, DS_MEM_BUFFERS, m->scratch, m->scratch_bytes);
+    if (!m->borrowed) ds_mem_host_free(m->mem, DS_MEM_BUFFERS, m->scratch, m->scratch_bytes);
     free(m);
     c->impl = NULL;
 }
@@ -348,6 +350,8 @@ static ds_status mpi_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds
     if (st != DS_OK) ds_error_trace(__FILE__, __LINE__);
     return st;
 }
+
+static ds_status mpi_split(ds_comm *c, int color, int key, ds_comm **out);
 
 /* Pairwise exchange: in step s (1..N-1) a rank sends block r+s and receives
  * from r-s, so every pair meets once and no rank waits on two peers; each
@@ -385,6 +389,7 @@ static ds_status mpi_all_to_all(ds_comm *c, const void *send, void *recv, size_t
 }
 
 static const ds_comm_ops k_mpi_ops = {
+    .split = mpi_split,
     .reduce_scatterv = mpi_reduce_scatterv,
     .all_gatherv = mpi_all_gatherv,
     .name = "mpi",
@@ -442,5 +447,35 @@ ds_status ds_comm_mpi_create(const ds_comm_desc *desc, ds_comm **out) {
         return st;
     }
     *out = c;
+    return DS_OK;
+}
+
+/* A sub-communicator rings through its world's scratch: nothing allocated,
+ * nothing to account (ds_comm_split; comm.h's ownership rule keeps the two
+ * from running at once). */
+static ds_status mpi_split(ds_comm *c, int color, int key, ds_comm **out) {
+    *out = NULL;
+    const mpi_impl *pm = c->impl;
+    ds_comm *s = calloc(1, sizeof *s);
+    mpi_impl *m = calloc(1, sizeof *m);
+    if (!s || !m) {
+        free(s);
+        free(m);
+        return DS_ERR(DS_ERR_OOM, "comm split: out of host memory");
+    }
+    s->ops = &k_mpi_ops;
+    s->impl = m;
+    m->scratch = pm->scratch;
+    m->scratch_bytes = pm->scratch_bytes;
+    m->chunk_bytes = pm->chunk_bytes;
+    m->borrowed = true;
+    ds_status st = ds_comm_mpi_split_boot(c, color, key, s, &m->base);
+    if (st != DS_OK) {
+        free(m);
+        free(s);
+        ds_error_trace(__FILE__, __LINE__);
+        return st;
+    }
+    *out = s;
     return DS_OK;
 }

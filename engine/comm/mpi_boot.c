@@ -411,6 +411,34 @@ fail:
     return st;
 }
 
+ds_status ds_comm_mpi_split_boot(ds_comm *parent, int color, int key, ds_comm *c,
+                                 ds_comm_mpi_base *base) {
+    base->initialised = true;
+    base->comm = MPI_COMM_NULL;
+    c->timeout_s = parent->timeout_s;
+    c->source = parent->source;
+    c->local_rank = parent->local_rank; /* the same process on the same host */
+    ds_status st = DS_OK;
+    int rc = MPI_Comm_split(ds_comm_base(parent)->comm, color, key, &base->comm);
+    if (rc != MPI_SUCCESS) {
+        st = ds_comm_mpi_error(rc, "MPI_Comm_split", parent);
+        goto fail;
+    }
+    if (!live_add(base)) {
+        st = DS_ERR(DS_ERR_OOM, "comm split: out of memory");
+        goto fail;
+    }
+    MPI_Comm_set_errhandler(base->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(base->comm, &c->rank);
+    MPI_Comm_size(base->comm, &c->world);
+    DS_TRY_GOTO(st, hosts_by_name(c, base->comm, false), fail);
+    return DS_OK;
+fail:
+    ds_comm_mpi_shutdown(base);
+    ds_error_trace(__FILE__, __LINE__);
+    return st;
+}
+
 void ds_comm_mpi_shutdown(ds_comm_mpi_base *base) {
     if (!base->initialised) return;
     live_remove(base);

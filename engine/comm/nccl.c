@@ -304,8 +304,11 @@ static void nccl_destroy(ds_comm *c) {
     c->impl = NULL;
 }
 
+static ds_status nccl_split(ds_comm *c, int color, int key, ds_comm **out);
+
 static const ds_comm_ops k_nccl_ops = {
     .name = "nccl",
+    .split = nccl_split,
     .all_reduce = nccl_all_reduce,
     .reduce_scatter = nccl_reduce_scatter,
     .all_gather = nccl_all_gather,
@@ -323,33 +326,12 @@ typedef struct bootstrap_msg {
     ncclUniqueId id;
 } bootstrap_msg;
 
-ds_status ds_comm_nccl_create(const ds_comm_desc *desc, ds_comm **out) {
-    *out = NULL;
-    if (desc && desc->backend && desc->backend->kind != DS_BACKEND_CUDA)
-        return DS_ERR(DS_ERR_INVALID_ARG,
-                      "comm \"nccl\" needs the cuda backend, got backend \"%s\"",
-                      desc->backend->ops ? desc->backend->ops->name : "?");
-    ds_comm *c = calloc(1, sizeof *c);
-    nccl_impl *m = calloc(1, sizeof *m);
-    if (!c || !m) {
-        free(c);
-        free(m);
-        return DS_ERR(DS_ERR_OOM, "comm: out of host memory");
-    }
-    c->ops = &k_nccl_ops;
-    c->impl = m;
-    ds_status st = ds_comm_mpi_boot("nccl", desc, c, &m->base);
-    if (st != DS_OK) {
-        free(m);
-        free(c);
-        ds_error_trace(__FILE__, __LINE__);
-        return st;
-    }
-    m->device = desc && desc->backend ? desc->backend->device : c->local_rank;
+/* Every rank of c (MPI side booted, m->device set) joins one NCCL
+ * communicator: rank 0 makes the id and always broadcasts, even after a
+ * failure of its own, so the others fail with its reason instead of waiting
+ * out the deadline. On failure the MPI side is shut down too. */
+static ds_status join_nccl(ds_comm *c, nccl_impl *m) {
     m->stream = cudaStreamPerThread;
-
-    /* Rank 0 always broadcasts, even after a failure of its own, so the
-     * others fail with its reason instead of waiting out the deadline. */
     bootstrap_msg msg;
     memset(&msg, 0, sizeof msg);
     cudaError_t ce = cudaSetDevice(m->device);
@@ -360,7 +342,7 @@ ds_status ds_comm_nccl_create(const ds_comm_desc *desc, ds_comm **out) {
         if (r != ncclSuccess) local = nccl_error(c, "ncclGetUniqueId", r);
         else msg.ok = 1;
     }
-    st = ds_comm_host_broadcast(c, &msg, sizeof msg, 0);
+    ds_status st = ds_comm_host_broadcast(c, &msg, sizeof msg, 0);
     if (st == DS_OK && local == DS_OK && !msg.ok)
         st = DS_ERR(DS_ERR_COMM, "nccl: rank 0 could not create the NCCL unique id");
     if (st == DS_OK) st = local;
@@ -381,11 +363,66 @@ ds_status ds_comm_nccl_create(const ds_comm_desc *desc, ds_comm **out) {
         if (m->nc && !m->aborted) ncclCommAbort(m->nc);
         m->aborted = true;
         ds_comm_mpi_shutdown(&m->base);
-        free(m);
-        free(c);
         ds_error_trace(__FILE__, __LINE__);
         return worst;
     }
+    return DS_OK;
+}
+
+ds_status ds_comm_nccl_create(const ds_comm_desc *desc, ds_comm **out) {
+    *out = NULL;
+    if (desc && desc->backend && desc->backend->kind != DS_BACKEND_CUDA)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "comm \"nccl\" needs the cuda backend, got backend \"%s\"",
+                      desc->backend->ops ? desc->backend->ops->name : "?");
+    ds_comm *c = calloc(1, sizeof *c);
+    nccl_impl *m = calloc(1, sizeof *m);
+    if (!c || !m) {
+        free(c);
+        free(m);
+        return DS_ERR(DS_ERR_OOM, "comm: out of host memory");
+    }
+    c->ops = &k_nccl_ops;
+    c->impl = m;
+    ds_status st = ds_comm_mpi_boot("nccl", desc, c, &m->base);
+    if (st == DS_OK) {
+        m->device = desc && desc->backend ? desc->backend->device : c->local_rank;
+        st = join_nccl(c, m);
+    }
+    if (st != DS_OK) {
+        free(m);
+        free(c);
+        ds_error_trace(__FILE__, __LINE__);
+        return st;
+    }
     *out = c;
+    return DS_OK;
+}
+
+/* A group's own NCCL communicator on the world's device, bootstrapped over
+ * the split MPI communicator (ncclCommSplit would need NCCL 2.18; a fresh
+ * communicator works with every version this builds against). */
+static ds_status nccl_split(ds_comm *c, int color, int key, ds_comm **out) {
+    *out = NULL;
+    const nccl_impl *pm = c->impl;
+    ds_comm *s = calloc(1, sizeof *s);
+    nccl_impl *m = calloc(1, sizeof *m);
+    if (!s || !m) {
+        free(s);
+        free(m);
+        return DS_ERR(DS_ERR_OOM, "comm split: out of host memory");
+    }
+    s->ops = &k_nccl_ops;
+    s->impl = m;
+    m->device = pm->device;
+    ds_status st = ds_comm_mpi_split_boot(c, color, key, s, &m->base);
+    if (st == DS_OK) st = join_nccl(s, m);
+    if (st != DS_OK) {
+        free(m);
+        free(s);
+        ds_error_trace(__FILE__, __LINE__);
+        return st;
+    }
+    *out = s;
     return DS_OK;
 }

@@ -229,6 +229,18 @@ typedef struct ds_config {
     /* ZeRO++ qwZ: stage 3's parameter all-gathers carry blockwise int8
      * (engine/backend/math.h 2b); default false, stage 3 only */
     bool zero_quantized_weights;
+    /* ZeRO++ hpZ: a secondary copy of the stage-3 parameters partitioned
+     * over groups of this many consecutive ranks (a host's), from which the
+     * backward gathers; 0 or 1 (default 1): off. Stage 3 only. */
+    int64_t zero_hpz_partition_size;
+    /* MiCS: stage 3's parameters, gradients and optimizer state partitioned
+     * over groups of this many consecutive ranks and replicated across the
+     * groups; -1 (default) or 0: off (the whole world is one group). */
+    int64_t mics_shard_size;
+    /* MiCS: gather parameters across hosts first (ranks of the same place
+     * on each host), then inside each host; needs a shard group spanning
+     * hosts. Default false. */
+    bool mics_hierarchical_params_gather;
     bool reduce_bucket_size_auto, prefetch_bucket_size_auto, persistence_threshold_auto;
     bool reduce_bucket_size_set, prefetch_bucket_size_set, persistence_threshold_set;
     ds_offload_config offload_optimizer;

@@ -323,6 +323,54 @@ static ds_status check_offload(const ds_config *c, const char *name, const ds_of
     return DS_OK;
 }
 
+/* hpZ and MiCS choose the groups stage 3 gathers and shards in; the sizes
+ * against the world are checked where the world is known (zero/groups.h). */
+static ds_status check_groups(const ds_config *c) {
+    bool hpz = c->zero_hpz_partition_size > 1, mics = c->mics_shard_size > 0;
+    if (hpz && c->zero_stage != 3)
+        return RFAIL(c, DS_ERR_CONFIG,
+                     "zero_optimization.zero_hpz_partition_size: %lld needs "
+                     "zero_optimization.stage 3 (the secondary copy is of stage 3's partitioned "
+                     "parameters), got stage %d",
+                     (long long)c->zero_hpz_partition_size, c->zero_stage);
+    if (mics && c->zero_stage != 3)
+        return RFAIL(c, DS_ERR_CONFIG,
+                     "zero_optimization.mics_shard_size: %lld needs zero_optimization.stage 3 "
+                     "(MiCS shards stage 3's parameters), got stage %d",
+                     (long long)c->mics_shard_size, c->zero_stage);
+    if (c->mics_hierarchical_params_gather && !mics)
+        return RFAIL(c, DS_ERR_CONFIG,
+                     "zero_optimization.mics_hierarchical_params_gather: true needs "
+                     "zero_optimization.mics_shard_size > 0 (it is how MiCS gathers), got %lld",
+                     (long long)c->mics_shard_size);
+    if (hpz && mics)
+        return RFAIL(c, DS_ERR_CONFIG,
+                     "zero_optimization.zero_hpz_partition_size %lld and mics_shard_size %lld: "
+                     "choose one (MiCS already keeps the gathers inside its shard group)",
+                     (long long)c->zero_hpz_partition_size, (long long)c->mics_shard_size);
+    if ((hpz || mics) && c->zero_quantized_weights)
+        return RFAIL(c, DS_ERR_CONFIG,
+                     "zero_optimization.%s with zero_quantized_weights: not implemented "
+                     "together yet; use one of them",
+                     hpz ? "zero_hpz_partition_size" : "mics_shard_size");
+    /* DeepSpeed's MiCS: "Local sharding has no support for CPU offloading";
+     * hpZ's secondary copy is filled from device gathers and is kept apart
+     * from a partition in host memory here */
+    if (mics && (c->offload_optimizer.device != DS_OFFLOAD_NONE ||
+                 c->offload_param.device != DS_OFFLOAD_NONE))
+        return RFAIL(c, DS_ERR_CONFIG,
+                     "zero_optimization.mics_shard_size: %lld with offload_%s: MiCS does not "
+                     "offload (as in DeepSpeed); remove one",
+                     (long long)c->mics_shard_size,
+                     c->offload_param.device != DS_OFFLOAD_NONE ? "param" : "optimizer");
+    if (hpz && c->offload_param.device != DS_OFFLOAD_NONE)
+        return RFAIL(c, DS_ERR_CONFIG,
+                     "zero_optimization.zero_hpz_partition_size: %lld with offload_param: not "
+                     "implemented together yet; remove one",
+                     (long long)c->zero_hpz_partition_size);
+    return DS_OK;
+}
+
 static ds_status check_cross(const ds_config *c) {
     if (c->fp16_enabled && c->bf16_enabled)
         return RFAIL(c, DS_ERR_CONFIG,
@@ -343,6 +391,7 @@ static ds_status check_cross(const ds_config *c) {
                      "zero_optimization.stage 3 (only stage 3 all-gathers parameters), got "
                      "stage %d",
                      c->zero_stage);
+    DS_TRY(check_groups(c));
     if (c->offload_optimizer.device != DS_OFFLOAD_NONE && c->offload_optimizer.ratio < 1.0 &&
         c->zero_stage != 3) {
         char r[40];

@@ -470,6 +470,9 @@ static const cfg_key k_zero[] = {
     I64_GE("sub_group_size", sub_group_size, 1),
     BOOL("round_robin_gradients", round_robin_gradients),
     BOOL("zero_quantized_weights", zero_quantized_weights),
+    I64_GE("zero_hpz_partition_size", zero_hpz_partition_size, 0),
+    I64_GE("mics_shard_size", mics_shard_size, -1),
+    BOOL("mics_hierarchical_params_gather", mics_hierarchical_params_gather),
     FN("offload_optimizer", OFF(offload_optimizer), read_offload_optimizer),
     FN("offload_param", OFF(offload_param), read_offload_param),
 };
@@ -477,8 +480,7 @@ static const char *const k_zero_unimpl[] = {
     "load_from_fp32_weights", "elastic_checkpoint", "ignore_unused_parameters", "legacy_stage1",
     "cpu_offload", "cpu_offload_param", "cpu_offload_params", "cpu_offload_use_pin_memory",
     "stage3_model_persistence_threshold", "model_persistence_threshold",
-    "zero_hpz_partition_size", "zero_quantized_nontrainable_weights",
-    "zero_quantized_gradients", "mics_shard_size", "mics_hierarchical_params_gather",
+    "zero_quantized_nontrainable_weights", "zero_quantized_gradients",
     "memory_efficient_linear", "use_multi_rank_bucket_allreduce", "zenflow",
     "stage3_module_granularity_threshold", "module_granularity_threshold",
     "pipeline_loading_checkpoint", "override_module_apply", "log_trace_cache_warnings", NULL};

@@ -136,6 +136,18 @@ static const bad_case k_cases[] = {
     /* ZeRO++ qwZ quantizes stage 3's parameter gathers; other stages have none */
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"zero_quantized_weights\": true}}", 1, CFG, "zero_optimization.zero_quantized_weights: true needs zero_optimization.stage 3 (only stage 3 all-gathers parameters), got stage 2", NULL),
     P("{\"zero_optimization\": {\"zero_quantized_weights\": 1}}", CFG, "zero_optimization.zero_quantized_weights: must be true or false, got 1", NULL),
+    /* hpZ and MiCS (zero/groups.h): stage 3 only, one of them, not yet with qwZ or
+     * offload; the sizes against the world: test_hier --refusals */
+    P("{\"zero_optimization\": {\"zero_hpz_partition_size\": -1}}", CFG, "zero_optimization.zero_hpz_partition_size: must be >= 0, got -1", NULL),
+    P("{\"zero_optimization\": {\"mics_shard_size\": -2}}", CFG, "zero_optimization.mics_shard_size: must be >= -1, got -2", NULL),
+    P("{\"zero_optimization\": {\"mics_hierarchical_params_gather\": 1}}", CFG, "zero_optimization.mics_hierarchical_params_gather: must be true or false, got 1", NULL),
+    R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"zero_hpz_partition_size\": 2}}", 2, CFG, "zero_optimization.zero_hpz_partition_size: 2 needs zero_optimization.stage 3", "got stage 2"),
+    R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 1, \"mics_shard_size\": 2}}", 2, CFG, "zero_optimization.mics_shard_size: 2 needs zero_optimization.stage 3", "got stage 1"),
+    R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"mics_hierarchical_params_gather\": true}}", 2, CFG, "zero_optimization.mics_hierarchical_params_gather: true needs zero_optimization.mics_shard_size > 0", "got -1"),
+    R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": 2, \"mics_shard_size\": 2}}", 2, CFG, "zero_optimization.zero_hpz_partition_size 2 and mics_shard_size 2: choose one", NULL),
+    R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": 2, \"zero_quantized_weights\": true}}", 2, CFG, "zero_optimization.zero_hpz_partition_size with zero_quantized_weights: not implemented together yet", NULL),
+    R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"mics_shard_size\": 1, \"offload_optimizer\": {\"device\": \"cpu\"}}}", 2, CFG, "zero_optimization.mics_shard_size: 1 with offload_optimizer: MiCS does not offload", NULL),
+    R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": 2, \"offload_param\": {\"device\": \"cpu\"}}}", 2, CFG, "zero_optimization.zero_hpz_partition_size: 2 with offload_param: not implemented together yet", NULL),
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": \"cpu\"}}}", 1, CFG, "zero_optimization.offload_optimizer.device: \"cpu\" needs zero_optimization.stage >= 1, got stage 0", NULL),
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": \"nvme\"}}}", 1, CFG, "zero_optimization.offload_optimizer.device: \"nvme\" needs zero_optimization.stage >= 1, got stage 0", NULL),
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": null}}}", 1, CFG, "zero_optimization.offload_optimizer.nvme_path: required with device \"nvme\", got null", NULL),

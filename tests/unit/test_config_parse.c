@@ -90,6 +90,9 @@ static void test_defaults(void) {
     CHECK_EQ_I(c.stage3_max_reuse_distance, 1000000000);
     CHECK_TRUE(!c.stage3_gather_16bit_weights_on_model_save && !c.round_robin_gradients);
     CHECK_TRUE(!c.zero_quantized_weights); /* DeepSpeed's default: False */
+    CHECK_EQ_I(c.zero_hpz_partition_size, 1); /* DeepSpeed: Field(1, ge=0) */
+    CHECK_EQ_I(c.mics_shard_size, -1);        /* DeepSpeed: Field(-1): off */
+    CHECK_TRUE(!c.mics_hierarchical_params_gather);
     CHECK_EQ_I(c.sub_group_size, 1000000000);
     CHECK_EQ_I(c.offload_optimizer.device, DS_OFFLOAD_NONE);
     CHECK_EQ_I(c.offload_optimizer.buffer_count, 4);

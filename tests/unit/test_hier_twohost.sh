@@ -1,0 +1,44 @@
+#!/bin/sh
+# hpZ and MiCS across two simulated hosts (tools/twohost.sh --slots 2: 2
+# hosts x 2 ranks, Open MPI over TCP only), each beside plain stage 3 by
+# tests/multirank/test_hier.c with --per-host 2, which checks every rank's
+# bytes per step inside and across hosts against the formula:
+#   hpz    zero_hpz_partition_size 2: the backward gathers stay inside each
+#          host (bit-identical losses);
+#   mics   mics_shard_size 2: a host is a shard group, the gathers stay
+#          inside it and the gradients' all-reduce crosses (losses within
+#          test_hier's band);
+#   hier   mics_shard_size 4 with mics_hierarchical_params_gather: one group
+#          over both hosts, gathered across hosts among the ranks of the
+#          same place first, then inside each host (bit-identical: one group
+#          reduces as plain stage 3 does).
+# Skipped (77) where namespaces cannot be made.
+#   test_hier_twohost.sh TEST_HIER WORKDIR TWOHOST
+set -u
+. "$(dirname "$0")/test_util.sh"
+need_args 3 "TEST_HIER WORKDIR TWOHOST" $#
+exe=$(readlink -f "$1")
+twohost=$(readlink -f "$3")
+rm -rf "$2" && mkdir -p "$2" && cd "$2" || exit 1
+if ! why=$("$twohost" check); then
+  echo "test_hier_twohost: skipped: $why"
+  exit 77
+fi
+name=zh$$
+for d in /run/twohost/zh*; do
+  [ -d "$d" ] && ! kill -0 "${d##*/zh}" 2>/dev/null && "$twohost" down --name "${d##*/}"
+done
+trap '"$twohost" down --name $name >/dev/null 2>&1' EXIT
+"$twohost" up --name $name --slots 2 > up.log 2>&1 || { fail "twohost.sh up: $(tail -3 up.log)"; finish; }
+run() { # CASE ARGS...
+  c=$1
+  shift
+  "$twohost" exec --name $name -- mpirun --allow-run-as-root --oversubscribe --bind-to none \
+    -np 4 --hostfile /run/twohost/$name/hostfile -x OMP_NUM_THREADS=1 \
+    "$exe" --per-host 2 "$@" </dev/null > $c.log 2>&1 || fail "$c: exit $?: $(grep -v '^ok' $c.log | tail -5)"
+  grep '^ok rank' $c.log
+}
+run hpz --hpz 2 --ckpt "$(pwd -P)/ck_hpz"
+run mics --mics 2 --ckpt "$(pwd -P)/ck_mics"
+run hier --mics 4 --hier 1 --ckpt "$(pwd -P)/ck_hier"
+finish
