@@ -190,6 +190,17 @@ int main(int argc, char **argv) {
     g_zero_more = ", \"zero_quantized_weights\": true";
     for (int kind = 0; kind < 2; kind++)
         for (int q = 0; q < 3; q++) check_one(kind, 3, "bf16", "none", places[q]);
+    /* hpZ's secondary piece (groups of the world: 2 ranks at np2, off at
+     * np1), beside every optimizer place it allows; MiCS's partition over
+     * shard groups of 1 (at np2 each rank holds it all, replicated) */
+    const char *np = getenv("OMPI_COMM_WORLD_SIZE"); /* the engines' world, before one runs */
+    g_zero_more = ", \"zero_hpz_partition_size\": 2";
+    for (int kind = 0; kind < 2; kind++)
+        for (int o = 0; o < 3; o++)
+            if (np && atoi(np) == 2) check_one(kind, 3, "bf16", places[o], "none");
+    g_zero_more = ", \"mics_shard_size\": 1";
+    for (int kind = 0; kind < 2; kind++)
+        for (int p = 0; p < 3; p++) check_one(kind, 3, precs[p], "none", "none");
     g_zero_more = "";
     {
         engine_t *e;
