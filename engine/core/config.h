@@ -193,6 +193,13 @@ typedef struct ds_config {
     bool warmup_max_lr_set, warmup_num_steps_set, total_num_steps_set; /* given as numbers */
     bool warmup_min_lr_set;
     bool scheduler_set;          /* section present */
+    /* The trainer's schedule (no scheduler section, hints.lr_scheduler_type):
+     * HF's LambdaLR (get_linear / get_cosine / get_constant_schedule_with_
+     * warmup) stepped as its Trainer steps it, written with the keys of the
+     * DeepSpeed scheduler of the same shape plus "hf_lambda_lr": true. Step s
+     * (0-based) runs at lr * lambda(s); warmup_num_steps may be 0 and is not
+     * raised to DeepSpeed's least (engine/core/sched.h). */
+    bool sched_hf;
 
     /* ---- precision ---- */
     bool fp16_enabled;           /* default false */

@@ -225,9 +225,13 @@ static ds_status fill_missing_scheduler(ds_config *c, const ds_config_hints *h) 
     cfg_origin(c, DS_KEY_SCHEDULER, cfg_hint_source(h, DS_HINT_LR_SCHEDULER), "%s %s", name, t);
     if (s == DS_SCHED_NONE) return DS_OK;
     /* HF's schedules warm up linearly from 0 to the optimizer lr; its
-     * cosine ends at 0 */
+     * cosine ends at 0. They are its LambdaLR, stepped as its Trainer steps
+     * them (sched_hf), over the warmup steps as given: 0 is no warmup. */
+    c->sched_hf = true;
     c->warmup_type = DS_WARMUP_LINEAR;
-    warmup_from_hint(c, h);
+    c->warmup_num_steps = h->warmup_num_steps > 0 ? h->warmup_num_steps : 0;
+    cfg_origin(c, DS_KEY_WARMUP_NUM_STEPS, cfg_hint_source(h, DS_HINT_WARMUP), "%s",
+               cfg_hint_name(h, DS_HINT_WARMUP));
     if (s == DS_SCHED_WARMUP_COSINE_LR) {
         c->warmup_min_ratio = 0.0;
         c->cos_min_ratio = 0.0;

@@ -147,6 +147,7 @@ static void write_scheduler(jw *w, const ds_config *c) {
     }
     jw_str(w, "warmup_type", ds_warmup_type_name(c->warmup_type));
     jw_int(w, "last_batch_iteration", c->last_batch_iteration);
+    if (c->sched_hf) jw_bool(w, "hf_lambda_lr", true); /* the trainer's, HF's LambdaLR */
     jw_close(w);
     jw_close(w);
 }

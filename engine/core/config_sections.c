@@ -242,20 +242,24 @@ static ds_status read_optimizer(const cfg_ctx *ctx, json_t *v, const char *path,
 #define K_MAX_LR                                                                               \
     ROW("warmup_max_lr", CFG_REAL, OFF(warmup_max_lr), 0, BIG, CFG_NO_HI | CFG_AUTO,           \
         OFF(warmup_max_lr_auto), OFF(warmup_max_lr_set), NULL)
-/* DeepSpeed (since 0.14) raises on warmup_num_steps <= 0. */
+/* DeepSpeed (since 0.14) raises on warmup_num_steps <= 0; HF's schedules
+ * (hf_lambda_lr) take 0 as no warmup: the >= 1 is checked after the walk. */
 #define K_WARMUP_STEPS                                                                         \
-    ROW("warmup_num_steps", CFG_I64, OFF(warmup_num_steps), 1, BIG, CFG_NO_HI | CFG_AUTO,      \
+    ROW("warmup_num_steps", CFG_I64, OFF(warmup_num_steps), 0, BIG, CFG_NO_HI | CFG_AUTO,      \
         OFF(warmup_num_steps_auto), OFF(warmup_num_steps_set), NULL)
 #define K_TOTAL_STEPS                                                                          \
     ROW("total_num_steps", CFG_I64, OFF(total_num_steps), 1, BIG, CFG_NO_HI | CFG_AUTO,        \
         OFF(total_num_steps_auto), OFF(total_num_steps_set), NULL)
 #define K_WARMUP_TYPE FN("warmup_type", OFF(warmup_type), read_warmup_type)
 #define K_LAST_ITER I64_GE("last_batch_iteration", last_batch_iteration, -1)
+/* zero-engine's: the trainer's schedule, HF's LambdaLR (config.h sched_hf) */
+#define K_HF_LAMBDA BOOL("hf_lambda_lr", sched_hf)
 
-static const cfg_key k_warmup_lr[] = {K_MIN_LR, K_MAX_LR, K_WARMUP_STEPS, K_WARMUP_TYPE,
-                                      K_LAST_ITER};
+static const cfg_key k_warmup_lr[] = {K_MIN_LR,      K_MAX_LR,    K_WARMUP_STEPS,
+                                      K_WARMUP_TYPE, K_LAST_ITER, K_HF_LAMBDA};
 static const cfg_key k_warmup_decay_lr[] = {K_MIN_LR,      K_MAX_LR,      K_WARMUP_STEPS,
-                                            K_TOTAL_STEPS, K_WARMUP_TYPE, K_LAST_ITER};
+                                            K_TOTAL_STEPS, K_WARMUP_TYPE, K_LAST_ITER,
+                                            K_HF_LAMBDA};
 static const cfg_key k_warmup_cosine_lr[] = {
     K_TOTAL_STEPS,
     REAL_IN("warmup_min_ratio", warmup_min_ratio, 0, 1),
@@ -263,6 +267,7 @@ static const cfg_key k_warmup_cosine_lr[] = {
     REAL_IN("cos_min_ratio", cos_min_ratio, 0, 1),
     K_WARMUP_TYPE,
     K_LAST_ITER,
+    K_HF_LAMBDA,
 };
 
 static ds_status read_sched_params(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
@@ -270,13 +275,19 @@ static ds_status read_sched_params(const cfg_ctx *ctx, json_t *v, const char *pa
     DS_TRY(cfg_need_object(ctx, v, path));
     switch (c->scheduler) {
     case DS_SCHED_WARMUP_LR:
-        return cfg_walk(ctx, v, path, k_warmup_lr, NKEYS(k_warmup_lr), c, NULL, 0);
+        DS_TRY(cfg_walk(ctx, v, path, k_warmup_lr, NKEYS(k_warmup_lr), c, NULL, 0));
+        break;
     case DS_SCHED_WARMUP_DECAY_LR:
-        return cfg_walk(ctx, v, path, k_warmup_decay_lr, NKEYS(k_warmup_decay_lr), c, NULL, 0);
+        DS_TRY(cfg_walk(ctx, v, path, k_warmup_decay_lr, NKEYS(k_warmup_decay_lr), c, NULL, 0));
+        break;
     case DS_SCHED_WARMUP_COSINE_LR:
-        return cfg_walk(ctx, v, path, k_warmup_cosine_lr, NKEYS(k_warmup_cosine_lr), c, NULL, 0);
+        DS_TRY(cfg_walk(ctx, v, path, k_warmup_cosine_lr, NKEYS(k_warmup_cosine_lr), c, NULL, 0));
+        break;
     case DS_SCHED_NONE: break;
     }
+    if (!c->sched_hf && c->warmup_num_steps_set && c->warmup_num_steps < 1)
+        return RFAIL(c, DS_ERR_CONFIG, "%s.warmup_num_steps: must be >= 1, got %lld", path,
+                     (long long)c->warmup_num_steps);
     return DS_OK;
 }
 

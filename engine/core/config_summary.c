@@ -260,6 +260,22 @@ static void what_runs(sb *s, const ds_config *c) {
     real_text(c->warmup_max_lr, hi, sizeof hi);
     const char *wt = ds_warmup_type_name(c->warmup_type);
     long long W = (long long)c->warmup_num_steps, T = (long long)c->total_num_steps;
+    if (c->sched_hf && c->scheduler != DS_SCHED_NONE) {
+        /* the trainer's: HF's LambdaLR, step s at lambda(s) (sched.h) */
+        static const char *const shape[] = {
+            [DS_SCHED_WARMUP_LR] = "constant_with_warmup",
+            [DS_SCHED_WARMUP_DECAY_LR] = "linear",
+            [DS_SCHED_WARMUP_COSINE_LR] = "cosine",
+        };
+        sb_add(s, "scheduler: HF's %s (the Trainer's LambdaLR): ", shape[c->scheduler]);
+        if (W > 0) sb_add(s, "warmup 0 -> %s over %lld steps, then ", lr, W);
+        else sb_add(s, "no warmup, ");
+        if (c->scheduler == DS_SCHED_WARMUP_LR) sb_add(s, "constant");
+        else sb_add(s, "%s decay to 0 at step %lld",
+                    c->scheduler == DS_SCHED_WARMUP_DECAY_LR ? "linear" : "cosine", T);
+        sb_newline(s);
+        return;
+    }
     /* DeepSpeed's schedules warm up over max(2, W) steps */
     const char *least = W < 2 ? " (DeepSpeed's least)" : "";
     if (W < 2) W = 2;

@@ -52,7 +52,27 @@ static double cosine_ratio(const ds_config *c, int64_t it) {
     return r > 0.0 ? r : 0.0;
 }
 
+/* transformers' optimization.py lambdas (_get_linear_schedule_with_warmup_lr_
+ * lambda and its cosine and constant-with-warmup siblings, num_cycles 0.5),
+ * operation by operation, at current_step s. */
+static double hf_lambda(const ds_config *c, int64_t s) {
+    double W = (double)c->warmup_num_steps, T = (double)c->total_num_steps, x = (double)s;
+    if (x < W) return x / (W > 1.0 ? W : 1.0);
+    if (c->scheduler == DS_SCHED_WARMUP_LR) return 1.0;
+    double rest = T - W > 1.0 ? T - W : 1.0;
+    if (c->scheduler == DS_SCHED_WARMUP_DECAY_LR) {
+        double r = (T - x) / rest;
+        return r > 0.0 ? r : 0.0;
+    }
+    double progress = (x - W) / rest;
+    double r = 0.5 * (1.0 + cos(M_PI * 0.5 * 2.0 * progress));
+    return r > 0.0 ? r : 0.0;
+}
+
 double ds_sched_lr(const ds_config *c, int64_t step) {
+    /* HF's Trainer builds its LambdaLR before the first step (lambda(0))
+     * and steps it after each optimizer step: step s runs at lambda(s) */
+    if (c->sched_hf && c->scheduler != DS_SCHED_NONE) return c->lr * hf_lambda(c, step);
     int64_t it = c->last_batch_iteration + step;
     switch (c->scheduler) {
     case DS_SCHED_NONE: return c->lr;

@@ -24,6 +24,18 @@
  *                  cos_min_ratio + (1 - cos_min_ratio) * (1 + cos(pi * p)) / 2
  *                  with p = min(1, (it - W + 1) / max(1, T - W)).
  *   none           the optimizer lr.
+ *
+ * The trainer's schedule (c->sched_hf: a config without a scheduler section
+ * and a hints.lr_scheduler_type) is instead HF's LambdaLR as its Trainer
+ * steps it: created before the first step, stepped after each optimizer
+ * step, so step s runs at lr * lambda(s), with W = warmup_num_steps (0 is
+ * none) and T = total_num_steps:
+ *   s < W          s / max(1, W)
+ *   then linear    max(0, (T - s) / max(1, T - W))        (WarmupDecayLR's keys)
+ *        cosine    max(0, (1 + cos(pi * (s - W) / max(1, T - W))) / 2)
+ *        constant_with_warmup  1                           (WarmupLR's keys)
+ * One step ahead of DeepSpeed's schedules of the same shape, which start at
+ * last_batch_iteration -1.
  * The config must be resolved (ds_config_resolve). */
 #ifndef DS_CORE_SCHED_H
 #define DS_CORE_SCHED_H

@@ -6,8 +6,8 @@
 # computed); the full resolved config goes to ds_config.resolved.json beside
 # --metrics (else into --save-dir), and --print-config prints the same JSON
 # and exits 0 without training. A config without optimizer and scheduler
-# sections runs AdamW and HF's linear schedule (DeepSpeed's WarmupDecayLR)
-# from the flags, step by step; --lr-scheduler-type constant keeps the lr.
+# sections runs AdamW and HF's linear schedule (its LambdaLR, stepped as the
+# Trainer steps it) from the flags, step by step; --lr-scheduler-type constant keeps the lr.
 # Without --batch a micro batch "auto" takes HF's per_device_train_batch_size
 # default, 8; a number in the config stands. Bad flags and a config with no
 # batch key at all are one line each.
@@ -138,17 +138,18 @@ PY
 printf '{"train_micro_batch_size_per_gpu": 4}' >bare.json
 tc bare.log --config bare.json --lr 1e-3 --warmup 2 --max-steps 6 --metrics bare.jsonl ||
   { fail "bare config: exit $?"; cat bare.log; }
-grep -qF "scheduler: WarmupDecayLR, linear warmup 0 -> 0.001 over 2 steps, then linear decay to 0 at step 6" \
+grep -qF "scheduler: HF's linear (the Trainer's LambdaLR): warmup 0 -> 0.001 over 2 steps, then linear decay to 0 at step 6" \
   bare.log || { fail "bare.log: no linear schedule"; grep zero-engine bare.log; }
 grep -qF "optimizer: AdamW lr 0.001, betas [0.9, 0.999], eps 1e-08, weight_decay 0; no gradient clipping" \
   bare.log || fail "bare.log: no AdamW line"
-# DeepSpeed's WarmupDecayLR, step k at last_batch_iteration k - 2: 0 twice,
-# half way up, the top, then down to 0 at step 6 (sched.h); exact to the
-# metrics' 7 significant digits
+# HF's get_linear_schedule_with_warmup as its Trainer steps it, step k (from
+# 1) at lambda(k - 1): 0, half way up, the top, then down by a quarter a
+# step (sched.h; transformers' own scheduler gives these six, test_sched);
+# exact to the metrics' 7 significant digits
 python3 - <<'PY' || fail "bare.jsonl: lr per step"
 import json
 lrs = [json.loads(l)["lr"] for l in open("bare.jsonl") if '"step"' in l]
-want = [0.0, 0.0, 5e-4, 1e-3, 7.5e-4, 5e-4]
+want = [0.0, 5e-4, 1e-3, 7.5e-4, 5e-4, 2.5e-4]
 assert len(lrs) == 6 and all(abs(a - b) <= 1e-12 for a, b in zip(lrs, want)), lrs
 PY
 tc const.log --config bare.json --lr 1e-3 --max-steps 3 --lr-scheduler-type constant \

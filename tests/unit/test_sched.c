@@ -168,7 +168,40 @@ static void test_through_config(void) {
     LR(&c, 301, 0.0);
 }
 
+/* The trainer's schedule (sched_hf): transformers' LambdaLR as its Trainer
+ * steps it, step s at lr * lambda(s). The values are what
+ * get_scheduler(NAME, AdamW(lr=1e-3), num_warmup_steps=W,
+ * num_training_steps=6) gives as param_groups[0]["lr"] before each of six
+ * optimizer.step(); scheduler.step() pairs (transformers 5.24 / torch 2.15,
+ * checked by hand once; derived here from optimization.py's lambdas):
+ *   linear W=2: 0, 1/2, 1, 3/4, 1/2, 1/4 (x 1e-3) - DeepSpeed's WarmupDecayLR
+ *               of the same keys gives 0, 0, 1/2, 1, 3/4, 1/2: one behind;
+ *   linear W=0: (6 - s) / 6, from the full lr at the first step;
+ *   cosine W=2: 0, 1/2, then (1 + cos(pi (s - 2) / 4)) / 2;
+ *   constant_with_warmup W=2: 0, 1/2, then 1. */
+static void test_hf_lambda(void) {
+    ds_config c = sched(DS_SCHED_WARMUP_DECAY_LR, 0.0, 1e-3, 2, DS_WARMUP_LINEAR, 6);
+    c.lr = 1e-3;
+    c.sched_hf = true;
+    const double lin2[] = {0.0, 0.5e-3, 1e-3, 0.75e-3, 0.5e-3, 0.25e-3};
+    for (int s = 0; s < 6; s++) LR(&c, s, lin2[s]);
+    LR(&c, 6, 0.0); /* past the end: 0, as max(0, ...) */
+    LR(&c, 9, 0.0);
+    c.warmup_num_steps = 0;
+    for (int s = 0; s < 6; s++) LR(&c, s, 1e-3 * (double)(6 - s) / 6.0);
+    c.scheduler = DS_SCHED_WARMUP_COSINE_LR;
+    c.warmup_num_steps = 2;
+    LR(&c, 0, 0.0);
+    LR(&c, 1, 0.5e-3);
+    for (int s = 2; s < 6; s++)
+        LR(&c, s, 1e-3 * (0.5 * (1.0 + cos(M_PI * 0.5 * 2.0 * (double)(s - 2) / 4.0))));
+    c.scheduler = DS_SCHED_WARMUP_LR;
+    const double cw2[] = {0.0, 0.5e-3, 1e-3, 1e-3, 1e-3, 1e-3};
+    for (int s = 0; s < 6; s++) LR(&c, s, cw2[s]);
+}
+
 int main(void) {
+    test_hf_lambda();
     test_warmup_lr();
     test_warmup_decay_lr();
     test_warmup_cosine_lr();

@@ -20,11 +20,16 @@ cat >cfg.json <<'JSON'
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01}},
  "zero_optimization": {"stage": 2}}
 JSON
+# The trainer's linear schedule (no scheduler section) decays towards the
+# run's last step from the first step on unless it warms up: --warmup 3 makes
+# the first 3 steps' lr the same in the 3-step and the 6-step run, so the
+# resumed run can equal the straight one.
 tc() { # tc LOG ARGS...
   log=$1
   shift
   "$@" -np 2 "$bin/train_cls" --config cfg.json --data data.csv --model bert --layers 1 \
-    --hidden 32 --heads 2 --intermediate 64 --dropout 0.1 --max-seq-len 32 $TC_ARGS >"$log" 2>&1 ||
+    --hidden 32 --heads 2 --intermediate 64 --dropout 0.1 --max-seq-len 32 --warmup 3 \
+    $TC_ARGS >"$log" 2>&1 ||
     { fail "train_cls $TC_ARGS:"; cat "$log"; }
 }
 losses() { # step and loss of each step line of a metrics file, from step $2 on
