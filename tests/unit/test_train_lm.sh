@@ -12,6 +12,9 @@
 #           the same token count and the loss within 1e-5;
 #   resume  20 steps with a checkpoint, then --resume to 40: steps 21-40 log
 #           the losses of the straight run bit for bit;
+#   z2f     zero_to_fp32 of that step-20 checkpoint: the safetensors header
+#           holds transformer.wte.weight once and no lm_head.weight, the
+#           same tensors as --save-dir's model.safetensors;
 #   preempt SIGTERM to engine-run a few steps in: exit 143, latest names the
 #           checkpoint saved at the next step boundary and it verifies; a
 #           stale TAG.tmp is removed at start-up; --resume to 40 completes
@@ -261,6 +264,35 @@ steps_from r2.jsonl 1 >got.txt
 [ "$(wc -l <want.txt)" -eq 20 ] || fail "straight run: $(wc -l <want.txt) steps from 21"
 cmp -s want.txt got.txt || { fail "resumed losses differ:"; paste want.txt got.txt | head; }
 tail -1 r2.jsonl | cmp -s - a_eval.json || fail "resumed eval differs: $(tail -1 r2.jsonl)"
+
+# ---- zero_to_fp32 of a GPT-2 checkpoint ----
+# The tied table is stored once under its owner's name: the safetensors
+# header names transformer.wte.weight once ([257, 32]) and no
+# lm_head.weight, and lists the same tensors, shapes and dtypes as
+# --save-dir's model.safetensors.
+"$bin/zero_to_fp32" ck z.safetensors --tag global_step20 >z.log 2>&1 ||
+  fail "zero_to_fp32 ck: exit $?: $(tail -3 z.log)"
+python3 - z.safetensors model/model.safetensors <<'PY' || fail "zero_to_fp32 of a GPT-2 checkpoint (above)"
+import json, struct, sys
+def tensors(path):  # [(name, {dtype, shape, data_offsets})], duplicates kept
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        top = json.loads(f.read(n), object_pairs_hook=list)
+    return [(k, dict(v)) for k, v in top if k != "__metadata__"]
+z, m = tensors(sys.argv[1]), tensors(sys.argv[2])
+names = [k for k, _ in z]
+fails = []
+if names.count("transformer.wte.weight") != 1:
+    fails.append(f"transformer.wte.weight {names.count('transformer.wte.weight')} times")
+elif dict(z)["transformer.wte.weight"]["shape"] != [257, 32]:
+    fails.append(f"transformer.wte.weight {dict(z)['transformer.wte.weight']['shape']}")
+if "lm_head.weight" in names: fails.append("lm_head.weight stored")
+if len(set(names)) != len(names): fails.append("a name stored twice")
+shape = lambda ts: sorted((k, v["dtype"], v["shape"]) for k, v in ts)
+if shape(z) != shape(m): fails.append(f"tensors differ from model/: {shape(z)} vs {shape(m)}")
+for f in fails: print("FAIL", f)
+sys.exit(1 if fails else 0)
+PY
 
 # ---- preemption ----
 # Up to 1000 steps (a step takes a few ms here), SIGTERM to engine-run once 5
