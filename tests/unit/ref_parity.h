@@ -52,6 +52,9 @@ typedef struct ref_tols {
                                (1 - lr wd)^steps, relative */
     double zero_grad_global; /* zero-true-grad entries: |g| / the global gradient norm */
     double adam_step_bound; /* the most one Adam step moves an entry, in units of lr */
+    double yardstick;       /* > 0: a metric for which the dump carries PyTorch's own
+                               float32 figure (torch_fp32_vs_fp64) is also held to
+                               this multiple of that figure (ref_parity_tol) */
 } ref_tols;
 
 typedef struct ref_parity {
@@ -85,7 +88,13 @@ int ref_parity_start(ref_parity *p, const ref_dump *ref, const ref_tols *tol,
 /* ds_finalize and free; a zeroed or failed start is fine. */
 void ref_parity_end(ref_parity *p);
 
-/* max|a - ref| / max|ref| over n values, printed with tol->logits and
+/* The tolerance of a metric: `tol`, or, when tol->yardstick > 0 and the
+ * dump's torch_fp32_vs_fp64 has `key`, the smaller of `tol` and yardstick x
+ * that figure (not below 2^-24: one float32 rounding, for a scalar such as
+ * a loss whose PyTorch figure may by chance be 0). */
+double ref_parity_tol(const ref_parity *p, double tol, const char *key);
+
+/* max|a - ref| / max|ref| over n values, printed with its tolerance and
  * torch's figure; *at (may be NULL): the index of the largest |a - ref|.
  * The test checks it (and says where on failure, in its layout). */
 double ref_parity_logits_rel(const ref_parity *p, const float *logits, const float *ref_logits,

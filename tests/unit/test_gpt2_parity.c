@@ -23,29 +23,42 @@
  * and the tie: "lm_head.weight" reads back as transformer.wte.weight, value
  * and gradient, before and after the updates.
  *
- * Metrics and tolerances are test_bert_parity.c's, for the same reasons (the
- * checks are theirs too: ref_parity.c): the
- * engine computes in float32 with its own summation orders (blocked gemm,
- * OpenMP reductions, its exp), so the yardstick is how far PyTorch's own
- * float32 run lands from the float64 truth (the dump's torch_fp32_vs_fp64,
- * printed beside each figure); each tolerance is that figure times a margin
- * of about 10-250 for different-but-correct orders, below what a wrong
- * formula produces. Measured by breaking the engine on purpose: the erf GELU
- * instead of gelu_new moves the logits by 2.7e-4 relative and the gradients
- * by 3.1e-4; attention that ignores attention_mask moves the step-0 loss by
- * 2.7e-3 and the gradients by 0.2; a non-causal key, a missing 1/sqrt(d) or
- * the lm_head term missing from wte's gradient move them by O(1).
+ * The metrics are test_bert_parity.c's (the checks are theirs too:
+ * ref_parity.c). The engine computes in float32 with its own summation
+ * orders (blocked gemm, OpenMP reductions, its exp), so the yardstick is how
+ * far PyTorch's own float32 run lands from the float64 truth (the dump's
+ * torch_fp32_vs_fp64, printed beside each figure). Each metric with such a
+ * figure is held to 4 x that figure (k_tol.yardstick; ref_parity_tol keeps
+ * the fixed bound below when it is tighter, and never goes under one float32
+ * rounding, 2^-24). Why 4: the engine's distance from the truth is float32
+ * rounding of the same operations in other orders, the size of PyTorch's:
+ * measured 0.78-1.2 x the figure here (logits 4.3e-7 = 1.05x, gradients
+ * 5.2e-7 = 0.78x, updates 5.0e-5 = 1.12x, after 0.0015 lr = 0.88x, the
+ * step 1-2 losses 1.2e-7 = 1.2x, one ulp of 4.3; the step-0 loss is exact),
+ * the same under DS_CPU_ISA scalar / avx2 / avx512 and 1-8 threads, at most
+ * 1.3x under OpenBLAS's other sgemm kernels (OPENBLAS_CORETYPE Haswell,
+ * Sandybridge: after 0.0022 lr), and up to 1.8x on test_bert_parity's
+ * model; 4 leaves twice the largest ratio seen, while a wrong formula
+ * lands hundreds of times above: measured by breaking the engine on purpose,
+ * the erf GELU instead of gelu_new moves the logits by 2.7e-4 relative (660
+ * x torch's) and the gradients by 3.1e-4; attention that ignores
+ * attention_mask moves the step-0 loss by 2.7e-3 and the gradients by 0.2;
+ * a non-causal key, a missing 1/sqrt(d) or the lm_head term missing from
+ * wte's gradient move them by O(1). The fixed bounds (test_bert_parity's,
+ * what a wrong formula exceeds) stay for a dump without the figures.
  *
- *   logits          max|d| / max|ref|      <= 1e-4   (torch fp32: 4.1e-7)
- *   step-0 loss     |d| / |ref|            <= 1e-5   (torch fp32: 1.0e-7)
- *   step 1, 2 loss  |d| / |ref|            <= 1e-4   (torch fp32: 1.0e-7; after updates)
- *   gradients       ||d|| / ||ref|| each   <= 1e-4   (torch fp32: 6.7e-7 worst)
+ *                                          4 x torch fp32      fixed bound
+ *   logits          max|d| / max|ref|      4 x 4.1e-7 = 1.6e-6   1e-4
+ *   step-0 loss     |d| / |ref|            4 x 1.0e-7 = 4.1e-7   1e-5
+ *   step 1, 2 loss  |d| / |ref|            4 x 1.0e-7 = 4.1e-7   1e-4 (after updates)
+ *   gradients       ||d|| / ||ref|| each   4 x 6.7e-7 = 2.7e-6   1e-4 (torch's worst tensor)
  *   updates         ||d(after - before)|| / ||ref(after - before)||
- *                                          <= 1e-3   (torch fp32: 4.5e-5 worst, a LayerNorm
- *                                                     weight: Adam divides by sqrt(v), which
- *                                                     amplifies gradient noise on small entries)
- *   after, element  |d| <= 0.02 * lr                 (torch fp32: 0.0017 lr; one Adam step is
- *                                                     about lr, so 2% of a step)
+ *                                          4 x 4.5e-5 = 1.8e-4   1e-3 (torch's worst, a
+ *                                                     LayerNorm weight: Adam divides by
+ *                                                     sqrt(v), which amplifies gradient
+ *                                                     noise on small entries)
+ *   after, element  |d| / lr               4 x 0.0017 = 0.0068   0.02 (one Adam step is
+ *                                                     about lr)
  *   decay only      entries whose reference gradient is exactly 0 (wpe's rows past T):
  *                   after == before * (1 - lr * wd)^3 within 1e-6 relative (three fp32
  *                   roundings are 2e-7): checks decoupled weight decay exactly.
@@ -79,6 +92,7 @@ static const ref_tols k_tol = {
     .decay_rel = 1e-6,
     .zero_grad_global = 1e-6,
     .adam_step_bound = 1.003,
+    .yardstick = 4, /* x PyTorch's own float32 figure: the header says why 4 */
 };
 
 static const char *k_config =
@@ -137,7 +151,7 @@ int main(void) {
     CHECK_OK_GOTO(ds_predict(e, &batch, logits), out);
     size_t at;
     double rel = ref_parity_logits_rel(&p, logits, ref_logits, n_logits, &at);
-    CHECK(rel <= k_tol.logits,
+    CHECK(rel <= ref_parity_tol(&p, k_tol.logits, "logits_max_abs_over_max_abs"),
           "logits differ: max|d|/max|ref| %.3e, worst at [%zu, %zu, %zu] (engine %.7f, ref %.7f)",
           rel, at / ((size_t)T * V), at / V % T, at % V, logits[at], ref_logits[at]);
 
