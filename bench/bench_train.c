@@ -79,6 +79,7 @@ static ds_status make_engine(bench *b, int overlap, engine_t **out) {
 typedef struct timing {
     double *dt, *fw, *bw, *st;
     ds_comm_stats c0, c1; /* the engine's communication before / after the timed steps */
+    float loss0;          /* the first step's loss (this rank's rows), to compare models */
 } timing;
 
 /* Step i: this rank's rows of global batch i, through ds_forward /
@@ -95,7 +96,9 @@ static ds_status timed_step(const bench *b, engine_t *e, int i, timing *tm) {
     DS_TRY(ds_batch_set(&batch, "labels", DS_I32, b->labels + row));
     if (i == b->warmup) ds_comm_report(e, &tm->c0);
     double t0 = now_s();
-    DS_TRY(ds_forward(e, &batch, NULL));
+    float loss;
+    DS_TRY(ds_forward(e, &batch, &loss));
+    if (i == 0) tm->loss0 = loss;
     double t1 = now_s();
     DS_TRY(ds_backward(e));
     double t2 = now_s();
@@ -168,6 +171,10 @@ static void report(const bench *b, engine_t *e, int overlap, const timing *tm) {
         mb += (double)(tm->c1.bytes_sent[k] - tm->c0.bytes_sent[k]) / 1e6;
     }
     double wait = tm->c1.wait_s - tm->c0.wait_s;
+    if (ds_rank(e) == 0)
+        printf("bench_train: stage %d overlap %d first step loss %.4f (rank 0's %d rows; "
+               "ln %d = %.4f)\n", b->stage, overlap, tm->loss0, b->global_batch / ds_world_size(e),
+               C, log((double)C));
     if (ds_rank(e) == 0)
         printf("bench_train: stage %d overlap %d communication per step: %.1f MB sent, %.3f s in "
                "collectives, %.3f s waited for, %.0f%% hidden\n", b->stage, overlap,
