@@ -94,6 +94,23 @@ static ds_status check_finite(const engine_t *e, const float *buf, int64_t lo, s
 
 /* ------------------------------------------------------------------ save */
 
+/* This rank's own state (1-bit Adam's error feedback) as the shard's
+ * DS_CKPT_RANK_STATE section: at stage 0 every rank writes a shard, so each
+ * keeps its own, covered by the file's checksums like the rest. */
+static ds_status write_rank_state(engine_t *e, ds_ckpt_writer *w) {
+    if (!e->zero->ops->rank_state_len) return DS_OK;
+    size_t n = e->zero->ops->rank_state_len(e->zero);
+    if (!n) return DS_OK;
+    float *v = malloc(n * sizeof(float));
+    if (!v) return DS_ERR(DS_ERR_OOM, "saving the rank's own optimizer state: out of host memory");
+    ds_status st = e->zero->ops->rank_state_io(e->zero, v, false);
+    if (st == DS_OK) st = ds_ckpt_writer_begin(w, DS_CKPT_RANK_STATE, 0, (int64_t)n);
+    if (st == DS_OK) st = ds_ckpt_writer_append(w, v, n);
+    if (st == DS_OK) st = ds_ckpt_writer_end(w);
+    free(v);
+    return st;
+}
+
 static ds_status write_shard(engine_t *e, const char *tmpdir, int moments,
                              const ds_ckpt_write_opts *wo, ds_ckpt_file_info *info) {
     int rank = e->comm->rank, world = e->zero->state_parts;
@@ -119,6 +136,7 @@ static ds_status write_shard(engine_t *e, const char *tmpdir, int moments,
         /* a file cut short: weights written, moments not */
         if (st == DS_OK && k == 0) ds_fault_point("ckpt:mid_shard_write", rank);
     }
+    if (st == DS_OK) st = write_rank_state(e, w);
     free(buf);
     /* a full disk says how full, and how much this file holds */
     char need[96];
@@ -607,6 +625,43 @@ static ds_status load_states(engine_t *e, const char *tag_dir, unsigned flags,
     return DS_OK;
 }
 
+/* This rank's own state, from its own shard: only at the world size that
+ * saved it (the error feedback of rank r belongs to rank r's data and to
+ * the chunking of that world). Otherwise, or when the checkpoint has none
+ * (saved by another optimizer), it starts afresh, as DeepSpeed's always
+ * does. */
+static ds_status load_rank_state(engine_t *e, const char *tag_dir, unsigned flags,
+                                 const ds_ckpt_meta *m, bool *have) {
+    *have = false;
+    if (!e->zero->ops->rank_state_len || (flags & (DS_LOAD_MODULE_ONLY | DS_LOAD_NO_OPTIMIZER)))
+        return DS_OK;
+    size_t n = e->zero->ops->rank_state_len(e->zero);
+    if (!n) return DS_OK;
+    if (m->world != e->comm->world) {
+        if (e->comm->rank == 0 && !e->quiet)
+            fprintf(stderr, "[zero-engine] %s: saved by %d rank(s), loaded by %d: the 1-bit "
+                    "error feedback starts from zero\n", tag_dir, m->world, e->comm->world);
+        return DS_OK;
+    }
+    char path[PATH_CAP + 80];
+    snprintf(path, sizeof path, "%s/%s", tag_dir, m->shards[e->comm->rank].file);
+    ds_ckpt_reader *r = NULL;
+    DS_TRY(ds_ckpt_reader_open(path, &r));
+    int64_t lo = 0, hi = 0;
+    ds_status st = DS_OK;
+    if (ds_ckpt_reader_section(r, DS_CKPT_RANK_STATE, &lo, &hi) && hi == (int64_t)n) {
+        float *v = malloc(n * sizeof(float));
+        if (!v) st = DS_ERR(DS_ERR_OOM, "loading %s: out of host memory", path);
+        if (st == DS_OK) st = ds_ckpt_read(r, DS_CKPT_RANK_STATE, 0, hi, v);
+        if (st == DS_OK) st = e->zero->ops->rank_state_io(e->zero, v, true);
+        *have = st == DS_OK;
+        free(v);
+    }
+    ds_ckpt_reader_close(r);
+    DS_TRY(st);
+    return DS_OK;
+}
+
 /* Data loader: continue at the same global sample of the same epoch. */
 static ds_status restore_loader(engine_t *e, const ds_ckpt_meta *m) {
     e->epoch = m->has_loader ? m->epoch : 0;
@@ -714,9 +769,13 @@ ds_status ds_load_checkpoint(engine_t *e, const char *dir, const char *tag_in, u
     st = e->zero->ops->zero_grad(e->zero);
     if (st == DS_OK) st = ds_ties_clear(e->ties);
     if (st == DS_OK) st = load_states(e, tag_dir, flags, &m);
+    bool have_rank_state = false;
+    if (st == DS_OK) st = load_rank_state(e, tag_dir, flags, &m, &have_rank_state);
     st = agree(e, st);
     if (st == DS_OK) st = agree(e, e->zero->ops->sync_params(e->zero));
     if (st == DS_OK) st = agree(e, restore_progress(e, &m, flags));
+    if (st == DS_OK && e->zero->ops->rank_state_restart)
+        e->zero->ops->rank_state_restart(e->zero, e->applied_steps, have_rank_state);
     if (st == DS_OK && e->comm->rank == 0 && !e->quiet)
         fprintf(stderr, "[zero-engine] loaded checkpoint %s (step %lld; saved by %d rank(s) at "
                 "stage %d in %s, now %d rank(s) at stage %d in %s)\n", tag_dir,

@@ -8,3 +8,32 @@ foreach(np 1 2 4)
   ds_add_mpi_test(NAME test_coded_allreduce SOURCES ${_onebit_dir}/multirank/test_coded_allreduce.c
                   NP ${np} LABELS multirank TIMEOUT 60)
 endforeach()
+
+# DeepSpeed's keys and defaults for both optimizers, the JSON round trip, and
+# bad configs naming the key (stage, freeze_step, scalers, amsgrad, backend).
+ds_add_test(NAME test_onebit_config SOURCES ${_onebit_dir}/unit/test_onebit_config.c LABELS unit)
+
+# Training: warm-up equal to AdamW (bias_correction false) bit for bit, bytes
+# per step after freeze_step >= 16x fewer (comm counters), the loss after
+# freeze within a stated band of Adam's, the ranks' weights equal.
+foreach(np 2 4)
+  ds_add_mpi_test(NAME test_onebit SOURCES ${_onebit_dir}/multirank/test_onebit.c
+                  ${_onebit_dir}/multirank/ckpt_harness.c ${_onebit_dir}/multirank/tied_model.c
+                  NP ${np} LABELS multirank TIMEOUT 300)
+endforeach()
+target_include_directories(test_onebit PRIVATE ${_onebit_dir}/multirank)
+
+# Exact resume (tests/multirank/test_ckpt_resume.sh, tolerance 0): the
+# checkpoint carries each rank's error feedback (and 0/1 Adam's u and its own
+# weights), so the second half equals the straight run bit for bit. 1-bit
+# Adam: freeze_step 2, saved at step 4 in the compressed phase, fp32 and
+# fp16. 0/1 Adam: variance steps 1, 2 and 4, a compressed-gradient step 3,
+# local steps from 5 (intervals 1, 2, 4), saved at step 7 between two
+# synchronisations (the ranks' weights differ there).
+ds_ckpt_resume_test(ckpt_exact_onebit_mlp 4 0 2 0 2 0 mlp fp32 0)
+ds_ckpt_resume_test(ckpt_exact_onebit_bert_fp16 4 0 2 0 2 0 bert fp16 0)
+set_tests_properties(ckpt_exact_onebit_mlp ckpt_exact_onebit_bert_fp16 PROPERTIES ENVIRONMENT
+  "OMP_NUM_THREADS=1;DS_CKPT_FRAME_ELEMS=64;CK_EXTRA=--optimizer OneBitAdam --optim-params ,\"freeze_step\":2")
+ds_ckpt_resume_test(ckpt_exact_zeroone_mlp 7 0 2 0 2 0 mlp fp32 0)
+set_tests_properties(ckpt_exact_zeroone_mlp PROPERTIES ENVIRONMENT
+  "OMP_NUM_THREADS=1;DS_CKPT_FRAME_ELEMS=64;CK_EXTRA=--optimizer ZeroOneAdam --optim-params ,\"var_freeze_step\":3,\"var_update_scaler\":1,\"local_step_scaler\":1,\"local_step_clipper\":4")

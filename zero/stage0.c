@@ -7,10 +7,16 @@
  * by bucket of reduce_bucket_size elements as the modules finish, on the
  * communication thread with overlap_comm (zero/grad_reduce.h); at the
  * boundary every rank waits for the last bucket and applies the identical
- * update to the whole model. */
+ * update to the whole model.
+ *
+ * With OneBitAdam / ZeroOneAdam (zero/onebit.h) the optimizer decides per
+ * step whether backward all-reduces the gradients; when it does not, the
+ * gradients stay this rank's and the optimizer communicates, compressed. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "zero/grad_reduce.h"
+#include "zero/onebit.h"
 #include "zero/optim.h"
 #include "zero/replica.h"
 #include "zero/zero.h"
@@ -23,18 +29,43 @@ typedef struct stage0 {
     float *master;          /* [padded] fp32, mixed only */
     float *state0, *state1; /* optimizer moments [padded] */
     ds_grad_reduce *gr;     /* the all-reduce buckets */
+    ds_onebit *ob;          /* OneBitAdam / ZeroOneAdam, else NULL */
 } stage0;
 
 static stage0 *S(ds_zero *z) { return (stage0 *)z->impl; }
 static float *weights(stage0 *s) { return s->mixed ? s->master : (float *)s->rep.params; }
 
+/* Whether this step's gradients are all-reduced during backward. */
+static bool reduces(const stage0 *s) { return !s->ob || ds_onebit_reduces_grads(s->ob); }
+
 static ds_status grad_done(ds_zero *z, int m) {
-    return ds_grad_reduce_grad_done(S(z)->gr, &S(z)->rep, z->final_backward, m);
+    return ds_grad_reduce_grad_done(S(z)->gr, &S(z)->rep, z->final_backward && reduces(S(z)), m);
+}
+
+/* Local gradients (onebit.h): the norm and the overflow agreed over ranks.
+ * The engine takes sqrt(sumsq) / world as the norm of the mean gradient;
+ * world * (sum of the local squares) makes that the ranks' root mean square
+ * local norm. */
+static ds_status local_norm(stage0 *s, double *sumsq, int *overflow) {
+    ds_replica *r = &s->rep;
+    DS_TRY(r->be->ops->sumsq(r->be, r->grads, r->gt, (size_t)r->flat->used, sumsq, overflow));
+    double v[2] = {*sumsq, *overflow ? 1.0 : 0.0};
+    ds_comm_set_context(s->comm, "the local gradients' norm");
+    ds_status st = ds_comm_host_all_reduce(s->comm, v, 2, DS_F64, DS_REDUCE_SUM);
+    ds_comm_set_context(s->comm, NULL);
+    DS_TRY(st);
+    *sumsq = v[0] * (double)s->comm->world;
+    *overflow = v[1] > 0.0;
+    return DS_OK;
 }
 
 static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
     stage0 *s = S(z);
     ds_replica *r = &s->rep;
+    if (!reduces(s)) {
+        DS_TRY(local_norm(s, sumsq, overflow));
+        return DS_OK;
+    }
     DS_TRY(ds_grad_reduce_finish(s->gr));
     /* Every rank now holds the same summed gradient, so the local norm and
      * overflow flag are already global. */
@@ -47,6 +78,11 @@ static ds_status zero_grad(ds_zero *z) { return ds_grad_reduce_zero_grad(S(z)->g
 static ds_status apply(ds_zero *z, float grad_mult, const ds_optim_step *step) {
     stage0 *s = S(z);
     ds_replica *r = &s->rep;
+    if (s->ob) {
+        DS_TRY(ds_onebit_apply(s->ob, r->be, step, grad_mult, weights(s), r->grads, r->gt,
+                               s->state0, s->state1, s->mixed ? r->params : NULL, r->pt));
+        return DS_OK;
+    }
     DS_TRY(ds_optim_update(r->be, step, weights(s), r->grads, r->gt, grad_mult, s->state0,
                            s->state1, (size_t)r->flat->used, s->mixed ? r->params : NULL, r->pt));
     return DS_OK;
@@ -103,12 +139,41 @@ static ds_status sync_params(ds_zero *z) {
     return DS_OK;
 }
 
+/* The rank's own state: the optimizer's, then under 0/1 Adam this rank's
+ * weights and momentum (its local steps make them differ from the other
+ * ranks'; the flat-space sections hold each part as one rank had it). */
+static size_t rank_state_len(ds_zero *z) {
+    stage0 *s = S(z);
+    if (!s->ob) return 0;
+    size_t n = ds_onebit_state_len(s->ob);
+    return ds_onebit_rank_weights(s->ob) ? n + 2 * (size_t)s->rep.flat->used : n;
+}
+
+static ds_status rank_state_io(ds_zero *z, float *host, bool write) {
+    stage0 *s = S(z);
+    if (!s->ob) return DS_OK;
+    DS_TRY(ds_onebit_state_io(s->ob, host, write));
+    if (!ds_onebit_rank_weights(s->ob)) return DS_OK;
+    size_t n = (size_t)s->rep.flat->used;
+    float *own = host + ds_onebit_state_len(s->ob), *mine[2] = {weights(s), s->state0};
+    for (int k = 0; k < 2; k++) { /* host memory: the cpu backend */
+        if (write) memcpy(mine[k], own + (size_t)k * n, n * sizeof(float));
+        else memcpy(own + (size_t)k * n, mine[k], n * sizeof(float));
+    }
+    return DS_OK;
+}
+
+static void rank_state_restart(ds_zero *z, int64_t applied, bool have_state) {
+    if (S(z)->ob) ds_onebit_restart(S(z)->ob, applied, have_state);
+}
+
 static void destroy(ds_zero *z) {
     stage0 *s = S(z);
     if (s) {
         ds_backend *be = s->rep.be ? s->rep.be : z->d.be;
         size_t padded = (size_t)z->d.flat->padded;
         ds_grad_reduce_destroy(s->gr); /* joins the communication thread */
+        ds_onebit_destroy(s->ob);
         ds_backend_free(be, DS_MEM_MASTER, DS_PLACE_DEVICE, s->master, padded * 4);
         ds_backend_free(be, DS_MEM_OPTIM, DS_PLACE_DEVICE, s->state0, padded * 4);
         ds_backend_free(be, DS_MEM_OPTIM, DS_PLACE_DEVICE, s->state1, padded * 4);
@@ -124,6 +189,8 @@ static const ds_zero_ops k_stage0_ops = {
     .reduce_grads = reduce_grads, .apply = apply, .zero_grad = zero_grad,
     .get_param = get_param, .set_param = set_param,
     .get_grad = get_grad, .state_io = state_io, .sync_params = sync_params, .destroy = destroy,
+    .rank_state_len = rank_state_len, .rank_state_io = rank_state_io,
+    .rank_state_restart = rank_state_restart,
 };
 
 static ds_status build(stage0 *s, const ds_zero_desc *d) {
@@ -141,6 +208,16 @@ static ds_status build(stage0 *s, const ds_zero_desc *d) {
         DS_TRY(ds_backend_alloc(be, DS_MEM_OPTIM, DS_PLACE_DEVICE, padded * 4,
                                 (void **)&s->state1));
     DS_TRY(ds_replica_init_values(&s->rep, d->seed, s->master, 0, d->flat->padded));
+    if (d->cfg->onebit != DS_ONEBIT_NONE) {
+        /* the codec and the optimizer's loops run on host memory */
+        if (strncmp(be->ops->name, "cpu", 3) != 0) /* "cpu", "cpu/avx512", ... */
+            return DS_ERR(DS_ERR_UNSUPPORTED,
+                          "optimizer.type %s: runs on the cpu backend only so far (the 1-bit "
+                          "codec has no %s kernels yet)",
+                          d->cfg->onebit == DS_ONEBIT_ADAM ? "OneBitAdam" : "ZeroOneAdam",
+                          be->ops->name);
+        DS_TRY(ds_onebit_create(d->cfg, d->comm, d->flat, &s->ob));
+    }
     DS_TRY(ds_grad_reduce_create(be, d->comm, d->flat, s->rep.gt, s->rep.grads, DS_GRAD_ALL_REDUCE,
                                  d->cfg->reduce_bucket_size, !d->cfg->contiguous_gradients,
                                  d->cfg->overlap_comm, &s->gr));

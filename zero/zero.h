@@ -114,6 +114,16 @@ typedef struct ds_zero_ops {
      * Collective. */
     ds_status (*sync_params)(ds_zero *z);
     void (*destroy)(ds_zero *z);
+    /* Optional (NULL where a strategy keeps none): state that is this
+     * rank's own, not a part of the flat space (1-bit Adam's error
+     * feedback, zero/onebit.h), which a checkpoint keeps per rank and
+     * restores only at the same world size. Elements, and a copy to
+     * (write = false) or from (write = true) host[0, len). Local. */
+    size_t (*rank_state_len)(ds_zero *z);
+    ds_status (*rank_state_io)(ds_zero *z, float *host, bool write);
+    /* After a load: `applied` optimizer steps were taken; have_state says
+     * whether rank_state was restored (else it starts afresh). Local. */
+    void (*rank_state_restart)(ds_zero *z, int64_t applied, bool have_state);
 } ds_zero_ops;
 
 struct ds_zero {

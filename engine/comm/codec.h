@@ -2,10 +2,11 @@
  * the optimizers: a caller asks for "all-reduce this vector, 1-bit
  * compressed" and never sees the wire format.
  *
+ *   size_t segs[2] = {n0, n1};           the tensors of buf, back to back
+ *   ds_coded_layout lay = ds_coded_layout_of(&ds_codec_onebit, segs, 2, world);
  *   float err_w[lay.worker_n], err_s[lay.server_n];   caller-owned feedback
- *   ds_coded_layout lay = ds_coded_layout_of(&ds_codec_onebit, n, world);
- *   ds_coded_scratch *scr;  ds_coded_scratch_create(&ds_codec_onebit, n, world, &scr);
- *   ds_comm_all_reduce_coded(comm, buf, n, &ds_codec_onebit, err_w, err_s, scr);
+ *   ds_coded_scratch *scr;  ds_coded_scratch_create(&ds_codec_onebit, segs, 2, world, &scr);
+ *   ds_comm_all_reduce_coded(comm, buf, n0 + n1, &ds_codec_onebit, err_w, err_s, scr);
  *   -> buf holds the mean over ranks, as the codec could carry it; err_w and
  *      err_s hold what this call's encodings lost, added back next call.
  *
@@ -29,16 +30,20 @@
  *
  * The compressed all-reduce (ds_comm_all_reduce_coded) is DeepSpeed's
  * chunked scheme (deepspeed/runtime/comm/mpi.py, compressed_allreduce),
- * with the worker and the server error feedback:
- *   1. the vector, padded with zeros to `padded` elements (a multiple of
- *      world * lcm(world, 8), as DeepSpeed pads), is encoded with the worker
- *      error into `world` chunk records; chunk r goes to rank r (all_to_all);
- *   2. rank r, the server of chunk r, decodes the world records of its chunk
- *      and averages them (each record's scale times 1/world, summed in rank
- *      order), then encodes that with the server error into one record;
+ * with the worker and the server error feedback, applied to each segment
+ * of the vector (a tensor: DeepSpeed calls it once per parameter, each with
+ * its own scale and error buffers) but with one message per peer for all
+ * segments together:
+ *   1. each segment, padded with zeros to a multiple of world *
+ *      lcm(world, 8) elements (as DeepSpeed pads), is encoded with its worker
+ *      error into `world` chunk records; rank r's chunks of every segment go
+ *      to rank r in one all_to_all;
+ *   2. rank r, the server of chunk r, decodes the world records of each of
+ *      its chunks and averages them (each record's scale times 1/world,
+ *      summed in rank order), then encodes that with its server error;
  *   3. the server records are all-gathered; every rank decodes all chunks.
  * Every rank ends with the same vector. A rank sends (world-1)/world of the
- * encoded vector in each phase: 2 (world-1)/world (padded/8 + 4 world)
+ * encoded vector in each phase: 2 (world-1)/world (padded/8 + 4 world nseg)
  * bytes, against 2 (world-1)/world 4 n bytes of an fp32 ring all-reduce.
  * With one rank nothing is encoded and buf is left as it is (DeepSpeed
  * compresses only when size > 1).
@@ -67,10 +72,10 @@ typedef struct ds_codec {
     /* Bytes of one record of n elements. */
     size_t (*wire_bytes)(size_t n);
     /* Encode x (n elements) into nblocks records of n/nblocks elements each,
-     * back to back at wire (n/nblocks a multiple of elem_align). With err
-     * (n elements) non-NULL: c = x + err is encoded and err becomes
-     * c - decode(code(c)). x is not written. */
-    void (*encode)(const float *x, float *err, size_t n, int nblocks, void *wire);
+     * record b at wire + b * stride bytes (n/nblocks a multiple of
+     * elem_align). With err (n elements) non-NULL: c = x + err is encoded
+     * and err becomes c - decode(code(c)). x is not written. */
+    void (*encode)(const float *x, float *err, size_t n, int nblocks, void *wire, size_t stride);
     /* out[i] = alpha * decoded[i] for a record of n elements; with
      * accumulate, out[i] += that instead. */
     void (*decode)(const void *wire, size_t n, float alpha, bool accumulate, float *out);
@@ -82,29 +87,33 @@ extern const ds_codec ds_codec_onebit;
 DS_HD int ds_onebit_bit(float c) { return !(c < 0.0f); }
 DS_HD float ds_onebit_value(int bit, float scale) { return bit ? scale : -scale; }
 
-/* Sizes of the compressed all-reduce of n elements over world ranks. */
+/* Sizes of the compressed all-reduce of segments segs[0..nseg) over world
+ * ranks (each segment rounded up to a multiple of world * lcm(world, 8)). */
 typedef struct ds_coded_layout {
-    size_t padded;   /* n rounded up to a multiple of world * lcm(world, 8) */
-    size_t chunk;    /* padded / world: one server's share */
+    size_t n;        /* sum of the segments: the vector's elements */
+    size_t padded;   /* sum of the padded segments */
     size_t worker_n; /* elements of the caller's worker error buffer (padded) */
-    size_t server_n; /* elements of the caller's server error buffer (chunk) */
-    size_t record;   /* wire bytes of one chunk record */
+    size_t server_n; /* elements of the caller's server error buffer (padded / world) */
+    size_t region;   /* wire bytes a rank sends each peer per phase: one record
+                      * of every segment's chunk */
 } ds_coded_layout;
 
-ds_coded_layout ds_coded_layout_of(const ds_codec *codec, size_t n, int world);
+ds_coded_layout ds_coded_layout_of(const ds_codec *codec, const size_t *segs, int nseg,
+                                   int world);
 
-/* Scratch of one compressed all-reduce size (the padded vector, the send
- * and receive records), allocated once so a call allocates nothing. */
+/* Scratch of one segmentation (the padded vector, the send and receive
+ * records), allocated once so a call allocates nothing. segs is copied. */
 typedef struct ds_coded_scratch ds_coded_scratch;
-ds_status ds_coded_scratch_create(const ds_codec *codec, size_t n, int world,
+ds_status ds_coded_scratch_create(const ds_codec *codec, const size_t *segs, int nseg, int world,
                                   ds_coded_scratch **out);
 void ds_coded_scratch_destroy(ds_coded_scratch *s); /* safe on NULL */
 
-/* buf (n fp32 host elements) becomes the mean over all ranks as the scheme
- * above carries it; worker_err (layout.worker_n) and server_err
- * (layout.server_n) are this rank's error feedback, read and updated. Every
- * rank calls it with the same n; the traffic counts as one all_to_all and
- * one all_gather of bytes (DS_U8) in the communicator's stats. Errors: the
+/* buf (n fp32 host elements, the scratch's segments back to back) becomes
+ * the mean over all ranks as the scheme above carries it; worker_err
+ * (layout.worker_n) and server_err (layout.server_n) are this rank's error
+ * feedback, read and updated. Every rank calls it with the same segments;
+ * the traffic counts as one all_to_all and one all_gather of
+ * layout.region bytes (DS_U8) in the communicator's stats. Errors: the
  * collectives', DS_ERR_INVALID_ARG for a scratch of another size or world. */
 ds_status ds_comm_all_reduce_coded(ds_comm *c, float *buf, size_t n, const ds_codec *codec,
                                    float *worker_err, float *server_err,

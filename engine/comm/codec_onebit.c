@@ -6,7 +6,8 @@
 
 static size_t onebit_wire_bytes(size_t n) { return sizeof(float) + n / 8; }
 
-static void onebit_encode(const float *x, float *err, size_t n, int nblocks, void *wire) {
+static void onebit_encode(const float *x, float *err, size_t n, int nblocks, void *wire,
+                          size_t stride) {
     /* The scale is over the whole compensated vector c = x + err (DeepSpeed's
      * worker scale is per tensor, not per chunk). */
     double sumsq = 0.0;
@@ -32,7 +33,7 @@ static void onebit_encode(const float *x, float *err, size_t n, int nblocks, voi
             }
             bits[k] = (unsigned char)byte;
         }
-        w += onebit_wire_bytes(per);
+        w += stride;
     }
 }
 

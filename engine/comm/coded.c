@@ -1,22 +1,32 @@
 /* The compressed all-reduce (codec.h): DeepSpeed's chunked scheme with
- * worker and server error feedback, over the communicator's all_to_all and
- * all_gather, so it is counted and timed like every other collective. */
+ * worker and server error feedback, per segment, over the communicator's
+ * all_to_all and all_gather, so it is counted and timed like every other
+ * collective. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/comm/codec.h"
 
+/* One segment: where it lies in the vector, the padded vector, the error
+ * buffers and each rank's message region. */
+typedef struct seg {
+    size_t off, n;       /* in the caller's vector */
+    size_t poff, padded; /* in the padded vector and the worker error */
+    size_t coff, chunk;  /* in the server error: chunk = padded / world */
+    size_t woff, record; /* in each rank's region of the messages */
+} seg;
+
 struct ds_coded_scratch {
     const ds_codec *codec;
-    size_t n;
-    int world;
+    int world, nseg;
+    seg *segs;
     ds_coded_layout lay;
     float *padded;          /* [lay.padded]: the input, zero-padded; then the result */
-    float *acc;             /* [lay.chunk]: the server's average */
-    unsigned char *send;    /* world worker records */
-    unsigned char *recv;    /* world worker records of this rank's chunk */
-    unsigned char *gather;  /* world server records */
+    float *acc;             /* [largest chunk]: the server's average */
+    unsigned char *send;    /* world regions: the worker records, by destination */
+    unsigned char *recv;    /* world regions: every rank's records of this rank's chunks */
+    unsigned char *gather;  /* world regions: every server's records */
 };
 
 static size_t gcd(size_t a, size_t b) {
@@ -28,42 +38,63 @@ static size_t gcd(size_t a, size_t b) {
     return a;
 }
 
-ds_coded_layout ds_coded_layout_of(const ds_codec *codec, size_t n, int world) {
-    ds_coded_layout l = {0};
+/* DeepSpeed: divider = lcm(world, 8), the tensor padded to a multiple of
+ * world * divider, so every chunk is whole bytes of signs. */
+static size_t pad_unit(const ds_codec *codec, int world) {
     size_t w = world > 0 ? (size_t)world : 1;
     size_t align = codec->elem_align ? codec->elem_align : 1;
-    /* DeepSpeed: divider = lcm(world, 8), the tensor padded to a multiple of
-     * world * divider, so every chunk is whole bytes of signs. */
-    size_t lcm = w / gcd(w, align) * align;
-    size_t unit = w * lcm;
-    l.padded = (n + unit - 1) / unit * unit;
-    l.chunk = l.padded / w;
-    l.worker_n = l.padded;
-    l.server_n = l.chunk;
-    l.record = codec->wire_bytes(l.chunk);
+    return w * (w / gcd(w, align) * align);
+}
+
+static void lay_out(const ds_codec *codec, const size_t *segs, int nseg, int world, seg *out,
+                    ds_coded_layout *l) {
+    size_t unit = pad_unit(codec, world), w = world > 0 ? (size_t)world : 1;
+    *l = (ds_coded_layout){0};
+    for (int s = 0; s < nseg; s++) {
+        seg g = {.off = l->n, .n = segs[s], .poff = l->padded, .coff = l->server_n,
+                 .woff = l->region};
+        g.padded = (g.n + unit - 1) / unit * unit;
+        g.chunk = g.padded / w;
+        g.record = codec->wire_bytes(g.chunk);
+        l->n += g.n;
+        l->padded += g.padded;
+        l->server_n += g.chunk;
+        l->region += g.record;
+        if (out) out[s] = g;
+    }
+    l->worker_n = l->padded;
+}
+
+ds_coded_layout ds_coded_layout_of(const ds_codec *codec, const size_t *segs, int nseg,
+                                   int world) {
+    ds_coded_layout l;
+    lay_out(codec, segs, nseg, world, NULL, &l);
     return l;
 }
 
-ds_status ds_coded_scratch_create(const ds_codec *codec, size_t n, int world,
+ds_status ds_coded_scratch_create(const ds_codec *codec, const size_t *segs, int nseg, int world,
                                   ds_coded_scratch **out) {
     *out = NULL;
-    if (!codec || world < 1)
-        return DS_ERR(DS_ERR_INVALID_ARG, "coded all-reduce: %s", codec ? "world < 1" : "no codec");
+    if (!codec || world < 1 || nseg < 0 || (nseg > 0 && !segs))
+        return DS_ERR(DS_ERR_INVALID_ARG, "coded all-reduce: no codec, world < 1 or no segments");
     ds_coded_scratch *s = calloc(1, sizeof *s);
     if (!s) return DS_ERR(DS_ERR_OOM, "coded all-reduce: out of host memory");
     s->codec = codec;
-    s->n = n;
     s->world = world;
-    s->lay = ds_coded_layout_of(codec, n, world);
-    size_t recs = s->lay.record * (size_t)world;
-    s->padded = calloc(s->lay.padded ? s->lay.padded : 1, sizeof(float));
-    s->acc = calloc(s->lay.chunk ? s->lay.chunk : 1, sizeof(float));
-    s->send = malloc(recs ? recs : 1);
-    s->recv = malloc(recs ? recs : 1);
-    s->gather = malloc(recs ? recs : 1);
-    if (!s->padded || !s->acc || !s->send || !s->recv || !s->gather) {
+    s->nseg = nseg;
+    s->segs = calloc((size_t)nseg + 1, sizeof *s->segs);
+    if (s->segs) lay_out(codec, segs, nseg, world, s->segs, &s->lay);
+    size_t big = 1;
+    for (int k = 0; s->segs && k < nseg; k++) big = s->segs[k].chunk > big ? s->segs[k].chunk : big;
+    size_t msgs = s->lay.region * (size_t)world + 1;
+    s->padded = calloc(s->lay.padded + 1, sizeof(float));
+    s->acc = calloc(big, sizeof(float));
+    s->send = malloc(msgs);
+    s->recv = malloc(msgs);
+    s->gather = malloc(msgs);
+    if (!s->segs || !s->padded || !s->acc || !s->send || !s->recv || !s->gather) {
         ds_coded_scratch_destroy(s);
-        return DS_ERR(DS_ERR_OOM, "coded all-reduce of %zu elements: out of host memory", n);
+        return DS_ERR(DS_ERR_OOM, "coded all-reduce of %d segment(s): out of host memory", nseg);
     }
     *out = s;
     return DS_OK;
@@ -71,6 +102,7 @@ ds_status ds_coded_scratch_create(const ds_codec *codec, size_t n, int world,
 
 void ds_coded_scratch_destroy(ds_coded_scratch *s) {
     if (!s) return;
+    free(s->segs);
     free(s->padded);
     free(s->acc);
     free(s->send);
@@ -85,35 +117,46 @@ ds_status ds_comm_all_reduce_coded(ds_comm *c, float *buf, size_t n, const ds_co
     if (!c || !codec || !s)
         return DS_ERR(DS_ERR_INVALID_ARG, "coded all-reduce: communicator, codec or scratch is "
                       "NULL");
-    if (s->codec != codec || s->n != n || s->world != c->world)
+    if (s->codec != codec || s->lay.n != n || s->world != c->world)
         return DS_ERR(DS_ERR_INVALID_ARG,
                       "coded all-reduce: scratch made for %zu elements of %s over %d ranks, "
                       "called with %zu of %s over %d",
-                      s->n, s->codec->name, s->world, n, codec->name, c->world);
+                      s->lay.n, s->codec->name, s->world, n, codec->name, c->world);
     if (c->world == 1 || n == 0) return DS_OK;
     if (!buf || !worker_err || !server_err)
         return DS_ERR(DS_ERR_INVALID_ARG, "coded all-reduce: buffer or error feedback is NULL");
-    const ds_coded_layout *l = &s->lay;
     int w = c->world, r = c->rank;
+    size_t region = s->lay.region;
 
-    /* 1. worker: encode the padded vector into one record per chunk */
-    memcpy(s->padded, buf, n * sizeof(float));
-    memset(s->padded + n, 0, (l->padded - n) * sizeof(float));
-    codec->encode(s->padded, worker_err, l->padded, w, s->send);
-    DS_TRY(ds_comm_all_to_all(c, s->send, s->recv, l->record, DS_U8));
+    /* 1. worker: each segment padded and encoded into one record per chunk,
+     * rank k's record into region k */
+    for (int k = 0; k < s->nseg; k++) {
+        const seg *g = &s->segs[k];
+        float *p = s->padded + g->poff;
+        memcpy(p, buf + g->off, g->n * sizeof(float));
+        memset(p + g->n, 0, (g->padded - g->n) * sizeof(float));
+        codec->encode(p, worker_err + g->poff, g->padded, w, s->send + g->woff, region);
+    }
+    DS_TRY(ds_comm_all_to_all(c, s->send, s->recv, region, DS_U8));
 
-    /* 2. server of chunk r: the average of the ranks' records, re-encoded */
+    /* 2. server of chunk r of every segment: the ranks' average, re-encoded */
     float inv = 1.0f / (float)w;
-    for (int k = 0; k < w; k++)
-        codec->decode(s->recv + (size_t)k * l->record, l->chunk, inv, k > 0, s->acc);
-    unsigned char *mine = s->gather + (size_t)r * l->record;
-    codec->encode(s->acc, server_err, l->chunk, 1, mine);
-    DS_TRY(ds_comm_all_gather(c, mine, s->gather, l->record, DS_U8));
+    unsigned char *mine = s->gather + (size_t)r * region;
+    for (int k = 0; k < s->nseg; k++) {
+        const seg *g = &s->segs[k];
+        for (int q = 0; q < w; q++)
+            codec->decode(s->recv + (size_t)q * region + g->woff, g->chunk, inv, q > 0, s->acc);
+        codec->encode(s->acc, server_err + g->coff, g->chunk, 1, mine + g->woff, region);
+    }
+    DS_TRY(ds_comm_all_gather(c, mine, s->gather, region, DS_U8));
 
-    /* 3. every rank decodes every server's chunk */
-    for (int k = 0; k < w; k++)
-        codec->decode(s->gather + (size_t)k * l->record, l->chunk, 1.0f, false,
-                      s->padded + (size_t)k * l->chunk);
-    memcpy(buf, s->padded, n * sizeof(float));
+    /* 3. every rank decodes every server's chunks */
+    for (int k = 0; k < s->nseg; k++) {
+        const seg *g = &s->segs[k];
+        for (int q = 0; q < w; q++)
+            codec->decode(s->gather + (size_t)q * region + g->woff, g->chunk, 1.0f, false,
+                          s->padded + g->poff + (size_t)q * g->chunk);
+        memcpy(buf + g->off, s->padded + g->poff, g->n * sizeof(float));
+    }
     return DS_OK;
 }

@@ -25,6 +25,14 @@ void ds_config_defaults(ds_config *c) {
     c->weight_decay = 0.0;
     c->adam_w_mode = true;
     c->bias_correction = true;
+    c->onebit = DS_ONEBIT_NONE; /* DeepSpeed's OnebitAdam / ZeroOneAdam defaults: */
+    c->freeze_step = 100000;
+    c->var_freeze_step = 100000;
+    c->var_update_scaler = 16;
+    c->local_step_scaler = 32678;
+    c->local_step_clipper = 16;
+    c->cuda_aware = false;
+    snprintf(c->comm_backend_name, sizeof c->comm_backend_name, "nccl");
 
     c->scheduler = DS_SCHED_NONE;
     c->warmup_min_lr = 0.0;

@@ -35,6 +35,15 @@ extern "C" {
 
 typedef enum ds_optim_type { DS_OPTIM_ADAM = 0, DS_OPTIM_ADAMW, DS_OPTIM_SGD } ds_optim_type;
 
+/* DeepSpeed's communication-compressed Adams (zero/onebit.h). The optimizer
+ * is then DS_OPTIM_ADAMW (their weight decay is decoupled) without bias
+ * correction, and these say which compression runs on top of it. */
+typedef enum ds_onebit_type {
+    DS_ONEBIT_NONE = 0,
+    DS_ONEBIT_ADAM,    /* "OneBitAdam": 1-bit Adam, arXiv:2102.02888 */
+    DS_ONEBIT_ZERO_ONE /* "ZeroOneAdam": 0/1 Adam, arXiv:2202.06009 */
+} ds_onebit_type;
+
 typedef enum ds_sched_type {
     DS_SCHED_NONE = 0, /* constant lr */
     DS_SCHED_WARMUP_LR,
@@ -173,6 +182,16 @@ typedef struct ds_config {
     double momentum;             /* SGD, default 0.0 */
     double dampening;            /* SGD, default 0.0 */
     bool nesterov;               /* SGD, default false */
+    /* OneBitAdam / ZeroOneAdam (DeepSpeed's parameter names and defaults) */
+    ds_onebit_type onebit;       /* DS_ONEBIT_NONE for Adam, AdamW, SGD */
+    int64_t freeze_step;         /* OneBitAdam: uncompressed warm-up steps, 100000 */
+    int64_t var_freeze_step;     /* ZeroOneAdam: last step that updates the variance, 100000 */
+    int64_t var_update_scaler;   /* ZeroOneAdam: kappa, variance updates per interval, 16 */
+    int64_t local_step_scaler;   /* ZeroOneAdam: alpha, syncs per local-step interval, 32678 */
+    int64_t local_step_clipper;  /* ZeroOneAdam: H, the longest local-step interval, 16 */
+    bool cuda_aware;             /* accepted (DeepSpeed's MPI backend option), default false */
+    char comm_backend_name[16];  /* accepted: "nccl" (default), "mpi", "compressed"; the
+                                  * engine's own communicator carries the traffic */
     bool lr_auto, betas_auto, eps_auto, weight_decay_auto;
     /* a number was written in the file (for the hint mismatch check) */
     bool lr_set, betas_set, eps_set, weight_decay_set, gradient_clipping_set;

@@ -106,10 +106,31 @@ static void jw_str(jw *w, const char *key, const char *s) {
 
 static void write_optimizer(jw *w, const ds_config *c) {
     jw_open(w, "optimizer");
-    jw_str(w, "type", ds_optim_type_name(c->optimizer));
+    jw_str(w, "type", c->onebit == DS_ONEBIT_ADAM       ? "OneBitAdam"
+                      : c->onebit == DS_ONEBIT_ZERO_ONE ? "ZeroOneAdam"
+                                                        : ds_optim_type_name(c->optimizer));
     jw_open(w, "params");
     jw_real(w, "lr", c->lr);
-    if (c->optimizer == DS_OPTIM_SGD) {
+    if (c->onebit != DS_ONEBIT_NONE) { /* their constructors' arguments, no adam_w_mode */
+        char b0[40], b1[40];
+        cfg_fmt_real(c->betas[0], b0, sizeof b0);
+        cfg_fmt_real(c->betas[1], b1, sizeof b1);
+        jw_key(w, "betas");
+        jw_raw(w, "[%s, %s]", b0, b1);
+        jw_real(w, "eps", c->eps);
+        jw_real(w, "weight_decay", c->weight_decay);
+        jw_bool(w, "bias_correction", c->bias_correction);
+        if (c->onebit == DS_ONEBIT_ADAM) {
+            jw_int(w, "freeze_step", c->freeze_step);
+        } else {
+            jw_int(w, "var_freeze_step", c->var_freeze_step);
+            jw_int(w, "var_update_scaler", c->var_update_scaler);
+            jw_int(w, "local_step_scaler", c->local_step_scaler);
+            jw_int(w, "local_step_clipper", c->local_step_clipper);
+        }
+        jw_bool(w, "cuda_aware", c->cuda_aware);
+        jw_str(w, "comm_backend_name", c->comm_backend_name);
+    } else if (c->optimizer == DS_OPTIM_SGD) {
         jw_real(w, "momentum", c->momentum);
         jw_real(w, "dampening", c->dampening);
         jw_real(w, "weight_decay", c->weight_decay);

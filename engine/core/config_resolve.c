@@ -391,6 +391,15 @@ static ds_status check_cross(const ds_config *c) {
                      "zero_optimization.stage 3 (only stage 3 all-gathers parameters), got "
                      "stage %d",
                      c->zero_stage);
+    /* DeepSpeed's engine asserts "1bit-Adam is not compatible with ZeRO" and
+     * "0/1 Adam is not compatible with ZeRO": both run on a full replica of
+     * the momentum and the weights, stage 0. */
+    if (c->onebit != DS_ONEBIT_NONE && c->zero_stage != 0)
+        return RFAIL(c, DS_ERR_CONFIG,
+                     "zero_optimization.stage: optimizer.type %s runs at stage 0 only (DeepSpeed: "
+                     "\"%s is not compatible with ZeRO\"), got stage %d",
+                     c->onebit == DS_ONEBIT_ADAM ? "OneBitAdam" : "ZeroOneAdam",
+                     c->onebit == DS_ONEBIT_ADAM ? "1bit-Adam" : "0/1 Adam", c->zero_stage);
     DS_TRY(check_groups(c));
     if (c->offload_optimizer.device != DS_OFFLOAD_NONE && c->offload_optimizer.ratio < 1.0 &&
         c->zero_stage != 3) {

@@ -163,11 +163,80 @@ static const cfg_key k_sgd_params[] = {
 
 static const char *const k_adam_unimpl[] = {"torch_adam", "amsgrad", "fused", NULL};
 
+/* OneBitAdam / ZeroOneAdam: the arguments of DeepSpeed's OnebitAdam and
+ * ZeroOneAdam constructors (deepspeed/runtime/fp16/onebit/). */
+static ds_status read_onebit_amsgrad(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    (void)base;
+    bool on;
+    DS_TRY(cfg_read_bool(ctx, v, path, &on));
+    if (on)
+        return CFG_FAIL(ctx, DS_ERR_UNSUPPORTED, "%s: true is not supported by 1-bit Adam or 0/1 "
+                        "Adam (DeepSpeed refuses the AMSGrad variant too)", path);
+    return DS_OK;
+}
+
+/* Accepted and without effect, as in DeepSpeed, whose 1-bit optimizers
+ * store eps_inside_sqrt and max_grad_norm and never read them. */
+static ds_status read_onebit_unread(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    (void)base;
+    if (json_is_boolean(v)) return DS_OK;
+    static const cfg_key any = {"max_grad_norm", CFG_REAL, 0, 0, 0, CFG_NO_HI, NO, NO, NULL};
+    double x;
+    DS_TRY(cfg_read_real(ctx, v, path, &any, &x));
+    return DS_OK;
+}
+
+/* DeepSpeed picks its compressed backend by this name; here the engine's
+ * communicator carries the traffic (MPI on cpu, NCCL on cuda) whichever is
+ * named, so the known names are accepted and others refused. */
+static ds_status read_comm_backend_name(const cfg_ctx *ctx, json_t *v, const char *path,
+                                        void *base) {
+    ds_config *c = base;
+    static const char *const names[] = {"nccl", "mpi", "compressed"};
+    int idx;
+    DS_TRY(cfg_read_enum(ctx, v, path, names, 3, "nccl, mpi, compressed", &idx));
+    snprintf(c->comm_backend_name, sizeof c->comm_backend_name, "%s", names[idx]);
+    return DS_OK;
+}
+
+#define K_ONEBIT_COMMON                                                                        \
+    ROW("lr", CFG_REAL, OFF(lr), 0, BIG, CFG_NO_HI | CFG_AUTO, OFF(lr_auto), OFF(lr_set), NULL), \
+    ROW("betas", CFG_FN, OFF(betas), 0, 0, CFG_AUTO, OFF(betas_auto), OFF(betas_set),         \
+        read_betas),                                                                           \
+    ROW("eps", CFG_REAL, OFF(eps), 0, BIG, CFG_NO_HI | CFG_AUTO, OFF(eps_auto), OFF(eps_set),  \
+        NULL),                                                                                 \
+    ROW("weight_decay", CFG_REAL, OFF(weight_decay), 0, BIG, CFG_NO_HI | CFG_AUTO,            \
+        OFF(weight_decay_auto), OFF(weight_decay_set), NULL),                                  \
+    BOOL("bias_correction", bias_correction), BOOL("cuda_aware", cuda_aware),                  \
+    FN("comm_backend_name", OFF(comm_backend_name), read_comm_backend_name),                   \
+    FN("amsgrad", OFF(onebit), read_onebit_amsgrad),                                           \
+    FN("eps_inside_sqrt", OFF(var_update_scaler) + 1, read_onebit_unread),                     \
+    FN("max_grad_norm", OFF(var_update_scaler) + 2, read_onebit_unread)
+
+static const cfg_key k_onebit_adam_params[] = {
+    K_ONEBIT_COMMON,
+    /* at least one uncompressed step: the frozen variance must exist */
+    I64_GE("freeze_step", freeze_step, 1),
+};
+
+static const cfg_key k_zero_one_params[] = {
+    K_ONEBIT_COMMON,
+    I64_GE("var_freeze_step", var_freeze_step, 0),
+    I64_GE("var_update_scaler", var_update_scaler, 1),
+    I64_GE("local_step_scaler", local_step_scaler, 1),
+    I64_GE("local_step_clipper", local_step_clipper, 1),
+};
+
 static ds_status read_optim_params(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
     ds_config *c = base;
     DS_TRY(cfg_need_object(ctx, v, path));
     if (c->optimizer == DS_OPTIM_SGD)
         return cfg_walk(ctx, v, path, k_sgd_params, NKEYS(k_sgd_params), c, NULL, 0);
+    if (c->onebit == DS_ONEBIT_ADAM)
+        return cfg_walk(ctx, v, path, k_onebit_adam_params, NKEYS(k_onebit_adam_params), c, NULL,
+                        0);
+    if (c->onebit == DS_ONEBIT_ZERO_ONE)
+        return cfg_walk(ctx, v, path, k_zero_one_params, NKEYS(k_zero_one_params), c, NULL, 0);
     return cfg_walk(ctx, v, path, k_adam_params, NKEYS(k_adam_params), c, k_adam_unimpl, 0);
 }
 
@@ -183,9 +252,8 @@ static const cfg_key k_optimizer[] = {
 
 /* Optimizers DeepSpeed has and zero-engine does not: DS_ERR_UNSUPPORTED
  * rather than "unknown", so the user knows the name was not a typo. */
-static const char *const k_ds_optimizers[] = {"Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb",
-                                              "Adagrad", "Lion", "MuAdam", "MuAdamW",
-                                              "MuSGD", "Muon", NULL};
+static const char *const k_ds_optimizers[] = {"Lamb", "OneBitLamb", "Adagrad", "Lion", "MuAdam",
+                                              "MuAdamW", "MuSGD", "Muon", NULL};
 
 static int in_list_ci(const char *s, const char *const *list) {
     for (; *list; list++)
@@ -200,18 +268,36 @@ static ds_status read_optimizer(const cfg_ctx *ctx, json_t *v, const char *path,
     cfg_join(tpath, path, "type");
     json_t *type = json_object_get(v, "type");
     if (!type)
-        return CFG_FAIL(ctx, DS_ERR_CONFIG, "%s: missing; must be one of Adam, AdamW, SGD", tpath);
+        return CFG_FAIL(ctx, DS_ERR_CONFIG, "%s: missing; must be one of Adam, AdamW, SGD, "
+                        "OneBitAdam, ZeroOneAdam", tpath);
     if (json_is_string(type) && in_list_ci(json_string_value(type), k_ds_optimizers))
         return CFG_FAIL(ctx, DS_ERR_UNSUPPORTED,
                         "%s: a DeepSpeed optimizer zero-engine does not implement (it has Adam, "
-                        "AdamW, SGD), got \"%s\"",
+                        "AdamW, SGD, OneBitAdam, ZeroOneAdam), got \"%s\"",
                         tpath, json_string_value(type));
-    static const char *const names[] = {"Adam", "AdamW", "SGD"};
+    static const char *const names[] = {"Adam", "AdamW", "SGD", "OneBitAdam", "ZeroOneAdam"};
     int idx;
-    DS_TRY(cfg_read_enum(ctx, type, tpath, names, 3, "Adam, AdamW, SGD", &idx));
+    DS_TRY(cfg_read_enum(ctx, type, tpath, names, 5,
+                         "Adam, AdamW, SGD, OneBitAdam, ZeroOneAdam", &idx));
     c->optimizer_set = true;
     c->optimizer = idx == 2 ? DS_OPTIM_SGD : DS_OPTIM_ADAM;
+    c->onebit = idx == 3 ? DS_ONEBIT_ADAM : idx == 4 ? DS_ONEBIT_ZERO_ONE : DS_ONEBIT_NONE;
     DS_TRY(cfg_walk(ctx, v, path, k_optimizer, NKEYS(k_optimizer), c, NULL, 0));
+    if (c->onebit != DS_ONEBIT_NONE) {
+        /* DeepSpeed's 1-bit update is p -= lr (m / (sqrt(v) + eps) + wd p):
+         * decoupled weight decay and no bias correction, whatever
+         * bias_correction says (its constructors keep the key, the step
+         * never reads it). Store what runs, and say so when the file asked
+         * for the correction. */
+        if (c->bias_correction && json_object_get(json_object_get(v, "params"),
+                                                  "bias_correction"))
+            cfg_warn(ctx, "%s.params.bias_correction: true has no effect for %s (DeepSpeed's "
+                          "update has no bias correction either)", path, names[idx]);
+        c->bias_correction = false;
+        c->adam_w_mode = true;
+        c->optimizer = DS_OPTIM_ADAMW;
+        return DS_OK;
+    }
 
     if (idx == 1) {
         /* DeepSpeed: the name AdamW forces decoupled weight decay whatever

@@ -246,8 +246,19 @@ static void what_runs(sb *s, const ds_config *c) {
         real_text(c->betas[1], b1, sizeof b1);
         real_text(c->eps, eps, sizeof eps);
         sb_add(s, "optimizer: %s lr %s, betas [%s, %s], eps %s, weight_decay %s%s",
-               c->optimizer == DS_OPTIM_ADAMW ? "AdamW" : "Adam (L2 weight decay)", lr, b0, b1,
-               eps, wd, c->bias_correction ? "" : ", no bias correction");
+               c->onebit == DS_ONEBIT_ADAM       ? "OneBitAdam"
+               : c->onebit == DS_ONEBIT_ZERO_ONE ? "ZeroOneAdam"
+               : c->optimizer == DS_OPTIM_ADAMW  ? "AdamW"
+                                                 : "Adam (L2 weight decay)",
+               lr, b0, b1, eps, wd, c->bias_correction ? "" : ", no bias correction");
+        if (c->onebit == DS_ONEBIT_ADAM)
+            sb_add(s, ", 1-bit compressed momentum after freeze_step %lld",
+                   (long long)c->freeze_step);
+        if (c->onebit == DS_ONEBIT_ZERO_ONE)
+            sb_add(s, ", var_freeze_step %lld, var_update_scaler %lld, local_step_scaler %lld, "
+                      "local_step_clipper %lld",
+                   (long long)c->var_freeze_step, (long long)c->var_update_scaler,
+                   (long long)c->local_step_scaler, (long long)c->local_step_clipper);
     }
     if (c->gradient_clipping > 0)
         sb_add(s, "; gradient_clipping %s", clip);

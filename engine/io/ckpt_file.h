@@ -85,10 +85,13 @@ typedef enum ds_ckpt_section {
     DS_CKPT_WEIGHTS = 0, /* fp32 master weights / fp32 parameters */
     DS_CKPT_MOMENT0 = 1, /* Adam exp_avg, SGD momentum */
     DS_CKPT_MOMENT1 = 2, /* Adam exp_avg_sq */
+    /* A rank's own state, not a part of the flat space (1-bit Adam's error
+     * feedback): elements [0, n) whatever the header's range says. */
+    DS_CKPT_RANK_STATE = 3,
     DS_CKPT_SECTION_COUNT
 } ds_ckpt_section;
 
-/* "weights", "moment0", "moment1", "?" */
+/* "weights", "moment0", "moment1", "rank_state", "?" */
 const char *ds_ckpt_section_name(uint32_t id);
 
 typedef enum ds_ckpt_filter {
@@ -127,8 +130,8 @@ typedef struct ds_ckpt_writer ds_ckpt_writer;
  * is left behind. */
 ds_status ds_ckpt_writer_open(const char *path, const ds_ckpt_header *h,
                               const ds_ckpt_write_opts *opts, ds_ckpt_writer **out);
-/* Start section `id` covering elements [lo, hi) (inside the header's range;
- * each id at most once). */
+/* Start section `id` covering elements [lo, hi) (inside the header's range,
+ * or [0, n) for DS_CKPT_RANK_STATE; each id at most once). */
 ds_status ds_ckpt_writer_begin(ds_ckpt_writer *w, uint32_t id, int64_t lo, int64_t hi);
 /* Append n values of the current section (pieces of any size, in order).
  * Errors: DS_ERR_INVALID_ARG for more values than the section holds. */

@@ -93,7 +93,9 @@ static ds_status parse_index(ds_ckpt_reader *r, const unsigned char *ix, uint64_
                           .lo = (int64_t)ck_get64(p + 8), .hi = (int64_t)ck_get64(p + 16),
                           .n_frames = ck_get64(p + 24)};
         if (s->id >= DS_CKPT_SECTION_COUNT || s->filter > DS_CKPT_FILTER_SHUFFLE ||
-            s->lo < r->h.lo || s->hi > r->h.hi || s->lo > s->hi ||
+            (s->id == DS_CKPT_RANK_STATE ? s->lo != 0
+                                         : s->lo < r->h.lo || s->hi > r->h.hi) ||
+            s->lo > s->hi ||
             s->n_frames > (uint64_t)(s->hi - s->lo)) {
             snprintf(msg, sizeof msg, "index entry %u (section id %u, filter %u, [%lld, %lld), "
                      "%llu frames) does not fit the header's range [%lld, %lld)", k, s->id,

@@ -36,6 +36,7 @@ const char *ds_ckpt_section_name(uint32_t id) {
     case DS_CKPT_WEIGHTS: return "weights";
     case DS_CKPT_MOMENT0: return "moment0";
     case DS_CKPT_MOMENT1: return "moment1";
+    case DS_CKPT_RANK_STATE: return "rank_state";
     default: return "?";
     }
 }
@@ -158,7 +159,8 @@ ds_status ds_ckpt_writer_begin(ds_ckpt_writer *w, uint32_t id, int64_t lo, int64
         if (w->sec[k].id == id)
             return DS_ERR(DS_ERR_INVALID_ARG, "%s: section %s written twice", w->path,
                           ds_ckpt_section_name(id));
-    if (lo < w->h.lo || hi > w->h.hi || lo > hi)
+    bool own = id == DS_CKPT_RANK_STATE; /* not in the flat space: [0, n) */
+    if (own ? lo != 0 || hi < 0 : lo < w->h.lo || hi > w->h.hi || lo > hi)
         return DS_ERR(DS_ERR_INVALID_ARG,
                       "%s: section %s [%lld, %lld) outside the file's [%lld, %lld)", w->path, ds_ckpt_section_name(id), (long long)lo, (long long)hi,
                       (long long)w->h.lo, (long long)w->h.hi);

@@ -64,7 +64,7 @@ ds_status ck_engine(const ck_setup *s, const ds_dataset *data, engine_t **out) {
     snprintf(cfg, sizeof cfg,
              "{\"train_batch_size\": %d, \"gradient_accumulation_steps\": %d,"
              " \"optimizer\": {\"type\": \"%s\", \"params\": {\"lr\": 0.003, "
-             "\"weight_decay\": 0.01%s}},"
+             "\"weight_decay\": 0.01%s%s}},"
              " \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"warmup_min_lr\": 0,"
              " \"warmup_max_lr\": 0.003, \"warmup_num_steps\": 3, \"total_num_steps\": %d}},"
              " \"gradient_clipping\": 1.0, \"steps_per_print\": 1000,"
@@ -72,6 +72,7 @@ ds_status ck_engine(const ck_setup *s, const ds_dataset *data, engine_t **out) {
              " \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 20, \"loss_scale_window\": 3,"
              " \"hysteresis\": 1}, \"bf16\": {\"enabled\": %s}}",
              CK_GLOBAL_BATCH, CK_GAS, s->optimizer, sgd ? ", \"momentum\": 0.9" : "",
+             s->optim_params ? s->optim_params : "",
              s->total_steps, s->stage, off, fp16 ? "true" : "false", bf16 ? "true" : "false");
     ds_init_desc d;
     ds_init_desc_defaults(&d);

@@ -22,7 +22,9 @@ typedef struct ck_setup {
     const char *precision; /* "fp32" | "fp16" | "bf16" */
     int total_steps;       /* WarmupDecayLR's total_num_steps */
     float dropout;         /* bert: hidden and attention dropout */
-    const char *optimizer; /* "AdamW" (default) | "SGD" */
+    const char *optimizer; /* "AdamW" (default) | "SGD" | "OneBitAdam" | "ZeroOneAdam" */
+    const char *optim_params; /* NULL, or more "optimizer.params" members, each
+                                 with a leading ", " (", \"freeze_step\": 2") */
     const char *nvme;      /* NULL, or offload_optimizer "nvme" with this nvme_path
                               (sub-groups of 1024 elements, so several per partition) */
 } ck_setup;

@@ -24,7 +24,9 @@
  *       - at stages 1-3 this rank decompressed at most its partition plus one
  *         frame at each end per section (it read only what it owns).
  * Common: --model mlp|bert --stage S --precision fp32|fp16|bf16 --dropout P
- * [--nvme DIR: optimizer state swapped to DIR, offload_optimizer "nvme"]. */
+ * [--nvme DIR: optimizer state swapped to DIR, offload_optimizer "nvme"]
+ * [--optimizer TYPE] [--optim-params ', "key": value, ...': more optimizer
+ * params, for OneBitAdam / ZeroOneAdam's schedules]. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +64,8 @@ static int parse(int argc, char **argv, args *a) {
         else if (!strcmp(k, "--stage")) a->s.stage = atoi(v);
         else if (!strcmp(k, "--precision")) a->s.precision = v;
         else if (!strcmp(k, "--dropout")) a->s.dropout = (float)atof(v);
+        else if (!strcmp(k, "--optimizer")) a->s.optimizer = v;
+        else if (!strcmp(k, "--optim-params")) a->s.optim_params = v;
         else if (!strcmp(k, "--nvme")) {
             a->s.nvme = v;
             mkdir(v, 0755); /* every phase: an existing folder is fine */

@@ -11,13 +11,14 @@
  *    inputs, 6 s_i (w+1)/2, exactly (what error feedback promises).
  * 2. Against a serial reference: every rank generates every rank's input
  *    (fixed seeds) and runs the scheme of DeepSpeed's compressed_allreduce
- *    itself in plain loops (padding to world lcm(world, 8), one RMS scale per
- *    worker vector, the servers' average in rank order, signs as
- *    sign(x) + 1 != 0); three calls in a row with n not a multiple of the
+ *    itself in plain loops, once per segment as DeepSpeed calls it once per
+ *    tensor (padding to world lcm(world, 8), one RMS scale per worker
+ *    vector, the servers' average in rank order, signs as sign(x) + 1 != 0);
+ *    three calls in a row with segments that are not multiples of the
  *    padding, so the worker and server errors carried across calls are
  *    compared, 0 ulps, with the rank's own buffers.
  * 3. The counters: each call is one all_to_all and one all_gather of
- *    (world - 1) records of chunk/8 + 4 bytes. */
+ *    (world - 1) regions, a record of chunk/8 + 4 bytes per segment. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,11 +32,12 @@
 static void hand(ds_comm *c) {
     int w = c->world, r = c->rank;
     /* one padding unit (16 elements at 2 ranks, 32 at 4): nothing padded */
-    ds_coded_layout l = ds_coded_layout_of(&ds_codec_onebit, 1, w);
-    size_t n = l.padded;
+    size_t n = 1;
+    n = ds_coded_layout_of(&ds_codec_onebit, &n, 1, w).padded;
+    ds_coded_layout l = ds_coded_layout_of(&ds_codec_onebit, &n, 1, w);
     float *buf = malloc(n * 4), *we = calloc(l.worker_n, 4), *se = calloc(l.server_n, 4);
     ds_coded_scratch *scr = NULL;
-    REQUIRE_OK(ds_coded_scratch_create(&ds_codec_onebit, n, w, &scr));
+    REQUIRE_OK(ds_coded_scratch_create(&ds_codec_onebit, &n, 1, w, &scr));
     float k = (float)(r + 1), avg = 5.0f * (float)(w + 1) / 2.0f;
     for (size_t i = 0; i < n; i++) buf[i] = (i >= n / 2 ? -1.0f : 1.0f) * k * (i % 2 ? 1 : 7);
     CHECK_OK(ds_comm_all_reduce_coded(c, buf, n, &ds_codec_onebit, we, se, scr));
@@ -119,57 +121,77 @@ static void ref_call(ref *R, const float *in, float *out) {
     free(cw), free(sc);
 }
 
-static void against_reference(ds_comm *c, size_t n) {
+static void against_reference(ds_comm *c, const size_t *segs, int nseg) {
     int w = c->world, r = c->rank;
-    ds_coded_layout l = ds_coded_layout_of(&ds_codec_onebit, n, w);
-    ref R = {.w = w, .n = n, .padded = l.padded, .chunk = l.chunk};
-    R.we = calloc(l.padded * (size_t)w, 4);
-    R.se = calloc(l.chunk * (size_t)w, 4);
+    size_t n = 0;
+    for (int k = 0; k < nseg; k++) n += segs[k];
+    ds_coded_layout l = ds_coded_layout_of(&ds_codec_onebit, segs, nseg, w);
+    ref R[8];
+    for (int k = 0; k < nseg; k++) {
+        ds_coded_layout one = ds_coded_layout_of(&ds_codec_onebit, &segs[k], 1, w);
+        R[k] = (ref){.w = w, .n = segs[k], .padded = one.padded, .chunk = one.padded / (size_t)w};
+        R[k].we = calloc(one.padded * (size_t)w, 4);
+        R[k].se = calloc(R[k].chunk * (size_t)w, 4);
+    }
     float *in = malloc(n * (size_t)w * 4), *want = malloc(n * 4), *buf = malloc(n * 4);
+    float *sin = malloc(n * (size_t)w * 4);
     float *we = calloc(l.worker_n, 4), *se = calloc(l.server_n, 4);
     ds_coded_scratch *scr = NULL;
-    REQUIRE_OK(ds_coded_scratch_create(&ds_codec_onebit, n, w, &scr));
+    REQUIRE_OK(ds_coded_scratch_create(&ds_codec_onebit, segs, nseg, w, &scr));
     for (int call = 0; call < 3; call++) {
         for (int q = 0; q < w; q++) {
             uint64_t s = 1000u * (uint64_t)call + (uint64_t)q + 1;
             for (size_t i = 0; i < n; i++) in[(size_t)q * n + i] = gen(&s);
         }
         memcpy(buf, in + (size_t)r * n, n * 4);
-        if (w > 1) ref_call(&R, in, want);
-        else memcpy(want, buf, n * 4); /* one rank: nothing is encoded */
+        size_t off = 0;
+        for (int k = 0; k < nseg && w > 1; k++) { /* each segment on its own */
+            for (int q = 0; q < w; q++)
+                memcpy(sin + (size_t)q * segs[k], in + (size_t)q * n + off, segs[k] * 4);
+            ref_call(&R[k], sin, want + off);
+            off += segs[k];
+        }
+        if (w == 1) memcpy(want, buf, n * 4); /* one rank: nothing is encoded */
         CHECK_OK(ds_comm_all_reduce_coded(c, buf, n, &ds_codec_onebit, we, se, scr));
         int bad = 0;
         for (size_t i = 0; i < n; i++) bad += memcmp(&buf[i], &want[i], 4) != 0;
-        CHECK(bad == 0, "n %zu call %d: %d of %zu results differ from the reference", n, call,
-              bad, n);
+        CHECK(bad == 0, "%d segments, n %zu, call %d: %d of %zu results differ from the "
+              "reference", nseg, n, call, bad, n);
         if (w > 1) {
             bad = 0;
-            for (size_t i = 0; i < l.padded; i++)
-                bad += memcmp(&we[i], &R.we[(size_t)r * l.padded + i], 4) != 0;
-            for (size_t i = 0; i < l.chunk; i++)
-                bad += memcmp(&se[i], &R.se[(size_t)r * l.chunk + i], 4) != 0;
-            CHECK(bad == 0, "n %zu call %d: %d error-feedback values differ", n, call, bad);
+            size_t po = 0, co = 0;
+            for (int k = 0; k < nseg; k++) {
+                for (size_t i = 0; i < R[k].padded; i++)
+                    bad += memcmp(&we[po + i], &R[k].we[(size_t)r * R[k].padded + i], 4) != 0;
+                for (size_t i = 0; i < R[k].chunk; i++)
+                    bad += memcmp(&se[co + i], &R[k].se[(size_t)r * R[k].chunk + i], 4) != 0;
+                po += R[k].padded;
+                co += R[k].chunk;
+            }
+            CHECK(bad == 0, "%d segments, call %d: %d error-feedback values differ", nseg, call,
+                  bad);
         }
     }
     ds_coded_scratch_destroy(scr);
-    free(R.we), free(R.se), free(in), free(want), free(buf), free(we), free(se);
+    for (int k = 0; k < nseg; k++) free(R[k].we), free(R[k].se);
+    free(in), free(sin), free(want), free(buf), free(we), free(se);
 }
 
 static void counters(ds_comm *c) {
     int w = c->world;
     size_t n = 1000;
-    ds_coded_layout l = ds_coded_layout_of(&ds_codec_onebit, n, w);
+    ds_coded_layout l = ds_coded_layout_of(&ds_codec_onebit, &n, 1, w);
     /* 1000 at 2 ranks pads to 1008 (a multiple of 16), 4 ranks to 1024 */
     CHECK_EQ_I((long long)l.padded, w == 2 ? 1008 : w == 4 ? 1024 : 1000);
-    CHECK_EQ_I((long long)l.record, (long long)(4 + l.chunk / 8));
+    CHECK_EQ_I((long long)l.region, (long long)(4 + l.padded / (size_t)w / 8));
     float *buf = calloc(n, 4), *we = calloc(l.worker_n, 4), *se = calloc(l.server_n, 4);
     ds_coded_scratch *scr = NULL;
-    REQUIRE_OK(ds_coded_scratch_create(&ds_codec_onebit, n, w, &scr));
+    REQUIRE_OK(ds_coded_scratch_create(&ds_codec_onebit, &n, 1, w, &scr));
     ds_comm_stats before = c->stats;
     CHECK_OK(ds_comm_all_reduce_coded(c, buf, n, &ds_codec_onebit, we, se, scr));
     ds_comm_stats d;
     ds_comm_stats_diff(&c->stats, &before, &d);
-    long long per = w > 1 ? (long long)(w - 1) * (long long)l.record : 0;
+    long long per = w > 1 ? (long long)(w - 1) * (long long)l.region : 0;
     CHECK_EQ_I((long long)d.bytes_sent[DS_COLL_ALL_TO_ALL], per);
     CHECK_EQ_I((long long)d.bytes_sent[DS_COLL_ALL_GATHER], per);
     CHECK_EQ_I((long long)d.calls[DS_COLL_ALL_TO_ALL], w > 1 ? 1 : 0);
@@ -187,9 +209,10 @@ int main(void) {
     REQUIRE_OK(ds_comm_create(&d, &c));
     test_set_rank(c->rank);
     hand(c);
-    against_reference(c, 8);
-    against_reference(c, 1000);
-    against_reference(c, 100003); /* odd, and messages of several KiB */
+    size_t one8[1] = {8}, one1000[1] = {1000}, many[4] = {5, 37, 1000, 100003};
+    against_reference(c, one8, 1);
+    against_reference(c, one1000, 1);
+    against_reference(c, many, 4); /* odd sizes, one tiny; messages of several KiB */
     counters(c);
     ds_comm_destroy(c);
     return test_finish("test_coded_allreduce");

@@ -63,7 +63,7 @@ static const bad_case k_cases[] = {
     P("{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": [0.9]}}}", CFG, "optimizer.params.betas: must be [beta1, beta2], got [0.9]", NULL),
     P("{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"eps\": \"small\"}}}", CFG, "optimizer.params.eps: must be a number, got \"small\"", NULL),
     P("{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"weight_decay\": -0.01}}}", CFG, "optimizer.params.weight_decay: must be >= 0, got -0.01", NULL),
-    P("{\"optimizer\": {\"type\": \"Adamax\"}}", CFG, "optimizer.type: must be one of Adam, AdamW, SGD, got \"Adamax\"", NULL),
+    P("{\"optimizer\": {\"type\": \"Adamax\"}}", CFG, "optimizer.type: must be one of Adam, AdamW, SGD, OneBitAdam, ZeroOneAdam, got \"Adamax\"", NULL),
     P("{\"optimizer\": {\"type\": \"Lamb\", \"params\": {\"lr\": 0.01}}}", UNS, "optimizer.type: a DeepSpeed optimizer zero-engine does not implement", "got \"Lamb\""),
     P("{\"optimizer\": {\"params\": {\"lr\": 0.01}}}", CFG, "optimizer.type: missing", NULL),
     P("{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"momentum\": 0.9}}}", CFG, "optimizer.params.momentum: unknown key", NULL),

@@ -1,0 +1,96 @@
+/* 1-bit Adam and 0/1 Adam: DeepSpeed's communication-compressed Adams
+ * (deepspeed/runtime/fp16/onebit/adam.py and zoadam.py), on the full replica
+ * of stage 0 (DeepSpeed refuses both with ZeRO; so does the config here).
+ *
+ * 1-bit Adam (arXiv:2102.02888). Steps 1..freeze_step are Adam: gradients
+ * all-reduced in backward, both moments updated, and the update
+ *     p = p (1 - lr wd) - lr m / (sqrt(v) + eps)
+ * (DeepSpeed's: decoupled weight decay, no bias correction), the same
+ * arithmetic as ds_adam_update with bias_correction false, so the warm-up
+ * equals Adam with those settings bit for bit. From step freeze_step + 1
+ * the variance is frozen, backward reduces nothing, each rank folds its own
+ * gradient into the momentum, and the momentum is all-reduced 1-bit
+ * compressed with error feedback (engine/comm/codec.h): about 1/32 of the
+ * fp32 traffic.
+ *
+ * 0/1 Adam (arXiv:2202.06009). The variance is updated (with all-reduced
+ * gradients, an Adam step) only at steps t with t % var_interval == 0,
+ * var_interval starting at 1 and doubling after every var_update_scaler
+ * such updates; the steps between all-reduce the gradient 1-bit compressed
+ * and update the momentum only. After var_freeze_step the variance is
+ * frozen for good and the ranks take local steps: each updates its own
+ * weights from its own gradient and accumulates the change in u; every
+ * local_step_interval steps (1, doubling after every local_step_scaler
+ * steps, at most local_step_clipper) the ranks undo their local changes,
+ * all-reduce u (sqrt(v) + eps) 1-bit compressed, apply the mean, and take
+ * the momentum from it (m = -u / sum of the interval's lr). The error
+ * feedback is zeroed once when the local steps begin (it measured
+ * gradients, from then on it measures u), as DeepSpeed does.
+ *
+ * Differences from DeepSpeed, on purpose:
+ *  - DeepSpeed's first optimizer step only allocates its buffers (the
+ *    batch's gradients update nothing); here step 1 is an Adam step.
+ *  - Each parameter tensor has its own scale and error feedback, as
+ *    DeepSpeed's fp32 path compresses each parameter (under fp16 its
+ *    FP16_Optimizer hands it one flat group: one scale for the model, which
+ *    here made 0/1 Adam diverge on a small BERT, the embeddings' scale
+ *    swamping the layer norms'); all tensors travel in one message per
+ *    peer and phase.
+ *  - Momentum mask: elements whose variance is exactly 0 never had a
+ *    gradient; 1-bit codes cannot carry a zero, and the noise divided by
+ *    eps would throw them far (DeepSpeed asks users for an exp_avg_mask for
+ *    those, BERT's unused position rows). Here they are masked to 0 after
+ *    each decompression, with no mask to supply.
+ *  - Checkpoints carry the error feedback (and 0/1 Adam's u and each rank's
+ *    own weights and momentum, which differ between synchronisations), so a
+ *    run resumed
+ *    at the same world size trains bit for bit like one that never stopped;
+ *    DeepSpeed resets them on load. At another world size they are reset.
+ *
+ * Gradients that stay local: the engine's grad_mult averages over ranks
+ * (1 / (world scale)); a local gradient is one rank's estimate of the
+ * average, so it is used times world. Their norm (for gradient_clipping)
+ * and overflow are agreed over ranks: the norm is the root mean square of
+ * the ranks' local norms, the overflow any rank's. */
+#ifndef DS_ZERO_ONEBIT_H
+#define DS_ZERO_ONEBIT_H
+
+#include "engine/comm/codec.h"
+#include "zero/zero.h"
+
+typedef struct ds_onebit ds_onebit;
+
+/* The optimizer of the flat vectors [0, flat->used) (weights, moments,
+ * gradients); each parameter tensor is compressed with its own scale and
+ * error feedback. Host memory only (the cpu backend). */
+ds_status ds_onebit_create(const ds_config *cfg, ds_comm *comm, const ds_flat *flat,
+                           ds_onebit **out);
+void ds_onebit_destroy(ds_onebit *ob); /* safe on NULL */
+
+/* Whether the coming step's gradients are all-reduced during backward
+ * (1-bit Adam's warm-up, 0/1 Adam's variance steps); otherwise they stay
+ * local and ds_onebit_apply communicates. */
+bool ds_onebit_reduces_grads(const ds_onebit *ob);
+
+/* One optimizer step over n elements: weights w (fp32), gradients grads
+ * (gt; all-reduced sums, or local when ds_onebit_reduces_grads said no),
+ * moments m and v; lp (lpt) receives the new weights when not NULL.
+ * st->adam carries lr, betas, eps, weight decay and the step. Collective. */
+ds_status ds_onebit_apply(ds_onebit *ob, ds_backend *be, const ds_optim_step *st, float grad_mult,
+                          float *w, const void *grads, ds_dtype gt, float *m, float *v, void *lp,
+                          ds_dtype lpt);
+
+/* The rank's own state a checkpoint carries, fp32 back to back: the worker
+ * and server error feedback, then (0/1 Adam) u. *n elements. */
+size_t ds_onebit_state_len(const ds_onebit *ob);
+/* Copy it to (write = false) or from (write = true) host[0, len). */
+ds_status ds_onebit_state_io(ds_onebit *ob, float *host, bool write);
+/* After a load: the schedule after `applied` steps (the counters and 0/1
+ * Adam's lr sum are functions of the step and the lr schedule); with
+ * `have_state` false the error feedback and u start from zero. */
+void ds_onebit_restart(ds_onebit *ob, int64_t applied, bool have_state);
+/* 0/1 Adam's local steps make the ranks' weights and momenta differ
+ * between synchronisations: a checkpoint keeps each rank's own. */
+bool ds_onebit_rank_weights(const ds_onebit *ob);
+
+#endif /* DS_ZERO_ONEBIT_H */
