@@ -37,3 +37,11 @@ set_tests_properties(ckpt_exact_onebit_mlp ckpt_exact_onebit_bert_fp16 PROPERTIE
 ds_ckpt_resume_test(ckpt_exact_zeroone_mlp 7 0 2 0 2 0 mlp fp32 0)
 set_tests_properties(ckpt_exact_zeroone_mlp PROPERTIES ENVIRONMENT
   "OMP_NUM_THREADS=1;DS_CKPT_FRAME_ELEMS=64;CK_EXTRA=--optimizer ZeroOneAdam --optim-params ,\"var_freeze_step\":3,\"var_update_scaler\":1,\"local_step_scaler\":1,\"local_step_clipper\":4")
+
+# DeepSpeed's example configs (configs/onebit_adam*.json, zero_one_adam.json)
+# run as written through engine-run (tests/unit/test_onebit_configs.sh).
+add_test(NAME test_onebit_configs
+         COMMAND ${_onebit_dir}/unit/test_onebit_configs.sh ${CMAKE_BINARY_DIR}/bin
+                 ${CMAKE_SOURCE_DIR}/configs ${CMAKE_BINARY_DIR}/tests/onebit_configs)
+set_tests_properties(test_onebit_configs PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "OMP_NUM_THREADS=1")
