@@ -35,3 +35,12 @@ set_tests_properties(stage3_hier_twohost PROPERTIES LABELS multirank TIMEOUT 600
 add_test(NAME stage3_hier_refusals_np4 COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 4
          -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_hier> --refusals 1)
 set_tests_properties(stage3_hier_refusals_np4 PROPERTIES LABELS multirank TIMEOUT 120 PROCESSORS 2)
+# elastic: MiCS's checkpoint of 4 ranks (2 groups of 2) loads at 2 ranks,
+# into plain stage 3 and into MiCS with groups of 1, the same parameters
+set_tests_properties(stage3_mics_np4 PROPERTIES FIXTURES_SETUP hier_mics4)
+add_test(NAME stage3_mics_elastic_4to2_plain COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 2
+         -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_hier> --load ${_hier_work}/mics_np4)
+add_test(NAME stage3_mics_elastic_4to2_mics1 COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 2
+         -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_hier> --mics 1 --load ${_hier_work}/mics_np4)
+set_tests_properties(stage3_mics_elastic_4to2_plain stage3_mics_elastic_4to2_mics1 PROPERTIES
+                     LABELS multirank TIMEOUT 300 PROCESSORS 2 FIXTURES_REQUIRED hier_mics4)

@@ -31,7 +31,11 @@
  *   - with --ckpt: the feature run saves at step CK_AT and a fresh engine
  *     with the feature resumes there with bit-identical losses; a plain
  *     stage-3 engine loads the same checkpoint into the same parameters
- *     (the saved state is the partition-independent content). */
+ *     (the saved state is the partition-independent content); rank 0 also
+ *     writes those parameters to DIR.params;
+ *   - with --load DIR (another world size, after a --ckpt DIR run): an
+ *     engine of this run's keys (plain without --hpz / --mics) loads the
+ *     checkpoint into exactly DIR.params and trains on from it. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -74,7 +78,7 @@ typedef struct run {
 } run;
 
 static int g_hpz = 1, g_mics = -1, g_hier, g_per_host, g_refusals;
-static const char *g_prec = "fp32", *g_ckpt;
+static const char *g_prec = "fp32", *g_ckpt, *g_load;
 static int g_rank, g_world;
 
 static ds_status make_model(ds_model **out) {
@@ -177,6 +181,9 @@ static int train(const ds_dataset *data, bool feature, run *r) {
             }
             r->params_ck = ck_params(e, &r->n_ck);
             if (!r->params_ck) return 1;
+            char path[4096];
+            snprintf(path, sizeof path, "%s.params", g_ckpt);
+            if (g_rank == 0 && !ck_write_floats(path, r->params_ck, r->n_ck)) return 1;
             ds_comm_report(e, &c1);
         }
         if (ds_train_batch(e, &info) != DS_OK) {
@@ -313,6 +320,39 @@ static uint64_t across(const traffic *t) {
     return n / (STEPS - 1);
 }
 
+/* --load: the checkpoint another world size saved, into this one. */
+static int check_load(const ds_dataset *data) {
+    engine_t *e = engine(data, g_hpz > 1 || g_mics > 0);
+    if (!e || ds_load_checkpoint(e, g_load, "hier", 0) != DS_OK) {
+        fprintf(stderr, "load: %s\n", ds_last_error());
+        return 1;
+    }
+    g_rank = ds_rank(e);
+    g_world = ds_world_size(e);
+    char path[4096];
+    snprintf(path, sizeof path, "%s.params", g_load);
+    size_t n = 0, m = 0;
+    float *want = ck_read_floats(path, &n), *got = ck_params(e, &m);
+    int fails = 0;
+    if (!want || !got || n != m || memcmp(want, got, n * sizeof *got) != 0) {
+        printf("FAIL rank %d: loaded parameters differ from the saved ones (%zu / %zu)\n",
+               g_rank, m, n);
+        fails++;
+    }
+    ds_step_info info;
+    for (int i = 0; i < 2 && !fails; i++)
+        if (ds_train_batch(e, &info) != DS_OK || !isfinite(info.loss)) {
+            printf("FAIL rank %d: step after the load: %s\n", g_rank, ds_last_error());
+            fails++;
+        }
+    free(want);
+    free(got);
+    ds_finalize(e);
+    printf("%s rank %d/%d: checkpoint %s loaded (%zu parameters equal)\n", fails ? "FAIL" : "ok",
+           g_rank, g_world, g_load, n);
+    return fails;
+}
+
 /* --ckpt: resume with the feature, and load into plain stage 3. */
 static int check_ckpt(const ds_dataset *data, const run *feat) {
     int fails = 0;
@@ -362,9 +402,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--per-host")) g_per_host = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--ckpt")) g_ckpt = argv[i + 1];
         else if (!strcmp(argv[i], "--refusals")) g_refusals = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--load")) g_load = argv[i + 1];
     const char *label = g_hpz > 1 ? "hpZ" : g_hier ? "MiCS hierarchical" : "MiCS";
     ds_dataset *data = ck_make_data(GLOBAL_BATCH * STEPS, T_LEN, VOCAB);
     if (!data) return 1;
+    if (g_load) {
+        int fails = check_load(data);
+        ds_dataset_destroy(data);
+        return fails != 0;
+    }
     if (g_refusals) {
         int fails = check_refusals(data);
         ds_dataset_destroy(data);
