@@ -12,36 +12,21 @@
  * row 0). Keys and values always come from all T positions. Every tensor
  * after the queries has Nq = B Tq rows.
  *
- * The projections that read the same rows are one GEMM: Q, K and V side by
- * side in one [N, 3H] product (Tq = 1: Q [Nq, H] from xq, K and V in one
- * [N, 2H]), so OpenBLAS packs x once instead of three times (forward: 4096 x
- * 768 x 256 in 9.2 ms against 3 x 4096 x 256 x 256 in 12.0, 1 thread; the
- * weight gradients likewise, 9.2 against 10.4 ms). The parameters stay the
- * separate query/key/value tensors Hugging Face names: the forward copies
- * their weights into one [3H, H] scratch block, and the backward accumulates
- * their gradients in such a block and copies them back. Every element sees
- * the same additions in the same order as with one GEMM per projection (the
- * sum over k is the GEMM's, which does not depend on the other columns), so
- * the bits are those of three GEMMs; dX stays three GEMMs, as one GEMM over
- * K = 3H would add dQ Wq + dK Wk + dV Wv in another order.
- *
- * The attention GEMMs read the heads in place from those layouts (head h of
- * row b is the column block h*hd of Q's, K's or V's columns, leading
- * dimension 3H, 2H or H), one strided-batched call per head over the B rows,
- * so no split/merge copies are needed.
+ * The attention GEMMs read the heads in place from the [B, Tq or T, H]
+ * layouts (head h of row b is the column block h*hd of every row, leading
+ * dimension H), one strided-batched call per head over the B rows, so no
+ * split/merge copies are needed.
  *
  * Dropout sites draw from one stream (ctx->seed) at disjoint offsets:
  * attention probs [0, B nh Tq T), attention output [+Nq H), FFN output [+Nq H).
  *
- * saved (floats): QKV [N, 3H] (Tq = 1: Q [Nq, H] and KV [N, 2H]); C, A1, H1,
- *                 A2 [Nq, H]; P [B, nh, Tq, T]; U, G [Nq, I]; mean/rstd of
- *                 both layer norms [Nq]  (N = B T)
- * scratch: forward  max(Nq H, B nh Tq T, nf H H + nf H) (the GEMM output
- *          before the fused bias + dropout + residual, then y's rows; the
- *          dropped-out P; the fused projections' weights and biases, nf = 3,
- *          or 2 when Tq = 1), + xq [Nq H] when Tq = 1;
+ * saved (floats): K, V [N, H]; Q, C, A1, H1, A2 [Nq, H]; P [B, nh, Tq, T];
+ *                 U, G [Nq, I]; mean/rstd of both layer norms [Nq]  (N = B T)
+ * scratch: forward  max(Nq H, B nh Tq T) (the GEMM output before the fused
+ *          bias + dropout + residual, then y's rows; the dropped-out P),
+ *          + xq [Nq H] when Tq = 1;
  *          backward 2 Nq H (+ 2 Nq H when Tq = 1: dy's rows, dA1)
- *          + max(Nq I, 2 B nh Tq T + Nq H + 2 N H + nf H H + nf H). */
+ *          + max(Nq I, 2 B nh Tq T + Nq H + 2 N H). */
 #include <math.h>
 
 #include "models/modules.h"
@@ -85,50 +70,16 @@ static enc_dims enc_dims_of(const enc_impl *L, int B, int T) {
     return z;
 }
 
-/* The projections fused into one GEMM: Q, K, V (3), or K, V (2) when the
- * queries read other rows (Tq = 1); the first of them is parameter p0. */
-static int enc_nf(const enc_dims *z) { return z->Tq < z->T ? 2 : 3; }
-static int enc_p0(const enc_dims *z) { return z->Tq < z->T ? P_K_W : P_Q_W; }
-
-/* Where Q, K and V are and their row strides: one [N, 3H] block, or (Tq = 1)
- * Q [Nq, H] apart and K, V in one [N, 2H]. The same shape serves the saved
- * projections and their gradients. */
-typedef struct enc_qkv {
-    float *q, *k, *v;
-    int ldq, ldkv;
-} enc_qkv;
-
-static enc_qkv enc_qkv_carve(const enc_dims *z, ds_carve *c) {
-    int H = z->H;
-    enc_qkv r;
-    if (z->Tq < z->T) {
-        r.q = ds_carve_f32(c, z->Nq * (size_t)H);
-        r.k = ds_carve_f32(c, z->N * 2 * (size_t)H);
-        r.ldq = H;
-        r.ldkv = 2 * H;
-    } else {
-        r.q = ds_carve_f32(c, z->N * 3 * (size_t)H);
-        r.k = r.q ? r.q + H : NULL;
-        r.ldq = r.ldkv = 3 * H;
-    }
-    r.v = r.k ? r.k + H : NULL;
-    return r;
-}
-
-/* Floats of the fused projections' weights [nf H, H] and biases [nf H]. */
-static size_t enc_cat_elems(const enc_dims *z) {
-    return (size_t)enc_nf(z) * z->H * ((size_t)z->H + 1);
-}
-
 typedef struct enc_saved {
-    enc_qkv qkv;
-    float *p, *c, *a1, *mean1, *rstd1, *h1, *u, *g, *a2, *mean2, *rstd2;
+    float *q, *k, *v, *p, *c, *a1, *mean1, *rstd1, *h1, *u, *g, *a2, *mean2, *rstd2;
 } enc_saved;
 
 static size_t enc_saved_layout(const enc_dims *z, void *base, enc_saved *s) {
     size_t H = (size_t)z->H, I = (size_t)z->I;
     ds_carve c = ds_carve_begin(base);
-    s->qkv = enc_qkv_carve(z, &c);
+    s->q = ds_carve_f32(&c, z->Nq * H);
+    s->k = ds_carve_f32(&c, z->N * H);
+    s->v = ds_carve_f32(&c, z->N * H);
     s->p = ds_carve_f32(&c, z->PP);
     s->c = ds_carve_f32(&c, z->Nq * H);
     s->a1 = ds_carve_f32(&c, z->Nq * H);
@@ -143,20 +94,17 @@ static size_t enc_saved_layout(const enc_dims *z, void *base, enc_saved *s) {
     return c.off;
 }
 
-/* Forward scratch: `wcat` (the fused projections' weights and biases),
- * `t` (a GEMM output of [Nq, H], later y's rows before they are scattered)
- * and `pd` (dropout(P)) are never live together, so they share one region;
- * `xq` (Tq = 1: the rows of x at position 0) lives throughout. */
+/* Forward scratch: `t` (a GEMM output of [Nq, H], later y's rows before they
+ * are scattered) and `pd` (dropout(P)) are never live together, so they share
+ * one region; `xq` (Tq = 1: the rows of x at position 0) lives throughout. */
 typedef struct enc_fwd_scratch {
-    float *wcat, *t, *pd, *xq;
+    float *t, *pd, *xq;
 } enc_fwd_scratch;
 
 static size_t enc_fwd_layout(const enc_dims *z, void *base, enc_fwd_scratch *s) {
-    size_t NqH = z->Nq * (size_t)z->H, n = NqH > z->PP ? NqH : z->PP;
-    if (enc_cat_elems(z) > n) n = enc_cat_elems(z);
+    size_t NqH = z->Nq * (size_t)z->H;
     ds_carve c = ds_carve_begin(base);
-    float *r = ds_carve_f32(&c, n);
-    s->wcat = r;
+    float *r = ds_carve_f32(&c, NqH > z->PP ? NqH : z->PP);
     s->t = r;
     s->pd = r;
     s->xq = z->Tq < z->T ? ds_carve_f32(&c, NqH) : NULL;
@@ -165,16 +113,14 @@ static size_t enc_fwd_layout(const enc_dims *z, void *base, enc_fwd_scratch *s) 
 
 /* Backward scratch: d1, d2 [Nq, H] through the whole call (and, when Tq = 1,
  * dyq: dy's rows at position 0, and da1 = dA1, which the full layer keeps in
- * dx); then either dg [Nq, I] (the FFN) or dp, pd [B nh Tq T] + dQ, dK, dV
- * (laid out as the saved Q, K, V) + gcat (the fused projections' weight and
- * bias gradients, staged) (the attention), which are never live together. */
+ * dx); then either dg [Nq, I] (the FFN) or dp, pd [B nh Tq T] + dq [Nq, H] +
+ * dk, dv [N, H] (the attention), which are never live together. */
 typedef struct enc_bwd_scratch {
-    float *d1, *d2, *dyq, *da1, *dg, *dp, *pd, *gcat;
-    enc_qkv dqkv;
+    float *d1, *d2, *dyq, *da1, *dg, *dp, *pd, *dq, *dk, *dv;
 } enc_bwd_scratch;
 
 static size_t enc_bwd_layout(const enc_dims *z, void *base, enc_bwd_scratch *s) {
-    size_t NqH = z->Nq * (size_t)z->H;
+    size_t NqH = z->Nq * (size_t)z->H, NH = z->N * (size_t)z->H;
     bool part = z->Tq < z->T;
     ds_carve c = ds_carve_begin(base);
     s->d1 = ds_carve_f32(&c, NqH);
@@ -187,8 +133,9 @@ static size_t enc_bwd_layout(const enc_dims *z, void *base, enc_bwd_scratch *s) 
     c.off = shared_at;
     s->dp = ds_carve_f32(&c, z->PP);
     s->pd = ds_carve_f32(&c, z->PP);
-    s->dqkv = enc_qkv_carve(z, &c);
-    s->gcat = ds_carve_f32(&c, enc_cat_elems(z));
+    s->dq = ds_carve_f32(&c, NqH);
+    s->dk = ds_carve_f32(&c, NH);
+    s->dv = ds_carve_f32(&c, NH);
     if (after_ffn > c.off) c.off = after_ffn;
     return c.off;
 }
@@ -218,26 +165,12 @@ static void enc_drops(const enc_impl *L, const ds_module_ctx *ctx, float *pa, fl
     *ph = ctx->training ? L->d.hidden_dropout : 0.0f;
 }
 
-/* y[N, n H] = x W^T + b for the n projections whose weights [H, H] are
- * P[p0], P[p0 + 2], ... (each bias after its weight): their outputs side by
- * side, from one GEMM over the weights copied into wcat [n H H + n H]. x has
- * row stride ldx. */
-static ds_status proj_cat_fwd(ds_backend *be, float *y, const float *x, int ldx,
-                              float *const *P, int p0, int n, int N, int H, float *wcat) {
-    const float *W = P[p0], *b = P[p0 + 1];
-    if (n > 1) {
-        size_t HH = (size_t)H * H;
-        float *bcat = wcat + (size_t)n * HH;
-        for (int i = 0; i < n; i++) {
-            DS_TRY(be->nn->copy_rows(be, wcat + i * HH, H, P[p0 + 2 * i], H, H, H, false));
-            DS_TRY(be->nn->copy_rows(be, bcat + (size_t)i * H, H, P[p0 + 2 * i + 1], H, 1, H,
-                                     false));
-        }
-        W = wcat;
-        b = bcat;
-    }
-    DS_TRY(ds_linear_fwd(be, y, x, ldx, W, N, H, n * H, 0.0f));
-    return be->nn->bias_act_fwd(be, y, y, b, N, n * H, DS_ACT_NONE);
+/* y[N, H] = x W^T + b */
+static ds_status proj_fwd(ds_backend *be, float *y, const float *x, const float *W,
+                          const float *b, int N, int H) {
+    DS_TRY(ds_linear_fwd(be, y, x, H, W, N, H, H, 0.0f));
+    DS_TRY(be->nn->bias_act_fwd(be, y, y, b, N, H, DS_ACT_NONE));
+    return DS_OK;
 }
 
 static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
@@ -264,16 +197,14 @@ static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
         xq = w.xq;
     }
 
-    const enc_qkv *qkv = &s.qkv;
-    const int ldq = qkv->ldq, ldkv = qkv->ldkv;
-    if (part) DS_TRY(proj_cat_fwd(be, qkv->q, xq, H, P, P_Q_W, 1, Nq, H, w.wcat));
-    DS_TRY(proj_cat_fwd(be, part ? qkv->k : qkv->q, x, H, P, enc_p0(&z), enc_nf(&z), N, H,
-                        w.wcat));
+    DS_TRY(proj_fwd(be, s.q, xq, P[P_Q_W], P[P_Q_B], Nq, H));
+    DS_TRY(proj_fwd(be, s.k, x, P[P_K_W], P[P_K_B], N, H));
+    DS_TRY(proj_fwd(be, s.v, x, P[P_V_W], P[P_V_B], N, H));
 
     /* scores: for head h, batch b: S[b, h] = Q[b, :, h] K[b, :, h]^T */
     for (int h = 0; h < nh; h++)
-        DS_TRY(be->ops->gemm(be, false, true, Tq, T, hd, 1.0f, qkv->q + h * hd, ldq,
-                             (int64_t)Tq * ldq, qkv->k + h * hd, ldkv, (int64_t)T * ldkv, 0.0f,
+        DS_TRY(be->ops->gemm(be, false, true, Tq, T, hd, 1.0f, s.q + h * hd, H,
+                             (int64_t)Tq * H, s.k + h * hd, H, (int64_t)T * H, 0.0f,
                              s.p + h * TT, T, nh * TT, B));
     float scale = 1.0f / sqrtf((float)hd);
     float *pd = pa > 0.0f ? w.pd : NULL;
@@ -283,7 +214,7 @@ static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
     /* context: C[b, :, h] = P[b, h] V[b, :, h] */
     for (int h = 0; h < nh; h++)
         DS_TRY(be->ops->gemm(be, false, false, Tq, hd, T, 1.0f, pv + h * TT, T, nh * TT,
-                             qkv->v + h * hd, ldkv, (int64_t)T * ldkv, 0.0f, s.c + h * hd, H,
+                             s.v + h * hd, H, (int64_t)T * H, 0.0f, s.c + h * hd, H,
                              (int64_t)Tq * H, B));
 
     /* attention output: A1 = xq + dropout(C Wo^T + bo); H1 = LN1(A1) */
@@ -309,37 +240,14 @@ static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
     return be->nn->copy_rows(be, ctx->y, T * H, w.t, H, B, H, false);
 }
 
-/* The weight and bias gradients of proj_cat_fwd's n projections given dy
- * [N, n H] (row stride n H): dW, db += in one GEMM and one column sum. With
- * n > 1 the gradients are accumulated in gcat [n H H + n H] (copied in,
- * accumulated, copied back), so each gets the additions it would get alone.
- * x has row stride ldx (strided rows: position 0 of every row). */
-static ds_status proj_cat_bwd_w(ds_backend *be, float *const *G, int p0, int n, const float *dy,
-                                const float *x, int ldx, int N, int H, float *gcat) {
-    if (n == 1) {
-        DS_TRY(ds_linear_bwd_w(be, G[p0], dy, x, ldx, N, H, H));
-        return be->nn->bcast_add_bwd(be, G[p0 + 1], dy, N, H);
-    }
-    size_t HH = (size_t)H * H;
-    float *gb = gcat + (size_t)n * HH;
-    for (int i = 0; i < n; i++) {
-        DS_TRY(be->nn->copy_rows(be, gcat + i * HH, H, G[p0 + 2 * i], H, H, H, false));
-        DS_TRY(be->nn->copy_rows(be, gb + (size_t)i * H, H, G[p0 + 2 * i + 1], H, 1, H, false));
-    }
-    DS_TRY(ds_linear_bwd_w(be, gcat, dy, x, ldx, N, H, n * H));
-    DS_TRY(be->nn->bcast_add_bwd(be, gb, dy, N, n * H));
-    for (int i = 0; i < n; i++) {
-        DS_TRY(be->nn->copy_rows(be, G[p0 + 2 * i], H, gcat + i * HH, H, H, H, false));
-        DS_TRY(be->nn->copy_rows(be, G[p0 + 2 * i + 1], H, gb + (size_t)i * H, H, 1, H, false));
-    }
+/* Backward of y = x W^T + b given dy: dW, db +=; dx = dy W + beta dx. x has
+ * leading dimension ldx (strided rows: position 0 of every row), dx H. */
+static ds_status proj_bwd(ds_backend *be, float *dx, float *dW, float *db, const float *dy,
+                          const float *x, int ldx, const float *W, int N, int H, float beta) {
+    DS_TRY(ds_linear_bwd_w(be, dW, dy, x, ldx, N, H, H));
+    DS_TRY(be->nn->bcast_add_bwd(be, db, dy, N, H));
+    DS_TRY(ds_linear_bwd_x(be, dx, H, dy, W, N, H, H, beta));
     return DS_OK;
-}
-
-/* dx = dy W + beta dx for one projection; dy has row stride lddy, dx H. */
-static ds_status proj_bwd_x(ds_backend *be, float *dx, const float *dy, int lddy, const float *W,
-                            int N, int H, float beta) {
-    return be->ops->gemm(be, false, false, N, H, H, 1.0f, dy, lddy, 0, W, H, 0, beta, dx, H, 0,
-                         1);
 }
 
 static ds_status enc_backward(ds_module *m, ds_module_ctx *ctx) {
@@ -394,44 +302,39 @@ static ds_status enc_backward(ds_module *m, ds_module_ctx *ctx) {
     float *dc = w.d1; /* dH1 is consumed */
     DS_TRY(ds_linear_bwd_x(be, dc, H, w.d2, P[P_AO_W], Nq, H, H, 0.0f));
 
-    const enc_qkv *qkv = &s.qkv, *dqkv = &w.dqkv;
-    const int ldq = qkv->ldq, ldkv = qkv->ldkv;
-    int64_t sq = (int64_t)Tq * ldq, skv = (int64_t)T * ldkv, sqH = (int64_t)Tq * H;
     /* d(dropout(P)) = dC V^T per head */
     for (int h = 0; h < nh; h++)
-        DS_TRY(be->ops->gemm(be, false, true, Tq, T, hd, 1.0f, dc + h * hd, H, sqH,
-                             qkv->v + h * hd, ldkv, skv, 0.0f, w.dp + h * TT, T, nh * TT, B));
+        DS_TRY(be->ops->gemm(be, false, true, Tq, T, hd, 1.0f, dc + h * hd, H,
+                             (int64_t)Tq * H, s.v + h * hd, H, (int64_t)T * H, 0.0f,
+                             w.dp + h * TT, T, nh * TT, B));
     float scale = 1.0f / sqrtf((float)hd);
     float *pd = pa > 0.0f ? w.pd : NULL;
     /* dS (in place of dp), and dropout(P) regenerated for dV */
     DS_TRY(be->nn->attn_softmax_bwd(be, w.dp, pd, w.dp, s.p, B, nh, Tq, T, scale, pa,
                                     ctx->seed, 0));
     const float *pv = pd ? pd : s.p;
+    int64_t sH = (int64_t)T * H, sqH = (int64_t)Tq * H;
     for (int h = 0; h < nh; h++) {
         /* dV = dropout(P)^T dC */
         DS_TRY(be->ops->gemm(be, true, false, T, hd, Tq, 1.0f, pv + h * TT, T, nh * TT,
-                             dc + h * hd, H, sqH, 0.0f, dqkv->v + h * hd, ldkv, skv, B));
+                             dc + h * hd, H, sqH, 0.0f, w.dv + h * hd, H, sH, B));
         /* dQ = dS K;  dK = dS^T Q */
         DS_TRY(be->ops->gemm(be, false, false, Tq, hd, T, 1.0f, w.dp + h * TT, T, nh * TT,
-                             qkv->k + h * hd, ldkv, skv, 0.0f, dqkv->q + h * hd, ldq, sq, B));
+                             s.k + h * hd, H, sH, 0.0f, w.dq + h * hd, H, sqH, B));
         DS_TRY(be->ops->gemm(be, true, false, T, hd, Tq, 1.0f, w.dp + h * TT, T, nh * TT,
-                             qkv->q + h * hd, ldq, sq, 0.0f, dqkv->k + h * hd, ldkv, skv, B));
+                             s.q + h * hd, H, sqH, 0.0f, w.dk + h * hd, H, sH, B));
     }
-    /* dW, db of the projections that read x, in one GEMM */
-    DS_TRY(proj_cat_bwd_w(be, G, enc_p0(&z), enc_nf(&z), part ? dqkv->k : dqkv->q, x, H, N, H,
-                          w.gcat));
     if (!part) {
-        DS_TRY(proj_bwd_x(be, dx, dqkv->q, ldq, P[P_Q_W], N, H, 1.0f));
-        DS_TRY(proj_bwd_x(be, dx, dqkv->k, ldkv, P[P_K_W], N, H, 1.0f));
-        DS_TRY(proj_bwd_x(be, dx, dqkv->v, ldkv, P[P_V_W], N, H, 1.0f));
+        DS_TRY(proj_bwd(be, dx, G[P_Q_W], G[P_Q_B], w.dq, x, H, P[P_Q_W], N, H, 1.0f));
+        DS_TRY(proj_bwd(be, dx, G[P_K_W], G[P_K_B], w.dk, x, H, P[P_K_W], N, H, 1.0f));
+        DS_TRY(proj_bwd(be, dx, G[P_V_W], G[P_V_B], w.dv, x, H, P[P_V_W], N, H, 1.0f));
         return DS_OK;
     }
     /* Tq = 1: every position gets dK Wk + dV Wv; position 0 also dA1 + dQ Wq
      * (its queries read x's rows at position 0, leading dimension T H) */
-    DS_TRY(proj_bwd_x(be, dx, dqkv->k, ldkv, P[P_K_W], N, H, 0.0f));
-    DS_TRY(proj_bwd_x(be, dx, dqkv->v, ldkv, P[P_V_W], N, H, 1.0f));
-    DS_TRY(proj_cat_bwd_w(be, G, P_Q_W, 1, dqkv->q, x, T * H, Nq, H, w.gcat));
-    DS_TRY(proj_bwd_x(be, da1, dqkv->q, ldq, P[P_Q_W], Nq, H, 1.0f));
+    DS_TRY(proj_bwd(be, dx, G[P_K_W], G[P_K_B], w.dk, x, H, P[P_K_W], N, H, 0.0f));
+    DS_TRY(proj_bwd(be, dx, G[P_V_W], G[P_V_B], w.dv, x, H, P[P_V_W], N, H, 1.0f));
+    DS_TRY(proj_bwd(be, da1, G[P_Q_W], G[P_Q_B], w.dq, x, T * H, P[P_Q_W], Nq, H, 1.0f));
     return be->nn->copy_rows(be, dx, T * H, da1, H, B, H, true);
 }
 
