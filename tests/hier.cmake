@@ -44,3 +44,11 @@ add_test(NAME stage3_mics_elastic_4to2_mics1 COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FL
          -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_hier> --mics 1 --load ${_hier_work}/mics_np4)
 set_tests_properties(stage3_mics_elastic_4to2_plain stage3_mics_elastic_4to2_mics1 PROPERTIES
                      LABELS multirank TIMEOUT 300 PROCESSORS 2 FIXTURES_REQUIRED hier_mics4)
+# gradient accumulation: hpZ's later micro-batches gather from the secondary
+# copy too (one update, one refill); MiCS all-reduces across groups once
+foreach(t hpz mics)
+  add_test(NAME stage3_${t}_gas2_np4 COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 4
+           -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_hier> --${t} 2 --gas 2)
+  set_tests_properties(stage3_${t}_gas2_np4 PROPERTIES LABELS multirank TIMEOUT 300
+                       PROCESSORS 2)
+endforeach()

@@ -4,7 +4,9 @@
  * one process, on the same small BERT and data.
  *
  *   test_hier --hpz H | --mics S [--hier 1] [--precision fp32|bf16]
- *             [--per-host K] [--ckpt DIR]
+ *             [--per-host K] [--ckpt DIR] [--gas G] [--load DIR] [--refusals 1]
+ *
+ * --gas G: gradient_accumulation_steps (the global batch stays 16).
  *
  * --per-host K: the ranks run K to a host, consecutively (2 hosts x 2 ranks
  * under tools/twohost.sh --slots 2); default: all on one host. The test
@@ -77,7 +79,7 @@ typedef struct run {
     size_t n_ck;
 } run;
 
-static int g_hpz = 1, g_mics = -1, g_hier, g_per_host, g_refusals;
+static int g_hpz = 1, g_mics = -1, g_hier, g_per_host, g_refusals, g_gas = 1;
 static const char *g_prec = "fp32", *g_ckpt, *g_load;
 static int g_rank, g_world;
 
@@ -97,12 +99,12 @@ static void config(char *cfg, size_t cap, bool feature) {
                  ", \"mics_shard_size\": %d, \"mics_hierarchical_params_gather\": %s", g_mics,
                  g_hier ? "true" : "false");
     snprintf(cfg, cap,
-             "{\"train_batch_size\": %d,"
+             "{\"train_batch_size\": %d, \"gradient_accumulation_steps\": %d,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003}},"
              " \"steps_per_print\": 1000, \"bf16\": {\"enabled\": %s},"
              " \"zero_optimization\": {\"stage\": 3, \"stage3_max_reuse_distance\": 0,"
              " \"stage3_prefetch_bucket_size\": 0, \"stage3_param_persistence_threshold\": 0%s}}",
-             GLOBAL_BATCH, strcmp(g_prec, "bf16") ? "false" : "true", extra);
+             GLOBAL_BATCH, g_gas, strcmp(g_prec, "bf16") ? "false" : "true", extra);
 }
 
 static const char *g_extra_err; /* expected ds_initialize failure (--refusals) */
@@ -260,27 +262,39 @@ static void expected(bool feature, traffic *t) {
     int W = g_world, r = g_rank;
     int S = feature && g_mics > 0 ? g_mics : W, H = feature && g_hpz > 1 ? g_hpz : 0;
     int sbase = r / S * S, p = r % S;
-    for (int m = 0; m < f->n_modules; m++) {
-        const ds_flat_module *fm = &f->modules[m];
-        if (fm->end == fm->begin) continue;
-        int64_t later = f->modules[f->n_modules - 1].end - fm->end;
-        bool again = !(m < f->n_modules - 1 && later == 0);
-        bool hier = feature && g_hier;
-        gather_bytes(t, f, sbase, S, p, fm->begin, fm->end, es, hier); /* forward */
-        if (again && H) { /* hpZ: backward inside the secondary group */
-            size_t c[64];
-            for (int i = 0; i < H; i++) c[i] = clip(f, H, i, fm->begin, fm->end);
-            ring_bytes(t, DS_COLL_ALL_GATHER, r / H * H, 1, H, r % H, c, (r % H + 1) % H, es);
-        } else if (again) {
-            gather_bytes(t, f, sbase, S, p, fm->begin, fm->end, es, hier);
+    /* each micro-batch gathers every module for its forward and its
+     * backward (a released slot is not kept past the backward), except one
+     * whose later modules hold no parameters: its slot stays valid (the
+     * reuse distance to its next use is 0) until the update, so it is
+     * gathered once per step. Under hpZ only the step's first gather of a
+     * module comes from the world partition, every later one (its
+     * backward, later micro-batches) from the secondary copy */
+    for (int mb = 0; mb < g_gas; mb++)
+        for (int m = 0; m < f->n_modules; m++) {
+            const ds_flat_module *fm = &f->modules[m];
+            if (fm->end == fm->begin) continue;
+            int64_t later = f->modules[f->n_modules - 1].end - fm->end;
+            bool kept = m < f->n_modules - 1 && later == 0;
+            bool hier = feature && g_hier;
+            if (kept && mb > 0) continue;
+            for (int pass = 0; pass < (kept ? 1 : 2); pass++) {
+                if (H && (mb > 0 || pass > 0)) { /* hpZ: inside the secondary group */
+                    size_t c[64];
+                    for (int i = 0; i < H; i++) c[i] = clip(f, H, i, fm->begin, fm->end);
+                    ring_bytes(t, DS_COLL_ALL_GATHER, r / H * H, 1, H, r % H, c,
+                               (r % H + 1) % H, es);
+                } else {
+                    gather_bytes(t, f, sbase, S, p, fm->begin, fm->end, es, hier);
+                }
+            }
         }
-    }
-    /* gradients: one bucket of the whole model per step (reduce_bucket_size
-     * left at its default holds it), reduce-scattered over the shard group:
-     * every block but this rank's */
+    /* gradients: one bucket of the whole model per micro-batch
+     * (reduce_bucket_size left at its default holds it), reduce-scattered
+     * over the shard group: every block but this rank's */
     size_t c[64];
     for (int i = 0; i < S; i++) c[i] = clip(f, S, i, 0, f->used);
-    ring_bytes(t, DS_COLL_REDUCE_SCATTER, sbase, 1, S, p, c, p, es);
+    for (int mb = 0; mb < g_gas; mb++)
+        ring_bytes(t, DS_COLL_REDUCE_SCATTER, sbase, 1, S, p, c, p, es);
     /* MiCS: the partition all-reduced across the W / S groups: a ring
      * all-reduce sends every block but its own, then every block but the
      * next's */
@@ -403,6 +417,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ckpt")) g_ckpt = argv[i + 1];
         else if (!strcmp(argv[i], "--refusals")) g_refusals = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--load")) g_load = argv[i + 1];
+        else if (!strcmp(argv[i], "--gas")) g_gas = atoi(argv[i + 1]);
     const char *label = g_hpz > 1 ? "hpZ" : g_hier ? "MiCS hierarchical" : "MiCS";
     ds_dataset *data = ck_make_data(GLOBAL_BATCH * STEPS, T_LEN, VOCAB);
     if (!data) return 1;
