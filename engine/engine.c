@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "zero/groups.h"
 
 void ds_init_desc_defaults(ds_init_desc *d) {
     memset(d, 0, sizeof *d);
@@ -196,9 +197,19 @@ void ds_memory_report(const engine_t *e, ds_mem_report *out) { ds_mem_snapshot(e
 void ds_comm_report(const engine_t *e, ds_comm_stats *out) { *out = e->comm->stats; }
 
 uint64_t ds_expected_model_state_bytes(const engine_t *e) {
-    return ds_zero_expected_bytes(e->flat, e->cfg.zero_stage, e->param_t, e->grad_t,
-                                  e->cfg.optimizer, e->cfg.momentum != 0.0,
-                                  e->cfg.offload_optimizer.device != DS_OFFLOAD_NONE);
+    /* stage 3's schemes (zero/groups.h): MiCS partitions over its shard
+     * group (N = mics_shard_size); hpZ adds the secondary piece, Psi / H in
+     * the parameter dtype */
+    const ds_config *c = &e->cfg;
+    bool s3 = c->zero_stage == 3;
+    ds_flat f = s3 && c->mics_shard_size > 0 ? ds_flat_view(e->flat, (int)c->mics_shard_size)
+                                             : *e->flat;
+    uint64_t b = ds_zero_expected_bytes(&f, c->zero_stage, e->param_t, e->grad_t, c->optimizer,
+                                        c->momentum != 0.0,
+                                        c->offload_optimizer.device != DS_OFFLOAD_NONE);
+    if (s3 && c->zero_hpz_partition_size > 1)
+        b += (uint64_t)(f.padded / c->zero_hpz_partition_size) * ds_dtype_size(e->param_t);
+    return b;
 }
 
 ds_status ds_last_step_info(const engine_t *e, ds_step_info *out) {

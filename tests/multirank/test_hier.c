@@ -76,6 +76,7 @@ typedef struct run {
     double loss[STEPS];
     traffic t; /* steps 2..STEPS */
     float *params_ck; /* parameters at CK_AT (with --ckpt) */
+    bool state_bad;   /* the accountant's model state is not the formula's */
     size_t n_ck;
 } run;
 
@@ -169,6 +170,18 @@ static int train(const ds_dataset *data, bool feature, run *r) {
     if (!e) return 1;
     g_rank = ds_rank(e);
     g_world = ds_world_size(e);
+    /* the accountant's model state equals the formula the engine prints
+     * beside it (MiCS: the shard group's N; hpZ: plus Psi / H) */
+    ds_mem_report mr;
+    ds_memory_report(e, &mr);
+    uint64_t state = 0;
+    for (int p = DS_MEM_PARAMS; p <= DS_MEM_OPTIM; p++)
+        state += mr.bytes[p][DS_PLACE_DEVICE] + mr.bytes[p][DS_PLACE_HOST];
+    if (state != ds_expected_model_state_bytes(e)) {
+        printf("FAIL rank %d: model state %llu bytes, formula %llu\n", g_rank,
+               (unsigned long long)state, (unsigned long long)ds_expected_model_state_bytes(e));
+        r->state_bad = true;
+    }
     ds_comm_stats s0, s1, c0, c1;
     memset(&c0, 0, sizeof c0);
     memset(&c1, 0, sizeof c1);
@@ -435,6 +448,7 @@ int main(int argc, char **argv) {
     run plain = {0}, feat = {0};
     if (train(data, false, &plain) || train(data, true, &feat)) return 1;
     int fails = compare_traffic("plain", &plain.t, false) + compare_traffic("feature", &feat.t, true);
+    fails += plain.state_bad + feat.state_bad;
     /* one shard group (S = world) reduces as plain stage 3 does; two
      * ranks add one pair either way */
     bool exact = g_mics <= 0 || g_mics == g_world || g_world == 2;
