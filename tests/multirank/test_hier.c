@@ -47,6 +47,7 @@
 #include "ckpt_harness.h"
 #include "engine/engine.h"
 #include "models/models.h"
+#include "zero/estimate.h"
 #include "zero/flat.h"
 
 #define STEPS 12
@@ -182,6 +183,23 @@ static int train(const ds_dataset *data, bool feature, run *r) {
                (unsigned long long)state, (unsigned long long)ds_expected_model_state_bytes(e));
         r->state_bad = true;
     }
+    /* and zero/estimate.c replays every allocation to the byte (the
+     * hierarchical gather's scratch included, which test_estimate on one
+     * host cannot reach); the small host tables (DS_MEM_OTHER) it leaves out */
+    ds_mem_report est;
+    if (ds_estimate_model(ds_get_model(e), g_world, ds_get_config(e), DS_BACKEND_CPU, &est) !=
+        DS_OK) {
+        printf("FAIL rank %d: estimate: %s\n", g_rank, ds_last_error());
+        r->state_bad = true;
+    }
+    for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
+        for (int at = 0; at < DS_PLACE_COUNT && p != DS_MEM_OTHER; at++)
+            if (est.bytes[p][at] != mr.bytes[p][at]) {
+                printf("FAIL rank %d: %s at %s: estimate %llu, engine %llu\n", g_rank,
+                       ds_mem_purpose_name((ds_mem_purpose)p), ds_mem_place_name((ds_mem_place)at),
+                       (unsigned long long)est.bytes[p][at], (unsigned long long)mr.bytes[p][at]);
+                r->state_bad = true;
+            }
     ds_comm_stats s0, s1, c0, c1;
     memset(&c0, 0, sizeof c0);
     memset(&c1, 0, sizeof c1);
