@@ -55,15 +55,21 @@
  * a different model. The partition, the fp32 master and the update stay
  * exact: only what the forward and backward see is quantized. A piece of n
  * elements sends 4 ceil(n / 4096) + roundup4(n) bytes instead of
- * n * sizeof(param dtype). */
-#include <stdint.h>
-#include <stdio.h>
+ * n * sizeof(param dtype).
+ *
+ * ZeRO++ hpZ and MiCS (zero/groups.h, zero/stage3_groups.h) are choices of
+ * the ranks a gather runs over: under MiCS the partition, the gradient
+ * buckets and the optimizer state are the shard group's (comm, pflat) and
+ * the boundary all-reduces the partition's gradients across the groups;
+ * under hpZ a module's first gather after an update comes from the world
+ * partition and fills the secondary copy, every later one (the backward's,
+ * later micro-batches') runs over the secondary group. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/backend/math.h"
 #include "zero/grad_buckets.h"
-#include "zero/groups.h"
+#include "zero/stage3_groups.h"
 #include "zero/shard.h"
 #include "zero/ties.h"
 #include "zero/zero.h"
@@ -102,14 +108,7 @@ typedef struct stage3 {
     const ds_flat *flat; /* == &pflat */
     ds_flat pflat;     /* the flat space as partitioned over comm */
     ds_comm *world;    /* the engine's communicator: its thread runs every job */
-    ds_zero_groups g;  /* hpZ / MiCS groups (zero/groups.h) */
-    ds_flat hflat;     /* hpZ: the flat space cut over the secondary group */
-    void *sec;         /* hpZ: [hflat.part] pt, this rank's secondary piece */
-    bool *sec_valid;   /* hpZ: [n_modules] the module's secondary pieces are current */
-    bool repl_done;    /* MiCS: the partition's gradients are summed across replicas */
-    void *hbuf;        /* mics_hierarchical_params_gather: [max_span] pt, the pieces
-                        * of this place on every host, packed */
-    size_t *hcounts;   /* [hosts of the group] their sizes */
+    ds_s3_groups x;    /* hpZ / MiCS: groups, secondary copy (zero/stage3_groups.h) */
     ds_dtype pt, gt;
     ds_comm_worker *worker;
     ds_grad_buckets *buckets;
@@ -177,55 +176,11 @@ static ds_status dequantize_all(stage3 *s, slot *sl) {
     return DS_OK;
 }
 
-/* hpZ: this rank's secondary piece of the span the slot holds, copied out
- * of the gathered span (the working dtype, before any cast). */
-static ds_status fill_secondary(stage3 *s, const slot *sl) {
-    int64_t b, e;
-    if (!ds_flat_clip(&s->hflat, s->g.sec->rank, sl->begin, sl->begin + sl->len, &b, &e))
-        return DS_OK;
-    int64_t hlo = (int64_t)s->g.sec->rank * s->hflat.part;
-    DS_TRY(s->be->ops->memcpy(s->be, ds_at(s->sec, s->pt, b - hlo),
-                              ds_at(sl->buf, s->pt, b - sl->begin),
-                              (size_t)(e - b) * ds_dtype_size(s->pt), DS_COPY_D2D, NULL));
-    return DS_OK;
-}
-
-/* mics_hierarchical_params_gather, on the communication thread: the slot's
- * span (counts over the shard group, this rank's piece in place) gathered
- * first across hosts among the group's ranks at this rank's place on each
- * host (one piece per host crosses the link), then inside each host, one
- * gather per host's blocks (DeepSpeed's _hierarchical_all_gather_params).
- * The across-host pieces are packed in hbuf, then copied to their places. */
-static ds_status hier_gather(void *arg) {
+/* mics_hierarchical_params_gather: the slot's span, on the communication
+ * thread (ds_s3_hier_gather). */
+static ds_status hier_job(void *arg) {
     slot *sl = arg;
-    stage3 *s = sl->owner;
-    int g = s->g.per_host, hosts = s->g.shard / g, p = s->comm->rank, l = p % g;
-    size_t es = ds_dtype_size(s->pt), packed = 0, mine_at = 0;
-    for (int j = 0; j < hosts; j++) {
-        s->hcounts[j] = sl->counts[j * g + l];
-        if (j == p / g) mine_at = packed;
-        packed += s->hcounts[j];
-    }
-    size_t own = sl->counts[p];
-    if (own > 0)
-        DS_TRY(s->be->ops->memcpy(s->be, ds_at(s->hbuf, s->pt, (int64_t)mine_at),
-                                  ds_at(sl->buf, s->pt, (int64_t)ds_zero_block_offset(sl->counts, p)),
-                                  own * es, DS_COPY_D2D, NULL));
-    DS_TRY(ds_comm_all_gatherv(s->g.inter, s->hbuf, s->hcounts, s->pt));
-    packed = 0;
-    for (int j = 0; j < hosts; j++) {
-        size_t n = s->hcounts[j];
-        if (n > 0)
-            DS_TRY(s->be->ops->memcpy(
-                s->be, ds_at(sl->buf, s->pt, (int64_t)ds_zero_block_offset(sl->counts, j * g + l)),
-                ds_at(s->hbuf, s->pt, (int64_t)packed), n * es, DS_COPY_D2D, NULL));
-        packed += n;
-    }
-    for (int j = 0; j < hosts; j++)
-        DS_TRY(ds_comm_all_gatherv(s->g.intra,
-                                   ds_at(sl->buf, s->pt,
-                                         (int64_t)ds_zero_block_offset(sl->counts, j * g)),
-                                   sl->counts + j * g, s->pt));
+    DS_TRY(ds_s3_hier_gather(&sl->owner->x, sl->buf, sl->counts));
     return DS_OK;
 }
 
@@ -235,9 +190,9 @@ static ds_status hier_gather(void *arg) {
  * values, else from the partition. */
 static ds_status start_gather_range(stage3 *s, slot *sl, int64_t begin, int64_t end,
                                     int owner) {
-    bool sec = s->sec && s->sec_valid[owner];
-    const ds_flat *f = sec ? &s->hflat : s->flat;
-    ds_comm *gc = sec ? s->g.sec : s->comm;
+    bool sec = ds_s3_from_secondary(&s->x, owner);
+    const ds_flat *f = sec ? &s->x.hflat : s->flat;
+    ds_comm *gc = sec ? s->x.g.sec : s->comm;
     sl->job.counts = sl->counts;
     sl->job.comm = gc;
     ds_zero_counts(f, begin, end, sl->job.counts);
@@ -249,10 +204,7 @@ static ds_status start_gather_range(stage3 *s, slot *sl, int64_t begin, int64_t 
     sl->fill_sec = false;
     sl->begin = begin;
     if (mine > 0 && sec) {
-        int64_t hlo = (int64_t)rank * s->hflat.part;
-        DS_TRY(s->be->ops->memcpy(s->be, ds_at(sl->buf, s->pt, (int64_t)off),
-                                  ds_at(s->sec, s->pt, (begin > hlo ? begin : hlo) - hlo),
-                                  mine * ds_dtype_size(s->pt), DS_COPY_D2D, NULL));
+        DS_TRY(ds_s3_secondary_piece(&s->x, begin, ds_at(sl->buf, s->pt, (int64_t)off), mine));
     } else if (mine > 0) {
         int64_t src = (begin > s->sh.lo ? begin : s->sh.lo) - s->sh.lo;
         void *dst = ds_at(sl->buf ? sl->buf : (void *)sl->f32, s->pt, (int64_t)off);
@@ -264,9 +216,9 @@ static ds_status start_gather_range(stage3 *s, slot *sl, int64_t begin, int64_t 
         if (s->qwz) DS_TRY(quantize_mine(s, sl, s->ps ? dst : ds_at(s->params, s->pt, src)));
     }
     sl->job.kind = DS_JOB_ALL_GATHERV;
-    if (s->hbuf && !sec) {
+    if (s->x.hbuf && !sec) {
         sl->job.kind = DS_JOB_FN;
-        sl->job.fn = hier_gather;
+        sl->job.fn = hier_job;
         sl->job.arg = sl;
     }
     sl->job.buf = s->qwz ? (void *)sl->qbuf : sl->buf;
@@ -288,7 +240,7 @@ static ds_status start_gather(stage3 *s, slot *sl, int m) {
     const ds_flat_module *fm = &s->flat->modules[m];
     DS_TRY(start_gather_range(s, sl, fm->begin, fm->end, m));
     sl->module = m;
-    sl->fill_sec = s->sec && !sl->from_sec;
+    sl->fill_sec = s->x.sec && !sl->from_sec;
     return DS_OK;
 }
 
@@ -301,8 +253,7 @@ static ds_status finish_gather(stage3 *s, slot *sl) {
         DS_TRY(st);
     }
     if (sl->fill_sec) {
-        DS_TRY(fill_secondary(s, sl));
-        s->sec_valid[sl->module] = true;
+        DS_TRY(ds_s3_fill_secondary(&s->x, sl->module, sl->buf, sl->begin, sl->len));
         sl->fill_sec = false;
     }
     if (s->qwz) /* straight to fp32: no cast of the slot */
@@ -481,26 +432,11 @@ static ds_status grad_done(ds_zero *z, int m) {
     return DS_OK;
 }
 
-/* MiCS: the partition's gradients hold the shard group's sum; the replica
- * groups all-reduce them into the world's (DeepSpeed's
- * allreduce_mics_shard_grads, at the accumulation boundary), on the
- * communication thread like every other collective. */
-static ds_status sum_replicas(stage3 *s) {
-    if (!s->g.repl || s->repl_done) return DS_OK;
-    ds_comm_job j = {.kind = DS_JOB_ALL_REDUCE, .comm = s->g.repl, .buf = s->grads,
-                     .count = (size_t)s->sh.part, .t = s->gt};
-    snprintf(j.what, sizeof j.what, "MiCS gradient all-reduce across %d shard groups",
-             s->g.replicas);
-    DS_TRY(ds_comm_job_submit(s->worker, &j));
-    DS_TRY(ds_comm_job_wait(s->worker, &j));
-    s->repl_done = true;
-    return DS_OK;
-}
-
 static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
     stage3 *s = S(z);
     DS_TRY(ds_grad_buckets_finish(s->buckets));
-    DS_TRY(sum_replicas(s));
+    /* MiCS: the shard group's sums into the world's */
+    DS_TRY(ds_s3_sum_replicas(&s->x, s->worker, s->grads, (size_t)s->sh.part, s->gt));
     DS_TRY(ds_zero_part_sumsq(s->be, s->comm, s->grads, s->gt, (size_t)s->sh.part, sumsq,
                               overflow));
     return DS_OK;
@@ -509,7 +445,7 @@ static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
 static void invalidate(stage3 *s) {
     for (int k = 0; k < s->n_slots; k++) s->slots[k].valid = false;
     s->persist_valid = false;
-    if (s->sec_valid) memset(s->sec_valid, 0, (size_t)s->flat->n_modules * sizeof(bool));
+    ds_s3_invalidate(&s->x);
 }
 
 static ds_status drain_slots(stage3 *s) {
@@ -527,7 +463,7 @@ static ds_status apply(ds_zero *z, float grad_mult, const ds_optim_step *step) {
 
 static ds_status zero_grad(ds_zero *z) {
     stage3 *s = S(z);
-    s->repl_done = false;
+    s->x.repl_done = false;
     DS_TRY(s->be->ops->memset(s->be, s->grads, 0, (size_t)s->sh.part * ds_dtype_size(s->gt),
                               NULL));
     return DS_OK;
@@ -579,16 +515,9 @@ static ds_status get_grad(ds_zero *z, int i, float *host) {
     stage3 *s = S(z);
     DS_TRY(ds_grad_buckets_finish(s->buckets));
     DS_TRY(ds_zero_part_to_host(s->be, s->comm, s->flat, i, s->grads, s->gt, host));
-    /* MiCS before the boundary's all-reduce: the shard group's sum, summed
-     * across the replicas here without touching the partition (a later
-     * micro-batch still adds into it) */
-    if (s->g.repl && !s->repl_done) {
-        int64_t n = s->flat->params[i].numel;
-        if (n > INT32_MAX)
-            return DS_ERR(DS_ERR_INVALID_ARG, "get_grad of %s under MiCS: %lld elements exceed "
-                          "one host all-reduce", s->flat->params[i].desc->name, (long long)n);
-        DS_TRY(ds_comm_host_all_reduce(s->g.repl, host, (size_t)n, DS_F32, DS_REDUCE_SUM));
-    }
+    /* MiCS before the boundary's all-reduce: summed across the replicas */
+    DS_TRY(ds_s3_replica_host_sum(&s->x, host, s->flat->params[i].numel,
+                                  s->flat->params[i].desc->name));
     return DS_OK;
 }
 
@@ -628,13 +557,7 @@ static void destroy(ds_zero *z) {
         const ds_flat *f = &s->pflat;
         size_t part = (size_t)f->part, span = (size_t)s->max_span;
         ds_comm_worker_destroy(s->worker); /* joins the thread: no job still runs */
-        if (s->sec)
-            ds_backend_free(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, s->sec,
-                            (size_t)s->hflat.part * ds_dtype_size(s->pt));
-        free(s->sec_valid);
-        ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, s->hbuf, span * ds_dtype_size(s->pt));
-        free(s->hcounts);
-        ds_zero_groups_destroy(&s->g); /* after the worker: its jobs used them */
+        ds_s3_groups_free(&s->x); /* after the worker: its jobs used them */
         ds_grad_buckets_destroy(s->buckets);
         for (int k = 0; k < s->n_slots; k++) slot_free(s, be, &s->slots[k]);
         for (int m = 0; s->tptrs && m < f->n_modules; m++) free(s->tptrs[m]);
@@ -764,16 +687,6 @@ static ds_status slot_alloc(stage3 *s, ds_backend *be, slot *sl) {
     return DS_OK;
 }
 
-/* hpZ's secondary piece: the flat space cut over the secondary group. */
-static ds_status secondary_alloc(stage3 *s, ds_backend *be) {
-    s->hflat = ds_flat_view(s->flat, s->g.hpz);
-    s->sec_valid = calloc((size_t)(s->flat->n_modules > 0 ? s->flat->n_modules : 1), sizeof(bool));
-    if (!s->sec_valid) return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
-    DS_TRY(ds_backend_alloc(be, DS_MEM_PARAMS, DS_PLACE_DEVICE,
-                            (size_t)s->hflat.part * ds_dtype_size(s->pt), &s->sec));
-    return DS_OK;
-}
-
 /* d_in's flat space and communicator are the world's; under MiCS the
  * partition is cut over the shard group, so everything below sees that
  * group's view (d). */
@@ -801,13 +714,7 @@ static ds_status build(stage3 *s, const ds_zero_desc *d_in) {
     DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, span * 4, (void **)&s->gstage));
     DS_TRY(ds_backend_alloc(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, (size_t)s->persist_elems * 4,
                             (void **)&s->persist));
-    if (s->g.hpz > 1) DS_TRY(secondary_alloc(s, be));
-    if (s->g.inter) {
-        DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE,
-                                span * ds_dtype_size(s->pt), &s->hbuf));
-        s->hcounts = calloc((size_t)s->g.shard, sizeof *s->hcounts);
-        if (!s->hcounts) return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
-    }
+    DS_TRY(ds_s3_groups_alloc(&s->x, s->flat, s->max_span));
     for (int k = 0; k < s->n_slots; k++) DS_TRY(slot_alloc(s, be, &s->slots[k]));
     for (int m = 0; m < d->flat->n_modules; m++) {
         const ds_flat_module *fm = &d->flat->modules[m];
@@ -838,11 +745,11 @@ ds_status ds_zero_stage3_create(const ds_zero_desc *d, ds_zero **out) {
     s->pt = d->param_t;
     s->gt = d->grad_t;
     s->qwz = d->cfg->zero_quantized_weights;
-    ds_status st = ds_zero_groups_create(d->cfg, d->comm, &s->g);
-    if (st == DS_OK && s->g.part) { /* MiCS: the partition is the shard group's */
-        s->comm = s->g.part;
-        s->pflat = ds_flat_view(d->flat, s->g.shard);
-        z->state_parts = s->g.shard;
+    ds_status st = ds_s3_groups_create(&s->x, d->cfg, d->comm, d->be, d->param_t);
+    if (st == DS_OK && s->x.g.part) { /* MiCS: the partition is the shard group's */
+        s->comm = s->x.g.part;
+        s->pflat = ds_flat_view(d->flat, s->x.g.shard);
+        z->state_parts = s->x.g.shard;
         z->state_part = s->comm->rank;
     }
     if (st == DS_OK) st = build(s, d);
