@@ -243,7 +243,9 @@ ds_status ds_comm_all_to_all(ds_comm *c, const void *send, void *recv, size_t co
  * The new one is of c's kind (mpi: MPI_Comm_split; nccl: an NCCL
  * communicator of the group, bootstrapped over the split MPI one), with c's
  * deadline; its nhosts / next_same_host describe its own ring, so its bytes
- * land in the right inside/across-host counter.
+ * land in the right inside/across-host counter. The split itself, like
+ * ds_comm_create's MPI_Comm_dup, is MPI's blocking call: a rank that never
+ * calls it stalls the others (engines split once, at creation).
  *
  * Counting: a sub-communicator's collectives count in its own stats and in
  * its world communicator's (root), so the world's report holds every byte
