@@ -72,6 +72,10 @@ static ds_status build_local(engine_t *e, const ds_init_desc *d) {
     DS_TRY(pick_precision(e));
     DS_TRY(make_backend(e));
     DS_TRY(ds_flat_create(e->model, e->comm->world, &e->flat)); /* a table */
+    /* the trainer's AdamW decays as HF's Trainer does: not biases and
+     * normalization weights (without decay there is nothing to split) */
+    if (e->cfg.optim_hf && e->cfg.weight_decay != 0.0)
+        DS_TRY(ds_no_decay_create(e->flat, &e->no_decay));
     ds_zero_desc zd = {.cfg = &e->cfg, .be = e->be, .comm = e->comm, .flat = e->flat,
                        .param_t = e->param_t, .grad_t = e->grad_t, .seed = d->seed};
     /* a bad nvme_path's own one-line error first, then the RAM estimate's:
@@ -177,6 +181,7 @@ void ds_finalize(engine_t *e) {
     if (e->train) ds_sampler_free(&e->sampler);
     ds_ties_destroy(e->ties);
     ds_zero_destroy(e->zero);
+    ds_no_decay_destroy(e->no_decay);
     ds_flat_destroy(e->flat);
     ds_model_destroy(e->model);
     ds_backend_destroy(e->be);

@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "zero/flat.h"
 #include "zero/loss_scaler.h"
+#include "zero/optim.h"
 #include "zero/ties.h"
 #include "zero/zero.h"
 
@@ -22,6 +23,7 @@ struct engine {
     ds_comm *comm;
     ds_model *model;
     ds_flat *flat;
+    ds_no_decay *no_decay; /* HF's parameter groups (cfg.optim_hf, weight decay on); or NULL */
     ds_zero *zero;
     ds_ties *ties;        /* gradients of tied parameters */
     ds_dtype param_t, grad_t;

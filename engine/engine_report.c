@@ -135,6 +135,11 @@ void ds_engine_print_startup(engine_t *e) {
         printf("[zero-engine] (out of memory for the config summary)\n");
     }
     free(summary);
+    if (e->no_decay) /* HF's parameter groups: say which side each falls on */
+        printf("[zero-engine] weight decay on %d of %d parameters (%lld of %lld elements): "
+               "biases and normalization weights left out, as HF's Trainer\n",
+               e->flat->n_params - e->no_decay->n_params, e->flat->n_params,
+               (long long)(e->flat->numel - e->no_decay->elems), (long long)e->flat->numel);
     if (rows) print_memory(rows, e->comm->world);
     free(rows);
     fflush(stdout);

@@ -299,7 +299,7 @@ ds_status ds_backward(engine_t *e) {
 
 static ds_optim_step optim_step(const engine_t *e, double lr) {
     const ds_config *c = &e->cfg;
-    ds_optim_step s = {.type = c->optimizer};
+    ds_optim_step s = {.type = c->optimizer, .no_decay = e->no_decay, .flat_lo = 0};
     s.adam = (ds_adam_hparams){.lr = (float)lr, .beta1 = (float)c->betas[0],
                                .beta2 = (float)c->betas[1], .eps = (float)c->eps,
                                .weight_decay = (float)c->weight_decay,

@@ -370,6 +370,9 @@ ds_status ds_mod_gpt2_block_create(const char *name, const ds_gpt2_block_desc *d
         st = ds_module_param(m, i, NULL, k_param_names[i], shape[i][0], shape[i][1], init, 0.0f,
                              sd);
     }
+    /* nn.LayerNorm's weights: HF's Trainer leaves them out of weight decay
+     * by module type (their names say nothing) */
+    if (st == DS_OK) m->params[P_LN1_W].no_decay = m->params[P_LN2_W].no_decay = true;
     if (st != DS_OK) {
         ds_module_free(m);
         ds_error_trace(__FILE__, __LINE__);

@@ -115,6 +115,7 @@ ds_status ds_mod_gpt2_head_create(const char *name, const ds_gpt2_head_desc *d,
     L->ln_eps = d->ln_eps;
     ds_status st = ds_module_param(m, P_LN_W, d->ln_prefix, "weight", d->n_embd, 0, DS_INIT_ONES,
                                    0.0f, 0.0f);
+    if (st == DS_OK) m->params[P_LN_W].no_decay = true; /* ln_f, an nn.LayerNorm (HF's rule) */
     if (st == DS_OK)
         st = ds_module_param(m, P_LN_B, d->ln_prefix, "bias", d->n_embd, 0, DS_INIT_ZEROS, 0.0f,
                              0.0f);

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "offload/nvme_swap.h"
+#include "zero/optim.h"
 
 /* Elements per pipeline piece in host RAM: 4 Mi elements (16 MiB of fp32
  * master) is large enough that each piece's OpenMP update and copy launches
@@ -307,8 +308,8 @@ static ds_status fence(ds_host_optim *o) {
     return DS_OK;
 }
 
-/* The same dispatch as zero/optim.c, on host memory: the cpu backend's
- * slots, so the arithmetic is that of a non-offloaded cpu run. */
+/* zero/optim.c's dispatch (and HF's parameter groups), on host memory: the
+ * cpu backend's slots, so the arithmetic is that of a non-offloaded cpu run. */
 static ds_status update(ds_host_optim *o, const ds_host_update *u, const void *dev_grads,
                         int64_t b, int64_t e, float **st) {
     ds_backend *h = o->host;
@@ -317,11 +318,9 @@ static ds_status update(ds_host_optim *o, const ds_host_update *u, const void *d
     float *m0 = o->n_moments >= 1 ? st[1] : NULL;
     float *m1 = o->n_moments >= 2 ? st[2] : NULL;
     void *lp = o->pt != DS_F32 ? lp_at(o, b) : NULL;
-    if (u->type == DS_OPTIM_SGD)
-        DS_TRY(h->ops->sgd(h, st[0], g, o->gt, u->grad_mult, m0, n, &u->sgd, lp, o->pt));
-    else
-        DS_TRY(h->ops->adam(h, st[0], g, o->gt, u->grad_mult, m0, m1, n, &u->adam, lp, o->pt));
-    return DS_OK;
+    ds_optim_step s = {.type = u->type, .adam = u->adam, .sgd = u->sgd,
+                       .no_decay = u->no_decay, .flat_lo = u->flat_lo + b};
+    return ds_optim_update(h, &s, st[0], g, o->gt, u->grad_mult, m0, m1, n, lp, o->pt);
 }
 
 static int64_t piece_end(const ds_host_optim *o, int64_t b) {

@@ -91,6 +91,10 @@ typedef struct ds_host_update {
     ds_adam_hparams adam;
     ds_sgd_hparams sgd;
     float grad_mult;
+    /* HF's parameter groups (zero/optim.h): the flat ranges weight decay
+     * skips (NULL: none) and the flat element of this state's element 0 */
+    const struct ds_no_decay *no_decay;
+    int64_t flat_lo;
 } ds_host_update;
 
 /* Allocate the state (zeroed) and, on a cuda backend, a cpu backend for

@@ -172,3 +172,8 @@ foreach(stage 0 1 2 3)
                     NP ${np} LABELS multirank)
   endforeach()
 endforeach()
+
+# The trainer's AdamW has HF's parameter groups: biases and normalization
+# weights left out of weight decay, by the same names as transformers, at
+# every stage and with the optimizer offloaded (each rank's partition).
+ds_add_mpi_test(NAME test_hf_decay SOURCES multirank/test_hf_decay.c NP 2 LABELS multirank)

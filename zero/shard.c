@@ -108,16 +108,20 @@ ds_status ds_shard_update(ds_shard *sh, const ds_optim_step *step, float *fp32_w
                           ds_dtype lp_t) {
     if (sh->off) {
         ds_host_update u = {.type = step->type, .adam = step->adam, .sgd = step->sgd,
-                            .grad_mult = grad_mult};
+                            .grad_mult = grad_mult, .no_decay = step->no_decay,
+                            .flat_lo = sh->lo};
         void *dst = sh->ps ? NULL : sh->mixed ? lp_out : (void *)fp32_weights; /* ps: the sink */
         DS_TRY(ds_host_optim_step(sh->off, &u, grads, dst));
         return DS_OK;
     }
+    ds_optim_step at = *step; /* this partition's place in the flat space */
+    at.flat_lo = sh->lo;
     if (sh->ps) { /* the update is element-wise: piece by piece is the same arithmetic */
         size_t gsz = ds_dtype_size(gt);
         for (int64_t b = 0; b < sh->part; b += sh->scratch_n) {
             int64_t e = sh->part - b < sh->scratch_n ? sh->part : b + sh->scratch_n;
-            DS_TRY(ds_optim_update(sh->be, step, sh->master + b,
+            at.flat_lo = sh->lo + b;
+            DS_TRY(ds_optim_update(sh->be, &at, sh->master + b,
                                    (const char *)grads + (size_t)b * gsz, gt, grad_mult,
                                    sh->state0 ? sh->state0 + b : NULL,
                                    sh->state1 ? sh->state1 + b : NULL, (size_t)(e - b),
@@ -127,7 +131,7 @@ ds_status ds_shard_update(ds_shard *sh, const ds_optim_step *step, float *fp32_w
         return DS_OK;
     }
     float *w = sh->mixed ? sh->master : fp32_weights;
-    DS_TRY(ds_optim_update(sh->be, step, w, grads, gt, grad_mult, sh->state0, sh->state1,
+    DS_TRY(ds_optim_update(sh->be, &at, w, grads, gt, grad_mult, sh->state0, sh->state1,
                            (size_t)sh->part, sh->mixed ? lp_out : NULL, lp_t));
     return DS_OK;
 }

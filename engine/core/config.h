@@ -219,6 +219,12 @@ typedef struct ds_config {
      * (0-based) runs at lr * lambda(s); warmup_num_steps may be 0 and is not
      * raised to DeepSpeed's least (engine/core/sched.h). */
     bool sched_hf;
+    /* The trainer's AdamW (no optimizer section, hints given): HF's two
+     * parameter groups, weight decay only for the parameters ds_param_decays
+     * says (biases and normalization weights left out); written as
+     * optimizer.params "hf_param_groups": true. A written optimizer section
+     * (DeepSpeed's one group) decays every parameter. */
+    bool optim_hf;
 
     /* ---- precision ---- */
     bool fp16_enabled;           /* default false */

@@ -128,6 +128,7 @@ ds_status cfg_resolve_optimizer(ds_config *c, const ds_config_hints *h) {
         c->adam_w_mode = true;
         bool any = h->lr >= 0 || h->weight_decay >= 0 || h->beta1 >= 0 || h->beta2 >= 0 ||
                    h->eps >= 0;
+        c->optim_hf = any; /* HF's parameter groups come with the trainer's AdamW */
         if (any)
             cfg_origin(c, DS_KEY_OPTIMIZER, DS_SRC_COMPUTED,
                        "no optimizer section: the trainer's AdamW (as HF's Trainer)");

@@ -145,6 +145,7 @@ static void write_optimizer(jw *w, const ds_config *c) {
         jw_real(w, "weight_decay", c->weight_decay);
         jw_bool(w, "adam_w_mode", c->adam_w_mode);
         jw_bool(w, "bias_correction", c->bias_correction);
+        if (c->optim_hf) jw_bool(w, "hf_param_groups", true); /* the trainer's AdamW */
     }
     jw_close(w);
     jw_close(w);

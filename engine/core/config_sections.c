@@ -150,6 +150,7 @@ static const cfg_key k_adam_params[] = {
         OFF(weight_decay_auto), OFF(weight_decay_set), NULL),
     BOOL("adam_w_mode", adam_w_mode),
     BOOL("bias_correction", bias_correction),
+    BOOL("hf_param_groups", optim_hf), /* zero-engine's: config.h optim_hf */
 };
 
 static const cfg_key k_sgd_params[] = {

@@ -1,6 +1,7 @@
 /* The module API's helpers: module and model construction, batches. */
 #include "engine/core/module.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,4 +301,25 @@ int64_t ds_model_num_params(const ds_model *m) {
         for (int p = 0; p < m->modules[i]->n_params; p++)
             n += ds_param_numel(&m->modules[i]->params[p]);
     return n;
+}
+
+/* transformers' forbidden_name_patterns, searched in the lower-cased name:
+ * r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)",
+ * r"_norm(?:$|\.)". */
+bool ds_param_decays(const ds_param_desc *p) {
+    if (p->no_decay) return false;
+    char low[DS_MAX_NAME];
+    size_t n = strnlen(p->name, DS_MAX_NAME - 1);
+    for (size_t i = 0; i < n; i++) low[i] = (char)tolower((unsigned char)p->name[i]);
+    low[n] = 0;
+    if (strstr(low, "bias") || strstr(low, "layernorm") || strstr(low, "rmsnorm")) return false;
+    for (const char *c = low; *c;) { /* each dot-separated component */
+        const char *dot = strchr(c, '.');
+        size_t len = dot ? (size_t)(dot - c) : strlen(c);
+        if ((len == 4 && !strncmp(c, "norm", 4)) || (len >= 5 && !strncmp(c + len - 5, "_norm", 5)))
+            return false;
+        if (!dot) break;
+        c = dot + 1;
+    }
+    return true;
 }

@@ -186,7 +186,21 @@ typedef struct ds_param_desc {
     bool has_zero_row;     /* row zero_row (first dimension) starts at 0, as
                               nn.Embedding's padding_idx row does */
     int64_t zero_row;
+    /* Left out of weight decay where the optimizer has Hugging Face's two
+     * parameter groups (the trainer's AdamW: a config without an optimizer
+     * section, see ds_param_decays). Set it for what HF's Trainer leaves out
+     * by module type, a normalization layer's weight (GPT-2's ln_1.weight);
+     * biases and names with "norm" in them are left out by name anyway. */
+    bool no_decay;
 } ds_param_desc;
+
+/* Whether weight decay applies to p under Hugging Face's rule
+ * (Trainer.get_decay_parameter_names): not when p->no_decay, nor when its
+ * lower-cased name contains "bias", "layernorm" or "rmsnorm", or has a
+ * component "norm" or one ending in "_norm" ("encoder.norm.weight",
+ * "q_norm.weight"). DeepSpeed's own optimizer sections have one group and
+ * decay every parameter: the engine asks this only for the trainer's AdamW. */
+bool ds_param_decays(const ds_param_desc *p);
 
 static inline int64_t ds_param_numel(const ds_param_desc *p) {
     int64_t n = 1;
