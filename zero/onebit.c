@@ -12,6 +12,7 @@
 
 struct ds_onebit {
     ds_onebit_type type;
+    ds_backend *be;     /* its accountant holds the buffers below (DS_MEM_OPTIM) */
     const ds_config *cfg;
     ds_comm *comm;
     size_t n;
@@ -75,12 +76,27 @@ static ds_status tensor_segments(const ds_flat *f, size_t **segs, int *nseg) {
     return DS_OK;
 }
 
-ds_status ds_onebit_create(const ds_config *cfg, ds_comm *comm, const ds_flat *flat,
-                           ds_onebit **out) {
+/* One fp32 buffer of n elements, zeroed, in the accountant's optimizer
+ * state; NULL when n is 0. */
+static ds_status state_alloc(ds_backend *be, size_t n, float **out) {
+    *out = NULL;
+    if (!n) return DS_OK;
+    DS_TRY(ds_backend_alloc(be, DS_MEM_OPTIM, DS_PLACE_DEVICE, n * sizeof(float), (void **)out));
+    memset(*out, 0, n * sizeof(float)); /* host memory: the cpu backend */
+    return DS_OK;
+}
+
+static void state_free(ds_backend *be, float *p, size_t n) {
+    if (p) ds_backend_free(be, DS_MEM_OPTIM, DS_PLACE_DEVICE, p, n * sizeof(float));
+}
+
+ds_status ds_onebit_create(const ds_config *cfg, ds_backend *be, ds_comm *comm,
+                           const ds_flat *flat, ds_onebit **out) {
     *out = NULL;
     ds_onebit *ob = calloc(1, sizeof *ob);
     if (!ob) return DS_ERR(DS_ERR_OOM, "%s: out of host memory", "1-bit Adam");
     size_t n = (size_t)flat->used;
+    ob->be = be;
     ob->type = cfg->onebit;
     ob->cfg = cfg;
     ob->comm = comm;
@@ -93,17 +109,10 @@ ds_status ds_onebit_create(const ds_config *cfg, ds_comm *comm, const ds_flat *f
         st = ds_coded_scratch_create(&ds_codec_onebit, segs, nseg, comm->world, &ob->scr);
     }
     free(segs);
-    if (st == DS_OK) {
-        ob->werr = calloc(ob->lay.worker_n + 1, sizeof(float));
-        ob->serr = calloc(ob->lay.server_n + 1, sizeof(float));
-        if (ob->type == DS_ONEBIT_ZERO_ONE) {
-            ob->u = calloc(n + 1, sizeof(float));
-            ob->gbuf = calloc(n + 1, sizeof(float));
-        }
-        if (!ob->werr || !ob->serr || (ob->type == DS_ONEBIT_ZERO_ONE && (!ob->u || !ob->gbuf)))
-            st = DS_ERR(DS_ERR_OOM, "1-bit Adam: out of host memory for the error feedback of "
-                        "%zu elements", n);
-    }
+    if (st == DS_OK) st = state_alloc(be, ob->lay.worker_n, &ob->werr);
+    if (st == DS_OK) st = state_alloc(be, ob->lay.server_n, &ob->serr);
+    if (st == DS_OK && ob->type == DS_ONEBIT_ZERO_ONE) st = state_alloc(be, n, &ob->u);
+    if (st == DS_OK && ob->type == DS_ONEBIT_ZERO_ONE) st = state_alloc(be, n, &ob->gbuf);
     if (st != DS_OK) {
         ds_onebit_destroy(ob);
         return st;
@@ -116,10 +125,10 @@ ds_status ds_onebit_create(const ds_config *cfg, ds_comm *comm, const ds_flat *f
 void ds_onebit_destroy(ds_onebit *ob) {
     if (!ob) return;
     ds_coded_scratch_destroy(ob->scr);
-    free(ob->werr);
-    free(ob->serr);
-    free(ob->u);
-    free(ob->gbuf);
+    state_free(ob->be, ob->werr, ob->lay.worker_n);
+    state_free(ob->be, ob->serr, ob->lay.server_n);
+    state_free(ob->be, ob->u, ob->n);
+    state_free(ob->be, ob->gbuf, ob->n);
     free(ob);
 }
 
@@ -168,8 +177,8 @@ static bool post(ds_onebit *ob, int64_t t) {
 }
 
 static void zero_feedback(ds_onebit *ob) {
-    memset(ob->werr, 0, ob->lay.worker_n * sizeof(float));
-    memset(ob->serr, 0, ob->lay.server_n * sizeof(float));
+    if (ob->werr) memset(ob->werr, 0, ob->lay.worker_n * sizeof(float));
+    if (ob->serr) memset(ob->serr, 0, ob->lay.server_n * sizeof(float));
 }
 
 void ds_onebit_restart(ds_onebit *ob, int64_t applied, bool have_state) {

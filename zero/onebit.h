@@ -62,9 +62,13 @@ typedef struct ds_onebit ds_onebit;
 
 /* The optimizer of the flat vectors [0, flat->used) (weights, moments,
  * gradients); each parameter tensor is compressed with its own scale and
- * error feedback. Host memory only (the cpu backend). */
-ds_status ds_onebit_create(const ds_config *cfg, ds_comm *comm, const ds_flat *flat,
-                           ds_onebit **out);
+ * error feedback. Host memory only (the cpu backend); the error feedback
+ * (and 0/1 Adam's u and gradient buffer) are allocated from be, so its
+ * accountant shows them as optimizer state. The codec's send and receive
+ * scratch (engine/comm/coded.c, about 3/32 of a copy of the model) is not
+ * accounted. */
+ds_status ds_onebit_create(const ds_config *cfg, ds_backend *be, ds_comm *comm,
+                           const ds_flat *flat, ds_onebit **out);
 void ds_onebit_destroy(ds_onebit *ob); /* safe on NULL */
 
 /* Whether the coming step's gradients are all-reduced during backward

@@ -216,7 +216,7 @@ static ds_status build(stage0 *s, const ds_zero_desc *d) {
                           "codec has no %s kernels yet)",
                           d->cfg->onebit == DS_ONEBIT_ADAM ? "OneBitAdam" : "ZeroOneAdam",
                           be->ops->name);
-        DS_TRY(ds_onebit_create(d->cfg, d->comm, d->flat, &s->ob));
+        DS_TRY(ds_onebit_create(d->cfg, be, d->comm, d->flat, &s->ob));
     }
     DS_TRY(ds_grad_reduce_create(be, d->comm, d->flat, s->rep.gt, s->rep.grads, DS_GRAD_ALL_REDUCE,
                                  d->cfg->reduce_bucket_size, !d->cfg->contiguous_gradients,
