@@ -88,7 +88,8 @@ hz=$(getconf CLK_TCK)
 port=29600 # torchrun's rendezvous port, a new one per run (no TIME_WAIT clash)
 
 # The commands of one run; each writes its own user+sys seconds to $out/time.*
-# (/usr/bin/time counts the waited-for children: the ranks).
+# (/usr/bin/time counts the waited-for children: the ranks; across the two
+# hosts the engine's ranks time themselves, see engine_twohost).
 timed() { local tag=$1; shift; /usr/bin/time -f '%U %S' -o "$out/time.$tag" "$@"; }
 engine_same() {
     timed e mpirun "${root_flag[@]}" --oversubscribe --bind-to none --mca btl self,vader,tcp \
@@ -99,9 +100,13 @@ ds_same() {
     timed d "$torchrun" --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$port" \
         "$dsbench" --stage "$1"
 }
+# Across the hosts each rank times itself: host 2's rank runs under an orted
+# that mpirun does not wait for, so mpirun's own rusage would leave it out.
 engine_twohost() {
-    timed e "$twohost" exec --name "$hosts" -- bash -c 'exec mpirun --hostfile "$TWOHOST_HOSTFILE" "$@"' \
-        mpirun "${root_flag[@]}" --bind-to none -np 2 -x OMP_NUM_THREADS=1 "$bench" --stage "$1"
+    "$twohost" exec --name "$hosts" -- bash -c 'exec mpirun --hostfile "$TWOHOST_HOSTFILE" "$@"' \
+        mpirun "${root_flag[@]}" --bind-to none -np 2 -x OMP_NUM_THREADS=1 \
+        sh -c 'exec /usr/bin/time -f "%U %S" -o "$0.$OMPI_COMM_WORLD_RANK" "$@"' "$out/time.r" \
+        "$bench" --stage "$1"
 }
 ds_twohost() {
     port=$((port + 1))
