@@ -38,7 +38,8 @@
 #                                           shorter run); OLD must occur
 #   <!-- readme-test: needs `PATH` (WHY) -->  run when PATH exists (downloaded
 #                                           or from outside the repository),
-#                                           else say so with WHY
+#                                           else say so with WHY; several may
+#                                           stack, all must exist
 #   <!-- readme-test: not printed `TEXT` (WHY) -->
 #                                           the block's output must not hold TEXT
 #   <!-- readme-test: same as FILE -->        c block: FILE's whole text
@@ -121,14 +122,14 @@ offline=""   # why the network-bound blocks are not run, once known
 # not_printed, same, part, output, listing, paths; an unknown one fails the
 # test when $2 is "report" (pass 1; pass 2 reads them again).
 read_directives() {
-    skip="" needs="" needs_why="" same="" part="" output="" listing="" paths="" not_printed=()
+    skip="" same="" part="" output="" listing="" paths="" not_printed=() needs=() needs_why=()
     olds=() news=() whys=()
     while IFS= read -r d; do
         if [[ $d =~ ^skip\ \((.+)\)$ ]]; then skip=${BASH_REMATCH[1]}
         elif [[ $d =~ ^replace\ \`([^\`]+)\`\ with\ \`([^\`]*)\`\ \((.+)\)$ ]]; then
             olds+=("${BASH_REMATCH[1]}"); news+=("${BASH_REMATCH[2]}"); whys+=("${BASH_REMATCH[3]}")
         elif [[ $d =~ ^needs\ \`([^\`]+)\`\ \((.+)\)$ ]]; then
-            needs=${BASH_REMATCH[1]}; needs_why=${BASH_REMATCH[2]}
+            needs+=("${BASH_REMATCH[1]}"); needs_why+=("${BASH_REMATCH[2]}")
         elif [[ $d =~ ^not\ printed\ \`([^\`]+)\`\ \((.+)\)$ ]]; then
             not_printed+=("${BASH_REMATCH[1]}")
         elif [[ $d =~ ^same\ as\ ([^ ]+)$ ]]; then same=${BASH_REMATCH[1]}
@@ -257,11 +258,13 @@ for langf in "$work"/blocks/*.lang; do
     case $lang in
     sh | bash)
         prev_ran=""
-        if [ -n "$needs" ] && [ ! -e "$repo/$needs" ]; then
-            say "line $line ($lang): not run: $needs is not there ($needs_why)"
-            skipped=$((skipped + 1))
-            continue
-        fi
+        for i in "${!needs[@]}"; do
+            if [ ! -e "$repo/${needs[$i]}" ]; then
+                say "line $line ($lang): not run: ${needs[$i]} is not there (${needs_why[$i]})"
+                skipped=$((skipped + 1))
+                continue 2
+            fi
+        done
         for i in "${!olds[@]}"; do
             if [[ $text != *"${olds[$i]}"* ]]; then
                 fail "line $line: the block has no '${olds[$i]}' to replace"
