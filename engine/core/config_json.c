@@ -104,6 +104,17 @@ static void jw_str(jw *w, const char *key, const char *s) {
     jw_raw(w, "\"");
 }
 
+/* betas, eps and weight_decay: every Adam flavour's first arguments */
+static void write_adam_moments(jw *w, const ds_config *c) {
+    char b0[40], b1[40];
+    cfg_fmt_real(c->betas[0], b0, sizeof b0);
+    cfg_fmt_real(c->betas[1], b1, sizeof b1);
+    jw_key(w, "betas");
+    jw_raw(w, "[%s, %s]", b0, b1);
+    jw_real(w, "eps", c->eps);
+    jw_real(w, "weight_decay", c->weight_decay);
+}
+
 static void write_optimizer(jw *w, const ds_config *c) {
     jw_open(w, "optimizer");
     jw_str(w, "type", c->onebit == DS_ONEBIT_ADAM       ? "OneBitAdam"
@@ -112,13 +123,7 @@ static void write_optimizer(jw *w, const ds_config *c) {
     jw_open(w, "params");
     jw_real(w, "lr", c->lr);
     if (c->onebit != DS_ONEBIT_NONE) { /* their constructors' arguments, no adam_w_mode */
-        char b0[40], b1[40];
-        cfg_fmt_real(c->betas[0], b0, sizeof b0);
-        cfg_fmt_real(c->betas[1], b1, sizeof b1);
-        jw_key(w, "betas");
-        jw_raw(w, "[%s, %s]", b0, b1);
-        jw_real(w, "eps", c->eps);
-        jw_real(w, "weight_decay", c->weight_decay);
+        write_adam_moments(w, c);
         jw_bool(w, "bias_correction", c->bias_correction);
         if (c->onebit == DS_ONEBIT_ADAM) {
             jw_int(w, "freeze_step", c->freeze_step);
@@ -136,13 +141,7 @@ static void write_optimizer(jw *w, const ds_config *c) {
         jw_real(w, "weight_decay", c->weight_decay);
         jw_bool(w, "nesterov", c->nesterov);
     } else {
-        char b0[40], b1[40];
-        cfg_fmt_real(c->betas[0], b0, sizeof b0);
-        cfg_fmt_real(c->betas[1], b1, sizeof b1);
-        jw_key(w, "betas");
-        jw_raw(w, "[%s, %s]", b0, b1);
-        jw_real(w, "eps", c->eps);
-        jw_real(w, "weight_decay", c->weight_decay);
+        write_adam_moments(w, c);
         jw_bool(w, "adam_w_mode", c->adam_w_mode);
         jw_bool(w, "bias_correction", c->bias_correction);
         if (c->optim_hf) jw_bool(w, "hf_param_groups", true); /* the trainer's AdamW */
