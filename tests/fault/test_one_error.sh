@@ -45,7 +45,9 @@ once() {
   [ "$n" -eq 1 ] || { fail "$name: '$needle' in $n lines, want 1:"; cat "$name.err"; }
   grep -q '^-----\|Primary job\|mpirun detected\|mpirun noticed' "$name.err" &&
     fail "$name: mpirun's banner reached the output: $(grep -c . "$name.err") lines"
-  grep -Eq "^engine-run: rank [0-9]+ exited with status [0-9]+; mpirun stopped the other ranks$" "$name.err" ||
+  # the rank seen ending first; or, when every rank failed before the watch
+  # saw one and mpirun's banner named none, the rank whose error came first
+  grep -Eq "^engine-run: (rank [0-9]+ exited with status [0-9]+|the job ended with status [0-9]+ after rank [0-9]+'s error above); mpirun stopped the other ranks$" "$name.err" ||
     fail "$name: no engine-run line naming the rank that ended the job"
   echo "$name: $(grep -F -- "$needle" "$name.err")"
 }

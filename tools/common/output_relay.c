@@ -61,6 +61,7 @@ struct er_relay {
     size_t banner_len;
     bool in_banner, banner_overflow;
     bool named; /* a banner named the rank that ended the job */
+    int first_err_rank; /* the first rank that wrote to stderr, -1 none yet */
     int rank_offset; /* added to the ranks mpirun's banners name (its own numbering) */
     double now;
 };
@@ -93,6 +94,7 @@ er_relay *er_relay_create(int np, int out_fd, int err_fd) {
     r->np = np > 0 ? np : 1;
     r->out_fd = out_fd;
     r->err_fd = err_fd;
+    r->first_err_rank = -1;
     for (int k = 0; k < 2; k++) r->in[k] = (input){.line_start = true, .rank = -1, .err = 1};
     return r;
 }
@@ -134,6 +136,7 @@ static size_t same_error_key(const char *line, size_t n, char *key, size_t cap) 
 }
 
 static void rank_err_line(er_relay *r, int rank, const char *whole, size_t whole_n) {
+    if (r->first_err_rank < 0 && rank >= 0 && rank < r->np) r->first_err_rank = rank;
     char keybuf[4096];
     size_t n = same_error_key(whole, whole_n, keybuf, sizeof keybuf);
     const char *line = keybuf;
@@ -306,6 +309,10 @@ static void banner_line(er_relay *r, const char *line, size_t n) {
 }
 
 int er_relay_named_rank(const er_relay *r) { return r->named; }
+
+int er_relay_first_error_rank(const er_relay *r) {
+    return r->first_err_rank < 0 ? -1 : r->first_err_rank + r->rank_offset;
+}
 
 void er_relay_set_rank_offset(er_relay *r, int offset) { r->rank_offset = offset; }
 

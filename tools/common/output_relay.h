@@ -42,6 +42,10 @@ void er_relay_destroy(er_relay *r);
 /* Whether a banner of mpirun's named the rank that ended the job (and the
  * relay printed that line). */
 int er_relay_named_rank(const er_relay *r);
+/* The first rank (the job's numbering) that wrote a line to stderr, or -1:
+ * whose error ended the job when neither a banner nor the rank watch can
+ * say which rank ended first. */
+int er_relay_first_error_rank(const er_relay *r);
 /* One node of a job started in parts (engine-run --nnodes): mpirun numbers
  * its ranks from 0, and this is added where its banners name one, so the
  * lines name the job's ranks. MPI_Abort's banner already names the rank in

@@ -76,12 +76,12 @@ static void add(er_ranks *w, pid_t pid) {
     w->found++;
 }
 
-void er_ranks_scan(er_ranks *w) {
-    if (!w || w->found == w->np) return;
+bool er_ranks_scan(er_ranks *w) {
+    if (!w || w->found == w->np) return true;
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/task", (int)w->launcher);
     DIR *d = opendir(path);
-    if (!d) return;
+    if (!d) return false;
     struct dirent *de;
     while ((de = readdir(d))) { /* every thread of mpirun may have forked ranks */
         if (de->d_name[0] == '.') continue;
@@ -94,6 +94,7 @@ void er_ranks_scan(er_ranks *w) {
         fclose(f);
     }
     closedir(d);
+    return w->found == w->np;
 }
 
 int er_ranks_fds(const er_ranks *w, struct pollfd *out, int cap) {

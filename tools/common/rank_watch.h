@@ -13,6 +13,7 @@
 #define DS_TOOLS_RANK_WATCH_H
 
 #include <poll.h>
+#include <stdbool.h>
 #include <sys/types.h>
 
 /* Jobs of more ranks than this are not watched (a pidfd each, in the poll). */
@@ -24,8 +25,9 @@ typedef struct er_ranks er_ranks;
  * above ER_WATCH_MAX or memory is short. */
 er_ranks *er_ranks_create(pid_t launcher, int np);
 void er_ranks_destroy(er_ranks *w);
-/* Look for ranks not found yet (cheap once all are). */
-void er_ranks_scan(er_ranks *w);
+/* Look for ranks not found yet (cheap once all are); true when every rank
+ * has been found (or w is NULL: nothing to look for). */
+bool er_ranks_scan(er_ranks *w);
 /* The pidfds of the ranks still running, for poll (POLLIN when one ends);
  * returns how many were written to out (at most cap). */
 int er_ranks_fds(const er_ranks *w, struct pollfd *out, int cap);

@@ -192,10 +192,13 @@ int er_supervise(char **argv, const er_supervise_opts *o) {
             {.fd = counting ? j.rfd : -1, .events = POLLIN},
             {.fd = relay ? fds[0][0] : -1, .events = POLLIN},
             {.fd = relay ? fds[1][0] : -1, .events = POLLIN}};
-        er_ranks_scan(ranks);
+        /* In the first 2 s, until every rank is found, look every 10 ms: a
+         * rank that fails at once could start and end between two looks
+         * (see the naming after the loop). */
+        bool all_found = er_ranks_scan(ranks);
         int np = 3 + er_ranks_fds(ranks, p + 3, ER_WATCH_MAX);
         if (o->hook) np += o->hook->fds(o->hook->arg, p + np, ER_HOOK_FDS);
-        poll(p, (nfds_t)np, 100);
+        poll(p, (nfds_t)np, all_found || now_s() - t0 > 2.0 ? 100 : 10);
         er_ranks_check(ranks);
         joins_read(&j);
         if (relay) relay_pipes(relay, fds, now_s());
@@ -300,8 +303,17 @@ int er_supervise(char **argv, const er_supervise_opts *o) {
      * else the rank's exit status); not after a preemption, whose ending is
      * the plan */
     first += first >= 0 ? o->rank_offset : 0;
-    if (relay && code != 0 && !stop_sig && hook_code < 0 && first >= 0 &&
-        !er_relay_named_rank(relay)) {
+    bool quiet = !relay || code == 0 || stop_sig || hook_code >= 0 || er_relay_named_rank(relay);
+    /* Neither: a rank that fails at once (a bad data line every rank reads,
+     * before MPI starts) can start and end between two looks of the watch,
+     * and mpirun then sometimes prints only "Primary job terminated
+     * normally, but 1 process returned a non-zero exit code". Name the rank
+     * whose error came first, as that. */
+    int erred = relay ? er_relay_first_error_rank(relay) : -1;
+    if (!quiet && first < 0 && erred >= 0)
+        fprintf(stderr, "engine-run: the job ended with status %d after rank %d's error above; "
+                "mpirun stopped the other ranks\n", code, erred);
+    if (!quiet && first >= 0) {
         const char *abbrev = code > 128 && code - 128 < NSIG ? sigabbrev_np(code - 128) : NULL;
         if (abbrev)
             fprintf(stderr, "engine-run: rank %d was killed by signal %d (SIG%s); mpirun stopped "
