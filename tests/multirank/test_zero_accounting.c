@@ -47,6 +47,20 @@
 #include "models/models.h"
 #include "zero/flat.h"
 
+/* One engine on cfg (quiet), or false with a FAIL line naming the stage. */
+static bool init_engine(const char *cfg, ds_model *model, const ds_dataset *data, int stage,
+                        engine_t **e) {
+    ds_init_desc d;
+    ds_init_desc_defaults(&d);
+    d.config_json = cfg;
+    d.model = model;
+    d.train_data = data;
+    d.quiet = true;
+    if (ds_initialize(&d, e) == DS_OK) return true;
+    printf("FAIL: init stage %d: %s\n", stage, ds_last_error());
+    return false;
+}
+
 static int fails;
 
 static ds_dataset *make_data(size_t n, int T, int vocab) {
@@ -108,17 +122,8 @@ static int run(int stage, bool mixed, bool tied, const ds_dataset *data) {
              " \"stage3_param_persistence_threshold\": 0, \"stage3_max_reuse_distance\": 0},"
              " \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 8}}",
              stage, mixed ? "true" : "false");
-    ds_init_desc d;
-    ds_init_desc_defaults(&d);
-    d.config_json = cfg;
-    d.model = model;
-    d.train_data = data;
-    d.quiet = true;
     engine_t *e;
-    if (ds_initialize(&d, &e) != DS_OK) {
-        printf("FAIL: init stage %d: %s\n", stage, ds_last_error());
-        return 1;
-    }
+    if (!init_engine(cfg, model, data, stage, &e)) return 1;
     int rank = ds_rank(e), world = ds_world_size(e);
     double n = world;
 
@@ -190,17 +195,8 @@ static int tie_step(int stage, long long reuse, const ds_dataset *data, double *
              " \"stage3_param_persistence_threshold\": 0,"
              " \"stage3_max_reuse_distance\": %lld}}",
              stage, reuse);
-    ds_init_desc d;
-    ds_init_desc_defaults(&d);
-    d.config_json = cfg;
-    d.model = model;
-    d.train_data = data;
-    d.quiet = true;
     engine_t *e;
-    if (ds_initialize(&d, &e) != DS_OK) {
-        printf("FAIL: init stage %d: %s\n", stage, ds_last_error());
-        return 1;
-    }
+    if (!init_engine(cfg, model, data, stage, &e)) return 1;
     *rank = ds_rank(e);
     *world = ds_world_size(e);
     ds_mem_report r;
