@@ -379,9 +379,14 @@ DS_HD float ds_logsumexp_row(const float *z, int n) {
     return mx + logf(s);
 }
 
-/* d(w * nll)/dz_j = w (p_j - [j == label]), times the loss scale / wsum. */
+/* d(w * nll)/dz_j = w (p_j - [j == label]), times the loss scale / wsum.
+ * A row with no weight (ignored, weight 0, or nothing counted) gets exact
+ * zeros even when its probabilities are not finite (all logits -inf, or an
+ * fp16 overflow on a padding row): 0 * NaN would be NaN, skip the step for a
+ * row the loss never saw, and carry a NaN sign IEEE leaves unspecified (the
+ * H100 and the cpu differed there). */
 DS_HD float ds_xent_dlogit(float p, int is_label, float coef) {
-    return coef * (p - (is_label ? 1.0f : 0.0f));
+    return coef == 0.0f ? 0.0f : coef * (p - (is_label ? 1.0f : 0.0f));
 }
 
 #ifdef __cplusplus

@@ -115,7 +115,7 @@ static ds_status read_join(ds_rank_info *info) {
                       "rank discovery: %s is set but this process is not a rank that mpirun "
                       "started (engine-run --nnodes sets it for the ranks of its node)",
                       nodes_var);
-    int nodes, node;
+    int nodes = 0, node = 0; /* set by the parses; zero quiets -O3's maybe-uninitialized */
     DS_TRY(parse_int(nodes_var, getenv(nodes_var), 1, &nodes));
     DS_TRY(parse_req(node_var, nodes_var, 0, &node));
     if (node >= nodes)

@@ -486,6 +486,15 @@ static void test_xent(void) {
     CHECK(loss == 0.0f && wsum == 0.0f, "all ignored: loss %g, weight %g", loss, wsum);
     CHECK_OK(g_be->nn->xent_bwd(g_be, dl, probs, &wsum, yall, NULL, 3, 3, IGN, 1.0f));
     for (int i = 0; i < 9; i++) CHECK(dl[i] == 0.0f, "all ignored: dlogits[%d] = %g", i, dl[i]);
+    /* an ignored row whose probabilities are not finite (all its logits
+     * -inf) still gets exact zeros, and the counted rows stay finite */
+    const float zinf[9] = {0.5f, -1, 2, -INFINITY, -INFINITY, -INFINITY, 1, 0, -2};
+    CHECK_OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, rows, zinf, yi, NULL, 3, 3, IGN));
+    CHECK(isnan(probs[3]) && isfinite(loss), "all -inf ignored row: p %g, loss %g", probs[3], loss);
+    CHECK_OK(g_be->nn->xent_bwd(g_be, dl, probs, &wsum, yi, NULL, 3, 3, IGN, 1.0f));
+    for (int i = 0; i < 9; i++)
+        CHECK(i / 3 == 1 ? dl[i] == 0.0f && !signbit(dl[i]) : isfinite(dl[i]),
+              "all -inf ignored row: dlogits[%d] = %g", i, dl[i]);
     const float w0[3] = {0, 0, 0};
     CHECK_OK(g_be->nn->xent_fwd(g_be, &loss, &wsum, probs, rows, z, y, w0, 3, 3, IGN));
     CHECK(loss == 0.0f && wsum == 0.0f, "zero weights: loss %g, weight %g", loss, wsum);
