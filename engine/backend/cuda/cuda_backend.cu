@@ -242,9 +242,16 @@ static ds_status cuda_setup(ds_backend *be, ds_cuda_impl *im, const ds_backend_d
                       vis ? vis : "", vis ? ")" : "");
     }
     DS_CHECK_CUDA(ce);
-    if (desc->device < 0 || desc->device >= count)
-        return DS_ERR(DS_ERR_INVALID_ARG, "cuda backend: device %d requested, %d visible",
-                      desc->device, count);
+    if (desc->device < 0 || desc->device >= count) {
+        /* the engine asks for its local rank's GPU: more ranks on a host than
+         * GPUs (NCCL would refuse two ranks on one GPU anyway) */
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        return DS_ERR(DS_ERR_INVALID_ARG, "cuda backend: GPU %d requested (each rank takes the "
+                      "GPU of its local rank) but %d visible%s%s%s: start at most %d rank%s per "
+                      "host, one GPU each", desc->device, count,
+                      vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "",
+                      count, count == 1 ? "" : "s");
+    }
     DS_CHECK_CUDA(cudaSetDevice(desc->device));
     DS_CHECK_CUDA(cudaDeviceGetAttribute(&im->sm_count, cudaDevAttrMultiProcessorCount,
                                          desc->device));
