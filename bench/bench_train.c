@@ -4,6 +4,7 @@
  *   mpirun -np 2 -x OMP_NUM_THREADS=1 bench/bench_train --stage 3
  *   ... bench/bench_train --stage 1 --overlap 1 --bucket 1000000
  *
+ * --backend cpu|cuda (zero_engine.backend; default cpu) times the GPU path.
  * --overlap 0|1 sets zero_optimization.overlap_comm (default: DeepSpeed's,
  * true at stage 3 only), --bucket N its reduce_bucket_size in elements
  * (default DeepSpeed's 5e8, which for this model is one bucket: nothing to
@@ -30,7 +31,7 @@
 
 typedef struct bench {
     int stage, steps, warmup, T, global_batch, ckpt;
-    const char *precision;
+    const char *precision, *backend;
     long long bucket;
     int64_t psi;
     ds_dataset *data;
@@ -59,11 +60,12 @@ static ds_status make_engine(bench *b, int overlap, engine_t **out) {
              " \"gradient_clipping\": 1.0,"
              " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0,"
              " \"reduce_bucket_size\": %lld%s},"
-             " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s}"
+             " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s},"
+             " \"zero_engine\": {\"backend\": \"%s\"}"
              "%s}",
              b->global_batch, b->stage, b->bucket, ov,
              strcmp(b->precision, "fp16") ? "false" : "true",
-             strcmp(b->precision, "bf16") ? "false" : "true",
+             strcmp(b->precision, "bf16") ? "false" : "true", b->backend,
              b->ckpt ? ", \"activation_checkpointing\": {}" : "");
     ds_init_desc d;
     ds_init_desc_defaults(&d);
@@ -189,7 +191,7 @@ static int fail(void) {
 
 int main(int argc, char **argv) {
     bench b = {.stage = 0, .steps = 8, .warmup = 2, .T = 128, .global_batch = 32, .ckpt = 0,
-               .precision = "fp32", .bucket = 500000000};
+               .precision = "fp32", .backend = "cpu", .bucket = 500000000};
     int overlap = -1; /* -1: DeepSpeed's default; 2: ab */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--stage")) b.stage = atoi(argv[i + 1]);
@@ -198,6 +200,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--seq")) b.T = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--batch")) b.global_batch = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--precision")) b.precision = argv[i + 1];
+        else if (!strcmp(argv[i], "--backend")) b.backend = argv[i + 1];
         else if (!strcmp(argv[i], "--activation-checkpointing")) b.ckpt = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--overlap"))
             overlap = !strcmp(argv[i + 1], "ab") ? 2 : atoi(argv[i + 1]);

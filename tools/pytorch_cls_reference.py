@@ -240,7 +240,7 @@ def build_model(torch, V, C, H=256, L=4, nh=4, I=1024, p=0.1, max_pos=512):
 
         def forward(self, tok, mask):
             B, T = tok.shape
-            pos = torch.arange(T).unsqueeze(0)
+            pos = torch.arange(T, device=tok.device).unsqueeze(0)
             x = self.word(tok) + self.pos(pos) + self.typ(torch.zeros_like(tok))
             x = drop(self.ln(x), "emb", self.training)
             add = (1.0 - mask[:, None, None, :]) * torch.finfo(torch.float32).min
