@@ -257,6 +257,25 @@ ds_status ds_comm_all_to_all(ds_comm *c, const void *send, void *recv, size_t co
     return DS_OK;
 }
 
+ds_status ds_comm_all_to_allv(ds_comm *c, const void *send, void *recv, const size_t *counts,
+                              ds_dtype t) {
+    if (!c || !counts)
+        return DS_ERR(DS_ERR_INVALID_ARG, "all_to_allv: communicator or counts is NULL");
+    size_t total = sum_counts(c, counts), es = ds_dtype_size(t);
+    DS_TRY(check_common(c, "all_to_allv", send, total, t));
+    DS_TRY(check_common(c, "all_to_allv", recv, counts[c->rank], t));
+    size_t sbytes = total * es, rbytes = counts[c->rank] * (size_t)c->world * es;
+    uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
+    if (sbytes && rbytes && s < r + rbytes && r < s + sbytes)
+        return DS_ERR(DS_ERR_INVALID_ARG, "all_to_allv: send and receive buffers overlap");
+    enter(c);
+    coll_mark m = mark(c, DS_COLL_ALL_TO_ALL);
+    ds_status st = c->ops->all_to_allv(c, send, recv, counts, t);
+    account(c, DS_COLL_ALL_TO_ALL, m, sbytes);
+    DS_TRY(st);
+    return DS_OK;
+}
+
 ds_status ds_comm_broadcast(ds_comm *c, void *buf, size_t count, ds_dtype t, int root) {
     DS_TRY(check_common(c, "broadcast", buf, count, t));
     if (root < 0 || root >= c->world)

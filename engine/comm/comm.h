@@ -181,6 +181,12 @@ typedef struct ds_comm_ops {
      * rank b's block `rank` lands at recv + b*count. send and recv do not
      * overlap. */
     ds_status (*all_to_all)(ds_comm *c, const void *send, void *recv, size_t count, ds_dtype t);
+    /* Uneven blocks: send holds blocks of counts[0], counts[1], ...
+     * elements back to back, block b for rank b; rank q's block for this
+     * rank lands at recv + q*counts[rank]. Counts may be zero and are the
+     * same on every rank. send and recv do not overlap. */
+    ds_status (*all_to_allv)(ds_comm *c, const void *send, void *recv, const size_t *counts,
+                             ds_dtype t);
     /* A sub-communicator of the same kind (ds_comm_split). */
     ds_status (*split)(ds_comm *c, int color, int key, ds_comm **out);
     void (*destroy)(ds_comm *c);
@@ -235,6 +241,13 @@ ds_status ds_comm_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds_dt
  * ((world-1) blocks sent); its inside/across-host split follows the ring's
  * next rank like the others', exact on one host and at two ranks. */
 ds_status ds_comm_all_to_all(ds_comm *c, const void *send, void *recv, size_t count, ds_dtype t);
+/* The same with uneven blocks (the ops' all_to_allv): send holds the
+ * blocks of counts[0], counts[1], ... back to back, block b for rank b;
+ * recv receives world blocks of counts[rank] elements, block q from rank q
+ * (ZeRO++ qgZ's quantized reduce-scatter, codec.h). Counted as
+ * DS_COLL_ALL_TO_ALL: the blocks for the other ranks are sent. */
+ds_status ds_comm_all_to_allv(ds_comm *c, const void *send, void *recv, const size_t *counts,
+                              ds_dtype t);
 
 /* Sub-communicators: the groups hierarchical schemes choose (ZeRO++ hpZ's
  * ranks of a host, MiCS's shard and replica groups), not new collectives.

@@ -356,36 +356,52 @@ static ds_status mpi_split(ds_comm *c, int color, int key, ds_comm **out);
 /* Pairwise exchange: in step s (1..N-1) a rank sends block r+s and receives
  * from r-s, so every pair meets once and no rank waits on two peers; each
  * block goes in messages of at most chunk_bytes (MPI counts are ints). The
- * own block is copied while the first step waits. */
-static ds_status mpi_all_to_all(ds_comm *c, const void *send, void *recv, size_t n, ds_dtype t) {
-    if (ds_comm_base(c)->broken) return broken_error(c, "all_to_all");
+ * own block is copied while the first step waits. counts NULL: every block
+ * is n elements (all_to_all); else block b of send is counts[b] elements
+ * and every received block counts[rank] (all_to_allv). */
+static ds_status pairwise(ds_comm *c, const char *coll, const void *send, void *recv,
+                          const size_t *counts, size_t n, ds_dtype t) {
+    if (ds_comm_base(c)->broken) return broken_error(c, coll);
     mpi_impl *m = c->impl;
     int w = c->world, r = c->rank;
-    size_t es = ds_dtype_size(t), bytes = n * es;
+    size_t es = ds_dtype_size(t);
+    layout lay = {.per = n, .world = w, .counts = counts};
+    size_t rbytes = lay_len(&lay, r) * es; /* every received block */
     const unsigned char *sb = send;
     unsigned char *rb = recv;
-    ds_comm_idle_copy copy = {.dst = rb + (size_t)r * bytes, .src = sb + (size_t)r * bytes,
-                              .left = bytes};
-    size_t nchunks = bytes ? (bytes + m->chunk_bytes - 1) / m->chunk_bytes : 0;
+    ds_comm_idle_copy copy = {.dst = rb + (size_t)r * rbytes, .src = sb + lay_off(&lay, r) * es,
+                              .left = rbytes};
     uint64_t sent = 0;
     ds_status st = DS_OK;
     for (int s = 1; s < w && st == DS_OK; s++) {
         int to = (r + s) % w, from = (r - s + w) % w;
+        size_t sbytes = lay_len(&lay, to) * es, most = sbytes > rbytes ? sbytes : rbytes;
+        size_t nchunks = most ? (most + m->chunk_bytes - 1) / m->chunk_bytes : 0;
         for (size_t k = 0; k < nchunks && st == DS_OK; k++) {
             size_t o = k * m->chunk_bytes;
-            size_t len = bytes - o < m->chunk_bytes ? bytes - o : m->chunk_bytes;
-            ds_comm_wait_ctx ctx = {.coll = "all_to_all", .phase = "exchange", .step = s - 1,
+            size_t ls = sbytes > o ? (sbytes - o < m->chunk_bytes ? sbytes - o : m->chunk_bytes) : 0;
+            size_t lr = rbytes > o ? (rbytes - o < m->chunk_bytes ? rbytes - o : m->chunk_bytes) : 0;
+            ds_comm_wait_ctx ctx = {.coll = coll, .phase = "exchange", .step = s - 1,
                                     .nsteps = w - 1, .chunk = k, .nchunks = nchunks,
                                     .idle = &copy};
-            st = exchange(c, sb + (size_t)to * bytes + o, len, to, rb + (size_t)from * bytes + o,
-                          len, from, TAG_A2A, &ctx);
-            if (st == DS_OK) sent += len / es;
+            st = exchange(c, sb + lay_off(&lay, to) * es + o, ls, to, rb + (size_t)from * rbytes + o, lr, from,
+                          TAG_A2A, &ctx);
+            if (st == DS_OK) sent += ls / es;
         }
     }
     if (copy.left) memcpy(copy.dst, copy.src, copy.left);
     count(c, DS_COLL_ALL_TO_ALL, sent, es);
     if (st != DS_OK) ds_error_trace(__FILE__, __LINE__);
     return st;
+}
+
+static ds_status mpi_all_to_all(ds_comm *c, const void *send, void *recv, size_t n, ds_dtype t) {
+    return pairwise(c, "all_to_all", send, recv, NULL, n, t);
+}
+
+static ds_status mpi_all_to_allv(ds_comm *c, const void *send, void *recv, const size_t *counts,
+                                 ds_dtype t) {
+    return pairwise(c, "all_to_allv", send, recv, counts, 0, t);
 }
 
 static const ds_comm_ops k_mpi_ops = {
@@ -398,6 +414,7 @@ static const ds_comm_ops k_mpi_ops = {
     .all_gather = mpi_all_gather,
     .broadcast = mpi_broadcast,
     .all_to_all = mpi_all_to_all,
+    .all_to_allv = mpi_all_to_allv,
     .barrier = mpi_barrier,
     .destroy = mpi_destroy,
 };

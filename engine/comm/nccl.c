@@ -254,30 +254,52 @@ static ds_status nccl_all_gatherv(ds_comm *c, void *buf, const size_t *counts, d
 }
 
 /* NCCL's point-to-point calls in one group: a send to and a receive from
- * every other rank, the own block copied on the stream. */
-static ds_status nccl_all_to_all(ds_comm *c, const void *send, void *recv, size_t n, ds_dtype t) {
+ * every other rank, the own block copied on the stream. counts NULL: every
+ * block n elements (all_to_all), else block b of send counts[b] and every
+ * received block counts[rank] (all_to_allv). */
+static ds_status pairwise(ds_comm *c, const char *coll, const void *send, void *recv,
+                          const size_t *counts, size_t n, ds_dtype t) {
     nccl_impl *m = c->impl;
     ncclDataType_t nt;
-    DS_TRY(ready(c, "all_to_all"));
+    DS_TRY(ready(c, coll));
     DS_TRY(nccl_type(t, &nt));
-    size_t bytes = n * ds_dtype_size(t);
-    if (n) {
-        cudaError_t ce = cudaMemcpyAsync((char *)recv + (size_t)c->rank * bytes,
-                                         (const char *)send + (size_t)c->rank * bytes, bytes,
-                                         cudaMemcpyDeviceToDevice, m->stream);
-        if (ce != cudaSuccess) return cuda_error(c, "all_to_all", ce);
+    size_t es = ds_dtype_size(t), mine = counts ? counts[c->rank] : n, off = 0, sent = 0;
+    bool any = false;
+    for (int b = 0; b < c->world; b++) any = any || (counts ? counts[b] : n) > 0;
+    if (any) {
+        if (mine) { /* the own block, queued before the group on the same stream */
+            for (int b = 0; b < c->rank; b++) off += counts ? counts[b] : n;
+            cudaError_t ce = cudaMemcpyAsync((char *)recv + (size_t)c->rank * mine * es,
+                                             (const char *)send + off * es, mine * es,
+                                             cudaMemcpyDeviceToDevice, m->stream);
+            if (ce != cudaSuccess) return cuda_error(c, coll, ce);
+        }
         ncclResult_t r = ncclGroupStart();
+        off = 0;
         for (int b = 0; b < c->world && r == ncclSuccess; b++) {
-            if (b == c->rank) continue;
-            r = ncclSend((const char *)send + (size_t)b * bytes, n, nt, b, m->nc, m->stream);
-            if (r == ncclSuccess)
-                r = ncclRecv((char *)recv + (size_t)b * bytes, n, nt, b, m->nc, m->stream);
+            size_t len = counts ? counts[b] : n;
+            if (b != c->rank && len) {
+                r = ncclSend((const char *)send + off * es, len, nt, b, m->nc, m->stream);
+                sent += len;
+            }
+            if (r == ncclSuccess && b != c->rank && mine)
+                r = ncclRecv((char *)recv + (size_t)b * mine * es, mine, nt, b, m->nc, m->stream);
+            off += len;
         }
         ncclResult_t e = ncclGroupEnd();
-        DS_TRY(complete(c, "all_to_all", r != ncclSuccess ? r : e));
+        DS_TRY(complete(c, coll, r != ncclSuccess ? r : e));
     }
-    count(c, DS_COLL_ALL_TO_ALL, (uint64_t)(c->world - 1) * n, t);
+    count(c, DS_COLL_ALL_TO_ALL, sent, t);
     return DS_OK;
+}
+
+static ds_status nccl_all_to_all(ds_comm *c, const void *send, void *recv, size_t n, ds_dtype t) {
+    return pairwise(c, "all_to_all", send, recv, NULL, n, t);
+}
+
+static ds_status nccl_all_to_allv(ds_comm *c, const void *send, void *recv, const size_t *counts,
+                                  ds_dtype t) {
+    return pairwise(c, "all_to_allv", send, recv, counts, 0, t);
 }
 
 /* Through MPI: it stays sound even after the NCCL communicator is aborted. */
@@ -314,6 +336,7 @@ static const ds_comm_ops k_nccl_ops = {
     .all_gather = nccl_all_gather,
     .broadcast = nccl_broadcast,
     .all_to_all = nccl_all_to_all,
+    .all_to_allv = nccl_all_to_allv,
     .barrier = nccl_barrier,
     .reduce_scatterv = nccl_reduce_scatterv,
     .all_gatherv = nccl_all_gatherv,

@@ -305,6 +305,30 @@ static void test_all_gatherv(ds_comm *c, ds_dtype t, size_t n) {
     free(want);
 }
 
+/* Rank q's send holds rank q's values of the whole run of blocks; this rank
+ * receives from every q block `rank` of it. */
+static void test_all_to_allv(ds_comm *c, ds_dtype t, size_t n) {
+    size_t counts[64] = {0}, total, es = ds_dtype_size(t), off = 0;
+    v_counts(n, c->world, counts, &total);
+    for (int r = 0; r < c->rank; r++) off += counts[r];
+    size_t mine = counts[c->rank], rn = mine * (size_t)c->world;
+    char *send = malloc(total * es + 1), *recv = malloc(rn * es + 1), *want = malloc(rn * es + 1);
+    for (size_t i = 0; i < total; i++) put(send, t, i, value(t, c->rank, i));
+    for (int q = 0; q < c->world; q++)
+        for (size_t i = 0; i < mine; i++) put(want, t, (size_t)q * mine + i, value(t, q, off + i));
+    ds_comm_stats before = c->stats;
+    char *dsend = dev_in(send, total * es), *drecv = dev_in(recv, rn * es);
+    CHECK_OK(ds_comm_all_to_allv(c, dsend, drecv, counts, t));
+    dev_out(recv, drecv, rn * es);
+    dev_out(send, dsend, total * es);
+    expect("all_to_allv", recv, want, rn, t, "-", n);
+    /* every block but its own, straight to its rank */
+    check_stats(c, &before, DS_COLL_ALL_TO_ALL, total - mine, es, "all_to_allv", n);
+    free(send);
+    free(recv);
+    free(want);
+}
+
 static void test_all(ds_comm *c) {
     for (size_t ti = 0; ti < sizeof k_types / sizeof k_types[0]; ti++) {
         ds_dtype t = k_types[ti];
@@ -320,6 +344,7 @@ static void test_all(ds_comm *c) {
             test_all_gather(c, t, count, false);
             test_all_gather(c, t, count, true);
             test_all_gatherv(c, t, count);
+            test_all_to_allv(c, t, count);
             for (int root = 0; root < c->world; root++) test_broadcast(c, t, count, root);
         }
     }
