@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine/backend/math.h"
+#include "engine/comm/codec_q8.h"
 #include "offload/nvme_dir.h"
 #include "zero/flat.h"
 #include "zero/groups.h"
@@ -100,12 +101,25 @@ static void shard(est *e, bool param_off) {
     add(e, DS_MEM_OPTIM, DS_PLACE_DEVICE, part * e->moments, 4);
 }
 
-/* zero/grad_buckets.c: two buckets, at most the model, at least a module. */
-static void buckets(est *e) {
+/* zero/grad_buckets.c: a bucket holds at most the model, at least a module. */
+static int64_t bucket_cap(const est *e) {
     int64_t cap = e->c->reduce_bucket_size;
     if (cap > e->l->used) cap = e->l->used;
-    if (e->max_span > cap) cap = e->max_span;
-    add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, 2 * cap, e->G);
+    return e->max_span > cap ? e->max_span : cap;
+}
+
+/* zero/grad_buckets.c: two buckets. */
+static void buckets(est *e) { add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, 2 * bucket_cap(e), e->G); }
+
+/* qgZ (zero/grad_buckets.c ds_grad_buckets_quantize, at stage 3 over more
+ * than one rank): the quantized reduce-scatter's scratch for a bucket and
+ * the fp32 sum of a rank's block, at most a bucket and at most a partition. */
+static void buckets_q8(est *e) {
+    if (!e->c->zero_quantized_gradients || e->l->world < 2) return;
+    int64_t cap = bucket_cap(e);
+    int64_t block = cap < e->l->part ? cap : e->l->part;
+    add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE,
+        (int64_t)ds_q8_rs_bytes(e->l->world, (size_t)cap, (size_t)block) + 4 * block, 1);
 }
 
 /* offload/param_store.c: stage 3's parameter partition off the device. */
@@ -131,7 +145,7 @@ static void slot(est *e, int64_t cap) {
     add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, cap, per);
     if (qwz)
         add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE,
-            (int64_t)ds_q8_gather_bytes((size_t)cap, (size_t)e->l->world), 1);
+            (int64_t)ds_q8_records_bytes_max((size_t)cap, e->l->world), 1);
 }
 
 static int cmp_desc(const void *a, const void *b) {
@@ -183,6 +197,7 @@ static ds_status stage3(est *e) {
     }
     free(s);
     buckets(e);
+    buckets_q8(e);
     e->l = world_l;
     return DS_OK;
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/comm/codec_q8.h"
 #include "zero/zero_util.h"
 
 typedef struct bucket {
@@ -14,6 +15,7 @@ typedef struct bucket {
     size_t *counts;     /* [world], the reduce-scatter's blocks */
     /* what acc adds */
     void *recv;
+    ds_dtype recv_t;    /* gt, or fp32 under qgZ */
     int64_t dst;        /* offset in the partition */
     size_t n;
     struct ds_grad_buckets *owner;
@@ -34,6 +36,13 @@ struct ds_grad_buckets {
     int cur;
     bool open;
     int64_t lo, hi;
+    /* qgZ (ds_grad_buckets_quantize): the quantized reduce-scatter's
+     * scratch, its communicator, and the fp32 sum of this rank's block (one
+     * for both buckets: the worker runs a bucket's two jobs back to back) */
+    ds_q8_rs *q8;
+    ds_comm *qcomm;
+    float *qsum;
+    size_t qsum_n;
 };
 
 static ds_status accumulate(void *arg) {
@@ -41,7 +50,15 @@ static ds_status accumulate(void *arg) {
     ds_grad_buckets *gb = k->owner;
     if (k->n == 0) return DS_OK;
     DS_TRY(gb->be->ops->axpy(gb->be, ds_at(gb->part_grads, gb->gt, k->dst), gb->gt, 1.0f, k->recv,
-                             gb->gt, k->n));
+                             k->recv_t, k->n));
+    return DS_OK;
+}
+
+/* qgZ: the bucket's quantized reduce-scatter, its sum into qsum. */
+static ds_status reduce_q8(void *arg) {
+    bucket *k = arg;
+    ds_grad_buckets *gb = k->owner;
+    DS_TRY(ds_comm_reduce_scatterv_q8(gb->qcomm, gb->q8, k->rs.send, gb->gt, k->counts, gb->qsum));
     return DS_OK;
 }
 
@@ -81,8 +98,21 @@ ds_status ds_grad_buckets_create(ds_backend *be, ds_comm_worker *w, const ds_fla
 
 void ds_grad_buckets_set_comm(ds_grad_buckets *gb, ds_comm *c) { gb->comm = c; }
 
+ds_status ds_grad_buckets_quantize(ds_grad_buckets *gb, ds_comm *c) {
+    /* a rank's block of a bucket: at most the bucket and at most a partition */
+    size_t block = (size_t)(gb->cap < gb->flat->part ? gb->cap : gb->flat->part);
+    DS_TRY(ds_q8_rs_create(gb->be, c->world, (size_t)gb->cap, block, &gb->q8));
+    DS_TRY(ds_backend_alloc(gb->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, 4 * block,
+                            (void **)&gb->qsum));
+    gb->qsum_n = block;
+    gb->qcomm = c;
+    return DS_OK;
+}
+
 void ds_grad_buckets_destroy(ds_grad_buckets *gb) {
     if (!gb) return;
+    ds_q8_rs_destroy(gb->q8);
+    ds_backend_free(gb->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, gb->qsum, 4 * gb->qsum_n);
     for (int k = 0; k < 2; k++) {
         ds_backend_free(gb->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, gb->b[k].buf,
                         (size_t)gb->cap * ds_dtype_size(gb->gt));
@@ -116,7 +146,15 @@ static ds_status flush(ds_grad_buckets *gb) {
     k->rs.buf = ds_at(send, gb->gt, (int64_t)mine); /* in place: recv aliases our block */
     k->rs.t = gb->gt;
     k->recv = k->rs.buf;
+    k->recv_t = gb->gt;
     k->n = k->rs.counts[gb->rank];
+    if (gb->q8) { /* qgZ: the same blocks through the int8 codec, summed in fp32 */
+        k->rs.kind = DS_JOB_FN;
+        k->rs.fn = reduce_q8;
+        k->rs.arg = k;
+        k->recv = gb->qsum;
+        k->recv_t = DS_F32;
+    }
     int64_t part_lo = (int64_t)gb->rank * gb->flat->part;
     k->dst = (gb->lo > part_lo ? gb->lo : part_lo) - part_lo;
     k->acc = (ds_comm_job){.kind = DS_JOB_FN, .fn = accumulate, .arg = k};

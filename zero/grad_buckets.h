@@ -32,6 +32,14 @@ void ds_grad_buckets_destroy(ds_grad_buckets *gb);
  * own: MiCS's shard group (f and rank given at create are then that
  * group's). */
 void ds_grad_buckets_set_comm(ds_grad_buckets *gb, ds_comm *c);
+/* ZeRO++ qgZ (zero_quantized_gradients): from now on every bucket goes
+ * through the blockwise int8 codec's quantized reduce-scatter over c
+ * (engine/comm/codec_q8.h: each rank's block encoded, one all-to-all,
+ * decoded and summed in fp32 by its owner) instead of the full-precision
+ * one; its scratch (the records of a bucket, every rank's record of one
+ * block, two fp32 blocks) is allocated here, once. Call before the first
+ * add; c is the communicator the buckets run on. */
+ds_status ds_grad_buckets_quantize(ds_grad_buckets *gb, ds_comm *c);
 
 /* The fp32 gradients of flat range [begin, end) (a module's span, src[0] =
  * element begin) are complete for this micro-batch. src may be reused when

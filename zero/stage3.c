@@ -45,10 +45,11 @@
  * once per step; the fp32 master is then kept apart from it (zero/shard.h).
  *
  * zero_quantized_weights (ZeRO++ qwZ): every gather carries each rank's
- * piece as blockwise int8 (engine/backend/math.h 2b: blocks of DS_Q8_BLOCK
- * elements from the piece's start, an fp32 scale each, scales first, padded
- * to 4 bytes), one all-gather of bytes per span, and every rank dequantizes
- * all pieces, its own included, into the slot's fp32 view. That is what
+ * piece as one record of the blockwise int8 codec (engine/comm/codec_q8.h:
+ * blocks of 4096 elements from the piece's start, an fp32 scale each,
+ * scales first, padded to 4 bytes), one all-gather of bytes per span, and
+ * every rank dequantizes all pieces, its own included, into the slot's fp32
+ * view. That is what
  * DeepSpeed does (AllGatherCoalescedHandle.wait dequantizes the whole
  * gathered flat tensor): every rank then computes with the same weights, as
  * data parallelism needs; keeping the own piece exact would give each rank
@@ -56,6 +57,9 @@
  * exact: only what the forward and backward see is quantized. A piece of n
  * elements sends 4 ceil(n / 4096) + roundup4(n) bytes instead of
  * n * sizeof(param dtype).
+ *
+ * zero_quantized_gradients (ZeRO++ qgZ): the gradient buckets go through
+ * the same codec's quantized reduce-scatter (zero/grad_buckets.h).
  *
  * ZeRO++ hpZ and MiCS (zero/groups.h, zero/stage3_groups.h) are choices of
  * the ranks a gather runs over: under MiCS the partition, the gradient
@@ -67,7 +71,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend/math.h"
+#include "engine/comm/codec_q8.h"
 #include "zero/grad_buckets.h"
 #include "zero/stage3_groups.h"
 #include "zero/shard.h"
@@ -141,38 +145,16 @@ static int64_t span_of(const stage3 *s, int m) {
     return s->flat->modules[m].end - s->flat->modules[m].begin;
 }
 
-/* qwZ: the byte counts of the packed pieces (from sl->counts). */
+/* qwZ: the byte counts of the pieces' records (from sl->counts). */
 static void packed_counts(stage3 *s, slot *sl) {
-    for (int r = 0; r < s->comm->world; r++)
-        sl->qcounts[r] = ds_q8_packed_bytes(sl->counts[r], DS_Q8_BLOCK);
+    for (int r = 0; r < s->comm->world; r++) sl->qcounts[r] = ds_q8_record_bytes(sl->counts[r]);
 }
 
-/* qwZ: this rank's piece (its elements at x) quantized into its place. */
+/* qwZ: this rank's piece (its elements at x) encoded into its place. */
 static ds_status quantize_mine(stage3 *s, slot *sl, const void *x) {
     int rank = s->comm->rank;
-    size_t mine = sl->counts[rank];
-    uint8_t *p = sl->qbuf + ds_zero_block_offset(sl->qcounts, rank);
-    size_t nb = ds_q8_nblocks(mine, DS_Q8_BLOCK);
-    DS_TRY(s->be->ops->quantize_i8(s->be, (int8_t *)(p + 4 * nb), (float *)p, x, s->pt, mine,
-                                   DS_Q8_BLOCK));
-    return DS_OK;
-}
-
-/* qwZ: every rank's piece (its own included, as DeepSpeed does) dequantized
- * into the slot's fp32 view. */
-static ds_status dequantize_all(stage3 *s, slot *sl) {
-    size_t eoff = 0, boff = 0;
-    for (int r = 0; r < s->comm->world; r++) {
-        size_t n = sl->counts[r];
-        if (n > 0) {
-            const uint8_t *p = sl->qbuf + boff;
-            size_t nb = ds_q8_nblocks(n, DS_Q8_BLOCK);
-            DS_TRY(s->be->ops->dequantize_i8(s->be, sl->f32 + eoff, (const int8_t *)(p + 4 * nb),
-                                             (const float *)p, n, DS_Q8_BLOCK));
-        }
-        eoff += n;
-        boff += sl->qcounts[r];
-    }
+    DS_TRY(ds_q8_encode(s->be, x, s->pt, sl->counts[rank],
+                        sl->qbuf + ds_zero_block_offset(sl->qcounts, rank)));
     return DS_OK;
 }
 
@@ -256,8 +238,8 @@ static ds_status finish_gather(stage3 *s, slot *sl) {
         DS_TRY(ds_s3_fill_secondary(&s->x, sl->module, sl->buf, sl->begin, sl->len));
         sl->fill_sec = false;
     }
-    if (s->qwz) /* straight to fp32: no cast of the slot */
-        DS_TRY(dequantize_all(s, sl));
+    if (s->qwz) /* every rank's piece, its own included (see the top), straight to fp32 */
+        DS_TRY(ds_q8_decode_all(s->be, sl->qbuf, sl->counts, s->comm->world, sl->f32));
     else if (s->pt != DS_F32)
         DS_TRY(s->be->ops->cast(s->be, sl->f32, DS_F32, sl->buf, s->pt, (size_t)sl->len));
     return DS_OK;
@@ -678,7 +660,7 @@ static ds_status slot_alloc(stage3 *s, ds_backend *be, slot *sl) {
         sl->f32 = sl->buf;
     if (s->qwz) {
         size_t w = (size_t)s->flat->world;
-        sl->qcap = ds_q8_gather_bytes(cap, w);
+        sl->qcap = ds_q8_records_bytes_max(cap, (int)w);
         DS_TRY(ds_mem_host_alloc(be->mem, DS_MEM_OTHER, w * sizeof(size_t),
                                  "qwZ gather byte counts", (void **)&sl->qcounts));
         DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, sl->qcap,
@@ -727,6 +709,9 @@ static ds_status build(stage3 *s, const ds_zero_desc *d_in) {
                                   d->cfg->reduce_bucket_size, !d->cfg->contiguous_gradients,
                                   &s->buckets));
     ds_grad_buckets_set_comm(s->buckets, s->comm);
+    /* qgZ: with one rank there is nothing to send */
+    if (d->cfg->zero_quantized_gradients && s->comm->world > 1)
+        DS_TRY(ds_grad_buckets_quantize(s->buckets, s->comm));
     /* Each rank draws only its own partition: the values equal those of the
      * other stages for the same elements (counter-based RNG). */
     DS_TRY(ds_shard_init_working(&s->sh, d, s->params, s->pt));

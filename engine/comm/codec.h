@@ -48,9 +48,10 @@
  * With one rank nothing is encoded and buf is left as it is (DeepSpeed
  * compresses only when size > 1).
  *
- * Other codecs (blockwise int8/int4, qwZ's and qgZ's) fit the same table:
- * their records carry a scale per block, and err may be NULL where a scheme
- * keeps no feedback. */
+ * The blockwise int8 codec of ZeRO++ qwZ and qgZ is engine/comm/codec_q8.h:
+ * its records hold a scale per 4096 elements and are encoded by the
+ * backend's quantization slots (device memory on cuda), with no error
+ * feedback, so it takes a backend instead of this host-only table. */
 #ifndef DS_COMM_CODEC_H
 #define DS_COMM_CODEC_H
 

@@ -64,6 +64,7 @@ void ds_config_defaults(ds_config *c) {
     c->stage3_max_reuse_distance = 1000000000;
     c->sub_group_size = 1000000000;
     c->zero_quantized_weights = false; /* DeepSpeed DeepSpeedZeroConfig: False */
+    c->zero_quantized_gradients = false; /* DeepSpeed DeepSpeedZeroConfig: False */
     c->zero_hpz_partition_size = 1;    /* DeepSpeed: Field(1, ge=0) */
     c->mics_shard_size = -1;           /* DeepSpeed: Field(-1) */
     c->mics_hierarchical_params_gather = false;

@@ -261,6 +261,9 @@ typedef struct ds_config {
     /* ZeRO++ qwZ: stage 3's parameter all-gathers carry blockwise int8
      * (engine/backend/math.h 2b); default false, stage 3 only */
     bool zero_quantized_weights;
+    /* ZeRO++ qgZ: stage 3's gradient reduce-scatter carries blockwise int8
+     * (engine/comm/codec_q8.h); default false, stage 3 only */
+    bool zero_quantized_gradients;
     /* ZeRO++ hpZ: a secondary copy of the stage-3 parameters partitioned
      * over groups of this many consecutive ranks (a host's), from which the
      * backward gathers; 0 or 1 (default 1): off. Stage 3 only. */

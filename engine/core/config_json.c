@@ -212,6 +212,7 @@ static void write_zero(jw *w, const ds_config *c) {
     jw_int(w, "sub_group_size", c->sub_group_size);
     jw_bool(w, "round_robin_gradients", c->round_robin_gradients);
     jw_bool(w, "zero_quantized_weights", c->zero_quantized_weights);
+    jw_bool(w, "zero_quantized_gradients", c->zero_quantized_gradients);
     jw_int(w, "zero_hpz_partition_size", c->zero_hpz_partition_size);
     jw_int(w, "mics_shard_size", c->mics_shard_size);
     jw_bool(w, "mics_hierarchical_params_gather", c->mics_hierarchical_params_gather);

@@ -391,6 +391,15 @@ static ds_status check_cross(const ds_config *c) {
                      "zero_optimization.stage 3 (only stage 3 all-gathers parameters), got "
                      "stage %d",
                      c->zero_stage);
+    /* DeepSpeed hands its all-to-all group (engine.py, all2all_process_group)
+     * only to the stage-3 optimizer; stages 0-2 would ignore the key. The
+     * reduce-scatter it quantizes is stage 3's. */
+    if (c->zero_quantized_gradients && c->zero_stage != 3)
+        return RFAIL(c, DS_ERR_CONFIG,
+                     "zero_optimization.zero_quantized_gradients: true needs "
+                     "zero_optimization.stage 3 (DeepSpeed quantizes only stage 3's gradient "
+                     "reduce-scatter), got stage %d",
+                     c->zero_stage);
     /* DeepSpeed's engine asserts "1bit-Adam is not compatible with ZeRO" and
      * "0/1 Adam is not compatible with ZeRO": both run on a full replica of
      * the momentum and the weights, stage 0. */

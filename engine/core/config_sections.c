@@ -568,6 +568,7 @@ static const cfg_key k_zero[] = {
     I64_GE("sub_group_size", sub_group_size, 1),
     BOOL("round_robin_gradients", round_robin_gradients),
     BOOL("zero_quantized_weights", zero_quantized_weights),
+    BOOL("zero_quantized_gradients", zero_quantized_gradients),
     I64_GE("zero_hpz_partition_size", zero_hpz_partition_size, 0),
     I64_GE("mics_shard_size", mics_shard_size, -1),
     BOOL("mics_hierarchical_params_gather", mics_hierarchical_params_gather),

@@ -190,6 +190,10 @@ int main(int argc, char **argv) {
     g_zero_more = ", \"zero_quantized_weights\": true";
     for (int kind = 0; kind < 2; kind++)
         for (int q = 0; q < 3; q++) check_one(kind, 3, "bf16", "none", places[q]);
+    /* ZeRO++ qgZ: the quantized reduce-scatter's scratch (none at 1 rank) */
+    g_zero_more = ", \"zero_quantized_gradients\": true";
+    for (int kind = 0; kind < 2; kind++)
+        for (int p = 0; p < 3; p++) check_one(kind, 3, precs[p], "none", "none");
     /* hpZ's secondary piece (groups of the world: 2 ranks at np2, off at
      * np1), beside every optimizer place it allows; MiCS's partition over
      * shard groups of 1 (at np2 each rank holds it all, replicated) */

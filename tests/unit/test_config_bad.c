@@ -136,6 +136,8 @@ static const bad_case k_cases[] = {
     /* ZeRO++ qwZ quantizes stage 3's parameter gathers; other stages have none */
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"zero_quantized_weights\": true}}", 1, CFG, "zero_optimization.zero_quantized_weights: true needs zero_optimization.stage 3 (only stage 3 all-gathers parameters), got stage 2", NULL),
     P("{\"zero_optimization\": {\"zero_quantized_weights\": 1}}", CFG, "zero_optimization.zero_quantized_weights: must be true or false, got 1", NULL),
+    R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 1, \"zero_quantized_gradients\": true}}", 1, CFG, "zero_optimization.zero_quantized_gradients: true needs zero_optimization.stage 3 (DeepSpeed quantizes only stage 3's gradient reduce-scatter), got stage 1", NULL),
+    P("{\"zero_optimization\": {\"zero_quantized_gradients\": \"yes\"}}", CFG, "zero_optimization.zero_quantized_gradients: must be true or false, got \"yes\"", NULL),
     /* hpZ and MiCS (zero/groups.h): stage 3 only, one of them, not yet with qwZ or
      * offload; the sizes against the world: test_hier --refusals */
     P("{\"zero_optimization\": {\"zero_hpz_partition_size\": -1}}", CFG, "zero_optimization.zero_hpz_partition_size: must be >= 0, got -1", NULL),

@@ -90,6 +90,7 @@ static void test_defaults(void) {
     CHECK_EQ_I(c.stage3_max_reuse_distance, 1000000000);
     CHECK_TRUE(!c.stage3_gather_16bit_weights_on_model_save && !c.round_robin_gradients);
     CHECK_TRUE(!c.zero_quantized_weights); /* DeepSpeed's default: False */
+    CHECK_TRUE(!c.zero_quantized_gradients); /* DeepSpeed's default: False */
     CHECK_EQ_I(c.zero_hpz_partition_size, 1); /* DeepSpeed: Field(1, ge=0) */
     CHECK_EQ_I(c.mics_shard_size, -1);        /* DeepSpeed: Field(-1): off */
     CHECK_TRUE(!c.mics_hierarchical_params_gather);
@@ -164,6 +165,7 @@ static void test_all_sections(void) {
         "   \"max_live_parameters\": 5000, \"max_reuse_distance\": 6000,"
         "   \"gather_16bit_weights_on_model_save\": true, \"sub_group_size\": 7000,"
         "   \"round_robin_gradients\": true, \"zero_quantized_weights\": true,"
+        "   \"zero_quantized_gradients\": true,"
         "   \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/mnt/nvme\","
         "     \"buffer_count\": 6, \"pin_memory\": true, \"ratio\": 0.25, \"pipeline_read\": true,"
         "     \"pipeline_write\": true, \"fast_init\": true},"
@@ -203,6 +205,7 @@ static void test_all_sections(void) {
     CHECK_EQ_I(c.stage3_max_reuse_distance, 6000);
     CHECK_TRUE(c.stage3_gather_16bit_weights_on_model_save && c.round_robin_gradients);
     CHECK_TRUE(c.zero_quantized_weights);
+    CHECK_TRUE(c.zero_quantized_gradients);
     CHECK_EQ_I(c.sub_group_size, 7000);
     CHECK_EQ_I(c.offload_optimizer.device, DS_OFFLOAD_NVME);
     CHECK_TRUE(strcmp(c.offload_optimizer.nvme_path, "/mnt/nvme") == 0);

@@ -394,7 +394,7 @@ static void test_round_trip(void) {
         " \"stage3_param_persistence_threshold\": \"auto\", \"stage3_max_live_parameters\": 123,"
         " \"stage3_max_reuse_distance\": 456, \"stage3_gather_16bit_weights_on_model_save\": true,"
         " \"sub_group_size\": 789, \"round_robin_gradients\": true,"
-        " \"zero_quantized_weights\": true,"
+        " \"zero_quantized_weights\": true, \"zero_quantized_gradients\": true,"
         " \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/nv\\\"me\", \"buffer_count\": 8,"
         " \"pin_memory\": true, \"ratio\": 0.3, \"pipeline_read\": true, \"fast_init\": true},"
         " \"offload_param\": {\"device\": \"cpu\", \"nvme_path\": null, \"buffer_count\": 9,"

@@ -1,0 +1,19 @@
+# ZeRO++ qgZ (issue 22, item 4): stage 3's gradient reduce-scatter in
+# blockwise int8, one all-to-all (engine/comm/codec_q8.h). The tied model of
+# tied_model.h trained with and without it: the all-to-all bytes per step
+# equal the formula, the losses stay within a band, stage 2 is refused
+# (tests/multirank/test_qgz.c). The codec's records: qwZ's tests
+# (tests/qwz.cmake), which share it.
+add_executable(test_qgz ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_qgz.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c # ck_make_data
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
+target_link_libraries(test_qgz PRIVATE zero-engine)
+target_include_directories(test_qgz PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multirank)
+foreach(run "fp32;2" "bf16;2" "fp32;4")
+  list(GET run 0 prec)
+  list(GET run 1 np)
+  add_test(NAME stage3_qgz_${prec}_np${np} COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np ${np}
+           -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_qgz> --precision ${prec})
+  set_tests_properties(stage3_qgz_${prec}_np${np} PROPERTIES LABELS multirank TIMEOUT 300
+                       PROCESSORS 2)
+endforeach()
