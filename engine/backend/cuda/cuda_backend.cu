@@ -174,6 +174,19 @@ static ds_status cuda_gemm(ds_backend *be, bool transa, bool transb, int m, int 
 
 /* ---- lifetime ------------------------------------------------------------------- */
 
+ds_status ds_cuda_scratch(ds_backend *be, size_t bytes, void **out) {
+    ds_cuda_impl *im = ds_cuda_impl_of(be);
+    if (bytes > im->scratch_bytes) {
+        if (im->scratch) DS_CHECK_CUDA(cudaFree(im->scratch));
+        im->scratch = NULL;
+        im->scratch_bytes = 0;
+        DS_CHECK_CUDA(cudaMalloc(&im->scratch, bytes));
+        im->scratch_bytes = bytes;
+    }
+    *out = im->scratch;
+    return DS_OK;
+}
+
 static void cuda_impl_release(ds_backend *be, ds_cuda_impl *im) {
     if (!im) return;
     cudaSetDevice(be->device);
@@ -181,6 +194,7 @@ static void cuda_impl_release(ds_backend *be, ds_cuda_impl *im) {
     if (im->blas) cublasDestroy(im->blas);
     if (im->sumsq_dev) cudaFree(im->sumsq_dev);
     if (im->sumsq_host) cudaFreeHost(im->sumsq_host);
+    if (im->scratch) cudaFree(im->scratch);
     free(im);
 }
 

@@ -65,7 +65,16 @@ typedef struct ds_cuda_impl {
     int max_blocks;       /* grid-stride kernels launch at most this many blocks */
     double *sumsq_dev;    /* [DS_CUDA_SUMSQ_BLOCKS] partial sums, device */
     double *sumsq_host;   /* [DS_CUDA_SUMSQ_BLOCKS] pinned copy */
+    void *scratch;        /* ds_cuda_scratch's buffer, grown on demand */
+    size_t scratch_bytes;
 } ds_cuda_impl;
+
+/* A device buffer of at least `bytes` for a slot's intermediate results
+ * (colsum.cuh's partial sums), valid until the next call. Grown, never
+ * shrunk: cudaFree waits for the device, so kernels still reading the old
+ * buffer finish first. Only the default stream's slots use it, from the
+ * thread that runs the model. */
+ds_status ds_cuda_scratch(ds_backend *be, size_t bytes, void **out);
 
 static inline ds_cuda_impl *ds_cuda_impl_of(ds_backend *be) { return (ds_cuda_impl *)be->impl; }
 

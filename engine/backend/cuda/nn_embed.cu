@@ -2,6 +2,7 @@
  * add and column sums, masked mean pooling, strided row copies. */
 #include <limits.h>
 
+#include "engine/backend/cuda/colsum.cuh"
 #include "engine/backend/cuda/nn_cuda.cuh"
 
 /* First out-of-range id of the last embedding_fwd, packed (position << 32 |
@@ -114,29 +115,18 @@ ds_status ds_nn_cuda_bcast_add_fwd(ds_backend *be, float *out, const float *x, i
 
 /* Column sums: a block of 32 x 8 threads owns 32 columns; its 8 row lanes
  * stride over the rows, then the 8 partial sums are added in a fixed order. */
-__global__ void ds_k_colsum(float *dst, const float *src, int rows, int width) {
-    __shared__ float part[8][33];
-    int c = blockIdx.x * 32 + threadIdx.x;
-    float acc = 0.0f;
-    if (c < width)
-        for (int r = threadIdx.y; r < rows; r += 8) acc += src[(size_t)r * width + c];
-    part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < width) {
-        float s = 0.0f;
-        for (int k = 0; k < 8; k++) s += part[k][threadIdx.x];
-        dst[c] += s;
+/* colsum's term: src[r, c] */
+struct ds_colsum_src {
+    const float *src;
+    int width;
+    __device__ void operator()(int64_t r, int c, float *a) const {
+        a[0] += src[r * width + c];
     }
-}
+};
 
 ds_status ds_nn_cuda_colsum(ds_backend *be, float *dst, const float *src, int rows, int width) {
     DS_CUDA_ENTER(be);
-    if (rows <= 0 || width <= 0) return DS_OK;
-    dim3 block(32, 8);
-    ds_k_colsum<<<(unsigned)((width + 31) / 32), block, 0, DS_CUDA_DEFAULT_STREAM>>>(dst, src, rows,
-                                                                                   width);
-    DS_CHECK_LAUNCH();
-    return DS_OK;
+    return ds_cuda_colsums<1>(be, dst, NULL, ds_colsum_src{src, width}, rows, width);
 }
 
 ds_status ds_nn_cuda_bcast_add_bwd(ds_backend *be, float *dx, const float *dout, int rows,

@@ -1,6 +1,7 @@
 /* CUDA layer norm: one warp per row for the statistics, the output and the
  * input gradient; the gamma / beta gradients as column sums over the rows
  * (deterministic, as on cpu). */
+#include "engine/backend/cuda/colsum.cuh"
 #include "engine/backend/cuda/nn_cuda.cuh"
 
 __global__ void ds_k_layernorm_fwd(float *y, float *mean, float *rstd, const float *x,
@@ -61,33 +62,17 @@ __global__ void ds_k_layernorm_bwd_dx(float *dx, const float *dy, const float *x
     }
 }
 
-/* dgamma[c] += sum_r dy xhat, dbeta[c] += sum_r dy: 32 columns per block,
- * 8 row lanes, partial sums added in a fixed order. */
-__global__ void ds_k_layernorm_bwd_params(float *dgamma, float *dbeta, const float *dy,
-                                          const float *x, const float *mean, const float *rstd,
-                                          int64_t n, int h) {
-    __shared__ float pg[8][33], pb[8][33];
-    int c = blockIdx.x * 32 + threadIdx.x;
-    float ag = 0.0f, ab = 0.0f;
-    if (c < h)
-        for (int64_t r = threadIdx.y; r < n; r += 8) {
-            float d = dy[r * h + c];
-            ag += d * ds_ln_xhat(x[r * h + c], mean[r], rstd[r]);
-            ab += d;
-        }
-    pg[threadIdx.y][threadIdx.x] = ag;
-    pb[threadIdx.y][threadIdx.x] = ab;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < h) {
-        float sg = 0.0f, sb = 0.0f;
-        for (int k = 0; k < 8; k++) {
-            sg += pg[k][threadIdx.x];
-            sb += pb[k][threadIdx.x];
-        }
-        dgamma[c] += sg;
-        dbeta[c] += sb;
+/* layernorm_bwd's parameter terms: dgamma[c] += sum_r dy xhat, dbeta[c] +=
+ * sum_r dy (colsum.cuh adds them up). */
+struct ds_ln_param_terms {
+    const float *dy, *x, *mean, *rstd;
+    int h;
+    __device__ void operator()(int64_t r, int c, float *a) const {
+        float d = dy[r * h + c];
+        a[0] += d * ds_ln_xhat(x[r * h + c], mean[r], rstd[r]);
+        a[1] += d;
     }
-}
+};
 
 ds_status ds_nn_cuda_layernorm_bwd(ds_backend *be, float *dx, float *dgamma, float *dbeta,
                                    const float *dy, const float *x, const float *mean,
@@ -96,10 +81,7 @@ ds_status ds_nn_cuda_layernorm_bwd(ds_backend *be, float *dx, float *dgamma, flo
     DS_CUDA_ENTER(be);
     if (n <= 0 || h <= 0) return DS_OK;
     /* parameter gradients first: dx may alias dy */
-    dim3 block(32, 8);
-    ds_k_layernorm_bwd_params<<<(unsigned)((h + 31) / 32), block, 0, DS_CUDA_DEFAULT_STREAM>>>(
-        dgamma, dbeta, dy, x, mean, rstd, n, h);
-    DS_CHECK_LAUNCH();
+    DS_TRY(ds_cuda_colsums<2>(be, dgamma, dbeta, ds_ln_param_terms{dy, x, mean, rstd, h}, n, h));
     ds_k_layernorm_bwd_dx<<<ds_nn_row_blocks(n), 32 * DS_NN_ROWS_PER_BLOCK, 0,
                             DS_CUDA_DEFAULT_STREAM>>>(dx, dy, x, mean, rstd, gamma, n, h,
                                                       accumulate_dx ? 1 : 0);
