@@ -11,7 +11,8 @@
  * already a rank, or N = 1), srun is exec'd, or mpirun starts as engine-run's
  * child, which engine-run supervises (tools/common/supervise.h: SIGTERM
  * relayed to every rank as a preemption, the join count while ranks start,
- * the exit status). The full rules are in tools/common/er_help.c (engine-run --help).
+ * the exit status). The full rules are in tools/common/er_help.c (engine-run --help);
+ * what the ranks find in their environment is tools/common/er_env.h's.
  *
  * Errors are one line on stderr, "engine-run: <what>", and exit status 2 for
  * a malformed command line or 1 for anything else (missing file, missing
@@ -33,6 +34,7 @@
 #include "engine/comm/rdzv.h"
 #include "engine/core/config.h"
 #include "tools/common/cores.h"
+#include "tools/common/er_env.h"
 #include "tools/common/er_help.h"
 #include "tools/common/er_report.h"
 #include "tools/common/nodes.h"
@@ -75,15 +77,6 @@ typedef struct argv_buf {
     char **v;
     int n, cap;
 } argv_buf;
-
-/* Environment assignments engine-run made itself; --dry-run shows them in
- * front of the command so the printed line runs the same way in a shell. */
-typedef struct env_note {
-    char text[64];
-} env_note;
-
-static env_note g_env_notes[6];
-static int g_n_env_notes;
 
 static void fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
@@ -128,12 +121,6 @@ static void argv_pushf(argv_buf *a, const char *fmt, ...) {
     argv_push(a, buf);
 }
 
-/* An environment variable that is set and not empty, else NULL. */
-static const char *env_get(const char *name) {
-    const char *v = getenv(name);
-    return (v && *v) ? v : NULL;
-}
-
 /* Strict positive integer in [1, MAX_RANKS]; 0 if `s` is anything else. */
 static int parse_count(const char *s) {
     if (!s || !*s) return 0;
@@ -144,6 +131,17 @@ static int parse_count(const char *s) {
     return (int)v;
 }
 
+/* er_env_set (er_env.h: --dry-run shows it), or the one-line failure. */
+static void set_env(const char *name, const char *value) {
+    if (!er_env_set(name, value)) fail(EXIT_RUNTIME, "setenv %s: %s", name, strerror(errno));
+}
+
+/* OMP_NUM_THREADS=value unless the user already chose a value. */
+static void default_omp_threads(int value) {
+    if (!er_env_default_omp_threads(value))
+        fail(EXIT_RUNTIME, "setenv OMP_NUM_THREADS: %s", strerror(errno));
+}
+
 /* Cores this process may use (tools/common/cores.h); ENGINE_RUN_CORES
  * overrides, and a bad value there is a usage error. */
 static int usable_cores(void) {
@@ -152,17 +150,6 @@ static int usable_cores(void) {
         fail(EXIT_USAGE, "ENGINE_RUN_CORES: expected a positive integer, got '%s'",
              getenv("ENGINE_RUN_CORES"));
     return k;
-}
-
-/* Set OMP_NUM_THREADS=value unless the user already chose a value. */
-static void default_omp_threads(int value) {
-    if (getenv("OMP_NUM_THREADS")) return;
-    if (value < 1) value = 1;
-    char num[16];
-    snprintf(num, sizeof num, "%d", value);
-    if (setenv("OMP_NUM_THREADS", num, 1) != 0) fail(EXIT_RUNTIME, "setenv OMP_NUM_THREADS: %s", strerror(errno));
-    env_note *note = &g_env_notes[g_n_env_notes++];
-    snprintf(note->text, sizeof note->text, "OMP_NUM_THREADS=%d", value);
 }
 
 /* The directory holding this executable, where bundled programs live. */
@@ -371,12 +358,12 @@ static void check_node_options(options *o) {
         fail(EXIT_USAGE, "--hostfile with --nnodes: each node's launcher starts the ranks of its "
              "own node; drop --hostfile");
     if (!o->nproc_per_node) o->nproc_per_node = 1;
-    if (o->node_rank < 0 && env_get("NODE_RANK"))
-        o->node_rank = option_int("NODE_RANK", env_get("NODE_RANK"), 0, ER_HOOK_FDS);
-    if (!o->master_addr) o->master_addr = env_get("MASTER_ADDR");
+    if (o->node_rank < 0 && er_env_get("NODE_RANK"))
+        o->node_rank = option_int("NODE_RANK", er_env_get("NODE_RANK"), 0, ER_HOOK_FDS);
+    if (!o->master_addr) o->master_addr = er_env_get("MASTER_ADDR");
     if (!o->master_port)
-        o->master_port = env_get("MASTER_PORT")
-                             ? option_int("MASTER_PORT", env_get("MASTER_PORT"), 1, 65535)
+        o->master_port = er_env_get("MASTER_PORT")
+                             ? option_int("MASTER_PORT", er_env_get("MASTER_PORT"), 1, 65535)
                              : 29500;
     if (o->nnodes == 1 && o->node_rank < 0) o->node_rank = 0;
     if (o->node_rank < 0)
@@ -468,7 +455,7 @@ typedef struct launch_env {
 
 static void read_env(launch_env *e) {
     if (ds_rank_discover(&e->ranks) != DS_OK) fail(EXIT_RUNTIME, "%s", ds_last_error());
-    e->in_slurm_alloc = env_get("SLURM_JOB_ID") != NULL;
+    e->in_slurm_alloc = er_env_get("SLURM_JOB_ID") != NULL;
 }
 
 static int inside_mpi(const launch_env *e) { return e->ranks.source == DS_RANKS_MPI; }
@@ -532,27 +519,11 @@ static bool check_oversubscription(const options *o, int cores, const char *whos
     return true;
 }
 
-/* Shown by --dry-run in front of the command, as OMP_NUM_THREADS is. */
-static void note_env(const char *name, const char *value) {
-    if (g_n_env_notes >= (int)(sizeof g_env_notes / sizeof *g_env_notes)) return;
-    snprintf(g_env_notes[g_n_env_notes++].text, sizeof g_env_notes[0].text, "%s=%s", name,
-             value);
-}
-
-/* mpirun passes SIGURG on (the relayed SIGTERM: supervise.h), and the
- * config's save_on_signal when mpirun does not by default. (Raising
- * odls_base_sigkill_timeout, so that a SIGTERM mpirun gets itself left the
- * ranks time to save, is no way out: mpirun then waits that long after any
- * rank exits non-zero, a preempted one included.) */
+/* --mca ess_base_forward_signals: the relay's SIGURG and the save signals
+ * mpirun does not pass on by default (supervise.h). */
 static void push_signal_mca(argv_buf *cmd, const int *save_sigs, int n) {
     char fwd[256];
-    const char *user = env_get("OMPI_MCA_ess_base_forward_signals");
-    if (user && strcmp(user, "none") == 0) user = NULL;
-    snprintf(fwd, sizeof fwd, "%s%sSIGURG", user ? user : "", user ? "," : "");
-    for (int k = 0; k < n; k++)
-        if (save_sigs[k] == SIGXCPU || save_sigs[k] == SIGPWR)
-            snprintf(fwd + strlen(fwd), sizeof fwd - strlen(fwd), ",%s",
-                     ds_signal_name(save_sigs[k]));
+    er_forward_signals(fwd, sizeof fwd, save_sigs, n);
     argv_push(cmd, "--mca");
     argv_push(cmd, "ess_base_forward_signals");
     argv_push(cmd, fwd);
@@ -580,30 +551,10 @@ static int app_save_signal(const options *o) {
     return 0;
 }
 
-/* Forward to remote ranks the variables that change what a rank computes or
- * which library it loads; local ranks inherit the whole environment anyway. */
-static void push_forwarded_env(argv_buf *cmd) {
-    extern char **environ;
+/* -x NAME for each variable remote ranks need (er_env.h). */
+static void push_forwarded(void *cmd, const char *name) {
     argv_push(cmd, "-x");
-    argv_push(cmd, "OMP_NUM_THREADS");
-    const char *named[] = {"LD_LIBRARY_PATH", "OPENBLAS_NUM_THREADS"};
-    for (int k = 0; k < 2; k++) {
-        if (!getenv(named[k])) continue;
-        argv_push(cmd, "-x");
-        argv_push(cmd, named[k]);
-    }
-    for (char **e = environ; *e; e++) {
-        if (strncmp(*e, "DS_", 3) != 0) continue;
-        const char *eq = strchr(*e, '=');
-        if (!eq) continue;
-        char name[256];
-        size_t len = (size_t)(eq - *e);
-        if (len >= sizeof name) continue;
-        memcpy(name, *e, len);
-        name[len] = '\0';
-        argv_push(cmd, "-x");
-        argv_push(cmd, name);
-    }
+    argv_push(cmd, name);
 }
 
 static void push_app(argv_buf *cmd, const char *app_abs, const char *config_abs, const options *o) {
@@ -631,7 +582,7 @@ static void print_quoted(FILE *out, const char *s) {
 }
 
 static void print_command(FILE *out, const argv_buf *cmd) {
-    for (int k = 0; k < g_n_env_notes; k++) fprintf(out, "%s ", g_env_notes[k].text);
+    er_env_print_notes(out);
     for (int k = 0; k < cmd->n; k++) {
         if (k) fputc(' ', out);
         print_quoted(out, cmd->v[k]);
@@ -666,11 +617,9 @@ int main(int argc, char **argv) {
     if (o.nnodes > 1) {
         char num[16];
         snprintf(num, sizeof num, "%d", o.node_rank);
-        if (setenv("DS_JOIN_NODE_RANK", num, 1) != 0) fail(EXIT_RUNTIME, "setenv: %s", strerror(errno));
-        note_env("DS_JOIN_NODE_RANK", num);
+        set_env("DS_JOIN_NODE_RANK", num);
         snprintf(num, sizeof num, "%d", o.nnodes);
-        if (setenv("DS_JOIN_NNODES", num, 1) != 0) fail(EXIT_RUNTIME, "setenv: %s", strerror(errno));
-        note_env("DS_JOIN_NNODES", num);
+        set_env("DS_JOIN_NNODES", num);
     }
     er_nodes *nodes = NULL;
     char uri[DS_RDZV_LINE] = "URI-FROM-NODE-0";
@@ -702,16 +651,12 @@ int main(int argc, char **argv) {
          * set stays. */
         if (!getenv("DS_PROGRESS_TTY")) {
             const char *tty = isatty(STDOUT_FILENO) ? "1" : "0";
-            if (setenv("DS_PROGRESS_TTY", tty, 1) != 0)
-                fail(EXIT_RUNTIME, "setenv DS_PROGRESS_TTY: %s", strerror(errno));
-            note_env("DS_PROGRESS_TTY", tty);
+            set_env("DS_PROGRESS_TTY", tty);
         }
         /* the ranks read a relayed SIGURG as the SIGTERM engine-run got */
         char relay[32];
         snprintf(relay, sizeof relay, "%d:%d", ER_RELAY_SIGNAL, SIGTERM);
-        if (setenv("DS_PREEMPT_RELAY", relay, 1) != 0)
-            fail(EXIT_RUNTIME, "setenv DS_PREEMPT_RELAY: %s", strerror(errno));
-        note_env("DS_PREEMPT_RELAY", relay);
+        set_env("DS_PREEMPT_RELAY", relay);
         argv_push(&cmd, launcher_path);
         argv_push(&cmd, "-np");
         argv_pushf(&cmd, "%d", o.np);
@@ -729,7 +674,7 @@ int main(int argc, char **argv) {
          * and each rank's lines whole (supervise.h) */
         if (!o.raw_output) argv_push(&cmd, "--tag-output");
         push_signal_mca(&cmd, save_sigs, 2);
-        push_forwarded_env(&cmd);
+        er_env_each_forwarded(push_forwarded, &cmd);
         if (o.nnodes > 1) { /* where the nodes' jobs find each other */
             argv_push(&cmd, "--ompi-server");
             argv_push(&cmd, uri);
@@ -739,18 +684,18 @@ int main(int argc, char **argv) {
             fail(EXIT_RUNTIME,
                  "srun not found on PATH, needed to start %d ranks under Slurm (SLURM_JOB_ID=%s); "
                  "install Slurm's client (Debian package slurm-client) or use --launcher mpirun",
-                 o.np, env_get("SLURM_JOB_ID") ? env_get("SLURM_JOB_ID") : "unset");
-        const char *cpt = env_get("SLURM_CPUS_PER_TASK");
+                 o.np, er_env_get("SLURM_JOB_ID") ? er_env_get("SLURM_JOB_ID") : "unset");
+        const char *cpt = er_env_get("SLURM_CPUS_PER_TASK");
         if (cpt && parse_count(cpt)) default_omp_threads(parse_count(cpt));
         argv_push(&cmd, launcher_path);
         argv_push(&cmd, "-n");
         argv_pushf(&cmd, "%d", o.np);
         argv_push(&cmd, "--kill-on-bad-exit=1");
     } else if (inside_mpi(&e)) {
-        const char *local = env_get("OMPI_COMM_WORLD_LOCAL_SIZE");
+        const char *local = er_env_get("OMPI_COMM_WORLD_LOCAL_SIZE");
         if (local && parse_count(local)) default_omp_threads(usable_cores() / parse_count(local));
     } else if (inside_srun(&e)) {
-        const char *cpt = env_get("SLURM_CPUS_PER_TASK");
+        const char *cpt = er_env_get("SLURM_CPUS_PER_TASK");
         if (cpt && parse_count(cpt)) default_omp_threads(parse_count(cpt));
     } else if (e.ranks.source == DS_RANKS_ENV && e.ranks.local_world > 1) {
         /* started by an outside agent, one rank a process: share the node */
@@ -777,13 +722,7 @@ int main(int argc, char **argv) {
         }
     }
     if (plan == P_MPIRUN) {
-        for (int k = 0; k < 2; k++)
-            if (save_sigs[k] == SIGINT || save_sigs[k] == SIGHUP)
-                fprintf(stderr, "engine-run: warning: mpirun does not pass %s on to the ranks: "
-                        "%s %s works when sent to the ranks themselves\n",
-                        ds_signal_name(save_sigs[k]),
-                        k == 0 ? "zero_engine.save_on_signal" : "--save-on-signal",
-                        ds_signal_name(save_sigs[k]));
+        er_warn_unforwarded(stderr, save_sigs);
         er_supervise_hook hook = nodes ? er_nodes_hook(nodes) : (er_supervise_hook){0};
         er_supervise_opts so = {.np = o.np, .count_joins = o.hostfile == NULL,
                                 .deadline_s = cfg.preempt_deadline_s,

@@ -2,6 +2,7 @@
 #include "tools/common/supervise.h"
 #include "tools/common/output_relay.h"
 #include "tools/common/rank_watch.h"
+#include "engine/core/config.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -333,4 +334,22 @@ int er_supervise(char **argv, const er_supervise_opts *o) {
     /* stopped for another node: that node's status (the hook said why) */
     if (hook_code >= 0) code = hook_code;
     return code;
+}
+
+void er_forward_signals(char *out, size_t cap, const int *save_sigs, int n) {
+    const char *user = getenv("OMPI_MCA_ess_base_forward_signals");
+    if (user && (!*user || strcmp(user, "none") == 0)) user = NULL;
+    snprintf(out, cap, "%s%sSIGURG", user ? user : "", user ? "," : "");
+    for (int k = 0; k < n; k++)
+        if (save_sigs[k] == SIGXCPU || save_sigs[k] == SIGPWR)
+            snprintf(out + strlen(out), cap - strlen(out), ",%s", ds_signal_name(save_sigs[k]));
+}
+
+void er_warn_unforwarded(FILE *out, const int save_sigs[2]) {
+    for (int k = 0; k < 2; k++)
+        if (save_sigs[k] == SIGINT || save_sigs[k] == SIGHUP)
+            fprintf(out, "engine-run: warning: mpirun does not pass %s on to the ranks: %s %s "
+                    "works when sent to the ranks themselves\n", ds_signal_name(save_sigs[k]),
+                    k == 0 ? "zero_engine.save_on_signal" : "--save-on-signal",
+                    ds_signal_name(save_sigs[k]));
 }

@@ -29,6 +29,8 @@
 
 #include <poll.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
 
 /* The signal a SIGTERM is relayed as, and the value of DS_PREEMPT_RELAY that
  * tells the ranks ("23:15" on Linux). */
@@ -59,6 +61,20 @@ typedef struct er_supervise_opts {
                           lines that name a rank */
     const er_supervise_hook *hook; /* NULL: none */
 } er_supervise_opts;
+
+/* The value of mpirun's --mca ess_base_forward_signals for a job whose ranks
+ * save on the signals save_sigs[0..n) (0: none): the relay's SIGURG, the
+ * user's OMPI_MCA_ess_base_forward_signals kept in front, and SIGXCPU or
+ * SIGPWR when named (mpirun passes SIGUSR1 / SIGUSR2 by default). (Raising
+ * odls_base_sigkill_timeout, so that a SIGTERM mpirun gets itself left the
+ * ranks time to save, is no way out: mpirun then waits that long after any
+ * rank exits non-zero, a preempted one included.) */
+void er_forward_signals(char *out, size_t cap, const int *save_sigs, int n);
+
+/* One warning line on `out` for each of save_sigs[0] (the config's
+ * zero_engine.save_on_signal) and save_sigs[1] (a trainer's
+ * --save-on-signal) that mpirun cannot pass on: SIGINT and SIGHUP. */
+void er_warn_unforwarded(FILE *out, const int save_sigs[2]);
 
 /* Run argv (argv[0] an absolute path) as a child, supervise it as above and
  * return engine-run's exit status. Failures to start are printed
