@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend/blas_core.h"
 #include "engine/engine_internal.h"
 #include "zero/groups.h"
 
@@ -71,6 +72,9 @@ static ds_status build_local(engine_t *e, const ds_init_desc *d) {
     DS_TRY(ds_mem_create(&e->mem));
     DS_TRY(pick_precision(e));
     DS_TRY(make_backend(e));
+    /* the cpu backend's GEMMs are OpenBLAS's: a core older than the CPU is a
+     * warning on rank 0, one the CPU cannot run an error (blas_core.h) */
+    if (e->be->kind == DS_BACKEND_CPU) DS_TRY(ds_blas_core_startup_check(e->comm->rank));
     DS_TRY(ds_flat_create(e->model, e->comm->world, &e->flat)); /* a table */
     /* the trainer's AdamW decays as HF's Trainer does: not biases and
      * normalization weights (without decay there is nothing to split) */
