@@ -12,9 +12,9 @@ add_executable(launch_probe ${CMAKE_CURRENT_SOURCE_DIR}/unit/launch_probe.c
 target_link_libraries(launch_probe PRIVATE zero-engine)
 
 set(_ds_launch_work ${CMAKE_CURRENT_BINARY_DIR}/launcher_work)
-foreach(c help dry_np1 dry_np2 dry_np4 dry_hostfile dry_mpi_env dry_slurm dry_nodes launcher_none
-          no_mpirun errors run_np1 run_np2 rank_dies oversubscribe join relay relay_unhandled
-          mpirun_hangs)
+foreach(c help dry_np1 dry_np2 dry_np4 dry_hostfile dry_mpi_env dry_slurm dry_nodes blas_core
+          launcher_none no_mpirun errors run_np1 run_np2 rank_dies oversubscribe join relay
+          relay_unhandled mpirun_hangs)
   add_test(NAME launcher_${c}
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_engine_run.sh ${c}
                    $<TARGET_FILE:engine-run> $<TARGET_FILE:rank_echo> ${_ds_launch_work}/${c}

@@ -613,6 +613,11 @@ int main(int argc, char **argv) {
     read_config(config_abs, &cfg);
     /* the signals the ranks save on: the config's and the trainer flag's */
     const int save_sigs[2] = {cfg.save_on_signal, app_save_signal(&o)};
+    /* OpenBLAS chooses its kernels when a rank loads it: a fallback older
+     * than this CPU is replaced here, before it is too late (er_env.h); said
+     * once, where every rank of a job runs engine-run */
+    const char *blas_err = er_env_blas_core(e.ranks.rank == 0 ? stderr : NULL);
+    if (blas_err) fail(EXIT_RUNTIME, "%s", blas_err);
     /* one node of several: its ranks learn where they sit in the job */
     if (o.nnodes > 1) {
         char num[16];

@@ -23,9 +23,13 @@ bindir=$(dirname "$er")
 # environment running ctest may hold (an MPI job, a Slurm allocation, knobs).
 unset OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_LOCAL_SIZE PMI_SIZE PMI_RANK \
   SLURM_JOB_ID SLURM_PROCID SLURM_NTASKS SLURM_STEP_ID SLURM_STEP_NUM_TASKS SLURM_CPUS_PER_TASK \
-  OMP_NUM_THREADS OPENBLAS_NUM_THREADS LD_LIBRARY_PATH ENGINE_RUN_CORES \
+  OMP_NUM_THREADS OPENBLAS_NUM_THREADS OPENBLAS_CORETYPE LD_LIBRARY_PATH ENGINE_RUN_CORES \
   RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT NODE_RANK
 for v in $(env | sed -n 's/^\(DS_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
+# The exact lines below hold on any host: engine-run takes OpenBLAS's core to
+# be Haswell, which it never replaces, unless a case says otherwise (on a host
+# where OpenBLAS fell back to an old core it would set OPENBLAS_CORETYPE).
+export ENGINE_RUN_TEST_OPENBLAS=Haswell
 
 echo '{"train_micro_batch_size_per_gpu": 1}' >cfg.json
 cfg=$work/cfg.json
@@ -364,6 +368,44 @@ dry_slurm)
   # No srun installed.
   E="PATH=$work/empty SLURM_JOB_ID=7"
   expect_error 1 "slurm-client" --np 2 --dry-run --config cfg.json "$app"
+  ;;
+
+blas_core)
+  # OpenBLAS's fallback core replaced for the ranks (engine/backend/blas_core.h), with one
+  # line on stderr; a user's OPENBLAS_CORETYPE, and a core OpenBLAS chose on purpose, kept
+  avx512="avx,avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"
+  E="ENGINE_RUN_TEST_OPENBLAS=Prescott:$avx512"
+  expect_out "OPENBLAS_CORETYPE=SkylakeX $app --config $cfg" --dry-run --config cfg.json "$app"
+  [ "$(cat err.txt)" = "engine-run: OpenBLAS chose core Prescott, but this CPU has AVX-512 (F, BW, VL, DQ): OPENBLAS_CORETYPE=SkylakeX for the ranks (set it yourself to choose another)" ] ||
+    fail "Prescott on AVX-512: stderr '$(cat err.txt)'"
+  need_mpirun
+  E="ENGINE_RUN_TEST_OPENBLAS=Sandybridge:avx,avx2,fma ENGINE_RUN_CORES=2"
+  expect_out "OPENBLAS_CORETYPE=Haswell OMP_NUM_THREADS=1 $relay $mpirun -np 2$root --bind-to none $sigs -x OMP_NUM_THREADS -x OPENBLAS_CORETYPE -x DS_PROGRESS_TTY -x DS_PREEMPT_RELAY $app --config $cfg" \
+    --np 2 --dry-run --config cfg.json "$app"
+  grep -qF "chose core Sandybridge, but this CPU has AVX2 and FMA: OPENBLAS_CORETYPE=Haswell" err.txt ||
+    fail "Sandybridge on AVX2: stderr '$(cat err.txt)'"
+  E="OPENBLAS_CORETYPE=Prescott ENGINE_RUN_TEST_OPENBLAS=Prescott:$avx512 ENGINE_RUN_CORES=2"
+  expect_out "OMP_NUM_THREADS=1 $relay $mpirun -np 2$root --bind-to none $sigs -x OMP_NUM_THREADS -x OPENBLAS_CORETYPE -x DS_PROGRESS_TTY -x DS_PREEMPT_RELAY $app --config $cfg" \
+    --np 2 --dry-run --config cfg.json "$app"
+  [ -s err.txt ] && fail "the user's OPENBLAS_CORETYPE: unexpected stderr: $(cat err.txt)"
+  for core in Cooperlake Zen Haswell Unknown; do
+    E="ENGINE_RUN_TEST_OPENBLAS=$core:$avx512"
+    expect_out "$app --config $cfg" --dry-run --config cfg.json "$app"
+    [ -s err.txt ] && fail "$core on AVX-512: unexpected stderr: $(cat err.txt)"
+  done
+  E="ENGINE_RUN_TEST_OPENBLAS=Prescott:avx,avx2"
+  expect_out "$app --config $cfg" --dry-run --config cfg.json "$app"
+  E="ENGINE_RUN_TEST_OPENBLAS=Prescott:sse"
+  expect_error 1 "ENGINE_RUN_TEST_OPENBLAS: unknown flag 'sse'" --dry-run --config cfg.json "$app"
+  # A rank (ds_initialize, rank 0) says when OpenBLAS did not take the user's name: a real
+  # run of one rank in place, where this OpenBLAS reads the variable (DYNAMIC_ARCH, x86)
+  if "$er" --report | grep -q "^openblas .*DYNAMIC_ARCH" && [ "$(uname -m)" = x86_64 ]; then
+    E="OPENBLAS_CORETYPE=NoSuchCore"
+    er_run --config cfg.json "$probe"
+    [ "$rc" -eq 0 ] || fail "launch_probe with OPENBLAS_CORETYPE=NoSuchCore exited $rc: $(cat err.txt)"
+    grep -q "^\[zero-engine\] warning: OPENBLAS_CORETYPE=NoSuchCore, but OpenBLAS runs core [A-Za-z0-9_]* (this OpenBLAS does not take that name)\$" err.txt ||
+      fail "no warning from ds_initialize for a core name OpenBLAS did not take: $(cat err.txt)"
+  fi
   ;;
 
 launcher_none)

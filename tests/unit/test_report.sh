@@ -7,6 +7,8 @@
 #   cpu features  avx2, fma, avx512f ... as /proc/cpuinfo's flags say
 #   openblas      the config string OpenBLAS reports (starts "OpenBLAS"), a
 #                 thread count and a threading model
+#   blas core     whether OpenBLAS's core fits the CPU, and a fallback core
+#                 replaced (faked: ENGINE_RUN_TEST_OPENBLAS)
 #   mpi           the library's version string (mpirun --version's name and
 #                 number) and the standard it implements
 #   cuda, nccl    a row each, whether or not the machine has them
@@ -44,6 +46,13 @@ if grep -q '^flags' /proc/cpuinfo; then
 fi
 row openblas | grep -Eq "^openblas +OpenBLAS .*; core [A-Za-z0-9_]+; [0-9]+ threads?, threading (none|pthreads|OpenMP)" ||
   fail "openblas row: '$(row openblas)'"
+# the core's diagnosis: a row on any host; with OpenBLAS taken to have fallen
+# back (engine-run's test-only ENGINE_RUN_TEST_OPENBLAS), the core it sets
+row "blas core" | grep -Eq "nothing to change|fixed when OpenBLAS was built|OpenBLAS (chose|runs) core|OPENBLAS_CORETYPE=" ||
+  fail "blas core row: '$(row "blas core")'"
+ENGINE_RUN_TEST_OPENBLAS=Prescott:avx,avx2,fma "$bin/engine-run" --report | grep -qx \
+  "blas core  *OpenBLAS chose core Prescott, but this CPU has AVX2 and FMA: engine-run sets OPENBLAS_CORETYPE=Haswell for the ranks it starts; started otherwise, rank 0 warns" ||
+  fail "a fallback core is not in the blas core row"
 if command -v mpirun >/dev/null && mpirun --version 2>/dev/null | grep -q 'Open MPI'; then
   mv=$(mpirun --version | sed -n 's/.*(Open MPI) \([0-9.]*\).*/\1/p' | head -1)
   row mpi | grep -q "Open MPI v$mv" || fail "mpi row '$(row mpi)' does not name Open MPI v$mv"

@@ -1,12 +1,13 @@
 /* engine-run: the environment its ranks start with (see er_env.h). */
 #include "tools/common/er_env.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* Room for every variable engine-run sets in one run: OMP_NUM_THREADS,
- * DS_JOIN_NODE_RANK, DS_JOIN_NNODES, DS_PROGRESS_TTY, DS_PREEMPT_RELAY; three
- * to spare. */
+ * OPENBLAS_CORETYPE, DS_JOIN_NODE_RANK, DS_JOIN_NNODES, DS_PROGRESS_TTY,
+ * DS_PREEMPT_RELAY; two to spare. */
 static char g_notes[8][64];
 static int g_n_notes;
 
@@ -36,7 +37,10 @@ void er_env_print_notes(FILE *out) {
 void er_env_each_forwarded(void (*fn)(void *ctx, const char *name), void *ctx) {
     extern char **environ;
     fn(ctx, "OMP_NUM_THREADS");
-    const char *named[] = {"LD_LIBRARY_PATH", "OPENBLAS_NUM_THREADS"};
+    /* OPENBLAS_CORETYPE, the user's or engine-run's, is this host's choice:
+     * a rank on a host without those instructions refuses to start
+     * (ds_blas_core_startup_check) rather than die at its first GEMM */
+    const char *named[] = {"LD_LIBRARY_PATH", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE"};
     for (size_t k = 0; k < sizeof named / sizeof *named; k++)
         if (getenv(named[k])) fn(ctx, named[k]);
     for (char **e = environ; *e; e++) {
@@ -50,4 +54,57 @@ void er_env_each_forwarded(void (*fn)(void *ctx, const char *name), void *ctx) {
         name[len] = '\0';
         fn(ctx, name);
     }
+}
+
+/* Test-only (er_env.h): a process cannot make its own OpenBLAS choose a core
+ * other than the one it chose at load, nor change its CPU's flags, so
+ * without this hook the launcher's decision could be tested only on the
+ * hosts that need it. Cheap, and read here alone: the library's own check
+ * (ds_initialize) never sees it. */
+const char *er_blas_core_probe(ds_blas_core_probe *p) {
+    ds_blas_core_probe_read(p);
+    const char *fake = er_env_get("ENGINE_RUN_TEST_OPENBLAS");
+    if (!fake) return NULL;
+    const char *colon = strchr(fake, ':');
+    size_t len = colon ? (size_t)(colon - fake) : strlen(fake);
+    snprintf(p->core, sizeof p->core, "%.*s", (int)len, fake);
+    p->dynamic = true;
+    if (!colon) return NULL;
+    static const char *const names[] = {"avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl",
+                                        "avx512dq"};
+    bool *slots[] = {&p->cpu.avx, &p->cpu.avx2, &p->cpu.fma, &p->cpu.avx512f, &p->cpu.avx512bw,
+                     &p->cpu.avx512vl, &p->cpu.avx512dq};
+    p->x86 = true;
+    p->cpu = (ds_cpu_flags){0};
+    for (const char *w = colon + 1; *w;) {
+        size_t n = strcspn(w, ",");
+        size_t k = 0;
+        while (k < 7 && !(strlen(names[k]) == n && strncmp(w, names[k], n) == 0)) k++;
+        if (k == 7) {
+            static char msg[128];
+            snprintf(msg, sizeof msg, "ENGINE_RUN_TEST_OPENBLAS: unknown flag '%.*s'", (int)n, w);
+            return msg;
+        }
+        *slots[k] = true;
+        w += n + (w[n] == ',');
+    }
+    return NULL;
+}
+
+const char *er_env_blas_core(FILE *msg) {
+    ds_blas_core_probe p;
+    const char *bad = er_blas_core_probe(&p);
+    if (bad) return bad;
+    const char *set = NULL;
+    char why[256];
+    if (ds_blas_core_check(&p, &set, why, sizeof why) != DS_BLAS_CORE_FALLBACK) return NULL;
+    if (!er_env_set("OPENBLAS_CORETYPE", set)) {
+        static char err[96];
+        snprintf(err, sizeof err, "setenv OPENBLAS_CORETYPE: %s", strerror(errno));
+        return err;
+    }
+    if (msg)
+        fprintf(msg, "engine-run: %s: OPENBLAS_CORETYPE=%s for the ranks (set it yourself to "
+                "choose another)\n", why, set);
+    return NULL;
 }

@@ -1,8 +1,8 @@
 /* engine-run: the environment its ranks start with (tools/common/er_env.c).
  *
- * What engine-run sets for the ranks (OMP_NUM_THREADS, the DS_* variables
- * of a job over several nodes or of the preemption relay) goes through
- * er_env_set, which also notes it for --dry-run to print in
+ * What engine-run sets for the ranks (OMP_NUM_THREADS, OPENBLAS_CORETYPE,
+ * the DS_* variables of a job over several nodes or of the preemption relay)
+ * goes through er_env_set, which also notes it for --dry-run to print in
  * front of the command, so that the printed line runs the same way in a
  * shell. Local ranks inherit the whole environment; er_env_each_forwarded
  * names the variables mpirun must pass on (-x) to ranks on other hosts. */
@@ -11,6 +11,8 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+
+#include "engine/backend/blas_core.h"
 
 /* An environment variable that is set and not empty, else NULL. */
 const char *er_env_get(const char *name);
@@ -28,8 +30,23 @@ void er_env_print_notes(FILE *out);
 
 /* Calls fn(ctx, NAME) for each variable mpirun forwards with -x: the ones
  * that change what a rank computes or which library it loads
- * (OMP_NUM_THREADS always; LD_LIBRARY_PATH and OPENBLAS_NUM_THREADS when
- * set; every DS_* variable). */
+ * (OMP_NUM_THREADS always; LD_LIBRARY_PATH, OPENBLAS_NUM_THREADS and
+ * OPENBLAS_CORETYPE when set; every DS_* variable). */
 void er_env_each_forwarded(void (*fn)(void *ctx, const char *name), void *ctx);
+
+/* ds_blas_core_probe_read, except under the test-only variable
+ * ENGINE_RUN_TEST_OPENBLAS="CORE[:FLAG,FLAG...]": OpenBLAS (DYNAMIC_ARCH)
+ * is taken to have chosen CORE and, with the list, the CPU to have exactly
+ * those of avx, avx2, fma, avx512f, avx512bw, avx512vl, avx512dq. A
+ * process's OpenBLAS cannot be made to choose another core after it loaded,
+ * so this is how the tests reach the decision on any CPU. NULL, or the
+ * message for a FLAG it does not know. */
+const char *er_blas_core_probe(ds_blas_core_probe *p);
+
+/* When OPENBLAS_CORETYPE is unset and OpenBLAS runs a fallback core older
+ * than this CPU (ds_blas_core_check's FALLBACK), sets OPENBLAS_CORETYPE for
+ * the ranks and says so on `msg` in one line (msg NULL: silently). NULL, or
+ * a message on failure. */
+const char *er_env_blas_core(FILE *msg);
 
 #endif /* DS_TOOLS_ER_ENV_H */

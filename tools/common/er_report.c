@@ -27,6 +27,7 @@
 #include "engine/backend/cuda_plugin.h"
 #include "engine/engine.h"
 #include "offload/aio_internal.h"
+#include "tools/common/er_env.h"
 
 #define ROW "%-16s "
 
@@ -120,6 +121,41 @@ static void report_openblas(FILE *out) {
     fprintf(out, ROW "OpenMP %d (spec date), %d thread%s by default (OMP_NUM_THREADS=%s)\n",
             "openmp", _OPENMP, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s",
             getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "unset");
+}
+
+/* Whether OpenBLAS's core fits the CPU, and what engine-run does about it
+ * (blas_core.h): the same decision as the launch, so a report pasted into a
+ * bug says why a run set OPENBLAS_CORETYPE or warned. */
+static void report_blas_core(FILE *out) {
+    ds_blas_core_probe p;
+    const char *bad = er_blas_core_probe(&p);
+    if (bad) {
+        fprintf(out, ROW "%s\n", "blas core", bad);
+        return;
+    }
+    const char *set = NULL;
+    char why[256];
+    switch (ds_blas_core_check(&p, &set, why, sizeof why)) {
+    case DS_BLAS_CORE_OK:
+        if (!p.dynamic)
+            fprintf(out, ROW "%s, fixed when OpenBLAS was built (not DYNAMIC_ARCH)\n", "blas core",
+                    p.core);
+        else
+            fprintf(out, ROW "%s%s%s%s: nothing to change\n", "blas core", p.core,
+                    p.coretype_set ? " (OPENBLAS_CORETYPE=" : "", p.coretype,
+                    p.coretype_set ? ")" : "");
+        break;
+    case DS_BLAS_CORE_FALLBACK:
+        fprintf(out, ROW "%s: engine-run sets OPENBLAS_CORETYPE=%s for the ranks it starts; "
+                "started otherwise, rank 0 warns\n", "blas core", why, set);
+        break;
+    case DS_BLAS_CORE_NOT_TAKEN:
+        fprintf(out, ROW "%s; rank 0 warns\n", "blas core", why);
+        break;
+    case DS_BLAS_CORE_TOO_NEW:
+        fprintf(out, ROW "%s; ds_initialize refuses it\n", "blas core", why);
+        break;
+    }
 }
 
 static void report_mpi(FILE *out) {
@@ -228,6 +264,7 @@ int er_report(FILE *out) {
     report_backends(out);
     report_cpu(out);
     report_openblas(out);
+    report_blas_core(out);
     report_mpi(out);
     report_gpus(out);
     report_features(out);
