@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# tools/gpu_check.sh: what to run on a machine with an NVIDIA GPU, against a
+# DS_CUDA=ON build with its tests (CI has no GPU; this is the GPU's share):
+#
+#   cmake -S . -B build-gpu -DDS_CUDA=ON -DCMAKE_BUILD_TYPE=Release && cmake --build build-gpu -j
+#   tools/gpu_check.sh build-gpu DATA.tsv [OUT_DIR] [PHASE...]
+#
+# Phases (default all but sanitize, which is slow):
+#   ctest     the cuda tests: every kernel slot against the cpu backend, the
+#             NCCL communicator at one rank per visible GPU
+#   train     train_cls (BERT 4 x 256, seq 64, 80 steps, seed 42) on cuda and
+#             on cpu at ZeRO stages 0-3, bf16, fp16, optimizer / parameter
+#             offload to cpu and NVMe, a stage-3 checkpoint converted by
+#             zero_to_fp32; bench/gpu_compare.py prints each cuda run's losses
+#             against the cpu's (the arithmetic is shared: equal to ~1e-6)
+#   lm        train_lm (GPT-2 4 x 256, byte tokens) 30 steps on cpu and cuda
+#   bench     bench_train on cuda at stages 0 and 3, fp32 and bf16, batch 32
+#             and 256, and PyTorch eager on the same GPU in the same run
+#             (bench/bench_pytorch_bert.py), where python3 has torch
+#   sanitize  compute-sanitizer memcheck on the cuda tests and a short
+#             training run, racecheck on test_backend_cuda
+# DATA.tsv: a labelled text file train_cls reads (the README's dataset). Each
+# run's output is in OUT_DIR (default /tmp/gpu_check); the summary on stdout.
+# bench/RESULTS.md "The cuda backend on an H100" shows what one run gave.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [ $# -lt 2 ]; then
+  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+fi
+B=$1 D=$2 W=${3:-/tmp/gpu_check}
+shift $(($# < 3 ? $# : 3))
+phases=${*:-ctest train lm bench}
+has() { [[ " $phases " == *" $1 "* ]]; }
+[ -x "$B/bin/train_cls" ] || { echo "gpu_check: $B/bin/train_cls not found: build $B first" >&2; exit 2; }
+[ -f "$D" ] || { echo "gpu_check: data file '$D' not found" >&2; exit 2; }
+mkdir -p "$W/cfg"
+T0=$SECONDS
+log() { echo "== [$((SECONDS - T0)) s] $*"; }
+status=0
+
+log "the GPU and what the build can use"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+"$B/bin/engine-run" --report 2>&1 | grep -E "^(backends| +cuda|cuda|nccl|openblas|cpu )"
+
+if has ctest; then
+  log "ctest -L cuda"
+  (cd "$B" && ctest -L cuda --output-on-failure --timeout 240) > "$W/ctest_cuda.log" 2>&1 || status=1
+  grep -E "Test +#|tests passed|FAIL" "$W/ctest_cuda.log"
+fi
+
+# One config per run: configs/ds_config.json with the stage, the backend and
+# the section that run needs.
+python3 - "$W/cfg" <<'EOF'
+import copy, json, os, sys
+base = json.load(open('configs/ds_config.json'))
+def w(name, stage, backend, **sec):
+    c = copy.deepcopy(base)
+    c['zero_optimization'] = {'stage': stage}
+    c['zero_engine'] = {'backend': backend}
+    for k, v in sec.items():
+        (c['zero_optimization'] if k.startswith('offload') else c)[k] = v
+    json.dump(c, open(f'{sys.argv[1]}/{name}.json', 'w'), indent=1)
+nvme = {'device': 'nvme', 'nvme_path': os.path.join(os.path.dirname(sys.argv[1]), 'nvme')}
+for b in ('cpu', 'cuda'):
+    for s in range(4):
+        w(f's{s}_{b}', s, b)
+    w(f's2_bf16_{b}', 2, b, bf16={'enabled': True})
+    w(f's2_fp16_{b}', 2, b, fp16={'enabled': True})
+w('s2_offload_cuda', 2, 'cuda', offload_optimizer={'device': 'cpu', 'pin_memory': True})
+w('s3_offparam_cuda', 3, 'cuda', offload_optimizer={'device': 'cpu', 'pin_memory': True},
+  offload_param={'device': 'cpu', 'pin_memory': True})
+w('s3_nvme_cuda', 3, 'cuda', offload_optimizer=nvme, offload_param=nvme)
+EOF
+
+cls() { # run-name config-name [train_cls args]
+  local name=$1 cfg=$2
+  shift 2
+  local t=$SECONDS
+  "$B/bin/engine-run" --np 1 --config "$W/cfg/$cfg.json" train_cls --data "$D" --seed 42 \
+    --max-seq-len 64 --max-steps 80 --metrics "$W/$name.jsonl" "$@" > "$W/$name.log" 2>&1
+  local rc=$?
+  echo "  $name: exit $rc, $((SECONDS - t)) s"
+  [ $rc -eq 0 ] || { status=1; tail -5 "$W/$name.log"; }
+}
+if has train; then
+  log "train_cls, 80 steps: cuda against cpu"
+  mkdir -p "$W/nvme"
+  for s in 0 1 2 3; do cls "s${s}_cuda" "s${s}_cuda"; done
+  cls s0_cpu s0_cpu
+  cls s3_cpu s3_cpu
+  for p in bf16 fp16; do cls "s2_${p}_cuda" "s2_${p}_cuda"; cls "s2_${p}_cpu" "s2_${p}_cpu"; done
+  for r in s2_offload_cuda s3_offparam_cuda s3_nvme_cuda; do cls $r $r; done
+  rm -rf "$W/ck3"
+  cls s3_ckpt_cuda s3_cuda --save-steps 40 --ckpt-dir "$W/ck3"
+  "$B/bin/zero_to_fp32" "$W/ck3" "$W/ck3.safetensors" || status=1
+  python3 bench/gpu_compare.py "$W" || status=1
+fi
+
+if has lm; then
+  log "train_lm, 30 steps: cuda against cpu"
+  for b in cpu cuda; do
+    "$B/bin/engine-run" --np 1 --config "$W/cfg/s2_$b.json" train_lm --data "$D" --seq-len 128 \
+      --max-steps 30 --seed 42 > "$W/lm_$b.log" 2>&1 || status=1
+    echo "  $b: $(grep 'dev after training' "$W/lm_$b.log" || tail -1 "$W/lm_$b.log")"
+  done
+fi
+
+if has bench; then
+  log "bench_train on cuda and PyTorch eager on the same GPU (BERT-mini, seq 128)"
+  torch_ok=$(python3 -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo 0)
+  for bs in 32 256; do
+    for p in fp32 bf16; do
+      for s in 0 3; do
+        "$B/bench/bench_train" --backend cuda --stage $s --precision $p --batch $bs --steps 50 \
+          --warmup 5 2>&1 | grep "samples/s" | sed 's/, [0-9.]* GFLOP.*//'
+      done
+      [ "$torch_ok" = 1 ] && python3 bench/bench_pytorch_bert.py --device cuda --precision $p \
+        --batch $bs --steps 50 --warmup 5 2>&1 | tail -1
+    done
+  done
+fi
+
+if has sanitize; then
+  log "compute-sanitizer"
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for t in test_backend_cuda test_nn_cuda; do
+    # test_backend_cuda asks for a device that does not exist on purpose (the
+    # error path): memcheck reports that one cudaSetDevice error and no other
+    "$cs" --tool memcheck --leak-check full "$B/tests/$t" > "$W/memcheck_$t.log" 2>&1
+    echo "  memcheck $t: $(grep -E 'ERROR SUMMARY' "$W/memcheck_$t.log")"
+  done
+  "$cs" --tool memcheck --error-exitcode 9 "$B/bin/train_cls" --config "$W/cfg/s3_cuda.json" \
+    --data "$D" --max-steps 3 --max-seq-len 32 --layers 2 --hidden 64 --heads 2 \
+    --intermediate 128 > "$W/memcheck_train.log" 2>&1 || status=1
+  echo "  memcheck train_cls stage 3: $(grep -E 'ERROR SUMMARY' "$W/memcheck_train.log")"
+  "$cs" --tool racecheck "$B/tests/test_backend_cuda" > "$W/racecheck.log" 2>&1
+  echo "  racecheck test_backend_cuda: $(grep -E 'RACECHECK SUMMARY' "$W/racecheck.log")"
+fi
+log "done (exit $status)"
+exit $status
