@@ -44,7 +44,8 @@ endif()
 # bit where the element arithmetic is shared, within a derived bound where a
 # reduction runs in another order. Needs a GPU: exits 77 (skipped) without.
 if(DS_CUDA)
-  ds_add_test(NAME test_nn_cuda SOURCES unit/test_nn_cuda.cu LABELS cuda)
+  ds_add_test(NAME test_nn_cuda SOURCES unit/test_nn_cuda.cu unit/nn_cuda_reductions.cu
+              LABELS cuda)
   target_compile_definitions(test_nn_cuda PRIVATE DS_HAVE_CUDA=1)
   target_link_libraries(test_nn_cuda PRIVATE zero-engine-cuda CUDA::cudart)
   set_tests_properties(test_nn_cuda PROPERTIES SKIP_RETURN_CODE 77)
