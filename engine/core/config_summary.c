@@ -435,7 +435,8 @@ static void diff_leaves(sb *s, json_t *a, json_t *b, const char *prefix, list *l
             continue;
         }
         if (bv && json_equal(av, bv)) continue;
-        char va[96], vb[96], item[256];
+        /* item holds the whole path and both values: nothing is cut */
+        char va[96], vb[96], item[CFG_PATH_CAP + sizeof va + sizeof vb + 8];
         compact_value(av, va, sizeof va);
         if (bv) {
             compact_value(bv, vb, sizeof vb);
