@@ -31,26 +31,33 @@ static void check_upgrade(const char *core, const ds_cpu_flags *f, const char *f
           fname, got ? got : "none", want ? want : "none");
 }
 
-static ds_blas_core_probe probe(const char *core, const ds_cpu_flags *f, const char *coretype) {
-    ds_blas_core_probe p = {.dynamic = true, .x86 = true, .cpu = *f};
-    snprintf(p.core, sizeof p.core, "%s", core);
-    if (coretype) {
-        p.coretype_set = true;
-        snprintf(p.coretype, sizeof p.coretype, "%s", coretype);
-    }
-    return p;
-}
+/* One verdict case: the probe's fields, then what ds_blas_core_check gives. */
+typedef struct verdict_case {
+    const char *core;
+    const ds_cpu_flags *cpu;
+    const char *coretype; /* NULL: unset */
+    bool one_core_build;  /* not DYNAMIC_ARCH */
+    bool not_x86;
+    ds_blas_core_verdict want;
+    const char *want_set;
+    const char *want_why;
+} verdict_case;
 
-static void check_verdict(const ds_blas_core_probe *p, ds_blas_core_verdict want,
-                          const char *want_set, const char *want_why) {
+static void check_verdict(const verdict_case *c) {
+    ds_blas_core_probe p = {.dynamic = !c->one_core_build, .x86 = !c->not_x86, .cpu = *c->cpu,
+                            .coretype_set = c->coretype != NULL};
+    snprintf(p.core, sizeof p.core, "%s", c->core);
+    snprintf(p.coretype, sizeof p.coretype, "%s", c->coretype ? c->coretype : "");
     const char *set = "untouched";
     char why[256];
-    ds_blas_core_verdict got = ds_blas_core_check(p, &set, why, sizeof why);
-    CHECK(got == want, "core %s, OPENBLAS_CORETYPE %s: verdict %d, want %d", p->core,
-          p->coretype_set ? p->coretype : "unset", (int)got, (int)want);
-    CHECK(want_set ? set && strcmp(set, want_set) == 0 : set == NULL, "core %s: set %s, want %s",
-          p->core, set ? set : "NULL", want_set ? want_set : "NULL");
-    CHECK(strcmp(why, want_why) == 0, "core %s: why \"%s\", want \"%s\"", p->core, why, want_why);
+    ds_blas_core_verdict got = ds_blas_core_check(&p, &set, why, sizeof why);
+    CHECK(got == c->want, "core %s, OPENBLAS_CORETYPE %s: verdict %d, want %d", c->core,
+          c->coretype ? c->coretype : "unset", (int)got, (int)c->want);
+    CHECK(c->want_set ? set && strcmp(set, c->want_set) == 0 : set == NULL,
+          "core %s: set %s, want %s", c->core, set ? set : "NULL",
+          c->want_set ? c->want_set : "NULL");
+    CHECK(strcmp(why, c->want_why) == 0, "core %s: why \"%s\", want \"%s\"", c->core, why,
+          c->want_why);
 }
 
 int main(void) {
@@ -80,44 +87,36 @@ int main(void) {
     check_upgrade("sandybridge", &k_avx2, "avx2+fma", "Haswell");
 
     /* the verdicts, with the clause each caller puts in its line */
-    ds_blas_core_probe p = probe("Prescott", &k_avx512, NULL);
-    check_verdict(&p, DS_BLAS_CORE_FALLBACK, "SkylakeX",
-                  "OpenBLAS chose core Prescott, but this CPU has AVX-512 (F, BW, VL, DQ)");
-    p = probe("Nehalem", &k_avx2, NULL);
-    check_verdict(&p, DS_BLAS_CORE_FALLBACK, "Haswell",
-                  "OpenBLAS chose core Nehalem, but this CPU has AVX2 and FMA");
-    p = probe("Cooperlake", &k_avx512, NULL);
-    check_verdict(&p, DS_BLAS_CORE_OK, NULL, "");
-    /* the user's choice stays, even an old core: only said when not taken */
-    p = probe("Prescott", &k_avx512, "prescott");
-    check_verdict(&p, DS_BLAS_CORE_OK, NULL, "");
-    p = probe("Prescott", &k_avx512, "Cooperlake");
-    check_verdict(&p, DS_BLAS_CORE_NOT_TAKEN, NULL,
-                  "OPENBLAS_CORETYPE=Cooperlake, but OpenBLAS runs core Prescott (this OpenBLAS "
-                  "does not take that name)");
-    p = probe("Prescott", &k_avx512, "");
-    check_verdict(&p, DS_BLAS_CORE_NOT_TAKEN, NULL,
-                  "OPENBLAS_CORETYPE=, but OpenBLAS runs core Prescott (this OpenBLAS does not "
-                  "take that name)");
-    /* a choice passed on to a host with less: refused before the first GEMM */
-    p = probe("SkylakeX", &k_avx2, "SkylakeX");
-    check_verdict(&p, DS_BLAS_CORE_TOO_NEW, NULL,
-                  "OpenBLAS runs core SkylakeX (OPENBLAS_CORETYPE=SkylakeX), whose kernels need "
-                  "AVX-512 (F, BW, VL, DQ), which this CPU lacks");
-    p = probe("Haswell", &k_avx, "Haswell");
-    check_verdict(&p, DS_BLAS_CORE_TOO_NEW, NULL,
-                  "OpenBLAS runs core Haswell (OPENBLAS_CORETYPE=Haswell), whose kernels need "
-                  "AVX2 and FMA, which this CPU lacks");
-    /* OpenBLAS's own choice is trusted over the flags read here */
-    p = probe("SkylakeX", &k_avx2, NULL);
-    check_verdict(&p, DS_BLAS_CORE_OK, NULL, "");
-    /* nothing to set in a build for one core, nothing to judge off x86 */
-    p = probe("Prescott", &k_avx512, NULL);
-    p.dynamic = false;
-    check_verdict(&p, DS_BLAS_CORE_OK, NULL, "");
-    p = probe("Prescott", &k_avx512, NULL);
-    p.x86 = false;
-    check_verdict(&p, DS_BLAS_CORE_OK, NULL, "");
+    static const char not_taken[] = "OPENBLAS_CORETYPE=%s, but OpenBLAS runs core Prescott (this "
+                                    "OpenBLAS does not take that name)";
+    char not_taken_cl[160], not_taken_empty[160];
+    snprintf(not_taken_cl, sizeof not_taken_cl, not_taken, "Cooperlake");
+    snprintf(not_taken_empty, sizeof not_taken_empty, not_taken, "");
+    const verdict_case cases[] = {
+        {"Prescott", &k_avx512, NULL, false, false, DS_BLAS_CORE_FALLBACK, "SkylakeX",
+         "OpenBLAS chose core Prescott, but this CPU has AVX-512 (F, BW, VL, DQ)"},
+        {"Nehalem", &k_avx2, NULL, false, false, DS_BLAS_CORE_FALLBACK, "Haswell",
+         "OpenBLAS chose core Nehalem, but this CPU has AVX2 and FMA"},
+        {"Cooperlake", &k_avx512, NULL, false, false, DS_BLAS_CORE_OK, NULL, ""},
+        /* the user's choice stays, even an old core: only said when not taken */
+        {"Prescott", &k_avx512, "prescott", false, false, DS_BLAS_CORE_OK, NULL, ""},
+        {"Prescott", &k_avx512, "Cooperlake", false, false, DS_BLAS_CORE_NOT_TAKEN, NULL,
+         not_taken_cl},
+        {"Prescott", &k_avx512, "", false, false, DS_BLAS_CORE_NOT_TAKEN, NULL, not_taken_empty},
+        /* a choice passed on to a host with less: refused before the first GEMM */
+        {"SkylakeX", &k_avx2, "SkylakeX", false, false, DS_BLAS_CORE_TOO_NEW, NULL,
+         "OpenBLAS runs core SkylakeX (OPENBLAS_CORETYPE=SkylakeX), whose kernels need AVX-512 "
+         "(F, BW, VL, DQ), which this CPU lacks"},
+        {"Haswell", &k_avx, "Haswell", false, false, DS_BLAS_CORE_TOO_NEW, NULL,
+         "OpenBLAS runs core Haswell (OPENBLAS_CORETYPE=Haswell), whose kernels need AVX2 and "
+         "FMA, which this CPU lacks"},
+        /* OpenBLAS's own choice is trusted over the flags read here */
+        {"SkylakeX", &k_avx2, NULL, false, false, DS_BLAS_CORE_OK, NULL, ""},
+        /* nothing to set in a build for one core, nothing to judge off x86 */
+        {"Prescott", &k_avx512, NULL, true, false, DS_BLAS_CORE_OK, NULL, ""},
+        {"Prescott", &k_avx512, NULL, false, true, DS_BLAS_CORE_OK, NULL, ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_verdict(&cases[i]);
 
     /* this process's own probe: OpenBLAS's name, and the environment's value */
     ds_blas_core_probe self;
