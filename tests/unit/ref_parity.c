@@ -101,10 +101,15 @@ void ref_parity_end(ref_parity *p) {
     memset(p, 0, sizeof *p);
 }
 
-double ref_parity_tol(const ref_parity *p, double tol, const char *key) {
+/* ref_parity_tol with the multiple given. */
+static double tol_times(const ref_parity *p, double tol, const char *key, double times) {
     json_t *y = json_object_get(json_object_get(p->ref->hdr, "torch_fp32_vs_fp64"), key);
-    if (p->tol->yardstick <= 0 || !json_is_number(y)) return tol;
-    return fmin(tol, p->tol->yardstick * fmax(json_number_value(y), 0x1p-24));
+    if (times <= 0 || !json_is_number(y)) return tol;
+    return fmin(tol, times * fmax(json_number_value(y), 0x1p-24));
+}
+
+double ref_parity_tol(const ref_parity *p, double tol, const char *key) {
+    return tol_times(p, tol, key, p->tol->yardstick);
 }
 
 double ref_parity_logits_rel(const ref_parity *p, const float *logits, const float *ref_logits,
@@ -196,7 +201,9 @@ int ref_parity_after(ref_parity *p) {
     const ref_tols *tol = p->tol;
     const double lr = p->lr, decay = pow(1.0 - lr * p->wd, p->steps);
     const double tol_update = ref_parity_tol(p, tol->update, "update_norm_rel_max");
-    const double tol_after = ref_parity_tol(p, tol->after_lr, "after_max_abs_over_lr");
+    const double tol_after =
+        tol_times(p, tol->after_lr, "after_max_abs_over_lr",
+                  tol->after_yardstick > 0 ? tol->after_yardstick : tol->yardstick);
     const char *worst_u = "", *worst_a = "";
     double worst_uv = 0, worst_av = 0;
     float *buf = p->buf;

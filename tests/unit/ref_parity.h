@@ -55,6 +55,9 @@ typedef struct ref_tols {
     double yardstick;       /* > 0: a metric for which the dump carries PyTorch's own
                                float32 figure (torch_fp32_vs_fp64) is also held to
                                this multiple of that figure (ref_parity_tol) */
+    double after_yardstick; /* > 0: the multiple for `after_lr` instead (an element
+                               max of Adam-normalised noise, more sensitive to the
+                               sgemm kernel than the norms) */
 } ref_tols;
 
 typedef struct ref_parity {

@@ -17,26 +17,39 @@
  *   ds_step x 3, ds_get_param               vs "after/P"
  *
  * Metrics and tolerances (the checks are shared with test_gpt2_parity.c:
- * ref_parity.c). The engine computes in float32 with its own
- * summation orders (blocked gemm, OpenMP reductions, its erf/exp/tanh), so it
- * cannot match bit for bit; the yardstick is how far PyTorch's own float32
- * run lands from the float64 truth, recorded in the dump's header
- * (torch_fp32_vs_fp64) and printed below. Each tolerance is that figure times
- * a margin of about 20-150 for different-but-correct orders, while staying
- * far below what a wrong formula produces (e.g. tanh-approximate GELU, a
- * missing 1/sqrt(d) scale, L2-coupled instead of decoupled weight decay,
- * a missing bias correction: each moves these metrics by 1e-3 or more).
+ * ref_parity.c). The engine computes in float32 with its own summation
+ * orders (blocked gemm, OpenMP reductions, its erf/exp/tanh), so it cannot
+ * match bit for bit; the yardstick is how far PyTorch's own float32 run lands
+ * from the float64 truth, recorded in the dump's header (torch_fp32_vs_fp64)
+ * and printed below. Each metric with such a figure is held to 4 x that
+ * figure (k_tol.yardstick, as test_gpt2_parity.c, whose header says why 4;
+ * never under one float32 rounding, 2^-24), the fixed bound where that is
+ * tighter or the dump has no figure. Measured here, engine / PyTorch's
+ * figure: logits 0.86, step-1/2 losses 1.09, gradients 0.80, updates 0.99
+ * (the step-0 loss exact), the same under DS_CPU_ISA scalar / avx2 / avx512
+ * and 1-2 threads; under OpenBLAS's other sgemm kernels (OPENBLAS_CORETYPE
+ * Prescott, Core2, Nehalem, Sandybridge, Haswell, Zen: what it picks on
+ * other hosts) at most 1.8 (logits, Prescott). The per-element `after`
+ * metric, the largest difference of any entry after three Adam steps, is
+ * more sensitive: Adam divides each update by sqrt(v), so an entry whose
+ * gradient is small moves by about lr whatever rounding its gradient had;
+ * it measured 1.6 here and from 0.6 (Prescott) to 4.4 (Nehalem) under the
+ * other kernels, so it is held to 10 x (twice the largest seen; still 5 x
+ * under the old fixed 0.02 lr). A wrong formula lands far above: a
+ * tanh-approximate GELU, a missing 1/sqrt(d) scale, L2-coupled instead of
+ * decoupled weight decay or a missing bias correction each move these
+ * metrics by 1e-3 or more.
  *
- *   logits          max|d| / max|ref|      <= 1e-4   (torch fp32: 6.0e-7)
- *   step-0 loss     |d| / |ref|            <= 1e-5   (torch fp32: 4.5e-9)
- *   step 1, 2 loss  |d| / |ref|            <= 1e-4   (torch fp32: 2.5e-7; after updates)
- *   gradients       ||d|| / ||ref|| each   <= 1e-4   (torch fp32: 8.5e-7 worst)
+ *                                          4 x torch fp32      fixed bound
+ *   logits          max|d| / max|ref|      4 x 6.0e-7 = 2.4e-6   1e-4
+ *   step-0 loss     |d| / |ref|            4 x 4.5e-9 -> 2^-24   1e-5
+ *   step 1, 2 loss  |d| / |ref|            4 x 2.5e-7 = 1.0e-6   1e-4 (after updates)
+ *   gradients       ||d|| / ||ref|| each   4 x 8.5e-7 = 3.4e-6   1e-4 (torch's worst tensor)
  *   updates         ||d(after - before)|| / ||ref(after - before)||
- *                                          <= 1e-3   (torch fp32: 4.7e-5 worst, LayerNorm
+ *                                          4 x 4.7e-5 = 1.9e-4   1e-3 (torch's worst, LayerNorm
  *                                                     weights: Adam divides by sqrt(v), which
  *                                                     amplifies gradient noise on small entries)
- *   after, element  |d| <= 0.02 * lr                 (torch fp32: 0.001 * lr; one Adam step is
- *                                                     about lr, so 2% of a step)
+ *   after, element  |d| / lr              10 x 0.0010 = 0.0100   0.02 (one Adam step is about lr)
  *   decay only      entries whose reference gradient is exactly 0 (unused vocabulary rows and
  *                   positions): after == before * (1 - lr * wd)^3 within 1e-6 relative (three
  *                   fp32 roundings are 2e-7): checks decoupled weight decay exactly.
@@ -69,6 +82,8 @@ static const ref_tols k_tol = {
     .decay_rel = 1e-6,
     .zero_grad_global = 1e-6,
     .adam_step_bound = 1.003,
+    .yardstick = 4,        /* x PyTorch's own float32 figure: the header says why 4 */
+    .after_yardstick = 10, /* the per-element `after`: the header says why 10 */
 };
 
 static const char *k_config =
