@@ -242,37 +242,37 @@ ds_status ds_comm_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds_dt
     return DS_OK;
 }
 
-ds_status ds_comm_all_to_all(ds_comm *c, const void *send, void *recv, size_t count, ds_dtype t) {
-    DS_TRY(check_common(c, "all_to_all", send, count, t));
-    DS_TRY(check_common(c, "all_to_all", recv, count, t));
-    size_t bytes = count * ds_dtype_size(t) * (size_t)c->world;
+/* all_to_all (counts NULL: every block `count` elements) and all_to_allv. */
+static ds_status personalised(ds_comm *c, const char *what, const void *send, void *recv,
+                              const size_t *counts, size_t count, ds_dtype t) {
+    if (!c) return DS_ERR(DS_ERR_INVALID_ARG, "%s: communicator is NULL", what);
+    /* send: the blocks back to back; recv: world blocks of this rank's size */
+    size_t mine = counts ? counts[c->rank] : count, es = ds_dtype_size(t);
+    size_t total = counts ? sum_counts(c, counts) : count * (size_t)c->world;
+    DS_TRY(check_common(c, what, send, counts ? total : count, t));
+    DS_TRY(check_common(c, what, recv, mine, t));
+    size_t sbytes = total * es, rbytes = mine * (size_t)c->world * es;
     uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
-    if (bytes && s < r + bytes && r < s + bytes)
-        return DS_ERR(DS_ERR_INVALID_ARG, "all_to_all: send and receive buffers overlap");
+    if (sbytes && rbytes && s < r + rbytes && r < s + sbytes)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: send and receive buffers overlap", what);
     enter(c);
     coll_mark m = mark(c, DS_COLL_ALL_TO_ALL);
-    ds_status st = c->ops->all_to_all(c, send, recv, count, t);
-    account(c, DS_COLL_ALL_TO_ALL, m, bytes);
+    ds_status st = counts ? c->ops->all_to_allv(c, send, recv, counts, t)
+                          : c->ops->all_to_all(c, send, recv, count, t);
+    account(c, DS_COLL_ALL_TO_ALL, m, sbytes);
     DS_TRY(st);
+    return DS_OK;
+}
+
+ds_status ds_comm_all_to_all(ds_comm *c, const void *send, void *recv, size_t count, ds_dtype t) {
+    DS_TRY(personalised(c, "all_to_all", send, recv, NULL, count, t));
     return DS_OK;
 }
 
 ds_status ds_comm_all_to_allv(ds_comm *c, const void *send, void *recv, const size_t *counts,
                               ds_dtype t) {
-    if (!c || !counts)
-        return DS_ERR(DS_ERR_INVALID_ARG, "all_to_allv: communicator or counts is NULL");
-    size_t total = sum_counts(c, counts), es = ds_dtype_size(t);
-    DS_TRY(check_common(c, "all_to_allv", send, total, t));
-    DS_TRY(check_common(c, "all_to_allv", recv, counts[c->rank], t));
-    size_t sbytes = total * es, rbytes = counts[c->rank] * (size_t)c->world * es;
-    uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
-    if (sbytes && rbytes && s < r + rbytes && r < s + sbytes)
-        return DS_ERR(DS_ERR_INVALID_ARG, "all_to_allv: send and receive buffers overlap");
-    enter(c);
-    coll_mark m = mark(c, DS_COLL_ALL_TO_ALL);
-    ds_status st = c->ops->all_to_allv(c, send, recv, counts, t);
-    account(c, DS_COLL_ALL_TO_ALL, m, sbytes);
-    DS_TRY(st);
+    if (!counts) return DS_ERR(DS_ERR_INVALID_ARG, "all_to_allv: counts is NULL");
+    DS_TRY(personalised(c, "all_to_allv", send, recv, counts, 0, t));
     return DS_OK;
 }
 

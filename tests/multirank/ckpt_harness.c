@@ -1,10 +1,11 @@
 /* Shared pieces of the checkpoint tests (see ckpt_harness.h). */
 #include "ckpt_harness.h"
 
-#include "tied_model.h"
-
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "tied_model.h"
 
 void ck_setup_defaults(ck_setup *s) {
     *s = (ck_setup){.model = "mlp", .stage = 0, .precision = "fp32", .total_steps = 20,
@@ -33,6 +34,17 @@ ds_dataset *ck_make_data(size_t n, int T, int vocab) {
 }
 
 ds_dataset *ck_data(void) { return ck_make_data(CK_ROWS, 12, 50); }
+
+ds_status ck_start(const char *config, ds_model *model, const ds_dataset *data, engine_t **out) {
+    ds_init_desc d;
+    ds_init_desc_defaults(&d);
+    d.config_json = config;
+    d.model = model;
+    d.train_data = data;
+    d.quiet = true;
+    DS_TRY(ds_initialize(&d, out));
+    return DS_OK;
+}
 
 ds_status ck_engine(const ck_setup *s, const ds_dataset *data, engine_t **out) {
     const int T = 12, V = 50;
@@ -74,13 +86,7 @@ ds_status ck_engine(const ck_setup *s, const ds_dataset *data, engine_t **out) {
              CK_GLOBAL_BATCH, CK_GAS, s->optimizer, sgd ? ", \"momentum\": 0.9" : "",
              s->optim_params ? s->optim_params : "",
              s->total_steps, s->stage, off, fp16 ? "true" : "false", bf16 ? "true" : "false");
-    ds_init_desc d;
-    ds_init_desc_defaults(&d);
-    d.config_json = cfg;
-    d.model = model;
-    d.train_data = data;
-    d.quiet = true;
-    DS_TRY(ds_initialize(&d, out));
+    DS_TRY(ck_start(cfg, model, data, out));
     return DS_OK;
 }
 
@@ -106,6 +112,52 @@ float *ck_params(engine_t *e, size_t *n) {
         }
     *n = total;
     return v;
+}
+
+int ck_train_counted(engine_t *e, int steps, const char *what, double *loss,
+                     ds_comm_stats *comm) {
+    ds_comm_stats s0 = {0}, s1;
+    for (int i = 0; i < steps; i++) {
+        ds_step_info info;
+        if (i == 1) ds_comm_report(e, &s0);
+        if (ds_train_batch(e, &info) != DS_OK) {
+            fprintf(stderr, "%s step %d: %s\n", what, i + 1, ds_last_error());
+            ds_finalize(e);
+            return 1;
+        }
+        loss[i] = info.loss;
+    }
+    ds_comm_report(e, &s1);
+    ds_comm_stats_diff(&s1, &s0, comm);
+    ds_finalize(e);
+    return 0;
+}
+
+int ck_loss_band(const double *a, const double *b, int steps, double band, const char *name,
+                 double *worst) {
+    int fails = 0;
+    *worst = 0;
+    for (int i = 0; i < steps; i++) {
+        double rel = fabs(b[i] - a[i]) / a[0];
+        if (rel > *worst) *worst = rel;
+        if (rel > band) {
+            printf("FAIL: step %d loss %.6f with %s, %.6f without (%.2e of the first loss > "
+                   "%.0e)\n", i + 1, b[i], name, a[i], rel, band);
+            fails++;
+        }
+    }
+    if (!(b[steps - 1] < b[0])) {
+        printf("FAIL: %s did not train: loss %.5f -> %.5f\n", name, b[0], b[steps - 1]);
+        fails++;
+    }
+    return fails;
+}
+
+void ck_loss_summary(const double *a, const double *b, int steps, double band, const char *name,
+                     double worst) {
+    printf("  loss step 1 %.6f / %.6f, step %d %.6f / %.6f (full / %s); worst difference %.3e "
+           "of the first loss (band %.0e)\n", a[0], b[0], steps, a[steps - 1], b[steps - 1], name,
+           worst, band);
 }
 
 void ck_log_step(FILE *f, const ds_step_info *info) {

@@ -38,6 +38,10 @@ ds_dataset *ck_make_data(size_t n, int T, int vocab);
 /* The checkpoint tests' dataset: ck_make_data(CK_ROWS, 12, 50). */
 ds_dataset *ck_data(void);
 
+/* A fresh engine of config (JSON text) and model (owned by the engine, also
+ * on failure) on data (borrowed), quiet. */
+ds_status ck_start(const char *config, ds_model *model, const ds_dataset *data, engine_t **out);
+
 /* A fresh engine of setup s on data (borrowed), quiet. */
 ds_status ck_engine(const ck_setup *s, const ds_dataset *data, engine_t **out);
 
@@ -55,6 +59,23 @@ typedef struct ck_step {
     double loss, lr, scale;
 } ck_step;
 int ck_read_log(const char *path, ck_step *out, int cap);
+
+/* Train e (a fresh engine) `steps` steps, each loss into loss[i], and put
+ * into *comm what this rank's collectives sent over steps 2..steps (the
+ * first step's one-time gathers left out); finalizes e. 0, or 1 with a
+ * line on stderr naming `what` and the step. */
+int ck_train_counted(engine_t *e, int steps, const char *what, double *loss,
+                     ds_comm_stats *comm);
+
+/* Run b against the reference run a: every step's |b[i] - a[i]| within
+ * band times a[0] (a's first loss), and b trained (its last loss below its
+ * first); a line "FAIL: ..." for each miss, naming b as `name`. Returns the
+ * count of those; *worst: the largest such fraction. */
+int ck_loss_band(const double *a, const double *b, int steps, double band, const char *name,
+                 double *worst);
+/* The line that sums such a comparison up (first and last losses, worst). */
+void ck_loss_summary(const double *a, const double *b, int steps, double band, const char *name,
+                     double worst);
 
 bool ck_write_floats(const char *path, const float *v, size_t n);
 float *ck_read_floats(const char *path, size_t *n);

@@ -68,13 +68,7 @@ static ds_status make(const char *type, const char *params, engine_t **out) {
              " \"gradient_clipping\": 1.0, \"steps_per_print\": 100000,"
              " \"zero_optimization\": {\"stage\": 0, \"reduce_bucket_size\": 1000}}",
              type, params);
-    ds_init_desc d;
-    ds_init_desc_defaults(&d);
-    d.config_json = cfg;
-    d.model = model;
-    d.train_data = g_data;
-    d.quiet = true;
-    DS_TRY(ds_initialize(&d, out));
+    DS_TRY(ck_start(cfg, model, g_data, out));
     return DS_OK;
 }
 
