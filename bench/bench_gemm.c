@@ -14,7 +14,7 @@
  *   attn context   128 x 64 x 128, batch 128   (P V)
  * For the batched cases the table also shows the other strategy -- one GEMM
  * after another, each split by OpenBLAS over the threads -- against the
- * backend's choice, which is what DS_CPU_GEMM_SMALL_FLOPS in cpu_backend.c
+ * backend's choice, which is what DS_CPU_GEMM_SMALL_FLOPS (cpu_ops.h)
  * rests on.
  *
  * Peak: the FMA throughput measured with independent vector FMAs (AVX2 and,

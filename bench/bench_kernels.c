@@ -34,7 +34,10 @@
  *
  * GEMMs: the backend's gemm slot (what the models call) against cblas_sgemm
  * called directly at the same shape and thread count; batched attention
- * products against OpenBLAS looping over the batch. */
+ * products against OpenBLAS looping over the batch. The slot runs products
+ * of at most 16 MFLOP with alpha 1, beta 0 and n % 16 == 0 (the attention
+ * products here) in the variant's own kernel (cpu_gemm_small.c), the rest
+ * in OpenBLAS. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -318,6 +321,9 @@ static void run_gemms(bench *bk, const model *md, bufs *b) {
         {"dW = X^T dY (ffn)", Ff, H, N, 1, true, false},
         {"attn scores Q K^T", T, T, dh, BH, false, true},
         {"attn context P V", T, dh, T, BH, false, false},
+        /* backward: dV = P^T dC and dK = dS^T Q (dP = dC V^T is the scores'
+         * shape, dQ = dS K the context's) */
+        {"attn dV = P^T dC", T, dh, T, BH, true, false},
         /* Q, K and V in one GEMM: GPT-2's c_attn; for BERT, what its three
          * projections (and their weight gradients) would cost as one, which
          * packs x once instead of three times (RESULTS: no faster here) */
@@ -325,7 +331,7 @@ static void run_gemms(bench *bk, const model *md, bufs *b) {
         {"dW = X^T dY (q|k|v in one)", 3 * H, H, N, 1, true, false},
         {"LM head (one sequence)", md->R, md->V, H, 1, false, true},
     };
-    int ng = md->C > 100 ? 10 : 9; /* the classifier has no LM head */
+    int ng = md->C > 100 ? 11 : 10; /* the classifier has no LM head */
     printf("\n%s GEMMs, %d threads (OpenBLAS %s):\n\n", md->name, bk->nt,
            openblas_get_config());
     printf("| GEMM | m x n x k (batch) | backend GFLOP/s | OpenBLAS sgemm GFLOP/s | ratio |\n");

@@ -127,6 +127,20 @@ static void test_shapes(ds_backend *be) {
     /* attention-like batch: many small matrices (one-per-thread path) */
     gemm_case attn = {0, 1, 32, 32, 16, 8, 0, 0, 0.125f, 0.0f};
     run_case(be, &attn);
+    /* the variants' own kernel (cpu_gemm_small.c: alpha 1, beta 0, n % 16 == 0,
+     * k <= 256, small): full and partial row tiles (4 or 6 rows), full panels
+     * of 64 columns and tails of 16-48, k from 1 to its 256 limit, one
+     * product split over the threads by rows (m = 130), several products */
+    const int own[][4] = {{130, 144, 65, 1}, {37, 80, 256, 3}, {1, 16, 1, 2},
+                          {5, 32, 7, 5},     {48, 48, 64, 2}, {130, 64, 257, 1}};
+    for (size_t s = 0; s < sizeof own / sizeof own[0]; s++)
+        for (int t = 0; t < 4; t++) {
+            gemm_case c = {t >> 1, t & 1, own[s][0], own[s][1], own[s][2], own[s][3],
+                           (int)(s % 2) * 3, 0, 1.0f, 0.0f};
+            run_case(be, &c);
+        }
+    gemm_case own_shared = {1, 0, 20, 64, 30, 3, 1, 1, 1.0f, 0.0f};
+    run_case(be, &own_shared);
 }
 
 /* k = 0: op(A) op(B) is empty, so C = beta * C; beta = 0 clears NaN. */

@@ -6,8 +6,10 @@
  * gradients and working copies) and every model kernel (embedding, broadcast
  * add, mean pool, row copies, bias + each activation forward and backward,
  * dropout, layer norm, masked / causal attention softmax with dropout,
- * cross-entropy), at 2 threads, on shapes whose widths leave vector tails
- * (37 x 771, heads of 1..133 keys). Each output is compared byte for byte
+ * cross-entropy) and the small GEMMs of the variants' own kernel
+ * (cpu_gemm_small.c, every transpose combination), at 2 threads, on shapes
+ * whose widths leave vector tails (37 x 771, heads of 1..133 keys; GEMMs of
+ * 37 x 80). Each output is compared byte for byte
  * with the scalar variant's: the tolerance is zero, because the project
  * promises bit-identical training across stages, resumes and hosts, and the
  * variants differ only in vector width and instruction encoding (no
@@ -234,6 +236,26 @@ static void run_nn(ds_backend *be, outputs *o) {
     free(logits), free(probs), free(dl), free(table), free(dtab);
 }
 
+/* The gemm slot where each variant runs its own kernel (alpha 1, beta 0, n a
+ * multiple of 16, small): row and column tails of every tile shape (37 rows;
+ * 80 = 64 + 16 columns), k = 65, three products, each transpose pair. */
+static void run_gemm(ds_backend *be, outputs *o) {
+    enum { GM = 37, GN = 80, GK = 65, GB = 3 };
+    static const char *const names[4] = {"gemm nn", "gemm nt", "gemm tn", "gemm tt"};
+    float *a = frand_buf((size_t)GB * GM * GK, -1.0f, 1.0f);
+    float *b = frand_buf((size_t)GB * GK * GN, -1.0f, 1.0f);
+    float *c = malloc((size_t)GB * GM * GN * sizeof *c);
+    if (!c) TEST_DIE("out of memory");
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 2, tb = t & 1;
+        CHECK_OK(be->ops->gemm(be, ta, tb, GM, GN, GK, 1.0f, a, ta ? GM : GK, (int64_t)GM * GK, b,
+                               tb ? GK : GN, (int64_t)GK * GN, 0.0f, c, GN, (int64_t)GM * GN,
+                               GB));
+        keep(o, names[t], c, (size_t)GB * GM * GN * 4);
+    }
+    free(a), free(b), free(c);
+}
+
 static void run_variant(const char *isa, outputs *o) {
     if (setenv("DS_CPU_ISA", isa, 1) != 0) TEST_DIE("setenv");
     ds_backend *be = test_cpu_backend(2, NULL);
@@ -243,6 +265,7 @@ static void run_variant(const char *isa, outputs *o) {
     g_rng = 0x9E3779B97F4A7C15ull; /* the same inputs for every variant */
     run_elementwise(be, o);
     run_nn(be, o);
+    run_gemm(be, o);
     ds_backend_destroy(be);
 }
 

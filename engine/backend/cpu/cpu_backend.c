@@ -95,12 +95,6 @@ static void gemm_beta_only(float beta, float *C, int m, int n, int ldc, int64_t 
     }
 }
 
-/* Batches of matrices at most this many flops each run one per thread
- * (OpenBLAS single-threaded inside the parallel region) rather than one
- * after another with OpenBLAS splitting each: attention's 128x128x64 blocks
- * are too small to split well. bench/bench_gemm.c measures both. */
-#define DS_CPU_GEMM_SMALL_FLOPS (16.0 * 1024 * 1024)
-
 ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, int k,
                           float alpha, const float *A, int lda, int64_t strideA, const float *B,
                           int ldb, int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
@@ -117,6 +111,8 @@ ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, in
     enum CBLAS_TRANSPOSE ta = transa ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = transb ? CblasTrans : CblasNoTrans;
     double flops = 2.0 * m * n * k;
+    /* small products one per thread (OpenBLAS single-threaded inside the
+     * parallel region): the ones cpu_gemm_small.c leaves to OpenBLAS */
     if (batch > 1 && nt > 1 && flops <= DS_CPU_GEMM_SMALL_FLOPS) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int b = 0; b < batch; b++)

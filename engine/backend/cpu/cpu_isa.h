@@ -24,10 +24,13 @@
  * and the reductions that vector widths would reorder sum into a fixed number
  * of lanes (nn_math.h, DS_LANES). tests/unit/test_cpu_isa.c checks the
  * element-wise slots, the optimizers and every model kernel bit for bit across
- * the variants this host runs. The GEMMs are OpenBLAS's, which chooses its own
- * kernel from the CPU and rounds differently per kernel: hosts of different
- * kinds give the same bits only with OPENBLAS_CORETYPE pinned to a kernel all
- * of them run (Haswell for AVX2 and later). */
+ * the variants this host runs. The small GEMMs (attention's per-head
+ * products, cpu_gemm_small.c) are each variant's own kernel with one fma chain
+ * per element, the same bits on every variant and host with FMA (test_cpu_isa
+ * checks them too); the others are OpenBLAS's, which chooses its own kernel
+ * from the CPU and rounds differently per kernel: hosts of different kinds
+ * give the same bits only with OPENBLAS_CORETYPE pinned to a kernel all of
+ * them run (Haswell for AVX2 and later). */
 #ifndef DS_BACKEND_CPU_ISA_H
 #define DS_BACKEND_CPU_ISA_H
 

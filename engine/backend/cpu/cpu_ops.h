@@ -34,9 +34,18 @@
 #define ds_cpu_vmath DS_ISA_NAME(ds_cpu_vmath)
 #define ds_cpu_quantize_i8 DS_ISA_NAME(ds_cpu_quantize_i8)
 #define ds_cpu_dequantize_i8 DS_ISA_NAME(ds_cpu_dequantize_i8)
+#define ds_cpu_gemm_small DS_ISA_NAME(ds_cpu_gemm_small)
 #endif
 
 /* ---- compiled once (cpu_backend.c) ---- */
+
+/* Products of at most this many flops are "small": in a batch, OpenBLAS runs
+ * them one per thread rather than one after another with OpenBLAS splitting
+ * each (attention's 128 x 128 x 64 blocks are too small to split well;
+ * bench/bench_gemm.c measures both), and cpu_gemm_small.c takes the ones its
+ * kernel handles. */
+#define DS_CPU_GEMM_SMALL_FLOPS (16.0 * 1024 * 1024)
+
 ds_status ds_cpu_alloc(ds_backend *be, size_t bytes, ds_mem_place place, void **out);
 void ds_cpu_free(ds_backend *be, void *ptr, ds_mem_place place);
 ds_status ds_cpu_memcpy(ds_backend *be, void *dst, const void *src, size_t bytes,
@@ -98,6 +107,14 @@ ds_status ds_cpu_quantize_i8(ds_backend *be, int8_t *q, float *scales, const voi
                              size_t n, size_t block);
 ds_status ds_cpu_dequantize_i8(ds_backend *be, float *y, const int8_t *q, const float *scales,
                                size_t n, size_t block);
+
+/* cpu_gemm_small.c: the variant's gemm slot (backend.h's contract): small
+ * products with alpha 1, beta 0 in the variant's own kernel, the rest
+ * through ds_cpu_gemm (OpenBLAS). */
+ds_status ds_cpu_gemm_small(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                            float alpha, const float *A, int lda, int64_t strideA, const float *B,
+                            int ldb, int64_t strideB, float beta, float *C, int ldc,
+                            int64_t strideC, int batch);
 
 /* cpu_vmath.c: the ds_cpu_variant.vmath of this variant (cpu_isa.h). */
 void ds_cpu_vmath(ds_vmath_fn fn, float *y, const float *x, size_t n);
