@@ -5,6 +5,11 @@
  *   ... bench/bench_train --stage 1 --overlap 1 --bucket 1000000
  *
  * --backend cpu|cuda (zero_engine.backend; default cpu) times the GPU path.
+ * --qgz 1 sets zero_optimization.zero_quantized_gradients (ZeRO++ qgZ,
+ * stage 3: the gradient reduce-scatter in blockwise int8), --qwz 1
+ * zero_quantized_weights (qwZ: the parameter all-gathers in it); the bytes
+ * each collective sent per step are printed either way. --qgz ab pairs an
+ * engine without and one with qgZ as --overlap ab pairs overlap off and on.
  * --overlap 0|1 sets zero_optimization.overlap_comm (default: DeepSpeed's,
  * true at stage 3 only), --bucket N its reduce_bucket_size in elements
  * (default DeepSpeed's 5e8, which for this model is one bucket: nothing to
@@ -30,7 +35,7 @@
 #include "models/models.h"
 
 typedef struct bench {
-    int stage, steps, warmup, T, global_batch, ckpt;
+    int stage, steps, warmup, T, global_batch, ckpt, qwz;
     const char *precision, *backend;
     long long bucket;
     int64_t psi;
@@ -41,8 +46,8 @@ typedef struct bench {
 
 enum { V = 21128, H = 256, L = 4, NH = 4, I = 1024, C = 6 };
 
-/* overlap: -1 DeepSpeed's default, 0 off, 1 on. */
-static ds_status make_engine(bench *b, int overlap, engine_t **out) {
+/* overlap: -1 DeepSpeed's default, 0 off, 1 on; qgz: 0 off, 1 on. */
+static ds_status make_engine(bench *b, int overlap, int qgz, engine_t **out) {
     ds_bert_desc bd = {.vocab_size = V, .hidden_size = H, .num_hidden_layers = L,
                        .num_attention_heads = NH, .intermediate_size = I,
                        .max_position_embeddings = 512, .type_vocab_size = 2,
@@ -59,11 +64,13 @@ static ds_status make_engine(bench *b, int overlap, engine_t **out) {
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4, \"weight_decay\": 0.01}},"
              " \"gradient_clipping\": 1.0,"
              " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0,"
-             " \"reduce_bucket_size\": %lld%s},"
+             " \"reduce_bucket_size\": %lld%s%s%s},"
              " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s},"
              " \"zero_engine\": {\"backend\": \"%s\"}"
              "%s}",
              b->global_batch, b->stage, b->bucket, ov,
+             qgz ? ", \"zero_quantized_gradients\": true" : "",
+             b->qwz ? ", \"zero_quantized_weights\": true" : "",
              strcmp(b->precision, "fp16") ? "false" : "true",
              strcmp(b->precision, "bf16") ? "false" : "true", b->backend,
              b->ckpt ? ", \"activation_checkpointing\": {}" : "");
@@ -79,6 +86,7 @@ static ds_status make_engine(bench *b, int overlap, engine_t **out) {
 
 /* Per engine: total, forward, backward and step time of each timed step. */
 typedef struct timing {
+    int overlap, qgz;     /* the engine's settings (make_engine) */
     double *dt, *fw, *bw, *st;
     ds_comm_stats c0, c1; /* the engine's communication before / after the timed steps */
     float loss0;          /* the first step's loss (this rank's rows), to compare models */
@@ -126,8 +134,8 @@ static double median(const double *x, int n) {
     return m;
 }
 
-static void report(const bench *b, engine_t *e, int overlap, const timing *tm) {
-    int steps = b->steps, T = b->T;
+static void report(const bench *b, engine_t *e, const timing *tm) {
+    int steps = b->steps, T = b->T, overlap = tm->overlap;
     double med = median(tm->dt, steps), lo = tm->dt[0], hi = tm->dt[0];
     for (int k = 1; k < steps; k++) {
         if (tm->dt[k] < lo) lo = tm->dt[k];
@@ -182,6 +190,14 @@ static void report(const bench *b, engine_t *e, int overlap, const timing *tm) {
                "collectives, %.3f s waited for, %.0f%% hidden\n", b->stage, overlap,
                mb / steps, coll / steps, wait / steps,
                coll > 0 ? 100.0 * (1.0 - (wait < coll ? wait : coll) / coll) : 0.0);
+    if (ds_rank(e) == 0) { /* rank 0's bytes by collective */
+        printf("bench_train: stage %d overlap %d qwz %d qgz %d bytes per step (rank 0):",
+               b->stage, overlap, b->qwz, tm->qgz);
+        for (int k = 0; k < DS_COLL_COUNT; k++)
+            printf(" %s %.0f", ds_coll_name((ds_coll)k),
+                   (double)(tm->c1.bytes_sent[k] - tm->c0.bytes_sent[k]) / steps);
+        printf("\n");
+    }
 }
 
 static int fail(void) {
@@ -192,7 +208,7 @@ static int fail(void) {
 int main(int argc, char **argv) {
     bench b = {.stage = 0, .steps = 8, .warmup = 2, .T = 128, .global_batch = 32, .ckpt = 0,
                .precision = "fp32", .backend = "cpu", .bucket = 500000000};
-    int overlap = -1; /* -1: DeepSpeed's default; 2: ab */
+    int overlap = -1, qgz = 0; /* overlap -1: DeepSpeed's default; 2 (either): ab */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--stage")) b.stage = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--steps")) b.steps = atoi(argv[i + 1]);
@@ -205,13 +221,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--overlap"))
             overlap = !strcmp(argv[i + 1], "ab") ? 2 : atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--bucket")) b.bucket = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--qgz"))
+            qgz = !strcmp(argv[i + 1], "ab") ? 2 : atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--qwz")) b.qwz = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "bench_train: unknown option %s\n", argv[i]);
             return 2;
         }
     }
-    if (b.steps < 1 || b.warmup < 0) {
-        fprintf(stderr, "bench_train: --steps must be at least 1, --warmup at least 0\n");
+    if (b.steps < 1 || b.warmup < 0 || (overlap == 2 && qgz == 2)) {
+        fprintf(stderr, "bench_train: --steps must be at least 1, --warmup at least 0, and "
+                "one of --overlap and --qgz ab at a time\n");
         return 2;
     }
     size_t n_rows = (size_t)b.global_batch * (size_t)(b.steps + b.warmup);
@@ -229,31 +249,32 @@ int main(int argc, char **argv) {
         }
         b.labels[i] = (int)(i % (size_t)C);
     }
-    int ne = overlap == 2 ? 2 : 1;
+    int ne = overlap == 2 || qgz == 2 ? 2 : 1;
     engine_t *e[2] = {NULL, NULL};
     timing tm[2];
     for (int k = 0; k < ne; k++) {
-        if (make_engine(&b, ne == 2 ? k : overlap, &e[k]) != DS_OK) return fail();
         double *m = calloc((size_t)b.steps * 4, sizeof *m);
-        tm[k] = (timing){.dt = m, .fw = m + b.steps, .bw = m + 2 * b.steps, .st = m + 3 * b.steps};
+        tm[k] = (timing){.overlap = overlap == 2 ? k : overlap, .qgz = qgz == 2 ? k : qgz,
+                         .dt = m, .fw = m + b.steps, .bw = m + 2 * b.steps, .st = m + 3 * b.steps};
+        if (make_engine(&b, tm[k].overlap, tm[k].qgz, &e[k]) != DS_OK) return fail();
     }
     for (int i = 0; i < b.warmup + b.steps; i++)
         for (int j = 0; j < ne; j++) {
             int k = (i + j) % ne; /* ab: off first in even steps, on first in odd ones */
             if (timed_step(&b, e[k], i, &tm[k]) != DS_OK) return fail();
         }
-    for (int k = 0; k < ne; k++) report(&b, e[k], ne == 2 ? k : overlap, &tm[k]);
+    for (int k = 0; k < ne; k++) report(&b, e[k], &tm[k]);
     if (ne == 2 && ds_rank(e[0]) == 0) {
         double *r = malloc((size_t)b.steps * sizeof *r);
         double rlo = 1e30, rhi = 0;
         for (int k = 0; k < b.steps; k++) {
-            r[k] = tm[0].dt[k] / tm[1].dt[k]; /* > 1: overlap on is faster */
+            r[k] = tm[0].dt[k] / tm[1].dt[k]; /* > 1: the second engine is faster */
             if (r[k] < rlo) rlo = r[k];
             if (r[k] > rhi) rhi = r[k];
         }
-        printf("bench_train: stage %d paired steps: samples/s overlap on / off = %.3f (median "
-               "of %d pairs, min %.3f, max %.3f)\n", b.stage, median(r, b.steps), b.steps, rlo,
-               rhi);
+        printf("bench_train: stage %d paired steps: samples/s %s on / off = %.3f (median "
+               "of %d pairs, min %.3f, max %.3f)\n", b.stage, overlap == 2 ? "overlap" : "qgz",
+               median(r, b.steps), b.steps, rlo, rhi);
         free(r);
     }
     for (int k = 0; k < ne; k++) {

@@ -9,7 +9,10 @@
 #   choose the links, whether to run on one host too, the stages and the
 #   runs per stage: OVERLAPS=ab runs one process per stage that alternates
 #   the steps of an overlap-off and an overlap-on engine (bench_train
-#   --overlap ab), whose paired ratio is robust to the machine's load
+#   --overlap ab), whose paired ratio is robust to the machine's load;
+#   QGZ="0 1" runs each of them without and with ZeRO++ qgZ (bench_train
+#   --qgz, stage 3 only; default "0"), QWZ="0 1" likewise with qwZ
+#   (--qwz), every pair of the two
 #
 # Two ranks, one thread each (OMP_NUM_THREADS=1), --bind-to none (each
 # simulated host's daemon would otherwise bind both ranks to core 0). In each
@@ -57,11 +60,16 @@ else:
 '
 
 runs() { # $1: mpirun prefix
-  local stage ov
+  local stage ov q w
   for stage in ${STAGES:-0 1 2}; do
     for ov in ${OVERLAPS:-0 1}; do
-      $1 "$BENCH" --stage "$stage" --overlap "$ov" --bucket "$BUCKET" --steps "$STEPS" \
-        --warmup 2 2>&1 | grep -E '^bench_train:|rror' || echo "bench_train: stage $stage overlap $ov FAILED"
+      for w in ${QWZ:-0}; do
+        for q in ${QGZ:-0}; do
+          $1 "$BENCH" --stage "$stage" --overlap "$ov" --bucket "$BUCKET" --steps "$STEPS" \
+            --warmup 2 --qwz "$w" --qgz "$q" 2>&1 | grep -E '^bench_train:|rror' ||
+            echo "bench_train: stage $stage overlap $ov qwz $w qgz $q FAILED"
+        done
+      done
     done
   done
 }
@@ -74,7 +82,7 @@ for rep in $(seq 1 "$REPEATS"); do
   fi
   for rate in ${RATES:-10gbit 1gbit}; do
     echo "-- two hosts, $rate, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-    export LINK_PY BENCH BUCKET STEPS MPI STAGES OVERLAPS
+    export LINK_PY BENCH BUCKET STEPS MPI STAGES OVERLAPS QGZ QWZ
     export -f runs
     "$TWOHOST" run --name ovl$$ --rate "$rate" -- bash -c '
       python3 -c "$LINK_PY" recv & r=$!
