@@ -242,14 +242,14 @@ static ds_status find_param(const engine_t *e, const char *name, size_t numel, i
 }
 
 ds_status ds_get_param(engine_t *e, const char *name, float *out, size_t numel) {
-    int i;
+    int i = -1; /* find_param sets it; -O3 cannot see that */
     DS_TRY(find_param(e, name, numel, &i));
     DS_TRY(e->zero->ops->get_param(e->zero, i, out));
     return DS_OK;
 }
 
 ds_status ds_set_param(engine_t *e, const char *name, const float *values, size_t numel) {
-    int i;
+    int i = -1;
     DS_TRY(find_param(e, name, numel, &i));
     /* Weights loaded with a NaN or inf (a damaged or diverged export) would
      * make every step non-finite: refuse them here, where every loader ends. */
@@ -267,7 +267,7 @@ ds_status ds_set_param_cb(void *engine, const char *name, const float *values, s
 }
 
 ds_status ds_get_grad(engine_t *e, const char *name, float *out, size_t numel) {
-    int i;
+    int i = -1;
     DS_TRY(find_param(e, name, numel, &i));
     DS_TRY(e->zero->ops->get_grad(e->zero, i, out));
     /* Stored gradients are sums over ranks of loss-scaled values; report the

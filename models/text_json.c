@@ -43,8 +43,8 @@ static ds_status push_object(const char *path, int line, const json_t *obj,
     if (!json_is_string(text))
         return DS_ERR(DS_ERR_DATA, "%s:%d: the text must be a string", path, line);
     char num[32];
-    const char *ls;
-    size_t llen;
+    const char *ls = NULL; /* set by label_text; -O3 cannot see it */
+    size_t llen = 0;
     DS_TRY(label_text(path, line, label, num, sizeof num, &ls, &llen));
     return ds_text_rows_push(rows, json_string_value(text), json_string_length(text), ls, llen,
                              line);
@@ -123,8 +123,8 @@ ds_status ds_text_parse_json(const char *path, const char *buf, size_t len,
             if (json_is_array(v) && json_array_size(v) == 2 &&
                 json_is_string(json_array_get(v, 0))) {
                 char num[32];
-                const char *ls;
-                size_t llen;
+                const char *ls = NULL; /* set by label_text; -O3 cannot see it */
+                size_t llen = 0;
                 const json_t *t = json_array_get(v, 0);
                 st = label_text(path, item_line, json_array_get(v, 1), num, sizeof num, &ls,
                                 &llen);

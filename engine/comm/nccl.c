@@ -117,6 +117,7 @@ static ds_status complete(ds_comm *c, const char *what, ncclResult_t r) {
 }
 
 static ds_status nccl_type(ds_dtype t, ncclDataType_t *out) {
+    *out = ncclFloat32; /* set on every path: -O3 otherwise warns the callers may read it unset */
     switch (t) {
     case DS_F32: *out = ncclFloat32; return DS_OK;
     case DS_F16: *out = ncclFloat16; return DS_OK;
