@@ -28,9 +28,23 @@ add_test(NAME stage3_hpz_bf16_np2 COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 2
 set_tests_properties(stage3_hpz_bf16_np2 PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS 2)
 add_test(NAME stage3_hier_twohost
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_hier_twohost.sh
-                 $<TARGET_FILE:test_hier> ${_hier_work}/twohost ${CMAKE_SOURCE_DIR}/tools/twohost.sh)
+                 $<TARGET_FILE:test_hier> ${_hier_work}/twohost ${CMAKE_SOURCE_DIR}/tools/twohost.sh
+                 ${CMAKE_BINARY_DIR}/bin)
 set_tests_properties(stage3_hier_twohost PROPERTIES LABELS multirank TIMEOUT 600 PROCESSORS 2
                      SKIP_RETURN_CODE 77)
+# ZeRO++ as DeepSpeed's tutorial configures it (hpZ + qwZ + qgZ), and MiCS
+# with qwZ + qgZ: int8 records in every gather (hpZ's secondary group's
+# too) and in the gradients' all-to-all, bytes per step equal the formula,
+# losses within a band of plain stage 3 (step 1 the bits of qwZ alone under
+# hpZ), checkpoints resume and load into plain stage 3
+add_test(NAME stage3_hpz_qwz_qgz_np4 COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 4
+         -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_hier> --hpz 2 --qwz 1 --qgz 1
+         --ckpt ${_hier_work}/zeropp_np4)
+add_test(NAME stage3_mics_qwz_qgz_np4 COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 4
+         -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_hier> --mics 2 --qwz 1 --qgz 1
+         --ckpt ${_hier_work}/mics_q_np4)
+set_tests_properties(stage3_hpz_qwz_qgz_np4 stage3_mics_qwz_qgz_np4 PROPERTIES
+                     LABELS multirank TIMEOUT 300 PROCESSORS 2)
 # sizes the world refuses, each naming its key (the keys alone: test_config_bad)
 add_test(NAME stage3_hier_refusals_np4 COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 4
          -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_hier> --refusals 1)

@@ -67,7 +67,20 @@
  * the boundary all-reduces the partition's gradients across the groups;
  * under hpZ a module's first gather after an update comes from the world
  * partition and fills the secondary copy, every later one (the backward's,
- * later micro-batches') runs over the secondary group. */
+ * later micro-batches') runs over the secondary group.
+ *
+ * hpZ with qwZ, as DeepSpeed (partition_parameters.py: all_gather_coalesced
+ * quantizes ds_secondary_tensor when its quantize flag is set, and the
+ * coordinator passes zero_quantized_weights for every fetch; the secondary
+ * tensor holds the gathered, dequantized parameter in its own dtype): the
+ * world gather carries int8 records, the secondary piece is filled from the
+ * dequantized span in the working dtype, and the gathers inside the group
+ * quantize that piece again (blocks from its own start) and carry int8 too.
+ * So the forward computes with Q(w), as qwZ alone, and the backward with
+ * Q'(Q(w)), Q' cut at the secondary pieces' starts: within half a step of
+ * Q(w)'s blocks again. MiCS with qwZ gathers over the shard group in int8;
+ * its hierarchical gather packs working-dtype pieces and is refused with
+ * qwZ (engine/core/config_resolve.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,14 +158,14 @@ static int64_t span_of(const stage3 *s, int m) {
     return s->flat->modules[m].end - s->flat->modules[m].begin;
 }
 
-/* qwZ: the byte counts of the pieces' records (from sl->counts). */
-static void packed_counts(stage3 *s, slot *sl) {
-    for (int r = 0; r < s->comm->world; r++) sl->qcounts[r] = ds_q8_record_bytes(sl->counts[r]);
+/* qwZ: the byte counts of the pieces' records (from sl->counts, one per
+ * rank of the gather's communicator: the partition's, or hpZ's group). */
+static void packed_counts(slot *sl, int world) {
+    for (int r = 0; r < world; r++) sl->qcounts[r] = ds_q8_record_bytes(sl->counts[r]);
 }
 
 /* qwZ: this rank's piece (its elements at x) encoded into its place. */
-static ds_status quantize_mine(stage3 *s, slot *sl, const void *x) {
-    int rank = s->comm->rank;
+static ds_status quantize_mine(stage3 *s, slot *sl, int rank, const void *x) {
     DS_TRY(ds_q8_encode(s->be, x, s->pt, sl->counts[rank],
                         sl->qbuf + ds_zero_block_offset(sl->qcounts, rank)));
     return DS_OK;
@@ -181,11 +194,13 @@ static ds_status start_gather_range(stage3 *s, slot *sl, int64_t begin, int64_t 
     int rank = gc->rank;
     size_t off = ds_zero_block_offset(sl->job.counts, rank);
     size_t mine = sl->job.counts[rank];
-    if (s->qwz) packed_counts(s, sl);
+    if (s->qwz) packed_counts(sl, gc->world);
     sl->from_sec = sec;
     sl->fill_sec = false;
     sl->begin = begin;
-    if (mine > 0 && sec) {
+    if (mine > 0 && sec && s->qwz) { /* DeepSpeed quantizes the secondary piece too */
+        DS_TRY(quantize_mine(s, sl, rank, ds_s3_secondary_at(&s->x, begin)));
+    } else if (mine > 0 && sec) {
         DS_TRY(ds_s3_secondary_piece(&s->x, begin, ds_at(sl->buf, s->pt, (int64_t)off), mine));
     } else if (mine > 0) {
         int64_t src = (begin > s->sh.lo ? begin : s->sh.lo) - s->sh.lo;
@@ -195,7 +210,8 @@ static ds_status start_gather_range(stage3 *s, slot *sl, int64_t begin, int64_t 
         else if (!s->qwz) /* qwZ quantizes straight from the partition */
             DS_TRY(s->be->ops->memcpy(s->be, dst, ds_at(s->params, s->pt, src),
                                       mine * ds_dtype_size(s->pt), DS_COPY_D2D, NULL));
-        if (s->qwz) DS_TRY(quantize_mine(s, sl, s->ps ? dst : ds_at(s->params, s->pt, src)));
+        if (s->qwz)
+            DS_TRY(quantize_mine(s, sl, rank, s->ps ? dst : ds_at(s->params, s->pt, src)));
     }
     sl->job.kind = DS_JOB_ALL_GATHERV;
     if (s->x.hbuf && !sec) {
@@ -234,14 +250,15 @@ static ds_status finish_gather(stage3 *s, slot *sl) {
         sl->valid = false;
         DS_TRY(st);
     }
-    if (sl->fill_sec) {
-        DS_TRY(ds_s3_fill_secondary(&s->x, sl->module, sl->buf, sl->begin, sl->len));
-        sl->fill_sec = false;
-    }
     if (s->qwz) /* every rank's piece, its own included (see the top), straight to fp32 */
-        DS_TRY(ds_q8_decode_all(s->be, sl->qbuf, sl->counts, s->comm->world, sl->f32));
+        DS_TRY(ds_q8_decode_all(s->be, sl->qbuf, sl->counts, sl->job.comm->world, sl->f32));
     else if (s->pt != DS_F32)
         DS_TRY(s->be->ops->cast(s->be, sl->f32, DS_F32, sl->buf, s->pt, (size_t)sl->len));
+    if (sl->fill_sec) { /* under qwZ the dequantized weights, as DeepSpeed keeps them */
+        DS_TRY(ds_s3_fill_secondary(&s->x, sl->module, s->qwz ? (void *)sl->f32 : sl->buf,
+                                    s->qwz ? DS_F32 : s->pt, sl->begin, sl->len));
+        sl->fill_sec = false;
+    }
     return DS_OK;
 }
 

@@ -52,21 +52,29 @@ void ds_s3_groups_free(ds_s3_groups *x) {
     x->hcounts = NULL;
 }
 
-ds_status ds_s3_secondary_piece(ds_s3_groups *x, int64_t begin, void *dst, size_t n) {
+const void *ds_s3_secondary_at(const ds_s3_groups *x, int64_t begin) {
     int64_t hlo = (int64_t)x->g.sec->rank * x->hflat.part;
-    DS_TRY(x->be->ops->memcpy(x->be, dst, ds_at(x->sec, x->pt, (begin > hlo ? begin : hlo) - hlo),
+    return ds_at(x->sec, x->pt, (begin > hlo ? begin : hlo) - hlo);
+}
+
+ds_status ds_s3_secondary_piece(ds_s3_groups *x, int64_t begin, void *dst, size_t n) {
+    DS_TRY(x->be->ops->memcpy(x->be, dst, ds_s3_secondary_at(x, begin),
                               n * ds_dtype_size(x->pt), DS_COPY_D2D, NULL));
     return DS_OK;
 }
 
-ds_status ds_s3_fill_secondary(ds_s3_groups *x, int m, const void *span, int64_t begin,
-                               int64_t len) {
+ds_status ds_s3_fill_secondary(ds_s3_groups *x, int m, const void *span, ds_dtype st,
+                               int64_t begin, int64_t len) {
     int64_t b, e;
     if (ds_flat_clip(&x->hflat, x->g.sec->rank, begin, begin + len, &b, &e)) {
         int64_t hlo = (int64_t)x->g.sec->rank * x->hflat.part;
-        DS_TRY(x->be->ops->memcpy(x->be, ds_at(x->sec, x->pt, b - hlo),
-                                  ds_at((void *)span, x->pt, b - begin),
-                                  (size_t)(e - b) * ds_dtype_size(x->pt), DS_COPY_D2D, NULL));
+        void *dst = ds_at(x->sec, x->pt, b - hlo);
+        const void *src = ds_at((void *)span, st, b - begin);
+        if (st == x->pt)
+            DS_TRY(x->be->ops->memcpy(x->be, dst, src, (size_t)(e - b) * ds_dtype_size(x->pt),
+                                      DS_COPY_D2D, NULL));
+        else /* qwZ under fp16/bf16: the dequantized fp32 span, in the working dtype */
+            DS_TRY(x->be->ops->cast(x->be, dst, x->pt, src, st, (size_t)(e - b)));
     }
     x->sec_valid[m] = true;
     return DS_OK;

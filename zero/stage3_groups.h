@@ -51,10 +51,15 @@ static inline bool ds_s3_from_secondary(const ds_s3_groups *x, int m) {
  * (its counts[rank] elements, starting at begin or at the piece's start)
  * into dst. */
 ds_status ds_s3_secondary_piece(ds_s3_groups *x, int64_t begin, void *dst, size_t n);
-/* hpZ: module m's span [begin, begin + len), gathered into `span`, gives
- * this rank's secondary piece of it; m's pieces are then current. */
-ds_status ds_s3_fill_secondary(ds_s3_groups *x, int m, const void *span, int64_t begin,
-                               int64_t len);
+/* hpZ: where this rank's secondary piece of a range starting at begin
+ * starts (as ds_s3_secondary_piece reads it): what qwZ quantizes. */
+const void *ds_s3_secondary_at(const ds_s3_groups *x, int64_t begin);
+/* hpZ: module m's span [begin, begin + len), gathered into `span` (dtype
+ * st: the working dtype, or fp32 where qwZ dequantized it), gives this
+ * rank's secondary piece of it, in the working dtype; m's pieces are then
+ * current. */
+ds_status ds_s3_fill_secondary(ds_s3_groups *x, int m, const void *span, ds_dtype st,
+                               int64_t begin, int64_t len);
 /* The parameters changed: no secondary piece is current. */
 void ds_s3_invalidate(ds_s3_groups *x);
 

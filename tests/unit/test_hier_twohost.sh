@@ -11,14 +11,23 @@
 #   hier   mics_shard_size 4 with mics_hierarchical_params_gather: one group
 #          over both hosts, gathered across hosts among the ranks of the
 #          same place first, then inside each host (bit-identical: one group
-#          reduces as plain stage 3 does).
+#          reduces as plain stage 3 does);
+#   zeropp zero_hpz_partition_size 2 with zero_quantized_weights and
+#          zero_quantized_gradients (DeepSpeed's ZeRO++ tutorial): int8
+#          records across hosts for the forward's gathers and the gradients'
+#          all-to-all, int8 inside each host for the backward's (losses
+#          within test_hier's QUANT_BAND);
+# and configs/zeropp.json (DeepSpeed's ZeRO++ tutorial block, H = the 2
+# ranks per host) through engine-run and train_cls on the same 2 x 2 ranks.
 # Skipped (77) where namespaces cannot be made.
-#   test_hier_twohost.sh TEST_HIER WORKDIR TWOHOST
+#   test_hier_twohost.sh TEST_HIER WORKDIR TWOHOST BIN_DIR
 set -u
 . "$(dirname "$0")/test_util.sh"
-need_args 3 "TEST_HIER WORKDIR TWOHOST" $#
+need_args 4 "TEST_HIER WORKDIR TWOHOST BIN_DIR" $#
 exe=$(readlink -f "$1")
 twohost=$(readlink -f "$3")
+bin=$(readlink -f "$4")
+cfg=$(readlink -f "$(dirname "$0")/../../configs/zeropp.json")
 rm -rf "$2" && mkdir -p "$2" && cd "$2" || exit 1
 if ! why=$("$twohost" check); then
   echo "test_hier_twohost: skipped: $why"
@@ -41,4 +50,12 @@ run() { # CASE ARGS...
 run hpz --hpz 2 --ckpt "$(pwd -P)/ck_hpz"
 run mics --mics 2 --ckpt "$(pwd -P)/ck_mics"
 run hier --mics 4 --hier 1 --ckpt "$(pwd -P)/ck_hier"
+run zeropp --hpz 2 --qwz 1 --qgz 1 --ckpt "$(pwd -P)/ck_zeropp"
+"$bin/gen_sentences" --rows 600 --seed 7 --out "$(pwd -P)/data.csv" >/dev/null || fail "gen_sentences"
+"$twohost" exec --name $name -- "$bin/engine-run" --np 4 --hostfile /run/twohost/$name/hostfile \
+  --config "$cfg" train_cls --data "$(pwd -P)/data.csv" --model mlp --hidden 32 \
+  --intermediate 64 --max-seq-len 32 --max-steps 4 </dev/null > zeropp_cls.log 2>&1 ||
+  fail "configs/zeropp.json through train_cls: exit $?: $(tail -3 zeropp_cls.log)"
+grep -q "macro avg" zeropp_cls.log || fail "configs/zeropp.json: no dev evaluation in the log"
+grep "communication over" zeropp_cls.log
 finish
