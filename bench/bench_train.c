@@ -7,8 +7,10 @@
  * --backend cpu|cuda (zero_engine.backend; default cpu) times the GPU path.
  * --qgz 1 sets zero_optimization.zero_quantized_gradients (ZeRO++ qgZ,
  * stage 3: the gradient reduce-scatter in blockwise int8), --qwz 1
- * zero_quantized_weights (qwZ: the parameter all-gathers in it); the bytes
- * each collective sent per step are printed either way. --qgz ab pairs an
+ * zero_quantized_weights (qwZ: the parameter all-gathers in it), --hpz H
+ * zero_hpz_partition_size (hpZ: the backward's gathers inside groups of H
+ * ranks); the bytes each collective sent per step are printed either way,
+ * rank 0's by collective and every rank's inside its host / across hosts. --qgz ab pairs an
  * engine without and one with qgZ as --overlap ab pairs overlap off and on.
  * --overlap 0|1 sets zero_optimization.overlap_comm (default: DeepSpeed's,
  * true at stage 3 only), --bucket N its reduce_bucket_size in elements
@@ -35,7 +37,7 @@
 #include "models/models.h"
 
 typedef struct bench {
-    int stage, steps, warmup, T, global_batch, ckpt, qwz;
+    int stage, steps, warmup, T, global_batch, ckpt, qwz, hpz;
     const char *precision, *backend;
     long long bucket;
     int64_t psi;
@@ -64,11 +66,11 @@ static ds_status make_engine(bench *b, int overlap, int qgz, engine_t **out) {
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4, \"weight_decay\": 0.01}},"
              " \"gradient_clipping\": 1.0,"
              " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0,"
-             " \"reduce_bucket_size\": %lld%s%s%s},"
+             " \"reduce_bucket_size\": %lld, \"zero_hpz_partition_size\": %d%s%s%s},"
              " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s},"
              " \"zero_engine\": {\"backend\": \"%s\"}"
              "%s}",
-             b->global_batch, b->stage, b->bucket, ov,
+             b->global_batch, b->stage, b->bucket, b->hpz > 1 ? b->hpz : 1, ov,
              qgz ? ", \"zero_quantized_gradients\": true" : "",
              b->qwz ? ", \"zero_quantized_weights\": true" : "",
              strcmp(b->precision, "fp16") ? "false" : "true",
@@ -198,6 +200,14 @@ static void report(const bench *b, engine_t *e, const timing *tm) {
                    (double)(tm->c1.bytes_sent[k] - tm->c0.bytes_sent[k]) / steps);
         printf("\n");
     }
+    uint64_t in = 0, out = 0; /* this rank's, by where the ring's next rank runs */
+    for (int k = 0; k < DS_COLL_COUNT; k++) {
+        in += tm->c1.bytes_intra[k] - tm->c0.bytes_intra[k];
+        out += tm->c1.bytes_inter[k] - tm->c0.bytes_inter[k];
+    }
+    printf("bench_train: stage %d hpz %d qwz %d qgz %d rank %d bytes per step: %.0f inside its "
+           "host, %.0f across hosts\n", b->stage, b->hpz > 1 ? b->hpz : 1, b->qwz, tm->qgz,
+           ds_rank(e), (double)in / steps, (double)out / steps);
 }
 
 static int fail(void) {
@@ -224,6 +234,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--qgz"))
             qgz = !strcmp(argv[i + 1], "ab") ? 2 : atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--qwz")) b.qwz = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--hpz")) b.hpz = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "bench_train: unknown option %s\n", argv[i]);
             return 2;
