@@ -305,7 +305,7 @@ static ds_status victim(stage3 *s, int keep, int64_t need, slot **out) {
 /* Gather every persistent module once (after init or an update). Collective:
  * every rank reaches it at the same fetch. */
 static ds_status refresh_persistent(stage3 *s) {
-    slot *sl;
+    slot *sl = NULL; /* victim sets it; -O3 cannot see that */
     DS_TRY(victim(s, -1, s->persist_max, &sl));
     for (int m = 0; m < s->flat->n_modules; m++) {
         if (!s->persistent[m]) continue;
