@@ -354,8 +354,9 @@ static ds_status check_groups(const ds_config *c) {
     if (c->mics_hierarchical_params_gather && c->zero_quantized_weights)
         return RFAIL(c, DS_ERR_CONFIG,
                      "zero_optimization.mics_hierarchical_params_gather with "
-                     "zero_quantized_weights: not implemented together yet; use one of them "
-                     "(mics_shard_size alone takes zero_quantized_weights)");
+                     "zero_quantized_weights: the two-level gather passes full-precision pieces "
+                     "between its levels, not int8 records; drop one (mics_shard_size without "
+                     "the hierarchical gather takes zero_quantized_weights)");
     /* DeepSpeed's MiCS: "Local sharding has no support for CPU offloading";
      * hpZ's secondary copy is filled from device gathers and is kept apart
      * from a partition in host memory here */
@@ -368,8 +369,9 @@ static ds_status check_groups(const ds_config *c) {
                      c->offload_param.device != DS_OFFLOAD_NONE ? "param" : "optimizer");
     if (hpz && c->offload_param.device != DS_OFFLOAD_NONE)
         return RFAIL(c, DS_ERR_CONFIG,
-                     "zero_optimization.zero_hpz_partition_size: %lld with offload_param: not "
-                     "implemented together yet; remove one",
+                     "zero_optimization.zero_hpz_partition_size: %lld with offload_param: hpZ's "
+                     "secondary copy is filled from device gathers, which parameters kept in "
+                     "host memory do not go through; remove one",
                      (long long)c->zero_hpz_partition_size);
     return DS_OK;
 }
