@@ -97,6 +97,7 @@ endforeach()
 foreach(np 2 4)
   ds_add_mpi_test(NAME test_zero_accounting
                   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_zero_accounting.c
+                          ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c
                           ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c
                   NP ${np} LABELS multirank)
 endforeach()

@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "ckpt_harness.h"
 #include "tied_model.h"
 #include "models/models.h"
 #include "zero/flat.h"
@@ -50,13 +51,7 @@
 /* One engine on cfg (quiet), or false with a FAIL line naming the stage. */
 static bool init_engine(const char *cfg, ds_model *model, const ds_dataset *data, int stage,
                         engine_t **e) {
-    ds_init_desc d;
-    ds_init_desc_defaults(&d);
-    d.config_json = cfg;
-    d.model = model;
-    d.train_data = data;
-    d.quiet = true;
-    if (ds_initialize(&d, e) == DS_OK) return true;
+    if (ck_start(cfg, model, data, e) == DS_OK) return true;
     printf("FAIL: init stage %d: %s\n", stage, ds_last_error());
     return false;
 }
