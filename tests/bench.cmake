@@ -6,6 +6,12 @@ if(Python3_Interpreter_FOUND)
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/tools/test_quality_table.py
                    ${CMAKE_SOURCE_DIR})
   set_tests_properties(test_quality_table PROPERTIES LABELS unit TIMEOUT 60)
+  # bench/gpu_compare.py, the judge of tools/gpu_check.sh (a GPU's checks):
+  # CI has no GPU, so its verdicts are checked here on written metrics files.
+  add_test(NAME test_gpu_compare
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/tools/test_gpu_compare.py
+                   ${CMAKE_SOURCE_DIR})
+  set_tests_properties(test_gpu_compare PROPERTIES LABELS unit TIMEOUT 60)
 else()
   message(WARNING "python3 not found: test_quality_table is not registered")
 endif()
