@@ -165,22 +165,14 @@ static size_t enc_scratch_bytes(const ds_module *m, int B, int T) {
     return fb > bb ? fb : bb;
 }
 
-/* Probabilities of one attention chunk, at most (a chunk is at least one row
- * of the batch). With its dropped-out copy and the rows of Q, K, V and C it
- * reads and writes, a chunk stays within a core's 2 MiB L2 at BERT-mini's
- * shapes: scores + softmax + context over the batch in chunks of 1-2 rows
- * took 6.3-6.8 ms against 8.1-9.0 ms in one pass each (1 thread, CPU time,
- * same run, caches flushed between calls as the step's other kernels do). */
-#define ENC_ATTN_CHUNK_BYTES (512u * 1024u)
-
-/* Rows of the batch per attention chunk: on the cpu as many as fit
- * ENC_ATTN_CHUNK_BYTES but at least one per thread (the batched products
- * give each thread whole products); elsewhere (cuda) the whole batch, as
- * more and smaller kernel launches would only cost there. */
+/* Rows of the batch per attention chunk: as many as fit the backend's
+ * chunk_bytes of probabilities but at least one per thread (the batched
+ * products give each thread whole products); the whole batch where the
+ * backend asks for no chunking (chunk_bytes 0: cuda). */
 static int enc_attn_rows(const ds_backend *be, const enc_dims *z) {
-    if (be->kind != DS_BACKEND_CPU) return z->B;
+    if (!be->chunk_bytes) return z->B;
     size_t row = (size_t)z->nh * z->Tq * z->T * sizeof(float);
-    size_t rows = ENC_ATTN_CHUNK_BYTES / (row ? row : 1);
+    size_t rows = be->chunk_bytes / (row ? row : 1);
     if (rows < (size_t)be->num_threads) rows = (size_t)be->num_threads;
     if (rows < 1) rows = 1;
     return rows < (size_t)z->B ? (int)rows : z->B;

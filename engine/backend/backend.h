@@ -167,6 +167,11 @@ struct ds_backend {
     ds_backend_kind kind;
     int device;      /* CUDA device ordinal; 0 on cpu */
     int num_threads; /* OpenMP threads on cpu */
+    /* The working set a model should cut a row-wise sequence of passes into
+     * (scores, softmax, context of attention) so that one chunk stays in a
+     * core's cache; 0: pass the whole batch at once (a GPU, where more and
+     * smaller launches only cost). Set by the backend. */
+    size_t chunk_bytes;
     ds_mem *mem;     /* accountant (borrowed; owned by the engine or the caller) */
     void *impl;      /* implementation state */
 };
