@@ -36,7 +36,7 @@
 
 #include "engine/engine.h"
 #include "engine/io/safetensors.h"
-#include "models/hf.h"
+#include "hf/hf.h"
 #include "models/models.h"
 
 #define MAX_TENSORS 8

@@ -5,7 +5,7 @@
  *   tools/pytorch_cls_reference.py --data DATA --dump-split   # the same lines
  *
  * Reads DATA with the six classes none/like/disgust/sadness/happiness/anger
- * and conflicting texts dropped (models/text.h), splits it with
+ * and conflicting texts dropped (text/text.h), splits it with
  * ds_text_split (seed 42, dev ratio 0.1 by default, as train_cls), builds
  * the char vocabulary of the train split (min count 2) and prints:
  *
@@ -21,9 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/text.h"
-#include "models/tokenizer.h"
-#include "models/utf8.h"
+#include "text/text.h"
+#include "text/tokenizer.h"
+#include "text/utf8.h"
 
 static const char *const k_six[] = {"none", "like", "disgust", "sadness", "happiness", "anger"};
 

@@ -8,7 +8,7 @@
  *                      [--world W] [--micro-batch B] [--steps K]
  *   tools/pytorch_lm_reference.py --data DATA --check-pack OUT.bin ...
  *
- * Reads DATA as train_lm does (models/lm_text.h: ds_lm_docs_read with the
+ * Reads DATA as train_lm does (text/lm_text.h: ds_lm_docs_read with the
  * format from the suffix and the default column), splits it by document
  * with --seed and --dev-ratio (ds_lm_docs_split), tokenizes and packs both
  * parts into rows of --seq-len (ds_lm_pack), and replays the engine's
@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "engine/data/dataset.h"
-#include "models/lm_text.h"
+#include "text/lm_text.h"
 
 static int fail(const char *what) {
     fprintf(stderr, "lm_dump_pack: %s: %s\n", what, ds_last_error());

@@ -203,7 +203,7 @@ ds_status ds_get_grad(engine_t *e, const char *name, float *out, size_t numel);
  * DS_ERR_NONFINITE naming the parameter and the first element that is NaN
  * or inf (nothing is changed). */
 ds_status ds_set_param(engine_t *e, const char *name, const float *values, size_t numel);
-/* ds_set_param shaped as a weight loader's callback (models/hf.h's
+/* ds_set_param shaped as a weight loader's callback (hf/hf.h's
  * ds_hf_set_fn): `engine` is the engine_t. */
 ds_status ds_set_param_cb(void *engine, const char *name, const float *values, size_t numel);
 

@@ -1,4 +1,4 @@
-# engine/data and models/text*, tokenizer*: readers, split, sampler, batches,
+# engine/data and text/text*, tokenizer*: readers, split, sampler, batches,
 # char vocab, WordPiece parity with transformers.
 set(_data_dir ${CMAKE_CURRENT_SOURCE_DIR})
 

@@ -1,5 +1,5 @@
 # Hugging Face interoperability: safetensors (engine/io), config.json and
-# weights (models/hf_*.c), and parity of the BERT classifier with transformers.
+# weights (hf/hf_*.c), and parity of the BERT classifier with transformers.
 set(_hf_dir ${CMAKE_CURRENT_SOURCE_DIR})
 
 ds_add_test(NAME test_safetensors SOURCES ${_hf_dir}/unit/test_safetensors.c LABELS unit)

@@ -1,4 +1,4 @@
-# Language models: models/lm_text.h (documents, byte and char tokenizers,
+# Language models: text/lm_text.h (documents, byte and char tokenizers,
 # packing) and the bundled trainer tools/train_lm.
 set(_lm_dir ${CMAKE_CURRENT_SOURCE_DIR})
 

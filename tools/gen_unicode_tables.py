@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Generate models/unicode_tables.h: the Unicode data the WordPiece tokenizer
-(models/wordpiece.c) needs to reproduce Hugging Face's BertTokenizer.
+"""Generate text/unicode_tables.h: the Unicode data the WordPiece tokenizer
+(text/wordpiece.c) needs to reproduce Hugging Face's BertTokenizer.
 
 Run by hand, commit the output:
 
     python3 -m venv /tmp/uv && /tmp/uv/bin/pip install unicode-age
-    /tmp/uv/bin/python tools/gen_unicode_tables.py > models/unicode_tables.h
+    /tmp/uv/bin/python tools/gen_unicode_tables.py > text/unicode_tables.h
 
 Which Unicode: transformers' BertTokenizer runs the Rust `tokenizers`
 BertNormalizer / BertPreTokenizer. Measured against tokenizers 0.23:

@@ -16,7 +16,7 @@ The protocol, exactly as the issue states it and as train_cls runs it:
            rows permuted with a fixed seed (42), first 90% train, last 10% dev.
            The permutation is the one engine/data/dataset.h specifies
            (splitmix64 Fisher-Yates), n_train = int(n * 0.9 + 1e-9), and the
-           file is read as models/text.h describes (header names, delimiter
+           file is read as text/text.h describes (header names, delimiter
            sniffing, RFC 4180 quoting, labels trimmed, texts kept as written),
            so the rows are the C code's rows: --dump-split prints them in the
            format of bench/dump_split and bench/quality.sh diffs the two.
@@ -49,7 +49,7 @@ The protocol, exactly as the issue states it and as train_cls runs it:
            torch's weighted mean (sum w_y * nll / sum w_y over the batch).
   eval     on dev after the last epoch: accuracy and macro-F1 (the mean of
            the six per-class F1, an F1 with no prediction or no support = 0),
-           as models/metrics.c.
+           as metrics/metrics.c.
 
 What differs from the engine's run, by construction: the engine trains on 2
 ranks of 16 rows each (DistributedSampler order; the weighted loss is still
@@ -129,7 +129,7 @@ def find_column(header, names, what, path):
 
 
 def read_rows(path):
-    """[(line, label, text)] of a CSV/TSV file with a header, as models/text.h
+    """[(line, label, text)] of a CSV/TSV file with a header, as text/text.h
     reads it: line = the file line where the record starts (header = 1)."""
     with open(path, encoding="utf-8-sig", newline="") as f:
         first = f.readline()

@@ -7,7 +7,7 @@ bench/lm_quality.sh or by hand (needs torch, transformers and numpy):
         --seed 42 --max-steps 500 --metrics /tmp/pt_s42.jsonl
     python3 tools/pytorch_lm_reference.py --data ... --check-pack /tmp/pack.bin  # numpy only
 
-The protocol, as train_lm runs it (tools/train_lm.c, models/lm_text.h):
+The protocol, as train_lm runs it (tools/train_lm.c, text/lm_text.h):
 
   data     the documents of a CSV/TSV file with a header (delimiter sniffed:
            the more frequent of tab and comma in the header, outside quotes;
@@ -94,7 +94,7 @@ EOT, VOCAB, IGNORE = 256, 257, -100
 
 # ---------------------------------------------------------------- data ----
 def read_docs(path, column=None):
-    """The documents of a CSV/TSV file as models/lm_docs.c reads them."""
+    """The documents of a CSV/TSV file as text/lm_docs.c reads them."""
     names = [column.lower()] if column else TEXT_NAMES
     with open(path, encoding="utf-8-sig", newline="") as f:
         first = f.readline()
@@ -129,7 +129,7 @@ def split_docs(docs, dev_ratio, seed):
 
 
 def pack(np, docs, T):
-    """(ids, labels, mask, token_bytes) [rows, T] of models/lm_pack.c."""
+    """(ids, labels, mask, token_bytes) [rows, T] of text/lm_pack.c."""
     stream, nbytes = [], []
     for d in docs:
         b = d.encode("utf-8")

@@ -8,7 +8,7 @@
  *
  * Every rank reads, splits, tokenizes and packs the data itself (all of it
  * deterministic); the engine's sampler gives each rank its slice of rows.
- * The text side is models/lm_text.h; evaluation and sampling are
+ * The text side is text/lm_text.h; evaluation and sampling are
  * tools/common/lm_eval.c; the options and --help tools/common/lm_opts.c; the
  * run from ds_initialize to the saved weights (checkpoints, --resume,
  * preemption, --metrics) is shared with train_cls: tools/common/trainer_run.c. */
@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
-#include "models/hf.h"
-#include "models/lm_text.h"
+#include "hf/hf.h"
+#include "text/lm_text.h"
 #include "models/models.h"
 #include "tools/common/lm_eval.h"
 #include "tools/common/train_habits.h"

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
-#include "models/hf.h"
+#include "hf/hf.h"
 #include "models/models.h"
 #include "zero/estimate.h"
 

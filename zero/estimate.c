@@ -112,14 +112,11 @@ static int64_t bucket_cap(const est *e) {
 static void buckets(est *e) { add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, 2 * bucket_cap(e), e->G); }
 
 /* qgZ (zero/grad_buckets.c ds_grad_buckets_quantize, at stage 3 over more
- * than one rank): the quantized reduce-scatter's scratch for a bucket and
- * the fp32 sum of a rank's block, at most a bucket and at most a partition. */
+ * than one rank): the quantized reduce-scatter's scratch, one round's
+ * records and two fp32 slices, the same for any model and bucket size. */
 static void buckets_q8(est *e) {
     if (!e->c->zero_quantized_gradients || e->l->world < 2) return;
-    int64_t cap = bucket_cap(e);
-    int64_t block = cap < e->l->part ? cap : e->l->part;
-    add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE,
-        (int64_t)ds_q8_rs_bytes(e->l->world, (size_t)cap, (size_t)block) + 4 * block, 1);
+    add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, (int64_t)ds_q8_rs_bytes(e->l->world, 0), 1);
 }
 
 /* offload/param_store.c: stage 3's parameter partition off the device. */

@@ -15,7 +15,7 @@ typedef struct bucket {
     size_t *counts;     /* [world], the reduce-scatter's blocks */
     /* what acc adds */
     void *recv;
-    ds_dtype recv_t;    /* gt, or fp32 under qgZ */
+    ds_dtype recv_t;    /* gt */
     int64_t dst;        /* offset in the partition */
     size_t n;
     struct ds_grad_buckets *owner;
@@ -37,12 +37,10 @@ struct ds_grad_buckets {
     bool open;
     int64_t lo, hi;
     /* qgZ (ds_grad_buckets_quantize): the quantized reduce-scatter's
-     * scratch, its communicator, and the fp32 sum of this rank's block (one
-     * for both buckets: the worker runs a bucket's two jobs back to back) */
+     * scratch (a fixed size, one for both buckets: the worker runs one job
+     * at a time) and its communicator */
     ds_q8_rs *q8;
     ds_comm *qcomm;
-    float *qsum;
-    size_t qsum_n;
 };
 
 static ds_status accumulate(void *arg) {
@@ -54,11 +52,13 @@ static ds_status accumulate(void *arg) {
     return DS_OK;
 }
 
-/* qgZ: the bucket's quantized reduce-scatter, its sum into qsum. */
+/* qgZ: the bucket's quantized reduce-scatter, its sum added into the
+ * partition slice by slice (the codec's rounds: no block-sized fp32 sum). */
 static ds_status reduce_q8(void *arg) {
     bucket *k = arg;
     ds_grad_buckets *gb = k->owner;
-    DS_TRY(ds_comm_reduce_scatterv_q8(gb->qcomm, gb->q8, k->rs.send, gb->gt, k->counts, gb->qsum));
+    DS_TRY(ds_comm_reduce_scatterv_q8_add(gb->qcomm, gb->q8, k->rs.send, gb->gt, k->counts,
+                                          ds_at(gb->part_grads, gb->gt, k->dst), gb->gt));
     return DS_OK;
 }
 
@@ -99,12 +99,7 @@ ds_status ds_grad_buckets_create(ds_backend *be, ds_comm_worker *w, const ds_fla
 void ds_grad_buckets_set_comm(ds_grad_buckets *gb, ds_comm *c) { gb->comm = c; }
 
 ds_status ds_grad_buckets_quantize(ds_grad_buckets *gb, ds_comm *c) {
-    /* a rank's block of a bucket: at most the bucket and at most a partition */
-    size_t block = (size_t)(gb->cap < gb->flat->part ? gb->cap : gb->flat->part);
-    DS_TRY(ds_q8_rs_create(gb->be, c->world, (size_t)gb->cap, block, &gb->q8));
-    DS_TRY(ds_backend_alloc(gb->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, 4 * block,
-                            (void **)&gb->qsum));
-    gb->qsum_n = block;
+    DS_TRY(ds_q8_rs_create(gb->be, c->world, 0, &gb->q8));
     gb->qcomm = c;
     return DS_OK;
 }
@@ -112,7 +107,6 @@ ds_status ds_grad_buckets_quantize(ds_grad_buckets *gb, ds_comm *c) {
 void ds_grad_buckets_destroy(ds_grad_buckets *gb) {
     if (!gb) return;
     ds_q8_rs_destroy(gb->q8);
-    ds_backend_free(gb->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, gb->qsum, 4 * gb->qsum_n);
     for (int k = 0; k < 2; k++) {
         ds_backend_free(gb->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, gb->b[k].buf,
                         (size_t)gb->cap * ds_dtype_size(gb->gt));
@@ -148,12 +142,12 @@ static ds_status flush(ds_grad_buckets *gb) {
     k->recv = k->rs.buf;
     k->recv_t = gb->gt;
     k->n = k->rs.counts[gb->rank];
-    if (gb->q8) { /* qgZ: the same blocks through the int8 codec, summed in fp32 */
+    if (gb->q8) { /* qgZ: the same blocks through the int8 codec, summed in
+                   * fp32 and added into the partition by the job itself */
         k->rs.kind = DS_JOB_FN;
         k->rs.fn = reduce_q8;
         k->rs.arg = k;
-        k->recv = gb->qsum;
-        k->recv_t = DS_F32;
+        k->n = 0; /* acc: nothing left to add */
     }
     int64_t part_lo = (int64_t)gb->rank * gb->flat->part;
     k->dst = (gb->lo > part_lo ? gb->lo : part_lo) - part_lo;

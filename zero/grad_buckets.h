@@ -34,11 +34,12 @@ void ds_grad_buckets_destroy(ds_grad_buckets *gb);
 void ds_grad_buckets_set_comm(ds_grad_buckets *gb, ds_comm *c);
 /* ZeRO++ qgZ (zero_quantized_gradients): from now on every bucket goes
  * through the blockwise int8 codec's quantized reduce-scatter over c
- * (engine/comm/codec_q8.h: each rank's block encoded, one all-to-all,
- * decoded and summed in fp32 by its owner) instead of the full-precision
- * one; its scratch (the records of a bucket, every rank's record of one
- * block, two fp32 blocks) is allocated here, once. Call before the first
- * add; c is the communicator the buckets run on. */
+ * (engine/comm/codec_q8.h: each rank's block encoded, all-to-all in
+ * rounds, decoded and summed in fp32 by its owner and added into its
+ * partition) instead of the full-precision one; its scratch (one round's
+ * records each way and two fp32 slices: about 4.5 MiB at 2 ranks, the same
+ * for any model) is allocated here, once. Call before the first add; c is
+ * the communicator the buckets run on. */
 ds_status ds_grad_buckets_quantize(ds_grad_buckets *gb, ds_comm *c);
 
 /* The fp32 gradients of flat range [begin, end) (a module's span, src[0] =

@@ -3,7 +3,7 @@
  * A ds_dataset is a table in host memory: n rows of named, typed columns,
  * one per model input (engine/core/module.h), each row of a column a
  * fixed-shape tensor (a dimension DS_DIM_SEQ is the dataset's seq_len). Text
- * readers and tokenizers (models/text.h, models/lm_text.h) produce them for
+ * readers and tokenizers (text/text.h, text/lm_text.h) produce them for
  * the bundled apps; your program fills its own:
  *
  *     ds_dataset *d;
@@ -24,7 +24,7 @@
  * (evaluation, so that every sample counts exactly once across ranks).
  *
  * The random permutation (used by the sampler and by the train/dev split in
- * models/text.h) is specified so that a Python reference reproduces it:
+ * text/text.h) is specified so that a Python reference reproduces it:
  *
  *     M = 2**64 - 1
  *     def permutation(n, seed):

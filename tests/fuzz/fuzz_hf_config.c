@@ -1,6 +1,6 @@
-/* Hugging Face config.json readers (models/hf_config.c: BERT and GPT-2) and
+/* Hugging Face config.json readers (hf/hf_config.c: BERT and GPT-2) and
  * the saved classifier's config.json that predict reads
- * (models/saved_model.c).
+ * (hf/saved_model.c).
  *
  * Input: one flags byte, then the file (mutated with fz_mutate_json, which
  * also puts the int and int64 limits where the file has numbers).
@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/hf.h"
+#include "hf/hf.h"
 #include "models/modules.h"
-#include "models/saved_model.h"
+#include "hf/saved_model.h"
 #include "tests/fuzz/fuzz_util.h"
 
 /* Field by field: the structs' padding is not part of the model. */

@@ -1,6 +1,6 @@
-/* Documents for language models (models/lm_docs.c): plain text, one per
+/* Documents for language models (text/lm_docs.c): plain text, one per
  * line, JSON lines and a CSV / TSV column, then the split, both tokenizers
- * and the packing into rows (models/lm_tokenizer.c, lm_pack.c).
+ * and the packing into rows (text/lm_tokenizer.c, lm_pack.c).
  *
  * Input: one flags byte, then the file.
  *   bits 0-1  format: TEXT, LINES, JSONL, CSV
@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "engine/data/dataset.h"
-#include "models/lm_text.h"
+#include "text/lm_text.h"
 #include "tests/fuzz/fuzz_util.h"
 
 static void pack_and_check(const ds_lm_docs *d, const ds_lm_tokenizer *t) {

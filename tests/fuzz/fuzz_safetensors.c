@@ -1,6 +1,6 @@
 /* safetensors (engine/io/safetensors.c): the file reader, the sharded
  * index reader, and the weight loader that maps a checkpoint's tensors onto
- * a model's parameters by name (models/hf_weights.c).
+ * a model's parameters by name (hf/hf_weights.c).
  *
  * Input: one flags byte, then the file. The harness's mutator (below) also
  * puts 2^64 - 1, 2^63 and such where the JSON has numbers (fz_edge_number;
@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "engine/io/safetensors.h"
-#include "models/hf.h"
+#include "hf/hf.h"
 #include "models/models.h"
 #include "tests/fuzz/fuzz_util.h"
 

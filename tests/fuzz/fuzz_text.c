@@ -1,4 +1,4 @@
-/* Labelled text files (models/text.c, text_csv.c, text_json.c): CSV / TSV,
+/* Labelled text files (text/text.c, text_csv.c, text_json.c): CSV / TSV,
  * JSON lines and JSON lists, then the labels-to-classes step, the split and
  * the tokenization a classifier's data goes through.
  *
@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "engine/data/dataset.h"
-#include "models/text.h"
-#include "models/tokenizer.h"
+#include "text/text.h"
+#include "text/tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 
 static void check_set(const ds_text_set *s) {

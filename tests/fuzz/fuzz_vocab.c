@@ -1,5 +1,5 @@
-/* Char vocabularies (models/tokenizer_char.c: vocab.txt) and the language
- * models' tokenizer description (models/lm_tokenizer.c: lm_tokenizer.json
+/* Char vocabularies (text/tokenizer_char.c: vocab.txt) and the language
+ * models' tokenizer description (text/lm_tokenizer.c: lm_tokenizer.json
  * beside a vocab.txt).
  *
  * Input: one flags byte, then the file.
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/lm_text.h"
-#include "models/tokenizer.h"
+#include "text/lm_text.h"
+#include "text/tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 
 static void encode(const ds_tokenizer *t, const char *text) {

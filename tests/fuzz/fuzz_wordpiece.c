@@ -1,4 +1,4 @@
-/* WordPiece (models/wordpiece.c): a BERT vocab.txt, a model folder's
+/* WordPiece (text/wordpiece.c): a BERT vocab.txt, a model folder's
  * tokenizer_config.json, and the normalizer and greedy matcher the texts of
  * a data file go through.
  *
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 
 static ds_wordpiece_opts opts_of(unsigned flags) {

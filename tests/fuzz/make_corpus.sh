@@ -143,8 +143,8 @@ J
     printf '"%s"\n' "$t"
   done
   grep -ho '"[A-Za-z_][A-Za-z0-9_.]\{1,40\}"' engine/core/config_sections.c engine/core/config.c \
-    engine/io/ckpt_meta.c engine/io/safetensors.c models/hf_config.c models/saved_model.c \
-    models/wordpiece.c models/lm_tokenizer.c models/text.c | sort -u | sed 's/^"\(.*\)"$/"\\"\1\\""/'
+    engine/io/ckpt_meta.c engine/io/safetensors.c hf/hf_config.c hf/saved_model.c \
+    text/wordpiece.c text/lm_tokenizer.c text/text.c | sort -u | sed 's/^"\(.*\)"$/"\\"\1\\""/'
 } > tests/fuzz/json.dict
 
 # ---- binary seeds: safetensors, meta.json, latest, shard files

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
-#include "models/hf.h"
+#include "hf/hf.h"
 #include "models/models.h"
 #include "tests/unit/ref_dump.h"
 

@@ -1,4 +1,4 @@
-/* models/hf_config.c: Hugging Face BERT config.json -> ds_bert_desc.
+/* hf/hf_config.c: Hugging Face BERT config.json -> ds_bert_desc.
  *
  *   - the config.json transformers' save_pretrained wrote for the reference
  *     model (tests/data/bert_ref_tiny_hf) reads back to its values, with the
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "models/hf.h"
+#include "hf/hf.h"
 #include "tests/unit/test_util.h"
 
 static char g_dir[] = "/tmp/ds_test_hfcfg_XXXXXX";

@@ -1,6 +1,6 @@
-/* GPT-2 and Hugging Face files: config.json in and out (models/hf_config.c)
+/* GPT-2 and Hugging Face files: config.json in and out (hf/hf_config.c)
  * and checkpoints onto a GPT-2 engine through ds_hf_load_weights and
- * ds_set_param_cb (models/hf_weights.c).
+ * ds_set_param_cb (hf/hf_weights.c).
  *
  * config.json:
  *   - the file transformers' save_pretrained wrote for the reference model
@@ -30,7 +30,7 @@
 
 #include "engine/engine.h"
 #include "engine/io/safetensors.h"
-#include "models/hf.h"
+#include "hf/hf.h"
 #include "models/models.h"
 #include "models/modules.h"
 #include "tests/unit/ref_dump.h"

@@ -27,7 +27,7 @@
 #include "engine/engine.h"
 #include "models/models.h"
 #include "engine/io/safetensors.h"
-#include "models/hf.h"
+#include "hf/hf.h"
 #include "tests/unit/test_util.h"
 
 static const char *k_config =

@@ -1,4 +1,4 @@
-/* models/hf_weights.c: safetensors checkpoints onto a model's parameters.
+/* hf/hf_weights.c: safetensors checkpoints onto a model's parameters.
  *
  * The model here is a hand-built ds_model with BERT's parameter names (no
  * compute), so the name mapping is tested on its own:
@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "engine/io/safetensors.h"
-#include "models/hf.h"
+#include "hf/hf.h"
 #include "tests/unit/ref_dump.h"
 #include "tests/unit/test_util.h"
 

@@ -1,4 +1,4 @@
-/* Language-model text (models/lm_text.h): the four document formats and
+/* Language-model text (text/lm_text.h): the four document formats and
  * their errors with path:line, the split by document, the byte and char
  * tokenizers (encode, bytes per token, decode, the folder description), the
  * packing of the stream into overlapping rows (every token after the first a
@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "models/lm_text.h"
+#include "text/lm_text.h"
 #include "tests/unit/test_util.h"
 
 static char g_dir[256];

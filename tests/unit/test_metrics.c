@@ -2,7 +2,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "models/metrics.h"
+#include "metrics/metrics.h"
 
 static int fails;
 /* The hand values are rounded to 6 decimals, so compare to 1e-6. */

@@ -26,7 +26,7 @@
 #include "engine/io/ckpt_file.h"
 #include "engine/io/ckpt_meta.h"
 #include "engine/io/safetensors.h"
-#include "models/hf.h"
+#include "hf/hf.h"
 #include "models/models.h"
 #include "tests/multirank/ckpt_harness.h"
 #include "tests/unit/test_util.h"

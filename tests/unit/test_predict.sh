@@ -44,7 +44,7 @@ finish() {
 }
 
 # The six classes of gen_sentences in the engine's class order (names sorted
-# by their bytes, models/text.h).
+# by their bytes, text/text.h).
 classes="anger disgust fear happiness sadness surprise"
 texts_file=$fix/texts.txt
 

@@ -7,8 +7,8 @@
 
 #include "engine/data/dataset.h"
 #include "models/models.h"
-#include "models/text.h"
-#include "models/tokenizer.h"
+#include "text/text.h"
+#include "text/tokenizer.h"
 #include "tests/unit/test_util.h"
 
 enum { SEQ = 8 };

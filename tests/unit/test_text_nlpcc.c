@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/text.h"
-#include "models/tokenizer.h"
+#include "text/text.h"
+#include "text/tokenizer.h"
 #include "tests/unit/test_util.h"
 
 static const char *k_six[] = {"none", "like", "disgust", "sadness", "happiness", "anger"};

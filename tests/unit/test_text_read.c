@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/text.h"
+#include "text/text.h"
 #include "tests/unit/test_util.h"
 
 static char *fixture(const char *name) {

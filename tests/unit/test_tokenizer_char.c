@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/text.h"
-#include "models/tokenizer.h"
+#include "text/text.h"
+#include "text/tokenizer.h"
 #include "tests/unit/test_util.h"
 
 /* A set built by hand (only what the vocab builder reads). */

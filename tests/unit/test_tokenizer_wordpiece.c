@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "models/text.h"
-#include "models/tokenizer.h"
+#include "text/text.h"
+#include "text/tokenizer.h"
 #include "tests/unit/test_util.h"
 
 #define MAX_CONFIGS 8

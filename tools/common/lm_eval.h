@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "engine/engine.h"
-#include "models/lm_text.h"
+#include "text/lm_text.h"
 
 typedef struct lm_eval_result {
     double nats;    /* summed loss over the predicted tokens, all ranks */
@@ -21,7 +21,7 @@ typedef struct lm_eval_result {
     int64_t rows;
 } lm_eval_result;
 
-/* Evaluate the packed rows of `dev` (models/lm_text.h layout) in calls of
+/* Evaluate the packed rows of `dev` (text/lm_text.h layout) in calls of
  * `batch` rows (<= the planned micro batch). Rank r takes rows r, r + world,
  * ... (no padding, so each row, and each token, counts once); ranks with
  * fewer rows still join every call with an empty batch. The loss's weight is

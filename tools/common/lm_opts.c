@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "models/lm_text.h"
+#include "text/lm_text.h"
 
 static const char k_usage[] =
     "usage: train_lm --config ds_config.json --data FILE [options]\n"

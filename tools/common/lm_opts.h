@@ -11,7 +11,7 @@
 typedef struct lm_opts {
     tr_opts tr;                /* --config, --data, --epochs, --save-dir, ...;
                                   max_steps 0: no training (evaluate, generate) */
-    int format;                /* ds_lm_format (models/lm_text.h); 0: from the suffix */
+    int format;                /* ds_lm_format (text/lm_text.h); 0: from the suffix */
     const char *text_field;    /* JSON lines key (NULL: "text") */
     const char *column;        /* CSV column (NULL: text | sentence | 文本 | review) */
     const char *tokenizer;     /* "byte" | "char" */

@@ -10,9 +10,9 @@
 
 #include "engine/engine.h"
 #include "models/models.h"
-#include "models/hf.h"
-#include "models/saved_model.h"
-#include "models/tokenizer.h"
+#include "hf/hf.h"
+#include "hf/saved_model.h"
+#include "text/tokenizer.h"
 
 struct pd_model {
     engine_t *e;

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "engine/io/fault.h"
-#include "models/hf.h"
+#include "hf/hf.h"
 #include "tools/common/progress.h"
 #include "tools/common/run_stats.h"
 #include "tools/common/train_habits.h"

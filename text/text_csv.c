@@ -1,11 +1,11 @@
 /* Delimited text with a header (CSV / TSV, RFC 4180 quoting): the record
  * reader (ds_csv_*, text_rows.h) and the labelled reader on top of it. The
- * format rules are in models/text.h. */
+ * format rules are in text/text.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/text_rows.h"
+#include "text/text_rows.h"
 
 static void record_free(ds_csv_record *r) {
     free(r->buf);

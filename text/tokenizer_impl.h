@@ -1,4 +1,4 @@
-/* Internal to the tokenizers (models/tokenizer*.c, models/wordpiece.c): the
+/* Internal to the tokenizers (text/tokenizer*.c, text/wordpiece.c): the
  * handle's layout and the vocabulary shared by both kinds. */
 #ifndef DS_MODELS_TOKENIZER_IMPL_H
 #define DS_MODELS_TOKENIZER_IMPL_H
@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "models/tokenizer.h"
+#include "text/tokenizer.h"
 
 /* token string -> id, open addressing over the vocabulary's strings. */
 typedef struct ds_vocab_map {

@@ -1,11 +1,11 @@
 /* JSON lines ({"text": ..., "label": ...} per line) and JSON lists
  * ([[text, label], ...]) through jansson. The format rules are in
- * models/text.h. */
+ * text/text.h. */
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "models/text_rows.h"
+#include "text/text_rows.h"
 
 /* A label value as text: strings as they are, integers in decimal. */
 static ds_status label_text(const char *path, int line, const json_t *v, char *num,

@@ -43,7 +43,7 @@
 #include <stdint.h>
 
 #include "engine/core/status.h"
-#include "models/text.h"
+#include "text/text.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,5 @@
 /* Accuracy, per-class precision / recall / F1, macro and weighted F1. */
-#include "models/metrics.h"
+#include "metrics/metrics.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* Documents for language models: the four formats of models/lm_text.h, and
+/* Documents for language models: the four formats of text/lm_text.h, and
  * the split by document. */
 #include <jansson.h>
 #include <stdio.h>
@@ -6,8 +6,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "models/lm_text.h"
-#include "models/text_rows.h"
+#include "text/lm_text.h"
+#include "text/text_rows.h"
 
 /* ---- formats ----------------------------------------------------------------- */
 

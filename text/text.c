@@ -1,6 +1,6 @@
 /* Labelled text sets: reading (format dispatch, checks, labels to classes),
  * the train/dev split. The format readers are text_csv.c and text_json.c. */
-#include "models/text.h"
+#include "text/text.h"
 
 #include <errno.h>
 #include <math.h>
@@ -9,8 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "models/text_rows.h"
-#include "models/utf8.h"
+#include "text/text_rows.h"
+#include "text/utf8.h"
 
 /* ---- raw rows ------------------------------------------------------------ */
 

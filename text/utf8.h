@@ -1,4 +1,4 @@
-/* Strict UTF-8 decoding and encoding (internal to models/).
+/* Strict UTF-8 decoding and encoding (internal to text/).
  *
  * Strict means what RFC 3629 allows and nothing else: no overlong forms, no
  * surrogates (U+D800..U+DFFF), nothing past U+10FFFF. The text readers

@@ -1,5 +1,5 @@
-/* The language models' tokenizers (models/lm_text.h): bytes, or characters
- * through the char vocabulary of models/tokenizer_char.c. */
+/* The language models' tokenizers (text/lm_text.h): bytes, or characters
+ * through the char vocabulary of text/tokenizer_char.c. */
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/lm_text.h"
-#include "models/text.h"
-#include "models/tokenizer.h"
-#include "models/tokenizer_impl.h"
-#include "models/utf8.h"
+#include "text/lm_text.h"
+#include "text/text.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_impl.h"
+#include "text/utf8.h"
 
 #define BYTE_EOT 256
 #define BYTE_VOCAB 257

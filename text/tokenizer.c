@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/tokenizer_impl.h"
+#include "text/tokenizer_impl.h"
 
 static uint64_t hash_bytes(const char *s, size_t len) {
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */

@@ -1,6 +1,6 @@
-/* Internal to the text readers (models/text*.c, models/lm_docs.c): the raw
+/* Internal to the text readers (text/text*.c, text/lm_docs.c): the raw
  * rows a format reader produces before labels become classes
- * (models/text.c), the delimited-record reader the CSV formats share, the
+ * (text/text.c), the delimited-record reader the CSV formats share, the
  * file reading and encoding check every reader starts with, and the
  * train/dev split rule. */
 #ifndef DS_MODELS_TEXT_ROWS_H
@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "engine/core/status.h"
-#include "models/text.h"
+#include "text/text.h"
 
 /* Rows as written in the file; all strings owned. */
 typedef struct ds_text_rows {
@@ -45,8 +45,8 @@ ds_status ds_text_parse_json(const char *path, const char *buf, size_t len,
 
 /* ---- the split (text.c) ---- */
 
-/* The split rule ds_text_split (models/text.h) and ds_lm_docs_split
- * (models/lm_text.h) share, so that a row set and a document set split
+/* The split rule ds_text_split (text/text.h) and ds_lm_docs_split
+ * (text/lm_text.h) share, so that a row set and a document set split
  * alike: dev_ratio must be in [0, 1); *perm (n entries, malloc'd: free() it)
  * is ds_permutation(n, seed); its first
  *     *n_train = floor(n * (1 - dev_ratio) + 1e-9)   (at most n)
@@ -66,9 +66,9 @@ ds_status ds_text_read_file(const char *path, char **buf, size_t *len);
 ds_status ds_text_check_encoding(const char *path, const char *buf, size_t len);
 
 /* ---- delimited records (text_csv.c) ----
- * The CSV / TSV rules of models/text.h without any schema: a header, then
+ * The CSV / TSV rules of text/text.h without any schema: a header, then
  * records with their line numbers. Readers of other schemas (the labelled
- * rows below, models/lm_docs.c's text column) pick their columns.
+ * rows below, text/lm_docs.c's text column) pick their columns.
  *
  *     ds_csv_reader rd;
  *     ds_status st = ds_csv_begin(&rd, path, buf, len);   // header in rd.header

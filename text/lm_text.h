@@ -12,7 +12,7 @@
  *     ds_lm_pack_stats ps;
  *     DS_TRY(ds_lm_pack(train, tok, 128, &d, &ps));  // rows of 128 tokens
  *
- * ---- documents (models/lm_docs.c) ----------------------------------------
+ * ---- documents (text/lm_docs.c) ----------------------------------------
  *
  * Formats (ds_lm_format). DS_LM_AUTO picks by the file's suffix, ASCII case
  * ignored: .jsonl / .ndjson JSONL, .csv / .tsv CSV, anything else TEXT.
@@ -25,7 +25,7 @@
  *   JSONL  one JSON object per line that is not blank; its string field
  *          `text_field` (default "text") is the document; other keys are
  *          ignored.
- *   CSV    delimited text with a header, read with models/text.h's rules
+ *   CSV    delimited text with a header, read with text/text.h's rules
  *          (RFC 4180 quoting, comma or tab sniffed from the header, every
  *          record as many fields as the header); each record's `column`
  *          field is a document. The column is matched ASCII case-insensitively;
@@ -35,12 +35,12 @@
  * and counted, never an error. Errors: DS_ERR_DATA "path:line: what" (the
  * line where the document or record starts), DS_ERR_IO naming the path.
  *
- * ---- tokenizers (models/lm_tokenizer.c) ----------------------------------
+ * ---- tokenizers (text/lm_tokenizer.c) ----------------------------------
  *
  *   byte   ids 0..255 are the bytes of the UTF-8 text, 256 is <|endoftext|>:
  *          vocabulary 257, any language, nothing to build or store.
  *   char   one token per Unicode code point, the vocabulary built from the
- *          training documents by models/tokenizer_char.c (ds_char_vocab_build:
+ *          training documents by text/tokenizer_char.c (ds_char_vocab_build:
  *          [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3, then every character seen at
  *          least min_count times, by descending count, ties by code point).
  *          [SEP] is the end-of-text token; a character outside the
@@ -51,7 +51,7 @@
  * which stands for a character that was there), 0 for the end-of-text token.
  * Bits per byte are counted on these (ds_lm_pack's token_bytes).
  *
- * ---- packing (models/lm_pack.c) ------------------------------------------
+ * ---- packing (text/lm_pack.c) ------------------------------------------
  *
  * The documents, in their order, become one token stream
  *
@@ -138,7 +138,7 @@ size_t ds_lm_docs_bytes(const ds_lm_docs *d);
  * The documents are permuted by ds_permutation(n, seed) (engine/data/
  * dataset.h, reproducible in Python); the first
  *     n_train = floor(n * (1 - dev_ratio) + 1e-9)
- * of the permutation go to train, the rest to dev (models/text.h's
+ * of the permutation go to train, the rest to dev (text/text.h's
  * ds_text_split rule), and each part keeps the file's order. Either part may
  * be empty (dev_ratio 0 gives an empty dev). Errors: DS_ERR_INVALID_ARG for
  * dev_ratio outside [0, 1); DS_ERR_OOM. */
@@ -190,7 +190,7 @@ size_t ds_lm_tokenizer_decode(const ds_lm_tokenizer *t, int32_t id, char *buf, s
 /* A model folder's tokenizer description:
  *   DIR/lm_tokenizer.json  {"kind": "byte"|"char", "vocab_size": V,
  *                           "eot_id": E, "eot_token": "<|endoftext|>"|"[SEP]"}
- *   DIR/vocab.txt          char kind only: models/tokenizer.h's vocab file
+ *   DIR/vocab.txt          char kind only: text/tokenizer.h's vocab file
  * save writes them (DIR must exist); load reads them and checks that they
  * agree. Errors: DS_ERR_IO naming the file (load: "DIR/lm_tokenizer.json:
  * cannot open" when the folder has none); DS_ERR_DATA "file: key: ..." for
@@ -199,7 +199,7 @@ ds_status ds_lm_tokenizer_save(const ds_lm_tokenizer *t, const char *dir);
 ds_status ds_lm_tokenizer_load(const char *dir, ds_lm_tokenizer **out);
 
 /* Copy s[0..n) into out as valid UTF-8, each byte that does not begin a
- * valid sequence (models/utf8.h's strict rules) replaced by U+FFFD (3
+ * valid sequence (text/utf8.h's strict rules) replaced by U+FFFD (3
  * bytes); out holds 3 n bytes. Returns the bytes written. For printing what
  * a byte-level model generates. */
 size_t ds_lm_utf8_sanitize(const char *s, size_t n, char *out);

@@ -1,5 +1,5 @@
 /* config.json of a saved classifier, in Hugging Face's layout. */
-#include "models/saved_model.h"
+#include "hf/saved_model.h"
 
 #include <jansson.h>
 #include <limits.h>

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/tokenizer_impl.h"
-#include "models/utf8.h"
+#include "text/tokenizer_impl.h"
+#include "text/utf8.h"
 
 /* Sorted (code point, id) pairs of the character tokens: a binary search per
  * character (about 12 steps for the 3.5k NLPCC characters). */

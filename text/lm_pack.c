@@ -1,10 +1,10 @@
 /* Documents -> one token stream -> rows of seq_len that overlap by one token
- * (models/lm_text.h, "packing"). */
+ * (text/lm_text.h, "packing"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/lm_text.h"
+#include "text/lm_text.h"
 
 /* EOT d1 EOT d2 ... EOT dn EOT into *s. */
 static ds_status build_stream(const ds_lm_docs *docs, const ds_lm_tokenizer *t,

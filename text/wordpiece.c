@@ -11,16 +11,16 @@
  *   5. split on whitespace (dropped) and punctuation (kept, alone)
  *   6. greedy longest-match WordPiece per word, "##" for continuations.
  * The order of 3 and 4 is the Rust one. The Unicode data and its versions
- * are in models/unicode_tables.h (tools/gen_unicode_tables.py says why). */
+ * are in text/unicode_tables.h (tools/gen_unicode_tables.py says why). */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/tokenizer_impl.h"
-#include "models/unicode_tables.h"
-#include "models/utf8.h"
+#include "text/tokenizer_impl.h"
+#include "text/unicode_tables.h"
+#include "text/utf8.h"
 
 #define N_SPECIAL 5
 

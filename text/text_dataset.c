@@ -1,9 +1,9 @@
-/* Labelled texts -> a tokenized ds_dataset (models/text.h). */
+/* Labelled texts -> a tokenized ds_dataset (text/text.h). */
 #include <string.h>
 
 #include "models/models.h"
-#include "models/text.h"
-#include "models/tokenizer.h"
+#include "text/text.h"
+#include "text/tokenizer.h"
 
 ds_status ds_dataset_from_text(const ds_text_set *set, const ds_tokenizer *tok, int seq_len,
                                ds_dataset **out) {

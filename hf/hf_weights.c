@@ -7,7 +7,7 @@
  * used only when the checkpoint lacks the owner's own tensor. Non-persistent
  * buffers older checkpoints carry (position_ids, GPT-2's attn.bias causal
  * mask and attn.masked_bias) are counted and skipped. */
-#include "models/hf.h"
+#include "hf/hf.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -8,7 +8,7 @@
  *     DS_TRY(ds_text_read("Nlpcc2013Train.tsv", &o, &all));
  *     DS_TRY(ds_text_split(all, 0.1, 42, &train, &dev));
  *     ds_tokenizer *tok;
- *     DS_TRY(ds_char_vocab_build(train, 2, &tok));          // models/tokenizer.h
+ *     DS_TRY(ds_char_vocab_build(train, 2, &tok));          // text/tokenizer.h
  *     ds_dataset *d;
  *     DS_TRY(ds_dataset_from_text(train, tok, 64, &d));     // models/models.h layout
  *

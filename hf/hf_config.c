@@ -1,6 +1,6 @@
 /* Hugging Face config.json files: BERT's into ds_bert_desc, GPT-2's into and
  * out of ds_gpt2_desc. */
-#include "models/hf.h"
+#include "hf/hf.h"
 
 #include <errno.h>
 #include <jansson.h>
