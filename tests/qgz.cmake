@@ -17,3 +17,12 @@ foreach(run "fp32;2" "bf16;2" "fp32;4")
   set_tests_properties(stage3_qgz_${prec}_np${np} PROPERTIES LABELS multirank TIMEOUT 300
                        PROCESSORS 2)
 endforeach()
+
+# The quantized reduce-scatter itself in rounds of a fixed scratch: 0 ulps
+# against the one-round scheme done serially, the same bytes, one call per
+# round, the accountant's scratch the formula (tests/multirank/test_q8_rs.c;
+# well under a second).
+foreach(np 2 4)
+  ds_add_mpi_test(NAME test_q8_rs SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_q8_rs.c
+                  NP ${np} LABELS multirank TIMEOUT 60)
+endforeach()
