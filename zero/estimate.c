@@ -15,6 +15,7 @@
 #include "offload/nvme_dir.h"
 #include "zero/flat.h"
 #include "zero/groups.h"
+#include "zero/stage3_groups.h"
 #include "zero/optim.h"
 #include "zero/ties.h"
 
@@ -167,7 +168,9 @@ static ds_status stage3(est *e) {
     if (c->zero_hpz_partition_size > 1)
         add(e, DS_MEM_PARAMS, DS_PLACE_DEVICE, l->padded / c->zero_hpz_partition_size, e->P);
     if (c->mics_hierarchical_params_gather) /* the packed pieces across hosts */
-        add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, e->max_span, e->P);
+        add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE,
+            (int64_t)ds_s3_hier_buffer_bytes((size_t)e->max_span, (size_t)e->P,
+                                             c->zero_quantized_weights, l->world), 1);
     int64_t persist = 0;
     for (int m = 0; m < l->n_spans; m++)
         if (l->spans[m] > 0 && l->spans[m] < c->stage3_param_persistence_threshold)

@@ -79,8 +79,9 @@
  * So the forward computes with Q(w), as qwZ alone, and the backward with
  * Q'(Q(w)), Q' cut at the secondary pieces' starts: within half a step of
  * Q(w)'s blocks again. MiCS with qwZ gathers over the shard group in int8;
- * its hierarchical gather packs working-dtype pieces and is refused with
- * qwZ (engine/core/config_resolve.c). */
+ * its hierarchical gather moves the same records in its two levels (each
+ * rank's record is encoded once, by its owner, and crosses the link once),
+ * so every rank decodes what the flat gather would have brought. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,7 +176,7 @@ static ds_status quantize_mine(stage3 *s, slot *sl, int rank, const void *x) {
  * thread (ds_s3_hier_gather). */
 static ds_status hier_job(void *arg) {
     slot *sl = arg;
-    DS_TRY(ds_s3_hier_gather(&sl->owner->x, sl->buf, sl->counts));
+    DS_TRY(ds_s3_hier_gather(&sl->owner->x, sl->job.buf, sl->job.counts, sl->job.t));
     return DS_OK;
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/comm/codec_q8.h"
 #include "zero/zero_util.h"
 
 ds_status ds_s3_groups_create(ds_s3_groups *x, const ds_config *cfg, ds_comm *world,
@@ -13,6 +14,7 @@ ds_status ds_s3_groups_create(ds_s3_groups *x, const ds_config *cfg, ds_comm *wo
     memset(x, 0, sizeof *x);
     x->be = be;
     x->pt = pt;
+    x->qwz = cfg->zero_quantized_weights;
     DS_TRY(ds_zero_groups_create(cfg, world, &x->g));
     x->part = x->g.part ? x->g.part : world;
     return DS_OK;
@@ -29,9 +31,8 @@ ds_status ds_s3_groups_alloc(ds_s3_groups *x, const ds_flat *pflat, int64_t max_
                                 (size_t)x->hflat.part * es, &x->sec));
     }
     if (x->g.inter) {
-        x->hbuf_elems = (size_t)max_span;
-        DS_TRY(ds_backend_alloc(x->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, x->hbuf_elems * es,
-                                &x->hbuf));
+        x->hbuf_bytes = ds_s3_hier_buffer_bytes((size_t)max_span, es, x->qwz, x->g.shard);
+        DS_TRY(ds_backend_alloc(x->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, x->hbuf_bytes, &x->hbuf));
         x->hcounts = calloc((size_t)x->g.shard, sizeof *x->hcounts);
         if (!x->hcounts) return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
     }
@@ -42,7 +43,7 @@ void ds_s3_groups_free(ds_s3_groups *x) {
     size_t es = ds_dtype_size(x->pt);
     if (x->be) {
         ds_backend_free(x->be, DS_MEM_PARAMS, DS_PLACE_DEVICE, x->sec, (size_t)x->hflat.part * es);
-        ds_backend_free(x->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, x->hbuf, x->hbuf_elems * es);
+        ds_backend_free(x->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, x->hbuf, x->hbuf_bytes);
     }
     free(x->sec_valid);
     free(x->hcounts);
@@ -84,32 +85,37 @@ void ds_s3_invalidate(ds_s3_groups *x) {
     if (x->sec_valid) memset(x->sec_valid, 0, (size_t)x->n_modules * sizeof(bool));
 }
 
-ds_status ds_s3_hier_gather(ds_s3_groups *x, void *buf, const size_t *counts) {
+size_t ds_s3_hier_buffer_bytes(size_t max_span, size_t es, bool qwz, int shard) {
+    size_t full = max_span * es, rec = qwz ? ds_q8_records_bytes_max(max_span, shard) : 0;
+    return full > rec ? full : rec;
+}
+
+ds_status ds_s3_hier_gather(ds_s3_groups *x, void *buf, const size_t *counts, ds_dtype t) {
     int g = x->g.per_host, hosts = x->g.shard / g, p = x->part->rank, l = p % g;
-    size_t es = ds_dtype_size(x->pt), packed = 0, mine_at = 0;
+    size_t es = ds_dtype_size(t), packed = 0, mine_at = 0;
     for (int j = 0; j < hosts; j++) {
         x->hcounts[j] = counts[j * g + l];
         if (j == p / g) mine_at = packed;
         packed += x->hcounts[j];
     }
     if (counts[p] > 0)
-        DS_TRY(x->be->ops->memcpy(x->be, ds_at(x->hbuf, x->pt, (int64_t)mine_at),
-                                  ds_at(buf, x->pt, (int64_t)ds_zero_block_offset(counts, p)),
+        DS_TRY(x->be->ops->memcpy(x->be, ds_at(x->hbuf, t, (int64_t)mine_at),
+                                  ds_at(buf, t, (int64_t)ds_zero_block_offset(counts, p)),
                                   counts[p] * es, DS_COPY_D2D, NULL));
-    DS_TRY(ds_comm_all_gatherv(x->g.inter, x->hbuf, x->hcounts, x->pt));
+    DS_TRY(ds_comm_all_gatherv(x->g.inter, x->hbuf, x->hcounts, t));
     packed = 0;
     for (int j = 0; j < hosts; j++) {
         size_t n = x->hcounts[j];
         if (n > 0)
             DS_TRY(x->be->ops->memcpy(
-                x->be, ds_at(buf, x->pt, (int64_t)ds_zero_block_offset(counts, j * g + l)),
-                ds_at(x->hbuf, x->pt, (int64_t)packed), n * es, DS_COPY_D2D, NULL));
+                x->be, ds_at(buf, t, (int64_t)ds_zero_block_offset(counts, j * g + l)),
+                ds_at(x->hbuf, t, (int64_t)packed), n * es, DS_COPY_D2D, NULL));
         packed += n;
     }
     for (int j = 0; j < hosts; j++)
         DS_TRY(ds_comm_all_gatherv(x->g.intra,
-                                   ds_at(buf, x->pt, (int64_t)ds_zero_block_offset(counts, j * g)),
-                                   counts + j * g, x->pt));
+                                   ds_at(buf, t, (int64_t)ds_zero_block_offset(counts, j * g)),
+                                   counts + j * g, t));
     return DS_OK;
 }
 

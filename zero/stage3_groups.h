@@ -25,8 +25,9 @@ typedef struct ds_s3_groups {
     void *sec;         /* [hflat.part] pt: this rank's secondary piece, NULL without hpZ */
     bool *sec_valid;   /* [n_modules]: the module's secondary pieces are current */
     /* mics_hierarchical_params_gather */
-    void *hbuf;        /* [max_span] pt: this place's pieces of every host, packed */
-    size_t hbuf_elems;
+    bool qwz;          /* zero_quantized_weights: the pieces are int8 records */
+    void *hbuf;        /* [hbuf_bytes]: this place's pieces of every host, packed */
+    size_t hbuf_bytes; /* a span of pt, or its records under qwZ, whichever is larger */
     size_t *hcounts;   /* [hosts of the group] */
     /* MiCS: the partition's gradients are summed across the replica groups */
     bool repl_done;
@@ -64,12 +65,19 @@ ds_status ds_s3_fill_secondary(ds_s3_groups *x, int m, const void *span, ds_dtyp
 void ds_s3_invalidate(ds_s3_groups *x);
 
 /* mics_hierarchical_params_gather (on the communication thread): buf holds
- * a span cut over the shard group by counts, this rank's piece in place;
- * gathered first across hosts among the group's ranks at this rank's place
- * on each host (one piece per host crosses the link), then inside each
- * host, one gather per host's blocks (DeepSpeed's
- * _hierarchical_all_gather_params). */
-ds_status ds_s3_hier_gather(ds_s3_groups *x, void *buf, const size_t *counts);
+ * a span cut over the shard group by counts (elements of t), this rank's
+ * piece in place; gathered first across hosts among the group's ranks at
+ * this rank's place on each host (one piece per host crosses the link),
+ * then inside each host, one gather per host's blocks (DeepSpeed's
+ * _hierarchical_all_gather_params). It only moves the pieces, so under qwZ
+ * it takes the int8 records as they are (t DS_U8, counts their bytes): the
+ * same bytes arrive as the flat gather's, and each crosses the link once. */
+ds_status ds_s3_hier_gather(ds_s3_groups *x, void *buf, const size_t *counts, ds_dtype t);
+/* Bytes of the hierarchical gather's packed buffer for spans of at most
+ * max_span elements of es bytes over a shard group of `shard` ranks, or
+ * their int8 records under qwZ (tiny pieces' records outgrow them): what
+ * ds_s3_groups_alloc allocates, zero/estimate.c counts it. */
+size_t ds_s3_hier_buffer_bytes(size_t max_span, size_t es, bool qwz, int shard);
 
 /* MiCS at the boundary: the partition's gradients (n elements of gt, the
  * shard group's sum) all-reduced across the replica groups into the

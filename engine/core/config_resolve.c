@@ -348,15 +348,6 @@ static ds_status check_groups(const ds_config *c) {
                      "zero_optimization.zero_hpz_partition_size %lld and mics_shard_size %lld: "
                      "choose one (MiCS already keeps the gathers inside its shard group)",
                      (long long)c->zero_hpz_partition_size, (long long)c->mics_shard_size);
-    /* hpZ and MiCS's flat gathers take qwZ's records (zero/stage3.c); the
-     * hierarchical gather repacks working-dtype pieces between its two
-     * levels, which int8 records with their scales would need done anew */
-    if (c->mics_hierarchical_params_gather && c->zero_quantized_weights)
-        return RFAIL(c, DS_ERR_CONFIG,
-                     "zero_optimization.mics_hierarchical_params_gather with "
-                     "zero_quantized_weights: the two-level gather passes full-precision pieces "
-                     "between its levels, not int8 records; drop one (mics_shard_size without "
-                     "the hierarchical gather takes zero_quantized_weights)");
     /* DeepSpeed's MiCS: "Local sharding has no support for CPU offloading";
      * hpZ's secondary copy is filled from device gathers and is kept apart
      * from a partition in host memory here */

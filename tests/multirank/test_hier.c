@@ -18,7 +18,9 @@
  * are held to QUANT_BAND of plain stage 3, and step 1's (before any
  * update) to the bits of a third run with the quantization alone, whose
  * forward gathers the same records (hpZ with one micro-batch; MiCS cuts its
- * pieces, so its blocks, over the shard group).
+ * pieces, so its blocks, over the shard group), and every step's to those
+ * bits where MiCS's one shard group is the world (--mics 4 --hier 1 --qwz 1
+ * on 2 x 2 ranks: the two-level gather moves the same records).
  *
  * --per-host K: the ranks run K to a host, consecutively (2 hosts x 2 ranks
  * under tools/twohost.sh --slots 2); default: all on one host. The test
@@ -303,8 +305,8 @@ static void gather_bytes(traffic *t, const ds_flat *f, int base, int n, int me, 
                          int64_t e, size_t es, bool hier) {
     size_t c[64];
     for (int i = 0; i < n; i++) c[i] = clip(f, n, i, b, e);
+    es = records(c, n, es, g_qwz); /* the hierarchical gather moves the same records */
     if (!hier) {
-        es = records(c, n, es, g_qwz);
         ring_bytes(t, DS_COLL_ALL_GATHER, base, 1, n, me, c, (me + 1) % n, es);
         return;
     }
@@ -528,6 +530,19 @@ int main(int argc, char **argv) {
                    qonly.loss[0]);
             fails0++;
         }
+        /* one shard group over the world (mics_shard_size = world, the
+         * hierarchical gather's case on two hosts): every gather brings the
+         * records the quantization alone brings (the hierarchical one moves
+         * them in two levels, re-encoding nothing) and the gradients reduce
+         * over the same ranks, so every step is the same bits */
+        for (int i = 1; g_mics == g_world && g_gas == 1 && i < STEPS; i++)
+            if (feat.loss[i] != qonly.loss[i]) {
+                printf("FAIL rank %d: step %d loss %.9g with the feature, %.9g with its "
+                       "quantization alone (one shard group: must be the same bits)\n", g_rank,
+                       i + 1, feat.loss[i], qonly.loss[i]);
+                fails0++;
+                break;
+            }
         if (g_qwz && feat.loss[0] == plain.loss[0]) {
             printf("FAIL rank %d: step 1 loss the same bits as plain stage 3 with qwZ: nothing "
                    "was quantized\n", g_rank);

@@ -12,6 +12,9 @@
 #          over both hosts, gathered across hosts among the ranks of the
 #          same place first, then inside each host (bit-identical: one group
 #          reduces as plain stage 3 does);
+#   hier_qwz the same with zero_quantized_weights: the two levels move the
+#          int8 records as they are (the flat gather's bytes, each record
+#          across the link once; losses within test_hier's QUANT_BAND);
 #   zeropp zero_hpz_partition_size 2 with zero_quantized_weights and
 #          zero_quantized_gradients (DeepSpeed's ZeRO++ tutorial): int8
 #          records across hosts for the forward's gathers and the gradients'
@@ -50,6 +53,7 @@ run() { # CASE ARGS...
 run hpz --hpz 2 --ckpt "$(pwd -P)/ck_hpz"
 run mics --mics 2 --ckpt "$(pwd -P)/ck_mics"
 run hier --mics 4 --hier 1 --ckpt "$(pwd -P)/ck_hier"
+run hier_qwz --mics 4 --hier 1 --qwz 1 --ckpt "$(pwd -P)/ck_hier_qwz"
 run zeropp --hpz 2 --qwz 1 --qgz 1 --ckpt "$(pwd -P)/ck_zeropp"
 "$bin/gen_sentences" --rows 600 --seed 7 --out "$(pwd -P)/data.csv" >/dev/null || fail "gen_sentences"
 "$twohost" exec --name $name -- "$bin/engine-run" --np 4 --hostfile /run/twohost/$name/hostfile \
