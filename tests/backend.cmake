@@ -3,6 +3,9 @@
 # element-wise slots at 2 threads to check they give the same bits as at 1.
 ds_add_test(NAME test_dtype SOURCES unit/test_dtype.c LABELS unit)
 ds_add_test(NAME test_backend_gemm SOURCES unit/test_backend_gemm.c LABELS unit)
+# bf16 GEMM inputs (mixed precision's GEMMs): the rounding, the same bits as
+# the fp32 GEMM on pre-rounded inputs, the bound against double, the scratch.
+ds_add_test(NAME test_backend_gemm_bf16 SOURCES unit/test_backend_gemm_bf16.c LABELS unit)
 ds_add_test(NAME test_backend_rng SOURCES unit/test_backend_rng.c LABELS unit)
 ds_add_test(NAME test_backend_elementwise SOURCES unit/test_backend_elementwise.c LABELS unit)
 ds_add_test(NAME test_backend_optim SOURCES unit/test_backend_optim.c LABELS unit)

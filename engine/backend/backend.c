@@ -49,6 +49,16 @@ void ds_backend_destroy(ds_backend *be) {
     free(be);
 }
 
+ds_status ds_backend_set_gemm_inputs(ds_backend *be, ds_dtype t) {
+    if (!be) return DS_ERR(DS_ERR_INVALID_ARG, "ds_backend_set_gemm_inputs: backend is NULL");
+    if (t != DS_F32 && t != DS_BF16)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "ds_backend_set_gemm_inputs: GEMM inputs must be fp32 or bf16, got %s (%d)",
+                      ds_dtype_name(t), (int)t);
+    be->gemm_inputs = t;
+    return DS_OK;
+}
+
 ds_status ds_backend_alloc(ds_backend *be, ds_mem_purpose purpose, ds_mem_place place,
                            size_t bytes, void **out) {
     *out = NULL;

@@ -99,14 +99,21 @@ typedef struct ds_backend_ops {
     ds_status (*event_record)(ds_backend *be, ds_event *e, ds_stream *s);
     ds_status (*stream_wait_event)(ds_backend *be, ds_stream *s, ds_event *e);
 
-    /* ---- dense math (fp32) ----
+    /* ---- dense math (fp32 in and out) ----
      * For b in [0, batch): C_b = alpha * op(A_b) * op(B_b) + beta * C_b with
      * op(A_b) [m x k], op(B_b) [k x n], C_b [m x n], X_b = X + b * strideX.
      * transa/transb: use the transpose of the stored row-major matrix.
      * The C_b of a batch must not overlap (the batches run in parallel:
      * strideC 0 with batch > 1 is refused). To sum products over a batch,
      * write them to separate blocks and add those (nn->bcast_add_bwd sums
-     * rows), or fold the batch into k. */
+     * rows), or fold the batch into k.
+     * Input precision: with be->gemm_inputs == DS_BF16 (ds_backend_set_gemm_
+     * inputs) every element of A and B is first rounded to bf16 (round to
+     * nearest even, ds_f32_to_bf16) and the products are summed in fp32:
+     * bf16 tensor cores on cuda; on cpu the rounded values go through the
+     * same fp32 kernels (a product of two bf16 values is exact in fp32, so
+     * only the order of the sums differs). A, B and C stay fp32 arrays
+     * either way, and alpha, beta and C are never rounded. */
     ds_status (*gemm)(ds_backend *be, bool transa, bool transb, int m, int n, int k, float alpha,
                       const float *A, int lda, int64_t strideA, const float *B, int ldb,
                       int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
@@ -172,6 +179,13 @@ struct ds_backend {
      * core's cache; 0: pass the whole batch at once (a GPU, where more and
      * smaller launches only cost). Set by the backend. */
     size_t chunk_bytes;
+    /* The precision the gemm slot rounds its A and B inputs to: DS_F32 (the
+     * default: none) or DS_BF16 (mixed precision's tensor-core GEMMs, see the
+     * gemm slot). One setting for every call, so a module, a user's own
+     * included, gets it without asking: the engine sets it at ds_initialize
+     * from zero_engine.gemm_input_dtype (on by default under bf16.enabled).
+     * Change it with ds_backend_set_gemm_inputs, between calls only. */
+    ds_dtype gemm_inputs;
     ds_mem *mem;     /* accountant (borrowed; owned by the engine or the caller) */
     void *impl;      /* implementation state */
 };
@@ -189,6 +203,13 @@ typedef struct ds_backend_desc {
  * (a CPU-only build or install), DS_ERR_BACKEND naming the CUDA error. */
 ds_status ds_backend_create(const ds_backend_desc *desc, ds_backend **out);
 void ds_backend_destroy(ds_backend *be);
+
+/* Set be->gemm_inputs: DS_F32 or DS_BF16, anything else is
+ * DS_ERR_INVALID_ARG. With DS_BF16 the backend keeps a device buffer for the
+ * rounded copies of A and B, grown to the largest GEMM seen (the first
+ * training step) and reused, freed with the backend; like the backend's
+ * other internal scratch it is not recorded in be->mem. */
+ds_status ds_backend_set_gemm_inputs(ds_backend *be, ds_dtype t);
 
 /* Allocate `bytes` at `place` and record them as `purpose` in be->mem. */
 ds_status ds_backend_alloc(ds_backend *be, ds_mem_purpose purpose, ds_mem_place place,

@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define DS_CUDA_PLUGIN_VERSION 2 /* 2: ds_backend gained chunk_bytes */
+#define DS_CUDA_PLUGIN_VERSION 3 /* 2: ds_backend gained chunk_bytes; 3: gemm_inputs */
 #define DS_CUDA_PLUGIN_FILE "libzero-engine-cuda.so.0"
 #define DS_CUDA_PLUGIN_ENTRY "ds_cuda_plugin_v1"
 

@@ -28,7 +28,9 @@
  *   2b. blockwise symmetric int8 quantization (ZeRO++ qwZ), with its
  *      error bound;
  *   3. host-side argument checks both backends apply to a slot's arguments,
- *      so cpu and cuda reject the same calls with the same messages.
+ *      so cpu and cuda reject the same calls with the same messages;
+ *   4. bf16 GEMM inputs: the rounding of A and B and the packed layout of
+ *      their rounded copies (backend.h, gemm with gemm_inputs DS_BF16).
  * The fp32 <-> fp16 / bf16 casts are in engine/core/dtype.h. */
 #ifndef DS_BACKEND_MATH_H
 #define DS_BACKEND_MATH_H
@@ -503,6 +505,48 @@ static inline ds_status ds_check_sgd(const char *who, float momentum, float damp
                       "dampening %g",
                       who, (double)momentum, (double)dampening);
     return DS_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 4. bf16 GEMM inputs. With be->gemm_inputs DS_BF16 the gemm slot multiplies
+ * A and B rounded to bf16 and sums in fp32 (backend.h). The rounding is
+ * ds_f32_to_bf16 on both backends: the cuda kernel stores its 16 bits for
+ * cuBLAS, the cpu loop widens them straight back (ds_round_bf16) for its fp32
+ * kernels. Both then multiply the same values; a product of two bf16 values
+ * (8-bit significands) has at most 16 significant bits, exact in fp32, so
+ * the backends differ only in how they order and round the sums. */
+
+/* x rounded to the nearest bf16 (ties to even), as fp32. inf stays inf, a
+ * NaN stays a (quiet) NaN, values past bf16's largest finite round to inf. */
+DS_HD float ds_round_bf16(float x) { return ds_bf16_to_f32(ds_f32_to_bf16(x)); }
+
+/* Where the rounded copy of one operand goes: each stored matrix (rows x
+ * cols, row-major, whatever its ld and transposition) packed with ld = cols
+ * rounded up to a multiple of `ld_multiple` (1 on cpu; 8 on cuda, where
+ * tensor-core GEMMs want 16-byte aligned rows), matrices rows * ld apart;
+ * one copy for a stride-0 operand, which every product of the batch shares.
+ * The padding of a row is never read by the product. */
+typedef struct ds_gemm_pack {
+    int rows, cols; /* of the stored matrix */
+    int ld;         /* of the packed copy */
+    int copies;     /* 1 (stride 0 or batch 1) or batch */
+    int64_t stride; /* packed batch stride: 0 or rows * ld */
+    size_t elems;   /* copies * rows * ld */
+} ds_gemm_pack;
+
+/* The pack of A (is_a) or B of gemm(transa/transb, m, n, k, ..., batch):
+ * A stored is (trans ? k x m : m x k), B (trans ? n x k : k x n). */
+static inline ds_gemm_pack ds_gemm_pack_of(bool is_a, bool trans, int m, int n, int k,
+                                           int64_t stride, int batch, int ld_multiple) {
+    ds_gemm_pack p;
+    int r = is_a ? m : k, c = is_a ? k : n; /* op(X) is r x c */
+    p.rows = trans ? c : r;
+    p.cols = trans ? r : c;
+    p.ld = (p.cols + ld_multiple - 1) / ld_multiple * ld_multiple;
+    p.copies = (stride == 0 || batch <= 1) ? 1 : batch;
+    p.stride = p.copies > 1 ? (int64_t)p.rows * p.ld : 0;
+    p.elems = (size_t)p.copies * (size_t)p.rows * (size_t)p.ld;
+    return p;
 }
 
 #ifdef __cplusplus

@@ -7,7 +7,13 @@
  * the hardware's). Within a bound otherwise:
  *   - gemm: cuBLAS and OpenBLAS sum in different orders; both are within
  *     (k + 2) eps sum|a||b| of the exact product (test_backend_gemm.c), so
- *     they are within twice that of each other;
+ *     they are within twice that of each other. The same with bf16 GEMM
+ *     inputs (be->gemm_inputs DS_BF16: cuBLAS on bf16 tensor cores, the cpu
+ *     on the same rounded values): the products are exact on both, so again
+ *     only the order and rounding of the fp32 sums differ; tensor cores may
+ *     truncate where IEEE rounds (an error of up to 2u per addition instead
+ *     of u), which the factor 2 on eps = 2u covers (4(k+2)u against the
+ *     3(k+2)u the two errors add up to);
  *   - sumsq: both sum in double in different orders: relative difference at
  *     most 2 n DBL_EPSILON (each within n DBL_EPSILON of the exact sum of
  *     positive terms); integer data is exact on both.
@@ -396,7 +402,14 @@ static void test_optim(void) {
 
 /* ---- GEMM ---- */
 
-static void test_gemm(void) {
+/* With inputs DS_BF16 also: the cuda result must be off the cpu's fp32
+ * GEMM (unrounded inputs) by more than the bound somewhere, proving the
+ * cuda path rounded; the rounding moves a dot product by about 2^-9
+ * sum|a b| / sqrt(k), far past 4 (k + 2) u sum|a b| at these k. */
+static void test_gemm(ds_dtype inputs) {
+    REQUIRE_OK(ds_backend_set_gemm_inputs(g_cpu, inputs));
+    REQUIRE_OK(ds_backend_set_gemm_inputs(g_gpu, inputs));
+    const bool bf = inputs == DS_BF16;
     const int shapes[][4] = {{33, 17, 65, 1}, {128, 128, 64, 4}, {7, 300, 2, 3}, {5, 6, 0, 2}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         for (int ta = 0; ta < 2; ta++) {
@@ -409,10 +422,10 @@ static void test_gemm(void) {
                        nC = (size_t)sC * batch;
                 float *A = (float *)malloc(nA * 4), *B = (float *)malloc(nB * 4);
                 float *Cc = (float *)malloc(nC * 4), *Cg = (float *)malloc(nC * 4);
-                float *C0 = (float *)malloc(nC * 4);
+                float *C0 = (float *)malloc(nC * 4), *Cf = (float *)malloc(nC * 4);
                 for (size_t i = 0; i < nA; i++) A[i] = frand();
                 for (size_t i = 0; i < nB; i++) B[i] = frand();
-                for (size_t i = 0; i < nC; i++) C0[i] = Cc[i] = frand();
+                for (size_t i = 0; i < nC; i++) C0[i] = Cc[i] = Cf[i] = frand();
                 float *dA = (float *)dev_alloc(nA * 4), *dB = (float *)dev_alloc(nB * 4),
                       *dC = (float *)dev_alloc(nC * 4);
                 to_dev(dA, A, nA * 4);
@@ -423,7 +436,13 @@ static void test_gemm(void) {
                 REQUIRE_OK(g_gpu->ops->gemm(g_gpu, ta, tb, m, n, k, 0.5f, dA, lda, sA, dB, ldb, sB,
                                             1.0f, dC, ldc, sC, batch));
                 to_host(Cg, dC, nC * 4);
-                size_t bad = 0;
+                if (bf) { /* the cpu's fp32 GEMM of the unrounded inputs */
+                    REQUIRE_OK(ds_backend_set_gemm_inputs(g_cpu, DS_F32));
+                    REQUIRE_OK(g_cpu->ops->gemm(g_cpu, ta, tb, m, n, k, 0.5f, A, lda, sA, B, ldb,
+                                                sB, 1.0f, Cf, ldc, sC, batch));
+                    REQUIRE_OK(ds_backend_set_gemm_inputs(g_cpu, DS_BF16));
+                }
+                size_t bad = 0, off_fp32 = 0;
                 for (int b = 0; b < batch; b++)
                     for (int i = 0; i < m; i++)
                         for (int j = 0; j < n; j++) {
@@ -433,15 +452,23 @@ static void test_gemm(void) {
                                              : A[b * sA + (int64_t)i * lda + l];
                                 float bb = tb ? B[b * sB + (int64_t)j * ldb + l]
                                               : B[b * sB + (int64_t)l * ldb + j];
+                                if (bf) { /* the values multiplied */
+                                    a = ds_round_bf16(a);
+                                    bb = ds_round_bf16(bb);
+                                }
                                 mag += fabs((double)a * bb);
                             }
                             int64_t at = b * sC + (int64_t)i * ldc + j;
                             double tol = 2.0 * (k + 2) * 1.1920929e-7 *
                                          (0.5 * mag + fabs((double)C0[at]));
                             bad += !(fabs((double)Cc[at] - Cg[at]) <= tol);
+                            off_fp32 += !(fabs((double)Cf[at] - Cg[at]) <= tol);
                         }
-                CHECK(bad == 0, "gemm ta=%d tb=%d m=%d n=%d k=%d batch=%d: %zu elements differ", ta,
-                      tb, m, n, k, batch, bad);
+                CHECK(bad == 0, "gemm (%s inputs) ta=%d tb=%d m=%d n=%d k=%d batch=%d: %zu "
+                      "elements differ", ds_dtype_name(inputs), ta, tb, m, n, k, batch, bad);
+                CHECK(!bf || k == 0 || off_fp32 > 0, "bf16-input gemm ta=%d tb=%d m=%d n=%d k=%d: "
+                      "the same as the fp32 gemm of unrounded inputs (not rounded?)", ta, tb, m,
+                      n, k);
                 dev_free(dA, nA * 4);
                 dev_free(dB, nB * 4);
                 dev_free(dC, nC * 4);
@@ -450,6 +477,7 @@ static void test_gemm(void) {
                 free(Cc);
                 free(Cg);
                 free(C0);
+                free(Cf);
             }
         }
     }
@@ -487,7 +515,9 @@ int main(void) {
     test_quant();
     test_sumsq();
     test_optim();
-    test_gemm();
+    test_gemm(DS_F32);
+    test_gemm(DS_BF16);
+    REQUIRE_OK(ds_backend_set_gemm_inputs(g_gpu, DS_F32));
     test_bad_args();
     ds_backend_destroy(g_gpu);
     ds_backend_destroy(g_cpu);

@@ -2,8 +2,8 @@
  * set. Compiled once per variant with DS_ISA_SUFFIX and DS_ISA_LABEL (the
  * variant's name as a string) from the build: the element-wise and model
  * slots are this variant's (renamed, cpu_ops.h / nn_cpu.h), and so is the
- * GEMM slot (small products, cpu_gemm_small.c; the rest OpenBLAS through
- * cpu_backend.c); memory and copies are the shared ones of cpu_backend.c. */
+ * GEMM slot (bf16 inputs rounded, cpu_gemm_bf16.c; small products,
+ * cpu_gemm_small.c; the rest OpenBLAS through cpu_backend.c); memory and copies are the shared ones of cpu_backend.c. */
 #include "engine/backend/cpu/cpu_isa.h"
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/backend/cpu/nn_cpu.h"
@@ -20,7 +20,7 @@ static const ds_backend_ops k_ops = {
     .memset = ds_cpu_memset,
     .sync = ds_cpu_sync,
     /* streams and events: OPTIONAL, NULL (everything is synchronous) */
-    .gemm = ds_cpu_gemm_small, /* its own kernel or ds_cpu_gemm */
+    .gemm = ds_cpu_gemm_entry, /* bf16 inputs rounded, then its own kernel or ds_cpu_gemm */
     .rng_normal = ds_cpu_rng_normal,
     .rng_uniform = ds_cpu_rng_uniform,
     .cast = ds_cpu_cast,

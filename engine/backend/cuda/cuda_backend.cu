@@ -2,6 +2,9 @@
  * and events, strided-batched SGEMM (cuBLAS), and the table that wires in
  * the element-wise kernels of cuda_elementwise.cu.
  *
+ * fp32 GEMMs are SGEMM (no TF32); with be->gemm_inputs DS_BF16 the inputs
+ * are rounded to bf16 and multiplied on tensor cores (cuda_gemm_bf16.cu).
+ *
  * Row-major GEMM on column-major cuBLAS: a row-major m x n matrix with leading
  * dimension ld is, read column-major, its n x m transpose with the same ld. So
  * C = op(A) op(B) (row-major) is C^T = op(B)^T op(A)^T (column-major): call
@@ -162,6 +165,9 @@ static ds_status cuda_gemm(ds_backend *be, bool transa, bool transb, int m, int 
         DS_TRY(ds_cuda_gemm_beta(be, beta, C, m, n, ldc, strideC, batch));
         return DS_OK;
     }
+    if (be->gemm_inputs == DS_BF16)
+        return ds_cuda_gemm_bf16(be, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb,
+                                 strideB, beta, C, ldc, strideC, batch);
     DS_CUDA_ENTER(be);
     ds_cuda_impl *im = ds_cuda_impl_of(be);
     cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -195,6 +201,7 @@ static void cuda_impl_release(ds_backend *be, ds_cuda_impl *im) {
     if (im->sumsq_dev) cudaFree(im->sumsq_dev);
     if (im->sumsq_host) cudaFreeHost(im->sumsq_host);
     if (im->scratch) cudaFree(im->scratch);
+    if (im->gemm_scratch) cudaFree(im->gemm_scratch);
     free(im);
 }
 

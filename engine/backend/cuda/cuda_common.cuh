@@ -67,6 +67,8 @@ typedef struct ds_cuda_impl {
     double *sumsq_host;   /* [DS_CUDA_SUMSQ_BLOCKS] pinned copy */
     void *scratch;        /* ds_cuda_scratch's buffer, grown on demand */
     size_t scratch_bytes;
+    void *gemm_scratch;   /* bf16 copies of a GEMM's A and B (cuda_gemm_bf16.cu) */
+    size_t gemm_scratch_bytes;
 } ds_cuda_impl;
 
 /* A device buffer of at least `bytes` for a slot's intermediate results
@@ -135,6 +137,13 @@ ds_status ds_cuda_quantize_i8(ds_backend *be, int8_t *q, float *scales, const vo
                               ds_dtype t, size_t n, size_t block);
 ds_status ds_cuda_dequantize_i8(ds_backend *be, float *y, const int8_t *q, const float *scales,
                                 size_t n, size_t block);
+/* The gemm slot for be->gemm_inputs DS_BF16, arguments checked and m, n, k,
+ * batch > 0 (cuda_gemm_bf16.cu). Its scratch (gemm_scratch) is freed by
+ * cuda_impl_release. */
+ds_status ds_cuda_gemm_bf16(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                            float alpha, const float *A, int lda, int64_t strideA, const float *B,
+                            int ldb, int64_t strideB, float beta, float *C, int ldc,
+                            int64_t strideC, int batch);
 /* C_b = beta * C_b for each batch (GEMM with k = 0). */
 ds_status ds_cuda_gemm_beta(ds_backend *be, float beta, float *C, int m, int n, int ldc,
                             int64_t strideC, int batch);

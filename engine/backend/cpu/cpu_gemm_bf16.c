@@ -1,0 +1,85 @@
+/* The gemm slot of one instruction-set variant, in front of
+ * cpu_gemm_small.c: with be->gemm_inputs DS_BF16 (mixed precision's GEMMs,
+ * backend.h) A and B are rounded to bf16 first, into the backend's scratch,
+ * and the product runs on those copies through the same fp32 kernels.
+ *
+ * Why this is a bf16 GEMM. The rounded values have 8-bit significands, so
+ * each product A(i,p) B(p,j) is exact in fp32 (16 significant bits) and the
+ * kernel's fma chain or OpenBLAS's sums round exactly as a bf16 x bf16 ->
+ * fp32-accumulate GEMM that sums in the same order would; the cuda backend's
+ * tensor-core GEMM multiplies the same values (the rounding is
+ * ds_f32_to_bf16 on both, engine/backend/math.h section 4) and differs only
+ * in the order of the sums.
+ *
+ * Layout. Each operand is packed (ds_gemm_pack_of): the stored matrices
+ * densely, ld = their column count, one copy when the stride is 0. The
+ * product then reads a copy no larger than what it reads anyway, whatever
+ * the caller's strides (attention's per-head slices of a QKV row block
+ * included), and the kernels' choice of path depends on the shape only
+ * (cpu_gemm_small.c), so rounding changes no path.
+ *
+ * The rounding pass. A bit operation per element (ds_f32_to_bf16 followed
+ * by the widening shift, as one mask and select the compiler vectorises at
+ * the variant's width), threads over rows when there are enough elements.
+ * Its cost on the BERT-mini training step is in bench/RESULTS.md. */
+#include <omp.h>
+#include <stdint.h>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_ops.h"
+#include "engine/backend/math.h"
+
+/* The bits of ds_round_bf16(x) from the bits u of x, written without a
+ * branch so that the loop below vectorises: round to nearest even is adding
+ * 0x7fff plus the lowest kept bit and dropping the low 16 bits; a NaN keeps
+ * its top bits with the quiet bit set (ds_f32_to_bf16). No fp32 value that
+ * is not a NaN carries into the sign (the largest, -inf, is 0xff800000). */
+static inline uint32_t round_bits(uint32_t u) {
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    uint32_t quiet = (u | 0x00400000u) & 0xffff0000u;
+    return (u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
+}
+
+/* fp32 elements read and written as their bits (may_alias: the arrays are
+ * float arrays, and the compiler must not assume otherwise). */
+typedef uint32_t __attribute__((may_alias)) rb_bits;
+
+/* dst[r * p->ld + c] = round(src[r * ld + c]) for the p.rows rows of each of
+ * the p.copies matrices (src matrices `stride` apart). */
+static void round_pack(float *restrict dst, const float *restrict src, int ld, int64_t stride,
+                       const ds_gemm_pack *p, int nt) {
+    const int64_t rows = (int64_t)p->copies * p->rows;
+    const int cols = p->cols;
+    const bool par = nt > 1 && p->elems >= DS_CPU_PAR_MIN;
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t b = r / p->rows, i = r % p->rows;
+        const rb_bits *restrict s = (const rb_bits *)(src + b * stride + i * ld);
+        rb_bits *restrict d = (rb_bits *)(dst + r * p->ld);
+#pragma omp simd
+        for (int c = 0; c < cols; c++) d[c] = round_bits(s[c]);
+    }
+}
+
+/* Floats between A's copy and B's: B's starts on a 64-byte line. */
+#define RB_ALIGN 16
+
+ds_status ds_cpu_gemm_entry(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                            float alpha, const float *A, int lda, int64_t strideA, const float *B,
+                            int ldb, int64_t strideB, float beta, float *C, int ldc,
+                            int64_t strideC, int batch) {
+    if (be->gemm_inputs != DS_BF16 || m == 0 || n == 0 || k == 0 || batch == 0)
+        return ds_cpu_gemm_small(be, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb,
+                                 strideB, beta, C, ldc, strideC, batch);
+    DS_TRY(ds_check_gemm("cpu gemm", transa, transb, m, n, k, A, lda, strideA, B, ldb, strideB, C,
+                         ldc, strideC, batch));
+    const ds_gemm_pack pa = ds_gemm_pack_of(true, transa, m, n, k, strideA, batch, 1);
+    const ds_gemm_pack pb = ds_gemm_pack_of(false, transb, m, n, k, strideB, batch, 1);
+    const size_t b_off = (pa.elems + RB_ALIGN - 1) / RB_ALIGN * RB_ALIGN;
+    float *buf;
+    DS_TRY(ds_cpu_gemm_scratch(be, b_off + pb.elems, &buf));
+    round_pack(buf, A, lda, strideA, &pa, be->num_threads);
+    round_pack(buf + b_off, B, ldb, strideB, &pb, be->num_threads);
+    return ds_cpu_gemm_small(be, transa, transb, m, n, k, alpha, buf, pa.ld, pa.stride,
+                             buf + b_off, pb.ld, pb.stride, beta, C, ldc, strideC, batch);
+}

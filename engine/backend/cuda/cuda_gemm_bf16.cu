@@ -1,0 +1,92 @@
+/* The gemm slot's bf16-input path (be->gemm_inputs DS_BF16, backend.h):
+ * A and B are rounded to bf16 into device scratch and multiplied by cuBLAS
+ * on tensor cores, bf16 x bf16 products summed in fp32 into an fp32 C.
+ *
+ * Rounding. One kernel per operand writes ds_f32_to_bf16 of every element
+ * (engine/core/dtype.h: round to nearest even, NaN kept quiet) into a packed
+ * copy (ds_gemm_pack_of, engine/backend/math.h section 4, rows padded to 8
+ * elements for 16-byte aligned tensor-core rows): the same function, so the
+ * same bf16 values, as the cpu reference (cpu_gemm_bf16.c). We do not hand
+ * fp32 inputs to CUBLAS_COMPUTE_32F_FAST_16BF instead: cuBLAS documents that
+ * mode as converting inputs "down" to bf16 without saying how it rounds, and
+ * nothing here could show that it rounds as the cpu does.
+ *
+ * The product. cublasGemmStridedBatchedEx with CUDA_R_16BF A and B,
+ * CUDA_R_32F C and CUBLAS_COMPUTE_32F: fp32 alpha, beta and accumulation.
+ * The handle's CUBLAS_DEFAULT_MATH (cuda_backend.cu) lets cuBLAS use tensor
+ * cores for 16-bit inputs (it only keeps fp32 inputs off TF32). Row-major on
+ * column-major as in cuda_gemm: operands swapped, (n, m, k), B first.
+ *
+ * Scratch. A buffer of the backend's own (not ds_cuda_scratch, which
+ * colsum.cuh's partial sums use), grown to the largest GEMM seen: the first
+ * training step grows it, later ones reuse it. Like ds_cuda_scratch it is
+ * not recorded in be->mem (see the cpu's ds_cpu_gemm_scratch for why).
+ * Freeing the old buffer waits for the device (cudaFree), so a GEMM still
+ * reading it has finished. */
+#include "engine/backend/cuda/cuda_common.cuh"
+
+/* dst[(b * rows + r) * ld + c] = bf16(src[b * stride + r * lds + c]) for
+ * every b < copies, r < rows, c < cols. */
+__global__ void ds_k_round_pack_bf16(uint16_t *__restrict__ dst, const float *__restrict__ src,
+                                     int lds, int64_t stride, int rows, int cols, int ld,
+                                     size_t total) {
+    DS_GRID_STRIDE(i, total) {
+        size_t row = i / (size_t)cols, c = i % (size_t)cols;
+        size_t b = row / (size_t)rows, r = row % (size_t)rows;
+        dst[row * (size_t)ld + c] =
+            ds_f32_to_bf16(src[(int64_t)b * stride + (int64_t)r * lds + (int64_t)c]);
+    }
+}
+
+static ds_status round_pack(ds_backend *be, uint16_t *dst, const float *src, int lds,
+                            int64_t stride, const ds_gemm_pack *p) {
+    size_t total = (size_t)p->copies * (size_t)p->rows * (size_t)p->cols;
+    if (total == 0) return DS_OK;
+    ds_k_round_pack_bf16<<<DS_CUDA_GRID(be, total)>>>(dst, src, lds, stride, p->rows, p->cols,
+                                                      p->ld, total);
+    DS_CHECK_LAUNCH();
+    return DS_OK;
+}
+
+/* At least `bytes` of the backend's bf16 GEMM scratch. */
+static ds_status gemm_scratch(ds_backend *be, size_t bytes, void **out) {
+    ds_cuda_impl *im = ds_cuda_impl_of(be);
+    if (bytes > im->gemm_scratch_bytes) {
+        if (im->gemm_scratch) DS_CHECK_CUDA(cudaFree(im->gemm_scratch));
+        im->gemm_scratch = NULL;
+        im->gemm_scratch_bytes = 0;
+        DS_CHECK_CUDA(cudaMalloc(&im->gemm_scratch, bytes));
+        im->gemm_scratch_bytes = bytes;
+    }
+    *out = im->gemm_scratch;
+    return DS_OK;
+}
+
+/* Bytes of A's copy before B's: B starts 256-byte aligned, as cudaMalloc's
+ * own buffers do. */
+static size_t aligned_bytes(size_t elems) { return (elems * sizeof(uint16_t) + 255) / 256 * 256; }
+
+ds_status ds_cuda_gemm_bf16(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                            float alpha, const float *A, int lda, int64_t strideA, const float *B,
+                            int ldb, int64_t strideB, float beta, float *C, int ldc,
+                            int64_t strideC, int batch) {
+    /* the caller (cuda_gemm) checked the arguments and took m, n, k or
+     * batch 0 */
+    DS_CUDA_ENTER(be);
+    const ds_gemm_pack pa = ds_gemm_pack_of(true, transa, m, n, k, strideA, batch, 8);
+    const ds_gemm_pack pb = ds_gemm_pack_of(false, transb, m, n, k, strideB, batch, 8);
+    const size_t a_bytes = aligned_bytes(pa.elems);
+    void *buf;
+    DS_TRY(gemm_scratch(be, a_bytes + pb.elems * sizeof(uint16_t), &buf));
+    uint16_t *Ah = (uint16_t *)buf, *Bh = (uint16_t *)((char *)buf + a_bytes);
+    DS_TRY(round_pack(be, Ah, A, lda, strideA, &pa));
+    DS_TRY(round_pack(be, Bh, B, ldb, strideB, &pb));
+    ds_cuda_impl *im = ds_cuda_impl_of(be);
+    cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    DS_CHECK_CUBLAS(cublasGemmStridedBatchedEx(
+        im->blas, opb, opa, n, m, k, &alpha, Bh, CUDA_R_16BF, pb.ld, (long long)pb.stride, Ah,
+        CUDA_R_16BF, pa.ld, (long long)pa.stride, &beta, C, CUDA_R_32F, ldc, (long long)strideC,
+        batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return DS_OK;
+}

@@ -1,0 +1,269 @@
+/* The cpu backend's GEMM with bf16 inputs (be->gemm_inputs DS_BF16,
+ * backend.h), the reference the cuda tensor-core GEMM is checked against
+ * (test_backend_cuda):
+ *
+ *   - the rounding: a k = 1 product with B = 1 returns ds_round_bf16(A)
+ *     element by element (ties to even, carries into the exponent, overflow
+ *     to inf, inf, NaN), through the threaded pass (more elements than
+ *     DS_CPU_PAR_MIN);
+ *   - the same bits as the fp32 GEMM run on inputs rounded beforehand, for
+ *     every path of the slot (the variant's own kernel, OpenBLAS one after
+ *     another and one per thread), transposes, padded leading dimensions,
+ *     batches with gaps between them, overlapping batches (attention's heads
+ *     read from one row block) and a shared B (stride 0), at 1 and 2 threads:
+ *     rounding happens before the product and changes nothing else;
+ *   - within an error bound of the exact (double) product of the rounded
+ *     inputs, and measurably off the fp32 product of the unrounded ones;
+ *   - its scratch: none before the first bf16 GEMM, then grown to the
+ *     largest GEMM and not reallocated by smaller ones or repeats (the
+ *     backend's private state, cpu_ops.h), not recorded in the accountant;
+ *   - ds_backend_set_gemm_inputs refuses a type other than fp32 / bf16. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_ops.h" /* ds_cpu_impl: the scratch */
+#include "engine/backend/math.h"
+#include "tests/unit/test_util.h"
+
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+static uint64_t next_u64(void) { /* xorshift64* */
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    return g_rng * 0x2545f4914f6cdd1dull;
+}
+static float frand(void) { /* uniform in [-1, 1), 24 random bits: rarely a bf16 already */
+    return (float)((double)(next_u64() >> 40) / (double)(1u << 24) * 2.0 - 1.0);
+}
+
+static uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ---- the rounding ------------------------------------------------------- */
+
+static void test_rounding(ds_backend *be) {
+    /* m x 1 times 1 x 16 ones: C(i, j) = fma(round(a_i), 1, 0) = round(a_i)
+     * exactly (the own kernel; a -0 comes back +0, equal as a value) */
+    enum { M = 20011, N = 16 };
+    static const uint32_t special[] = {
+        0x3f808000u, /* 1 + 2^-8: a tie, rounds down to even 1 */
+        0x3f818000u, /* 1 + 3 * 2^-8: a tie, rounds up to even */
+        0x3f80ffffu, /* just under the next bf16: up */
+        0x3fffffffu, /* rounds up into the exponent: 2 */
+        0x7f7fffffu, /* FLT_MAX: past bf16's largest finite, inf */
+        0x7f7f7fffu, /* just under the halfway point: bf16's largest finite */
+        0xff800000u, /* -inf */
+        0x7f800000u, /* inf */
+        0x00000001u, /* smallest subnormal: rounds to 0 */
+        0x80008000u, /* a negative subnormal tie: to even, -0 */
+        0x7fc00001u, /* quiet NaN with payload */
+        0xff800001u, /* signalling NaN */
+    };
+    const size_t ns = sizeof special / sizeof *special;
+    float *A = malloc(M * sizeof *A), *B = malloc(N * sizeof *B), *C = malloc((size_t)M * N * 4);
+    if (!A || !B || !C) TEST_DIE("out of memory");
+    for (int i = 0; i < M; i++)
+        A[i] = (size_t)i < ns ? from_bits(special[i])
+                              : from_bits((uint32_t)(next_u64() >> 32)); /* any bit pattern */
+    for (int j = 0; j < N; j++) B[j] = 1.0f;
+    CHECK_OK(be->ops->gemm(be, false, false, M, N, 1, 1.0f, A, 1, 0, B, N, 0, 0.0f, C, N, 0, 1));
+    int bad = 0;
+    for (int i = 0; i < M && bad < 5; i++) {
+        float want = ds_round_bf16(A[i]);
+        for (int j = 0; j < N; j++) {
+            float got = C[(size_t)i * N + j];
+            bool ok = isnan(want) ? isnan(got) : got == want;
+            if (!ok) {
+                TEST_FAIL("round(%08x) = %08x (%g), want %08x (%g)", bits(A[i]), bits(got),
+                          (double)got, bits(want), (double)want);
+                bad++;
+                break;
+            }
+        }
+    }
+    /* the special values' expected roundings, from their definitions */
+    CHECK(ds_round_bf16(from_bits(0x3f808000u)) == 1.0f, "tie to even (down)");
+    CHECK(bits(ds_round_bf16(from_bits(0x3f818000u))) == 0x3f820000u, "tie to even (up)");
+    CHECK(ds_round_bf16(from_bits(0x3fffffffu)) == 2.0f, "carry into the exponent");
+    CHECK(isinf(ds_round_bf16(FLT_MAX)), "FLT_MAX must round to inf");
+    CHECK(bits(ds_round_bf16(from_bits(0x7f7f7fffu))) == 0x7f7f0000u, "largest finite bf16");
+    CHECK(isnan(ds_round_bf16(from_bits(0xff800001u))), "NaN stays NaN");
+    free(A);
+    free(B);
+    free(C);
+}
+
+/* ---- against the fp32 GEMM on pre-rounded inputs, and against double ---- */
+
+typedef struct bf_case {
+    int ta, tb, m, n, k, batch;
+    int pad;       /* extra columns in every leading dimension */
+    int layout;    /* 0: batches apart with gaps; 1: overlapping (heads of one block);
+                      2: B shared (stride 0) */
+    float alpha, beta;
+} bf_case;
+
+#define PAD_SENTINEL 12345.0f
+
+static void run_case(ds_backend *be, const bf_case *c) {
+    int arows = c->ta ? c->k : c->m, acols = c->ta ? c->m : c->k;
+    int brows = c->tb ? c->n : c->k, bcols = c->tb ? c->k : c->n;
+    int lda = acols + c->pad, ldb = bcols + c->pad, ldc = c->n + c->pad;
+    int64_t sA, sB;
+    if (c->layout == 1) { /* batch b's matrix starts b columns on, as a head's slice */
+        lda = acols * c->batch + c->pad;
+        ldb = bcols * c->batch + c->pad;
+        sA = acols;
+        sB = bcols;
+    } else {
+        sA = (int64_t)arows * lda + 5;
+        sB = c->layout == 2 ? 0 : (int64_t)brows * ldb + 3;
+    }
+    int64_t sC = (int64_t)c->m * ldc + 7;
+    size_t nA = (size_t)sA * (c->batch - 1) + (size_t)arows * lda;
+    size_t nB = (size_t)sB * (c->batch - 1) + (size_t)brows * ldb;
+    size_t nC = (size_t)sC * c->batch;
+    float *A = malloc(nA * 4), *B = malloc(nB * 4), *Ar = malloc(nA * 4), *Br = malloc(nB * 4);
+    float *C = malloc(nC * 4), *Cr = malloc(nC * 4), *C0 = malloc(nC * 4), *Cf = malloc(nC * 4);
+    if (!A || !B || !Ar || !Br || !C || !Cr || !C0 || !Cf) TEST_DIE("out of memory");
+    for (size_t i = 0; i < nA; i++) Ar[i] = ds_round_bf16(A[i] = frand());
+    for (size_t i = 0; i < nB; i++) Br[i] = ds_round_bf16(B[i] = frand());
+    for (size_t i = 0; i < nC; i++) C0[i] = PAD_SENTINEL;
+    for (int b = 0; b < c->batch; b++)
+        for (int i = 0; i < c->m; i++)
+            for (int j = 0; j < c->n; j++)
+                C0[b * sC + (int64_t)i * ldc + j] = c->beta == 0.0f ? NAN : frand();
+    memcpy(C, C0, nC * 4);
+    memcpy(Cr, C0, nC * 4);
+    memcpy(Cf, C0, nC * 4);
+
+    CHECK_OK(ds_backend_set_gemm_inputs(be, DS_BF16));
+    CHECK_OK(be->ops->gemm(be, c->ta, c->tb, c->m, c->n, c->k, c->alpha, A, lda, sA, B, ldb, sB,
+                           c->beta, C, ldc, sC, c->batch));
+    CHECK_OK(ds_backend_set_gemm_inputs(be, DS_F32));
+    CHECK_OK(be->ops->gemm(be, c->ta, c->tb, c->m, c->n, c->k, c->alpha, Ar, lda, sA, Br, ldb, sB,
+                           c->beta, Cr, ldc, sC, c->batch));
+    CHECK_OK(be->ops->gemm(be, c->ta, c->tb, c->m, c->n, c->k, c->alpha, A, lda, sA, B, ldb, sB,
+                           c->beta, Cf, ldc, sC, c->batch));
+    /* the padding included: neither call may write it */
+    CHECK(memcmp(C, Cr, nC * 4) == 0,
+          "bf16 GEMM differs from fp32 GEMM of rounded inputs (ta %d tb %d %dx%dx%d batch %d "
+          "layout %d, %d threads)", c->ta, c->tb, c->m, c->n, c->k, c->batch, c->layout,
+          be->num_threads);
+
+    /* Against double on the rounded inputs. Every product is exact in fp32,
+     * so only the k - 1 additions of a dot product, the scaling by alpha and
+     * the addition of beta*C round: |C - exact| <= gamma_(k+2) (|alpha|
+     * sum|a b| + |beta c|), gamma_j = j u / (1 - j u) (Higham, 3.1), checked
+     * with (k + 2) * FLT_EPSILON (u rounded up to 2u: slack for 1/(1-ju)
+     * and the double reference's own rounding). And the product of the
+     * unrounded inputs is 2^-8-relative away per factor: at least one element
+     * of the fp32 GEMM must differ from the bf16 one (random 24-bit inputs
+     * are rarely bf16 values already), proving the inputs were rounded. */
+    int bad = 0, differ = 0;
+    for (int b = 0; b < c->batch && bad < 3; b++) {
+        const float *Ab = Ar + b * sA, *Bb = Br + b * sB;
+        for (int i = 0; i < c->m; i++)
+            for (int j = 0; j < c->n; j++) {
+                double acc = 0.0, mag = 0.0;
+                for (int l = 0; l < c->k; l++) {
+                    double a = c->ta ? Ab[(int64_t)l * lda + i] : Ab[(int64_t)i * lda + l];
+                    double bb = c->tb ? Bb[(int64_t)j * ldb + l] : Bb[(int64_t)l * ldb + j];
+                    acc += a * bb;
+                    mag += fabs(a * bb);
+                }
+                int64_t at = b * sC + (int64_t)i * ldc + j;
+                double old = c->beta == 0.0f ? 0.0 : (double)C0[at] * c->beta;
+                double want = c->alpha * acc + old;
+                double tol = (c->k + 2) * (double)FLT_EPSILON * (fabs(c->alpha) * mag + fabs(old));
+                if (fabs(C[at] - want) > tol && bad++ < 3)
+                    TEST_FAIL("C[%d][%d][%d] = %.9g, exact on rounded inputs %.9g (tol %.3g)", b,
+                              i, j, (double)C[at], want, tol);
+                differ += Cf[at] != C[at];
+            }
+    }
+    CHECK(differ > 0, "bf16 and fp32 GEMM agree everywhere: inputs not rounded?");
+    free(A), free(B), free(Ar), free(Br), free(C), free(Cr), free(C0), free(Cf);
+}
+
+static void test_paths(ds_backend *be) {
+    static const bf_case cases[] = {
+        /* the variant's own kernel: alpha 1, beta 0, n % 16 == 0, k <= 256 */
+        {0, 1, 128, 128, 64, 4, 0, 1, 1.0f, 0.0f}, /* scores: heads of a QKV block */
+        {0, 0, 128, 64, 128, 4, 0, 1, 1.0f, 0.0f}, /* context = P V */
+        {1, 0, 128, 64, 128, 2, 3, 0, 1.0f, 0.0f}, /* dV = P^T dC */
+        {0, 1, 37, 80, 200, 3, 1, 2, 1.0f, 0.0f},  /* shared B */
+        /* OpenBLAS one per thread (small, batched) and one after another */
+        {1, 1, 33, 17, 29, 5, 2, 0, 0.75f, 1.0f},
+        {0, 1, 20, 24, 300, 3, 0, 2, 1.0f, 1.0f},  /* k > 256, shared B, accumulate */
+        {0, 0, 300, 260, 190, 1, 0, 0, 1.0f, 0.0f}, /* split by OpenBLAS across threads */
+        {1, 0, 256, 96, 512, 1, 1, 0, 1.0f, 1.0f},  /* a weight gradient: dW += x^T dy */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(be, &cases[i]);
+}
+
+/* ---- the scratch --------------------------------------------------------- */
+
+static void test_scratch(int nt) {
+    ds_mem *mem;
+    REQUIRE_OK(ds_mem_create(&mem));
+    ds_backend *be = test_cpu_backend(nt, mem);
+    CHECK(be->gemm_inputs == DS_F32, "a new backend's GEMM inputs are fp32");
+    ds_clear_error();
+    CHECK(ds_backend_set_gemm_inputs(be, DS_F16) == DS_ERR_INVALID_ARG &&
+              strstr(ds_last_error(), "fp32 or bf16"),
+          "fp16 GEMM inputs must be refused: %s", ds_last_error());
+    ds_clear_error();
+    REQUIRE_OK(ds_backend_set_gemm_inputs(be, DS_BF16));
+    enum { M = 64, N = 48, K = 40 };
+    static float A[M * K], B[K * N], C[M * N];
+    for (int i = 0; i < M * K; i++) A[i] = frand();
+    for (int i = 0; i < K * N; i++) B[i] = frand();
+    const ds_cpu_impl *im = be->impl;
+    CHECK(im->gemm_scratch == NULL, "scratch before the first GEMM");
+    CHECK_OK(be->ops->gemm(be, false, false, M, N, K, 1.0f, A, K, 0, B, N, 0, 0.0f, C, N, 0, 1));
+    /* A's copy rounded up to a 64-byte line (16 floats), then B's */
+    const size_t want = (M * K + 15) / 16 * 16 + K * N;
+    const float *first = im->gemm_scratch;
+    CHECK(first && im->gemm_scratch_elems == want, "scratch of %zu floats, want %zu",
+          im->gemm_scratch_elems, want);
+    /* smaller and equal GEMMs again: the same buffer */
+    for (int rep = 0; rep < 3; rep++) {
+        CHECK_OK(be->ops->gemm(be, false, false, M, N, K, 1.0f, A, K, 0, B, N, 0, 0.0f, C, N, 0, 1));
+        CHECK_OK(be->ops->gemm(be, true, false, K / 2, N, M / 2, 1.0f, A, K, 0, B, N, 0, 0.0f, C,
+                               N, 0, 1));
+    }
+    CHECK(im->gemm_scratch == first && im->gemm_scratch_elems == want,
+          "scratch reallocated in steady state (%zu floats)", im->gemm_scratch_elems);
+    /* the accountant's reports: what the engine planned, nothing from here */
+    ds_mem_report r;
+    ds_mem_snapshot(mem, &r);
+    CHECK(r.total[DS_PLACE_DEVICE] == 0, "scratch recorded: %llu device bytes",
+          (unsigned long long)r.total[DS_PLACE_DEVICE]);
+    ds_backend_destroy(be); /* frees it (the asan build checks) */
+    ds_mem_destroy(mem);
+}
+
+int main(void) {
+    for (int nt = 1; nt <= 2; nt++) {
+        ds_backend *be = test_cpu_backend(nt, NULL);
+        REQUIRE_OK(ds_backend_set_gemm_inputs(be, DS_BF16));
+        test_rounding(be);
+        test_paths(be);
+        ds_backend_destroy(be);
+        test_scratch(nt);
+    }
+    return test_finish("test_backend_gemm_bf16");
+}
