@@ -46,6 +46,13 @@ static ds_status make_backend(engine_t *e) {
     return DS_OK;
 }
 
+/* The backend's GEMM input precision, for every module alike
+ * (zero_engine.gemm_input_dtype; checked against bf16.enabled by the
+ * config's resolution). */
+static ds_status set_gemm_inputs(engine_t *e) {
+    return ds_backend_set_gemm_inputs(e->be, ds_config_gemm_inputs(&e->cfg));
+}
+
 /* Everything after the communicator exists; any failure here is agreed on
  * by all ranks by the caller so that no rank enters a collective alone. */
 /* Keys the config accepts (they are DeepSpeed's) but this engine does not
@@ -72,6 +79,7 @@ static ds_status build_local(engine_t *e, const ds_init_desc *d) {
     DS_TRY(ds_mem_create(&e->mem));
     DS_TRY(pick_precision(e));
     DS_TRY(make_backend(e));
+    DS_TRY(set_gemm_inputs(e));
     /* the cpu backend's GEMMs are OpenBLAS's: a core older than the CPU is a
      * warning on rank 0, one the CPU cannot run an error (blas_core.h) */
     if (e->be->kind == DS_BACKEND_CPU) DS_TRY(ds_blas_core_startup_check(e->comm->rank));

@@ -121,10 +121,11 @@ void ds_engine_print_startup(engine_t *e) {
         free(rows);
         return;
     }
-    printf("[zero-engine] backend %s, comm %s, ZeRO stage %d, precision %s (grads %s), model %s: "
-           "Psi = %lld parameters (%lld padded, %lld per partition)\n",
+    printf("[zero-engine] backend %s, comm %s, ZeRO stage %d, precision %s (grads %s, GEMM "
+           "inputs %s), model %s: Psi = %lld parameters (%lld padded, %lld per partition)\n",
            e->be->ops->name, e->comm->ops->name, e->cfg.zero_stage, ds_dtype_name(e->param_t),
-           ds_dtype_name(e->grad_t), e->model->type, (long long)e->flat->numel,
+           ds_dtype_name(e->grad_t), ds_dtype_name(e->be->gemm_inputs), e->model->type,
+           (long long)e->flat->numel,
            (long long)e->flat->padded, (long long)e->flat->part);
     char *summary = ds_config_summary(&e->cfg);
     if (summary) {

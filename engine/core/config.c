@@ -103,6 +103,13 @@ void ds_config_defaults(ds_config *c) {
     c->save_on_signal = 0;
     /* Slurm's default KillWait and Kubernetes' default grace period */
     c->preempt_deadline_s = 30.0;
+    snprintf(c->gemm_input_dtype, sizeof c->gemm_input_dtype, "auto");
+}
+
+ds_dtype ds_config_gemm_inputs(const ds_config *c) {
+    if (!strcmp(c->gemm_input_dtype, "bf16")) return DS_BF16;
+    if (!strcmp(c->gemm_input_dtype, "fp32")) return DS_F32;
+    return c->bf16_enabled ? DS_BF16 : DS_F32; /* "auto" */
 }
 
 static const struct {

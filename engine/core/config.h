@@ -307,6 +307,11 @@ typedef struct ds_config {
     int save_on_signal;                  /* default 0 (none): a signal that, besides
                                             SIGTERM, asks for a save and exit (ds_preempt_*) */
     double preempt_deadline_s;           /* default 30: the longest a save-and-exit may take */
+    char gemm_input_dtype[8];            /* "auto" (default) | "bf16" | "fp32": what the
+                                            backend's GEMMs round A and B to (fp32
+                                            accumulation either way); resolve turns auto
+                                            into bf16 under bf16.enabled, else fp32;
+                                            "bf16" needs bf16.enabled */
 
     /* ---- provenance ---- */
     char path[512];                      /* file it came from, "" for a string */
@@ -320,6 +325,12 @@ typedef struct ds_config {
 int ds_signal_from_name(const char *name);
 /* "SIGUSR1" for a signal of that list, "SIG<n>" otherwise (static text). */
 const char *ds_signal_name(int signo);
+
+/* The GEMM input type a config runs with: DS_BF16 for
+ * zero_engine.gemm_input_dtype "bf16" (or, before ds_config_resolve, "auto"
+ * with bf16.enabled); else DS_F32 (fp16 training keeps fp32 GEMMs). The
+ * engine hands it to ds_backend_set_gemm_inputs at ds_initialize. */
+ds_dtype ds_config_gemm_inputs(const ds_config *c);
 
 /* Fill `c` with DeepSpeed's defaults (what an empty "{}" parses to). The
  * struct is zeroed first, so two configs with equal settings compare equal

@@ -314,6 +314,7 @@ char *ds_config_to_json(const ds_config *c) {
     if (c->save_on_signal) jw_str(&w, "save_on_signal", ds_signal_name(c->save_on_signal));
     else jw_null(&w, "save_on_signal");
     jw_real(&w, "preempt_deadline_s", c->preempt_deadline_s);
+    jw_str(&w, "gemm_input_dtype", c->gemm_input_dtype);
     jw_close(&w);
     jw_close(&w);
     jw_raw(&w, "\n");

@@ -373,6 +373,14 @@ static ds_status check_cross(const ds_config *c) {
                      "fp16.enabled and bf16.enabled: both true, got fp16.enabled true%s, "
                      "bf16.enabled true%s; enable one",
                      c->fp16_enabled_auto ? " (auto)" : "", c->bf16_enabled_auto ? " (auto)" : "");
+    /* bf16 GEMM inputs are part of bf16 mixed precision: under fp32 they
+     * would round what the user asked to keep exact, under fp16 they would
+     * lose the 3 significand bits fp16 has over bf16 */
+    if (!strcmp(c->gemm_input_dtype, "bf16") && !c->bf16_enabled)
+        return RFAIL(c, DS_ERR_CONFIG,
+                     "zero_engine.gemm_input_dtype: \"bf16\" needs bf16.enabled true, got "
+                     "bf16.enabled false (%s); enable bf16 or write \"auto\" / \"fp32\"",
+                     c->fp16_enabled ? "fp16 training" : "fp32 training");
     /* DeepSpeed: offload_param is "valid only with stage 3"; optimizer
      * offload, to cpu or nvme, "valid with stage 1, 2, and 3" (stage 0 has
      * no ZeRO optimizer to offload). */
@@ -436,6 +444,10 @@ ds_status ds_config_resolve(ds_config *cfg, const ds_config_hints *h) {
     DS_TRY(resolve_batch(&c, h));
     DS_TRY(cfg_resolve_scheduler(&c, h)); /* total_num_steps from epochs needs the batch */
     DS_TRY(check_cross(&c));
+    /* zero_engine.gemm_input_dtype "auto": bf16 GEMM inputs under bf16 */
+    if (!strcmp(c.gemm_input_dtype, "auto"))
+        snprintf(c.gemm_input_dtype, sizeof c.gemm_input_dtype, "%s",
+                 c.bf16_enabled ? "bf16" : "fp32");
     *cfg = c;
     return DS_OK;
 }

@@ -90,6 +90,21 @@ static ds_status read_backend(const cfg_ctx *ctx, json_t *v, const char *path, v
     return DS_OK;
 }
 
+static ds_status read_gemm_inputs(const cfg_ctx *ctx, json_t *v, const char *path,
+                                  void *base) {
+    static const char *const names[] = {"auto", "bf16", "fp32"};
+    int idx;
+    /* "auto" is a value of this key (follow bf16.enabled), as for backend */
+    if (cfg_is_auto(v)) {
+        idx = 0;
+    } else {
+        DS_TRY(cfg_read_enum(ctx, v, path, names, 3, "\"auto\", \"bf16\", \"fp32\"", &idx));
+    }
+    ds_config *c = base;
+    snprintf(c->gemm_input_dtype, sizeof c->gemm_input_dtype, "%s", names[idx]);
+    return DS_OK;
+}
+
 static ds_status read_signal(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
     ds_config *c = base;
     if (json_is_null(v)) {
@@ -636,6 +651,7 @@ static const cfg_key k_zero_engine[] = {
     ROW("max_consecutive_skips", CFG_INT, OFF(max_consecutive_skips), 0, 1000000, 0, NO, NO, NULL),
     FN("save_on_signal", OFF(save_on_signal), read_signal),
     REAL_GT("preempt_deadline_s", preempt_deadline_s, 0),
+    FN("gemm_input_dtype", OFF(gemm_input_dtype), read_gemm_inputs),
 };
 
 static ds_status read_zero_engine(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {

@@ -388,6 +388,9 @@ static void defaults_like(const ds_config *c, ds_config *d) {
     if (c->scheduler == DS_SCHED_WARMUP_LR) d->warmup_max_lr = c->lr; /* warmup_max_lr=None */
     d->total_num_steps = c->total_num_steps; /* required: no default */
     d->overlap_comm = c->zero_stage == 3;
+    /* zero_engine.gemm_input_dtype "auto" as resolved for c's precision */
+    snprintf(d->gemm_input_dtype, sizeof d->gemm_input_dtype, "%s",
+             c->bf16_enabled ? "bf16" : "fp32");
 }
 
 #define DIFF_LABEL "other keys off DeepSpeed's defaults (default in brackets)"

@@ -91,7 +91,11 @@
  * element-wise slots in engine/backend/backend.h, model kernels (embedding,
  * layer norm, activations, attention softmax, dropout, cross-entropy) in
  * engine/backend/nn.h. Pointers in ctx are device pointers (host memory on
- * the cpu backend), fp32.
+ * the cpu backend), fp32. Under bf16 mixed precision the engine sets the
+ * backend's GEMM inputs to bf16 (be->gemm_inputs, backend.h;
+ * zero_engine.gemm_input_dtype): every be->ops->gemm of a module, a user's
+ * own included, then multiplies bf16-rounded A and B with fp32 accumulation
+ * (tensor cores on cuda) without asking; A, B and C stay fp32 arrays.
  *
  * Parameter names are what checkpoints, ds_get_param and safetensors use;
  * the bundled models follow Hugging Face's

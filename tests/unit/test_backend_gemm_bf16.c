@@ -241,7 +241,8 @@ static void test_scratch(int nt) {
           im->gemm_scratch_elems, want);
     /* smaller and equal GEMMs again: the same buffer */
     for (int rep = 0; rep < 3; rep++) {
-        CHECK_OK(be->ops->gemm(be, false, false, M, N, K, 1.0f, A, K, 0, B, N, 0, 0.0f, C, N, 0, 1));
+        CHECK_OK(
+            be->ops->gemm(be, false, false, M, N, K, 1.0f, A, K, 0, B, N, 0, 0.0f, C, N, 0, 1));
         CHECK_OK(be->ops->gemm(be, true, false, K / 2, N, M / 2, 1.0f, A, K, 0, B, N, 0, 0.0f, C,
                                N, 0, 1));
     }

@@ -3,7 +3,8 @@
  * variant's name as a string) from the build: the element-wise and model
  * slots are this variant's (renamed, cpu_ops.h / nn_cpu.h), and so is the
  * GEMM slot (bf16 inputs rounded, cpu_gemm_bf16.c; small products,
- * cpu_gemm_small.c; the rest OpenBLAS through cpu_backend.c); memory and copies are the shared ones of cpu_backend.c. */
+ * cpu_gemm_small.c; the rest OpenBLAS through cpu_backend.c); memory and
+ * copies are the shared ones of cpu_backend.c. */
 #include "engine/backend/cpu/cpu_isa.h"
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/backend/cpu/nn_cpu.h"
