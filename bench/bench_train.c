@@ -15,7 +15,10 @@
  * --overlap 0|1 sets zero_optimization.overlap_comm (default: DeepSpeed's,
  * true at stage 3 only), --bucket N its reduce_bucket_size in elements
  * (default DeepSpeed's 5e8, which for this model is one bucket: nothing to
- * overlap). --overlap ab builds two engines in one process, overlap_comm off
+ * overlap). --gemm auto|bf16|fp32 sets zero_engine.gemm_input_dtype (auto:
+ * bf16 GEMM inputs under --precision bf16); --gemm ab pairs fp32 and bf16
+ * GEMM inputs (under --precision bf16) as --overlap ab pairs overlap off and
+ * on. --overlap ab builds two engines in one process, overlap_comm off
  * and on, and alternates their steps (off-on, on-off, ...): on a shared
  * machine whose load changes by the second, each pair of steps sees the same
  * load, and the median of the pairs' time ratios is the overlap's effect.
@@ -48,8 +51,9 @@ typedef struct bench {
 
 enum { V = 21128, H = 256, L = 4, NH = 4, I = 1024, C = 6 };
 
-/* overlap: -1 DeepSpeed's default, 0 off, 1 on; qgz: 0 off, 1 on. */
-static ds_status make_engine(bench *b, int overlap, int qgz, engine_t **out) {
+/* overlap: -1 DeepSpeed's default, 0 off, 1 on; qgz: 0 off, 1 on; gemm:
+ * zero_engine.gemm_input_dtype. */
+static ds_status make_engine(bench *b, int overlap, int qgz, const char *gemm, engine_t **out) {
     ds_bert_desc bd = {.vocab_size = V, .hidden_size = H, .num_hidden_layers = L,
                        .num_attention_heads = NH, .intermediate_size = I,
                        .max_position_embeddings = 512, .type_vocab_size = 2,
@@ -68,13 +72,13 @@ static ds_status make_engine(bench *b, int overlap, int qgz, engine_t **out) {
              " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0,"
              " \"reduce_bucket_size\": %lld, \"zero_hpz_partition_size\": %d%s%s%s},"
              " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s},"
-             " \"zero_engine\": {\"backend\": \"%s\"}"
+             " \"zero_engine\": {\"backend\": \"%s\", \"gemm_input_dtype\": \"%s\"}"
              "%s}",
              b->global_batch, b->stage, b->bucket, b->hpz > 1 ? b->hpz : 1, ov,
              qgz ? ", \"zero_quantized_gradients\": true" : "",
              b->qwz ? ", \"zero_quantized_weights\": true" : "",
              strcmp(b->precision, "fp16") ? "false" : "true",
-             strcmp(b->precision, "bf16") ? "false" : "true", b->backend,
+             strcmp(b->precision, "bf16") ? "false" : "true", b->backend, gemm,
              b->ckpt ? ", \"activation_checkpointing\": {}" : "");
     ds_init_desc d;
     ds_init_desc_defaults(&d);
@@ -89,6 +93,7 @@ static ds_status make_engine(bench *b, int overlap, int qgz, engine_t **out) {
 /* Per engine: total, forward, backward and step time of each timed step. */
 typedef struct timing {
     int overlap, qgz;     /* the engine's settings (make_engine) */
+    const char *gemm;
     double *dt, *fw, *bw, *st;
     ds_comm_stats c0, c1; /* the engine's communication before / after the timed steps */
     float loss0;          /* the first step's loss (this rank's rows), to compare models */
@@ -161,12 +166,12 @@ static void report(const bench *b, engine_t *e, const timing *tm) {
     ds_mem_report mr;
     ds_memory_report(e, &mr);
     if (ds_rank(e) == 0)
-        printf("bench_train: BERT-mini Psi=%lld stage %d %s overlap %d bucket %lld world %d seq "
-               "%d batch %d: %.2f samples/s (median step %.3f s, min %.3f, max %.3f), %.1f "
+        printf("bench_train: BERT-mini Psi=%lld stage %d %s gemm %s overlap %d bucket %lld world "
+               "%d seq %d batch %d: %.2f samples/s (median step %.3f s, min %.3f, max %.3f), %.1f "
                "GFLOP/s matmul on the issue's count (%.1f GFLOP/step; executed %.1f GFLOP/step = "
                "%.1f GFLOP/s), model state %.1f MiB/rank (formula %.1f); medians forward %.3f "
                "s, backward %.3f s, step %.3f s\n",
-               (long long)b->psi, b->stage, b->precision,
+               (long long)b->psi, b->stage, b->precision, tm->gemm,
                overlap, b->bucket, ds_world_size(e), T, b->global_batch, b->global_batch / med,
                med, lo, hi, flops / med / 1e9, flops / 1e9, executed / 1e9,
                executed / med / 1e9,
@@ -219,6 +224,7 @@ int main(int argc, char **argv) {
     bench b = {.stage = 0, .steps = 8, .warmup = 2, .T = 128, .global_batch = 32, .ckpt = 0,
                .precision = "fp32", .backend = "cpu", .bucket = 500000000};
     int overlap = -1, qgz = 0; /* overlap -1: DeepSpeed's default; 2 (either): ab */
+    const char *gemm = "auto";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--stage")) b.stage = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--steps")) b.steps = atoi(argv[i + 1]);
@@ -235,14 +241,16 @@ int main(int argc, char **argv) {
             qgz = !strcmp(argv[i + 1], "ab") ? 2 : atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--qwz")) b.qwz = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--hpz")) b.hpz = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--gemm")) gemm = argv[i + 1];
         else {
             fprintf(stderr, "bench_train: unknown option %s\n", argv[i]);
             return 2;
         }
     }
-    if (b.steps < 1 || b.warmup < 0 || (overlap == 2 && qgz == 2)) {
+    const int gemm_ab = !strcmp(gemm, "ab");
+    if (b.steps < 1 || b.warmup < 0 || (overlap == 2) + (qgz == 2) + gemm_ab > 1) {
         fprintf(stderr, "bench_train: --steps must be at least 1, --warmup at least 0, and "
-                "one of --overlap and --qgz ab at a time\n");
+                "one of --overlap, --qgz and --gemm ab at a time\n");
         return 2;
     }
     size_t n_rows = (size_t)b.global_batch * (size_t)(b.steps + b.warmup);
@@ -260,14 +268,15 @@ int main(int argc, char **argv) {
         }
         b.labels[i] = (int)(i % (size_t)C);
     }
-    int ne = overlap == 2 || qgz == 2 ? 2 : 1;
+    int ne = overlap == 2 || qgz == 2 || gemm_ab ? 2 : 1;
     engine_t *e[2] = {NULL, NULL};
     timing tm[2];
     for (int k = 0; k < ne; k++) {
         double *m = calloc((size_t)b.steps * 4, sizeof *m);
         tm[k] = (timing){.overlap = overlap == 2 ? k : overlap, .qgz = qgz == 2 ? k : qgz,
-                         .dt = m, .fw = m + b.steps, .bw = m + 2 * b.steps, .st = m + 3 * b.steps};
-        if (make_engine(&b, tm[k].overlap, tm[k].qgz, &e[k]) != DS_OK) return fail();
+                         .gemm = gemm_ab ? (k ? "bf16" : "fp32") : gemm, .dt = m,
+                         .fw = m + b.steps, .bw = m + 2 * b.steps, .st = m + 3 * b.steps};
+        if (make_engine(&b, tm[k].overlap, tm[k].qgz, tm[k].gemm, &e[k]) != DS_OK) return fail();
     }
     for (int i = 0; i < b.warmup + b.steps; i++)
         for (int j = 0; j < ne; j++) {
@@ -284,7 +293,8 @@ int main(int argc, char **argv) {
             if (r[k] > rhi) rhi = r[k];
         }
         printf("bench_train: stage %d paired steps: samples/s %s on / off = %.3f (median "
-               "of %d pairs, min %.3f, max %.3f)\n", b.stage, overlap == 2 ? "overlap" : "qgz",
+               "of %d pairs, min %.3f, max %.3f)\n", b.stage,
+               overlap == 2 ? "overlap" : qgz == 2 ? "qgz" : "bf16-GEMM",
                median(r, b.steps), b.steps, rlo, rhi);
         free(r);
     }
