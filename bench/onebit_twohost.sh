@@ -31,24 +31,6 @@ echo "{\"train_micro_batch_size_per_gpu\": 16, \"steps_per_print\": 100000, \"op
 ROOT=""
 [ "$(id -u)" -eq 0 ] && ROOT=--allow-run-as-root
 MPI="mpirun $ROOT --bind-to none -np 2 -x OMP_NUM_THREADS=1"
-LINK_PY='
-import socket, sys, time
-if sys.argv[1] == "recv":
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("10.77.0.1", 5298)); s.listen(1); c, _ = s.accept()
-    n = 0; t0 = None
-    while True:
-        b = c.recv(1 << 20)
-        if not b: break
-        if t0 is None: t0 = time.time()
-        n += len(b)
-    dt = time.time() - t0
-    print("link: %.1f MB/s raw TCP (%.0f MB in %.2f s), %.2f Gbit/s" % (n / dt / 1e6, n / 1e6, dt, n * 8 / dt / 1e9))
-else:
-    c = socket.create_connection(("10.77.0.1", 5298)); buf = b"x" * 65536; t0 = time.time()
-    while time.time() - t0 < 2.0: c.sendall(buf)
-    c.close()
-'
 runs() { # $1: mpirun prefix, $2: tag
   for o in adam onebit zeroone; do
     $1 "$BUILD/bin/train_cls" --config "$WORK/cfg_$o.json" --data "$DATA" --max-steps "$STEPS" \
@@ -59,13 +41,10 @@ runs() { # $1: mpirun prefix, $2: tag
 echo "== load average $(cut -d' ' -f1-3 /proc/loadavg)"
 runs "$MPI --mca btl self,vader,tcp" same
 echo "== two hosts, $RATE, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-export LINK_PY BUILD WORK DATA STEPS MPI
+export BUILD WORK DATA STEPS MPI
 export -f runs
 "$TWOHOST" run --name ob$$ --rate "$RATE" -- bash -c '
-  python3 -c "$LINK_PY" recv & r=$!
-  sleep 0.5
-  '"$TWOHOST"' agent "$TWOHOST_NAME-2" "python3 -c '"'"'$LINK_PY'"'"' send"
-  wait $r
+  '"$TWOHOST"' link --name "$TWOHOST_NAME"
   runs "$MPI --hostfile $TWOHOST_HOSTFILE" two' 2>&1 | grep -E '^link:|FAILED|rror'
 echo "== end, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$WORK" "$FREEZE" <<'PY'

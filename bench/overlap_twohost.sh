@@ -38,26 +38,6 @@ ROOT=""
 [ "$(id -u)" -eq 0 ] && ROOT=--allow-run-as-root
 MPI="mpirun $ROOT --bind-to none -np 2 -x OMP_NUM_THREADS=1"
 
-# The raw TCP rate from host 2 to host 1: 2 s of 64 KiB writes, counted by
-# the receiver from its first byte to EOF.
-LINK_PY='
-import socket, sys, time
-if sys.argv[1] == "recv":
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("10.77.0.1", 5299)); s.listen(1); c, _ = s.accept()
-    n = 0; t0 = None
-    while True:
-        b = c.recv(1 << 20)
-        if not b: break
-        if t0 is None: t0 = time.time()
-        n += len(b)
-    dt = time.time() - t0
-    print("link: %.1f MB/s raw TCP (%.0f MB in %.2f s), %.2f Gbit/s" % (n / dt / 1e6, n / 1e6, dt, n * 8 / dt / 1e9))
-else:
-    c = socket.create_connection(("10.77.0.1", 5299)); buf = b"x" * 65536; t0 = time.time()
-    while time.time() - t0 < 2.0: c.sendall(buf)
-    c.close()
-'
 
 runs() { # $1: mpirun prefix
   local stage ov q w
@@ -82,13 +62,10 @@ for rep in $(seq 1 "$REPEATS"); do
   fi
   for rate in ${RATES:-10gbit 1gbit}; do
     echo "-- two hosts, $rate, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-    export LINK_PY BENCH BUCKET STEPS MPI STAGES OVERLAPS QGZ QWZ
+    export BENCH BUCKET STEPS MPI STAGES OVERLAPS QGZ QWZ
     export -f runs
     "$TWOHOST" run --name ovl$$ --rate "$rate" -- bash -c '
-      python3 -c "$LINK_PY" recv & r=$!
-      sleep 0.5
-      '"$TWOHOST"' agent "$TWOHOST_NAME-2" "python3 -c '"'"'$LINK_PY'"'"' send"
-      wait $r
+      '"$TWOHOST"' link --name "$TWOHOST_NAME"
       runs "$MPI --hostfile $TWOHOST_HOSTFILE"' 2>&1 | grep -E '^(link|bench_train):|FAILED|rror'
   done
 done
