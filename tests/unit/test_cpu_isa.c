@@ -7,9 +7,10 @@
  * add, mean pool, row copies, bias + each activation forward and backward,
  * dropout, layer norm, masked / causal attention softmax with dropout,
  * cross-entropy) and the small GEMMs of the variants' own kernel
- * (cpu_gemm_small.c, every transpose combination), at 2 threads, on shapes
- * whose widths leave vector tails (37 x 771, heads of 1..133 keys; GEMMs of
- * 37 x 80). Each output is compared byte for byte
+ * (cpu_gemm_small.c, every transpose combination), also with bf16 inputs
+ * (each variant's vectorised rounding, cpu_gemm_bf16.c), at 2 threads, on
+ * shapes whose widths leave vector tails (37 x 771, heads of 1..133 keys;
+ * GEMMs of 37 x 80 x 65). Each output is compared byte for byte
  * with the scalar variant's: the tolerance is zero, because the project
  * promises bit-identical training across stages, resumes and hosts, and the
  * variants differ only in vector width and instruction encoding (no
@@ -238,21 +239,27 @@ static void run_nn(ds_backend *be, outputs *o) {
 
 /* The gemm slot where each variant runs its own kernel (alpha 1, beta 0, n a
  * multiple of 16, small): row and column tails of every tile shape (37 rows;
- * 80 = 64 + 16 columns), k = 65, three products, each transpose pair. */
+ * 80 = 64 + 16 columns), k = 65, three products, each transpose pair; then
+ * the same with bf16 inputs, whose rounding pass runs rows of 37, 65 and 80
+ * elements (vector tails) in each variant's width. */
 static void run_gemm(ds_backend *be, outputs *o) {
     enum { GM = 37, GN = 80, GK = 65, GB = 3 };
-    static const char *const names[4] = {"gemm nn", "gemm nt", "gemm tn", "gemm tt"};
+    static const char *const names[8] = {"gemm nn",      "gemm nt",      "gemm tn",
+                                         "gemm tt",      "gemm bf16 nn", "gemm bf16 nt",
+                                         "gemm bf16 tn", "gemm bf16 tt"};
     float *a = frand_buf((size_t)GB * GM * GK, -1.0f, 1.0f);
     float *b = frand_buf((size_t)GB * GK * GN, -1.0f, 1.0f);
     float *c = malloc((size_t)GB * GM * GN * sizeof *c);
     if (!c) TEST_DIE("out of memory");
-    for (int t = 0; t < 4; t++) {
+    for (int t = 0; t < 8; t++) {
         bool ta = t & 2, tb = t & 1;
+        CHECK_OK(ds_backend_set_gemm_inputs(be, t < 4 ? DS_F32 : DS_BF16));
         CHECK_OK(be->ops->gemm(be, ta, tb, GM, GN, GK, 1.0f, a, ta ? GM : GK, (int64_t)GM * GK, b,
                                tb ? GK : GN, (int64_t)GK * GN, 0.0f, c, GN, (int64_t)GM * GN,
                                GB));
         keep(o, names[t], c, (size_t)GB * GM * GN * 4);
     }
+    CHECK_OK(ds_backend_set_gemm_inputs(be, DS_F32));
     free(a), free(b), free(c);
 }
 
