@@ -121,21 +121,28 @@ static void test_dropout_bwd_dbias_one_pass(void) {
     free(dy), free(dx1), free(dx2), free(db1), free(db2);
 }
 
-/* The mask where the Philox block counter's low word wraps (whole blocks
- * from 2^32 - 4: inside the first 8- or 16-block register of the vectorised
- * multipliers of nn_act.c, which carry into the high word per lane) is still
- * exactly the stream of ds_rng_uniform_at. */
+/* The mask where the Philox block counter's low word wraps is still exactly
+ * the stream of ds_rng_uniform_at. The vectorised multipliers of nn_act.c
+ * carry into the high word per lane and take up to 64 blocks (4 registers of
+ * 16 on AVX-512) per call: the wrap at whole blocks from 2^32 - 4 falls in
+ * the first register, from 2^32 - 40 in the third. */
 static void test_dropout_counter_carry(void) {
     const int R = 2, W = 256;
     size_t n = (size_t)R * W;
-    uint64_t off = ((uint64_t)1 << 34) - 16 - 2; /* element 4 (2^32 - 4) - 2: mid-block */
+    const uint64_t offs[2] = {((uint64_t)1 << 34) - 16 - 2,  /* element 4 (2^32 - 4) - 2: mid-block */
+                              ((uint64_t)1 << 34) - 160 - 2}; /* 4 (2^32 - 40) - 2 */
     float *x = malloc(n * 4), *y = malloc(n * 4);
     for (size_t i = 0; i < n; i++) x[i] = 1.0f;
     float p = 0.5f, inv = 1.0f / (1.0f - p);
-    CHECK_OK(g_be->nn->dropout_fwd(g_be, y, x, NULL, NULL, R, W, p, 77, off));
-    int bad = 0;
-    for (size_t i = 0; i < n; i++) bad += y[i] != (ds_rng_uniform_at(77, off + i) >= p ? inv : 0.0f);
-    CHECK(bad == 0, "dropout across the 2^32 block boundary: %d of %zu entries wrong", bad, n);
+    for (int k = 0; k < 2; k++) {
+        uint64_t off = offs[k];
+        CHECK_OK(g_be->nn->dropout_fwd(g_be, y, x, NULL, NULL, R, W, p, 77, off));
+        int bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += y[i] != (ds_rng_uniform_at(77, off + i) >= p ? inv : 0.0f);
+        CHECK(bad == 0, "dropout across the 2^32 block boundary (offset %llu): %d of %zu wrong",
+              (unsigned long long)off, bad, n);
+    }
     free(x), free(y);
 }
 

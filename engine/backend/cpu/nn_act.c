@@ -142,134 +142,218 @@ ds_status ds_nn_cpu_bias_act_bwd(ds_backend *be, float *dx, float *dbias, const 
 
 /* ---- dropout ---- */
 
-#if defined(__AVX512F__)
-/* Lanes 2i of the 64-bit products a * b of the even 32-bit lanes and 2i + 1
- * of the odd ones, split into their low and high 32-bit halves. */
-static inline __attribute__((always_inline)) void mulhilo16(__m512i a, __m512i b, __m512i *lo,
-                                                            __m512i *hi) {
-    __m512i pe = _mm512_mul_epu32(a, b);
-    __m512i po = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), b);
-    *lo = _mm512_mask_blend_epi32(0xAAAA, pe, _mm512_slli_epi64(po, 32));
-    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
+/* The integer form of ds_dropout_mult's test for p in [0, 1): the 24-bit
+ * k = w >> 8 is kept where k 2^-24 >= p, i.e. k >= K = ceil(p 2^24) (p 2^24
+ * is exact in float, K <= 2^24 - 1 for p < 1), i.e. w >= K 2^8. One unsigned
+ * comparison instead of a shift, a conversion and a multiply per element,
+ * and the same keep decisions. */
+static inline uint32_t dropout_keep_threshold(float p) {
+    float x = p * 16777216.0f;
+    uint32_t k = (uint32_t)x;
+    if ((float)k < x) k++;
+    return k << 8;
 }
 
-/* The dropout multipliers of 16 consecutive Philox blocks blk .. blk + 15 of
- * the uniform stream (64 elements) into m: ds_rng_block and ds_dropout_mult
- * of engine/backend/math.h and nn_math.h with the blocks in the lanes of
- * AVX-512 registers, then a 4 x 16 transpose to element order. Integer
- * arithmetic and one exact conversion, so the same bits as the scalar loop
- * (test_nn_dropout, test_cpu_isa). gcc's own vectorisation of the scalar
- * loop kept it in 256-bit registers with a shuffle per product: 3.4 ns per
- * block here against about 1 for this. */
-static void philox_mults16(float *m, uint64_t seed, uint64_t blk, float p, float inv_keep) {
+#if defined(__AVX512F__)
+/* The 64-bit products a * b of the 16 lanes of a, split into their low and
+ * high 32-bit halves. vpmuludq multiplies the even lanes; the odd ones are
+ * moved down by a vpshufd first, and the halves are picked by merge-masked
+ * vpshufd: port 5's shuffles instead of 512-bit shifts, which share port 0
+ * with the multiplies (2.1 against 2.6 ns per block with shifts and blends,
+ * measured in isolation). */
+DS_INLINE void mulhilo16(__m512i a, __m512i b, __m512i *lo, __m512i *hi) {
+    __m512i pe = _mm512_mul_epu32(a, b);
+    __m512i po = _mm512_mul_epu32(_mm512_shuffle_epi32(a, _MM_PERM_DDBB), b);
+    /* lo: pe's low words in the even lanes, po's (one lane down) in the odd */
+    *lo = _mm512_mask_shuffle_epi32(pe, 0xAAAA, po, _MM_PERM_CCAA);
+    /* hi: po's high words in the odd lanes, pe's (one lane up) in the even */
+    *hi = _mm512_mask_shuffle_epi32(po, 0x5555, pe, _MM_PERM_DDBB);
+}
+
+/* The dropout multipliers of 16 S consecutive Philox blocks blk .. of the
+ * uniform stream (64 S elements) into m: ds_rng_block and ds_dropout_mult of
+ * engine/backend/math.h and nn_math.h with the blocks in the lanes of S
+ * AVX-512 registers, then a 4 x 16 transpose to element order. The S sets
+ * are independent chains of ten dependent rounds, interleaved so one set's
+ * multiply latency hides behind the others' work: per block 2.1 ns with one
+ * set, 1.7 with two, 1.6 with four (2.6 before, one register with shifts),
+ * in isolation on the AVX-512 host of bench/RESULTS.md. Integer arithmetic and an integer
+ * comparison, so the same bits as the scalar loop (test_nn_dropout,
+ * test_cpu_isa). */
+DS_INLINE void philox_mults_sets(float *m, uint64_t seed, uint64_t blk, uint32_t thr,
+                                 float inv_keep, const int S) {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    __m512i base = _mm512_set1_epi32((int)(uint32_t)blk);
-    __m512i c0 = _mm512_add_epi32(base, lane);
-    /* the counter's high word, plus the carry where the low word wrapped */
-    __m512i c1 = _mm512_mask_add_epi32(_mm512_set1_epi32((int)(uint32_t)(blk >> 32)),
-                                       _mm512_cmplt_epu32_mask(c0, base),
-                                       _mm512_set1_epi32((int)(uint32_t)(blk >> 32)),
-                                       _mm512_set1_epi32(1));
-    __m512i c2 = _mm512_set1_epi32((int)DS_RNG_TAG_UNIFORM), c3 = _mm512_setzero_si512();
+    __m512i c0[4], c1[4], c2[4], c3[4];
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++) {
+        uint64_t b = blk + 16u * (uint64_t)s;
+        __m512i base = _mm512_set1_epi32((int)(uint32_t)b);
+        __m512i hi = _mm512_set1_epi32((int)(uint32_t)(b >> 32));
+        c0[s] = _mm512_add_epi32(base, lane);
+        /* the counter's high word, plus the carry where the low word wrapped */
+        c1[s] = _mm512_mask_add_epi32(hi, _mm512_cmplt_epu32_mask(c0[s], base), hi,
+                                      _mm512_set1_epi32(1));
+        c2[s] = _mm512_set1_epi32((int)DS_RNG_TAG_UNIFORM);
+        c3[s] = _mm512_setzero_si512();
+    }
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     const __m512i m0 = _mm512_set1_epi32((int)DS_PHILOX_M0), m1 = _mm512_set1_epi32((int)DS_PHILOX_M1);
+#pragma GCC unroll 10
     for (int r = 0; r < 10; r++) {
         if (r > 0) {
             k0 += DS_PHILOX_W0;
             k1 += DS_PHILOX_W1;
         }
-        __m512i lo0, hi0, lo1, hi1;
-        mulhilo16(c0, m0, &lo0, &hi0);
-        mulhilo16(c2, m1, &lo1, &hi1);
-        /* 0x96: a ^ b ^ c */
-        c0 = _mm512_ternarylogic_epi32(hi1, c1, _mm512_set1_epi32((int)k0), 0x96);
-        c2 = _mm512_ternarylogic_epi32(hi0, c3, _mm512_set1_epi32((int)k1), 0x96);
-        c1 = lo1;
-        c3 = lo0;
+        const __m512i kk0 = _mm512_set1_epi32((int)k0), kk1 = _mm512_set1_epi32((int)k1);
+#pragma GCC unroll 4
+        for (int s = 0; s < S; s++) {
+            __m512i lo0, hi0, lo1, hi1;
+            mulhilo16(c0[s], m0, &lo0, &hi0);
+            mulhilo16(c2[s], m1, &lo1, &hi1);
+            /* 0x96: a ^ b ^ c */
+            c0[s] = _mm512_ternarylogic_epi32(hi1, c1[s], kk0, 0x96);
+            c2[s] = _mm512_ternarylogic_epi32(hi0, c3[s], kk1, 0x96);
+            c1[s] = lo1;
+            c3[s] = lo0;
+        }
     }
-    /* multiplier of a word: (w >> 8) 2^-24 >= p ? inv_keep : 0, exactly as
-     * ds_rng_bits_to_unit (the conversion of a 24-bit integer is exact) */
-    const __m512 scale = _mm512_set1_ps(5.9604644775390625e-8f), pv = _mm512_set1_ps(p);
+    /* keep where (w >> 8) 2^-24 >= p, i.e. w >= thr (dropout_keep_threshold) */
+    const __m512i tv = _mm512_set1_epi32((int)thr);
     const __m512 keep = _mm512_set1_ps(inv_keep);
-    __m512i w[4] = {c0, c1, c2, c3};
-    __m512i v[4];
-    for (int k = 0; k < 4; k++) {
-        __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(w[k], 8)), scale);
-        v[k] = _mm512_castps_si512(
-            _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(u, pv, _CMP_GE_OQ), keep));
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++) {
+        __m512i w[4] = {c0[s], c1[s], c2[s], c3[s]};
+        __m512i v[4];
+        for (int k = 0; k < 4; k++)
+            v[k] = _mm512_castps_si512(
+                _mm512_maskz_mov_ps(_mm512_cmpge_epu32_mask(w[k], tv), keep));
+        /* v[k] lane b is element 4 b + k: transpose 4 x 16 to element order */
+        __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
+        __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
+        /* u0 holds blocks 0, 4, 8, 12 (one per 128-bit chunk), u1 1, 5, 9, 13, ... */
+        __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
+        __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
+        __m512i a = _mm512_shuffle_i32x4(u0, u1, 0x44), b = _mm512_shuffle_i32x4(u2, u3, 0x44);
+        __m512i c = _mm512_shuffle_i32x4(u0, u1, 0xEE), d = _mm512_shuffle_i32x4(u2, u3, 0xEE);
+        float *ms = m + 64 * s;
+        _mm512_storeu_si512((void *)(ms + 0), _mm512_shuffle_i32x4(a, b, 0x88));
+        _mm512_storeu_si512((void *)(ms + 16), _mm512_shuffle_i32x4(a, b, 0xDD));
+        _mm512_storeu_si512((void *)(ms + 32), _mm512_shuffle_i32x4(c, d, 0x88));
+        _mm512_storeu_si512((void *)(ms + 48), _mm512_shuffle_i32x4(c, d, 0xDD));
     }
-    /* v[k] lane b is element 4 b + k: transpose 4 x 16 to element order */
-    __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
-    __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
-    /* u0 holds blocks 0, 4, 8, 12 (one per 128-bit chunk), u1 1, 5, 9, 13, ... */
-    __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
-    __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
-    __m512i a = _mm512_shuffle_i32x4(u0, u1, 0x44), b = _mm512_shuffle_i32x4(u2, u3, 0x44);
-    __m512i c = _mm512_shuffle_i32x4(u0, u1, 0xEE), d = _mm512_shuffle_i32x4(u2, u3, 0xEE);
-    _mm512_storeu_si512((void *)(m + 0), _mm512_shuffle_i32x4(a, b, 0x88));
-    _mm512_storeu_si512((void *)(m + 16), _mm512_shuffle_i32x4(a, b, 0xDD));
-    _mm512_storeu_si512((void *)(m + 32), _mm512_shuffle_i32x4(c, d, 0x88));
-    _mm512_storeu_si512((void *)(m + 48), _mm512_shuffle_i32x4(c, d, 0xDD));
 }
-#define PHILOX_VEC_BLOCKS 16
-#define philox_mults_vec philox_mults16
+
+/* The whole blocks of ds_nn_cpu_dropout_mults: 64, 32, then 16 at a time. */
+static int philox_mults_vec(float *m, uint64_t seed, uint64_t blk, int nb, float p,
+                            float inv_keep) {
+    uint32_t thr = dropout_keep_threshold(p);
+    int b = 0;
+    for (; b + 64 <= nb; b += 64)
+        philox_mults_sets(m + 4 * b, seed, blk + (uint64_t)b, thr, inv_keep, 4);
+    if (b + 32 <= nb) {
+        philox_mults_sets(m + 4 * b, seed, blk + (uint64_t)b, thr, inv_keep, 2);
+        b += 32;
+    }
+    if (b + 16 <= nb) {
+        philox_mults_sets(m + 4 * b, seed, blk + (uint64_t)b, thr, inv_keep, 1);
+        b += 16;
+    }
+    return b;
+}
+#define PHILOX_VEC 1
 
 #elif defined(__AVX2__)
-static inline __attribute__((always_inline)) void mulhilo8(__m256i a, __m256i b, __m256i *lo,
-                                                           __m256i *hi) {
+DS_INLINE void mulhilo8(__m256i a, __m256i b, __m256i *lo, __m256i *hi) {
     __m256i pe = _mm256_mul_epu32(a, b);
     __m256i po = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), b);
     *lo = _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xAA);
     *hi = _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
 }
 
-/* philox_mults16 of the AVX-512 build on 8 blocks (32 elements) per
- * register: AVX2 hosts (the issue's AMD EPYC) spent 5.5% of the BERT-mini
- * step in these multipliers. */
-static void philox_mults8(float *m, uint64_t seed, uint64_t blk, float p, float inv_keep) {
+/* philox_mults_sets of the AVX-512 build with S sets of 8 blocks (32
+ * elements) per 256-bit register: AVX2 hosts (the issue's AMD EPYC) spent
+ * 5.5% of the BERT-mini step in these multipliers. In isolation on the
+ * AVX-512 host (x86-64-v3 code): 4.3 ns per block with one set, 3.1 with
+ * two, 2.8 with four (which spill a few of the 16 ymm registers). */
+DS_INLINE void philox_mults_sets8(float *m, uint64_t seed, uint64_t blk, uint32_t thr,
+                                  float inv_keep, const int S) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256i sign = _mm256_set1_epi32((int)0x80000000u);
-    __m256i base = _mm256_set1_epi32((int)(uint32_t)blk);
-    __m256i c0 = _mm256_add_epi32(base, lane);
-    /* carry where the low word wrapped: c0 < base unsigned (-1 there) */
-    __m256i wrap = _mm256_cmpgt_epi32(_mm256_xor_si256(base, sign), _mm256_xor_si256(c0, sign));
-    __m256i c1 = _mm256_sub_epi32(_mm256_set1_epi32((int)(uint32_t)(blk >> 32)), wrap);
-    __m256i c2 = _mm256_set1_epi32((int)DS_RNG_TAG_UNIFORM), c3 = _mm256_setzero_si256();
+    __m256i c0[4], c1[4], c2[4], c3[4];
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++) {
+        uint64_t b = blk + 8u * (uint64_t)s;
+        __m256i base = _mm256_set1_epi32((int)(uint32_t)b);
+        c0[s] = _mm256_add_epi32(base, lane);
+        /* carry where the low word wrapped: c0 < base unsigned (-1 there) */
+        __m256i wrap =
+            _mm256_cmpgt_epi32(_mm256_xor_si256(base, sign), _mm256_xor_si256(c0[s], sign));
+        c1[s] = _mm256_sub_epi32(_mm256_set1_epi32((int)(uint32_t)(b >> 32)), wrap);
+        c2[s] = _mm256_set1_epi32((int)DS_RNG_TAG_UNIFORM);
+        c3[s] = _mm256_setzero_si256();
+    }
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     const __m256i m0 = _mm256_set1_epi32((int)DS_PHILOX_M0), m1 = _mm256_set1_epi32((int)DS_PHILOX_M1);
+#pragma GCC unroll 10
     for (int r = 0; r < 10; r++) {
         if (r > 0) {
             k0 += DS_PHILOX_W0;
             k1 += DS_PHILOX_W1;
         }
-        __m256i lo0, hi0, lo1, hi1;
-        mulhilo8(c0, m0, &lo0, &hi0);
-        mulhilo8(c2, m1, &lo1, &hi1);
-        c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32((int)k0));
-        c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32((int)k1));
-        c1 = lo1;
-        c3 = lo0;
+        const __m256i kk0 = _mm256_set1_epi32((int)k0), kk1 = _mm256_set1_epi32((int)k1);
+#pragma GCC unroll 4
+        for (int s = 0; s < S; s++) {
+            __m256i lo0, hi0, lo1, hi1;
+            mulhilo8(c0[s], m0, &lo0, &hi0);
+            mulhilo8(c2[s], m1, &lo1, &hi1);
+            c0[s] = _mm256_xor_si256(_mm256_xor_si256(hi1, c1[s]), kk0);
+            c2[s] = _mm256_xor_si256(_mm256_xor_si256(hi0, c3[s]), kk1);
+            c1[s] = lo1;
+            c3[s] = lo0;
+        }
     }
-    const __m256 scale = _mm256_set1_ps(5.9604644775390625e-8f), pv = _mm256_set1_ps(p);
+    /* keep where w >= thr unsigned, i.e. not (thr > w) with both signs flipped */
+    const __m256i tv = _mm256_set1_epi32((int)(thr ^ 0x80000000u));
     const __m256 keep = _mm256_set1_ps(inv_keep);
-    __m256i w[4] = {c0, c1, c2, c3};
-    __m256i v[4];
-    for (int k = 0; k < 4; k++) {
-        __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(w[k], 8)), scale);
-        v[k] = _mm256_castps_si256(_mm256_and_ps(_mm256_cmp_ps(u, pv, _CMP_GE_OQ), keep));
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++) {
+        __m256i w[4] = {c0[s], c1[s], c2[s], c3[s]};
+        __m256i v[4];
+        for (int k = 0; k < 4; k++) {
+            __m256i drop = _mm256_cmpgt_epi32(tv, _mm256_xor_si256(w[k], sign));
+            v[k] = _mm256_castps_si256(_mm256_andnot_ps(_mm256_castsi256_ps(drop), keep));
+        }
+        __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+        __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+        /* u0 holds blocks 0 and 4 (one per 128-bit half), u1 1 and 5, ... */
+        __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+        __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+        float *ms = m + 32 * s;
+        _mm256_storeu_si256((__m256i *)(ms + 0), _mm256_permute2x128_si256(u0, u1, 0x20));
+        _mm256_storeu_si256((__m256i *)(ms + 8), _mm256_permute2x128_si256(u2, u3, 0x20));
+        _mm256_storeu_si256((__m256i *)(ms + 16), _mm256_permute2x128_si256(u0, u1, 0x31));
+        _mm256_storeu_si256((__m256i *)(ms + 24), _mm256_permute2x128_si256(u2, u3, 0x31));
     }
-    __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
-    __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
-    /* u0 holds blocks 0 and 4 (one per 128-bit half), u1 1 and 5, ... */
-    __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
-    __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
-    _mm256_storeu_si256((__m256i *)(m + 0), _mm256_permute2x128_si256(u0, u1, 0x20));
-    _mm256_storeu_si256((__m256i *)(m + 8), _mm256_permute2x128_si256(u2, u3, 0x20));
-    _mm256_storeu_si256((__m256i *)(m + 16), _mm256_permute2x128_si256(u0, u1, 0x31));
-    _mm256_storeu_si256((__m256i *)(m + 24), _mm256_permute2x128_si256(u2, u3, 0x31));
 }
-#define PHILOX_VEC_BLOCKS 8
-#define philox_mults_vec philox_mults8
+
+/* The whole blocks of ds_nn_cpu_dropout_mults: 32, 16, then 8 at a time. */
+static int philox_mults_vec(float *m, uint64_t seed, uint64_t blk, int nb, float p,
+                            float inv_keep) {
+    uint32_t thr = dropout_keep_threshold(p);
+    int b = 0;
+    for (; b + 32 <= nb; b += 32)
+        philox_mults_sets8(m + 4 * b, seed, blk + (uint64_t)b, thr, inv_keep, 4);
+    if (b + 16 <= nb) {
+        philox_mults_sets8(m + 4 * b, seed, blk + (uint64_t)b, thr, inv_keep, 2);
+        b += 16;
+    }
+    if (b + 8 <= nb) {
+        philox_mults_sets8(m + 4 * b, seed, blk + (uint64_t)b, thr, inv_keep, 1);
+        b += 8;
+    }
+    return b;
+}
+#define PHILOX_VEC 1
 #endif
 
 void ds_nn_cpu_dropout_mults(float *m, uint64_t seed, uint64_t j0, int n, float p,
@@ -286,9 +370,8 @@ void ds_nn_cpu_dropout_mults(float *m, uint64_t seed, uint64_t j0, int n, float 
     int nb = (n - i) / 4;
     float *mb = m + i;
     int b0 = 0;
-#ifdef PHILOX_VEC_BLOCKS
-    for (; b0 + PHILOX_VEC_BLOCKS <= nb; b0 += PHILOX_VEC_BLOCKS)
-        philox_mults_vec(mb + 4 * b0, seed, blk0 + (uint64_t)b0, p, inv_keep);
+#ifdef PHILOX_VEC
+    b0 = philox_mults_vec(mb, seed, blk0, nb, p, inv_keep);
 #endif
     DS_SIMD
     for (int b = b0; b < nb; b++) {
