@@ -2,10 +2,11 @@
  * backend.h), the reference the cuda tensor-core GEMM is checked against
  * (test_backend_cuda):
  *
- *   - the rounding: a k = 1 product with B = 1 returns ds_round_bf16(A)
- *     element by element (ties to even, carries into the exponent, overflow
- *     to inf, inf, NaN), through the threaded pass (more elements than
- *     DS_CPU_PAR_MIN);
+ *   - the rounding: products that return their input (x * 1, I * X) give
+ *     ds_round_bf16 of it element by element (ties to even, carries into
+ *     the exponent, overflow to inf, inf, NaN) on every path that rounds:
+ *     the own kernel's copies of A, of B and of a transposed B, and the
+ *     vectorised, threaded pass before OpenBLAS;
  *   - the same bits as the fp32 GEMM run on inputs rounded beforehand, for
  *     every path of the slot (the variant's own kernel, OpenBLAS one after
  *     another and one per thread), transposes, padded leading dimensions,
@@ -53,45 +54,94 @@ static float from_bits(uint32_t u) {
 
 /* ---- the rounding ------------------------------------------------------- */
 
-static void test_rounding(ds_backend *be) {
-    /* m x 1 times 1 x 16 ones: C(i, j) = fma(round(a_i), 1, 0) = round(a_i)
-     * exactly (the own kernel; a -0 comes back +0, equal as a value) */
-    enum { M = 20011, N = 16 };
-    static const uint32_t special[] = {
-        0x3f808000u, /* 1 + 2^-8: a tie, rounds down to even 1 */
-        0x3f818000u, /* 1 + 3 * 2^-8: a tie, rounds up to even */
-        0x3f80ffffu, /* just under the next bf16: up */
-        0x3fffffffu, /* rounds up into the exponent: 2 */
-        0x7f7fffffu, /* FLT_MAX: past bf16's largest finite, inf */
-        0x7f7f7fffu, /* just under the halfway point: bf16's largest finite */
-        0xff800000u, /* -inf */
-        0x7f800000u, /* inf */
-        0x00000001u, /* smallest subnormal: rounds to 0 */
-        0x80008000u, /* a negative subnormal tie: to even, -0 */
-        0x7fc00001u, /* quiet NaN with payload */
-        0xff800001u, /* signalling NaN */
-    };
-    const size_t ns = sizeof special / sizeof *special;
-    float *A = malloc(M * sizeof *A), *B = malloc(N * sizeof *B), *C = malloc((size_t)M * N * 4);
-    if (!A || !B || !C) TEST_DIE("out of memory");
-    for (int i = 0; i < M; i++)
-        A[i] = (size_t)i < ns ? from_bits(special[i])
-                              : from_bits((uint32_t)(next_u64() >> 32)); /* any bit pattern */
-    for (int j = 0; j < N; j++) B[j] = 1.0f;
-    CHECK_OK(be->ops->gemm(be, false, false, M, N, 1, 1.0f, A, 1, 0, B, N, 0, 0.0f, C, N, 0, 1));
-    int bad = 0;
-    for (int i = 0; i < M && bad < 5; i++) {
-        float want = ds_round_bf16(A[i]);
-        for (int j = 0; j < N; j++) {
-            float got = C[(size_t)i * N + j];
-            bool ok = isnan(want) ? isnan(got) : got == want;
-            if (!ok) {
-                TEST_FAIL("round(%08x) = %08x (%g), want %08x (%g)", bits(A[i]), bits(got),
-                          (double)got, bits(want), (double)want);
-                bad++;
-                break;
-            }
+static const uint32_t k_special[] = {
+    0x3f808000u, /* 1 + 2^-8: a tie, rounds down to even 1 */
+    0x3f818000u, /* 1 + 3 * 2^-8: a tie, rounds up to even */
+    0x3f80ffffu, /* just under the next bf16: up */
+    0x3fffffffu, /* rounds up into the exponent: 2 */
+    0x7f7f7fffu, /* just under the halfway point: bf16's largest finite */
+    0x00000001u, /* smallest subnormal: rounds to 0 */
+    0x80008000u, /* a negative subnormal tie: to even, -0 */
+    0x7f7fffffu, /* FLT_MAX: past bf16's largest finite, inf (first of the non-finite) */
+    0xff800000u, /* -inf */
+    0x7f800000u, /* inf */
+    0x7fc00001u, /* quiet NaN with payload */
+    0xff800001u, /* signalling NaN */
+};
+#define N_FINITE_SPECIAL 7 /* k_special's values that round to finite ones */
+
+/* n values: the specials (the first `ns` of them), then random bit
+ * patterns, any (finite_only false) or those that round to finite values. */
+static float *rounding_inputs(size_t n, size_t ns, bool finite_only) {
+    float *x = malloc(n * sizeof *x);
+    if (!x) TEST_DIE("out of memory");
+    for (size_t i = 0; i < n; i++) {
+        if (i < ns) {
+            x[i] = from_bits(k_special[i]);
+            continue;
         }
+        do x[i] = from_bits((uint32_t)(next_u64() >> 32));
+        while (finite_only && !isfinite(ds_round_bf16(x[i])));
+    }
+    return x;
+}
+
+static int check_rounded(const char *path, const float *got, size_t gstride, const float *x,
+                         size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float want = ds_round_bf16(x[i]), g = got[i * gstride];
+        if (isnan(want) ? !isnan(g) : g != want) {
+            TEST_FAIL("%s: round(%08x) = %08x (%g), want %08x (%g)", path, bits(x[i]), bits(g),
+                      (double)g, bits(want), (double)want);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The rounding, on every path a value can take, as products that return it
+ * exactly (a -0 may come back +0, equal as a value): x * 1 (k = 1), and
+ * I * X for k = 8, whose other terms are 0 * x = 0 for the finite values it
+ * takes. Paths: the own kernel (cpu_gemm_small.c) rounding A's rows (scalar
+ * tails at k = 1), B's panel (its vector copy) and a transposed B's panel
+ * (8 x 8 transposes in registers, k = 8); and the pass of cpu_gemm_bf16.c
+ * before OpenBLAS (n not a multiple of 16), vectorised along a row of
+ * 20,011 values and threaded over rows (more than DS_CPU_PAR_MIN values). */
+static void test_rounding(ds_backend *be) {
+    enum { M = 20011, N = 20016, NT = 512 };
+    const size_t ns = sizeof k_special / sizeof *k_special;
+    float one[17], *x = rounding_inputs(N, ns, false);
+    float *C = malloc((size_t)M * 17 * 4); /* the largest C below */
+    if (!C) TEST_DIE("out of memory");
+    for (int j = 0; j < 17; j++) one[j] = 1.0f;
+    /* own kernel, A's rows: x (M x 1) times ones (1 x 16) */
+    CHECK_OK(be->ops->gemm(be, false, false, M, 16, 1, 1.0f, x, 1, 0, one, 16, 0, 0.0f, C, 16, 0,
+                           1));
+    check_rounded("own kernel, A", C, 16, x, M);
+    /* own kernel, B's panel: 1 times x (1 x N) */
+    CHECK_OK(be->ops->gemm(be, false, false, 1, N, 1, 1.0f, one, 1, 0, x, N, 0, 0.0f, C, N, 0, 1));
+    check_rounded("own kernel, B", C, 1, x, N);
+    /* own kernel, transposed B (N x 1) */
+    CHECK_OK(be->ops->gemm(be, false, true, 1, N, 1, 1.0f, one, 1, 0, x, 1, 0, 0.0f, C, N, 0, 1));
+    check_rounded("own kernel, B^T (k = 1)", C, 1, x, N);
+    /* the pass before OpenBLAS (n = 17, not a multiple of 16): A's M rows of
+     * one value (threads over rows), then a row of M values (vectors) */
+    CHECK_OK(be->ops->gemm(be, false, false, M, 17, 1, 1.0f, x, 1, 0, one, 17, 0, 0.0f, C, 17,
+                           0, 1));
+    check_rounded("rounding pass, A", C, 17, x, M);
+    /* the pass before OpenBLAS: 1 x M (M not a multiple of 16) */
+    CHECK_OK(be->ops->gemm(be, false, false, 1, M, 1, 1.0f, one, 1, 0, x, M, 0, 0.0f, C, M, 0, 1));
+    check_rounded("rounding pass, B", C, 1, x, M);
+    /* own kernel, B^T's 8 x 8 blocks: I (8 x 8) times X^T, X stored NT x 8 of
+     * finite-rounding values; C row i = X's column i rounded */
+    float eye[64] = {0}, *xf = rounding_inputs((size_t)NT * 8, N_FINITE_SPECIAL, true);
+    for (int i = 0; i < 8; i++) eye[i * 8 + i] = 1.0f;
+    CHECK_OK(be->ops->gemm(be, false, true, 8, NT, 8, 1.0f, eye, 8, 0, xf, 8, 0, 0.0f, C, NT, 0,
+                           1));
+    for (int i = 0; i < 8; i++) {
+        float col[NT];
+        for (int j = 0; j < NT; j++) col[j] = xf[(size_t)j * 8 + i];
+        if (check_rounded("own kernel, B^T (8 x 8 blocks)", C + (size_t)i * NT, 1, col, NT)) break;
     }
     /* the special values' expected roundings, from their definitions */
     CHECK(ds_round_bf16(from_bits(0x3f808000u)) == 1.0f, "tie to even (down)");
@@ -100,9 +150,7 @@ static void test_rounding(ds_backend *be) {
     CHECK(isinf(ds_round_bf16(FLT_MAX)), "FLT_MAX must round to inf");
     CHECK(bits(ds_round_bf16(from_bits(0x7f7f7fffu))) == 0x7f7f0000u, "largest finite bf16");
     CHECK(isnan(ds_round_bf16(from_bits(0xff800001u))), "NaN stays NaN");
-    free(A);
-    free(B);
-    free(C);
+    free(x), free(xf), free(C);
 }
 
 /* ---- against the fp32 GEMM on pre-rounded inputs, and against double ---- */
@@ -227,7 +275,7 @@ static void test_scratch(int nt) {
           "fp16 GEMM inputs must be refused: %s", ds_last_error());
     ds_clear_error();
     REQUIRE_OK(ds_backend_set_gemm_inputs(be, DS_BF16));
-    enum { M = 64, N = 48, K = 40 };
+    enum { M = 64, N = 50, K = 40 }; /* n % 16 != 0: OpenBLAS, through the scratch */
     static float A[M * K], B[K * N], C[M * N];
     for (int i = 0; i < M * K; i++) A[i] = frand();
     for (int i = 0; i < K * N; i++) B[i] = frand();

@@ -11,6 +11,11 @@
  * ds_f32_to_bf16 on both, engine/backend/math.h section 4) and differs only
  * in the order of the sums.
  *
+ * The own kernel's products (cpu_gemm_small.c: attention's per-head
+ * blocks) copy A and B into blocks and panels anyway and round there
+ * instead (ds_cpu_gemm_small_bf16): no pass and no scratch of their own.
+ * Every other call rounds first, as follows.
+ *
  * Layout. Each operand is packed (ds_gemm_pack_of): the stored matrices
  * densely, ld = their column count, one copy when the stride is 0. The
  * product then reads a copy no larger than what it reads anyway, whatever
@@ -71,6 +76,9 @@ ds_status ds_cpu_gemm_entry(ds_backend *be, bool transa, bool transb, int m, int
     if (be->gemm_inputs != DS_BF16 || m == 0 || n == 0 || k == 0 || batch == 0)
         return ds_cpu_gemm_small(be, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb,
                                  strideB, beta, C, ldc, strideC, batch);
+    if (ds_cpu_gemm_small_takes(m, n, k, alpha, beta, batch))
+        return ds_cpu_gemm_small_bf16(be, transa, transb, m, n, k, A, lda, strideA, B, ldb,
+                                      strideB, C, ldc, strideC, batch);
     DS_TRY(ds_check_gemm("cpu gemm", transa, transb, m, n, k, A, lda, strideA, B, ldb, strideB, C,
                          ldc, strideC, batch));
     const ds_gemm_pack pa = ds_gemm_pack_of(true, transa, m, n, k, strideA, batch, 1);

@@ -29,7 +29,16 @@
  * tests); a CPU without them runs the scalar variant alone, where software
  * fmaf would cost more than OpenBLAS, so there every call goes to OpenBLAS.
  * tests/unit/test_backend_gemm.c checks the result against double
- * precision and test_cpu_isa the bits across the variants. */
+ * precision and test_cpu_isa the bits across the variants.
+ *
+ * bf16 inputs (be->gemm_inputs DS_BF16, cpu_gemm_bf16.c). B always goes
+ * through the panel and a transposed A through blocks of GS_AROWS rows, so
+ * ds_cpu_gemm_small_bf16 rounds them there; an untransposed A, read in place
+ * for fp32, is copied a block at a time too (rows k apart), rounded. The
+ * products then see exactly the rounded values a separate pass would give:
+ * the same bits (test_backend_gemm_bf16), with no pass over A and B and no
+ * scratch. Attention's score products of 128 x 128 x 64 cost 1.19x their
+ * fp32 time this way, 1.36x with the pass (1 thread, bench/RESULTS.md). */
 #include <math.h>
 #include <omp.h>
 #include <stdbool.h>
@@ -77,6 +86,40 @@ typedef float gs_vec;
 #define gs_bcast(x) (x)
 #define gs_fma(a, b, c) fmaf((a), (b), (c))
 #define GS_HW_FMA 0
+#endif
+
+/* bf16 inputs (cpu_gemm_bf16.c): the products of this kernel read A and B
+ * through copies (the panel of B, blocks of A) that can round as they copy,
+ * so a bf16-input product needs no pass of its own. gs_round is
+ * ds_round_bf16 on a vector, in the integer operations of cpu_gemm_bf16.c's
+ * round_bits (test_backend_gemm_bf16 and test_cpu_isa check the bits). */
+#if defined(__AVX512F__)
+static inline gs_vec gs_round(gs_vec v) {
+    const __m512i u = _mm512_castps_si512(v), hi = _mm512_set1_epi32((int)0xffff0000u);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_and_si512(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), hi);
+    __m512i q = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)), hi);
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, r, q));
+}
+#endif
+#if defined(__AVX2__)
+static inline __m256 gs_round8(__m256 v) {
+    const __m256i u = _mm256_castps_si256(v), hi = _mm256_set1_epi32((int)0xffff0000u);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_and_si256(
+        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), hi);
+    __m256i q = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), hi);
+    return _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(q),
+                            _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+}
+#if !defined(__AVX512F__)
+static inline gs_vec gs_round(gs_vec v) { return gs_round8(v); }
+#endif
+#endif
+#if !defined(__AVX2__)
+static inline gs_vec gs_round(gs_vec v) { return ds_round_bf16(v); }
 #endif
 
 /* Columns of B per packed panel, and the longest k a panel holds: 64 x 256
@@ -161,7 +204,7 @@ static void gs_tile_cols(int mr, int nv, int k, const float *a, int64_t ars, int
  * 8 x 8 blocks transposed in registers: the scalar loop took a quarter of
  * the time of a 128 x 128 x 64 product. Copies only, so no bit depends on
  * the path. */
-static void gs_pack_t(float *bp, const float *src, int ld, int nc, int k) {
+static void gs_pack_t(float *bp, const float *src, int ld, int nc, int k, bool round) {
     int p = 0;
 #if defined(__AVX2__)
     for (; p + 8 <= k; p += 8) {
@@ -172,6 +215,11 @@ static void gs_pack_t(float *bp, const float *src, int ld, int nc, int k) {
             __m256 r2 = _mm256_loadu_ps(s0 + 2 * l), r3 = _mm256_loadu_ps(s0 + 3 * l);
             __m256 r4 = _mm256_loadu_ps(s0 + 4 * l), r5 = _mm256_loadu_ps(s0 + 5 * l);
             __m256 r6 = _mm256_loadu_ps(s0 + 6 * l), r7 = _mm256_loadu_ps(s0 + 7 * l);
+            if (round) {
+                r0 = gs_round8(r0), r1 = gs_round8(r1), r2 = gs_round8(r2);
+                r3 = gs_round8(r3), r4 = gs_round8(r4), r5 = gs_round8(r5);
+                r6 = gs_round8(r6), r7 = gs_round8(r7);
+            }
             __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
             __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
             __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
@@ -197,7 +245,10 @@ static void gs_pack_t(float *bp, const float *src, int ld, int nc, int k) {
     }
 #endif
     for (int jj = 0; jj < nc; jj++) /* the last k % 8 (or all) of p */
-        for (int q = p; q < k; q++) bp[(size_t)q * GS_NC + jj] = src[(size_t)jj * ld + q];
+        for (int q = p; q < k; q++) {
+            float x = src[(size_t)jj * ld + q];
+            bp[(size_t)q * GS_NC + jj] = round ? ds_round_bf16(x) : x;
+        }
 }
 
 /* dst[i] = src[i] for i < n, in vector registers. gcc turns a plain copy
@@ -215,6 +266,14 @@ static inline void gs_copy(float *restrict dst, const float *restrict src, int n
         gs_store(dst + i, v);
     }
     for (; i < n; i++) dst[i] = src[i];
+}
+
+/* gs_copy rounding to bf16 on the way (no memcpy to fear: the rounding
+ * keeps it a loop). */
+static inline void gs_copy_round(float *restrict dst, const float *restrict src, int n) {
+    int i = 0;
+    for (; i + GS_VW <= n; i += GS_VW) gs_store(dst + i, gs_round(gs_load(src + i)));
+    for (; i < n; i++) dst[i] = ds_round_bf16(src[i]);
 }
 
 /* Rows per block of a transposed A copied apart (GS_AROWS x GS_KMAX floats,
@@ -245,27 +304,40 @@ static void gs_rows(int i0, int i1, int nc, int k, const float *A, int64_t tstri
  * into 8 of the L1's 64 sets and are evicted before the next tile reuses
  * them (the product ran at 0.8 of the untransposed one's rate). */
 static void gs_product(bool ta, bool tb, int i0, int i1, int n, int k, const float *A, int lda,
-                       const float *B, int ldb, float *C, int ldc) {
+                       const float *B, int ldb, float *C, int ldc, bool round) {
     float bp[GS_KMAX * GS_NC] __attribute__((aligned(64)));
     float ap[GS_AROWS * GS_KMAX] __attribute__((aligned(64)));
     for (int j0 = 0; j0 < n; j0 += GS_NC) {
         const int nc = n - j0 < GS_NC ? n - j0 : GS_NC;
         /* the panel Bp[p][jj] = op(B)(p, j0 + jj) */
         if (tb) {
-            gs_pack_t(bp, B + (size_t)j0 * ldb, ldb, nc, k);
+            gs_pack_t(bp, B + (size_t)j0 * ldb, ldb, nc, k, round);
+        } else if (round) {
+            for (int p = 0; p < k; p++)
+                gs_copy_round(bp + (size_t)p * GS_NC, B + (size_t)p * ldb + j0, nc);
         } else {
             for (int p = 0; p < k; p++)
                 gs_copy(bp + (size_t)p * GS_NC, B + (size_t)p * ldb + j0, nc);
         }
-        if (!ta) {
+        if (!ta && !round) {
             gs_rows(i0, i1, nc, k, A + (size_t)i0 * lda, (int64_t)GS_MR * lda, lda, 1, bp,
                     C + j0, ldc);
             continue;
         }
         for (int ib = i0; ib < i1; ib += GS_AROWS) {
             const int rows = i1 - ib < GS_AROWS ? i1 - ib : GS_AROWS;
-            for (int p = 0; p < k; p++)
-                gs_copy(ap + (size_t)p * GS_AROWS, A + (size_t)p * lda + ib, rows);
+            if (!ta) { /* round: the block's rows, rounded, k apart */
+                for (int r = 0; r < rows; r++)
+                    gs_copy_round(ap + (size_t)r * k, A + (size_t)(ib + r) * lda, k);
+                gs_rows(ib, ib + rows, nc, k, ap, (int64_t)GS_MR * k, k, 1, bp, C + j0, ldc);
+                continue;
+            }
+            for (int p = 0; p < k; p++) {
+                if (round)
+                    gs_copy_round(ap + (size_t)p * GS_AROWS, A + (size_t)p * lda + ib, rows);
+                else
+                    gs_copy(ap + (size_t)p * GS_AROWS, A + (size_t)p * lda + ib, rows);
+            }
             gs_rows(ib, ib + rows, nc, k, ap, GS_MR, 1, GS_AROWS, bp, C + j0, ldc);
         }
     }
@@ -282,16 +354,16 @@ static bool gs_enabled(void) {
 #endif
 }
 
-ds_status ds_cpu_gemm_small(ds_backend *be, bool transa, bool transb, int m, int n, int k,
-                            float alpha, const float *A, int lda, int64_t strideA, const float *B,
-                            int ldb, int64_t strideB, float beta, float *C, int ldc,
-                            int64_t strideC, int batch) {
-    bool mine = alpha == 1.0f && beta == 0.0f && n > 0 && n % 16 == 0 && k >= 1 &&
-                k <= GS_KMAX && m > 0 && batch > 0 && 2.0 * m * n * k <= DS_CPU_GEMM_SMALL_FLOPS &&
-                gs_enabled();
-    if (!mine)
-        return ds_cpu_gemm(be, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
-                           beta, C, ldc, strideC, batch);
+bool ds_cpu_gemm_small_takes(int m, int n, int k, float alpha, float beta, int batch) {
+    return alpha == 1.0f && beta == 0.0f && n > 0 && n % 16 == 0 && k >= 1 && k <= GS_KMAX &&
+           m > 0 && batch > 0 && 2.0 * m * n * k <= DS_CPU_GEMM_SMALL_FLOPS && gs_enabled();
+}
+
+/* The products of a call this kernel takes; `round`: bf16 inputs. */
+static ds_status gs_run(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                        const float *A, int lda, int64_t strideA, const float *B, int ldb,
+                        int64_t strideB, float *C, int ldc, int64_t strideC, int batch,
+                        bool round) {
     DS_TRY(ds_check_gemm("cpu gemm", transa, transb, m, n, k, A, lda, strideA, B, ldb, strideB, C,
                          ldc, strideC, batch));
     /* Tasks: whole products, or (fewer products than threads) row ranges of
@@ -313,7 +385,26 @@ ds_status ds_cpu_gemm_small(ds_backend *be, bool transa, bool transb, int m, int
         int i1 = (int)((int64_t)tiles * (part + 1) / parts) * GS_MR;
         if (i1 > m) i1 = m;
         gs_product(transa, transb, i0, i1, n, k, A + b * strideA, lda, B + b * strideB, ldb,
-                   C + b * strideC, ldc);
+                   C + b * strideC, ldc, round);
     }
     return DS_OK;
+}
+
+ds_status ds_cpu_gemm_small(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                            float alpha, const float *A, int lda, int64_t strideA, const float *B,
+                            int ldb, int64_t strideB, float beta, float *C, int ldc,
+                            int64_t strideC, int batch) {
+    if (!ds_cpu_gemm_small_takes(m, n, k, alpha, beta, batch))
+        return ds_cpu_gemm(be, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
+                           beta, C, ldc, strideC, batch);
+    return gs_run(be, transa, transb, m, n, k, A, lda, strideA, B, ldb, strideB, C, ldc, strideC,
+                  batch, false);
+}
+
+ds_status ds_cpu_gemm_small_bf16(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                                 const float *A, int lda, int64_t strideA, const float *B,
+                                 int ldb, int64_t strideB, float *C, int ldc, int64_t strideC,
+                                 int batch) {
+    return gs_run(be, transa, transb, m, n, k, A, lda, strideA, B, ldb, strideB, C, ldc, strideC,
+                  batch, true);
 }

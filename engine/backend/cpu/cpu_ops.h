@@ -35,6 +35,8 @@
 #define ds_cpu_quantize_i8 DS_ISA_NAME(ds_cpu_quantize_i8)
 #define ds_cpu_dequantize_i8 DS_ISA_NAME(ds_cpu_dequantize_i8)
 #define ds_cpu_gemm_small DS_ISA_NAME(ds_cpu_gemm_small)
+#define ds_cpu_gemm_small_takes DS_ISA_NAME(ds_cpu_gemm_small_takes)
+#define ds_cpu_gemm_small_bf16 DS_ISA_NAME(ds_cpu_gemm_small_bf16)
 #define ds_cpu_gemm_entry DS_ISA_NAME(ds_cpu_gemm_entry)
 #endif
 
@@ -133,11 +135,23 @@ ds_status ds_cpu_gemm_small(ds_backend *be, bool transa, bool transb, int m, int
                             float alpha, const float *A, int lda, int64_t strideA, const float *B,
                             int ldb, int64_t strideB, float beta, float *C, int ldc,
                             int64_t strideC, int batch);
+/* Whether ds_cpu_gemm_small runs a call of this shape in its own kernel (a
+ * function of the shape only, see cpu_gemm_small.c). */
+bool ds_cpu_gemm_small_takes(int m, int n, int k, float alpha, float beta, int batch);
+/* A call ds_cpu_gemm_small_takes (alpha 1, beta 0) with bf16 inputs: the own
+ * kernel rounds A and B as it copies them into its blocks and panels, the
+ * same bits as rounding them first. */
+ds_status ds_cpu_gemm_small_bf16(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                                 const float *A, int lda, int64_t strideA, const float *B,
+                                 int ldb, int64_t strideB, float *C, int ldc, int64_t strideC,
+                                 int batch);
 
 /* cpu_gemm_bf16.c: the variant's gemm slot. With be->gemm_inputs DS_BF16,
- * A and B are rounded to bf16 into ds_cpu_gemm_scratch (packed,
- * ds_gemm_pack_of) and the product runs on those copies; then, or directly
- * for DS_F32, ds_cpu_gemm_small. */
+ * a call the own kernel takes goes to ds_cpu_gemm_small_bf16 (rounding as it
+ * copies); for any other, A and B are rounded to bf16 into
+ * ds_cpu_gemm_scratch (packed, ds_gemm_pack_of) and the product runs on
+ * those copies through ds_cpu_gemm_small (OpenBLAS). DS_F32 calls go to
+ * ds_cpu_gemm_small directly. */
 ds_status ds_cpu_gemm_entry(ds_backend *be, bool transa, bool transb, int m, int n, int k,
                             float alpha, const float *A, int lda, int64_t strideA, const float *B,
                             int ldb, int64_t strideB, float beta, float *C, int ldc,
