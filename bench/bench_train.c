@@ -18,7 +18,9 @@
  * overlap). --gemm auto|bf16|fp32 sets zero_engine.gemm_input_dtype (auto:
  * bf16 GEMM inputs under --precision bf16); --gemm ab pairs fp32 and bf16
  * GEMM inputs (under --precision bf16) as --overlap ab pairs overlap off and
- * on. --overlap ab builds two engines in one process, overlap_comm off
+ * on. --zeropp ab pairs plain stage 3 and ZeRO++ (hpZ --hpz H, default 2,
+ * with qwZ and qgZ: DeepSpeed's tutorial combination) the same way.
+ * --overlap ab builds two engines in one process, overlap_comm off
  * and on, and alternates their steps (off-on, on-off, ...): on a shared
  * machine whose load changes by the second, each pair of steps sees the same
  * load, and the median of the pairs' time ratios is the overlap's effect.
@@ -51,9 +53,19 @@ typedef struct bench {
 
 enum { V = 21128, H = 256, L = 4, NH = 4, I = 1024, C = 6 };
 
-/* overlap: -1 DeepSpeed's default, 0 off, 1 on; qgz: 0 off, 1 on; gemm:
- * zero_engine.gemm_input_dtype. */
-static ds_status make_engine(bench *b, int overlap, int qgz, const char *gemm, engine_t **out) {
+/* Per engine: its settings, then total, forward, backward and step time of
+ * each timed step. */
+typedef struct timing {
+    int overlap, qgz;     /* overlap: -1 DeepSpeed's default, 0 off, 1 on; qgz: 0 off, 1 on */
+    int qwz, hpz;         /* zero_quantized_weights; zero_hpz_partition_size (<= 1: off) */
+    const char *gemm;     /* zero_engine.gemm_input_dtype */
+    double *dt, *fw, *bw, *st;
+    ds_comm_stats c0, c1; /* the engine's communication before / after the timed steps */
+    float loss0;          /* the first step's loss (this rank's rows), to compare models */
+} timing;
+
+static ds_status make_engine(bench *b, const timing *tm, engine_t **out) {
+    int overlap = tm->overlap;
     ds_bert_desc bd = {.vocab_size = V, .hidden_size = H, .num_hidden_layers = L,
                        .num_attention_heads = NH, .intermediate_size = I,
                        .max_position_embeddings = 512, .type_vocab_size = 2,
@@ -74,11 +86,11 @@ static ds_status make_engine(bench *b, int overlap, int qgz, const char *gemm, e
              " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s},"
              " \"zero_engine\": {\"backend\": \"%s\", \"gemm_input_dtype\": \"%s\"}"
              "%s}",
-             b->global_batch, b->stage, b->bucket, b->hpz > 1 ? b->hpz : 1, ov,
-             qgz ? ", \"zero_quantized_gradients\": true" : "",
-             b->qwz ? ", \"zero_quantized_weights\": true" : "",
+             b->global_batch, b->stage, b->bucket, tm->hpz > 1 ? tm->hpz : 1, ov,
+             tm->qgz ? ", \"zero_quantized_gradients\": true" : "",
+             tm->qwz ? ", \"zero_quantized_weights\": true" : "",
              strcmp(b->precision, "fp16") ? "false" : "true",
-             strcmp(b->precision, "bf16") ? "false" : "true", b->backend, gemm,
+             strcmp(b->precision, "bf16") ? "false" : "true", b->backend, tm->gemm,
              b->ckpt ? ", \"activation_checkpointing\": {}" : "");
     ds_init_desc d;
     ds_init_desc_defaults(&d);
@@ -90,14 +102,6 @@ static ds_status make_engine(bench *b, int overlap, int qgz, const char *gemm, e
     return DS_OK;
 }
 
-/* Per engine: total, forward, backward and step time of each timed step. */
-typedef struct timing {
-    int overlap, qgz;     /* the engine's settings (make_engine) */
-    const char *gemm;
-    double *dt, *fw, *bw, *st;
-    ds_comm_stats c0, c1; /* the engine's communication before / after the timed steps */
-    float loss0;          /* the first step's loss (this rank's rows), to compare models */
-} timing;
 
 /* Step i: this rank's rows of global batch i, through ds_forward /
  * ds_backward / ds_step so that the three phases are timed apart: with
@@ -199,7 +203,7 @@ static void report(const bench *b, engine_t *e, const timing *tm) {
                coll > 0 ? 100.0 * (1.0 - (wait < coll ? wait : coll) / coll) : 0.0);
     if (ds_rank(e) == 0) { /* rank 0's bytes by collective */
         printf("bench_train: stage %d overlap %d qwz %d qgz %d bytes per step (rank 0):",
-               b->stage, overlap, b->qwz, tm->qgz);
+               b->stage, overlap, tm->qwz, tm->qgz);
         for (int k = 0; k < DS_COLL_COUNT; k++)
             printf(" %s %.0f", ds_coll_name((ds_coll)k),
                    (double)(tm->c1.bytes_sent[k] - tm->c0.bytes_sent[k]) / steps);
@@ -211,7 +215,7 @@ static void report(const bench *b, engine_t *e, const timing *tm) {
         out += tm->c1.bytes_inter[k] - tm->c0.bytes_inter[k];
     }
     printf("bench_train: stage %d hpz %d qwz %d qgz %d rank %d bytes per step: %.0f inside its "
-           "host, %.0f across hosts\n", b->stage, b->hpz > 1 ? b->hpz : 1, b->qwz, tm->qgz,
+           "host, %.0f across hosts\n", b->stage, tm->hpz > 1 ? tm->hpz : 1, tm->qwz, tm->qgz,
            ds_rank(e), (double)in / steps, (double)out / steps);
 }
 
@@ -225,6 +229,7 @@ int main(int argc, char **argv) {
                .precision = "fp32", .backend = "cpu", .bucket = 500000000};
     int overlap = -1, qgz = 0; /* overlap -1: DeepSpeed's default; 2 (either): ab */
     const char *gemm = "auto";
+    int zpp_ab = 0; /* --zeropp ab */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--stage")) b.stage = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--steps")) b.steps = atoi(argv[i + 1]);
@@ -242,15 +247,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--qwz")) b.qwz = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--hpz")) b.hpz = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--gemm")) gemm = argv[i + 1];
+        else if (!strcmp(argv[i], "--zeropp") && !strcmp(argv[i + 1], "ab")) zpp_ab = 1;
         else {
             fprintf(stderr, "bench_train: unknown option %s\n", argv[i]);
             return 2;
         }
     }
     const int gemm_ab = !strcmp(gemm, "ab");
-    if (b.steps < 1 || b.warmup < 0 || (overlap == 2) + (qgz == 2) + gemm_ab > 1) {
+    if (b.steps < 1 || b.warmup < 0 || (overlap == 2) + (qgz == 2) + gemm_ab + zpp_ab > 1) {
         fprintf(stderr, "bench_train: --steps must be at least 1, --warmup at least 0, and "
-                "one of --overlap, --qgz and --gemm ab at a time\n");
+                "one of --overlap, --qgz, --gemm and --zeropp ab at a time\n");
         return 2;
     }
     size_t n_rows = (size_t)b.global_batch * (size_t)(b.steps + b.warmup);
@@ -268,15 +274,18 @@ int main(int argc, char **argv) {
         }
         b.labels[i] = (int)(i % (size_t)C);
     }
-    int ne = overlap == 2 || qgz == 2 || gemm_ab ? 2 : 1;
+    int ne = overlap == 2 || qgz == 2 || gemm_ab || zpp_ab ? 2 : 1;
     engine_t *e[2] = {NULL, NULL};
     timing tm[2];
     for (int k = 0; k < ne; k++) {
         double *m = calloc((size_t)b.steps * 4, sizeof *m);
         tm[k] = (timing){.overlap = overlap == 2 ? k : overlap, .qgz = qgz == 2 ? k : qgz,
+                         .qwz = b.qwz, .hpz = b.hpz,
                          .gemm = gemm_ab ? (k ? "bf16" : "fp32") : gemm, .dt = m,
                          .fw = m + b.steps, .bw = m + 2 * b.steps, .st = m + 3 * b.steps};
-        if (make_engine(&b, tm[k].overlap, tm[k].qgz, tm[k].gemm, &e[k]) != DS_OK) return fail();
+        if (zpp_ab) /* engine 0 plain stage 3, engine 1 hpZ + qwZ + qgZ */
+            tm[k].qgz = tm[k].qwz = k, tm[k].hpz = k ? (b.hpz > 1 ? b.hpz : 2) : 1;
+        if (make_engine(&b, &tm[k], &e[k]) != DS_OK) return fail();
     }
     for (int i = 0; i < b.warmup + b.steps; i++)
         for (int j = 0; j < ne; j++) {
@@ -294,7 +303,7 @@ int main(int argc, char **argv) {
         }
         printf("bench_train: stage %d paired steps: samples/s %s on / off = %.3f (median "
                "of %d pairs, min %.3f, max %.3f)\n", b.stage,
-               overlap == 2 ? "overlap" : qgz == 2 ? "qgz" : "bf16-GEMM",
+               overlap == 2 ? "overlap" : qgz == 2 ? "qgz" : zpp_ab ? "ZeRO++" : "bf16-GEMM",
                median(r, b.steps), b.steps, rlo, rhi);
         free(r);
     }

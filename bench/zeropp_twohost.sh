@@ -12,7 +12,10 @@
 #   rounds (default 3); STEPS: timed steps per run after 2 warm-up steps
 #   (default 6). SAME=0 leaves out the same-host run (4 ranks on this
 #   machine over shared memory, plain stage 3) that each round starts with;
-#   KEEP=1 keeps the runs' logs (their folder is printed at the end).
+#   KEEP=1 keeps the runs' logs (their folder is printed at the end);
+#   PAIRED=0 leaves out each round's last run, one process that alternates
+#   the steps of a plain and a ZeRO++ engine (bench_train --zeropp ab: each
+#   pair of steps sees the same load; the median of the pairs' ratios).
 #
 # In each round the five runs go one after the other, in an order rotated by
 # one each round, so that the ratios to plain stage 3 come from neighbouring
@@ -83,19 +86,28 @@ for r in $(seq 1 "$REPEATS"); do
       { echo "zeropp_twohost: $c failed: $(tail -3 "$WORK/${c}_$r.log")" >&2; exit 1; }
     summarise "$WORK/${c}_$r.log" "$c" "$r"
   done
+  if [ "${PAIRED:-1}" = 1 ]; then
+    "$TWOHOST" exec --name $NAME -- sh -c "$MPI --hostfile \"\$TWOHOST_HOSTFILE\" $BENCH $ARGS \
+      --zeropp ab" </dev/null >"$WORK/paired_$r.log" 2>&1 ||
+      { echo "zeropp_twohost: paired failed: $(tail -3 "$WORK/paired_$r.log")" >&2; exit 1; }
+    sed -n "s/^bench_train: stage 3 paired steps: /zeropp: paired round $r: /p" "$WORK/paired_$r.log"
+  fi
 done | tee "$WORK/lines.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
 echo "== end, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 - "$WORK/lines.txt" <<'PY'
 import re, statistics, sys
-runs, links = {}, []
+runs, links, paired = {}, [], []
 for line in open(sys.argv[1]):
     m = re.match(r"zeropp: (\S+) round (\d+): ([\d.]+) samples/s; .* ([\d.]+) MB inside hosts, "
                  r"([\d.]+) MB across; .* ([\d.]+) s waited for", line)
     if m:
         runs.setdefault(m.group(1), {})[int(m.group(2))] = tuple(float(m.group(k))
                                                                  for k in (3, 4, 5, 6))
+    m = re.match(r"zeropp: paired round \d+: .* = ([\d.]+) \(median", line)
+    if m:
+        paired.append(float(m.group(1)))
     m = re.match(r"link: ([\d.]+) MB/s", line)
     if m:
         links.append(float(m.group(1)))
@@ -118,6 +130,9 @@ for case in ("same-host", "plain", "qwz", "qgz", "hpz", "zeropp"):
     wait = rng([v[3] for v in rs.values()])
     print(f"| {case} | {rng(sps)} | {rng(ratio) if ratio else '-'} | {across:.2f} | "
           f"{inside:.2f} | {wait} |")
+if paired:
+    print(f"\nZeRO++ / plain, steps paired in one process (bench_train --zeropp ab), each "
+          f"round's median: {rng(paired)} over {len(paired)} rounds")
 PY
 [ "${KEEP:-0}" = 1 ] && echo "logs: $WORK"
 exit 0
