@@ -26,6 +26,13 @@ endforeach()
 add_test(NAME stage3_hpz_bf16_np2 COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 2
          -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_hier> --hpz 2 --precision bf16)
 set_tests_properties(stage3_hpz_bf16_np2 PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS 2)
+# hpZ with offload_param cpu (the partition in host memory, the secondary
+# piece on the device): the same bits as plain stage 3 without offload, the
+# same bytes, estimate = accountant, the checkpoint resumes and loads
+add_test(NAME stage3_hpz_offload_np4 COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 4
+         -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_hier> --hpz 2 --offload 1
+         --ckpt ${_hier_work}/hpz_offload_np4)
+set_tests_properties(stage3_hpz_offload_np4 PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS 2)
 add_test(NAME stage3_hier_twohost
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_hier_twohost.sh
                  $<TARGET_FILE:test_hier> ${_hier_work}/twohost ${CMAKE_SOURCE_DIR}/tools/twohost.sh

@@ -43,6 +43,9 @@
  * memory, or NVMe past max_in_cpu elements): a gather, prefetches included,
  * reads this rank's piece of the span from it, and the update writes it
  * once per step; the fp32 master is then kept apart from it (zero/shard.h).
+ * hpZ's secondary piece stays in device memory under offload_param: it is
+ * filled from a module's first gather after an update (which read the
+ * pieces from the store) and serves the later ones without the store.
  *
  * zero_quantized_weights (ZeRO++ qwZ): every gather carries each rank's
  * piece as one record of the blockwise int8 codec (engine/comm/codec_q8.h:

@@ -348,9 +348,9 @@ static ds_status check_groups(const ds_config *c) {
                      "zero_optimization.zero_hpz_partition_size %lld and mics_shard_size %lld: "
                      "choose one (MiCS already keeps the gathers inside its shard group)",
                      (long long)c->zero_hpz_partition_size, (long long)c->mics_shard_size);
-    /* DeepSpeed's MiCS: "Local sharding has no support for CPU offloading";
-     * hpZ's secondary copy is filled from device gathers and is kept apart
-     * from a partition in host memory here */
+    /* DeepSpeed's MiCS: "Local sharding has no support for CPU offloading".
+     * hpZ takes offload_param: its secondary piece stays in device memory,
+     * filled from the gathers, which read the host partition (zero/stage3.c) */
     if (mics && (c->offload_optimizer.device != DS_OFFLOAD_NONE ||
                  c->offload_param.device != DS_OFFLOAD_NONE))
         return RFAIL(c, DS_ERR_CONFIG,
@@ -358,12 +358,6 @@ static ds_status check_groups(const ds_config *c) {
                      "offload (as in DeepSpeed); remove one",
                      (long long)c->mics_shard_size,
                      c->offload_param.device != DS_OFFLOAD_NONE ? "param" : "optimizer");
-    if (hpz && c->offload_param.device != DS_OFFLOAD_NONE)
-        return RFAIL(c, DS_ERR_CONFIG,
-                     "zero_optimization.zero_hpz_partition_size: %lld with offload_param: hpZ's "
-                     "secondary copy is filled from device gathers, which parameters kept in "
-                     "host memory do not go through; remove one",
-                     (long long)c->zero_hpz_partition_size);
     return DS_OK;
 }
 

@@ -138,7 +138,7 @@ static const bad_case k_cases[] = {
     P("{\"zero_optimization\": {\"zero_quantized_weights\": 1}}", CFG, "zero_optimization.zero_quantized_weights: must be true or false, got 1", NULL),
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 1, \"zero_quantized_gradients\": true}}", 1, CFG, "zero_optimization.zero_quantized_gradients: true needs zero_optimization.stage 3 (DeepSpeed quantizes only stage 3's gradient reduce-scatter), got stage 1", NULL),
     P("{\"zero_optimization\": {\"zero_quantized_gradients\": \"yes\"}}", CFG, "zero_optimization.zero_quantized_gradients: must be true or false, got \"yes\"", NULL),
-    /* hpZ and MiCS (zero/groups.h): stage 3 only, one of them, not yet with qwZ or
+    /* hpZ and MiCS (zero/groups.h): stage 3 only, one of them, MiCS without
      * offload; the sizes against the world: test_hier --refusals */
     P("{\"zero_optimization\": {\"zero_hpz_partition_size\": -1}}", CFG, "zero_optimization.zero_hpz_partition_size: must be >= 0, got -1", NULL),
     P("{\"zero_optimization\": {\"mics_shard_size\": -2}}", CFG, "zero_optimization.mics_shard_size: must be >= -1, got -2", NULL),
@@ -148,7 +148,6 @@ static const bad_case k_cases[] = {
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"mics_hierarchical_params_gather\": true}}", 2, CFG, "zero_optimization.mics_hierarchical_params_gather: true needs zero_optimization.mics_shard_size > 0", "got -1"),
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": 2, \"mics_shard_size\": 2}}", 2, CFG, "zero_optimization.zero_hpz_partition_size 2 and mics_shard_size 2: choose one", NULL),
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"mics_shard_size\": 1, \"offload_optimizer\": {\"device\": \"cpu\"}}}", 2, CFG, "zero_optimization.mics_shard_size: 1 with offload_optimizer: MiCS does not offload", NULL),
-    R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": 2, \"offload_param\": {\"device\": \"cpu\"}}}", 2, CFG, "zero_optimization.zero_hpz_partition_size: 2 with offload_param: hpZ's secondary copy is filled from device gathers", NULL),
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": \"cpu\"}}}", 1, CFG, "zero_optimization.offload_optimizer.device: \"cpu\" needs zero_optimization.stage >= 1, got stage 0", NULL),
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": \"nvme\"}}}", 1, CFG, "zero_optimization.offload_optimizer.device: \"nvme\" needs zero_optimization.stage >= 1, got stage 0", NULL),
     R("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": null}}}", 1, CFG, "zero_optimization.offload_optimizer.nvme_path: required with device \"nvme\", got null", NULL),
