@@ -274,6 +274,16 @@ ds_status ds_set_param_cb(void *engine, const char *name, const float *values, s
     return DS_OK;
 }
 
+ds_status ds_set_exp_avg_mask(engine_t *e, const char *name, const float *mask, size_t numel) {
+    int i = -1;
+    DS_TRY(find_param(e, name, numel, &i));
+    if (!e->zero->ops->set_exp_avg_mask)
+        return DS_ERR(DS_ERR_INVALID_ARG, "exp_avg_mask (parameter %s): only OneBitAdam and "
+                      "ZeroOneAdam take one (ZeRO stage %d)", name, e->cfg.zero_stage);
+    DS_TRY(e->zero->ops->set_exp_avg_mask(e->zero, i, mask));
+    return DS_OK;
+}
+
 ds_status ds_get_grad(engine_t *e, const char *name, float *out, size_t numel) {
     int i = -1;
     DS_TRY(find_param(e, name, numel, &i));

@@ -203,6 +203,17 @@ ds_status ds_get_grad(engine_t *e, const char *name, float *out, size_t numel);
  * DS_ERR_NONFINITE naming the parameter and the first element that is NaN
  * or inf (nothing is changed). */
 ds_status ds_set_param(engine_t *e, const char *name, const float *values, size_t numel);
+/* DeepSpeed's exp_avg_mask for OneBitAdam and ZeroOneAdam (in DeepSpeed a
+ * param group's key, e.g. zeros over BERT's padded embedding rows): mask
+ * (numel floats, the shape of parameter `name`, every rank the same) is
+ * multiplied into the compressed momentum / gradient / synchronised change
+ * of that parameter after each decompression, so a 0 element gets no
+ * momentum from the compressed phases (zero/onebit.h). Parameters never
+ * given one keep 1. Not saved in checkpoints (as DeepSpeed, which keeps the
+ * training script's mask on load): call it after ds_initialize, also when
+ * resuming. Local. Errors: DS_ERR_INVALID_ARG for another optimizer, an
+ * unknown name or a wrong numel; DS_ERR_NONFINITE for a NaN or inf. */
+ds_status ds_set_exp_avg_mask(engine_t *e, const char *name, const float *mask, size_t numel);
 /* ds_set_param shaped as a weight loader's callback (hf/hf.h's
  * ds_hf_set_fn): `engine` is the engine_t. */
 ds_status ds_set_param_cb(void *engine, const char *name, const float *values, size_t numel);

@@ -45,3 +45,24 @@ add_test(NAME test_onebit_configs
                  ${CMAKE_SOURCE_DIR}/configs ${CMAKE_BINARY_DIR}/tests/onebit_configs)
 set_tests_properties(test_onebit_configs PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS 2
                      ENVIRONMENT "OMP_NUM_THREADS=1")
+
+# 0/1 Adam with local_step_scaler 2 (intervals 2, 4, 8, 16): loss within a
+# stated band of Adam's over 400 steps, the ranks' weights the same bits
+# after every synchronisation; DeepSpeed's exp_avg_mask through
+# ds_set_exp_avg_mask (ones change nothing, zeros leave a tensor no
+# momentum: exact checks), and its errors. About a second at 2 ranks.
+ds_add_mpi_test(NAME test_onebit_local SOURCES ${_onebit_dir}/multirank/test_onebit_local.c
+                ${_onebit_dir}/multirank/ckpt_harness.c ${_onebit_dir}/multirank/tied_model.c
+                NP 2 LABELS multirank TIMEOUT 120)
+target_include_directories(test_onebit_local PRIVATE ${_onebit_dir}/multirank)
+
+# The same binary: both optimizers saved at 2 ranks mid-run (0/1 Adam
+# between two synchronisations), resumed at 1 and at 4 ranks (error
+# feedback reset, 0/1 Adam from the last synchronisation's weights), loss
+# within a stated band of the run that never stopped.
+add_test(NAME test_onebit_elastic
+         COMMAND ${_onebit_dir}/multirank/test_onebit_elastic.sh $<TARGET_FILE:test_onebit_local>
+                 ${CMAKE_BINARY_DIR}/tests/onebit_elastic ${DS_MPIRUN} ${DS_MPIRUN_FLAGS}
+                 -x OMP_NUM_THREADS=1)
+set_tests_properties(test_onebit_elastic PROPERTIES LABELS multirank TIMEOUT 120 PROCESSORS 4
+                     ENVIRONMENT "OMP_NUM_THREADS=1")

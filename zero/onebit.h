@@ -40,9 +40,17 @@
  *    gradient; 1-bit codes cannot carry a zero, and the noise divided by
  *    eps would throw them far (DeepSpeed asks users for an exp_avg_mask for
  *    those, BERT's unused position rows). Here they are masked to 0 after
- *    each decompression, with no mask to supply.
- *  - Checkpoints carry the error feedback (and 0/1 Adam's u and each rank's
- *    own weights and momentum, which differ between synchronisations), so a
+ *    each decompression, with no mask to supply. A user's exp_avg_mask
+ *    (ds_onebit_set_mask) is taken too and multiplied in at the same
+ *    places as DeepSpeed's.
+ *  - 0/1 Adam's synchronisation adds the mean change to the weights of the
+ *    last synchronisation, kept, where DeepSpeed subtracts u from the
+ *    current ones (p - u: equal up to a rounding that differs by rank, so
+ *    DeepSpeed's replicas drift apart by a few ulps per synchronisation);
+ *    here every rank holds the same bits after each one.
+ *  - Checkpoints carry the error feedback (and 0/1 Adam's u, the weights of
+ *    the last synchronisation and each rank's own weights and momentum,
+ *    which differ between synchronisations), so a
  *    run resumed
  *    at the same world size trains bit for bit like one that never stopped;
  *    DeepSpeed resets them on load. At another world size they are reset.
@@ -84,15 +92,34 @@ ds_status ds_onebit_apply(ds_onebit *ob, ds_backend *be, const ds_optim_step *st
                           float *w, const void *grads, ds_dtype gt, float *m, float *v, void *lp,
                           ds_dtype lpt);
 
+/* DeepSpeed's exp_avg_mask (a param group's key in adam.py / zoadam.py) for
+ * flat elements [offset, offset + numel): mask (host, numel floats, every
+ * rank the same) is multiplied into every decompressed vector, as DeepSpeed
+ * multiplies it: 1-bit Adam's momentum after freeze_step, 0/1 Adam's
+ * compressed gradient and its synchronised u (so the momentum and the
+ * weight change at a synchronisation), never the full-precision Adam
+ * steps. 0 leaves an element no momentum from the compressed phases (a
+ * padded or unused embedding row), 1 leaves it as it is. Elements never
+ * given a mask keep 1. Not part of a checkpoint (DeepSpeed's load keeps the
+ * script's mask): set it again after ds_initialize. Errors: a non-finite
+ * element (DS_ERR_NONFINITE), out of memory. */
+ds_status ds_onebit_set_mask(ds_onebit *ob, int64_t offset, const float *mask, size_t numel);
+
 /* The rank's own state a checkpoint carries, fp32 back to back: the worker
- * and server error feedback, then (0/1 Adam) u. *n elements. */
+ * and server error feedback, then (0/1 Adam) u and the weights of the last
+ * synchronisation. *n elements. */
 size_t ds_onebit_state_len(const ds_onebit *ob);
 /* Copy it to (write = false) or from (write = true) host[0, len). */
 ds_status ds_onebit_state_io(ds_onebit *ob, float *host, bool write);
 /* After a load: the schedule after `applied` steps (the counters and 0/1
  * Adam's lr sum are functions of the step and the lr schedule); with
- * `have_state` false the error feedback and u start from zero. */
-void ds_onebit_restart(ds_onebit *ob, int64_t applied, bool have_state);
+ * `have_state` false the error feedback and u start from zero, and 0/1
+ * Adam's local steps from the weights w (n elements, as loaded). */
+void ds_onebit_restart(ds_onebit *ob, int64_t applied, bool have_state, const float *w);
+/* 0/1 Adam after the variance froze: the weights of the last
+ * synchronisation (n elements, the same on every rank); NULL before, and
+ * for 1-bit Adam. Borrowed, valid until the next step. */
+const float *ds_onebit_sync_weights(const ds_onebit *ob);
 /* 0/1 Adam's local steps make the ranks' weights and momenta differ
  * between synchronisations: a checkpoint keeps each rank's own. */
 bool ds_onebit_rank_weights(const ds_onebit *ob);

@@ -127,6 +127,14 @@ static ds_status state_io(ds_zero *z, ds_zero_state which, int64_t lo, int64_t h
     stage0 *s = S(z);
     float *base = which == DS_STATE_WEIGHTS ? weights(s)
                   : which == DS_STATE_MOMENT0 ? s->state0 : s->state1;
+    /* 0/1 Adam between synchronisations: each rank's weights are its own
+     * (its rank state keeps them for a resume at the same world size); the
+     * flat section gets the last synchronisation's, the same on every rank,
+     * so a resume at another world size starts from one consistent model
+     * (with u reset to 0, just after that synchronisation) instead of a
+     * patchwork of the ranks' pieces. */
+    const float *synced = s->ob && !write ? ds_onebit_sync_weights(s->ob) : NULL;
+    if (which == DS_STATE_WEIGHTS && synced) base = (float *)synced;
     DS_TRY(ds_zero_state_copy(s->rep.be, base, 0, s->rep.flat->padded, lo, hi, host, write));
     return DS_OK;
 }
@@ -164,7 +172,17 @@ static ds_status rank_state_io(ds_zero *z, float *host, bool write) {
 }
 
 static void rank_state_restart(ds_zero *z, int64_t applied, bool have_state) {
-    if (S(z)->ob) ds_onebit_restart(S(z)->ob, applied, have_state);
+    if (S(z)->ob) ds_onebit_restart(S(z)->ob, applied, have_state, weights(S(z)));
+}
+
+static ds_status set_exp_avg_mask(ds_zero *z, int param, const float *host) {
+    stage0 *s = S(z);
+    const ds_flat_param *p = &s->rep.flat->params[param];
+    if (!s->ob)
+        return DS_ERR(DS_ERR_INVALID_ARG, "exp_avg_mask (parameter %s): only OneBitAdam and "
+                      "ZeroOneAdam take one", p->desc->name);
+    DS_TRY(ds_onebit_set_mask(s->ob, p->offset, host, (size_t)p->numel));
+    return DS_OK;
 }
 
 static void destroy(ds_zero *z) {
@@ -190,7 +208,7 @@ static const ds_zero_ops k_stage0_ops = {
     .get_param = get_param, .set_param = set_param,
     .get_grad = get_grad, .state_io = state_io, .sync_params = sync_params, .destroy = destroy,
     .rank_state_len = rank_state_len, .rank_state_io = rank_state_io,
-    .rank_state_restart = rank_state_restart,
+    .rank_state_restart = rank_state_restart, .set_exp_avg_mask = set_exp_avg_mask,
 };
 
 static ds_status build(stage0 *s, const ds_zero_desc *d) {

@@ -130,6 +130,9 @@ typedef struct ds_zero_ops {
     /* After a load: `applied` optimizer steps were taken; have_state says
      * whether rank_state was restored (else it starts afresh). Local. */
     void (*rank_state_restart)(ds_zero *z, int64_t applied, bool have_state);
+    /* Optional (NULL where the optimizer has none): DeepSpeed's exp_avg_mask
+     * for parameter i, numel host floats (zero/onebit.h). Local. */
+    ds_status (*set_exp_avg_mask)(ds_zero *z, int param, const float *host);
 } ds_zero_ops;
 
 struct ds_zero {
