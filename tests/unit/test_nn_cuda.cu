@@ -47,11 +47,11 @@ int nn_cuda_reductions(ds_backend *cpu, ds_backend *gpu);
 /* ---- embedding ---- */
 
 static void test_embedding(void) {
-    /* vocab, width, positions; the last case is nearly all one id: a table
-     * row summed from ~4000 positions, where any order but the cpu's (float
+    /* vocab, width, positions; the cases with n > 1000 are nearly all one id: a table
+     * row summed from thousands of positions, where any order but the cpu's (float
      * atomics, say) would show in the bits */
     const int shapes[][3] = {{50, 96, 400}, {1000, 769, 37}, {3, 1, 1}, {7, 300, 0},
-                             {4, 64, 4096}};
+                             {4, 64, 4096}, {21128, 256, 32768}}; /* last: BERT-mini, 256 x 128 */
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int V = shapes[s][0], H = shapes[s][1], n = shapes[s][2];
         char shape[64];
