@@ -23,27 +23,40 @@
  * not recorded in be->mem (see the cpu's ds_cpu_gemm_scratch for why).
  * Freeing the old buffer waits for the device (cudaFree), so a GEMM still
  * reading it has finished. */
+#include <limits.h>
+
 #include "engine/backend/cuda/cuda_common.cuh"
 
 /* dst[(b * rows + r) * ld + c] = bf16(src[b * stride + r * lds + c]) for
- * every b < copies, r < rows, c < cols. */
+ * every b < copies, r < rows, c < cols. A warp takes 32 columns of a row
+ * (coalesced), a block 8 rows; the row's origin is found once per row with
+ * 32-bit arithmetic. (The first version divided a 64-bit flat index twice per
+ * element: on an H100 its 348 calls took 8.7 ms of a 16.9 ms bf16 step.) */
 __global__ void ds_k_round_pack_bf16(uint16_t *__restrict__ dst, const float *__restrict__ src,
                                      int lds, int64_t stride, int rows, int cols, int ld,
-                                     size_t total) {
-    DS_GRID_STRIDE(i, total) {
-        size_t row = i / (size_t)cols, c = i % (size_t)cols;
-        size_t b = row / (size_t)rows, r = row % (size_t)rows;
-        dst[row * (size_t)ld + c] =
-            ds_f32_to_bf16(src[(int64_t)b * stride + (int64_t)r * lds + (int64_t)c]);
+                                     int nrows) {
+    for (int row = blockIdx.y * blockDim.y + threadIdx.y; row < nrows;
+         row += gridDim.y * blockDim.y) {
+        int b = row / rows, r = row - b * rows;
+        const float *s = src + (int64_t)b * stride + (int64_t)r * lds;
+        uint16_t *d = dst + (size_t)row * (size_t)ld;
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+            d[c] = ds_f32_to_bf16(s[c]);
     }
 }
 
 static ds_status round_pack(ds_backend *be, uint16_t *dst, const float *src, int lds,
                             int64_t stride, const ds_gemm_pack *p) {
-    size_t total = (size_t)p->copies * (size_t)p->rows * (size_t)p->cols;
-    if (total == 0) return DS_OK;
-    ds_k_round_pack_bf16<<<DS_CUDA_GRID(be, total)>>>(dst, src, lds, stride, p->rows, p->cols,
-                                                      p->ld, total);
+    int64_t nrows = (int64_t)p->copies * p->rows;
+    if (nrows == 0 || p->cols == 0) return DS_OK;
+    if (nrows > INT_MAX)
+        return DS_ERR(DS_ERR_INVALID_ARG, "cuda gemm (bf16 inputs): %lld rows of one operand are "
+                      "more than this kernel indexes", (long long)nrows);
+    dim3 block(32, 8);
+    unsigned gy = (unsigned)((nrows + 7) / 8);
+    dim3 grid((unsigned)((p->cols + 31) / 32), gy < 65535u ? gy : 65535u);
+    ds_k_round_pack_bf16<<<grid, block, 0, DS_CUDA_DEFAULT_STREAM>>>(
+        dst, src, lds, stride, p->rows, p->cols, p->ld, (int)nrows);
     DS_CHECK_LAUNCH();
     return DS_OK;
 }
