@@ -16,7 +16,8 @@
 #   lm        train_lm (GPT-2 4 x 256, byte tokens) 30 steps on cpu and cuda
 #   bench     bench_train on cuda at stages 0 and 3, fp32 and bf16, batch 32
 #             and 256, and PyTorch eager on the same GPU in the same run
-#             (bench/bench_pytorch_bert.py), where python3 has torch
+#             (bench/bench_pytorch_bert.py), where python3 has torch; bf16's
+#             steps with fp32 against bf16 tensor-core GEMMs, paired
 #   sanitize  compute-sanitizer memcheck on the cuda tests and a short
 #             training run, racecheck on test_backend_cuda
 # DATA.tsv: a labelled text file train_cls reads (the README's dataset). Each
@@ -118,6 +119,9 @@ if has bench; then
       [ "$torch_ok" = 1 ] && python3 bench/bench_pytorch_bert.py --device cuda --precision $p \
         --batch $bs --steps 50 --warmup 5 2>&1 | tail -1
     done
+    # bf16 with fp32 GEMMs and with tensor cores, step by step in one process
+    "$B/bench/bench_train" --backend cuda --stage 0 --precision bf16 --batch $bs --steps 50 \
+      --warmup 5 --gemm ab 2>&1 | grep "paired steps"
   done
 fi
 
