@@ -180,17 +180,20 @@ static ds_status cuda_gemm(ds_backend *be, bool transa, bool transb, int m, int 
 
 /* ---- lifetime ------------------------------------------------------------------- */
 
-ds_status ds_cuda_scratch(ds_backend *be, size_t bytes, void **out) {
-    ds_cuda_impl *im = ds_cuda_impl_of(be);
-    if (bytes > im->scratch_bytes) {
-        if (im->scratch) DS_CHECK_CUDA(cudaFree(im->scratch));
-        im->scratch = NULL;
-        im->scratch_bytes = 0;
-        DS_CHECK_CUDA(cudaMalloc(&im->scratch, bytes));
-        im->scratch_bytes = bytes;
+ds_status ds_cuda_buf_reserve(ds_cuda_buf *b, size_t bytes, void **out) {
+    if (bytes > b->bytes) {
+        if (b->p) DS_CHECK_CUDA(cudaFree(b->p));
+        b->p = NULL;
+        b->bytes = 0;
+        DS_CHECK_CUDA(cudaMalloc(&b->p, bytes));
+        b->bytes = bytes;
     }
-    *out = im->scratch;
+    *out = b->p;
     return DS_OK;
+}
+
+ds_status ds_cuda_scratch(ds_backend *be, size_t bytes, void **out) {
+    return ds_cuda_buf_reserve(&ds_cuda_impl_of(be)->scratch, bytes, out);
 }
 
 static void cuda_impl_release(ds_backend *be, ds_cuda_impl *im) {
@@ -200,8 +203,8 @@ static void cuda_impl_release(ds_backend *be, ds_cuda_impl *im) {
     if (im->blas) cublasDestroy(im->blas);
     if (im->sumsq_dev) cudaFree(im->sumsq_dev);
     if (im->sumsq_host) cudaFreeHost(im->sumsq_host);
-    if (im->scratch) cudaFree(im->scratch);
-    if (im->gemm_scratch) cudaFree(im->gemm_scratch);
+    if (im->scratch.p) cudaFree(im->scratch.p);
+    if (im->gemm_scratch.p) cudaFree(im->gemm_scratch.p);
     free(im);
 }
 

@@ -58,6 +58,12 @@ static inline ds_status ds_cuda_fail(const char *call, const char *file, int lin
 #define DS_CUDA_SUMSQ_BLOCKS 1024
 #define DS_CUDA_THREADS 256
 
+/* A device buffer grown on demand, never shrunk (ds_cuda_buf_reserve). */
+typedef struct ds_cuda_buf {
+    void *p;
+    size_t bytes;
+} ds_cuda_buf;
+
 /* be->impl of the cuda backend. */
 typedef struct ds_cuda_impl {
     cublasHandle_t blas;
@@ -65,17 +71,19 @@ typedef struct ds_cuda_impl {
     int max_blocks;       /* grid-stride kernels launch at most this many blocks */
     double *sumsq_dev;    /* [DS_CUDA_SUMSQ_BLOCKS] partial sums, device */
     double *sumsq_host;   /* [DS_CUDA_SUMSQ_BLOCKS] pinned copy */
-    void *scratch;        /* ds_cuda_scratch's buffer, grown on demand */
-    size_t scratch_bytes;
-    void *gemm_scratch;   /* bf16 copies of a GEMM's A and B (cuda_gemm_bf16.cu) */
-    size_t gemm_scratch_bytes;
+    ds_cuda_buf scratch;      /* ds_cuda_scratch's buffer */
+    ds_cuda_buf gemm_scratch; /* bf16 copies of a GEMM's A and B (cuda_gemm_bf16.cu) */
 } ds_cuda_impl;
 
+/* *out = b's buffer after growing it to at least `bytes`. Freeing the old
+ * one waits for the device (cudaFree), so kernels still reading it finish
+ * first. */
+ds_status ds_cuda_buf_reserve(ds_cuda_buf *b, size_t bytes, void **out);
+
 /* A device buffer of at least `bytes` for a slot's intermediate results
- * (colsum.cuh's partial sums), valid until the next call. Grown, never
- * shrunk: cudaFree waits for the device, so kernels still reading the old
- * buffer finish first. Only the default stream's slots use it, from the
- * thread that runs the model. */
+ * (colsum.cuh's partial sums, the embedding backward's sort), valid until
+ * the next call (ds_cuda_buf_reserve on im->scratch). Only the default
+ * stream's slots use it, from the thread that runs the model. */
 ds_status ds_cuda_scratch(ds_backend *be, size_t bytes, void **out);
 
 static inline ds_cuda_impl *ds_cuda_impl_of(ds_backend *be) { return (ds_cuda_impl *)be->impl; }

@@ -17,8 +17,8 @@
  * cores for 16-bit inputs (it only keeps fp32 inputs off TF32). Row-major on
  * column-major as in cuda_gemm: operands swapped, (n, m, k), B first.
  *
- * Scratch. A buffer of the backend's own (not ds_cuda_scratch, which
- * colsum.cuh's partial sums use), grown to the largest GEMM seen: the first
+ * Scratch. A buffer of the backend's own (im->gemm_scratch; not
+ * ds_cuda_scratch, which other slots use), grown to the largest GEMM seen: the first
  * training step grows it, later ones reuse it. Like ds_cuda_scratch it is
  * not recorded in be->mem (see the cpu's ds_cpu_gemm_scratch for why).
  * Freeing the old buffer waits for the device (cudaFree), so a GEMM still
@@ -61,19 +61,6 @@ static ds_status round_pack(ds_backend *be, uint16_t *dst, const float *src, int
     return DS_OK;
 }
 
-/* At least `bytes` of the backend's bf16 GEMM scratch. */
-static ds_status gemm_scratch(ds_backend *be, size_t bytes, void **out) {
-    ds_cuda_impl *im = ds_cuda_impl_of(be);
-    if (bytes > im->gemm_scratch_bytes) {
-        if (im->gemm_scratch) DS_CHECK_CUDA(cudaFree(im->gemm_scratch));
-        im->gemm_scratch = NULL;
-        im->gemm_scratch_bytes = 0;
-        DS_CHECK_CUDA(cudaMalloc(&im->gemm_scratch, bytes));
-        im->gemm_scratch_bytes = bytes;
-    }
-    *out = im->gemm_scratch;
-    return DS_OK;
-}
 
 /* Bytes of A's copy before B's: B starts 256-byte aligned, as cudaMalloc's
  * own buffers do. */
@@ -89,12 +76,12 @@ ds_status ds_cuda_gemm_bf16(ds_backend *be, bool transa, bool transb, int m, int
     const ds_gemm_pack pa = ds_gemm_pack_of(true, transa, m, n, k, strideA, batch, 8);
     const ds_gemm_pack pb = ds_gemm_pack_of(false, transb, m, n, k, strideB, batch, 8);
     const size_t a_bytes = aligned_bytes(pa.elems);
+    ds_cuda_impl *im = ds_cuda_impl_of(be);
     void *buf;
-    DS_TRY(gemm_scratch(be, a_bytes + pb.elems * sizeof(uint16_t), &buf));
+    DS_TRY(ds_cuda_buf_reserve(&im->gemm_scratch, a_bytes + pb.elems * sizeof(uint16_t), &buf));
     uint16_t *Ah = (uint16_t *)buf, *Bh = (uint16_t *)((char *)buf + a_bytes);
     DS_TRY(round_pack(be, Ah, A, lda, strideA, &pa));
     DS_TRY(round_pack(be, Bh, B, ldb, strideB, &pb));
-    ds_cuda_impl *im = ds_cuda_impl_of(be);
     cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     DS_CHECK_CUBLAS(cublasGemmStridedBatchedEx(
