@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt_harness.h"
+#include "onebit_harness.h"
 #include "engine/comm/comm.h"
 #include "tests/unit/test_util.h"
 
@@ -51,26 +51,9 @@
 static ds_dataset *g_data;
 
 static ds_status make(const char *type, const char *params, engine_t **out) {
-    const int T = 12, V = 50;
-    ds_model *model = NULL;
-    ds_bert_desc bd = {.vocab_size = V, .hidden_size = 32, .num_hidden_layers = 2,
-                       .num_attention_heads = 4, .intermediate_size = 64,
-                       .max_position_embeddings = 32, .n_classes = 3, .max_seq_len = T,
-                       .hidden_dropout_prob = 0.0f, .attention_probs_dropout_prob = 0.0f};
-    DS_TRY(ds_bert_create(&bd, &model));
-    char cfg[2048];
-    snprintf(cfg, sizeof cfg,
-             "{\"train_batch_size\": 16, \"gradient_accumulation_steps\": 2,"
-             " \"optimizer\": {\"type\": \"%s\", \"params\": {\"lr\": 0.001, "
-             "\"betas\": [0.9, 0.98], \"weight_decay\": 0.01%s}},"
-             " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0,"
-             " \"warmup_max_lr\": 0.001, \"warmup_num_steps\": 5}},"
-             " \"gradient_clipping\": 1.0, \"steps_per_print\": 100000,"
-             " \"zero_optimization\": {\"stage\": 0, \"reduce_bucket_size\": 1000}}",
-             type, params);
-    DS_TRY(ck_start(cfg, model, g_data, out));
-    return DS_OK;
+    return ob_make(type, params, 0.001, g_data, out);
 }
+
 
 typedef struct run {
     double *loss;
@@ -85,15 +68,6 @@ static uint64_t sent(const ds_comm_stats *s) {
     return b;
 }
 
-/* Whether every rank holds the same parameters (their bits). */
-static bool same_everywhere(engine_t *e, const float *p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    const unsigned char *b = (const unsigned char *)p;
-    for (size_t i = 0; i < n * 4; i++) h = (h ^ b[i]) * 1099511628211ull;
-    double mine = (double)(h >> 11), sum = mine; /* exact: below 2^53 */
-    ds_all_reduce_host(e, &sum, 1, DS_F64);
-    return sum == mine * (double)ds_get_config(e)->world_size;
-}
 
 static run train(const char *type, const char *params, int steps, bool check_same) {
     run r = {0};
@@ -112,7 +86,7 @@ static run train(const char *type, const char *params, int steps, bool check_sam
         if (check_same && (s % 10 == 9 || s == steps - 1)) {
             size_t n;
             float *p = ck_params(e, &n);
-            CHECK(p && same_everywhere(e, p, n), "%s step %d: ranks hold different weights",
+            CHECK(p && ob_same_everywhere(e, p, n), "%s step %d: ranks hold different weights",
                   type, s + 1);
             free(p);
         }
@@ -141,7 +115,7 @@ int main(void) {
     /* 2000 rows, every 4th labelled wrong (its class token says another
      * class): the loss cannot reach 0, so the runs after freeze_step still
      * learn (memorise) instead of resting at the minimum */
-    g_data = ck_make_data(2000, 12, 50);
+    g_data = ob_make_data();
     if (!g_data) TEST_DIE("data");
     int32_t *labels = ds_dataset_i32(g_data, "labels");
     for (size_t i = 0; i < 2000; i += 4) labels[i] = (labels[i] + 1) % 3;
