@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "engine/backend/backend.h"
+#include "tests/unit/gemm_ref.h"
 #include "tests/unit/test_util.h"
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
@@ -69,18 +70,9 @@ static void run_case(ds_backend *be, const gemm_case *c) {
         const float *Ab = A + b * sA, *Bb = B + b * sB;
         for (int i = 0; i < c->m; i++) {
             for (int j = 0; j < c->n; j++) {
-                double acc = 0.0, mag = 0.0;
-                for (int l = 0; l < c->k; l++) {
-                    double a = c->ta ? Ab[(int64_t)l * lda + i] : Ab[(int64_t)i * lda + l];
-                    double bb = c->tb ? Bb[(int64_t)j * ldb + l] : Bb[(int64_t)l * ldb + j];
-                    acc += a * bb;
-                    mag += fabs(a * bb);
-                }
                 int64_t at = b * sC + (int64_t)i * ldc + j;
-                double old = c->beta == 0.0f ? 0.0 : (double)C0[at] * c->beta;
-                double want = (double)c->alpha * acc + old;
-                double tol =
-                    (c->k + 2) * (double)FLT_EPSILON * (fabs((double)c->alpha) * mag + fabs(old));
+                double tol, want = gemm_ref_at(c->ta, c->tb, c->k, c->alpha, Ab, lda, Bb, ldb,
+                                               c->beta, C0[at], i, j, &tol);
                 double err = fabs((double)C[at] - want);
                 if (!(err <= tol)) {
                     CHECK(0,

@@ -28,6 +28,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/cpu_ops.h" /* ds_cpu_impl: the scratch */
 #include "engine/backend/math.h"
+#include "tests/unit/gemm_ref.h"
 #include "tests/unit/test_util.h"
 
 static uint64_t g_rng = 0x243f6a8885a308d3ull;
@@ -225,17 +226,9 @@ static void run_case(ds_backend *be, const bf_case *c) {
         const float *Ab = Ar + b * sA, *Bb = Br + b * sB;
         for (int i = 0; i < c->m; i++)
             for (int j = 0; j < c->n; j++) {
-                double acc = 0.0, mag = 0.0;
-                for (int l = 0; l < c->k; l++) {
-                    double a = c->ta ? Ab[(int64_t)l * lda + i] : Ab[(int64_t)i * lda + l];
-                    double bb = c->tb ? Bb[(int64_t)j * ldb + l] : Bb[(int64_t)l * ldb + j];
-                    acc += a * bb;
-                    mag += fabs(a * bb);
-                }
                 int64_t at = b * sC + (int64_t)i * ldc + j;
-                double old = c->beta == 0.0f ? 0.0 : (double)C0[at] * c->beta;
-                double want = c->alpha * acc + old;
-                double tol = (c->k + 2) * (double)FLT_EPSILON * (fabs(c->alpha) * mag + fabs(old));
+                double tol, want = gemm_ref_at(c->ta, c->tb, c->k, c->alpha, Ab, lda, Bb, ldb,
+                                               c->beta, C0[at], i, j, &tol);
                 if (fabs(C[at] - want) > tol && bad++ < 3)
                     TEST_FAIL("C[%d][%d][%d] = %.9g, exact on rounded inputs %.9g (tol %.3g)", b,
                               i, j, (double)C[at], want, tol);
