@@ -211,30 +211,8 @@ if [ "$where" != same ]; then
         hosts=dsc$$
         "$twohost" up --name "$hosts" --rate "$rate" >&2
         trap '"$twohost" down --name "$hosts"' EXIT
-        # the raw TCP rate from host 2 to host 1: 2 s of 64 KiB writes
-        link_py='
-import socket, sys, time
-if sys.argv[1] == "recv":
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("10.77.0.1", 5299)); s.listen(1); c, _ = s.accept()
-    n = 0; t0 = None
-    while True:
-        b = c.recv(1 << 20)
-        if not b: break
-        if t0 is None: t0 = time.time()
-        n += len(b)
-    dt = time.time() - t0
-    print("link: %.1f MB/s raw TCP (%.0f MB in %.2f s), %.2f Gbit/s" % (n / dt / 1e6, n / 1e6, dt, n * 8 / dt / 1e9))
-else:
-    c = socket.create_connection(("10.77.0.1", 5299)); buf = b"x" * 65536; t0 = time.time()
-    while time.time() - t0 < 2.0: c.sendall(buf)
-    c.close()
-'
-        ip netns exec "$hosts-1" python3 -c "$link_py" recv > "$out/link.txt" &
-        recv=$!
-        sleep 0.5
-        ip netns exec "$hosts-2" python3 -c "$link_py" send
-        wait "$recv"
+        # the raw TCP rate from host 2 to host 1 (tools/twohost.sh link)
+        "$twohost" link --name "$hosts" > "$out/link.txt"
         echo "two hosts: tools/twohost.sh --rate $rate, one rank per host; $(cat "$out/link.txt")" >> "$out/env.txt"
         cat "$out/link.txt" >&2
         series twohost
