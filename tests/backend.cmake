@@ -13,6 +13,9 @@ ds_add_test(NAME test_gemm_bf16_train LABELS unit
 ds_add_test(NAME test_backend_rng SOURCES unit/test_backend_rng.c LABELS unit)
 ds_add_test(NAME test_backend_elementwise SOURCES unit/test_backend_elementwise.c LABELS unit)
 ds_add_test(NAME test_backend_optim SOURCES unit/test_backend_optim.c LABELS unit)
+# A thread marked ds_backend_thread_serial (the communication worker) starts
+# no OpenMP team of its own beside the model's.
+ds_add_test(NAME test_backend_thread_serial SOURCES unit/test_backend_thread_serial.c LABELS unit)
 # Blockwise int8 of ZeRO++ qwZ: the round-trip bound per block, NaN / inf, threads.
 ds_add_test(NAME test_quant SOURCES unit/test_quant.c LABELS unit)
 

@@ -59,6 +59,12 @@ ds_status ds_backend_set_gemm_inputs(ds_backend *be, ds_dtype t) {
     return DS_OK;
 }
 
+static _Thread_local bool tl_serial;
+
+void ds_backend_thread_serial(bool on) { tl_serial = on; }
+
+bool ds_backend_thread_is_serial(void) { return tl_serial; }
+
 ds_status ds_backend_alloc(ds_backend *be, ds_mem_purpose purpose, ds_mem_place place,
                            size_t bytes, void **out) {
     *out = NULL;

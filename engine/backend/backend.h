@@ -211,6 +211,19 @@ void ds_backend_destroy(ds_backend *be);
  * other internal scratch it is not recorded in be->mem. */
 ds_status ds_backend_set_gemm_inputs(ds_backend *be, ds_dtype t);
 
+/* From now on, the calling thread's calls into a cpu backend run their
+ * loops (and OpenBLAS) on one thread instead of be->num_threads. For a
+ * thread that works beside the model's, such as the communication worker
+ * (engine/comm/comm_worker.c): a second OpenMP team there would put more
+ * threads than cores on the machine, and libgomp then lets its waiting
+ * threads sleep at every barrier instead of spinning (measured: stage 2 with
+ * overlap_comm at 1 rank x 2 threads, 30% slower, 14x the context switches).
+ * The results are the same: every kernel such a thread calls gives the same
+ * bits for any thread count. Does nothing to the cuda backend. */
+void ds_backend_thread_serial(bool on);
+/* Whether ds_backend_thread_serial(true) holds on the calling thread. */
+bool ds_backend_thread_is_serial(void);
+
 /* Allocate `bytes` at `place` and record them as `purpose` in be->mem. */
 ds_status ds_backend_alloc(ds_backend *be, ds_mem_purpose purpose, ds_mem_place place,
                            size_t bytes, void **out);

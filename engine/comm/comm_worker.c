@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend/backend.h"
 #include "engine/comm/comm_internal.h"
 
 #define QUEUE_CAP 256
@@ -82,6 +83,9 @@ static void finish(ds_comm_worker *w, ds_comm_job *j) {
 static void *worker_main(void *arg) {
     ds_comm_worker *w = arg;
     tl_on_worker = true;
+    /* the reductions this thread runs (axpy, casts, the int8 codec) run on it
+     * alone: the model's thread keeps the backend's team (backend.h) */
+    ds_backend_thread_serial(true);
     pthread_mutex_lock(&w->lock);
     for (;;) {
         while (w->head == w->tail && !w->stop) pthread_cond_wait(&w->cond_work, &w->lock);

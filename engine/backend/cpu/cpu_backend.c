@@ -12,7 +12,9 @@
  * of the calling thread (and runs single-threaded inside a parallel region),
  * so the backend sets that to num_threads with openblas_set_num_threads() at
  * creation and again before a GEMM if the calling thread differs: OpenBLAS and
- * the engine's loops then use the same cores and never oversubscribe them. */
+ * the engine's loops then use the same cores and never oversubscribe them. A
+ * thread marked by ds_backend_thread_serial (the communication worker) runs
+ * everything on itself (ds_cpu_team). */
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -106,7 +108,7 @@ ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, in
         gemm_beta_only(beta, C, m, n, ldc, strideC, batch);
         return DS_OK;
     }
-    int nt = be->num_threads;
+    int nt = ds_cpu_team(be);
     if (omp_get_max_threads() != nt) openblas_set_num_threads(nt);
     enum CBLAS_TRANSPOSE ta = transa ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = transb ? CblasTrans : CblasNoTrans;

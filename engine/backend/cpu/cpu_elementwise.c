@@ -28,7 +28,7 @@ ds_status ds_cpu_rng_uniform(ds_backend *be, float *dst, size_t n, float lo, flo
     if (n == 0) return DS_OK;
     float span = hi - lo;
     uint64_t end = offset + n, first = offset >> 2, last = (end - 1) >> 2;
-#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
     for (uint64_t b = first; b <= last; b++) {
         ds_philox4 w = ds_rng_block(seed, DS_RNG_TAG_UNIFORM, b);
         for (uint64_t l = 0; l < 4; l++) {
@@ -44,7 +44,7 @@ ds_status ds_cpu_rng_normal(ds_backend *be, float *dst, size_t n, float mean, fl
     DS_TRY(ds_check_rng("cpu rng_normal", dst, n, offset));
     if (n == 0) return DS_OK;
     uint64_t end = offset + n, first = offset >> 2, last = (end - 1) >> 2;
-#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
     for (uint64_t b = first; b <= last; b++) {
         float z[4];
         ds_rng_normal_block(seed, b, z);
@@ -79,7 +79,7 @@ ds_status ds_cpu_cast(ds_backend *be, void *dst, ds_dtype dst_t, const void *src
     }
     size_t nchunks = (n + DS_CPU_CHUNK - 1) / DS_CPU_CHUNK;
     /* element i reads and writes only i, so fp16 <-> bf16 may run in place */
-#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
     for (size_t c = 0; c < nchunks; c++) {
         size_t lo = c * DS_CPU_CHUNK, len = chunk_len(c, n);
         float buf[DS_CPU_CHUNK];
@@ -97,7 +97,7 @@ ds_status ds_cpu_cast(ds_backend *be, void *dst, ds_dtype dst_t, const void *src
 
 ds_status ds_cpu_fill(ds_backend *be, float *x, size_t n, float value) {
     DS_TRY(ds_check_ptr("cpu fill", "x", x, n));
-#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) x[i] = value;
     return DS_OK;
 }
@@ -111,7 +111,7 @@ ds_status ds_cpu_scale(ds_backend *be, void *x, ds_dtype t, size_t n, float alph
     DS_TRY(ds_check_float_dtype("cpu scale", "x", t));
     DS_TRY(ds_check_ptr("cpu scale", "x", x, n));
     size_t nchunks = (n + DS_CPU_CHUNK - 1) / DS_CPU_CHUNK;
-#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
     for (size_t c = 0; c < nchunks; c++) {
         size_t lo = c * DS_CPU_CHUNK, len = chunk_len(c, n);
         if (t == DS_F32) {
@@ -138,7 +138,7 @@ ds_status ds_cpu_axpy(ds_backend *be, void *y, ds_dtype yt, float alpha, const v
     DS_TRY(ds_check_ptr("cpu axpy", "y", y, n));
     DS_TRY(ds_check_ptr("cpu axpy", "x", x, n));
     size_t nchunks = (n + DS_CPU_CHUNK - 1) / DS_CPU_CHUNK;
-#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
     for (size_t c = 0; c < nchunks; c++) {
         size_t lo = c * DS_CPU_CHUNK, len = chunk_len(c, n);
         float xbuf[DS_CPU_CHUNK], ybuf[DS_CPU_CHUNK];
@@ -200,7 +200,7 @@ ds_status ds_cpu_sumsq(ds_backend *be, const void *x, ds_dtype t, size_t n, doub
                       (void *)out_sumsq, (void *)out_nonfinite);
     double part[DS_SUMSQ_CHUNKS];
     size_t q = n / DS_SUMSQ_CHUNKS, r = n % DS_SUMSQ_CHUNKS;
-#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
     for (int c = 0; c < DS_SUMSQ_CHUNKS; c++) {
         size_t uc = (size_t)c;
         size_t lo = uc * q + (uc < r ? uc : r);
@@ -235,7 +235,7 @@ ds_status ds_cpu_adam(ds_backend *be, float *param, const void *grad, ds_dtype g
         ds_adam_coef_make(hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay, hp->step,
                           hp->adam_w_mode, hp->bias_correction, grad_mult);
     size_t nchunks = (n + DS_CPU_CHUNK - 1) / DS_CPU_CHUNK;
-#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
     for (size_t ch = 0; ch < nchunks; ch++) {
         size_t lo = ch * DS_CPU_CHUNK, len = chunk_len(ch, n);
         float gbuf[DS_CPU_CHUNK];
@@ -267,7 +267,7 @@ ds_status ds_cpu_sgd(ds_backend *be, float *param, const void *grad, ds_dtype gr
     /* without momentum the buffer is neither read nor written */
     float *buf = hp->momentum != 0.0f ? momentum_buf : NULL;
     size_t nchunks = (n + DS_CPU_CHUNK - 1) / DS_CPU_CHUNK;
-#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
     for (size_t ch = 0; ch < nchunks; ch++) {
         size_t lo = ch * DS_CPU_CHUNK, len = chunk_len(ch, n);
         float gbuf[DS_CPU_CHUNK];

@@ -86,8 +86,8 @@ ds_status ds_cpu_gemm_entry(ds_backend *be, bool transa, bool transb, int m, int
     const size_t b_off = (pa.elems + RB_ALIGN - 1) / RB_ALIGN * RB_ALIGN;
     float *buf;
     DS_TRY(ds_cpu_gemm_scratch(be, b_off + pb.elems, &buf));
-    round_pack(buf, A, lda, strideA, &pa, be->num_threads);
-    round_pack(buf + b_off, B, ldb, strideB, &pb, be->num_threads);
+    round_pack(buf, A, lda, strideA, &pa, ds_cpu_team(be));
+    round_pack(buf + b_off, B, ldb, strideB, &pb, ds_cpu_team(be));
     return ds_cpu_gemm_small(be, transa, transb, m, n, k, alpha, buf, pa.ld, pa.stride,
                              buf + b_off, pb.ld, pb.stride, beta, C, ldc, strideC, batch);
 }

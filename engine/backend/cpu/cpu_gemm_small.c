@@ -368,7 +368,7 @@ static ds_status gs_run(ds_backend *be, bool transa, bool transb, int m, int n, 
                          ldc, strideC, batch));
     /* Tasks: whole products, or (fewer products than threads) row ranges of
      * at least 8 tiles each; the split changes no element's arithmetic. */
-    const int nt = be->num_threads;
+    const int nt = ds_cpu_team(be);
     int parts = 1;
     if (batch < nt) {
         parts = (nt + batch - 1) / batch;

@@ -40,6 +40,13 @@
 #define ds_cpu_gemm_entry DS_ISA_NAME(ds_cpu_gemm_entry)
 #endif
 
+/* The team size of the calling thread's loops: be->num_threads, or 1 on a
+ * thread that ds_backend_thread_serial(true) marked (backend.h says why). */
+static inline int ds_cpu_team(const ds_backend *be) {
+    if (ds_backend_thread_is_serial()) return 1;
+    return be && be->num_threads > 0 ? be->num_threads : 1;
+}
+
 /* ---- compiled once (cpu_backend.c) ---- */
 
 /* Products of at most this many flops are "small": in a batch, OpenBLAS runs

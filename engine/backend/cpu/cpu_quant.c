@@ -39,7 +39,7 @@ ds_status ds_cpu_quantize_i8(ds_backend *be, int8_t *q, float *scales, const voi
     DS_TRY(ds_check_q8("cpu quantize_i8", x, q, scales, n, block));
     if (n == 0) return DS_OK;
     size_t nb = ds_q8_nblocks(n, block);
-#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * block, len = n - lo < block ? n - lo : block;
         quantize_block(q, &scales[b], x, t, lo, len);
@@ -52,7 +52,7 @@ ds_status ds_cpu_dequantize_i8(ds_backend *be, float *y, const int8_t *q, const 
     DS_TRY(ds_check_q8("cpu dequantize_i8", y, q, scales, n, block));
     if (n == 0) return DS_OK;
     size_t nb = ds_q8_nblocks(n, block);
-#pragma omp parallel for num_threads(be->num_threads) schedule(static) if (n >= DS_CPU_PAR_MIN)
+#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * block, len = n - lo < block ? n - lo : block;
         float step = scales[b];

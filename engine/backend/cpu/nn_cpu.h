@@ -57,10 +57,8 @@ extern const ds_nn_ops ds_nn_cpu;
 int ds_nn_cpu_col_tile(int nt, int width);
 
 /* The backend's thread count: every kernel's team has this size, the same
- * cores OpenBLAS uses (see cpu_backend.c). */
-static inline int ds_nn_cpu_threads(const ds_backend *be) {
-    return be && be->num_threads > 0 ? be->num_threads : 1;
-}
+ * cores OpenBLAS uses (see cpu_backend.c; ds_cpu_team). */
+static inline int ds_nn_cpu_threads(const ds_backend *be) { return ds_cpu_team(be); }
 
 /* Dropout multipliers (0 or inv_keep) of the n stream elements starting at
  * j0 of the uniform stream of `seed` (ds_rng_uniform_at's values), one
