@@ -134,7 +134,19 @@ static ds_status state_io(ds_zero *z, ds_zero_state which, int64_t lo, int64_t h
      * (with u reset to 0, just after that synchronisation) instead of a
      * patchwork of the ranks' pieces. */
     const float *synced = s->ob && !write ? ds_onebit_sync_weights(s->ob) : NULL;
-    if (which == DS_STATE_WEIGHTS && synced) base = (float *)synced;
+    if (which == DS_STATE_WEIGHTS && synced) {
+        /* the synchronised copy covers the used elements only; the padding
+         * after them is the weights' own (zeros) */
+        int64_t used = s->rep.flat->used, mid = hi < used ? hi : used;
+        if (lo < mid)
+            DS_TRY(ds_zero_state_copy(s->rep.be, (float *)synced, 0, used, lo, mid, host, false));
+        if (hi > mid) {
+            int64_t from = lo > mid ? lo : mid;
+            DS_TRY(ds_zero_state_copy(s->rep.be, base, 0, s->rep.flat->padded, from, hi,
+                                      host + (from - lo), false));
+        }
+        return DS_OK;
+    }
     DS_TRY(ds_zero_state_copy(s->rep.be, base, 0, s->rep.flat->padded, lo, hi, host, write));
     return DS_OK;
 }
