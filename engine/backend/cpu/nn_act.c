@@ -147,12 +147,14 @@ ds_status ds_nn_cpu_bias_act_bwd(ds_backend *be, float *dx, float *dbias, const 
  * is exact in float, K <= 2^24 - 1 for p < 1), i.e. w >= K 2^8. One unsigned
  * comparison instead of a shift, a conversion and a multiply per element,
  * and the same keep decisions. */
+#if defined(__AVX512F__) || defined(__AVX2__) /* the vector variants' only */
 static inline uint32_t dropout_keep_threshold(float p) {
     float x = p * 16777216.0f;
     uint32_t k = (uint32_t)x;
     if ((float)k < x) k++;
     return k << 8;
 }
+#endif
 
 #if defined(__AVX512F__)
 /* The 64-bit products a * b of the 16 lanes of a, split into their low and
