@@ -245,24 +245,7 @@ DS_INLINE void philox_mults_sets(float *m, uint64_t seed, uint64_t blk, uint32_t
     }
 }
 
-/* The whole blocks of ds_nn_cpu_dropout_mults: 64, 32, then 16 at a time. */
-static int philox_mults_vec(float *m, uint64_t seed, uint64_t blk, int nb, float p,
-                            float inv_keep) {
-    uint32_t thr = dropout_keep_threshold(p);
-    int b = 0;
-    for (; b + 64 <= nb; b += 64)
-        philox_mults_sets(m + 4 * b, seed, blk + (uint64_t)b, thr, inv_keep, 4);
-    if (b + 32 <= nb) {
-        philox_mults_sets(m + 4 * b, seed, blk + (uint64_t)b, thr, inv_keep, 2);
-        b += 32;
-    }
-    if (b + 16 <= nb) {
-        philox_mults_sets(m + 4 * b, seed, blk + (uint64_t)b, thr, inv_keep, 1);
-        b += 16;
-    }
-    return b;
-}
-#define PHILOX_VEC 1
+#define PHILOX_SET 16 /* blocks in one set: one register of counters */
 
 #elif defined(__AVX2__)
 DS_INLINE void mulhilo8(__m256i a, __m256i b, __m256i *lo, __m256i *hi) {
@@ -277,7 +260,7 @@ DS_INLINE void mulhilo8(__m256i a, __m256i b, __m256i *lo, __m256i *hi) {
  * 5.5% of the BERT-mini step in these multipliers. In isolation on the
  * AVX-512 host (x86-64-v3 code): 4.3 ns per block with one set, 3.1 with
  * two, 2.8 with four (which spill a few of the 16 ymm registers). */
-DS_INLINE void philox_mults_sets8(float *m, uint64_t seed, uint64_t blk, uint32_t thr,
+DS_INLINE void philox_mults_sets(float *m, uint64_t seed, uint64_t blk, uint32_t thr,
                                   float inv_keep, const int S) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256i sign = _mm256_set1_epi32((int)0x80000000u);
@@ -338,24 +321,29 @@ DS_INLINE void philox_mults_sets8(float *m, uint64_t seed, uint64_t blk, uint32_
     }
 }
 
-/* The whole blocks of ds_nn_cpu_dropout_mults: 32, 16, then 8 at a time. */
+#define PHILOX_SET 8
+#endif
+
+#ifdef PHILOX_SET
+/* The whole blocks of ds_nn_cpu_dropout_mults: four sets at a time, then two,
+ * then one (philox_mults_sets of this variant, PHILOX_SET blocks a set). */
 static int philox_mults_vec(float *m, uint64_t seed, uint64_t blk, int nb, float p,
                             float inv_keep) {
     uint32_t thr = dropout_keep_threshold(p);
     int b = 0;
-    for (; b + 32 <= nb; b += 32)
-        philox_mults_sets8(m + 4 * b, seed, blk + (uint64_t)b, thr, inv_keep, 4);
-    if (b + 16 <= nb) {
-        philox_mults_sets8(m + 4 * b, seed, blk + (uint64_t)b, thr, inv_keep, 2);
-        b += 16;
+    for (; b + 4 * PHILOX_SET <= nb; b += 4 * PHILOX_SET)
+        philox_mults_sets(m + 4 * b, seed, blk + (uint64_t)b, thr, inv_keep, 4);
+    /* constant set counts: each call inlines with its registers unrolled */
+    if (b + 2 * PHILOX_SET <= nb) {
+        philox_mults_sets(m + 4 * b, seed, blk + (uint64_t)b, thr, inv_keep, 2);
+        b += 2 * PHILOX_SET;
     }
-    if (b + 8 <= nb) {
-        philox_mults_sets8(m + 4 * b, seed, blk + (uint64_t)b, thr, inv_keep, 1);
-        b += 8;
+    if (b + PHILOX_SET <= nb) {
+        philox_mults_sets(m + 4 * b, seed, blk + (uint64_t)b, thr, inv_keep, 1);
+        b += PHILOX_SET;
     }
     return b;
 }
-#define PHILOX_VEC 1
 #endif
 
 void ds_nn_cpu_dropout_mults(float *m, uint64_t seed, uint64_t j0, int n, float p,
@@ -372,7 +360,7 @@ void ds_nn_cpu_dropout_mults(float *m, uint64_t seed, uint64_t j0, int n, float 
     int nb = (n - i) / 4;
     float *mb = m + i;
     int b0 = 0;
-#ifdef PHILOX_VEC
+#ifdef PHILOX_SET
     b0 = philox_mults_vec(mb, seed, blk0, nb, p, inv_keep);
 #endif
     DS_SIMD
