@@ -42,16 +42,6 @@ static float frand(void) { /* uniform in [-1, 1), 24 random bits: rarely a bf16 
     return (float)((double)(next_u64() >> 40) / (double)(1u << 24) * 2.0 - 1.0);
 }
 
-static uint32_t bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static float from_bits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* ---- the rounding ------------------------------------------------------- */
 
@@ -78,10 +68,10 @@ static float *rounding_inputs(size_t n, size_t ns, bool finite_only) {
     if (!x) TEST_DIE("out of memory");
     for (size_t i = 0; i < n; i++) {
         if (i < ns) {
-            x[i] = from_bits(k_special[i]);
+            x[i] = ds_bits_f32(k_special[i]);
             continue;
         }
-        do x[i] = from_bits((uint32_t)(next_u64() >> 32));
+        do x[i] = ds_bits_f32((uint32_t)(next_u64() >> 32));
         while (finite_only && !isfinite(ds_round_bf16(x[i])));
     }
     return x;
@@ -92,8 +82,8 @@ static int check_rounded(const char *path, const float *got, size_t gstride, con
     for (size_t i = 0; i < n; i++) {
         float want = ds_round_bf16(x[i]), g = got[i * gstride];
         if (isnan(want) ? !isnan(g) : g != want) {
-            TEST_FAIL("%s: round(%08x) = %08x (%g), want %08x (%g)", path, bits(x[i]), bits(g),
-                      (double)g, bits(want), (double)want);
+            TEST_FAIL("%s: round(%08x) = %08x (%g), want %08x (%g)", path, ds_f32_bits(x[i]),
+                      ds_f32_bits(g), (double)g, ds_f32_bits(want), (double)want);
             return 1;
         }
     }
@@ -145,12 +135,13 @@ static void test_rounding(ds_backend *be) {
         if (check_rounded("own kernel, B^T (8 x 8 blocks)", C + (size_t)i * NT, 1, col, NT)) break;
     }
     /* the special values' expected roundings, from their definitions */
-    CHECK(ds_round_bf16(from_bits(0x3f808000u)) == 1.0f, "tie to even (down)");
-    CHECK(bits(ds_round_bf16(from_bits(0x3f818000u))) == 0x3f820000u, "tie to even (up)");
-    CHECK(ds_round_bf16(from_bits(0x3fffffffu)) == 2.0f, "carry into the exponent");
+    CHECK(ds_round_bf16(ds_bits_f32(0x3f808000u)) == 1.0f, "tie to even (down)");
+    CHECK(ds_f32_bits(ds_round_bf16(ds_bits_f32(0x3f818000u))) == 0x3f820000u, "tie to even (up)");
+    CHECK(ds_round_bf16(ds_bits_f32(0x3fffffffu)) == 2.0f, "carry into the exponent");
     CHECK(isinf(ds_round_bf16(FLT_MAX)), "FLT_MAX must round to inf");
-    CHECK(bits(ds_round_bf16(from_bits(0x7f7f7fffu))) == 0x7f7f0000u, "largest finite bf16");
-    CHECK(isnan(ds_round_bf16(from_bits(0xff800001u))), "NaN stays NaN");
+    CHECK(ds_f32_bits(ds_round_bf16(ds_bits_f32(0x7f7f7fffu))) == 0x7f7f0000u,
+          "largest finite bf16");
+    CHECK(isnan(ds_round_bf16(ds_bits_f32(0xff800001u))), "NaN stays NaN");
     free(x), free(xf), free(C);
 }
 
