@@ -43,14 +43,8 @@ static ds_status train(const char *extra, double loss[STEPS], ds_dtype *gemm_inp
              " \"weight_decay\": 0.01}}, \"gradient_clipping\": 0.5,"
              " \"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 1000}, %s}",
              extra);
-    ds_init_desc d;
-    ds_init_desc_defaults(&d);
-    d.config_json = cfg;
-    d.model = model;
-    d.train_data = data;
-    d.quiet = true;
     engine_t *e;
-    ds_status st = ds_initialize(&d, &e);
+    ds_status st = ck_start(cfg, model, data, &e);
     if (st == DS_OK) {
         *gemm_inputs = ds_config_gemm_inputs(ds_get_config(e));
         for (int i = 0; i < STEPS; i++) {
