@@ -12,6 +12,11 @@ if(Python3_Interpreter_FOUND)
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/tools/test_gpu_compare.py
                    ${CMAKE_SOURCE_DIR})
   set_tests_properties(test_gpu_compare PROPERTIES LABELS unit TIMEOUT 60)
+  # bench/ncu_summary.py, which reads gpu_check.sh's ncu phase: on a written CSV.
+  add_test(NAME test_ncu_summary
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/tools/test_ncu_summary.py
+                   ${CMAKE_SOURCE_DIR})
+  set_tests_properties(test_ncu_summary PROPERTIES LABELS unit TIMEOUT 60)
 else()
   message(WARNING "python3 not found: test_quality_table is not registered")
 endif()

@@ -5,7 +5,7 @@
 #   cmake -S . -B build-gpu -DDS_CUDA=ON -DCMAKE_BUILD_TYPE=Release && cmake --build build-gpu -j
 #   tools/gpu_check.sh build-gpu DATA.tsv [OUT_DIR] [PHASE...]
 #
-# Phases (default all but sanitize, which is slow):
+# Phases (default all but sanitize and ncu, which are slow):
 #   ctest     the cuda tests: every kernel slot against the cpu backend, the
 #             NCCL communicator at one rank per visible GPU
 #   train     train_cls (BERT 4 x 256, seq 64, 80 steps, seed 42) on cuda and
@@ -20,13 +20,16 @@
 #             steps with fp32 against bf16 tensor-core GEMMs, paired
 #   sanitize  compute-sanitizer memcheck on the cuda tests and a short
 #             training run, racecheck on test_backend_cuda
+#   ncu       every kernel's GPU time over 2 steps of bench_train at batch
+#             256, fp32 and bf16 (Nsight Compute), summed by
+#             bench/ncu_summary.py (slow, a minute or two each)
 # DATA.tsv: a labelled text file train_cls reads (the README's dataset). Each
 # run's output is in OUT_DIR (default /tmp/gpu_check); the summary on stdout.
 # bench/RESULTS.md "The cuda backend on an H100" shows what one run gave.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [ $# -lt 2 ]; then
-  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 B=$1 D=$2 W=${3:-/tmp/gpu_check}
@@ -140,6 +143,16 @@ if has sanitize; then
   echo "  memcheck train_cls stage 3: $(grep -E 'ERROR SUMMARY' "$W/memcheck_train.log")"
   "$cs" --tool racecheck "$B/tests/test_backend_cuda" > "$W/racecheck.log" 2>&1
   echo "  racecheck test_backend_cuda: $(grep -E 'RACECHECK SUMMARY' "$W/racecheck.log")"
+fi
+if has ncu; then
+  log "ncu: each kernel's GPU time, bench_train stage 0 batch 256, 2 steps"
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  for p in fp32 bf16; do
+    "$ncu" --metrics gpu__time_duration.sum --csv --print-units base "$B/bench/bench_train" \
+      --backend cuda --stage 0 --precision $p --batch 256 --steps 1 --warmup 1 \
+      > "$W/ncu_$p.csv" 2> "$W/ncu_$p.err" || status=1
+    python3 bench/ncu_summary.py "$W/ncu_$p.csv" --steps 2 || status=1
+  done
 fi
 log "done (exit $status)"
 exit $status
