@@ -24,6 +24,10 @@
  * and on, and alternates their steps (off-on, on-off, ...): on a shared
  * machine whose load changes by the second, each pair of steps sees the same
  * load, and the median of the pairs' time ratios is the overlap's effect.
+ * --perf-ctl CTL,ACK: file descriptors of `perf record|stat -D -1 --control
+ * fd:CTL,ACK` (events off at the start); the timed steps are bracketed by
+ * "enable" and "disable", so the profile holds them alone, without the
+ * start-up, the warm-up steps and the report (bench/step_profile.sh).
  *
  * The model is the one issue 3 names: vocab 21128, hidden 256, 4 layers,
  * 4 heads, intermediate 1024, 6 classes: 8,767,238 parameters; sequence 128,
@@ -36,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench/bench_util.h"
 #include "engine/engine.h"
@@ -219,6 +224,16 @@ static void report(const bench *b, engine_t *e, const timing *tm) {
            ds_rank(e), (double)in / steps, (double)out / steps);
 }
 
+/* Sends `cmd` ("enable" or "disable") to perf's control fd and waits for its
+ * "ack", so the events are on (off) before the next line runs. */
+static int perf_ctl(int ctl, int ack, const char *cmd) {
+    char line[16], buf[8];
+    int n = snprintf(line, sizeof line, "%s\n", cmd);
+    if (write(ctl, line, (size_t)n) != n) return -1;
+    ssize_t r = read(ack, buf, sizeof buf);
+    return r >= 3 && !memcmp(buf, "ack", 3) ? 0 : -1;
+}
+
 static int fail(void) {
     fprintf(stderr, "bench_train: %s\n", ds_last_error());
     return 1;
@@ -230,6 +245,7 @@ int main(int argc, char **argv) {
     int overlap = -1, qgz = 0; /* overlap -1: DeepSpeed's default; 2 (either): ab */
     const char *gemm = "auto";
     int zpp_ab = 0; /* --zeropp ab */
+    int pctl = -1, pack = -1; /* --perf-ctl */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--stage")) b.stage = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--steps")) b.steps = atoi(argv[i + 1]);
@@ -248,7 +264,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--hpz")) b.hpz = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--gemm")) gemm = argv[i + 1];
         else if (!strcmp(argv[i], "--zeropp") && !strcmp(argv[i + 1], "ab")) zpp_ab = 1;
-        else {
+        else if (!strcmp(argv[i], "--perf-ctl") &&
+                 sscanf(argv[i + 1], "%d,%d", &pctl, &pack) == 2 && pctl >= 0 && pack >= 0) {
+        } else {
             fprintf(stderr, "bench_train: unknown option %s\n", argv[i]);
             return 2;
         }
@@ -287,11 +305,21 @@ int main(int argc, char **argv) {
             tm[k].qgz = tm[k].qwz = k, tm[k].hpz = k ? (b.hpz > 1 ? b.hpz : 2) : 1;
         if (make_engine(&b, &tm[k], &e[k]) != DS_OK) return fail();
     }
-    for (int i = 0; i < b.warmup + b.steps; i++)
+    for (int i = 0; i < b.warmup + b.steps; i++) {
+        if (i == b.warmup && pctl >= 0 && perf_ctl(pctl, pack, "enable")) {
+            fprintf(stderr, "bench_train: --perf-ctl %d,%d: perf did not acknowledge\n", pctl,
+                    pack);
+            return 1;
+        }
         for (int j = 0; j < ne; j++) {
             int k = (i + j) % ne; /* ab: off first in even steps, on first in odd ones */
             if (timed_step(&b, e[k], i, &tm[k]) != DS_OK) return fail();
         }
+    }
+    if (pctl >= 0 && perf_ctl(pctl, pack, "disable")) {
+        fprintf(stderr, "bench_train: --perf-ctl: perf did not acknowledge\n");
+        return 1;
+    }
     for (int k = 0; k < ne; k++) report(&b, e[k], &tm[k]);
     if (ne == 2 && ds_rank(e[0]) == 0) {
         double *r = malloc((size_t)b.steps * sizeof *r);
