@@ -59,6 +59,12 @@ static ds_status pl_backward(ds_module *m, ds_module_ctx *ctx) {
     return DS_OK;
 }
 
+static void pl_plan_gemms(const ds_module *m, int B, int T, ds_gemm_plan *plan) {
+    (void)T;
+    const int H = ((const pooler_impl *)m->impl)->H;
+    ds_linear_plan_gemms(plan, B, H, H);
+}
+
 static const ds_module_ops k_pooler_ops = {
     .type = "bert_pooler",
     .out_elems = pl_out_elems,
@@ -67,6 +73,7 @@ static const ds_module_ops k_pooler_ops = {
     .forward = pl_forward,
     .backward = pl_backward,
     .destroy = ds_module_free,
+    .plan_gemms = pl_plan_gemms,
 };
 
 ds_status ds_mod_bert_pooler_create(const char *name, int hidden, float dropout, float init_std,

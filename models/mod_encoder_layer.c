@@ -374,6 +374,19 @@ static ds_status enc_backward(ds_module *m, ds_module_ctx *ctx) {
     return be->nn->copy_rows(be, dx, T * H, da1, H, B, H, true);
 }
 
+/* The projections (Q over the Nq queried rows, K and V over all N), the
+ * attention products at the largest chunk (the whole batch) and the output
+ * and feed-forward layers over Nq rows, as enc_forward / enc_backward make
+ * them. */
+static void enc_plan_gemms(const ds_module *m, int B, int T, ds_gemm_plan *plan) {
+    const enc_dims z = enc_dims_of(m->impl, B, T);
+    ds_linear_plan_gemms(plan, (int)z.Nq, z.H, z.H);
+    ds_linear_plan_gemms(plan, (int)z.N, z.H, z.H);
+    ds_attn_plan_gemms(plan, z.B, z.Tq, z.T, z.hd);
+    ds_linear_plan_gemms(plan, (int)z.Nq, z.H, z.I);
+    ds_linear_plan_gemms(plan, (int)z.Nq, z.I, z.H);
+}
+
 static const ds_module_ops k_encoder_ops = {
     .type = "encoder_layer",
     .out_elems = enc_out_elems,
@@ -382,6 +395,7 @@ static const ds_module_ops k_encoder_ops = {
     .forward = enc_forward,
     .backward = enc_backward,
     .destroy = ds_module_free,
+    .plan_gemms = enc_plan_gemms,
 };
 
 ds_status ds_mod_encoder_layer_create(const char *name, const ds_encoder_desc *d,

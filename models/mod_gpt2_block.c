@@ -320,6 +320,25 @@ static ds_status blk_backward(ds_module *m, ds_module_ctx *ctx) {
                                  P[P_LN1_W], N, E, true);
 }
 
+/* The three GEMMs of one Conv1D (conv1d_fwd / _bwd_w / _bwd_x) for N rows. */
+static void conv1d_plan(ds_gemm_plan *plan, int N, int in, int out) {
+    ds_gemm_plan_add(plan, false, false, N, out, in, 0, 0, 1);
+    ds_gemm_plan_add(plan, true, false, in, out, N, 0, 0, 1);
+    ds_gemm_plan_add(plan, false, true, N, in, out, 0, 0, 1);
+}
+
+/* c_attn, attention (every position queried), c_proj, mlp c_fc and c_proj,
+ * as blk_forward / blk_backward make them. */
+static void blk_plan_gemms(const ds_module *m, int B, int T, ds_gemm_plan *plan) {
+    const blk_dims z = blk_dims_of(m->impl, B, T);
+    const int N = (int)z.N;
+    conv1d_plan(plan, N, z.E, 3 * z.E);
+    ds_attn_plan_gemms(plan, z.B, z.T, z.T, z.hd);
+    conv1d_plan(plan, N, z.E, z.E);
+    conv1d_plan(plan, N, z.E, z.I);
+    conv1d_plan(plan, N, z.I, z.E);
+}
+
 static const ds_module_ops k_gpt2_block_ops = {
     .type = "gpt2_block",
     .out_elems = blk_out_elems,
@@ -328,6 +347,7 @@ static const ds_module_ops k_gpt2_block_ops = {
     .forward = blk_forward,
     .backward = blk_backward,
     .destroy = ds_module_free,
+    .plan_gemms = blk_plan_gemms,
 };
 
 ds_status ds_mod_gpt2_block_create(const char *name, const ds_gpt2_block_desc *d,

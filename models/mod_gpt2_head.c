@@ -85,6 +85,12 @@ static ds_status head_backward(ds_module *m, ds_module_ctx *ctx) {
                                  ctx->x, s.mean, s.rstd, ctx->params[P_LN_W], N, E, false);
 }
 
+/* logits = Hf wte^T over the N = B T positions: a linear layer of vocab outputs */
+static void head_plan_gemms(const ds_module *m, int B, int T, ds_gemm_plan *plan) {
+    const head_impl *L = m->impl;
+    ds_linear_plan_gemms(plan, B * T, L->n_embd, L->vocab);
+}
+
 static const ds_module_ops k_gpt2_head_ops = {
     .type = "gpt2_lm_head",
     .out_elems = head_out_elems,
@@ -93,6 +99,7 @@ static const ds_module_ops k_gpt2_head_ops = {
     .forward = head_forward,
     .backward = head_backward,
     .destroy = ds_module_free,
+    .plan_gemms = head_plan_gemms,
 };
 
 ds_status ds_mod_gpt2_head_create(const char *name, const ds_gpt2_head_desc *d,

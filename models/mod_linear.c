@@ -72,6 +72,12 @@ static ds_status lin_backward(ds_module *m, ds_module_ctx *ctx) {
     return DS_OK;
 }
 
+static void lin_plan_gemms(const ds_module *m, int B, int T, ds_gemm_plan *plan) {
+    (void)T;
+    const linear_impl *L = m->impl;
+    ds_linear_plan_gemms(plan, B, L->in, L->out);
+}
+
 static const ds_module_ops k_linear_ops = {
     .type = "linear",
     .out_elems = lin_out_elems,
@@ -80,6 +86,7 @@ static const ds_module_ops k_linear_ops = {
     .forward = lin_forward,
     .backward = lin_backward,
     .destroy = ds_module_free,
+    .plan_gemms = lin_plan_gemms,
 };
 
 ds_status ds_mod_linear_create(const char *name, const char *param_prefix, int in, int out,

@@ -19,6 +19,21 @@ ds_status ds_linear_bwd_x(ds_backend *be, float *dx, int lddx, const float *dy, 
                          0, 1);
 }
 
+void ds_linear_plan_gemms(ds_gemm_plan *plan, int N, int in, int out) {
+    ds_gemm_plan_add(plan, false, true, N, out, in, 0, 0, 1);  /* ds_linear_fwd */
+    ds_gemm_plan_add(plan, true, false, out, in, N, 0, 0, 1);  /* ds_linear_bwd_w */
+    ds_gemm_plan_add(plan, false, false, N, in, out, 0, 0, 1); /* ds_linear_bwd_x */
+}
+
+void ds_attn_plan_gemms(ds_gemm_plan *plan, int nb, int Tq, int T, int hd) {
+    /* every operand is one matrix per sequence: a stride of a whole
+     * sequence's block, here written as its size (only zero or not matters) */
+    const int64_t sq = (int64_t)Tq * hd, sk = (int64_t)T * hd, sp = (int64_t)Tq * T;
+    ds_gemm_plan_add(plan, false, true, Tq, T, hd, sq, sk, nb);   /* S = Q K^T; dP = dC V^T */
+    ds_gemm_plan_add(plan, false, false, Tq, hd, T, sp, sk, nb);  /* C = P V; dQ = dS K */
+    ds_gemm_plan_add(plan, true, false, T, hd, Tq, sp, sq, nb);   /* dV = P^T dC; dK = dS^T Q */
+}
+
 ds_status ds_cls_model_inputs(ds_model *model, int max_seq_len, bool with_types) {
     const int64_t seq[1] = {DS_DIM_SEQ};
     model->max_seq_len = max_seq_len;

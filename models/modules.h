@@ -42,6 +42,15 @@ ds_status ds_linear_bwd_w(ds_backend *be, float *dW, const float *dy, const floa
 ds_status ds_linear_bwd_x(ds_backend *be, float *dx, int lddx, const float *dy, const float *W,
                           int N, int in, int out, float beta);
 
+/* The three GEMMs above for N rows, added to a plan (ds_module_ops.plan_gemms). */
+void ds_linear_plan_gemms(ds_gemm_plan *plan, int N, int in, int out);
+
+/* The per-head products of attention over nb sequences of T keys, Tq of
+ * them queried, heads hd wide (a call per head, nb products each):
+ * forward S = Q K^T and C = P V, backward dP = dC V^T, dV = P^T dC,
+ * dQ = dS K and dK = dS^T Q. */
+void ds_attn_plan_gemms(ds_gemm_plan *plan, int nb, int Tq, int T, int hd);
+
 /* ---- modules ---- */
 
 /* How a linear layer's weights start. */

@@ -4,12 +4,17 @@
 ds_add_test(NAME test_dtype SOURCES unit/test_dtype.c LABELS unit)
 ds_add_test(NAME test_backend_gemm SOURCES unit/test_backend_gemm.c LABELS unit)
 # bf16 GEMM inputs (mixed precision's GEMMs): the rounding, the same bits as
-# the fp32 GEMM on pre-rounded inputs, the bound against double, the scratch.
+# the fp32 GEMM on pre-rounded inputs, the bound against double, the workspace.
 ds_add_test(NAME test_backend_gemm_bf16 SOURCES unit/test_backend_gemm_bf16.c LABELS unit)
 # ... and from the engine: bf16 training with bf16 GEMMs differs from forced
 # fp32 GEMMs and stays within a band of it; the config key's refusals.
 ds_add_test(NAME test_gemm_bf16_train LABELS unit
             SOURCES unit/test_gemm_bf16_train.c multirank/ckpt_harness.c multirank/tied_model.c)
+# ... and their workspace: reserved at ds_initialize from the modules'
+# declared GEMMs, in the memory report and the estimate alike, exactly the
+# largest request, nothing grown by the steps (with offload_optimizer too).
+ds_add_test(NAME test_gemm_workspace LABELS unit
+            SOURCES unit/test_gemm_workspace.c multirank/ckpt_harness.c multirank/tied_model.c)
 ds_add_test(NAME test_backend_rng SOURCES unit/test_backend_rng.c LABELS unit)
 ds_add_test(NAME test_backend_elementwise SOURCES unit/test_backend_elementwise.c LABELS unit)
 ds_add_test(NAME test_backend_optim SOURCES unit/test_backend_optim.c LABELS unit)

@@ -253,10 +253,12 @@ static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 /* engine/engine_step.c (ds_engine_plan_activations): every module's
  * output, what its backward keeps (checkpointed modules share the largest
- * one), the largest scratch, two activation-gradient buffers, and the
- * device copy of a micro-batch, for train_micro_batch_size_per_gpu rows
- * of the model's max_seq_len. */
-static void plan_activations(const ds_model *m, const ds_config *c, ds_mem_report *r) {
+ * one), the largest scratch, two activation-gradient buffers, the device
+ * copy of a micro-batch, for train_micro_batch_size_per_gpu rows of the
+ * model's max_seq_len, and with bf16 GEMM inputs the backend's GEMM
+ * workspace for the largest GEMM the modules declare. */
+static void plan_activations(const ds_model *m, const ds_config *c, ds_backend_kind be,
+                             ds_mem_report *r) {
     int B = (int)c->train_micro_batch_size_per_gpu, T = m->max_seq_len > 0 ? m->max_seq_len : 1;
     if (B <= 0) return; /* the engine refuses it */
     size_t act = 0, saved = 0, ckpt = 0, scratch = 0, grad = 0, in = 0;
@@ -280,6 +282,11 @@ static void plan_activations(const ds_model *m, const ds_config *c, ds_mem_repor
     r->bytes[DS_MEM_ACTIVATIONS][DS_PLACE_DEVICE] += act + saved + ckpt + 2 * grad * sizeof(float);
     r->bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE] += scratch;
     r->bytes[DS_MEM_OTHER][DS_PLACE_DEVICE] += in;
+    if (ds_config_gemm_inputs(c) == DS_BF16) {
+        ds_gemm_plan gp = {.kind = be};
+        ds_model_plan_gemms(m, B, T, &gp);
+        r->bytes[DS_MEM_WORKSPACE][DS_PLACE_DEVICE] += gp.bytes;
+    }
 }
 
 ds_status ds_estimate_model(const ds_model *model, int world, const ds_config *cfg,
@@ -303,7 +310,7 @@ ds_status ds_estimate_model(const ds_model *model, int world, const ds_config *c
                 .held = ds_ties_max_held(f, cfg->stage3_param_persistence_threshold)};
     ds_status st = estimate(&l, cfg, be, out);
     if (st == DS_OK) {
-        plan_activations(model, cfg, out);
+        plan_activations(model, cfg, be, out);
         totals(out);
     }
     free(spans);

@@ -23,7 +23,8 @@
  * a module, tied-gradient accumulators, NVMe swap buffers, host staging)
  * and, with a model, the engine's activation plan for
  * train_micro_batch_size_per_gpu rows of its max_seq_len (activations,
- * scratch, the device copy of a batch under "other"). Not counted: tables
+ * scratch, the device copy of a batch under "other", and with bf16 GEMM
+ * inputs the backend's GEMM workspace under "workspace"). Not counted: tables
  * of a few bytes per module or rank, the host data set, and the
  * communicator's scratch (64 MiB at most). Without a model
  * (ds_estimate_params) the layout is one flat range: padding per tensor,

@@ -1,6 +1,7 @@
 /* Backend construction and the accounted allocation wrappers. */
 #include "engine/backend/backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "engine/backend/cuda_plugin.h"
@@ -44,6 +45,8 @@ ds_status ds_backend_create(const ds_backend_desc *desc, ds_backend **out) {
 
 void ds_backend_destroy(ds_backend *be) {
     if (!be) return;
+    if (be->ops) ds_backend_free(be, DS_MEM_WORKSPACE, DS_PLACE_DEVICE, be->gemm_ws,
+                                 be->gemm_ws_bytes);
     if (be->ops && be->ops->destroy) be->ops->destroy(be);
     if (be->kind == DS_BACKEND_CUDA) ds_cuda_plugin_put(); /* after its code ran */
     free(be);
@@ -56,6 +59,76 @@ ds_status ds_backend_set_gemm_inputs(ds_backend *be, ds_dtype t) {
                       "ds_backend_set_gemm_inputs: GEMM inputs must be fp32 or bf16, got %s (%d)",
                       ds_dtype_name(t), (int)t);
     be->gemm_inputs = t;
+    return DS_OK;
+}
+
+/* The copies' element size, row padding and B's alignment per backend:
+ * cpu rounds into fp32 copies that its fp32 kernels read, B on a 64-byte
+ * line (cpu_gemm_bf16.c); cuda stores bf16 with rows padded to 8 elements
+ * (16-byte tensor-core rows) and B 256-byte aligned as cudaMalloc's own
+ * buffers are (cuda_gemm_bf16.cu). */
+ds_gemm_ws ds_gemm_workspace_of(ds_backend_kind kind, bool transa, bool transb, int m, int n,
+                                int k, int64_t strideA, int64_t strideB, int batch) {
+    if (kind == DS_BACKEND_CUDA)
+        return ds_gemm_ws_of(sizeof(uint16_t), 8, 256, transa, transb, m, n, k, strideA, strideB,
+                             batch);
+    return ds_gemm_ws_of(sizeof(float), 1, 64, transa, transb, m, n, k, strideA, strideB, batch);
+}
+
+void ds_gemm_plan_add(ds_gemm_plan *p, bool transa, bool transb, int m, int n, int k,
+                      int64_t strideA, int64_t strideB, int batch) {
+    p->gemms++;
+    if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return; /* the slot needs no copies */
+    size_t b = ds_gemm_workspace_of(p->kind, transa, transb, m, n, k, strideA, strideB, batch).bytes;
+    if (b > p->bytes) p->bytes = b;
+}
+
+/* Grow the workspace to `bytes`: the old buffer is freed first (on cuda
+ * cudaFree waits for the kernels still reading it), so the accountant's
+ * peak is the new size, not both. */
+static ds_status grow_workspace(ds_backend *be, size_t bytes) {
+    ds_backend_free(be, DS_MEM_WORKSPACE, DS_PLACE_DEVICE, be->gemm_ws, be->gemm_ws_bytes);
+    be->gemm_ws = NULL;
+    be->gemm_ws_bytes = 0;
+    DS_TRY(ds_backend_alloc(be, DS_MEM_WORKSPACE, DS_PLACE_DEVICE, bytes, &be->gemm_ws));
+    be->gemm_ws_bytes = bytes;
+    return DS_OK;
+}
+
+ds_status ds_backend_reserve_gemm_workspace(ds_backend *be, size_t bytes) {
+    if (!be) return DS_ERR(DS_ERR_INVALID_ARG, "ds_backend_reserve_gemm_workspace: backend is NULL");
+    if (bytes > be->gemm_ws_bytes) {
+        ds_status st = grow_workspace(be, bytes);
+        if (st != DS_OK) {
+            ds_error_prefix("reserving the GEMM workspace of bf16 inputs");
+            return st;
+        }
+    }
+    be->gemm_ws_planned = true;
+    return DS_OK;
+}
+
+ds_status ds_backend_gemm_workspace(ds_backend *be, const ds_gemm_ws *w, void **out) {
+    *out = NULL;
+    if (w->bytes > be->gemm_ws_need) be->gemm_ws_need = w->bytes;
+    if (w->bytes > be->gemm_ws_bytes) {
+        if (be->gemm_ws_planned && !be->gemm_ws_warned) {
+            be->gemm_ws_warned = true;
+            fprintf(stderr,
+                    "[zero-engine] warning: the GEMM workspace of bf16 inputs grows from %zu to "
+                    "%zu bytes inside a step (A packed %d x %d x %d, B %d x %d x %d): a GEMM "
+                    "larger than the modules declare (ds_module_ops.plan_gemms, "
+                    "engine/core/module.h); the accountant records it\n",
+                    be->gemm_ws_bytes, w->bytes, w->a.copies, w->a.rows, w->a.ld, w->b.copies,
+                    w->b.rows, w->b.ld);
+        }
+        ds_status st = grow_workspace(be, w->bytes);
+        if (st != DS_OK) {
+            ds_error_prefix("growing the GEMM workspace of bf16 inputs");
+            return st;
+        }
+    }
+    *out = be->gemm_ws;
     return DS_OK;
 }
 

@@ -34,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/backend/math.h"
 #include "engine/core/dtype.h"
 #include "engine/core/mem.h"
 #include "engine/core/status.h"
@@ -188,6 +189,13 @@ struct ds_backend {
     ds_dtype gemm_inputs;
     ds_mem *mem;     /* accountant (borrowed; owned by the engine or the caller) */
     void *impl;      /* implementation state */
+    /* The GEMM workspace (below): gemm_ws_bytes at gemm_ws, recorded in mem
+     * as DS_MEM_WORKSPACE on the device; gemm_ws_need is the most one call
+     * has asked for; gemm_ws_planned: reserved by a plan, so growing it
+     * later is worth a warning. Backend-owned: read, do not write. */
+    void *gemm_ws;
+    size_t gemm_ws_bytes, gemm_ws_need;
+    bool gemm_ws_planned, gemm_ws_warned;
 };
 
 /* Options for ds_backend_create. Zero-initialise, then set what you need. */
@@ -205,11 +213,60 @@ ds_status ds_backend_create(const ds_backend_desc *desc, ds_backend **out);
 void ds_backend_destroy(ds_backend *be);
 
 /* Set be->gemm_inputs: DS_F32 or DS_BF16, anything else is
- * DS_ERR_INVALID_ARG. With DS_BF16 the backend keeps a device buffer for the
- * rounded copies of A and B, grown to the largest GEMM seen (the first
- * training step) and reused, freed with the backend; like the backend's
- * other internal scratch it is not recorded in be->mem. */
+ * DS_ERR_INVALID_ARG. With DS_BF16 the gemm slot rounds A and B into the
+ * GEMM workspace (below). */
 ds_status ds_backend_set_gemm_inputs(ds_backend *be, ds_dtype t);
+
+/* ---- the GEMM workspace ----
+ * With gemm_inputs DS_BF16 the gemm slot writes the rounded copies of A and
+ * B into one device buffer of the backend, the workspace (cpu: packed fp32
+ * copies for the fp32 kernels; cuda: packed bf16 copies for the tensor
+ * cores; ds_gemm_workspace_of says how many bytes a call needs). Its size
+ * is planned, not found by the first step: every module declares the GEMMs
+ * it makes at B x T (ds_module_ops.plan_gemms, engine/core/module.h), the
+ * engine sums them into a ds_gemm_plan (the largest need) at ds_initialize
+ * and reserves that (ds_backend_reserve_gemm_workspace), recorded in be->mem
+ * as DS_MEM_WORKSPACE on the device, where the memory report and the
+ * estimator (zero/estimate.h) show it. A step then allocates nothing.
+ *
+ * A call larger than the workspace (a module that declares no GEMMs, a
+ * backend used without the engine) grows it: freed and allocated again at
+ * the new size, still recorded, and, when a plan had reserved it, with one
+ * warning on stderr saying by how much and why. The plan counts every
+ * declared GEMM; the cpu backend's own small-product kernel rounds as it
+ * copies and needs none (cpu_gemm_bf16.c), so there the plan can exceed
+ * what the calls ask for (by attention's per-head products at most, which
+ * are smaller than a layer's linear products at every shape the bundled
+ * models have). Freed with the backend. One thread at a time (the one that
+ * runs the model). */
+
+/* What one call of gemm(transa, transb, m, n, k, ..., strideA, ..., strideB,
+ * ..., batch) with bf16 inputs needs on a backend of kind `kind`: the layout
+ * of its two packed copies (engine/backend/math.h, ds_gemm_ws_of). */
+ds_gemm_ws ds_gemm_workspace_of(ds_backend_kind kind, bool transa, bool transb, int m, int n,
+                                int k, int64_t strideA, int64_t strideB, int batch);
+
+/* The largest workspace of a list of GEMMs: start with {.kind = the
+ * backend's kind}, add every GEMM (ds_gemm_plan_add), read bytes. */
+typedef struct ds_gemm_plan {
+    ds_backend_kind kind;
+    size_t bytes; /* the largest ds_gemm_workspace_of(...).bytes added */
+    int gemms;    /* how many were added */
+} ds_gemm_plan;
+
+/* Add one GEMM, with the arguments of the gemm slot that decide its
+ * workspace (the pointers, leading dimensions, alpha, beta and C do not). */
+void ds_gemm_plan_add(ds_gemm_plan *p, bool transa, bool transb, int m, int n, int k,
+                      int64_t strideA, int64_t strideB, int batch);
+
+/* Make the workspace at least `bytes` (recorded as DS_MEM_WORKSPACE on the
+ * device) and mark it planned. Never shrinks it. Errors: DS_ERR_OOM or the
+ * backend's allocation error. */
+ds_status ds_backend_reserve_gemm_workspace(ds_backend *be, size_t bytes);
+
+/* For the implementations' gemm slots: *out = the workspace, grown first
+ * when it is smaller than w->bytes (see above). Valid until the next call. */
+ds_status ds_backend_gemm_workspace(ds_backend *be, const ds_gemm_ws *w, void **out);
 
 /* From now on, the calling thread's calls into a cpu backend run their
  * loops (and OpenBLAS) on one thread instead of be->num_threads. For a

@@ -26,7 +26,9 @@
 extern "C" {
 #endif
 
-#define DS_CUDA_PLUGIN_VERSION 3 /* 2: ds_backend gained chunk_bytes; 3: gemm_inputs */
+/* 2: ds_backend gained chunk_bytes; 3: gemm_inputs; 4: the GEMM workspace
+ * (gemm_ws...), which the module's gemm slot takes from backend.c */
+#define DS_CUDA_PLUGIN_VERSION 4
 #define DS_CUDA_PLUGIN_FILE "libzero-engine-cuda.so.0"
 #define DS_CUDA_PLUGIN_ENTRY "ds_cuda_plugin_v1"
 

@@ -549,6 +549,28 @@ static inline ds_gemm_pack ds_gemm_pack_of(bool is_a, bool trans, int m, int n, 
     return p;
 }
 
+/* The GEMM workspace of one bf16-input call (backend.h): A's packed copy at
+ * offset 0, B's at b_offset (A's bytes rounded up to `align`), elements of
+ * `esz` bytes, rows padded to ld_multiple. The backends' parameters are in
+ * ds_gemm_workspace_of (backend.c), which both their gemm slots and the
+ * engine's plan read, so the plan is what the slots ask for. */
+typedef struct ds_gemm_ws {
+    ds_gemm_pack a, b;
+    size_t b_offset; /* bytes */
+    size_t bytes;    /* b_offset + B's copy */
+} ds_gemm_ws;
+
+static inline ds_gemm_ws ds_gemm_ws_of(size_t esz, int ld_multiple, size_t align, bool transa,
+                                       bool transb, int m, int n, int k, int64_t strideA,
+                                       int64_t strideB, int batch) {
+    ds_gemm_ws w;
+    w.a = ds_gemm_pack_of(true, transa, m, n, k, strideA, batch, ld_multiple);
+    w.b = ds_gemm_pack_of(false, transb, m, n, k, strideB, batch, ld_multiple);
+    w.b_offset = (w.a.elems * esz + align - 1) / align * align;
+    w.bytes = w.b_offset + w.b.elems * esz;
+    return w;
+}
+
 #ifdef __cplusplus
 }
 #endif

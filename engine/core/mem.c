@@ -77,7 +77,7 @@ void ds_mem_snapshot(const ds_mem *m, ds_mem_report *out) {
 
 const char *ds_mem_purpose_name(ds_mem_purpose p) {
     static const char *const names[DS_MEM_PURPOSE_COUNT] = {
-        "params", "grads", "master", "optim", "buffers", "activations", "other"};
+        "params", "grads", "master", "optim", "buffers", "activations", "other", "workspace"};
     return (unsigned)p < DS_MEM_PURPOSE_COUNT ? names[p] : "?";
 }
 

@@ -30,6 +30,8 @@ typedef enum ds_mem_purpose {
     DS_MEM_BUFFERS,       /* communication buckets, gather buffers, scratch */
     DS_MEM_ACTIVATIONS,   /* saved activations and their gradients */
     DS_MEM_OTHER,         /* data batches, tables, file buffers */
+    DS_MEM_WORKSPACE,     /* the backend's GEMM workspace: bf16-rounded copies of a GEMM's
+                             A and B, sized before the first step (backend.h) */
     DS_MEM_PURPOSE_COUNT
 } ds_mem_purpose;
 
@@ -68,7 +70,8 @@ void ds_mem_host_free(ds_mem *m, ds_mem_purpose purpose, void *p, size_t bytes);
 
 void ds_mem_snapshot(const ds_mem *m, ds_mem_report *out);
 
-/* "params", "grads", "master", "optim", "buffers", "activations", "other" */
+/* "params", "grads", "master", "optim", "buffers", "activations", "other",
+ * "workspace" */
 const char *ds_mem_purpose_name(ds_mem_purpose p);
 /* "device", "host", "nvme" */
 const char *ds_mem_place_name(ds_mem_place p);

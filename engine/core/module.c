@@ -303,6 +303,13 @@ int64_t ds_model_num_params(const ds_model *m) {
     return n;
 }
 
+void ds_model_plan_gemms(const ds_model *m, int B, int T, ds_gemm_plan *plan) {
+    for (int i = 0; i < m->n_modules; i++) {
+        const ds_module *mod = m->modules[i];
+        if (mod->ops->plan_gemms) mod->ops->plan_gemms(mod, B, T, plan);
+    }
+}
+
 /* transformers' forbidden_name_patterns, searched in the lower-cased name:
  * r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)",
  * r"_norm(?:$|\.)". */

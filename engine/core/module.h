@@ -96,6 +96,8 @@
  * zero_engine.gemm_input_dtype): every be->ops->gemm of a module, a user's
  * own included, then multiplies bf16-rounded A and B with fp32 accumulation
  * (tensor cores on cuda) without asking; A, B and C stay fp32 arrays.
+ * The rounded copies live in the backend's GEMM workspace, which the engine
+ * sizes before the first step from what modules declare in plan_gemms.
  *
  * Parameter names are what checkpoints, ds_get_param and safetensors use;
  * the bundled models follow Hugging Face's
@@ -116,6 +118,7 @@ extern "C" {
 
 typedef struct ds_backend ds_backend;
 typedef struct ds_module ds_module;
+typedef struct ds_gemm_plan ds_gemm_plan; /* engine/backend/backend.h */
 
 #define DS_MAX_NAME 128
 #define DS_MAX_DIMS 4
@@ -254,6 +257,16 @@ typedef struct ds_module_ops {
     ds_status (*forward)(ds_module *m, ds_module_ctx *ctx);
     ds_status (*backward)(ds_module *m, ds_module_ctx *ctx);
     void (*destroy)(ds_module *m); /* frees impl and the module itself */
+    /* OPTIONAL: the GEMMs (be->ops->gemm) forward and backward make for a
+     * batch of B x T, each added with ds_gemm_plan_add (backend.h) with the
+     * shape, transposes, strides and batch count of the call (a loop of
+     * identical calls once; a batch count that depends on the backend, such
+     * as chunks of be->chunk_bytes, at its largest). Like the *_bytes
+     * callbacks it depends on (B, T) only. With bf16 GEMM inputs the engine
+     * reserves the backend's GEMM workspace from these before the first
+     * step; a module without it (NULL) still trains, but its first bf16
+     * step grows the workspace (recorded, with a warning). */
+    void (*plan_gemms)(const ds_module *m, int B, int T, ds_gemm_plan *plan);
 } ds_module_ops;
 
 struct ds_module {
@@ -386,6 +399,11 @@ void ds_model_destroy(ds_model *m);
 
 /* Total parameter elements (Psi); tied uses count once. */
 int64_t ds_model_num_params(const ds_model *m);
+
+/* Every module's plan_gemms at B x T into `plan` (modules without one add
+ * nothing). The engine and the memory estimator size the GEMM workspace
+ * of bf16 inputs with it. */
+void ds_model_plan_gemms(const ds_model *m, int B, int T, ds_gemm_plan *plan);
 
 #ifdef __cplusplus
 }

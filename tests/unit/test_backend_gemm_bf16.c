@@ -15,9 +15,13 @@
  *     rounding happens before the product and changes nothing else;
  *   - within an error bound of the exact (double) product of the rounded
  *     inputs, and measurably off the fp32 product of the unrounded ones;
- *   - its scratch: none before the first bf16 GEMM, then grown to the
- *     largest GEMM and not reallocated by smaller ones or repeats (the
- *     backend's private state, cpu_ops.h), not recorded in the accountant;
+ *   - its workspace (backend.h): none before the first bf16 GEMM, then
+ *     grown to the largest GEMM and not reallocated by smaller ones or
+ *     repeats, recorded in the accountant as "workspace" on the device; a
+ *     reserved (planned) one used as it is until a larger GEMM grows it
+ *     (recorded, peak the new size: the old buffer goes first); a plan is the
+ *     largest of its GEMMs' ds_gemm_workspace_of; nothing left recorded
+ *     after the backend is destroyed;
  *   - ds_backend_set_gemm_inputs refuses a type other than fp32 / bf16. */
 #include <float.h>
 #include <math.h>
@@ -26,7 +30,6 @@
 #include <string.h>
 
 #include "engine/backend/backend.h"
-#include "engine/backend/cpu/cpu_ops.h" /* ds_cpu_impl: the scratch */
 #include "engine/backend/math.h"
 #include "tests/unit/gemm_ref.h"
 #include "tests/unit/test_util.h"
@@ -248,7 +251,15 @@ static void test_paths(ds_backend *be) {
 
 /* ---- the scratch --------------------------------------------------------- */
 
-static void test_scratch(int nt) {
+/* The accountant's workspace bytes and peak on the device. */
+static void ws_recorded(ds_mem *mem, uint64_t *bytes, uint64_t *peak) {
+    ds_mem_report r;
+    ds_mem_snapshot(mem, &r);
+    *bytes = r.bytes[DS_MEM_WORKSPACE][DS_PLACE_DEVICE];
+    *peak = r.peak[DS_MEM_WORKSPACE][DS_PLACE_DEVICE];
+}
+
+static void test_workspace(int nt) {
     ds_mem *mem;
     REQUIRE_OK(ds_mem_create(&mem));
     ds_backend *be = test_cpu_backend(nt, mem);
@@ -259,18 +270,25 @@ static void test_scratch(int nt) {
           "fp16 GEMM inputs must be refused: %s", ds_last_error());
     ds_clear_error();
     REQUIRE_OK(ds_backend_set_gemm_inputs(be, DS_BF16));
-    enum { M = 64, N = 50, K = 40 }; /* n % 16 != 0: OpenBLAS, through the scratch */
+    enum { M = 64, N = 50, K = 40 }; /* n % 16 != 0: OpenBLAS, through the workspace */
     static float A[M * K], B[K * N], C[M * N];
     for (int i = 0; i < M * K; i++) A[i] = frand();
     for (int i = 0; i < K * N; i++) B[i] = frand();
-    const ds_cpu_impl *im = be->impl;
-    CHECK(im->gemm_scratch == NULL, "scratch before the first GEMM");
+    uint64_t rec, peak;
+    CHECK(be->gemm_ws == NULL && be->gemm_ws_bytes == 0, "workspace before the first GEMM");
     CHECK_OK(be->ops->gemm(be, false, false, M, N, K, 1.0f, A, K, 0, B, N, 0, 0.0f, C, N, 0, 1));
-    /* A's copy rounded up to a 64-byte line (16 floats), then B's */
-    const size_t want = (M * K + 15) / 16 * 16 + K * N;
-    const float *first = im->gemm_scratch;
-    CHECK(first && im->gemm_scratch_elems == want, "scratch of %zu floats, want %zu",
-          im->gemm_scratch_elems, want);
+    /* A's fp32 copy rounded up to a 64-byte line (16 floats), then B's */
+    const size_t want = ((M * K + 15) / 16 * 16 + K * N) * sizeof(float);
+    CHECK(ds_gemm_workspace_of(DS_BACKEND_CPU, false, false, M, N, K, 0, 0, 1).bytes == want,
+          "ds_gemm_workspace_of disagrees with the layout: %zu, want %zu",
+          ds_gemm_workspace_of(DS_BACKEND_CPU, false, false, M, N, K, 0, 0, 1).bytes, want);
+    const void *first = be->gemm_ws;
+    CHECK(first && be->gemm_ws_bytes == want && be->gemm_ws_need == want,
+          "workspace of %zu bytes (need %zu), want %zu", be->gemm_ws_bytes, be->gemm_ws_need,
+          want);
+    ws_recorded(mem, &rec, &peak);
+    CHECK(rec == want && peak == want, "recorded %llu (peak %llu), want %zu",
+          (unsigned long long)rec, (unsigned long long)peak, want);
     /* smaller and equal GEMMs again: the same buffer */
     for (int rep = 0; rep < 3; rep++) {
         CHECK_OK(
@@ -278,14 +296,46 @@ static void test_scratch(int nt) {
         CHECK_OK(be->ops->gemm(be, true, false, K / 2, N, M / 2, 1.0f, A, K, 0, B, N, 0, 0.0f, C,
                                N, 0, 1));
     }
-    CHECK(im->gemm_scratch == first && im->gemm_scratch_elems == want,
-          "scratch reallocated in steady state (%zu floats)", im->gemm_scratch_elems);
-    /* the accountant's reports: what the engine planned, nothing from here */
+    CHECK(be->gemm_ws == first && be->gemm_ws_bytes == want,
+          "workspace reallocated in steady state (%zu bytes)", be->gemm_ws_bytes);
+    CHECK(!be->gemm_ws_planned && !be->gemm_ws_warned, "grown without a plan: no warning");
+
+    /* a plan: the largest of its GEMMs, reserved up front and recorded */
+    ds_gemm_plan plan = {.kind = DS_BACKEND_CPU};
+    ds_gemm_plan_add(&plan, false, false, M, N, K, 0, 0, 1);
+    ds_gemm_plan_add(&plan, true, false, K / 2, N, M / 2, 0, 0, 1);
+    ds_gemm_plan_add(&plan, false, false, M, N, K, (int64_t)M * K, 0, 2); /* 2 copies of A */
+    ds_gemm_plan_add(&plan, false, false, M, N, 0, 0, 0, 1);              /* k 0: no copies */
+    const size_t two = ((2 * M * K + 15) / 16 * 16 + K * N) * sizeof(float);
+    CHECK(plan.gemms == 4 && plan.bytes == two, "plan of %d GEMMs: %zu bytes, want %zu",
+          plan.gemms, plan.bytes, two);
+    REQUIRE_OK(ds_backend_reserve_gemm_workspace(be, plan.bytes + 4096));
+    ws_recorded(mem, &rec, &peak);
+    CHECK(rec == two + 4096 && peak == two + 4096 && be->gemm_ws_planned,
+          "reserved: recorded %llu (peak %llu), want %zu", (unsigned long long)rec,
+          (unsigned long long)peak, two + 4096);
+    const void *planned = be->gemm_ws;
+    CHECK_OK(be->ops->gemm(be, false, false, M, N, K, 1.0f, A, K, (int64_t)M * K / 2, B, N, 0,
+                           0.0f, C, N, 0, 1));
+    CHECK(be->gemm_ws == planned && !be->gemm_ws_warned, "a planned GEMM grew the workspace");
+    /* a GEMM larger than the plan grows it, recorded, with the warning */
+    static float A2[2 * M * 2 * K], C2[2 * M * N];
+    static float B2[2 * K * N];
+    for (int i = 0; i < 4 * M * K; i++) A2[i] = frand();
+    for (int i = 0; i < 2 * K * N; i++) B2[i] = frand();
+    CHECK_OK(be->ops->gemm(be, false, false, 2 * M, N, 2 * K, 1.0f, A2, 2 * K, 0, B2, N, 0, 0.0f,
+                           C2, N, 0, 1));
+    const size_t big = ((4 * M * K + 15) / 16 * 16 + 2 * K * N) * sizeof(float);
+    ws_recorded(mem, &rec, &peak);
+    CHECK(be->gemm_ws_bytes == big && rec == big && peak == big && be->gemm_ws_warned,
+          "grown past the plan: %zu bytes, recorded %llu (peak %llu), want %zu, warned %d",
+          be->gemm_ws_bytes, (unsigned long long)rec, (unsigned long long)peak, big,
+          be->gemm_ws_warned);
+    ds_backend_destroy(be); /* frees it (the asan build checks) */
     ds_mem_report r;
     ds_mem_snapshot(mem, &r);
-    CHECK(r.total[DS_PLACE_DEVICE] == 0, "scratch recorded: %llu device bytes",
+    CHECK(r.total[DS_PLACE_DEVICE] == 0, "%llu device bytes recorded after the backend is gone",
           (unsigned long long)r.total[DS_PLACE_DEVICE]);
-    ds_backend_destroy(be); /* frees it (the asan build checks) */
     ds_mem_destroy(mem);
 }
 
@@ -296,7 +346,7 @@ int main(void) {
         test_rounding(be);
         test_paths(be);
         ds_backend_destroy(be);
-        test_scratch(nt);
+        test_workspace(nt);
     }
     return test_finish("test_backend_gemm_bf16");
 }

@@ -128,28 +128,8 @@ ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, in
     return DS_OK;
 }
 
-ds_status ds_cpu_gemm_scratch(ds_backend *be, size_t elems, float **out) {
-    ds_cpu_impl *im = be->impl;
-    if (elems > im->gemm_scratch_elems) {
-        free(im->gemm_scratch);
-        im->gemm_scratch = NULL;
-        im->gemm_scratch_elems = 0;
-        void *p;
-        DS_TRY(ds_cpu_alloc(be, elems * sizeof(float), DS_PLACE_DEVICE, &p));
-        im->gemm_scratch = p;
-        im->gemm_scratch_elems = elems;
-    }
-    *out = im->gemm_scratch;
-    return DS_OK;
-}
-
 void ds_cpu_destroy(ds_backend *be) {
-    ds_cpu_impl *im = be->impl;
-    if (im) {
-        free(im->gemm_scratch);
-        free(im);
-    }
-    be->impl = NULL;
+    be->impl = NULL; /* nothing of its own: the GEMM workspace is the backend's (backend.c) */
 }
 
 ds_status ds_backend_cpu_init(ds_backend *be, const ds_backend_desc *desc) {
@@ -160,8 +140,6 @@ ds_status ds_backend_cpu_init(ds_backend *be, const ds_backend_desc *desc) {
     if (nt < 1) nt = 1;
     const ds_cpu_variant *v;
     DS_TRY(ds_cpu_variant_pick(&v));
-    ds_cpu_impl *im = calloc(1, sizeof *im);
-    if (!im) return DS_ERR(DS_ERR_OOM, "cpu backend: out of host memory");
     be->ops = v->ops;
     be->nn = v->nn;
     be->num_threads = nt;
@@ -173,7 +151,7 @@ ds_status ds_backend_cpu_init(ds_backend *be, const ds_backend_desc *desc) {
      * step's other kernels do). */
     be->chunk_bytes = 512u * 1024u;
     be->device = 0;
-    be->impl = im;
+    be->impl = NULL;
     /* Also sets this thread's OpenMP default to nt (OpenMP build). */
     openblas_set_num_threads(nt);
     return DS_OK;

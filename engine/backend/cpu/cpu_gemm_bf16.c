@@ -1,7 +1,9 @@
 /* The gemm slot of one instruction-set variant, in front of
  * cpu_gemm_small.c: with be->gemm_inputs DS_BF16 (mixed precision's GEMMs,
- * backend.h) A and B are rounded to bf16 first, into the backend's scratch,
- * and the product runs on those copies through the same fp32 kernels.
+ * backend.h) A and B are rounded to bf16 first, into the backend's GEMM
+ * workspace (backend.h: sized by the engine's plan before the first step and
+ * recorded in the accountant), and the product runs on those copies through
+ * the same fp32 kernels.
  *
  * Why this is a bf16 GEMM. The rounded values have 8-bit significands, so
  * each product A(i,p) B(p,j) is exact in fp32 (16 significant bits) and the
@@ -13,7 +15,7 @@
  *
  * The own kernel's products (cpu_gemm_small.c: attention's per-head
  * blocks) copy A and B into blocks and panels anyway and round there
- * instead (ds_cpu_gemm_small_bf16): no pass and no scratch of their own.
+ * instead (ds_cpu_gemm_small_bf16): no pass and no workspace of their own.
  * Every other call rounds first, as follows.
  *
  * Layout. Each operand is packed (ds_gemm_pack_of): the stored matrices
@@ -66,9 +68,6 @@ static void round_pack(float *restrict dst, const float *restrict src, int ld, i
     }
 }
 
-/* Floats between A's copy and B's: B's starts on a 64-byte line. */
-#define RB_ALIGN 16
-
 ds_status ds_cpu_gemm_entry(ds_backend *be, bool transa, bool transb, int m, int n, int k,
                             float alpha, const float *A, int lda, int64_t strideA, const float *B,
                             int ldb, int64_t strideB, float beta, float *C, int ldc,
@@ -81,13 +80,13 @@ ds_status ds_cpu_gemm_entry(ds_backend *be, bool transa, bool transb, int m, int
                                       strideB, C, ldc, strideC, batch);
     DS_TRY(ds_check_gemm("cpu gemm", transa, transb, m, n, k, A, lda, strideA, B, ldb, strideB, C,
                          ldc, strideC, batch));
-    const ds_gemm_pack pa = ds_gemm_pack_of(true, transa, m, n, k, strideA, batch, 1);
-    const ds_gemm_pack pb = ds_gemm_pack_of(false, transb, m, n, k, strideB, batch, 1);
-    const size_t b_off = (pa.elems + RB_ALIGN - 1) / RB_ALIGN * RB_ALIGN;
-    float *buf;
-    DS_TRY(ds_cpu_gemm_scratch(be, b_off + pb.elems, &buf));
-    round_pack(buf, A, lda, strideA, &pa, ds_cpu_team(be));
-    round_pack(buf + b_off, B, ldb, strideB, &pb, ds_cpu_team(be));
-    return ds_cpu_gemm_small(be, transa, transb, m, n, k, alpha, buf, pa.ld, pa.stride,
-                             buf + b_off, pb.ld, pb.stride, beta, C, ldc, strideC, batch);
+    const ds_gemm_ws w =
+        ds_gemm_workspace_of(DS_BACKEND_CPU, transa, transb, m, n, k, strideA, strideB, batch);
+    void *ws;
+    DS_TRY(ds_backend_gemm_workspace(be, &w, &ws));
+    float *a = ws, *b = (float *)((char *)ws + w.b_offset);
+    round_pack(a, A, lda, strideA, &w.a, ds_cpu_team(be));
+    round_pack(b, B, ldb, strideB, &w.b, ds_cpu_team(be));
+    return ds_cpu_gemm_small(be, transa, transb, m, n, k, alpha, a, w.a.ld, w.a.stride, b,
+                             w.b.ld, w.b.stride, beta, C, ldc, strideC, batch);
 }

@@ -67,23 +67,6 @@ ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, in
                       int64_t strideB, float beta, float *C, int ldc, int64_t strideC, int batch);
 void ds_cpu_destroy(ds_backend *be);
 
-/* be->impl of the cpu backend. */
-typedef struct ds_cpu_impl {
-    float *gemm_scratch; /* the rounded copies of a bf16-input GEMM's A and B */
-    size_t gemm_scratch_elems;
-} ds_cpu_impl;
-
-/* A buffer of at least `elems` floats for the rounded inputs of one GEMM,
- * valid until the next call: grown to the largest request (freed and
- * allocated again), never shrunk, freed by ds_cpu_destroy. So training
- * allocates only while its first step meets larger GEMMs. Not recorded in
- * be->mem, as the cuda backend's ds_cuda_scratch is not: its size is the
- * largest GEMM a module makes, which no plan made before the first step
- * knows, and the accountant's reports (the offload tests check them) say
- * that a step allocates nothing. One host thread at a time (the one that
- * runs the model). */
-ds_status ds_cpu_gemm_scratch(ds_backend *be, size_t elems, float **out);
-
 /* ---- compiled once per instruction set ---- */
 
 /* Element counts below this run on the calling thread: starting an OpenMP
@@ -155,10 +138,10 @@ ds_status ds_cpu_gemm_small_bf16(ds_backend *be, bool transa, bool transb, int m
 
 /* cpu_gemm_bf16.c: the variant's gemm slot. With be->gemm_inputs DS_BF16,
  * a call the own kernel takes goes to ds_cpu_gemm_small_bf16 (rounding as it
- * copies); for any other, A and B are rounded to bf16 into
- * ds_cpu_gemm_scratch (packed, ds_gemm_pack_of) and the product runs on
- * those copies through ds_cpu_gemm_small (OpenBLAS). DS_F32 calls go to
- * ds_cpu_gemm_small directly. */
+ * copies); for any other, A and B are rounded to bf16 into the backend's
+ * GEMM workspace (packed, ds_gemm_workspace_of; backend.h) and the product
+ * runs on those copies through ds_cpu_gemm_small (OpenBLAS). DS_F32 calls
+ * go to ds_cpu_gemm_small directly. */
 ds_status ds_cpu_gemm_entry(ds_backend *be, bool transa, bool transb, int m, int n, int k,
                             float alpha, const float *A, int lda, int64_t strideA, const float *B,
                             int ldb, int64_t strideB, float beta, float *C, int ldc,

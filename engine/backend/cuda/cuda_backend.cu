@@ -204,7 +204,6 @@ static void cuda_impl_release(ds_backend *be, ds_cuda_impl *im) {
     if (im->sumsq_dev) cudaFree(im->sumsq_dev);
     if (im->sumsq_host) cudaFreeHost(im->sumsq_host);
     if (im->scratch.p) cudaFree(im->scratch.p);
-    if (im->gemm_scratch.p) cudaFree(im->gemm_scratch.p);
     free(im);
 }
 

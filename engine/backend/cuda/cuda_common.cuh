@@ -72,7 +72,6 @@ typedef struct ds_cuda_impl {
     double *sumsq_dev;    /* [DS_CUDA_SUMSQ_BLOCKS] partial sums, device */
     double *sumsq_host;   /* [DS_CUDA_SUMSQ_BLOCKS] pinned copy */
     ds_cuda_buf scratch;      /* ds_cuda_scratch's buffer */
-    ds_cuda_buf gemm_scratch; /* bf16 copies of a GEMM's A and B (cuda_gemm_bf16.cu) */
 } ds_cuda_impl;
 
 /* *out = b's buffer after growing it to at least `bytes`. Freeing the old
@@ -83,7 +82,10 @@ ds_status ds_cuda_buf_reserve(ds_cuda_buf *b, size_t bytes, void **out);
 /* A device buffer of at least `bytes` for a slot's intermediate results
  * (colsum.cuh's partial sums, the embedding backward's sort), valid until
  * the next call (ds_cuda_buf_reserve on im->scratch). Only the default
- * stream's slots use it, from the thread that runs the model. */
+ * stream's slots use it, from the thread that runs the model. Not recorded
+ * in be->mem, unlike the GEMM workspace (backend.h): its size comes from
+ * the nn kernels' shapes, which no module declares yet (at most 16 MB for a
+ * column sum, plus the embedding backward's sort of B x T ids). */
 ds_status ds_cuda_scratch(ds_backend *be, size_t bytes, void **out);
 
 static inline ds_cuda_impl *ds_cuda_impl_of(ds_backend *be) { return (ds_cuda_impl *)be->impl; }
@@ -146,8 +148,8 @@ ds_status ds_cuda_quantize_i8(ds_backend *be, int8_t *q, float *scales, const vo
 ds_status ds_cuda_dequantize_i8(ds_backend *be, float *y, const int8_t *q, const float *scales,
                                 size_t n, size_t block);
 /* The gemm slot for be->gemm_inputs DS_BF16, arguments checked and m, n, k,
- * batch > 0 (cuda_gemm_bf16.cu). Its scratch (gemm_scratch) is freed by
- * cuda_impl_release. */
+ * batch > 0 (cuda_gemm_bf16.cu). Its copies go to the backend's GEMM
+ * workspace (backend.h), which backend.c owns and frees. */
 ds_status ds_cuda_gemm_bf16(ds_backend *be, bool transa, bool transb, int m, int n, int k,
                             float alpha, const float *A, int lda, int64_t strideA, const float *B,
                             int ldb, int64_t strideB, float beta, float *C, int ldc,

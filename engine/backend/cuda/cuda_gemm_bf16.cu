@@ -17,12 +17,13 @@
  * cores for 16-bit inputs (it only keeps fp32 inputs off TF32). Row-major on
  * column-major as in cuda_gemm: operands swapped, (n, m, k), B first.
  *
- * Scratch. A buffer of the backend's own (im->gemm_scratch; not
- * ds_cuda_scratch, which other slots use), grown to the largest GEMM seen: the first
- * training step grows it, later ones reuse it. Like ds_cuda_scratch it is
- * not recorded in be->mem (see the cpu's ds_cpu_gemm_scratch for why).
- * Freeing the old buffer waits for the device (cudaFree), so a GEMM still
- * reading it has finished. */
+ * Workspace. The copies go to the backend's GEMM workspace (backend.h; not
+ * ds_cuda_scratch, which other slots use): sized by the engine's plan
+ * before the first step and recorded in be->mem as DS_MEM_WORKSPACE; a
+ * call larger than the plan grows it (freeing the old buffer waits for the
+ * device, cudaFree, so a GEMM still reading it has finished). Layout and
+ * size: ds_gemm_workspace_of(DS_BACKEND_CUDA, ...), rows padded to 8
+ * elements, B 256-byte aligned as cudaMalloc's own buffers are. */
 #include <limits.h>
 
 #include "engine/backend/cuda/cuda_common.cuh"
@@ -62,10 +63,6 @@ static ds_status round_pack(ds_backend *be, uint16_t *dst, const float *src, int
 }
 
 
-/* Bytes of A's copy before B's: B starts 256-byte aligned, as cudaMalloc's
- * own buffers do. */
-static size_t aligned_bytes(size_t elems) { return (elems * sizeof(uint16_t) + 255) / 256 * 256; }
-
 ds_status ds_cuda_gemm_bf16(ds_backend *be, bool transa, bool transb, int m, int n, int k,
                             float alpha, const float *A, int lda, int64_t strideA, const float *B,
                             int ldb, int64_t strideB, float beta, float *C, int ldc,
@@ -73,13 +70,13 @@ ds_status ds_cuda_gemm_bf16(ds_backend *be, bool transa, bool transb, int m, int
     /* the caller (cuda_gemm) checked the arguments and took m, n, k or
      * batch 0 */
     DS_CUDA_ENTER(be);
-    const ds_gemm_pack pa = ds_gemm_pack_of(true, transa, m, n, k, strideA, batch, 8);
-    const ds_gemm_pack pb = ds_gemm_pack_of(false, transb, m, n, k, strideB, batch, 8);
-    const size_t a_bytes = aligned_bytes(pa.elems);
+    const ds_gemm_ws w =
+        ds_gemm_workspace_of(DS_BACKEND_CUDA, transa, transb, m, n, k, strideA, strideB, batch);
+    const ds_gemm_pack pa = w.a, pb = w.b;
     ds_cuda_impl *im = ds_cuda_impl_of(be);
     void *buf;
-    DS_TRY(ds_cuda_buf_reserve(&im->gemm_scratch, a_bytes + pb.elems * sizeof(uint16_t), &buf));
-    uint16_t *Ah = (uint16_t *)buf, *Bh = (uint16_t *)((char *)buf + a_bytes);
+    DS_TRY(ds_backend_gemm_workspace(be, &w, &buf));
+    uint16_t *Ah = (uint16_t *)buf, *Bh = (uint16_t *)((char *)buf + w.b_offset);
     DS_TRY(round_pack(be, Ah, A, lda, strideA, &pa));
     DS_TRY(round_pack(be, Bh, B, ldb, strideB, &pb));
     cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
