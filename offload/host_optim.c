@@ -8,8 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/backend/optim_update.h"
 #include "offload/nvme_swap.h"
-#include "zero/optim.h"
 
 /* Elements per pipeline piece in host RAM: 4 Mi elements (16 MiB of fp32
  * master) is large enough that each piece's OpenMP update and copy launches
@@ -308,7 +308,8 @@ static ds_status fence(ds_host_optim *o) {
     return DS_OK;
 }
 
-/* zero/optim.c's dispatch (and HF's parameter groups), on host memory: the
+/* The optimizer dispatch (engine/backend/optim_update.h, HF's parameter
+ * groups included), on host memory: the
  * cpu backend's slots, so the arithmetic is that of a non-offloaded cpu run. */
 static ds_status update(ds_host_optim *o, const ds_host_update *u, const void *dev_grads,
                         int64_t b, int64_t e, float **st) {

@@ -91,8 +91,9 @@ typedef struct ds_host_update {
     ds_adam_hparams adam;
     ds_sgd_hparams sgd;
     float grad_mult;
-    /* HF's parameter groups (zero/optim.h): the flat ranges weight decay
-     * skips (NULL: none) and the flat element of this state's element 0 */
+    /* HF's parameter groups (engine/backend/optim_update.h): the flat
+     * ranges weight decay skips (NULL: none) and the flat element of this
+     * state's element 0 */
     const struct ds_no_decay *no_decay;
     int64_t flat_lo;
 } ds_host_update;

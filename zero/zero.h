@@ -41,6 +41,7 @@
 #include <stdint.h>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/optim_update.h" /* ds_optim_step */
 #include "engine/comm/comm.h"
 #include "engine/core/config.h"
 #include "engine/core/status.h"
@@ -52,19 +53,6 @@ extern "C" {
 
 typedef struct ds_zero ds_zero;
 
-/* Optimizer of one step, already resolved by the engine (lr from the
- * scheduler, step count). */
-typedef struct ds_optim_step {
-    ds_optim_type type;
-    ds_adam_hparams adam;
-    ds_sgd_hparams sgd;
-    /* HF's parameter groups (config optim_hf; zero/optim.h): the flat
-     * ranges weight decay skips, NULL when every parameter decays, and the
-     * flat element of an update call's first element (0 for a whole-flat
-     * update; a caller that updates a partition sets its own). */
-    const struct ds_no_decay *no_decay;
-    int64_t flat_lo;
-} ds_optim_step;
 
 typedef struct ds_zero_desc {
     const ds_config *cfg; /* resolved */
