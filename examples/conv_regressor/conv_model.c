@@ -190,6 +190,23 @@ static ds_status conv_backward(ds_module *m, ds_module_ctx *ctx) {
     return DS_OK;
 }
 
+/* The GEMMs above, declared so that the engine can size the workspace of
+ * bf16 GEMM inputs before the first step (engine/core/module.h,
+ * plan_gemms; optional, but without it the first bf16 step grows the
+ * workspace). Per tap the same three products; the centre tap has the most
+ * rows, so it stands for all of them. */
+static void conv_plan_gemms(const ds_module *m, int B, int T, ds_gemm_plan *plan) {
+    (void)T;
+    const conv_impl *c = m->impl;
+    int t0, t1;
+    conv_tap_rows(c, c->pad, &t0, &t1);
+    const int rows = t1 - t0;
+    const int64_t sx = (int64_t)c->L * c->c_in, sy = (int64_t)c->L_out * c->c_out;
+    ds_gemm_plan_add(plan, false, true, rows, c->c_out, c->c_in, sx, 0, B);   /* forward */
+    ds_gemm_plan_add(plan, true, false, c->c_out, c->c_in, rows, sy, sx, B);  /* parts */
+    ds_gemm_plan_add(plan, false, false, rows, c->c_in, c->c_out, sy, 0, B);  /* dx */
+}
+
 static const ds_module_ops k_conv_ops = {
     .type = "cr_conv1d",
     .out_elems = conv_out_elems,
@@ -198,6 +215,7 @@ static const ds_module_ops k_conv_ops = {
     .forward = conv_forward,
     .backward = conv_backward,
     .destroy = ds_module_free, /* impl owns nothing else */
+    .plan_gemms = conv_plan_gemms,
 };
 
 ds_status cr_conv1d_create(const char *name, const cr_conv1d_desc *d, ds_module **out) {
@@ -362,6 +380,15 @@ static ds_status dense_backward(ds_module *m, ds_module_ctx *ctx) {
     return DS_OK;
 }
 
+/* Its three GEMMs (see conv_plan_gemms). */
+static void dense_plan_gemms(const ds_module *m, int B, int T, ds_gemm_plan *plan) {
+    (void)T;
+    const dense_impl *D = m->impl;
+    ds_gemm_plan_add(plan, false, true, B, D->out, D->in, 0, 0, 1);
+    ds_gemm_plan_add(plan, true, false, D->out, D->in, B, 0, 0, 1);
+    ds_gemm_plan_add(plan, false, false, B, D->in, D->out, 0, 0, 1);
+}
+
 static const ds_module_ops k_dense_ops = {
     .type = "cr_dense",
     .out_elems = dense_out_elems,
@@ -370,6 +397,7 @@ static const ds_module_ops k_dense_ops = {
     .forward = dense_forward,
     .backward = dense_backward,
     .destroy = ds_module_free,
+    .plan_gemms = dense_plan_gemms,
 };
 
 ds_status cr_dense_create(const char *name, int in, int out, ds_module **out_m) {
