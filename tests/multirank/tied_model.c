@@ -53,6 +53,14 @@ static ds_status head_backward(ds_module *m, ds_module_ctx *ctx) {
     return DS_OK;
 }
 
+/* Its three GEMMs are a linear layer's (models/modules.h), declared for the
+ * workspace of bf16 GEMM inputs (engine/core/module.h, plan_gemms). */
+static void head_plan_gemms(const ds_module *m, int B, int T, ds_gemm_plan *plan) {
+    (void)T;
+    const head_impl *H = m->impl;
+    ds_linear_plan_gemms(plan, B, H->E, H->V);
+}
+
 static const ds_module_ops k_head_ops = {
     .type = "tied_head",
     .out_elems = head_out,
@@ -61,6 +69,7 @@ static const ds_module_ops k_head_ops = {
     .forward = head_forward,
     .backward = head_backward,
     .destroy = ds_module_free,
+    .plan_gemms = head_plan_gemms,
 };
 
 static ds_status head_create(int V, int E, bool tied, ds_module **out) {
