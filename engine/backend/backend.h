@@ -235,10 +235,12 @@ ds_status ds_backend_set_gemm_inputs(ds_backend *be, ds_dtype t);
  * warning on stderr saying by how much and why. The plan counts every
  * declared GEMM; the cpu backend's own small-product kernel rounds as it
  * copies and needs none (cpu_gemm_bf16.c), so there the plan can exceed
- * what the calls ask for (by attention's per-head products at most, which
- * are smaller than a layer's linear products at every shape the bundled
- * models have). Freed with the backend. One thread at a time (the one that
- * runs the model). */
+ * what the calls ask for: when such a call is the largest, as attention's
+ * per-head products are once the sequence is longer than about the
+ * feed-forward width plus the hidden size (T > I + H - head width; not at
+ * BERT-mini's or GPT-2's shapes, where a layer's linear products are the
+ * largest and the plan is exact). Freed with the backend. One thread at a
+ * time (the one that runs the model). */
 
 /* What one call of gemm(transa, transb, m, n, k, ..., strideA, ..., strideB,
  * ..., batch) with bf16 inputs needs on a backend of kind `kind`: the layout
