@@ -24,6 +24,9 @@
  * and on, and alternates their steps (off-on, on-off, ...): on a shared
  * machine whose load changes by the second, each pair of steps sees the same
  * load, and the median of the pairs' time ratios is the overlap's effect.
+ * --sparse 0|1 sets sparse_gradients (the word table's gradient sent as
+ * (row index, row) records at stages 0 and 1, zero/grad_sparse.h); --sparse
+ * ab pairs it off and on as --overlap ab pairs overlap off and on.
  * --perf-ctl CTL,ACK: file descriptors of `perf record|stat -D -1 --control
  * fd:CTL,ACK` (events off at the start); the timed steps are bracketed by
  * "enable" and "disable", so the profile holds them alone, without the
@@ -64,6 +67,7 @@ typedef struct timing {
     int overlap, qgz;     /* overlap: -1 DeepSpeed's default, 0 off, 1 on; qgz: 0 off, 1 on */
     int qwz, hpz;         /* zero_quantized_weights; zero_hpz_partition_size (<= 1: off) */
     const char *gemm;     /* zero_engine.gemm_input_dtype */
+    int sparse;           /* sparse_gradients: -1 unset (DeepSpeed's false), 0, 1 */
     double *dt, *fw, *bw, *st;
     ds_comm_stats c0, c1; /* the engine's communication before / after the timed steps */
     float loss0;          /* the first step's loss (this rank's rows), to compare models */
@@ -97,6 +101,17 @@ static ds_status make_engine(bench *b, const timing *tm, engine_t **out) {
              strcmp(b->precision, "fp16") ? "false" : "true",
              strcmp(b->precision, "bf16") ? "false" : "true", b->backend, tm->gemm,
              b->ckpt ? ", \"activation_checkpointing\": {}" : "");
+    if (tm->sparse >= 0) { /* a top-level key, put in front */
+        const char *key = tm->sparse ? "\"sparse_gradients\": true, "
+                                     : "\"sparse_gradients\": false, ";
+        size_t n = strlen(cfg), k = strlen(key);
+        if (n + k >= sizeof cfg) {
+            ds_model_destroy(model);
+            return DS_ERR(DS_ERR_INVALID_ARG, "bench_train: the config is too long");
+        }
+        memmove(cfg + 1 + k, cfg + 1, n); /* after the '{', with the NUL */
+        memcpy(cfg + 1, key, k);
+    }
     ds_init_desc d;
     ds_init_desc_defaults(&d);
     d.config_json = cfg;
@@ -206,6 +221,15 @@ static void report(const bench *b, engine_t *e, const timing *tm) {
                "collectives, %.3f s waited for, %.0f%% hidden\n", b->stage, overlap,
                mb / steps, coll / steps, wait / steps,
                coll > 0 ? 100.0 * (1.0 - (wait < coll ? wait : coll) / coll) : 0.0);
+    if (ds_rank(e) == 0 && tm->sparse >= 0) /* which engine of --sparse ab the next lines are */
+        printf("bench_train: stage %d sparse_gradients %d: %.0f bytes per step gathered, %.0f "
+               "reduced (rank 0)\n", b->stage, tm->sparse,
+               (double)(tm->c1.bytes_sent[DS_COLL_ALL_GATHER] -
+                        tm->c0.bytes_sent[DS_COLL_ALL_GATHER]) / steps,
+               (double)(tm->c1.bytes_sent[DS_COLL_ALL_REDUCE] -
+                        tm->c0.bytes_sent[DS_COLL_ALL_REDUCE] +
+                        tm->c1.bytes_sent[DS_COLL_REDUCE_SCATTER] -
+                        tm->c0.bytes_sent[DS_COLL_REDUCE_SCATTER]) / steps);
     if (ds_rank(e) == 0) { /* rank 0's bytes by collective */
         printf("bench_train: stage %d overlap %d qwz %d qgz %d bytes per step (rank 0):",
                b->stage, overlap, tm->qwz, tm->qgz);
@@ -245,6 +269,7 @@ int main(int argc, char **argv) {
     int overlap = -1, qgz = 0; /* overlap -1: DeepSpeed's default; 2 (either): ab */
     const char *gemm = "auto";
     int zpp_ab = 0; /* --zeropp ab */
+    int sparse = -1; /* --sparse: -1 unset, 0, 1, 2 ab */
     int pctl = -1, pack = -1; /* --perf-ctl */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--stage")) b.stage = atoi(argv[i + 1]);
@@ -258,6 +283,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--overlap"))
             overlap = !strcmp(argv[i + 1], "ab") ? 2 : atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--bucket")) b.bucket = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--sparse"))
+            sparse = !strcmp(argv[i + 1], "ab") ? 2 : atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--qgz"))
             qgz = !strcmp(argv[i + 1], "ab") ? 2 : atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--qwz")) b.qwz = atoi(argv[i + 1]);
@@ -277,6 +304,10 @@ int main(int argc, char **argv) {
                 "one of --overlap, --qgz, --gemm and --zeropp ab at a time\n");
         return 2;
     }
+    if (sparse == 2 && (overlap == 2 || (qgz != 0 && qgz != 1) || gemm_ab || zpp_ab)) {
+        fprintf(stderr, "bench_train: --sparse ab pairs with no other ab mode\n");
+        return 2;
+    }
     size_t n_rows = (size_t)b.global_batch * (size_t)(b.steps + b.warmup);
     const char *names[6] = {"a", "b", "c", "d", "e", "f"};
     if (ds_cls_dataset_create(n_rows, b.T, C, names, &b.data) != DS_OK) return fail();
@@ -293,6 +324,7 @@ int main(int argc, char **argv) {
         b.labels[i] = (int)(i % (size_t)C);
     }
     int ne = overlap == 2 || qgz == 2 || gemm_ab || zpp_ab ? 2 : 1;
+    if (sparse == 2) ne = 2;
     engine_t *e[2] = {NULL, NULL};
     timing tm[2];
     for (int k = 0; k < ne; k++) {
@@ -303,6 +335,7 @@ int main(int argc, char **argv) {
                          .fw = m + b.steps, .bw = m + 2 * b.steps, .st = m + 3 * b.steps};
         if (zpp_ab) /* engine 0 plain stage 3, engine 1 hpZ + qwZ + qgZ */
             tm[k].qgz = tm[k].qwz = k, tm[k].hpz = k ? (b.hpz > 1 ? b.hpz : 2) : 1;
+        tm[k].sparse = sparse == 2 ? k : sparse;
         if (make_engine(&b, &tm[k], &e[k]) != DS_OK) return fail();
     }
     for (int i = 0; i < b.warmup + b.steps; i++) {
@@ -331,7 +364,7 @@ int main(int argc, char **argv) {
         }
         printf("bench_train: stage %d paired steps: samples/s %s on / off = %.3f (median "
                "of %d pairs, min %.3f, max %.3f)\n", b.stage,
-               overlap == 2 ? "overlap" : qgz == 2 ? "qgz" : zpp_ab ? "ZeRO++" : "bf16-GEMM",
+               sparse == 2 ? "sparse" : overlap == 2 ? "overlap" : qgz == 2 ? "qgz" : zpp_ab ? "ZeRO++" : "bf16-GEMM",
                median(r, b.steps), b.steps, rlo, rhi);
         free(r);
     }

@@ -12,7 +12,9 @@
 #   --overlap ab), whose paired ratio is robust to the machine's load;
 #   QGZ="0 1" runs each of them without and with ZeRO++ qgZ (bench_train
 #   --qgz, stage 3 only; default "0"), QWZ="0 1" likewise with qwZ
-#   (--qwz), every pair of the two
+#   (--qwz), every pair of the two; SPARSE=ab passes --sparse ab (one
+#   process per stage alternating sparse_gradients off and on; SPARSE=0|1
+#   sets it), unset leaves the key out
 #
 # Two ranks, one thread each (OMP_NUM_THREADS=1), --bind-to none (each
 # simulated host's daemon would otherwise bind both ranks to core 0). In each
@@ -46,7 +48,8 @@ runs() { # $1: mpirun prefix
       for w in ${QWZ:-0}; do
         for q in ${QGZ:-0}; do
           $1 "$BENCH" --stage "$stage" --overlap "$ov" --bucket "$BUCKET" --steps "$STEPS" \
-            --warmup 2 --qwz "$w" --qgz "$q" 2>&1 | grep -E '^bench_train:|rror' ||
+            --warmup 2 --qwz "$w" --qgz "$q" ${SPARSE:+--sparse "$SPARSE"} 2>&1 |
+            grep -E '^bench_train:|rror' ||
             echo "bench_train: stage $stage overlap $ov qwz $w qgz $q FAILED"
         done
       done
@@ -62,7 +65,7 @@ for rep in $(seq 1 "$REPEATS"); do
   fi
   for rate in ${RATES:-10gbit 1gbit}; do
     echo "-- two hosts, $rate, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-    export BENCH BUCKET STEPS MPI STAGES OVERLAPS QGZ QWZ
+    export BENCH BUCKET STEPS MPI STAGES OVERLAPS QGZ QWZ SPARSE
     export -f runs
     "$TWOHOST" run --name ovl$$ --rate "$rate" -- bash -c '
       '"$TWOHOST"' link --name "$TWOHOST_NAME"

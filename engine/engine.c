@@ -7,6 +7,7 @@
 
 #include "engine/backend/blas_core.h"
 #include "engine/engine_internal.h"
+#include "zero/grad_sparse.h"
 #include "zero/groups.h"
 
 void ds_init_desc_defaults(ds_init_desc *d) {
@@ -80,6 +81,10 @@ static ds_status build_local(engine_t *e, const ds_init_desc *d) {
     DS_TRY(pick_precision(e));
     DS_TRY(make_backend(e));
     DS_TRY(set_gemm_inputs(e));
+    char why[256]; /* sparse_gradients where it cannot apply: ignored, as DeepSpeed does */
+    if (!ds_grad_sparse_applies(&e->cfg, e->be->kind == DS_BACKEND_CPU, why, sizeof why) &&
+        why[0] && e->comm->rank == 0)
+        fprintf(stderr, "ds_config: warning: %s\n", why);
     /* the cpu backend's GEMMs are OpenBLAS's: a core older than the CPU is a
      * warning on rank 0, one the CPU cannot run an error (blas_core.h) */
     if (e->be->kind == DS_BACKEND_CPU) DS_TRY(ds_blas_core_startup_check(e->comm->rank));

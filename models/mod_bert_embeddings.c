@@ -145,6 +145,8 @@ ds_status ds_mod_bert_embeddings_create(const char *name, const ds_bert_embed_de
     float sd = d->init_std;
     ds_status st = ds_module_param(m, P_WORD, NULL, "word_embeddings.weight", d->vocab, d->hidden,
                                    DS_INIT_NORMAL, 0.0f, sd);
+    /* a batch touches few of the vocabulary's rows (sparse_gradients) */
+    if (st == DS_OK) m->params[P_WORD].row_sparse_grad = true;
     if (st == DS_OK && d->padding_idx >= 0) { /* HF zeroes the padding row at init */
         m->params[P_WORD].has_zero_row = true;
         m->params[P_WORD].zero_row = d->padding_idx;

@@ -89,6 +89,7 @@ ds_status ds_mod_embed_pool_create(const char *name, const char *param_prefix, i
     P->E = E;
     ds_status st = ds_module_param(m, 0, param_prefix, "weight", vocab, E, DS_INIT_NORMAL, 0.0f,
                                    1.0f);
+    if (st == DS_OK) m->params[0].row_sparse_grad = true; /* a lookup table (sparse_gradients) */
     if (st != DS_OK) {
         ds_module_free(m);
         ds_error_trace(__FILE__, __LINE__);

@@ -124,6 +124,9 @@ ds_status ds_mod_gpt2_embed_create(const char *name, const char *param_prefix,
     float sd = d->init_std;
     ds_status st = ds_module_param(m, P_WTE, param_prefix, "wte.weight", d->vocab, d->n_embd,
                                    DS_INIT_NORMAL, 0.0f, sd);
+    /* row-sparse from the lookup alone; where lm_head ties to it (GPT-2 does)
+     * the engine exchanges it dense (module.h, row_sparse_grad) */
+    if (st == DS_OK) m->params[P_WTE].row_sparse_grad = true;
     if (st == DS_OK)
         st = ds_module_param(m, P_WPE, param_prefix, "wpe.weight", d->n_positions, d->n_embd,
                              DS_INIT_NORMAL, 0.0f, sd);

@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 
+#include "zero/grad_sparse.h"
 #include "zero/zero_util.h"
 
 /* Buckets in flight at once. A module larger than the cap gives several
@@ -28,6 +29,7 @@ struct ds_grad_reduce {
     ds_grad_reduce_kind kind;
     int64_t cap;
     bool per_module;
+    ds_grad_sparse *sparse; /* sparse_gradients' row-sparse parameters, else NULL */
     slot s[NSLOT];
     int next;
     /* [cursor, used) is final; [cursor, hi) of it is collected but not yet
@@ -50,14 +52,17 @@ static ds_status wait_all(ds_grad_reduce *g) {
         ds_status st = wait_slot(g, &g->s[(g->next + i) % NSLOT]);
         if (st != DS_OK && first == DS_OK) first = st;
     }
+    if (g->sparse) {
+        ds_status st = ds_grad_sparse_wait(g->sparse, g->w);
+        if (st != DS_OK && first == DS_OK) first = st;
+    }
     DS_TRY(first);
     return DS_OK;
 }
 
-/* Reduce [lo, hi) in place. */
-static ds_status submit(ds_grad_reduce *g, int64_t lo, int64_t hi) {
-    g->started = true;
-    if (g->comm->world == 1 || hi <= lo) return DS_OK; /* the sum over one rank */
+/* Reduce [lo, hi) in place, densely. */
+static ds_status submit_dense(ds_grad_reduce *g, int64_t lo, int64_t hi) {
+    if (hi <= lo) return DS_OK;
     slot *k = &g->s[g->next];
     DS_TRY(wait_slot(g, k)); /* its previous bucket must have landed */
     ds_comm_job *j = &k->job;
@@ -78,6 +83,24 @@ static ds_status submit(ds_grad_reduce *g, int64_t lo, int64_t hi) {
     DS_TRY(ds_comm_job_submit(g->w, j));
     k->busy = true;
     g->next = (g->next + 1) % NSLOT;
+    return DS_OK;
+}
+
+/* Reduce [lo, hi) in place: the row-sparse parameters in it by their own
+ * exchange (grad_sparse.h), queued when the bucket holding a parameter's
+ * first element comes (buckets come downwards, so all of it is final then),
+ * the rest densely around them. */
+static ds_status submit(ds_grad_reduce *g, int64_t lo, int64_t hi) {
+    g->started = true;
+    if (g->comm->world == 1 || hi <= lo) return DS_OK; /* the sum over one rank */
+    int64_t a, b;
+    int which;
+    while (g->sparse && hi > lo && ds_grad_sparse_overlap(g->sparse, lo, hi, &a, &b, &which)) {
+        DS_TRY(submit_dense(g, b > lo ? b : lo, hi));
+        if (a >= lo) DS_TRY(ds_grad_sparse_submit(g->sparse, g->w, which));
+        hi = a > lo ? a : lo;
+    }
+    DS_TRY(submit_dense(g, lo, hi));
     return DS_OK;
 }
 
@@ -103,9 +126,21 @@ ds_status ds_grad_reduce_create(ds_backend *be, ds_comm *comm, const ds_flat *f,
     return DS_OK;
 }
 
+ds_status ds_grad_reduce_sparse(ds_grad_reduce *g) {
+    if (g->sparse) return DS_OK;
+    DS_TRY(ds_grad_sparse_create(g->be, g->comm, g->flat, g->gt, g->grads,
+                                 g->kind == DS_GRAD_REDUCE_SCATTER, &g->sparse));
+    return DS_OK;
+}
+
+void ds_grad_reduce_sparse_stats(const ds_grad_reduce *g, ds_grad_sparse_stats *out) {
+    ds_grad_sparse_get_stats(g ? g->sparse : NULL, out);
+}
+
 void ds_grad_reduce_destroy(ds_grad_reduce *g) {
     if (!g) return;
     ds_comm_worker_destroy(g->w); /* joins the thread: no job still runs */
+    ds_grad_sparse_destroy(g->sparse);
     for (int i = 0; i < NSLOT; i++)
         ds_mem_host_free(g->be->mem, DS_MEM_OTHER, g->s[i].counts,
                          (size_t)g->flat->world * sizeof(size_t));

@@ -32,6 +32,7 @@
 #define DS_ZERO_GRAD_REDUCE_H
 
 #include "engine/comm/comm_worker.h"
+#include "zero/grad_sparse.h"
 #include "zero/replica.h"
 #include "zero/zero.h"
 
@@ -51,6 +52,13 @@ ds_status ds_grad_reduce_create(ds_backend *be, ds_comm *comm, const ds_flat *f,
                                 bool per_module, bool threaded, ds_grad_reduce **out);
 /* Joins the communication thread. */
 void ds_grad_reduce_destroy(ds_grad_reduce *g);
+
+/* sparse_gradients: from now on the row_sparse_grad parameters (untied) go
+ * through zero/grad_sparse.h's row exchange instead of the dense buckets
+ * (no-op for a model without any). Call once, before the first backward. */
+ds_status ds_grad_reduce_sparse(ds_grad_reduce *g);
+/* Its counters (zeros without sparse_gradients or g NULL). */
+void ds_grad_reduce_sparse_stats(const ds_grad_reduce *g, ds_grad_sparse_stats *out);
 
 /* The gradients of flat range [begin, end) (module m's span) are final.
  * Ranges come in reverse flat order, each ending where the previous began;

@@ -251,6 +251,9 @@ static ds_status build(stage0 *s, const ds_zero_desc *d) {
     DS_TRY(ds_grad_reduce_create(be, d->comm, d->flat, s->rep.gt, s->rep.grads, DS_GRAD_ALL_REDUCE,
                                  d->cfg->reduce_bucket_size, !d->cfg->contiguous_gradients,
                                  d->cfg->overlap_comm, &s->gr));
+    char why[256]; /* where it does not apply the engine warned (ds_grad_sparse_applies) */
+    if (ds_grad_sparse_applies(d->cfg, be->kind == DS_BACKEND_CPU, why, sizeof why))
+        DS_TRY(ds_grad_reduce_sparse(s->gr));
     return DS_OK;
 }
 

@@ -98,6 +98,10 @@ ds_status ds_zero_stage1_create(const ds_zero_desc *d, ds_zero **out) {
         st = ds_grad_reduce_create(d->be, d->comm, d->flat, s->rs.rep.gt, s->rs.rep.grads,
                                    DS_GRAD_REDUCE_SCATTER, d->cfg->reduce_bucket_size,
                                    !d->cfg->contiguous_gradients, d->cfg->overlap_comm, &s->gr);
+    char why[256]; /* where it does not apply the engine warned (ds_grad_sparse_applies) */
+    if (st == DS_OK && ds_grad_sparse_applies(d->cfg, d->be->kind == DS_BACKEND_CPU, why,
+                                              sizeof why))
+        st = ds_grad_reduce_sparse(s->gr);
     if (st != DS_OK) {
         ds_error_trace(__FILE__, __LINE__);
         destroy(z);

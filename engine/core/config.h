@@ -165,6 +165,9 @@ typedef struct ds_config {
     bool prescale_gradients;     /* default false */
     double gradient_predivide_factor; /* default 1.0 */
     double gradient_clipping;    /* default 0.0 = off */
+    bool sparse_gradients;       /* default false: row_sparse_grad parameters (embedding
+                                  * tables) exchanged as (row index, row) pairs at stages 0
+                                  * and 1 (zero/grad_sparse.h) */
     bool gradient_clipping_auto;
 
     /* ---- optimizer ---- */

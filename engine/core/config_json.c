@@ -236,6 +236,7 @@ char *ds_config_to_json(const ds_config *c) {
     jw_bool(&w, "wall_clock_breakdown", c->wall_clock_breakdown);
     jw_bool(&w, "dataloader_drop_last", c->dataloader_drop_last);
     jw_bool(&w, "prescale_gradients", c->prescale_gradients);
+    jw_bool(&w, "sparse_gradients", c->sparse_gradients);
     jw_real(&w, "gradient_predivide_factor", c->gradient_predivide_factor);
     jw_real(&w, "gradient_clipping", c->gradient_clipping);
     write_optimizer(&w, c); /* the one that runs, also without a section in the file */

@@ -674,6 +674,7 @@ const cfg_key cfg_top_keys[] = {
     BOOL("wall_clock_breakdown", wall_clock_breakdown),
     BOOL("dataloader_drop_last", dataloader_drop_last),
     BOOL("prescale_gradients", prescale_gradients),
+    BOOL("sparse_gradients", sparse_gradients),
     REAL_GT("gradient_predivide_factor", gradient_predivide_factor, 0),
     ROW("gradient_clipping", CFG_REAL, OFF(gradient_clipping), 0, BIG, CFG_NO_HI | CFG_AUTO,
         OFF(gradient_clipping_auto), OFF(gradient_clipping_set), NULL),
@@ -698,7 +699,7 @@ const size_t cfg_top_nkeys = NKEYS(cfg_top_keys);
  * than calling them unknown. */
 const char *const cfg_top_unimplemented[] = {
     "amp", "torch_autocast", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
-    "sparse_gradients", "gradient_accumulation_dtype", "data_types", "memory_breakdown",
+    "gradient_accumulation_dtype", "data_types", "memory_breakdown",
     "wandb", "comet", "comms_logger",
     "elasticity", "autotuning", "pipeline", "tensor_parallel", "compression_training",
     "curriculum_learning", "data_efficiency", "sparse_attention", "seq_parallel_communication_data_type",

@@ -199,6 +199,18 @@ typedef struct ds_param_desc {
      * by module type, a normalization layer's weight (GPT-2's ln_1.weight);
      * biases and names with "norm" in them are left out by name anyway. */
     bool no_decay;
+    /* The gradient is row-sparse: rows (first dimension) that a step's
+     * batches do not touch keep an exactly zero gradient, as an embedding
+     * table's do (PyTorch's nn.Embedding(sparse=True)). Set it on such a
+     * table after declaring it. With the config's "sparse_gradients": true
+     * the engine then exchanges, at stages 0 and 1, only the rows whose
+     * gradient is not all +0.0 bits, as (row index, row) pairs, instead of
+     * all-reducing the whole table (zero/grad_sparse.h). The engine finds
+     * the rows by scanning the accumulated gradient, so a flag on a
+     * parameter whose gradient is in fact dense costs a scan and falls back
+     * to the dense exchange, never a wrong sum; a parameter that another
+     * module ties to (rule 6) is always exchanged dense. */
+    bool row_sparse_grad;
 } ds_param_desc;
 
 /* Whether weight decay applies to p under Hugging Face's rule

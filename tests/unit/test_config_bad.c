@@ -122,6 +122,8 @@ static const bad_case k_cases[] = {
     P("{\"gradient_predivide_factor\": 0}", CFG, "gradient_predivide_factor: must be > 0, got 0", NULL),
     P("{\"steps_per_print\": \"auto\"}", CFG, "steps_per_print: \"auto\" is not accepted for this key", NULL),
     P("{\"dataloader_drop_last\": \"auto\"}", CFG, "dataloader_drop_last: \"auto\" is not accepted", NULL),
+    P("{\"sparse_gradients\": 1}", CFG, "sparse_gradients: must be true or false, got 1", NULL),
+    P("{\"sparse_gradients\": \"true\"}", CFG, "sparse_gradients: must be true or false, got \"true\"", NULL),
     /* ---- JSON itself ---- */
     P("[1, 2]", CFG, "the top level must be a JSON object, got [1, 2]", NULL),
     P("{\"train_batch_size\": 8,}", CFG, "<string>:1:", "JSON syntax error"),

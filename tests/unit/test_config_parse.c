@@ -10,6 +10,7 @@
 
 #include "engine/core/config.h"
 #include "tests/unit/test_util.h"
+#include "zero/grad_sparse.h"
 
 /* Values copied from the config are compared exactly (CHECK_EQ_I / _D): the
  * parser stores what the file says, no arithmetic happens, so any difference
@@ -49,6 +50,7 @@ static void test_defaults(void) {
     CHECK_EQ_I(c.gradient_accumulation_steps, 0);
     CHECK_EQ_I(c.steps_per_print, 10);
     CHECK_TRUE(!c.wall_clock_breakdown && !c.dataloader_drop_last && !c.prescale_gradients);
+    CHECK_TRUE(!c.sparse_gradients); /* DeepSpeed's SPARSE_GRADIENTS_DEFAULT */
     CHECK_EQ_D(c.gradient_predivide_factor, 1.0);
     CHECK_EQ_D(c.gradient_clipping, 0.0);
     CHECK_TRUE(!c.optimizer_set);
@@ -153,7 +155,7 @@ static void test_all_sections(void) {
         " \"gradient_accumulation_steps\": 4, \"steps_per_print\": 5,"
         " \"wall_clock_breakdown\": true, \"dataloader_drop_last\": true,"
         " \"prescale_gradients\": true, \"gradient_predivide_factor\": 2.0,"
-        " \"gradient_clipping\": 0.5,"
+        " \"gradient_clipping\": 0.5, \"sparse_gradients\": true,"
         " \"fp16\": {\"enabled\": true, \"auto_cast\": true, \"loss_scale\": 128,"
         "   \"initial_scale_power\": 12, \"loss_scale_window\": 500, \"hysteresis\": 3,"
         "   \"consecutive_hysteresis\": true, \"min_loss_scale\": 0.5},"
@@ -183,6 +185,7 @@ static void test_all_sections(void) {
     CHECK_EQ_I(c.gradient_accumulation_steps, 4);
     CHECK_EQ_I(c.steps_per_print, 5);
     CHECK_TRUE(c.wall_clock_breakdown && c.dataloader_drop_last && c.prescale_gradients);
+    CHECK_TRUE(c.sparse_gradients);
     CHECK_EQ_D(c.gradient_predivide_factor, 2.0);
     CHECK_EQ_D(c.gradient_clipping, 0.5);
     CHECK_TRUE(c.fp16_enabled && c.fp16_auto_cast && c.consecutive_hysteresis);
@@ -440,8 +443,28 @@ static void test_files(void) {
     rmdir(dir);
 }
 
+/* sparse_gradients: where it applies, and the warning that names the key
+ * where it is ignored (the engine prints it on rank 0). */
+static void test_sparse_gradients_applies(void) {
+    char why[256];
+    ds_config c = parse_ok("{\"sparse_gradients\": false}");
+    CHECK_TRUE(!ds_grad_sparse_applies(&c, true, why, sizeof why) && !why[0]);
+    c = parse_ok("{\"sparse_gradients\": true, \"zero_optimization\": {\"stage\": 1}}");
+    CHECK_TRUE(ds_grad_sparse_applies(&c, true, why, sizeof why) && !why[0]);
+    CHECK_TRUE(!ds_grad_sparse_applies(&c, false, why, sizeof why));
+    CHECK_TRUE(strstr(why, "sparse_gradients: ignored on this backend"));
+    c = parse_ok("{\"sparse_gradients\": true, \"zero_optimization\": {\"stage\": 2}}");
+    CHECK_TRUE(!ds_grad_sparse_applies(&c, true, why, sizeof why));
+    CHECK_TRUE(strstr(why, "sparse_gradients: ignored at zero_optimization.stage 2"));
+    c = parse_ok("{\"sparse_gradients\": true, \"optimizer\": {\"type\": \"OneBitAdam\","
+                 " \"params\": {\"lr\": 0.001, \"freeze_step\": 10}}}");
+    CHECK_TRUE(!ds_grad_sparse_applies(&c, true, why, sizeof why));
+    CHECK_TRUE(strstr(why, "sparse_gradients: ignored with optimizer.type OneBitAdam"));
+}
+
 int main(void) {
     test_defaults();
+    test_sparse_gradients_applies();
     test_types();
     test_all_sections();
     test_overlap_default();

@@ -1,0 +1,507 @@
+/* sparse_gradients (DeepSpeed's key; zero/grad_sparse.h): a row_sparse_grad
+ * parameter's gradient sent as (row index, row) records changes how many
+ * bytes travel, not what arrives.
+ *
+ *   test_sparse_grads [--model user|bert|tied] [--stage S]
+ *                     [--precision fp32|fp16|bf16] [--gas G] [--vocab V]
+ *
+ * Each rank trains STEPS steps twice in one process, sparse_gradients false
+ * then true (overlap_comm on: the exchange runs on the communication
+ * thread), and checks:
+ *
+ *  - at 2 ranks: every step's loss and gradient norm and every final weight
+ *    bit for bit the same (one addition a + b either way);
+ *  - at more ranks: the first step's gradient of the table, sparse and
+ *    dense, each within the recursive-summation bound of the exact sum
+ *    (below; ranks add in another order than the ring);
+ *  - --model user: the table is a module written here as a user would write
+ *    one, against the public module API, flagging its table row_sparse_grad.
+ *    Its rows touched per rank are known from the batches, so every step's
+ *    all-gather bytes must equal the formula (the count, then records of
+ *    int32 index + row), and the dense all-reduce must carry nothing (the
+ *    table is the model's only parameter). With --vocab small enough that
+ *    the ranks' rows together exceed the table's, every step must fall back
+ *    to the dense all-reduce (only the counts gathered);
+ *  - --model bert: the bundled embeddings' word table goes sparse (gathered
+ *    bytes appear, all-reduced bytes shrink);
+ *  - --model tied: a table that the head ties to (as GPT-2's wte) is always
+ *    exchanged dense: no bytes gathered, nothing changes.
+ * The losses must fall in the sparse run, so a run that trained nothing
+ * cannot pass. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_harness.h"
+#include "engine/comm/comm.h"
+#include "engine/engine.h"
+#include "models/models.h"
+#include "tied_model.h"
+
+#define STEPS 8
+#define T_LEN 8
+#define MICRO 4 /* rows per micro-batch and rank (user model) */
+#define EMB 12  /* the user table's width */
+
+typedef struct opts {
+    int stage, gas, vocab;
+    const char *model, *precision;
+} opts;
+
+/* ------------------------------------------------ the user's module ---- */
+
+/* "bag": y[b, :] = sum over t with mask[b, t] != 0 of W[ids[b, t], :].
+ * Plain loops over host memory (the cpu backend). It also keeps `spy`, a
+ * copy of what its backward added into the gradient, which the test reads
+ * as this rank's local gradient (gradient_accumulation_steps 1: the slot
+ * starts at zero). */
+typedef struct bag_impl {
+    int V, E;
+    float *spy; /* [V * E] */
+} bag_impl;
+
+static size_t bag_out(const ds_module *m, int B, int T) {
+    (void)T;
+    return (size_t)B * (size_t)((const bag_impl *)m->impl)->E;
+}
+
+static size_t no_bytes(const ds_module *m, int B, int T) {
+    (void)m, (void)B, (void)T;
+    return 0;
+}
+
+static ds_status bag_forward(ds_module *m, ds_module_ctx *ctx) {
+    DS_TRY(ds_module_check_ctx(m, ctx, false, false));
+    const bag_impl *P = m->impl;
+    const int32_t *ids;
+    const float *mask;
+    DS_TRY(ds_module_input_i32(m, ctx, "input_ids", &ids));
+    DS_TRY(ds_module_input_f32(m, ctx, "attention_mask", &mask));
+    int B = ctx->batch->B, T = ctx->batch->T;
+    memset(ctx->y, 0, sizeof(float) * (size_t)B * (size_t)P->E);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            if (mask[b * T + t] == 0.0f) continue;
+            const float *w = ctx->params[0] + (size_t)ids[b * T + t] * (size_t)P->E;
+            for (int e = 0; e < P->E; e++) ctx->y[b * P->E + e] += w[e];
+        }
+    return DS_OK;
+}
+
+static ds_status bag_backward(ds_module *m, ds_module_ctx *ctx) {
+    DS_TRY(ds_module_check_ctx(m, ctx, false, true));
+    const bag_impl *P = m->impl;
+    const int32_t *ids;
+    const float *mask;
+    DS_TRY(ds_module_input_i32(m, ctx, "input_ids", &ids));
+    DS_TRY(ds_module_input_f32(m, ctx, "attention_mask", &mask));
+    int B = ctx->batch->B, T = ctx->batch->T;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            if (mask[b * T + t] == 0.0f) continue; /* untouched rows stay exactly zero */
+            size_t row = (size_t)ids[b * T + t] * (size_t)P->E;
+            for (int e = 0; e < P->E; e++) {
+                ctx->grads[0][row + (size_t)e] += ctx->dy[b * P->E + e];
+                P->spy[row + (size_t)e] += ctx->dy[b * P->E + e];
+            }
+        }
+    return DS_OK;
+}
+
+static const ds_module_ops k_bag_ops = {.type = "bag", .out_elems = bag_out,
+                                        .saved_bytes = no_bytes, .scratch_bytes = no_bytes,
+                                        .forward = bag_forward, .backward = bag_backward,
+                                        .destroy = ds_module_free};
+
+/* "loss": sum over b, e of (x[b, e] - target[b])^2 / B; the rows are the
+ * weight (module.h rule 5). */
+typedef struct sq_impl {
+    int E;
+} sq_impl;
+
+static size_t sq_out(const ds_module *m, int B, int T) {
+    (void)m, (void)B, (void)T;
+    return 2;
+}
+
+static ds_status sq_forward(ds_module *m, ds_module_ctx *ctx) {
+    DS_TRY(ds_module_check_ctx(m, ctx, true, false));
+    const float *tgt;
+    DS_TRY(ds_module_input_f32(m, ctx, "target", &tgt));
+    int B = ctx->batch->B, E = ((const sq_impl *)m->impl)->E;
+    double sum = 0.0;
+    for (int b = 0; b < B; b++)
+        for (int e = 0; e < E; e++) sum += pow(ctx->x[b * E + e] - tgt[b], 2.0);
+    ctx->y[0] = (float)(sum / B);
+    ctx->y[1] = (float)B;
+    return DS_OK;
+}
+
+static ds_status sq_backward(ds_module *m, ds_module_ctx *ctx) {
+    DS_TRY(ds_module_check_ctx(m, ctx, true, true));
+    const float *tgt;
+    DS_TRY(ds_module_input_f32(m, ctx, "target", &tgt));
+    int B = ctx->batch->B, E = ((const sq_impl *)m->impl)->E;
+    for (int b = 0; b < B; b++)
+        for (int e = 0; e < E; e++)
+            ctx->dx[b * E + e] = 2.0f * ctx->loss_scale / (float)B * (ctx->x[b * E + e] - tgt[b]);
+    return DS_OK;
+}
+
+static const ds_module_ops k_sq_ops = {.type = "sq_loss", .out_elems = sq_out,
+                                       .saved_bytes = no_bytes, .scratch_bytes = no_bytes,
+                                       .forward = sq_forward, .backward = sq_backward,
+                                       .destroy = ds_module_free};
+
+static ds_status user_model(int V, float **spy, ds_model **out) {
+    ds_model *model;
+    DS_TRY(ds_model_create("user_bag", &model));
+    int64_t seq[1] = {DS_DIM_SEQ};
+    ds_module *bag = NULL, *loss = NULL;
+    ds_status st = ds_model_add_input(model, "input_ids", DS_I32, 1, seq, 0);
+    if (st == DS_OK) st = ds_model_add_input(model, "attention_mask", DS_F32, 1, seq, 0);
+    if (st == DS_OK) st = ds_model_add_input(model, "target", DS_F32, 0, NULL, DS_INPUT_TARGET);
+    model->max_seq_len = T_LEN;
+    if (st == DS_OK) st = ds_module_create(&k_bag_ops, "bag", 1, sizeof(bag_impl), &bag);
+    if (st == DS_OK) {
+        bag_impl *P = bag->impl;
+        P->V = V;
+        P->E = EMB;
+        st = ds_module_param(bag, 0, NULL, "weight", V, EMB, DS_INIT_NORMAL, 0.0f, 0.5f);
+        bag->params[0].row_sparse_grad = true; /* the flag a user sets: module.h */
+        *spy = calloc((size_t)V * EMB, sizeof(float)); /* the test owns it */
+        P->spy = *spy;
+        if (st == DS_OK && !P->spy) st = DS_ERR(DS_ERR_OOM, "spy");
+        ds_status add = ds_model_add_module(model, bag); /* owns bag from here */
+        if (st == DS_OK) st = add;
+    }
+    if (st == DS_OK) st = ds_module_create(&k_sq_ops, "loss", 0, sizeof(sq_impl), &loss);
+    if (st == DS_OK) {
+        ((sq_impl *)loss->impl)->E = EMB;
+        st = ds_model_add_module(model, loss);
+    }
+    if (st != DS_OK) {
+        ds_model_destroy(model);
+        return st;
+    }
+    *out = model;
+    return DS_OK;
+}
+
+/* The user model's data: rank q's micro-batch j of step s. */
+typedef struct ubatch {
+    int32_t ids[MICRO * T_LEN];
+    float mask[MICRO * T_LEN], target[MICRO];
+} ubatch;
+
+static void user_batch(int V, int step, int q, int world, int j, ubatch *u) {
+    unsigned s = 1000003u * (unsigned)(((step * world + q) * 8 + j) + 1);
+    for (int b = 0; b < MICRO; b++) {
+        int len = 2 + (b * 3 + step) % (T_LEN - 1);
+        for (int t = 0; t < T_LEN; t++) {
+            s = s * 1103515245u + 12345u;
+            u->ids[b * T_LEN + t] = t < len ? (int)((s >> 16) % (unsigned)V) : 0;
+            u->mask[b * T_LEN + t] = t < len ? 1.0f : 0.0f;
+        }
+        u->target[b] = 0.25f * (float)((b + step) % 3);
+    }
+}
+
+/* Distinct rows rank q touches in step s (all its micro-batches). */
+static long user_rows(int V, int step, int q, int world, int gas) {
+    char *seen = calloc((size_t)V, 1);
+    long n = 0;
+    for (int j = 0; j < gas; j++) {
+        ubatch u;
+        user_batch(V, step, q, world, j, &u);
+        for (int k = 0; k < MICRO * T_LEN; k++)
+            if (u.mask[k] != 0.0f && !seen[u.ids[k]]) seen[u.ids[k]] = 1, n++;
+    }
+    free(seen);
+    return n;
+}
+
+/* ------------------------------------------------------- one run ------ */
+
+typedef struct run {
+    double loss[STEPS], norm[STEPS];
+    float *weights;
+    size_t n_weights;
+    float *grad1;      /* user: the table's gradient at step 1 (ds_get_grad) */
+    float *spy1;       /* user: this rank's local gradient at step 1 */
+    uint64_t gathered, reduced; /* data-path bytes this rank sent, all steps: all-gather(v),
+                                 * all-reduce + reduce-scatter */
+    int fails;
+} run;
+
+static ds_status make_model(const opts *o, float **spy, ds_model **out) {
+    if (!strcmp(o->model, "user")) return user_model(o->vocab, spy, out);
+    if (!strcmp(o->model, "tied")) return tm_create(o->vocab, 16, T_LEN, true, out);
+    ds_bert_desc bd = {.vocab_size = o->vocab, .hidden_size = 32, .num_hidden_layers = 1,
+                       .num_attention_heads = 4, .intermediate_size = 64,
+                       .max_position_embeddings = 16, .n_classes = 3, .max_seq_len = T_LEN,
+                       .hidden_dropout_prob = 0.1f, .attention_probs_dropout_prob = 0.1f};
+    return ds_bert_create(&bd, out);
+}
+
+static int start(const opts *o, bool sparse, int world, const ds_dataset *data, float **spy,
+                 engine_t **e) {
+    ds_model *model;
+    if (make_model(o, spy, &model) != DS_OK) {
+        fprintf(stderr, "model: %s\n", ds_last_error());
+        return 1;
+    }
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_batch_size\": %d, \"gradient_accumulation_steps\": %d,"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01,"
+             " \"weight_decay\": 0.01}}, \"gradient_clipping\": 1.0, \"steps_per_print\": 1000,"
+             " \"sparse_gradients\": %s,"
+             " \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": true,"
+             " \"reduce_bucket_size\": 2000},"
+             " \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 8},"
+             " \"bf16\": {\"enabled\": %s}}",
+             MICRO * world * o->gas, o->gas, sparse ? "true" : "false", o->stage,
+             strcmp(o->precision, "fp16") ? "false" : "true",
+             strcmp(o->precision, "bf16") ? "false" : "true");
+    ds_init_desc d;
+    ds_init_desc_defaults(&d);
+    d.config_json = cfg;
+    d.model = model;
+    d.train_data = data;
+    d.quiet = true;
+    if (ds_initialize(&d, e) != DS_OK) {
+        fprintf(stderr, "init: %s\n", ds_last_error());
+        return 1;
+    }
+    return 0;
+}
+
+/* One step of the user model from our own batches; checks the bytes. */
+static int user_step(const opts *o, engine_t *e, bool sparse, int s, float *spy, run *r) {
+    int world = ds_world_size(e), rank = ds_rank(e);
+    ds_comm_stats before, after;
+    ds_comm_report(e, &before);
+    if (s == 0) memset(spy, 0, sizeof(float) * (size_t)o->vocab * EMB);
+    for (int j = 0; j < o->gas; j++) {
+        ubatch u;
+        user_batch(o->vocab, s, rank, world, j, &u);
+        ds_batch b = {.B = MICRO, .T = T_LEN};
+        float loss;
+        if (ds_batch_set(&b, "input_ids", DS_I32, u.ids) != DS_OK ||
+            ds_batch_set(&b, "attention_mask", DS_F32, u.mask) != DS_OK ||
+            ds_batch_set(&b, "target", DS_F32, u.target) != DS_OK ||
+            ds_forward(e, &b, &loss) != DS_OK || ds_backward(e) != DS_OK ||
+            (j + 1 < o->gas && ds_step(e) != DS_OK)) { /* ds_step counts the micro-step */
+            fprintf(stderr, "step %d: %s\n", s + 1, ds_last_error());
+            return 1;
+        }
+    }
+    if (s == 0) {
+        size_t n = (size_t)o->vocab * EMB;
+        r->grad1 = malloc(n * sizeof(float));
+        r->spy1 = malloc(n * sizeof(float));
+        if (!r->grad1 || !r->spy1 || ds_get_grad(e, "bag.weight", r->grad1, n) != DS_OK) {
+            fprintf(stderr, "ds_get_grad: %s\n", ds_last_error());
+            return 1;
+        }
+        memcpy(r->spy1, spy, n * sizeof(float));
+    }
+    if (ds_step(e) != DS_OK) {
+        fprintf(stderr, "ds_step %d: %s\n", s + 1, ds_last_error());
+        return 1;
+    }
+    ds_comm_report(e, &after);
+    uint64_t ag = after.bytes_sent[DS_COLL_ALL_GATHER] - before.bytes_sent[DS_COLL_ALL_GATHER];
+    uint64_t ar = after.bytes_sent[DS_COLL_ALL_REDUCE] - before.bytes_sent[DS_COLL_ALL_REDUCE];
+    if (!sparse || o->stage != 0 || world < 2) return 0;
+    /* The ring all-gather: a rank sends every block but its successor's.
+     * Blocks: one int32 count each, then n_q records of (4 + row) bytes. */
+    long total = 0, send_rows = 0;
+    int succ = (rank + 1) % world;
+    for (int q = 0; q < world; q++) {
+        long n = user_rows(o->vocab, s, q, world, o->gas);
+        total += n;
+        if (q != succ) send_rows += n;
+    }
+    uint64_t rec = 4 + (uint64_t)EMB * 4; /* fp32 gradients here */
+    uint64_t counts = 4 * (uint64_t)(world - 1);
+    bool fallback = total > o->vocab; /* grad_sparse.h: rows together beyond the table's */
+    uint64_t want_ag = counts + (fallback ? 0 : (uint64_t)send_rows * rec);
+    if (ag != want_ag || (!fallback && ar != 0) || (fallback && ar == 0)) {
+        printf("FAIL: step %d rank %d: all-gather %llu bytes (want %llu: %d counts + %ld rows "
+               "of %llu), all-reduce %llu bytes (want %s); rows of all ranks %ld of %d\n",
+               s + 1, rank, (unsigned long long)ag, (unsigned long long)want_ag, world - 1,
+               fallback ? 0L : send_rows, (unsigned long long)rec, (unsigned long long)ar,
+               fallback ? "the dense table" : "0", total, o->vocab);
+        r->fails++;
+    }
+    return 0;
+}
+
+static int train(const opts *o, const ds_dataset *data, bool sparse, run *r) {
+    engine_t *e;
+    float *spy = NULL;
+    int world = 0;
+    {
+        const char *np = getenv("OMPI_COMM_WORLD_SIZE");
+        world = np ? atoi(np) : 1;
+    }
+    if (start(o, sparse, world, data, &spy, &e)) return 1;
+    int rc = 0;
+    ds_comm_stats c0, c1;
+    ds_comm_report(e, &c0);
+    for (int i = 0; i < STEPS && rc == 0; i++) {
+        ds_step_info info;
+        if (!strcmp(o->model, "user")) {
+            rc = user_step(o, e, sparse, i, spy, r);
+            if (rc == 0 && ds_last_step_info(e, &info) != DS_OK) rc = 1;
+        } else if (ds_train_batch(e, &info) != DS_OK) {
+            fprintf(stderr, "sparse %d step %d: %s\n", sparse, i + 1, ds_last_error());
+            rc = 1;
+        }
+        if (rc == 0) {
+            r->loss[i] = info.loss;
+            r->norm[i] = info.grad_norm;
+        }
+    }
+    ds_comm_report(e, &c1);
+    r->gathered = c1.bytes_sent[DS_COLL_ALL_GATHER] - c0.bytes_sent[DS_COLL_ALL_GATHER];
+    r->reduced = c1.bytes_sent[DS_COLL_ALL_REDUCE] - c0.bytes_sent[DS_COLL_ALL_REDUCE] +
+                 c1.bytes_sent[DS_COLL_REDUCE_SCATTER] - c0.bytes_sent[DS_COLL_REDUCE_SCATTER];
+    r->weights = rc == 0 ? ck_params(e, &r->n_weights) : NULL;
+    if (!r->weights) rc = 1;
+    ds_finalize(e);
+    free(spy);
+    return rc;
+}
+
+/* ---------------------------------------------------- the checks ------ */
+
+/* World > 2: the step-1 table gradient of one run against the exact sum of
+ * the ranks' local gradients (from the spies, summed in double on a
+ * communicator of our own). Any order of adding n fp32 terms is within
+ * (n-1) u sum_i |g_i| of the exact sum (recursive summation, u = 2^-24);
+ * ds_get_grad then divides by n in double and rounds once more (u of the
+ * result). */
+static int check_bound(const opts *o, const run *r, const char *which) {
+    ds_comm *c;
+    ds_comm_desc cd = {.kind = DS_COMM_MPI};
+    if (ds_comm_create(&cd, &c) != DS_OK) {
+        fprintf(stderr, "comm: %s\n", ds_last_error());
+        return 1;
+    }
+    size_t n = (size_t)o->vocab * EMB;
+    double *sum = malloc(2 * n * sizeof(double)), *abs_sum = sum + n;
+    for (size_t k = 0; k < n; k++) {
+        sum[k] = r->spy1[k];
+        abs_sum[k] = fabs(r->spy1[k]);
+    }
+    int fails = 0, world = c->world;
+    if (ds_comm_host_all_reduce(c, sum, 2 * n, DS_F64, DS_REDUCE_SUM) != DS_OK) {
+        fprintf(stderr, "host sum: %s\n", ds_last_error());
+        fails++;
+    }
+    const double u = ldexp(1.0, -24);
+    size_t bad = 0, first = 0;
+    double worst = 0.0;
+    for (size_t k = 0; k < n && !fails; k++) {
+        double exact = sum[k] / world;
+        double tol = ((world - 1) * u * abs_sum[k]) / world + u * fabs(exact);
+        double err = fabs((double)r->grad1[k] - exact);
+        if (tol > 0 && err / tol > worst) worst = err / tol;
+        if (err > tol) {
+            if (!bad) first = k;
+            bad++;
+        }
+    }
+    if (bad) {
+        printf("FAIL: %s at %d ranks: %zu table gradient elements outside the summation bound "
+               "(first %zu: %.9g vs exact %.9g)\n", which, world, bad, first,
+               (double)r->grad1[first], sum[first] / world);
+        fails++;
+    } else if (c->rank == 0) {
+        printf("%s at %d ranks: the table gradient within (n-1) u sum|g_i| of the exact sum "
+               "(worst %.2f of the bound)\n", which, world, worst);
+    }
+    free(sum);
+    ds_comm_destroy(c);
+    return fails;
+}
+
+int main(int argc, char **argv) {
+    opts o = {.stage = 0, .gas = 1, .vocab = 400, .model = "user", .precision = "fp32"};
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--stage")) o.stage = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--model")) o.model = argv[i + 1];
+        else if (!strcmp(argv[i], "--precision")) o.precision = argv[i + 1];
+        else if (!strcmp(argv[i], "--gas")) o.gas = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--vocab")) o.vocab = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "test_sparse_grads: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    bool user = !strcmp(o.model, "user");
+    ds_dataset *data = user ? NULL : ck_make_data(MICRO * 4 * o.gas * STEPS, T_LEN, o.vocab);
+    if (!user && !data) {
+        fprintf(stderr, "data: %s\n", ds_last_error());
+        return 1;
+    }
+    static run off, on;
+    if (train(&o, data, false, &off) || train(&o, data, true, &on)) return 1;
+    ds_dataset_destroy(data);
+    int fails = off.fails + on.fails;
+    const char *np = getenv("OMPI_COMM_WORLD_SIZE");
+    int world = np ? atoi(np) : 1;
+    bool exact = world <= 2;
+    for (int i = 0; exact && i < STEPS; i++) {
+        if (memcmp(&off.loss[i], &on.loss[i], sizeof(double)) ||
+            memcmp(&off.norm[i], &on.norm[i], sizeof(double))) {
+            printf("FAIL: step %d loss %.17g / norm %.17g (dense) vs %.17g / %.17g (sparse)\n",
+                   i + 1, off.loss[i], off.norm[i], on.loss[i], on.norm[i]);
+            fails++;
+        }
+    }
+    size_t differ = 0;
+    for (size_t k = 0; exact && k < off.n_weights; k++)
+        differ += memcmp(&off.weights[k], &on.weights[k], sizeof(float)) != 0;
+    if (differ) {
+        printf("FAIL: %zu of %zu final weights differ between sparse off and on\n", differ,
+               off.n_weights);
+        fails++;
+    }
+    if (user && world > 2)
+        fails += check_bound(&o, &off, "dense") + check_bound(&o, &on, "sparse");
+    if (!(on.loss[STEPS - 1] < on.loss[0])) {
+        printf("FAIL: the loss did not fall (%.6f -> %.6f)\n", on.loss[0], on.loss[STEPS - 1]);
+        fails++;
+    }
+    if (!strcmp(o.model, "tied") && on.gathered != off.gathered) {
+        printf("FAIL: the tied table was gathered as rows (%llu bytes vs %llu dense)\n",
+               (unsigned long long)on.gathered, (unsigned long long)off.gathered);
+        fails++;
+    }
+    if (!strcmp(o.model, "bert") && world > 1 &&
+        !(on.gathered > off.gathered && on.reduced < off.reduced)) {
+        printf("FAIL: bert word table not exchanged as rows: gathered %llu vs %llu, reduced "
+               "%llu vs %llu bytes (sparse vs dense)\n", (unsigned long long)on.gathered,
+               (unsigned long long)off.gathered, (unsigned long long)on.reduced,
+               (unsigned long long)off.reduced);
+        fails++;
+    }
+    printf("%s: %s stage %d %s gas %d vocab %d at %d ranks: loss %.6f -> %.6f; bytes sent per "
+           "rank reduced %llu -> %llu, gathered %llu -> %llu (dense -> sparse)%s\n",
+           fails ? "FAIL" : "ok", o.model, o.stage, o.precision, o.gas, o.vocab, world,
+           on.loss[0], on.loss[STEPS - 1], (unsigned long long)off.reduced,
+           (unsigned long long)on.reduced, (unsigned long long)off.gathered,
+           (unsigned long long)on.gathered, exact ? ", bit-identical" : "");
+    free(off.weights);
+    free(on.weights);
+    free(off.grad1);
+    free(on.grad1);
+    free(off.spy1);
+    free(on.spy1);
+    return fails != 0;
+}

@@ -1,0 +1,82 @@
+/* Row-sparse gradient exchange: DeepSpeed's "sparse_gradients" (stages 0, 1).
+ *
+ * A parameter flagged row_sparse_grad (engine/core/module.h: an embedding
+ * table, rows a step does not touch keep an exactly zero gradient) is left
+ * out of the dense gradient buckets of zero/grad_reduce.h. When its bucket
+ * comes, one job on the communication thread (inline without overlap_comm)
+ *
+ *   1. scans this rank's accumulated gradient of it for rows with any
+ *      nonzero bit (exact: a row of +0.0 adds nothing to any sum),
+ *   2. all-gathers the ranks' row counts (one int32 each),
+ *   3. all-gathers the rows as records (int32 row index, then the row in the
+ *      gradient type) with uneven blocks, rank order,
+ *   4. sums every rank's records, in rank order, into the dense gradient:
+ *      at stage 0 every row; at stage 1 (reduce-scatter) only the elements
+ *      inside this rank's partition, the rest keeping the rank's own values
+ *      as the dense reduce-scatter leaves them.
+ *
+ * Traffic per step and rank at 2 ranks: 4 bytes (the count) + n_r x
+ * (row bytes + 4) where n_r is this rank's nonzero rows; at world n the
+ * all-gather ring forwards every block but its successor's, (n - 1) blocks.
+ *
+ * Fallback to dense, decided from the gathered counts, so on every rank
+ * alike: when the ranks' nonzero rows TOGETHER exceed the table's rows, the
+ * parameter is all-reduced (stage 0) or reduce-scattered (stage 1) densely
+ * that step. At that point the records would be about half a dense
+ * all-reduce's bytes (a ring all-reduce sends 2(n-1)/n of the buffer, the
+ * gather (n-1)/n of the records); the bound also sizes the one record buffer
+ * (table rows x (row + 4) bytes, allocated at creation). A parameter that
+ * another module ties to (GPT-2's wte, also lm_head) is never treated as
+ * sparse: the tied use's gradient is dense in every row.
+ *
+ * Sums: each addition in fp32, rounded to the gradient type after each (as
+ * the ring rounds once per hop), starting from -0.0 (the identity of IEEE
+ * addition) where every rank sent the row and from +0.0 otherwise (the
+ * silent ranks' +0.0 is part of the dense sum: -0.0 + +0.0 is +0.0). At 2
+ * ranks the result is therefore bit for bit the dense all-reduce's (one
+ * addition a + b either way, commutative). At n > 2 ranks the dense ring
+ * adds in a rotated order per chunk and this in rank order; both are
+ * recursive sums of n terms, each within (n-1) u sum_i |g_i| of the exact
+ * sum (u the unit roundoff of the gradient type), so they differ by at most
+ * 2 (n-1) u sum_i |g_i| per element. */
+#ifndef DS_ZERO_GRAD_SPARSE_H
+#define DS_ZERO_GRAD_SPARSE_H
+
+#include <stdbool.h>
+
+#include "engine/comm/comm_worker.h"
+#include "zero/zero.h"
+
+typedef struct ds_grad_sparse ds_grad_sparse;
+
+/* Where "sparse_gradients": true applies: stages 0 and 1 on the cpu backend
+ * (the row scan reads host memory), without OneBitAdam / ZeroOneAdam
+ * (their compressed steps exchange momentum, not gradients). False with the
+ * reason in why (a sentence for a warning) otherwise; true with why "" when
+ * the key is false or it applies. */
+bool ds_grad_sparse_applies(const ds_config *c, bool cpu_backend, char *why, size_t cap);
+
+/* The exchange of every untied row_sparse_grad parameter of f; *out stays
+ * NULL when f has none. grads: the full replica (gt). scatter: stage 1 (sum
+ * only this rank's partition). Allocates every buffer now. */
+ds_status ds_grad_sparse_create(ds_backend *be, ds_comm *comm, const ds_flat *f, ds_dtype gt,
+                                void *grads, bool scatter, ds_grad_sparse **out);
+void ds_grad_sparse_destroy(ds_grad_sparse *gs);
+
+/* The highest sparse parameter whose range [*a, *b) overlaps [lo, hi), or
+ * false when none does. *which names it for submit. */
+bool ds_grad_sparse_overlap(const ds_grad_sparse *gs, int64_t lo, int64_t hi, int64_t *a,
+                            int64_t *b, int *which);
+/* Queue the exchange of parameter `which` on w (its gradient must be final). */
+ds_status ds_grad_sparse_submit(ds_grad_sparse *gs, ds_comm_worker *w, int which);
+/* Wait for every queued exchange; the first failure. */
+ds_status ds_grad_sparse_wait(ds_grad_sparse *gs, ds_comm_worker *w);
+
+/* Counters since creation, over all sparse parameters: exchanges sent as
+ * rows, exchanges that fell back to dense, and this rank's rows sent. */
+typedef struct ds_grad_sparse_stats {
+    uint64_t sparse_steps, dense_steps, rows_sent;
+} ds_grad_sparse_stats;
+void ds_grad_sparse_get_stats(const ds_grad_sparse *gs, ds_grad_sparse_stats *out);
+
+#endif /* DS_ZERO_GRAD_SPARSE_H */
