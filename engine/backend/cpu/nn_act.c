@@ -13,30 +13,50 @@
 
 /* ---- bias + activation ---- */
 
-DS_INLINE void act_fwd_row(float *yr, const float *xr, const float *bias, int width, ds_act act) {
-    if (bias) {
-        DS_SIMD
-        for (int c = 0; c < width; c++) yr[c] = ds_act_fwd(act, xr[c] + bias[c]);
-    } else {
-        DS_SIMD
-        for (int c = 0; c < width; c++) yr[c] = ds_act_fwd(act, xr[c]);
+/* The rows of a feed-forward activation are 4 KiB (1024 floats), a page
+ * each, where the hardware prefetchers start over: each row began with a
+ * miss to memory on every operand (47% of GELU backward's samples in the
+ * step sat on the first load of x). So the loops walk a row in blocks of
+ * ACT_PF floats and ask for the same block of the next row (nn_cpu.h) as
+ * they go: GELU forward + backward 6.2-6.5% of the BERT-mini step -> 4.0%
+ * (bench/RESULTS.md, stop 29). */
+#define ACT_PF 64
+
+/* next: x's next row (NULL on the last); y's next row is asked for too,
+ * for writing, when y is not x. */
+DS_INLINE void act_fwd_row(float *yr, const float *xr, const float *next, const float *bias,
+                           int width, ds_act act) {
+    for (int c0 = 0; c0 < width; c0 += ACT_PF) {
+        int c1 = c0 + ACT_PF < width ? c0 + ACT_PF : width;
+        if (next) {
+            ds_nn_cpu_pf_read(next + c0, c1 - c0);
+            if (yr != xr) ds_nn_cpu_pf_write(yr + width + c0, c1 - c0);
+        }
+        if (bias) {
+            DS_SIMD
+            for (int c = c0; c < c1; c++) yr[c] = ds_act_fwd(act, xr[c] + bias[c]);
+        } else {
+            DS_SIMD
+            for (int c = c0; c < c1; c++) yr[c] = ds_act_fwd(act, xr[c]);
+        }
     }
 }
 
 /* The switch sits inside the parallel region (OpenMP outlines the region
  * into a function that sees `act` as a variable): each case inlines a loop
  * with a constant activation. */
-static void act_fwd_rows(float *y, const float *x, const float *bias, int r0, int r1, int width,
-                         ds_act act) {
+static void act_fwd_rows(float *y, const float *x, const float *bias, int r0, int r1, int rows,
+                         int width, ds_act act) {
     for (int r = r0; r < r1; r++) {
         float *yr = y + (size_t)r * width;
         const float *xr = x + (size_t)r * width;
+        const float *nx = r + 1 < rows ? xr + width : NULL;
         switch (act) {
-        case DS_ACT_RELU: act_fwd_row(yr, xr, bias, width, DS_ACT_RELU); break;
-        case DS_ACT_GELU: act_fwd_row(yr, xr, bias, width, DS_ACT_GELU); break;
-        case DS_ACT_TANH: act_fwd_row(yr, xr, bias, width, DS_ACT_TANH); break;
-        case DS_ACT_GELU_TANH: act_fwd_row(yr, xr, bias, width, DS_ACT_GELU_TANH); break;
-        default: act_fwd_row(yr, xr, bias, width, DS_ACT_NONE); break;
+        case DS_ACT_RELU: act_fwd_row(yr, xr, nx, bias, width, DS_ACT_RELU); break;
+        case DS_ACT_GELU: act_fwd_row(yr, xr, nx, bias, width, DS_ACT_GELU); break;
+        case DS_ACT_TANH: act_fwd_row(yr, xr, nx, bias, width, DS_ACT_TANH); break;
+        case DS_ACT_GELU_TANH: act_fwd_row(yr, xr, nx, bias, width, DS_ACT_GELU_TANH); break;
+        default: act_fwd_row(yr, xr, nx, bias, width, DS_ACT_NONE); break;
         }
     }
 }
@@ -47,7 +67,7 @@ ds_status ds_nn_cpu_bias_act_fwd(ds_backend *be, float *y, const float *x, const
     if ((int)act < DS_ACT_NONE || act >= DS_ACT_COUNT)
         return DS_ERR(DS_ERR_INVALID_ARG, "bias_act_fwd: unknown activation %d", (int)act);
 #pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)rows * width >= DS_NN_CPU_PAR_MIN)
-    for (int r = 0; r < rows; r++) act_fwd_rows(y, x, bias, r, r + 1, width, act);
+    for (int r = 0; r < rows; r++) act_fwd_rows(y, x, bias, r, r + 1, rows, width, act);
     return DS_OK;
 }
 
@@ -55,8 +75,8 @@ ds_status ds_nn_cpu_bias_act_fwd(ds_backend *be, float *y, const float *x, const
  * column sums of dx into acc[0 .. c1-c0) when acc != NULL. For NONE, dx may
  * be NULL (only the sums are wanted). */
 DS_INLINE void act_bwd_block(float *dx, float *acc, const float *dy, const float *x,
-                             const float *bias, int r0, int r1, int width, int c0, int c1,
-                             ds_act act) {
+                             const float *bias, int r0, int r1, int rows, int width, int c0,
+                             int c1, ds_act act) {
     for (int r = r0; r < r1; r++) {
         const float *dyr = dy + (size_t)r * width;
         if (act == DS_ACT_NONE) {
@@ -73,41 +93,50 @@ DS_INLINE void act_bwd_block(float *dx, float *acc, const float *dy, const float
         }
         float *dxr = dx + (size_t)r * width;
         const float *xr = x + (size_t)r * width;
-        if (bias && acc) {
-            DS_SIMD
-            for (int c = c0; c < c1; c++) {
-                float g = dyr[c] * ds_act_grad(act, xr[c] + bias[c]);
-                dxr[c] = g;
-                acc[c - c0] += g;
+        const bool pf = r + 1 < rows; /* prefetch the next row (ACT_PF) */
+        for (int b0 = c0; b0 < c1; b0 += ACT_PF) {
+            int b1 = b0 + ACT_PF < c1 ? b0 + ACT_PF : c1;
+            if (pf) {
+                ds_nn_cpu_pf_read(xr + width + b0, b1 - b0);
+                ds_nn_cpu_pf_read(dyr + width + b0, b1 - b0);
             }
-        } else if (bias) {
-            DS_SIMD
-            for (int c = c0; c < c1; c++) dxr[c] = dyr[c] * ds_act_grad(act, xr[c] + bias[c]);
-        } else if (acc) {
-            DS_SIMD
-            for (int c = c0; c < c1; c++) {
-                float g = dyr[c] * ds_act_grad(act, xr[c]);
-                dxr[c] = g;
-                acc[c - c0] += g;
+            if (bias && acc) {
+                DS_SIMD
+                for (int c = b0; c < b1; c++) {
+                    float g = dyr[c] * ds_act_grad(act, xr[c] + bias[c]);
+                    dxr[c] = g;
+                    acc[c - c0] += g;
+                }
+            } else if (bias) {
+                DS_SIMD
+                for (int c = b0; c < b1; c++)
+                    dxr[c] = dyr[c] * ds_act_grad(act, xr[c] + bias[c]);
+            } else if (acc) {
+                DS_SIMD
+                for (int c = b0; c < b1; c++) {
+                    float g = dyr[c] * ds_act_grad(act, xr[c]);
+                    dxr[c] = g;
+                    acc[c - c0] += g;
+                }
+            } else {
+                DS_SIMD
+                for (int c = b0; c < b1; c++) dxr[c] = dyr[c] * ds_act_grad(act, xr[c]);
             }
-        } else {
-            DS_SIMD
-            for (int c = c0; c < c1; c++) dxr[c] = dyr[c] * ds_act_grad(act, xr[c]);
         }
     }
 }
 
 static void act_bwd_dispatch(float *dx, float *acc, const float *dy, const float *x,
-                             const float *bias, int r0, int r1, int width, int c0, int c1,
-                             ds_act act) {
+                             const float *bias, int r0, int r1, int rows, int width, int c0,
+                             int c1, ds_act act) {
     switch (act) {
-    case DS_ACT_RELU: act_bwd_block(dx, acc, dy, x, bias, r0, r1, width, c0, c1, DS_ACT_RELU); break;
-    case DS_ACT_GELU: act_bwd_block(dx, acc, dy, x, bias, r0, r1, width, c0, c1, DS_ACT_GELU); break;
-    case DS_ACT_TANH: act_bwd_block(dx, acc, dy, x, bias, r0, r1, width, c0, c1, DS_ACT_TANH); break;
+    case DS_ACT_RELU: act_bwd_block(dx, acc, dy, x, bias, r0, r1, rows, width, c0, c1, DS_ACT_RELU); break;
+    case DS_ACT_GELU: act_bwd_block(dx, acc, dy, x, bias, r0, r1, rows, width, c0, c1, DS_ACT_GELU); break;
+    case DS_ACT_TANH: act_bwd_block(dx, acc, dy, x, bias, r0, r1, rows, width, c0, c1, DS_ACT_TANH); break;
     case DS_ACT_GELU_TANH:
-        act_bwd_block(dx, acc, dy, x, bias, r0, r1, width, c0, c1, DS_ACT_GELU_TANH);
+        act_bwd_block(dx, acc, dy, x, bias, r0, r1, rows, width, c0, c1, DS_ACT_GELU_TANH);
         break;
-    default: act_bwd_block(dx, acc, dy, x, bias, r0, r1, width, c0, c1, DS_ACT_NONE); break;
+    default: act_bwd_block(dx, acc, dy, x, bias, r0, r1, rows, width, c0, c1, DS_ACT_NONE); break;
     }
 }
 
@@ -122,7 +151,7 @@ ds_status ds_nn_cpu_bias_act_bwd(ds_backend *be, float *dx, float *dbias, const 
     if (!dbias) {
 #pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)rows * width >= DS_NN_CPU_PAR_MIN)
         for (int r = 0; r < rows; r++)
-            act_bwd_dispatch(dx, NULL, dy, x, bias, r, r + 1, width, 0, width, act);
+            act_bwd_dispatch(dx, NULL, dy, x, bias, r, r + 1, rows, width, 0, width, act);
         return DS_OK;
     }
     /* Column tiles: each thread owns whole bias entries and sums rows in
@@ -134,7 +163,7 @@ ds_status ds_nn_cpu_bias_act_bwd(ds_backend *be, float *dx, float *dbias, const 
         int c0 = k * tile, c1 = c0 + tile < width ? c0 + tile : width;
         float acc[DS_NN_CPU_TILE_MAX];
         for (int c = 0; c < c1 - c0; c++) acc[c] = 0.0f;
-        act_bwd_dispatch(dx, acc, dy, x, bias, 0, rows, width, c0, c1, act);
+        act_bwd_dispatch(dx, acc, dy, x, bias, 0, rows, rows, width, c0, c1, act);
         for (int c = c0; c < c1; c++) dbias[c] += acc[c - c0];
     }
     return DS_OK;
@@ -394,6 +423,12 @@ ds_status ds_nn_cpu_dropout_fwd(ds_backend *be, float *y, const float *x, const 
         const float *rr = res ? res + (size_t)r * width : NULL;
         float *yr = y + (size_t)r * width;
         float m[DROP_CHUNK];
+        int ra = r + ds_nn_cpu_pf_rows(width); /* the row a page ahead */
+        if (ra < rows) {
+            ds_nn_cpu_pf_read(x + (size_t)ra * width, width);
+            if (res) ds_nn_cpu_pf_read(res + (size_t)ra * width, width);
+            if (y != x && y != res) ds_nn_cpu_pf_write(y + (size_t)ra * width, width);
+        }
         for (int c0 = 0; c0 < width; c0 += DROP_CHUNK) {
             int n = width - c0 < DROP_CHUNK ? width - c0 : DROP_CHUNK;
             if (p > 0.0f)
@@ -440,9 +475,14 @@ ds_status ds_nn_cpu_dropout_bwd(ds_backend *be, float *dx, float *dbias, const f
             int c0 = k * tile, n = (c0 + tile < width ? c0 + tile : width) - c0;
             float acc[DS_NN_CPU_TILE_MAX], m[DS_NN_CPU_TILE_MAX];
             for (int c = 0; c < n; c++) acc[c] = 0.0f;
+            const int ahead = ds_nn_cpu_pf_rows(n);
             for (int r = 0; r < rows; r++) {
                 const float *dyr = dy + (size_t)r * width + c0;
                 float *dxr = dx + (size_t)r * width + c0;
+                if (r + ahead < rows) { /* this tile of the row a page ahead */
+                    ds_nn_cpu_pf_read(dyr + (size_t)ahead * width, n);
+                    if (dx != dy) ds_nn_cpu_pf_write(dxr + (size_t)ahead * width, n);
+                }
                 ds_nn_cpu_dropout_mults(m, seed, offset + (uint64_t)r * width + c0, n, p,
                                         inv_keep);
                 DS_SIMD
@@ -462,6 +502,11 @@ ds_status ds_nn_cpu_dropout_bwd(ds_backend *be, float *dx, float *dbias, const f
             const float *dyr = dy + (size_t)r * width;
             float *dxr = dx + (size_t)r * width;
             float m[DROP_CHUNK];
+            int ra = r + ds_nn_cpu_pf_rows(width); /* the row a page ahead */
+            if (ra < rows) {
+                ds_nn_cpu_pf_read(dy + (size_t)ra * width, width);
+                if (dx != dy) ds_nn_cpu_pf_write(dx + (size_t)ra * width, width);
+            }
             for (int c0 = 0; c0 < width; c0 += DROP_CHUNK) {
                 int n = width - c0 < DROP_CHUNK ? width - c0 : DROP_CHUNK;
                 ds_nn_cpu_dropout_mults(m, seed, offset + (uint64_t)r * width + c0, n, p,

@@ -13,11 +13,17 @@ ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const 
     DS_TRY(ds_check_attn_dropout("attn_softmax_fwd", pd, drop_p));
     int64_t rows = (int64_t)B * nh * Tq;
     float inv_keep = 1.0f / (1.0f - drop_p);
+    const int ahead = ds_nn_cpu_pf_rows(T);
 #pragma omp parallel for schedule(static) num_threads(nt) if (rows * T >= DS_NN_CPU_PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
         int b = (int)(r / ((int64_t)nh * Tq));
         const float *mrow = mask ? mask + (size_t)b * T : NULL;
         float *pr = p + (size_t)r * T;
+        if (r + ahead < rows) { /* the row a page ahead (nn_cpu.h) */
+            ds_nn_cpu_pf_read(s + (size_t)(r + ahead) * T, T);
+            if (p != s) ds_nn_cpu_pf_write(pr + (size_t)ahead * T, T);
+            if (pd) ds_nn_cpu_pf_write(pd + (size_t)(r + ahead) * T, T);
+        }
         /* causal: the softmax runs over the visible prefix of the keys only,
          * the rest is exactly 0 (the dropout below keeps 0 at 0) */
         int nk = causal ? ds_causal_keys((int)(r % Tq), Tq, T) : T;
@@ -51,12 +57,18 @@ ds_status ds_nn_cpu_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const
     DS_TRY(ds_check_dropout_p("attn_softmax_bwd", drop_p));
     int64_t rows = (int64_t)B * nh * Tq;
     float inv_keep = 1.0f / (1.0f - drop_p);
+    const int ahead = ds_nn_cpu_pf_rows(T);
 #pragma omp parallel for schedule(static) num_threads(nt) if (rows * T >= DS_NN_CPU_PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
         const float *pr = p + (size_t)r * T;
         const float *dr = dpd + (size_t)r * T;
         float *sr = ds + (size_t)r * T;
         float *pdr = pd ? pd + (size_t)r * T : NULL;
+        if (r + ahead < rows) { /* the row a page ahead (nn_cpu.h) */
+            ds_nn_cpu_pf_read(pr + (size_t)ahead * T, T);
+            ds_nn_cpu_pf_read(dr + (size_t)ahead * T, T);
+            if (pdr) ds_nn_cpu_pf_write(pdr + (size_t)ahead * T, T);
+        }
         /* pass 1: dp = dropout_bwd(dpd) into ds, dot = sum dp * p, pd = dropout(p) */
         float dot = 0.0f;
         if (drop_p > 0.0f) {
