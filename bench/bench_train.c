@@ -12,6 +12,8 @@
  * ranks); the bytes each collective sent per step are printed either way,
  * rank 0's by collective and every rank's inside its host / across hosts. --qgz ab pairs an
  * engine without and one with qgZ as --overlap ab pairs overlap off and on.
+ * --qgz 4 is qgZ with zero_engine.qgz_scheme "int4" (DeepSpeed's: int4,
+ * inside hosts then across them); --qgz ab4 pairs int8 qgZ and int4 qgZ.
  * --overlap 0|1 sets zero_optimization.overlap_comm (default: DeepSpeed's,
  * true at stage 3 only), --bucket N its reduce_bucket_size in elements
  * (default DeepSpeed's 5e8, which for this model is one bucket: nothing to
@@ -64,7 +66,8 @@ enum { V = 21128, H = 256, L = 4, NH = 4, I = 1024, C = 6 };
 /* Per engine: its settings, then total, forward, backward and step time of
  * each timed step. */
 typedef struct timing {
-    int overlap, qgz;     /* overlap: -1 DeepSpeed's default, 0 off, 1 on; qgz: 0 off, 1 on */
+    int overlap, qgz;     /* overlap: -1 DeepSpeed's default, 0 off, 1 on; qgz: 0 off, 1 on
+                             (int8), 4 on with qgz_scheme int4 */
     int qwz, hpz;         /* zero_quantized_weights; zero_hpz_partition_size (<= 1: off) */
     const char *gemm;     /* zero_engine.gemm_input_dtype */
     int sparse;           /* sparse_gradients: -1 unset (DeepSpeed's false), 0, 1 */
@@ -93,13 +96,14 @@ static ds_status make_engine(bench *b, const timing *tm, engine_t **out) {
              " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0,"
              " \"reduce_bucket_size\": %lld, \"zero_hpz_partition_size\": %d%s%s%s},"
              " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s},"
-             " \"zero_engine\": {\"backend\": \"%s\", \"gemm_input_dtype\": \"%s\"}"
+             " \"zero_engine\": {\"backend\": \"%s\", \"gemm_input_dtype\": \"%s\"%s}"
              "%s}",
              b->global_batch, b->stage, b->bucket, tm->hpz > 1 ? tm->hpz : 1, ov,
              tm->qgz ? ", \"zero_quantized_gradients\": true" : "",
              tm->qwz ? ", \"zero_quantized_weights\": true" : "",
              strcmp(b->precision, "fp16") ? "false" : "true",
              strcmp(b->precision, "bf16") ? "false" : "true", b->backend, tm->gemm,
+             tm->qgz == 4 ? ", \"qgz_scheme\": \"int4\"" : "",
              b->ckpt ? ", \"activation_checkpointing\": {}" : "");
     if (tm->sparse >= 0) { /* a top-level key, put in front */
         const char *key = tm->sparse ? "\"sparse_gradients\": true, "
@@ -266,7 +270,7 @@ static int fail(void) {
 int main(int argc, char **argv) {
     bench b = {.stage = 0, .steps = 8, .warmup = 2, .T = 128, .global_batch = 32, .ckpt = 0,
                .precision = "fp32", .backend = "cpu", .bucket = 500000000};
-    int overlap = -1, qgz = 0; /* overlap -1: DeepSpeed's default; 2 (either): ab */
+    int overlap = -1, qgz = 0; /* overlap -1: DeepSpeed's default; 2 (either): ab; qgz 5: ab4 */
     const char *gemm = "auto";
     int zpp_ab = 0; /* --zeropp ab */
     int sparse = -1; /* --sparse: -1 unset, 0, 1, 2 ab */
@@ -286,7 +290,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--sparse"))
             sparse = !strcmp(argv[i + 1], "ab") ? 2 : atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--qgz"))
-            qgz = !strcmp(argv[i + 1], "ab") ? 2 : atoi(argv[i + 1]);
+            qgz = !strcmp(argv[i + 1], "ab") ? 2 : !strcmp(argv[i + 1], "ab4") ? 5
+                                                 : atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--qwz")) b.qwz = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--hpz")) b.hpz = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--gemm")) gemm = argv[i + 1];
@@ -299,7 +304,8 @@ int main(int argc, char **argv) {
         }
     }
     const int gemm_ab = !strcmp(gemm, "ab");
-    if (b.steps < 1 || b.warmup < 0 || (overlap == 2) + (qgz == 2) + gemm_ab + zpp_ab > 1) {
+    if (b.steps < 1 || b.warmup < 0 ||
+        (overlap == 2) + (qgz == 2 || qgz == 5) + gemm_ab + zpp_ab > 1) {
         fprintf(stderr, "bench_train: --steps must be at least 1, --warmup at least 0, and "
                 "one of --overlap, --qgz, --gemm and --zeropp ab at a time\n");
         return 2;
@@ -323,13 +329,14 @@ int main(int argc, char **argv) {
         }
         b.labels[i] = (int)(i % (size_t)C);
     }
-    int ne = overlap == 2 || qgz == 2 || gemm_ab || zpp_ab ? 2 : 1;
+    int ne = overlap == 2 || qgz == 2 || qgz == 5 || gemm_ab || zpp_ab ? 2 : 1;
     if (sparse == 2) ne = 2;
     engine_t *e[2] = {NULL, NULL};
     timing tm[2];
     for (int k = 0; k < ne; k++) {
         double *m = calloc((size_t)b.steps * 4, sizeof *m);
-        tm[k] = (timing){.overlap = overlap == 2 ? k : overlap, .qgz = qgz == 2 ? k : qgz,
+        tm[k] = (timing){.overlap = overlap == 2 ? k : overlap,
+                         .qgz = qgz == 2 ? k : qgz == 5 ? (k ? 4 : 1) : qgz,
                          .qwz = b.qwz, .hpz = b.hpz,
                          .gemm = gemm_ab ? (k ? "bf16" : "fp32") : gemm, .dt = m,
                          .fw = m + b.steps, .bw = m + 2 * b.steps, .st = m + 3 * b.steps};
@@ -364,7 +371,8 @@ int main(int argc, char **argv) {
         }
         printf("bench_train: stage %d paired steps: samples/s %s on / off = %.3f (median "
                "of %d pairs, min %.3f, max %.3f)\n", b.stage,
-               sparse == 2 ? "sparse" : overlap == 2 ? "overlap" : qgz == 2 ? "qgz" : zpp_ab ? "ZeRO++" : "bf16-GEMM",
+               sparse == 2 ? "sparse" : overlap == 2 ? "overlap" : qgz == 2 ? "qgz"
+               : qgz == 5 ? "qgz-int4" : zpp_ab ? "ZeRO++" : "bf16-GEMM",
                median(r, b.steps), b.steps, rlo, rhi);
         free(r);
     }

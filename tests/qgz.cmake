@@ -26,3 +26,13 @@ foreach(np 2 4)
   ds_add_mpi_test(NAME test_q8_rs SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_q8_rs.c
                   NP ${np} LABELS multirank TIMEOUT 60)
 endforeach()
+
+# DeepSpeed's qgZ (zero_engine.qgz_scheme "int4", engine/comm/codec_q4.h): the
+# int4 quantizer against its derived bound and DeepSpeed's bytes
+# (unit/test_quant4.c), and the two-level reduce-scatter at 4 ranks with
+# hosts faked as 2 x 2 (and 1 x 4, 4 x 1): the exact sum within the bound,
+# 0 ulps against a serial one-round reference, bytes inside and across hosts
+# equal the formula (multirank/test_q4_rs.c; about a second each).
+ds_add_test(NAME test_quant4 SOURCES unit/test_quant4.c LABELS unit)
+ds_add_mpi_test(NAME test_q4_rs SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_q4_rs.c
+                NP 4 LABELS multirank TIMEOUT 60)

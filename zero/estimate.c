@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine/backend/math.h"
+#include "engine/comm/codec_q4.h"
 #include "engine/comm/codec_q8.h"
 #include "offload/nvme_dir.h"
 #include "zero/flat.h"
@@ -117,7 +118,14 @@ static void buckets(est *e) { add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, 2 * bucket
  * records and two fp32 slices, the same for any model and bucket size. */
 static void buckets_q8(est *e) {
     if (!e->c->zero_quantized_gradients || e->l->world < 2) return;
-    add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, (int64_t)ds_q8_rs_bytes(e->l->world, 0), 1);
+    /* zero_engine.qgz_scheme "int4" (ds_grad_buckets_quantize_int4): its
+     * scratch grows with the hosts, which the estimate does not know; one
+     * rank per host is the most (on one host it has none: the plain
+     * reduce-scatter runs) */
+    if (!strcmp(e->c->qgz_scheme, "int4"))
+        add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, (int64_t)ds_q4_rs_bytes(e->l->world, 1, 0), 1);
+    else
+        add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, (int64_t)ds_q8_rs_bytes(e->l->world, 0), 1);
 }
 
 /* offload/param_store.c: stage 3's parameter partition off the device. */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/comm/codec_q4.h"
 #include "engine/comm/codec_q8.h"
 #include "zero/zero_util.h"
 
@@ -40,6 +41,7 @@ struct ds_grad_buckets {
      * scratch (a fixed size, one for both buckets: the worker runs one job
      * at a time) and its communicator */
     ds_q8_rs *q8;
+    ds_q4_rs *q4; /* or DeepSpeed's int4 in two levels (ds_grad_buckets_quantize_int4) */
     ds_comm *qcomm;
 };
 
@@ -58,6 +60,15 @@ static ds_status reduce_q8(void *arg) {
     bucket *k = arg;
     ds_grad_buckets *gb = k->owner;
     DS_TRY(ds_comm_reduce_scatterv_q8_add(gb->qcomm, gb->q8, k->rs.send, gb->gt, k->counts,
+                                          ds_at(gb->part_grads, gb->gt, k->dst), gb->gt));
+    return DS_OK;
+}
+
+/* qgZ as DeepSpeed runs it: int4, inside hosts then across them. */
+static ds_status reduce_q4(void *arg) {
+    bucket *k = arg;
+    ds_grad_buckets *gb = k->owner;
+    DS_TRY(ds_comm_reduce_scatterv_q4_add(gb->qcomm, gb->q4, k->rs.send, gb->gt, k->counts,
                                           ds_at(gb->part_grads, gb->gt, k->dst), gb->gt));
     return DS_OK;
 }
@@ -104,9 +115,16 @@ ds_status ds_grad_buckets_quantize(ds_grad_buckets *gb, ds_comm *c) {
     return DS_OK;
 }
 
+ds_status ds_grad_buckets_quantize_int4(ds_grad_buckets *gb, ds_comm *c, int per_host) {
+    DS_TRY(ds_q4_rs_create(gb->be, c, per_host, 0, &gb->q4));
+    gb->qcomm = c;
+    return DS_OK;
+}
+
 void ds_grad_buckets_destroy(ds_grad_buckets *gb) {
     if (!gb) return;
     ds_q8_rs_destroy(gb->q8);
+    ds_q4_rs_destroy(gb->q4);
     for (int k = 0; k < 2; k++) {
         ds_backend_free(gb->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, gb->b[k].buf,
                         (size_t)gb->cap * ds_dtype_size(gb->gt));
@@ -142,10 +160,11 @@ static ds_status flush(ds_grad_buckets *gb) {
     k->recv = k->rs.buf;
     k->recv_t = gb->gt;
     k->n = k->rs.counts[gb->rank];
-    if (gb->q8) { /* qgZ: the same blocks through the int8 codec, summed in
-                   * fp32 and added into the partition by the job itself */
+    if (gb->q8 || gb->q4) { /* qgZ: the same blocks through the int8 (or int4)
+                             * codec, summed in fp32 and added into the
+                             * partition by the job itself */
         k->rs.kind = DS_JOB_FN;
-        k->rs.fn = reduce_q8;
+        k->rs.fn = gb->q8 ? reduce_q8 : reduce_q4;
         k->rs.arg = k;
         k->n = 0; /* acc: nothing left to add */
     }

@@ -41,6 +41,12 @@ void ds_grad_buckets_set_comm(ds_grad_buckets *gb, ds_comm *c);
  * for any model) is allocated here, once. Call before the first add; c is
  * the communicator the buckets run on. */
 ds_status ds_grad_buckets_quantize(ds_grad_buckets *gb, ds_comm *c);
+/* qgZ as DeepSpeed runs it (zero_engine.qgz_scheme "int4"): every bucket
+ * through engine/comm/codec_q4.h's int4 reduce-scatter in two levels over
+ * c cut into hosts of per_host consecutive ranks (collective over c: it
+ * splits c). Its scratch is allocated here, once. Instead of
+ * ds_grad_buckets_quantize, before the first add. */
+ds_status ds_grad_buckets_quantize_int4(ds_grad_buckets *gb, ds_comm *c, int per_host);
 
 /* The fp32 gradients of flat range [begin, end) (a module's span, src[0] =
  * element begin) are complete for this micro-batch. src may be reused when

@@ -693,6 +693,21 @@ static ds_status slot_alloc(stage3 *s, ds_backend *be, slot *sl) {
 /* d_in's flat space and communicator are the world's; under MiCS the
  * partition is cut over the shard group, so everything below sees that
  * group's view (d). */
+/* qgZ's scheme (config.h qgz_scheme). "int4" is DeepSpeed's: two levels
+ * over the partition's hosts (the communicator's, by host name, the same
+ * number of consecutive ranks on each), and on one host the plain
+ * reduce-scatter, as DeepSpeed's stage3.py takes its quantized path only
+ * when num_nodes > 1. */
+static ds_status qgz_setup(stage3 *s, const ds_config *cfg) {
+    if (strcmp(cfg->qgz_scheme, "int4") != 0) return ds_grad_buckets_quantize(s->buckets, s->comm);
+    int hosts = s->comm->nhosts, w = s->comm->world;
+    if (hosts <= 1) return DS_OK;
+    if (w % hosts != 0)
+        return DS_ERR(DS_ERR_CONFIG, "zero_engine.qgz_scheme: \"int4\" needs the same number "
+                      "of ranks on every host, got %d ranks on %d hosts", w, hosts);
+    return ds_grad_buckets_quantize_int4(s->buckets, s->comm, w / hosts);
+}
+
 static ds_status build(stage3 *s, const ds_zero_desc *d_in) {
     ds_zero_desc dd = *d_in;
     dd.flat = s->flat;
@@ -732,7 +747,7 @@ static ds_status build(stage3 *s, const ds_zero_desc *d_in) {
     ds_grad_buckets_set_comm(s->buckets, s->comm);
     /* qgZ: with one rank there is nothing to send */
     if (d->cfg->zero_quantized_gradients && s->comm->world > 1)
-        DS_TRY(ds_grad_buckets_quantize(s->buckets, s->comm));
+        DS_TRY(qgz_setup(s, d->cfg));
     /* Each rank draws only its own partition: the values equal those of the
      * other stages for the same elements (counter-based RNG). */
     DS_TRY(ds_shard_init_working(&s->sh, d, s->params, s->pt));

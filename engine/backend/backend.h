@@ -165,6 +165,19 @@ typedef struct ds_backend_ops {
     ds_status (*dequantize_i8)(ds_backend *be, float *y, const int8_t *q, const float *scales,
                                size_t n, size_t block);
 
+    /* ---- blockwise int4 quantization (DeepSpeed's qgZ, engine/backend/math.h 2c) ----
+     * x (n elements of F32/F16/BF16) cut into blocks of `block` elements
+     * (even; the last may be shorter): scales[b] = 1 / (2^4 / (2 max|block|))
+     * (fp32), q[i] = clamp(round(x[i] * 8 / max), -8, 7) packed two to a
+     * byte, element 2i in the high nibble (q: (n + 1) / 2 bytes). Then
+     * |x - dequantized| <= max / 8 + max * 2^-21; a block holding inf or
+     * NaN dequantizes to NaN. Same bits on every backend. */
+    ds_status (*quantize_i4)(ds_backend *be, uint8_t *q, float *scales, const void *x, ds_dtype t,
+                             size_t n, size_t block);
+    /* y[i] = nibble i of q * scales[i / block] (fp32), for i < n. */
+    ds_status (*dequantize_i4)(ds_backend *be, float *y, const uint8_t *q, const float *scales,
+                               size_t n, size_t block);
+
     /* ---- lifetime ---- */
     void (*destroy)(ds_backend *be);
 } ds_backend_ops;

@@ -394,6 +394,75 @@ DS_HD size_t ds_q8_gather_bytes(size_t n, size_t world) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* 2c. Blockwise symmetric int4 quantization, DeepSpeed's arithmetic (ZeRO++
+ * qgZ as DeepSpeed runs it: csrc/includes/quantization_utils.h, Params<
+ * Symmetric, 4>, and csrc/includes/quantization.h PackedInt4; the comm
+ * codec engine/comm/codec_q4.h).
+ *
+ * Each block of `block` values (the last may be shorter) keeps one fp32
+ * scale. With max = max|x| of the block, DeepSpeed's multiplier is
+ * mult = 2^4 / (2 max) (1 where max is 0), q = clamp(round_to_nearest_even(
+ * x * mult), -8, 7), and the stored scale is step = 1 / mult, dequantized
+ * x' = q * step: the same fp32 operations here. Two values share a byte,
+ * value 2i in the high nibble and 2i + 1 in the low one (PackedInt4's
+ * `high` field is declared first and so takes the low bits; dequantize.cu
+ * reads `low`, the high bits, as the even element); an odd tail leaves the
+ * low nibble 0.
+ *
+ * Bound: 2 max is exact, so mult = 8 / max within one rounding (relative
+ * 2^-24) and step = max / 8 within two (2^-23); x * mult is then within
+ * 8 * 2^-23 = 2^-20 of 8 x / max, which lies in [-8, 8]. Rounding moves it
+ * at most 1/2, except that values above 7.5 clamp to 7, at most 1 + 2^-20
+ * off (x = max itself lands a whole step off: DeepSpeed's 2^4 / (2 max)
+ * puts max at 8, which int4 does not hold). So |q - 8 x / max| <=
+ * 1 + 2^-19, i.e. |x - q max / 8| <= max / 8 + max 2^-22, and q * step is
+ * within |q| (max / 8) (2^-23 + 2^-24) <= max 2^-22 of q max / 8:
+ *
+ *   |x - x'| <= max / 8 + max * 2^-21    (max / 16 + max * 2^-21 where
+ *                                          x * mult <= 7.5: no clamp)
+ *
+ * Non-finite values poison their block as in 2b: a max of inf gives
+ * mult 0 and step inf, a NaN max NaN for both, so every x' is NaN
+ * (q * inf with q = 0, or q * NaN). A block whose mult overflows (max below
+ * 8 / FLT_MAX) gets step 0 and decodes to zeros (error <= max). */
+
+/* The block's quantization multiplier, DeepSpeed's 2^4 / (2 max); 1 for an
+ * all-zero block. */
+DS_HD float ds_q4_mult(float absmax) {
+    return absmax == 0.0f ? 1.0f : 16.0f / (2.0f * absmax);
+}
+
+/* The stored scale: DeepSpeed's 1 / mult. */
+DS_HD float ds_q4_step(float mult) { return 1.0f / mult; }
+
+/* One value to a signed nibble in [-8, 7] (NaN, from inf * 0, to 0). */
+DS_HD int ds_q4_quantize(float x, float mult) {
+    float r = rintf(x * mult);
+    if (r != r) r = 0.0f;
+    r = r > 7.0f ? 7.0f : r < -8.0f ? -8.0f : r;
+    return (int)r;
+}
+
+/* Two nibbles into a byte: the even element high, the odd one low. */
+DS_HD uint8_t ds_q4_pack(int even, int odd) {
+    return (uint8_t)(((unsigned)even & 15u) << 4 | ((unsigned)odd & 15u));
+}
+
+/* A nibble (0..15) as the signed value it holds: 7 -> 7, 8 -> -8, 15 -> -1. */
+DS_HD int ds_q4_signed(unsigned v) { return (int)(v ^ 8u) - 8; }
+
+/* Element i (even: the high nibble) of packed bytes p, sign-extended. */
+DS_HD int ds_q4_unpack(const uint8_t *p, size_t i) {
+    return ds_q4_signed(i & 1 ? p[i >> 1] & 15u : (unsigned)p[i >> 1] >> 4);
+}
+
+DS_HD float ds_q4_dequantize(int q, float step) { return (float)q * step; }
+
+/* Bytes of n packed values, padded to 4 so that a record's next scales stay
+ * aligned. */
+DS_HD size_t ds_q4_values_bytes(size_t n) { return ((n + 1) / 2 + 3) & ~(size_t)3; }
+
+/* ------------------------------------------------------------------------ */
 /* 3. Argument checks (host only). Each returns DS_OK or DS_ERR_INVALID_ARG
  * with a message that names the slot (`who`) and the offending values. */
 
@@ -428,6 +497,19 @@ static inline ds_status ds_check_optim(const char *who, const float *param, cons
     if (param_lp) DS_TRY(ds_check_float_dtype(who, "param_lp", lp_t));
     DS_TRY(ds_check_ptr(who, "param", param, n));
     DS_TRY(ds_check_ptr(who, "grad", grad, n));
+    return DS_OK;
+}
+
+/* The int4 slots: blocks of an even size, so that a byte's two values
+ * share their block. */
+static inline ds_status ds_check_q4(const char *who, const void *x, const void *q,
+                                    const float *scales, size_t n, size_t block) {
+    if (block == 0 || block % 2)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: block size %zu is not a positive even number", who,
+                      block);
+    DS_TRY(ds_check_ptr(who, "x", x, n));
+    DS_TRY(ds_check_ptr(who, "q", q, n));
+    DS_TRY(ds_check_ptr(who, "scales", scales, n));
     return DS_OK;
 }
 

@@ -104,6 +104,7 @@ void ds_config_defaults(ds_config *c) {
     /* Slurm's default KillWait and Kubernetes' default grace period */
     c->preempt_deadline_s = 30.0;
     snprintf(c->gemm_input_dtype, sizeof c->gemm_input_dtype, "auto");
+    snprintf(c->qgz_scheme, sizeof c->qgz_scheme, "int8");
 }
 
 ds_dtype ds_config_gemm_inputs(const ds_config *c) {

@@ -315,6 +315,12 @@ typedef struct ds_config {
                                             accumulation either way); resolve turns auto
                                             into bf16 under bf16.enabled, else fp32;
                                             "bf16" needs bf16.enabled */
+    char qgz_scheme[8];                  /* "int8" (default) | "int4": how
+                                            zero_quantized_gradients quantizes stage 3's
+                                            gradient reduce-scatter: int8 in one all-to-all
+                                            over the ranks (engine/comm/codec_q8.h), or
+                                            DeepSpeed's int4 in two levels, inside hosts then
+                                            across them, plain on one host (codec_q4.h) */
 
     /* ---- provenance ---- */
     char path[512];                      /* file it came from, "" for a string */

@@ -105,6 +105,16 @@ static ds_status read_gemm_inputs(const cfg_ctx *ctx, json_t *v, const char *pat
     return DS_OK;
 }
 
+/* zero-engine's: which qgZ (config.h qgz_scheme) */
+static ds_status read_qgz_scheme(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    static const char *const names[] = {"int8", "int4"};
+    int idx;
+    DS_TRY(cfg_read_enum(ctx, v, path, names, 2, "\"int8\", \"int4\"", &idx));
+    ds_config *c = base;
+    snprintf(c->qgz_scheme, sizeof c->qgz_scheme, "%s", names[idx]);
+    return DS_OK;
+}
+
 static ds_status read_signal(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
     ds_config *c = base;
     if (json_is_null(v)) {
@@ -652,6 +662,7 @@ static const cfg_key k_zero_engine[] = {
     FN("save_on_signal", OFF(save_on_signal), read_signal),
     REAL_GT("preempt_deadline_s", preempt_deadline_s, 0),
     FN("gemm_input_dtype", OFF(gemm_input_dtype), read_gemm_inputs),
+    FN("qgz_scheme", OFF(qgz_scheme), read_qgz_scheme),
 };
 
 static ds_status read_zero_engine(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {

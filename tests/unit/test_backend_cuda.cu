@@ -3,8 +3,8 @@
  *
  * Bit-for-bit where the arithmetic is shared (engine/backend/math.h, see its
  * header for why that holds): rng_uniform, rng_normal, cast, fill, scale,
- * axpy, adam, sgd, quantize_i8 / dequantize_i8 (NaN results of arithmetic excepted: their payloads are
- * the hardware's). Within a bound otherwise:
+ * axpy, adam, sgd, quantize_i8 / dequantize_i8, quantize_i4 / dequantize_i4 (NaN
+ * results of arithmetic excepted: their payloads are the hardware's). Within a bound otherwise:
  *   - gemm: cuBLAS and OpenBLAS sum in different orders; both are within
  *     (k + 2) eps sum|a||b| of the exact product (test_backend_gemm.c), so
  *     they are within twice that of each other. The same with bf16 GEMM
@@ -281,6 +281,49 @@ static void test_quant(void) {
     free(x), free(yc), free(yg), free(sc), free(sg), free(qc), free(qg), free(hx);
 }
 
+/* Blockwise int4 (DeepSpeed's qgZ, math.h 2c): the same packed bytes,
+ * scales and dequantized values as the cpu, each input type, an odd short
+ * last block, blocks holding NaN and inf. */
+static void test_quant4(void) {
+    const size_t B = 256, n = 40 * B + 77, nb = ds_q8_nblocks(n, B), nq = (n + 1) / 2;
+    float *x = (float *)malloc(n * 4), *yc = (float *)malloc(n * 4), *yg = (float *)malloc(n * 4);
+    float *sc = (float *)malloc(nb * 4), *sg = (float *)malloc(nb * 4);
+    uint8_t *qc = (uint8_t *)malloc(nq), *qg = (uint8_t *)malloc(nq);
+    void *hx = malloc(n * 4);
+    void *dx = dev_alloc(n * 4), *dq = dev_alloc(nq), *ds = dev_alloc(nb * 4);
+    void *dy = dev_alloc(n * 4);
+    for (size_t i = 0; i < n; i++) x[i] = frand() * powf(10.0f, (float)((i / B) % 5) - 2);
+    x[B + 7] = NAN;
+    x[3 * B + 9] = -INFINITY;
+    for (int t = 0; t < 3; t++) {
+        size_t es = ds_dtype_size(k_types[t]);
+        REQUIRE_OK(g_cpu->ops->cast(g_cpu, hx, k_types[t], x, DS_F32, n));
+        to_dev(dx, hx, n * es);
+        REQUIRE_OK(g_cpu->ops->quantize_i4(g_cpu, qc, sc, hx, k_types[t], n, B));
+        REQUIRE_OK(g_gpu->ops->quantize_i4(g_gpu, (uint8_t *)dq, (float *)ds, dx, k_types[t], n,
+                                           B));
+        REQUIRE_OK(g_cpu->ops->dequantize_i4(g_cpu, yc, qc, sc, n, B));
+        REQUIRE_OK(g_gpu->ops->dequantize_i4(g_gpu, (float *)dy, (const uint8_t *)dq,
+                                             (const float *)ds, n, B));
+        to_host(qg, dq, nq);
+        to_host(sg, ds, nb * 4);
+        to_host(yg, dy, n * 4);
+        CHECK(memcmp(qc, qg, nq) == 0, "quantize_i4 %s: packed values differ",
+              ds_dtype_name(k_types[t]));
+        CHECK(count_differ_nan_ok(sc, sg, nb, DS_F32) == 0, "quantize_i4 %s: scales differ",
+              ds_dtype_name(k_types[t]));
+        CHECK(count_differ_nan_ok(yc, yg, n, DS_F32) == 0, "dequantize_i4 %s differs",
+              ds_dtype_name(k_types[t]));
+        CHECK(isnan(yg[B]) && isnan(yg[3 * B]),
+              "int4 blocks with NaN / inf are not NaN on the GPU");
+    }
+    dev_free(dx, n * 4);
+    dev_free(dq, nq);
+    dev_free(ds, nb * 4);
+    dev_free(dy, n * 4);
+    free(x), free(yc), free(yg), free(sc), free(sg), free(qc), free(qg), free(hx);
+}
+
 static void test_sumsq(void) {
     const size_t n = 1000003;
     float *x = (float *)malloc(n * 4);
@@ -513,6 +556,7 @@ int main(void) {
     test_rng();
     test_cast_scale_axpy_fill();
     test_quant();
+    test_quant4();
     test_sumsq();
     test_optim();
     test_gemm(DS_F32);

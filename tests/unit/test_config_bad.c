@@ -114,6 +114,7 @@ static const bad_case k_cases[] = {
     P("{\"checkpoint\": {\"use_node_local_storage\": true}}", UNS, "checkpoint.use_node_local_storage: a DeepSpeed key zero-engine does not implement", NULL),
     P("{\"zero_engine\": {\"backend\": \"tpu\"}}", CFG, "zero_engine.backend: must be one of \"cpu\", \"cuda\", \"auto\", got \"tpu\"", NULL),
     P("{\"zero_engine\": {\"comm_timeout_s\": 0}}", CFG, "zero_engine.comm_timeout_s: must be > 0, got 0", NULL),
+    P("{\"zero_engine\": {\"qgz_scheme\": \"int2\"}}", CFG, "zero_engine.qgz_scheme: must be one of \"int8\", \"int4\", got \"int2\"", NULL),
     P("{\"zero_engine\": {\"num_threads\": -1}}", CFG, "zero_engine.num_threads: must be 0..4096, got -1", NULL),
     P("{\"zero_engine\": {\"timeout\": 10}}", CFG, "zero_engine.timeout: unknown key", NULL),
     P("{\"activation_checkpointing\": {\"number_checkpoints\": -1}}", CFG, "activation_checkpointing.number_checkpoints: must be >= 0, got -1", NULL),

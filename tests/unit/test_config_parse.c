@@ -119,6 +119,7 @@ static void test_defaults(void) {
     CHECK_TRUE(strcmp(c.backend, "cpu") == 0);
     CHECK_EQ_D(c.comm_timeout_s, 300.0);
     CHECK_EQ_I(c.num_threads, 0);
+    CHECK_TRUE(strcmp(c.qgz_scheme, "int8") == 0);
 
     /* "{}" parses to exactly the defaults. */
     ds_config e = parse_ok("{}");
@@ -179,7 +180,8 @@ static void test_all_sections(void) {
         " \"checkpoint\": {\"tag_validation\": \"fail\"},"
         " \"aio\": {\"block_size\": 262144, \"queue_depth\": 4, \"intra_op_parallelism\": 2,"
         "   \"single_submit\": true, \"overlap_events\": false, \"use_gds\": false},"
-        " \"zero_engine\": {\"backend\": \"cuda\", \"comm_timeout_s\": 12.5, \"num_threads\": 2}}");
+        " \"zero_engine\": {\"backend\": \"cuda\", \"comm_timeout_s\": 12.5, \"num_threads\": 2,"
+        "   \"qgz_scheme\": \"int4\"}}");
     CHECK_EQ_I(c.train_batch_size, 64);
     CHECK_TRUE(c.train_batch_size_set && c.micro_batch_set && c.grad_accum_set);
     CHECK_EQ_I(c.gradient_accumulation_steps, 4);
@@ -235,6 +237,7 @@ static void test_all_sections(void) {
     CHECK_TRUE(strcmp(c.backend, "cuda") == 0);
     CHECK_EQ_D(c.comm_timeout_s, 12.5);
     CHECK_EQ_I(c.num_threads, 2);
+    CHECK_TRUE(strcmp(c.qgz_scheme, "int4") == 0);
 
     /* The stage3_ spellings are the same settings. */
     c = parse_ok("{\"zero_optimization\": {\"stage3_prefetch_bucket_size\": 11,"

@@ -34,6 +34,8 @@
 #define ds_cpu_vmath DS_ISA_NAME(ds_cpu_vmath)
 #define ds_cpu_quantize_i8 DS_ISA_NAME(ds_cpu_quantize_i8)
 #define ds_cpu_dequantize_i8 DS_ISA_NAME(ds_cpu_dequantize_i8)
+#define ds_cpu_quantize_i4 DS_ISA_NAME(ds_cpu_quantize_i4)
+#define ds_cpu_dequantize_i4 DS_ISA_NAME(ds_cpu_dequantize_i4)
 #define ds_cpu_gemm_small DS_ISA_NAME(ds_cpu_gemm_small)
 #define ds_cpu_gemm_small_takes DS_ISA_NAME(ds_cpu_gemm_small_takes)
 #define ds_cpu_gemm_small_bf16 DS_ISA_NAME(ds_cpu_gemm_small_bf16)
@@ -116,6 +118,11 @@ ds_status ds_cpu_sgd(ds_backend *be, float *param, const void *grad, ds_dtype gr
 ds_status ds_cpu_quantize_i8(ds_backend *be, int8_t *q, float *scales, const void *x, ds_dtype t,
                              size_t n, size_t block);
 ds_status ds_cpu_dequantize_i8(ds_backend *be, float *y, const int8_t *q, const float *scales,
+                               size_t n, size_t block);
+/* cpu_quant.c: blockwise int4, DeepSpeed's arithmetic (its qgZ). */
+ds_status ds_cpu_quantize_i4(ds_backend *be, uint8_t *q, float *scales, const void *x,
+                             ds_dtype t, size_t n, size_t block);
+ds_status ds_cpu_dequantize_i4(ds_backend *be, float *y, const uint8_t *q, const float *scales,
                                size_t n, size_t block);
 
 /* cpu_gemm_small.c: the variant's gemm slot (backend.h's contract): small

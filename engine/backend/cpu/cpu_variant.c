@@ -33,6 +33,8 @@ static const ds_backend_ops k_ops = {
     .sgd = ds_cpu_sgd,
     .quantize_i8 = ds_cpu_quantize_i8,
     .dequantize_i8 = ds_cpu_dequantize_i8,
+    .quantize_i4 = ds_cpu_quantize_i4,
+    .dequantize_i4 = ds_cpu_dequantize_i4,
     .destroy = ds_cpu_destroy,
 };
 

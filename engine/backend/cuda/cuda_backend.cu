@@ -238,6 +238,8 @@ static const ds_backend_ops k_cuda_ops = {
     /* .sgd = */ ds_cuda_sgd,
     /* .quantize_i8 = */ ds_cuda_quantize_i8,
     /* .dequantize_i8 = */ ds_cuda_dequantize_i8,
+    /* .quantize_i4 = */ ds_cuda_quantize_i4,
+    /* .dequantize_i4 = */ ds_cuda_dequantize_i4,
     /* .destroy = */ cuda_destroy,
 };
 

@@ -147,6 +147,11 @@ ds_status ds_cuda_quantize_i8(ds_backend *be, int8_t *q, float *scales, const vo
                               ds_dtype t, size_t n, size_t block);
 ds_status ds_cuda_dequantize_i8(ds_backend *be, float *y, const int8_t *q, const float *scales,
                                 size_t n, size_t block);
+/* Blockwise int4, DeepSpeed's arithmetic (cuda_quant.cu). */
+ds_status ds_cuda_quantize_i4(ds_backend *be, uint8_t *q, float *scales, const void *x,
+                              ds_dtype t, size_t n, size_t block);
+ds_status ds_cuda_dequantize_i4(ds_backend *be, float *y, const uint8_t *q, const float *scales,
+                                size_t n, size_t block);
 /* The gemm slot for be->gemm_inputs DS_BF16, arguments checked and m, n, k,
  * batch > 0 (cuda_gemm_bf16.cu). Its copies go to the backend's GEMM
  * workspace (backend.h), which backend.c owns and frees. */
