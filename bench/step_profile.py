@@ -168,8 +168,11 @@ def main(argv):
         print("step_profile: no samples in %s" % a.script, file=sys.stderr)
         return 1
     gemm = sum(n for r, n in rows.items() if dict(ROWS)[r])
-    print("%d samples of the timed steps: GEMM %.1f%%, non-GEMM %.1f%%"
-          % (total, 100.0 * gemm / total, 100.0 * (total - gemm) / total))
+    osys = rows["operating system"]
+    print("%d samples of the timed steps: GEMM %.1f%%, non-GEMM %.1f%% (%.1f%% without the "
+          "operating system, whose share follows the machine's load)"
+          % (total, 100.0 * gemm / total, 100.0 * (total - gemm) / total,
+             100.0 * (total - gemm - osys) / (total - osys)))
     print("\n| share of the step's CPU samples | GEMM | samples | % |\n| --- | --- | ---: | ---: |")
     for r, is_gemm in ROWS:
         if rows[r]:

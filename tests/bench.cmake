@@ -17,6 +17,12 @@ if(Python3_Interpreter_FOUND)
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/tools/test_ncu_summary.py
                    ${CMAKE_SOURCE_DIR})
   set_tests_properties(test_ncu_summary PROPERTIES LABELS unit TIMEOUT 60)
+  # bench/step_profile.py, which sorts the step's perf samples into GEMM and
+  # the rest (bench/step_profile.sh): on a written perf script.
+  add_test(NAME test_step_profile
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/tools/test_step_profile.py
+                   ${CMAKE_SOURCE_DIR})
+  set_tests_properties(test_step_profile PROPERTIES LABELS unit TIMEOUT 60)
 else()
   message(WARNING "python3 not found: test_quality_table is not registered")
 endif()
