@@ -19,6 +19,7 @@
 #include "zero/stage3_groups.h"
 #include "zero/optim.h"
 #include "zero/ties.h"
+#include "zero/grad_sparse.h"
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -317,6 +318,13 @@ ds_status ds_estimate_model(const ds_model *model, int world, const ds_config *c
                 .n_spans = f->n_modules, .tied = tied, .n_tied = f->n_tied_params,
                 .held = ds_ties_max_held(f, cfg->stage3_param_persistence_threshold)};
     ds_status st = estimate(&l, cfg, be, out);
+    char why[256]; /* sparse_gradients: row lists and records in host memory (grad_sparse.h) */
+    if (st == DS_OK && world > 1 && ds_grad_sparse_applies(cfg, be == DS_BACKEND_CPU, why,
+                                                           sizeof why)) {
+        ds_dtype pt = cfg->fp16_enabled ? DS_F16 : cfg->bf16_enabled ? DS_BF16 : DS_F32;
+        ds_dtype gt = cfg->comm_dtype_set ? cfg->communication_data_type : pt;
+        out->bytes[DS_MEM_BUFFERS][DS_PLACE_HOST] += ds_grad_sparse_bytes(f, gt, world);
+    }
     if (st == DS_OK) {
         plan_activations(model, cfg, be, out);
         totals(out);

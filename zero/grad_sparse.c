@@ -197,6 +197,17 @@ static bool is_sparse(const ds_flat *f, int i) {
            fp->desc->shape[0] <= INT32_MAX;
 }
 
+uint64_t ds_grad_sparse_bytes(const ds_flat *f, ds_dtype gt, int world) {
+    uint64_t total = 0, es = ds_dtype_size(gt);
+    for (int i = 0; i < f->n_params; i++) {
+        if (!is_sparse(f, i)) continue;
+        uint64_t rows = (uint64_t)f->params[i].desc->shape[0];
+        uint64_t cols = (uint64_t)f->params[i].numel / rows;
+        total += rows * 8 + rows * (4 / es + cols) * es + (uint64_t)world * (4 + sizeof(size_t));
+    }
+    return total;
+}
+
 ds_status ds_grad_sparse_create(ds_backend *be, ds_comm *comm, const ds_flat *f, ds_dtype gt,
                                 void *grads, bool scatter, ds_grad_sparse **out) {
     *out = NULL;

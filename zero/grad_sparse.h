@@ -63,6 +63,13 @@ ds_status ds_grad_sparse_create(ds_backend *be, ds_comm *comm, const ds_flat *f,
                                 void *grads, bool scatter, ds_grad_sparse **out);
 void ds_grad_sparse_destroy(ds_grad_sparse *gs);
 
+/* Host bytes ds_grad_sparse_create allocates for f at `world` ranks with
+ * gradients of type gt (the memory estimate counts them, zero/estimate.h):
+ * per sparse parameter rows x (2 x 4 + (4 + row bytes)) (row lists, marks,
+ * the record buffer) and world x (4 + sizeof(size_t)). 0 without any;
+ * nothing is allocated at one rank (zero/grad_reduce.h). */
+uint64_t ds_grad_sparse_bytes(const ds_flat *f, ds_dtype gt, int world);
+
 /* The highest sparse parameter whose range [*a, *b) overlaps [lo, hi), or
  * false when none does. *which names it for submit. */
 bool ds_grad_sparse_overlap(const ds_grad_sparse *gs, int64_t lo, int64_t hi, int64_t *a,

@@ -25,7 +25,9 @@
  *  - --model bert: the bundled embeddings' word table goes sparse (gathered
  *    bytes appear, all-reduced bytes shrink);
  *  - --model tied: a table that the head ties to (as GPT-2's wte) is always
- *    exchanged dense: no bytes gathered, nothing changes.
+ *    exchanged dense: no bytes gathered, nothing changes;
+ *  - the host buffers sparse_gradients adds (row lists, records) are what
+ *    the memory estimate adds for it (zero/estimate.h), to the byte.
  * The losses must fall in the sparse run, so a run that trained nothing
  * cannot pass. */
 #include <math.h>
@@ -38,6 +40,7 @@
 #include "engine/engine.h"
 #include "models/models.h"
 #include "tied_model.h"
+#include "zero/estimate.h"
 
 #define STEPS 8
 #define T_LEN 8
@@ -232,6 +235,7 @@ typedef struct run {
     float *spy1;       /* user: this rank's local gradient at step 1 */
     uint64_t gathered, reduced; /* data-path bytes this rank sent, all steps: all-gather(v),
                                  * all-reduce + reduce-scatter */
+    uint64_t host_real, host_est; /* host buffers: the accountant's, the estimate's */
     int fails;
 } run;
 
@@ -350,6 +354,15 @@ static int train(const opts *o, const ds_dataset *data, bool sparse, run *r) {
     }
     if (start(o, sparse, world, data, &spy, &e)) return 1;
     int rc = 0;
+    ds_mem_report real, est;
+    ds_memory_report(e, &real);
+    if (ds_estimate_model(ds_get_model(e), world, ds_get_config(e), DS_BACKEND_CPU, &est) !=
+        DS_OK) {
+        fprintf(stderr, "estimate: %s\n", ds_last_error());
+        rc = 1;
+    }
+    r->host_real = real.bytes[DS_MEM_BUFFERS][DS_PLACE_HOST];
+    r->host_est = est.bytes[DS_MEM_BUFFERS][DS_PLACE_HOST];
     ds_comm_stats c0, c1;
     ds_comm_report(e, &c0);
     for (int i = 0; i < STEPS && rc == 0; i++) {
@@ -476,6 +489,15 @@ int main(int argc, char **argv) {
         fails += check_bound(&o, &off, "dense") + check_bound(&o, &on, "sparse");
     if (!(on.loss[STEPS - 1] < on.loss[0])) {
         printf("FAIL: the loss did not fall (%.6f -> %.6f)\n", on.loss[0], on.loss[STEPS - 1]);
+        fails++;
+    }
+    /* the buffers sparse_gradients adds, in the accountant and the estimate */
+    uint64_t add_real = on.host_real - off.host_real, add_est = on.host_est - off.host_est;
+    bool has_table = strcmp(o.model, "tied") != 0 && world > 1;
+    if (add_real != add_est || (has_table != (add_real > 0))) {
+        printf("FAIL: sparse_gradients added %llu host bytes, the estimate %llu (expected %s)\n",
+               (unsigned long long)add_real, (unsigned long long)add_est,
+               has_table ? "the same, > 0" : "none");
         fails++;
     }
     if (!strcmp(o.model, "tied") && on.gathered != off.gathered) {
