@@ -71,12 +71,12 @@ ds_status ds_engine_check_fit(engine_t *e) {
     ds_estimate_fix(e->model, 0, 0, e->comm->world, per_host, &e->cfg, be, limit, fix,
                     sizeof fix);
     int64_t psi = ds_model_num_params(e->model);
-    char sz[8][24];
+    char sz[9][24];
     return DS_ERR(DS_ERR_OOM,
                   "this configuration does not fit in memory: ZeRO stage %d, %s, %lld "
                   "parameters, %d rank%s on this host need %s of RAM by the estimate (per rank: "
-                  "params %s, grads %s, master %s, optim %s, buffers %s, activations %s) against "
-                  "%s (%s); %s. DS_MEM_LIMIT=off skips this check",
+                  "params %s, grads %s, master %s, optim %s, buffers %s, activations %s, GEMM "
+                  "workspace %s) against %s (%s); %s. DS_MEM_LIMIT=off skips this check",
                   e->cfg.zero_stage, ds_dtype_name(e->param_t), (long long)psi, per_host,
                   per_host == 1 ? "" : "s", ds_estimate_size(need, sz[0]),
                   ds_estimate_size(ram_of(&r, DS_MEM_PARAMS, be), sz[1]),
@@ -85,6 +85,7 @@ ds_status ds_engine_check_fit(engine_t *e) {
                   ds_estimate_size(ram_of(&r, DS_MEM_OPTIM, be), sz[4]),
                   ds_estimate_size(ram_of(&r, DS_MEM_BUFFERS, be), sz[5]),
                   ds_estimate_size(ram_of(&r, DS_MEM_ACTIVATIONS, be), sz[6]),
+                  ds_estimate_size(ram_of(&r, DS_MEM_WORKSPACE, be), sz[8]),
                   ds_estimate_size(limit, sz[7]), source, fix);
 }
 
