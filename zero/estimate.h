@@ -28,9 +28,10 @@
  * of a few bytes per module or rank, the host data set, and the
  * communicator's scratch (64 MiB at most). Without a model
  * (ds_estimate_params) the layout is one flat range: padding per tensor,
- * tied parameters, stage 3's small persistent modules and the activations
- * are unknown, and a largest layer of 0 leaves out the buffers sized by
- * it. peak[][] equals bytes[][]: everything is allocated once. */
+ * tied parameters, stage 3's small persistent modules, the activations and
+ * the GEMM workspace are unknown, and a largest layer of 0 leaves out the
+ * buffers sized by it. peak[][] equals bytes[][]: everything is allocated
+ * once. */
 #ifndef DS_ZERO_ESTIMATE_H
 #define DS_ZERO_ESTIMATE_H
 
