@@ -80,8 +80,10 @@ static void quantize_block_i4(uint8_t *q, float *scale, const void *x, ds_dtype 
         size_t k = len - c < DS_CPU_CHUNK ? len - c : DS_CPU_CHUNK;
         const float *v = ds_cpu_f32_view(buf, x, t, lo + c, k);
         uint8_t *out = q + (lo + c) / 2;
-        for (size_t i = 0; i + 1 < k; i += 2)
-            out[i / 2] = ds_q4_pack(ds_q4_quantize(v[i], mult), ds_q4_quantize(v[i + 1], mult));
+#pragma omp simd
+        for (size_t j = 0; j < k / 2; j++) /* a byte: two values */
+            out[j] = ds_q4_pack(ds_q4_quantize(v[2 * j], mult),
+                                ds_q4_quantize(v[2 * j + 1], mult));
         if (k % 2) out[k / 2] = ds_q4_pack(ds_q4_quantize(v[k - 1], mult), 0);
     }
 }
