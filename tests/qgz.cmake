@@ -2,8 +2,10 @@
 # blockwise int8, one all-to-all (engine/comm/codec_q8.h). The tied model of
 # tied_model.h trained with and without it: the all-to-all bytes per step
 # equal the formula, the losses stay within a band, stage 2 is refused
-# (tests/multirank/test_qgz.c). The codec's records: qwZ's tests
-# (tests/qwz.cmake), which share it.
+# (tests/multirank/test_qgz.c); qgz_scheme "int4" on one host is the plain
+# reduce-scatter to the bit (DeepSpeed's fallback; test_qgz --hosts 2 under
+# tools/twohost.sh checks its two levels by hand). The codec's records:
+# qwZ's tests (tests/qwz.cmake), which share it.
 add_executable(test_qgz ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_qgz.c
                ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c # ck_make_data
                ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
