@@ -51,6 +51,10 @@ ds_sparse_test(sparse_grads_user_stage0_np2 2 --model user --stage 0 --gas 2)
 ds_sparse_test(sparse_grads_user_fallback_np2 2 --model user --stage 0 --vocab 24)
 ds_sparse_test(sparse_grads_user_stage0_np3 3 --model user --stage 0)
 ds_sparse_test(sparse_grads_user_stage1_np2 2 --model user --stage 1)
+ds_sparse_test(sparse_grads_user_stage2_np2 2 --model user --stage 2 --gas 2)
+ds_sparse_test(sparse_grads_user_stage2_np3 3 --model user --stage 2)
+ds_sparse_test(sparse_grads_bert_bf16_stage2_np2 2 --model bert --stage 2 --precision bf16
+               --vocab 2000)
 ds_sparse_test(sparse_grads_bert_stage0_np2 2 --model bert --stage 0 --vocab 2000)
 ds_sparse_test(sparse_grads_bert_fp16_stage0_np2 2 --model bert --stage 0 --precision fp16
                --vocab 2000)

@@ -6,6 +6,7 @@
 
 #include "engine/comm/codec_q4.h"
 #include "engine/comm/codec_q8.h"
+#include "zero/grad_sparse.h"
 #include "zero/zero_util.h"
 
 typedef struct bucket {
@@ -19,6 +20,7 @@ typedef struct bucket {
     ds_dtype recv_t;    /* gt */
     int64_t dst;        /* offset in the partition */
     size_t n;
+    int64_t lo, hi;     /* its flat range, data at rs.send (sparse_gradients pieces) */
     struct ds_grad_buckets *owner;
 } bucket;
 
@@ -43,6 +45,8 @@ struct ds_grad_buckets {
     ds_q8_rs *q8;
     ds_q4_rs *q4; /* or DeepSpeed's int4 in two levels (ds_grad_buckets_quantize_int4) */
     ds_comm *qcomm;
+    ds_grad_sparse *sparse; /* sparse_gradients (ds_grad_buckets_sparse), else NULL */
+    ds_comm *scomm;         /* the communicator it runs on */
 };
 
 static ds_status accumulate(void *arg) {
@@ -70,6 +74,44 @@ static ds_status reduce_q4(void *arg) {
     ds_grad_buckets *gb = k->owner;
     DS_TRY(ds_comm_reduce_scatterv_q4_add(gb->qcomm, gb->q4, k->rs.send, gb->gt, k->counts,
                                           ds_at(gb->part_grads, gb->gt, k->dst), gb->gt));
+    return DS_OK;
+}
+
+/* [a, b) of a bucket's range, densely: its reduce-scatter in place, the
+ * block added into the partition (the plain path's two jobs, in one). */
+static ds_status reduce_dense(ds_grad_buckets *gb, bucket *k, int64_t a, int64_t b) {
+    if (b <= a) return DS_OK;
+    void *send = ds_at((void *)k->rs.send, gb->gt, a - k->lo);
+    ds_zero_counts(gb->flat, a, b, k->counts);
+    size_t mine = ds_zero_block_offset(k->counts, gb->rank);
+    void *recv = ds_at(send, gb->gt, (int64_t)mine);
+    DS_TRY(ds_comm_reduce_scatterv(gb->scomm, send, recv, k->counts, gb->gt, DS_REDUCE_SUM));
+    if (k->counts[gb->rank] == 0) return DS_OK;
+    int64_t part_lo = (int64_t)gb->rank * gb->flat->part;
+    DS_TRY(gb->be->ops->axpy(gb->be, ds_at(gb->part_grads, gb->gt, (a > part_lo ? a : part_lo) -
+                                                                      part_lo),
+                             gb->gt, 1.0f, recv, gb->gt, k->counts[gb->rank]));
+    return DS_OK;
+}
+
+/* sparse_gradients: a bucket holding a row-sparse parameter goes as its
+ * dense pieces and the parameter's row exchange (zero/grad_sparse.h), in
+ * descending flat order as the plain path would, each adding into the
+ * partition. One job: the pieces' collectives follow each other on every
+ * rank in the same order. */
+static ds_status reduce_mixed(void *arg) {
+    bucket *k = arg;
+    ds_grad_buckets *gb = k->owner;
+    int64_t lo = k->lo, hi = k->hi, a, b;
+    int which;
+    while (hi > lo && ds_grad_sparse_overlap(gb->sparse, lo, hi, &a, &b, &which)) {
+        DS_TRY(reduce_dense(gb, k, b > lo ? b : lo, hi));
+        /* a module always fits one bucket, so the whole parameter is here */
+        DS_TRY(ds_grad_sparse_reduce_add(gb->sparse, which,
+                                         ds_at((void *)k->rs.send, gb->gt, a - k->lo)));
+        hi = a;
+    }
+    DS_TRY(reduce_dense(gb, k, lo, hi));
     return DS_OK;
 }
 
@@ -121,8 +163,17 @@ ds_status ds_grad_buckets_quantize_int4(ds_grad_buckets *gb, ds_comm *c, int per
     return DS_OK;
 }
 
+ds_status ds_grad_buckets_sparse(ds_grad_buckets *gb, ds_comm *c) {
+    if (gb->sparse || c->world == 1) return DS_OK; /* one rank: nothing to exchange */
+    DS_TRY(ds_grad_sparse_create(gb->be, c, gb->flat, gb->gt, gb->part_grads,
+                                 DS_SPARSE_PARTITION_ADD, &gb->sparse));
+    gb->scomm = c;
+    return DS_OK;
+}
+
 void ds_grad_buckets_destroy(ds_grad_buckets *gb) {
     if (!gb) return;
+    ds_grad_sparse_destroy(gb->sparse);
     ds_q8_rs_destroy(gb->q8);
     ds_q4_rs_destroy(gb->q4);
     for (int k = 0; k < 2; k++) {
@@ -167,6 +218,16 @@ static ds_status flush(ds_grad_buckets *gb) {
         k->rs.fn = gb->q8 ? reduce_q8 : reduce_q4;
         k->rs.arg = k;
         k->n = 0; /* acc: nothing left to add */
+    }
+    k->lo = gb->lo;
+    k->hi = gb->hi;
+    int64_t sa, sb;
+    int sw;
+    if (gb->sparse && ds_grad_sparse_overlap(gb->sparse, gb->lo, gb->hi, &sa, &sb, &sw)) {
+        k->rs.kind = DS_JOB_FN; /* the dense pieces and the row exchange, each added */
+        k->rs.fn = reduce_mixed;
+        k->rs.arg = k;
+        k->n = 0;
     }
     int64_t part_lo = (int64_t)gb->rank * gb->flat->part;
     k->dst = (gb->lo > part_lo ? gb->lo : part_lo) - part_lo;

@@ -48,6 +48,14 @@ ds_status ds_grad_buckets_quantize(ds_grad_buckets *gb, ds_comm *c);
  * ds_grad_buckets_quantize, before the first add. */
 ds_status ds_grad_buckets_quantize_int4(ds_grad_buckets *gb, ds_comm *c, int per_host);
 
+/* sparse_gradients (zero/grad_sparse.h): from now on a bucket holding a
+ * row_sparse_grad parameter sends that parameter as its nonzero rows
+ * (all-gathered records, each rank adding the sums of its partition's
+ * elements) and the rest of the bucket densely around it, in one job. c:
+ * the communicator the buckets run on (stage 2: the world's). Its buffers
+ * are allocated here, once; nothing at one rank. Call before the first add. */
+ds_status ds_grad_buckets_sparse(ds_grad_buckets *gb, ds_comm *c);
+
 /* The fp32 gradients of flat range [begin, end) (a module's span, src[0] =
  * element begin) are complete for this micro-batch. src may be reused when
  * this returns. */

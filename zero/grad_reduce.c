@@ -129,7 +129,9 @@ ds_status ds_grad_reduce_create(ds_backend *be, ds_comm *comm, const ds_flat *f,
 ds_status ds_grad_reduce_sparse(ds_grad_reduce *g) {
     if (g->sparse || g->comm->world == 1) return DS_OK; /* one rank: nothing to exchange */
     DS_TRY(ds_grad_sparse_create(g->be, g->comm, g->flat, g->gt, g->grads,
-                                 g->kind == DS_GRAD_REDUCE_SCATTER, &g->sparse));
+                                 g->kind == DS_GRAD_REDUCE_SCATTER ? DS_SPARSE_REPLICA_PART
+                                                                   : DS_SPARSE_REPLICA_ALL,
+                                 &g->sparse));
     return DS_OK;
 }
 

@@ -14,7 +14,8 @@ typedef struct sparse_param {
     int64_t offset, rows, cols;
     size_t rec;               /* record elements (gt): index, then the row */
     int32_t *nz;              /* [rows] this rank's nonzero rows, ascending */
-    int32_t *seen;            /* [rows] contributors per row, during a sum */
+    int64_t *pos;             /* [world] the next record of each rank's block, during a sum */
+    float *acc;               /* [cols] one row's sum over the ranks */
     int32_t *nrows;           /* [world] the ranks' nonzero rows */
     size_t *counts;           /* [world] gather blocks (elements of gt) */
     void *recs;               /* [rows * rec] the gathered records */
@@ -27,9 +28,9 @@ struct ds_grad_sparse {
     ds_comm *comm;
     const ds_flat *flat;
     ds_dtype gt;
-    void *grads;
-    bool scatter;
-    int64_t part_lo, part_hi; /* this rank's partition (scatter) */
+    void *grads;              /* REPLICA_*: the replica; PARTITION_ADD: the partition */
+    ds_grad_sparse_kind kind;
+    int64_t part_lo, part_hi; /* this rank's partition */
     int n;
     sparse_param *p;          /* ascending flat offsets */
     ds_grad_sparse_stats stats;
@@ -38,16 +39,16 @@ struct ds_grad_sparse {
 bool ds_grad_sparse_applies(const ds_config *c, bool cpu_backend, char *why, size_t cap) {
     why[0] = '\0';
     if (!c->sparse_gradients) return false;
-    if (c->zero_stage >= 2)
-        snprintf(why, cap, "sparse_gradients: ignored at zero_optimization.stage %d (DeepSpeed "
-                 "sends rows only in stage 0's all-reduce; here stages 0 and 1)", c->zero_stage);
+    if (c->zero_stage >= 3)
+        snprintf(why, cap, "sparse_gradients: ignored at zero_optimization.stage 3 (its gradient "
+                 "buckets are quantized or gathered per module; here stages 0-2)");
     else if (c->onebit != DS_ONEBIT_NONE)
         snprintf(why, cap, "sparse_gradients: ignored with optimizer.type %s (its compressed "
                  "steps exchange momentum, not gradients)",
                  c->onebit == DS_ONEBIT_ADAM ? "OneBitAdam" : "ZeroOneAdam");
     else if (!cpu_backend)
         snprintf(why, cap, "sparse_gradients: ignored on this backend (the row scan runs on "
-                 "the cpu backend only so far); gradients are all-reduced dense");
+                 "the cpu backend only so far); gradients are reduced dense");
     return why[0] == '\0';
 }
 
@@ -64,82 +65,105 @@ static bool row_nonzero(const unsigned char *row, size_t bytes) {
     return false;
 }
 
-static ds_status dense(sparse_param *p) {
+/* Past break-even: the dense collective the buckets would have run. src:
+ * the parameter's gradient (gt), modified in place. */
+static ds_status dense(sparse_param *p, void *src) {
     ds_grad_sparse *gs = p->gs;
     int64_t lo = p->offset, hi = p->offset + p->rows * p->cols;
-    void *base = ds_at(gs->grads, gs->gt, lo);
-    if (!gs->scatter) {
-        DS_TRY(ds_comm_all_reduce(gs->comm, base, (size_t)(hi - lo), gs->gt, DS_REDUCE_SUM));
+    if (gs->kind == DS_SPARSE_REPLICA_ALL) {
+        DS_TRY(ds_comm_all_reduce(gs->comm, src, (size_t)(hi - lo), gs->gt, DS_REDUCE_SUM));
         return DS_OK;
     }
-    ds_zero_counts(gs->flat, lo, hi, p->counts); /* as grad_reduce's reduce-scatter */
-    size_t mine = ds_zero_block_offset(p->counts, gs->comm->rank);
-    DS_TRY(ds_comm_reduce_scatterv(gs->comm, base, ds_at(base, gs->gt, (int64_t)mine), p->counts,
-                                   gs->gt, DS_REDUCE_SUM));
+    ds_zero_counts(gs->flat, lo, hi, p->counts); /* as the buckets' reduce-scatter */
+    int rank = gs->comm->rank;
+    size_t mine = ds_zero_block_offset(p->counts, rank);
+    void *recv = ds_at(src, gs->gt, (int64_t)mine);
+    DS_TRY(ds_comm_reduce_scatterv(gs->comm, src, recv, p->counts, gs->gt, DS_REDUCE_SUM));
+    if (gs->kind == DS_SPARSE_PARTITION_ADD && p->counts[rank] > 0) { /* as grad_buckets' */
+        int64_t dst = (lo > gs->part_lo ? lo : gs->part_lo) - gs->part_lo;
+        DS_TRY(gs->be->ops->axpy(gs->be, ds_at(gs->grads, gs->gt, dst), gs->gt, 1.0f, recv,
+                                 gs->gt, p->counts[rank]));
+    }
     return DS_OK;
 }
 
-/* Elements [*e0, *e1) of row r that this rank sums: the whole row, or at
- * stage 1 its part inside the partition (false: none). */
-static bool row_span(const sparse_param *p, int64_t r, int64_t *e0, int64_t *e1) {
-    const ds_grad_sparse *gs = p->gs;
-    int64_t a = p->offset + r * p->cols, b = a + p->cols;
-    if (gs->scatter) {
-        if (a < gs->part_lo) a = gs->part_lo;
-        if (b > gs->part_hi) b = gs->part_hi;
-    }
-    *e0 = a;
-    *e1 = b;
-    return a < b;
+/* x rounded to the gradient type, as a ring hop stores its sum. */
+static float round_to(ds_dtype t, float x) {
+    if (t == DS_F16) return ds_f16_to_f32(ds_f32_to_f16(x));
+    if (t == DS_BF16) return ds_bf16_to_f32(ds_f32_to_bf16(x));
+    return x;
 }
 
-/* Add every gathered record into the gradient, rank by rank (grad_sparse.h:
- * the start value and the rounding). */
-static void sum_records(sparse_param *p, int64_t total) {
+/* Every gathered record into the gradient, row by row in ascending order
+ * (each rank's block is ascending: a merge), each row's records in rank
+ * order (grad_sparse.h: the start value and the rounding). REPLICA_*: the
+ * sum replaces the row (stage 1: its part in the partition);
+ * PARTITION_ADD: it is added to the partition's elements of the row, as
+ * the dense path adds a reduce-scatter's block. */
+static void sum_records(sparse_param *p) {
     ds_grad_sparse *gs = p->gs;
     ds_dtype t = gs->gt;
-    size_t es = ds_dtype_size(t);
+    size_t es = ds_dtype_size(t), rec_bytes = p->rec * es, idx = 4 / es;
     const char *recs = p->recs;
     int world = gs->comm->world;
-    for (int64_t k = 0; k < total; k++) { /* contributors per row */
-        int32_t r;
-        memcpy(&r, recs + (size_t)k * p->rec * es, 4);
-        p->seen[r] = 0;
+    int64_t at = 0;
+    for (int q = 0; q < world; q++) { /* pos[q]: rank q's next record */
+        p->pos[q] = at;
+        at += p->nrows[q];
     }
-    for (int64_t k = 0; k < total; k++) {
-        int32_t r;
-        memcpy(&r, recs + (size_t)k * p->rec * es, 4);
-        p->seen[r]++;
-    }
-    size_t idx = 4 / es; /* index elements before the row */
-    for (int64_t k = 0; k < total; k++) {
-        const char *rec = recs + (size_t)k * p->rec * es;
-        int32_t r;
-        memcpy(&r, rec, 4);
-        int64_t e0, e1;
-        if (!row_span(p, r, &e0, &e1)) continue;
-        int64_t col0 = e0 - (p->offset + (int64_t)r * p->cols);
-        if (p->seen[r] > 0) { /* the first record of row r: the start value */
-            float start = p->seen[r] == world ? -0.0f : 0.0f;
-            for (int64_t e = e0; e < e1; e++) ds_store_f32(gs->grads, t, (size_t)e, start);
-            p->seen[r] = -1;
+    for (;;) {
+        int32_t r = INT32_MAX;
+        int have = 0; /* ranks whose next record is row r */
+        at = 0;       /* block starts again: rank q's block is [at, at + nrows[q]) */
+        for (int q = 0; q < world; q++) {
+            int64_t next = p->pos[q], stop = at + p->nrows[q];
+            at = stop;
+            if (next >= stop) continue;
+            int32_t rq;
+            memcpy(&rq, recs + (size_t)next * rec_bytes, 4);
+            if (rq < r) r = rq, have = 1;
+            else if (rq == r) have++;
+        }
+        if (r == INT32_MAX) break;
+        int64_t a = p->offset + (int64_t)r * p->cols, b = a + p->cols, e0 = a, e1 = b;
+        if (gs->kind != DS_SPARSE_REPLICA_ALL) { /* only the partition's elements */
+            if (e0 < gs->part_lo) e0 = gs->part_lo;
+            if (e1 > gs->part_hi) e1 = gs->part_hi;
+        }
+        float start = have == world ? -0.0f : 0.0f;
+        for (int64_t e = e0; e < e1; e++) p->acc[e - a] = start;
+        at = 0;
+        for (int q = 0; q < world; q++) {
+            int64_t next = p->pos[q], stop = at + p->nrows[q];
+            at = stop;
+            if (next >= stop) continue;
+            const char *rec = recs + (size_t)next * rec_bytes;
+            int32_t rq;
+            memcpy(&rq, rec, 4);
+            if (rq != r) continue;
+            for (int64_t e = e0; e < e1; e++)
+                p->acc[e - a] =
+                    round_to(t, p->acc[e - a] + ds_load_f32(rec, t, idx + (size_t)(e - a)));
+            p->pos[q] = next + 1;
         }
         for (int64_t e = e0; e < e1; e++) {
-            float v = ds_load_f32(rec, t, idx + (size_t)(col0 + e - e0));
-            float acc = ds_load_f32(gs->grads, t, (size_t)e);
-            ds_store_f32(gs->grads, t, (size_t)e, acc + v);
+            if (gs->kind == DS_SPARSE_PARTITION_ADD) {
+                size_t d = (size_t)(e - gs->part_lo);
+                ds_store_f32(gs->grads, t, d, ds_load_f32(gs->grads, t, d) + p->acc[e - a]);
+            } else {
+                ds_store_f32(gs->grads, t, (size_t)e, p->acc[e - a]);
+            }
         }
     }
 }
 
-/* The job (grad_sparse.h steps 1-4); on the communication thread with
- * overlap_comm. */
-static ds_status exchange(void *arg) {
-    sparse_param *p = arg;
+/* grad_sparse.h steps 1-4 for parameter p whose gradient is at src (gt);
+ * on the communication thread with overlap_comm. */
+static ds_status exchange_from(sparse_param *p, void *src) {
     ds_grad_sparse *gs = p->gs;
     ds_comm *c = gs->comm;
     size_t es = ds_dtype_size(gs->gt), row_bytes = (size_t)p->cols * es;
-    const char *g = ds_at(gs->grads, gs->gt, p->offset);
+    const char *g = src;
     int32_t n = 0;
     for (int64_t r = 0; r < p->rows; r++)
         if (row_nonzero((const unsigned char *)g + (size_t)r * row_bytes, row_bytes))
@@ -152,7 +176,7 @@ static ds_status exchange(void *arg) {
     }
     if (total > p->rows) { /* past break-even: dense, on every rank alike */
         gs->stats.dense_steps++;
-        DS_TRY(dense(p));
+        DS_TRY(dense(p, src));
         return DS_OK;
     }
     char *mine = (char *)p->recs + (size_t)before * p->rec * es;
@@ -163,10 +187,28 @@ static ds_status exchange(void *arg) {
     }
     for (int q = 0; q < c->world; q++) p->counts[q] = (size_t)p->nrows[q] * p->rec;
     DS_TRY(ds_comm_all_gatherv(c, p->recs, p->counts, gs->gt));
-    sum_records(p, total);
+    sum_records(p);
     gs->stats.sparse_steps++;
     gs->stats.rows_sent += (uint64_t)n;
     return DS_OK;
+}
+
+/* The job of the replica kinds: the gradient is the replica's. */
+static ds_status exchange(void *arg) {
+    sparse_param *p = arg;
+    return exchange_from(p, ds_at(p->gs->grads, p->gs->gt, p->offset));
+}
+
+ds_status ds_grad_sparse_reduce_add(ds_grad_sparse *gs, int which, void *src) {
+    DS_TRY(exchange_from(&gs->p[which], src));
+    return DS_OK;
+}
+
+/* Host bytes of one sparse parameter's buffers (init_param). */
+static uint64_t param_bytes(int64_t rows, int64_t cols, ds_dtype gt, int world) {
+    uint64_t es = ds_dtype_size(gt), w = (uint64_t)world;
+    return (uint64_t)rows * 4 + (uint64_t)cols * 4 + w * (8 + 4 + sizeof(size_t)) +
+           (uint64_t)rows * (4 / es + (uint64_t)cols) * es;
 }
 
 static ds_status init_param(ds_grad_sparse *gs, int i, sparse_param *p) {
@@ -179,8 +221,10 @@ static ds_status init_param(ds_grad_sparse *gs, int i, sparse_param *p) {
     size_t rows = (size_t)p->rows;
     DS_TRY(ds_mem_host_alloc(m, DS_MEM_BUFFERS, rows * 4, "sparse gradient rows",
                              (void **)&p->nz));
-    DS_TRY(ds_mem_host_alloc(m, DS_MEM_BUFFERS, rows * 4, "sparse gradient row marks",
-                             (void **)&p->seen));
+    DS_TRY(ds_mem_host_alloc(m, DS_MEM_BUFFERS, (size_t)p->cols * 4, "sparse gradient row sum",
+                             (void **)&p->acc));
+    DS_TRY(ds_mem_host_alloc(m, DS_MEM_BUFFERS, world * 8, "sparse gradient merge",
+                             (void **)&p->pos));
     DS_TRY(ds_mem_host_alloc(m, DS_MEM_BUFFERS, world * 4, "sparse gradient row counts",
                              (void **)&p->nrows));
     DS_TRY(ds_mem_host_alloc(m, DS_MEM_BUFFERS, world * sizeof(size_t),
@@ -198,18 +242,17 @@ static bool is_sparse(const ds_flat *f, int i) {
 }
 
 uint64_t ds_grad_sparse_bytes(const ds_flat *f, ds_dtype gt, int world) {
-    uint64_t total = 0, es = ds_dtype_size(gt);
+    uint64_t total = 0;
     for (int i = 0; i < f->n_params; i++) {
         if (!is_sparse(f, i)) continue;
-        uint64_t rows = (uint64_t)f->params[i].desc->shape[0];
-        uint64_t cols = (uint64_t)f->params[i].numel / rows;
-        total += rows * 8 + rows * (4 / es + cols) * es + (uint64_t)world * (4 + sizeof(size_t));
+        int64_t rows = f->params[i].desc->shape[0];
+        total += param_bytes(rows, f->params[i].numel / rows, gt, world);
     }
     return total;
 }
 
 ds_status ds_grad_sparse_create(ds_backend *be, ds_comm *comm, const ds_flat *f, ds_dtype gt,
-                                void *grads, bool scatter, ds_grad_sparse **out) {
+                                void *grads, ds_grad_sparse_kind kind, ds_grad_sparse **out) {
     *out = NULL;
     int n = 0;
     for (int i = 0; i < f->n_params; i++) n += is_sparse(f, i);
@@ -222,7 +265,7 @@ ds_status ds_grad_sparse_create(ds_backend *be, ds_comm *comm, const ds_flat *f,
         return DS_ERR(DS_ERR_OOM, "sparse_gradients: out of host memory");
     }
     *gs = (ds_grad_sparse){.be = be, .comm = comm, .flat = f, .gt = gt, .grads = grads,
-                           .scatter = scatter, .part_lo = (int64_t)comm->rank * f->part,
+                           .kind = kind, .part_lo = (int64_t)comm->rank * f->part,
                            .part_hi = (int64_t)(comm->rank + 1) * f->part, .p = p};
     ds_status st = DS_OK;
     for (int i = 0; st == DS_OK && i < f->n_params; i++)
@@ -243,7 +286,8 @@ void ds_grad_sparse_destroy(ds_grad_sparse *gs) {
         sparse_param *p = &gs->p[i];
         size_t rows = (size_t)p->rows;
         ds_mem_host_free(m, DS_MEM_BUFFERS, p->nz, rows * 4);
-        ds_mem_host_free(m, DS_MEM_BUFFERS, p->seen, rows * 4);
+        ds_mem_host_free(m, DS_MEM_BUFFERS, p->acc, (size_t)p->cols * 4);
+        ds_mem_host_free(m, DS_MEM_BUFFERS, p->pos, world * 8);
         ds_mem_host_free(m, DS_MEM_BUFFERS, p->nrows, world * 4);
         ds_mem_host_free(m, DS_MEM_BUFFERS, p->counts, world * sizeof(size_t));
         ds_mem_host_free(m, DS_MEM_BUFFERS, p->recs, rows * p->rec * es);

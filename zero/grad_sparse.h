@@ -1,19 +1,25 @@
-/* Row-sparse gradient exchange: DeepSpeed's "sparse_gradients" (stages 0, 1).
+/* Row-sparse gradient exchange: DeepSpeed's "sparse_gradients" (stages 0-2).
  *
  * A parameter flagged row_sparse_grad (engine/core/module.h: an embedding
  * table, rows a step does not touch keep an exactly zero gradient) is left
- * out of the dense gradient buckets of zero/grad_reduce.h. When its bucket
- * comes, one job on the communication thread (inline without overlap_comm)
+ * out of the dense gradient buckets (zero/grad_reduce.h at stages 0 and 1,
+ * zero/grad_buckets.h at stage 2). When its bucket comes, one job on the
+ * communication thread (inline without overlap_comm)
  *
- *   1. scans this rank's accumulated gradient of it for rows with any
- *      nonzero bit (exact: a row of +0.0 adds nothing to any sum),
+ *   1. scans this rank's gradient of it (stages 0-1: accumulated over the
+ *      step's micro-batches; stage 2: this micro-batch's, which stage 2
+ *      reduces every micro-batch) for rows with any nonzero bit (exact: a
+ *      row of +0.0 adds nothing to any sum),
  *   2. all-gathers the ranks' row counts (one int32 each),
  *   3. all-gathers the rows as records (int32 row index, then the row in the
  *      gradient type) with uneven blocks, rank order,
- *   4. sums every rank's records, in rank order, into the dense gradient:
- *      at stage 0 every row; at stage 1 (reduce-scatter) only the elements
- *      inside this rank's partition, the rest keeping the rank's own values
- *      as the dense reduce-scatter leaves them.
+ *   4. sums every rank's records of a row, in rank order (the ranks' blocks
+ *      are ascending: a merge, one row at a time), into the gradient: at
+ *      stage 0 every row of the replica; at stage 1 (reduce-scatter) only
+ *      the elements inside this rank's partition, the rest keeping the
+ *      rank's own values as the dense reduce-scatter leaves them; at stage
+ *      2 the row's sum is ADDED to the partition's elements, as the dense
+ *      path adds its reduce-scatter's block.
  *
  * Traffic per step and rank at 2 ranks: 4 bytes (the count) + n_r x
  * (row bytes + 4) where n_r is this rank's nonzero rows; at world n the
@@ -21,8 +27,8 @@
  *
  * Fallback to dense, decided from the gathered counts, so on every rank
  * alike: when the ranks' nonzero rows TOGETHER exceed the table's rows, the
- * parameter is all-reduced (stage 0) or reduce-scattered (stage 1) densely
- * that step. At that point the records would be about half a dense
+ * parameter is all-reduced (stage 0) or reduce-scattered (stages 1, 2)
+ * densely that step. At that point the records would be about half a dense
  * all-reduce's bytes (a ring all-reduce sends 2(n-1)/n of the buffer, the
  * gather (n-1)/n of the records); the bound also sizes the one record buffer
  * (table rows x (row + 4) bytes, allocated at creation). A parameter that
@@ -49,24 +55,30 @@
 
 typedef struct ds_grad_sparse ds_grad_sparse;
 
-/* Where "sparse_gradients": true applies: stages 0 and 1 on the cpu backend
+/* Where "sparse_gradients": true applies: stages 0-2 on the cpu backend
  * (the row scan reads host memory), without OneBitAdam / ZeroOneAdam
  * (their compressed steps exchange momentum, not gradients). False with the
  * reason in why (a sentence for a warning) otherwise; true with why "" when
  * the key is false or it applies. */
 bool ds_grad_sparse_applies(const ds_config *c, bool cpu_backend, char *why, size_t cap);
 
+typedef enum ds_grad_sparse_kind {
+    DS_SPARSE_REPLICA_ALL = 0, /* stage 0: grads is the replica; every row summed in place */
+    DS_SPARSE_REPLICA_PART,    /* stage 1: the replica; only this rank's partition summed */
+    DS_SPARSE_PARTITION_ADD,   /* stage 2: grads is the partition (f->part elements); the
+                                  sums are added to it (ds_grad_sparse_reduce_add) */
+} ds_grad_sparse_kind;
+
 /* The exchange of every untied row_sparse_grad parameter of f; *out stays
- * NULL when f has none. grads: the full replica (gt). scatter: stage 1 (sum
- * only this rank's partition). Allocates every buffer now. */
+ * NULL when f has none. grads: see kind (gt). Allocates every buffer now. */
 ds_status ds_grad_sparse_create(ds_backend *be, ds_comm *comm, const ds_flat *f, ds_dtype gt,
-                                void *grads, bool scatter, ds_grad_sparse **out);
+                                void *grads, ds_grad_sparse_kind kind, ds_grad_sparse **out);
 void ds_grad_sparse_destroy(ds_grad_sparse *gs);
 
 /* Host bytes ds_grad_sparse_create allocates for f at `world` ranks with
  * gradients of type gt (the memory estimate counts them, zero/estimate.h):
- * per sparse parameter rows x (2 x 4 + (4 + row bytes)) (row lists, marks,
- * the record buffer) and world x (4 + sizeof(size_t)). 0 without any;
+ * per sparse parameter rows x (4 + (4 + row bytes)) (row list, record
+ * buffer), a row of fp32 and world x (8 + 4 + sizeof(size_t)). 0 without any;
  * nothing is allocated at one rank (zero/grad_reduce.h). */
 uint64_t ds_grad_sparse_bytes(const ds_flat *f, ds_dtype gt, int world);
 
@@ -74,8 +86,14 @@ uint64_t ds_grad_sparse_bytes(const ds_flat *f, ds_dtype gt, int world);
  * false when none does. *which names it for submit. */
 bool ds_grad_sparse_overlap(const ds_grad_sparse *gs, int64_t lo, int64_t hi, int64_t *a,
                             int64_t *b, int *which);
-/* Queue the exchange of parameter `which` on w (its gradient must be final). */
+/* REPLICA kinds: queue the exchange of parameter `which` on w (its gradient
+ * must be final). */
 ds_status ds_grad_sparse_submit(ds_grad_sparse *gs, ds_comm_worker *w, int which);
+/* PARTITION_ADD: exchange parameter `which`, whose gradient of this
+ * micro-batch is at src (gt; used as scratch), and add the sums into the
+ * partition, now, on the calling thread (a bucket's job on the
+ * communication thread, zero/grad_buckets.c). Collective. */
+ds_status ds_grad_sparse_reduce_add(ds_grad_sparse *gs, int which, void *src);
 /* Wait for every queued exchange; the first failure. */
 ds_status ds_grad_sparse_wait(ds_grad_sparse *gs, ds_comm_worker *w);
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "zero/grad_buckets.h"
+#include "zero/grad_sparse.h"
 #include "zero/replica.h"
 #include "zero/zero.h"
 #include "zero/zero_util.h"
@@ -98,6 +99,9 @@ static ds_status build(stage2 *s, const ds_zero_desc *d) {
     DS_TRY(ds_grad_buckets_create(d->be, s->worker, d->flat, d->comm->rank, d->grad_t, s->grads,
                                   d->cfg->reduce_bucket_size, !d->cfg->contiguous_gradients,
                                   &s->buckets));
+    char why[256]; /* where it does not apply the engine warned (ds_grad_sparse_applies) */
+    if (ds_grad_sparse_applies(d->cfg, d->be->kind == DS_BACKEND_CPU, why, sizeof why))
+        DS_TRY(ds_grad_buckets_sparse(s->buckets, d->comm));
     return DS_OK;
 }
 

@@ -457,8 +457,10 @@ static void test_sparse_gradients_applies(void) {
     CHECK_TRUE(!ds_grad_sparse_applies(&c, false, why, sizeof why));
     CHECK_TRUE(strstr(why, "sparse_gradients: ignored on this backend"));
     c = parse_ok("{\"sparse_gradients\": true, \"zero_optimization\": {\"stage\": 2}}");
+    CHECK_TRUE(ds_grad_sparse_applies(&c, true, why, sizeof why) && !why[0]);
+    c = parse_ok("{\"sparse_gradients\": true, \"zero_optimization\": {\"stage\": 3}}");
     CHECK_TRUE(!ds_grad_sparse_applies(&c, true, why, sizeof why));
-    CHECK_TRUE(strstr(why, "sparse_gradients: ignored at zero_optimization.stage 2"));
+    CHECK_TRUE(strstr(why, "sparse_gradients: ignored at zero_optimization.stage 3"));
     c = parse_ok("{\"sparse_gradients\": true, \"optimizer\": {\"type\": \"OneBitAdam\","
                  " \"params\": {\"lr\": 0.001, \"freeze_step\": 10}}}");
     CHECK_TRUE(!ds_grad_sparse_applies(&c, true, why, sizeof why));
