@@ -20,7 +20,8 @@
  * (the ZeRO paper's model states) at their place (device, host RAM, NVMe
  * files), the buffers the strategies and the offload tiers allocate at
  * start-up (gradient buckets, stage-3 gather slots, fp32 compute copies of
- * a module, tied-gradient accumulators, NVMe swap buffers, host staging)
+ * a module, tied-gradient accumulators, NVMe swap buffers, host staging,
+ * sparse_gradients' row lists and records)
  * and, with a model, the engine's activation plan for
  * train_micro_batch_size_per_gpu rows of its max_seq_len (activations,
  * scratch, the device copy of a batch under "other", and with bf16 GEMM

@@ -135,9 +135,6 @@ ds_status ds_grad_reduce_sparse(ds_grad_reduce *g) {
     return DS_OK;
 }
 
-void ds_grad_reduce_sparse_stats(const ds_grad_reduce *g, ds_grad_sparse_stats *out) {
-    ds_grad_sparse_get_stats(g ? g->sparse : NULL, out);
-}
 
 void ds_grad_reduce_destroy(ds_grad_reduce *g) {
     if (!g) return;

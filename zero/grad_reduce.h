@@ -57,8 +57,6 @@ void ds_grad_reduce_destroy(ds_grad_reduce *g);
  * through zero/grad_sparse.h's row exchange instead of the dense buckets
  * (no-op for a model without any). Call once, before the first backward. */
 ds_status ds_grad_reduce_sparse(ds_grad_reduce *g);
-/* Its counters (zeros without sparse_gradients or g NULL). */
-void ds_grad_reduce_sparse_stats(const ds_grad_reduce *g, ds_grad_sparse_stats *out);
 
 /* The gradients of flat range [begin, end) (module m's span) are final.
  * Ranges come in reverse flat order, each ending where the previous began;

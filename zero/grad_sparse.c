@@ -33,7 +33,6 @@ struct ds_grad_sparse {
     int64_t part_lo, part_hi; /* this rank's partition */
     int n;
     sparse_param *p;          /* ascending flat offsets */
-    ds_grad_sparse_stats stats;
 };
 
 bool ds_grad_sparse_applies(const ds_config *c, bool cpu_backend, char *why, size_t cap) {
@@ -175,7 +174,6 @@ static ds_status exchange_from(sparse_param *p, void *src) {
         total += p->nrows[q];
     }
     if (total > p->rows) { /* past break-even: dense, on every rank alike */
-        gs->stats.dense_steps++;
         DS_TRY(dense(p, src));
         return DS_OK;
     }
@@ -188,8 +186,6 @@ static ds_status exchange_from(sparse_param *p, void *src) {
     for (int q = 0; q < c->world; q++) p->counts[q] = (size_t)p->nrows[q] * p->rec;
     DS_TRY(ds_comm_all_gatherv(c, p->recs, p->counts, gs->gt));
     sum_records(p);
-    gs->stats.sparse_steps++;
-    gs->stats.rows_sent += (uint64_t)n;
     return DS_OK;
 }
 
@@ -336,9 +332,4 @@ ds_status ds_grad_sparse_wait(ds_grad_sparse *gs, ds_comm_worker *w) {
     }
     DS_TRY(first);
     return DS_OK;
-}
-
-void ds_grad_sparse_get_stats(const ds_grad_sparse *gs, ds_grad_sparse_stats *out) {
-    if (gs) *out = gs->stats;
-    else *out = (ds_grad_sparse_stats){0};
 }

@@ -97,11 +97,4 @@ ds_status ds_grad_sparse_reduce_add(ds_grad_sparse *gs, int which, void *src);
 /* Wait for every queued exchange; the first failure. */
 ds_status ds_grad_sparse_wait(ds_grad_sparse *gs, ds_comm_worker *w);
 
-/* Counters since creation, over all sparse parameters: exchanges sent as
- * rows, exchanges that fell back to dense, and this rank's rows sent. */
-typedef struct ds_grad_sparse_stats {
-    uint64_t sparse_steps, dense_steps, rows_sent;
-} ds_grad_sparse_stats;
-void ds_grad_sparse_get_stats(const ds_grad_sparse *gs, ds_grad_sparse_stats *out);
-
 #endif /* DS_ZERO_GRAD_SPARSE_H */
