@@ -10,20 +10,22 @@
 # loss (mean over windows of 100 steps) and the dev evaluation.
 #
 #   bench/qgz_int4_curve.sh [--build DIR] [--data FILE] [--steps N]
-#                           [--work DIR] [--trainer cls|lm]
+#                           [--work DIR] [--trainer cls|lm] [--shape "FLAGS"]
 #
 # cls: train_cls, BERT --layers 2 --hidden 128 --heads 4 --intermediate 512,
 #      lr 3e-4; lm: train_lm, GPT-2 --layers 2 --hidden 128 --heads 4
 #      --seq-len 64, lr 1e-3. Both: micro batch 16 per rank (global 64),
-#      constant lr, seed 42, as bench/qwz_curve.sh at 2 ranks. Needs root
+#      constant lr, seed 42, as bench/qwz_curve.sh at 2 ranks. --shape
+#      replaces the model flags (BERT-mini: "--layers 4 --hidden 256
+#      --heads 4 --intermediate 1024"). Needs root
 #      (namespaces); exits 77 where the hosts cannot be made.
 set -eu
 build=build data=../shared/data/nlpcc2013-emotion/Nlpcc2013Train.tsv steps=1000
-work=/tmp/qgz_int4_curve trainer=cls
+work=/tmp/qgz_int4_curve trainer=cls custom=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2 ;; --data) data=$2 ;; --steps) steps=$2 ;; --work) work=$2 ;;
-    --trainer) trainer=$2 ;;
+    --trainer) trainer=$2 ;; --shape) custom=$2 ;;
     *) echo "qgz_int4_curve.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -33,6 +35,7 @@ case "$trainer" in
   lm) prog=train_lm lr=1e-3 shape="--layers 2 --hidden 128 --heads 4 --seq-len 64" ;;
   *) echo "qgz_int4_curve.sh: --trainer cls or lm, got $trainer" >&2; exit 2 ;;
 esac
+[ -z "$custom" ] || shape=$custom
 here=$(cd "$(dirname "$0")/.." && pwd)
 twohost=$here/tools/twohost.sh
 "$twohost" check >/dev/null || { "$twohost" check; exit 77; }

@@ -47,7 +47,10 @@
  * are fp32 and the result is the plain sum, as for every reduce-scatter of
  * the engine (averaging is the caller's). DeepSpeed sends 1-D tensors
  * (biases, norms) through the plain reduce-scatter; a flat bucket has no
- * shapes, so they go in int4 too (0.6% of BERT-mini's values).
+ * shapes, so they go in int4 too (14,086 of BERT-mini's 8,767,238 values,
+ * 0.16%), as do tensors whose size is not a multiple of 2 x world (which
+ * DeepSpeed also sends plain: its two all-to-alls need even pieces; here
+ * the blocks may be of any size).
  *
  * It goes in rounds of a fixed scratch like the int8 scheme: round j
  * carries values [j C, (j + 1) C) of every block (C a multiple of 256), the
