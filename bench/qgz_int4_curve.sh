@@ -11,21 +11,23 @@
 #
 #   bench/qgz_int4_curve.sh [--build DIR] [--data FILE] [--steps N]
 #                           [--work DIR] [--trainer cls|lm] [--shape "FLAGS"]
+#                           [--runs "full int8 int4"]
 #
 # cls: train_cls, BERT --layers 2 --hidden 128 --heads 4 --intermediate 512,
 #      lr 3e-4; lm: train_lm, GPT-2 --layers 2 --hidden 128 --heads 4
 #      --seq-len 64, lr 1e-3. Both: micro batch 16 per rank (global 64),
 #      constant lr, seed 42, as bench/qwz_curve.sh at 2 ranks. --shape
 #      replaces the model flags (BERT-mini: "--layers 4 --hidden 256
-#      --heads 4 --intermediate 1024"). Needs root
+#      --heads 4 --intermediate 1024"). --runs: which of the three (full
+#      comes first and is needed). Needs root
 #      (namespaces); exits 77 where the hosts cannot be made.
 set -eu
 build=build data=../shared/data/nlpcc2013-emotion/Nlpcc2013Train.tsv steps=1000
-work=/tmp/qgz_int4_curve trainer=cls custom=""
+work=/tmp/qgz_int4_curve trainer=cls custom="" runs="full int8 int4"
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2 ;; --data) data=$2 ;; --steps) steps=$2 ;; --work) work=$2 ;;
-    --trainer) trainer=$2 ;; --shape) custom=$2 ;;
+    --trainer) trainer=$2 ;; --shape) custom=$2 ;; --runs) runs=$2 ;;
     *) echo "qgz_int4_curve.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -43,7 +45,7 @@ prog=$(readlink -f "$build/bin/$prog")
 data=$(readlink -f "$data")
 mkdir -p "$work"
 work=$(readlink -f "$work")
-for run in full int8 int4; do
+for run in $runs; do
   q=true scheme=int8
   [ $run = full ] && q=false
   [ $run = int4 ] && scheme=int4
@@ -59,11 +61,11 @@ JSON
     --lr-scheduler-type constant --seed 42 --metrics "$work/metrics_$run.jsonl" \
     > "$work/log_$run.txt" 2>&1
 done
-python3 - "$work" <<'PY'
+python3 - "$work" $runs <<'PY'
 import json, sys
-work = sys.argv[1]
+work, names = sys.argv[1], sys.argv[2:]
 runs = {}
-for q in ("full", "int8", "int4"):
+for q in names:
     steps, ev = [], None
     for line in open(f"{work}/metrics_{q}.jsonl"):
         r = json.loads(line)
@@ -74,18 +76,19 @@ kinds = ("reduce_scatter", "all_to_all")
 def grad_bytes(q, key):
     return sum(runs[q][0][-1]["comm"].get(k, {}).get(key, 0) for k in kinds)
 print("gradient bytes per step, rank 0 (reduce_scatter + all_to_all, last step):")
-for q in ("full", "int8", "int4"):
+for q in names:
     print(f"  {q}: {grad_bytes(q, 'bytes')} ({grad_bytes(q, 'inside_host')} inside its host, "
           f"{grad_bytes(q, 'across_hosts')} across hosts)")
-print("| steps | loss, fp32 reduce-scatter | qgZ int8 | difference | qgZ int4 | difference |")
-print("|---|---|---|---|---|---|")
+quant = [q for q in names if q != "full"]
+print("| steps | loss, fp32 reduce-scatter |" + "".join(f" qgZ {q} | difference |" for q in quant))
+print("|---|---|" + "---|---|" * len(quant))
 full = runs["full"][0]
 for lo in range(0, len(full), 100):
     m = {q: sum(s["loss"] for s in runs[q][0][lo:lo + 100]) / len(runs[q][0][lo:lo + 100])
          for q in runs}
-    print(f"| {lo + 1}-{min(lo + 100, len(full))} | {m['full']:.4f} | {m['int8']:.4f} | "
-          f"{m['int8'] - m['full']:+.4f} | {m['int4']:.4f} | {m['int4'] - m['full']:+.4f} |")
-for q in ("full", "int8", "int4"):
+    print(f"| {lo + 1}-{min(lo + 100, len(full))} | {m['full']:.4f} |" +
+          "".join(f" {m[q]:.4f} | {m[q] - m['full']:+.4f} |" for q in quant))
+for q in names:
     ev = runs[q][1] or {}
     keys = {k: v for k, v in ev.items() if isinstance(v, (int, float))}
     print(f"dev eval, {q}: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(keys.items())))
