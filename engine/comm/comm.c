@@ -35,6 +35,7 @@ ds_status ds_comm_create(const ds_comm_desc *desc, ds_comm **out) {
 void ds_comm_destroy(ds_comm *c) {
     if (!c) return;
     if (c->ops && c->ops->destroy) c->ops->destroy(c);
+    free(c->peer_same_host);
     free(c);
 }
 
@@ -93,11 +94,16 @@ static coll_mark mark(const ds_comm *c, ds_coll which) {
                        .sent0 = c->stats.bytes_sent[which]};
 }
 
-static void account(ds_comm *c, ds_coll which, coll_mark m, size_t size_bytes) {
+/* intra: the bytes of `sent` that stayed on this host, or -1 for the ring's
+ * rule (all of them go to rank + 1). */
+static void account_split(ds_comm *c, ds_coll which, coll_mark m, size_t size_bytes,
+                          int64_t intra) {
     double dt = ds_comm_now() - m.t0;
     uint64_t sent = c->stats.bytes_sent[which] - m.sent0;
-    if (c->next_same_host) c->stats.bytes_intra[which] += sent;
-    else c->stats.bytes_inter[which] += sent;
+    uint64_t in = intra < 0 ? (c->next_same_host ? sent : 0) : (uint64_t)intra;
+    if (in > sent) in = sent; /* a call that failed part way sent less */
+    c->stats.bytes_intra[which] += in;
+    c->stats.bytes_inter[which] += sent - in;
     c->stats.size_bytes[which] += size_bytes;
     c->stats.seconds[which] += dt;
     /* on the communication thread the time is hidden unless someone waits
@@ -111,11 +117,15 @@ static void account(ds_comm *c, ds_coll which, coll_mark m, size_t size_bytes) {
     r->stats.calls[which] += c->stats.calls[which] - m.calls0;
     r->stats.elems_sent[which] += c->stats.elems_sent[which] - m.elems0;
     r->stats.bytes_sent[which] += sent;
-    if (c->next_same_host) r->stats.bytes_intra[which] += sent;
-    else r->stats.bytes_inter[which] += sent;
+    r->stats.bytes_intra[which] += in;
+    r->stats.bytes_inter[which] += sent - in;
     r->stats.size_bytes[which] += size_bytes;
     r->stats.seconds[which] += dt;
     if (waited) r->stats.wait_s += dt;
+}
+
+static void account(ds_comm *c, ds_coll which, coll_mark m, size_t size_bytes) {
+    account_split(c, which, m, size_bytes, -1);
 }
 
 /* ---- argument checks ------------------------------------------------------ */
@@ -255,11 +265,20 @@ static ds_status personalised(ds_comm *c, const char *what, const void *send, vo
     uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
     if (sbytes && rbytes && s < r + rbytes && r < s + sbytes)
         return DS_ERR(DS_ERR_INVALID_ARG, "%s: send and receive buffers overlap", what);
+    /* the blocks for ranks on this host; every block travels straight to
+     * its rank (pairwise exchange), so this is exact */
+    int64_t intra = -1;
+    if (c->peer_same_host) {
+        intra = 0;
+        for (int b = 0; b < c->world; b++)
+            if (b != c->rank && c->peer_same_host[b])
+                intra += (int64_t)((counts ? counts[b] : count) * es);
+    }
     enter(c);
     coll_mark m = mark(c, DS_COLL_ALL_TO_ALL);
     ds_status st = counts ? c->ops->all_to_allv(c, send, recv, counts, t)
                           : c->ops->all_to_all(c, send, recv, count, t);
-    account(c, DS_COLL_ALL_TO_ALL, m, sbytes);
+    account_split(c, DS_COLL_ALL_TO_ALL, m, sbytes, intra);
     DS_TRY(st);
     return DS_OK;
 }

@@ -199,6 +199,8 @@ struct ds_comm {
     double timeout_s;
     int nhosts;          /* hosts the ranks run on (by host name) */
     bool next_same_host; /* rank + 1 mod world, the ring's next, runs on this host */
+    bool *peer_same_host; /* [world] rank r runs on this host (by name): where an
+                             all-to-all's blocks go; NULL at one rank */
     ds_comm_stats stats;
     /* A sub-communicator's world communicator (ds_comm_split), NULL for a
      * world communicator: its counters count this one's traffic too, and its
@@ -238,8 +240,9 @@ ds_status ds_comm_reduce_scatterv(ds_comm *c, const void *send, void *recv, cons
 ds_status ds_comm_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds_dtype t);
 /* Personalised exchange (MPI_Alltoall): block b of send (count elements)
  * goes to rank b; recv block b comes from rank b. Counted as DS_COLL_ALL_TO_ALL
- * ((world-1) blocks sent); its inside/across-host split follows the ring's
- * next rank like the others', exact on one host and at two ranks. */
+ * ((world-1) blocks sent); each block lands in the inside- or across-host
+ * counter by the host of the rank it goes to (peer_same_host), not by the
+ * ring's next rank as the ring collectives' bytes do. */
 ds_status ds_comm_all_to_all(ds_comm *c, const void *send, void *recv, size_t count, ds_dtype t);
 /* The same with uneven blocks (the ops' all_to_allv): send holds the
  * blocks of counts[0], counts[1], ... back to back, block b for rank b;

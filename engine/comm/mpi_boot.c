@@ -311,8 +311,8 @@ out:
 
 /* Every rank's host name (MPI_Get_processor_name: gethostname, so a
  * simulated host with its own UTS namespace counts as a host), gathered
- * once: c->nhosts and c->next_same_host, for the inside/across-host split of
- * the traffic counters (ds_comm_stats), and with set_local_rank
+ * once: c->nhosts, c->next_same_host and c->peer_same_host, for the
+ * inside/across-host split of the traffic counters (ds_comm_stats), and with set_local_rank
  * c->local_rank, how many lower ranks run on a host of this one's name. */
 static ds_status hosts_by_name(ds_comm *c, MPI_Comm comm, bool set_local_rank) {
     c->nhosts = 1;
@@ -324,11 +324,19 @@ static ds_status hosts_by_name(ds_comm *c, MPI_Comm comm, bool set_local_rank) {
     int len = 0;
     if (!names) return DS_ERR(DS_ERR_OOM, "comm: out of memory for %d host names", c->world);
     MPI_Get_processor_name(self, &len);
+    free(c->peer_same_host);
+    c->peer_same_host = calloc((size_t)c->world, sizeof *c->peer_same_host);
+    if (!c->peer_same_host) {
+        free(names);
+        return DS_ERR(DS_ERR_OOM, "comm: out of memory for %d ranks' hosts", c->world);
+    }
     int rc = MPI_Allgather(self, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names, MPI_MAX_PROCESSOR_NAME,
                            MPI_CHAR, comm);
     if (rc == MPI_SUCCESS) {
         const char *next = names + (size_t)((c->rank + 1) % c->world) * MPI_MAX_PROCESSOR_NAME;
         c->next_same_host = strcmp(next, self) == 0;
+        for (int r = 0; r < c->world; r++)
+            c->peer_same_host[r] = strcmp(names + (size_t)r * MPI_MAX_PROCESSOR_NAME, self) == 0;
         c->nhosts = 0;
         for (int r = 0; r < c->world; r++) { /* a name not seen at a lower rank is a new host */
             const char *nr = names + (size_t)r * MPI_MAX_PROCESSOR_NAME;
@@ -340,7 +348,10 @@ static ds_status hosts_by_name(ds_comm *c, MPI_Comm comm, bool set_local_rank) {
         }
     }
     free(names);
-    return rc == MPI_SUCCESS ? DS_OK : ds_comm_mpi_error(rc, "MPI_Allgather of host names", c);
+    if (rc == MPI_SUCCESS) return DS_OK;
+    free(c->peer_same_host); /* the callers free c itself on failure */
+    c->peer_same_host = NULL;
+    return ds_comm_mpi_error(rc, "MPI_Allgather of host names", c);
 }
 
 ds_status ds_comm_mpi_boot(const char *who, const ds_comm_desc *desc, ds_comm *c,

@@ -414,6 +414,7 @@ ds_status ds_comm_nccl_create(const ds_comm_desc *desc, ds_comm **out) {
         st = join_nccl(c, m);
     }
     if (st != DS_OK) {
+        free(c->peer_same_host); /* booted, then NCCL failed */
         free(m);
         free(c);
         ds_error_trace(__FILE__, __LINE__);
@@ -442,6 +443,7 @@ static ds_status nccl_split(ds_comm *c, int color, int key, ds_comm **out) {
     ds_status st = ds_comm_mpi_split_boot(c, color, key, s, &m->base);
     if (st == DS_OK) st = join_nccl(s, m);
     if (st != DS_OK) {
+        free(s->peer_same_host); /* booted, then NCCL failed */
         free(m);
         free(s);
         ds_error_trace(__FILE__, __LINE__);

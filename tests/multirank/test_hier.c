@@ -38,7 +38,8 @@
  *   - the bytes this rank sends per step, inside its host and across hosts,
  *     in all-gathers, reduce-scatters and all-reduces, equal the formula
  *     (ring_bytes below: a ring's rank sends every block but one, all to
- *     the ring's next rank), plain and with the feature;
+ *     the ring's next rank; qgZ's all-to-all, a2a_bytes, each block to its
+ *     own rank), plain and with the feature;
  *   - losses: hpZ gathers the same values from another copy and reduces the
  *     gradients as plain stage 3 does: bit for bit at every step. MiCS adds
  *     the gradients in another order (inside the shard group, then across
@@ -293,6 +294,18 @@ static void ring_bytes(traffic *t, ds_coll k, int base, int stride, int n, int m
     else t->inter[k] += sent * es;
 }
 
+/* An all-to-all over the same kind of group: block b goes straight to
+ * member b, into intra or inter by where that member runs (comm.h). */
+static void a2a_bytes(traffic *t, int base, int stride, int n, int me, const size_t *c,
+                      size_t es) {
+    for (int b = 0; b < n; b++) {
+        if (b == me) continue;
+        uint64_t bytes = c[b] * es;
+        if (host_of(base + b * stride) == host_of(g_rank)) t->intra[DS_COLL_ALL_TO_ALL] += bytes;
+        else t->inter[DS_COLL_ALL_TO_ALL] += bytes;
+    }
+}
+
 /* qwZ / qgZ: the n blocks' element counts c as their int8 records' bytes
  * (engine/comm/codec_q8.h), sent as bytes (es 1). */
 static size_t records(size_t *c, int n, size_t es, bool quant) {
@@ -374,9 +387,10 @@ static void expected(bool feature, traffic *t) {
     size_t c[64];
     for (int i = 0; i < S; i++) c[i] = clip(f, S, i, 0, f->used);
     size_t ges = records(c, S, es, g_qgz && S > 1); /* qgZ: one all_to_all of records */
-    for (int mb = 0; mb < g_gas; mb++)
-        ring_bytes(t, g_qgz ? DS_COLL_ALL_TO_ALL : DS_COLL_REDUCE_SCATTER, sbase, 1, S, p, c, p,
-                   ges);
+    for (int mb = 0; mb < g_gas; mb++) {
+        if (g_qgz && S > 1) a2a_bytes(t, sbase, 1, S, p, c, ges);
+        else ring_bytes(t, DS_COLL_REDUCE_SCATTER, sbase, 1, S, p, c, p, ges);
+    }
     /* MiCS: the partition all-reduced across the W / S groups: a ring
      * all-reduce sends every block but its own, then every block but the
      * next's */
