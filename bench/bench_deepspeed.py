@@ -55,14 +55,17 @@ def synthetic_rows(n_rows, T):
     return ids, labels
 
 
-def ds_config(stage, global_batch):
+def ds_config(stage, global_batch, bucket=500000000, overlap=None):
+    zero = {"stage": stage, "stage3_param_persistence_threshold": 0,
+            "reduce_bucket_size": bucket}
+    if overlap is not None:  # else DeepSpeed's default for the stage
+        zero["overlap_comm"] = bool(overlap)
     return {
         "train_batch_size": global_batch,
         "steps_per_print": 1000000,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}},
         "gradient_clipping": 1.0,
-        "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0,
-                              "reduce_bucket_size": 500000000},
+        "zero_optimization": zero,
         "fp16": {"enabled": False},
         "bf16": {"enabled": False},
     }
@@ -77,6 +80,10 @@ def main():
     ap.add_argument("--batch", type=int, default=32, help="global batch")
     ap.add_argument("--backend", default="gloo")
     ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
+    ap.add_argument("--bucket", type=int, default=500000000,
+                    help="zero_optimization.reduce_bucket_size")
+    ap.add_argument("--overlap", type=int, choices=[0, 1], default=None,
+                    help="zero_optimization.overlap_comm (default: DeepSpeed's)")
     a = ap.parse_args()
     if os.environ.get("DS_ACCELERATOR") != "cpu":
         sys.exit("bench_deepspeed: set DS_ACCELERATOR=cpu (DeepSpeed would pick a GPU if it found one)")
@@ -104,7 +111,7 @@ def main():
     model = BertForSequenceClassification(cfg)
     n_params = sum(p.numel() for p in model.parameters())
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                           config=ds_config(a.stage, a.batch))
+                                           config=ds_config(a.stage, a.batch, a.bucket, a.overlap))
     engine.train()
 
     n_steps = a.warmup + a.steps

@@ -12,7 +12,13 @@
 #                       [--reps 3] [--stages "0 1 2 3"] [--where same|twohost|both]
 #                       [--rate 1gbit] [--out /tmp/ds_compare]
 #                       [--quiet-idle 85] [--max-wait 60]
+#                       [--engine-args "--overlap 1 --sparse 1"] [--ds-args "--overlap 1"]
 #
+# --engine-args: more bench_train options for every engine run (split on
+# spaces), e.g. the features a slow link wants, "--overlap 1 --sparse 1" at
+# stages 0-2 or "--qwz 1 --qgz 1" at stage 3. --ds-args: the same for every
+# bench_deepspeed.py run ("--overlap 1 --bucket 500000": overlap_comm and
+# reduce_bucket_size; unset, DeepSpeed's default overlap and a 5e8 bucket).
 # --where twohost runs both programs across the two simulated hosts of
 # tools/twohost.sh (one rank each, link limited to --rate): the engine's
 # ranks through mpirun --hostfile as bench/overlap_twohost.sh does, DeepSpeed
@@ -40,6 +46,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 build=$here/build-h6
 py=/root/venv/bin/python
 reps=3 stages="0 1 2 3" where=same rate=1gbit out=/tmp/ds_compare quiet_idle=85 max_wait=60
+eargs=() dargs=()
 while [ $# -gt 0 ]; do
     case $1 in
         --build) build=$2; shift 2 ;;
@@ -51,6 +58,8 @@ while [ $# -gt 0 ]; do
         --out) out=$2; shift 2 ;;
         --quiet-idle) quiet_idle=$2; shift 2 ;;
         --max-wait) max_wait=$2; shift 2 ;;
+        --engine-args) read -r -a eargs <<< "$2"; shift 2 ;;
+        --ds-args) read -r -a dargs <<< "$2"; shift 2 ;;
         -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
         *) echo "ds_compare.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -93,12 +102,12 @@ port=29600 # torchrun's rendezvous port, a new one per run (no TIME_WAIT clash)
 timed() { local tag=$1; shift; /usr/bin/time -f '%U %S' -o "$out/time.$tag" "$@"; }
 engine_same() {
     timed e mpirun "${root_flag[@]}" --oversubscribe --bind-to none --mca btl self,vader,tcp \
-        -x OMP_NUM_THREADS=1 -np 2 "$bench" --stage "$1"
+        -x OMP_NUM_THREADS=1 -np 2 "$bench" --stage "$1" "${eargs[@]}"
 }
 ds_same() {
     port=$((port + 1))
     timed d "$torchrun" --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$port" \
-        "$dsbench" --stage "$1"
+        "$dsbench" --stage "$1" "${dargs[@]}"
 }
 # Across the hosts each rank times itself: host 2's rank runs under an orted
 # that mpirun does not wait for, so mpirun's own rusage would leave it out.
@@ -106,16 +115,16 @@ engine_twohost() {
     "$twohost" exec --name "$hosts" -- bash -c 'exec mpirun --hostfile "$TWOHOST_HOSTFILE" "$@"' \
         mpirun "${root_flag[@]}" --bind-to none -np 2 -x OMP_NUM_THREADS=1 \
         sh -c 'exec /usr/bin/time -f "%U %S" -o "$0.$OMPI_COMM_WORLD_RANK" "$@"' "$out/time.r" \
-        "$bench" --stage "$1"
+        "$bench" --stage "$1" "${eargs[@]}"
 }
 ds_twohost() {
     port=$((port + 1))
     local tr=(--nnodes 2 --nproc_per_node 1 --master_addr 10.77.0.1 --master_port "$port")
     GLOO_SOCKET_IFNAME=eth0 timed d2 ip netns exec "$hosts-2" \
-        "$torchrun" "${tr[@]}" --node_rank 1 "$dsbench" --stage "$1" > "$out/ds_host2.log" 2>&1 &
+        "$torchrun" "${tr[@]}" --node_rank 1 "$dsbench" --stage "$1" "${dargs[@]}" > "$out/ds_host2.log" 2>&1 &
     local h2=$!
     GLOO_SOCKET_IFNAME=eth0 timed d "$twohost" exec --name "$hosts" -- \
-        "$torchrun" "${tr[@]}" --node_rank 0 "$dsbench" --stage "$1"
+        "$torchrun" "${tr[@]}" --node_rank 0 "$dsbench" --stage "$1" "${dargs[@]}"
     local rc=$?
     wait "$h2" || { echo "ds_compare.sh: host 2's torchrun failed, see $out/ds_host2.log" >&2; return 1; }
     return $rc
@@ -184,6 +193,7 @@ series() { # WHERE: the pairs of every repetition and stage
     echo "repository HEAD: $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
     echo "bench_train: $bench, built from $src ($(git -C "$src" rev-parse --short HEAD 2>/dev/null || cat "$src/.head" 2>/dev/null || echo unknown))"
+    echo "engine args: ${eargs[*]:-(none)}; DeepSpeed args: ${dargs[*]:-(none)}"
     echo "cpu: $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), $(getconf _NPROCESSORS_ONLN) cpus"
     echo "flags: $(grep -m1 '^flags' /proc/cpuinfo | grep -o -w -E 'avx512f|avx512bw|avx512_bf16|avx2|fma|amx_bf16' | sort -u | tr '\n' ' ')"
     echo "mem: $(awk '/MemTotal/{printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
