@@ -100,7 +100,7 @@ static void account_split(ds_comm *c, ds_coll which, coll_mark m, size_t size_by
                           int64_t intra) {
     double dt = ds_comm_now() - m.t0;
     uint64_t sent = c->stats.bytes_sent[which] - m.sent0;
-    uint64_t in = intra < 0 ? (c->next_same_host ? sent : 0) : (uint64_t)intra;
+    uint64_t in = intra < 0 ? (ds_comm_next_same_host(c) ? sent : 0) : (uint64_t)intra;
     if (in > sent) in = sent; /* a call that failed part way sent less */
     c->stats.bytes_intra[which] += in;
     c->stats.bytes_inter[which] += sent - in;

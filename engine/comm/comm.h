@@ -198,9 +198,8 @@ struct ds_comm {
     ds_rank_source source;
     double timeout_s;
     int nhosts;          /* hosts the ranks run on (by host name) */
-    bool next_same_host; /* rank + 1 mod world, the ring's next, runs on this host */
-    bool *peer_same_host; /* [world] rank r runs on this host (by name): where an
-                             all-to-all's blocks go; NULL at one rank */
+    bool *peer_same_host; /* [world] rank r runs on this host (by name): where a
+                             ring's and an all-to-all's bytes go; NULL at one rank */
     ds_comm_stats stats;
     /* A sub-communicator's world communicator (ds_comm_split), NULL for a
      * world communicator: its counters count this one's traffic too, and its
@@ -208,6 +207,11 @@ struct ds_comm {
     ds_comm *root;
     void *impl;
 };
+
+/* Whether rank + 1 mod world, the ring's next, runs on this host. */
+static inline bool ds_comm_next_same_host(const ds_comm *c) {
+    return !c->peer_same_host || c->peer_same_host[(c->rank + 1) % c->world];
+}
 
 typedef struct ds_comm_desc {
     ds_comm_kind kind;
@@ -258,7 +262,7 @@ ds_status ds_comm_all_to_allv(ds_comm *c, const void *send, void *recv, const si
  * color form one new communicator, ranked by key (ties by their rank in c).
  * The new one is of c's kind (mpi: MPI_Comm_split; nccl: an NCCL
  * communicator of the group, bootstrapped over the split MPI one), with c's
- * deadline; its nhosts / next_same_host describe its own ring, so its bytes
+ * deadline; its nhosts / peer_same_host describe its own ranks, so its bytes
  * land in the right inside/across-host counter. The split itself, like
  * ds_comm_create's MPI_Comm_dup, is MPI's blocking call: a rank that never
  * calls it stalls the others (engines split once, at creation).

@@ -57,7 +57,7 @@ ds_status ds_comm_mpi_boot(const char *who, const ds_comm_desc *desc, ds_comm *c
                            ds_comm_mpi_base *base);
 /* A sub-communicator's MPI side (ds_comm_split): MPI_Comm_split of
  * parent's communicator by (color, key), errors returned, and c's rank,
- * world, ring neighbours' hosts (nhosts, next_same_host), deadline, source
+ * world, the ranks' hosts (nhosts, peer_same_host), deadline, source
  * and local rank (the process's, from parent). Collective over parent. */
 ds_status ds_comm_mpi_split_boot(ds_comm *parent, int color, int key, ds_comm *c,
                                  ds_comm_mpi_base *base);

@@ -311,12 +311,11 @@ out:
 
 /* Every rank's host name (MPI_Get_processor_name: gethostname, so a
  * simulated host with its own UTS namespace counts as a host), gathered
- * once: c->nhosts, c->next_same_host and c->peer_same_host, for the
+ * once: c->nhosts and c->peer_same_host, for the
  * inside/across-host split of the traffic counters (ds_comm_stats), and with set_local_rank
  * c->local_rank, how many lower ranks run on a host of this one's name. */
 static ds_status hosts_by_name(ds_comm *c, MPI_Comm comm, bool set_local_rank) {
     c->nhosts = 1;
-    c->next_same_host = true;
     if (set_local_rank) c->local_rank = 0;
     if (c->world == 1) return DS_OK;
     char *names = calloc((size_t)c->world, MPI_MAX_PROCESSOR_NAME);
@@ -333,8 +332,6 @@ static ds_status hosts_by_name(ds_comm *c, MPI_Comm comm, bool set_local_rank) {
     int rc = MPI_Allgather(self, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names, MPI_MAX_PROCESSOR_NAME,
                            MPI_CHAR, comm);
     if (rc == MPI_SUCCESS) {
-        const char *next = names + (size_t)((c->rank + 1) % c->world) * MPI_MAX_PROCESSOR_NAME;
-        c->next_same_host = strcmp(next, self) == 0;
         for (int r = 0; r < c->world; r++)
             c->peer_same_host[r] = strcmp(names + (size_t)r * MPI_MAX_PROCESSOR_NAME, self) == 0;
         c->nhosts = 0;

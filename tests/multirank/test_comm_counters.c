@@ -30,7 +30,7 @@ int main(void) {
     test_set_rank(c->rank);
     int w = c->world;
     CHECK_EQ_I(c->nhosts, 1);
-    CHECK_TRUE(c->next_same_host);
+    CHECK_TRUE(ds_comm_next_same_host(c));
 
     /* nccl-tests' factors */
     CHECK_EQ_D(ds_coll_busbw_factor(DS_COLL_ALL_REDUCE, 4), 1.5);
