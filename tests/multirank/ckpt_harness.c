@@ -12,6 +12,14 @@ void ck_setup_defaults(ck_setup *s) {
                     .dropout = 0.1f, .optimizer = "AdamW"};
 }
 
+ds_status ck_tiny_bert(int T, int V, ds_model **out) {
+    ds_bert_desc bd = {.vocab_size = V, .hidden_size = 32, .num_hidden_layers = 2,
+                       .num_attention_heads = 4, .intermediate_size = 64,
+                       .max_position_embeddings = 32, .n_classes = 3, .max_seq_len = T,
+                       .hidden_dropout_prob = 0.1f, .attention_probs_dropout_prob = 0.1f};
+    return ds_bert_create(&bd, out);
+}
+
 ds_dataset *ck_make_data(size_t n, int T, int vocab) {
     const char *names[3] = {"a", "b", "c"};
     ds_dataset *d;

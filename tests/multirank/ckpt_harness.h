@@ -35,6 +35,10 @@ void ck_setup_defaults(ck_setup *s);
  * from [4, vocab) by a fixed LCG, the first one 1 + label (so the label can
  * be learnt). Owned by the caller (ds_dataset_destroy); NULL on failure. */
 ds_dataset *ck_make_data(size_t n, int T, int vocab);
+/* A BERT classifier small enough for unit tests (hidden 32, 2 layers of 4
+ * heads, intermediate 64, 3 classes, dropout 0.1) for rows of T tokens of a
+ * vocabulary of V, as ck_make_data makes them. */
+ds_status ck_tiny_bert(int T, int V, ds_model **out);
 /* The checkpoint tests' dataset: ck_make_data(CK_ROWS, 12, 50). */
 ds_dataset *ck_data(void);
 

@@ -37,11 +37,7 @@ static void run(const char *what, const char *extra, bool want_ws) {
     const int T = 12, V = 50;
     ds_dataset *data = ck_make_data(8 * STEPS, T, V);
     ds_model *model = NULL;
-    ds_bert_desc bd = {.vocab_size = V, .hidden_size = 32, .num_hidden_layers = 2,
-                       .num_attention_heads = 4, .intermediate_size = 64,
-                       .max_position_embeddings = 32, .n_classes = 3, .max_seq_len = T,
-                       .hidden_dropout_prob = 0.1f, .attention_probs_dropout_prob = 0.1f};
-    if (!data || ds_bert_create(&bd, &model) != DS_OK) TEST_DIE("model or data");
+    if (!data || ck_tiny_bert(T, V, &model) != DS_OK) TEST_DIE("model or data");
     char cfg[1024];
     snprintf(cfg, sizeof cfg,
              "{\"train_batch_size\": 8, \"steps_per_print\": 1000,"
