@@ -12,10 +12,10 @@
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/backend/math.h"
 
-/* One block: the max, the scale, the values. fp16 / bf16 input is widened
- * in chunks on the stack (cpu_convert.c), like the element-wise loops. */
-static void quantize_block(int8_t *q, float *scale, const void *x, ds_dtype t, size_t lo,
-                           size_t len) {
+/* The block's largest magnitude (math.h 2b: the max both codecs scale by).
+ * fp16 / bf16 input is widened in chunks on the stack (cpu_convert.c), like
+ * the element-wise loops. */
+static float block_absmax(const void *x, ds_dtype t, size_t lo, size_t len) {
     float buf[DS_CPU_CHUNK];
     float m = 0.0f;
     for (size_t c = 0; c < len; c += DS_CPU_CHUNK) {
@@ -23,6 +23,14 @@ static void quantize_block(int8_t *q, float *scale, const void *x, ds_dtype t, s
         const float *v = ds_cpu_f32_view(buf, x, t, lo + c, k);
         for (size_t i = 0; i < k; i++) m = ds_q8_absmax_acc(m, v[i]);
     }
+    return m;
+}
+
+/* One block: the max, the scale, the values. */
+static void quantize_block(int8_t *q, float *scale, const void *x, ds_dtype t, size_t lo,
+                           size_t len) {
+    float buf[DS_CPU_CHUNK];
+    float m = block_absmax(x, t, lo, len);
     float inv = ds_q8_inv(m);
     *scale = ds_q8_step(m);
     for (size_t c = 0; c < len; c += DS_CPU_CHUNK) {
@@ -68,12 +76,7 @@ ds_status ds_cpu_dequantize_i8(ds_backend *be, float *y, const int8_t *q, const 
 static void quantize_block_i4(uint8_t *q, float *scale, const void *x, ds_dtype t, size_t lo,
                               size_t len) {
     float buf[DS_CPU_CHUNK];
-    float m = 0.0f;
-    for (size_t c = 0; c < len; c += DS_CPU_CHUNK) {
-        size_t k = len - c < DS_CPU_CHUNK ? len - c : DS_CPU_CHUNK;
-        const float *v = ds_cpu_f32_view(buf, x, t, lo + c, k);
-        for (size_t i = 0; i < k; i++) m = ds_q8_absmax_acc(m, v[i]);
-    }
+    float m = block_absmax(x, t, lo, len);
     float mult = ds_q4_mult(m);
     *scale = ds_q4_step(mult);
     for (size_t c = 0; c < len; c += DS_CPU_CHUNK) {

@@ -10,23 +10,31 @@
 /* Thread blocks per launch at most; a grid-stride loop takes the rest. */
 #define DS_Q8_MAX_GRID 65535u
 
+/* The largest magnitude of x[lo, hi) (math.h 2b: the max both codecs scale
+ * by), reduced through part in shared memory. Every thread of the block
+ * calls it (it synchronises the block) and gets the same value. */
+static __device__ float block_absmax(float *part, const void *x, ds_dtype t, size_t lo, size_t hi) {
+    float m = 0.0f;
+    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+        m = ds_q8_absmax_acc(m, ds_load_f32(x, t, i));
+    part[threadIdx.x] = m;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            part[threadIdx.x] = ds_q8_absmax_acc(part[threadIdx.x], part[threadIdx.x + s]);
+        __syncthreads();
+    }
+    float mx = part[0];
+    __syncthreads(); /* part is rewritten by the next block's pass */
+    return mx;
+}
+
 __global__ void ds_k_quantize_i8(int8_t *q, float *scales, const void *x, ds_dtype t, size_t n,
                                  size_t block, size_t nb) {
-    __shared__ float part[DS_CUDA_THREADS];
+    __shared__ float part[DS_CUDA_THREADS]; /* block_absmax's partial maxima */
     for (size_t b = blockIdx.x; b < nb; b += gridDim.x) {
         size_t lo = b * block, hi = n - lo < block ? n : lo + block;
-        float m = 0.0f;
-        for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
-            m = ds_q8_absmax_acc(m, ds_load_f32(x, t, i));
-        part[threadIdx.x] = m;
-        __syncthreads();
-        for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-            if (threadIdx.x < s)
-                part[threadIdx.x] = ds_q8_absmax_acc(part[threadIdx.x], part[threadIdx.x + s]);
-            __syncthreads();
-        }
-        float mx = part[0];
-        __syncthreads(); /* part is rewritten by the next block's pass */
+        float mx = block_absmax(part, x, t, lo, hi);
         float inv = ds_q8_inv(mx);
         if (threadIdx.x == 0) scales[b] = ds_q8_step(mx);
         for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
@@ -68,21 +76,10 @@ ds_status ds_cuda_dequantize_i8(ds_backend *be, float *y, const int8_t *q, const
  * two blocks), the same bytes as the cpu loop. */
 __global__ void ds_k_quantize_i4(uint8_t *q, float *scales, const void *x, ds_dtype t, size_t n,
                                  size_t block, size_t nb) {
-    __shared__ float part[DS_CUDA_THREADS];
+    __shared__ float part[DS_CUDA_THREADS]; /* block_absmax's partial maxima */
     for (size_t b = blockIdx.x; b < nb; b += gridDim.x) {
         size_t lo = b * block, hi = n - lo < block ? n : lo + block;
-        float m = 0.0f;
-        for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
-            m = ds_q8_absmax_acc(m, ds_load_f32(x, t, i));
-        part[threadIdx.x] = m;
-        __syncthreads();
-        for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-            if (threadIdx.x < s)
-                part[threadIdx.x] = ds_q8_absmax_acc(part[threadIdx.x], part[threadIdx.x + s]);
-            __syncthreads();
-        }
-        float mx = part[0];
-        __syncthreads(); /* part is rewritten by the next block's pass */
+        float mx = block_absmax(part, x, t, lo, hi);
         float mult = ds_q4_mult(mx);
         if (threadIdx.x == 0) scales[b] = ds_q4_step(mult);
         for (size_t i = lo + 2 * threadIdx.x; i < hi; i += 2 * blockDim.x) {
