@@ -27,8 +27,9 @@ static float block_absmax(const void *x, ds_dtype t, size_t lo, size_t len) {
 }
 
 /* One block: the max, the scale, the values. */
-static void quantize_block(int8_t *q, float *scale, const void *x, ds_dtype t, size_t lo,
+static void quantize_block(void *qv, float *scale, const void *x, ds_dtype t, size_t lo,
                            size_t len) {
+    int8_t *q = qv;
     float buf[DS_CPU_CHUNK];
     float m = block_absmax(x, t, lo, len);
     float inv = ds_q8_inv(m);
@@ -42,17 +43,26 @@ static void quantize_block(int8_t *q, float *scale, const void *x, ds_dtype t, s
     }
 }
 
-ds_status ds_cpu_quantize_i8(ds_backend *be, int8_t *q, float *scales, const void *x, ds_dtype t,
-                             size_t n, size_t block) {
-    DS_TRY(ds_check_float_dtype("cpu quantize_i8", "x", t));
-    DS_TRY(ds_check_q8("cpu quantize_i8", x, q, scales, n, block));
-    if (n == 0) return DS_OK;
+/* Every block of x (threads take whole blocks) through one codec's block
+ * function: the max, the scale and the values of [lo, lo + len). */
+typedef void (*quantize_block_fn)(void *q, float *scale, const void *x, ds_dtype t, size_t lo,
+                                  size_t len);
+
+static void quantize_blocks(ds_backend *be, quantize_block_fn fn, void *q, float *scales,
+                            const void *x, ds_dtype t, size_t n, size_t block) {
     size_t nb = ds_q8_nblocks(n, block);
 #pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * block, len = n - lo < block ? n - lo : block;
-        quantize_block(q, &scales[b], x, t, lo, len);
+        fn(q, &scales[b], x, t, lo, len);
     }
+}
+
+ds_status ds_cpu_quantize_i8(ds_backend *be, int8_t *q, float *scales, const void *x, ds_dtype t,
+                             size_t n, size_t block) {
+    DS_TRY(ds_check_float_dtype("cpu quantize_i8", "x", t));
+    DS_TRY(ds_check_q8("cpu quantize_i8", x, q, scales, n, block));
+    if (n > 0) quantize_blocks(be, quantize_block, q, scales, x, t, n, block);
     return DS_OK;
 }
 
@@ -73,8 +83,9 @@ ds_status ds_cpu_dequantize_i8(ds_backend *be, float *y, const int8_t *q, const 
 
 /* int4 (math.h 2c): one block, two values a byte. block is even, so the
  * block starts on a byte; a chunk of DS_CPU_CHUNK (even) values too. */
-static void quantize_block_i4(uint8_t *q, float *scale, const void *x, ds_dtype t, size_t lo,
+static void quantize_block_i4(void *qv, float *scale, const void *x, ds_dtype t, size_t lo,
                               size_t len) {
+    uint8_t *q = qv;
     float buf[DS_CPU_CHUNK];
     float m = block_absmax(x, t, lo, len);
     float mult = ds_q4_mult(m);
@@ -95,13 +106,7 @@ ds_status ds_cpu_quantize_i4(ds_backend *be, uint8_t *q, float *scales, const vo
                              size_t n, size_t block) {
     DS_TRY(ds_check_float_dtype("cpu quantize_i4", "x", t));
     DS_TRY(ds_check_q4("cpu quantize_i4", x, q, scales, n, block));
-    if (n == 0) return DS_OK;
-    size_t nb = ds_q8_nblocks(n, block);
-#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
-    for (size_t b = 0; b < nb; b++) {
-        size_t lo = b * block, len = n - lo < block ? n - lo : block;
-        quantize_block_i4(q, &scales[b], x, t, lo, len);
-    }
+    if (n > 0) quantize_blocks(be, quantize_block_i4, q, scales, x, t, n, block);
     return DS_OK;
 }
 
