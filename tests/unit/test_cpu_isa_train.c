@@ -25,11 +25,7 @@ static int train(const char *isa, double loss[STEPS], int *rank) {
     const int T = 12, V = 50;
     ds_dataset *data = ck_make_data(8 * STEPS, T, V);
     ds_model *model = NULL;
-    ds_bert_desc bd = {.vocab_size = V, .hidden_size = 32, .num_hidden_layers = 2,
-                       .num_attention_heads = 4, .intermediate_size = 64,
-                       .max_position_embeddings = 32, .n_classes = 3, .max_seq_len = T,
-                       .hidden_dropout_prob = 0.1f, .attention_probs_dropout_prob = 0.1f};
-    if (!data || ds_bert_create(&bd, &model) != DS_OK) {
+    if (!data || ck_tiny_bert(T, V, &model) != DS_OK) {
         fprintf(stderr, "setup: %s\n", ds_last_error());
         return 1;
     }
