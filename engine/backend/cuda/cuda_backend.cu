@@ -193,7 +193,12 @@ ds_status ds_cuda_buf_reserve(ds_cuda_buf *b, size_t bytes, void **out) {
 }
 
 ds_status ds_cuda_scratch(ds_backend *be, size_t bytes, void **out) {
-    return ds_cuda_buf_reserve(&ds_cuda_impl_of(be)->scratch, bytes, out);
+    ds_cuda_buf *b = &ds_cuda_impl_of(be)->scratch;
+    size_t before = b->bytes;
+    ds_status st = ds_cuda_buf_reserve(b, bytes, out);
+    /* the accountant follows the buffer, failed growth (freed, then 0) included */
+    ds_mem_add(be->mem, DS_MEM_BUFFERS, DS_PLACE_DEVICE, (int64_t)b->bytes - (int64_t)before);
+    return st;
 }
 
 static void cuda_impl_release(ds_backend *be, ds_cuda_impl *im) {
@@ -204,6 +209,7 @@ static void cuda_impl_release(ds_backend *be, ds_cuda_impl *im) {
     if (im->sumsq_dev) cudaFree(im->sumsq_dev);
     if (im->sumsq_host) cudaFreeHost(im->sumsq_host);
     if (im->scratch.p) cudaFree(im->scratch.p);
+    ds_mem_add(be->mem, DS_MEM_BUFFERS, DS_PLACE_DEVICE, -(int64_t)im->scratch.bytes);
     free(im);
 }
 

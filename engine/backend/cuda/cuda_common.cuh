@@ -82,10 +82,12 @@ ds_status ds_cuda_buf_reserve(ds_cuda_buf *b, size_t bytes, void **out);
 /* A device buffer of at least `bytes` for a slot's intermediate results
  * (colsum.cuh's partial sums, the embedding backward's sort), valid until
  * the next call (ds_cuda_buf_reserve on im->scratch). Only the default
- * stream's slots use it, from the thread that runs the model. Not recorded
- * in be->mem, unlike the GEMM workspace (backend.h): its size comes from
- * the nn kernels' shapes, which no module declares yet (at most 16 MB for a
- * column sum, plus the embedding backward's sort of B x T ids). */
+ * stream's slots use it, from the thread that runs the model. Recorded in
+ * be->mem as DS_MEM_BUFFERS on the device as it grows, so the memory report
+ * and the peak show it; unlike the GEMM workspace (backend.h) it is not
+ * planned before the first step: its size comes from the nn kernels' shapes,
+ * which no module declares yet (at most 16 MB for a column sum, plus the
+ * embedding backward's sort of B x T ids). */
 ds_status ds_cuda_scratch(ds_backend *be, size_t bytes, void **out);
 
 static inline ds_cuda_impl *ds_cuda_impl_of(ds_backend *be) { return (ds_cuda_impl *)be->impl; }
