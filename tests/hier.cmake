@@ -33,6 +33,13 @@ add_test(NAME stage3_hpz_offload_np4 COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np
          -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_hier> --hpz 2 --offload 1
          --ckpt ${_hier_work}/hpz_offload_np4)
 set_tests_properties(stage3_hpz_offload_np4 PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS 2)
+# the same with offload_param nvme: hpZ's secondary copy beside a partition
+# swapped to files (ZeRO-Infinity), losses to plain's bits, bytes to the formula
+file(MAKE_DIRECTORY ${_hier_work}/hpz_nvme_swap)
+add_test(NAME stage3_hpz_nvme_np4 COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 4
+         -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_hier> --hpz 2 --nvme ${_hier_work}/hpz_nvme_swap
+         --ckpt ${_hier_work}/hpz_nvme_np4)
+set_tests_properties(stage3_hpz_nvme_np4 PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS 2)
 add_test(NAME stage3_hier_twohost
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_hier_twohost.sh
                  $<TARGET_FILE:test_hier> ${_hier_work}/twohost ${CMAKE_SOURCE_DIR}/tools/twohost.sh

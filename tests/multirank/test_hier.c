@@ -5,13 +5,15 @@
  *
  *   test_hier --hpz H | --mics S [--hier 1] [--precision fp32|bf16]
  *             [--per-host K] [--ckpt DIR] [--gas G] [--load DIR] [--refusals 1]
- *             [--qwz 1] [--qgz 1] [--offload 1]
+ *             [--qwz 1] [--qgz 1] [--offload 1] [--nvme DIR]
  *
  * --gas G: gradient_accumulation_steps (the global batch stays 16).
  *
  * --offload 1: the feature run has offload_param cpu too (its partition in
  * host memory; plain stage 3 keeps it on the device): hpZ's losses are
- * still held to plain's bits, the bytes to the same formula.
+ * still held to plain's bits, the bytes to the same formula. --nvme DIR:
+ * the same with offload_param nvme, the partition in files under DIR
+ * (ZeRO-Infinity's parameter swap beside hpZ's secondary copy).
  *
  * --qwz 1 / --qgz 1: the feature run has zero_quantized_weights /
  * zero_quantized_gradients too (ZeRO++ as DeepSpeed's tutorial configures
@@ -114,6 +116,7 @@ typedef struct run {
 
 static int g_hpz = 1, g_mics = -1, g_hier, g_per_host, g_refusals, g_gas = 1;
 static int g_offload; /* --offload 1: the feature run keeps its partition in host memory */
+static const char *g_nvme; /* --nvme DIR: ... or in files under DIR (offload_param nvme) */
 static int g_qwz, g_qgz, g_quant_only; /* g_quant_only: the feature's quantization alone */
 static const char *g_prec = "fp32", *g_ckpt, *g_load;
 static int g_rank, g_world;
@@ -126,18 +129,23 @@ static ds_status make_model(ds_model **out) {
 }
 
 static void config(char *cfg, size_t cap, bool feature) {
-    char extra[256] = "";
+    char extra[512] = "";
     if (feature && g_hpz > 1 && !g_quant_only)
         snprintf(extra, sizeof extra, ", \"zero_hpz_partition_size\": %d", g_hpz);
     if (feature && g_mics > 0 && !g_quant_only)
         snprintf(extra, sizeof extra,
                  ", \"mics_shard_size\": %d, \"mics_hierarchical_params_gather\": %s", g_mics,
                  g_hier ? "true" : "false");
+    char offload[200] = ", \"offload_param\": {\"device\": \"cpu\"}";
+    if (g_nvme)
+        snprintf(offload, sizeof offload,
+                 ", \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\","
+                 " \"max_in_cpu\": 4096}", g_nvme); /* the rest of the partition in the file */
     size_t n = strlen(extra);
     snprintf(extra + n, sizeof extra - n, "%s%s%s",
              feature && g_qwz ? ", \"zero_quantized_weights\": true" : "",
              feature && g_qgz ? ", \"zero_quantized_gradients\": true" : "",
-             feature && g_offload ? ", \"offload_param\": {\"device\": \"cpu\"}" : "");
+             feature && g_offload ? offload : "");
     snprintf(cfg, cap,
              "{\"train_batch_size\": %d, \"gradient_accumulation_steps\": %d,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003}},"
@@ -221,6 +229,10 @@ static int train(const ds_dataset *data, bool feature, run *r) {
     if (!(feature && g_offload) && state != ds_expected_model_state_bytes(e)) {
         printf("FAIL rank %d: model state %llu bytes, formula %llu\n", g_rank,
                (unsigned long long)state, (unsigned long long)ds_expected_model_state_bytes(e));
+        r->state_bad = true;
+    }
+    if (feature && g_nvme && mr.total[DS_PLACE_NVME] == 0) { /* the swap is really in files */
+        printf("FAIL rank %d: offload_param nvme holds no bytes in %s\n", g_rank, g_nvme);
         r->state_bad = true;
     }
     /* and zero/estimate.c replays every allocation to the byte (the
@@ -518,6 +530,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--gas")) g_gas = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--qwz")) g_qwz = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--offload")) g_offload = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--nvme")) g_nvme = argv[i + 1], g_offload = 1;
         else if (!strcmp(argv[i], "--qgz")) g_qgz = atoi(argv[i + 1]);
     char label[64];
     snprintf(label, sizeof label, "%s%s%s", g_hpz > 1 ? "hpZ" : g_hier ? "MiCS hierarchical" : "MiCS",
