@@ -27,7 +27,7 @@
  * machine whose load changes by the second, each pair of steps sees the same
  * load, and the median of the pairs' time ratios is the overlap's effect.
  * --sparse 0|1 sets sparse_gradients (the word table's gradient sent as
- * (row index, row) records at stages 0-2, zero/grad_sparse.h); --sparse
+ * (row index, row) records at stages 0-3, zero/grad_sparse.h); --sparse
  * ab pairs it off and on as --overlap ab pairs overlap off and on.
  * --perf-ctl CTL,ACK: file descriptors of `perf record|stat -D -1 --control
  * fd:CTL,ACK` (events off at the start); the timed steps are bracketed by

@@ -61,3 +61,34 @@ ds_sparse_test(sparse_grads_bert_fp16_stage0_np2 2 --model bert --stage 0 --prec
 ds_sparse_test(sparse_grads_bert_bf16_stage1_np2 2 --model bert --stage 1 --precision bf16
                --gas 2 --vocab 2000)
 ds_sparse_test(sparse_grads_tied_fp16_np2 2 --model tied --stage 0 --precision fp16 --vocab 60)
+# The -0.0 start of a row every rank sent (zero/grad_sparse.h): the user's
+# module stores -0.0 in its table's column 0, the step-1 gradients compared
+# bit for bit (fails with the start at +0.0 always: 6 elements differ).
+ds_sparse_test(sparse_grads_user_negzero_np2 2 --model user --stage 0 --vocab 48 --negzero 1)
+# Stage 3: the same buckets as stage 2, so the same bits as dense; with
+# offload of optimizer and parameters, qwZ and hpZ (parameter gathers only),
+# and MiCS (the rows summed inside each shard group of 2, the replicas'
+# all-reduce dense: the same bits at 4 ranks).
+ds_sparse_test(sparse_grads_user_stage3_np2 2 --model user --stage 3 --gas 2)
+set(ds_sparse_keys "\"zero_quantized_weights\": true, \"zero_hpz_partition_size\": 2,"
+    " \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}")
+string(CONCAT ds_sparse_keys ${ds_sparse_keys})
+ds_sparse_test(sparse_grads_bert_bf16_stage3_qwz_np2 2 --model bert --stage 3 --precision bf16
+               --vocab 2000 --zero "${ds_sparse_keys}")
+ds_sparse_test(sparse_grads_user_stage3_mics_np4 4 --model user --stage 3 --gas 2 --mics 2)
+# qgZ: the flagged table's rows go as exact records while the rest of each
+# bucket stays int8. The user's table is its model's only parameter, so
+# with qgZ in the sparse run only, nothing is quantized: the same bits as
+# the full-precision dense run. BERT's other parameters are quantized in
+# both runs, cut into other blocks (a bucket's dense pieces around the
+# table each start their own 4096-element blocks), and the table is exact in
+# one and int8 in the other: each run departs from the full-precision one
+# by qgZ's error (each element within world / 254 of its block's largest
+# local gradient, test_qgz.c's band 1e-2 of the first loss; the sparse run
+# measured 8.9e-3 fp32, 8.6e-3 bf16 from the full-precision dense one over
+# 8 steps), so they lie within twice that of each other: 2e-2 (measured
+# 4.9e-3 fp32, 5.4e-3 bf16, 5.6e-3 at gas 2).
+ds_sparse_test(sparse_grads_user_stage3_qgz_np2 2 --model user --stage 3
+               --sparse-zero "\"zero_quantized_gradients\": true")
+ds_sparse_test(sparse_grads_bert_stage3_qgz_np2 2 --model bert --stage 3 --vocab 2000
+               --zero "\"zero_quantized_gradients\": true" --band 2e-2)

@@ -52,7 +52,9 @@ ds_status ds_grad_buckets_quantize_int4(ds_grad_buckets *gb, ds_comm *c, int per
  * row_sparse_grad parameter sends that parameter as its nonzero rows
  * (all-gathered records, each rank adding the sums of its partition's
  * elements) and the rest of the bucket densely around it, in one job. c:
- * the communicator the buckets run on (stage 2: the world's). Its buffers
+ * the communicator the buckets run on (stage 2: the world's; stage 3: the
+ * partition's, MiCS's shard group). With qgZ (either scheme) the rest of a
+ * bucket stays quantized, the rows go exact. Its buffers
  * are allocated here, once; nothing at one rank. Call before the first add. */
 ds_status ds_grad_buckets_sparse(ds_grad_buckets *gb, ds_comm *c);
 

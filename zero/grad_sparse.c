@@ -31,6 +31,8 @@ struct ds_grad_sparse {
     void *grads;              /* REPLICA_*: the replica; PARTITION_ADD: the partition */
     ds_grad_sparse_kind kind;
     int64_t part_lo, part_hi; /* this rank's partition */
+    int world;                /* comm's, kept for destroy: stage 3 frees MiCS's shard
+                               * group before its gradient buckets */
     int n;
     sparse_param *p;          /* ascending flat offsets */
 };
@@ -38,10 +40,7 @@ struct ds_grad_sparse {
 bool ds_grad_sparse_applies(const ds_config *c, bool cpu_backend, char *why, size_t cap) {
     why[0] = '\0';
     if (!c->sparse_gradients) return false;
-    if (c->zero_stage >= 3)
-        snprintf(why, cap, "sparse_gradients: ignored at zero_optimization.stage 3 (its gradient "
-                 "buckets are quantized or gathered per module; here stages 0-2)");
-    else if (c->onebit != DS_ONEBIT_NONE)
+    if (c->onebit != DS_ONEBIT_NONE)
         snprintf(why, cap, "sparse_gradients: ignored with optimizer.type %s (its compressed "
                  "steps exchange momentum, not gradients)",
                  c->onebit == DS_ONEBIT_ADAM ? "OneBitAdam" : "ZeroOneAdam");
@@ -262,7 +261,8 @@ ds_status ds_grad_sparse_create(ds_backend *be, ds_comm *comm, const ds_flat *f,
     }
     *gs = (ds_grad_sparse){.be = be, .comm = comm, .flat = f, .gt = gt, .grads = grads,
                            .kind = kind, .part_lo = (int64_t)comm->rank * f->part,
-                           .part_hi = (int64_t)(comm->rank + 1) * f->part, .p = p};
+                           .part_hi = (int64_t)(comm->rank + 1) * f->part,
+                           .world = comm->world, .p = p};
     ds_status st = DS_OK;
     for (int i = 0; st == DS_OK && i < f->n_params; i++)
         if (is_sparse(f, i)) st = init_param(gs, i, &gs->p[gs->n++]);
@@ -277,7 +277,7 @@ ds_status ds_grad_sparse_create(ds_backend *be, ds_comm *comm, const ds_flat *f,
 void ds_grad_sparse_destroy(ds_grad_sparse *gs) {
     if (!gs) return;
     ds_mem *m = gs->be->mem;
-    size_t es = ds_dtype_size(gs->gt), world = (size_t)gs->comm->world;
+    size_t es = ds_dtype_size(gs->gt), world = (size_t)gs->world;
     for (int i = 0; i < gs->n; i++) {
         sparse_param *p = &gs->p[i];
         size_t rows = (size_t)p->rows;

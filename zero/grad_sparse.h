@@ -1,14 +1,14 @@
-/* Row-sparse gradient exchange: DeepSpeed's "sparse_gradients" (stages 0-2).
+/* Row-sparse gradient exchange: DeepSpeed's "sparse_gradients" (stages 0-3).
  *
  * A parameter flagged row_sparse_grad (engine/core/module.h: an embedding
  * table, rows a step does not touch keep an exactly zero gradient) is left
  * out of the dense gradient buckets (zero/grad_reduce.h at stages 0 and 1,
- * zero/grad_buckets.h at stage 2). When its bucket comes, one job on the
- * communication thread (inline without overlap_comm)
+ * zero/grad_buckets.h at stages 2 and 3). When its bucket comes, one job on
+ * the communication thread (inline without overlap_comm)
  *
  *   1. scans this rank's gradient of it (stages 0-1: accumulated over the
- *      step's micro-batches; stage 2: this micro-batch's, which stage 2
- *      reduces every micro-batch) for rows with any nonzero bit (exact: a
+ *      step's micro-batches; stages 2-3: this micro-batch's, which they
+ *      reduce every micro-batch) for rows with any nonzero bit (exact: a
  *      row of +0.0 adds nothing to any sum),
  *   2. all-gathers the ranks' row counts (one int32 each),
  *   3. all-gathers the rows as records (int32 row index, then the row in the
@@ -17,9 +17,19 @@
  *      are ascending: a merge, one row at a time), into the gradient: at
  *      stage 0 every row of the replica; at stage 1 (reduce-scatter) only
  *      the elements inside this rank's partition, the rest keeping the
- *      rank's own values as the dense reduce-scatter leaves them; at stage
- *      2 the row's sum is ADDED to the partition's elements, as the dense
+ *      rank's own values as the dense reduce-scatter leaves them; at stages
+ *      2-3 the row's sum is ADDED to the partition's elements, as the dense
  *      path adds its reduce-scatter's block.
+ *
+ * Stage 3: the same buckets as stage 2, so the same exchange. hpZ and qwZ
+ * change only parameter gathers. Under qgZ the rest of each bucket stays
+ * quantized while the rows go as exact records (zero/grad_buckets.c). Under
+ * MiCS the exchange runs over the shard group, as the dense reduce-scatter
+ * does (its ranks, its partition); the all-reduce of the partition across
+ * the replica groups that follows stays dense: on a cluster whose shard
+ * group is one host, the rows save nothing on the link between hosts.
+ * offload_optimizer / offload_param read the partition's gradient after
+ * the buckets have finished, whichever way it was summed.
  *
  * Traffic per step and rank at 2 ranks: 4 bytes (the count) + n_r x
  * (row bytes + 4) where n_r is this rank's nonzero rows; at world n the
@@ -55,7 +65,7 @@
 
 typedef struct ds_grad_sparse ds_grad_sparse;
 
-/* Where "sparse_gradients": true applies: stages 0-2 on the cpu backend
+/* Where "sparse_gradients": true applies: stages 0-3 on the cpu backend
  * (the row scan reads host memory), without OneBitAdam / ZeroOneAdam
  * (their compressed steps exchange momentum, not gradients). False with the
  * reason in why (a sentence for a warning) otherwise; true with why "" when
@@ -65,7 +75,7 @@ bool ds_grad_sparse_applies(const ds_config *c, bool cpu_backend, char *why, siz
 typedef enum ds_grad_sparse_kind {
     DS_SPARSE_REPLICA_ALL = 0, /* stage 0: grads is the replica; every row summed in place */
     DS_SPARSE_REPLICA_PART,    /* stage 1: the replica; only this rank's partition summed */
-    DS_SPARSE_PARTITION_ADD,   /* stage 2: grads is the partition (f->part elements); the
+    DS_SPARSE_PARTITION_ADD,   /* stages 2-3: grads is the partition (f->part elements); the
                                   sums are added to it (ds_grad_sparse_reduce_add) */
 } ds_grad_sparse_kind;
 

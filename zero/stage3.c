@@ -64,6 +64,9 @@
  * zero_quantized_gradients (ZeRO++ qgZ): the gradient buckets go through
  * the same codec's quantized reduce-scatter (zero/grad_buckets.h).
  *
+ * sparse_gradients: a row_sparse_grad parameter's rows go as records, as at
+ * stage 2 (zero/grad_sparse.h; under qgZ exact while the rest is quantized).
+ *
  * ZeRO++ hpZ and MiCS (zero/groups.h, zero/stage3_groups.h) are choices of
  * the ranks a gather runs over: under MiCS the partition, the gradient
  * buckets and the optimizer state are the shard group's (comm, pflat) and
@@ -90,6 +93,7 @@
 
 #include "engine/comm/codec_q8.h"
 #include "zero/grad_buckets.h"
+#include "zero/grad_sparse.h"
 #include "zero/stage3_groups.h"
 #include "zero/shard.h"
 #include "zero/ties.h"
@@ -748,6 +752,11 @@ static ds_status build(stage3 *s, const ds_zero_desc *d_in) {
     /* qgZ: with one rank there is nothing to send */
     if (d->cfg->zero_quantized_gradients && s->comm->world > 1)
         DS_TRY(qgz_setup(s, d->cfg));
+    /* sparse_gradients over the partition's ranks (MiCS: the shard group;
+     * zero/grad_sparse.h); where it does not apply the engine warned */
+    char why[256];
+    if (ds_grad_sparse_applies(d->cfg, be->kind == DS_BACKEND_CPU, why, sizeof why))
+        DS_TRY(ds_grad_buckets_sparse(s->buckets, s->comm));
     /* Each rank draws only its own partition: the values equal those of the
      * other stages for the same elements (counter-based RNG). */
     DS_TRY(ds_shard_init_working(&s->sh, d, s->params, s->pt));

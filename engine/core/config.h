@@ -167,7 +167,7 @@ typedef struct ds_config {
     double gradient_clipping;    /* default 0.0 = off */
     bool sparse_gradients;       /* default false: row_sparse_grad parameters (embedding
                                   * tables) exchanged as (row index, row) pairs at stages 0
-                                  * to 2 (zero/grad_sparse.h) */
+                                  * to 3 (zero/grad_sparse.h) */
     bool gradient_clipping_auto;
 
     /* ---- optimizer ---- */

@@ -203,7 +203,7 @@ typedef struct ds_param_desc {
      * batches do not touch keep an exactly zero gradient, as an embedding
      * table's do (PyTorch's nn.Embedding(sparse=True)). Set it on such a
      * table after declaring it. With the config's "sparse_gradients": true
-     * the engine then exchanges, at stages 0-2, only the rows whose
+     * the engine then exchanges, at stages 0-3, only the rows whose
      * gradient is not all +0.0 bits, as (row index, row) pairs, instead of
      * all-reducing the whole table (zero/grad_sparse.h). The engine finds
      * the rows by scanning the accumulated gradient, so a flag on a

@@ -4,13 +4,25 @@
  *
  *   test_sparse_grads [--model user|bert|tied] [--stage S]
  *                     [--precision fp32|fp16|bf16] [--gas G] [--vocab V]
+ *                     [--zero KEYS] [--sparse-zero KEYS] [--mics N]
+ *                     [--band B] [--negzero 1]
+ *
+ * --zero: more zero_optimization keys (JSON members, e.g.
+ * '"zero_quantized_weights": true') for both runs; --sparse-zero: for the
+ * sparse run only; --mics N: mics_shard_size N in both (the rows are then
+ * summed over the N ranks of a shard group, so "2 ranks" below means a
+ * group of 2); --band B: the losses only within B of the first dense loss
+ * (qgZ in both runs, below), instead of the same bits; --negzero: the
+ * user's module writes its table's column 0 as -0.0 (below).
  *
  * Each rank trains STEPS steps twice in one process, sparse_gradients false
  * then true (overlap_comm on: the exchange runs on the communication
  * thread), and checks:
  *
  *  - at 2 ranks: every step's loss and gradient norm and every final weight
- *    bit for bit the same (one addition a + b either way);
+ *    bit for bit the same (one addition a + b either way), and with the
+ *    user's model the first step's table gradient (ds_get_grad) too, the
+ *    sign of each zero included;
  *  - at more ranks: the first step's gradient of the table, sparse and
  *    dense, each within the recursive-summation bound of the exact sum
  *    (below; ranks add in another order than the ring);
@@ -27,7 +39,18 @@
  *  - --model tied: a table that the head ties to (as GPT-2's wte) is always
  *    exchanged dense: no bytes gathered, nothing changes;
  *  - the host buffers sparse_gradients adds (row lists, records) are what
- *    the memory estimate adds for it (zero/estimate.h), to the byte.
+ *    the memory estimate adds for it (zero/estimate.h), to the byte;
+ *  - with qgZ in both runs (--zero): neither sends a full-precision
+ *    reduce-scatter (the pieces around the table stay int8);
+ *  - --negzero (stage 0, where the sum replaces the row): the module
+ *    stores its table's column 0 as 0 x (a negative number) = -0.0 in every
+ *    row it touches (a frozen column written as a masked product), the rest
+ *    of the row as usual. A row every rank touched then sums to -0.0 + -0.0
+ *    = -0.0 in the dense all-reduce; sum_records gets the same bits only by
+ *    starting such a row at -0.0 (zero/grad_sparse.h), which the step-1
+ *    gradient comparison sees (Adam turns either zero into the same update,
+ *    so the losses and weights would not). --vocab 64: the ranks' 32 tokens
+ *    each share rows, and together never pass the table's 64 (no fallback).
  * The losses must fall in the sparse run, so a run that trained nothing
  * cannot pass. */
 #include <math.h>
@@ -48,8 +71,10 @@
 #define EMB 12  /* the user table's width */
 
 typedef struct opts {
-    int stage, gas, vocab;
+    int stage, gas, vocab, mics, negzero;
+    double band;                 /* 0: the same bits */
     const char *model, *precision;
+    const char *zero, *sparse_zero; /* more zero_optimization members, or "" */
 } opts;
 
 /* ------------------------------------------------ the user's module ---- */
@@ -61,7 +86,8 @@ typedef struct opts {
  * starts at zero). */
 typedef struct bag_impl {
     int V, E;
-    float *spy; /* [V * E] */
+    bool negzero; /* column 0's gradient stored as -0.0 (--negzero) */
+    float *spy;   /* [V * E] */
 } bag_impl;
 
 static size_t bag_out(const ds_module *m, int B, int T) {
@@ -108,6 +134,9 @@ static ds_status bag_backward(ds_module *m, ds_module_ctx *ctx) {
                 ctx->grads[0][row + (size_t)e] += ctx->dy[b * P->E + e];
                 P->spy[row + (size_t)e] += ctx->dy[b * P->E + e];
             }
+            if (P->negzero) /* 0 x -(|dy| + 1): -0.0, whatever dy */
+                ctx->grads[0][row] = P->spy[row] =
+                    0.0f * -(fabsf(ctx->dy[b * P->E]) + 1.0f);
         }
     return DS_OK;
 }
@@ -157,7 +186,7 @@ static const ds_module_ops k_sq_ops = {.type = "sq_loss", .out_elems = sq_out,
                                        .forward = sq_forward, .backward = sq_backward,
                                        .destroy = ds_module_free};
 
-static ds_status user_model(int V, float **spy, ds_model **out) {
+static ds_status user_model(int V, bool negzero, float **spy, ds_model **out) {
     ds_model *model;
     DS_TRY(ds_model_create("user_bag", &model));
     int64_t seq[1] = {DS_DIM_SEQ};
@@ -171,6 +200,7 @@ static ds_status user_model(int V, float **spy, ds_model **out) {
         bag_impl *P = bag->impl;
         P->V = V;
         P->E = EMB;
+        P->negzero = negzero;
         st = ds_module_param(bag, 0, NULL, "weight", V, EMB, DS_INIT_NORMAL, 0.0f, 0.5f);
         bag->params[0].row_sparse_grad = true; /* the flag a user sets: module.h */
         *spy = calloc((size_t)V * EMB, sizeof(float)); /* the test owns it */
@@ -233,14 +263,16 @@ typedef struct run {
     size_t n_weights;
     float *grad1;      /* user: the table's gradient at step 1 (ds_get_grad) */
     float *spy1;       /* user: this rank's local gradient at step 1 */
-    uint64_t gathered, reduced; /* data-path bytes this rank sent, all steps: all-gather(v),
-                                 * all-reduce + reduce-scatter */
+    uint64_t gathered, reduced; /* data-path bytes this rank sent, all steps: all-gather(v)
+                                 * (at stage 3 the parameters' too), all-reduce +
+                                 * reduce-scatter + all-to-all (qgZ) */
+    uint64_t scattered;         /* of which reduce-scatter: none where qgZ quantizes all */
     uint64_t host_real, host_est; /* host buffers: the accountant's, the estimate's */
     int fails;
 } run;
 
 static ds_status make_model(const opts *o, float **spy, ds_model **out) {
-    if (!strcmp(o->model, "user")) return user_model(o->vocab, spy, out);
+    if (!strcmp(o->model, "user")) return user_model(o->vocab, o->negzero, spy, out);
     if (!strcmp(o->model, "tied")) return tm_create(o->vocab, 16, T_LEN, true, out);
     ds_bert_desc bd = {.vocab_size = o->vocab, .hidden_size = 32, .num_hidden_layers = 1,
                        .num_attention_heads = 4, .intermediate_size = 64,
@@ -256,17 +288,20 @@ static int start(const opts *o, bool sparse, int world, const ds_dataset *data, 
         fprintf(stderr, "model: %s\n", ds_last_error());
         return 1;
     }
-    char cfg[1024];
+    char cfg[2048], mics[64] = "";
+    if (o->mics > 0) snprintf(mics, sizeof mics, " \"mics_shard_size\": %d,", o->mics);
+    const char *more = sparse ? o->sparse_zero : "";
     snprintf(cfg, sizeof cfg,
              "{\"train_batch_size\": %d, \"gradient_accumulation_steps\": %d,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01,"
              " \"weight_decay\": 0.01}}, \"gradient_clipping\": 1.0, \"steps_per_print\": 1000,"
              " \"sparse_gradients\": %s,"
-             " \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": true,"
+             " \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": true,%s%s%s%s%s"
              " \"reduce_bucket_size\": 2000},"
              " \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 8},"
              " \"bf16\": {\"enabled\": %s}}",
-             MICRO * world * o->gas, o->gas, sparse ? "true" : "false", o->stage,
+             MICRO * world * o->gas, o->gas, sparse ? "true" : "false", o->stage, mics,
+             o->zero, o->zero[0] ? "," : "", more, more[0] ? "," : "",
              strcmp(o->precision, "fp16") ? "false" : "true",
              strcmp(o->precision, "bf16") ? "false" : "true");
     ds_init_desc d;
@@ -382,7 +417,9 @@ static int train(const opts *o, const ds_dataset *data, bool sparse, run *r) {
     ds_comm_report(e, &c1);
     r->gathered = c1.bytes_sent[DS_COLL_ALL_GATHER] - c0.bytes_sent[DS_COLL_ALL_GATHER];
     r->reduced = c1.bytes_sent[DS_COLL_ALL_REDUCE] - c0.bytes_sent[DS_COLL_ALL_REDUCE] +
-                 c1.bytes_sent[DS_COLL_REDUCE_SCATTER] - c0.bytes_sent[DS_COLL_REDUCE_SCATTER];
+                 c1.bytes_sent[DS_COLL_REDUCE_SCATTER] - c0.bytes_sent[DS_COLL_REDUCE_SCATTER] +
+                 c1.bytes_sent[DS_COLL_ALL_TO_ALL] - c0.bytes_sent[DS_COLL_ALL_TO_ALL]; /* qgZ */
+    r->scattered = c1.bytes_sent[DS_COLL_REDUCE_SCATTER] - c0.bytes_sent[DS_COLL_REDUCE_SCATTER];
     r->weights = rc == 0 ? ck_params(e, &r->n_weights) : NULL;
     if (!r->weights) rc = 1;
     ds_finalize(e);
@@ -444,13 +481,19 @@ static int check_bound(const opts *o, const run *r, const char *which) {
 }
 
 int main(int argc, char **argv) {
-    opts o = {.stage = 0, .gas = 1, .vocab = 400, .model = "user", .precision = "fp32"};
+    opts o = {.stage = 0, .gas = 1, .vocab = 400, .model = "user", .precision = "fp32",
+              .zero = "", .sparse_zero = ""};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--stage")) o.stage = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--model")) o.model = argv[i + 1];
         else if (!strcmp(argv[i], "--precision")) o.precision = argv[i + 1];
         else if (!strcmp(argv[i], "--gas")) o.gas = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--vocab")) o.vocab = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--zero")) o.zero = argv[i + 1];
+        else if (!strcmp(argv[i], "--sparse-zero")) o.sparse_zero = argv[i + 1];
+        else if (!strcmp(argv[i], "--mics")) o.mics = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--band")) o.band = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--negzero")) o.negzero = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "test_sparse_grads: unknown option %s\n", argv[i]);
             return 2;
@@ -468,7 +511,13 @@ int main(int argc, char **argv) {
     int fails = off.fails + on.fails;
     const char *np = getenv("OMPI_COMM_WORLD_SIZE");
     int world = np ? atoi(np) : 1;
-    bool exact = world <= 2;
+    int group = o.mics > 0 ? o.mics : world; /* the ranks one row's records are summed over */
+    bool exact = group <= 2 && o.band == 0;
+    if (o.band > 0) { /* the losses within the band (its reason: tests/overlap.cmake) */
+        double worst;
+        fails += ck_loss_band(off.loss, on.loss, STEPS, o.band, "sparse_gradients", &worst);
+        ck_loss_summary(off.loss, on.loss, STEPS, o.band, "sparse", worst);
+    }
     for (int i = 0; exact && i < STEPS; i++) {
         if (memcmp(&off.loss[i], &on.loss[i], sizeof(double)) ||
             memcmp(&off.norm[i], &on.norm[i], sizeof(double))) {
@@ -485,7 +534,23 @@ int main(int argc, char **argv) {
                off.n_weights);
         fails++;
     }
-    if (user && world > 2)
+    size_t n_table = (size_t)o.vocab * EMB, gdiff = 0, gfirst = 0, negz = 0;
+    for (size_t k = 0; user && exact && k < n_table; k++) {
+        negz += signbit(off.grad1[k]) && off.grad1[k] == 0.0f;
+        if (memcmp(&off.grad1[k], &on.grad1[k], sizeof(float)) && gdiff++ == 0) gfirst = k;
+    }
+    if (gdiff) {
+        printf("FAIL: %zu of %zu step-1 table gradient elements differ in their bits, the "
+               "first row %zu column %zu: %g (dense) vs %g (sparse)\n", gdiff, n_table,
+               gfirst / EMB, gfirst % EMB, (double)off.grad1[gfirst], (double)on.grad1[gfirst]);
+        fails++;
+    }
+    if (o.negzero && exact && negz == 0) { /* else the rule went untested */
+        printf("FAIL: --negzero: no -0.0 in the dense step-1 gradient (no row every rank "
+               "touched?)\n");
+        fails++;
+    }
+    if (user && !exact && o.band == 0)
         fails += check_bound(&o, &off, "dense") + check_bound(&o, &on, "sparse");
     if (!(on.loss[STEPS - 1] < on.loss[0])) {
         printf("FAIL: the loss did not fall (%.6f -> %.6f)\n", on.loss[0], on.loss[STEPS - 1]);
@@ -493,7 +558,7 @@ int main(int argc, char **argv) {
     }
     /* the buffers sparse_gradients adds, in the accountant and the estimate */
     uint64_t add_real = on.host_real - off.host_real, add_est = on.host_est - off.host_est;
-    bool has_table = strcmp(o.model, "tied") != 0 && world > 1;
+    bool has_table = strcmp(o.model, "tied") != 0 && group > 1;
     if (add_real != add_est || (has_table != (add_real > 0))) {
         printf("FAIL: sparse_gradients added %llu host bytes, the estimate %llu (expected %s)\n",
                (unsigned long long)add_real, (unsigned long long)add_est,
@@ -503,6 +568,13 @@ int main(int argc, char **argv) {
     if (!strcmp(o.model, "tied") && on.gathered != off.gathered) {
         printf("FAIL: the tied table was gathered as rows (%llu bytes vs %llu dense)\n",
                (unsigned long long)on.gathered, (unsigned long long)off.gathered);
+        fails++;
+    }
+    /* qgZ in both runs: the pieces around the table still go quantized (all-to-all), not as
+     * a full-precision reduce-scatter */
+    if (strstr(o.zero, "zero_quantized_gradients\": true") && (on.scattered || off.scattered)) {
+        printf("FAIL: qgZ sent %llu / %llu bytes of full-precision reduce-scatter (dense / "
+               "sparse)\n", (unsigned long long)off.scattered, (unsigned long long)on.scattered);
         fails++;
     }
     if (!strcmp(o.model, "bert") && world > 1 &&
@@ -518,7 +590,13 @@ int main(int argc, char **argv) {
            fails ? "FAIL" : "ok", o.model, o.stage, o.precision, o.gas, o.vocab, world,
            on.loss[0], on.loss[STEPS - 1], (unsigned long long)off.reduced,
            (unsigned long long)on.reduced, (unsigned long long)off.gathered,
-           (unsigned long long)on.gathered, exact ? ", bit-identical" : "");
+           (unsigned long long)on.gathered,
+           exact ? (fails ? ", compared bit for bit" : ", bit-identical") : "");
+    if (o.zero[0] || o.sparse_zero[0] || o.mics)
+        printf("  zero_optimization also {%s} (sparse run: {%s}), mics_shard_size %d\n", o.zero,
+               o.sparse_zero, o.mics);
+    if (o.negzero && exact)
+        printf("  --negzero: %zu step-1 gradient elements are -0.0 in both runs\n", negz);
     free(off.weights);
     free(on.weights);
     free(off.grad1);

@@ -458,9 +458,12 @@ static void test_sparse_gradients_applies(void) {
     CHECK_TRUE(strstr(why, "sparse_gradients: ignored on this backend"));
     c = parse_ok("{\"sparse_gradients\": true, \"zero_optimization\": {\"stage\": 2}}");
     CHECK_TRUE(ds_grad_sparse_applies(&c, true, why, sizeof why) && !why[0]);
-    c = parse_ok("{\"sparse_gradients\": true, \"zero_optimization\": {\"stage\": 3}}");
-    CHECK_TRUE(!ds_grad_sparse_applies(&c, true, why, sizeof why));
-    CHECK_TRUE(strstr(why, "sparse_gradients: ignored at zero_optimization.stage 3"));
+    /* stage 3 (the same gradient buckets as stage 2), qgZ and MiCS included */
+    c = parse_ok("{\"sparse_gradients\": true, \"zero_optimization\": {\"stage\": 3,"
+                 " \"zero_quantized_gradients\": true, \"mics_shard_size\": 2}}");
+    CHECK_TRUE(ds_grad_sparse_applies(&c, true, why, sizeof why) && !why[0]);
+    CHECK_TRUE(!ds_grad_sparse_applies(&c, false, why, sizeof why));
+    CHECK_TRUE(strstr(why, "sparse_gradients: ignored on this backend"));
     c = parse_ok("{\"sparse_gradients\": true, \"optimizer\": {\"type\": \"OneBitAdam\","
                  " \"params\": {\"lr\": 0.001, \"freeze_step\": 10}}}");
     CHECK_TRUE(!ds_grad_sparse_applies(&c, true, why, sizeof why));
