@@ -23,7 +23,9 @@
  *
  * Stage 3: the same buckets as stage 2, so the same exchange. hpZ and qwZ
  * change only parameter gathers. Under qgZ the rest of each bucket stays
- * quantized while the rows go as exact records (zero/grad_buckets.c). Under
+ * quantized while the rows go as exact records (zero/grad_buckets.c); a
+ * step past break-even reduce-scatters the table in full precision (below),
+ * as its records would have been. Under
  * MiCS the exchange runs over the shard group, as the dense reduce-scatter
  * does (its ranks, its partition); the all-reduce of the partition across
  * the replica groups that follows stays dense: on a cluster whose shard

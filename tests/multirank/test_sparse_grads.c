@@ -5,7 +5,7 @@
  *   test_sparse_grads [--model user|bert|tied] [--stage S]
  *                     [--precision fp32|fp16|bf16] [--gas G] [--vocab V]
  *                     [--zero KEYS] [--sparse-zero KEYS] [--mics N]
- *                     [--band B] [--negzero 1]
+ *                     [--band B] [--negzero 1] [--engine KEYS]
  *
  * --zero: more zero_optimization keys (JSON members, e.g.
  * '"zero_quantized_weights": true') for both runs; --sparse-zero: for the
@@ -13,7 +13,9 @@
  * summed over the N ranks of a shard group, so "2 ranks" below means a
  * group of 2); --band B: the losses only within B of the first dense loss
  * (qgZ in both runs, below), instead of the same bits; --negzero: the
- * user's module writes its table's column 0 as -0.0 (below).
+ * user's module writes its table's column 0 as -0.0 (below); --engine: a
+ * zero_engine section's members for both (by hand under tools/twohost.sh:
+ * '"qgz_scheme": "int4"', whose two levels need two hosts).
  *
  * Each rank trains STEPS steps twice in one process, sparse_gradients false
  * then true (overlap_comm on: the exchange runs on the communication
@@ -75,6 +77,7 @@ typedef struct opts {
     double band;                 /* 0: the same bits */
     const char *model, *precision;
     const char *zero, *sparse_zero; /* more zero_optimization members, or "" */
+    const char *engine;             /* zero_engine members, or "" */
 } opts;
 
 /* ------------------------------------------------ the user's module ---- */
@@ -299,11 +302,11 @@ static int start(const opts *o, bool sparse, int world, const ds_dataset *data, 
              " \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": true,%s%s%s%s%s"
              " \"reduce_bucket_size\": 2000},"
              " \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 8},"
-             " \"bf16\": {\"enabled\": %s}}",
+             " \"bf16\": {\"enabled\": %s}, \"zero_engine\": {%s}}",
              MICRO * world * o->gas, o->gas, sparse ? "true" : "false", o->stage, mics,
              o->zero, o->zero[0] ? "," : "", more, more[0] ? "," : "",
              strcmp(o->precision, "fp16") ? "false" : "true",
-             strcmp(o->precision, "bf16") ? "false" : "true");
+             strcmp(o->precision, "bf16") ? "false" : "true", o->engine);
     ds_init_desc d;
     ds_init_desc_defaults(&d);
     d.config_json = cfg;
@@ -482,7 +485,7 @@ static int check_bound(const opts *o, const run *r, const char *which) {
 
 int main(int argc, char **argv) {
     opts o = {.stage = 0, .gas = 1, .vocab = 400, .model = "user", .precision = "fp32",
-              .zero = "", .sparse_zero = ""};
+              .zero = "", .sparse_zero = "", .engine = ""};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--stage")) o.stage = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--model")) o.model = argv[i + 1];
@@ -494,6 +497,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--mics")) o.mics = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--band")) o.band = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--negzero")) o.negzero = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--engine")) o.engine = argv[i + 1];
         else {
             fprintf(stderr, "test_sparse_grads: unknown option %s\n", argv[i]);
             return 2;
@@ -592,9 +596,9 @@ int main(int argc, char **argv) {
            (unsigned long long)on.reduced, (unsigned long long)off.gathered,
            (unsigned long long)on.gathered,
            exact ? (fails ? ", compared bit for bit" : ", bit-identical") : "");
-    if (o.zero[0] || o.sparse_zero[0] || o.mics)
-        printf("  zero_optimization also {%s} (sparse run: {%s}), mics_shard_size %d\n", o.zero,
-               o.sparse_zero, o.mics);
+    if (o.zero[0] || o.sparse_zero[0] || o.mics || o.engine[0])
+        printf("  zero_optimization also {%s} (sparse run: {%s}), mics_shard_size %d, "
+               "zero_engine {%s}\n", o.zero, o.sparse_zero, o.mics, o.engine);
     if (o.negzero && exact)
         printf("  --negzero: %zu step-1 gradient elements are -0.0 in both runs\n", negz);
     free(off.weights);
