@@ -9,7 +9,9 @@
  * stage 3: the gradient reduce-scatter in blockwise int8), --qwz 1
  * zero_quantized_weights (qwZ: the parameter all-gathers in it), --hpz H
  * zero_hpz_partition_size (hpZ: the backward's gathers inside groups of H
- * ranks); the bytes each collective sent per step are printed either way,
+ * ranks), --mics N mics_shard_size (MiCS: shards of N ranks, replicated
+ * across the groups); the bytes each collective sent per step are printed
+ * either way,
  * rank 0's by collective and every rank's inside its host / across hosts. --qgz ab pairs an
  * engine without and one with qgZ as --overlap ab pairs overlap off and on.
  * --qgz 4 is qgZ with zero_engine.qgz_scheme "int4" (DeepSpeed's: int4,
@@ -52,7 +54,7 @@
 #include "models/models.h"
 
 typedef struct bench {
-    int stage, steps, warmup, T, global_batch, ckpt, qwz, hpz;
+    int stage, steps, warmup, T, global_batch, ckpt, qwz, hpz, mics;
     const char *precision, *backend;
     long long bucket;
     int64_t psi;
@@ -88,17 +90,19 @@ static ds_status make_engine(bench *b, const timing *tm, engine_t **out) {
     b->psi = ds_model_num_params(model);
     char ov[64] = "";
     if (overlap >= 0) snprintf(ov, sizeof ov, ", \"overlap_comm\": %s", overlap ? "true" : "false");
+    char mics[48] = "";
+    if (b->mics > 0) snprintf(mics, sizeof mics, ", \"mics_shard_size\": %d", b->mics);
     char cfg[1024];
     snprintf(cfg, sizeof cfg,
              "{\"train_batch_size\": %d, \"steps_per_print\": 1000000,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4, \"weight_decay\": 0.01}},"
              " \"gradient_clipping\": 1.0,"
              " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0,"
-             " \"reduce_bucket_size\": %lld, \"zero_hpz_partition_size\": %d%s%s%s},"
+             " \"reduce_bucket_size\": %lld, \"zero_hpz_partition_size\": %d%s%s%s%s},"
              " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s},"
              " \"zero_engine\": {\"backend\": \"%s\", \"gemm_input_dtype\": \"%s\"%s}"
              "%s}",
-             b->global_batch, b->stage, b->bucket, tm->hpz > 1 ? tm->hpz : 1, ov,
+             b->global_batch, b->stage, b->bucket, tm->hpz > 1 ? tm->hpz : 1, mics, ov,
              tm->qgz ? ", \"zero_quantized_gradients\": true" : "",
              tm->qwz ? ", \"zero_quantized_weights\": true" : "",
              strcmp(b->precision, "fp16") ? "false" : "true",
@@ -294,6 +298,7 @@ int main(int argc, char **argv) {
                                                  : atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--qwz")) b.qwz = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--hpz")) b.hpz = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--mics")) b.mics = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--gemm")) gemm = argv[i + 1];
         else if (!strcmp(argv[i], "--zeropp") && !strcmp(argv[i + 1], "ab")) zpp_ab = 1;
         else if (!strcmp(argv[i], "--perf-ctl") &&

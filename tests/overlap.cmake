@@ -67,8 +67,9 @@ ds_sparse_test(sparse_grads_tied_fp16_np2 2 --model tied --stage 0 --precision f
 ds_sparse_test(sparse_grads_user_negzero_np2 2 --model user --stage 0 --vocab 48 --negzero 1)
 # Stage 3: the same buckets as stage 2, so the same bits as dense; with
 # offload of optimizer and parameters, qwZ and hpZ (parameter gathers only),
-# and MiCS (the rows summed inside each shard group of 2, the replicas'
-# all-reduce dense: the same bits at 4 ranks).
+# and MiCS (the rows summed inside each shard group of 2, then across the 2
+# replica groups as rows too: the same bits at 4 ranks, no all-reduce left;
+# shard groups of 1 rank: rows across the replicas only).
 ds_sparse_test(sparse_grads_user_stage3_np2 2 --model user --stage 3 --gas 2)
 set(ds_sparse_keys "\"zero_quantized_weights\": true, \"zero_hpz_partition_size\": 2,"
     " \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}")
@@ -76,6 +77,7 @@ string(CONCAT ds_sparse_keys ${ds_sparse_keys})
 ds_sparse_test(sparse_grads_bert_bf16_stage3_qwz_np2 2 --model bert --stage 3 --precision bf16
                --vocab 2000 --zero "${ds_sparse_keys}")
 ds_sparse_test(sparse_grads_user_stage3_mics_np4 4 --model user --stage 3 --gas 2 --mics 2)
+ds_sparse_test(sparse_grads_user_stage3_mics1_np2 2 --model user --stage 3 --mics 1)
 # qgZ: the flagged table's rows go as exact records while the rest of each
 # bucket stays int8. The user's table is its model's only parameter, so
 # with qgZ in the sparse run only, nothing is quantized: the same bits as

@@ -319,13 +319,16 @@ ds_status ds_estimate_model(const ds_model *model, int world, const ds_config *c
                 .held = ds_ties_max_held(f, cfg->stage3_param_persistence_threshold)};
     ds_status st = estimate(&l, cfg, be, out);
     char why[256]; /* sparse_gradients: row lists and records in host memory (grad_sparse.h) */
-    /* stage 3 under MiCS exchanges the rows inside the shard group */
-    int sw = cfg->zero_stage >= 3 && cfg->mics_shard_size > 0 ? (int)cfg->mics_shard_size : world;
-    if (st == DS_OK && sw > 1 && ds_grad_sparse_applies(cfg, be == DS_BACKEND_CPU, why,
-                                                        sizeof why)) {
+    /* stage 3 under MiCS exchanges the rows inside the shard group, then
+     * across the replica groups (zero/stage3_groups.h), each with its own
+     * buffers */
+    bool mics = cfg->zero_stage >= 3 && cfg->mics_shard_size > 0;
+    int sw = mics ? (int)cfg->mics_shard_size : world, rw = mics ? world / sw : 1;
+    if (st == DS_OK && ds_grad_sparse_applies(cfg, be == DS_BACKEND_CPU, why, sizeof why)) {
         ds_dtype pt = cfg->fp16_enabled ? DS_F16 : cfg->bf16_enabled ? DS_BF16 : DS_F32;
         ds_dtype gt = cfg->comm_dtype_set ? cfg->communication_data_type : pt;
-        out->bytes[DS_MEM_BUFFERS][DS_PLACE_HOST] += ds_grad_sparse_bytes(f, gt, sw);
+        if (sw > 1) out->bytes[DS_MEM_BUFFERS][DS_PLACE_HOST] += ds_grad_sparse_bytes(f, gt, sw);
+        if (rw > 1) out->bytes[DS_MEM_BUFFERS][DS_PLACE_HOST] += ds_grad_sparse_bytes(f, gt, rw);
     }
     if (st == DS_OK) {
         plan_activations(model, cfg, be, out);

@@ -28,7 +28,8 @@ struct ds_grad_sparse {
     ds_comm *comm;
     const ds_flat *flat;
     ds_dtype gt;
-    void *grads;              /* REPLICA_*: the replica; PARTITION_ADD: the partition */
+    void *grads;              /* REPLICA_*: the replica; PARTITION_ADD, REPLICAS: the
+                               * partition */
     ds_grad_sparse_kind kind;
     int64_t part_lo, part_hi; /* this rank's partition */
     int world;                /* comm's, kept for destroy: stage 3 frees MiCS's shard
@@ -68,6 +69,14 @@ static bool row_nonzero(const unsigned char *row, size_t bytes) {
 static ds_status dense(sparse_param *p, void *src) {
     ds_grad_sparse *gs = p->gs;
     int64_t lo = p->offset, hi = p->offset + p->rows * p->cols;
+    if (gs->kind == DS_SPARSE_REPLICAS) { /* the partition's slice of the table */
+        if (lo < gs->part_lo) lo = gs->part_lo;
+        if (hi > gs->part_hi) hi = gs->part_hi;
+        if (hi > lo)
+            DS_TRY(ds_comm_all_reduce(gs->comm, ds_at(gs->grads, gs->gt, lo - gs->part_lo),
+                                      (size_t)(hi - lo), gs->gt, DS_REDUCE_SUM));
+        return DS_OK;
+    }
     if (gs->kind == DS_SPARSE_REPLICA_ALL) {
         DS_TRY(ds_comm_all_reduce(gs->comm, src, (size_t)(hi - lo), gs->gt, DS_REDUCE_SUM));
         return DS_OK;
@@ -148,6 +157,8 @@ static void sum_records(sparse_param *p) {
             if (gs->kind == DS_SPARSE_PARTITION_ADD) {
                 size_t d = (size_t)(e - gs->part_lo);
                 ds_store_f32(gs->grads, t, d, ds_load_f32(gs->grads, t, d) + p->acc[e - a]);
+            } else if (gs->kind == DS_SPARSE_REPLICAS) {
+                ds_store_f32(gs->grads, t, (size_t)(e - gs->part_lo), p->acc[e - a]);
             } else {
                 ds_store_f32(gs->grads, t, (size_t)e, p->acc[e - a]);
             }
@@ -155,29 +166,84 @@ static void sum_records(sparse_param *p) {
     }
 }
 
-/* grad_sparse.h steps 1-4 for parameter p whose gradient is at src (gt);
- * on the communication thread with overlap_comm. */
+/* REPLICAS: the rows [*r0, *r1) of p that meet the partition, and row r's
+ * elements in it, [*e0, *e1) of the flat space. */
+static void part_rows(const sparse_param *p, int64_t *r0, int64_t *r1) {
+    const ds_grad_sparse *gs = p->gs;
+    int64_t lo = gs->part_lo - p->offset, hi = gs->part_hi - p->offset;
+    *r0 = lo > 0 ? lo / p->cols : 0;
+    *r1 = hi < p->rows * p->cols ? (hi + p->cols - 1) / p->cols : p->rows;
+    if (*r0 > p->rows) *r0 = p->rows;
+    if (*r1 < *r0) *r1 = *r0;
+}
+
+static void part_elems(const sparse_param *p, int64_t r, int64_t *e0, int64_t *e1) {
+    int64_t a = p->offset + r * p->cols, b = a + p->cols;
+    *e0 = a > p->gs->part_lo ? a : p->gs->part_lo;
+    *e1 = b < p->gs->part_hi ? b : p->gs->part_hi;
+}
+
+/* REPLICAS, steps 1 and 3 on the partition: its nonzero rows (only their
+ * elements inside it scanned and sent; the record's others zero). */
+static int32_t scan_part(sparse_param *p, int64_t r0, int64_t r1) {
+    ds_grad_sparse *gs = p->gs;
+    size_t es = ds_dtype_size(gs->gt);
+    const unsigned char *g = gs->grads;
+    int32_t n = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t e0, e1;
+        part_elems(p, r, &e0, &e1);
+        if (e1 > e0 && row_nonzero(g + (size_t)(e0 - gs->part_lo) * es, (size_t)(e1 - e0) * es))
+            p->nz[n++] = (int32_t)r;
+    }
+    return n;
+}
+
+static void pack_part(sparse_param *p, char *mine, int32_t n) {
+    ds_grad_sparse *gs = p->gs;
+    size_t es = ds_dtype_size(gs->gt);
+    for (int32_t k = 0; k < n; k++) {
+        char *rec = mine + (size_t)k * p->rec * es;
+        int64_t a = p->offset + (int64_t)p->nz[k] * p->cols, e0, e1;
+        part_elems(p, p->nz[k], &e0, &e1);
+        memcpy(rec, &p->nz[k], 4);
+        memset(rec + 4, 0, (size_t)p->cols * es);
+        const char *from = (const char *)gs->grads + (size_t)(e0 - gs->part_lo) * es;
+        memcpy(rec + 4 + (size_t)(e0 - a) * es, from, (size_t)(e1 - e0) * es);
+    }
+}
+
+/* grad_sparse.h steps 1-4 for parameter p whose gradient is at src (gt;
+ * REPLICAS: the partition's slice); on the communication thread with
+ * overlap_comm. */
 static ds_status exchange_from(sparse_param *p, void *src) {
     ds_grad_sparse *gs = p->gs;
     ds_comm *c = gs->comm;
     size_t es = ds_dtype_size(gs->gt), row_bytes = (size_t)p->cols * es;
     const char *g = src;
     int32_t n = 0;
-    for (int64_t r = 0; r < p->rows; r++)
-        if (row_nonzero((const unsigned char *)g + (size_t)r * row_bytes, row_bytes))
-            p->nz[n++] = (int32_t)r;
+    int64_t r0 = 0, r1 = p->rows; /* the rows a sum can touch */
+    if (gs->kind == DS_SPARSE_REPLICAS) {
+        part_rows(p, &r0, &r1);
+        n = scan_part(p, r0, r1);
+    } else {
+        for (int64_t r = 0; r < p->rows; r++)
+            if (row_nonzero((const unsigned char *)g + (size_t)r * row_bytes, row_bytes))
+                p->nz[n++] = (int32_t)r;
+    }
     DS_TRY(ds_comm_all_gather(c, &n, p->nrows, 1, DS_I32));
     int64_t total = 0, before = 0;
     for (int q = 0; q < c->world; q++) {
         if (q == c->rank) before = total;
         total += p->nrows[q];
     }
-    if (total > p->rows) { /* past break-even: dense, on every rank alike */
+    if (total > r1 - r0) { /* past break-even: dense, on every rank alike */
         DS_TRY(dense(p, src));
         return DS_OK;
     }
     char *mine = (char *)p->recs + (size_t)before * p->rec * es;
-    for (int32_t k = 0; k < n; k++) {
+    if (gs->kind == DS_SPARSE_REPLICAS) pack_part(p, mine, n);
+    for (int32_t k = 0; gs->kind != DS_SPARSE_REPLICAS && k < n; k++) {
         char *rec = mine + (size_t)k * p->rec * es;
         memcpy(rec, &p->nz[k], 4);
         memcpy(rec + 4, g + (size_t)p->nz[k] * row_bytes, row_bytes);
@@ -196,6 +262,23 @@ static ds_status exchange(void *arg) {
 
 ds_status ds_grad_sparse_reduce_add(ds_grad_sparse *gs, int which, void *src) {
     DS_TRY(exchange_from(&gs->p[which], src));
+    return DS_OK;
+}
+
+ds_status ds_grad_sparse_replicas(ds_grad_sparse *gs) {
+    int64_t lo = gs->part_lo, hi = gs->part_hi, a, b;
+    int which;
+    while (hi > lo && ds_grad_sparse_overlap(gs, lo, hi, &a, &b, &which)) {
+        int64_t d = b > lo ? b : lo; /* the dense piece above the table */
+        if (hi > d)
+            DS_TRY(ds_comm_all_reduce(gs->comm, ds_at(gs->grads, gs->gt, d - gs->part_lo),
+                                      (size_t)(hi - d), gs->gt, DS_REDUCE_SUM));
+        DS_TRY(exchange_from(&gs->p[which], gs->grads));
+        hi = a;
+    }
+    if (hi > lo)
+        DS_TRY(ds_comm_all_reduce(gs->comm, gs->grads, (size_t)(hi - lo), gs->gt,
+                                  DS_REDUCE_SUM));
     return DS_OK;
 }
 
@@ -246,8 +329,8 @@ uint64_t ds_grad_sparse_bytes(const ds_flat *f, ds_dtype gt, int world) {
     return total;
 }
 
-ds_status ds_grad_sparse_create(ds_backend *be, ds_comm *comm, const ds_flat *f, ds_dtype gt,
-                                void *grads, ds_grad_sparse_kind kind, ds_grad_sparse **out) {
+static ds_status create(ds_backend *be, ds_comm *comm, const ds_flat *f, int part, ds_dtype gt,
+                        void *grads, ds_grad_sparse_kind kind, ds_grad_sparse **out) {
     *out = NULL;
     int n = 0;
     for (int i = 0; i < f->n_params; i++) n += is_sparse(f, i);
@@ -260,8 +343,8 @@ ds_status ds_grad_sparse_create(ds_backend *be, ds_comm *comm, const ds_flat *f,
         return DS_ERR(DS_ERR_OOM, "sparse_gradients: out of host memory");
     }
     *gs = (ds_grad_sparse){.be = be, .comm = comm, .flat = f, .gt = gt, .grads = grads,
-                           .kind = kind, .part_lo = (int64_t)comm->rank * f->part,
-                           .part_hi = (int64_t)(comm->rank + 1) * f->part,
+                           .kind = kind, .part_lo = (int64_t)part * f->part,
+                           .part_hi = (int64_t)(part + 1) * f->part,
                            .world = comm->world, .p = p};
     ds_status st = DS_OK;
     for (int i = 0; st == DS_OK && i < f->n_params; i++)
@@ -271,6 +354,19 @@ ds_status ds_grad_sparse_create(ds_backend *be, ds_comm *comm, const ds_flat *f,
         DS_TRY(st);
     }
     *out = gs;
+    return DS_OK;
+}
+
+ds_status ds_grad_sparse_create(ds_backend *be, ds_comm *comm, const ds_flat *f, ds_dtype gt,
+                                void *grads, ds_grad_sparse_kind kind, ds_grad_sparse **out) {
+    DS_TRY(create(be, comm, f, comm->rank, gt, grads, kind, out));
+    return DS_OK;
+}
+
+ds_status ds_grad_sparse_create_replicas(ds_backend *be, ds_comm *comm, const ds_flat *f,
+                                         int part, ds_dtype gt, void *grads,
+                                         ds_grad_sparse **out) {
+    DS_TRY(create(be, comm, f, part, gt, grads, DS_SPARSE_REPLICAS, out));
     return DS_OK;
 }
 

@@ -25,11 +25,16 @@
  * change only parameter gathers. Under qgZ the rest of each bucket stays
  * quantized while the rows go as exact records (zero/grad_buckets.c); a
  * step past break-even reduce-scatters the table in full precision (below),
- * as its records would have been. Under
- * MiCS the exchange runs over the shard group, as the dense reduce-scatter
- * does (its ranks, its partition); the all-reduce of the partition across
- * the replica groups that follows stays dense: on a cluster whose shard
- * group is one host, the rows save nothing on the link between hosts.
+ * as its records would have been. Under MiCS the exchange runs over the
+ * shard group, as the dense reduce-scatter does (its ranks, its partition);
+ * then the all-reduce of the partition across the replica groups (the one
+ * that crosses hosts when a shard group is a host) sends the partition's
+ * slice of each table as records too (DS_SPARSE_REPLICAS: rows clipped to
+ * the partition, scanned there, their elements outside it zero in the
+ * record and never stored), the rest of the partition dense around them.
+ * Both levels are sums in rank order with the start rule below, so with 2
+ * ranks per shard group and 2 replica groups the bits are the dense path's
+ * ((a + b) + (c + d) either way).
  * offload_optimizer / offload_param read the partition's gradient after
  * the buckets have finished, whichever way it was summed.
  *
@@ -79,12 +84,21 @@ typedef enum ds_grad_sparse_kind {
     DS_SPARSE_REPLICA_PART,    /* stage 1: the replica; only this rank's partition summed */
     DS_SPARSE_PARTITION_ADD,   /* stages 2-3: grads is the partition (f->part elements); the
                                   sums are added to it (ds_grad_sparse_reduce_add) */
+    DS_SPARSE_REPLICAS,        /* MiCS: grads is the partition holding its shard group's
+                                  sums; comm the replica group (the ranks holding the same
+                                  partition); each table element of the partition becomes
+                                  the sum over the replicas (ds_grad_sparse_replicas) */
 } ds_grad_sparse_kind;
 
 /* The exchange of every untied row_sparse_grad parameter of f; *out stays
  * NULL when f has none. grads: see kind (gt). Allocates every buffer now. */
 ds_status ds_grad_sparse_create(ds_backend *be, ds_comm *comm, const ds_flat *f, ds_dtype gt,
                                 void *grads, ds_grad_sparse_kind kind, ds_grad_sparse **out);
+/* DS_SPARSE_REPLICAS over comm (the replica group) for the partition of
+ * index `part` of f (the shard group's view: the rank in the shard group). */
+ds_status ds_grad_sparse_create_replicas(ds_backend *be, ds_comm *comm, const ds_flat *f,
+                                         int part, ds_dtype gt, void *grads,
+                                         ds_grad_sparse **out);
 void ds_grad_sparse_destroy(ds_grad_sparse *gs);
 
 /* Host bytes ds_grad_sparse_create allocates for f at `world` ranks with
@@ -106,6 +120,12 @@ ds_status ds_grad_sparse_submit(ds_grad_sparse *gs, ds_comm_worker *w, int which
  * partition, now, on the calling thread (a bucket's job on the
  * communication thread, zero/grad_buckets.c). Collective. */
 ds_status ds_grad_sparse_reduce_add(ds_grad_sparse *gs, int which, void *src);
+/* DS_SPARSE_REPLICAS: the partition's range [lo, hi) of the flat space
+ * summed across the replicas, now, on the calling thread (a job on the
+ * communication thread): the tables' elements in it by their rows' records,
+ * the rest by all-reduces, in descending flat order. Collective over the
+ * replica group. */
+ds_status ds_grad_sparse_replicas(ds_grad_sparse *gs);
 /* Wait for every queued exchange; the first failure. */
 ds_status ds_grad_sparse_wait(ds_grad_sparse *gs, ds_comm_worker *w);
 

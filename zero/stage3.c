@@ -65,7 +65,8 @@
  * the same codec's quantized reduce-scatter (zero/grad_buckets.h).
  *
  * sparse_gradients: a row_sparse_grad parameter's rows go as records, as at
- * stage 2 (zero/grad_sparse.h; under qgZ exact while the rest is quantized).
+ * stage 2 (zero/grad_sparse.h; under qgZ exact while the rest is quantized;
+ * under MiCS across the replica groups too, zero/stage3_groups.h).
  *
  * ZeRO++ hpZ and MiCS (zero/groups.h, zero/stage3_groups.h) are choices of
  * the ranks a gather runs over: under MiCS the partition, the gradient
@@ -755,8 +756,11 @@ static ds_status build(stage3 *s, const ds_zero_desc *d_in) {
     /* sparse_gradients over the partition's ranks (MiCS: the shard group;
      * zero/grad_sparse.h); where it does not apply the engine warned */
     char why[256];
-    if (ds_grad_sparse_applies(d->cfg, be->kind == DS_BACKEND_CPU, why, sizeof why))
+    if (ds_grad_sparse_applies(d->cfg, be->kind == DS_BACKEND_CPU, why, sizeof why)) {
         DS_TRY(ds_grad_buckets_sparse(s->buckets, s->comm));
+        /* MiCS: across the replica groups too */
+        DS_TRY(ds_s3_sparse_replicas(&s->x, s->flat, s->comm->rank, s->gt, s->grads));
+    }
     /* Each rank draws only its own partition: the values equal those of the
      * other stages for the same elements (counter-based RNG). */
     DS_TRY(ds_shard_init_working(&s->sh, d, s->params, s->pt));

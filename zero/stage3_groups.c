@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/comm/codec_q8.h"
+#include "zero/grad_sparse.h"
 #include "zero/zero_util.h"
 
 ds_status ds_s3_groups_create(ds_s3_groups *x, const ds_config *cfg, ds_comm *world,
@@ -47,6 +48,8 @@ void ds_s3_groups_free(ds_s3_groups *x) {
     }
     free(x->sec_valid);
     free(x->hcounts);
+    ds_grad_sparse_destroy(x->rsparse); /* reads no communicator */
+    x->rsparse = NULL;
     ds_zero_groups_destroy(&x->g);
     x->sec = x->hbuf = NULL;
     x->sec_valid = NULL;
@@ -119,11 +122,26 @@ ds_status ds_s3_hier_gather(ds_s3_groups *x, void *buf, const size_t *counts, ds
     return DS_OK;
 }
 
+static ds_status sparse_replicas_job(void *arg) {
+    DS_TRY(ds_grad_sparse_replicas(arg));
+    return DS_OK;
+}
+
+ds_status ds_s3_sparse_replicas(ds_s3_groups *x, const ds_flat *pflat, int part, ds_dtype gt,
+                                void *grads) {
+    if (!x->g.repl || x->rsparse) return DS_OK;
+    DS_TRY(ds_grad_sparse_create_replicas(x->be, x->g.repl, pflat, part, gt, grads,
+                                          &x->rsparse));
+    return DS_OK;
+}
+
 ds_status ds_s3_sum_replicas(ds_s3_groups *x, ds_comm_worker *w, void *grads, size_t n,
                              ds_dtype gt) {
     if (!x->g.repl || x->repl_done) return DS_OK;
     ds_comm_job j = {.kind = DS_JOB_ALL_REDUCE, .comm = x->g.repl, .buf = grads, .count = n,
                      .t = gt};
+    if (x->rsparse) /* the tables' rows and the dense pieces around them, in one job */
+        j = (ds_comm_job){.kind = DS_JOB_FN, .fn = sparse_replicas_job, .arg = x->rsparse};
     snprintf(j.what, sizeof j.what, "MiCS gradient all-reduce across %d shard groups",
              x->g.replicas);
     DS_TRY(ds_comm_job_submit(w, &j));

@@ -31,6 +31,7 @@ typedef struct ds_s3_groups {
     size_t *hcounts;   /* [hosts of the group] */
     /* MiCS: the partition's gradients are summed across the replica groups */
     bool repl_done;
+    struct ds_grad_sparse *rsparse; /* sparse_gradients: that sum's tables as rows, else NULL */
 } ds_s3_groups;
 
 /* The groups cfg asks for (collective over world, zero/groups.h); x->part
@@ -85,6 +86,14 @@ size_t ds_s3_hier_buffer_bytes(size_t max_span, size_t es, bool qwz, int shard);
  * the communication thread w. Nothing without replicas. */
 ds_status ds_s3_sum_replicas(ds_s3_groups *x, ds_comm_worker *w, void *grads, size_t n,
                              ds_dtype gt);
+/* sparse_gradients under MiCS with replicas: from now on that all-reduce
+ * sends the row_sparse_grad tables' elements of the partition (grads, of
+ * pflat's partition `part`, gt) as the rows' records over the replica group
+ * (zero/grad_sparse.h DS_SPARSE_REPLICAS), the rest dense around them, so
+ * that the link between hosts, which a shard group of one host leaves to
+ * this all-reduce, carries rows too. Nothing without replicas. */
+ds_status ds_s3_sparse_replicas(ds_s3_groups *x, const ds_flat *pflat, int part, ds_dtype gt,
+                                void *grads);
 /* MiCS before that all-reduce: a gathered fp32 gradient (host, n elements)
  * summed across the replicas, the partition left alone (a later
  * micro-batch still adds into it). */

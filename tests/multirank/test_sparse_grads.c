@@ -10,9 +10,11 @@
  * --zero: more zero_optimization keys (JSON members, e.g.
  * '"zero_quantized_weights": true') for both runs; --sparse-zero: for the
  * sparse run only; --mics N: mics_shard_size N in both (the rows are then
- * summed over the N ranks of a shard group, so "2 ranks" below means a
- * group of 2); --band B: the losses only within B of the first dense loss
- * (qgZ in both runs, below), instead of the same bits; --negzero: the
+ * summed over the N ranks of a shard group and then over the replica
+ * groups, so "2 ranks" below means groups of 2 at both levels; with the
+ * user's model the sparse run must then all-reduce nothing); --band B:
+ * the losses only within B of the first dense loss (qgZ in both runs,
+ * below), instead of the same bits; --negzero: the
  * user's module writes its table's column 0 as -0.0 (below); --engine: a
  * zero_engine section's members for both (by hand under tools/twohost.sh:
  * '"qgz_scheme": "int4"', whose two levels need two hosts).
@@ -270,6 +272,7 @@ typedef struct run {
                                  * (at stage 3 the parameters' too), all-reduce +
                                  * reduce-scatter + all-to-all (qgZ) */
     uint64_t scattered;         /* of which reduce-scatter: none where qgZ quantizes all */
+    uint64_t allreduced;        /* of which all-reduce (MiCS: across the replica groups) */
     uint64_t host_real, host_est; /* host buffers: the accountant's, the estimate's */
     int fails;
 } run;
@@ -423,6 +426,7 @@ static int train(const opts *o, const ds_dataset *data, bool sparse, run *r) {
                  c1.bytes_sent[DS_COLL_REDUCE_SCATTER] - c0.bytes_sent[DS_COLL_REDUCE_SCATTER] +
                  c1.bytes_sent[DS_COLL_ALL_TO_ALL] - c0.bytes_sent[DS_COLL_ALL_TO_ALL]; /* qgZ */
     r->scattered = c1.bytes_sent[DS_COLL_REDUCE_SCATTER] - c0.bytes_sent[DS_COLL_REDUCE_SCATTER];
+    r->allreduced = c1.bytes_sent[DS_COLL_ALL_REDUCE] - c0.bytes_sent[DS_COLL_ALL_REDUCE];
     r->weights = rc == 0 ? ck_params(e, &r->n_weights) : NULL;
     if (!r->weights) rc = 1;
     ds_finalize(e);
@@ -515,8 +519,10 @@ int main(int argc, char **argv) {
     int fails = off.fails + on.fails;
     const char *np = getenv("OMPI_COMM_WORLD_SIZE");
     int world = np ? atoi(np) : 1;
-    int group = o.mics > 0 ? o.mics : world; /* the ranks one row's records are summed over */
-    bool exact = group <= 2 && o.band == 0;
+    /* the ranks one row's records are summed over: the shard group's, then (MiCS) the
+     * replica groups' */
+    int group = o.mics > 0 ? o.mics : world, replicas = world / group;
+    bool exact = group <= 2 && replicas <= 2 && o.band == 0;
     if (o.band > 0) { /* the losses within the band (its reason: tests/overlap.cmake) */
         double worst;
         fails += ck_loss_band(off.loss, on.loss, STEPS, o.band, "sparse_gradients", &worst);
@@ -562,7 +568,7 @@ int main(int argc, char **argv) {
     }
     /* the buffers sparse_gradients adds, in the accountant and the estimate */
     uint64_t add_real = on.host_real - off.host_real, add_est = on.host_est - off.host_est;
-    bool has_table = strcmp(o.model, "tied") != 0 && group > 1;
+    bool has_table = strcmp(o.model, "tied") != 0 && world > 1; /* MiCS: group or replicas */
     if (add_real != add_est || (has_table != (add_real > 0))) {
         printf("FAIL: sparse_gradients added %llu host bytes, the estimate %llu (expected %s)\n",
                (unsigned long long)add_real, (unsigned long long)add_est,
@@ -579,6 +585,16 @@ int main(int argc, char **argv) {
     if (strstr(o.zero, "zero_quantized_gradients\": true") && (on.scattered || off.scattered)) {
         printf("FAIL: qgZ sent %llu / %llu bytes of full-precision reduce-scatter (dense / "
                "sparse)\n", (unsigned long long)off.scattered, (unsigned long long)on.scattered);
+        fails++;
+    }
+    /* MiCS with replicas: the user's table (its model's only parameter) crosses the replica
+     * groups as rows too, so the sparse run all-reduces nothing: with the 400-row table no
+     * step falls back (a partition's 200 rows against the under 100 its replicas send;
+     * --vocab 24 falls back every step) */
+    if (user && o.mics > 0 && world > o.mics && o.vocab >= 400 &&
+        !(off.allreduced > 0 && on.allreduced == 0)) {
+        printf("FAIL: MiCS across replicas: %llu / %llu bytes all-reduced (dense / sparse)\n",
+               (unsigned long long)off.allreduced, (unsigned long long)on.allreduced);
         fails++;
     }
     if (!strcmp(o.model, "bert") && world > 1 &&
