@@ -67,6 +67,32 @@ DS_HD float ds_lanes_sum(const float *a) {
     return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
+/* The maximum of DS_LANES lanes by the tree lm[k] = lm[k + w] > lm[k] ?
+ * lm[k + w] : lm[k] for w = 8, 4, 2, 1. The vector variants of the cpu
+ * kernels take it in registers (max(a, b) is a > b ? a : b in SSE / AVX
+ * too, so the same element wins every tie, +0 / -0 included): gcc compiled
+ * the loop to 15 dependent scalar maxss through the stack, about 12% of the
+ * softmax forward's samples in the BERT-mini step; bench_kernels' masked
+ * softmax + dropout forward 2.35-2.40 -> 2.25-2.31 ms (bench/RESULTS.md,
+ * stop 30). */
+#if defined(__AVX__) && !defined(__CUDACC__)
+#include <immintrin.h>
+#endif
+DS_HD float ds_lanes_max(const float *lm) {
+#if defined(__AVX__) && !defined(__CUDACC__)
+    __m256 m8 = _mm256_max_ps(_mm256_loadu_ps(lm + 8), _mm256_loadu_ps(lm));
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m8, 1), _mm256_castps256_ps128(m8));
+    __m128 m2 = _mm_max_ps(_mm_movehl_ps(m4, m4), m4);
+    return _mm_cvtss_f32(_mm_max_ss(_mm_shuffle_ps(m2, m2, 1), m2));
+#else
+    float t[DS_LANES];
+    for (int k = 0; k < DS_LANES; k++) t[k] = lm[k];
+    for (int w = DS_LANES / 2; w > 0; w /= 2)
+        for (int k = 0; k < w; k++) t[k] = t[k + w] > t[k] ? t[k + w] : t[k];
+    return t[0];
+#endif
+}
+
 /* The whole-lane part of a row of n: the first ds_lanes_end(n) elements go
  * through the lanes, the rest in order. */
 DS_HD int ds_lanes_end(int n) { return n - n % DS_LANES; }
@@ -346,9 +372,7 @@ DS_HD void ds_softmax_row(float *p, const float *s, const float *mask, int n, fl
             }
         }
     }
-    for (int w = DS_LANES / 2; w > 0; w /= 2)
-        for (int k = 0; k < w; k++) lm[k] = lm[k + w] > lm[k] ? lm[k + w] : lm[k];
-    float mx = lm[0];
+    float mx = ds_lanes_max(lm);
     for (int j = nb; j < n; j++) {
         float v = s[j] * scale;
         if ((!mask || mask[j] != 0.0f) && v > mx) mx = v;
