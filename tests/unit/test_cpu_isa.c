@@ -6,6 +6,7 @@
  * gradients and working copies) and every model kernel (embedding, broadcast
  * add, mean pool, row copies, bias + each activation forward and backward,
  * dropout, layer norm, masked / causal attention softmax with dropout,
+ * bias + GELU large enough to be written with streaming stores,
  * cross-entropy) and the small GEMMs of the variants' own kernel
  * (cpu_gemm_small.c, every transpose combination), also with bf16 inputs
  * (each variant's vectorised rounding, cpu_gemm_bf16.c), at 2 threads, on
@@ -156,6 +157,20 @@ static void run_nn(ds_backend *be, outputs *o) {
         keep(o, act_name[a][1], dx, N * 4);
     }
     keep(o, "act dbias", db, W * 4);
+    {
+        /* bias + GELU at BERT-mini's 2048 x 1024 (8 MiB, aligned): large
+         * enough that the vector variants write y with streaming stores
+         * (nn_cpu.h, DS_NN_CPU_STREAM_MIN), the scalar one with plain ones */
+        enum { SR = 2048, SW = 1024 };
+        size_t sn = (size_t)SR * SW;
+        float *sx = aligned_alloc(64, sn * 4), *sy = aligned_alloc(64, sn * 4);
+        float *sb = frand_buf(SW, -0.5f, 0.5f);
+        if (!sx || !sy) TEST_DIE("out of memory");
+        for (size_t i = 0; i < sn; i++) sx[i] = frand(-6.0f, 6.0f);
+        CHECK_OK(nn->bias_act_fwd(be, sy, sx, sb, SR, SW, DS_ACT_GELU));
+        keep(o, "act gelu fwd streamed", sy, sn * 4);
+        free(sx), free(sy), free(sb);
+    }
 
     CHECK_OK(nn->dropout_fwd(be, y, x, bias, dy, R, W, 0.1f, 42, 5));
     keep(o, "dropout fwd", y, N * 4);

@@ -23,9 +23,32 @@
 #define ACT_PF 64
 
 /* next: x's next row (NULL on the last); y's next row is asked for too,
- * for writing, when y is not x. */
+ * for writing, when y is not x. stream: y is written with streaming stores
+ * (ds_nn_cpu_bias_act_fwd says when). */
 DS_INLINE void act_fwd_row(float *yr, const float *xr, const float *next, const float *bias,
-                           int width, ds_act act) {
+                           int width, ds_act act, bool stream) {
+#ifdef DS_NN_CPU_STREAM
+    if (stream) { /* each block computed into b (L1), then written around the caches */
+        float b[ACT_PF] __attribute__((aligned(64)));
+        for (int c0 = 0; c0 < width; c0 += ACT_PF) {
+            int n = width - c0 < ACT_PF ? width - c0 : ACT_PF;
+            if (next) ds_nn_cpu_pf_read(next + c0, n);
+            const float *xc = xr + c0;
+            if (bias) {
+                const float *bc = bias + c0;
+                DS_SIMD
+                for (int c = 0; c < n; c++) b[c] = ds_act_fwd(act, xc[c] + bc[c]);
+            } else {
+                DS_SIMD
+                for (int c = 0; c < n; c++) b[c] = ds_act_fwd(act, xc[c]);
+            }
+            ds_nn_cpu_stream(yr + c0, b, n);
+        }
+        return;
+    }
+#else
+    (void)stream;
+#endif
     for (int c0 = 0; c0 < width; c0 += ACT_PF) {
         int c1 = c0 + ACT_PF < width ? c0 + ACT_PF : width;
         if (next) {
@@ -46,17 +69,17 @@ DS_INLINE void act_fwd_row(float *yr, const float *xr, const float *next, const 
  * into a function that sees `act` as a variable): each case inlines a loop
  * with a constant activation. */
 static void act_fwd_rows(float *y, const float *x, const float *bias, int r0, int r1, int rows,
-                         int width, ds_act act) {
+                         int width, ds_act act, bool st) {
     for (int r = r0; r < r1; r++) {
         float *yr = y + (size_t)r * width;
         const float *xr = x + (size_t)r * width;
         const float *nx = r + 1 < rows ? xr + width : NULL;
         switch (act) {
-        case DS_ACT_RELU: act_fwd_row(yr, xr, nx, bias, width, DS_ACT_RELU); break;
-        case DS_ACT_GELU: act_fwd_row(yr, xr, nx, bias, width, DS_ACT_GELU); break;
-        case DS_ACT_TANH: act_fwd_row(yr, xr, nx, bias, width, DS_ACT_TANH); break;
-        case DS_ACT_GELU_TANH: act_fwd_row(yr, xr, nx, bias, width, DS_ACT_GELU_TANH); break;
-        default: act_fwd_row(yr, xr, nx, bias, width, DS_ACT_NONE); break;
+        case DS_ACT_RELU: act_fwd_row(yr, xr, nx, bias, width, DS_ACT_RELU, st); break;
+        case DS_ACT_GELU: act_fwd_row(yr, xr, nx, bias, width, DS_ACT_GELU, st); break;
+        case DS_ACT_TANH: act_fwd_row(yr, xr, nx, bias, width, DS_ACT_TANH, st); break;
+        case DS_ACT_GELU_TANH: act_fwd_row(yr, xr, nx, bias, width, DS_ACT_GELU_TANH, st); break;
+        default: act_fwd_row(yr, xr, nx, bias, width, DS_ACT_NONE, st); break;
         }
     }
 }
@@ -66,8 +89,22 @@ ds_status ds_nn_cpu_bias_act_fwd(ds_backend *be, float *y, const float *x, const
     int nt = ds_nn_cpu_threads(be);
     if ((int)act < DS_ACT_NONE || act >= DS_ACT_COUNT)
         return DS_ERR(DS_ERR_INVALID_ARG, "bias_act_fwd: unknown activation %d", (int)act);
-#pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)rows * width >= DS_NN_CPU_PAR_MIN)
-    for (int r = 0; r < rows; r++) act_fwd_rows(y, x, bias, r, r + 1, rows, width, act);
+    /* A large output apart from the input (a feed-forward layer's G, 16 MiB
+     * in BERT-mini, next read by the down projection) is streamed: it does
+     * not fit the L2 anyway, and a normal store first reads every line for
+     * ownership. In the step the forward's samples went from 13.6 to 13.0
+     * ms (median of 5 runs each; 15.4-15.9 to 13.6-14.5 in 3 earlier pairs),
+     * the GEMMs' did not grow (bench/RESULTS.md, stop 30). */
+    bool st = false;
+#ifdef DS_NN_CPU_STREAM
+    st = y != x && (int64_t)rows * width >= DS_NN_CPU_STREAM_MIN && ds_nn_cpu_stream_ok(y, width);
+#endif
+#pragma omp parallel num_threads(nt) if ((int64_t)rows * width >= DS_NN_CPU_PAR_MIN)
+    {
+#pragma omp for schedule(static) nowait
+        for (int r = 0; r < rows; r++) act_fwd_rows(y, x, bias, r, r + 1, rows, width, act, st);
+        ds_nn_cpu_stream_fence(); /* before the region's barrier: y is whole for the reader */
+    }
     return DS_OK;
 }
 

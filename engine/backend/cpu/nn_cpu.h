@@ -77,6 +77,40 @@ static inline void ds_nn_cpu_pf_write(float *p, int n) {
     for (int i = 0; i < n; i += 16) __builtin_prefetch(p + i, 1, 2);
 }
 
+/* Streaming (non-temporal) stores for an output written once: the line is
+ * written around the caches, without first being read for ownership. Only
+ * where a full vector stores to an aligned address (the vector variants;
+ * rows of a multiple of the vector width starting on one); a kernel that
+ * streams calls ds_nn_cpu_stream_fence on each thread before the parallel
+ * region ends, so the stores are visible to whoever reads the output next. */
+#if defined(__AVX512F__)
+#define DS_NN_CPU_STREAM 16
+#elif defined(__AVX2__)
+#define DS_NN_CPU_STREAM 8
+#endif
+#ifdef DS_NN_CPU_STREAM
+#include <immintrin.h>
+/* Outputs smaller than this many elements (8 MiB) are stored normally: one
+ * that fits a core's L2 (2 MiB on the host of bench/RESULTS.md) is cheaper
+ * to read back from there than from memory. */
+#define DS_NN_CPU_STREAM_MIN ((int64_t)1 << 21)
+static inline bool ds_nn_cpu_stream_ok(const float *y, int width) {
+    return width % DS_NN_CPU_STREAM == 0 &&
+           ((uintptr_t)y & (sizeof(float) * DS_NN_CPU_STREAM - 1)) == 0;
+}
+/* dst[0 .. n) = src[0 .. n), n a multiple of DS_NN_CPU_STREAM, dst aligned */
+static inline void ds_nn_cpu_stream(float *dst, const float *src, int n) {
+#if DS_NN_CPU_STREAM == 16
+    for (int i = 0; i < n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+#else
+    for (int i = 0; i < n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+#endif
+}
+static inline void ds_nn_cpu_stream_fence(void) { _mm_sfence(); }
+#else
+static inline void ds_nn_cpu_stream_fence(void) {}
+#endif
+
 /* The backend's thread count: every kernel's team has this size, the same
  * cores OpenBLAS uses (see cpu_backend.c; ds_cpu_team). */
 static inline int ds_nn_cpu_threads(const ds_backend *be) { return ds_cpu_team(be); }
