@@ -166,8 +166,7 @@ static void sum_records(sparse_param *p) {
     }
 }
 
-/* REPLICAS: the rows [*r0, *r1) of p that meet the partition, and row r's
- * elements in it, [*e0, *e1) of the flat space. */
+/* REPLICAS: the rows [*r0, *r1) of p that meet the partition. */
 static void part_rows(const sparse_param *p, int64_t *r0, int64_t *r1) {
     const ds_grad_sparse *gs = p->gs;
     int64_t lo = gs->part_lo - p->offset, hi = gs->part_hi - p->offset;
@@ -177,6 +176,7 @@ static void part_rows(const sparse_param *p, int64_t *r0, int64_t *r1) {
     if (*r1 < *r0) *r1 = *r0;
 }
 
+/* REPLICAS: row r's elements in the partition, [*e0, *e1) of the flat space. */
 static void part_elems(const sparse_param *p, int64_t r, int64_t *e0, int64_t *e1) {
     int64_t a = p->offset + r * p->cols, b = a + p->cols;
     *e0 = a > p->gs->part_lo ? a : p->gs->part_lo;
