@@ -1,6 +1,7 @@
 /* The cpu backend's memory slots and element-wise kernels:
  *
  *   - alloc: zeroed, 64-byte aligned, page-aligned when big or pinned-host,
+ *     on a 2 MiB boundary from 2 MiB up (transparent huge pages),
  *     recorded by the accountant; memcpy / memset; the optional slots are NULL;
  *   - cast between fp32 / fp16 / bf16 in all 9 directions (and in place)
  *     equal to the scalar conversions test_dtype checks exhaustively;
@@ -47,7 +48,9 @@ static void test_memory(ds_backend *be, ds_mem *mem) {
     } cases[] = {
         {100, DS_PLACE_DEVICE, 64},        {4097, DS_PLACE_DEVICE, 64},
         {1u << 20, DS_PLACE_DEVICE, 4096}, {100, DS_PLACE_HOST, 4096},
-        {3u << 20, DS_PLACE_HOST, 4096},
+        /* a huge page and more: on a huge page's boundary (MADV_HUGEPAGE) */
+        {3u << 20, DS_PLACE_HOST, 2u << 20}, {2u << 20, DS_PLACE_DEVICE, 2u << 20},
+        {(2u << 20) + 100, DS_PLACE_DEVICE, 2u << 20},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         void *p = NULL;

@@ -19,6 +19,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/cpu_isa.h"
@@ -30,22 +31,35 @@
 #define DS_CPU_PAGE 4096
 #define DS_CPU_LINE 64
 #define DS_CPU_BIG ((size_t)1 << 16)
+/* Buffers of at least one huge page start on one and ask the kernel for
+ * transparent huge pages (MADV_HUGEPAGE: honoured where THP is "madvise" or
+ * "always", a no-op where it is "never" or absent). A step walks its
+ * activations, gradients and optimizer state in whole tensors of megabytes:
+ * with 4 KiB pages every 4 KiB is a TLB entry, and the GEMMs' packing and
+ * the row kernels pay a page walk per row of 1,024 floats. */
+#define DS_CPU_HUGE ((size_t)2 << 20)
 
 ds_status ds_cpu_alloc(ds_backend *be, size_t bytes, ds_mem_place place, void **out) {
     (void)be;
     *out = NULL;
     if (place != DS_PLACE_DEVICE && place != DS_PLACE_HOST)
         return DS_ERR(DS_ERR_INVALID_ARG, "cpu alloc: unknown place %d", (int)place);
-    size_t align = (place == DS_PLACE_HOST || bytes >= DS_CPU_BIG) ? DS_CPU_PAGE : DS_CPU_LINE;
+    size_t align = bytes >= DS_CPU_HUGE                           ? DS_CPU_HUGE
+                   : (place == DS_PLACE_HOST || bytes >= DS_CPU_BIG) ? DS_CPU_PAGE
+                                                                     : DS_CPU_LINE;
     /* posix_memalign wants a size > 0; round up to whole alignment units so
      * vector loops may read the last line without leaving the allocation. */
-    size_t rounded = (bytes + align - 1) / align * align;
+    size_t unit = align < DS_CPU_PAGE ? align : DS_CPU_PAGE; /* huge: no rounding to 2 MiB */
+    size_t rounded = (bytes + unit - 1) / unit * unit;
     if (rounded < bytes) return DS_ERR(DS_ERR_OOM, "cpu alloc: %zu bytes overflow", bytes);
     void *p = NULL;
     int rc = posix_memalign(&p, align, rounded ? rounded : align);
     if (rc != 0 || !p)
         return DS_ERR(DS_ERR_OOM, "cpu alloc: posix_memalign(%zu bytes, align %zu) failed: %s",
                       rounded, align, strerror(rc));
+#ifdef MADV_HUGEPAGE
+    if (align == DS_CPU_HUGE) (void)madvise(p, rounded, MADV_HUGEPAGE); /* before the first touch */
+#endif
     memset(p, 0, rounded);
     *out = p;
     return DS_OK;
