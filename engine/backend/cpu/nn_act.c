@@ -27,41 +27,27 @@
  * (ds_nn_cpu_bias_act_fwd says when). */
 DS_INLINE void act_fwd_row(float *yr, const float *xr, const float *next, const float *bias,
                            int width, ds_act act, bool stream) {
-#ifdef DS_NN_CPU_STREAM
-    if (stream) { /* each block computed into b (L1), then written around the caches */
-        float b[ACT_PF] __attribute__((aligned(64)));
-        for (int c0 = 0; c0 < width; c0 += ACT_PF) {
-            int n = width - c0 < ACT_PF ? width - c0 : ACT_PF;
-            if (next) ds_nn_cpu_pf_read(next + c0, n);
-            const float *xc = xr + c0;
-            if (bias) {
-                const float *bc = bias + c0;
-                DS_SIMD
-                for (int c = 0; c < n; c++) b[c] = ds_act_fwd(act, xc[c] + bc[c]);
-            } else {
-                DS_SIMD
-                for (int c = 0; c < n; c++) b[c] = ds_act_fwd(act, xc[c]);
-            }
-            ds_nn_cpu_stream(yr + c0, b, n);
-        }
-        return;
-    }
-#else
-    (void)stream;
-#endif
+    /* streamed: each block computed into b (L1), then written around the caches */
+    float b[ACT_PF] __attribute__((aligned(64)));
     for (int c0 = 0; c0 < width; c0 += ACT_PF) {
-        int c1 = c0 + ACT_PF < width ? c0 + ACT_PF : width;
+        int n = width - c0 < ACT_PF ? width - c0 : ACT_PF;
         if (next) {
-            ds_nn_cpu_pf_read(next + c0, c1 - c0);
-            if (yr != xr) ds_nn_cpu_pf_write(yr + width + c0, c1 - c0);
+            ds_nn_cpu_pf_read(next + c0, n);
+            if (yr != xr && !stream) ds_nn_cpu_pf_write(yr + width + c0, n);
         }
+        const float *xc = xr + c0;
+        float *out = stream ? b : yr + c0;
         if (bias) {
+            const float *bc = bias + c0;
             DS_SIMD
-            for (int c = c0; c < c1; c++) yr[c] = ds_act_fwd(act, xr[c] + bias[c]);
+            for (int c = 0; c < n; c++) out[c] = ds_act_fwd(act, xc[c] + bc[c]);
         } else {
             DS_SIMD
-            for (int c = c0; c < c1; c++) yr[c] = ds_act_fwd(act, xr[c]);
+            for (int c = 0; c < n; c++) out[c] = ds_act_fwd(act, xc[c]);
         }
+#ifdef DS_NN_CPU_STREAM
+        if (stream) ds_nn_cpu_stream(yr + c0, b, n);
+#endif
     }
 }
 
