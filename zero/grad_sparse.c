@@ -166,9 +166,13 @@ static void sum_records(sparse_param *p) {
     }
 }
 
-/* REPLICAS: the rows [*r0, *r1) of p that meet the partition. */
-static void part_rows(const sparse_param *p, int64_t *r0, int64_t *r1) {
+/* The rows [*r0, *r1) of p a sum can touch: all of them, or under
+ * REPLICAS those that meet the partition. */
+static void scan_rows(const sparse_param *p, int64_t *r0, int64_t *r1) {
     const ds_grad_sparse *gs = p->gs;
+    *r0 = 0;
+    *r1 = p->rows;
+    if (gs->kind != DS_SPARSE_REPLICAS) return;
     int64_t lo = gs->part_lo - p->offset, hi = gs->part_hi - p->offset;
     *r0 = lo > 0 ? lo / p->cols : 0;
     *r1 = hi < p->rows * p->cols ? (hi + p->cols - 1) / p->cols : p->rows;
@@ -176,41 +180,21 @@ static void part_rows(const sparse_param *p, int64_t *r0, int64_t *r1) {
     if (*r1 < *r0) *r1 = *r0;
 }
 
-/* REPLICAS: row r's elements in the partition, [*e0, *e1) of the flat space. */
-static void part_elems(const sparse_param *p, int64_t r, int64_t *e0, int64_t *e1) {
+/* Row r of p's gradient as this rank sends it: the elements [*e0, *e1) of
+ * the flat space and where they are. The whole row at src, or under
+ * REPLICAS its elements inside the partition (the record's others zero). */
+static const char *row_slice(const sparse_param *p, const char *src, int64_t r, int64_t *e0,
+                             int64_t *e1) {
+    const ds_grad_sparse *gs = p->gs;
+    size_t es = ds_dtype_size(gs->gt);
     int64_t a = p->offset + r * p->cols, b = a + p->cols;
-    *e0 = a > p->gs->part_lo ? a : p->gs->part_lo;
-    *e1 = b < p->gs->part_hi ? b : p->gs->part_hi;
-}
-
-/* REPLICAS, steps 1 and 3 on the partition: its nonzero rows (only their
- * elements inside it scanned and sent; the record's others zero). */
-static int32_t scan_part(sparse_param *p, int64_t r0, int64_t r1) {
-    ds_grad_sparse *gs = p->gs;
-    size_t es = ds_dtype_size(gs->gt);
-    const unsigned char *g = gs->grads;
-    int32_t n = 0;
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t e0, e1;
-        part_elems(p, r, &e0, &e1);
-        if (e1 > e0 && row_nonzero(g + (size_t)(e0 - gs->part_lo) * es, (size_t)(e1 - e0) * es))
-            p->nz[n++] = (int32_t)r;
+    if (gs->kind != DS_SPARSE_REPLICAS) {
+        *e0 = a, *e1 = b;
+        return src + (size_t)r * p->cols * es;
     }
-    return n;
-}
-
-static void pack_part(sparse_param *p, char *mine, int32_t n) {
-    ds_grad_sparse *gs = p->gs;
-    size_t es = ds_dtype_size(gs->gt);
-    for (int32_t k = 0; k < n; k++) {
-        char *rec = mine + (size_t)k * p->rec * es;
-        int64_t a = p->offset + (int64_t)p->nz[k] * p->cols, e0, e1;
-        part_elems(p, p->nz[k], &e0, &e1);
-        memcpy(rec, &p->nz[k], 4);
-        memset(rec + 4, 0, (size_t)p->cols * es);
-        const char *from = (const char *)gs->grads + (size_t)(e0 - gs->part_lo) * es;
-        memcpy(rec + 4 + (size_t)(e0 - a) * es, from, (size_t)(e1 - e0) * es);
-    }
+    *e0 = a > gs->part_lo ? a : gs->part_lo;
+    *e1 = b < gs->part_hi ? b : gs->part_hi;
+    return (const char *)gs->grads + (size_t)(*e0 - gs->part_lo) * es;
 }
 
 /* grad_sparse.h steps 1-4 for parameter p whose gradient is at src (gt;
@@ -220,16 +204,13 @@ static ds_status exchange_from(sparse_param *p, void *src) {
     ds_grad_sparse *gs = p->gs;
     ds_comm *c = gs->comm;
     size_t es = ds_dtype_size(gs->gt), row_bytes = (size_t)p->cols * es;
-    const char *g = src;
     int32_t n = 0;
-    int64_t r0 = 0, r1 = p->rows; /* the rows a sum can touch */
-    if (gs->kind == DS_SPARSE_REPLICAS) {
-        part_rows(p, &r0, &r1);
-        n = scan_part(p, r0, r1);
-    } else {
-        for (int64_t r = 0; r < p->rows; r++)
-            if (row_nonzero((const unsigned char *)g + (size_t)r * row_bytes, row_bytes))
-                p->nz[n++] = (int32_t)r;
+    int64_t r0, r1, e0, e1;
+    scan_rows(p, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const char *g = row_slice(p, src, r, &e0, &e1);
+        if (e1 > e0 && row_nonzero((const unsigned char *)g, (size_t)(e1 - e0) * es))
+            p->nz[n++] = (int32_t)r;
     }
     DS_TRY(ds_comm_all_gather(c, &n, p->nrows, 1, DS_I32));
     int64_t total = 0, before = 0;
@@ -242,11 +223,13 @@ static ds_status exchange_from(sparse_param *p, void *src) {
         return DS_OK;
     }
     char *mine = (char *)p->recs + (size_t)before * p->rec * es;
-    if (gs->kind == DS_SPARSE_REPLICAS) pack_part(p, mine, n);
-    for (int32_t k = 0; gs->kind != DS_SPARSE_REPLICAS && k < n; k++) {
+    for (int32_t k = 0; k < n; k++) {
         char *rec = mine + (size_t)k * p->rec * es;
+        const char *g = row_slice(p, src, p->nz[k], &e0, &e1);
+        int64_t a = p->offset + (int64_t)p->nz[k] * p->cols;
         memcpy(rec, &p->nz[k], 4);
-        memcpy(rec + 4, g + (size_t)p->nz[k] * row_bytes, row_bytes);
+        if (e1 - e0 < p->cols) memset(rec + 4, 0, row_bytes);
+        memcpy(rec + 4 + (size_t)(e0 - a) * es, g, (size_t)(e1 - e0) * es);
     }
     for (int q = 0; q < c->world; q++) p->counts[q] = (size_t)p->nrows[q] * p->rec;
     DS_TRY(ds_comm_all_gatherv(c, p->recs, p->counts, gs->gt));

@@ -120,8 +120,8 @@ ds_status ds_grad_sparse_submit(ds_grad_sparse *gs, ds_comm_worker *w, int which
  * partition, now, on the calling thread (a bucket's job on the
  * communication thread, zero/grad_buckets.c). Collective. */
 ds_status ds_grad_sparse_reduce_add(ds_grad_sparse *gs, int which, void *src);
-/* DS_SPARSE_REPLICAS: the partition's range [lo, hi) of the flat space
- * summed across the replicas, now, on the calling thread (a job on the
+/* DS_SPARSE_REPLICAS: the whole partition (grads) summed across the
+ * replicas, now, on the calling thread (a job on the
  * communication thread): the tables' elements in it by their rows' records,
  * the rest by all-reduces, in descending flat order. Collective over the
  * replica group. */
