@@ -196,8 +196,10 @@ ds_status ds_cuda_scratch(ds_backend *be, size_t bytes, void **out) {
     ds_cuda_buf *b = &ds_cuda_impl_of(be)->scratch;
     size_t before = b->bytes;
     ds_status st = ds_cuda_buf_reserve(b, bytes, out);
-    /* the accountant follows the buffer, failed growth (freed, then 0) included */
-    ds_mem_add(be->mem, DS_MEM_BUFFERS, DS_PLACE_DEVICE, (int64_t)b->bytes - (int64_t)before);
+    /* the accountant follows the buffer, failed growth (freed, then 0) included;
+     * nothing (no lock) on the usual call, which reuses it */
+    if (b->bytes != before)
+        ds_mem_add(be->mem, DS_MEM_BUFFERS, DS_PLACE_DEVICE, (int64_t)b->bytes - (int64_t)before);
     return st;
 }
 
