@@ -19,7 +19,9 @@
  * --overlap 0|1 sets zero_optimization.overlap_comm (default: DeepSpeed's,
  * true at stage 3 only), --bucket N its reduce_bucket_size in elements
  * (default DeepSpeed's 5e8, which for this model is one bucket: nothing to
- * overlap). --gemm auto|bf16|fp32 sets zero_engine.gemm_input_dtype (auto:
+ * overlap) and its allgather_bucket_size (stages 1-2: the updated
+ * parameters' gather in chunks behind the next forward), unless --ag-bucket N
+ * sets that one apart. --gemm auto|bf16|fp32 sets zero_engine.gemm_input_dtype (auto:
  * bf16 GEMM inputs under --precision bf16); --gemm ab pairs fp32 and bf16
  * GEMM inputs (under --precision bf16) as --overlap ab pairs overlap off and
  * on. --zeropp ab pairs plain stage 3 and ZeRO++ (hpZ --hpz H, default 2,
@@ -57,6 +59,7 @@ typedef struct bench {
     int stage, steps, warmup, T, global_batch, ckpt, qwz, hpz, mics;
     const char *precision, *backend;
     long long bucket;
+    long long ag_bucket; /* allgather_bucket_size; <= 0: bucket's */
     int64_t psi;
     ds_dataset *data;
     int32_t *ids, *labels;
@@ -98,11 +101,13 @@ static ds_status make_engine(bench *b, const timing *tm, engine_t **out) {
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4, \"weight_decay\": 0.01}},"
              " \"gradient_clipping\": 1.0,"
              " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0,"
-             " \"reduce_bucket_size\": %lld, \"zero_hpz_partition_size\": %d%s%s%s%s},"
+             " \"reduce_bucket_size\": %lld, \"allgather_bucket_size\": %lld,"
+             " \"zero_hpz_partition_size\": %d%s%s%s%s},"
              " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s},"
              " \"zero_engine\": {\"backend\": \"%s\", \"gemm_input_dtype\": \"%s\"%s}"
              "%s}",
-             b->global_batch, b->stage, b->bucket, tm->hpz > 1 ? tm->hpz : 1, mics, ov,
+             b->global_batch, b->stage, b->bucket, b->ag_bucket > 0 ? b->ag_bucket : b->bucket,
+             tm->hpz > 1 ? tm->hpz : 1, mics, ov,
              tm->qgz ? ", \"zero_quantized_gradients\": true" : "",
              tm->qwz ? ", \"zero_quantized_weights\": true" : "",
              strcmp(b->precision, "fp16") ? "false" : "true",
@@ -291,6 +296,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--overlap"))
             overlap = !strcmp(argv[i + 1], "ab") ? 2 : atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--bucket")) b.bucket = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--ag-bucket")) b.ag_bucket = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--sparse"))
             sparse = !strcmp(argv[i + 1], "ab") ? 2 : atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--qgz"))

@@ -183,6 +183,14 @@ static ds_module_ctx module_ctx(engine_t *e, int i, bool training) {
                            .saved = e->saved[i], .scratch = e->scratch, .loss_scale = 1.0f};
 }
 
+/* Tell the strategy a forward begins: a training forward's micro-batch
+ * (host), or NULL for an evaluation or prediction (zero.h). */
+static ds_status begin_forward(engine_t *e, const ds_batch *host) {
+    if (!e->zero->ops->begin_forward) return DS_OK;
+    DS_TRY(e->zero->ops->begin_forward(e->zero, host, e->model->inputs, e->model->n_inputs));
+    return DS_OK;
+}
+
 /* Forward through modules [0, upto). */
 static ds_status run_forward(engine_t *e, int upto, bool training) {
     for (int i = 0; i < upto; i++) {
@@ -234,6 +242,7 @@ ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out) {
     double wc0 = ds_wc_start(&e->wc);
     DS_TRY(upload_batch(e, host_batch, true));
     if (host_batch->B == 0) return DS_ERR(DS_ERR_INVALID_ARG, "ds_forward: empty batch");
+    DS_TRY(begin_forward(e, host_batch));
     e->fwd_seed = mix64(e->seed ^ mix64((uint64_t)e->micro_steps + 0x5151));
     ds_preempt_note(DS_PREEMPT_IN_STEP, e->micro_in_step + 1,
                     (int)e->cfg.gradient_accumulation_steps);
@@ -355,6 +364,27 @@ static ds_status check_can_learn(engine_t *e, bool skip) {
     return DS_OK;
 }
 
+/* The step's loss summed over all ranks (*loss_sum), and whether a
+ * preemption signal reached any rank (*stop): one all-reduce of two doubles
+ * (the flag costs nothing when no signal came). Only when one did, the
+ * ranks agree on which. */
+static ds_status agree_loss(engine_t *e, double *loss_sum, int32_t *stop) {
+    double red[2] = {e->loss_accum / (double)e->cfg.gradient_accumulation_steps,
+                     ds_preempt_pending() ? 1.0 : 0.0};
+    ds_comm_set_context(e->comm, "the step's loss"); /* named in a timeout */
+    ds_status st = ds_comm_host_all_reduce(e->comm, red, 2, DS_F64, DS_REDUCE_SUM);
+    *stop = 0;
+    if (st == DS_OK && red[1] > 0.0) {
+        *stop = ds_preempt_pending();
+        ds_comm_set_context(e->comm, "the preemption signal");
+        st = ds_comm_host_all_reduce(e->comm, stop, 1, DS_I32, DS_REDUCE_MAX);
+    }
+    ds_comm_set_context(e->comm, NULL);
+    DS_TRY(st);
+    *loss_sum = red[0];
+    return DS_OK;
+}
+
 ds_status ds_step(engine_t *e) {
     if (e->have_forward) return DS_ERR(DS_ERR_INVALID_ARG, "ds_step between forward and backward");
     e->micro_in_step++;
@@ -365,6 +395,13 @@ ds_status ds_step(engine_t *e) {
     double sumsq;
     int nonfinite;
     DS_TRY(e->zero->ops->reduce_grads(e->zero, &sumsq, &nonfinite));
+    /* Before the update, not after: at stages 1 and 2 the update queues the
+     * parameters' all-gather on the communication thread to run behind the
+     * next forward (zero/param_gather.h), and a collective on this thread
+     * waits until that queue is empty (comm_worker.h). */
+    double loss_sum;
+    int32_t stop;
+    DS_TRY(agree_loss(e, &loss_sum, &stop));
     double world = (double)e->comm->world, scale = e->scaler.scale;
     double norm = sqrt(sumsq) / (world * scale);
     double lr = ds_sched_lr(&e->cfg, e->applied_steps);
@@ -398,25 +435,10 @@ ds_status ds_step(engine_t *e) {
     DS_TRY(e->zero->ops->zero_grad(e->zero));
     e->global_step++;
 
-    /* The step's loss over all ranks, and whether a preemption signal
-     * reached any rank: one all-reduce of two doubles (the flag costs nothing
-     * when no signal came). Only when one did, the ranks agree on which. */
-    double red[2] = {e->loss_accum / (double)e->cfg.gradient_accumulation_steps,
-                     ds_preempt_pending() ? 1.0 : 0.0};
-    ds_comm_set_context(e->comm, "the step's loss"); /* named in a timeout */
-    ds_status st = ds_comm_host_all_reduce(e->comm, red, 2, DS_F64, DS_REDUCE_SUM);
-    int32_t stop = 0;
-    if (st == DS_OK && red[1] > 0.0) {
-        stop = ds_preempt_pending();
-        ds_comm_set_context(e->comm, "the preemption signal");
-        st = ds_comm_host_all_reduce(e->comm, &stop, 1, DS_I32, DS_REDUCE_MAX);
-    }
-    ds_comm_set_context(e->comm, NULL);
-    DS_TRY(st);
     ds_preempt_note(DS_PREEMPT_BETWEEN_STEPS, 0, (int)e->cfg.gradient_accumulation_steps);
     e->loss_accum = 0.0;
     e->last = (ds_step_info){.step = e->global_step, .epoch = e->epoch,
-                             .micro_steps = e->micro_steps, .loss = red[0] / world, .lr = lr,
+                             .micro_steps = e->micro_steps, .loss = loss_sum / world, .lr = lr,
                              .grad_norm = norm, .loss_scale = e->scaler.scale, .skipped = skip,
                              .samples = e->samples, .stop_signal = stop};
     ds_wc_stop(&e->wc, DS_WC_STEP, wc0);
@@ -464,6 +486,7 @@ ds_status ds_evaluate(engine_t *e, const ds_batch *host_batch, double *loss, dou
                       "would overwrite what the backward needs)");
     DS_TRY(upload_batch(e, host_batch, true));
     int n = e->model->n_modules;
+    DS_TRY(begin_forward(e, NULL));
     DS_TRY(run_forward(e, n, false)); /* through the loss, no dropout */
     if (host_batch->B == 0) return DS_OK;
     float out[2];
@@ -482,6 +505,7 @@ ds_status ds_predict(engine_t *e, const ds_batch *host_batch, float *out) {
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_predict between ds_forward and ds_backward (it "
                       "would overwrite what the backward needs)");
     DS_TRY(upload_batch(e, host_batch, false));
+    DS_TRY(begin_forward(e, NULL));
     DS_TRY(run_forward(e, n - 1, false)); /* stop before the loss module */
     if (host_batch->B > 0)
         DS_TRY(e->be->ops->memcpy(e->be, out, e->act[n - 2],

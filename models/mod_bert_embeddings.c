@@ -5,6 +5,8 @@
  *
  * saved:   e [B*T, H], the layer norm's mean and rstd [B*T]
  * scratch: backward: d(LayerNorm output), then d(e) in place [B*T, H] */
+#include <stdio.h>
+
 #include "models/modules.h"
 
 enum { P_WORD = 0, P_POS, P_TYPE, P_LN_W, P_LN_B, P_COUNT };
@@ -145,8 +147,13 @@ ds_status ds_mod_bert_embeddings_create(const char *name, const ds_bert_embed_de
     float sd = d->init_std;
     ds_status st = ds_module_param(m, P_WORD, NULL, "word_embeddings.weight", d->vocab, d->hidden,
                                    DS_INIT_NORMAL, 0.0f, sd);
-    /* a batch touches few of the vocabulary's rows (sparse_gradients) */
-    if (st == DS_OK) m->params[P_WORD].row_sparse_grad = true;
+    /* a batch touches few of the vocabulary's rows (sparse_gradients), and
+     * reads only those its input_ids name (rows gathered at stages 1-2) */
+    if (st == DS_OK) {
+        m->params[P_WORD].row_sparse_grad = true;
+        snprintf(m->params[P_WORD].rows_read_by, sizeof m->params[P_WORD].rows_read_by,
+                 "input_ids");
+    }
     if (st == DS_OK && d->padding_idx >= 0) { /* HF zeroes the padding row at init */
         m->params[P_WORD].has_zero_row = true;
         m->params[P_WORD].zero_row = d->padding_idx;

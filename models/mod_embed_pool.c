@@ -5,6 +5,8 @@
  * saved:   nothing (backward reads the tokens and mask from the batch again)
  * scratch: the gathered embeddings [B*T, E] in forward, their gradient in
  *          backward */
+#include <stdio.h>
+
 #include "models/modules.h"
 
 typedef struct embed_pool_impl {
@@ -89,7 +91,10 @@ ds_status ds_mod_embed_pool_create(const char *name, const char *param_prefix, i
     P->E = E;
     ds_status st = ds_module_param(m, 0, param_prefix, "weight", vocab, E, DS_INIT_NORMAL, 0.0f,
                                    1.0f);
-    if (st == DS_OK) m->params[0].row_sparse_grad = true; /* a lookup table (sparse_gradients) */
+    if (st == DS_OK) { /* a lookup table: sparse_gradients, and rows gathered at stages 1-2 */
+        m->params[0].row_sparse_grad = true;
+        snprintf(m->params[0].rows_read_by, sizeof m->params[0].rows_read_by, "input_ids");
+    }
     if (st != DS_OK) {
         ds_module_free(m);
         ds_error_trace(__FILE__, __LINE__);

@@ -8,6 +8,8 @@
  *
  * saved:   nothing (the dropout mask is regenerated from (seed, 0))
  * scratch: backward: dropout_bwd(dy) [B*T, E] when dropout is on */
+#include <stdio.h>
+
 #include "models/modules.h"
 
 enum { P_WTE = 0, P_WPE, P_COUNT };
@@ -124,9 +126,14 @@ ds_status ds_mod_gpt2_embed_create(const char *name, const char *param_prefix,
     float sd = d->init_std;
     ds_status st = ds_module_param(m, P_WTE, param_prefix, "wte.weight", d->vocab, d->n_embd,
                                    DS_INIT_NORMAL, 0.0f, sd);
-    /* row-sparse from the lookup alone; where lm_head ties to it (GPT-2 does)
-     * the engine exchanges it dense (module.h, row_sparse_grad) */
-    if (st == DS_OK) m->params[P_WTE].row_sparse_grad = true;
+    /* row-sparse and read by input_ids from the lookup alone; where lm_head
+     * ties to it (GPT-2 does) the engine exchanges and gathers it dense
+     * (module.h, row_sparse_grad and rows_read_by) */
+    if (st == DS_OK) {
+        m->params[P_WTE].row_sparse_grad = true;
+        snprintf(m->params[P_WTE].rows_read_by, sizeof m->params[P_WTE].rows_read_by,
+                 "input_ids");
+    }
     if (st == DS_OK)
         st = ds_module_param(m, P_WPE, param_prefix, "wpe.weight", d->n_positions, d->n_embd,
                              DS_INIT_NORMAL, 0.0f, sd);

@@ -97,3 +97,22 @@ ds_sparse_test(sparse_grads_user_stage3_qgz_np2 2 --model user --stage 3
                --sparse-zero "\"zero_quantized_gradients\": true")
 ds_sparse_test(sparse_grads_bert_stage3_qgz_np2 2 --model bert --stage 3 --vocab 2000
                --zero "\"zero_quantized_gradients\": true" --band 2e-2)
+# rows_read_by (zero/param_rows.h): a user's lookup table gathered after
+# each update by the rows the next micro-batch reads gives bit-identical
+# losses, evaluation and weights to the whole table all-gathered, with under
+# half the bytes, at stages 1 and 2, 2 and 3 ranks, with gradient
+# accumulation; a module that reads rows its batch does not name gets a NaN
+# loss, not a stale row (tests/multirank/test_param_rows.c).
+add_executable(test_param_rows ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_param_rows.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c # ck_params
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
+target_link_libraries(test_param_rows PRIVATE zero-engine m)
+target_include_directories(test_param_rows PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multirank)
+function(ds_rows_test name np)
+  add_test(NAME ${name} COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np ${np} -x OMP_NUM_THREADS=1
+                                $<TARGET_FILE:test_param_rows> ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS multirank TIMEOUT 120 PROCESSORS ${np})
+endfunction()
+ds_rows_test(param_rows_stage1_np2 2 --stage 1)
+ds_rows_test(param_rows_stage2_gas2_np3 3 --stage 2 --gas 2)
+ds_rows_test(param_rows_lie_np2 2 --stage 1 --lie 1)

@@ -20,6 +20,7 @@
 #include "zero/optim.h"
 #include "zero/ties.h"
 #include "zero/grad_sparse.h"
+#include "zero/param_rows.h"
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -329,6 +330,13 @@ ds_status ds_estimate_model(const ds_model *model, int world, const ds_config *c
         ds_dtype gt = cfg->comm_dtype_set ? cfg->communication_data_type : pt;
         if (sw > 1) out->bytes[DS_MEM_BUFFERS][DS_PLACE_HOST] += ds_grad_sparse_bytes(f, gt, sw);
         if (rw > 1) out->bytes[DS_MEM_BUFFERS][DS_PLACE_HOST] += ds_grad_sparse_bytes(f, gt, rw);
+    }
+    /* stages 1-2: the packing buffer of each table gathered by rows
+     * (param_rows.h) */
+    if (st == DS_OK && (cfg->zero_stage == 1 || cfg->zero_stage == 2) && be == DS_BACKEND_CPU &&
+        cfg->gather_rows) {
+        ds_dtype pt = cfg->fp16_enabled ? DS_F16 : cfg->bf16_enabled ? DS_BF16 : DS_F32;
+        out->bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE] += ds_param_rows_bytes(f, pt, world);
     }
     if (st == DS_OK) {
         plan_activations(model, cfg, be, out);

@@ -126,6 +126,8 @@ ds_status ds_grad_reduce_create(ds_backend *be, ds_comm *comm, const ds_flat *f,
     return DS_OK;
 }
 
+ds_comm_worker *ds_grad_reduce_worker(ds_grad_reduce *g) { return g->w; }
+
 ds_status ds_grad_reduce_sparse(ds_grad_reduce *g) {
     if (g->sparse || g->comm->world == 1) return DS_OK; /* one rank: nothing to exchange */
     DS_TRY(ds_grad_sparse_create(g->be, g->comm, g->flat, g->gt, g->grads,
@@ -134,7 +136,6 @@ ds_status ds_grad_reduce_sparse(ds_grad_reduce *g) {
                                  &g->sparse));
     return DS_OK;
 }
-
 
 void ds_grad_reduce_destroy(ds_grad_reduce *g) {
     if (!g) return;

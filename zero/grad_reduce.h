@@ -53,6 +53,11 @@ ds_status ds_grad_reduce_create(ds_backend *be, ds_comm *comm, const ds_flat *f,
 /* Joins the communication thread. */
 void ds_grad_reduce_destroy(ds_grad_reduce *g);
 
+/* The communication worker the buckets go through, for the strategy's
+ * other collectives of a step (zero/param_gather.h): one FIFO keeps every
+ * rank's collectives in the same order. */
+ds_comm_worker *ds_grad_reduce_worker(ds_grad_reduce *g);
+
 /* sparse_gradients: from now on the row_sparse_grad parameters (untied) go
  * through zero/grad_sparse.h's row exchange instead of the dense buckets
  * (no-op for a model without any). Call once, before the first backward. */

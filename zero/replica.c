@@ -261,15 +261,58 @@ ds_status ds_replica_shard_init(ds_replica_shard *rs, const ds_zero_desc *d, boo
 }
 
 void ds_replica_shard_free(ds_replica_shard *rs) {
+    ds_param_gather_destroy(rs->pg);
+    ds_param_rows_destroy(rs->rows);
+    rs->pg = NULL;
+    rs->rows = NULL;
     ds_shard_free(&rs->sh);
     ds_replica_free(&rs->rep);
+}
+
+ds_status ds_replica_shard_gather_on(ds_replica_shard *rs, const ds_zero_desc *d,
+                                     ds_comm_worker *w) {
+    ds_replica *r = &rs->rep;
+    if (d->cfg->gather_rows)
+        DS_TRY(ds_param_rows_create(r->be, rs->comm, w, r->flat, r->params, r->pt, &rs->rows));
+    int n_skip = ds_param_rows_ranges(rs->rows, NULL, 0);
+    int64_t(*skip)[2] = n_skip ? malloc((size_t)n_skip * sizeof *skip) : NULL;
+    if (n_skip && !skip) return DS_ERR(DS_ERR_OOM, "parameter gather: out of host memory");
+    ds_param_rows_ranges(rs->rows, skip, n_skip);
+    ds_status st = ds_param_gather_create(r->be, rs->comm, w, r->flat, r->params, r->pt,
+                                          d->cfg->allgather_bucket_size,
+                                          (const int64_t(*)[2])skip, n_skip, &rs->pg);
+    free(skip);
+    DS_TRY(st);
+    return DS_OK;
+}
+
+/* The last update's gathers landed: the dense chunks, and the row exchange
+ * as far as it was asked for. */
+static ds_status settle(ds_replica_shard *rs) {
+    if (rs->rows) DS_TRY(ds_param_rows_wait(rs->rows));
+    if (rs->pg) DS_TRY(ds_param_gather_wait(rs->pg, rs->rep.flat->padded));
+    return DS_OK;
+}
+
+/* The working parameters are whole: the row tables too. */
+static ds_status params_whole(ds_replica_shard *rs) {
+    if (rs->rows) DS_TRY(ds_param_rows_post(rs->rows, NULL, NULL, 0));
+    DS_TRY(settle(rs));
+    return DS_OK;
 }
 
 ds_status ds_replica_shard_update(ds_replica_shard *rs, const ds_optim_step *step,
                                   const void *grads, float grad_mult) {
     ds_replica *r = &rs->rep;
     void *lp = ds_at(r->params, r->pt, rs->sh.lo);
+    DS_TRY(settle(rs)); /* no chunk still sends from the block the update writes */
     DS_TRY(ds_shard_update(&rs->sh, step, lp, grads, r->gt, grad_mult, lp, r->pt));
+    /* the row exchange ahead of the dense chunks: the forward needs it first */
+    if (rs->rows) DS_TRY(ds_param_rows_start(rs->rows));
+    if (rs->pg) {
+        DS_TRY(ds_param_gather_start(rs->pg));
+        return DS_OK;
+    }
     ds_comm_set_context(rs->comm, "the parameters after the update"); /* named in a timeout */
     ds_status st = ds_comm_all_gather(rs->comm, lp, r->params, (size_t)rs->sh.part, r->pt);
     ds_comm_set_context(rs->comm, NULL);
@@ -277,8 +320,26 @@ ds_status ds_replica_shard_update(ds_replica_shard *rs, const ds_optim_step *ste
     return DS_OK;
 }
 
+ds_status ds_replica_shard_op_fetch(ds_zero *z, int m, float ***out, float ***tied) {
+    ds_replica_shard *rs = RS(z);
+    /* the chunks up to the module's end; its tied parameters are an earlier
+     * module's, below it */
+    if (rs->rows && ds_param_rows_in_module(rs->rows, m)) DS_TRY(ds_param_rows_wait(rs->rows));
+    if (rs->pg) DS_TRY(ds_param_gather_wait(rs->pg, rs->rep.flat->modules[m].end));
+    DS_TRY(ds_replica_fetch(&rs->rep, m, out, tied));
+    return DS_OK;
+}
+
+ds_status ds_replica_shard_op_begin_forward(ds_zero *z, const ds_batch *host,
+                                            const ds_tensor_desc *inputs, int n_inputs) {
+    ds_replica_shard *rs = RS(z);
+    if (rs->rows) DS_TRY(ds_param_rows_post(rs->rows, host, inputs, n_inputs));
+    return DS_OK;
+}
+
 ds_status ds_replica_shard_op_get_param(ds_zero *z, int i, float *host) {
     ds_replica_shard *rs = RS(z);
+    DS_TRY(params_whole(rs));
     if (ds_shard_offloaded(&rs->sh)) /* the fp32 master lives on the host */
         DS_TRY(ds_shard_get_weights(&rs->sh, rs->comm, rs->rep.flat, i, host));
     else
@@ -288,6 +349,7 @@ ds_status ds_replica_shard_op_get_param(ds_zero *z, int i, float *host) {
 
 ds_status ds_replica_shard_op_set_param(ds_zero *z, int i, const float *host) {
     ds_replica_shard *rs = RS(z);
+    DS_TRY(params_whole(rs));
     DS_TRY(ds_replica_set_weights(&rs->rep, rs->comm, rs->sh.master, i, host));
     if (ds_shard_offloaded(&rs->sh)) /* the host master (sh.master is NULL) */
         DS_TRY(ds_shard_set_weights(&rs->sh, rs->rep.flat, rs->comm->rank, i, host));
@@ -297,6 +359,9 @@ ds_status ds_replica_shard_op_set_param(ds_zero *z, int i, const float *host) {
 ds_status ds_replica_shard_op_state_io(ds_zero *z, ds_zero_state which, int64_t lo, int64_t hi,
                                        float *host, bool write) {
     ds_replica_shard *rs = RS(z);
+    /* local (zero.h): this rank's partition only, which the row exchange never
+     * writes and the dense chunks send from; no gather may start here */
+    if (rs->pg) DS_TRY(ds_param_gather_wait(rs->pg, rs->rep.flat->padded));
     DS_TRY(ds_shard_state_io(&rs->sh, (float *)rs->rep.params + rs->sh.lo, which, lo, hi, host,
                              write));
     return DS_OK;
@@ -305,6 +370,7 @@ ds_status ds_replica_shard_op_state_io(ds_zero *z, ds_zero_state which, int64_t 
 ds_status ds_replica_shard_op_sync_params(ds_zero *z) {
     ds_replica_shard *rs = RS(z);
     ds_replica *r = &rs->rep;
+    DS_TRY(params_whole(rs));
     void *lp = ds_at(r->params, r->pt, rs->sh.lo);
     DS_TRY(ds_shard_sync_working(&rs->sh, lp, r->pt));
     DS_TRY(ds_comm_all_gather(rs->comm, lp, r->params, (size_t)rs->sh.part, r->pt));

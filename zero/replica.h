@@ -11,6 +11,8 @@
 #ifndef DS_ZERO_REPLICA_H
 #define DS_ZERO_REPLICA_H
 
+#include "zero/param_gather.h"
+#include "zero/param_rows.h"
 #include "zero/shard.h"
 #include "zero/zero.h"
 
@@ -72,14 +74,28 @@ typedef struct ds_replica_shard {
     ds_replica rep;
     ds_shard sh;
     ds_comm *comm;
+    ds_param_gather *pg; /* the updated parameters' gather behind the next forward
+                            (ds_replica_shard_gather_on); NULL: one blocking gather */
+    ds_param_rows *rows; /* the tables gathered by the rows a batch reads, or NULL */
 } ds_replica_shard;
 
 ds_status ds_replica_shard_init(ds_replica_shard *rs, const ds_zero_desc *d, bool full_grads);
+/* Destroy the stage's communication worker first (param_gather.h). */
 void ds_replica_shard_free(ds_replica_shard *rs);
+/* Gather the updated parameters in allgather_bucket_size chunks through w
+ * (zero/param_gather.h), each module waiting in fetch for its own, and of
+ * the tables that declare rows_read_by only the rows the next micro-batch
+ * reads (zero/param_rows.h). */
+ds_status ds_replica_shard_gather_on(ds_replica_shard *rs, const ds_zero_desc *d,
+                                     ds_comm_worker *w);
 /* Update the partition from its summed gradients (grads: partition, gt) and
- * all-gather the working parameters. */
+ * all-gather the working parameters (queued behind the next forward with
+ * ds_replica_shard_gather_on). */
 ds_status ds_replica_shard_update(ds_replica_shard *rs, const ds_optim_step *step,
                                   const void *grads, float grad_mult);
+ds_status ds_replica_shard_op_fetch(ds_zero *z, int m, float ***out, float ***tied);
+ds_status ds_replica_shard_op_begin_forward(ds_zero *z, const ds_batch *host,
+                                            const ds_tensor_desc *inputs, int n_inputs);
 ds_status ds_replica_shard_op_get_param(ds_zero *z, int i, float *host);
 ds_status ds_replica_shard_op_set_param(ds_zero *z, int i, const float *host);
 ds_status ds_replica_shard_op_state_io(ds_zero *z, ds_zero_state which, int64_t lo, int64_t hi,

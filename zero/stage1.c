@@ -8,7 +8,9 @@
  * overlap_comm), so each rank holds the summed gradient of its partition at
  * its place in the replica; at the boundary each rank updates its partition
  * and the working parameters are all-gathered: Psi(N-1)/N + Psi(N-1)/N
- * elements sent per rank, the same as stage 0's all-reduce. */
+ * elements sent per rank, the same as stage 0's all-reduce. The gather goes
+ * in chunks behind the next forward, and a rows_read_by table by the rows
+ * the next micro-batch reads (zero/param_gather.h, zero/param_rows.h). */
 #include <stdlib.h>
 
 #include "zero/grad_reduce.h"
@@ -74,7 +76,8 @@ static void destroy(ds_zero *z) {
 
 static const ds_zero_ops k_stage1_ops = {
     .name = "stage1",
-    .fetch = ds_replica_op_fetch,
+    .fetch = ds_replica_shard_op_fetch,
+    .begin_forward = ds_replica_shard_op_begin_forward,
     .release = ds_replica_op_release,
     .grad_slots = ds_replica_op_grad_slots,
     .grad_done = grad_done,
@@ -98,6 +101,7 @@ ds_status ds_zero_stage1_create(const ds_zero_desc *d, ds_zero **out) {
         st = ds_grad_reduce_create(d->be, d->comm, d->flat, s->rs.rep.gt, s->rs.rep.grads,
                                    DS_GRAD_REDUCE_SCATTER, d->cfg->reduce_bucket_size,
                                    !d->cfg->contiguous_gradients, d->cfg->overlap_comm, &s->gr);
+    if (st == DS_OK) st = ds_replica_shard_gather_on(&s->rs, d, ds_grad_reduce_worker(s->gr));
     char why[256]; /* where it does not apply the engine warned (ds_grad_sparse_applies) */
     if (st == DS_OK && ds_grad_sparse_applies(d->cfg, d->be->kind == DS_BACKEND_CPU, why,
                                               sizeof why))

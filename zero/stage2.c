@@ -7,7 +7,9 @@
  * partition: no full-size gradient buffer exists. At the boundary each rank
  * updates its partition (zero/shard.h) and the working parameters are
  * all-gathered: Psi(N-1)/N + Psi(N-1)/N elements sent per rank and step, as
- * stage 0. */
+ * stage 0; in chunks behind the next forward, and a rows_read_by table by
+ * the rows the next micro-batch reads (zero/param_gather.h,
+ * zero/param_rows.h). */
 #include <stdlib.h>
 
 #include "zero/grad_buckets.h"
@@ -76,7 +78,8 @@ static void destroy(ds_zero *z) {
 
 static const ds_zero_ops k_stage2_ops = {
     .name = "stage2",
-    .fetch = ds_replica_op_fetch,
+    .fetch = ds_replica_shard_op_fetch,
+    .begin_forward = ds_replica_shard_op_begin_forward,
     .release = ds_replica_op_release,
     .grad_slots = ds_replica_op_grad_slots,
     .grad_done = grad_done,
@@ -99,6 +102,7 @@ static ds_status build(stage2 *s, const ds_zero_desc *d) {
     DS_TRY(ds_grad_buckets_create(d->be, s->worker, d->flat, d->comm->rank, d->grad_t, s->grads,
                                   d->cfg->reduce_bucket_size, !d->cfg->contiguous_gradients,
                                   &s->buckets));
+    DS_TRY(ds_replica_shard_gather_on(&s->rs, d, s->worker));
     char why[256]; /* where it does not apply the engine warned (ds_grad_sparse_applies) */
     if (ds_grad_sparse_applies(d->cfg, d->be->kind == DS_BACKEND_CPU, why, sizeof why))
         DS_TRY(ds_grad_buckets_sparse(s->buckets, d->comm));

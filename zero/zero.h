@@ -10,6 +10,7 @@
  * The engine drives every strategy the same way:
  *
  *   for each micro-batch:
+ *     begin_forward(batch)        optional: the rows a table will read
  *     for m in modules:           fetch(m) -> fp32 params (own, tied); forward;
  *                                 release(m)
  *     for m in reverse(modules):  fetch(m); grad_slots(m) -> fp32 slots;
@@ -118,6 +119,12 @@ typedef struct ds_zero_ops {
     /* After a load: `applied` optimizer steps were taken; have_state says
      * whether rank_state was restored (else it starts afresh). Local. */
     void (*rank_state_restart)(ds_zero *z, int64_t applied, bool have_state);
+    /* Optional: a forward is about to fetch modules. host: the micro-batch
+     * in host memory for a training forward (its inputs described by
+     * `inputs`), NULL for an evaluation or prediction. Stages 1 and 2 bring
+     * the table rows it reads (zero/param_rows.h). */
+    ds_status (*begin_forward)(ds_zero *z, const ds_batch *host, const ds_tensor_desc *inputs,
+                               int n_inputs);
     /* Optional (NULL where the optimizer has none): DeepSpeed's exp_avg_mask
      * for parameter i, numel host floats (zero/onebit.h). Local. */
     ds_status (*set_exp_avg_mask)(ds_zero *z, int param, const float *host);

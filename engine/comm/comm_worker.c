@@ -27,6 +27,7 @@ struct ds_comm_worker {
     ds_comm_job *queue[QUEUE_CAP];
     size_t head, tail; /* head: next to run (advanced once it finished); tail: next free */
     bool stop;
+    ds_comm_job *gated_inline; /* inline: the gated job waiting for its input */
     /* The first job that failed: every later job and drain report it. Written
      * by the thread running jobs before it advances head (under the lock),
      * read by waiters after they saw head pass, or by the running thread. */
@@ -61,6 +62,34 @@ static ds_status run_job(ds_comm_worker *w, ds_comm_job *j) {
     return DS_ERR(DS_ERR_INTERNAL, "comm worker: unknown job kind %d", (int)j->kind);
 }
 
+/* Open every closed gate in the queue up to `upto` (NULL: all), forced:
+ * the caller is about to wait (comm_worker.h). Under the lock. */
+static void force_open_locked(ds_comm_worker *w, const ds_comm_job *upto) {
+    bool opened = false;
+    for (size_t i = w->head; i != w->tail; i++) {
+        ds_comm_job *j = w->queue[i % QUEUE_CAP];
+        if (j->closed) {
+            j->forced = true;
+            j->closed = 0;
+            opened = true;
+        }
+        if (j == upto) break;
+    }
+    if (opened) pthread_cond_broadcast(&w->cond_work);
+}
+
+static void finish(ds_comm_worker *w, ds_comm_job *j);
+
+/* Inline: run the gated job waiting for its input, forced. */
+static void run_gated_inline(ds_comm_worker *w) {
+    ds_comm_job *j = w->gated_inline;
+    if (!j) return;
+    w->gated_inline = NULL;
+    j->forced = j->closed != 0;
+    j->closed = 0;
+    finish(w, j);
+}
+
 static void finish(ds_comm_worker *w, ds_comm_job *j) {
     ds_status st;
     if (w->failed != DS_OK) {
@@ -91,8 +120,11 @@ static void *worker_main(void *arg) {
         while (w->head == w->tail && !w->stop) pthread_cond_wait(&w->cond_work, &w->lock);
         if (w->head == w->tail && w->stop) break;
         ds_comm_job *j = w->queue[w->head % QUEUE_CAP];
+        while (j->closed && !w->stop) pthread_cond_wait(&w->cond_work, &w->lock);
+        bool cancel = j->closed; /* stopping: nobody will read what it would bring */
         pthread_mutex_unlock(&w->lock);
-        finish(w, j);
+        if (cancel) __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
+        else finish(w, j);
         pthread_mutex_lock(&w->lock);
         w->head++;
         pthread_cond_broadcast(&w->cond_done);
@@ -129,6 +161,7 @@ ds_status ds_comm_worker_create(ds_comm *comm, bool threaded, ds_comm_worker **o
 
 void ds_comm_worker_destroy(ds_comm_worker *w) {
     if (!w) return;
+    w->gated_inline = NULL; /* never opened: nobody will read what it would bring */
     if (w->threaded) {
         pthread_mutex_lock(&w->lock);
         w->stop = true;
@@ -148,8 +181,17 @@ ds_status ds_comm_job_submit(ds_comm_worker *w, ds_comm_job *job) {
     job->done = 0;
     job->status = DS_OK;
     job->message[0] = '\0';
+    job->forced = false;
+    job->closed = job->gated;
     if (!w->threaded) {
-        finish(w, job);
+        if (!job->gated) {
+            finish(w, job);
+            return DS_OK;
+        }
+        if (w->gated_inline)
+            return DS_ERR(DS_ERR_INTERNAL, "comm worker: a second gated job before the first "
+                          "was opened");
+        w->gated_inline = job;
         return DS_OK;
     }
     pthread_mutex_lock(&w->lock);
@@ -165,10 +207,30 @@ ds_status ds_comm_job_submit(ds_comm_worker *w, ds_comm_job *job) {
     return DS_OK;
 }
 
+ds_status ds_comm_job_open(ds_comm_worker *w, ds_comm_job *job) {
+    if (!w->threaded) {
+        if (w->gated_inline == job) {
+            w->gated_inline = NULL;
+            job->closed = 0;
+            finish(w, job);
+        }
+        return DS_OK;
+    }
+    pthread_mutex_lock(&w->lock);
+    if (job->closed) {
+        job->closed = 0;
+        pthread_cond_broadcast(&w->cond_work);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return DS_OK;
+}
+
 ds_status ds_comm_job_wait(ds_comm_worker *w, ds_comm_job *job) {
+    if (!w->threaded && w->gated_inline == job) run_gated_inline(w);
     if (w->threaded && !__atomic_load_n(&job->done, __ATOMIC_ACQUIRE)) {
         double t0 = ds_comm_now();
         pthread_mutex_lock(&w->lock);
+        force_open_locked(w, job);
         while (!__atomic_load_n(&job->done, __ATOMIC_ACQUIRE))
             pthread_cond_wait(&w->cond_done, &w->lock);
         pthread_mutex_unlock(&w->lock);
@@ -181,8 +243,10 @@ ds_status ds_comm_job_wait(ds_comm_worker *w, ds_comm_job *job) {
 ds_status ds_comm_worker_drain(ds_comm_worker *w) {
     ds_status failed;
     char msg[sizeof w->first_msg];
+    run_gated_inline(w);
     pthread_mutex_lock(&w->lock);
     if (w->threaded && w->head != w->tail) {
+        force_open_locked(w, NULL);
         double t0 = ds_comm_now();
         while (w->head != w->tail) pthread_cond_wait(&w->cond_done, &w->lock);
         add_wait(w, t0);
@@ -198,6 +262,7 @@ void ds_comm_worker_wait_idle(ds_comm_worker *w) {
     if (!w->threaded || pthread_equal(pthread_self(), w->thread)) return;
     pthread_mutex_lock(&w->lock);
     if (w->head != w->tail) {
+        force_open_locked(w, NULL);
         double t0 = ds_comm_now();
         while (w->head != w->tail) pthread_cond_wait(&w->cond_done, &w->lock);
         add_wait(w, t0);

@@ -56,7 +56,21 @@ typedef struct ds_comm_job {
      * context, ds_comm_set_context): "gradient bucket of modules 3-5 of 12
      * (bert.encoder.layer.0.*)". "" for none. */
     char what[256];
+    /* Gated: the job's input is known only after it must be queued (the
+     * rows the next micro-batch reads, zero/param_rows.h, queued at the
+     * update so that it runs before the parameter chunks queued behind it).
+     * The worker stops before a gated job until ds_comm_job_open. A wait on
+     * the worker from another thread (ds_comm_job_wait for this job or a
+     * later one, drain, a collective's wait for the queue) opens it first
+     * with `forced` set: the thread that would give the input is waiting,
+     * so the job runs without it. The worker's destruction drops a gated
+     * job still closed (no one will read what it brings; a rank that fails
+     * before its next forward must not start a collective its peers never
+     * join). Inline, a gated job runs when opened (at most one waits). */
+    bool gated;
+    bool forced;      /* set when a wait, not ds_comm_job_open, opened it */
     /* filled by the worker */
+    volatile int closed;
     volatile int done;
     ds_status status;
     char message[1024];
@@ -73,6 +87,9 @@ void ds_comm_worker_destroy(ds_comm_worker *w);
 /* Queue a job (the caller keeps the job memory alive until waited). Inline
  * mode runs it now. */
 ds_status ds_comm_job_submit(ds_comm_worker *w, ds_comm_job *job);
+/* Open a gated job: its input is in place (no-op when already open). Inline,
+ * runs it now. */
+ds_status ds_comm_job_open(ds_comm_worker *w, ds_comm_job *job);
 /* Wait for the job and return its status (its message becomes this thread's
  * last error on failure). */
 ds_status ds_comm_job_wait(ds_comm_worker *w, ds_comm_job *job);

@@ -100,6 +100,7 @@ void ds_config_defaults(ds_config *c) {
     c->comm_timeout_s = 300.0;
     c->num_threads = 0;
     c->max_consecutive_skips = 3;
+    c->gather_rows = true;
     c->save_on_signal = 0;
     /* Slurm's default KillWait and Kubernetes' default grace period */
     c->preempt_deadline_s = 30.0;

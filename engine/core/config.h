@@ -315,6 +315,10 @@ typedef struct ds_config {
                                             accumulation either way); resolve turns auto
                                             into bf16 under bf16.enabled, else fp32;
                                             "bf16" needs bf16.enabled */
+    bool gather_rows;                    /* default true: at stages 1-2 a table that declares
+                                            rows_read_by is gathered after the update by the
+                                            rows the next micro-batch reads
+                                            (zero/param_rows.h); false: whole */
     char qgz_scheme[8];                  /* "int8" (default) | "int4": how
                                             zero_quantized_gradients quantizes stage 3's
                                             gradient reduce-scatter: int8 in one all-to-all

@@ -317,6 +317,7 @@ char *ds_config_to_json(const ds_config *c) {
     jw_real(&w, "preempt_deadline_s", c->preempt_deadline_s);
     jw_str(&w, "gemm_input_dtype", c->gemm_input_dtype);
     jw_str(&w, "qgz_scheme", c->qgz_scheme);
+    jw_bool(&w, "gather_rows", c->gather_rows);
     jw_close(&w);
     jw_close(&w);
     jw_raw(&w, "\n");

@@ -663,6 +663,7 @@ static const cfg_key k_zero_engine[] = {
     REAL_GT("preempt_deadline_s", preempt_deadline_s, 0),
     FN("gemm_input_dtype", OFF(gemm_input_dtype), read_gemm_inputs),
     FN("qgz_scheme", OFF(qgz_scheme), read_qgz_scheme),
+    BOOL("gather_rows", gather_rows),
 };
 
 static ds_status read_zero_engine(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {

@@ -211,6 +211,18 @@ typedef struct ds_param_desc {
      * to the dense exchange, never a wrong sum; a parameter that another
      * module ties to (rule 6) is always exchanged dense. */
     bool row_sparse_grad;
+    /* The forward reads only the rows (first dimension) that the batch's
+     * int32 input of this name holds, as an embedding table's lookup of
+     * "input_ids" does; "" (the default) when it may read any row. At
+     * stages 1 and 2 (cpu backend, more than one rank) the engine then
+     * brings after each update only the rows the next micro-batch reads
+     * from the ranks that own them, instead of all-gathering the whole
+     * table before the forward can start (zero/param_rows.h); an
+     * evaluation, a checkpoint or ds_get_param first gathers it whole. The
+     * rows it has not brought hold NaN on that rank until then, so a module
+     * that reads another row gets a non-finite loss, not a stale value.
+     * Ignored for a parameter another module ties to (rule 6). */
+    char rows_read_by[DS_MAX_INPUT_NAME];
 } ds_param_desc;
 
 /* Whether weight decay applies to p under Hugging Face's rule

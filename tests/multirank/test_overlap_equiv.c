@@ -13,7 +13,11 @@
  * gradient norm and every final parameter with memcmp: no tolerance, since
  * the collectives, their buckets and their order are the same and only the
  * thread differs. The bucket is small (--bucket, default 1000 elements) so
- * that every model has several buckets in flight during one backward.
+ * that every model has several buckets in flight during one backward. It is
+ * also the allgather_bucket_size: at stages 1 and 2 the updated parameters
+ * then travel in many chunks behind the next forward, each module waiting
+ * for its own (zero/param_gather.h), more chunks than the 64 queued ahead
+ * for BERT.
  * --gas 2 checks that only the last micro-batch's backward reduces (the
  * first one's gradients must stay local and be added to); --model tied that
  * a tied table (embedding = output projection) is reduced only once both
@@ -76,10 +80,12 @@ static int make_engine(const opts *o, int gas, const ds_dataset *data, bool over
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003,"
              " \"weight_decay\": 0.01}}, \"gradient_clipping\": 1.0, \"steps_per_print\": 1000,"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": %ld,"
-             " \"overlap_comm\": %s, \"contiguous_gradients\": %s},"
+             " \"allgather_bucket_size\": %ld, \"overlap_comm\": %s,"
+             " \"contiguous_gradients\": %s},"
              " \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 8},"
              " \"bf16\": {\"enabled\": %s}%s}",
-             GLOBAL_BATCH, gas, o->stage, o->bucket, overlap ? "true" : "false", o->contiguous,
+             GLOBAL_BATCH, gas, o->stage, o->bucket, o->bucket, overlap ? "true" : "false",
+             o->contiguous,
              strcmp(o->precision, "fp16") ? "false" : "true",
              strcmp(o->precision, "bf16") ? "false" : "true",
              o->ckpt ? ", \"activation_checkpointing\": {}" : "");

@@ -108,6 +108,13 @@ static int run(int stage, bool mixed, bool tied, const ds_dataset *data) {
     ds_model *model;
     if ((tied ? tm_create(2000, 64, 8, true, &model) : ds_mlp_create(&md, &model)) != DS_OK)
         return 1;
+    /* The theory is the dense gathers': the bundled table's declaration that
+     * its forward reads only the batch's rows (rows_read_by, which at stages
+     * 1-2 gathers those rows alone; test_param_rows) is taken back here, as
+     * a user may. */
+    for (int m = 0; m < model->n_modules; m++)
+        for (int k = 0; k < model->modules[m]->n_params; k++)
+            model->modules[m]->params[k].rows_read_by[0] = '\0';
     double psi = (double)ds_model_num_params(model), table = tied ? 2000.0 * 64 : 0.0;
     char cfg[768];
     snprintf(cfg, sizeof cfg,

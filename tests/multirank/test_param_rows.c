@@ -1,0 +1,338 @@
+/* rows_read_by (module.h; zero/param_rows.h): at stages 1 and 2 a table
+ * whose forward reads only the rows its batch names is gathered after each
+ * update by those rows alone. That changes how many bytes travel, never
+ * what a module reads.
+ *
+ *   test_param_rows --stage 1|2 [--gas G] [--lie 1]
+ *
+ * A user's module written against the public module API, "lookup":
+ * y[b, :] = sum over unmasked t of W[ids[b, t], :] over a 512-row table,
+ * then a squared loss. Each rank trains STEPS steps twice in one process,
+ * the table without rows_read_by (the whole table all-gathered after each
+ * update) then with rows_read_by "input_ids", overlap_comm on and an
+ * allgather_bucket_size of 64 elements, and checks:
+ *
+ *  - every step's loss and gradient norm, an evaluation's loss between
+ *    steps (which gathers the table whole first) and every final weight
+ *    (ds_get_param), bit for bit the same: the rows are copies;
+ *  - with --gas 2, the second micro-batch's rows come by an exchange of
+ *    their own (its batch names rows the first did not);
+ *  - the rows run sends less than half the dense run's all-gather bytes,
+ *    so the exchange, not its whole-table fallback, ran: a step's
+ *    micro-batches name about 20 rows each, so the union is 40 (2 ranks)
+ *    to 120 (3 ranks, 2 micro-batches) of the 512 rows, and the counts and
+ *    indices add 4 bytes a row to its 32 (the dense run sends the other
+ *    ranks' (world - 1) / world of the table: a fraction of 1/4 to 1/3
+ *    measured);
+ *  - --lie 1: the module also reads row ids[b, t] + 1, which its batch
+ *    does not name. The rows it was not brought hold NaN, so the loss of
+ *    step 2 (the first forward after an update) must be NaN, where the run
+ *    without rows_read_by stays finite: a module that breaks its
+ *    declaration fails loudly instead of reading a stale row.
+ * The losses must fall, so a run that trained nothing cannot pass. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_harness.h"
+#include "engine/comm/comm.h"
+#include "engine/engine.h"
+
+#define STEPS 6
+#define T_LEN 8
+#define MICRO 4 /* rows per micro-batch and rank */
+#define EMB 8
+#define VOCAB 512
+
+typedef struct opts {
+    int stage, gas, lie;
+} opts;
+
+/* ------------------------------------------------ the user's module ---- */
+
+typedef struct lookup_impl {
+    int E;
+    bool lie; /* also read row id + 1 */
+} lookup_impl;
+
+static size_t lookup_out(const ds_module *m, int B, int T) {
+    (void)T;
+    return (size_t)B * (size_t)((const lookup_impl *)m->impl)->E;
+}
+
+static size_t no_bytes(const ds_module *m, int B, int T) {
+    (void)m, (void)B, (void)T;
+    return 0;
+}
+
+static ds_status lookup_forward(ds_module *m, ds_module_ctx *ctx) {
+    DS_TRY(ds_module_check_ctx(m, ctx, false, false));
+    const lookup_impl *P = m->impl;
+    const int32_t *ids;
+    const float *mask;
+    DS_TRY(ds_module_input_i32(m, ctx, "input_ids", &ids));
+    DS_TRY(ds_module_input_f32(m, ctx, "attention_mask", &mask));
+    int B = ctx->batch->B, T = ctx->batch->T;
+    memset(ctx->y, 0, sizeof(float) * (size_t)B * (size_t)P->E);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            if (mask[b * T + t] == 0.0f) continue;
+            int row = ids[b * T + t];
+            const float *w = ctx->params[0] + (size_t)row * (size_t)P->E;
+            const float *w2 = ctx->params[0] + (size_t)((row + 1) % VOCAB) * (size_t)P->E;
+            for (int e = 0; e < P->E; e++)
+                ctx->y[b * P->E + e] += w[e] + (P->lie ? 1e-3f * w2[e] : 0.0f);
+        }
+    return DS_OK;
+}
+
+static ds_status lookup_backward(ds_module *m, ds_module_ctx *ctx) {
+    DS_TRY(ds_module_check_ctx(m, ctx, false, true));
+    const lookup_impl *P = m->impl;
+    const int32_t *ids;
+    const float *mask;
+    DS_TRY(ds_module_input_i32(m, ctx, "input_ids", &ids));
+    DS_TRY(ds_module_input_f32(m, ctx, "attention_mask", &mask));
+    int B = ctx->batch->B, T = ctx->batch->T;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            if (mask[b * T + t] == 0.0f) continue;
+            size_t row = (size_t)ids[b * T + t] * (size_t)P->E;
+            for (int e = 0; e < P->E; e++) ctx->grads[0][row + (size_t)e] += ctx->dy[b * P->E + e];
+        }
+    return DS_OK;
+}
+
+static const ds_module_ops k_lookup_ops = {
+    .type = "lookup", .out_elems = lookup_out, .saved_bytes = no_bytes,
+    .scratch_bytes = no_bytes, .forward = lookup_forward, .backward = lookup_backward,
+    .destroy = ds_module_free};
+
+/* sum over b, e of (x[b, e] - target[b])^2 / B; the rows are the weight */
+static size_t sq_out(const ds_module *m, int B, int T) {
+    (void)m, (void)B, (void)T;
+    return 2;
+}
+
+static ds_status sq_forward(ds_module *m, ds_module_ctx *ctx) {
+    DS_TRY(ds_module_check_ctx(m, ctx, true, false));
+    const float *tgt;
+    DS_TRY(ds_module_input_f32(m, ctx, "target", &tgt));
+    int B = ctx->batch->B;
+    double sum = 0.0;
+    for (int b = 0; b < B; b++)
+        for (int e = 0; e < EMB; e++) sum += pow(ctx->x[b * EMB + e] - tgt[b], 2.0);
+    ctx->y[0] = (float)(sum / B);
+    ctx->y[1] = (float)B;
+    return DS_OK;
+}
+
+static ds_status sq_backward(ds_module *m, ds_module_ctx *ctx) {
+    DS_TRY(ds_module_check_ctx(m, ctx, true, true));
+    const float *tgt;
+    DS_TRY(ds_module_input_f32(m, ctx, "target", &tgt));
+    int B = ctx->batch->B;
+    for (int b = 0; b < B; b++)
+        for (int e = 0; e < EMB; e++)
+            ctx->dx[b * EMB + e] =
+                2.0f * ctx->loss_scale / (float)B * (ctx->x[b * EMB + e] - tgt[b]);
+    return DS_OK;
+}
+
+static const ds_module_ops k_sq_ops = {.type = "sq_loss", .out_elems = sq_out,
+                                       .saved_bytes = no_bytes, .scratch_bytes = no_bytes,
+                                       .forward = sq_forward, .backward = sq_backward,
+                                       .destroy = ds_module_free};
+
+static ds_status user_model(bool rows, bool lie, ds_model **out) {
+    ds_model *model;
+    DS_TRY(ds_model_create("user_lookup", &model));
+    int64_t seq[1] = {DS_DIM_SEQ};
+    ds_module *lookup = NULL, *loss = NULL;
+    ds_status st = ds_model_add_input(model, "input_ids", DS_I32, 1, seq, 0);
+    if (st == DS_OK) st = ds_model_add_input(model, "attention_mask", DS_F32, 1, seq, 0);
+    if (st == DS_OK) st = ds_model_add_input(model, "target", DS_F32, 0, NULL, DS_INPUT_TARGET);
+    model->max_seq_len = T_LEN;
+    if (st == DS_OK) st = ds_module_create(&k_lookup_ops, "lookup", 1, sizeof(lookup_impl), &lookup);
+    if (st == DS_OK) {
+        lookup_impl *P = lookup->impl;
+        P->E = EMB;
+        P->lie = lie;
+        st = ds_module_param(lookup, 0, NULL, "weight", VOCAB, EMB, DS_INIT_NORMAL, 0.0f, 0.5f);
+        if (rows) /* the declaration a user makes: module.h */
+            snprintf(lookup->params[0].rows_read_by, sizeof lookup->params[0].rows_read_by,
+                     "input_ids");
+        ds_status add = ds_model_add_module(model, lookup); /* owns it from here */
+        if (st == DS_OK) st = add;
+    }
+    if (st == DS_OK) st = ds_module_create(&k_sq_ops, "loss", 0, 0, &loss);
+    if (st == DS_OK) st = ds_model_add_module(model, loss);
+    if (st != DS_OK) {
+        ds_model_destroy(model);
+        return st;
+    }
+    *out = model;
+    return DS_OK;
+}
+
+/* Rank q's micro-batch j of step s (step -1: the evaluation's). */
+typedef struct ubatch {
+    int32_t ids[MICRO * T_LEN];
+    float mask[MICRO * T_LEN], target[MICRO];
+    ds_batch b;
+} ubatch;
+
+static ds_status user_batch(int step, int q, int world, int j, ubatch *u) {
+    unsigned s = 7919u * (unsigned)(((step + 2) * world + q) * 8 + j + 1);
+    for (int b = 0; b < MICRO; b++) {
+        int len = 2 + (b * 3 + step + 7) % (T_LEN - 1);
+        for (int t = 0; t < T_LEN; t++) {
+            s = s * 1103515245u + 12345u;
+            u->ids[b * T_LEN + t] = t < len ? (int)((s >> 16) % (unsigned)VOCAB) : 0;
+            u->mask[b * T_LEN + t] = t < len ? 1.0f : 0.0f;
+        }
+        u->target[b] = 0.25f * (float)((b + step + 3) % 3);
+    }
+    u->b = (ds_batch){.B = MICRO, .T = T_LEN};
+    DS_TRY(ds_batch_set(&u->b, "input_ids", DS_I32, u->ids));
+    DS_TRY(ds_batch_set(&u->b, "attention_mask", DS_F32, u->mask));
+    DS_TRY(ds_batch_set(&u->b, "target", DS_F32, u->target));
+    return DS_OK;
+}
+
+/* ------------------------------------------------------- one run ------ */
+
+typedef struct run {
+    double loss[STEPS], norm[STEPS], eval;
+    float *weights;
+    size_t n_weights;
+    uint64_t gathered; /* all-gather bytes this rank sent over the steps */
+} run;
+
+static int train(const opts *o, bool rows, bool lie, run *r) {
+    ds_model *model;
+    if (user_model(rows, lie, &model) != DS_OK) {
+        fprintf(stderr, "model: %s\n", ds_last_error());
+        return 1;
+    }
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": %d,"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01,"
+             " \"weight_decay\": 0.01}}, \"gradient_clipping\": 1.0, \"steps_per_print\": 1000,"
+             " \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": true,"
+             " \"reduce_bucket_size\": 64, \"allgather_bucket_size\": 64}}",
+             MICRO, o->gas, o->stage);
+    ds_init_desc d;
+    ds_init_desc_defaults(&d);
+    d.config_json = cfg;
+    d.model = model;
+    d.quiet = true;
+    engine_t *e;
+    if (ds_initialize(&d, &e) != DS_OK) {
+        fprintf(stderr, "init: %s\n", ds_last_error());
+        return 1;
+    }
+    int world = ds_world_size(e), rank = ds_rank(e), rc = 0;
+    ds_comm_stats before, after;
+    ds_comm_report(e, &before);
+    for (int s = 0; s < STEPS && rc == 0; s++) {
+        for (int j = 0; j < o->gas && rc == 0; j++) {
+            ubatch u;
+            /* two batches in turn, so the rows they name learn */
+            ds_status st = user_batch(s % 2, rank, world, j, &u);
+            if (st == DS_OK) st = ds_forward(e, &u.b, NULL);
+            if (st == DS_OK) st = ds_backward(e);
+            if (st == DS_OK) st = ds_step(e);
+            if (st != DS_OK) {
+                fprintf(stderr, "rows %d step %d: %s\n", rows, s + 1, ds_last_error());
+                rc = 1;
+            }
+        }
+        ds_step_info info;
+        if (ds_last_step_info(e, &info) != DS_OK) rc = 1;
+        r->loss[s] = info.loss;
+        r->norm[s] = info.grad_norm;
+        if (s == 3 && rc == 0) { /* an evaluation between updates: the table whole first */
+            ubatch u;
+            double loss, weight;
+            if (user_batch(-1, rank, world, 0, &u) != DS_OK ||
+                ds_evaluate(e, &u.b, &loss, &weight) != DS_OK) {
+                fprintf(stderr, "rows %d evaluate: %s\n", rows, ds_last_error());
+                rc = 1;
+            }
+            r->eval = loss;
+        }
+    }
+    ds_comm_report(e, &after);
+    r->gathered = after.bytes_sent[DS_COLL_ALL_GATHER] - before.bytes_sent[DS_COLL_ALL_GATHER];
+    r->weights = rc == 0 ? ck_params(e, &r->n_weights) : NULL;
+    if (rc == 0 && !r->weights) rc = 1;
+    ds_finalize(e);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    opts o = {.stage = 1, .gas = 1};
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--stage")) o.stage = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--gas")) o.gas = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--lie")) o.lie = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "test_param_rows: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    static run dense, rows;
+    if (train(&o, false, o.lie, &dense) || train(&o, true, o.lie, &rows)) return 1;
+    int fails = 0;
+    if (o.lie) {
+        /* the first step reads initial values every rank drew; the second
+         * reads rows after an update, and row id + 1 was not brought */
+        for (int s = 0; s < 2; s++)
+            if (!isfinite(dense.loss[s])) {
+                printf("FAIL: without rows_read_by, step %d's loss is %g\n", s + 1, dense.loss[s]);
+                fails++;
+            }
+        if (!isfinite(rows.loss[0]) || !isnan(rows.loss[1])) {
+            printf("FAIL: a module reading rows its batch does not name: losses %g, %g "
+                   "(want finite, then NaN)\n", rows.loss[0], rows.loss[1]);
+            fails++;
+        }
+    } else {
+        for (int s = 0; s < STEPS; s++)
+            if (memcmp(&dense.loss[s], &rows.loss[s], sizeof(double)) ||
+                memcmp(&dense.norm[s], &rows.norm[s], sizeof(double))) {
+                printf("FAIL: step %d: loss %.9g / %.9g, norm %.9g / %.9g (dense / rows)\n", s + 1,
+                       dense.loss[s], rows.loss[s], dense.norm[s], rows.norm[s]);
+                fails++;
+            }
+        if (memcmp(&dense.eval, &rows.eval, sizeof(double))) {
+            printf("FAIL: evaluation loss %.9g / %.9g\n", dense.eval, rows.eval);
+            fails++;
+        }
+        if (dense.n_weights != rows.n_weights ||
+            memcmp(dense.weights, rows.weights, dense.n_weights * sizeof(float))) {
+            printf("FAIL: final weights differ\n");
+            fails++;
+        }
+        if (!(rows.gathered * 2 < dense.gathered)) {
+            printf("FAIL: the rows run gathered %llu bytes, the dense run %llu: not under "
+                   "half\n", (unsigned long long)rows.gathered,
+                   (unsigned long long)dense.gathered);
+            fails++;
+        }
+        if (!(rows.loss[STEPS - 1] < rows.loss[0])) {
+            printf("FAIL: the loss did not fall (%g -> %g)\n", rows.loss[0], rows.loss[STEPS - 1]);
+            fails++;
+        }
+    }
+    printf("%s: stage %d gas %d lie %d: losses %.6f -> %.6f (rows) / %.6f (dense), all-gather "
+           "bytes %llu (rows) / %llu (dense)\n", fails ? "FAIL" : "ok", o.stage, o.gas, o.lie,
+           rows.loss[0], rows.loss[STEPS - 1], dense.loss[STEPS - 1],
+           (unsigned long long)rows.gathered, (unsigned long long)dense.gathered);
+    free(dense.weights);
+    free(rows.weights);
+    return fails ? 1 : 0;
+}

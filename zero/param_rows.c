@@ -1,0 +1,359 @@
+/* Only the rows the next micro-batch reads, gathered after the update; see
+ * param_rows.h. */
+#include "zero/param_rows.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zero/zero_util.h"
+
+typedef struct table {
+    int param;          /* index into the flat parameters */
+    int64_t off, numel; /* its flat range */
+    int64_t R, L;       /* rows, elements per row */
+    uint8_t *fresh;     /* [R] 1: this rank holds the row's updated values */
+    uint8_t *seen;      /* [R] scratch of the union */
+    int32_t *req;       /* [R] rows this rank asks for */
+    int32_t n_req;
+    int32_t *ids;       /* [world * R] every rank's asked rows, rank-major */
+    int32_t *n_all;     /* [world] rows each rank asks for (-1: the whole table) */
+    int32_t *uni;       /* [R] the union, ascending */
+    void *packed;       /* [cap_rows * L] pt: the union's pieces, rank-major */
+    int64_t cap_rows;   /* a partition's worth of rows: past it, the whole table */
+    size_t *counts;     /* [world] */
+    bool whole;         /* gathered whole this round: every row fresh */
+} table;
+
+typedef enum { ROUND_NONE = 0, ROUND_GATED, ROUND_RUNNING, ROUND_DONE } round_state;
+
+struct ds_param_rows {
+    ds_backend *be;
+    ds_comm *comm;
+    ds_comm_worker *w;
+    const ds_flat *f;
+    void *params;
+    ds_dtype pt;
+    int n;
+    table *t;
+    ds_comm_job job;
+    round_state state;
+    bool want_whole; /* the posted batch was NULL: every table whole */
+    bool whole;      /* every table was gathered whole this round: nothing more to ask */
+    int64_t last_rows;
+    bool last_whole;
+    /* what the exchange's collectives are for, named in a timeout; not the
+     * job's `what`, which the worker would put before the collective's own
+     * message naming it again */
+    char what[256];
+};
+
+/* ---- host memory, tagged in the accountant ---- */
+
+static ds_status halloc(ds_param_rows *r, size_t bytes, const char *what, void **p) {
+    return ds_mem_host_alloc(r->be->mem, DS_MEM_OTHER, bytes ? bytes : 1, what, p);
+}
+
+static void hfree(ds_param_rows *r, void *p, size_t bytes) {
+    if (p) ds_mem_host_free(r->be->mem, DS_MEM_OTHER, p, bytes ? bytes : 1);
+}
+
+static size_t es(const ds_param_rows *r) { return ds_dtype_size(r->pt); }
+
+static ds_status table_alloc(ds_param_rows *r, table *t) {
+    size_t R = (size_t)t->R, W = (size_t)r->f->world;
+    DS_TRY(halloc(r, R, "row table: fresh rows", (void **)&t->fresh));
+    DS_TRY(halloc(r, R, "row table: union scratch", (void **)&t->seen));
+    DS_TRY(halloc(r, R * 4, "row table: asked rows", (void **)&t->req));
+    DS_TRY(halloc(r, W * R * 4, "row table: every rank's rows", (void **)&t->ids));
+    DS_TRY(halloc(r, W * 4, "row table: row counts", (void **)&t->n_all));
+    DS_TRY(halloc(r, R * 4, "row table: union", (void **)&t->uni));
+    DS_TRY(halloc(r, W * sizeof(size_t), "row table: block counts", (void **)&t->counts));
+    DS_TRY(ds_backend_alloc(r->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE,
+                            (size_t)(t->cap_rows * t->L) * es(r), &t->packed));
+    return DS_OK;
+}
+
+static void table_free(ds_param_rows *r, table *t) {
+    size_t R = (size_t)t->R, W = (size_t)r->f->world;
+    hfree(r, t->fresh, R);
+    hfree(r, t->seen, R);
+    hfree(r, t->req, R * 4);
+    hfree(r, t->ids, W * R * 4);
+    hfree(r, t->n_all, W * 4);
+    hfree(r, t->uni, R * 4);
+    hfree(r, t->counts, W * sizeof(size_t));
+    if (t->packed)
+        ds_backend_free(r->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, t->packed,
+                        (size_t)(t->cap_rows * t->L) * es(r));
+}
+
+/* ---- rows and partitions ---- */
+
+/* Row u's piece inside rank q's partition: [*b, *e) flat, false if none. */
+static bool piece(const ds_param_rows *r, const table *t, int64_t u, int q, int64_t *b,
+                  int64_t *e) {
+    int64_t lo = t->off + u * t->L, hi = lo + t->L;
+    int64_t plo = (int64_t)q * r->f->part, phi = plo + r->f->part;
+    *b = lo > plo ? lo : plo;
+    *e = hi < phi ? hi : phi;
+    return *b < *e;
+}
+
+static bool owned(const ds_param_rows *r, const table *t, int64_t u) {
+    int64_t b, e;
+    return piece(r, t, u, r->comm->rank, &b, &e) && e - b == t->L;
+}
+
+/* ---- the exchange, on the communication thread ---- */
+
+static ds_status gather_whole(ds_param_rows *r, table *t) {
+    ds_zero_counts(r->f, t->off, t->off + t->numel, t->counts);
+    DS_TRY(ds_comm_all_gatherv(r->comm, ds_at(r->params, r->pt, t->off), t->counts, r->pt));
+    memset(t->fresh, 1, (size_t)t->R);
+    t->whole = true;
+    r->last_whole = true;
+    return DS_OK;
+}
+
+/* Copy the union's pieces inside rank q's partition between the table and
+ * the packed block at *pos (to_packed: pack this rank's; else unpack q's). */
+static void copy_pieces(ds_param_rows *r, table *t, int64_t n_uni, int q, bool to_packed,
+                        size_t *pos) {
+    char *tab = r->params, *pk = t->packed;
+    size_t s = es(r);
+    for (int64_t k = 0; k < n_uni; k++) {
+        int64_t b, e;
+        if (!piece(r, t, t->uni[k], q, &b, &e)) continue;
+        size_t bytes = (size_t)(e - b) * s;
+        if (to_packed) memcpy(pk + *pos * s, tab + (size_t)b * s, bytes);
+        else memcpy(tab + (size_t)b * s, pk + *pos * s, bytes);
+        *pos += (size_t)(e - b);
+    }
+}
+
+static ds_status exchange_table(ds_param_rows *r, table *t, bool whole) {
+    int world = r->comm->world, me = r->comm->rank;
+    int32_t mine = whole ? -1 : t->n_req;
+    DS_TRY(ds_comm_all_gather(r->comm, &mine, t->n_all, 1, DS_I32));
+    size_t off_me = 0, total = 0;
+    for (int q = 0; q < world; q++) {
+        if (t->n_all[q] < 0) whole = true;
+        if (q == me) off_me = total;
+        total += t->n_all[q] > 0 ? (size_t)t->n_all[q] : 0;
+    }
+    if (whole) return gather_whole(r, t); /* every rank saw the same counts */
+    for (int q = 0; q < world; q++) t->counts[q] = (size_t)t->n_all[q];
+    memcpy(t->ids + off_me, t->req, (size_t)t->n_req * 4);
+    DS_TRY(ds_comm_all_gatherv(r->comm, t->ids, t->counts, DS_I32));
+    memset(t->seen, 0, (size_t)t->R);
+    for (size_t k = 0; k < total; k++) t->seen[t->ids[k]] = 1;
+    int64_t n_uni = 0;
+    for (int64_t u = 0; u < t->R; u++)
+        if (t->seen[u]) t->uni[n_uni++] = (int32_t)u;
+    if (n_uni > t->cap_rows) return gather_whole(r, t); /* past break-even, alike everywhere */
+    size_t pos = 0;
+    for (int q = 0; q < world; q++) {
+        size_t start = pos;
+        if (q == me) copy_pieces(r, t, n_uni, q, true, &pos);
+        else { /* only the size: the block arrives */
+            for (int64_t k = 0; k < n_uni; k++) {
+                int64_t b, e;
+                if (piece(r, t, t->uni[k], q, &b, &e)) pos += (size_t)(e - b);
+            }
+        }
+        t->counts[q] = pos - start;
+    }
+    DS_TRY(ds_comm_all_gatherv(r->comm, t->packed, t->counts, r->pt));
+    pos = 0;
+    for (int q = 0; q < world; q++) {
+        if (q == me) pos += t->counts[q];
+        else copy_pieces(r, t, n_uni, q, false, &pos);
+    }
+    for (int64_t k = 0; k < n_uni; k++) t->fresh[t->uni[k]] = 1;
+    r->last_rows += n_uni;
+    return DS_OK;
+}
+
+static ds_status exchange(void *arg) {
+    ds_param_rows *r = arg;
+    /* forced: this rank's main thread waited before posting a batch */
+    bool whole = r->want_whole || r->job.forced;
+    r->last_rows = 0;
+    r->last_whole = false;
+    r->whole = true;
+    ds_comm_set_context(r->comm, r->what);
+    ds_status st = DS_OK;
+    for (int i = 0; i < r->n && st == DS_OK; i++) {
+        st = exchange_table(r, &r->t[i], whole);
+        r->whole &= r->t[i].whole;
+    }
+    ds_comm_set_context(r->comm, NULL);
+    DS_TRY(st);
+    return DS_OK;
+}
+
+/* ---- the strategy's side ---- */
+
+/* Whether parameter i is gathered by rows: declared, and nothing ties to it. */
+static bool qualifies(const ds_flat *f, int i) {
+    const ds_param_desc *d = f->params[i].desc;
+    for (int j = 0; j < f->n_tied_params; j++)
+        if (f->tied_params[j] == i) return false;
+    return d->rows_read_by[0] && d->ndim >= 1 && d->shape[0] > 0;
+}
+
+static int64_t cap_rows(int64_t R, int world) { return (R + world - 1) / world; }
+
+uint64_t ds_param_rows_bytes(const ds_flat *f, ds_dtype pt, int world) {
+    uint64_t total = 0;
+    for (int i = 0; world > 1 && i < f->n_params; i++) {
+        if (!qualifies(f, i)) continue;
+        int64_t R = f->params[i].desc->shape[0];
+        total += (uint64_t)(cap_rows(R, world) * (f->params[i].numel / R)) * ds_dtype_size(pt);
+    }
+    return total;
+}
+
+ds_status ds_param_rows_create(ds_backend *be, ds_comm *comm, ds_comm_worker *w,
+                               const ds_flat *f, void *params, ds_dtype pt, ds_param_rows **out) {
+    *out = NULL;
+    if (comm->world == 1 || be->kind != DS_BACKEND_CPU) return DS_OK;
+    int n = 0;
+    for (int i = 0; i < f->n_params; i++) n += qualifies(f, i);
+    if (n == 0) return DS_OK;
+    ds_param_rows *r = calloc(1, sizeof *r);
+    table *ts = calloc((size_t)n, sizeof *ts);
+    if (!r || !ts) {
+        free(r);
+        free(ts);
+        return DS_ERR(DS_ERR_OOM, "row gather: out of host memory");
+    }
+    *r = (ds_param_rows){.be = be, .comm = comm, .w = w, .f = f, .params = params, .pt = pt,
+                         .n = n, .t = ts};
+    ds_status st = DS_OK;
+    int k = 0;
+    for (int i = 0; i < f->n_params && st == DS_OK; i++) {
+        if (!qualifies(f, i)) continue;
+        const ds_param_desc *d = f->params[i].desc;
+        table *t = &ts[k++];
+        t->param = i;
+        t->off = f->params[i].offset;
+        t->numel = f->params[i].numel;
+        t->R = d->shape[0];
+        t->L = t->numel / t->R;
+        t->cap_rows = cap_rows(t->R, comm->world);
+        st = table_alloc(r, t);
+    }
+    r->job = (ds_comm_job){.kind = DS_JOB_FN, .fn = exchange, .arg = r, .gated = true};
+    snprintf(r->what, sizeof r->what, "the rows the next micro-batch reads of %s%s",
+             f->params[ts[0].param].desc->name, n > 1 ? " and other tables" : "");
+    if (st != DS_OK) {
+        ds_param_rows_destroy(r);
+        DS_TRY(st);
+    }
+    *out = r;
+    return DS_OK;
+}
+
+void ds_param_rows_destroy(ds_param_rows *r) {
+    if (!r) return;
+    for (int i = 0; i < r->n; i++) table_free(r, &r->t[i]);
+    free(r->t);
+    free(r);
+}
+
+int ds_param_rows_ranges(const ds_param_rows *r, int64_t (*ranges)[2], int cap) {
+    if (!ranges) return r ? r->n : 0;
+    int n = 0;
+    for (int i = 0; r && i < r->n && n < cap; i++, n++) {
+        ranges[n][0] = r->t[i].off;
+        ranges[n][1] = r->t[i].off + r->t[i].numel;
+    }
+    return n;
+}
+
+ds_status ds_param_rows_wait(ds_param_rows *r) {
+    if (r->state == ROUND_GATED || r->state == ROUND_RUNNING) {
+        r->state = ROUND_DONE;
+        DS_TRY(ds_comm_job_wait(r->w, &r->job)); /* a gated one opens forced: whole */
+    }
+    return DS_OK;
+}
+
+ds_status ds_param_rows_start(ds_param_rows *r) {
+    DS_TRY(ds_param_rows_wait(r));
+    int me = r->comm->rank;
+    for (int i = 0; i < r->n; i++) {
+        table *t = &r->t[i];
+        /* NaN over every piece of the table outside this rank's partition
+         * (all bits set is a NaN in fp32, fp16 and bf16) */
+        int64_t plo = (int64_t)me * r->f->part, phi = plo + r->f->part;
+        int64_t a = t->off, b = t->off + t->numel;
+        if (a < plo)
+            DS_TRY(r->be->ops->memset(r->be, ds_at(r->params, r->pt, a), 0xff,
+                                      (size_t)((b < plo ? b : plo) - a) * es(r), NULL));
+        if (b > phi)
+            DS_TRY(r->be->ops->memset(r->be, ds_at(r->params, r->pt, a > phi ? a : phi), 0xff,
+                                      (size_t)(b - (a > phi ? a : phi)) * es(r), NULL));
+        for (int64_t u = 0; u < t->R; u++) t->fresh[u] = owned(r, t, u);
+        t->whole = false;
+    }
+    r->whole = r->want_whole = false;
+    r->job.gated = true;
+    DS_TRY(ds_comm_job_submit(r->w, &r->job));
+    r->state = ROUND_GATED;
+    return DS_OK;
+}
+
+/* The rows of table t that the batch names and this rank lacks. */
+static ds_status ask(ds_param_rows *r, table *t, const ds_batch *host,
+                     const ds_tensor_desc *inputs, int n_inputs) {
+    const ds_param_desc *d = r->f->params[t->param].desc;
+    const int32_t *ids = ds_batch_i32(host, d->rows_read_by);
+    const ds_tensor_desc *in = NULL;
+    for (int j = 0; j < n_inputs; j++)
+        if (!strcmp(inputs[j].name, d->rows_read_by)) in = &inputs[j];
+    if (!ids || !in)
+        return DS_ERR(DS_ERR_INVALID_ARG, "parameter %s: rows_read_by names \"%s\", but the "
+                      "batch has no int32 input of that name", d->name, d->rows_read_by);
+    size_t n = (size_t)host->B * ds_tensor_desc_row_elems(in, host->T);
+    memset(t->seen, 0, (size_t)t->R);
+    t->n_req = 0;
+    for (size_t k = 0; k < n; k++) {
+        int32_t u = ids[k];
+        /* an index outside the table is the module's to report */
+        if (u < 0 || u >= t->R || t->fresh[u] || t->seen[u]) continue;
+        t->seen[u] = 1;
+        t->req[t->n_req++] = u;
+    }
+    return DS_OK;
+}
+
+ds_status ds_param_rows_post(ds_param_rows *r, const ds_batch *host, const ds_tensor_desc *inputs,
+                             int n_inputs) {
+    if (r->state == ROUND_NONE) return DS_OK; /* no update yet: the replica is whole */
+    if (r->state == ROUND_RUNNING) DS_TRY(ds_param_rows_wait(r));
+    if (r->state == ROUND_DONE && r->whole) return DS_OK;
+    r->want_whole = host == NULL;
+    for (int i = 0; host && i < r->n; i++) DS_TRY(ask(r, &r->t[i], host, inputs, n_inputs));
+    if (r->state == ROUND_GATED) {
+        DS_TRY(ds_comm_job_open(r->w, &r->job));
+    } else { /* a later micro-batch of the same step: its own exchange */
+        r->job.gated = false;
+        DS_TRY(ds_comm_job_submit(r->w, &r->job));
+    }
+    r->state = ROUND_RUNNING;
+    return DS_OK;
+}
+
+bool ds_param_rows_in_module(const ds_param_rows *r, int m) {
+    for (int i = 0; r && i < r->n; i++)
+        if (r->f->params[r->t[i].param].module == m) return true;
+    return false;
+}
+
+void ds_param_rows_last(const ds_param_rows *r, int64_t *rows, bool *whole) {
+    *rows = r ? r->last_rows : 0;
+    *whole = r ? r->last_whole : false;
+}

@@ -1,0 +1,82 @@
+/* Stages 1 and 2: of a table whose forward reads only the rows a batch
+ * names (ds_param_desc.rows_read_by: an embedding's lookup), gather after
+ * each update only the rows the next micro-batch reads.
+ *
+ * Why: the updated parameters' gather behind the next forward
+ * (param_gather.h) cannot hide the first module's parameters, and an NLP
+ * model's first module is its word table, often most of the model
+ * (BERT-mini: 5.4M of 8.8M parameters, 62%). The optimizer changes every
+ * row of it at every step (Adam's moments, weight decay), but a
+ * micro-batch of 16 x 128 tokens reads about a thousand of its 21,128
+ * rows. So the table is left out of the dense chunks, and at the first
+ * forward after the update every rank brings only the rows it reads.
+ *
+ * The exchange is one job on the communication thread, queued at the
+ * update AHEAD of the dense chunks, gated (comm_worker.h): it waits for the
+ * next forward to post its batch, then runs, and the dense chunks follow
+ * behind the forward. Three collectives, the same on every rank: the
+ * number of rows each rank asks for (-1: the whole table), their indices,
+ * and the union of all ranks' rows, each rank contributing the pieces of
+ * them inside its partition (a row may straddle two partitions). Past
+ * break-even (the union would fill the packing buffer, a partition's worth
+ * of the table) or when any rank asks for the whole table, every rank
+ * all-gathers the whole table instead, decided alike from the counts.
+ *
+ * Until a row comes, this rank's copy of it is not the updated value, so
+ * the update fills every row piece this rank does not own with NaN: a
+ * module that reads a row its batch does not name reads NaN, its loss turns
+ * non-finite and the engine says so, never a silently stale row.
+ * Everything else that reads the parameters (an evaluation, a checkpoint,
+ * ds_get_param) asks for the whole table first.
+ *
+ * Only on the cpu backend (as sparse_gradients: the packing copies rows on
+ * the host), with more than one rank, for a table no other module ties to
+ * (a tied output projection reads every row). */
+#ifndef DS_ZERO_PARAM_ROWS_H
+#define DS_ZERO_PARAM_ROWS_H
+
+#include "engine/comm/comm_worker.h"
+#include "zero/zero.h"
+
+typedef struct ds_param_rows ds_param_rows;
+
+/* *out NULL when no parameter qualifies (nothing to do). params: the
+ * working replica (pt, f->padded elements). */
+ds_status ds_param_rows_create(ds_backend *be, ds_comm *comm, ds_comm_worker *w,
+                               const ds_flat *f, void *params, ds_dtype pt, ds_param_rows **out);
+/* Device bytes the tables' packing buffers take (the memory estimate; the
+ * host's row lists are host memory of the strategy, a few bytes a row). */
+uint64_t ds_param_rows_bytes(const ds_flat *f, ds_dtype pt, int world);
+/* Destroy the worker first (its thread may still run the job). */
+void ds_param_rows_destroy(ds_param_rows *r);
+
+/* The tables' flat ranges, which the dense gather leaves out: up to cap of
+ * them into ranges[][2] (begin, end), in flat order; returns how many (with
+ * ranges NULL: how many tables; 0 for r NULL). */
+int ds_param_rows_ranges(const ds_param_rows *r, int64_t (*ranges)[2], int cap);
+
+/* After the update, before the dense chunks are queued: fill this rank's
+ * stale pieces with NaN and queue the gated exchange. Waits for the
+ * previous one first. */
+ds_status ds_param_rows_start(ds_param_rows *r);
+
+/* The next forward's batch (host memory; NULL: every table whole, for an
+ * evaluation, a checkpoint, ds_get_param), with the model's input
+ * descriptions to size the named tensors. The first post after start opens
+ * the gated exchange; a later one (the next micro-batch of the same step:
+ * every rank runs as many) queues an exchange of the rows still missing;
+ * none once the tables were gathered whole. Before any update: nothing. */
+ds_status ds_param_rows_post(ds_param_rows *r, const ds_batch *host, const ds_tensor_desc *inputs,
+                             int n_inputs);
+
+/* Wait for the exchange (a forced one gathers the tables whole). */
+ds_status ds_param_rows_wait(ds_param_rows *r);
+
+/* Whether module m owns one of the tables (its fetch waits for the rows). */
+bool ds_param_rows_in_module(const ds_param_rows *r, int m);
+
+/* Rows brought by the last exchange (the union over ranks), and whether it
+ * gathered the tables whole: for tests and bench_train. */
+void ds_param_rows_last(const ds_param_rows *r, int64_t *rows, bool *whole);
+
+#endif /* DS_ZERO_PARAM_ROWS_H */
