@@ -38,6 +38,7 @@ endforeach()
 # formula, the summation bound at 3 ranks, a dense fallback past break-even
 # and for a tied table (tests/multirank/test_sparse_grads.c).
 add_executable(test_sparse_grads ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_sparse_grads.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/user_bag.c
                ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c # ck_make_data, ck_params
                ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
 target_link_libraries(test_sparse_grads PRIVATE zero-engine m)
@@ -104,6 +105,7 @@ ds_sparse_test(sparse_grads_bert_stage3_qgz_np2 2 --model bert --stage 3 --vocab
 # accumulation; a module that reads rows its batch does not name gets a NaN
 # loss, not a stale row (tests/multirank/test_param_rows.c).
 add_executable(test_param_rows ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_param_rows.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/user_bag.c
                ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c # ck_params
                ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
 target_link_libraries(test_param_rows PRIVATE zero-engine m)

@@ -5,7 +5,7 @@
  *
  *   test_param_rows --stage 1|2 [--gas G] [--lie 1]
  *
- * A user's module written against the public module API, "lookup":
+ * A user's module written against the public module API (user_bag.h):
  * y[b, :] = sum over unmasked t of W[ids[b, t], :] over a 512-row table,
  * then a squared loss. Each rank trains STEPS steps twice in one process,
  * the table without rows_read_by (the whole table all-gathered after each
@@ -38,6 +38,7 @@
 #include "ckpt_harness.h"
 #include "engine/comm/comm.h"
 #include "engine/engine.h"
+#include "user_bag.h"
 
 #define STEPS 6
 #define T_LEN 8
@@ -48,133 +49,6 @@
 typedef struct opts {
     int stage, gas, lie;
 } opts;
-
-/* ------------------------------------------------ the user's module ---- */
-
-typedef struct lookup_impl {
-    int E;
-    bool lie; /* also read row id + 1 */
-} lookup_impl;
-
-static size_t lookup_out(const ds_module *m, int B, int T) {
-    (void)T;
-    return (size_t)B * (size_t)((const lookup_impl *)m->impl)->E;
-}
-
-static size_t no_bytes(const ds_module *m, int B, int T) {
-    (void)m, (void)B, (void)T;
-    return 0;
-}
-
-static ds_status lookup_forward(ds_module *m, ds_module_ctx *ctx) {
-    DS_TRY(ds_module_check_ctx(m, ctx, false, false));
-    const lookup_impl *P = m->impl;
-    const int32_t *ids;
-    const float *mask;
-    DS_TRY(ds_module_input_i32(m, ctx, "input_ids", &ids));
-    DS_TRY(ds_module_input_f32(m, ctx, "attention_mask", &mask));
-    int B = ctx->batch->B, T = ctx->batch->T;
-    memset(ctx->y, 0, sizeof(float) * (size_t)B * (size_t)P->E);
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            if (mask[b * T + t] == 0.0f) continue;
-            int row = ids[b * T + t];
-            const float *w = ctx->params[0] + (size_t)row * (size_t)P->E;
-            const float *w2 = ctx->params[0] + (size_t)((row + 1) % VOCAB) * (size_t)P->E;
-            for (int e = 0; e < P->E; e++)
-                ctx->y[b * P->E + e] += w[e] + (P->lie ? 1e-3f * w2[e] : 0.0f);
-        }
-    return DS_OK;
-}
-
-static ds_status lookup_backward(ds_module *m, ds_module_ctx *ctx) {
-    DS_TRY(ds_module_check_ctx(m, ctx, false, true));
-    const lookup_impl *P = m->impl;
-    const int32_t *ids;
-    const float *mask;
-    DS_TRY(ds_module_input_i32(m, ctx, "input_ids", &ids));
-    DS_TRY(ds_module_input_f32(m, ctx, "attention_mask", &mask));
-    int B = ctx->batch->B, T = ctx->batch->T;
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            if (mask[b * T + t] == 0.0f) continue;
-            size_t row = (size_t)ids[b * T + t] * (size_t)P->E;
-            for (int e = 0; e < P->E; e++) ctx->grads[0][row + (size_t)e] += ctx->dy[b * P->E + e];
-        }
-    return DS_OK;
-}
-
-static const ds_module_ops k_lookup_ops = {
-    .type = "lookup", .out_elems = lookup_out, .saved_bytes = no_bytes,
-    .scratch_bytes = no_bytes, .forward = lookup_forward, .backward = lookup_backward,
-    .destroy = ds_module_free};
-
-/* sum over b, e of (x[b, e] - target[b])^2 / B; the rows are the weight */
-static size_t sq_out(const ds_module *m, int B, int T) {
-    (void)m, (void)B, (void)T;
-    return 2;
-}
-
-static ds_status sq_forward(ds_module *m, ds_module_ctx *ctx) {
-    DS_TRY(ds_module_check_ctx(m, ctx, true, false));
-    const float *tgt;
-    DS_TRY(ds_module_input_f32(m, ctx, "target", &tgt));
-    int B = ctx->batch->B;
-    double sum = 0.0;
-    for (int b = 0; b < B; b++)
-        for (int e = 0; e < EMB; e++) sum += pow(ctx->x[b * EMB + e] - tgt[b], 2.0);
-    ctx->y[0] = (float)(sum / B);
-    ctx->y[1] = (float)B;
-    return DS_OK;
-}
-
-static ds_status sq_backward(ds_module *m, ds_module_ctx *ctx) {
-    DS_TRY(ds_module_check_ctx(m, ctx, true, true));
-    const float *tgt;
-    DS_TRY(ds_module_input_f32(m, ctx, "target", &tgt));
-    int B = ctx->batch->B;
-    for (int b = 0; b < B; b++)
-        for (int e = 0; e < EMB; e++)
-            ctx->dx[b * EMB + e] =
-                2.0f * ctx->loss_scale / (float)B * (ctx->x[b * EMB + e] - tgt[b]);
-    return DS_OK;
-}
-
-static const ds_module_ops k_sq_ops = {.type = "sq_loss", .out_elems = sq_out,
-                                       .saved_bytes = no_bytes, .scratch_bytes = no_bytes,
-                                       .forward = sq_forward, .backward = sq_backward,
-                                       .destroy = ds_module_free};
-
-static ds_status user_model(bool rows, bool lie, ds_model **out) {
-    ds_model *model;
-    DS_TRY(ds_model_create("user_lookup", &model));
-    int64_t seq[1] = {DS_DIM_SEQ};
-    ds_module *lookup = NULL, *loss = NULL;
-    ds_status st = ds_model_add_input(model, "input_ids", DS_I32, 1, seq, 0);
-    if (st == DS_OK) st = ds_model_add_input(model, "attention_mask", DS_F32, 1, seq, 0);
-    if (st == DS_OK) st = ds_model_add_input(model, "target", DS_F32, 0, NULL, DS_INPUT_TARGET);
-    model->max_seq_len = T_LEN;
-    if (st == DS_OK) st = ds_module_create(&k_lookup_ops, "lookup", 1, sizeof(lookup_impl), &lookup);
-    if (st == DS_OK) {
-        lookup_impl *P = lookup->impl;
-        P->E = EMB;
-        P->lie = lie;
-        st = ds_module_param(lookup, 0, NULL, "weight", VOCAB, EMB, DS_INIT_NORMAL, 0.0f, 0.5f);
-        if (rows) /* the declaration a user makes: module.h */
-            snprintf(lookup->params[0].rows_read_by, sizeof lookup->params[0].rows_read_by,
-                     "input_ids");
-        ds_status add = ds_model_add_module(model, lookup); /* owns it from here */
-        if (st == DS_OK) st = add;
-    }
-    if (st == DS_OK) st = ds_module_create(&k_sq_ops, "loss", 0, 0, &loss);
-    if (st == DS_OK) st = ds_model_add_module(model, loss);
-    if (st != DS_OK) {
-        ds_model_destroy(model);
-        return st;
-    }
-    *out = model;
-    return DS_OK;
-}
 
 /* Rank q's micro-batch j of step s (step -1: the evaluation's). */
 typedef struct ubatch {
@@ -212,7 +86,8 @@ typedef struct run {
 
 static int train(const opts *o, bool rows, bool lie, run *r) {
     ds_model *model;
-    if (user_model(rows, lie, &model) != DS_OK) {
+    ub_desc ud = {.vocab = VOCAB, .width = EMB, .max_seq_len = T_LEN, .rows = rows, .lie = lie};
+    if (ub_model(&ud, &model) != DS_OK) {
         fprintf(stderr, "model: %s\n", ds_last_error());
         return 1;
     }

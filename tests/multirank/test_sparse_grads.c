@@ -67,6 +67,7 @@
 #include "engine/engine.h"
 #include "models/models.h"
 #include "tied_model.h"
+#include "user_bag.h"
 #include "zero/estimate.h"
 
 #define STEPS 8
@@ -84,147 +85,16 @@ typedef struct opts {
 
 /* ------------------------------------------------ the user's module ---- */
 
-/* "bag": y[b, :] = sum over t with mask[b, t] != 0 of W[ids[b, t], :].
- * Plain loops over host memory (the cpu backend). It also keeps `spy`, a
- * copy of what its backward added into the gradient, which the test reads
- * as this rank's local gradient (gradient_accumulation_steps 1: the slot
- * starts at zero). */
-typedef struct bag_impl {
-    int V, E;
-    bool negzero; /* column 0's gradient stored as -0.0 (--negzero) */
-    float *spy;   /* [V * E] */
-} bag_impl;
-
-static size_t bag_out(const ds_module *m, int B, int T) {
-    (void)T;
-    return (size_t)B * (size_t)((const bag_impl *)m->impl)->E;
-}
-
-static size_t no_bytes(const ds_module *m, int B, int T) {
-    (void)m, (void)B, (void)T;
-    return 0;
-}
-
-static ds_status bag_forward(ds_module *m, ds_module_ctx *ctx) {
-    DS_TRY(ds_module_check_ctx(m, ctx, false, false));
-    const bag_impl *P = m->impl;
-    const int32_t *ids;
-    const float *mask;
-    DS_TRY(ds_module_input_i32(m, ctx, "input_ids", &ids));
-    DS_TRY(ds_module_input_f32(m, ctx, "attention_mask", &mask));
-    int B = ctx->batch->B, T = ctx->batch->T;
-    memset(ctx->y, 0, sizeof(float) * (size_t)B * (size_t)P->E);
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            if (mask[b * T + t] == 0.0f) continue;
-            const float *w = ctx->params[0] + (size_t)ids[b * T + t] * (size_t)P->E;
-            for (int e = 0; e < P->E; e++) ctx->y[b * P->E + e] += w[e];
-        }
-    return DS_OK;
-}
-
-static ds_status bag_backward(ds_module *m, ds_module_ctx *ctx) {
-    DS_TRY(ds_module_check_ctx(m, ctx, false, true));
-    const bag_impl *P = m->impl;
-    const int32_t *ids;
-    const float *mask;
-    DS_TRY(ds_module_input_i32(m, ctx, "input_ids", &ids));
-    DS_TRY(ds_module_input_f32(m, ctx, "attention_mask", &mask));
-    int B = ctx->batch->B, T = ctx->batch->T;
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            if (mask[b * T + t] == 0.0f) continue; /* untouched rows stay exactly zero */
-            size_t row = (size_t)ids[b * T + t] * (size_t)P->E;
-            for (int e = 0; e < P->E; e++) {
-                ctx->grads[0][row + (size_t)e] += ctx->dy[b * P->E + e];
-                P->spy[row + (size_t)e] += ctx->dy[b * P->E + e];
-            }
-            if (P->negzero) /* 0 x -(|dy| + 1): -0.0, whatever dy */
-                ctx->grads[0][row] = P->spy[row] =
-                    0.0f * -(fabsf(ctx->dy[b * P->E]) + 1.0f);
-        }
-    return DS_OK;
-}
-
-static const ds_module_ops k_bag_ops = {.type = "bag", .out_elems = bag_out,
-                                        .saved_bytes = no_bytes, .scratch_bytes = no_bytes,
-                                        .forward = bag_forward, .backward = bag_backward,
-                                        .destroy = ds_module_free};
-
-/* "loss": sum over b, e of (x[b, e] - target[b])^2 / B; the rows are the
- * weight (module.h rule 5). */
-typedef struct sq_impl {
-    int E;
-} sq_impl;
-
-static size_t sq_out(const ds_module *m, int B, int T) {
-    (void)m, (void)B, (void)T;
-    return 2;
-}
-
-static ds_status sq_forward(ds_module *m, ds_module_ctx *ctx) {
-    DS_TRY(ds_module_check_ctx(m, ctx, true, false));
-    const float *tgt;
-    DS_TRY(ds_module_input_f32(m, ctx, "target", &tgt));
-    int B = ctx->batch->B, E = ((const sq_impl *)m->impl)->E;
-    double sum = 0.0;
-    for (int b = 0; b < B; b++)
-        for (int e = 0; e < E; e++) sum += pow(ctx->x[b * E + e] - tgt[b], 2.0);
-    ctx->y[0] = (float)(sum / B);
-    ctx->y[1] = (float)B;
-    return DS_OK;
-}
-
-static ds_status sq_backward(ds_module *m, ds_module_ctx *ctx) {
-    DS_TRY(ds_module_check_ctx(m, ctx, true, true));
-    const float *tgt;
-    DS_TRY(ds_module_input_f32(m, ctx, "target", &tgt));
-    int B = ctx->batch->B, E = ((const sq_impl *)m->impl)->E;
-    for (int b = 0; b < B; b++)
-        for (int e = 0; e < E; e++)
-            ctx->dx[b * E + e] = 2.0f * ctx->loss_scale / (float)B * (ctx->x[b * E + e] - tgt[b]);
-    return DS_OK;
-}
-
-static const ds_module_ops k_sq_ops = {.type = "sq_loss", .out_elems = sq_out,
-                                       .saved_bytes = no_bytes, .scratch_bytes = no_bytes,
-                                       .forward = sq_forward, .backward = sq_backward,
-                                       .destroy = ds_module_free};
-
+/* The user's bag of rows (user_bag.h), its table flagged row_sparse_grad,
+ * with `spy`: a copy of what its backward added into the gradient, which
+ * the test reads as this rank's local gradient (gradient_accumulation_steps
+ * 1: the slot starts at zero). */
 static ds_status user_model(int V, bool negzero, float **spy, ds_model **out) {
-    ds_model *model;
-    DS_TRY(ds_model_create("user_bag", &model));
-    int64_t seq[1] = {DS_DIM_SEQ};
-    ds_module *bag = NULL, *loss = NULL;
-    ds_status st = ds_model_add_input(model, "input_ids", DS_I32, 1, seq, 0);
-    if (st == DS_OK) st = ds_model_add_input(model, "attention_mask", DS_F32, 1, seq, 0);
-    if (st == DS_OK) st = ds_model_add_input(model, "target", DS_F32, 0, NULL, DS_INPUT_TARGET);
-    model->max_seq_len = T_LEN;
-    if (st == DS_OK) st = ds_module_create(&k_bag_ops, "bag", 1, sizeof(bag_impl), &bag);
-    if (st == DS_OK) {
-        bag_impl *P = bag->impl;
-        P->V = V;
-        P->E = EMB;
-        P->negzero = negzero;
-        st = ds_module_param(bag, 0, NULL, "weight", V, EMB, DS_INIT_NORMAL, 0.0f, 0.5f);
-        bag->params[0].row_sparse_grad = true; /* the flag a user sets: module.h */
-        *spy = calloc((size_t)V * EMB, sizeof(float)); /* the test owns it */
-        P->spy = *spy;
-        if (st == DS_OK && !P->spy) st = DS_ERR(DS_ERR_OOM, "spy");
-        ds_status add = ds_model_add_module(model, bag); /* owns bag from here */
-        if (st == DS_OK) st = add;
-    }
-    if (st == DS_OK) st = ds_module_create(&k_sq_ops, "loss", 0, sizeof(sq_impl), &loss);
-    if (st == DS_OK) {
-        ((sq_impl *)loss->impl)->E = EMB;
-        st = ds_model_add_module(model, loss);
-    }
-    if (st != DS_OK) {
-        ds_model_destroy(model);
-        return st;
-    }
-    *out = model;
-    return DS_OK;
+    *spy = calloc((size_t)V * EMB, sizeof(float)); /* the test owns it */
+    if (!*spy) return DS_ERR(DS_ERR_OOM, "spy");
+    ub_desc d = {.vocab = V, .width = EMB, .max_seq_len = T_LEN, .negzero = negzero,
+                 .spy = *spy};
+    return ub_model(&d, out);
 }
 
 /* The user model's data: rank q's micro-batch j of step s. */

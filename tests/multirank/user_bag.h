@@ -1,0 +1,33 @@
+/* A user's model written against the public module API, as someone outside
+ * the library would write one, for the tests of row-wise communication
+ * (test_sparse_grads: sparse_gradients; test_param_rows: rows_read_by).
+ *
+ *   "bag":  y[b, :] = sum over t with attention_mask[b, t] != 0 of
+ *           W[input_ids[b, t], :], W a vocab x width table (normal, std 0.5)
+ *           flagged row_sparse_grad; plain loops over host memory (the cpu
+ *           backend)
+ *   "loss": sum over b, e of (x[b, e] - target[b])^2 / B; the rows are the
+ *           weight (module.h rule 5)
+ *
+ * Inputs: input_ids [B, T] int32, attention_mask [B, T] fp32, target [B]
+ * fp32. */
+#ifndef DS_TESTS_USER_BAG_H
+#define DS_TESTS_USER_BAG_H
+
+#include <stdbool.h>
+
+#include "engine/engine.h"
+
+typedef struct ub_desc {
+    int vocab, width, max_seq_len;
+    bool rows;    /* declare rows_read_by "input_ids" on the table */
+    bool negzero; /* backward stores column 0's gradient as 0 x (a negative) = -0.0 */
+    bool lie;     /* forward also reads row id + 1 (weighted 1e-3), which the batch
+                     does not name */
+    float *spy;   /* [vocab * width], or NULL: backward adds into it what it adds into
+                     the gradient (the test's view of this rank's local gradient) */
+} ub_desc;
+
+ds_status ub_model(const ub_desc *d, ds_model **out);
+
+#endif /* DS_TESTS_USER_BAG_H */
