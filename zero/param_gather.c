@@ -130,5 +130,3 @@ ds_status ds_param_gather_start(ds_param_gather *g) {
     DS_TRY(top_up(g));
     return DS_OK;
 }
-
-int ds_param_gather_chunks(const ds_param_gather *g) { return g->n; }

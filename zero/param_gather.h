@@ -53,7 +53,4 @@ ds_status ds_param_gather_start(ds_param_gather *g);
  * them for f->padded); the first failure's status and message. */
 ds_status ds_param_gather_wait(ds_param_gather *g, int64_t end);
 
-/* Chunks in a round (for tests and the bytes-per-step accounting). */
-int ds_param_gather_chunks(const ds_param_gather *g);
-
 #endif /* DS_ZERO_PARAM_GATHER_H */

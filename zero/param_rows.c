@@ -40,8 +40,6 @@ struct ds_param_rows {
     round_state state;
     bool want_whole; /* the posted batch was NULL: every table whole */
     bool whole;      /* every table was gathered whole this round: nothing more to ask */
-    int64_t last_rows;
-    bool last_whole;
     /* what the exchange's collectives are for, named in a timeout; not the
      * job's `what`, which the worker would put before the collective's own
      * message naming it again */
@@ -112,7 +110,6 @@ static ds_status gather_whole(ds_param_rows *r, table *t) {
     DS_TRY(ds_comm_all_gatherv(r->comm, ds_at(r->params, r->pt, t->off), t->counts, r->pt));
     memset(t->fresh, 1, (size_t)t->R);
     t->whole = true;
-    r->last_whole = true;
     return DS_OK;
 }
 
@@ -171,7 +168,6 @@ static ds_status exchange_table(ds_param_rows *r, table *t, bool whole) {
         else copy_pieces(r, t, n_uni, q, false, &pos);
     }
     for (int64_t k = 0; k < n_uni; k++) t->fresh[t->uni[k]] = 1;
-    r->last_rows += n_uni;
     return DS_OK;
 }
 
@@ -179,8 +175,6 @@ static ds_status exchange(void *arg) {
     ds_param_rows *r = arg;
     /* forced: this rank's main thread waited before posting a batch */
     bool whole = r->want_whole || r->job.forced;
-    r->last_rows = 0;
-    r->last_whole = false;
     r->whole = true;
     ds_comm_set_context(r->comm, r->what);
     ds_status st = DS_OK;
@@ -351,9 +345,4 @@ bool ds_param_rows_in_module(const ds_param_rows *r, int m) {
     for (int i = 0; r && i < r->n; i++)
         if (r->f->params[r->t[i].param].module == m) return true;
     return false;
-}
-
-void ds_param_rows_last(const ds_param_rows *r, int64_t *rows, bool *whole) {
-    *rows = r ? r->last_rows : 0;
-    *whole = r ? r->last_whole : false;
 }

@@ -75,8 +75,4 @@ ds_status ds_param_rows_wait(ds_param_rows *r);
 /* Whether module m owns one of the tables (its fetch waits for the rows). */
 bool ds_param_rows_in_module(const ds_param_rows *r, int m);
 
-/* Rows brought by the last exchange (the union over ranks), and whether it
- * gathered the tables whole: for tests and bench_train. */
-void ds_param_rows_last(const ds_param_rows *r, int64_t *rows, bool *whole);
-
 #endif /* DS_ZERO_PARAM_ROWS_H */

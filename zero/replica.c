@@ -290,7 +290,7 @@ ds_status ds_replica_shard_gather_on(ds_replica_shard *rs, const ds_zero_desc *d
  * as far as it was asked for. */
 static ds_status settle(ds_replica_shard *rs) {
     if (rs->rows) DS_TRY(ds_param_rows_wait(rs->rows));
-    if (rs->pg) DS_TRY(ds_param_gather_wait(rs->pg, rs->rep.flat->padded));
+    DS_TRY(ds_param_gather_wait(rs->pg, rs->rep.flat->padded));
     return DS_OK;
 }
 
@@ -309,14 +309,7 @@ ds_status ds_replica_shard_update(ds_replica_shard *rs, const ds_optim_step *ste
     DS_TRY(ds_shard_update(&rs->sh, step, lp, grads, r->gt, grad_mult, lp, r->pt));
     /* the row exchange ahead of the dense chunks: the forward needs it first */
     if (rs->rows) DS_TRY(ds_param_rows_start(rs->rows));
-    if (rs->pg) {
-        DS_TRY(ds_param_gather_start(rs->pg));
-        return DS_OK;
-    }
-    ds_comm_set_context(rs->comm, "the parameters after the update"); /* named in a timeout */
-    ds_status st = ds_comm_all_gather(rs->comm, lp, r->params, (size_t)rs->sh.part, r->pt);
-    ds_comm_set_context(rs->comm, NULL);
-    DS_TRY(st);
+    DS_TRY(ds_param_gather_start(rs->pg));
     return DS_OK;
 }
 
@@ -325,7 +318,7 @@ ds_status ds_replica_shard_op_fetch(ds_zero *z, int m, float ***out, float ***ti
     /* the chunks up to the module's end; its tied parameters are an earlier
      * module's, below it */
     if (rs->rows && ds_param_rows_in_module(rs->rows, m)) DS_TRY(ds_param_rows_wait(rs->rows));
-    if (rs->pg) DS_TRY(ds_param_gather_wait(rs->pg, rs->rep.flat->modules[m].end));
+    DS_TRY(ds_param_gather_wait(rs->pg, rs->rep.flat->modules[m].end));
     DS_TRY(ds_replica_fetch(&rs->rep, m, out, tied));
     return DS_OK;
 }
@@ -360,8 +353,10 @@ ds_status ds_replica_shard_op_state_io(ds_zero *z, ds_zero_state which, int64_t 
                                        float *host, bool write) {
     ds_replica_shard *rs = RS(z);
     /* local (zero.h): this rank's partition only, which the row exchange never
-     * writes and the dense chunks send from; no gather may start here */
-    if (rs->pg) DS_TRY(ds_param_gather_wait(rs->pg, rs->rep.flat->padded));
+     * writes and the dense chunks send from. Reading it beside them needs no
+     * wait (which would open the row exchange queued ahead: a collective in a
+     * local call); writing it (a load) waits for the chunks. */
+    if (write) DS_TRY(ds_param_gather_wait(rs->pg, rs->rep.flat->padded));
     DS_TRY(ds_shard_state_io(&rs->sh, (float *)rs->rep.params + rs->sh.lo, which, lo, hi, host,
                              write));
     return DS_OK;

@@ -75,7 +75,7 @@ typedef struct ds_replica_shard {
     ds_shard sh;
     ds_comm *comm;
     ds_param_gather *pg; /* the updated parameters' gather behind the next forward
-                            (ds_replica_shard_gather_on); NULL: one blocking gather */
+                            (ds_replica_shard_gather_on, which the stages call) */
     ds_param_rows *rows; /* the tables gathered by the rows a batch reads, or NULL */
 } ds_replica_shard;
 

@@ -85,7 +85,7 @@ static void run_gated_inline(ds_comm_worker *w) {
     ds_comm_job *j = w->gated_inline;
     if (!j) return;
     w->gated_inline = NULL;
-    j->forced = j->closed != 0;
+    j->forced = true; /* opening clears gated_inline: still here means never opened */
     j->closed = 0;
     finish(w, j);
 }
