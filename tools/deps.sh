@@ -9,6 +9,9 @@
 
 DS_DEB_PACKAGES=(
   build-essential cmake pkg-config
+  # ccache: the builds of one tree in several folders (tests, the quickstart
+  # in test_readme's scratch copy, the CUDA build) compile each file once.
+  ccache
   libjansson-dev libzstd-dev
   # The OpenMP build of OpenBLAS: the pthread build fights the engine's own
   # OpenMP threads for the cores.

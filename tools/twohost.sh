@@ -40,7 +40,9 @@
 #                                  'ip netns exec', with a fresh environment as an
 #                                  ssh login has (PATH, HOME, LD_LIBRARY_PATH, the
 #                                  OMPI_MCA_* settings below and the sanitizers'
-#                                  ASAN/LSAN/UBSAN_OPTIONS, as a cluster's ssh
+#                                  ASAN/LSAN/UBSAN_OPTIONS and LD_PRELOAD (the
+#                                  sanitizer run's keep_modules.so,
+#                                  tools/test_sanitize.sh), as a cluster's ssh
 #                                  would pass with SendEnv; nothing else: what the
 #                                  ranks need must come through mpirun -x)
 #   OMPI_MCA_btl                   self,tcp (--btl)
@@ -277,7 +279,7 @@ do_enter() {
   [ -n "${LD_LIBRARY_PATH:-}" ] && keep+=(LD_LIBRARY_PATH="$LD_LIBRARY_PATH")
   local v
   for v in $(compgen -e); do
-    case $v in OMPI_MCA_* | ASAN_OPTIONS | LSAN_OPTIONS | UBSAN_OPTIONS) keep+=("$v=${!v}") ;; esac
+    case $v in OMPI_MCA_* | ASAN_OPTIONS | LSAN_OPTIONS | UBSAN_OPTIONS | LD_PRELOAD) keep+=("$v=${!v}") ;; esac
   done
   exec env -i "${keep[@]}" sh -c "$1"
 }

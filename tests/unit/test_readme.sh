@@ -81,6 +81,13 @@ else
     (cd "$src" && tar --exclude='./build*' --exclude='./.git' -cf - .) | tar -xf - -C "$repo"
 fi
 [ -d "$src/../shared" ] && ln -s "$(cd "$src/../shared" && pwd)" "$work/shared"
+# The compiler cache stays the caller's (CMakeLists.txt: DS_CCACHE): the
+# quickstart block compiles the same files with the same flags as the build
+# that runs this test, and a cache under the scratch HOME would be empty.
+if command -v ccache >/dev/null; then
+    CCACHE_DIR=${CCACHE_DIR:-$(ccache --get-config cache_dir)}
+    export CCACHE_DIR
+fi
 export HOME=$work/home
 
 # ---- the blocks ------------------------------------------------------------
