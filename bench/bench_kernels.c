@@ -141,6 +141,7 @@ typedef struct bufs {
     float *scalars;            /* loss, wsum */
     float *om, *ov, *og, *op;  /* optimizer: m, v, grad, param */
     uint16_t *half;
+    uint32_t *keep;            /* a dropout keep mask (nn.h) of the largest dropout */
 } bufs;
 
 typedef struct bench {
@@ -220,24 +221,26 @@ static ds_status k_act_bwd(ds_backend *be, const model *m, bufs *b, int v) {
     (void)v;
     return be->nn->bias_act_bwd(be, b->z, b->g2, b->dy, b->x, b->p1, (int)N_TOK(m), m->Ff, m->act);
 }
-/* variant: 0 p = 0.1 (bias + residual), 1 p = 0 (no random numbers) */
+/* variant: 0 p = 0.1 (bias + residual), 1 p = 0 (no random numbers), 2 p =
+ * 0.1 writing the keep mask */
 static ds_status k_drop_fwd(ds_backend *be, const model *m, bufs *b, int v) {
     return be->nn->dropout_fwd(be, b->y, b->x, b->p1, b->z, (int)N_TOK(m), m->H,
-                               v ? 0.0f : 0.1f, 1234, 0);
+                               v == 1 ? 0.0f : 0.1f, 1234, 0, v == 2 ? b->keep : NULL);
 }
+/* variant: 0 the mask regenerated, 1 read from the keep mask (variant 1 of
+ * each backward runs after variant 2 / 1 of its forward wrote the mask) */
 static ds_status k_drop_bwd(ds_backend *be, const model *m, bufs *b, int v) {
-    (void)v;
-    return be->nn->dropout_bwd(be, b->y, b->g2, b->dy, (int)N_TOK(m), m->H, 0.1f, 1234, 0);
+    return be->nn->dropout_bwd(be, b->y, b->g2, b->dy, (int)N_TOK(m), m->H, 0.1f, 1234, 0,
+                               v ? b->keep : NULL);
 }
 static ds_status k_smax_fwd(ds_backend *be, const model *m, bufs *b, int v) {
-    (void)v;
     return be->nn->attn_softmax_fwd(be, b->y, b->z, b->x, m->causal ? NULL : b->mask, m->causal,
-                                    m->B, m->nh, m->T, m->T, 0.125f, 0.1f, 1234, 0);
+                                    m->B, m->nh, m->T, m->T, 0.125f, 0.1f, 1234, 0,
+                                    v ? b->keep : NULL);
 }
 static ds_status k_smax_bwd(ds_backend *be, const model *m, bufs *b, int v) {
-    (void)v;
     return be->nn->attn_softmax_bwd(be, b->w, b->z, b->dy, b->y, m->B, m->nh, m->T, m->T, 0.125f,
-                                    0.1f, 1234, 0);
+                                    0.1f, 1234, 0, v ? b->keep : NULL);
 }
 static ds_status k_xent_fwd(ds_backend *be, const model *m, bufs *b, int v) {
     (void)v;
@@ -387,6 +390,9 @@ static int run_model(bench *bk, const model *md) {
         ds_backend_alloc(be, DS_MEM_OTHER, DS_PLACE_DEVICE, md->n_opt * 4, (void **)&b.op) ||
         ds_backend_alloc(be, DS_MEM_OTHER, DS_PLACE_DEVICE, md->n_opt * 2, (void **)&b.half))
         goto oom;
+    size_t kb = ds_dropout_mask_bytes((int64_t)md->B * md->nh * md->T, md->T);
+    if (ds_dropout_mask_bytes(N, md->H) > kb) kb = ds_dropout_mask_bytes(N, md->H);
+    if (ds_backend_alloc(be, DS_MEM_OTHER, DS_PLACE_DEVICE, kb, (void **)&b.keep)) goto oom;
     fill_uniform(be, b.x, big, 1);
     fill_uniform(be, b.y, big, 2);
     fill_uniform(be, b.z, big, 3);
@@ -438,9 +444,16 @@ static int run_model(bench *bk, const model *md) {
     row(bk, "dropout fwd p=0.1 (+ bias, residual)", s_nh, f * 3 * NH, NH, k_drop_fwd, md, &b, 0);
     row(bk, "dropout fwd p=0 (+ bias, residual)", s_nh, f * 3 * NH, NH, k_drop_fwd, md, &b, 1);
     row(bk, "dropout bwd p=0.1 (+ dbias)", s_nh, f * 2 * NH, NH, k_drop_bwd, md, &b, 0);
+    /* with the keep mask in bits (1/32 of the elements' bytes, not counted) */
+    row(bk, "dropout fwd p=0.1, keep mask written", s_nh, f * 3 * NH, NH, k_drop_fwd, md, &b, 2);
+    row(bk, "dropout bwd p=0.1 from the keep mask", s_nh, f * 2 * NH, NH, k_drop_bwd, md, &b, 1);
     row(bk, md->causal ? "causal softmax + dropout fwd" : "masked softmax + dropout fwd", s_att,
         f * (3 * NA + (md->causal ? 0 : N)), NA, k_smax_fwd, md, &b, 0);
     row(bk, "softmax + dropout bwd (+ pd)", s_att, f * 4 * NA, NA, k_smax_bwd, md, &b, 0);
+    row(bk, "softmax + dropout fwd, keep mask written", s_att,
+        f * (3 * NA + (md->causal ? 0 : N)), NA, k_smax_fwd, md, &b, 1);
+    row(bk, "softmax + dropout bwd from the keep mask", s_att, f * 4 * NA, NA, k_smax_bwd, md,
+        &b, 1);
     row(bk, "cross-entropy fwd", s_rc, f * 2 * RC, RC, k_xent_fwd, md, &b, 0);
     row(bk, "cross-entropy bwd", s_rc, f * 2 * RC, RC, k_xent_bwd, md, &b, 0);
     row(bk, "AdamW (fp32)", s_opt, f * 7 * n, n, k_adam, md, &b, 0);
@@ -460,7 +473,7 @@ fail:
 done:;
     void *all[] = {b.x,      b.y,  b.z,  b.w,  b.dy, b.p1, b.p2, b.g1,  b.g2,   b.table,
                    b.stats1, b.stats2, b.mask, b.ids, b.labels, b.scalars, b.om, b.ov, b.og, b.op,
-                   b.half};
+                   b.half,   b.keep};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]) be->ops->free(be, all[i], DS_PLACE_DEVICE);
     return bk->failed ? -1 : 0;

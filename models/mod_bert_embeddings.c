@@ -3,7 +3,8 @@
  *   y = dropout(LayerNorm(e))            [B, T, H]
  * Position ids are 0..T-1 in every row (absolute positions, as BERT).
  *
- * saved:   e [B*T, H], the layer norm's mean and rstd [B*T]
+ * saved:   e [B*T, H], the layer norm's mean and rstd [B*T], and the
+ *          dropout's keep mask in bits (nn.h) when its probability is > 0
  * scratch: backward: d(LayerNorm output), then d(e) in place [B*T, H] */
 #include <stdio.h>
 
@@ -17,6 +18,7 @@ typedef struct bert_embed_impl {
 
 typedef struct be_saved {
     float *e, *mean, *rstd;
+    uint32_t *keep;
 } be_saved;
 
 static size_t be_layout(const ds_module *m, int B, int T, void *base, be_saved *s) {
@@ -26,6 +28,9 @@ static size_t be_layout(const ds_module *m, int B, int T, void *base, be_saved *
     s->e = ds_carve_f32(&c, N * E->d.hidden);
     s->mean = ds_carve_f32(&c, N);
     s->rstd = ds_carve_f32(&c, N);
+    s->keep = E->d.dropout > 0.0f
+                  ? ds_carve_bytes(&c, ds_dropout_mask_bytes((int64_t)N, E->d.hidden))
+                  : NULL;
     return c.off;
 }
 
@@ -86,7 +91,8 @@ static ds_status be_forward(ds_module *m, ds_module_ctx *ctx) {
                                  E->d.ln_eps));
     float p = drop_p(E, ctx);
     if (p > 0.0f)
-        DS_TRY(be->nn->dropout_fwd(be, ctx->y, ctx->y, NULL, NULL, N, H, p, ctx->seed, 0));
+        DS_TRY(be->nn->dropout_fwd(be, ctx->y, ctx->y, NULL, NULL, N, H, p, ctx->seed, 0,
+                                   s.keep));
     return DS_OK;
 }
 
@@ -104,7 +110,8 @@ static ds_status be_backward(ds_module *m, ds_module_ctx *ctx) {
     float *const *P = ctx->params;
     float *const *G = ctx->grads;
     /* p = 0 is the identity copy */
-    DS_TRY(be->nn->dropout_bwd(be, d, NULL, ctx->dy, N, H, drop_p(E, ctx), ctx->seed, 0));
+    DS_TRY(be->nn->dropout_bwd(be, d, NULL, ctx->dy, N, H, drop_p(E, ctx), ctx->seed, 0,
+                               s.keep));
     DS_TRY(be->nn->layernorm_bwd(be, d, G[P_LN_W], G[P_LN_B], d, s.e, s.mean, s.rstd, P[P_LN_W],
                                  N, H, false));
     const int32_t *ids, *types = ds_batch_i32(bt, "token_type_ids");

@@ -35,7 +35,7 @@ static ds_status pl_forward(ds_module *m, ds_module_ctx *ctx) {
     DS_TRY(be->nn->bias_act_fwd(be, ctx->y, pre, ctx->params[1], B, H, DS_ACT_TANH));
     float p = ctx->training ? Pl->dropout : 0.0f;
     if (p > 0.0f)
-        DS_TRY(be->nn->dropout_fwd(be, ctx->y, ctx->y, NULL, NULL, B, H, p, ctx->seed, 0));
+        DS_TRY(be->nn->dropout_fwd(be, ctx->y, ctx->y, NULL, NULL, B, H, p, ctx->seed, 0, NULL));
     return DS_OK;
 }
 
@@ -50,7 +50,7 @@ static ds_status pl_backward(ds_module *m, ds_module_ctx *ctx) {
     const float *pre = ds_carve_f32(&sv, (size_t)B * H);
     float *d = ds_carve_f32(&sc, (size_t)B * H);
     float p = ctx->training ? Pl->dropout : 0.0f;
-    DS_TRY(be->nn->dropout_bwd(be, d, NULL, ctx->dy, B, H, p, ctx->seed, 0));
+    DS_TRY(be->nn->dropout_bwd(be, d, NULL, ctx->dy, B, H, p, ctx->seed, 0, NULL));
     DS_TRY(be->nn->bias_act_bwd(be, d, ctx->grads[1], d, pre, ctx->params[1], B, H, DS_ACT_TANH));
     DS_TRY(ds_linear_bwd_w(be, ctx->grads[0], d, ctx->x, T * H, B, H, H));
     /* Only the [CLS] rows of dx are non-zero. */

@@ -27,7 +27,12 @@
  * attention probs [0, B nh Tq T), attention output [+Nq H), FFN output [+Nq H).
  *
  * saved (floats): K, V [N, H]; Q, C, A1, H1, A2 [Nq, H]; P [B, nh, Tq, T];
- *                 U, G [Nq, I]; mean/rstd of both layer norms [Nq]  (N = B T)
+ *                 U, G [Nq, I]; mean/rstd of both layer norms [Nq]  (N = B T);
+ *       (bits):   the keep masks of the three dropouts, where their
+ *                 probability is > 0 (nn.h: 1 bit per element, rows padded to
+ *                 32), written in forward and read in backward instead of
+ *                 running Philox again (bench/RESULTS.md, "the dropout keep
+ *                 mask in bits")
  * scratch: forward  max(Nq H, B nh Tq T) (the GEMM output before the fused
  *          bias + dropout + residual, then y's rows; the dropped-out P),
  *          + xq [Nq H] when Tq = 1;
@@ -65,6 +70,7 @@ typedef struct enc_dims {
     int B, T, Tq, H, I, nh, hd;
     size_t N, Nq;  /* B T, B Tq */
     size_t PP;     /* B nh Tq T: attention probabilities */
+    bool keep_a, keep_h; /* keep masks saved: attention / hidden dropout > 0 */
 } enc_dims;
 
 static enc_dims enc_dims_of(const enc_impl *L, int B, int T) {
@@ -73,11 +79,14 @@ static enc_dims enc_dims_of(const enc_impl *L, int B, int T) {
     z.N = (size_t)B * T;
     z.Nq = (size_t)B * z.Tq;
     z.PP = (size_t)B * z.nh * z.Tq * T;
+    z.keep_a = L->d.attn_dropout > 0.0f;
+    z.keep_h = L->d.hidden_dropout > 0.0f;
     return z;
 }
 
 typedef struct enc_saved {
     float *q, *k, *v, *p, *c, *a1, *mean1, *rstd1, *h1, *u, *g, *a2, *mean2, *rstd2;
+    uint32_t *keep_p, *keep_ao, *keep_o; /* dropout masks of P, C Wo^T + bo, G Wo2^T + bo2 */
 } enc_saved;
 
 static size_t enc_saved_layout(const enc_dims *z, void *base, enc_saved *s) {
@@ -97,6 +106,11 @@ static size_t enc_saved_layout(const enc_dims *z, void *base, enc_saved *s) {
     s->a2 = ds_carve_f32(&c, z->Nq * H);
     s->mean2 = ds_carve_f32(&c, z->Nq);
     s->rstd2 = ds_carve_f32(&c, z->Nq);
+    size_t kp = ds_dropout_mask_bytes((int64_t)z->B * z->nh * z->Tq, z->T);
+    size_t kh = ds_dropout_mask_bytes((int64_t)z->Nq, z->H);
+    s->keep_p = z->keep_a ? ds_carve_bytes(&c, kp) : NULL;
+    s->keep_ao = z->keep_h ? ds_carve_bytes(&c, kh) : NULL;
+    s->keep_o = z->keep_h ? ds_carve_bytes(&c, kh) : NULL;
     return c.off;
 }
 
@@ -178,6 +192,12 @@ static int enc_attn_rows(const ds_backend *be, const enc_dims *z) {
     return rows < (size_t)z->B ? (int)rows : z->B;
 }
 
+/* The attention mask's words from batch row b0 on (its B nh Tq rows of T
+ * keys, row-major as P). */
+static uint32_t *enc_keep_rows(uint32_t *keep, const enc_dims *z, int b0) {
+    return keep ? keep + (size_t)b0 * z->nh * z->Tq * ds_dropout_mask_ld(z->T) : NULL;
+}
+
 /* The dropout probabilities of this call (0 outside training). */
 static void enc_drops(const enc_impl *L, const ds_module_ctx *ctx, float *pa, float *ph) {
     *pa = ctx->training ? L->d.attn_dropout : 0.0f;
@@ -236,7 +256,8 @@ static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
                                  p + h * TT, T, nh * TT, nb));
         float *pd = pa > 0.0f ? w.pd + o : NULL;
         DS_TRY(be->nn->attn_softmax_fwd(be, p, pd, p, mask ? mask + (size_t)b0 * T : NULL,
-                                        false, nb, nh, Tq, T, scale, pa, ctx->seed, o));
+                                        false, nb, nh, Tq, T, scale, pa, ctx->seed, o,
+                                        enc_keep_rows(s.keep_p, &z, b0)));
         const float *pv = pd ? pd : p;
         /* context: C[b, :, h] = P[b, h] V[b, :, h] */
         for (int h = 0; h < nh; h++)
@@ -248,7 +269,7 @@ static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
     /* attention output: A1 = xq + dropout(C Wo^T + bo); H1 = LN1(A1) */
     DS_TRY(ds_linear_fwd(be, w.t, s.c, H, P[P_AO_W], Nq, H, H, 0.0f));
     DS_TRY(be->nn->dropout_fwd(be, s.a1, w.t, P[P_AO_B], xq, Nq, H, ph, ctx->seed,
-                               (uint64_t)z.PP));
+                               (uint64_t)z.PP, s.keep_ao));
     DS_TRY(be->nn->layernorm_fwd(be, s.h1, s.mean1, s.rstd1, s.a1, P[P_LN1_W], P[P_LN1_B], Nq,
                                  H, L->d.ln_eps));
 
@@ -257,7 +278,7 @@ static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
     DS_TRY(be->nn->bias_act_fwd(be, s.g, s.u, P[P_I_B], Nq, I, DS_ACT_GELU));
     DS_TRY(ds_linear_fwd(be, w.t, s.g, I, P[P_O_W], Nq, I, H, 0.0f));
     DS_TRY(be->nn->dropout_fwd(be, s.a2, w.t, P[P_O_B], s.h1, Nq, H, ph, ctx->seed,
-                               (uint64_t)z.PP + z.Nq * (size_t)H));
+                               (uint64_t)z.PP + z.Nq * (size_t)H, s.keep_o));
     if (!part)
         return be->nn->layernorm_fwd(be, ctx->y, s.mean2, s.rstd2, s.a2, P[P_LN2_W], P[P_LN2_B],
                                      N, H, L->d.ln_eps);
@@ -314,7 +335,8 @@ static ds_status enc_backward(ds_module *m, ds_module_ctx *ctx) {
     DS_TRY(be->nn->layernorm_bwd(be, w.d1, G[P_LN2_W], G[P_LN2_B], dy, s.a2, s.mean2, s.rstd2,
                                  P[P_LN2_W], Nq, H, false));
     /* d2 = d(G Wo2^T + bo2) through the dropout; dbo2 += */
-    DS_TRY(be->nn->dropout_bwd(be, w.d2, G[P_O_B], w.d1, Nq, H, ph, ctx->seed, off_o));
+    DS_TRY(be->nn->dropout_bwd(be, w.d2, G[P_O_B], w.d1, Nq, H, ph, ctx->seed, off_o,
+                               s.keep_o));
     DS_TRY(ds_linear_bwd_w(be, G[P_O_W], w.d2, s.g, I, Nq, I, H));
     DS_TRY(ds_linear_bwd_x(be, w.dg, I, w.d2, P[P_O_W], Nq, I, H, 0.0f));
     DS_TRY(be->nn->bias_act_bwd(be, w.dg, G[P_I_B], w.dg, s.u, P[P_I_B], Nq, I, DS_ACT_GELU));
@@ -325,7 +347,8 @@ static ds_status enc_backward(ds_module *m, ds_module_ctx *ctx) {
     /* dA1 = LN1'(dH1) */
     DS_TRY(be->nn->layernorm_bwd(be, da1, G[P_LN1_W], G[P_LN1_B], w.d1, s.a1, s.mean1, s.rstd1,
                                  P[P_LN1_W], Nq, H, false));
-    DS_TRY(be->nn->dropout_bwd(be, w.d2, G[P_AO_B], da1, Nq, H, ph, ctx->seed, off_ao));
+    DS_TRY(be->nn->dropout_bwd(be, w.d2, G[P_AO_B], da1, Nq, H, ph, ctx->seed, off_ao,
+                               s.keep_ao));
     DS_TRY(ds_linear_bwd_w(be, G[P_AO_W], w.d2, s.c, H, Nq, H, H));
     float *dc = w.d1; /* dH1 is consumed */
     DS_TRY(ds_linear_bwd_x(be, dc, H, w.d2, P[P_AO_W], Nq, H, H, 0.0f));
@@ -345,7 +368,7 @@ static ds_status enc_backward(ds_module *m, ds_module_ctx *ctx) {
         float *pd = pa > 0.0f ? w.pd + o : NULL;
         /* dS (in place of dp), and dropout(P) regenerated for dV */
         DS_TRY(be->nn->attn_softmax_bwd(be, dp, pd, dp, p, nb, nh, Tq, T, scale, pa, ctx->seed,
-                                        o));
+                                        o, enc_keep_rows(s.keep_p, &z, b0)));
         const float *pv = pd ? pd : p;
         for (int h = 0; h < nh; h++) {
             /* dV = dropout(P)^T dC */

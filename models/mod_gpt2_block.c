@@ -34,6 +34,10 @@
  *
  * saved (floats): mean/rstd of both layer norms [N]; H1, C, X1, H2 [N, E];
  *                 QKV [N, 3E]; P [B, nh, T, T]; U, G [N, I]      (N = B T)
+ *       (bits):   the keep masks of the three dropouts where their probability
+ *                 is > 0 (nn.h: 1 bit per element, rows padded to 32), written
+ *                 in forward and read in backward instead of running Philox
+ *                 again (bench/RESULTS.md, "the dropout keep mask in bits")
  * scratch: forward  max(N E, B nh T T) (a GEMM output before the fused bias
  *          + dropout + residual; the dropped-out P: never live together);
  *          backward 2 N E + max(N I, 2 B nh T T + 3 N E). */
@@ -65,6 +69,7 @@ typedef struct blk_dims {
     int B, T, E, I, nh, hd;
     size_t N;  /* B T */
     size_t PP; /* B nh T T */
+    bool keep_a, keep_r; /* keep masks saved: attention / residual dropout > 0 */
 } blk_dims;
 
 static blk_dims blk_dims_of(const blk_impl *L, int B, int T) {
@@ -72,6 +77,8 @@ static blk_dims blk_dims_of(const blk_impl *L, int B, int T) {
                   .hd = L->hd};
     z.N = (size_t)B * T;
     z.PP = (size_t)B * z.nh * T * T;
+    z.keep_a = L->d.attn_pdrop > 0.0f;
+    z.keep_r = L->d.resid_pdrop > 0.0f;
     return z;
 }
 
@@ -102,6 +109,7 @@ static ds_status conv1d_bwd_x(ds_backend *be, float *dx, const float *dy, const 
 
 typedef struct blk_saved {
     float *mean1, *rstd1, *h1, *qkv, *p, *c, *x1, *mean2, *rstd2, *h2, *u, *g;
+    uint32_t *keep_p, *keep_a, *keep_m; /* dropout masks of P, C Wp + bp, G Wq + bq */
 } blk_saved;
 
 static size_t blk_saved_layout(const blk_dims *z, void *base, blk_saved *s) {
@@ -119,6 +127,11 @@ static size_t blk_saved_layout(const blk_dims *z, void *base, blk_saved *s) {
     s->h2 = ds_carve_f32(&c, z->N * E);
     s->u = ds_carve_f32(&c, z->N * I);
     s->g = ds_carve_f32(&c, z->N * I);
+    size_t kp = ds_dropout_mask_bytes((int64_t)z->B * z->nh * z->T, z->T);
+    size_t kr = ds_dropout_mask_bytes((int64_t)z->N, z->E);
+    s->keep_p = z->keep_a ? ds_carve_bytes(&c, kp) : NULL;
+    s->keep_a = z->keep_r ? ds_carve_bytes(&c, kr) : NULL;
+    s->keep_m = z->keep_r ? ds_carve_bytes(&c, kr) : NULL;
     return c.off;
 }
 
@@ -225,7 +238,7 @@ static ds_status blk_forward(ds_module *m, ds_module_ctx *ctx) {
     float scale = 1.0f / sqrtf((float)hd);
     float *pd = pa > 0.0f ? w.pd : NULL;
     DS_TRY(be->nn->attn_softmax_fwd(be, s.p, pd, s.p, mask, true, B, nh, T, T, scale, pa,
-                                    ctx->seed, 0));
+                                    ctx->seed, 0, s.keep_p));
     const float *pv = pd ? pd : s.p;
     /* context: C[b, :, h] = P[b, h] V[b, :, h] */
     for (int h = 0; h < nh; h++)
@@ -235,7 +248,7 @@ static ds_status blk_forward(ds_module *m, ds_module_ctx *ctx) {
     /* X1 = x + dropout(C Wp + bp); H2 = ln_2(X1) */
     DS_TRY(conv1d_fwd(be, w.t, s.c, P[P_APROJ_W], N, E, E));
     DS_TRY(be->nn->dropout_fwd(be, s.x1, w.t, P[P_APROJ_B], x, N, E, pr, ctx->seed,
-                               (uint64_t)z.PP));
+                               (uint64_t)z.PP, s.keep_a));
     DS_TRY(be->nn->layernorm_fwd(be, s.h2, s.mean2, s.rstd2, s.x1, P[P_LN2_W], P[P_LN2_B], N, E,
                                  L->d.ln_eps));
 
@@ -244,7 +257,7 @@ static ds_status blk_forward(ds_module *m, ds_module_ctx *ctx) {
     DS_TRY(be->nn->bias_act_fwd(be, s.g, s.u, P[P_FC_B], N, I, DS_ACT_GELU_TANH));
     DS_TRY(conv1d_fwd(be, w.t, s.g, P[P_MPROJ_W], N, I, E));
     return be->nn->dropout_fwd(be, ctx->y, w.t, P[P_MPROJ_B], s.x1, N, E, pr, ctx->seed,
-                               (uint64_t)z.PP + z.N * (size_t)E);
+                               (uint64_t)z.PP + z.N * (size_t)E, s.keep_m);
 }
 
 static ds_status blk_backward(ds_module *m, ds_module_ctx *ctx) {
@@ -272,7 +285,8 @@ static ds_status blk_backward(ds_module *m, ds_module_ctx *ctx) {
 
     /* ---- MLP: y = X1 + dropout(gelu_new(ln_2(X1) Wf + bf) Wq + bq) ---- */
     /* d1 = d(G Wq + bq) through the dropout; dbq += */
-    DS_TRY(be->nn->dropout_bwd(be, w.d1, G[P_MPROJ_B], dy, N, E, pr, ctx->seed, off_mlp));
+    DS_TRY(be->nn->dropout_bwd(be, w.d1, G[P_MPROJ_B], dy, N, E, pr, ctx->seed, off_mlp,
+                               s.keep_m));
     DS_TRY(conv1d_bwd_w(be, G[P_MPROJ_W], w.d1, s.g, N, I, E));
     DS_TRY(conv1d_bwd_x(be, w.dg, w.d1, P[P_MPROJ_W], N, I, E));
     DS_TRY(be->nn->bias_act_bwd(be, w.dg, G[P_FC_B], w.dg, s.u, P[P_FC_B], N, I,
@@ -285,7 +299,8 @@ static ds_status blk_backward(ds_module *m, ds_module_ctx *ctx) {
                                  P[P_LN2_W], N, E, true));
 
     /* ---- attention: X1 = x + dropout(C Wp + bp) ---- */
-    DS_TRY(be->nn->dropout_bwd(be, w.d1, G[P_APROJ_B], dx, N, E, pr, ctx->seed, off_attn));
+    DS_TRY(be->nn->dropout_bwd(be, w.d1, G[P_APROJ_B], dx, N, E, pr, ctx->seed, off_attn,
+                               s.keep_a));
     DS_TRY(conv1d_bwd_w(be, G[P_APROJ_W], w.d1, s.c, N, E, E));
     float *dc = w.d2; /* dH2 is consumed */
     DS_TRY(conv1d_bwd_x(be, dc, w.d1, P[P_APROJ_W], N, E, E));
@@ -299,7 +314,7 @@ static ds_status blk_backward(ds_module *m, ds_module_ctx *ctx) {
     /* dS (in place of dp; exactly 0 at masked keys, whose P is 0), and
      * dropout(P) regenerated for dV */
     DS_TRY(be->nn->attn_softmax_bwd(be, w.dp, pd, w.dp, s.p, B, nh, T, T, scale, pa, ctx->seed,
-                                    0));
+                                    0, s.keep_p));
     const float *pv = pd ? pd : s.p;
     float *dq = w.dqkv, *dk = w.dqkv + E, *dv = w.dqkv + 2 * E;
     for (int h = 0; h < nh; h++) {

@@ -75,7 +75,7 @@ static ds_status ge_forward(ds_module *m, ds_module_ctx *ctx) {
     DS_TRY(be->nn->bcast_add_fwd(be, ctx->y, P[P_WPE], B, T * H, true));
     float p = drop_p(E, ctx);
     if (p > 0.0f)
-        DS_TRY(be->nn->dropout_fwd(be, ctx->y, ctx->y, NULL, NULL, N, H, p, ctx->seed, 0));
+        DS_TRY(be->nn->dropout_fwd(be, ctx->y, ctx->y, NULL, NULL, N, H, p, ctx->seed, 0, NULL));
     return DS_OK;
 }
 
@@ -92,7 +92,7 @@ static ds_status ge_backward(ds_module *m, ds_module_ctx *ctx) {
     if (p > 0.0f) {
         float *dd;
         ge_scratch(m, B, T, ctx->scratch, &dd);
-        DS_TRY(be->nn->dropout_bwd(be, dd, NULL, ctx->dy, N, H, p, ctx->seed, 0));
+        DS_TRY(be->nn->dropout_bwd(be, dd, NULL, ctx->dy, N, H, p, ctx->seed, 0, NULL));
         d = dd;
     }
     DS_TRY(be->nn->embedding_bwd(be, G[P_WTE], d, ids, N, H, -1));

@@ -10,6 +10,9 @@ ds_add_test(NAME test_nn_kernels SOURCES ${_models_dir}/test_nn_kernels.c ${_mod
 # Dropout statistics, mask regeneration, counter layout; the masked softmax.
 ds_add_test(NAME test_nn_dropout SOURCES ${_models_dir}/test_nn_dropout.c ${_models_harness}
             LABELS unit)
+# The dropout keep mask in bits: the stream's bits, the backward from it the
+# same as from the stream, under every cpu variant this CPU runs.
+ds_add_test(NAME test_nn_dropout_mask SOURCES ${_models_dir}/test_nn_dropout_mask.c LABELS unit)
 # Finite-difference gradient check of every module ...
 ds_add_test(NAME test_gradcheck_modules
             SOURCES ${_models_dir}/test_gradcheck_modules.c ${_models_harness} LABELS unit)

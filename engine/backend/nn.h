@@ -106,39 +106,57 @@ struct ds_nn_ops {
      * Hugging Face's large negative bias does in fp32). A row with no visible
      * key gets all zeros (no NaN). Then the attention dropout: pd = dropout(p)
      * with probability drop_p and the stream (seed, offset), element index =
-     * flat index in [B, nh, Tq, T]. */
+     * flat index in [B, nh, Tq, T]. keep: the dropout's keep mask over the
+     * B nh Tq rows of T keys (below, "dropout"), or NULL. */
 
     /* Writes p (may alias s) and, when pd != NULL, pd. pd may be NULL only
-     * when drop_p == 0 (then the caller uses p). */
+     * when drop_p == 0 (then the caller uses p). When drop_p > 0 and keep !=
+     * NULL, also writes the keep bits of every key (causal or padding ones
+     * too, which the backward reads). */
     ds_status (*attn_softmax_fwd)(ds_backend *be, float *p, float *pd, const float *s,
                                   const float *mask, bool causal, int B, int nh, int Tq, int T,
-                                  float scale, float drop_p, uint64_t seed, uint64_t offset);
+                                  float scale, float drop_p, uint64_t seed, uint64_t offset,
+                                  uint32_t *keep);
     /* From dpd = d(loss)/d(pd): dp = dropout_bwd(dpd); ds = scale * p * (dp -
      * sum_j dp p) (ds may alias dpd). When pd != NULL it also regenerates pd
      * = dropout(p), the operand of dV = pd^T dC, in the same pass. It needs
      * neither the mask nor `causal`: a masked key's p is exactly 0, so its
-     * ds, its term of the sum and its pd are exactly 0 too. */
+     * ds, its term of the sum and its pd are exactly 0 too. keep: the mask
+     * the forward wrote with the same arguments, read instead of
+     * regenerating the stream, or NULL. */
     ds_status (*attn_softmax_bwd)(ds_backend *be, float *ds, float *pd, const float *dpd,
                                   const float *p, int B, int nh, int Tq, int T, float scale,
-                                  float drop_p, uint64_t seed, uint64_t offset);
+                                  float drop_p, uint64_t seed, uint64_t offset,
+                                  const uint32_t *keep);
 
     /* ---- dropout (inverted, counter-based) ----
      * keep(i) = ds_rng_uniform_at(seed, offset + i) >= p (engine/backend/math.h:
      * the backend's uniform Philox stream), i the flat index r * width + c; a
-     * kept element is scaled by 1 / (1 - p). The mask is
-     * never stored: backward regenerates it from (seed, offset), so dropout
-     * costs no activation memory and a recomputed forward reproduces it. p = 0
-     * is the identity (no random numbers drawn); p must be in [0, 1). */
+     * kept element is scaled by 1 / (1 - p). p = 0 is the identity (no random
+     * numbers drawn); p must be in [0, 1).
+     *
+     * The mask: with keep == NULL the backward regenerates it from (seed,
+     * offset), so dropout costs no activation memory. A caller that can keep
+     * rows * ds_dropout_mask_ld(width) words (ds_dropout_mask_bytes,
+     * nn_math.h: 1 bit per element, 1/32 of the activation) passes them as
+     * `keep`: when p > 0 the forward writes the keep bits there and the
+     * backward reads them instead of running Philox again (on the cpu the
+     * regeneration was 1.2% of the BERT-mini step: bench/RESULTS.md, "the
+     * dropout keep mask in bits"). The bits are the stream's, so both ways
+     * give the same results, and a recomputed forward rewrites the same
+     * mask. With p == 0 keep is not touched. */
 
     /* y[r, c] = res[r, c] + dropout(x[r, c] + bias[c]); bias and res may be
      * NULL. y may alias x or res. */
     ds_status (*dropout_fwd)(ds_backend *be, float *y, const float *x, const float *bias,
                              const float *res, int rows, int width, float p, uint64_t seed,
-                             uint64_t offset);
+                             uint64_t offset, uint32_t *keep);
     /* dx = dropout mask (scaled) applied to dy (written; may alias dy);
-     * dbias[c] += sum_r dx[r, c] when dbias != NULL. */
+     * dbias[c] += sum_r dx[r, c] when dbias != NULL. keep: what dropout_fwd
+     * wrote with the same (rows, width, p, seed, offset), or NULL. */
     ds_status (*dropout_bwd)(ds_backend *be, float *dx, float *dbias, const float *dy, int rows,
-                             int width, float p, uint64_t seed, uint64_t offset);
+                             int width, float p, uint64_t seed, uint64_t offset,
+                             const uint32_t *keep);
 
     /* ---- softmax cross-entropy over C classes for R rows ----
      * weights [R] (one per row) or NULL (all 1). Rows whose label is

@@ -240,9 +240,23 @@ DS_HD float ds_act_grad(ds_act act, float x) {
  * u = ds_rng_uniform_at(seed, offset + j) of engine/backend/math.h: kept when
  * u >= p, then scaled by inv_keep = 1 / (1 - p). */
 
+/* The keep decision for the uniform word w. */
+DS_HD bool ds_dropout_keep(uint32_t w, float p) { return ds_rng_bits_to_unit(w) >= p; }
+
 /* The multiplier (0 or inv_keep) for the uniform word w. */
 DS_HD float ds_dropout_mult(uint32_t w, float p, float inv_keep) {
-    return ds_rng_bits_to_unit(w) >= p ? inv_keep : 0.0f;
+    return ds_dropout_keep(w, p) ? inv_keep : 0.0f;
+}
+
+/* A dropout keep mask (the `keep` argument of the dropout slots, nn.h): one
+ * bit per element, bit c % 32 of word c / 32 of a row for column c (1 =
+ * kept); each row starts on a word of its own, so a row's words are written
+ * by one thread and a chunk of rows starts on a whole word. Words per row: */
+DS_HD int ds_dropout_mask_ld(int width) { return (width + 31) / 32; }
+
+/* Bytes of the mask of rows x width elements (for a module's saved layout). */
+DS_HD size_t ds_dropout_mask_bytes(int64_t rows, int width) {
+    return (size_t)rows * (size_t)ds_dropout_mask_ld(width) * sizeof(uint32_t);
 }
 
 /* Host only: the check every dropout slot (dropout_*, attn_softmax_*) of both

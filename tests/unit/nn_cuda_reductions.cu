@@ -155,9 +155,9 @@ static void test_attn_softmax(void) {
         float *d_s = upf(s, n), *d_mask = a.mask ? upf(mask, (size_t)a.B * a.T) : NULL;
         float *cp = fnew(n), *cpd = fnew(n), *dp = dnan(n), *dpdv = dnan(n);
         CHECK_OK(g_cpu->nn->attn_softmax_fwd(g_cpu, cp, cpd, s, hm, a.causal, a.B, a.nh, a.Tq,
-                                             a.T, scale, a.drop_p, seed, a.offset));
+                                             a.T, scale, a.drop_p, seed, a.offset, NULL));
         CHECK_OK(g_gpu->nn->attn_softmax_fwd(g_gpu, dp, dpdv, d_s, d_mask, a.causal, a.B, a.nh,
-                                             a.Tq, a.T, scale, a.drop_p, seed, a.offset));
+                                             a.Tq, a.T, scale, a.drop_p, seed, a.offset, NULL));
         float *gp = down(dp, n), *gpd = down(dpdv, n);
         /* p_j = e_j / S. The exponent s_j scale - mx may be rounded twice
          * (cpu without contraction) or once (nvcc's fma): u |s_j scale| +
@@ -203,12 +203,27 @@ static void test_attn_softmax(void) {
         /* the same bits twice; p over s */
         float *dp2 = dnan(n), *dpd2 = dnan(n);
         CHECK_OK(g_gpu->nn->attn_softmax_fwd(g_gpu, dp2, dpd2, d_s, d_mask, a.causal, a.B, a.nh,
-                                             a.Tq, a.T, scale, a.drop_p, seed, a.offset));
+                                             a.Tq, a.T, scale, a.drop_p, seed, a.offset, NULL));
         expect_bits("attn_softmax_fwd p run twice", gp, down(dp2, n), n);
         float *dsi = upf(s, n);
         CHECK_OK(g_gpu->nn->attn_softmax_fwd(g_gpu, dsi, dpd2, dsi, d_mask, a.causal, a.B, a.nh,
-                                             a.Tq, a.T, scale, a.drop_p, seed, a.offset));
+                                             a.Tq, a.T, scale, a.drop_p, seed, a.offset, NULL));
         expect_bits("attn_softmax_fwd p over s", gp, down(dsi, n), n);
+        /* the keep mask in bits (nn.h): cpu's and cuda's words the same,
+         * every key's bit (causal and padded ones too); compared as floats
+         * of the same bytes */
+        size_t kw = ds_dropout_mask_bytes(rows, a.T) / 4;
+        float *ck = fnew(kw), *dk = dnan(kw);
+        if (a.drop_p > 0.0f) {
+            CHECK_OK(g_cpu->nn->attn_softmax_fwd(g_cpu, fnew(n), fnew(n), s, hm, a.causal, a.B,
+                                                 a.nh, a.Tq, a.T, scale, a.drop_p, seed, a.offset,
+                                                 (uint32_t *)ck));
+            CHECK_OK(g_gpu->nn->attn_softmax_fwd(g_gpu, dp2, dpd2, d_s, d_mask, a.causal, a.B,
+                                                 a.nh, a.Tq, a.T, scale, a.drop_p, seed, a.offset,
+                                                 (uint32_t *)dk));
+            expect_bits("attn_softmax_fwd keep mask", ck, down(dk, kw), kw);
+            expect_bits("attn_softmax_fwd p with a keep mask", gp, down(dp2, n), n);
+        }
 
         /* backward from cpu's p on both: pd regenerated bit for bit; ds =
          * scale p (dp - dot) with dp = dpd * mult the same bits and dot =
@@ -218,9 +233,9 @@ static void test_attn_softmax(void) {
         float *d_p = upf(cp, n), *d_dpd = upf(dpd, n);
         float *cds = fnew(n), *cpd2 = fnew(n), *dds = dnan(n), *dpd3 = dnan(n);
         CHECK_OK(g_cpu->nn->attn_softmax_bwd(g_cpu, cds, cpd2, dpd, cp, a.B, a.nh, a.Tq, a.T,
-                                             scale, a.drop_p, seed, a.offset));
+                                             scale, a.drop_p, seed, a.offset, NULL));
         CHECK_OK(g_gpu->nn->attn_softmax_bwd(g_gpu, dds, dpd3, d_dpd, d_p, a.B, a.nh, a.Tq, a.T,
-                                             scale, a.drop_p, seed, a.offset));
+                                             scale, a.drop_p, seed, a.offset, NULL));
         expect_bits("attn_softmax_bwd pd", cpd2, down(dpd3, n), n);
         double *tds = dnew(n);
         for (int64_t r = 0; r < rows; r++) {
@@ -244,26 +259,34 @@ static void test_attn_softmax(void) {
         /* ds over dpd */
         float *dal = upf(dpd, n);
         CHECK_OK(g_gpu->nn->attn_softmax_bwd(g_gpu, dal, NULL, dal, d_p, a.B, a.nh, a.Tq, a.T,
-                                             scale, a.drop_p, seed, a.offset));
+                                             scale, a.drop_p, seed, a.offset, NULL));
         expect_bits("attn_softmax_bwd ds over dpd", gds, down(dal, n), n);
+        if (a.drop_p > 0.0f) { /* from the keep mask: the stream's bits */
+            float *dds2 = dnan(n), *dpd4 = dnan(n);
+            CHECK_OK(g_gpu->nn->attn_softmax_bwd(g_gpu, dds2, dpd4, d_dpd, d_p, a.B, a.nh, a.Tq,
+                                                 a.T, scale, a.drop_p, seed, a.offset,
+                                                 (const uint32_t *)dk));
+            expect_bits("attn_softmax_bwd ds from the keep mask", gds, down(dds2, n), n);
+            expect_bits("attn_softmax_bwd pd from the keep mask", cpd2, down(dpd4, n), n);
+        }
         release_all();
     }
     float h[4] = {0, 0, 0, 0}, *d = upf(h, 4);
     EXPECT_SAME_ERROR("pd is NULL but dropout",
                       g_cpu->nn->attn_softmax_fwd(g_cpu, h, NULL, h, NULL, false, 1, 1, 2, 2, 1.0f,
-                                                  0.1f, 1, 0),
+                                                  0.1f, 1, 0, NULL),
                       g_gpu->nn->attn_softmax_fwd(g_gpu, d, NULL, d, NULL, false, 1, 1, 2, 2, 1.0f,
-                                                  0.1f, 1, 0));
+                                                  0.1f, 1, 0, NULL));
     EXPECT_SAME_ERROR("attn_softmax_fwd: dropout probability must be in [0, 1), got 1",
                       g_cpu->nn->attn_softmax_fwd(g_cpu, h, h, h, NULL, false, 1, 1, 2, 2, 1.0f,
-                                                  1.0f, 1, 0),
+                                                  1.0f, 1, 0, NULL),
                       g_gpu->nn->attn_softmax_fwd(g_gpu, d, d, d, NULL, false, 1, 1, 2, 2, 1.0f,
-                                                  1.0f, 1, 0));
+                                                  1.0f, 1, 0, NULL));
     EXPECT_SAME_ERROR("attn_softmax_bwd: dropout probability must be in [0, 1), got 2",
                       g_cpu->nn->attn_softmax_bwd(g_cpu, h, NULL, h, h, 1, 1, 2, 2, 1.0f, 2.0f,
-                                                  1, 0),
+                                                  1, 0, NULL),
                       g_gpu->nn->attn_softmax_bwd(g_gpu, d, NULL, d, d, 1, 1, 2, 2, 1.0f, 2.0f,
-                                                  1, 0));
+                                                  1, 0, NULL));
     release_all();
 }
 

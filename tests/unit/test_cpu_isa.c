@@ -27,7 +27,7 @@
 #include "engine/backend/nn.h"
 #include "tests/unit/test_util.h"
 
-#define MAX_OUT 96
+#define MAX_OUT 128
 
 typedef struct outputs {
     int n;
@@ -172,10 +172,20 @@ static void run_nn(ds_backend *be, outputs *o) {
         free(sx), free(sy), free(sb);
     }
 
-    CHECK_OK(nn->dropout_fwd(be, y, x, bias, dy, R, W, 0.1f, 42, 5));
+    CHECK_OK(nn->dropout_fwd(be, y, x, bias, dy, R, W, 0.1f, 42, 5, NULL));
     keep(o, "dropout fwd", y, N * 4);
-    CHECK_OK(nn->dropout_bwd(be, dx, db, dy, R, W, 0.1f, 42, 5));
+    CHECK_OK(nn->dropout_bwd(be, dx, db, dy, R, W, 0.1f, 42, 5, NULL));
     keep(o, "dropout bwd", dx, N * 4);
+    { /* the keep mask in bits (nn.h), and the backward that reads it */
+        size_t kb = ds_dropout_mask_bytes(R, W);
+        uint32_t *km = calloc(kb, 1);
+        if (!km) TEST_DIE("out of memory");
+        CHECK_OK(nn->dropout_fwd(be, y, x, bias, dy, R, W, 0.1f, 42, 5, km));
+        keep(o, "dropout keep mask", km, kb);
+        CHECK_OK(nn->dropout_bwd(be, dx, db, dy, R, W, 0.1f, 42, 5, km));
+        keep(o, "dropout bwd from the mask", dx, N * 4);
+        free(km);
+    }
 
     float *gamma = frand_buf(W, 0.5f, 1.5f), *beta = frand_buf(W, -0.2f, 0.2f);
     float mean[R], rstd[R];
@@ -202,11 +212,24 @@ static void run_nn(ds_backend *be, outputs *o) {
     for (int i = 0; i < B * T; i++) mask[i] = (i % T) < (i < T ? T : 70) ? 1.0f : 0.0f;
     for (int causal = 0; causal < 2; causal++) {
         CHECK_OK(nn->attn_softmax_fwd(be, pa, pd, s, mask, causal, B, NH, T, T, 0.125f, 0.1f, 7,
-                                      11));
+                                      11, NULL));
         keep(o, causal ? "softmax causal p" : "softmax p", pa, na * 4);
         keep(o, causal ? "softmax causal pd" : "softmax pd", pd, na * 4);
-        CHECK_OK(nn->attn_softmax_bwd(be, dsc, pd2, dpd, pa, B, NH, T, T, 0.125f, 0.1f, 7, 11));
+        CHECK_OK(nn->attn_softmax_bwd(be, dsc, pd2, dpd, pa, B, NH, T, T, 0.125f, 0.1f, 7, 11,
+                                      NULL));
         keep(o, causal ? "softmax causal ds" : "softmax ds", dsc, na * 4);
+        /* with the keep mask in bits (every key's, causal ones too) */
+        size_t kb = ds_dropout_mask_bytes((int64_t)B * NH * T, T);
+        uint32_t *km = calloc(kb, 1);
+        if (!km) TEST_DIE("out of memory");
+        CHECK_OK(nn->attn_softmax_fwd(be, pa, pd, s, mask, causal, B, NH, T, T, 0.125f, 0.1f, 7,
+                                      11, km));
+        keep(o, causal ? "softmax causal keep mask" : "softmax keep mask", km, kb);
+        CHECK_OK(nn->attn_softmax_bwd(be, dsc, pd2, dpd, pa, B, NH, T, T, 0.125f, 0.1f, 7, 11,
+                                      km));
+        keep(o, causal ? "softmax causal ds from the mask" : "softmax ds from the mask", dsc,
+             na * 4);
+        free(km);
     }
 
     /* cross-entropy over a 1000-class head with weights and an ignored row */

@@ -106,11 +106,13 @@ static void test_bert_mini(void) {
               m->hidden_size == 256 && strcmp(m->type, "bert") == 0,
           "bert-mini model fields");
     /* An encoder layer saves Q, K, V, C, A1, H1, A2 [N, H], P [B, nh, T, T],
-     * U, G [N, I] and 4 row statistics [N]: a function of (B, T) only, linear
-     * in B. */
+     * U, G [N, I], 4 row statistics [N] and, with dropout, the keep masks of
+     * P and of two [N, H] outputs in bits (rows padded to 32: none here): a
+     * function of (B, T) only, linear in B. */
     ds_module *layer = m->modules[1];
     const int64_t B = 32, T = 128, N = B * T, H = 256, I = 1024, nh = 4;
-    size_t want = (size_t)(7 * N * H + B * nh * T * T + 2 * N * I + 4 * N) * 4;
+    size_t want = (size_t)(7 * N * H + B * nh * T * T + 2 * N * I + 4 * N) * 4 +
+                  (size_t)(B * nh * T * T + 2 * N * H) / 8;
     size_t got = layer->ops->saved_bytes(layer, (int)B, (int)T);
     CHECK(got == want, "encoder layer saves %zu bytes at B=32 T=128, expected %zu", got, want);
     CHECK(layer->ops->saved_bytes(layer, 64, 128) == 2 * got, "saved bytes not linear in B");

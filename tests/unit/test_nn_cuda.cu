@@ -314,8 +314,8 @@ static void test_dropout(void) {
                 const float *hb = combo & 1 ? b : NULL, *dbp = combo & 1 ? d_b : NULL;
                 const float *hr = combo & 2 ? res : NULL, *drp = combo & 2 ? d_res : NULL;
                 float *c = fnew(n), *d = dnan(n);
-                CHECK_OK(g_cpu->nn->dropout_fwd(g_cpu, c, x, hb, hr, R, W, p, seed, off));
-                CHECK_OK(g_gpu->nn->dropout_fwd(g_gpu, d, d_x, dbp, drp, R, W, p, seed, off));
+                CHECK_OK(g_cpu->nn->dropout_fwd(g_cpu, c, x, hb, hr, R, W, p, seed, off, NULL));
+                CHECK_OK(g_gpu->nn->dropout_fwd(g_gpu, d, d_x, dbp, drp, R, W, p, seed, off, NULL));
                 char what[160];
                 snprintf(what, sizeof what, "dropout_fwd %s%s %s", hb ? "bias " : "",
                          hr ? "res" : "", shape);
@@ -323,37 +323,51 @@ static void test_dropout(void) {
                 expect_bits(what, c, g, n);
                 /* in place: y over x, y over res */
                 float *dal = upf(x, n);
-                CHECK_OK(g_gpu->nn->dropout_fwd(g_gpu, dal, dal, dbp, drp, R, W, p, seed, off));
+                CHECK_OK(g_gpu->nn->dropout_fwd(g_gpu, dal, dal, dbp, drp, R, W, p, seed, off,
+                                                NULL));
                 expect_bits("dropout_fwd y over x", g, down(dal, n), n);
                 if (hr) {
                     float *dar = upf(res, n);
-                    CHECK_OK(g_gpu->nn->dropout_fwd(g_gpu, dar, d_x, dbp, dar, R, W, p, seed, off));
+                    CHECK_OK(g_gpu->nn->dropout_fwd(g_gpu, dar, d_x, dbp, dar, R, W, p, seed, off,
+                                                    NULL));
                     expect_bits("dropout_fwd y over res", g, down(dar, n), n);
                 }
             }
             /* backward: dx the same mask; dbias a column sum of dx */
             float *db0 = frandn(W, 1.0), *cdb = fcopy(db0, W), *ddb = upf(db0, W);
             float *cdx = fnew(n), *ddx = dnan(n);
-            CHECK_OK(g_cpu->nn->dropout_bwd(g_cpu, cdx, cdb, dy, R, W, p, seed, off));
-            CHECK_OK(g_gpu->nn->dropout_bwd(g_gpu, ddx, ddb, d_dy, R, W, p, seed, off));
+            CHECK_OK(g_cpu->nn->dropout_bwd(g_cpu, cdx, cdb, dy, R, W, p, seed, off, NULL));
+            CHECK_OK(g_gpu->nn->dropout_bwd(g_gpu, ddx, ddb, d_dy, R, W, p, seed, off, NULL));
             float *gdx = down(ddx, n);
             expect_bits("dropout_bwd dx", cdx, gdx, n);
             double *tol = dnew(W);
             colsum_bound(tol, db0, cdx, NULL, R, W);
             expect_within("dropout_bwd dbias", shape, cdb, down(ddb, W), tol, W);
             float *dal = upf(dy, n);
-            CHECK_OK(g_gpu->nn->dropout_bwd(g_gpu, dal, NULL, dal, R, W, p, seed, off));
+            CHECK_OK(g_gpu->nn->dropout_bwd(g_gpu, dal, NULL, dal, R, W, p, seed, off, NULL));
             expect_bits("dropout_bwd dx over dy", gdx, down(dal, n), n);
+            if (p > 0.0f) { /* the keep mask in bits (nn.h): the same words, dx from it */
+                size_t kw = ds_dropout_mask_bytes(R, W) / 4;
+                float *ck = fnew(kw), *dk = dnan(kw), *dx2 = dnan(n);
+                CHECK_OK(g_cpu->nn->dropout_fwd(g_cpu, fnew(n), x, NULL, NULL, R, W, p, seed, off,
+                                                (uint32_t *)ck));
+                CHECK_OK(g_gpu->nn->dropout_fwd(g_gpu, dnan(n), d_x, NULL, NULL, R, W, p, seed,
+                                                off, (uint32_t *)dk));
+                expect_bits("dropout_fwd keep mask", ck, down(dk, kw), kw);
+                CHECK_OK(g_gpu->nn->dropout_bwd(g_gpu, dx2, NULL, d_dy, R, W, p, seed, off,
+                                                (const uint32_t *)dk));
+                expect_bits("dropout_bwd dx from the keep mask", cdx, down(dx2, n), n);
+            }
         }
         release_all();
     }
     float h[4] = {0, 0, 0, 0}, *d = upf(h, 4);
     EXPECT_SAME_ERROR("dropout probability must be in [0, 1), got 1",
-                      g_cpu->nn->dropout_fwd(g_cpu, h, h, NULL, NULL, 1, 4, 1.0f, 1, 0),
-                      g_gpu->nn->dropout_fwd(g_gpu, d, d, NULL, NULL, 1, 4, 1.0f, 1, 0));
+                      g_cpu->nn->dropout_fwd(g_cpu, h, h, NULL, NULL, 1, 4, 1.0f, 1, 0, NULL),
+                      g_gpu->nn->dropout_fwd(g_gpu, d, d, NULL, NULL, 1, 4, 1.0f, 1, 0, NULL));
     EXPECT_SAME_ERROR("dropout probability must be in [0, 1), got -0.5",
-                      g_cpu->nn->dropout_bwd(g_cpu, h, NULL, h, 1, 4, -0.5f, 1, 0),
-                      g_gpu->nn->dropout_bwd(g_gpu, d, NULL, d, 1, 4, -0.5f, 1, 0));
+                      g_cpu->nn->dropout_bwd(g_cpu, h, NULL, h, 1, 4, -0.5f, 1, 0, NULL),
+                      g_gpu->nn->dropout_bwd(g_gpu, d, NULL, d, 1, 4, -0.5f, 1, 0, NULL));
     release_all();
 }
 

@@ -41,7 +41,7 @@ static void test_dropout_stats(void) {
     for (int k = 0; k < 3; k++) {
         float p = ps[k], inv = 1.0f / (1.0f - p);
         uint64_t seed = 1000 + (uint64_t)k, off = 12345;
-        CHECK_OK(g_be->nn->dropout_fwd(g_be, y, ones, NULL, NULL, rows, width, p, seed, off));
+        CHECK_OK(g_be->nn->dropout_fwd(g_be, y, ones, NULL, NULL, rows, width, p, seed, off, NULL));
         size_t kept = 0, both = 0, other = 0, wrong = 0;
         for (size_t i = 0; i < n; i++) {
             int keep = y[i] != 0.0f;
@@ -65,19 +65,20 @@ static void test_dropout_stats(void) {
         CHECK(other == 0, "p=%g: %zu keep decisions differ from ds_rng_uniform_at", p, other);
 
         /* backward regenerates the same mask: dropout_bwd(ones) == dropout_fwd(ones) */
-        CHECK_OK(g_be->nn->dropout_bwd(g_be, dx, NULL, ones, rows, width, p, seed, off));
+        CHECK_OK(g_be->nn->dropout_bwd(g_be, dx, NULL, ones, rows, width, p, seed, off, NULL));
         CHECK(memcmp(dx, y, n * 4) == 0, "p=%g: backward mask differs from forward", p);
 
         /* pieces at offsets: the second half alone equals the tail of the whole */
         CHECK_OK(g_be->nn->dropout_fwd(g_be, y2, ones, NULL, NULL, rows / 2, width, p, seed,
-                                       off + n / 2));
+                                       off + n / 2, NULL));
         CHECK(memcmp(y2, y + n / 2, n / 2 * 4) == 0, "p=%g: sharded mask differs", p);
         /* an odd offset (a row starting mid Philox block) */
-        CHECK_OK(g_be->nn->dropout_fwd(g_be, y2, ones, NULL, NULL, 3, 333, p, seed, off + 7));
+        CHECK_OK(g_be->nn->dropout_fwd(g_be, y2, ones, NULL, NULL, 3, 333, p, seed, off + 7, NULL));
         CHECK(memcmp(y2, y + 7, 999 * 4) == 0, "p=%g: mask at offset +7 differs", p);
 
         /* another seed: agreement ~ p^2 + q^2, not 1 */
-        CHECK_OK(g_be->nn->dropout_fwd(g_be, y2, ones, NULL, NULL, rows, width, p, seed + 1, off));
+        CHECK_OK(g_be->nn->dropout_fwd(g_be, y2, ones, NULL, NULL, rows, width, p, seed + 1, off,
+                                       NULL));
         size_t agree = 0;
         for (size_t i = 0; i < n; i++) agree += (y[i] != 0) == (y2[i] != 0);
         double pa = p * p + q * q, sda = sqrt(n * pa * (1 - pa));
@@ -86,15 +87,15 @@ static void test_dropout_stats(void) {
     }
     /* p = 0: identity, no randomness */
     float *x = randn(n, 1.0);
-    CHECK_OK(g_be->nn->dropout_fwd(g_be, y, x, NULL, NULL, rows, width, 0.0f, 1, 0));
+    CHECK_OK(g_be->nn->dropout_fwd(g_be, y, x, NULL, NULL, rows, width, 0.0f, 1, 0, NULL));
     CHECK(memcmp(x, y, n * 4) == 0, "p = 0 is not the identity");
     /* invalid probabilities */
     const float badp[] = {1.0f, -0.1f, NAN};
     for (int k = 0; k < 3; k++) {
-        CHECK(g_be->nn->dropout_fwd(g_be, y, x, NULL, NULL, rows, width, badp[k], 1, 0) ==
+        CHECK(g_be->nn->dropout_fwd(g_be, y, x, NULL, NULL, rows, width, badp[k], 1, 0, NULL) ==
                   DS_ERR_INVALID_ARG,
               "dropout_fwd accepted p = %g", badp[k]);
-        CHECK(g_be->nn->dropout_bwd(g_be, y, NULL, x, rows, width, badp[k], 1, 0) ==
+        CHECK(g_be->nn->dropout_bwd(g_be, y, NULL, x, rows, width, badp[k], 1, 0, NULL) ==
                   DS_ERR_INVALID_ARG,
               "dropout_bwd accepted p = %g", badp[k]);
     }
@@ -112,8 +113,8 @@ static void test_dropout_bwd_dbias_one_pass(void) {
     float *dy = randn(n, 1.0), *dx1 = malloc(n * 4), *dx2 = malloc(n * 4);
     float *db1 = randn(W, 1.0), *db2 = malloc(W * 4);
     memcpy(db2, db1, W * 4); /* accumulated into: start from the same values */
-    CHECK_OK(g_be->nn->dropout_bwd(g_be, dx1, db1, dy, R, W, 0.1f, 3, 7));
-    CHECK_OK(g_be->nn->dropout_bwd(g_be, dx2, NULL, dy, R, W, 0.1f, 3, 7));
+    CHECK_OK(g_be->nn->dropout_bwd(g_be, dx1, db1, dy, R, W, 0.1f, 3, 7, NULL));
+    CHECK_OK(g_be->nn->dropout_bwd(g_be, dx2, NULL, dy, R, W, 0.1f, 3, 7, NULL));
     CHECK_OK(g_be->nn->bcast_add_bwd(g_be, db2, dx2, R, W));
     CHECK(memcmp(dx1, dx2, n * 4) == 0, "dropout_bwd: dx differs with and without dbias");
     CHECK(memcmp(db1, db2, W * 4) == 0,
@@ -136,7 +137,7 @@ static void test_dropout_counter_carry(void) {
     float p = 0.5f, inv = 1.0f / (1.0f - p);
     for (int k = 0; k < 2; k++) {
         uint64_t off = offs[k];
-        CHECK_OK(g_be->nn->dropout_fwd(g_be, y, x, NULL, NULL, R, W, p, 77, off));
+        CHECK_OK(g_be->nn->dropout_fwd(g_be, y, x, NULL, NULL, R, W, p, 77, off, NULL));
         int bad = 0;
         for (size_t i = 0; i < n; i++)
             bad += y[i] != (ds_rng_uniform_at(77, off + i) >= p ? inv : 0.0f);
@@ -152,7 +153,7 @@ static void test_dropout_fused(void) {
     size_t n = (size_t)R * W;
     float *x = randn(n, 1.0), *b = randn(W, 1.0), *res = randn(n, 1.0), *y = malloc(n * 4);
     float p = 0.3f, inv = 1.0f / (1.0f - p);
-    CHECK_OK(g_be->nn->dropout_fwd(g_be, y, x, b, res, R, W, p, 9, 100));
+    CHECK_OK(g_be->nn->dropout_fwd(g_be, y, x, b, res, R, W, p, 9, 100, NULL));
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
         float m = ds_rng_uniform_at(9, 100 + i) >= p ? inv : 0.0f;
@@ -160,7 +161,7 @@ static void test_dropout_fused(void) {
     }
     CHECK(bad == 0, "fused dropout: %d entries differ from res + dropout(x + b)", bad);
     float *dy = randn(n, 1.0), *dx = malloc(n * 4), *db = calloc(W, 4);
-    CHECK_OK(g_be->nn->dropout_bwd(g_be, dx, db, dy, R, W, p, 9, 100));
+    CHECK_OK(g_be->nn->dropout_bwd(g_be, dx, db, dy, R, W, p, 9, 100, NULL));
     for (int c = 0; c < W; c++) {
         double s = 0, a = 0;
         for (int r = 0; r < R; r++) {
@@ -184,7 +185,7 @@ static void test_softmax(void) {
         for (int t = 0; t < T; t++) mask[b * T + t] = (b == 2) ? 0.0f : (t < T - 10 * b ? 1 : 0);
     /* batch row 2 is all padding */
     CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p, NULL, s, mask, false, B, nh, T, T, scale, 0.0f,
-                                        0, 0));
+                                        0, 0, NULL));
     int masked_nonzero = 0, nans = 0;
     double worst_sum = 0, worst_rel = 0;
     for (int b = 0; b < B; b++)
@@ -220,7 +221,8 @@ static void test_softmax(void) {
 
     /* backward, no dropout: ds = scale p (dp - sum dp p) */
     float *dp = randn(n, 1.0), *ds = malloc(n * 4);
-    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds, NULL, dp, p, B, nh, T, T, scale, 0.0f, 0, 0));
+    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds, NULL, dp, p, B, nh, T, T, scale, 0.0f, 0, 0,
+                                        NULL));
     double worst = 0;
     for (size_t r = 0; r < n / T; r++) {
         double dot = 0, mag = 0;
@@ -249,9 +251,9 @@ static void test_softmax(void) {
             memcpy(dp1 + r * T, dp + r * T * T, (size_t)T * 4);
         }
         CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p1, NULL, s1, mask, false, B, nh, 1, T, scale,
-                                            0.0f, 0, 0));
+                                            0.0f, 0, 0, NULL));
         CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds1, NULL, dp1, p1, B, nh, 1, T, scale, 0.0f,
-                                            0, 0));
+                                            0, 0, NULL));
         int diff_p = 0, diff_ds = 0;
         for (size_t r = 0; r < (size_t)B * nh; r++) {
             diff_p += memcmp(p1 + r * T, p + r * T * T, (size_t)T * 4) != 0;
@@ -269,29 +271,32 @@ static void test_softmax(void) {
     float pa = 0.25f;
     float *p2 = malloc(n * 4), *pd = malloc(n * 4), *pd2 = malloc(n * 4), *ref = malloc(n * 4);
     CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p2, pd, s, mask, false, B, nh, T, T, scale, pa, 55,
-                                        1000));
+                                        1000, NULL));
     CHECK(memcmp(p2, p, n * 4) == 0, "softmax with dropout changed p");
-    CHECK_OK(g_be->nn->dropout_fwd(g_be, ref, p, NULL, NULL, (int)(n / T), T, pa, 55, 1000));
+    CHECK_OK(g_be->nn->dropout_fwd(g_be, ref, p, NULL, NULL, (int)(n / T), T, pa, 55, 1000, NULL));
     CHECK(memcmp(pd, ref, n * 4) == 0, "attention dropout is not dropout(p) of the same stream");
     float *ds2 = malloc(n * 4), *dpm = malloc(n * 4);
-    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds2, pd2, dp, p, B, nh, T, T, scale, pa, 55, 1000));
+    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds2, pd2, dp, p, B, nh, T, T, scale, pa, 55, 1000,
+                                        NULL));
     CHECK(memcmp(pd2, pd, n * 4) == 0, "backward regenerated a different dropout(p)");
-    CHECK_OK(g_be->nn->dropout_bwd(g_be, dpm, NULL, dp, (int)(n / T), T, pa, 55, 1000));
-    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds, NULL, dpm, p, B, nh, T, T, scale, 0.0f, 0, 0));
+    CHECK_OK(g_be->nn->dropout_bwd(g_be, dpm, NULL, dp, (int)(n / T), T, pa, 55, 1000, NULL));
+    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds, NULL, dpm, p, B, nh, T, T, scale, 0.0f, 0, 0,
+                                        NULL));
     int bad = 0;
     for (size_t i = 0; i < n; i++) bad += fabsf(ds2[i] - ds[i]) > 1e-6f * (fabsf(ds[i]) + 1e-3f);
     CHECK(bad == 0, "fused softmax backward with dropout differs from dropout_bwd then softmax "
                     "backward in %d entries", bad);
     CHECK(g_be->nn->attn_softmax_fwd(g_be, p2, NULL, s, mask, false, B, nh, T, T, scale, pa, 1,
-                                     0) ==
+                                     0, NULL) ==
               DS_ERR_INVALID_ARG,
           "softmax accepted dropout without a pd buffer");
     const float badp[] = {1.0f, -0.1f, NAN};
     for (int k = 0; k < 3; k++) {
         CHECK(g_be->nn->attn_softmax_fwd(g_be, p2, pd, s, mask, false, B, nh, T, T, scale,
-                                         badp[k], 1, 0) == DS_ERR_INVALID_ARG,
+                                         badp[k], 1, 0, NULL) == DS_ERR_INVALID_ARG,
               "attn_softmax_fwd accepted p = %g", badp[k]);
-        CHECK(g_be->nn->attn_softmax_bwd(g_be, ds, pd, dp, p, B, nh, T, T, scale, badp[k], 1, 0) ==
+        CHECK(g_be->nn->attn_softmax_bwd(g_be, ds, pd, dp, p, B, nh, T, T, scale, badp[k], 1, 0,
+                                         NULL) ==
                   DS_ERR_INVALID_ARG,
               "attn_softmax_bwd accepted p = %g", badp[k]);
     }

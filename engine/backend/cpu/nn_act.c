@@ -436,10 +436,11 @@ void ds_nn_cpu_dropout_mults(float *m, uint64_t seed, uint64_t j0, int n, float 
 
 ds_status ds_nn_cpu_dropout_fwd(ds_backend *be, float *y, const float *x, const float *bias,
                                 const float *res, int rows, int width, float p, uint64_t seed,
-                                uint64_t offset) {
+                                uint64_t offset, uint32_t *keep) {
     int nt = ds_nn_cpu_threads(be);
     DS_TRY(ds_check_dropout_p("dropout_fwd", p));
     float inv_keep = 1.0f / (1.0f - p);
+    const int ld = ds_dropout_mask_ld(width);
 #pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)rows * width >= DS_NN_CPU_PAR_MIN)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * width;
@@ -454,10 +455,12 @@ ds_status ds_nn_cpu_dropout_fwd(ds_backend *be, float *y, const float *x, const 
         }
         for (int c0 = 0; c0 < width; c0 += DROP_CHUNK) {
             int n = width - c0 < DROP_CHUNK ? width - c0 : DROP_CHUNK;
-            if (p > 0.0f)
+            if (p > 0.0f) {
                 ds_nn_cpu_dropout_mults(m, seed, offset + (uint64_t)r * width + c0, n, p,
                                         inv_keep);
-            else
+                /* c0 is a multiple of DROP_CHUNK, so of 32 */
+                if (keep) ds_nn_cpu_keep_pack(keep + (size_t)r * ld + c0 / 32, m, n);
+            } else
                 for (int c = 0; c < n; c++) m[c] = 1.0f;
             const float *bc = bias ? bias + c0 : NULL;
             const float *rc = rr ? rr + c0 : NULL;
@@ -482,10 +485,12 @@ ds_status ds_nn_cpu_dropout_fwd(ds_backend *be, float *y, const float *x, const 
 }
 
 ds_status ds_nn_cpu_dropout_bwd(ds_backend *be, float *dx, float *dbias, const float *dy,
-                                int rows, int width, float p, uint64_t seed, uint64_t offset) {
+                                int rows, int width, float p, uint64_t seed, uint64_t offset,
+                                const uint32_t *keep) {
     int nt = ds_nn_cpu_threads(be);
     DS_TRY(ds_check_dropout_p("dropout_bwd", p));
     float inv_keep = 1.0f / (1.0f - p);
+    const int ld = ds_dropout_mask_ld(width);
     if (p > 0.0f && dbias) {
         /* One pass: the multipliers, dx and the bias gradient together, in
          * column tiles (as bcast_add_bwd, whose sums this repeats bit for
@@ -506,8 +511,12 @@ ds_status ds_nn_cpu_dropout_bwd(ds_backend *be, float *dx, float *dbias, const f
                     ds_nn_cpu_pf_read(dyr + (size_t)ahead * width, n);
                     if (dx != dy) ds_nn_cpu_pf_write(dxr + (size_t)ahead * width, n);
                 }
-                ds_nn_cpu_dropout_mults(m, seed, offset + (uint64_t)r * width + c0, n, p,
-                                        inv_keep);
+                /* the forward's bits when it kept them (c0: a multiple of 16) */
+                if (keep)
+                    ds_nn_cpu_keep_mults(m, keep + (size_t)r * ld, c0, n, inv_keep);
+                else
+                    ds_nn_cpu_dropout_mults(m, seed, offset + (uint64_t)r * width + c0, n, p,
+                                            inv_keep);
                 DS_SIMD
                 for (int c = 0; c < n; c++) {
                     float g = dyr[c] * m[c];
@@ -532,8 +541,11 @@ ds_status ds_nn_cpu_dropout_bwd(ds_backend *be, float *dx, float *dbias, const f
             }
             for (int c0 = 0; c0 < width; c0 += DROP_CHUNK) {
                 int n = width - c0 < DROP_CHUNK ? width - c0 : DROP_CHUNK;
-                ds_nn_cpu_dropout_mults(m, seed, offset + (uint64_t)r * width + c0, n, p,
-                                        inv_keep);
+                if (keep)
+                    ds_nn_cpu_keep_mults(m, keep + (size_t)r * ld, c0, n, inv_keep);
+                else
+                    ds_nn_cpu_dropout_mults(m, seed, offset + (uint64_t)r * width + c0, n, p,
+                                            inv_keep);
                 DS_SIMD
                 for (int c = 0; c < n; c++) dxr[c0 + c] = dyr[c0 + c] * m[c];
             }

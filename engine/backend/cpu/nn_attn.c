@@ -8,11 +8,13 @@
 
 ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
                                      const float *mask, bool causal, int B, int nh, int Tq, int T,
-                                     float scale, float drop_p, uint64_t seed, uint64_t offset) {
+                                     float scale, float drop_p, uint64_t seed, uint64_t offset,
+                                     uint32_t *keep) {
     int nt = ds_nn_cpu_threads(be);
     DS_TRY(ds_check_attn_dropout("attn_softmax_fwd", pd, drop_p));
     int64_t rows = (int64_t)B * nh * Tq;
     float inv_keep = 1.0f / (1.0f - drop_p);
+    const int ld = ds_dropout_mask_ld(T);
     const int ahead = ds_nn_cpu_pf_rows(T);
 #pragma omp parallel for schedule(static) num_threads(nt) if (rows * T >= DS_NN_CPU_PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
@@ -37,13 +39,17 @@ ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const 
             continue;
         }
         /* multipliers for the visible keys only: past nk, p is exactly 0 and
-         * so is 0 * multiplier (half of a causal layer's random numbers) */
+         * so is 0 * multiplier (half of a causal layer's random numbers);
+         * but a kept mask holds all T keys' bits, as the backward uses them */
         float m[ROW_CHUNK];
-        for (int j0 = 0; j0 < nk; j0 += ROW_CHUNK) {
-            int n = nk - j0 < ROW_CHUNK ? nk - j0 : ROW_CHUNK;
+        const int nm = keep ? T : nk;
+        for (int j0 = 0; j0 < nm; j0 += ROW_CHUNK) {
+            int n = nm - j0 < ROW_CHUNK ? nm - j0 : ROW_CHUNK;
             ds_nn_cpu_dropout_mults(m, seed, offset + (uint64_t)r * T + j0, n, drop_p, inv_keep);
+            if (keep) ds_nn_cpu_keep_pack(keep + (size_t)r * ld + j0 / 32, m, n);
+            int na = nk - j0 < n ? nk - j0 : n; /* visible keys of the chunk */
             DS_SIMD
-            for (int j = 0; j < n; j++) pdr[j0 + j] = pr[j0 + j] * m[j];
+            for (int j = 0; j < na; j++) pdr[j0 + j] = pr[j0 + j] * m[j];
         }
         for (int j = nk; j < T; j++) pdr[j] = 0.0f;
     }
@@ -52,11 +58,13 @@ ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const 
 
 ds_status ds_nn_cpu_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const float *dpd,
                                      const float *p, int B, int nh, int Tq, int T, float scale,
-                                     float drop_p, uint64_t seed, uint64_t offset) {
+                                     float drop_p, uint64_t seed, uint64_t offset,
+                                     const uint32_t *keep) {
     int nt = ds_nn_cpu_threads(be);
     DS_TRY(ds_check_dropout_p("attn_softmax_bwd", drop_p));
     int64_t rows = (int64_t)B * nh * Tq;
     float inv_keep = 1.0f / (1.0f - drop_p);
+    const int ld = ds_dropout_mask_ld(T);
     const int ahead = ds_nn_cpu_pf_rows(T);
 #pragma omp parallel for schedule(static) num_threads(nt) if (rows * T >= DS_NN_CPU_PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
@@ -75,8 +83,11 @@ ds_status ds_nn_cpu_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const
             float m[ROW_CHUNK];
             for (int j0 = 0; j0 < T; j0 += ROW_CHUNK) {
                 int n = T - j0 < ROW_CHUNK ? T - j0 : ROW_CHUNK;
-                ds_nn_cpu_dropout_mults(m, seed, offset + (uint64_t)r * T + j0, n, drop_p,
-                                        inv_keep);
+                if (keep) /* the forward's bits, without Philox */
+                    ds_nn_cpu_keep_mults(m, keep + (size_t)r * ld, j0, n, inv_keep);
+                else
+                    ds_nn_cpu_dropout_mults(m, seed, offset + (uint64_t)r * T + j0, n, drop_p,
+                                            inv_keep);
                 const float *pc = pr + j0, *dc = dr + j0;
                 float *sc = sr + j0;
                 /* fixed-lane sum (nn_math.h), chunk after chunk: the

@@ -121,6 +121,72 @@ static inline int ds_nn_cpu_threads(const ds_backend *be) { return ds_cpu_team(b
 void ds_nn_cpu_dropout_mults(float *m, uint64_t seed, uint64_t j0, int n, float p,
                              float inv_keep);
 
+/* The keep mask's words (nn_math.h, ds_dropout_mask_ld) of n multipliers m
+ * (0 or inv_keep > 0): bit k of w[i] = (m[32 i + k] != 0), the bits past n
+ * in the last word 0. w is the row's word of the chunk's first column (a
+ * multiple of 32); n is a multiple of 32 except at a row's end. */
+static inline void ds_nn_cpu_keep_pack(uint32_t *w, const float *m, int n) {
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+#if defined(__AVX512F__)
+        __mmask16 a = _mm512_cmpneq_ps_mask(_mm512_loadu_ps(m + i), _mm512_setzero_ps());
+        __mmask16 b = _mm512_cmpneq_ps_mask(_mm512_loadu_ps(m + i + 16), _mm512_setzero_ps());
+        w[i >> 5] = (uint32_t)a | (uint32_t)b << 16;
+#elif defined(__AVX2__)
+        uint32_t v = 0;
+        for (int k = 0; k < 4; k++) {
+            __m256 c = _mm256_cmp_ps(_mm256_loadu_ps(m + i + 8 * k), _mm256_setzero_ps(),
+                                     _CMP_NEQ_OQ);
+            v |= (uint32_t)_mm256_movemask_ps(c) << (8 * k);
+        }
+        w[i >> 5] = v;
+#else
+        uint32_t v = 0;
+        for (int k = 0; k < 32; k++) v |= (uint32_t)(m[i + k] != 0.0f) << k;
+        w[i >> 5] = v;
+#endif
+    }
+    if (i < n) {
+        uint32_t v = 0;
+        for (int k = 0; i + k < n; k++) v |= (uint32_t)(m[i + k] != 0.0f) << k;
+        w[i >> 5] = v;
+    }
+}
+
+/* The n multipliers (bit ? inv_keep : 0) of one row's keep words w from
+ * column c0: what ds_nn_cpu_dropout_mults gave the forward, without Philox.
+ * The vector loops take 16 (8) bits from one word, so they need c0 % 16 == 0
+ * (every caller's chunk and tile starts); otherwise the scalar loop. */
+static inline void ds_nn_cpu_keep_mults(float *m, const uint32_t *w, int c0, int n,
+                                        float inv_keep) {
+    int i = 0;
+#if defined(__AVX512F__)
+    if ((c0 & 15) == 0) {
+        const __m512 kv = _mm512_set1_ps(inv_keep);
+        for (; i + 16 <= n; i += 16) {
+            int c = c0 + i;
+            __mmask16 k = (__mmask16)(w[c >> 5] >> (c & 31));
+            _mm512_storeu_ps(m + i, _mm512_maskz_mov_ps(k, kv));
+        }
+    }
+#elif defined(__AVX2__)
+    if ((c0 & 7) == 0) {
+        const __m256 kv = _mm256_set1_ps(inv_keep);
+        const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+        for (; i + 8 <= n; i += 8) {
+            int c = c0 + i;
+            __m256i b = _mm256_set1_epi32((int)(w[c >> 5] >> (c & 31)));
+            __m256i on = _mm256_cmpeq_epi32(_mm256_and_si256(b, bit), bit);
+            _mm256_storeu_ps(m + i, _mm256_and_ps(_mm256_castsi256_ps(on), kv));
+        }
+    }
+#endif
+    for (; i < n; i++) {
+        int c = c0 + i;
+        m[i] = (w[c >> 5] >> (c & 31)) & 1u ? inv_keep : 0.0f;
+    }
+}
+
 ds_status ds_nn_cpu_embedding_fwd(ds_backend *be, float *out, const float *table,
                                   const int32_t *ids, int n, int h, int vocab, bool accumulate);
 ds_status ds_nn_cpu_embedding_bwd(ds_backend *be, float *dtable, const float *dout,
@@ -143,9 +209,10 @@ ds_status ds_nn_cpu_bias_act_bwd(ds_backend *be, float *dx, float *dbias, const 
                                  ds_act act);
 ds_status ds_nn_cpu_dropout_fwd(ds_backend *be, float *y, const float *x, const float *bias,
                                 const float *res, int rows, int width, float p, uint64_t seed,
-                                uint64_t offset);
+                                uint64_t offset, uint32_t *keep);
 ds_status ds_nn_cpu_dropout_bwd(ds_backend *be, float *dx, float *dbias, const float *dy,
-                                int rows, int width, float p, uint64_t seed, uint64_t offset);
+                                int rows, int width, float p, uint64_t seed, uint64_t offset,
+                                const uint32_t *keep);
 
 ds_status ds_nn_cpu_layernorm_fwd(ds_backend *be, float *y, float *mean, float *rstd,
                                   const float *x, const float *gamma, const float *beta, int n,
@@ -157,10 +224,12 @@ ds_status ds_nn_cpu_layernorm_bwd(ds_backend *be, float *dx, float *dgamma, floa
 
 ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
                                      const float *mask, bool causal, int B, int nh, int Tq, int T,
-                                     float scale, float drop_p, uint64_t seed, uint64_t offset);
+                                     float scale, float drop_p, uint64_t seed, uint64_t offset,
+                                     uint32_t *keep);
 ds_status ds_nn_cpu_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const float *dpd,
                                      const float *p, int B, int nh, int Tq, int T, float scale,
-                                     float drop_p, uint64_t seed, uint64_t offset);
+                                     float drop_p, uint64_t seed, uint64_t offset,
+                                     const uint32_t *keep);
 
 ds_status ds_nn_cpu_shift_labels(ds_backend *be, int32_t *dst, const int32_t *src, int B, int T,
                                 int32_t fill);

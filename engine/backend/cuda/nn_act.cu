@@ -131,6 +131,43 @@ __global__ void ds_k_dropout_bwd(float *dx, const float *dy, size_t n, float p, 
     }
 }
 
+/* The keep mask (nn_math.h): one thread per word, the bits of up to 32
+ * columns of one row, one Philox block per 4 stream elements. A pass of its
+ * own, so the fwd kernel above keeps its one-thread-per-block layout (whose
+ * blocks need not fall on a row's words). */
+__global__ void ds_k_dropout_keep_bits(uint32_t *keep, size_t nwords, int width, float p,
+                                       uint64_t seed, uint64_t offset) {
+    int ld = ds_dropout_mask_ld(width);
+    DS_GRID_STRIDE(wi, nwords) {
+        size_t r = wi / (size_t)ld;
+        int c0 = (int)(wi % (size_t)ld) * 32, c1 = c0 + 32 < width ? c0 + 32 : width;
+        uint64_t base = offset + (uint64_t)r * width, cur = ~(uint64_t)0;
+        ds_philox4 w = {{0, 0, 0, 0}};
+        uint32_t bits = 0;
+        for (int c = c0; c < c1; c++) {
+            uint64_t j = base + (uint64_t)c;
+            if (j >> 2 != cur) {
+                cur = j >> 2;
+                w = ds_rng_block(seed, DS_RNG_TAG_UNIFORM, cur);
+            }
+            if (ds_dropout_keep(w.v[j & 3u], p)) bits |= 1u << (c - c0);
+        }
+        keep[wi] = bits;
+    }
+}
+
+/* dropout_bwd from the forward's keep mask: one thread per element */
+__global__ void ds_k_dropout_bwd_keep(float *dx, const float *dy, size_t n, int width,
+                                      float inv_keep, const uint32_t *keep) {
+    int ld = ds_dropout_mask_ld(width);
+    DS_GRID_STRIDE(i, n) {
+        size_t r = i / (size_t)width;
+        int c = (int)(i % (size_t)width);
+        bool k = (keep[r * ld + (size_t)(c >> 5)] >> (c & 31)) & 1u;
+        dx[i] = dy[i] * (k ? inv_keep : 0.0f);
+    }
+}
+
 /* p = 0: y = res + x + bias, no random numbers */
 __global__ void ds_k_bias_add_res(float *y, const float *x, const float *bias, const float *res,
                                   size_t n, int width) {
@@ -142,7 +179,7 @@ __global__ void ds_k_bias_add_res(float *y, const float *x, const float *bias, c
 
 ds_status ds_nn_cuda_dropout_fwd(ds_backend *be, float *y, const float *x, const float *bias,
                                  const float *res, int rows, int width, float p, uint64_t seed,
-                                 uint64_t offset) {
+                                 uint64_t offset, uint32_t *keep) {
     DS_TRY(ds_check_dropout_p("dropout_fwd", p));
     DS_CUDA_ENTER(be);
     size_t n = (size_t)rows * width;
@@ -153,13 +190,19 @@ ds_status ds_nn_cuda_dropout_fwd(ds_backend *be, float *y, const float *x, const
         size_t nblocks = (size_t)(((offset + n - 1) >> 2) - (offset >> 2) + 1);
         ds_k_dropout_fwd<<<DS_CUDA_GRID(be, nblocks)>>>(y, x, bias, res, n, width, p,
                                                         1.0f / (1.0f - p), seed, offset);
+        if (keep) {
+            size_t nwords = (size_t)rows * ds_dropout_mask_ld(width);
+            ds_k_dropout_keep_bits<<<DS_CUDA_GRID(be, nwords)>>>(keep, nwords, width, p, seed,
+                                                                 offset);
+        }
     }
     DS_CHECK_LAUNCH();
     return DS_OK;
 }
 
 ds_status ds_nn_cuda_dropout_bwd(ds_backend *be, float *dx, float *dbias, const float *dy,
-                                 int rows, int width, float p, uint64_t seed, uint64_t offset) {
+                                 int rows, int width, float p, uint64_t seed, uint64_t offset,
+                                 const uint32_t *keep) {
     DS_TRY(ds_check_dropout_p("dropout_bwd", p));
     DS_CUDA_ENTER(be);
     size_t n = (size_t)rows * width;
@@ -168,6 +211,10 @@ ds_status ds_nn_cuda_dropout_bwd(ds_backend *be, float *dx, float *dbias, const 
         if (dx != dy)
             DS_CHECK_CUDA(cudaMemcpyAsync(dx, dy, n * sizeof(float), cudaMemcpyDeviceToDevice,
                                           DS_CUDA_DEFAULT_STREAM));
+    } else if (keep) {
+        ds_k_dropout_bwd_keep<<<DS_CUDA_GRID(be, n)>>>(dx, dy, n, width, 1.0f / (1.0f - p),
+                                                       keep);
+        DS_CHECK_LAUNCH();
     } else {
         size_t nblocks = (size_t)(((offset + n - 1) >> 2) - (offset >> 2) + 1);
         ds_k_dropout_bwd<<<DS_CUDA_GRID(be, nblocks)>>>(dx, dy, n, p, 1.0f / (1.0f - p), seed,

@@ -13,8 +13,9 @@ __device__ __forceinline__ bool ds_key_ok(const float *mrow, int j, int nk) {
 __global__ void ds_k_attn_softmax_fwd(float *p, float *pd, const float *s, const float *mask,
                                       bool causal, int nh, int Tq, int T, int64_t rows,
                                       float scale, float drop_p, float inv_keep, uint64_t seed,
-                                      uint64_t offset) {
+                                      uint64_t offset, uint32_t *keep) {
     int lane = threadIdx.x % 32;
+    int ld = ds_dropout_mask_ld(T);
     DS_NN_WARP_ROWS(r, rows) {
         int b = (int)(r / ((int64_t)nh * Tq));
         const float *mrow = mask ? mask + (size_t)b * T : NULL;
@@ -36,23 +37,28 @@ __global__ void ds_k_attn_softmax_fwd(float *p, float *pd, const float *s, const
         }
         sum = ds_warp_sum(sum);
         float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* no real key: zeros */
-        for (int j = lane; j < T; j += 32) {
-            float v = pr[j] * inv;
-            pr[j] = v;
-            if (pd)
-                pd[r * T + j] = drop_p > 0.0f
-                                    ? v * (ds_rng_uniform_at(seed, offset + (uint64_t)r * T + j) >=
-                                                   drop_p
-                                               ? inv_keep
-                                               : 0.0f)
-                                    : v;
+        /* whole words of 32 keys, so the warp's ballot is one word of keep */
+        for (int j0 = 0; j0 < T; j0 += 32) {
+            int j = j0 + lane;
+            bool kp = j < T && drop_p > 0.0f &&
+                      ds_rng_uniform_at(seed, offset + (uint64_t)r * T + j) >= drop_p;
+            if (j < T) {
+                float v = pr[j] * inv;
+                pr[j] = v;
+                if (pd) pd[r * T + j] = drop_p > 0.0f ? v * (kp ? inv_keep : 0.0f) : v;
+            }
+            if (keep && drop_p > 0.0f) {
+                uint32_t bits = __ballot_sync(0xffffffffu, kp);
+                if (lane == 0) keep[r * ld + j0 / 32] = bits;
+            }
         }
     }
 }
 
 ds_status ds_nn_cuda_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
                                       const float *mask, bool causal, int B, int nh, int Tq, int T,
-                                      float scale, float drop_p, uint64_t seed, uint64_t offset) {
+                                      float scale, float drop_p, uint64_t seed, uint64_t offset,
+                                      uint32_t *keep) {
     DS_TRY(ds_check_attn_dropout("attn_softmax_fwd", pd, drop_p));
     DS_CUDA_ENTER(be);
     int64_t rows = (int64_t)B * nh * Tq;
@@ -60,24 +66,26 @@ ds_status ds_nn_cuda_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const
     ds_k_attn_softmax_fwd<<<ds_nn_row_blocks(rows), 32 * DS_NN_ROWS_PER_BLOCK, 0,
                             DS_CUDA_DEFAULT_STREAM>>>(p, pd, s, mask, causal, nh, Tq, T, rows,
                                                       scale, drop_p, 1.0f / (1.0f - drop_p),
-                                                      seed, offset);
+                                                      seed, offset, keep);
     DS_CHECK_LAUNCH();
     return DS_OK;
 }
 
 __global__ void ds_k_attn_softmax_bwd(float *ds, float *pd, const float *dpd, const float *p,
                                       int T, int64_t rows, float scale, float drop_p,
-                                      float inv_keep, uint64_t seed, uint64_t offset) {
+                                      float inv_keep, uint64_t seed, uint64_t offset,
+                                      const uint32_t *keep) {
     int lane = threadIdx.x % 32;
+    int ld = ds_dropout_mask_ld(T);
     DS_NN_WARP_ROWS(r, rows) {
         const float *pr = p + r * T;
         float dot = 0.0f;
         for (int j = lane; j < T; j += 32) {
-            float m = drop_p > 0.0f
-                          ? (ds_rng_uniform_at(seed, offset + (uint64_t)r * T + j) >= drop_p
-                                 ? inv_keep
-                                 : 0.0f)
-                          : 1.0f;
+            /* the forward's bit when it kept the mask, else the stream again */
+            bool kp = drop_p > 0.0f &&
+                      (keep ? (keep[r * ld + j / 32] >> (j & 31)) & 1u
+                            : ds_rng_uniform_at(seed, offset + (uint64_t)r * T + j) >= drop_p);
+            float m = drop_p > 0.0f ? (kp ? inv_keep : 0.0f) : 1.0f;
             float dp = dpd[r * T + j] * m;
             ds[r * T + j] = dp;
             dot += dp * pr[j];
@@ -91,14 +99,16 @@ __global__ void ds_k_attn_softmax_bwd(float *ds, float *pd, const float *dpd, co
 
 ds_status ds_nn_cuda_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const float *dpd,
                                       const float *p, int B, int nh, int Tq, int T, float scale,
-                                      float drop_p, uint64_t seed, uint64_t offset) {
+                                      float drop_p, uint64_t seed, uint64_t offset,
+                                      const uint32_t *keep) {
     DS_TRY(ds_check_dropout_p("attn_softmax_bwd", drop_p));
     DS_CUDA_ENTER(be);
     int64_t rows = (int64_t)B * nh * Tq;
     if (rows <= 0) return DS_OK;
     ds_k_attn_softmax_bwd<<<ds_nn_row_blocks(rows), 32 * DS_NN_ROWS_PER_BLOCK, 0,
                             DS_CUDA_DEFAULT_STREAM>>>(ds, pd, dpd, p, T, rows, scale, drop_p,
-                                                      1.0f / (1.0f - drop_p), seed, offset);
+                                                      1.0f / (1.0f - drop_p), seed, offset,
+                                                      drop_p > 0.0f ? keep : NULL);
     DS_CHECK_LAUNCH();
     return DS_OK;
 }

@@ -60,9 +60,10 @@ ds_status ds_nn_cuda_bias_act_bwd(ds_backend *be, float *dx, float *dbias, const
                                   ds_act act);
 ds_status ds_nn_cuda_dropout_fwd(ds_backend *be, float *y, const float *x, const float *bias,
                                  const float *res, int rows, int width, float p, uint64_t seed,
-                                 uint64_t offset);
+                                 uint64_t offset, uint32_t *keep);
 ds_status ds_nn_cuda_dropout_bwd(ds_backend *be, float *dx, float *dbias, const float *dy,
-                                 int rows, int width, float p, uint64_t seed, uint64_t offset);
+                                 int rows, int width, float p, uint64_t seed, uint64_t offset,
+                                 const uint32_t *keep);
 
 ds_status ds_nn_cuda_layernorm_fwd(ds_backend *be, float *y, float *mean, float *rstd,
                                    const float *x, const float *gamma, const float *beta, int n,
@@ -74,10 +75,12 @@ ds_status ds_nn_cuda_layernorm_bwd(ds_backend *be, float *dx, float *dgamma, flo
 
 ds_status ds_nn_cuda_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
                                       const float *mask, bool causal, int B, int nh, int Tq, int T,
-                                      float scale, float drop_p, uint64_t seed, uint64_t offset);
+                                      float scale, float drop_p, uint64_t seed, uint64_t offset,
+                                      uint32_t *keep);
 ds_status ds_nn_cuda_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const float *dpd,
                                       const float *p, int B, int nh, int Tq, int T, float scale,
-                                      float drop_p, uint64_t seed, uint64_t offset);
+                                      float drop_p, uint64_t seed, uint64_t offset,
+                                      const uint32_t *keep);
 
 ds_status ds_nn_cuda_shift_labels(ds_backend *be, int32_t *dst, const int32_t *src, int B, int T,
                                 int32_t fill);
