@@ -25,6 +25,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/cpu_isa.h"
 #include "engine/backend/nn.h"
+#include "tests/unit/test_rand.h"
 #include "tests/unit/test_util.h"
 
 #define MAX_OUT 128
@@ -47,20 +48,6 @@ static void keep(outputs *o, const char *name, const void *p, size_t bytes) {
     o->n++;
 }
 
-static uint64_t g_rng;
-static float frand(float lo, float hi) { /* xorshift64*, deterministic */
-    g_rng ^= g_rng >> 12;
-    g_rng ^= g_rng << 25;
-    g_rng ^= g_rng >> 27;
-    uint64_t r = g_rng * 2685821657736338717ull;
-    return lo + (hi - lo) * (float)((r >> 40) * (1.0 / 16777216.0));
-}
-static float *frand_buf(size_t n, float lo, float hi) {
-    float *p = malloc(n * sizeof *p);
-    if (!p) TEST_DIE("out of memory");
-    for (size_t i = 0; i < n; i++) p[i] = frand(lo, hi);
-    return p;
-}
 
 enum { R = 37, W = 771, N = R * W };
 
@@ -68,7 +55,7 @@ enum { R = 37, W = 771, N = R * W };
 static void run_elementwise(ds_backend *be, outputs *o) {
     const ds_backend_ops *op = be->ops;
     size_t n = 100003; /* > DS_CPU_PAR_MIN: threads take chunks; odd tail */
-    float *a = frand_buf(n, -3.0f, 3.0f), *b = frand_buf(n, -1.0f, 1.0f);
+    float *a = test_frand_buf(n, -3.0f, 3.0f), *b = test_frand_buf(n, -1.0f, 1.0f);
     a[5] = 0.0f, a[6] = -0.0f, a[7] = 65519.0f, a[8] = 7e-8f, a[9] = 1e30f;
     float *f = malloc(n * sizeof *f);
     uint16_t *h = malloc(n * sizeof *h), *bf = malloc(n * sizeof *bf);
@@ -117,7 +104,7 @@ static void run_elementwise(ds_backend *be, outputs *o) {
 
     /* Three steps of AdamW (fp32 grads), Adam with L2 (fp16 grads, bf16
      * working copy), SGD with Nesterov momentum (bf16 grads, fp16 copy). */
-    float *p = frand_buf(n, -1.0f, 1.0f), *m = calloc(n, 4), *v = calloc(n, 4);
+    float *p = test_frand_buf(n, -1.0f, 1.0f), *m = calloc(n, 4), *v = calloc(n, 4);
     if (!m || !v) TEST_DIE("out of memory");
     for (int t = 1; t <= 3; t++) {
         ds_adam_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
@@ -141,8 +128,8 @@ static void run_elementwise(ds_backend *be, outputs *o) {
 /* Every model kernel. */
 static void run_nn(ds_backend *be, outputs *o) {
     const ds_nn_ops *nn = be->nn;
-    float *x = frand_buf(N, -6.0f, 6.0f), *dy = frand_buf(N, -1.0f, 1.0f);
-    float *bias = frand_buf(W, -0.5f, 0.5f), *y = malloc(N * 4), *dx = malloc(N * 4);
+    float *x = test_frand_buf(N, -6.0f, 6.0f), *dy = test_frand_buf(N, -1.0f, 1.0f);
+    float *bias = test_frand_buf(W, -0.5f, 0.5f), *y = malloc(N * 4), *dx = malloc(N * 4);
     float *db = calloc(W, 4);
     if (!y || !dx || !db) TEST_DIE("out of memory");
 
@@ -164,9 +151,9 @@ static void run_nn(ds_backend *be, outputs *o) {
         enum { SR = 2048, SW = 1024 };
         size_t sn = (size_t)SR * SW;
         float *sx = aligned_alloc(64, sn * 4), *sy = aligned_alloc(64, sn * 4);
-        float *sb = frand_buf(SW, -0.5f, 0.5f);
+        float *sb = test_frand_buf(SW, -0.5f, 0.5f);
         if (!sx || !sy) TEST_DIE("out of memory");
-        for (size_t i = 0; i < sn; i++) sx[i] = frand(-6.0f, 6.0f);
+        for (size_t i = 0; i < sn; i++) sx[i] = test_frand(-6.0f, 6.0f);
         CHECK_OK(nn->bias_act_fwd(be, sy, sx, sb, SR, SW, DS_ACT_GELU));
         keep(o, "act gelu fwd streamed", sy, sn * 4);
         free(sx), free(sy), free(sb);
@@ -187,7 +174,7 @@ static void run_nn(ds_backend *be, outputs *o) {
         free(km);
     }
 
-    float *gamma = frand_buf(W, 0.5f, 1.5f), *beta = frand_buf(W, -0.2f, 0.2f);
+    float *gamma = test_frand_buf(W, 0.5f, 1.5f), *beta = test_frand_buf(W, -0.2f, 0.2f);
     float mean[R], rstd[R];
     float *dg = calloc(W, 4), *dbeta = calloc(W, 4);
     if (!dg || !dbeta) TEST_DIE("out of memory");
@@ -205,8 +192,8 @@ static void run_nn(ds_backend *be, outputs *o) {
      * a padding mask, causal and not, with dropout */
     enum { B = 2, NH = 3, T = 133 };
     size_t na = (size_t)B * NH * T * T;
-    float *s = frand_buf(na, -8.0f, 8.0f), *pa = malloc(na * 4), *pd = malloc(na * 4);
-    float *dpd = frand_buf(na, -1.0f, 1.0f), *dsc = malloc(na * 4), *pd2 = malloc(na * 4);
+    float *s = test_frand_buf(na, -8.0f, 8.0f), *pa = malloc(na * 4), *pd = malloc(na * 4);
+    float *dpd = test_frand_buf(na, -1.0f, 1.0f), *dsc = malloc(na * 4), *pd2 = malloc(na * 4);
     float mask[B * T];
     if (!pa || !pd || !dsc || !pd2) TEST_DIE("out of memory");
     for (int i = 0; i < B * T; i++) mask[i] = (i % T) < (i < T ? T : 70) ? 1.0f : 0.0f;
@@ -234,12 +221,13 @@ static void run_nn(ds_backend *be, outputs *o) {
 
     /* cross-entropy over a 1000-class head with weights and an ignored row */
     enum { XR = 29, XC = 1001 };
-    float *logits = frand_buf((size_t)XR * XC, -10.0f, 10.0f);
+    float *logits = test_frand_buf((size_t)XR * XC, -10.0f, 10.0f);
     float *probs = malloc((size_t)XR * XC * 4), *dl = malloc((size_t)XR * XC * 4);
     float loss, wsum, row_loss[XR], wts[XR];
     int32_t labels[XR];
     if (!probs || !dl) TEST_DIE("out of memory");
-    for (int r = 0; r < XR; r++) labels[r] = r == 3 ? -100 : (r * 37) % XC, wts[r] = frand(0, 2);
+    for (int r = 0; r < XR; r++)
+        labels[r] = r == 3 ? -100 : (r * 37) % XC, wts[r] = test_frand(0, 2);
     CHECK_OK(nn->xent_fwd(be, &loss, &wsum, probs, row_loss, logits, labels, wts, XR, XC, -100));
     keep(o, "xent loss", &loss, 4);
     keep(o, "xent probs", probs, (size_t)XR * XC * 4);
@@ -251,7 +239,7 @@ static void run_nn(ds_backend *be, outputs *o) {
     enum { V = 50 };
     int32_t ids[R];
     for (int i = 0; i < R; i++) ids[i] = (i * 7) % V;
-    float *table = frand_buf((size_t)V * W, -1.0f, 1.0f), *dtab = calloc((size_t)V * W, 4);
+    float *table = test_frand_buf((size_t)V * W, -1.0f, 1.0f), *dtab = calloc((size_t)V * W, 4);
     if (!dtab) TEST_DIE("out of memory");
     CHECK_OK(nn->embedding_fwd(be, y, table, ids, R, W, V, false));
     CHECK_OK(nn->embedding_fwd(be, y, table, ids, R, W, V, true));
@@ -285,8 +273,8 @@ static void run_gemm(ds_backend *be, outputs *o) {
     static const char *const names[8] = {"gemm nn",      "gemm nt",      "gemm tn",
                                          "gemm tt",      "gemm bf16 nn", "gemm bf16 nt",
                                          "gemm bf16 tn", "gemm bf16 tt"};
-    float *a = frand_buf((size_t)GB * GM * GK, -1.0f, 1.0f);
-    float *b = frand_buf((size_t)GB * GK * GN, -1.0f, 1.0f);
+    float *a = test_frand_buf((size_t)GB * GM * GK, -1.0f, 1.0f);
+    float *b = test_frand_buf((size_t)GB * GK * GN, -1.0f, 1.0f);
     float *c = malloc((size_t)GB * GM * GN * sizeof *c);
     if (!c) TEST_DIE("out of memory");
     for (int t = 0; t < 8; t++) {
@@ -307,7 +295,7 @@ static void run_variant(const char *isa, outputs *o) {
     char want[32];
     snprintf(want, sizeof want, "cpu/%s", isa);
     CHECK(strcmp(be->ops->name, want) == 0, "DS_CPU_ISA=%s gave backend %s", isa, be->ops->name);
-    g_rng = 0x9E3779B97F4A7C15ull; /* the same inputs for every variant */
+    test_rand_seed(0x9E3779B97F4A7C15ull); /* the same inputs for every variant */
     run_elementwise(be, o);
     run_nn(be, o);
     run_gemm(be, o);

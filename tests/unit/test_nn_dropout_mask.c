@@ -22,22 +22,9 @@
 #include "engine/backend/cpu/cpu_isa.h"
 #include "engine/backend/math.h"
 #include "engine/backend/nn.h"
+#include "tests/unit/test_rand.h"
 #include "tests/unit/test_util.h"
 
-static uint64_t g_rng = 0x243F6A8885A308D3ull;
-static float frand(float lo, float hi) { /* xorshift64*, deterministic */
-    g_rng ^= g_rng >> 12;
-    g_rng ^= g_rng << 25;
-    g_rng ^= g_rng >> 27;
-    uint64_t r = g_rng * 2685821657736338717ull;
-    return lo + (hi - lo) * (float)((r >> 40) * (1.0 / 16777216.0));
-}
-static float *frand_buf(size_t n, float lo, float hi) {
-    float *p = malloc(n * sizeof *p);
-    if (!p) TEST_DIE("out of memory");
-    for (size_t i = 0; i < n; i++) p[i] = frand(lo, hi);
-    return p;
-}
 static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p) TEST_DIE("out of memory");
@@ -66,8 +53,8 @@ static void check_dropout(ds_backend *be, const char *isa, int rows, int width) 
     size_t n = (size_t)rows * width, kb = ds_dropout_mask_bytes(rows, width);
     const float p = 0.3f;
     const uint64_t seed = 977, off = 1000003; /* not a multiple of 4: a head block */
-    float *x = frand_buf(n, -2.0f, 2.0f), *res = frand_buf(n, -1.0f, 1.0f);
-    float *bias = frand_buf((size_t)width, -0.5f, 0.5f), *dy = frand_buf(n, -1.0f, 1.0f);
+    float *x = test_frand_buf(n, -2.0f, 2.0f), *res = test_frand_buf(n, -1.0f, 1.0f);
+    float *bias = test_frand_buf((size_t)width, -0.5f, 0.5f), *dy = test_frand_buf(n, -1.0f, 1.0f);
     float *y1 = xmalloc(n * 4), *y2 = xmalloc(n * 4), *dx1 = xmalloc(n * 4), *dx2 = xmalloc(n * 4);
     float *db1 = calloc((size_t)width, 4), *db2 = calloc((size_t)width, 4);
     uint32_t *keep = xmalloc(kb);
@@ -121,7 +108,7 @@ static void check_attention(ds_backend *be, const char *isa, int B, int nh, int 
     size_t n = (size_t)rows * T, kb = ds_dropout_mask_bytes(rows, T);
     const float pa = 0.2f, scale = 0.3f;
     const uint64_t seed = 4242, off = 77;
-    float *s = frand_buf(n, -6.0f, 6.0f), *dpd = frand_buf(n, -1.0f, 1.0f);
+    float *s = test_frand_buf(n, -6.0f, 6.0f), *dpd = test_frand_buf(n, -1.0f, 1.0f);
     float *mask = xmalloc((size_t)B * T * 4);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) mask[b * T + t] = t < T - 7 * b ? 1.0f : 0.0f;
