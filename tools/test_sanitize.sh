@@ -16,8 +16,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build=${ASAN_BUILD_DIR:-build-asan}
 # shellcheck disable=SC2086 # CMAKE_ARGS is a list of words on purpose
+# No benchmarks (DS_BENCH=OFF): no test runs them, and timing under the
+# sanitizers measures nothing.
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS_WERROR=ON -DDS_SANITIZE=ON \
-  -DDS_CUDA=OFF ${CMAKE_ARGS:-}
+  -DDS_CUDA=OFF -DDS_BENCH=OFF ${CMAKE_ARGS:-}
 cmake --build "$build" -j "$(nproc)"
 # Open MPI's components stay loaded to the end (keep_modules.c, preloaded
 # into every process of a test: built here without sanitizers, since the
