@@ -7,7 +7,8 @@ if(DS_SANITIZE)
   target_link_libraries(lsan_probe PRIVATE MPI::MPI_C)
   add_test(NAME test_lsan_probe
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/sanitizer/test_lsan_probe.sh
-                   $<TARGET_FILE:lsan_probe> ${DS_MPIRUN} ${DS_MPIRUN_FLAGS})
+                   $<TARGET_FILE:lsan_probe> $<TARGET_FILE:zero-engine>
+                   ${DS_MPIRUN} ${DS_MPIRUN_FLAGS})
   set_tests_properties(test_lsan_probe PROPERTIES LABELS multirank TIMEOUT 60 PROCESSORS 2
                        SKIP_RETURN_CODE 77)
 endif()
