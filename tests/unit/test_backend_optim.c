@@ -134,7 +134,7 @@ typedef struct adam_run {
 static void run_adam(ds_backend *be, const adam_run *c, float p_out[NE], uint16_t lp_out[NE],
                      float lp32_out[NE]) {
     float p[NE], m[NE] = {0}, v[NE] = {0}, g32[NE];
-    uint16_t g16[NE];
+    uint16_t g16[2 * NE]; /* 2x: -O3's -Warray-bounds follows ds_store_f32's dead F32 branch */
     memcpy(p, k_p0, sizeof p);
     for (int t = 1; t <= NSTEP; t++) {
         for (int e = 0; e < NE; e++) g32[e] = k_grad[t - 1][e] * c->grad_scale;
@@ -263,7 +263,7 @@ static void test_adam(ds_backend *be) {
 static void run_sgd(ds_backend *be, float lr, float mom, float damp, float wd, int nesterov,
                     ds_dtype grad_t, float p_out[NE]) {
     float p[NE], buf[NE] = {0}, g32[NE];
-    uint16_t g16[NE];
+    uint16_t g16[2 * NE]; /* 2x: -O3's -Warray-bounds follows ds_store_f32's dead F32 branch */
     memcpy(p, k_p0, sizeof p);
     for (int t = 1; t <= NSTEP; t++) {
         for (int e = 0; e < NE; e++) g32[e] = k_grad[t - 1][e];
