@@ -37,19 +37,46 @@ __global__ void ds_k_attn_softmax_fwd(float *p, float *pd, const float *s, const
         }
         sum = ds_warp_sum(sum);
         float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* no real key: zeros */
-        /* whole words of 32 keys, so the warp's ballot is one word of keep */
-        for (int j0 = 0; j0 < T; j0 += 32) {
-            int j = j0 + lane;
-            bool kp = j < T && drop_p > 0.0f &&
-                      ds_rng_uniform_at(seed, offset + (uint64_t)r * T + j) >= drop_p;
-            if (j < T) {
-                float v = pr[j] * inv;
-                pr[j] = v;
-                if (pd) pd[r * T + j] = drop_p > 0.0f ? v * (kp ? inv_keep : 0.0f) : v;
+        /* Windows of 128 keys: lane l draws the Philox block b0 + l of the
+         * window's stream (4 keys each; one more block when the window does
+         * not start on a block), and the keys' words reach their lanes by
+         * shuffles: one Philox per lane per 128 keys instead of one per key
+         * (ds_rng_uniform_at's block for each of 4 keys). Then words of 32
+         * keys, so the warp's ballot is one word of keep. */
+        uint64_t base = offset + (uint64_t)r * T;
+        for (int w0 = 0; w0 < T; w0 += 128) {
+            uint64_t e0 = base + (uint64_t)w0, b0 = e0 >> 2;
+            ds_philox4 w = {{0, 0, 0, 0}}, wx = {{0, 0, 0, 0}};
+            if (drop_p > 0.0f) {
+                w = ds_rng_block(seed, DS_RNG_TAG_UNIFORM, b0 + (uint64_t)lane);
+                if (e0 & 3u) wx = ds_rng_block(seed, DS_RNG_TAG_UNIFORM, b0 + 32);
             }
-            if (keep && drop_p > 0.0f) {
-                uint32_t bits = __ballot_sync(0xffffffffu, kp);
-                if (lane == 0) keep[r * ld + j0 / 32] = bits;
+            for (int j0 = w0; j0 < T && j0 < w0 + 128; j0 += 32) {
+                int j = j0 + lane;
+                bool kp = false;
+                if (drop_p > 0.0f) { /* warp-uniform: every lane shuffles */
+                    uint64_t e = base + (uint64_t)j;
+                    int src = (int)((e >> 2) - b0), c = (int)(e & 3u); /* src in [0, 32] */
+                    uint32_t v0 = __shfl_sync(0xffffffffu, w.v[0], src & 31);
+                    uint32_t v1 = __shfl_sync(0xffffffffu, w.v[1], src & 31);
+                    uint32_t v2 = __shfl_sync(0xffffffffu, w.v[2], src & 31);
+                    uint32_t v3 = __shfl_sync(0xffffffffu, w.v[3], src & 31);
+                    uint32_t bits = src == 32 ? wx.v[c]
+                                    : c == 0  ? v0
+                                    : c == 1  ? v1
+                                    : c == 2  ? v2
+                                              : v3;
+                    kp = j < T && ds_dropout_keep(bits, drop_p);
+                }
+                if (j < T) {
+                    float v = pr[j] * inv;
+                    pr[j] = v;
+                    if (pd) pd[r * T + j] = drop_p > 0.0f ? v * (kp ? inv_keep : 0.0f) : v;
+                }
+                if (keep && drop_p > 0.0f) {
+                    uint32_t word = __ballot_sync(0xffffffffu, kp);
+                    if (lane == 0) keep[r * ld + j0 / 32] = word;
+                }
             }
         }
     }
