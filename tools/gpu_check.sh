@@ -5,6 +5,10 @@
 #   cmake -S . -B build-gpu -DDS_CUDA=ON -DCMAKE_BUILD_TYPE=Release && cmake --build build-gpu -j
 #   tools/gpu_check.sh build-gpu DATA.tsv [OUT_DIR] [PHASE...]
 #
+# or, on a machine without Debian's packages, a bundle of that build
+# (tools/bundle.sh build-gpu gpu.tar.xz; there: tar xJf gpu.tar.xz &&
+# . gpu/env.sh && tools/gpu_check.sh gpu DATA.tsv).
+#
 # Phases (default all but sanitize and ncu, which are slow):
 #   ctest     the cuda tests: every kernel slot against the cpu backend, the
 #             NCCL communicator at one rank per visible GPU
@@ -29,7 +33,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [ $# -lt 2 ]; then
-  sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
   exit 2
 fi
 B=$1 D=$2 W=${3:-/tmp/gpu_check}
@@ -47,10 +51,19 @@ log "the GPU and what the build can use"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
 "$B/bin/engine-run" --report 2>&1 | grep -E "^(backends| +cuda|cuda|nccl|openblas|cpu )"
 
-if has ctest; then
+if has ctest && [ -f "$B/CTestTestfile.cmake" ]; then
   log "ctest -L cuda"
   (cd "$B" && ctest -L cuda --output-on-failure --timeout 240) > "$W/ctest_cuda.log" 2>&1 || status=1
   grep -E "Test +#|tests passed|FAIL" "$W/ctest_cuda.log"
+elif has ctest; then # a bundle (tools/bundle.sh): the cuda tests' programs, as ctest runs them
+  log "the cuda tests of the bundle"
+  for t in test_backend_cuda test_nn_cuda "mpirun -n 1 $B/tests/test_comm_nccl"; do
+    [ "${t#mpirun}" = "$t" ] && t=$B/tests/$t
+    timeout 240 $t > "$W/$(basename "${t##* }").log" 2>&1
+    rc=$?
+    echo "  $(basename "${t##* }"): exit $rc"
+    [ $rc -eq 0 ] || status=1
+  done
 fi
 
 # One config per run: configs/ds_config.json with the stage, the backend and
