@@ -233,10 +233,12 @@ static ds_status k_drop_bwd(ds_backend *be, const model *m, bufs *b, int v) {
     return be->nn->dropout_bwd(be, b->y, b->g2, b->dy, (int)N_TOK(m), m->H, 0.1f, 1234, 0,
                                v ? b->keep : NULL);
 }
+/* variant: 0 dropout 0.1, 1 the same writing the keep mask, 2 p = 0 (the
+ * softmax alone, pd its copy: the difference to 0 is the dropout's cost) */
 static ds_status k_smax_fwd(ds_backend *be, const model *m, bufs *b, int v) {
     return be->nn->attn_softmax_fwd(be, b->y, b->z, b->x, m->causal ? NULL : b->mask, m->causal,
-                                    m->B, m->nh, m->T, m->T, 0.125f, 0.1f, 1234, 0,
-                                    v ? b->keep : NULL);
+                                    m->B, m->nh, m->T, m->T, 0.125f, v == 2 ? 0.0f : 0.1f, 1234,
+                                    0, v == 1 ? b->keep : NULL);
 }
 static ds_status k_smax_bwd(ds_backend *be, const model *m, bufs *b, int v) {
     return be->nn->attn_softmax_bwd(be, b->w, b->z, b->dy, b->y, m->B, m->nh, m->T, m->T, 0.125f,
@@ -449,6 +451,8 @@ static int run_model(bench *bk, const model *md) {
     row(bk, "dropout bwd p=0.1 from the keep mask", s_nh, f * 2 * NH, NH, k_drop_bwd, md, &b, 1);
     row(bk, md->causal ? "causal softmax + dropout fwd" : "masked softmax + dropout fwd", s_att,
         f * (3 * NA + (md->causal ? 0 : N)), NA, k_smax_fwd, md, &b, 0);
+    row(bk, md->causal ? "causal softmax fwd, p = 0" : "masked softmax fwd, p = 0", s_att,
+        f * (3 * NA + (md->causal ? 0 : N)), NA, k_smax_fwd, md, &b, 2);
     row(bk, "softmax + dropout bwd (+ pd)", s_att, f * 4 * NA, NA, k_smax_bwd, md, &b, 0);
     row(bk, "softmax + dropout fwd, keep mask written", s_att,
         f * (3 * NA + (md->causal ? 0 : N)), NA, k_smax_fwd, md, &b, 1);
