@@ -66,6 +66,20 @@ foreach(stage 0 1 2 3)
   ds_equiv_test(equiv_mlp_gas2_stage${stage}_np2 2 ref_mlp
                 --check ${CMAKE_BINARY_DIR}/tests/ref_mlp_fp32.txt --stage ${stage} --gas 2)
 endforeach()
+# Stage 2 at one rank accumulates into its partition, the whole gradient, as
+# stage 0 into its replica (zero/stage2.c): the same losses to the printed
+# digits, with gas 2 (where copying each micro-batch's gradient out of a
+# zeroed staging area and adding it, as the buckets did, sums in another
+# order) and with a tied table (the tie's gradient folded into the slots).
+foreach(model mlp tied)
+  set(_ref ${CMAKE_BINARY_DIR}/tests/ref_${model}_gas2_stage0.txt)
+  add_test(NAME equiv_${model}_gas2_stage0_ref COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 1
+           $<TARGET_FILE:test_train_equiv> --write ${_ref} --stage 0 --gas 2 --model ${model})
+  set_tests_properties(equiv_${model}_gas2_stage0_ref PROPERTIES LABELS multirank TIMEOUT 300
+                       FIXTURES_SETUP ref_${model}_gas2)
+  ds_equiv_test(equiv_${model}_gas2_stage2_np1_same 1 ref_${model}_gas2
+                --check ${_ref} --stage 2 --gas 2 --model ${model} --tol 1e-9)
+endforeach()
 set(_clip_ref ${CMAKE_BINARY_DIR}/tests/ref_mlp_clip.txt)
 add_test(NAME equiv_mlp_clip_ref COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 1
          $<TARGET_FILE:test_train_equiv> --write ${_clip_ref} --clip 0.05)

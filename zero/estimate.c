@@ -51,13 +51,15 @@ static void add(est *e, ds_mem_purpose p, ds_mem_place at, int64_t elems, uint64
     if (elems > 0) e->r->bytes[p][at] += (uint64_t)elems * esz;
 }
 
-/* zero/replica.c: the full replica of stages 0-2. */
-static void replica(est *e, bool full_grads) {
+/* zero/replica.c: the full replica of stages 0-2; lent: the gradient is the
+ * stage's own buffer (stage 2 at one rank), counted by the stage. */
+static void replica(est *e, bool full_grads, bool lent) {
     int64_t padded = e->l->padded;
     add(e, DS_MEM_PARAMS, DS_PLACE_DEVICE, padded, e->P);
     if (full_grads) add(e, DS_MEM_GRADS, DS_PLACE_DEVICE, padded, e->G);
     if (e->mixed) add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, e->max_span, 4); /* fp32 params */
-    if (e->G != 4 || !full_grads) add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, e->max_span, 4);
+    if (e->G != 4 || !(full_grads || lent)) /* fp32 gradient staging */
+        add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, e->max_span, 4);
     if (e->mixed)
         for (int j = 0; j < e->l->n_tied; j++) add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, e->l->tied[j], 4);
 }
@@ -236,20 +238,23 @@ static ds_status estimate(const layout *l, const ds_config *c, ds_backend_kind b
         if (l->spans[m] > e.max_span) e.max_span = l->spans[m];
     switch (c->zero_stage) {
     case 0: /* zero/stage0.c: everything everywhere, on the device */
-        replica(&e, true);
+        replica(&e, true, false);
         if (e.mixed) add(&e, DS_MEM_MASTER, DS_PLACE_DEVICE, l->padded, 4);
         add(&e, DS_MEM_OPTIM, DS_PLACE_DEVICE, l->padded * e.moments, 4);
         break;
     case 1: /* zero/stage1.c */
-        replica(&e, true);
+        replica(&e, true, false);
         shard(&e, false);
         break;
-    case 2: /* zero/stage2.c: the gradient partition and its buckets */
-        replica(&e, false);
+    case 2: { /* zero/stage2.c: the gradient partition and its buckets; at one rank
+               * the partition is the whole gradient, accumulated in place */
+        bool one = l->world == 1 && l->part == l->padded;
+        replica(&e, false, one);
         shard(&e, false);
         add(&e, DS_MEM_GRADS, DS_PLACE_DEVICE, l->part, e.G);
-        buckets(&e);
+        if (!one) buckets(&e);
         break;
+    }
     default:
         DS_TRY(stage3(&e));
     }

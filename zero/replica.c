@@ -36,7 +36,7 @@ static ds_status init_tied(ds_replica *r) {
     return DS_OK;
 }
 
-ds_status ds_replica_init(ds_replica *r, const ds_zero_desc *d, bool full_grads) {
+ds_status ds_replica_init(ds_replica *r, const ds_zero_desc *d, bool full_grads, void *grads_at) {
     const ds_flat *f = d->flat;
     r->be = d->be;
     r->flat = f;
@@ -53,10 +53,12 @@ ds_status ds_replica_init(ds_replica *r, const ds_zero_desc *d, bool full_grads)
     if (full_grads)
         DS_TRY(ds_backend_alloc(be, DS_MEM_GRADS, DS_PLACE_DEVICE, padded * ds_dtype_size(r->gt),
                                 &r->grads));
+    else if (grads_at)
+        r->grads = grads_at, r->grads_lent = true;
     if (r->pt != DS_F32)
         DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, (size_t)r->max_span * 4,
                                 (void **)&r->pstage));
-    if (r->gt != DS_F32 || !full_grads)
+    if (r->gt != DS_F32 || !r->grads)
         DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, (size_t)r->max_span * 4,
                                 (void **)&r->gstage));
     r->ptrs = calloc((size_t)f->n_modules, sizeof *r->ptrs);
@@ -85,7 +87,7 @@ void ds_replica_free(ds_replica *r) {
     ds_backend *be = r->be;
     size_t padded = (size_t)r->flat->padded;
     ds_backend_free(be, DS_MEM_PARAMS, DS_PLACE_DEVICE, r->params, padded * ds_dtype_size(r->pt));
-    if (r->grads)
+    if (r->grads && !r->grads_lent)
         ds_backend_free(be, DS_MEM_GRADS, DS_PLACE_DEVICE, r->grads, padded * ds_dtype_size(r->gt));
     ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, r->pstage, (size_t)r->max_span * 4);
     ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, r->gstage, (size_t)r->max_span * 4);
@@ -249,9 +251,10 @@ ds_status ds_replica_op_zero_grad(ds_zero *z) {
 
 static ds_replica_shard *RS(ds_zero *z) { return (ds_replica_shard *)z->impl; }
 
-ds_status ds_replica_shard_init(ds_replica_shard *rs, const ds_zero_desc *d, bool full_grads) {
+ds_status ds_replica_shard_init(ds_replica_shard *rs, const ds_zero_desc *d, bool full_grads,
+                                void *grads_at) {
     rs->comm = d->comm;
-    DS_TRY(ds_replica_init(&rs->rep, d, full_grads));
+    DS_TRY(ds_replica_init(&rs->rep, d, full_grads, grads_at));
     DS_TRY(ds_shard_init(&rs->sh, d));
     /* Every rank draws the whole replica locally (no collective during
      * construction, so a rank that failed to allocate cannot strand the

@@ -22,6 +22,7 @@ typedef struct ds_replica {
     ds_dtype pt, gt;
     void *params;          /* [padded] pt */
     void *grads;           /* [padded] gt; NULL when the stage keeps only a partition */
+    bool grads_lent;       /* grads is the stage's buffer (ds_replica_init's grads_at) */
     float *pstage, *gstage;/* fp32 staging [max_span], when pt / gt != F32 */
     int64_t max_span;
     float ***ptrs, ***gptrs; /* per module: parameter / gradient slot pointers */
@@ -31,8 +32,11 @@ typedef struct ds_replica {
 
 /* full_grads: keep a full gradient replica (stages 0, 1). Without it
  * (stage 2) gradients are computed in the fp32 staging area only and the
- * strategy moves them out in grad_done. */
-ds_status ds_replica_init(ds_replica *r, const ds_zero_desc *d, bool full_grads);
+ * strategy moves them out in grad_done, unless grads_at is given: a buffer
+ * of the stage's, [padded] gt, that the modules accumulate into as into a
+ * full replica (stage 2 at one rank, whose partition is the whole flat
+ * space; not freed here). */
+ds_status ds_replica_init(ds_replica *r, const ds_zero_desc *d, bool full_grads, void *grads_at);
 void ds_replica_free(ds_replica *r);
 
 /* Draw every parameter's initial values (ds_zero_init_range) into the
@@ -79,7 +83,8 @@ typedef struct ds_replica_shard {
     ds_param_rows *rows; /* the tables gathered by the rows a batch reads, or NULL */
 } ds_replica_shard;
 
-ds_status ds_replica_shard_init(ds_replica_shard *rs, const ds_zero_desc *d, bool full_grads);
+ds_status ds_replica_shard_init(ds_replica_shard *rs, const ds_zero_desc *d, bool full_grads,
+                                void *grads_at);
 /* Destroy the stage's communication worker first (param_gather.h). */
 void ds_replica_shard_free(ds_replica_shard *rs);
 /* Gather the updated parameters in allgather_bucket_size chunks through w

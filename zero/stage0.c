@@ -227,7 +227,7 @@ static ds_status build(stage0 *s, const ds_zero_desc *d) {
     ds_backend *be = d->be;
     size_t padded = (size_t)d->flat->padded;
     int nstate = ds_optim_state_count(d->cfg);
-    DS_TRY(ds_replica_init(&s->rep, d, true));
+    DS_TRY(ds_replica_init(&s->rep, d, true, NULL));
     if (s->mixed)
         DS_TRY(ds_backend_alloc(be, DS_MEM_MASTER, DS_PLACE_DEVICE, padded * 4,
                                 (void **)&s->master));

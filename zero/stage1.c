@@ -96,7 +96,7 @@ ds_status ds_zero_stage1_create(const ds_zero_desc *d, ds_zero **out) {
     ds_zero *z;
     DS_TRY(ds_zero_alloc(d, &k_stage1_ops, 1, sizeof(stage1), &z));
     stage1 *s = S(z);
-    ds_status st = ds_replica_shard_init(&s->rs, d, true);
+    ds_status st = ds_replica_shard_init(&s->rs, d, true, NULL);
     if (st == DS_OK)
         st = ds_grad_reduce_create(d->be, d->comm, d->flat, s->rs.rep.gt, s->rs.rep.grads,
                                    DS_GRAD_REDUCE_SCATTER, d->cfg->reduce_bucket_size,

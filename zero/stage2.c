@@ -9,7 +9,14 @@
  * all-gathered: Psi(N-1)/N + Psi(N-1)/N elements sent per rank and step, as
  * stage 0; in chunks behind the next forward, and a rows_read_by table by
  * the rows the next micro-batch reads (zero/param_gather.h,
- * zero/param_rows.h). */
+ * zero/param_rows.h).
+ *
+ * One rank: the partition is the whole flat gradient, so the modules
+ * accumulate into it as into stage 0's replica (zero/replica.h grads_at): no
+ * fp32 staging under fp32, no buckets, no copies, no jobs, the same
+ * arithmetic as stage 0. The buckets there only copied each gradient twice
+ * more and added it once (about 4% of a BERT-mini step at 1 rank x 2
+ * threads, bench/RESULTS.md) and held two model-sized buffers. */
 #include <stdlib.h>
 
 #include "zero/grad_buckets.h"
@@ -21,7 +28,7 @@
 typedef struct stage2 {
     ds_replica_shard rs; /* first: the shared replica slots reach it through impl */
     ds_comm_worker *worker;
-    ds_grad_buckets *buckets;
+    ds_grad_buckets *buckets; /* NULL at one rank */
     void *grads; /* [part] gt: this rank's gradient partition */
 } stage2;
 
@@ -29,6 +36,7 @@ static stage2 *S(ds_zero *z) { return (stage2 *)z->impl; }
 
 static ds_status grad_done(ds_zero *z, int m) {
     stage2 *s = S(z);
+    if (!s->buckets) return ds_replica_grad_done(&s->rs.rep, m); /* one rank: in place */
     const ds_flat_module *fm = &s->rs.rep.flat->modules[m];
     DS_TRY(ds_grad_buckets_add(s->buckets, fm->begin, fm->end, s->rs.rep.gstage));
     return DS_OK;
@@ -36,7 +44,7 @@ static ds_status grad_done(ds_zero *z, int m) {
 
 static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
     stage2 *s = S(z);
-    DS_TRY(ds_grad_buckets_finish(s->buckets));
+    if (s->buckets) DS_TRY(ds_grad_buckets_finish(s->buckets));
     DS_TRY(ds_zero_part_sumsq(s->rs.rep.be, s->rs.comm, s->grads, s->rs.rep.gt,
                               (size_t)s->rs.sh.part, sumsq, overflow));
     return DS_OK;
@@ -57,7 +65,7 @@ static ds_status zero_grad(ds_zero *z) {
 
 static ds_status get_grad(ds_zero *z, int i, float *host) {
     stage2 *s = S(z);
-    DS_TRY(ds_grad_buckets_finish(s->buckets)); /* the partition holds the sums */
+    if (s->buckets) DS_TRY(ds_grad_buckets_finish(s->buckets)); /* the partition: the sums */
     DS_TRY(ds_zero_part_to_host(s->rs.rep.be, s->rs.comm, s->rs.rep.flat, i, s->grads,
                                 s->rs.rep.gt, host));
     return DS_OK;
@@ -95,16 +103,19 @@ static const ds_zero_ops k_stage2_ops = {
 };
 
 static ds_status build(stage2 *s, const ds_zero_desc *d) {
-    DS_TRY(ds_replica_shard_init(&s->rs, d, false));
+    bool one = d->comm->world == 1 && d->flat->part == d->flat->padded;
     DS_TRY(ds_backend_alloc(d->be, DS_MEM_GRADS, DS_PLACE_DEVICE,
                             (size_t)d->flat->part * ds_dtype_size(d->grad_t), &s->grads));
+    DS_TRY(ds_replica_shard_init(&s->rs, d, false, one ? s->grads : NULL));
     DS_TRY(ds_comm_worker_create(d->comm, d->cfg->overlap_comm, &s->worker));
-    DS_TRY(ds_grad_buckets_create(d->be, s->worker, d->flat, d->comm->rank, d->grad_t, s->grads,
-                                  d->cfg->reduce_bucket_size, !d->cfg->contiguous_gradients,
-                                  &s->buckets));
+    if (!one)
+        DS_TRY(ds_grad_buckets_create(d->be, s->worker, d->flat, d->comm->rank, d->grad_t,
+                                      s->grads, d->cfg->reduce_bucket_size,
+                                      !d->cfg->contiguous_gradients, &s->buckets));
     DS_TRY(ds_replica_shard_gather_on(&s->rs, d, s->worker));
     char why[256]; /* where it does not apply the engine warned (ds_grad_sparse_applies) */
-    if (ds_grad_sparse_applies(d->cfg, d->be->kind == DS_BACKEND_CPU, why, sizeof why))
+    if (s->buckets &&
+        ds_grad_sparse_applies(d->cfg, d->be->kind == DS_BACKEND_CPU, why, sizeof why))
         DS_TRY(ds_grad_buckets_sparse(s->buckets, d->comm));
     return DS_OK;
 }
