@@ -14,9 +14,10 @@
  * One rank: the partition is the whole flat gradient, so the modules
  * accumulate into it as into stage 0's replica (zero/replica.h grads_at): no
  * fp32 staging under fp32, no buckets, no copies, no jobs, the same
- * arithmetic as stage 0. The buckets there only copied each gradient twice
- * more and added it once (about 4% of a BERT-mini step at 1 rank x 2
- * threads, bench/RESULTS.md) and held two model-sized buffers. */
+ * arithmetic as stage 0. The buckets there only zeroed, copied and added
+ * each gradient once more (BERT-mini at 1 rank x 2 threads: 1.057x the
+ * samples/s without them, bench/RESULTS.md) and held two model-sized
+ * buffers. */
 #include <stdlib.h>
 
 #include "zero/grad_buckets.h"
