@@ -57,13 +57,17 @@ if has ctest && [ -f "$B/CTestTestfile.cmake" ]; then
   grep -E "Test +#|tests passed|FAIL" "$W/ctest_cuda.log"
 elif has ctest; then # a bundle (tools/bundle.sh): the cuda tests' programs, as ctest runs them
   log "the cuda tests of the bundle"
-  for t in test_backend_cuda test_nn_cuda "mpirun -n 1 $B/tests/test_comm_nccl"; do
-    [ "${t#mpirun}" = "$t" ] && t=$B/tests/$t
-    timeout 240 $t > "$W/$(basename "${t##* }").log" 2>&1
+  run_test() { # name command...: its log in $W/name.log, its exit status on stdout
+    local name=$1 rc
+    shift
+    timeout 240 "$@" > "$W/$name.log" 2>&1
     rc=$?
-    echo "  $(basename "${t##* }"): exit $rc"
+    echo "  $name: exit $rc"
     [ $rc -eq 0 ] || status=1
-  done
+  }
+  run_test test_backend_cuda "$B/tests/test_backend_cuda"
+  run_test test_nn_cuda "$B/tests/test_nn_cuda"
+  run_test test_comm_nccl mpirun -n 1 "$B/tests/test_comm_nccl"
 fi
 
 # One config per run: configs/ds_config.json with the stage, the backend and

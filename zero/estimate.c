@@ -248,7 +248,7 @@ static ds_status estimate(const layout *l, const ds_config *c, ds_backend_kind b
         break;
     case 2: { /* zero/stage2.c: the gradient partition and its buckets; at one rank
                * the partition is the whole gradient, accumulated in place */
-        bool one = l->world == 1 && l->part == l->padded;
+        bool one = l->world == 1;
         replica(&e, false, one);
         shard(&e, false);
         add(&e, DS_MEM_GRADS, DS_PLACE_DEVICE, l->part, e.G);

@@ -104,7 +104,7 @@ static const ds_zero_ops k_stage2_ops = {
 };
 
 static ds_status build(stage2 *s, const ds_zero_desc *d) {
-    bool one = d->comm->world == 1 && d->flat->part == d->flat->padded;
+    bool one = d->comm->world == 1; /* then part == padded */
     DS_TRY(ds_backend_alloc(d->be, DS_MEM_GRADS, DS_PLACE_DEVICE,
                             (size_t)d->flat->part * ds_dtype_size(d->grad_t), &s->grads));
     DS_TRY(ds_replica_shard_init(&s->rs, d, false, one ? s->grads : NULL));
