@@ -46,6 +46,9 @@ endforeach()
 # they differ in how rank 1 stalls, and their 6.5 s each are deadline waits.
 set_tests_properties(test_hung_rank_stop test_hung_rank_slow PROPERTIES
                      LABELS "multirank;fault;nosan")
+# stop's two ranks are a stopped process and one waiting for the deadline (a
+# quarter of a core, measured alone): PROCESSORS 1, as launcher.cmake's waits.
+set_tests_properties(test_hung_rank_stop PROPERTIES PROCESSORS 1)
 
 # The same program against the NCCL communicator, every buffer staged through
 # device memory: needs a GPU (label cuda), so only in CUDA builds.

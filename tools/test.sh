@@ -8,9 +8,11 @@
 # options (a CMAKE_ARGS of its own) rebuild what they change, as cmake does.
 #
 # Environment:
-#   CTEST_JOBS  tests run at once (default 2). Multi-rank tests declare how
-#               many processes they start (CTest PROCESSORS), so ctest never
-#               runs more processes at once than CTEST_JOBS allows.
+#   CTEST_JOBS  cores the tests may keep busy (default 2). Each test
+#               declares the cores it keeps busy (CTest PROCESSORS): about
+#               half its ranks, all of them where the test checks deadlines
+#               (tests/CMakeLists.txt says why), so ctest runs tests side by
+#               side up to that count.
 #   CTEST_ARGS  extra ctest arguments, split on spaces (e.g. '-L unit', or
 #               '-R test_status' for one test)
 #   BUILD_DIR   build directory (default build)
