@@ -48,6 +48,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/nn.h"
+#include "models/modules.h"
 
 static double g_secs = 0.25;
 static int g_nt_clock = 0; /* > 0: --clock cpu, the thread count to divide by */
@@ -353,6 +354,44 @@ static void run_gemms(bench *bk, const model *md, bufs *b) {
     }
 }
 
+/* y = x W^T + b at the projections' shapes: BERT's q, k and v of a layer
+ * (three outputs, as the encoder writes them: one output written again and
+ * again would stay in the cache, which the step's do not), GPT-2's c_attn
+ * (H -> 3H, one output). Variant 0: the GEMM (beta 0), then a pass adding
+ * the bias, as the models did before; 1: ds_linear_bias_fwd, the bias rows
+ * first and the GEMM adding to them (models/modules.h). x: b->x, W: b->y,
+ * outputs b->z, b->w, b->dy (the last case to read dy runs before). */
+static ds_status k_lin_bias(ds_backend *be, const model *m, bufs *b, int v) {
+    int N = (int)N_TOK(m), in = m->H, out = m->causal ? 3 * m->H : m->H;
+    float *ys[3] = {b->z, b->w, b->dy};
+    for (int q = 0; q < (m->causal ? 1 : 3); q++) {
+        if (v == 1) {
+            DS_TRY(ds_linear_bias_fwd(be, ys[q], b->x, in, b->y, b->p1, N, in, out));
+            continue;
+        }
+        DS_TRY(ds_linear_fwd(be, ys[q], b->x, in, b->y, N, in, out, 0.0f));
+        DS_TRY(be->nn->bias_act_fwd(be, ys[q], ys[q], b->p1, N, out, DS_ACT_NONE));
+    }
+    return DS_OK;
+}
+
+/* The two ways of k_lin_bias in turn, 4 rounds, each way's best. */
+static void run_lin_bias(bench *bk, const model *md, bufs *b) {
+    double best[2] = {1e30, 1e30};
+    for (int round = 0; round < 4; round++)
+        for (int v = 0; v < 2; v++) {
+            double t = time_case(bk, k_lin_bias, md, b, v);
+            if (t < 0) return;
+            if (t < best[v]) best[v] = t;
+        }
+    int out = md->causal ? 3 * md->H : md->H;
+    printf("\n%s linear + bias, %d x (%lld x %d -> %d), %d threads:\n\n", md->name,
+           md->causal ? 1 : 3, (long long)N_TOK(md), md->H, out, bk->nt);
+    printf("| GEMM, then a bias pass, ms | bias rows, then GEMM (beta 1), ms | ratio |\n");
+    printf("| ---: | ---: | ---: |\n");
+    printf("| %.3f | %.3f | %.3f |\n", best[0] * 1e3, best[1] * 1e3, best[1] / best[0]);
+}
+
 /* ---- per model ---- */
 
 static void fill_uniform(ds_backend *be, float *x, size_t n, uint64_t seed) {
@@ -469,6 +508,7 @@ static int run_model(bench *bk, const model *md) {
     row(bk, "scale (fp32)", s_opt, f * 2 * n, n, k_scale, md, &b, 0);
     row(bk, "sum of squares (fp32)", s_opt, f * n, n, k_sumsq, md, &b, 0);
     run_gemms(bk, md, &b);
+    run_lin_bias(bk, md, &b);
     goto done;
 oom:
     fprintf(stderr, "bench_kernels: %s: %s\n", md->name, ds_last_error());

@@ -204,13 +204,6 @@ static void enc_drops(const enc_impl *L, const ds_module_ctx *ctx, float *pa, fl
     *ph = ctx->training ? L->d.hidden_dropout : 0.0f;
 }
 
-/* y[N, H] = x W^T + b */
-static ds_status proj_fwd(ds_backend *be, float *y, const float *x, const float *W,
-                          const float *b, int N, int H) {
-    DS_TRY(ds_linear_fwd(be, y, x, H, W, N, H, H, 0.0f));
-    DS_TRY(be->nn->bias_act_fwd(be, y, y, b, N, H, DS_ACT_NONE));
-    return DS_OK;
-}
 
 static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
     DS_TRY(ds_module_check_ctx(m, ctx, true, false));
@@ -236,9 +229,9 @@ static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
         xq = w.xq;
     }
 
-    DS_TRY(proj_fwd(be, s.q, xq, P[P_Q_W], P[P_Q_B], Nq, H));
-    DS_TRY(proj_fwd(be, s.k, x, P[P_K_W], P[P_K_B], N, H));
-    DS_TRY(proj_fwd(be, s.v, x, P[P_V_W], P[P_V_B], N, H));
+    DS_TRY(ds_linear_bias_fwd(be, s.q, xq, H, P[P_Q_W], P[P_Q_B], Nq, H, H));
+    DS_TRY(ds_linear_bias_fwd(be, s.k, x, H, P[P_K_W], P[P_K_B], N, H, H));
+    DS_TRY(ds_linear_bias_fwd(be, s.v, x, H, P[P_V_W], P[P_V_B], N, H, H));
 
     float scale = 1.0f / sqrtf((float)hd);
     const float *mask = ds_batch_f32(bt, "attention_mask");

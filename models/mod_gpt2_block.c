@@ -84,10 +84,10 @@ static blk_dims blk_dims_of(const blk_impl *L, int B, int T) {
 
 /* ---- Conv1D: W [in, out], y[N, out] = x[N, in] W (+ b elsewhere) ---- */
 
-/* y = x W */
+/* y = x W + beta y */
 static ds_status conv1d_fwd(ds_backend *be, float *y, const float *x, const float *W, int N,
-                            int in, int out) {
-    return be->ops->gemm(be, false, false, N, out, in, 1.0f, x, in, 0, W, out, 0, 0.0f, y, out,
+                            int in, int out, float beta) {
+    return be->ops->gemm(be, false, false, N, out, in, 1.0f, x, in, 0, W, out, 0, beta, y, out,
                          0, 1);
 }
 
@@ -228,8 +228,9 @@ static ds_status blk_forward(ds_module *m, ds_module_ctx *ctx) {
     /* H1 = ln_1(x); QKV = H1 Wa + ba */
     DS_TRY(be->nn->layernorm_fwd(be, s.h1, s.mean1, s.rstd1, x, P[P_LN1_W], P[P_LN1_B], N, E,
                                  L->d.ln_eps));
-    DS_TRY(conv1d_fwd(be, s.qkv, s.h1, P[P_ATTN_W], N, E, E3));
-    DS_TRY(be->nn->bias_act_fwd(be, s.qkv, s.qkv, P[P_ATTN_B], N, E3, DS_ACT_NONE));
+    /* the bias first, the product added to it (as ds_linear_bias_fwd, modules.h) */
+    DS_TRY(be->nn->bcast_add_fwd(be, s.qkv, P[P_ATTN_B], N, E3, false));
+    DS_TRY(conv1d_fwd(be, s.qkv, s.h1, P[P_ATTN_W], N, E, E3, 1.0f));
 
     /* scores: for head h, batch b: S[b, h] = Q[b, :, h] K[b, :, h]^T */
     for (int h = 0; h < nh; h++)
@@ -246,16 +247,16 @@ static ds_status blk_forward(ds_module *m, ds_module_ctx *ctx) {
                              v + h * hd, E3, sE3, 0.0f, s.c + h * hd, E, (int64_t)T * E, B));
 
     /* X1 = x + dropout(C Wp + bp); H2 = ln_2(X1) */
-    DS_TRY(conv1d_fwd(be, w.t, s.c, P[P_APROJ_W], N, E, E));
+    DS_TRY(conv1d_fwd(be, w.t, s.c, P[P_APROJ_W], N, E, E, 0.0f));
     DS_TRY(be->nn->dropout_fwd(be, s.x1, w.t, P[P_APROJ_B], x, N, E, pr, ctx->seed,
                                (uint64_t)z.PP, s.keep_a));
     DS_TRY(be->nn->layernorm_fwd(be, s.h2, s.mean2, s.rstd2, s.x1, P[P_LN2_W], P[P_LN2_B], N, E,
                                  L->d.ln_eps));
 
     /* G = gelu_new(H2 Wf + bf); y = X1 + dropout(G Wq + bq) */
-    DS_TRY(conv1d_fwd(be, s.u, s.h2, P[P_FC_W], N, E, I));
+    DS_TRY(conv1d_fwd(be, s.u, s.h2, P[P_FC_W], N, E, I, 0.0f));
     DS_TRY(be->nn->bias_act_fwd(be, s.g, s.u, P[P_FC_B], N, I, DS_ACT_GELU_TANH));
-    DS_TRY(conv1d_fwd(be, w.t, s.g, P[P_MPROJ_W], N, I, E));
+    DS_TRY(conv1d_fwd(be, w.t, s.g, P[P_MPROJ_W], N, I, E, 0.0f));
     return be->nn->dropout_fwd(be, ctx->y, w.t, P[P_MPROJ_B], s.x1, N, E, pr, ctx->seed,
                                (uint64_t)z.PP + z.N * (size_t)E, s.keep_m);
 }

@@ -38,9 +38,7 @@ static ds_status lin_forward(ds_module *m, ds_module_ctx *ctx) {
     int B = ctx->batch->B;
     const float *W = ctx->params[0], *b = ctx->params[1];
     if (L->act == DS_ACT_NONE) {
-        DS_TRY(ds_linear_fwd(be, ctx->y, ctx->x, L->in, W, B, L->in, L->out, 0.0f));
-        DS_TRY(be->nn->bias_act_fwd(be, ctx->y, ctx->y, b, B, L->out, DS_ACT_NONE));
-        return DS_OK;
+        return ds_linear_bias_fwd(be, ctx->y, ctx->x, L->in, W, b, B, L->in, L->out);
     }
     ds_carve c = ds_carve_begin(ctx->saved);
     float *pre = ds_carve_f32(&c, (size_t)B * L->out);

@@ -7,6 +7,13 @@ ds_status ds_linear_fwd(ds_backend *be, float *y, const float *x, int ldx, const
                          1);
 }
 
+ds_status ds_linear_bias_fwd(ds_backend *be, float *y, const float *x, int ldx, const float *W,
+                             const float *b, int N, int in, int out) {
+    if (!b) return ds_linear_fwd(be, y, x, ldx, W, N, in, out, 0.0f);
+    DS_TRY(be->nn->bcast_add_fwd(be, y, b, N, out, false));
+    return ds_linear_fwd(be, y, x, ldx, W, N, in, out, 1.0f);
+}
+
 ds_status ds_linear_bwd_w(ds_backend *be, float *dW, const float *dy, const float *x, int ldx,
                           int N, int in, int out) {
     return be->ops->gemm(be, true, false, out, in, N, 1.0f, dy, out, 0, x, ldx, 0, 1.0f, dW, in, 0,

@@ -19,6 +19,9 @@ ds_add_test(NAME test_gradcheck_modules
 # ... and of the whole MLP and a tiny BERT; recomputation is bit-identical.
 ds_add_test(NAME test_gradcheck_models
             SOURCES ${_models_dir}/test_gradcheck_models.c ${_models_harness} LABELS unit)
+# ds_linear_bias_fwd (the bias rows, then the GEMM adding to them) against
+# double precision; without a bias, ds_linear_fwd's bits.
+ds_add_test(NAME test_linear_bias SOURCES ${_models_dir}/test_linear_bias.c LABELS unit)
 # Hugging Face names and shapes, BERT-mini's size, planning sizes, bad input.
 ds_add_test(NAME test_models_build SOURCES ${_models_dir}/test_models_build.c ${_models_harness}
             LABELS unit)

@@ -1,0 +1,77 @@
+/* ds_linear_bias_fwd (models/modules.h): y = x W^T + b with the bias rows
+ * written first and the GEMM adding to them (beta 1).
+ *
+ *   - every element against the double-precision x W^T + b, at the k of
+ *     BERT-mini (256, one block of OpenBLAS's k loop), of GPT-2 small (768,
+ *     past it: the bias then joins the first block's sum) and odd shapes,
+ *     with x a strided view (ldx > in, as the [CLS] rows of [B, T, H]);
+ *   - y's old contents never reach the result (y starts as NaN);
+ *   - b NULL is ds_linear_fwd with beta 0, bit for bit;
+ *   - at 1 and 2 threads.
+ *
+ * Tolerance: gemm_ref_at's bound with beta 1 and c0 = b[j], (k + 2) eps
+ * (sum |x w| + |b|): the k additions of the product and the one of the bias,
+ * each rounding at most eps relative to the running magnitude, in whatever
+ * order the GEMM sums (tests/unit/test_backend_gemm.c derives it). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/modules.h"
+#include "tests/unit/gemm_ref.h"
+#include "tests/unit/test_util.h"
+
+static uint64_t g_rng = 0x2545f4914f6cdd1dull;
+static float frand(void) { /* uniform in [-1, 1), xorshift64* */
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    uint64_t r = g_rng * 0x2545f4914f6cdd1dull;
+    return (float)((double)(r >> 40) / (double)(1u << 24) * 2.0 - 1.0);
+}
+
+static void run_case(ds_backend *be, int N, int in, int out, int ldx) {
+    float *x = malloc((size_t)N * ldx * sizeof *x), *W = malloc((size_t)out * in * sizeof *W);
+    float *b = malloc((size_t)out * sizeof *b), *y = malloc((size_t)N * out * sizeof *y);
+    float *y0 = malloc((size_t)N * out * sizeof *y0);
+    if (!x || !W || !b || !y || !y0) TEST_DIE("out of memory");
+    for (size_t i = 0; i < (size_t)N * ldx; i++) x[i] = frand();
+    for (size_t i = 0; i < (size_t)out * in; i++) W[i] = frand();
+    for (int j = 0; j < out; j++) b[j] = 4.0f * frand(); /* larger than a product term */
+    for (size_t i = 0; i < (size_t)N * out; i++) y[i] = NAN;
+
+    CHECK_OK(ds_linear_bias_fwd(be, y, x, ldx, W, b, N, in, out));
+    int bad = 0;
+    for (int i = 0; i < N && bad < 5; i++)
+        for (int j = 0; j < out && bad < 5; j++) {
+            double tol, want = gemm_ref_at(false, true, in, 1.0f, x + (size_t)i * ldx, ldx,
+                                           W + (size_t)j * in, in, 1.0f, b[j], 0, 0, &tol);
+            float got = y[(size_t)i * out + j];
+            if (!(fabs(got - want) <= tol)) {
+                CHECK(0, "%d x %d -> %d (ldx %d): y[%d][%d] = %.9g, want %.9g +- %.3g", N, in,
+                      out, ldx, i, j, got, want, tol);
+                bad++;
+            }
+        }
+
+    /* no bias: exactly the plain product */
+    for (size_t i = 0; i < (size_t)N * out; i++) y[i] = NAN;
+    CHECK_OK(ds_linear_bias_fwd(be, y, x, ldx, W, NULL, N, in, out));
+    CHECK_OK(ds_linear_fwd(be, y0, x, ldx, W, N, in, out, 0.0f));
+    CHECK(memcmp(y, y0, (size_t)N * out * sizeof *y) == 0,
+          "%d x %d -> %d: no bias differs from ds_linear_fwd", N, in, out);
+    free(x), free(W), free(b), free(y), free(y0);
+}
+
+int main(void) {
+    for (int nt = 1; nt <= 2; nt++) {
+        ds_backend *be = test_cpu_backend(nt, NULL);
+        run_case(be, 64, 256, 256, 256);   /* BERT-mini's q, k, v at 64 rows */
+        run_case(be, 16, 256, 256, 2048);  /* the [CLS] rows of [B, 8, 256] */
+        run_case(be, 24, 768, 2304, 768);  /* GPT-2 small's c_attn, k past a block */
+        run_case(be, 7, 33, 5, 40);        /* odd: a classifier head */
+        run_case(be, 1, 1, 16, 1);         /* k = 1 */
+        ds_backend_destroy(be);
+    }
+    return test_finish("test_linear_bias");
+}
