@@ -19,25 +19,15 @@
 
 #include "models/modules.h"
 #include "tests/unit/gemm_ref.h"
+#include "tests/unit/test_rand.h"
 #include "tests/unit/test_util.h"
 
-static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-static float frand(void) { /* uniform in [-1, 1), xorshift64* */
-    g_rng ^= g_rng >> 12;
-    g_rng ^= g_rng << 25;
-    g_rng ^= g_rng >> 27;
-    uint64_t r = g_rng * 0x2545f4914f6cdd1dull;
-    return (float)((double)(r >> 40) / (double)(1u << 24) * 2.0 - 1.0);
-}
-
 static void run_case(ds_backend *be, int N, int in, int out, int ldx) {
-    float *x = malloc((size_t)N * ldx * sizeof *x), *W = malloc((size_t)out * in * sizeof *W);
-    float *b = malloc((size_t)out * sizeof *b), *y = malloc((size_t)N * out * sizeof *y);
-    float *y0 = malloc((size_t)N * out * sizeof *y0);
-    if (!x || !W || !b || !y || !y0) TEST_DIE("out of memory");
-    for (size_t i = 0; i < (size_t)N * ldx; i++) x[i] = frand();
-    for (size_t i = 0; i < (size_t)out * in; i++) W[i] = frand();
-    for (int j = 0; j < out; j++) b[j] = 4.0f * frand(); /* larger than a product term */
+    float *x = test_frand_buf((size_t)N * ldx, -1.0f, 1.0f);
+    float *W = test_frand_buf((size_t)out * in, -1.0f, 1.0f);
+    float *b = test_frand_buf((size_t)out, -4.0f, 4.0f); /* larger than a product term */
+    float *y = malloc((size_t)N * out * sizeof *y), *y0 = malloc((size_t)N * out * sizeof *y0);
+    if (!y || !y0) TEST_DIE("out of memory");
     for (size_t i = 0; i < (size_t)N * out; i++) y[i] = NAN;
 
     CHECK_OK(ds_linear_bias_fwd(be, y, x, ldx, W, b, N, in, out));
