@@ -375,20 +375,33 @@ static ds_status k_lin_bias(ds_backend *be, const model *m, bufs *b, int v) {
     return DS_OK;
 }
 
-/* The two ways of k_lin_bias in turn, 4 rounds, each way's best. */
-static void run_lin_bias(bench *bk, const model *md, bufs *b) {
+/* A residual branch into the next layer norm (nn.h, dropout_ln_fwd): variant
+ * 0 dropout_fwd (p = 0.1, bias, residual, keep mask) then layernorm_fwd, as
+ * the models did before; 1 the one-pass slot. x: b->x (the GEMM output),
+ * res: b->w, y: b->y, z: b->z. */
+static ds_status k_drop_ln(ds_backend *be, const model *m, bufs *b, int v) {
+    int N = (int)N_TOK(m), H = m->H;
+    if (v == 1)
+        return be->nn->dropout_ln_fwd(be, b->y, b->z, b->stats1, b->stats2, b->x, b->p1, b->w,
+                                      b->p2, b->p1, N, H, 0.1f, 7, 0, b->keep, 1e-12f);
+    DS_TRY(be->nn->dropout_fwd(be, b->y, b->x, b->p1, b->w, N, H, 0.1f, 7, 0, b->keep));
+    return be->nn->layernorm_fwd(be, b->z, b->stats1, b->stats2, b->y, b->p2, b->p1, N, H,
+                                 1e-12f);
+}
+
+/* The two ways of a case_fn with variants 0 and 1 in turn, 4 rounds, each
+ * way's best, as one table row. */
+static void run_pair(bench *bk, const model *md, bufs *b, case_fn fn, const char *title,
+                     const char *way0, const char *way1) {
     double best[2] = {1e30, 1e30};
     for (int round = 0; round < 4; round++)
         for (int v = 0; v < 2; v++) {
-            double t = time_case(bk, k_lin_bias, md, b, v);
+            double t = time_case(bk, fn, md, b, v);
             if (t < 0) return;
             if (t < best[v]) best[v] = t;
         }
-    int out = md->causal ? 3 * md->H : md->H;
-    printf("\n%s linear + bias, %d x (%lld x %d -> %d), %d threads:\n\n", md->name,
-           md->causal ? 1 : 3, (long long)N_TOK(md), md->H, out, bk->nt);
-    printf("| GEMM, then a bias pass, ms | bias rows, then GEMM (beta 1), ms | ratio |\n");
-    printf("| ---: | ---: | ---: |\n");
+    printf("\n%s %s, %d threads:\n\n", md->name, title, bk->nt);
+    printf("| %s, ms | %s, ms | ratio |\n| ---: | ---: | ---: |\n", way0, way1);
     printf("| %.3f | %.3f | %.3f |\n", best[0] * 1e3, best[1] * 1e3, best[1] / best[0]);
 }
 
@@ -508,7 +521,14 @@ static int run_model(bench *bk, const model *md) {
     row(bk, "scale (fp32)", s_opt, f * 2 * n, n, k_scale, md, &b, 0);
     row(bk, "sum of squares (fp32)", s_opt, f * n, n, k_sumsq, md, &b, 0);
     run_gemms(bk, md, &b);
-    run_lin_bias(bk, md, &b);
+    char title[96];
+    snprintf(title, sizeof title, "linear + bias, %d x (%lld x %d -> %d)", md->causal ? 1 : 3,
+             (long long)N, H, md->causal ? 3 * H : H);
+    run_pair(bk, md, &b, k_lin_bias, title, "GEMM, then a bias pass",
+             "bias rows, then GEMM (beta 1)");
+    snprintf(title, sizeof title, "dropout p=0.1 + residual, then layer norm, %lld x %d",
+             (long long)N, H);
+    run_pair(bk, md, &b, k_drop_ln, title, "dropout_fwd, then layernorm_fwd", "dropout_ln_fwd");
     goto done;
 oom:
     fprintf(stderr, "bench_kernels: %s: %s\n", md->name, ds_last_error());

@@ -39,6 +39,7 @@ ROWS = [  # (row, is GEMM), in print order
     ("own small GEMM (gs_*, attention products)", True),
     ("bias + activation (GELU) fwd / bwd", False),
     ("dropout, softmax, Philox multipliers", False),
+    ("dropout + residual + layer norm (one pass)", False),
     ("layer norm", False),
     ("AdamW", False),
     ("gradient norm (sumsq)", False),
@@ -54,6 +55,7 @@ ROWS = [  # (row, is GEMM), in print order
 ENGINE_KINDS = [  # (pattern on the leaf symbol, row)
     (r"^gs_|gemm_small|gemm_entry|round_pack", "own small GEMM (gs_*, attention products)"),
     (r"act_bwd|bias_act|act_fwd", "bias + activation (GELU) fwd / bwd"),
+    (r"dropout_ln", "dropout + residual + layer norm (one pass)"),
     (r"dropout|softmax|philox", "dropout, softmax, Philox multipliers"),
     (r"layernorm|ln_row", "layer norm"),
     (r"adam", "AdamW"),

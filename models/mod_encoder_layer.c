@@ -261,23 +261,20 @@ static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
 
     /* attention output: A1 = xq + dropout(C Wo^T + bo); H1 = LN1(A1) */
     DS_TRY(ds_linear_fwd(be, w.t, s.c, H, P[P_AO_W], Nq, H, H, 0.0f));
-    DS_TRY(be->nn->dropout_fwd(be, s.a1, w.t, P[P_AO_B], xq, Nq, H, ph, ctx->seed,
-                               (uint64_t)z.PP, s.keep_ao));
-    DS_TRY(be->nn->layernorm_fwd(be, s.h1, s.mean1, s.rstd1, s.a1, P[P_LN1_W], P[P_LN1_B], Nq,
-                                 H, L->d.ln_eps));
+    DS_TRY(be->nn->dropout_ln_fwd(be, s.a1, s.h1, s.mean1, s.rstd1, w.t, P[P_AO_B], xq,
+                                  P[P_LN1_W], P[P_LN1_B], Nq, H, ph, ctx->seed, (uint64_t)z.PP,
+                                  s.keep_ao, L->d.ln_eps));
 
     /* feed-forward: G = gelu(H1 Wi^T + bi); A2 = H1 + dropout(G Wo2^T + bo2) */
     DS_TRY(ds_linear_fwd(be, s.u, s.h1, H, P[P_I_W], Nq, H, I, 0.0f));
     DS_TRY(be->nn->bias_act_fwd(be, s.g, s.u, P[P_I_B], Nq, I, DS_ACT_GELU));
     DS_TRY(ds_linear_fwd(be, w.t, s.g, I, P[P_O_W], Nq, I, H, 0.0f));
-    DS_TRY(be->nn->dropout_fwd(be, s.a2, w.t, P[P_O_B], s.h1, Nq, H, ph, ctx->seed,
-                               (uint64_t)z.PP + z.Nq * (size_t)H, s.keep_o));
-    if (!part)
-        return be->nn->layernorm_fwd(be, ctx->y, s.mean2, s.rstd2, s.a2, P[P_LN2_W], P[P_LN2_B],
-                                     N, H, L->d.ln_eps);
-    /* y: zeros, then LN2's rows at position 0 (w.t is free again) */
-    DS_TRY(be->nn->layernorm_fwd(be, w.t, s.mean2, s.rstd2, s.a2, P[P_LN2_W], P[P_LN2_B], Nq,
-                                 H, L->d.ln_eps));
+    /* y = LN2(A2); with Tq = 1, LN2's rows go to w.t (over the GEMM output,
+     * each row read before it is written), then y is zeros and those rows */
+    DS_TRY(be->nn->dropout_ln_fwd(be, s.a2, part ? w.t : ctx->y, s.mean2, s.rstd2, w.t,
+                                  P[P_O_B], s.h1, P[P_LN2_W], P[P_LN2_B], Nq, H, ph, ctx->seed,
+                                  (uint64_t)z.PP + z.Nq * (size_t)H, s.keep_o, L->d.ln_eps));
+    if (!part) return DS_OK;
     DS_TRY(be->ops->memset(be, ctx->y, 0, z.N * (size_t)H * sizeof(float), NULL));
     return be->nn->copy_rows(be, ctx->y, T * H, w.t, H, B, H, false);
 }

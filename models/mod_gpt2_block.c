@@ -248,10 +248,9 @@ static ds_status blk_forward(ds_module *m, ds_module_ctx *ctx) {
 
     /* X1 = x + dropout(C Wp + bp); H2 = ln_2(X1) */
     DS_TRY(conv1d_fwd(be, w.t, s.c, P[P_APROJ_W], N, E, E, 0.0f));
-    DS_TRY(be->nn->dropout_fwd(be, s.x1, w.t, P[P_APROJ_B], x, N, E, pr, ctx->seed,
-                               (uint64_t)z.PP, s.keep_a));
-    DS_TRY(be->nn->layernorm_fwd(be, s.h2, s.mean2, s.rstd2, s.x1, P[P_LN2_W], P[P_LN2_B], N, E,
-                                 L->d.ln_eps));
+    DS_TRY(be->nn->dropout_ln_fwd(be, s.x1, s.h2, s.mean2, s.rstd2, w.t, P[P_APROJ_B], x,
+                                  P[P_LN2_W], P[P_LN2_B], N, E, pr, ctx->seed, (uint64_t)z.PP,
+                                  s.keep_a, L->d.ln_eps));
 
     /* G = gelu_new(H2 Wf + bf); y = X1 + dropout(G Wq + bq) */
     DS_TRY(conv1d_fwd(be, s.u, s.h2, P[P_FC_W], N, E, I, 0.0f));

@@ -13,6 +13,8 @@ ds_add_test(NAME test_nn_dropout SOURCES ${_models_dir}/test_nn_dropout.c ${_mod
 # The dropout keep mask in bits: the stream's bits, the backward from it the
 # same as from the stream, under every cpu variant this CPU runs.
 ds_add_test(NAME test_nn_dropout_mask SOURCES ${_models_dir}/test_nn_dropout_mask.c LABELS unit)
+# dropout_ln_fwd: bit for bit dropout_fwd then layernorm_fwd, every variant.
+ds_add_test(NAME test_nn_dropout_ln SOURCES ${_models_dir}/test_nn_dropout_ln.c LABELS unit)
 # Finite-difference gradient check of every module ...
 ds_add_test(NAME test_gradcheck_modules
             SOURCES ${_models_dir}/test_gradcheck_modules.c ${_models_harness} LABELS unit)

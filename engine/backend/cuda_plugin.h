@@ -27,8 +27,9 @@ extern "C" {
 #endif
 
 /* 2: ds_backend gained chunk_bytes; 3: gemm_inputs; 4: the GEMM workspace
- * (gemm_ws...), which the module's gemm slot takes from backend.c */
-#define DS_CUDA_PLUGIN_VERSION 4
+ * (gemm_ws...), which the module's gemm slot takes from backend.c; 5: the
+ * nn table gained dropout_ln_fwd */
+#define DS_CUDA_PLUGIN_VERSION 5
 #define DS_CUDA_PLUGIN_FILE "libzero-engine-cuda.so.0"
 #define DS_CUDA_PLUGIN_ENTRY "ds_cuda_plugin_v1"
 

@@ -11,7 +11,8 @@
  * NONE / RELU / GELU / GELU_TANH, dropout fwd/bwd (y, dx), the dropout masks
  * of attn_softmax (pd = p * mult exactly, and bwd's regenerated pd), xent_bwd,
  * copy_rows, shift_labels; and any column sum of small integers (exact in
- * every order).
+ * every order). dropout_ln_fwd: y bit for bit the cpu's, z, mean and rstd
+ * bit for bit the cuda dropout_fwd and layernorm_fwd it is made of.
  *
  * Within a bound otherwise, each derived where it is used:
  *   - reductions in another order: column sums (bcast_add_bwd, the dbias of
@@ -346,6 +347,23 @@ static void test_dropout(void) {
             float *dal = upf(dy, n);
             CHECK_OK(g_gpu->nn->dropout_bwd(g_gpu, dal, NULL, dal, R, W, p, seed, off, NULL));
             expect_bits("dropout_bwd dx over dy", gdx, down(dal, n), n);
+            { /* dropout_ln_fwd: the two kernels' bits, y the cpu's (nn.h) */
+                float *gm = frandn(W, 0.5), *bt = frandn(W, 0.5), *d_gm = upf(gm, W);
+                float *d_bt = upf(bt, W), *y1 = dnan(n), *z1 = dnan(n), *y2 = dnan(n);
+                float *z2 = dnan(n), *m1 = dnan(R), *r1 = dnan(R), *m2 = dnan(R), *r2 = dnan(R);
+                CHECK_OK(g_gpu->nn->dropout_fwd(g_gpu, y1, d_x, d_b, d_res, R, W, p, seed, off,
+                                                NULL));
+                CHECK_OK(g_gpu->nn->layernorm_fwd(g_gpu, z1, m1, r1, y1, d_gm, d_bt, R, W,
+                                                  1e-12f));
+                CHECK_OK(g_gpu->nn->dropout_ln_fwd(g_gpu, y2, z2, m2, r2, d_x, d_b, d_res, d_gm,
+                                                   d_bt, R, W, p, seed, off, NULL, 1e-12f));
+                float *c = fnew(n);
+                CHECK_OK(g_cpu->nn->dropout_fwd(g_cpu, c, x, b, res, R, W, p, seed, off, NULL));
+                expect_bits("dropout_ln_fwd y", c, down(y2, n), n);
+                expect_bits("dropout_ln_fwd z", down(z1, n), down(z2, n), n);
+                expect_bits("dropout_ln_fwd mean", down(m1, R), down(m2, R), R);
+                expect_bits("dropout_ln_fwd rstd", down(r1, R), down(r2, R), R);
+            }
             if (p > 0.0f) { /* the keep mask in bits (nn.h): the same words, dx from it */
                 size_t kw = ds_dropout_mask_bytes(R, W) / 4;
                 float *ck = fnew(kw), *dk = dnan(kw), *dx2 = dnan(n);

@@ -19,11 +19,11 @@
 #include <string.h>
 
 #include "engine/backend/backend.h"
-#include "engine/backend/cpu/cpu_isa.h"
 #include "engine/backend/math.h"
 #include "engine/backend/nn.h"
 #include "tests/unit/test_rand.h"
 #include "tests/unit/test_util.h"
+#include "tests/unit/test_variants.h"
 
 static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
@@ -138,7 +138,6 @@ static void check_attention(ds_backend *be, const char *isa, int B, int nh, int 
 }
 
 static void run_variant(const char *isa) {
-    if (setenv("DS_CPU_ISA", isa, 1) != 0) TEST_DIE("setenv");
     ds_backend *be = test_cpu_backend(2, NULL);
     /* widths: under a word, word and vector tails, 16-column tiles that
      * start inside a word (48), a DROP_CHUNK tail (300), BERT-mini's 256 */
@@ -153,14 +152,6 @@ static void run_variant(const char *isa) {
 }
 
 int main(void) {
-    int nv = 0;
-    for (int i = 0; ds_cpu_isa_names[i]; i++) {
-        if (!ds_cpu_variant_find(ds_cpu_isa_names[i])) continue;
-        run_variant(ds_cpu_isa_names[i]);
-        printf("test_nn_dropout_mask: %s checked\n", ds_cpu_isa_names[i]);
-        nv++;
-    }
-    CHECK(nv > 0, "no cpu variant ran");
-    unsetenv("DS_CPU_ISA");
+    test_each_cpu_variant("test_nn_dropout_mask", run_variant);
     return test_finish("test_nn_dropout_mask");
 }

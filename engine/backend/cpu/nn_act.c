@@ -434,54 +434,94 @@ void ds_nn_cpu_dropout_mults(float *m, uint64_t seed, uint64_t j0, int n, float 
  * applied by a plain loop the compiler vectorises. */
 #define DROP_CHUNK 256
 
-ds_status ds_nn_cpu_dropout_fwd(ds_backend *be, float *y, const float *x, const float *bias,
-                                const float *res, int rows, int width, float p, uint64_t seed,
-                                uint64_t offset, uint32_t *keep) {
+/* Row r of dropout_fwd: yr = rr + dropout(xr + bias) (bias, rr may be NULL),
+ * its keep bits at keep_r when keep_r != NULL and p > 0. */
+static void dropout_row(float *yr, const float *xr, const float *bias, const float *rr, int r,
+                        int width, float p, float inv_keep, uint64_t seed, uint64_t offset,
+                        uint32_t *keep_r) {
+    float m[DROP_CHUNK];
+    for (int c0 = 0; c0 < width; c0 += DROP_CHUNK) {
+        int n = width - c0 < DROP_CHUNK ? width - c0 : DROP_CHUNK;
+        if (p > 0.0f) {
+            ds_nn_cpu_dropout_mults(m, seed, offset + (uint64_t)r * width + c0, n, p, inv_keep);
+            /* c0 is a multiple of DROP_CHUNK, so of 32 */
+            if (keep_r) ds_nn_cpu_keep_pack(keep_r + c0 / 32, m, n);
+        } else
+            for (int c = 0; c < n; c++) m[c] = 1.0f;
+        const float *bc = bias ? bias + c0 : NULL;
+        const float *rc = rr ? rr + c0 : NULL;
+        float *yc = yr + c0;
+        const float *xc = xr + c0;
+        if (bc && rc) {
+            DS_SIMD
+            for (int c = 0; c < n; c++) yc[c] = fmaf(xc[c] + bc[c], m[c], rc[c]);
+        } else if (rc) {
+            DS_SIMD
+            for (int c = 0; c < n; c++) yc[c] = fmaf(xc[c], m[c], rc[c]);
+        } else if (bc) {
+            DS_SIMD
+            for (int c = 0; c < n; c++) yc[c] = (xc[c] + bc[c]) * m[c];
+        } else {
+            DS_SIMD
+            for (int c = 0; c < n; c++) yc[c] = xc[c] * m[c];
+        }
+    }
+}
+
+/* The rows of x, res and y a page ahead of row r (as the row kernels of
+ * nn_cpu.h prefetch), and z's when the fused kernel writes it. */
+static void dropout_prefetch(float *y, float *z, const float *x, const float *res, int r,
+                             int rows, int width) {
+    int ra = r + ds_nn_cpu_pf_rows(width);
+    if (ra >= rows) return;
+    ds_nn_cpu_pf_read(x + (size_t)ra * width, width);
+    if (res) ds_nn_cpu_pf_read(res + (size_t)ra * width, width);
+    if (y != x && y != res) ds_nn_cpu_pf_write(y + (size_t)ra * width, width);
+    if (z) ds_nn_cpu_pf_write(z + (size_t)ra * width, width);
+}
+
+/* dropout_fwd's rows and, when z != NULL, layer norm's statistics and output
+ * of each row while it is still in L1 (nn_norm.c's per-row arithmetic,
+ * ds_ln_row_*): the one loop of both slots. */
+static ds_status dropout_rows(ds_backend *be, const char *slot, float *y, float *z, float *mean,
+                              float *rstd, const float *x, const float *bias, const float *res,
+                              const float *gamma, const float *beta, int rows, int width,
+                              float p, uint64_t seed, uint64_t offset, uint32_t *keep,
+                              float eps) {
     int nt = ds_nn_cpu_threads(be);
-    DS_TRY(ds_check_dropout_p("dropout_fwd", p));
+    DS_TRY(ds_check_dropout_p(slot, p));
     float inv_keep = 1.0f / (1.0f - p);
     const int ld = ds_dropout_mask_ld(width);
 #pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)rows * width >= DS_NN_CPU_PAR_MIN)
     for (int r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * width;
-        const float *rr = res ? res + (size_t)r * width : NULL;
         float *yr = y + (size_t)r * width;
-        float m[DROP_CHUNK];
-        int ra = r + ds_nn_cpu_pf_rows(width); /* the row a page ahead */
-        if (ra < rows) {
-            ds_nn_cpu_pf_read(x + (size_t)ra * width, width);
-            if (res) ds_nn_cpu_pf_read(res + (size_t)ra * width, width);
-            if (y != x && y != res) ds_nn_cpu_pf_write(y + (size_t)ra * width, width);
-        }
-        for (int c0 = 0; c0 < width; c0 += DROP_CHUNK) {
-            int n = width - c0 < DROP_CHUNK ? width - c0 : DROP_CHUNK;
-            if (p > 0.0f) {
-                ds_nn_cpu_dropout_mults(m, seed, offset + (uint64_t)r * width + c0, n, p,
-                                        inv_keep);
-                /* c0 is a multiple of DROP_CHUNK, so of 32 */
-                if (keep) ds_nn_cpu_keep_pack(keep + (size_t)r * ld + c0 / 32, m, n);
-            } else
-                for (int c = 0; c < n; c++) m[c] = 1.0f;
-            const float *bc = bias ? bias + c0 : NULL;
-            const float *rc = rr ? rr + c0 : NULL;
-            float *yc = yr + c0;
-            const float *xc = xr + c0;
-            if (bc && rc) {
-                DS_SIMD
-                for (int c = 0; c < n; c++) yc[c] = fmaf(xc[c] + bc[c], m[c], rc[c]);
-            } else if (rc) {
-                DS_SIMD
-                for (int c = 0; c < n; c++) yc[c] = fmaf(xc[c], m[c], rc[c]);
-            } else if (bc) {
-                DS_SIMD
-                for (int c = 0; c < n; c++) yc[c] = (xc[c] + bc[c]) * m[c];
-            } else {
-                DS_SIMD
-                for (int c = 0; c < n; c++) yc[c] = xc[c] * m[c];
-            }
-        }
+        dropout_prefetch(y, z, x, res, r, rows, width);
+        dropout_row(yr, x + (size_t)r * width, bias, res ? res + (size_t)r * width : NULL, r,
+                    width, p, inv_keep, seed, offset, keep ? keep + (size_t)r * ld : NULL);
+        if (!z) continue;
+        float m, rs;
+        ds_ln_row_stats(yr, width, eps, &m, &rs);
+        mean[r] = m;
+        rstd[r] = rs;
+        ds_ln_row_fwd(z + (size_t)r * width, yr, gamma, beta, width, m, rs);
     }
     return DS_OK;
+}
+
+ds_status ds_nn_cpu_dropout_fwd(ds_backend *be, float *y, const float *x, const float *bias,
+                                const float *res, int rows, int width, float p, uint64_t seed,
+                                uint64_t offset, uint32_t *keep) {
+    return dropout_rows(be, "dropout_fwd", y, NULL, NULL, NULL, x, bias, res, NULL, NULL, rows,
+                        width, p, seed, offset, keep, 0.0f);
+}
+
+ds_status ds_nn_cpu_dropout_ln_fwd(ds_backend *be, float *y, float *z, float *mean, float *rstd,
+                                   const float *x, const float *bias, const float *res,
+                                   const float *gamma, const float *beta, int rows, int width,
+                                   float p, uint64_t seed, uint64_t offset, uint32_t *keep,
+                                   float eps) {
+    return dropout_rows(be, "dropout_ln_fwd", y, z, mean, rstd, x, bias, res, gamma, beta, rows,
+                        width, p, seed, offset, keep, eps);
 }
 
 ds_status ds_nn_cpu_dropout_bwd(ds_backend *be, float *dx, float *dbias, const float *dy,

@@ -25,6 +25,7 @@
 #define ds_nn_cpu_bias_act_fwd DS_ISA_NAME(ds_nn_cpu_bias_act_fwd)
 #define ds_nn_cpu_bias_act_bwd DS_ISA_NAME(ds_nn_cpu_bias_act_bwd)
 #define ds_nn_cpu_dropout_fwd DS_ISA_NAME(ds_nn_cpu_dropout_fwd)
+#define ds_nn_cpu_dropout_ln_fwd DS_ISA_NAME(ds_nn_cpu_dropout_ln_fwd)
 #define ds_nn_cpu_dropout_bwd DS_ISA_NAME(ds_nn_cpu_dropout_bwd)
 #define ds_nn_cpu_layernorm_fwd DS_ISA_NAME(ds_nn_cpu_layernorm_fwd)
 #define ds_nn_cpu_layernorm_bwd DS_ISA_NAME(ds_nn_cpu_layernorm_bwd)
@@ -213,6 +214,11 @@ ds_status ds_nn_cpu_dropout_fwd(ds_backend *be, float *y, const float *x, const 
 ds_status ds_nn_cpu_dropout_bwd(ds_backend *be, float *dx, float *dbias, const float *dy,
                                 int rows, int width, float p, uint64_t seed, uint64_t offset,
                                 const uint32_t *keep);
+ds_status ds_nn_cpu_dropout_ln_fwd(ds_backend *be, float *y, float *z, float *mean, float *rstd,
+                                   const float *x, const float *bias, const float *res,
+                                   const float *gamma, const float *beta, int rows, int width,
+                                   float p, uint64_t seed, uint64_t offset, uint32_t *keep,
+                                   float eps);
 
 ds_status ds_nn_cpu_layernorm_fwd(ds_backend *be, float *y, float *mean, float *rstd,
                                   const float *x, const float *gamma, const float *beta, int n,

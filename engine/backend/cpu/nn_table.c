@@ -22,4 +22,5 @@ const ds_nn_ops ds_nn_cpu = {
     .xent_bwd = ds_nn_cpu_xent_bwd,
     .copy_rows = ds_nn_cpu_copy_rows,
     .shift_labels = ds_nn_cpu_shift_labels,
+    .dropout_ln_fwd = ds_nn_cpu_dropout_ln_fwd,
 };

@@ -39,6 +39,19 @@ ds_status ds_nn_cuda_layernorm_fwd(ds_backend *be, float *y, float *mean, float 
     return DS_OK;
 }
 
+/* The two kernels one after the other (nn.h: the same bits as the two
+ * calls); a kernel of its own would keep y's row in registers between them,
+ * as the cpu does, which no GPU has measured yet. */
+ds_status ds_nn_cuda_dropout_ln_fwd(ds_backend *be, float *y, float *z, float *mean, float *rstd,
+                                    const float *x, const float *bias, const float *res,
+                                    const float *gamma, const float *beta, int rows, int width,
+                                    float p, uint64_t seed, uint64_t offset, uint32_t *keep,
+                                    float eps) {
+    DS_TRY(ds_check_dropout_p("dropout_ln_fwd", p)); /* named as the cpu names it */
+    DS_TRY(ds_nn_cuda_dropout_fwd(be, y, x, bias, res, rows, width, p, seed, offset, keep));
+    return ds_nn_cuda_layernorm_fwd(be, z, mean, rstd, y, gamma, beta, rows, width, eps);
+}
+
 /* dx: each lane reads dy before it writes dx for the same columns, so dx
  * may alias dy. */
 __global__ void ds_k_layernorm_bwd_dx(float *dx, const float *dy, const float *x,

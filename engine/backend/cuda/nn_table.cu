@@ -20,4 +20,5 @@ extern "C" const ds_nn_ops ds_nn_cuda = {
     /* .xent_bwd = */ ds_nn_cuda_xent_bwd,
     /* .copy_rows = */ ds_nn_cuda_copy_rows,
     /* .shift_labels = */ ds_nn_cuda_shift_labels,
+    /* .dropout_ln_fwd = */ ds_nn_cuda_dropout_ln_fwd,
 };
