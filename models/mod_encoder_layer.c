@@ -204,7 +204,6 @@ static void enc_drops(const enc_impl *L, const ds_module_ctx *ctx, float *pa, fl
     *ph = ctx->training ? L->d.hidden_dropout : 0.0f;
 }
 
-
 static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
     DS_TRY(ds_module_check_ctx(m, ctx, true, false));
     const enc_impl *L = m->impl;

@@ -195,15 +195,16 @@ struct ds_nn_ops {
                               int32_t fill);
 
     /* ---- fused ----
-     * dropout_fwd, then layernorm_fwd of its output (a post-LN residual: BERT's
-     * A = x + dropout(t + b), H = LN(A); GPT-2's second residual and ln_2):
-     * y[r, c] = res[r, c] + dropout(x[r, c] + bias[c]) exactly as dropout_fwd
-     * (bias, res may be NULL; keep as there; y may alias x or res), then
-     * z = layer norm of y's rows with gamma, beta, eps, and mean, rstd [rows]
-     * written, exactly as layernorm_fwd. The same bits as the two calls; y is
-     * still written (layer norm's backward reads it). z may alias x or res
-     * (each of their rows is read before z's is written), not y. The cpu normalises each row of y while it is in L1, so layer norm
-     * does not read y back from memory (about 0.2% of the BERT-mini step:
+     * dropout_fwd, then layernorm_fwd of its output (a residual branch into a
+     * layer norm: BERT's A = x + dropout(t + b), H = LN(A); GPT-2's x1 and
+     * ln_2): y[r, c] = res[r, c] + dropout(x[r, c] + bias[c]) exactly as
+     * dropout_fwd (bias, res may be NULL; keep as there; y may alias x or
+     * res), then z = layer norm of y's rows with gamma, beta, eps, and mean,
+     * rstd [rows] written, exactly as layernorm_fwd. The same bits as the two
+     * calls; y is still written (layer norm's backward reads it). z may alias
+     * x or res (each of their rows is read before z's is written), not y. The
+     * cpu normalises each row of y while it is in L1, so layer norm does not
+     * read y back from memory (about 0.2% of the BERT-mini step:
      * bench/RESULTS.md, "Dropout + residual + layer norm in one pass"); the
      * cuda backend runs its two kernels. */
     ds_status (*dropout_ln_fwd)(ds_backend *be, float *y, float *z, float *mean, float *rstd,
