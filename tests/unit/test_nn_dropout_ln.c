@@ -20,12 +20,6 @@
 #include "tests/unit/test_util.h"
 #include "tests/unit/test_variants.h"
 
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) TEST_DIE("out of memory");
-    return p;
-}
-
 typedef struct ln_case {
     int rows, width;
     float p;
@@ -42,13 +36,13 @@ static void check_case(ds_backend *be, const char *isa, const ln_case *c) {
     float *bias = test_frand_buf((size_t)c->width, -0.5f, 0.5f);
     float *gamma = test_frand_buf((size_t)c->width, 0.5f, 1.5f);
     float *beta = test_frand_buf((size_t)c->width, -0.5f, 0.5f);
-    float *x2 = xmalloc(n * 4), *res2 = xmalloc(n * 4);
+    float *x2 = test_malloc(n * 4), *res2 = test_malloc(n * 4);
     memcpy(x2, x, n * 4);
     memcpy(res2, res, n * 4);
-    float *y1 = xmalloc(n * 4), *z1 = xmalloc(n * 4), *y2 = xmalloc(n * 4), *zs = xmalloc(n * 4);
-    float *m1 = xmalloc((size_t)c->rows * 4), *r1 = xmalloc((size_t)c->rows * 4);
-    float *m2 = xmalloc((size_t)c->rows * 4), *r2 = xmalloc((size_t)c->rows * 4);
-    uint32_t *k1 = xmalloc(kb), *k2 = xmalloc(kb);
+    float *y1 = test_malloc(n * 4), *z1 = test_malloc(n * 4), *y2 = test_malloc(n * 4), *zs = test_malloc(n * 4);
+    float *m1 = test_malloc((size_t)c->rows * 4), *r1 = test_malloc((size_t)c->rows * 4);
+    float *m2 = test_malloc((size_t)c->rows * 4), *r2 = test_malloc((size_t)c->rows * 4);
+    uint32_t *k1 = test_malloc(kb), *k2 = test_malloc(kb);
     memset(k1, 0, kb);
     memset(k2, 0, kb);
     const float *b = c->bias ? bias : NULL;
@@ -78,7 +72,8 @@ static void run_variant(const char *isa) {
     for (int nt = 1; nt <= 2; nt++) {
         ds_backend *be = test_cpu_backend(nt, NULL);
         /* widths: a word's tail (37), BERT-mini's 256, a DROP_CHUNK tail
-         * (300), GPT-2's 768; rows 3 (under the parallel threshold) and 130 */
+         * (300), GPT-2's 768; rows 3 (under the cpu's parallel threshold of
+         * 16,384 elements at every width) and 130 (over it from 256 on) */
         static const int widths[] = {37, 256, 300, 768};
         for (int w = 0; w < 4; w++)
             for (int rows = 3; rows <= 130; rows += 127) {

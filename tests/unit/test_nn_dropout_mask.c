@@ -25,12 +25,6 @@
 #include "tests/unit/test_util.h"
 #include "tests/unit/test_variants.h"
 
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) TEST_DIE("out of memory");
-    return p;
-}
-
 /* Mask words that differ from the stream (seed, off) over rows x width at p,
  * padding bits included (they must be 0). */
 static int mask_errors(const uint32_t *keep, int64_t rows, int width, float p, uint64_t seed,
@@ -55,9 +49,9 @@ static void check_dropout(ds_backend *be, const char *isa, int rows, int width) 
     const uint64_t seed = 977, off = 1000003; /* not a multiple of 4: a head block */
     float *x = test_frand_buf(n, -2.0f, 2.0f), *res = test_frand_buf(n, -1.0f, 1.0f);
     float *bias = test_frand_buf((size_t)width, -0.5f, 0.5f), *dy = test_frand_buf(n, -1.0f, 1.0f);
-    float *y1 = xmalloc(n * 4), *y2 = xmalloc(n * 4), *dx1 = xmalloc(n * 4), *dx2 = xmalloc(n * 4);
+    float *y1 = test_malloc(n * 4), *y2 = test_malloc(n * 4), *dx1 = test_malloc(n * 4), *dx2 = test_malloc(n * 4);
     float *db1 = calloc((size_t)width, 4), *db2 = calloc((size_t)width, 4);
-    uint32_t *keep = xmalloc(kb);
+    uint32_t *keep = test_malloc(kb);
     if (!db1 || !db2) TEST_DIE("out of memory");
     memset(keep, 0xA5, kb); /* the padding bits must be written too */
 
@@ -109,13 +103,13 @@ static void check_attention(ds_backend *be, const char *isa, int B, int nh, int 
     const float pa = 0.2f, scale = 0.3f;
     const uint64_t seed = 4242, off = 77;
     float *s = test_frand_buf(n, -6.0f, 6.0f), *dpd = test_frand_buf(n, -1.0f, 1.0f);
-    float *mask = xmalloc((size_t)B * T * 4);
+    float *mask = test_malloc((size_t)B * T * 4);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) mask[b * T + t] = t < T - 7 * b ? 1.0f : 0.0f;
-    float *p1 = xmalloc(n * 4), *p2 = xmalloc(n * 4), *pd1 = xmalloc(n * 4), *pd2 = xmalloc(n * 4);
-    float *ds1 = xmalloc(n * 4), *ds2 = xmalloc(n * 4);
-    float *pb1 = xmalloc(n * 4), *pb2 = xmalloc(n * 4);
-    uint32_t *keep = xmalloc(kb);
+    float *p1 = test_malloc(n * 4), *p2 = test_malloc(n * 4), *pd1 = test_malloc(n * 4), *pd2 = test_malloc(n * 4);
+    float *ds1 = test_malloc(n * 4), *ds2 = test_malloc(n * 4);
+    float *pb1 = test_malloc(n * 4), *pb2 = test_malloc(n * 4);
+    uint32_t *keep = test_malloc(kb);
     memset(keep, 0xA5, kb);
     CHECK_OK(nn->attn_softmax_fwd(be, p1, pd1, s, mask, causal, B, nh, Tq, T, scale, pa, seed,
                                   off, NULL));

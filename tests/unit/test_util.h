@@ -156,6 +156,13 @@ static inline TEST_NORETURN void test_die_at(const char *file, int line, const c
     exit(1);
 }
 
+/* malloc that exits 1 when out of memory (n = 0: one byte, never NULL). */
+static inline void *test_malloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) TEST_DIE("out of memory");
+    return p;
+}
+
 /* A cpu backend of nt threads accounting into mem (NULL: none); exits 1 when
  * it cannot be created (nothing else of the test can run). */
 static inline ds_backend *test_cpu_backend(int nt, ds_mem *mem) {
