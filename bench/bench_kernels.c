@@ -375,6 +375,28 @@ static ds_status k_lin_bias(ds_backend *be, const model *m, bufs *b, int v) {
     return DS_OK;
 }
 
+/* How many of the elements k_lin_bias's two ways write differ in their bits
+ * (its first output; models/modules.h: none while the GEMM sums k in one
+ * block), or -1 on an error (printed). */
+static int64_t lin_bias_bits(bench *bk, const model *m, bufs *b) {
+    size_t n = (size_t)N_TOK(m) * (m->causal ? 3 * m->H : m->H);
+    float *y0 = malloc(n * sizeof *y0);
+    int64_t diff = -1;
+    if (!y0) {
+        fprintf(stderr, "bench_kernels: out of memory\n");
+    } else if (k_lin_bias(bk->be, m, b, 0) == DS_OK) {
+        memcpy(y0, b->z, n * sizeof *y0);
+        if (k_lin_bias(bk->be, m, b, 1) == DS_OK) {
+            diff = 0;
+            for (size_t i = 0; i < n; i++) diff += memcmp(&y0[i], &b->z[i], sizeof *y0) != 0;
+        }
+    }
+    if (y0 && diff < 0) fprintf(stderr, "bench_kernels: %s\n", ds_last_error());
+    if (diff < 0) bk->failed = 1;
+    free(y0);
+    return diff;
+}
+
 /* A residual branch into the next layer norm (nn.h, dropout_ln_fwd): variant
  * 0 dropout_fwd (p = 0.1, bias, residual, keep mask) then layernorm_fwd, as
  * the models did before; 1 the one-pass slot. x: b->x (the GEMM output),
@@ -526,6 +548,10 @@ static int run_model(bench *bk, const model *md) {
              (long long)N, H, md->causal ? 3 * H : H);
     run_pair(bk, md, &b, k_lin_bias, title, "GEMM, then a bias pass",
              "bias rows, then GEMM (beta 1)");
+    int64_t diff = lin_bias_bits(bk, md, &b);
+    if (diff >= 0)
+        printf("\nelements whose bits differ between the two ways: %lld of %lld\n",
+               (long long)diff, (long long)(N * (md->causal ? 3 * H : H)));
     snprintf(title, sizeof title, "dropout p=0.1 + residual, then layer norm, %lld x %d",
              (long long)N, H);
     run_pair(bk, md, &b, k_drop_ln, title, "dropout_fwd, then layernorm_fwd", "dropout_ln_fwd");

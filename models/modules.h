@@ -41,8 +41,9 @@ ds_status ds_linear_fwd(ds_backend *be, float *y, const float *x, int ldx, const
  * which the fill replaces: BERT-mini's three Q, K, V projections of a layer
  * in 0.93-0.99 of the time (bench/RESULTS.md, "The bias in the GEMM"). The
  * bits are those of the GEMM then the bias while the GEMM sums k in one
- * block (OpenBLAS's SkylakeX kernels: in <= 384); past that the bias joins
- * the first block's sum instead of the last, within the same rounding bound
+ * block (OpenBLAS's SkylakeX kernels: in <= 384; bench_kernels counts the
+ * differing elements); past that the bias joins the first block's sum
+ * instead of the last, within the same rounding bound
  * (tests/unit/test_linear_bias.c). */
 ds_status ds_linear_bias_fwd(ds_backend *be, float *y, const float *x, int ldx, const float *W,
                              const float *b, int N, int in, int out);
