@@ -56,9 +56,14 @@
 # for both hosts, which halves compute and looks like a slow network.
 #
 # 'link' prints one line, "link: 117.9 MB/s raw TCP (236 MB in 2.00 s), 0.94
-# Gbit/s": 2 s of 64 KiB writes from host 2 to host 1 over one TCP
-# connection (port 5299), counted by the receiver from its first byte to
-# EOF, so that a benchmark's numbers can be set against the link it ran on.
+# Gbit/s; the machine 0.24 cores busy meanwhile, 2.2 ms of CPU per MB": 2 s
+# of 64 KiB writes from host 2 to host 1 over one TCP connection (port 5299),
+# counted by the receiver from its first byte to EOF, so that a benchmark's
+# numbers can be set against the link it ran on. The CPU figure is the whole
+# machine's (/proc/stat) over that time: the two hosts are this machine's
+# cores, so what the TCP stack spends on both ends of the link (and the
+# rate limit's qdisc) is taken from the cores the ranks compute on, which
+# hosts of their own would not share.
 #
 # 'run' always removes what it made (a trap on exit and on signals), also
 # when CMD fails or the script is interrupted; its exit status is CMD's.
@@ -287,20 +292,25 @@ do_enter() {
 # ---- the link's raw rate ------------------------------------------------------------
 
 LINK_PY='
-import socket, sys, time
+import os, socket, sys, time
 addr = (sys.argv[2], 5299)
 if sys.argv[1] == "recv":
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(addr); s.listen(1); s.settimeout(15); c, _ = s.accept()
+    def busy():  # CPU time of the whole machine: user nice system irq softirq
+        f = open("/proc/stat").readline().split()
+        return sum(int(f[i]) for i in (1, 2, 3, 6, 7))
     n = 0; t0 = None
     while True:
         b = c.recv(1 << 20)
         if not b: break
-        if t0 is None: t0 = time.time()
+        if t0 is None: t0 = time.time(); c0 = busy()
         n += len(b)
     dt = time.time() - t0
-    print("link: %.1f MB/s raw TCP (%.0f MB in %.2f s), %.2f Gbit/s"
-          % (n / dt / 1e6, n / 1e6, dt, n * 8 / dt / 1e9))
+    cpu = (busy() - c0) / os.sysconf("SC_CLK_TCK")
+    print("link: %.1f MB/s raw TCP (%.0f MB in %.2f s), %.2f Gbit/s; the machine %.2f cores "
+          "busy meanwhile, %.1f ms of CPU per MB"
+          % (n / dt / 1e6, n / 1e6, dt, n * 8 / dt / 1e9, cpu / dt, 1e3 * cpu / (n / 1e6)))
 else:
     for i in range(100):  # until the receiver listens (at most 10 s)
         try: c = socket.create_connection(addr); break

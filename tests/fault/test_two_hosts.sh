@@ -49,6 +49,13 @@ trap '"$twohost" down --name $name' EXIT
 hostfile=/run/twohost/$name/hostfile
 export OMP_NUM_THREADS=1
 
+# The link's raw rate and what it cost the machine, the line the benchmarks
+# set their numbers against (bench/overlap_twohost.sh, ds_compare.sh)
+"$twohost" link --name $name >link.log 2>&1 || fail "twohost.sh link exited $?: $(cat link.log)"
+grep -Eq '^link: [0-9.]+ MB/s raw TCP \([0-9]+ MB in [0-9.]+ s\), [0-9.]+ Gbit/s; the machine [0-9.]+ cores busy meanwhile, [0-9.]+ ms of CPU per MB$' link.log ||
+  fail "twohost.sh link printed: $(cat link.log)"
+awk '{ if ($2 + 0 <= 0) exit 1 }' link.log || fail "twohost.sh link measured no rate: $(cat link.log)"
+
 "$bin/gen_sentences" --rows 400 --seed 7 --out data.csv >/dev/null || exit 1
 cat >cfg.json <<'JSON'
 {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
