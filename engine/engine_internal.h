@@ -53,6 +53,10 @@ struct engine {
     ds_batch dbatch;
     bool have_forward;    /* a forward awaits its backward */
     uint64_t fwd_seed;    /* dropout stream of the pending micro-batch */
+    /* the module whose backward runs, and the lowest offset of its span
+     * handed to the strategy so far (its end: nothing yet) */
+    int bwd_module;
+    int64_t bwd_done;
 
     /* ---- data loader (when train_data was given) ---- */
     const ds_dataset *train;

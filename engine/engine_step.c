@@ -258,6 +258,20 @@ ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out) {
     return DS_OK;
 }
 
+/* Module e->bwd_module's parameters from `first` on (0: all of them) are
+ * final: hand the part of its span not handed over yet to the strategy
+ * (zero.h, grad_done). A module that calls ds_module_grads_final
+ * with a larger `first` than before says nothing new. */
+static ds_status grads_final(void *arg, int first) {
+    engine_t *e = arg;
+    const ds_flat_module *fm = &e->flat->modules[e->bwd_module];
+    int64_t lo = first > 0 ? e->flat->params[fm->first_param + first].offset : fm->begin;
+    if (lo >= e->bwd_done) return DS_OK;
+    DS_TRY(e->zero->ops->grad_done(e->zero, e->bwd_module, lo, e->bwd_done));
+    e->bwd_done = lo;
+    return DS_OK;
+}
+
 ds_status ds_backward(engine_t *e) {
     if (!e->have_forward) return DS_ERR(DS_ERR_INVALID_ARG, "ds_backward without ds_forward");
     double wc0 = ds_wc_start(&e->wc);
@@ -270,8 +284,9 @@ ds_status ds_backward(engine_t *e) {
     const float *dy = NULL;
     int which = 0;
     /* The last micro-batch of the accumulation: each module's gradients are
-     * final when its backward ends, and the strategy reduces them while the
-     * earlier modules' backward goes on (overlap_comm). */
+     * final when its backward ends (or, part by part, where it says so:
+     * ds_module_grads_final), and the strategy reduces them while the
+     * backward goes on (overlap_comm). */
     e->zero->final_backward = e->micro_in_step + 1 >= e->cfg.gradient_accumulation_steps;
     for (int i = n - 1; i >= 0; i--) {
         ds_module *mod = e->model->modules[i];
@@ -296,6 +311,10 @@ ds_status ds_backward(engine_t *e) {
         ctx.dy = dy;
         ctx.dx = i > 0 ? e->grad_buf[which] : NULL;
         ctx.loss_scale = loss_scale;
+        ctx.grads_final = grads_final;
+        ctx.grads_final_arg = e;
+        e->bwd_module = i;
+        e->bwd_done = e->flat->modules[i].end;
         ds_status st = mod->ops->backward(mod, &ctx);
         ds_prof_end(&e->prof, i, true, pm);
         if (st != DS_OK) {
@@ -303,7 +322,7 @@ ds_status ds_backward(engine_t *e) {
             ds_error_trace(__FILE__, __LINE__);
             return st;
         }
-        DS_TRY(e->zero->ops->grad_done(e->zero, i));
+        DS_TRY(grads_final(e, 0)); /* what the module did not hand over itself */
         DS_TRY(e->zero->ops->release(e->zero, i));
         dy = ctx.dx;
         which ^= 1;

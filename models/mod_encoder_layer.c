@@ -330,6 +330,9 @@ static ds_status enc_backward(ds_module *m, ds_module_ctx *ctx) {
     DS_TRY(ds_linear_bwd_x(be, w.dg, I, w.d2, P[P_O_W], Nq, I, H, 0.0f));
     DS_TRY(be->nn->bias_act_bwd(be, w.dg, G[P_I_B], w.dg, s.u, P[P_I_B], Nq, I, DS_ACT_GELU));
     DS_TRY(ds_linear_bwd_w(be, G[P_I_W], w.dg, s.h1, H, Nq, H, I));
+    /* the feed-forward's gradients (and LN2's), two thirds of the layer's
+     * parameters, are final: their reduction can overlap the rest */
+    DS_TRY(ds_module_grads_final(m, ctx, P_I_W));
     /* d1 = dH1 = dA2 (residual) + dU Wi */
     DS_TRY(ds_linear_bwd_x(be, w.d1, H, w.dg, P[P_I_W], Nq, H, I, 1.0f));
 
@@ -339,6 +342,7 @@ static ds_status enc_backward(ds_module *m, ds_module_ctx *ctx) {
     DS_TRY(be->nn->dropout_bwd(be, w.d2, G[P_AO_B], da1, Nq, H, ph, ctx->seed, off_ao,
                                s.keep_ao));
     DS_TRY(ds_linear_bwd_w(be, G[P_AO_W], w.d2, s.c, H, Nq, H, H));
+    DS_TRY(ds_module_grads_final(m, ctx, P_AO_W)); /* and LN1's */
     float *dc = w.d1; /* dH1 is consumed */
     DS_TRY(ds_linear_bwd_x(be, dc, H, w.d2, P[P_AO_W], Nq, H, H, 0.0f));
 

@@ -292,6 +292,9 @@ static ds_status blk_backward(ds_module *m, ds_module_ctx *ctx) {
     DS_TRY(be->nn->bias_act_bwd(be, w.dg, G[P_FC_B], w.dg, s.u, P[P_FC_B], N, I,
                                 DS_ACT_GELU_TANH));
     DS_TRY(conv1d_bwd_w(be, G[P_FC_W], w.dg, s.h2, N, E, I));
+    /* the MLP's gradients, two thirds of the block's parameters, are final:
+     * their reduction can overlap the rest of the backward */
+    DS_TRY(ds_module_grads_final(m, ctx, P_FC_W));
     DS_TRY(conv1d_bwd_x(be, w.d2, w.dg, P[P_FC_W], N, E, I)); /* dH2 */
     /* dX1 = dy (residual) + ln_2'(dH2), built in dx */
     DS_TRY(be->ops->memcpy(be, dx, dy, z.N * (size_t)E * sizeof(float), DS_COPY_D2D, NULL));
@@ -302,6 +305,7 @@ static ds_status blk_backward(ds_module *m, ds_module_ctx *ctx) {
     DS_TRY(be->nn->dropout_bwd(be, w.d1, G[P_APROJ_B], dx, N, E, pr, ctx->seed, off_attn,
                                s.keep_a));
     DS_TRY(conv1d_bwd_w(be, G[P_APROJ_W], w.d1, s.c, N, E, E));
+    DS_TRY(ds_module_grads_final(m, ctx, P_APROJ_W)); /* and ln_2's */
     float *dc = w.d2; /* dH2 is consumed */
     DS_TRY(conv1d_bwd_x(be, dc, w.d1, P[P_APROJ_W], N, E, E));
 
@@ -329,6 +333,7 @@ static ds_status blk_backward(ds_module *m, ds_module_ctx *ctx) {
     /* QKV = H1 Wa + ba: dWa, dba +=; dH1 = dQKV Wa^T (into d1: dA is consumed) */
     DS_TRY(conv1d_bwd_w(be, G[P_ATTN_W], w.dqkv, s.h1, N, E, E3));
     DS_TRY(be->nn->bcast_add_bwd(be, G[P_ATTN_B], w.dqkv, N, E3));
+    DS_TRY(ds_module_grads_final(m, ctx, P_ATTN_W));
     DS_TRY(conv1d_bwd_x(be, w.d1, w.dqkv, P[P_ATTN_W], N, E, E3));
     /* dx = dX1 (residual, already in dx) + ln_1'(dH1) */
     return be->nn->layernorm_bwd(be, dx, G[P_LN1_W], G[P_LN1_B], w.d1, x, s.mean1, s.rstd1,

@@ -32,6 +32,24 @@ foreach(stage 0 1)
   ds_overlap_test(overlap_equiv_bert_bf16_ckpt_stage${stage}_np4 4
                   --stage ${stage} --model bert --precision bf16 --ckpt 1)
 endforeach()
+# ds_module_grads_final (module.h): a user's module that hands its last
+# parameters' gradients over before its backward returns gets the same bits
+# as one that does not, at every stage, with accumulation, fp16 and bf16
+# staging; and (--watch) the reduction of that part lands while the
+# module's backward still runs (tests/multirank/test_grads_final.c).
+add_executable(test_grads_final ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_grads_final.c)
+target_link_libraries(test_grads_final PRIVATE zero-engine m)
+function(ds_grads_final_test name)
+  add_test(NAME ${name} COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 2 -x OMP_NUM_THREADS=1
+                                $<TARGET_FILE:test_grads_final> ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS multirank TIMEOUT 120 PROCESSORS 2)
+endfunction()
+ds_grads_final_test(grads_final_watch_stage0_np2 --stage 0 --watch 1)
+ds_grads_final_test(grads_final_gas2_stage0_np2 --stage 0 --gas 2)
+ds_grads_final_test(grads_final_bf16_stage1_np2 --stage 1 --precision bf16)
+ds_grads_final_test(grads_final_fp16_gas2_stage2_np2 --stage 2 --precision fp16 --gas 2)
+ds_grads_final_test(grads_final_stage3_np2 --stage 3)
+
 # sparse_gradients (issue 22: embedding gradients across hosts): the word
 # table's rows exchanged as (index, row) records on the communication thread
 # give bit-identical losses and weights at 2 ranks, bytes equal to the

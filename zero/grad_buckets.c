@@ -262,7 +262,8 @@ static ds_status flush(ds_grad_buckets *gb) {
     return DS_OK;
 }
 
-ds_status ds_grad_buckets_add(ds_grad_buckets *gb, int64_t begin, int64_t end, const float *src) {
+ds_status ds_grad_buckets_add(ds_grad_buckets *gb, int64_t begin, int64_t end, const float *src,
+                              bool module_end) {
     if (end <= begin) return DS_OK;
     if (gb->open && (gb->lo != end || gb->hi - begin > gb->limit)) DS_TRY(flush(gb));
     bucket *k = &gb->b[gb->cur];
@@ -279,7 +280,7 @@ ds_status ds_grad_buckets_add(ds_grad_buckets *gb, int64_t begin, int64_t end, c
      * waited for the next module, and buffers sized to the largest module
      * (BERT-mini's 5.5M-element embedding) gathered every encoder layer
      * into one bucket that left only when backward had ended. */
-    if (gb->per_module || gb->hi - gb->lo >= gb->limit) DS_TRY(flush(gb));
+    if ((gb->per_module && module_end) || gb->hi - gb->lo >= gb->limit) DS_TRY(flush(gb));
     return DS_OK;
 }
 

@@ -58,10 +58,12 @@ ds_status ds_grad_buckets_quantize_int4(ds_grad_buckets *gb, ds_comm *c, int per
  * are allocated here, once; nothing at one rank. Call before the first add. */
 ds_status ds_grad_buckets_sparse(ds_grad_buckets *gb, ds_comm *c);
 
-/* The fp32 gradients of flat range [begin, end) (a module's span, src[0] =
- * element begin) are complete for this micro-batch. src may be reused when
- * this returns. */
-ds_status ds_grad_buckets_add(ds_grad_buckets *gb, int64_t begin, int64_t end, const float *src);
+/* The fp32 gradients of flat range [begin, end) (a module's span, or the
+ * part of it zero.h's grad_done hands over; src[0] = element begin) are
+ * complete for this micro-batch; module_end: the range reaches the module's
+ * begin. src may be reused when this returns. */
+ds_status ds_grad_buckets_add(ds_grad_buckets *gb, int64_t begin, int64_t end, const float *src,
+                              bool module_end);
 
 /* Reduce what is pending and wait until every bucket has landed in the
  * partition. */

@@ -147,7 +147,7 @@ void ds_grad_reduce_destroy(ds_grad_reduce *g) {
     free(g);
 }
 
-ds_status ds_grad_reduce_ready(ds_grad_reduce *g, int64_t begin, int64_t end) {
+ds_status ds_grad_reduce_ready(ds_grad_reduce *g, int64_t begin, int64_t end, bool module_end) {
     if (end <= begin) return DS_OK;
     if (g->finished || end != g->cursor)
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_backward: this step's gradients were already "
@@ -160,7 +160,7 @@ ds_status ds_grad_reduce_ready(ds_grad_reduce *g, int64_t begin, int64_t end) {
         g->hi -= g->cap;
     }
     /* a module's end, or the model's start: what is left goes now */
-    if ((g->per_module || g->cursor == 0) && g->hi > g->cursor) {
+    if (((g->per_module && module_end) || g->cursor == 0) && g->hi > g->cursor) {
         DS_TRY(submit(g, g->cursor, g->hi));
         g->hi = g->cursor;
     }
@@ -186,12 +186,10 @@ ds_status ds_grad_reduce_finish(ds_grad_reduce *g) {
 bool ds_grad_reduce_started(const ds_grad_reduce *g) { return g->started; }
 
 ds_status ds_grad_reduce_grad_done(ds_grad_reduce *g, ds_replica *rep, bool final_backward,
-                                   int m) {
-    DS_TRY(ds_replica_grad_done(rep, m));
-    if (final_backward) {
-        const ds_flat_module *fm = &rep->flat->modules[m];
-        DS_TRY(ds_grad_reduce_ready(g, fm->begin, fm->end));
-    }
+                                   int m, int64_t lo, int64_t hi) {
+    DS_TRY(ds_replica_grad_done(rep, m, lo, hi));
+    if (final_backward)
+        DS_TRY(ds_grad_reduce_ready(g, lo, hi, lo == rep->flat->modules[m].begin));
     return DS_OK;
 }
 

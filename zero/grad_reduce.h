@@ -63,11 +63,13 @@ ds_comm_worker *ds_grad_reduce_worker(ds_grad_reduce *g);
  * (no-op for a model without any). Call once, before the first backward. */
 ds_status ds_grad_reduce_sparse(ds_grad_reduce *g);
 
-/* The gradients of flat range [begin, end) (module m's span) are final.
- * Ranges come in reverse flat order, each ending where the previous began;
- * one that does not is a second backward into gradients already reduced:
- * DS_ERR_INVALID_ARG (the sums would count the first backward world times). */
-ds_status ds_grad_reduce_ready(ds_grad_reduce *g, int64_t begin, int64_t end);
+/* The gradients of flat range [begin, end) (a module's span, or the part of
+ * it zero.h's grad_done hands over) are final; module_end: the range
+ * reaches the module's begin. Ranges come in reverse flat order, each
+ * ending where the previous began; one that does not is a second backward
+ * into gradients already reduced: DS_ERR_INVALID_ARG (the sums would count
+ * the first backward world times). */
+ds_status ds_grad_reduce_ready(ds_grad_reduce *g, int64_t begin, int64_t end, bool module_end);
 
 /* Reduce whatever was not reduced yet (all of [0, used) when no backward
  * marked anything final) and wait for every bucket. Idempotent until reset. */
@@ -81,9 +83,10 @@ bool ds_grad_reduce_started(const ds_grad_reduce *g);
 ds_status ds_grad_reduce_reset(ds_grad_reduce *g);
 
 /* The strategy slots of a replica reduced during the last backward (stages
- * 0 and 1): module m's backward ended (its gradients are final in the last
- * micro-batch: reduce them now), and a new accumulation. */
-ds_status ds_grad_reduce_grad_done(ds_grad_reduce *g, ds_replica *rep, bool final_backward, int m);
+ * 0 and 1): [lo, hi) of module m's span is final (in the last micro-batch:
+ * reduce it now; zero.h, grad_done), and a new accumulation. */
+ds_status ds_grad_reduce_grad_done(ds_grad_reduce *g, ds_replica *rep, bool final_backward, int m,
+                                   int64_t lo, int64_t hi);
 ds_status ds_grad_reduce_zero_grad(ds_grad_reduce *g, ds_replica *rep);
 
 #endif /* DS_ZERO_GRAD_REDUCE_H */

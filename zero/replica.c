@@ -132,11 +132,11 @@ ds_status ds_replica_grad_slots(ds_replica *r, int m, float ***out) {
     return DS_OK;
 }
 
-ds_status ds_replica_grad_done(ds_replica *r, int m) {
+ds_status ds_replica_grad_done(ds_replica *r, int m, int64_t lo, int64_t hi) {
     if (!r->gstage || !r->grads) return DS_OK; /* accumulated in place, or the stage's job */
     const ds_flat_module *fm = &r->flat->modules[m];
-    DS_TRY(r->be->ops->axpy(r->be, ds_at(r->grads, r->gt, fm->begin), r->gt, 1.0f, r->gstage,
-                            DS_F32, (size_t)(fm->end - fm->begin)));
+    DS_TRY(r->be->ops->axpy(r->be, ds_at(r->grads, r->gt, lo), r->gt, 1.0f,
+                            r->gstage + (lo - fm->begin), DS_F32, (size_t)(hi - lo)));
     return DS_OK;
 }
 
@@ -236,11 +236,6 @@ ds_status ds_replica_op_release(ds_zero *z, int m) {
 
 ds_status ds_replica_op_grad_slots(ds_zero *z, int m, float ***out) {
     DS_TRY(ds_replica_grad_slots(R(z), m, out));
-    return DS_OK;
-}
-
-ds_status ds_replica_op_grad_done(ds_zero *z, int m) {
-    DS_TRY(ds_replica_grad_done(R(z), m));
     return DS_OK;
 }
 

@@ -50,7 +50,9 @@ ds_status ds_replica_init_values(ds_replica *r, uint64_t seed, float *master, in
 /* Module m's parameters (*out) and tied parameters (*tied), fp32. */
 ds_status ds_replica_fetch(ds_replica *r, int m, float ***out, float ***tied);
 ds_status ds_replica_grad_slots(ds_replica *r, int m, float ***out);
-ds_status ds_replica_grad_done(ds_replica *r, int m);
+/* [lo, hi) of module m's span is final (zero.h, grad_done): under mixed
+ * precision, add it from the staging area into the replica. */
+ds_status ds_replica_grad_done(ds_replica *r, int m, int64_t lo, int64_t hi);
 ds_status ds_replica_zero_grad(ds_replica *r);
 /* Full fp32 values of parameter i to / from the host for stages 1 and 2:
  * from the master partitions when `master` is given (mixed precision; a
@@ -69,7 +71,6 @@ ds_status ds_replica_grad_to_host(ds_replica *r, int i, float *host);
 ds_status ds_replica_op_fetch(ds_zero *z, int m, float ***out, float ***tied);
 ds_status ds_replica_op_release(ds_zero *z, int m); /* resident: nothing to do */
 ds_status ds_replica_op_grad_slots(ds_zero *z, int m, float ***out);
-ds_status ds_replica_op_grad_done(ds_zero *z, int m);
 ds_status ds_replica_op_zero_grad(ds_zero *z);
 
 /* Stages 1 and 2: a replica of the working parameters plus an optimizer

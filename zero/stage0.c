@@ -38,8 +38,9 @@ static float *weights(stage0 *s) { return s->mixed ? s->master : (float *)s->rep
 /* Whether this step's gradients are all-reduced during backward. */
 static bool reduces(const stage0 *s) { return !s->ob || ds_onebit_reduces_grads(s->ob); }
 
-static ds_status grad_done(ds_zero *z, int m) {
-    return ds_grad_reduce_grad_done(S(z)->gr, &S(z)->rep, z->final_backward && reduces(S(z)), m);
+static ds_status grad_done(ds_zero *z, int m, int64_t lo, int64_t hi) {
+    return ds_grad_reduce_grad_done(S(z)->gr, &S(z)->rep, z->final_backward && reduces(S(z)), m,
+                                    lo, hi);
 }
 
 /* Local gradients (onebit.h): the norm and the overflow agreed over ranks.

@@ -28,8 +28,8 @@ static stage1 *S(ds_zero *z) { return (stage1 *)z->impl; }
 /* The partition's slice of the gradient replica, reduced over ranks. */
 static void *my_grads(stage1 *s) { return ds_at(s->rs.rep.grads, s->rs.rep.gt, s->rs.sh.lo); }
 
-static ds_status grad_done(ds_zero *z, int m) {
-    return ds_grad_reduce_grad_done(S(z)->gr, &S(z)->rs.rep, z->final_backward, m);
+static ds_status grad_done(ds_zero *z, int m, int64_t lo, int64_t hi) {
+    return ds_grad_reduce_grad_done(S(z)->gr, &S(z)->rs.rep, z->final_backward, m, lo, hi);
 }
 
 static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {

@@ -35,11 +35,12 @@ typedef struct stage2 {
 
 static stage2 *S(ds_zero *z) { return (stage2 *)z->impl; }
 
-static ds_status grad_done(ds_zero *z, int m) {
+static ds_status grad_done(ds_zero *z, int m, int64_t lo, int64_t hi) {
     stage2 *s = S(z);
-    if (!s->buckets) return ds_replica_grad_done(&s->rs.rep, m); /* one rank: in place */
+    if (!s->buckets) return ds_replica_grad_done(&s->rs.rep, m, lo, hi); /* one rank: in place */
     const ds_flat_module *fm = &s->rs.rep.flat->modules[m];
-    DS_TRY(ds_grad_buckets_add(s->buckets, fm->begin, fm->end, s->rs.rep.gstage));
+    DS_TRY(ds_grad_buckets_add(s->buckets, lo, hi, s->rs.rep.gstage + (lo - fm->begin),
+                               lo == fm->begin));
     return DS_OK;
 }
 

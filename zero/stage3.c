@@ -433,10 +433,10 @@ static ds_status grad_slots(ds_zero *z, int m, float ***out) {
     return DS_OK;
 }
 
-static ds_status grad_done(ds_zero *z, int m) {
+static ds_status grad_done(ds_zero *z, int m, int64_t lo, int64_t hi) {
     stage3 *s = S(z);
     const ds_flat_module *fm = &s->flat->modules[m];
-    DS_TRY(ds_grad_buckets_add(s->buckets, fm->begin, fm->end, s->gstage));
+    DS_TRY(ds_grad_buckets_add(s->buckets, lo, hi, s->gstage + (lo - fm->begin), lo == fm->begin));
     return DS_OK;
 }
 

@@ -14,8 +14,10 @@
  *     for m in modules:           fetch(m) -> fp32 params (own, tied); forward;
  *                                 release(m)
  *     for m in reverse(modules):  fetch(m); grad_slots(m) -> fp32 slots;
- *                                 backward (accumulates into slots);
- *                                 grad_done(m); release(m)
+ *                                 backward (accumulates into slots; may
+ *                                 call grad_done(m, lo, hi) for the part of
+ *                                 m's span it has finished);
+ *                                 grad_done(m, rest of the span); release(m)
  *   at the boundary:
  *     reduce_grads()  -> global sum of squares of the summed gradients and
  *                        an overflow flag, identical on every rank
@@ -82,9 +84,14 @@ typedef struct ds_zero_ops {
     ds_status (*release)(ds_zero *z, int module);
     /* fp32 gradient slots for module m's backward; the module accumulates. */
     ds_status (*grad_slots)(ds_zero *z, int module, float ***out);
-    /* Module m's backward finished: its gradients are final for this
-     * micro-batch (a strategy may start reducing them). */
-    ds_status (*grad_done)(ds_zero *z, int module);
+    /* The gradients in [lo, hi) of module m's span are final for this
+     * micro-batch (a strategy may start reducing them). The engine hands
+     * each module's span over downwards in one or more calls, the first
+     * ending at the span's end, the last (when m's backward returns)
+     * starting at its begin: parts come when the module says its last
+     * parameters are done (ds_module_grads_final), so a reduction can
+     * start before the module's backward ends. */
+    ds_status (*grad_done)(ds_zero *z, int module, int64_t lo, int64_t hi);
     /* Boundary: finish all reductions; *sumsq = sum of squares of the summed
      * gradient over the whole model, *overflow = any inf/nan anywhere; both
      * identical on every rank. */
@@ -137,7 +144,7 @@ struct ds_zero {
     void *impl;
     /* Set by the engine before each backward: this micro-batch ends the
      * gradient accumulation, so each module's gradients are final at its
-     * grad_done (tied uses already folded in) and stages 0 and 1 reduce them
+     * grad_done calls (tied uses already folded in) and stages 0 and 1 reduce them
      * during the backward. Stages 2 and 3 reduce every micro-batch's
      * gradients into their partition anyway (they keep no full replica). */
     bool final_backward;

@@ -182,6 +182,16 @@ ds_status ds_module_check_ctx(const ds_module *m, const ds_module_ctx *ctx, bool
     return DS_OK;
 }
 
+ds_status ds_module_grads_final(const ds_module *m, const ds_module_ctx *ctx, int first) {
+    if (first < 0 || first >= m->n_params)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "module %s: ds_module_grads_final(first %d): the module has %d parameters",
+                      m->name, first, m->n_params);
+    if (!ctx->grads_final) return DS_OK;
+    DS_TRY(ctx->grads_final(ctx->grads_final_arg, first));
+    return DS_OK;
+}
+
 static ds_status module_input(const ds_module *m, const ds_module_ctx *ctx, const char *name,
                               ds_dtype want, const void **out) {
     const ds_batch *b = ctx ? ctx->batch : NULL;

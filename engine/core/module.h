@@ -268,6 +268,10 @@ typedef struct ds_module_ctx {
     void *saved;           /* saved_bytes, kept from forward to backward */
     void *scratch;         /* scratch_bytes, undefined on entry */
     float loss_scale;      /* loss module backward: d(y[0]) = loss_scale */
+    /* backward, set by the engine (NULL elsewhere: a gradient check, a
+     * direct call): what ds_module_grads_final tells it */
+    ds_status (*grads_final)(void *arg, int first);
+    void *grads_final_arg;
 } ds_module_ctx;
 
 typedef struct ds_module_ops {
@@ -338,6 +342,21 @@ ds_status ds_module_tie_nd(ds_module *m, const char *alias, const char *target, 
  * first module no dx. */
 ds_status ds_module_check_ctx(const ds_module *m, const ds_module_ctx *ctx, bool need_x,
                               bool backward);
+
+/* In m's backward: the gradients of its parameters first .. n_params - 1
+ * are final for this backward (nothing the rest of it computes adds to
+ * them), so the engine may start reducing them across the ranks while the
+ * backward goes on (overlap_comm), as DeepSpeed does when autograd has
+ * finished a parameter's gradient. A backward that computes its last
+ * parameters' gradients first (the usual order, the reverse of the
+ * forward's) says so after each group, with a smaller `first` each time;
+ * what it never says is final when the backward returns. BERT's encoder
+ * layer, for one, calls it after its feed-forward part (two thirds of its
+ * parameters), so their reduction overlaps its attention's backward.
+ * Optional; it changes no value, only when the reduction may start.
+ * Without an engine behind the context (grads_final NULL) it does
+ * nothing. Errors: DS_ERR_INVALID_ARG for first outside [0, n_params). */
+ds_status ds_module_grads_final(const ds_module *m, const ds_module_ctx *ctx, int first);
 
 /* Batch tensor `name` of the context's batch as i32 / f32, or an error
  * naming the module and the tensor when it is missing or of another type. */
