@@ -37,8 +37,12 @@ endforeach()
 # as one that does not, at every stage, with accumulation, fp16 and bf16
 # staging; and (--watch) the reduction of that part lands while the
 # module's backward still runs (tests/multirank/test_grads_final.c).
-add_executable(test_grads_final ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_grads_final.c)
+add_executable(test_grads_final ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_grads_final.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/user_bag.c # its loss
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c # ck_start
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
 target_link_libraries(test_grads_final PRIVATE zero-engine m)
+target_include_directories(test_grads_final PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multirank)
 function(ds_grads_final_test name)
   add_test(NAME ${name} COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 2 -x OMP_NUM_THREADS=1
                                 $<TARGET_FILE:test_grads_final> ${ARGN})

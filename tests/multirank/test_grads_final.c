@@ -8,7 +8,8 @@
  * The model is a user's, written here against the public module API as
  * someone outside the library would write one: "pair", y = w2 * (w1 * x +
  * b1) + b2 elementwise over E features (parameters declared w1, b1, w2,
- * b2, E floats each), then a squared-error loss. Its backward computes the
+ * b2, E floats each), then user_bag.h's squared-error loss against one
+ * target per row. Its backward computes the
  * gradients of w2 and b2 first and, when told to, says so
  * (ds_module_grads_final(m, ctx, 2)) before computing w1's and b1's.
  * reduce_bucket_size is a fraction of one parameter, so the part it hands
@@ -30,13 +31,14 @@
  *
  * Also, without an engine behind the context: the call does nothing for a
  * first in [0, n_params) and refuses one outside, naming the module. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "ckpt_harness.h"
 #include "engine/engine.h"
+#include "user_bag.h"
 
 #define STEPS 6
 #define MICRO 4   /* rows per micro-batch and rank */
@@ -138,39 +140,6 @@ static const ds_module_ops k_pair_ops = {.type = "pair", .out_elems = pair_out,
                                          .forward = pair_forward, .backward = pair_backward,
                                          .destroy = ds_module_free};
 
-static size_t sq_out(const ds_module *m, int B, int T) {
-    (void)m, (void)B, (void)T;
-    return 2;
-}
-
-/* sum over b, i of (x[b, i] - target[b, i])^2 / B; the rows are the weight */
-static ds_status sq_forward(ds_module *m, ds_module_ctx *ctx) {
-    DS_TRY(ds_module_check_ctx(m, ctx, true, false));
-    const float *tgt;
-    DS_TRY(ds_module_input_f32(m, ctx, "target", &tgt));
-    int B = ctx->batch->B;
-    double sum = 0.0;
-    for (int k = 0; k < B * E; k++) sum += pow(ctx->x[k] - tgt[k], 2.0);
-    ctx->y[0] = (float)(sum / B);
-    ctx->y[1] = (float)B;
-    return DS_OK;
-}
-
-static ds_status sq_backward(ds_module *m, ds_module_ctx *ctx) {
-    DS_TRY(ds_module_check_ctx(m, ctx, true, true));
-    const float *tgt;
-    DS_TRY(ds_module_input_f32(m, ctx, "target", &tgt));
-    int B = ctx->batch->B;
-    for (int k = 0; k < B * E; k++)
-        ctx->dx[k] = 2.0f * ctx->loss_scale / (float)B * (ctx->x[k] - tgt[k]);
-    return DS_OK;
-}
-
-static const ds_module_ops k_sq_ops = {.type = "sq_loss", .out_elems = sq_out,
-                                       .saved_bytes = no_bytes, .scratch_bytes = no_bytes,
-                                       .forward = sq_forward, .backward = sq_backward,
-                                       .destroy = ds_module_free};
-
 static ds_status pair_model(bool announce, bool watch, ds_model **out, pair_impl **impl) {
     ds_model *model;
     DS_TRY(ds_model_create("user_pair", &model));
@@ -178,7 +147,7 @@ static ds_status pair_model(bool announce, bool watch, ds_model **out, pair_impl
     ds_module *pair = NULL, *loss = NULL;
     ds_status st = ds_model_add_input(model, "features", DS_F32, 1, dims, 0);
     if (st == DS_OK)
-        st = ds_model_add_input(model, "target", DS_F32, 1, dims, DS_INPUT_TARGET);
+        st = ds_model_add_input(model, "target", DS_F32, 0, NULL, DS_INPUT_TARGET);
     if (st == DS_OK) st = ds_module_create(&k_pair_ops, "pair", 4, sizeof(pair_impl), &pair);
     if (st == DS_OK) {
         *(pair_impl *)pair->impl = (pair_impl){.announce = announce, .watch = watch};
@@ -190,7 +159,7 @@ static ds_status pair_model(bool announce, bool watch, ds_model **out, pair_impl
         ds_status add = ds_model_add_module(model, pair); /* owns pair from here */
         if (st == DS_OK) st = add;
     }
-    if (st == DS_OK) st = ds_module_create(&k_sq_ops, "loss", 0, 0, &loss);
+    if (st == DS_OK) st = ub_sq_loss(E, &loss);
     if (st == DS_OK) st = ds_model_add_module(model, loss);
     if (st != DS_OK) {
         ds_model_destroy(model);
@@ -208,15 +177,16 @@ typedef struct run {
     int watch_fails;
 } run;
 
-/* Rank q's micro-batch j of step s: features and targets from a fixed LCG,
- * different on every rank (so a rank's own gradient is not the sum). */
+/* Rank q's micro-batch j of step s: features from a fixed LCG and a target
+ * per row, different on every rank (so a rank's own gradient is not the
+ * sum). */
 static void make_batch(int s, int q, int j, float *x, float *t) {
     unsigned r = 2654435761u * (unsigned)((s * 64 + q) * 8 + j + 1);
     for (int k = 0; k < MICRO * E; k++) {
         r = r * 1103515245u + 12345u;
         x[k] = (float)((r >> 8) & 0xffff) / 32768.0f - 1.0f;
-        t[k] = 0.5f * x[k] + 0.25f * (float)((k + q) % 3);
     }
+    for (int b = 0; b < MICRO; b++) t[b] = 0.25f * (float)((b + q + s) % 3);
 }
 
 static int train(const opts *o, bool announce, run *r) {
@@ -238,20 +208,15 @@ static int train(const opts *o, bool announce, run *r) {
              MICRO, o->gas, o->stage, BUCKET, BUCKET,
              strcmp(o->precision, "fp16") ? "false" : "true",
              strcmp(o->precision, "bf16") ? "false" : "true");
-    ds_init_desc d;
-    ds_init_desc_defaults(&d);
-    d.config_json = cfg;
-    d.model = model;
-    d.quiet = true;
     engine_t *e;
-    if (ds_initialize(&d, &e) != DS_OK) {
+    if (ck_start(cfg, model, NULL, &e) != DS_OK) {
         fprintf(stderr, "init: %s\n", ds_last_error());
         return 1;
     }
     int rank = ds_rank(e);
     /* at one rank the sum is the rank's own value: nothing to wait for */
     impl->watch = impl->watch && ds_world_size(e) > 1;
-    static float x[MICRO * E], t[MICRO * E];
+    static float x[MICRO * E], t[MICRO];
     for (int s = 0; s < STEPS; s++) {
         double sum = 0.0;
         for (int j = 0; j < o->gas; j++) {

@@ -104,6 +104,12 @@ static const ds_module_ops k_sq_ops = {.type = "sq_loss", .out_elems = sq_out,
                                        .forward = sq_forward, .backward = sq_backward,
                                        .destroy = ds_module_free};
 
+ds_status ub_sq_loss(int width, ds_module **out) {
+    DS_TRY(ds_module_create(&k_sq_ops, "loss", 0, sizeof(int), out));
+    *(int *)(*out)->impl = width;
+    return DS_OK;
+}
+
 ds_status ub_model(const ub_desc *d, ds_model **out) {
     ds_model *model;
     DS_TRY(ds_model_create("user_bag", &model));
@@ -125,11 +131,8 @@ ds_status ub_model(const ub_desc *d, ds_model **out) {
         ds_status add = ds_model_add_module(model, bag); /* owns bag from here */
         if (st == DS_OK) st = add;
     }
-    if (st == DS_OK) st = ds_module_create(&k_sq_ops, "loss", 0, sizeof(int), &loss);
-    if (st == DS_OK) {
-        *(int *)loss->impl = d->width;
-        st = ds_model_add_module(model, loss);
-    }
+    if (st == DS_OK) st = ub_sq_loss(d->width, &loss);
+    if (st == DS_OK) st = ds_model_add_module(model, loss);
     if (st != DS_OK) {
         ds_model_destroy(model);
         return st;

@@ -1,6 +1,7 @@
 /* A user's model written against the public module API, as someone outside
  * the library would write one, for the tests of row-wise communication
- * (test_sparse_grads: sparse_gradients; test_param_rows: rows_read_by).
+ * (test_sparse_grads: sparse_gradients; test_param_rows: rows_read_by;
+ * test_grads_final takes its loss).
  *
  *   "bag":  y[b, :] = sum over t with attention_mask[b, t] != 0 of
  *           W[input_ids[b, t], :], W a vocab x width table (normal, std 0.5)
@@ -29,5 +30,9 @@ typedef struct ub_desc {
 } ub_desc;
 
 ds_status ub_model(const ub_desc *d, ds_model **out);
+
+/* The "loss" module alone, over rows of `width` floats and the "target"
+ * input, for a test's own models (test_grads_final). */
+ds_status ub_sq_loss(int width, ds_module **out);
 
 #endif /* DS_TESTS_USER_BAG_H */
