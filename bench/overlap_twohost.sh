@@ -17,7 +17,13 @@
 #   sets it), unset leaves the key out; PAIRS=1 (with one rate in RATES)
 #   runs each setting on one host and then across the link back to back,
 #   inside one session of the two hosts, and prints a "pair:" line with
-#   both runs' samples/s and fastest steps and their ratios
+#   both runs' samples/s and fastest steps and their ratios; VS=OTHER_BUILD
+#   (with one rate) runs each setting across the link with OTHER_BUILD's
+#   bench_train and BUILD_DIR's back to back, in turns (other first in odd
+#   repeats, second in even ones), and prints a "vs:" line with both runs'
+#   samples/s, fastest step and the step phase (bench_train's median "step":
+#   the wait for the gradients' last buckets, the update), OTHER_BUILD's ->
+#   BUILD_DIR's
 #
 # PAIRS=1 is for a host whose speed drifts by tens of percent over minutes
 # (the 2-core VMs of bench/RESULTS.md: a run's samples/s 30-70 within one
@@ -69,6 +75,30 @@ runs() { # $1: mpirun prefix
   done
 }
 
+# One run's line "bench_train: BERT-mini ..." with args "$@" under mpirun
+# prefix $1.
+one() {
+  local mpi=$1
+  shift
+  $mpi "$@" 2>&1 | grep -E '^bench_train: BERT'
+}
+
+# samples/s, fastest step and the median step phase of two runs' lines,
+# first ($1) -> second ($2), and the second's speed over the first's, as
+# "what: ..." ($3). pair: same host -> two hosts; vs: OTHER_BUILD -> ours.
+compare() {
+  printf '%s\n%s\n' "$1" "$2" | awk -v what="$3" '
+    { for (i = 1; i < NF; i++) {
+        if ($(i + 1) == "samples/s") r[NR] = $i
+        if ($i == "min") { m = $(i + 1); sub(/,$/, "", m); t[NR] = m }
+        if ($i == "step" && $(i + 2) == "s" && $(i - 1) ~ /s,$/) p[NR] = $(i + 1) } }
+    END { if (r[1] > 0 && r[2] > 0 && t[1] > 0 && t[2] > 0)
+            printf "%s: samples/s %s -> %s (x%.3f), fastest step %s -> %s s (speed x%.3f), " \
+                   "step phase %s -> %s s\n", what, r[1], r[2], r[2] / r[1], t[1], t[2],
+                   t[1] / t[2], p[1], p[2]
+          else print what ": FAILED" }'
+}
+
 # PAIRS=1: for each setting, the same-host run then the two-host run; a
 # "pair:" line with samples/s (bench_train's median step) and fastest steps
 # of both, and two-host / same-host for each.
@@ -80,37 +110,47 @@ pairs() { # $1: the two-host mpirun prefix
         for q in ${QGZ:-0}; do
           args=(--stage "$stage" --overlap "$ov" --bucket "$BUCKET" --steps "$STEPS" --warmup 2
                 --qwz "$w" --qgz "$q" ${SPARSE:+--sparse "$SPARSE"})
-          same=$($MPI --mca btl self,vader,tcp "$BENCH" "${args[@]}" 2>&1 | grep -E '^bench_train: BERT')
-          two=$($two_host "$BENCH" "${args[@]}" 2>&1 | grep -E '^bench_train: BERT')
+          what="stage $stage overlap $ov qwz $w qgz $q"
+          if [ -n "${VS:-}" ]; then # OTHER_BUILD's and ours, across the link
+            local first=$OTHER second=$BENCH a b
+            [ $((REP % 2)) = 0 ] && first=$BENCH second=$OTHER
+            a=$(one "$two_host" "$first" "${args[@]}")
+            b=$(one "$two_host" "$second" "${args[@]}")
+            [ "$first" = "$BENCH" ] && { local x=$a; a=$b; b=$x; }
+            echo "other: $a"
+            echo "this:  $b"
+            compare "$a" "$b" "vs: $what"
+            continue
+          fi
+          same=$(one "$MPI --mca btl self,vader,tcp" "$BENCH" "${args[@]}")
+          two=$(one "$two_host" "$BENCH" "${args[@]}")
           echo "same host: $same"
           echo "two hosts: $two"
-          # samples/s: the number before "samples/s"; fastest step: after "min"
-          printf '%s\n%s\n' "$same" "$two" | awk -v what="stage $stage overlap $ov qwz $w qgz $q" '
-            { for (i = 1; i < NF; i++) {
-                if ($(i + 1) == "samples/s") r[NR] = $i
-                if ($i == "min") { m = $(i + 1); sub(/,$/, "", m); t[NR] = m } } }
-            END { if (r[1] > 0 && r[2] > 0 && t[1] > 0 && t[2] > 0)
-                    printf "pair: %s: samples/s %s / %s = %.3f, fastest step %s / %s s = %.3f\n",
-                           what, r[2], r[1], r[2] / r[1], t[1], t[2], t[1] / t[2]
-                  else print "pair: " what ": FAILED" }'
+          compare "$same" "$two" "pair: $what"
         done
       done
     done
   done
 }
 
-if [ "${PAIRS:-0}" = 1 ]; then
+if [ "${PAIRS:-0}" = 1 ] || [ -n "${VS:-}" ]; then
   rate=${RATES:-1gbit}
-  case "$rate" in *" "*) echo "overlap_twohost: PAIRS=1 takes one rate, not '$rate'" >&2; exit 2 ;; esac
-  echo "== pairs, $rate, $REPEATS repeats, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-  export BENCH BUCKET STEPS MPI STAGES OVERLAPS QGZ QWZ SPARSE REPEATS
-  export -f pairs
+  case "$rate" in *" "*) echo "overlap_twohost: PAIRS=1 and VS take one rate, not '$rate'" >&2; exit 2 ;; esac
+  OTHER=""
+  if [ -n "${VS:-}" ]; then
+    OTHER=$(readlink -f "$VS/bench/bench_train")
+    [ -x "$OTHER" ] || { echo "overlap_twohost: no $VS/bench/bench_train" >&2; exit 1; }
+  fi
+  echo "== ${VS:+vs $VS, }pairs, $rate, $REPEATS repeats, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  export BENCH OTHER VS BUCKET STEPS MPI STAGES OVERLAPS QGZ QWZ SPARSE REPEATS
+  export -f pairs one compare
   "$TWOHOST" run --name ovl$$ --rate "$rate" -- bash -c '
     '"$TWOHOST"' link --name "$TWOHOST_NAME"
-    for rep in $(seq 1 "$REPEATS"); do
-      echo "== repeat $rep, load average $(cut -d" " -f1-3 /proc/loadavg)"
+    for REP in $(seq 1 "$REPEATS"); do
+      export REP
+      echo "== repeat $REP, load average $(cut -d" " -f1-3 /proc/loadavg)"
       pairs "$MPI --hostfile $TWOHOST_HOSTFILE"
-    done' 2>&1 | grep -E '^(link|pair|same host|two hosts|==)|FAILED|rror'
+    done' 2>&1 | grep -E '^(link|pair|vs|same host|two hosts|other|this|==)|FAILED|rror'
   echo "== end, load average $(cut -d' ' -f1-3 /proc/loadavg)"
   exit 0
 fi
