@@ -40,7 +40,7 @@ endforeach()
 add_executable(test_grads_final ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_grads_final.c
                ${CMAKE_CURRENT_SOURCE_DIR}/multirank/user_bag.c # its loss
                ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c # ck_start
-               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c) # ckpt_harness's
 target_link_libraries(test_grads_final PRIVATE zero-engine m)
 target_include_directories(test_grads_final PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multirank)
 function(ds_grads_final_test name)
