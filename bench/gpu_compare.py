@@ -18,7 +18,11 @@ import json, math, os, sys
 PAIRS = [('s0_cuda', 's0_cpu'), ('s1_cuda', 's0_cpu'), ('s2_cuda', 's0_cpu'),
          ('s3_cuda', 's3_cpu'), ('s2_bf16_cuda', 's2_bf16_cpu'),
          ('s2_fp16_cuda', 's2_fp16_cpu'), ('s2_offload_cuda', 's0_cpu'),
-         ('s3_offparam_cuda', 's3_cpu'), ('s3_nvme_cuda', 's3_cpu'), ('s3_ckpt_cuda', 's3_cpu')]
+         ('s3_offparam_cuda', 's3_cpu'), ('s3_nvme_cuda', 's3_cpu'), ('s3_ckpt_cuda', 's3_cpu'),
+         ('s2_nccl1_cuda', 's0_cpu'),
+         # two ranks sharing the GPU (zero_engine.comm "mpi") against two cpu ranks
+         ('s0_mpi2_cuda', 's0_cpu2'), ('s1_mpi2_cuda', 's0_cpu2'), ('s2_mpi2_cuda', 's0_cpu2'),
+         ('s3_mpi2_cuda', 's3_cpu2')]
 
 
 def load(work, name):

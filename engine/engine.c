@@ -33,8 +33,11 @@ static ds_status pick_precision(engine_t *e) {
 }
 
 static ds_status make_backend(engine_t *e) {
+    /* comm "mpi" stages device buffers through host memory, so its ranks
+     * may share a GPU; NCCL needs one per rank */
     ds_backend_desc bd = {.kind = DS_BACKEND_CPU, .device = e->ranks.local_rank,
-                          .num_threads = e->cfg.num_threads, .mem = e->mem};
+                          .num_threads = e->cfg.num_threads, .mem = e->mem,
+                          .share_devices = strcmp(e->cfg.comm, "mpi") == 0};
     if (strcmp(e->cfg.backend, "cuda") == 0) {
         bd.kind = DS_BACKEND_CUDA;
     } else if (strcmp(e->cfg.backend, "auto") == 0) {
@@ -75,12 +78,49 @@ static ds_status check_implemented(const ds_config *c) {
     return DS_OK;
 }
 
-static ds_status build_local(engine_t *e, const ds_init_desc *d) {
+/* The backend first, alone: which data path the ranks need depends on it. */
+static ds_status build_backend(engine_t *e) {
     DS_TRY(check_implemented(&e->cfg));
     DS_TRY(ds_mem_create(&e->mem));
     DS_TRY(pick_precision(e));
     DS_TRY(make_backend(e));
     DS_TRY(set_gemm_inputs(e));
+    if (strcmp(e->cfg.comm, "nccl") == 0 && e->be->kind != DS_BACKEND_CUDA)
+        return DS_ERR(DS_ERR_CONFIG, "zero_engine.comm: \"nccl\" needs the cuda backend "
+                      "(zero_engine.backend \"%s\" runs on cpu)", e->cfg.backend);
+    return DS_OK;
+}
+
+/* The data path between ranks (zero_engine.comm), once every rank has its
+ * backend. MPI's rings read host memory: on cuda the buffers are the GPU's,
+ * so NCCL carries them ("auto" at more than one rank, or "nccl"), or MPI
+ * copies them through pinned host memory ("mpi", and one rank under "auto",
+ * where nothing crosses anyway). Collective: every rank calls it. */
+static ds_status pick_comm(engine_t *e) {
+    if (e->be->kind != DS_BACKEND_CUDA) return DS_OK; /* cpu: MPI on its own memory */
+    bool nccl = strcmp(e->cfg.comm, "nccl") == 0 ||
+                (strcmp(e->cfg.comm, "auto") == 0 && e->comm->world > 1);
+    if (!nccl) {
+        DS_TRY(ds_comm_stage_wrap(e->comm, e->be));
+        return DS_OK;
+    }
+    ds_comm_desc nd = {.kind = DS_COMM_NCCL, .timeout_s = e->cfg.comm_timeout_s,
+                       .backend = e->be};
+    ds_comm *nc = NULL;
+    ds_status mine = ds_comm_create(&nd, &nc), worst;
+    DS_TRY(ds_comm_agree(e->comm, mine, &worst)); /* over MPI, which every rank still has */
+    if (worst != DS_OK) { /* the message is this rank's, or names the rank that failed */
+        ds_comm_destroy(nc);
+        if (mine != DS_OK)
+            ds_error_prefix("zero_engine.comm \"%s\": the NCCL communicator", e->cfg.comm);
+        return worst;
+    }
+    ds_comm_destroy(e->comm);
+    e->comm = nc;
+    return DS_OK;
+}
+
+static ds_status build_local(engine_t *e, const ds_init_desc *d) {
     char why[256]; /* sparse_gradients where it cannot apply: ignored, as DeepSpeed does */
     if (!ds_grad_sparse_applies(&e->cfg, e->be->kind == DS_BACKEND_CPU, why, sizeof why) &&
         why[0] && e->comm->rank == 0)
@@ -175,8 +215,14 @@ ds_status ds_initialize(const ds_init_desc *d, engine_t **out) {
     /* Local construction may fail on one rank only (memory, a device):
      * agree before anything collective so that no rank waits alone. */
     ds_status worst;
-    DS_TRY_GOTO(st, ds_comm_agree(e->comm, build_local(e, d), &worst), fail);
+    DS_TRY_GOTO(st, ds_comm_agree(e->comm, build_backend(e), &worst), fail);
     if (worst != DS_OK) { /* the message is this rank's, or names the rank that failed */
+        st = worst;
+        goto fail;
+    }
+    DS_TRY_GOTO(st, pick_comm(e), fail);
+    DS_TRY_GOTO(st, ds_comm_agree(e->comm, build_local(e, d), &worst), fail);
+    if (worst != DS_OK) {
         st = worst;
         goto fail;
     }
@@ -201,8 +247,8 @@ void ds_finalize(engine_t *e) {
     ds_no_decay_destroy(e->no_decay);
     ds_flat_destroy(e->flat);
     ds_model_destroy(e->model);
+    ds_comm_destroy(e->comm); /* a staged one holds the backend's pinned memory */
     ds_backend_destroy(e->be);
-    ds_comm_destroy(e->comm);
     ds_mem_destroy(e->mem);
     ds_monitor_close(e->monitor);
     free(e);

@@ -124,7 +124,10 @@ void ds_engine_print_startup(engine_t *e) {
     }
     printf("[zero-engine] backend %s, comm %s, ZeRO stage %d, precision %s (grads %s, GEMM "
            "inputs %s), model %s: Psi = %lld parameters (%lld padded, %lld per partition)\n",
-           e->be->ops->name, e->comm->ops->name, e->cfg.zero_stage, ds_dtype_name(e->param_t),
+           e->be->ops->name,
+           ds_comm_staged(e->comm) && e->comm->world > 1 ? "mpi (device buffers through host memory)"
+                                   : e->comm->ops->name,
+           e->cfg.zero_stage, ds_dtype_name(e->param_t),
            ds_dtype_name(e->grad_t), ds_dtype_name(e->be->gemm_inputs), e->model->type,
            (long long)e->flat->numel,
            (long long)e->flat->padded, (long long)e->flat->part);

@@ -13,6 +13,17 @@ endforeach()
 if(DS_CUDA) # the CUDA module exists: asking for nccl no longer fails as "no CUDA"
   target_compile_definitions(test_comm PRIVATE DS_HAVE_CUDA=1)
 endif()
+# The same with staging (ds_comm_desc.stage, engine/comm/staged.c): every
+# call copies through the backend's host memory around MPI's, here over the
+# cpu backend (the cuda backend's run, test_comm_staged_cuda, is below).
+foreach(np 1 2) # one rank: no host copies, an out-of-place call one device copy
+  ds_add_mpi_test(NAME test_comm_staged SOURCES ${_comm_dir}/multirank/test_comm.c NP ${np}
+                  LABELS multirank TIMEOUT 240)
+endforeach()
+target_compile_definitions(test_comm_staged PRIVATE DS_TEST_STAGED=1)
+if(DS_CUDA)
+  target_compile_definitions(test_comm_staged PRIVATE DS_HAVE_CUDA=1)
+endif()
 # The traffic counters of the comm front door (calls, sizes, bytes inside and
 # across hosts, time, time waited) at 1 and 2 ranks on this host.
 foreach(np 1 2)
@@ -59,6 +70,17 @@ if(DS_CUDA)
   target_link_libraries(test_comm_nccl PRIVATE CUDA::cudart)
   # No usable GPU: the program exits 77 and mpirun passes that code on.
   set_tests_properties(test_comm_nccl_np1 PROPERTIES SKIP_RETURN_CODE 77)
+  # MPI staged through host memory over the cuda backend: two ranks on GPU 0,
+  # which NCCL refuses (zero_engine.comm "mpi").
+  foreach(np 1 2)
+    ds_add_mpi_test(NAME test_comm_staged_cuda SOURCES ${_comm_dir}/multirank/test_comm.c
+                    NP ${np} LABELS cuda TIMEOUT 240)
+  endforeach()
+  target_compile_definitions(test_comm_staged_cuda PRIVATE DS_TEST_STAGED=1 DS_TEST_CUDA=1
+                             DS_HAVE_CUDA=1)
+  target_link_libraries(test_comm_staged_cuda PRIVATE CUDA::cudart)
+  set_tests_properties(test_comm_staged_cuda_np1 test_comm_staged_cuda_np2 PROPERTIES
+                       SKIP_RETURN_CODE 77)
 endif()
 
 # Who initialises and finalises MPI; thread level and world checks. One

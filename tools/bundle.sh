@@ -55,7 +55,7 @@ cp -P "$build"/libzero-engine*.so* "$dir/lib/"
 for b in bench_train bench_kernels; do
   [ -x "$build/bench/$b" ] && { mkdir -p "$dir/bench"; cp "$build/bench/$b" "$dir/bench/"; }
 done
-for t in test_backend_cuda test_nn_cuda test_comm_nccl; do
+for t in test_backend_cuda test_nn_cuda test_comm_nccl test_comm_staged_cuda; do
   [ -x "$build/tests/$t" ] && { mkdir -p "$dir/tests"; cp "$build/tests/$t" "$dir/tests/"; }
 done
 

@@ -11,10 +11,13 @@
 #
 # Phases (default all but sanitize and ncu, which are slow):
 #   ctest     the cuda tests: every kernel slot against the cpu backend, the
-#             NCCL communicator at one rank per visible GPU
+#             NCCL communicator at one rank per visible GPU, the staged MPI
+#             one at two ranks on GPU 0
 #   train     train_cls (BERT 4 x 256, seq 64, 80 steps, seed 42) on cuda and
 #             on cpu at ZeRO stages 0-3, bf16, fp16, optimizer / parameter
-#             offload to cpu and NVMe, a stage-3 checkpoint converted by
+#             offload to cpu and NVMe, two ranks sharing the GPU at stages
+#             0-3 (zero_engine.comm "mpi") against two cpu ranks, the engine
+#             on NCCL at one rank, a stage-3 checkpoint converted by
 #             zero_to_fp32; bench/gpu_compare.py prints each cuda run's losses
 #             against the cpu's (the arithmetic is shared: equal to ~1e-6)
 #   lm        train_lm (GPT-2 4 x 256, byte tokens) 30 steps on cpu and cuda
@@ -23,7 +26,8 @@
 #             (bench/bench_pytorch_bert.py), where python3 has torch; bf16's
 #             steps with fp32 against bf16 tensor-core GEMMs, paired
 #   sanitize  compute-sanitizer memcheck on the cuda tests and a short
-#             training run, racecheck on test_backend_cuda
+#             training run (one rank, and two staged ranks on GPU 0),
+#             racecheck on test_backend_cuda
 #   ncu       every kernel's GPU time over 2 steps of bench_train at batch
 #             256, fp32 and bf16 (Nsight Compute), summed by
 #             bench/ncu_summary.py (slow, a minute or two each)
@@ -68,6 +72,7 @@ elif has ctest; then # a bundle (tools/bundle.sh): the cuda tests' programs, as 
   run_test test_backend_cuda "$B/tests/test_backend_cuda"
   run_test test_nn_cuda "$B/tests/test_nn_cuda"
   run_test test_comm_nccl mpirun -n 1 "$B/tests/test_comm_nccl"
+  run_test test_comm_staged_cuda mpirun -n 2 "$B/tests/test_comm_staged_cuda"
 fi
 
 # One config per run: configs/ds_config.json with the stage, the backend and
@@ -88,17 +93,28 @@ for b in ('cpu', 'cuda'):
         w(f's{s}_{b}', s, b)
     w(f's2_bf16_{b}', 2, b, bf16={'enabled': True})
     w(f's2_fp16_{b}', 2, b, fp16={'enabled': True})
+# two ranks on the one GPU: MPI staged through host memory (NCCL refuses
+# two ranks on one GPU); and NCCL itself at one rank, through the engine
+for s in range(4):
+    w(f's{s}_mpi2_cuda', s, 'cuda')
+    c = json.load(open(f'{sys.argv[1]}/s{s}_mpi2_cuda.json'))
+    c['zero_engine']['comm'] = 'mpi'
+    json.dump(c, open(f'{sys.argv[1]}/s{s}_mpi2_cuda.json', 'w'), indent=1)
+w('s2_nccl1_cuda', 2, 'cuda')
+c = json.load(open(f'{sys.argv[1]}/s2_nccl1_cuda.json'))
+c['zero_engine']['comm'] = 'nccl'
+json.dump(c, open(f'{sys.argv[1]}/s2_nccl1_cuda.json', 'w'), indent=1)
 w('s2_offload_cuda', 2, 'cuda', offload_optimizer={'device': 'cpu', 'pin_memory': True})
 w('s3_offparam_cuda', 3, 'cuda', offload_optimizer={'device': 'cpu', 'pin_memory': True},
   offload_param={'device': 'cpu', 'pin_memory': True})
 w('s3_nvme_cuda', 3, 'cuda', offload_optimizer=nvme, offload_param=nvme)
 EOF
 
-cls() { # run-name config-name [train_cls args]
+cls() { # run-name config-name [train_cls args]; NP=2 for two ranks
   local name=$1 cfg=$2
   shift 2
   local t=$SECONDS
-  "$B/bin/engine-run" --np 1 --config "$W/cfg/$cfg.json" train_cls --data "$D" --seed 42 \
+  "$B/bin/engine-run" --np "${NP:-1}" --config "$W/cfg/$cfg.json" train_cls --data "$D" --seed 42 \
     --max-seq-len 64 --max-steps 80 --metrics "$W/$name.jsonl" "$@" > "$W/$name.log" 2>&1
   local rc=$?
   echo "  $name: exit $rc, $((SECONDS - t)) s"
@@ -111,7 +127,10 @@ if has train; then
   cls s0_cpu s0_cpu
   cls s3_cpu s3_cpu
   for p in bf16 fp16; do cls "s2_${p}_cuda" "s2_${p}_cuda"; cls "s2_${p}_cpu" "s2_${p}_cpu"; done
-  for r in s2_offload_cuda s3_offparam_cuda s3_nvme_cuda; do cls $r $r; done
+  for r in s2_offload_cuda s3_offparam_cuda s3_nvme_cuda s2_nccl1_cuda; do cls $r $r; done
+  for s in 0 1 2 3; do NP=2 cls "s${s}_mpi2_cuda" "s${s}_mpi2_cuda"; done
+  NP=2 cls s0_cpu2 s0_cpu
+  NP=2 cls s3_cpu2 s3_cpu
   rm -rf "$W/ck3"
   cls s3_ckpt_cuda s3_cuda --save-steps 40 --ckpt-dir "$W/ck3"
   "$B/bin/zero_to_fp32" "$W/ck3" "$W/ck3.safetensors" || status=1
@@ -158,6 +177,16 @@ if has sanitize; then
     --data "$D" --max-steps 3 --max-seq-len 32 --layers 2 --hidden 64 --heads 2 \
     --intermediate 128 > "$W/memcheck_train.log" 2>&1 || status=1
   echo "  memcheck train_cls stage 3: $(grep -E 'ERROR SUMMARY' "$W/memcheck_train.log")"
+  # the staged MPI path at two ranks on one GPU: the collectives, then training
+  mpirun -n 2 "$cs" --tool memcheck --error-exitcode 9 "$B/tests/test_comm_staged_cuda" \
+    > "$W/memcheck_staged.log" 2>&1 || status=1
+  echo "  memcheck test_comm_staged_cuda, 2 ranks: $(grep -c 'ERROR SUMMARY: 0 errors' \
+    "$W/memcheck_staged.log") of 2 ranks with 0 errors"
+  mpirun -n 2 "$cs" --tool memcheck --error-exitcode 9 "$B/bin/train_cls" \
+    --config "$W/cfg/s3_mpi2_cuda.json" --data "$D" --max-steps 3 --max-seq-len 32 --layers 2 \
+    --hidden 64 --heads 2 --intermediate 128 > "$W/memcheck_train_mpi2.log" 2>&1 || status=1
+  echo "  memcheck train_cls stage 3, 2 ranks staged: $(grep -c 'ERROR SUMMARY: 0 errors' \
+    "$W/memcheck_train_mpi2.log") of 2 ranks with 0 errors"
   "$cs" --tool racecheck "$B/tests/test_backend_cuda" > "$W/racecheck.log" 2>&1
   echo "  racecheck test_backend_cuda: $(grep -E 'RACECHECK SUMMARY' "$W/racecheck.log")"
 fi

@@ -55,6 +55,7 @@ typedef enum ds_copy_kind {
     DS_COPY_D2H,
     DS_COPY_D2D,
     DS_COPY_H2H,
+    DS_COPY_DEFAULT, /* either side anywhere: the address tells (cuda: unified addressing) */
 } ds_copy_kind;
 
 /* Adam / AdamW hyper-parameters for one update. `step` is the 1-based step
@@ -217,6 +218,9 @@ typedef struct ds_backend_desc {
     int device;      /* cuda: device ordinal (usually the local rank) */
     int num_threads; /* cpu: OpenMP threads; 0 = OMP_NUM_THREADS or the core count */
     ds_mem *mem;     /* accountant to record into; may be NULL (nothing recorded) */
+    bool share_devices; /* cuda: device modulo the GPUs visible, so that more ranks than
+                           GPUs share them (only the staged MPI data path can then
+                           communicate: NCCL refuses two ranks on one GPU) */
 } ds_backend_desc;
 
 /* Create a backend. cuda is opened at run time from libzero-engine-cuda.so

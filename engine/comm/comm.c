@@ -19,8 +19,25 @@ ds_status ds_comm_create(const ds_comm_desc *desc, ds_comm **out) {
     if (desc->timeout_s != desc->timeout_s) /* NaN would never expire */
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_comm_create: timeout_s is NaN");
     switch (desc->kind) {
-    case DS_COMM_MPI: DS_TRY(ds_comm_mpi_create(desc, out)); return DS_OK;
+    case DS_COMM_MPI:
+        if (desc->stage && !desc->backend)
+            return DS_ERR(DS_ERR_INVALID_ARG, "ds_comm_create: stage needs the backend whose "
+                          "memory the buffers are");
+        DS_TRY(ds_comm_mpi_create(desc, out));
+        if (desc->stage) {
+            ds_status st = ds_comm_stage_wrap(*out, desc->backend);
+            if (st != DS_OK) {
+                ds_comm_destroy(*out);
+                *out = NULL;
+                ds_error_trace(__FILE__, __LINE__);
+                return st;
+            }
+        }
+        return DS_OK;
     case DS_COMM_NCCL: { /* in the CUDA module, opened at run time */
+        if (desc->stage)
+            return DS_ERR(DS_ERR_INVALID_ARG, "ds_comm_create: nccl reads device memory itself: "
+                          "stage is for mpi");
         const ds_cuda_plugin *p;
         DS_TRY(ds_cuda_plugin_get(&p));
         DS_TRY(p->nccl_create(desc, out));

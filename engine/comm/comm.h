@@ -8,6 +8,10 @@
  *   nccl  (engine/comm/nccl.c)  device buffers; the ncclUniqueId travels over
  *                               MPI, which also remains the bootstrap for
  *                               barriers and host-side metadata.
+ *   mpi staged (engine/comm/staged.c, ds_comm_desc.stage): the MPI rings over
+ *                               a backend's device buffers, each call copying
+ *                               them through pinned host memory; for ranks
+ *                               that share a GPU, which NCCL refuses.
  *
  * Every collective is called by all ranks of the world with the same counts.
  * Every collective has a deadline (desc.timeout_s): a rank that waits longer
@@ -62,6 +66,7 @@ extern "C" {
 
 typedef struct ds_comm ds_comm;
 typedef struct ds_backend ds_backend;
+typedef struct ds_comm_stage ds_comm_stage; /* staged.c */
 
 typedef enum ds_reduce_op { DS_REDUCE_SUM = 0, DS_REDUCE_MAX, DS_REDUCE_MIN } ds_reduce_op;
 
@@ -206,6 +211,9 @@ struct ds_comm {
      * communication thread owns this one as well. */
     ds_comm *root;
     void *impl;
+    /* Set when the buffers are a backend's memory that MPI cannot read
+     * (ds_comm_desc.stage): the ops then copy through host memory. */
+    ds_comm_stage *stage;
 };
 
 /* Whether rank + 1 mod world, the ring's next, runs on this host. */
@@ -221,6 +229,11 @@ typedef struct ds_comm_desc {
     ds_backend *backend;     /* nccl: the cuda backend whose device/stream to use;
                               * both: its accountant (may be NULL) records the scratch */
     size_t chunk_bytes;      /* mpi: largest ring message; 0 = tuned default (1 MiB) */
+    bool stage;              /* mpi: the data path's buffers are `backend`'s memory
+                              * (device memory on cuda): each call copies them through
+                              * pinned host memory (engine/comm/staged.c). NCCL reads
+                              * device memory itself and is the fast way; this is the
+                              * one for ranks that share a GPU, which NCCL refuses */
 } ds_comm_desc;
 
 /* Initialise MPI if needed (MPI_Init_thread) and build the world communicator.
@@ -320,10 +333,16 @@ void ds_comm_set_context(ds_comm *c, const char *what);
  * paragraph above); a program that initialised MPI itself asks here. */
 bool ds_comm_process_failed(void);
 
+/* Whether c's data path copies its buffers through host memory. */
+bool ds_comm_staged(const ds_comm *c);
+
 /* Implementation entry points. */
 ds_status ds_comm_mpi_create(const ds_comm_desc *desc, ds_comm **out);
 /* In the CUDA module (libzero-engine-cuda.so); reach it with ds_comm_create. */
 ds_status ds_comm_nccl_create(const ds_comm_desc *desc, ds_comm **out);
+/* Put staging (ds_comm_desc.stage) in front of an MPI communicator's ops;
+ * its sub-communicators are staged too. be must outlive c. */
+ds_status ds_comm_stage_wrap(ds_comm *c, ds_backend *be);
 
 #ifdef __cplusplus
 }

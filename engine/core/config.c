@@ -97,6 +97,7 @@ void ds_config_defaults(ds_config *c) {
     c->checkpoint_tag_validation = 1; /* Warn */
 
     snprintf(c->backend, sizeof c->backend, "cpu");
+    snprintf(c->comm, sizeof c->comm, "auto");
     c->comm_timeout_s = 300.0;
     c->num_threads = 0;
     c->max_consecutive_skips = 3;
@@ -106,6 +107,11 @@ void ds_config_defaults(ds_config *c) {
     c->preempt_deadline_s = 30.0;
     snprintf(c->gemm_input_dtype, sizeof c->gemm_input_dtype, "auto");
     snprintf(c->qgz_scheme, sizeof c->qgz_scheme, "int8");
+}
+
+const char *ds_config_comm_auto(const ds_config *c) {
+    if (!strcmp(c->backend, "auto")) return "auto";
+    return !strcmp(c->backend, "cuda") && c->world_size > 1 ? "nccl" : "mpi";
 }
 
 ds_dtype ds_config_gemm_inputs(const ds_config *c) {

@@ -302,6 +302,11 @@ typedef struct ds_config {
 
     /* ---- zero-engine extensions, section "zero_engine" ---- */
     char backend[16];                    /* "cpu" (default) | "cuda" | "auto" */
+    char comm[8];                        /* "auto" (default) | "nccl" | "mpi": the data path
+                                            between ranks. auto: MPI on cpu, NCCL on cuda at
+                                            more than one rank; "mpi" on cuda copies device
+                                            buffers through pinned host memory and lets
+                                            ranks share a GPU */
     double comm_timeout_s;               /* default 300 */
     int num_threads;                     /* default 0 = OMP_NUM_THREADS or cores */
     int max_consecutive_skips;           /* default 3: steps in a row with non-finite
@@ -344,6 +349,10 @@ const char *ds_signal_name(int signo);
  * with bf16.enabled); else DS_F32 (fp16 training keeps fp32 GEMMs). The
  * engine hands it to ds_backend_set_gemm_inputs at ds_initialize. */
 ds_dtype ds_config_gemm_inputs(const ds_config *c);
+/* What zero_engine.comm "auto" means for c's backend and world_size: "mpi"
+ * on cpu; on cuda "nccl" between ranks, "mpi" at one rank (nothing crosses);
+ * "auto" while the backend itself is "auto" (ds_initialize decides). */
+const char *ds_config_comm_auto(const ds_config *c);
 
 /* Fill `c` with DeepSpeed's defaults (what an empty "{}" parses to). The
  * struct is zeroed first, so two configs with equal settings compare equal

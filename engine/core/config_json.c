@@ -309,6 +309,7 @@ char *ds_config_to_json(const ds_config *c) {
 
     jw_open(&w, "zero_engine");
     jw_str(&w, "backend", c->backend);
+    jw_str(&w, "comm", c->comm);
     jw_real(&w, "comm_timeout_s", c->comm_timeout_s);
     jw_int(&w, "num_threads", c->num_threads);
     jw_int(&w, "max_consecutive_skips", c->max_consecutive_skips);

@@ -90,6 +90,19 @@ static ds_status read_backend(const cfg_ctx *ctx, json_t *v, const char *path, v
     return DS_OK;
 }
 
+static ds_status read_comm(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    static const char *const names[] = {"auto", "nccl", "mpi"};
+    int idx;
+    if (cfg_is_auto(v)) { /* a value of this key, as for backend */
+        idx = 0;
+    } else {
+        DS_TRY(cfg_read_enum(ctx, v, path, names, 3, "\"auto\", \"nccl\", \"mpi\"", &idx));
+    }
+    ds_config *c = base;
+    snprintf(c->comm, sizeof c->comm, "%s", names[idx]);
+    return DS_OK;
+}
+
 static ds_status read_gemm_inputs(const cfg_ctx *ctx, json_t *v, const char *path,
                                   void *base) {
     static const char *const names[] = {"auto", "bf16", "fp32"};
@@ -654,6 +667,7 @@ static ds_status read_checkpoint(const cfg_ctx *ctx, json_t *v, const char *path
 
 static const cfg_key k_zero_engine[] = {
     FN("backend", OFF(backend), read_backend),
+    FN("comm", OFF(comm), read_comm),
     REAL_GT("comm_timeout_s", comm_timeout_s, 0),
     /* 0 = OMP_NUM_THREADS or the cores; 4096 is far past any machine here. */
     ROW("num_threads", CFG_INT, OFF(num_threads), 0, 4096, 0, NO, NO, NULL),

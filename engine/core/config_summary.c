@@ -391,6 +391,8 @@ static void defaults_like(const ds_config *c, ds_config *d) {
     /* zero_engine.gemm_input_dtype "auto" as resolved for c's precision */
     snprintf(d->gemm_input_dtype, sizeof d->gemm_input_dtype, "%s",
              c->bf16_enabled ? "bf16" : "fp32");
+    /* zero_engine.comm "auto" as resolved for c's backend and world */
+    snprintf(d->comm, sizeof d->comm, "%s", ds_config_comm_auto(c));
 }
 
 #define DIFF_LABEL "other keys off DeepSpeed's defaults (default in brackets)"

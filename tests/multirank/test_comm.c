@@ -20,13 +20,26 @@
 #include "engine/comm/comm.h"
 #include "tests/unit/test_util.h"
 
-/* Built twice: for the MPI communicator (host buffers, the default), and with
- * DS_TEST_NCCL for the NCCL one, where every buffer is staged through device
- * memory around the call (label cuda, needs a GPU per rank). */
-#ifdef DS_TEST_NCCL
+/* Built four times: for the MPI communicator (host buffers, the default);
+ * with DS_TEST_STAGED for MPI with staging (ds_comm_desc.stage: every call
+ * copies through the backend's host memory), over the cpu backend; with
+ * DS_TEST_STAGED and DS_TEST_CUDA over the cuda backend, every buffer in
+ * device memory and the ranks sharing GPU 0 (label cuda); and with
+ * DS_TEST_NCCL for the NCCL one, every buffer in device memory (label cuda,
+ * needs a GPU per rank). */
+#ifdef DS_TEST_STAGED
+#include "engine/backend/backend.h"
+static ds_backend *g_stage_be;
+#endif
+#if defined(DS_TEST_NCCL) || defined(DS_TEST_CUDA)
 #include <cuda_runtime.h>
+#ifdef DS_TEST_NCCL
 #define TEST_KIND DS_COMM_NCCL
 #define TEST_KIND_NAME "nccl"
+#else
+#define TEST_KIND DS_COMM_MPI
+#define TEST_KIND_NAME "mpi"
+#endif
 static void *dev_in(const void *host, size_t bytes) {
     void *d = NULL;
     if (cudaMalloc(&d, bytes ? bytes : 1) != cudaSuccess ||
@@ -441,7 +454,7 @@ static void test_bad_args(ds_comm *c) {
 }
 
 int main(void) {
-#ifdef DS_TEST_NCCL
+#if defined(DS_TEST_NCCL) || defined(DS_TEST_CUDA)
     /* A CUDA build on a machine without a usable GPU (no device, or a driver
      * older than the runtime): nothing to test, reported as skipped. */
     int devices = 0;
@@ -451,7 +464,26 @@ int main(void) {
     }
 #endif
     ds_comm *c = NULL;
-    ds_status st = ds_comm_create(&(ds_comm_desc){.kind = TEST_KIND}, &c);
+    ds_comm_desc desc = {.kind = TEST_KIND};
+#ifdef DS_TEST_STAGED
+    /* every rank on device 0 (cuda): the staged path is the one that allows it */
+#ifdef DS_TEST_CUDA
+    ds_backend_desc bd = {.kind = DS_BACKEND_CUDA, .device = 0, .share_devices = true};
+#else
+    ds_backend_desc bd = {.kind = DS_BACKEND_CPU, .num_threads = 1};
+#endif
+    if (ds_backend_create(&bd, &g_stage_be) != DS_OK) {
+        fprintf(stderr, "ds_backend_create: %s\n", ds_last_error());
+        return 1;
+    }
+    desc.stage = true;
+    desc.backend = g_stage_be;
+    ds_comm *bad = NULL;
+    CHECK(ds_comm_create(&(ds_comm_desc){.kind = DS_COMM_MPI, .stage = true}, &bad) ==
+                  DS_ERR_INVALID_ARG && !bad,
+          "stage without a backend was accepted");
+#endif
+    ds_status st = ds_comm_create(&desc, &c);
     if (st != DS_OK) {
         fprintf(stderr, "ds_comm_create: %s: %s\n", ds_status_to_string(st), ds_last_error());
         return 1;
@@ -471,6 +503,11 @@ int main(void) {
           env ? env : "unset");
     CHECK(c->local_rank >= 0 && c->local_rank < c->world, "local rank %d", c->local_rank);
     CHECK(strcmp(c->ops->name, TEST_KIND_NAME) == 0, "ops name %s", c->ops->name);
+#ifdef DS_TEST_STAGED
+    CHECK(ds_comm_staged(c), "the communicator is not staged");
+#else
+    CHECK(!ds_comm_staged(c), "the communicator is staged");
+#endif
 
     test_all(c);
     test_host(c);
@@ -480,13 +517,27 @@ int main(void) {
     /* A 256-byte scratch: two 128-byte chunks, so 1000 elements of any type
      * take 8 to 63 chunks, and 7 elements of fp64 two. */
     ds_comm *tiny = NULL;
-    CHECK_OK(ds_comm_create(&(ds_comm_desc){.kind = DS_COMM_MPI, .scratch_bytes = 256}, &tiny));
+    ds_comm_desc tiny_desc = desc;
+    tiny_desc.scratch_bytes = 256;
+    CHECK_OK(ds_comm_create(&tiny_desc, &tiny));
     if (tiny) {
         test_all(tiny);
         ds_comm_destroy(tiny);
     }
     CHECK(ds_comm_create(&(ds_comm_desc){.scratch_bytes = 8}, &tiny) == DS_ERR_INVALID_ARG,
           "an 8-byte scratch was accepted");
+#endif
+#ifdef DS_TEST_STAGED
+    /* a sub-communicator of a staged one stages too (hpZ, MiCS and qgZ's
+     * groups are splits) */
+    ds_comm *sub = NULL;
+    CHECK_OK(ds_comm_split(c, 0, c->world - 1 - c->rank, &sub));
+    if (sub) {
+        CHECK(ds_comm_staged(sub), "the split communicator is not staged");
+        test_all_reduce(sub, DS_F32, DS_REDUCE_SUM, 1001);
+        test_all_gather(sub, DS_BF16, 7, true);
+        ds_comm_destroy(sub);
+    }
 #endif
     /* Larger than the default 1 MiB chunk of the default communicator. */
     test_all_reduce(c, DS_F32, DS_REDUCE_SUM, 300001);
@@ -499,6 +550,9 @@ int main(void) {
     int mine = test_fails();
     CHECK_OK(ds_comm_agree(c, mine ? DS_ERR_INTERNAL : DS_OK, &worst));
     ds_comm_destroy(c);
+#ifdef DS_TEST_STAGED
+    ds_backend_destroy(g_stage_be);
+#endif
     CHECK(mine || worst == DS_OK, "another rank failed (%s)", ds_status_to_string(worst));
     char name[64];
     snprintf(name, sizeof name, "test_comm at world %d", mpi_world);

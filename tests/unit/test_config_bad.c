@@ -113,6 +113,7 @@ static const bad_case k_cases[] = {
     P("{\"checkpoint\": {\"tag_validation\": \"Maybe\"}}", CFG, "checkpoint.tag_validation: must be one of \"Ignore\", \"Warn\", \"Fail\", got \"Maybe\"", NULL),
     P("{\"checkpoint\": {\"use_node_local_storage\": true}}", UNS, "checkpoint.use_node_local_storage: a DeepSpeed key zero-engine does not implement", NULL),
     P("{\"zero_engine\": {\"backend\": \"tpu\"}}", CFG, "zero_engine.backend: must be one of \"cpu\", \"cuda\", \"auto\", got \"tpu\"", NULL),
+    P("{\"zero_engine\": {\"comm\": \"gloo\"}}", CFG, "zero_engine.comm: must be one of \"auto\", \"nccl\", \"mpi\", got \"gloo\"", NULL),
     P("{\"zero_engine\": {\"comm_timeout_s\": 0}}", CFG, "zero_engine.comm_timeout_s: must be > 0, got 0", NULL),
     P("{\"zero_engine\": {\"qgz_scheme\": \"int2\"}}", CFG, "zero_engine.qgz_scheme: must be one of \"int8\", \"int4\", got \"int2\"", NULL),
     P("{\"zero_engine\": {\"num_threads\": -1}}", CFG, "zero_engine.num_threads: must be 0..4096, got -1", NULL),

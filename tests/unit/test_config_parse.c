@@ -117,6 +117,7 @@ static void test_defaults(void) {
     CHECK_EQ_I(c.number_checkpoints, 0);
     CHECK_EQ_I(c.checkpoint_tag_validation, 1);
     CHECK_TRUE(strcmp(c.backend, "cpu") == 0);
+    CHECK_TRUE(strcmp(c.comm, "auto") == 0);
     CHECK_EQ_D(c.comm_timeout_s, 300.0);
     CHECK_EQ_I(c.num_threads, 0);
     CHECK_TRUE(strcmp(c.qgz_scheme, "int8") == 0);
@@ -181,7 +182,7 @@ static void test_all_sections(void) {
         " \"aio\": {\"block_size\": 262144, \"queue_depth\": 4, \"intra_op_parallelism\": 2,"
         "   \"single_submit\": true, \"overlap_events\": false, \"use_gds\": false},"
         " \"zero_engine\": {\"backend\": \"cuda\", \"comm_timeout_s\": 12.5, \"num_threads\": 2,"
-        "   \"qgz_scheme\": \"int4\"}}");
+        "   \"qgz_scheme\": \"int4\", \"comm\": \"mpi\"}}");
     CHECK_EQ_I(c.train_batch_size, 64);
     CHECK_TRUE(c.train_batch_size_set && c.micro_batch_set && c.grad_accum_set);
     CHECK_EQ_I(c.gradient_accumulation_steps, 4);
@@ -235,6 +236,7 @@ static void test_all_sections(void) {
     CHECK_EQ_I(c.number_checkpoints, 3);
     CHECK_EQ_I(c.checkpoint_tag_validation, 2);
     CHECK_TRUE(strcmp(c.backend, "cuda") == 0);
+    CHECK_TRUE(strcmp(c.comm, "mpi") == 0);
     CHECK_EQ_D(c.comm_timeout_s, 12.5);
     CHECK_EQ_I(c.num_threads, 2);
     CHECK_TRUE(strcmp(c.qgz_scheme, "int4") == 0);

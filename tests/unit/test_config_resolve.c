@@ -505,8 +505,39 @@ static void test_shipped_configs(void) {
     printf("configs/: %d files resolved at world 1, 2, 4\n", nfiles);
 }
 
+/* zero_engine.comm "auto" becomes the data path the backend needs; "nccl"
+ * on the cpu backend is refused naming the key. */
+static void test_comm_auto(void) {
+    ds_config_hints h1 = hints_world(1), h2 = hints_world(2);
+    static const struct {
+        const char *backend;
+        int world;
+        const char *comm;
+    } cases[] = {{"cpu", 1, "mpi"}, {"cpu", 2, "mpi"},    {"cuda", 1, "mpi"},
+                 {"cuda", 2, "nccl"}, {"auto", 2, "auto"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char js[160];
+        snprintf(js, sizeof js,
+                 "{\"train_batch_size\": 8, \"zero_engine\": {\"backend\": \"%s\"}}",
+                 cases[i].backend);
+        ds_config c = RESOLVE_OK(js, cases[i].world == 1 ? &h1 : &h2);
+        CHECK(strcmp(c.comm, cases[i].comm) == 0, "backend %s at %d ranks: comm %s, want %s",
+              cases[i].backend, cases[i].world, c.comm, cases[i].comm);
+    }
+    ds_config c = RESOLVE_OK("{\"train_batch_size\": 8, \"zero_engine\": {\"backend\": \"cuda\","
+                             " \"comm\": \"mpi\"}}", &h2);
+    CHECK(strcmp(c.comm, "mpi") == 0, "a written comm is kept: %s", c.comm);
+    ds_config bad;
+    CHECK_TRUE(ds_config_parse_string("{\"train_batch_size\": 8, \"zero_engine\": "
+                                      "{\"comm\": \"nccl\"}}", &bad, quiet, NULL) == DS_OK);
+    CHECK(ds_config_resolve(&bad, &h2) == DS_ERR_CONFIG &&
+              strstr(ds_last_error(), "zero_engine.comm: \"nccl\" needs zero_engine.backend"),
+          "nccl on cpu: %s", ds_last_error());
+}
+
 int main(void) {
     test_batch_rule();
+    test_comm_auto();
     test_optimizer_auto();
     test_scheduler_auto();
     test_precision_and_sizes_auto();

@@ -75,7 +75,7 @@ ds_status ds_cpu_memcpy(ds_backend *be, void *dst, const void *src, size_t bytes
                             ds_copy_kind kind, ds_stream *stream) {
     (void)be;
     (void)stream;
-    if ((int)kind < DS_COPY_H2D || kind > DS_COPY_H2H)
+    if ((int)kind < DS_COPY_H2D || kind > DS_COPY_DEFAULT)
         return DS_ERR(DS_ERR_INVALID_ARG, "cpu memcpy: unknown copy kind %d", (int)kind);
     if (bytes == 0) return DS_OK;
     if (!dst || !src)

@@ -67,6 +67,7 @@ static ds_status cuda_memcpy(ds_backend *be, void *dst, const void *src, size_t 
     case DS_COPY_D2H: k = cudaMemcpyDeviceToHost; break;
     case DS_COPY_D2D: k = cudaMemcpyDeviceToDevice; break;
     case DS_COPY_H2H: k = cudaMemcpyHostToHost; break;
+    case DS_COPY_DEFAULT: k = cudaMemcpyDefault; break;
     default: return DS_ERR(DS_ERR_INVALID_ARG, "cuda memcpy: unknown copy kind %d", (int)kind);
     }
     if (bytes == 0) return DS_OK;
@@ -275,19 +276,21 @@ static ds_status cuda_setup(ds_backend *be, ds_cuda_impl *im, const ds_backend_d
                       vis ? vis : "", vis ? ")" : "");
     }
     DS_CHECK_CUDA(ce);
-    if (desc->device < 0 || desc->device >= count) {
+    if (desc->share_devices && desc->device >= 0) be->device = desc->device % count;
+    if (be->device < 0 || be->device >= count) {
         /* the engine asks for its local rank's GPU: more ranks on a host than
          * GPUs (NCCL would refuse two ranks on one GPU anyway) */
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
         return DS_ERR(DS_ERR_INVALID_ARG, "cuda backend: GPU %d requested (each rank takes the "
                       "GPU of its local rank) but %d visible%s%s%s: start at most %d rank%s per "
-                      "host, one GPU each", desc->device, count,
+                      "host, one GPU each (or zero_engine.comm \"mpi\", whose ranks may share "
+                      "one)", be->device, count,
                       vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "",
                       count, count == 1 ? "" : "s");
     }
-    DS_CHECK_CUDA(cudaSetDevice(desc->device));
+    DS_CHECK_CUDA(cudaSetDevice(be->device));
     DS_CHECK_CUDA(cudaDeviceGetAttribute(&im->sm_count, cudaDevAttrMultiProcessorCount,
-                                         desc->device));
+                                         be->device));
     /* enough resident blocks to fill every SM several times over */
     im->max_blocks = im->sm_count * 8;
     DS_CHECK_CUBLAS(cublasCreate(&im->blas));
@@ -311,7 +314,7 @@ extern "C" ds_status ds_backend_cuda_init(ds_backend *be, const ds_backend_desc 
     be->device = desc->device;
     ds_status st = cuda_setup(be, im, desc);
     if (st != DS_OK) {
-        ds_error_prefix("creating the cuda backend on device %d", desc->device);
+        ds_error_prefix("creating the cuda backend on device %d", be->device);
         cuda_impl_release(be, im);
         ds_error_trace(__FILE__, __LINE__);
         return st;
