@@ -75,47 +75,42 @@ static ds_status read_tag_validation(const cfg_ctx *ctx, json_t *v, const char *
     return DS_OK;
 }
 
+/* A zero_engine key whose values include "auto" as a value of its own (cuda
+ * when there is a GPU, NCCL between GPUs, bf16 GEMMs under bf16), not the HF
+ * placeholder: matched as a name before the generic check. Three names. */
+static ds_status read_named(const cfg_ctx *ctx, json_t *v, const char *path,
+                            const char *const names[3], const char *expected, char *dst,
+                            size_t cap) {
+    int idx = 0;
+    if (cfg_is_auto(v)) {
+        while (strcmp(names[idx], "auto") != 0) idx++;
+    } else {
+        DS_TRY(cfg_read_enum(ctx, v, path, names, 3, expected, &idx));
+    }
+    snprintf(dst, cap, "%s", names[idx]);
+    return DS_OK;
+}
+
 static ds_status read_backend(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
     static const char *const names[] = {"cpu", "cuda", "auto"};
-    int idx;
-    /* "auto" is a value of this key (pick cuda when there is a GPU), not the
-     * HF placeholder, so it is matched as a name before the generic check. */
-    if (cfg_is_auto(v)) {
-        idx = 2;
-    } else {
-        DS_TRY(cfg_read_enum(ctx, v, path, names, 3, "\"cpu\", \"cuda\", \"auto\"", &idx));
-    }
     ds_config *c = base;
-    snprintf(c->backend, sizeof c->backend, "%s", names[idx]);
-    return DS_OK;
+    return read_named(ctx, v, path, names, "\"cpu\", \"cuda\", \"auto\"", c->backend,
+                      sizeof c->backend);
 }
 
 static ds_status read_comm(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
     static const char *const names[] = {"auto", "nccl", "mpi"};
-    int idx;
-    if (cfg_is_auto(v)) { /* a value of this key, as for backend */
-        idx = 0;
-    } else {
-        DS_TRY(cfg_read_enum(ctx, v, path, names, 3, "\"auto\", \"nccl\", \"mpi\"", &idx));
-    }
     ds_config *c = base;
-    snprintf(c->comm, sizeof c->comm, "%s", names[idx]);
-    return DS_OK;
+    return read_named(ctx, v, path, names, "\"auto\", \"nccl\", \"mpi\"", c->comm,
+                      sizeof c->comm);
 }
 
 static ds_status read_gemm_inputs(const cfg_ctx *ctx, json_t *v, const char *path,
                                   void *base) {
     static const char *const names[] = {"auto", "bf16", "fp32"};
-    int idx;
-    /* "auto" is a value of this key (follow bf16.enabled), as for backend */
-    if (cfg_is_auto(v)) {
-        idx = 0;
-    } else {
-        DS_TRY(cfg_read_enum(ctx, v, path, names, 3, "\"auto\", \"bf16\", \"fp32\"", &idx));
-    }
     ds_config *c = base;
-    snprintf(c->gemm_input_dtype, sizeof c->gemm_input_dtype, "%s", names[idx]);
-    return DS_OK;
+    return read_named(ctx, v, path, names, "\"auto\", \"bf16\", \"fp32\"",
+                      c->gemm_input_dtype, sizeof c->gemm_input_dtype);
 }
 
 /* zero-engine's: which qgZ (config.h qgz_scheme) */
