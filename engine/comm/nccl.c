@@ -134,7 +134,26 @@ static ncclRedOp_t nccl_op(ds_reduce_op op) {
     return op == DS_REDUCE_SUM ? ncclSum : op == DS_REDUCE_MAX ? ncclMax : ncclMin;
 }
 
-static ds_status ready(ds_comm *c, const char *what) {
+/* NCCL reads and writes GPU memory: a pageable host buffer would fault in
+ * its kernels (an illegal address, the communicator lost) instead of failing
+ * the call. One attribute query per buffer, well under a microsecond. */
+static ds_status gpu_memory(ds_comm *c, const char *what, const void *p) {
+    if (!p) return DS_OK;
+    struct cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess) return cuda_error(c, what, e);
+    if (a.type == cudaMemoryTypeUnregistered)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "%s on rank %d: buffer %p is host memory the GPU cannot reach: NCCL "
+                      "needs device (or pinned host) memory; the mpi communicator takes host "
+                      "buffers",
+                      what, c->rank, p);
+    return DS_OK;
+}
+
+/* The communicator can be used, this thread is on its device, and the
+ * buffers (NULL: none) are memory NCCL can reach. */
+static ds_status ready(ds_comm *c, const char *what, const void *a, const void *b) {
     nccl_impl *m = c->impl;
     if ((m->aborted || m->base.broken) && m->base.failure != DS_OK)
         return DS_ERR(m->base.failure, "%s", m->base.failure_msg); /* the first failure */
@@ -145,6 +164,8 @@ static ds_status ready(ds_comm *c, const char *what) {
                       what, c->rank);
     cudaError_t e = cudaSetDevice(m->device); /* the calling thread may be new */
     if (e != cudaSuccess) return cuda_error(c, what, e);
+    DS_TRY(gpu_memory(c, what, a));
+    DS_TRY(gpu_memory(c, what, b));
     return DS_OK;
 }
 
@@ -157,7 +178,7 @@ static void count(ds_comm *c, ds_coll which, uint64_t elems, ds_dtype t) {
 static ds_status nccl_all_reduce(ds_comm *c, void *buf, size_t n, ds_dtype t, ds_reduce_op op) {
     nccl_impl *m = c->impl;
     ncclDataType_t nt;
-    DS_TRY(ready(c, "all_reduce"));
+    DS_TRY(ready(c, "all_reduce", n ? buf : NULL, NULL));
     DS_TRY(nccl_type(t, &nt));
     if (n) DS_TRY(complete(c, "all_reduce", ncclAllReduce(buf, buf, n, nt, nccl_op(op), m->nc,
                                                           m->stream)));
@@ -169,7 +190,7 @@ static ds_status nccl_reduce_scatter(ds_comm *c, const void *send, void *recv, s
                                      ds_dtype t, ds_reduce_op op) {
     nccl_impl *m = c->impl;
     ncclDataType_t nt;
-    DS_TRY(ready(c, "reduce_scatter"));
+    DS_TRY(ready(c, "reduce_scatter", n ? send : NULL, n ? recv : NULL));
     DS_TRY(nccl_type(t, &nt));
     if (n)
         DS_TRY(complete(c, "reduce_scatter",
@@ -181,7 +202,7 @@ static ds_status nccl_reduce_scatter(ds_comm *c, const void *send, void *recv, s
 static ds_status nccl_all_gather(ds_comm *c, const void *send, void *recv, size_t n, ds_dtype t) {
     nccl_impl *m = c->impl;
     ncclDataType_t nt;
-    DS_TRY(ready(c, "all_gather"));
+    DS_TRY(ready(c, "all_gather", n ? send : NULL, n ? recv : NULL));
     DS_TRY(nccl_type(t, &nt));
     if (n) DS_TRY(complete(c, "all_gather", ncclAllGather(send, recv, n, nt, m->nc, m->stream)));
     count(c, DS_COLL_ALL_GATHER, (uint64_t)(c->world - 1) * n, t);
@@ -191,7 +212,7 @@ static ds_status nccl_all_gather(ds_comm *c, const void *send, void *recv, size_
 static ds_status nccl_broadcast(ds_comm *c, void *buf, size_t n, ds_dtype t, int root) {
     nccl_impl *m = c->impl;
     ncclDataType_t nt;
-    DS_TRY(ready(c, "broadcast"));
+    DS_TRY(ready(c, "broadcast", n ? buf : NULL, NULL));
     DS_TRY(nccl_type(t, &nt));
     if (n)
         DS_TRY(complete(c, "broadcast", ncclBroadcast(buf, buf, n, nt, root, m->nc, m->stream)));
@@ -218,7 +239,7 @@ static ds_status nccl_reduce_scatterv(ds_comm *c, const void *send, void *recv,
                                       const size_t *counts, ds_dtype t, ds_reduce_op op) {
     nccl_impl *m = c->impl;
     ncclDataType_t nt;
-    DS_TRY(ready(c, "reduce_scatterv"));
+    DS_TRY(ready(c, "reduce_scatterv", send, recv));
     DS_TRY(nccl_type(t, &nt));
     size_t es = ds_dtype_size(t), off = 0;
     ncclResult_t r = ncclGroupStart();
@@ -238,7 +259,7 @@ static ds_status nccl_reduce_scatterv(ds_comm *c, const void *send, void *recv,
 static ds_status nccl_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds_dtype t) {
     nccl_impl *m = c->impl;
     ncclDataType_t nt;
-    DS_TRY(ready(c, "all_gatherv"));
+    DS_TRY(ready(c, "all_gatherv", buf, NULL));
     DS_TRY(nccl_type(t, &nt));
     size_t es = ds_dtype_size(t), off = 0;
     ncclResult_t r = ncclGroupStart();
@@ -262,7 +283,7 @@ static ds_status pairwise(ds_comm *c, const char *coll, const void *send, void *
                           const size_t *counts, size_t n, ds_dtype t) {
     nccl_impl *m = c->impl;
     ncclDataType_t nt;
-    DS_TRY(ready(c, coll));
+    DS_TRY(ready(c, coll, send, recv));
     DS_TRY(nccl_type(t, &nt));
     size_t es = ds_dtype_size(t), mine = counts ? counts[c->rank] : n, off = 0, sent = 0;
     bool any = false;

@@ -512,6 +512,16 @@ int main(void) {
     test_all(c);
     test_host(c);
     test_bad_args(c);
+#ifdef DS_TEST_NCCL
+    /* a pageable host buffer is refused by name, and the communicator goes on */
+    float host[4] = {0};
+    ds_clear_error();
+    CHECK(ds_comm_all_reduce(c, host, 4, DS_F32, DS_REDUCE_SUM) == DS_ERR_INVALID_ARG &&
+              strstr(ds_last_error(), "all_reduce on rank") &&
+              strstr(ds_last_error(), "host memory the GPU cannot reach"),
+          "nccl with a host buffer: %s", ds_last_error());
+    test_all_reduce(c, DS_F32, DS_REDUCE_SUM, 7);
+#endif
 
 #ifndef DS_TEST_NCCL
     /* A 256-byte scratch: two 128-byte chunks, so 1000 elements of any type

@@ -107,8 +107,8 @@ static void report_backends(FILE *out) {
     } else {
         fprintf(out, ROW "cuda: not available: %s\n", "", ds_last_error());
     }
-    fprintf(out, ROW "mpi (rings over point-to-point messages); nccl with the cuda module\n",
-            "comm");
+    fprintf(out, ROW "mpi (rings over point-to-point messages); nccl with the cuda module, "
+            "or on cuda mpi through host memory (zero_engine.comm)\n", "comm");
 }
 
 static void report_openblas(FILE *out) {
