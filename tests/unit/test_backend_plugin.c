@@ -7,6 +7,7 @@
  * object; in life a module whose cuBLAS or NCCL is not installed) says that
  * module cannot be loaded, with the loader's reason and what to install;
  * zero_engine.backend "auto" then trains on cpu. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@ int main(void) {
     ds_backend_desc d = {.kind = DS_BACKEND_CUDA};
     ds_backend *be = NULL;
     ds_status st = ds_backend_create(&d, &be);
+    bool gpu = st == DS_OK;
 #ifndef DS_HAVE_CUDA
     CHECK(st == DS_ERR_UNSUPPORTED && !be && strstr(ds_last_error(), "no CUDA module") &&
               strstr(ds_last_error(), "libzero-engine-cuda.so.0"),
@@ -77,5 +79,19 @@ int main(void) {
     engine_t *e = NULL;
     CHECK_OK(ds_initialize(&id, &e));
     ds_finalize(e);
+
+    /* ... where zero_engine.comm "nccl" cannot follow: refused naming the key */
+    if (!gpu) {
+        REQUIRE_OK(ds_mlp_create(&md, &m));
+        id.config_json = "{\"train_micro_batch_size_per_gpu\": 2, \"zero_engine\": {\"backend\": "
+                         "\"auto\", \"comm\": \"nccl\"}, \"optimizer\": {\"type\": \"SGD\", "
+                         "\"params\": {\"lr\": 0.1}}}";
+        id.model = m;
+        e = NULL;
+        st = ds_initialize(&id, &e);
+        CHECK(st == DS_ERR_CONFIG && !e &&
+                  strstr(ds_last_error(), "zero_engine.comm: \"nccl\" needs the cuda backend"),
+              "comm nccl on auto's cpu: %d %s", (int)st, ds_last_error());
+    }
     return test_finish("test_backend_plugin");
 }
