@@ -3,7 +3,7 @@
  * collective there and copies what it wrote back (ds_comm_desc.stage).
  *
  * Where it is used: the cuda backend with zero_engine.comm "mpi" (ranks that
- * share a GPU, which NCCL refuses, or a machine without NCCL's transports).
+ * share a GPU, which NCCL refuses).
  * It is the slow way: every byte crosses PCIe twice and each call ends with
  * a wait for the device, which is why the engine takes NCCL by default.
  *
@@ -11,8 +11,9 @@
  * to call; c->impl stays MPI's (comm.c reaches the MPI base through it), and
  * the staging state hangs off c->stage. Copies go through the backend's
  * memcpy slot with DS_COPY_DEFAULT (the runtime tells device from host by the
- * address), on the calling thread's default stream, and each call waits for
- * them: so a buffer written by earlier work on the stream is read after it,
+ * address), on the backend's default stream (cuda: the legacy stream its own
+ * work is queued on, whichever thread calls), and each call waits for them:
+ * so a buffer written by earlier work is read after it,
  * and a result is in place when the call returns, as the comm contract says.
  * At one rank nothing goes through the host: an out-of-place call is one copy
  * on the device. The backend must outlive the communicator (its scratch is
@@ -57,15 +58,12 @@ static ds_status settle(ds_comm_stage *s) {
     return DS_OK;
 }
 
-static ds_status in(ds_comm_stage *s, void *dst, const void *src, size_t bytes) {
+/* a copy the caller needs done before it goes on: the host side of a
+ * collective reads it next, or the device side (and the scratch is reused
+ * by the next call) */
+static ds_status move(ds_comm_stage *s, void *dst, const void *src, size_t bytes) {
     DS_TRY(copy(s, dst, src, bytes));
     DS_TRY(settle(s));
-    return DS_OK;
-}
-
-static ds_status out(ds_comm_stage *s, void *dst, const void *src, size_t bytes) {
-    DS_TRY(copy(s, dst, src, bytes));
-    DS_TRY(settle(s)); /* the scratch is reused by the next call */
     return DS_OK;
 }
 
@@ -73,10 +71,7 @@ static ds_status out(ds_comm_stage *s, void *dst, const void *src, size_t bytes)
  * copy of an out-of-place one, on the device, counted as MPI counts it. */
 static ds_status alone(ds_comm *c, ds_coll which, void *dst, const void *src, size_t bytes) {
     c->stats.calls[which]++;
-    if (dst != src) {
-        DS_TRY(copy(c->stage, dst, src, bytes));
-        DS_TRY(settle(c->stage));
-    }
+    if (dst != src) DS_TRY(move(c->stage, dst, src, bytes));
     return DS_OK;
 }
 
@@ -95,9 +90,9 @@ static ds_status st_all_reduce(ds_comm *c, void *buf, size_t n, ds_dtype t, ds_r
     size_t b = n * ds_dtype_size(t);
     unsigned char *h;
     DS_TRY(scratch(s, 0, b, &h));
-    DS_TRY(in(s, h, buf, b));
+    DS_TRY(move(s, h, buf, b));
     DS_TRY(s->inner->all_reduce(c, h, n, t, op));
-    DS_TRY(out(s, buf, h, b));
+    DS_TRY(move(s, buf, h, b));
     return DS_OK;
 }
 
@@ -109,9 +104,9 @@ static ds_status st_reduce_scatter(ds_comm *c, const void *send, void *recv, siz
     size_t b = n * ds_dtype_size(t), mine = b * (size_t)c->rank;
     unsigned char *h;
     DS_TRY(scratch(s, 0, b * (size_t)c->world, &h));
-    DS_TRY(in(s, h, send, b * (size_t)c->world));
+    DS_TRY(move(s, h, send, b * (size_t)c->world));
     DS_TRY(s->inner->reduce_scatter(c, h, h + mine, n, t, op));
-    DS_TRY(out(s, recv, h + mine, b));
+    DS_TRY(move(s, recv, h + mine, b));
     return DS_OK;
 }
 
@@ -121,9 +116,9 @@ static ds_status st_all_gather(ds_comm *c, const void *send, void *recv, size_t 
     size_t b = n * ds_dtype_size(t), mine = b * (size_t)c->rank;
     unsigned char *h;
     DS_TRY(scratch(s, 0, b * (size_t)c->world, &h));
-    DS_TRY(in(s, h + mine, send, b));
+    DS_TRY(move(s, h + mine, send, b));
     DS_TRY(s->inner->all_gather(c, h + mine, h, n, t));
-    DS_TRY(out(s, recv, h, b * (size_t)c->world));
+    DS_TRY(move(s, recv, h, b * (size_t)c->world));
     return DS_OK;
 }
 
@@ -133,9 +128,9 @@ static ds_status st_broadcast(ds_comm *c, void *buf, size_t n, ds_dtype t, int r
     size_t b = n * ds_dtype_size(t);
     unsigned char *h;
     DS_TRY(scratch(s, 0, b, &h));
-    if (c->rank == root) DS_TRY(in(s, h, buf, b));
+    if (c->rank == root) DS_TRY(move(s, h, buf, b));
     DS_TRY(s->inner->broadcast(c, h, n, t, root));
-    if (c->rank != root) DS_TRY(out(s, buf, h, b));
+    if (c->rank != root) DS_TRY(move(s, buf, h, b));
     return DS_OK;
 }
 
@@ -151,9 +146,9 @@ static ds_status st_reduce_scatterv(ds_comm *c, const void *send, void *recv,
     ds_comm_stage *s = c->stage;
     unsigned char *h;
     DS_TRY(scratch(s, 0, n * es, &h));
-    DS_TRY(in(s, h, send, n * es));
+    DS_TRY(move(s, h, send, n * es));
     DS_TRY(s->inner->reduce_scatterv(c, h, h + before * es, counts, t, op));
-    DS_TRY(out(s, recv, h + before * es, counts[c->rank] * es));
+    DS_TRY(move(s, recv, h + before * es, counts[c->rank] * es));
     return DS_OK;
 }
 
@@ -163,10 +158,10 @@ static ds_status st_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds_
     size_t es = ds_dtype_size(t), before = 0, n = total(c, counts, &before);
     unsigned char *h;
     DS_TRY(scratch(s, 0, n * es, &h));
-    DS_TRY(in(s, h + before * es, (const unsigned char *)buf + before * es,
+    DS_TRY(move(s, h + before * es, (const unsigned char *)buf + before * es,
               counts[c->rank] * es));
     DS_TRY(s->inner->all_gatherv(c, h, counts, t));
-    DS_TRY(out(s, buf, h, n * es));
+    DS_TRY(move(s, buf, h, n * es));
     return DS_OK;
 }
 
@@ -181,10 +176,10 @@ static ds_status personal(ds_comm *c, const void *send, void *recv, const size_t
     unsigned char *hs, *hr;
     DS_TRY(scratch(s, 0, sb, &hs));
     DS_TRY(scratch(s, 1, rb, &hr));
-    DS_TRY(in(s, hs, send, sb));
+    DS_TRY(move(s, hs, send, sb));
     DS_TRY(counts ? s->inner->all_to_allv(c, hs, hr, counts, t)
                   : s->inner->all_to_all(c, hs, hr, n, t));
-    DS_TRY(out(s, recv, hr, rb));
+    DS_TRY(move(s, recv, hr, rb));
     return DS_OK;
 }
 
