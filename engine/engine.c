@@ -85,22 +85,21 @@ static ds_status build_backend(engine_t *e) {
     DS_TRY(pick_precision(e));
     DS_TRY(make_backend(e));
     DS_TRY(set_gemm_inputs(e));
-    if (strcmp(e->cfg.comm, "nccl") == 0 && e->be->kind != DS_BACKEND_CUDA)
-        return DS_ERR(DS_ERR_CONFIG, "zero_engine.comm: \"nccl\" needs the cuda backend "
-                      "(zero_engine.backend \"%s\" runs on cpu)", e->cfg.backend);
+    /* backend "auto" has become one: the config says which, and comm follows */
+    snprintf(e->cfg.backend, sizeof e->cfg.backend, "%s",
+             e->be->kind == DS_BACKEND_CUDA ? "cuda" : "cpu");
+    DS_TRY(ds_config_settle_comm(&e->cfg));
     return DS_OK;
 }
 
-/* The data path between ranks (zero_engine.comm), once every rank has its
- * backend. MPI's rings read host memory: on cuda the buffers are the GPU's,
- * so NCCL carries them ("auto" at more than one rank, or "nccl"), or MPI
- * copies them through pinned host memory ("mpi", and one rank under "auto",
- * where nothing crosses anyway). Collective: every rank calls it. */
+/* The data path between ranks (zero_engine.comm, settled by build_backend),
+ * once every rank has its backend. MPI's rings read host memory: on cuda the
+ * buffers are the GPU's, so NCCL carries them ("nccl"), or MPI copies them
+ * through pinned host memory ("mpi"; at one rank nothing crosses anyway).
+ * Collective: every rank calls it. */
 static ds_status pick_comm(engine_t *e) {
     if (e->be->kind != DS_BACKEND_CUDA) return DS_OK; /* cpu: MPI on its own memory */
-    bool nccl = strcmp(e->cfg.comm, "nccl") == 0 ||
-                (strcmp(e->cfg.comm, "auto") == 0 && e->comm->world > 1);
-    if (!nccl) {
+    if (strcmp(e->cfg.comm, "nccl") != 0) {
         DS_TRY(ds_comm_stage_wrap(e->comm, e->be));
         return DS_OK;
     }

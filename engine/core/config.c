@@ -114,6 +114,15 @@ const char *ds_config_comm_auto(const ds_config *c) {
     return !strcmp(c->backend, "cuda") && c->world_size > 1 ? "nccl" : "mpi";
 }
 
+ds_status ds_config_settle_comm(ds_config *c) {
+    if (!strcmp(c->comm, "nccl") && !strcmp(c->backend, "cpu"))
+        return DS_ERR(DS_ERR_CONFIG, "zero_engine.comm: \"nccl\" needs the cuda backend "
+                      "(zero_engine.backend \"cuda\", or \"auto\" on a machine with a GPU); "
+                      "the backend is cpu");
+    if (!strcmp(c->comm, "auto")) snprintf(c->comm, sizeof c->comm, "%s", ds_config_comm_auto(c));
+    return DS_OK;
+}
+
 ds_dtype ds_config_gemm_inputs(const ds_config *c) {
     if (!strcmp(c->gemm_input_dtype, "bf16")) return DS_BF16;
     if (!strcmp(c->gemm_input_dtype, "fp32")) return DS_F32;

@@ -353,6 +353,11 @@ ds_dtype ds_config_gemm_inputs(const ds_config *c);
  * on cpu; on cuda "nccl" between ranks, "mpi" at one rank (nothing crosses);
  * "auto" while the backend itself is "auto" (ds_initialize decides). */
 const char *ds_config_comm_auto(const ds_config *c);
+/* Settle c->comm against c->backend: "auto" becomes ds_config_comm_auto's
+ * answer; "nccl" with the cpu backend is DS_ERR_CONFIG naming the key.
+ * ds_config_resolve calls it, and ds_initialize again once backend "auto"
+ * has become the backend that runs. */
+ds_status ds_config_settle_comm(ds_config *c);
 
 /* Fill `c` with DeepSpeed's defaults (what an empty "{}" parses to). The
  * struct is zeroed first, so two configs with equal settings compare equal

@@ -442,13 +442,8 @@ ds_status ds_config_resolve(ds_config *cfg, const ds_config_hints *h) {
     if (!strcmp(c.gemm_input_dtype, "auto"))
         snprintf(c.gemm_input_dtype, sizeof c.gemm_input_dtype, "%s",
                  c.bf16_enabled ? "bf16" : "fp32");
-    /* zero_engine.comm "auto" where the backend is known: MPI on cpu; on
-     * cuda NCCL between ranks, MPI (staged) at one rank, where nothing
-     * crosses. Backend "auto" decides at ds_initialize, when it knows. */
-    if (!strcmp(c.comm, "nccl") && !strcmp(c.backend, "cpu"))
-        return DS_ERR(DS_ERR_CONFIG, "zero_engine.comm: \"nccl\" needs zero_engine.backend "
-                      "\"cuda\" (or \"auto\" on a machine with a GPU), got \"cpu\"");
-    if (!strcmp(c.comm, "auto")) snprintf(c.comm, sizeof c.comm, "%s", ds_config_comm_auto(&c));
+    /* zero_engine.comm against the backend, where it is known */
+    DS_TRY(ds_config_settle_comm(&c));
     *cfg = c;
     return DS_OK;
 }

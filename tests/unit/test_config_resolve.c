@@ -531,7 +531,7 @@ static void test_comm_auto(void) {
     CHECK_TRUE(ds_config_parse_string("{\"train_batch_size\": 8, \"zero_engine\": "
                                       "{\"comm\": \"nccl\"}}", &bad, quiet, NULL) == DS_OK);
     CHECK(ds_config_resolve(&bad, &h2) == DS_ERR_CONFIG &&
-              strstr(ds_last_error(), "zero_engine.comm: \"nccl\" needs zero_engine.backend"),
+              strstr(ds_last_error(), "zero_engine.comm: \"nccl\" needs the cuda backend"),
           "nccl on cpu: %s", ds_last_error());
 }
 
