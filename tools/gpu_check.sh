@@ -80,10 +80,10 @@ fi
 python3 - "$W/cfg" <<'EOF'
 import copy, json, os, sys
 base = json.load(open('configs/ds_config.json'))
-def w(name, stage, backend, **sec):
+def w(name, stage, backend, comm='auto', **sec):
     c = copy.deepcopy(base)
     c['zero_optimization'] = {'stage': stage}
-    c['zero_engine'] = {'backend': backend}
+    c['zero_engine'] = {'backend': backend, 'comm': comm}
     for k, v in sec.items():
         (c['zero_optimization'] if k.startswith('offload') else c)[k] = v
     json.dump(c, open(f'{sys.argv[1]}/{name}.json', 'w'), indent=1)
@@ -96,14 +96,8 @@ for b in ('cpu', 'cuda'):
 # two ranks on the one GPU: MPI staged through host memory (NCCL refuses
 # two ranks on one GPU); and NCCL itself at one rank, through the engine
 for s in range(4):
-    w(f's{s}_mpi2_cuda', s, 'cuda')
-    c = json.load(open(f'{sys.argv[1]}/s{s}_mpi2_cuda.json'))
-    c['zero_engine']['comm'] = 'mpi'
-    json.dump(c, open(f'{sys.argv[1]}/s{s}_mpi2_cuda.json', 'w'), indent=1)
-w('s2_nccl1_cuda', 2, 'cuda')
-c = json.load(open(f'{sys.argv[1]}/s2_nccl1_cuda.json'))
-c['zero_engine']['comm'] = 'nccl'
-json.dump(c, open(f'{sys.argv[1]}/s2_nccl1_cuda.json', 'w'), indent=1)
+    w(f's{s}_mpi2_cuda', s, 'cuda', comm='mpi')
+w('s2_nccl1_cuda', 2, 'cuda', comm='nccl')
 w('s2_offload_cuda', 2, 'cuda', offload_optimizer={'device': 'cpu', 'pin_memory': True})
 w('s3_offparam_cuda', 3, 'cuda', offload_optimizer={'device': 'cpu', 'pin_memory': True},
   offload_param={'device': 'cpu', 'pin_memory': True})
