@@ -136,7 +136,8 @@ static ncclRedOp_t nccl_op(ds_reduce_op op) {
 
 /* NCCL reads and writes GPU memory: a pageable host buffer would fault in
  * its kernels (an illegal address, the communicator lost) instead of failing
- * the call. One attribute query per buffer, well under a microsecond. */
+ * the call. One attribute query per buffer, a host-side lookup with no
+ * device work, against collectives of microseconds and more. */
 static ds_status gpu_memory(ds_comm *c, const char *what, const void *p) {
     if (!p) return DS_OK;
     struct cudaPointerAttributes a;
