@@ -67,11 +67,6 @@ static size_t pair_out(const ds_module *m, int B, int T) {
     return (size_t)B * E;
 }
 
-static size_t no_bytes(const ds_module *m, int B, int T) {
-    (void)m, (void)B, (void)T;
-    return 0;
-}
-
 static ds_status pair_forward(ds_module *m, ds_module_ctx *ctx) {
     DS_TRY(ds_module_check_ctx(m, ctx, false, false));
     const float *x;
@@ -136,7 +131,7 @@ static ds_status pair_backward(ds_module *m, ds_module_ctx *ctx) {
 }
 
 static const ds_module_ops k_pair_ops = {.type = "pair", .out_elems = pair_out,
-                                         .saved_bytes = no_bytes, .scratch_bytes = no_bytes,
+                                         .saved_bytes = ub_no_bytes, .scratch_bytes = ub_no_bytes,
                                          .forward = pair_forward, .backward = pair_backward,
                                          .destroy = ds_module_free};
 

@@ -34,5 +34,7 @@ ds_status ub_model(const ub_desc *d, ds_model **out);
 /* The "loss" module alone, over rows of `width` floats and the "target"
  * input, for a test's own models (test_grads_final). */
 ds_status ub_sq_loss(int width, ds_module **out);
+/* saved_bytes / scratch_bytes of a module that needs none */
+size_t ub_no_bytes(const ds_module *m, int B, int T);
 
 #endif /* DS_TESTS_USER_BAG_H */
