@@ -9,8 +9,9 @@ usage: bench/step_profile.py PERF_SCRIPT.txt [--kernels BENCH_KERNELS.txt]
 PERF_SCRIPT.txt is `perf script` of the recording (a sample header line,
 then its frames, leaf first). Each sample is put in one row by its leaf
 function: the GEMMs (OpenBLAS's kernel, its packing, its clearing of C for
-beta = 0, the rest of OpenBLAS, and the engine's own small GEMM of
-cpu_gemm_small.c) or the rest (the model and optimizer kernels by kind,
+beta = 0, the rest of OpenBLAS, and the engine's own GEMMs: the small
+products of cpu_gemm_small.c and the linear layers' of cpu_gemm_rows.c) or
+the rest (the model and optimizer kernels by kind,
 memset / memcpy outside a GEMM, OpenMP's runtime, the operating system).
 A libc memset counts as OpenBLAS clearing C when the frame under it is in
 OpenBLAS (sgemm_beta calls it as a tail call, so its caller's frame is the
@@ -20,7 +21,8 @@ With --kernels (the output of `bench_kernels --model bert --threads 1`) and
 --step-ms (CPU ms per step, perf stat's task-clock of the same steps), it also
 prints the time the step's matmul FLOPs take at OpenBLAS's rates at the same
 shapes (the OpenBLAS column of that table) and the step's rate against it:
-issue 17's goal of >= 85%."""
+issue 17's goal of >= 85%; and the same at the backend's rates (the
+column of what the models call: OpenBLAS or the engine's own kernels)."""
 import argparse
 import collections
 import re
@@ -37,6 +39,7 @@ ROWS = [  # (row, is GEMM), in print order
     ("OpenBLAS clearing C (beta, its memset)", True),
     ("OpenBLAS other", True),
     ("own small GEMM (gs_*, attention products)", True),
+    ("own linear GEMM (gr_*, cpu_gemm_rows.c)", True),
     ("bias + activation (GELU) fwd / bwd", False),
     ("dropout, softmax, Philox multipliers", False),
     ("dropout + residual + layer norm (one pass)", False),
@@ -54,6 +57,7 @@ ROWS = [  # (row, is GEMM), in print order
 
 ENGINE_KINDS = [  # (pattern on the leaf symbol, row)
     (r"^gs_|gemm_small|gemm_entry|round_pack", "own small GEMM (gs_*, attention products)"),
+    (r"^gr_|gemm_rows", "own linear GEMM (gr_*, cpu_gemm_rows.c)"),
     (r"act_bwd|bias_act|act_fwd", "bias + activation (GELU) fwd / bwd"),
     (r"dropout_ln", "dropout + residual + layer norm (one pass)"),
     (r"dropout|softmax|philox", "dropout, softmax, Philox multipliers"),
@@ -118,18 +122,22 @@ def classify(frames):
 
 def gemm_shapes():
     """[(bench_kernels row, GFLOP per step)] of the step's matmuls, each under
-    the bench_kernels shape it runs at (an input gradient dX = dY W has the
-    shape of a forward; dP, dQ those of the scores and the context; dK that of
-    dV). The last layer's [CLS]-only products are counted at the shape of the
+    the bench_kernels shape it runs at (dP, dQ those of the scores and the
+    context; dK that of dV; both weight gradients of the feed-forward under
+    one row, 1024 x 256 x 4096, their transposed shape 256 x 1024 x 4096
+    having the same flops and OpenBLAS's path). The last layer's [CLS]-only products are counted at the shape of the
     full one (0.2 of 66.2 GFLOP)."""
     N, Nq = B * T, B  # rows of a full layer, of the last one's queries
     g = collections.defaultdict(float)
     for layer in range(L):
         q = N if layer < L - 1 else Nq
-        g["proj (q, k, v, out)"] += 2 * 2.0 * H * H * (2 * N + 2 * q)  # fwd + dX
+        g["proj (q, k, v, out)"] += 2.0 * H * H * (2 * N + 2 * q)
+        g["dX = dY W (proj)"] += 2.0 * H * H * (2 * N + 2 * q)
         g["dW = X^T dY (proj)"] += 2.0 * H * H * (2 * N + 2 * q)
-        g["ffn up"] += 2 * 2.0 * q * H * I    # fwd up, dX of down
-        g["ffn down"] += 2 * 2.0 * q * H * I  # fwd down, dX of up
+        g["ffn up"] += 2.0 * q * H * I
+        g["dX = dY W (ffn up)"] += 2.0 * q * H * I
+        g["ffn down"] += 2.0 * q * H * I
+        g["dX = dY W (ffn down)"] += 2.0 * q * H * I
         g["dW = X^T dY (ffn)"] += 2 * 2.0 * q * H * I
         tq = T if layer < L - 1 else 1
         prod = 2.0 * B * NH * tq * T * (H // NH)
@@ -140,14 +148,16 @@ def gemm_shapes():
     return [(k, v / 1e9) for k, v in g.items()]
 
 
-def openblas_rates(lines):
-    """{GEMM row: OpenBLAS GFLOP/s} from bench_kernels' BERT-mini GEMM table."""
-    rates = {}
+def gemm_rates(lines):
+    """({GEMM row: OpenBLAS GFLOP/s}, {GEMM row: backend GFLOP/s}) from
+    bench_kernels' BERT-mini GEMM table."""
+    blas, backend = {}, {}
     for line in lines:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 5 and re.match(r"^[0-9.]+$", cells[3]) and " x " in cells[1]:
-            rates.setdefault(cells[0], float(cells[3]))
-    return rates
+            blas.setdefault(cells[0], float(cells[3]))
+            backend.setdefault(cells[0], float(cells[2]))
+    return blas, backend
 
 
 def main(argv):
@@ -185,20 +195,26 @@ def main(argv):
         print("| %s | %.2f |" % (s, 100.0 * n / total))
     if a.kernels and a.step_ms:
         with open(a.kernels, errors="replace") as f:
-            rates = openblas_rates(f)
-        ms, flops = 0.0, 0.0
-        print("\n| GEMM shape | GFLOP per step | OpenBLAS GFLOP/s | ms |\n| --- | ---: | ---: | ---: |")
+            rates, own = gemm_rates(f)
+        ms, own_ms, flops = 0.0, 0.0, 0.0
+        print("\n| GEMM shape | GFLOP per step | OpenBLAS GFLOP/s | ms | backend GFLOP/s | ms |\n"
+              "| --- | ---: | ---: | ---: | ---: | ---: |")
         for name, gf in gemm_shapes():
             if name not in rates:
                 print("step_profile: no OpenBLAS rate for %r in %s" % (name, a.kernels),
                       file=sys.stderr)
                 return 1
             ms += 1e3 * gf / rates[name]
+            own_ms += 1e3 * gf / own[name]
             flops += gf
-            print("| %s | %.2f | %.1f | %.1f |" % (name, gf, rates[name], 1e3 * gf / rates[name]))
+            print("| %s | %.2f | %.1f | %.1f | %.1f | %.1f |"
+                  % (name, gf, rates[name], 1e3 * gf / rates[name], own[name],
+                     1e3 * gf / own[name]))
         print("\nmatmul %.1f GFLOP per step: %.1f ms at OpenBLAS's rates; the step %.1f ms of CPU:"
               " %.1f%% of its GEMMs' rate (goal >= 85%%); GEMMs inside the step %.1f ms"
               % (flops, ms, a.step_ms, 100.0 * ms / a.step_ms, a.step_ms * gemm / total))
+        print("at the backend's rates (its own kernels where it runs them): %.1f ms, the step at"
+              " %.1f%% of them" % (own_ms, 100.0 * own_ms / a.step_ms))
     return 0
 
 
