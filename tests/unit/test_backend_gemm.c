@@ -133,23 +133,6 @@ static void test_shapes(ds_backend *be) {
         }
     gemm_case own_shared = {1, 0, 20, 64, 30, 3, 1, 1, 1.0f, 0.0f};
     run_case(be, &own_shared);
-    /* the linear layers' kernel (cpu_gemm_rows.c: alpha 1, beta 0 or 1, one
-     * product, n % 16 == 0, more flops than a small product). op(A) = A, B
-     * packed, either op(B): k = 300 over two blocks (256 + 44) continuing
-     * each element's chain from C; n = 336 and 528 over blocks of 256
-     * columns with a last panel of 16; 301 rows (a last tile of 1 row on
-     * avx512 and avx2). op(A) = A^T, op(B) = B (the weight gradient): k =
-     * 700 over blocks of 128 rows, 250 rows of C (a last tile of 4), 208 = 3
-     * x 64 + 16 columns. Each with beta 0 and 1, tight and padded leading
-     * dimensions. */
-    const int rows[][5] = {{0, 1, 301, 336, 300}, {0, 0, 301, 336, 300}, {0, 1, 70, 528, 300},
-                           {0, 0, 70, 528, 300},  {1, 0, 250, 208, 700}};
-    for (size_t s = 0; s < sizeof rows / sizeof rows[0]; s++)
-        for (int v = 0; v < 4; v++) {
-            gemm_case c = {rows[s][0], rows[s][1], rows[s][2], rows[s][3], rows[s][4], 1,
-                           (v & 1) * 3, 0, 1.0f, (v & 2) ? 1.0f : 0.0f};
-            run_case(be, &c);
-        }
 }
 
 /* k = 0: op(A) op(B) is empty, so C = beta * C; beta = 0 clears NaN. */

@@ -7,9 +7,8 @@
  * add, mean pool, row copies, bias + each activation forward and backward,
  * dropout, layer norm, masked / causal attention softmax with dropout,
  * bias + GELU large enough to be written with streaming stores,
- * cross-entropy), the small GEMMs of the variants' own kernel
- * (cpu_gemm_small.c, every transpose combination) and the linear layers'
- * (cpu_gemm_rows.c, the three products of a layer), also with bf16 inputs
+ * cross-entropy) and the small GEMMs of the variants' own kernel
+ * (cpu_gemm_small.c, every transpose combination), also with bf16 inputs
  * (each variant's vectorised rounding, cpu_gemm_bf16.c), at 2 threads, on
  * shapes whose widths leave vector tails (37 x 771, heads of 1..133 keys;
  * GEMMs of 37 x 80 x 65). Each output is compared byte for byte
@@ -290,31 +289,6 @@ static void run_gemm(ds_backend *be, outputs *o) {
     free(a), free(b), free(c);
 }
 
-/* The linear layers' kernel (cpu_gemm_rows.c): Y = X W^T and dX = dY W
- * (A read in place, B packed, k = 300 over two blocks, 301 rows: a last tile
- * of 1 row, whether tiles have 6 rows or 4), and dW += dY^T X
- * (k = 900 over blocks of 128 rows, 100 rows of C), all accumulating into
- * the same C (beta 1), whose chains then start from C's values. */
-static void run_gemm_rows(ds_backend *be, outputs *o) {
-    enum { RM = 301, RN = 96, RK = 300, WM = 100, WK = 900 };
-    float *x = test_frand_buf((size_t)RM * RK, -1.0f, 1.0f);
-    float *w = test_frand_buf((size_t)RN * RK, -1.0f, 1.0f);
-    float *y = test_frand_buf((size_t)RM * RN, -1.0f, 1.0f);
-    float *a = test_frand_buf((size_t)WK * WM, -1.0f, 1.0f);
-    float *b = test_frand_buf((size_t)WK * RN, -1.0f, 1.0f);
-    float *dw = test_frand_buf((size_t)WM * RN, -1.0f, 1.0f);
-    CHECK_OK(be->ops->gemm(be, false, true, RM, RN, RK, 1.0f, x, RK, 0, w, RK, 0, 1.0f, y, RN, 0,
-                           1));
-    keep(o, "gemm rows nt", y, (size_t)RM * RN * 4);
-    CHECK_OK(be->ops->gemm(be, false, false, RM, RN, RK, 1.0f, x, RK, 0, w, RN, 0, 0.0f, y, RN,
-                           0, 1));
-    keep(o, "gemm rows nn", y, (size_t)RM * RN * 4);
-    CHECK_OK(be->ops->gemm(be, true, false, WM, RN, WK, 1.0f, a, WM, 0, b, RN, 0, 1.0f, dw, RN, 0,
-                           1));
-    keep(o, "gemm rows tn", dw, (size_t)WM * RN * 4);
-    free(x), free(w), free(y), free(a), free(b), free(dw);
-}
-
 static void run_variant(const char *isa, outputs *o) {
     if (setenv("DS_CPU_ISA", isa, 1) != 0) TEST_DIE("setenv");
     ds_backend *be = test_cpu_backend(2, NULL);
@@ -325,7 +299,6 @@ static void run_variant(const char *isa, outputs *o) {
     run_elementwise(be, o);
     run_nn(be, o);
     run_gemm(be, o);
-    run_gemm_rows(be, o);
     ds_backend_destroy(be);
 }
 

@@ -143,11 +143,7 @@ ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, in
 }
 
 void ds_cpu_destroy(ds_backend *be) {
-    /* the GEMM workspace is the backend's (backend.c); the pack buffer ours */
-    ds_cpu_impl *impl = be->impl;
-    if (impl) free(impl->pack);
-    free(impl);
-    be->impl = NULL;
+    be->impl = NULL; /* nothing of its own: the GEMM workspace is the backend's (backend.c) */
 }
 
 ds_status ds_backend_cpu_init(ds_backend *be, const ds_backend_desc *desc) {
@@ -169,14 +165,7 @@ ds_status ds_backend_cpu_init(ds_backend *be, const ds_backend_desc *desc) {
      * step's other kernels do). */
     be->chunk_bytes = 512u * 1024u;
     be->device = 0;
-    ds_cpu_impl *impl = calloc(1, sizeof *impl);
-    if (impl) impl->pack = aligned_alloc(DS_CPU_LINE, DS_CPU_PACK_FLOATS * sizeof(float));
-    if (!impl || !impl->pack) {
-        free(impl);
-        return DS_ERR(DS_ERR_OOM, "cpu backend: no memory for the %zu KiB GEMM pack buffer",
-                      DS_CPU_PACK_FLOATS * sizeof(float) / 1024);
-    }
-    be->impl = impl;
+    be->impl = NULL;
     /* Also sets this thread's OpenMP default to nt (OpenMP build). */
     openblas_set_num_threads(nt);
     return DS_OK;

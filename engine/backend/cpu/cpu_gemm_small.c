@@ -1,7 +1,6 @@
 /* The gemm slot of one instruction-set variant: small products (attention's
- * per-head 128 x 128 x 64 blocks) in a kernel of our own, the linear layers'
- * products that cpu_gemm_rows.c takes in its kernel (the same register tile,
- * cpu_gemm_tile.h), everything else in OpenBLAS (ds_cpu_gemm, cpu_backend.c).
+ * per-head 128 x 128 x 64 blocks) in a kernel of our own, everything else in
+ * OpenBLAS (ds_cpu_gemm, cpu_backend.c).
  *
  * Why. OpenBLAS packs both operands of every call into its panel layout and,
  * for beta = 0, first clears C in a separate pass (sgemm_beta + memset). For
@@ -45,30 +44,133 @@
 #include <stdbool.h>
 
 #include "engine/backend/backend.h"
-#include "engine/backend/cpu/cpu_gemm_tile.h"
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/backend/math.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+/* Vector type, width (floats) and tile: MR rows x NV vectors of C in
+ * registers (avx512: 16 zmm accumulators of the 32; avx2: 12 ymm of 16). */
+#if defined(__AVX512F__)
+typedef __m512 gs_vec;
+#define GS_VW 16
+#define GS_MR 4
+#define GS_NV 4
+#define gs_zero() _mm512_setzero_ps()
+#define gs_load(p) _mm512_loadu_ps(p)
+#define gs_store(p, v) _mm512_storeu_ps((p), (v))
+#define gs_bcast(x) _mm512_set1_ps(x)
+#define gs_fma(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define GS_HW_FMA 1
+#elif defined(__AVX2__) && defined(__FMA__)
+typedef __m256 gs_vec;
+#define GS_VW 8
+#define GS_MR 6
+#define GS_NV 2
+#define gs_zero() _mm256_setzero_ps()
+#define gs_load(p) _mm256_loadu_ps(p)
+#define gs_store(p, v) _mm256_storeu_ps((p), (v))
+#define gs_bcast(x) _mm256_set1_ps(x)
+#define gs_fma(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define GS_HW_FMA 1
+#else
+typedef float gs_vec;
+#define GS_VW 1
+#define GS_MR 4
+#define GS_NV 4
+#define gs_zero() 0.0f
+#define gs_load(p) (*(p))
+#define gs_store(p, v) (*(p) = (v))
+#define gs_bcast(x) (x)
+#define gs_fma(a, b, c) fmaf((a), (b), (c))
+#define GS_HW_FMA 0
+#endif
+
+/* bf16 inputs (cpu_gemm_bf16.c): the products of this kernel read A and B
+ * through copies (the panel of B, blocks of A) that can round as they copy,
+ * so a bf16-input product needs no pass of its own. gs_round is
+ * ds_round_bf16 on a vector, in the integer operations of cpu_gemm_bf16.c's
+ * round_bits (test_backend_gemm_bf16 and test_cpu_isa check the bits). */
+#if defined(__AVX512F__)
+static inline gs_vec gs_round(gs_vec v) {
+    const __m512i u = _mm512_castps_si512(v), hi = _mm512_set1_epi32((int)0xffff0000u);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_and_si512(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), hi);
+    __m512i q = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)), hi);
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, r, q));
+}
+#endif
+#if defined(__AVX2__)
+static inline __m256 gs_round8(__m256 v) {
+    const __m256i u = _mm256_castps_si256(v), hi = _mm256_set1_epi32((int)0xffff0000u);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_and_si256(
+        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), hi);
+    __m256i q = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), hi);
+    return _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(q),
+                            _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+}
+#if !defined(__AVX512F__)
+static inline gs_vec gs_round(gs_vec v) { return gs_round8(v); }
+#endif
+#endif
+#if !defined(__AVX2__)
+static inline gs_vec gs_round(gs_vec v) { return ds_round_bf16(v); }
+#endif
 
 /* Columns of B per packed panel, and the longest k a panel holds: 64 x 256
  * floats, 64 KiB on the stack of the thread that runs the product. */
 #define GS_NC 64
 #define GS_KMAX 256
 
+/* C[mr x nv*GS_VW] = A[mr rows] * Bp, A(r, p) = a[r * ars + p * aks], Bp
+ * row p at bp + p * GS_NC. mr and nv are constants where it is inlined, so
+ * the accumulators live in registers. */
+static inline __attribute__((always_inline)) void gs_tile(int mr, int nv, int k, const float *a,
+                                                          int64_t ars, int64_t aks,
+                                                          const float *bp, float *c, int64_t ldc) {
+    gs_vec acc[GS_MR][GS_NV];
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+        for (int v = 0; v < nv; v++) acc[r][v] = gs_zero();
+    for (int p = 0; p < k; p++) {
+        const float *b = bp + (size_t)p * GS_NC;
+        gs_vec bv[GS_NV];
+#pragma GCC unroll 8
+        for (int v = 0; v < nv; v++) bv[v] = gs_load(b + v * GS_VW);
+#pragma GCC unroll 8
+        for (int r = 0; r < mr; r++) {
+            gs_vec ar = gs_bcast(a[r * ars + p * aks]);
+#pragma GCC unroll 8
+            for (int v = 0; v < nv; v++) acc[r][v] = gs_fma(ar, bv[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+        for (int v = 0; v < nv; v++) gs_store(c + r * ldc + v * GS_VW, acc[r][v]);
+}
+
 /* The full-width tile for any row count 1..GS_MR (each a constant). */
 static void gs_tile_rows(int mr, int k, const float *a, int64_t ars, int64_t aks, const float *bp,
                          float *c, int64_t ldc) {
     switch (mr) {
-    case 1: gs_tile(1, GS_NV, k, a, ars, aks, bp, GS_NC, c, ldc, false); break;
-    case 2: gs_tile(2, GS_NV, k, a, ars, aks, bp, GS_NC, c, ldc, false); break;
-    case 3: gs_tile(3, GS_NV, k, a, ars, aks, bp, GS_NC, c, ldc, false); break;
+    case 1: gs_tile(1, GS_NV, k, a, ars, aks, bp, c, ldc); break;
+    case 2: gs_tile(2, GS_NV, k, a, ars, aks, bp, c, ldc); break;
+    case 3: gs_tile(3, GS_NV, k, a, ars, aks, bp, c, ldc); break;
 #if GS_MR >= 4
-    case 4: gs_tile(4, GS_NV, k, a, ars, aks, bp, GS_NC, c, ldc, false); break;
+    case 4: gs_tile(4, GS_NV, k, a, ars, aks, bp, c, ldc); break;
 #endif
 #if GS_MR >= 5
-    case 5: gs_tile(5, GS_NV, k, a, ars, aks, bp, GS_NC, c, ldc, false); break;
+    case 5: gs_tile(5, GS_NV, k, a, ars, aks, bp, c, ldc); break;
 #endif
 #if GS_MR >= 6
-    case 6: gs_tile(6, GS_NV, k, a, ars, aks, bp, GS_NC, c, ldc, false); break;
+    case 6: gs_tile(6, GS_NV, k, a, ars, aks, bp, c, ldc); break;
 #endif
     default: break;
     }
@@ -81,12 +183,12 @@ static void gs_tile_cols(int mr, int nv, int k, const float *a, int64_t ars, int
 #if GS_NV > 1
     if (mr == GS_MR) {
         switch (nv) {
-        case 1: gs_tile(GS_MR, 1, k, a, ars, aks, bp, GS_NC, c, ldc, false); return;
+        case 1: gs_tile(GS_MR, 1, k, a, ars, aks, bp, c, ldc); return;
 #if GS_NV > 2
-        case 2: gs_tile(GS_MR, 2, k, a, ars, aks, bp, GS_NC, c, ldc, false); return;
+        case 2: gs_tile(GS_MR, 2, k, a, ars, aks, bp, c, ldc); return;
 #endif
 #if GS_NV > 3
-        case 3: gs_tile(GS_MR, 3, k, a, ars, aks, bp, GS_NC, c, ldc, false); return;
+        case 3: gs_tile(GS_MR, 3, k, a, ars, aks, bp, c, ldc); return;
 #endif
         default: break;
         }
@@ -94,8 +196,7 @@ static void gs_tile_cols(int mr, int nv, int k, const float *a, int64_t ars, int
 #endif
     for (int r = 0; r < mr; r++)
         for (int v = 0; v < nv; v++)
-            gs_tile(1, 1, k, a + r * ars, 0, aks, bp + v * GS_VW, GS_NC, c + r * ldc + v * GS_VW,
-                    ldc, false);
+            gs_tile(1, 1, k, a + r * ars, 0, aks, bp + v * GS_VW, c + r * ldc + v * GS_VW, ldc);
 }
 
 /* bp[p * GS_NC + jj] = src[jj * ld + p] for jj < nc (a multiple of 16),
@@ -242,6 +343,16 @@ static void gs_product(bool ta, bool tb, int i0, int i1, int n, int k, const flo
     }
 }
 
+/* Whether this CPU runs the kernel at hardware speed (see the file comment). */
+static bool gs_enabled(void) {
+#if GS_HW_FMA
+    return true;
+#elif defined(__x86_64__) || defined(__i386__)
+    return __builtin_cpu_supports("fma");
+#else
+    return true; /* fmaf is exact everywhere; other architectures have FMA */
+#endif
+}
 
 bool ds_cpu_gemm_small_takes(int m, int n, int k, float alpha, float beta, int batch) {
     return alpha == 1.0f && beta == 0.0f && n > 0 && n % 16 == 0 && k >= 1 && k <= GS_KMAX &&
@@ -283,8 +394,6 @@ ds_status ds_cpu_gemm_small(ds_backend *be, bool transa, bool transb, int m, int
                             float alpha, const float *A, int lda, int64_t strideA, const float *B,
                             int ldb, int64_t strideB, float beta, float *C, int ldc,
                             int64_t strideC, int batch) {
-    if (ds_cpu_gemm_rows_takes(transa, transb, m, n, k, alpha, beta, batch))
-        return ds_cpu_gemm_rows(be, transa, transb, m, n, k, A, lda, B, ldb, beta, C, ldc);
     if (!ds_cpu_gemm_small_takes(m, n, k, alpha, beta, batch))
         return ds_cpu_gemm(be, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
                            beta, C, ldc, strideC, batch);

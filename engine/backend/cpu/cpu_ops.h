@@ -37,8 +37,6 @@
 #define ds_cpu_quantize_i4 DS_ISA_NAME(ds_cpu_quantize_i4)
 #define ds_cpu_dequantize_i4 DS_ISA_NAME(ds_cpu_dequantize_i4)
 #define ds_cpu_gemm_small DS_ISA_NAME(ds_cpu_gemm_small)
-#define ds_cpu_gemm_rows DS_ISA_NAME(ds_cpu_gemm_rows)
-#define ds_cpu_gemm_rows_takes DS_ISA_NAME(ds_cpu_gemm_rows_takes)
 #define ds_cpu_gemm_small_takes DS_ISA_NAME(ds_cpu_gemm_small_takes)
 #define ds_cpu_gemm_small_bf16 DS_ISA_NAME(ds_cpu_gemm_small_bf16)
 #define ds_cpu_gemm_entry DS_ISA_NAME(ds_cpu_gemm_entry)
@@ -52,21 +50,6 @@ static inline int ds_cpu_team(const ds_backend *be) {
 }
 
 /* ---- compiled once (cpu_backend.c) ---- */
-
-/* Floats in the cpu backend's pack buffer: one block of a weight packed by
- * cpu_gemm_rows.c (256 x 256 floats, 256 KiB), allocated with the backend
- * so that a step allocates nothing. Like OpenBLAS's own packing buffers it
- * is the kernels' scratch, not a tensor: the accountant does not record it. */
-#define DS_CPU_PACK_FLOATS ((size_t)256 * 256)
-
-/* The backend's state (be->impl). */
-typedef struct ds_cpu_impl {
-    float *pack; /* DS_CPU_PACK_FLOATS, 64-byte aligned */
-} ds_cpu_impl;
-
-static inline float *ds_cpu_pack_buffer(const ds_backend *be) {
-    return ((const ds_cpu_impl *)be->impl)->pack;
-}
 
 /* Products of at most this many flops are "small": in a batch, OpenBLAS runs
  * them one per thread rather than one after another with OpenBLAS splitting
@@ -143,8 +126,7 @@ ds_status ds_cpu_dequantize_i4(ds_backend *be, float *y, const uint8_t *q, const
                                size_t n, size_t block);
 
 /* cpu_gemm_small.c: the variant's gemm slot (backend.h's contract): small
- * products with alpha 1, beta 0 in the variant's own kernel, the linear
- * layers' products that ds_cpu_gemm_rows_takes in cpu_gemm_rows.c, the rest
+ * products with alpha 1, beta 0 in the variant's own kernel, the rest
  * through ds_cpu_gemm (OpenBLAS). */
 ds_status ds_cpu_gemm_small(ds_backend *be, bool transa, bool transb, int m, int n, int k,
                             float alpha, const float *A, int lda, int64_t strideA, const float *B,
@@ -160,15 +142,6 @@ ds_status ds_cpu_gemm_small_bf16(ds_backend *be, bool transa, bool transb, int m
                                  const float *A, int lda, int64_t strideA, const float *B,
                                  int ldb, int64_t strideB, float *C, int ldc, int64_t strideC,
                                  int batch);
-
-/* cpu_gemm_rows.c: a linear layer's product, one of them (alpha 1, beta 0
- * or 1), in the variant's own kernel: whether it takes a shape (a function
- * of the shape only), and the product. */
-bool ds_cpu_gemm_rows_takes(bool transa, bool transb, int m, int n, int k, float alpha,
-                            float beta, int batch);
-ds_status ds_cpu_gemm_rows(ds_backend *be, bool transa, bool transb, int m, int n, int k,
-                           const float *A, int lda, const float *B, int ldb, float beta,
-                           float *C, int ldc);
 
 /* cpu_gemm_bf16.c: the variant's gemm slot. With be->gemm_inputs DS_BF16,
  * a call the own kernel takes goes to ds_cpu_gemm_small_bf16 (rounding as it
