@@ -37,9 +37,7 @@
  * alternation (best of each); batched attention products against OpenBLAS
  * looping over the batch. The slot runs products of at most 16 MFLOP with
  * alpha 1, beta 0 and n % 16 == 0 (the attention products here) in the
- * variant's own kernel (cpu_gemm_small.c), the linear layers' products it
- * takes (ds_cpu_gemm_rows_takes: BERT-mini's, not GPT-2's) in its own
- * kernel for those (cpu_gemm_rows.c), the rest in OpenBLAS. */
+ * variant's own kernel (cpu_gemm_small.c), the rest in OpenBLAS. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
