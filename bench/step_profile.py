@@ -120,10 +120,10 @@ def classify(frames):
 def gemm_shapes():
     """[(bench_kernels row, GFLOP per step)] of the step's matmuls, each under
     the bench_kernels shape it runs at (dP, dQ those of the scores and the
-    context; dK that of dV; both weight gradients of the feed-forward under
-    one row, 1024 x 256 x 4096, their transposed shape 256 x 1024 x 4096
-    having the same flops and OpenBLAS's path). The last layer's [CLS]-only products are counted at the shape of the
-    full one (0.2 of 66.2 GFLOP)."""
+    context; dK that of dV; both feed-forward weight gradients under the
+    1024 x 256 x 4096 row, the down layer's being its transpose). The last
+    layer's [CLS]-only products are counted at the shape of the full one
+    (0.2 of 66.2 GFLOP)."""
     N, Nq = B * T, B  # rows of a full layer, of the last one's queries
     g = collections.defaultdict(float)
     for layer in range(L):
