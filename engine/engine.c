@@ -96,26 +96,25 @@ static ds_status build_backend(engine_t *e) {
  * once every rank has its backend. MPI's rings read host memory: on cuda the
  * buffers are the GPU's, so NCCL carries them ("nccl"), or MPI copies them
  * through pinned host memory ("mpi"; at one rank nothing crosses anyway).
- * Collective: every rank calls it. */
+ * Collective: every rank calls it, and the ranks agree on the outcome, so a
+ * rank whose NCCL or staging failed is named instead of left behind. */
 static ds_status pick_comm(engine_t *e) {
     if (e->be->kind != DS_BACKEND_CUDA) return DS_OK; /* cpu: MPI on its own memory */
-    if (strcmp(e->cfg.comm, "nccl") != 0) {
-        DS_TRY(ds_comm_stage_wrap(e->comm, e->be));
-        return DS_OK;
-    }
+    const bool nccl = strcmp(e->cfg.comm, "nccl") == 0;
     ds_comm_desc nd = {.kind = DS_COMM_NCCL, .timeout_s = e->cfg.comm_timeout_s,
                        .backend = e->be};
     ds_comm *nc = NULL;
-    ds_status mine = ds_comm_create(&nd, &nc), worst;
+    ds_status mine = nccl ? ds_comm_create(&nd, &nc) : ds_comm_stage_wrap(e->comm, e->be), worst;
     DS_TRY(ds_comm_agree(e->comm, mine, &worst)); /* over MPI, which every rank still has */
     if (worst != DS_OK) { /* the message is this rank's, or names the rank that failed */
         ds_comm_destroy(nc);
-        if (mine != DS_OK)
-            ds_error_prefix("zero_engine.comm \"%s\": the NCCL communicator", e->cfg.comm);
+        if (mine != DS_OK) ds_error_prefix("zero_engine.comm \"%s\"", e->cfg.comm);
         return worst;
     }
-    ds_comm_destroy(e->comm);
-    e->comm = nc;
+    if (nccl) {
+        ds_comm_destroy(e->comm);
+        e->comm = nc;
+    }
     return DS_OK;
 }
 
