@@ -33,6 +33,11 @@
  * --sparse 0|1 sets sparse_gradients (the word table's gradient sent as
  * (row index, row) records at stages 0-3, zero/grad_sparse.h); --sparse
  * ab pairs it off and on as --overlap ab pairs overlap off and on.
+ * --gemm-replay 1 records the GEMM calls of the last warm-up step and runs
+ * them again by themselves after every timed step, through OpenBLAS and
+ * through the backend's slot (bench/gemm_replay.h): the step's rate against
+ * its GEMMs' in isolation, measured a second apart in one process (issue 17
+ * item 4's 85% goal; cpu backend, one engine, at least one warm-up step).
  * --perf-ctl CTL,ACK: file descriptors of `perf record|stat -D -1 --control
  * fd:CTL,ACK` (events off at the start); the timed steps are bracketed by
  * "enable" and "disable", so the profile holds them alone, without the
@@ -52,11 +57,14 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
+#include "bench/gemm_replay.h"
 #include "engine/engine.h"
+#include "engine/engine_internal.h" /* e->be: the gemm slot --gemm-replay wraps */
 #include "models/models.h"
 
 typedef struct bench {
     int stage, steps, warmup, T, global_batch, ckpt, qwz, hpz, mics;
+    int replay; /* --gemm-replay */
     const char *precision, *backend;
     long long bucket;
     long long ag_bucket; /* allgather_bucket_size; <= 0: bucket's */
@@ -66,7 +74,7 @@ typedef struct bench {
     float *mask;
 } bench;
 
-enum { V = 21128, H = 256, L = 4, NH = 4, I = 1024, C = 6 };
+enum { V = 21128, H = 256, L = 4, NH = 4, FF = 1024, C = 6 }; /* FF: the intermediate size (I is complex.h's, which cblas.h brings) */
 
 /* Per engine: its settings, then total, forward, backward and step time of
  * each timed step. */
@@ -77,6 +85,9 @@ typedef struct timing {
     const char *gemm;     /* zero_engine.gemm_input_dtype */
     int sparse;           /* sparse_gradients: -1 unset (DeepSpeed's false), 0, 1 */
     double *dt, *fw, *bw, *st;
+    double *rb, *rk;      /* --gemm-replay: the step's GEMMs alone after each timed step,
+                             through OpenBLAS (rb) and the backend's slot (rk) */
+    gemm_replay gr;
     ds_comm_stats c0, c1; /* the engine's communication before / after the timed steps */
     float loss0;          /* the first step's loss (this rank's rows), to compare models */
 } timing;
@@ -84,7 +95,7 @@ typedef struct timing {
 static ds_status make_engine(bench *b, const timing *tm, engine_t **out) {
     int overlap = tm->overlap;
     ds_bert_desc bd = {.vocab_size = V, .hidden_size = H, .num_hidden_layers = L,
-                       .num_attention_heads = NH, .intermediate_size = I,
+                       .num_attention_heads = NH, .intermediate_size = FF,
                        .max_position_embeddings = 512, .type_vocab_size = 2,
                        .hidden_dropout_prob = 0.1f, .attention_probs_dropout_prob = 0.1f,
                        .n_classes = C, .max_seq_len = b->T};
@@ -149,6 +160,8 @@ static ds_status timed_step(const bench *b, engine_t *e, int i, timing *tm) {
     DS_TRY(ds_batch_set(&batch, "attention_mask", DS_F32, b->mask + row * (size_t)b->T));
     DS_TRY(ds_batch_set(&batch, "labels", DS_I32, b->labels + row));
     if (i == b->warmup) ds_comm_report(e, &tm->c0);
+    const bool record = b->replay && i == b->warmup - 1;
+    if (record) gr_record_begin(&tm->gr, e->be);
     double t0 = now_s();
     float loss;
     DS_TRY(ds_forward(e, &batch, &loss));
@@ -156,8 +169,11 @@ static ds_status timed_step(const bench *b, engine_t *e, int i, timing *tm) {
     double t1 = now_s();
     DS_TRY(ds_backward(e));
     double t2 = now_s();
-    DS_TRY(ds_step(e));
+    ds_status st = ds_step(e);
     double t3 = now_s();
+    if (record && !gr_record_end(&tm->gr))
+        return DS_ERR(DS_ERR_OOM, "bench_train: --gemm-replay: out of memory");
+    DS_TRY(st);
     if (i >= b->warmup) {
         int k = i - b->warmup;
         if (k == b->steps - 1) ds_comm_report(e, &tm->c1);
@@ -165,6 +181,10 @@ static ds_status timed_step(const bench *b, engine_t *e, int i, timing *tm) {
         tm->fw[k] = t1 - t0;
         tm->bw[k] = t2 - t1;
         tm->st[k] = t3 - t2;
+        if (b->replay) {
+            DS_TRY(gr_run(&tm->gr, true, &tm->rb[k]));
+            DS_TRY(gr_run(&tm->gr, false, &tm->rk[k]));
+        }
     }
     return DS_OK;
 }
@@ -194,10 +214,10 @@ static void report(const bench *b, engine_t *e, const timing *tm) {
      *   values for all T positions, the rest for one), and the pooler and
      *   classifier run once per sample; the GFLOP/s on this count are what
      *   the cores sustain. */
-    double mm_params = (double)L * (4.0 * H * H + 2.0 * H * I) + (double)H * H + (double)H * C;
+    double mm_params = (double)L * (4.0 * H * H + 2.0 * H * FF) + (double)H * H + (double)H * C;
     double flops = 3.0 * (2.0 * mm_params * T + (double)L * 4.0 * T * T * H) * b->global_batch;
-    double full_layer = 2.0 * (4.0 * H * H + 2.0 * H * I) * T + 4.0 * T * T * H;
-    double last_layer = 2.0 * (2.0 * H * H) * T + 2.0 * (2.0 * H * H + 2.0 * H * I) + 4.0 * T * H;
+    double full_layer = 2.0 * (4.0 * H * H + 2.0 * H * FF) * T + 4.0 * T * T * H;
+    double last_layer = 2.0 * (2.0 * H * H) * T + 2.0 * (2.0 * H * H + 2.0 * H * FF) + 4.0 * T * H;
     double executed = 3.0 * ((L - 1) * full_layer + last_layer + 2.0 * (H * H + H * C)) *
                       b->global_batch;
     ds_mem_report mr;
@@ -261,6 +281,30 @@ static void report(const bench *b, engine_t *e, const timing *tm) {
            ds_rank(e), (double)in / steps, (double)out / steps);
 }
 
+/* --gemm-replay: per timed step, the replays' time over the step's, the
+ * GEMMs' rate over the step's (issue 17 item 4's goal: at least 0.85 against
+ * OpenBLAS); the median, the range and the fastest step's. */
+static void report_replay(const bench *b, engine_t *e, const timing *tm) {
+    int n = b->steps, fast = 0;
+    double *rb = malloc((size_t)n * 2 * sizeof *rb), *rk = rb + n;
+    double blo = 1e30, bhi = 0, sb = 0, sk = 0;
+    for (int k = 0; k < n; k++) {
+        rb[k] = tm->rb[k] / tm->dt[k], rk[k] = tm->rk[k] / tm->dt[k];
+        blo = rb[k] < blo ? rb[k] : blo, bhi = rb[k] > bhi ? rb[k] : bhi;
+        sb += tm->rb[k], sk += tm->rk[k];
+        if (tm->dt[k] < tm->dt[fast]) fast = k;
+    }
+    if (ds_rank(e) == 0)
+        printf("bench_train: gemm replay: %d GEMM calls per step recorded, %.2f GFLOP; the step "
+               "at %.1f%% of its GEMMs' rate in OpenBLAS (median over %d steps, each against "
+               "the replay right after it; range %.1f-%.1f%%, fastest step %.1f%%; GEMMs alone "
+               "%.3f s on average) and at %.1f%% of their rate through the backend's slot "
+               "(%.3f s)\n", tm->gr.n, tm->gr.flops / 1e9, 100.0 * median_sort(rb, n), n,
+               100.0 * blo, 100.0 * bhi, 100.0 * tm->rb[fast] / tm->dt[fast], sb / n,
+               100.0 * median_sort(rk, n), sk / n);
+    free(rb);
+}
+
 /* Sends `cmd` ("enable" or "disable") to perf's control fd and waits for its
  * "ack", so the events are on (off) before the next line runs. */
 static int perf_ctl(int ctl, int ack, const char *cmd) {
@@ -306,6 +350,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--hpz")) b.hpz = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--mics")) b.mics = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--gemm")) gemm = argv[i + 1];
+        else if (!strcmp(argv[i], "--gemm-replay")) b.replay = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--zeropp") && !strcmp(argv[i + 1], "ab")) zpp_ab = 1;
         else if (!strcmp(argv[i], "--perf-ctl") &&
                  sscanf(argv[i + 1], "%d,%d", &pctl, &pack) == 2 && pctl >= 0 && pack >= 0) {
@@ -323,6 +368,13 @@ int main(int argc, char **argv) {
     }
     if (sparse == 2 && (overlap == 2 || (qgz != 0 && qgz != 1) || gemm_ab || zpp_ab)) {
         fprintf(stderr, "bench_train: --sparse ab pairs with no other ab mode\n");
+        return 2;
+    }
+    if (b.replay && (overlap == 2 || qgz == 2 || qgz == 5 || gemm_ab || zpp_ab || sparse == 2 ||
+                     strcmp(b.backend, "cpu") || b.warmup < 1 || pctl >= 0)) {
+        fprintf(stderr, "bench_train: --gemm-replay needs the cpu backend, one engine (no ab "
+                "mode), --warmup 1 or more (it records the last warm-up step) and no "
+                "--perf-ctl (the replays would be in the profile)\n");
         return 2;
     }
     size_t n_rows = (size_t)b.global_batch * (size_t)(b.steps + b.warmup);
@@ -345,12 +397,13 @@ int main(int argc, char **argv) {
     engine_t *e[2] = {NULL, NULL};
     timing tm[2];
     for (int k = 0; k < ne; k++) {
-        double *m = calloc((size_t)b.steps * 4, sizeof *m);
+        double *m = calloc((size_t)b.steps * 6, sizeof *m);
         tm[k] = (timing){.overlap = overlap == 2 ? k : overlap,
                          .qgz = qgz == 2 ? k : qgz == 5 ? (k ? 4 : 1) : qgz,
                          .qwz = b.qwz, .hpz = b.hpz,
                          .gemm = gemm_ab ? (k ? "bf16" : "fp32") : gemm, .dt = m,
-                         .fw = m + b.steps, .bw = m + 2 * b.steps, .st = m + 3 * b.steps};
+                         .fw = m + b.steps, .bw = m + 2 * b.steps, .st = m + 3 * b.steps, .rb = m + 4 * b.steps,
+                         .rk = m + 5 * b.steps};
         if (zpp_ab) /* engine 0 plain stage 3, engine 1 hpZ + qwZ + qgZ */
             tm[k].qgz = tm[k].qwz = k, tm[k].hpz = k ? (b.hpz > 1 ? b.hpz : 2) : 1;
         tm[k].sparse = sparse == 2 ? k : sparse;
@@ -372,6 +425,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     for (int k = 0; k < ne; k++) report(&b, e[k], &tm[k]);
+    if (b.replay) report_replay(&b, e[0], &tm[0]);
     if (ne == 2 && ds_rank(e[0]) == 0) {
         double *r = malloc((size_t)b.steps * sizeof *r);
         double rlo = 1e30, rhi = 0;
@@ -389,6 +443,7 @@ int main(int argc, char **argv) {
     }
     for (int k = 0; k < ne; k++) {
         ds_finalize(e[k]);
+        gr_free(&tm[k].gr);
         free(tm[k].dt);
     }
     ds_dataset_destroy(b.data);

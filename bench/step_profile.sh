@@ -15,7 +15,9 @@
 # Prints: the load average before and after, the CPU ms per step (perf stat
 # task-clock of the timed steps / STEPS), the profile by kind and by symbol
 # (bench/step_profile.py) and, from bench_kernels' BERT-mini GEMM table of the
-# same run, the step's rate against its GEMMs' at OpenBLAS's rates.
+# same run, the step's rate against its GEMMs' at OpenBLAS's rates; last,
+# bench_train --gemm-replay's line: the same ratio with the step's own GEMM
+# calls replayed alone after each step (wall clock, in one process).
 # Set STEP_PROFILE_KERNELS=0 to skip bench_kernels (about a minute).
 set -euo pipefail
 if [ $# -lt 1 ]; then
@@ -46,6 +48,11 @@ perf record -q -F 999 -g -o "$out/perf.data" -D -1 --control "fd:$ctl_fd,$ack_fd
 perf script -i "$out/perf.data" 2> /dev/null > "$out/script.txt"
 grep "samples/s" "$out/train_record.txt" || true
 
+# The same steps again, each followed by its GEMMs replayed alone in the
+# same process (bench/gemm_replay.h): the ratio to OpenBLAS from one phase of
+# the host, where the one below compares with bench_kernels' run a minute on.
+"$train" --stage 0 --steps "$steps" --warmup "$warmup" --gemm-replay 1 > "$out/train_replay.txt"
+
 kern=()
 if [ "${STEP_PROFILE_KERNELS:-1}" != 0 ] && [ -x "$build/bench/bench_kernels" ]; then
     OMP_WAIT_POLICY=passive "$build/bench/bench_kernels" --threads 1 --clock cpu --secs 0.15 \
@@ -54,4 +61,5 @@ if [ "${STEP_PROFILE_KERNELS:-1}" != 0 ] && [ -x "$build/bench/bench_kernels" ];
 fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 "$here/step_profile.py" "$out/script.txt" "${kern[@]}"
+grep "gemm replay" "$out/train_replay.txt" || true
 echo "(files in $out)"
