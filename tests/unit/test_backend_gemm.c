@@ -1,8 +1,8 @@
 /* The cpu backend's strided-batched row-major GEMM against a naive loop in
  * double: all four transpose combinations, non-square shapes, leading
  * dimensions wider than the rows, batches (sequential and one-per-thread
- * paths, shared operands with stride 0), beta 0 and 1, k = 0, and the
- * argument checks.
+ * paths, shared operands with stride 0), beta 0 and 1, k = 0, the
+ * argument checks, and the same bits at 1 and 2 threads.
  *
  * Tolerance. For a dot product of length k evaluated in float in any order
  * (blocked, vectorised, with fma), |computed - exact| <= gamma_k * sum|a||b|
@@ -174,7 +174,43 @@ static void test_bad_args(ds_backend *be) {
                    "NULL A", "NULL");
 }
 
+/* A product's bits do not depend on the thread count, so one rank of 2
+ * threads trains the same model as 2 ranks of 1 or one of 1 (the stage
+ * equivalence tests run at 1 thread). Products big enough to be split over
+ * the threads, by rows of C (cpu_backend.c), row counts that are not
+ * multiples of a block, all four transposes, beta 0 and 1. */
+static void test_threads_same_bits(ds_backend *one, ds_backend *two) {
+    const int shapes[][3] = {{4096, 256, 256}, {256, 256, 4096}, {1000, 300, 200}, {777, 130, 129},
+                             {97, 70, 64}}; /* the last: one call on one thread */
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+        size_t nA = (size_t)m * k, nB = (size_t)k * n, nC = (size_t)m * n;
+        float *A = malloc(nA * sizeof *A), *B = malloc(nB * sizeof *B);
+        float *C1 = malloc(nC * sizeof *C1), *C2 = malloc(nC * sizeof *C2);
+        for (size_t i = 0; i < nA; i++) A[i] = frand();
+        for (size_t i = 0; i < nB; i++) B[i] = frand();
+        for (int t = 0; t < 8; t++) {
+            bool ta = t & 1, tb = t & 2;
+            float beta = t & 4 ? 1.0f : 0.0f;
+            for (size_t i = 0; i < nC; i++) C1[i] = C2[i] = frand();
+            ds_status s1 = one->ops->gemm(one, ta, tb, m, n, k, 0.5f, A, ta ? m : k, 0, B,
+                                          tb ? k : n, 0, beta, C1, n, 0, 1);
+            ds_status s2 = two->ops->gemm(two, ta, tb, m, n, k, 0.5f, A, ta ? m : k, 0, B,
+                                          tb ? k : n, 0, beta, C2, n, 0, 1);
+            CHECK(s1 == DS_OK && s2 == DS_OK, "gemm failed: %s", ds_last_error());
+            CHECK(!memcmp(C1, C2, nC * sizeof *C1),
+                  "m=%d n=%d k=%d ta=%d tb=%d beta=%g: 1 and 2 threads differ", m, n, k, ta, tb,
+                  (double)beta);
+        }
+        free(A), free(B), free(C1), free(C2);
+    }
+}
+
 int main(void) {
+    ds_backend *one = test_cpu_backend(1, NULL), *two = test_cpu_backend(2, NULL);
+    test_threads_same_bits(one, two);
+    ds_backend_destroy(one);
+    ds_backend_destroy(two);
     for (int nt = 1; nt <= 2; nt++) {
         ds_backend *be = test_cpu_backend(nt, NULL);
         CHECK(be->num_threads == nt, "num_threads %d, want %d", be->num_threads, nt);

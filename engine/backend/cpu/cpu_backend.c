@@ -12,7 +12,9 @@
  * of the calling thread (and runs single-threaded inside a parallel region),
  * so the backend sets that to num_threads with openblas_set_num_threads() at
  * creation and again before a GEMM if the calling thread differs: OpenBLAS and
- * the engine's loops then use the same cores and never oversubscribe them. A
+ * the engine's loops then use the same cores and never oversubscribe them.
+ * One product is shared among the threads by blocks of its rows, each a
+ * single-threaded OpenBLAS call (gemm_row_blocks says why). A
  * thread marked by ds_backend_thread_serial (the communication worker) runs
  * everything on itself (ds_cpu_team). */
 #include <cblas.h>
@@ -111,6 +113,56 @@ static void gemm_beta_only(float beta, float *C, int m, int n, int ldc, int64_t 
     }
 }
 
+/* Rows of C per block when one product is split over the threads: a
+ * multiple of the row tile of every x86-64 sgemm kernel of OpenBLAS (16 for
+ * SkylakeX and Cooperlake, 24 for Haswell and Zen), so that a block's rows
+ * fall on the tiles they fall on in one call over all rows and come out
+ * with the same bits (test_backend_gemm checks it at 1 and 2 threads). */
+#define DS_CPU_GEMM_ROW_ALIGN 48
+
+/* One product (batch 1) on nt threads: C's rows in up to nt blocks of a
+ * multiple of DS_CPU_GEMM_ROW_ALIGN rows, each a single-threaded OpenBLAS
+ * call (OpenBLAS runs single-threaded inside a parallel region); a product
+ * of at most DS_CPU_GEMM_SMALL_FLOPS in one single-threaded call (OpenBLAS
+ * would share it above 2^18 multiply-adds, for a fraction of a millisecond,
+ * and with bits that depend on the thread count). The caller leaves bigger
+ * products with too few rows for two blocks to OpenBLAS's threading.
+ *
+ * Why not OpenBLAS's own threading. (1) It shares its packed panels: each
+ * thread packs a part of B, every thread reads every part, and they signal
+ * through flags in shared memory. Where the two cores share no cache (vCPUs
+ * the hypervisor put on different dies: a core-to-core round trip of
+ * 320-360 ns instead of 55-75 ns, measured on the Zen 4 VM of RESULTS), the
+ * BERT-mini step at 1 rank x 2 threads ran 15-20% slower than at 2 ranks x 1
+ * thread, and its GEMMs alone 25-35% slower. Blocks of rows share nothing
+ * written: each thread packs its own rows of A and reads all of B (at most
+ * a layer's weight) itself. (2) With the Haswell and Zen kernels OpenBLAS's
+ * split is not on tile boundaries, so its result depended on the thread
+ * count; the blocks give the bits of one single-threaded call. */
+static void gemm_row_blocks(int nt, double flops, enum CBLAS_TRANSPOSE ta,
+                            enum CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
+                            const float *A, int lda, const float *B, int ldb, float beta,
+                            float *C, int ldc) {
+    int blocks = flops <= DS_CPU_GEMM_SMALL_FLOPS ? 1 : m / DS_CPU_GEMM_ROW_ALIGN;
+    if (blocks > nt) blocks = nt;
+    if (blocks <= 1) { /* outside a parallel region: OpenBLAS told one thread */
+        openblas_set_num_threads(1);
+        cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+        openblas_set_num_threads(nt);
+        return;
+    }
+    int per = (m + blocks - 1) / blocks;
+    per = (per + DS_CPU_GEMM_ROW_ALIGN - 1) / DS_CPU_GEMM_ROW_ALIGN * DS_CPU_GEMM_ROW_ALIGN;
+#pragma omp parallel num_threads(blocks)
+    {
+        int m0 = omp_get_thread_num() * per, m1 = m0 + per < m ? m0 + per : m;
+        if (m0 < m1)
+            cblas_sgemm(CblasRowMajor, ta, tb, m1 - m0, n, k, alpha,
+                        ta == CblasTrans ? A + m0 : A + (int64_t)m0 * lda, lda, B, ldb, beta,
+                        C + (int64_t)m0 * ldc, ldc);
+    }
+}
+
 ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, int k,
                           float alpha, const float *A, int lda, int64_t strideA, const float *B,
                           int ldb, int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
@@ -134,6 +186,9 @@ ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, in
         for (int b = 0; b < batch; b++)
             cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A + b * strideA, lda,
                         B + b * strideB, ldb, beta, C + b * strideC, ldc);
+    } else if (batch == 1 && nt > 1 &&
+               (flops <= DS_CPU_GEMM_SMALL_FLOPS || m >= 2 * DS_CPU_GEMM_ROW_ALIGN)) {
+        gemm_row_blocks(nt, flops, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     } else {
         for (int b = 0; b < batch; b++)
             cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A + b * strideA, lda,
