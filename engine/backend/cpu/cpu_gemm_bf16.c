@@ -36,21 +36,6 @@
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/backend/math.h"
 
-/* The bits of ds_round_bf16(x) from the bits u of x, written without a
- * branch so that the loop below vectorises: round to nearest even is adding
- * 0x7fff plus the lowest kept bit and dropping the low 16 bits; a NaN keeps
- * its top bits with the quiet bit set (ds_f32_to_bf16). No fp32 value that
- * is not a NaN carries into the sign (the largest, -inf, is 0xff800000). */
-static inline uint32_t round_bits(uint32_t u) {
-    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    uint32_t quiet = (u | 0x00400000u) & 0xffff0000u;
-    return (u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
-}
-
-/* fp32 elements read and written as their bits (may_alias: the arrays are
- * float arrays, and the compiler must not assume otherwise). */
-typedef uint32_t __attribute__((may_alias)) rb_bits;
-
 /* dst[r * p->ld + c] = round(src[r * ld + c]) for the p.rows rows of each of
  * the p.copies matrices (src matrices `stride` apart). */
 static void round_pack(float *restrict dst, const float *restrict src, int ld, int64_t stride,
@@ -61,10 +46,10 @@ static void round_pack(float *restrict dst, const float *restrict src, int ld, i
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
     for (int64_t r = 0; r < rows; r++) {
         const int64_t b = r / p->rows, i = r % p->rows;
-        const rb_bits *restrict s = (const rb_bits *)(src + b * stride + i * ld);
-        rb_bits *restrict d = (rb_bits *)(dst + r * p->ld);
+        const ds_cpu_f32_bits *restrict s = (const ds_cpu_f32_bits *)(src + b * stride + i * ld);
+        ds_cpu_f32_bits *restrict d = (ds_cpu_f32_bits *)(dst + r * p->ld);
 #pragma omp simd
-        for (int c = 0; c < cols; c++) d[c] = round_bits(s[c]);
+        for (int c = 0; c < cols; c++) d[c] = ds_cpu_bf16_round_bits(s[c]);
     }
 }
 

@@ -91,8 +91,8 @@ typedef float gs_vec;
 /* bf16 inputs (cpu_gemm_bf16.c): the products of this kernel read A and B
  * through copies (the panel of B, blocks of A) that can round as they copy,
  * so a bf16-input product needs no pass of its own. gs_round is
- * ds_round_bf16 on a vector, in the integer operations of cpu_gemm_bf16.c's
- * round_bits (test_backend_gemm_bf16 and test_cpu_isa check the bits). */
+ * ds_round_bf16 on a vector, in the integer operations of cpu_ops.h's
+ * ds_cpu_bf16_round_bits (test_backend_gemm_bf16 and test_cpu_isa check the bits). */
 #if defined(__AVX512F__)
 static inline gs_vec gs_round(gs_vec v) {
     const __m512i u = _mm512_castps_si512(v), hi = _mm512_set1_epi32((int)0xffff0000u);

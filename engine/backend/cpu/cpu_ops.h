@@ -81,6 +81,22 @@ void ds_cpu_destroy(ds_backend *be);
  * plain float arrays the compiler can vectorise. */
 #define DS_CPU_CHUNK ((size_t)2048)
 
+/* The bits of ds_round_bf16(x) from the bits u of x (ds_f32_to_bf16 is
+ * their top half), written without a branch so that a loop of them
+ * vectorises at the variant's width: round to nearest even is adding 0x7fff
+ * plus the lowest kept bit and dropping the low 16 bits; a NaN keeps its top
+ * bits with the quiet bit set. No fp32 value that is not a NaN carries into
+ * the sign (the largest, -inf, is 0xff800000). */
+static inline uint32_t ds_cpu_bf16_round_bits(uint32_t u) {
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    uint32_t quiet = (u | 0x00400000u) & 0xffff0000u;
+    return (u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
+}
+
+/* fp32 elements read and written as their bits (may_alias: the arrays are
+ * float arrays, and the compiler must not assume otherwise). */
+typedef uint32_t __attribute__((may_alias)) ds_cpu_f32_bits;
+
 /* dst[i] = src[first + i] as fp32, for i < n (cpu_convert.c). */
 void ds_cpu_to_f32(float *restrict dst, const void *src, ds_dtype t, size_t first, size_t n);
 
