@@ -125,8 +125,15 @@ static void gemm_beta_only(float beta, float *C, int m, int n, int ldc, int64_t 
  * call (OpenBLAS runs single-threaded inside a parallel region); a product
  * of at most DS_CPU_GEMM_SMALL_FLOPS in one single-threaded call (OpenBLAS
  * would share it above 2^18 multiply-adds, for a fraction of a millisecond,
- * and with bits that depend on the thread count). The caller leaves bigger
- * products with too few rows for two blocks to OpenBLAS's threading.
+ * and with bits that depend on the thread count). The caller leaves to
+ * OpenBLAS's threading the bigger products with too few rows for two blocks
+ * and those whose C is more than 4 times wider than tall: there each thread
+ * would pack all of a B much larger than A, where OpenBLAS's threads share
+ * it (an LM head over one sequence, 256 x 50257 x 768: 0.84x OpenBLAS's
+ * threading in blocks, RESULTS). Those keep thread-count-dependent bits
+ * with the Haswell and Zen kernels: a split of C's columns is not on their
+ * tiles' boundaries either (splits at multiples of 256 to 6144 columns all
+ * changed bits).
  *
  * Why not OpenBLAS's own threading. (1) It shares its packed panels: each
  * thread packs a part of B, every thread reads every part, and they signal
@@ -143,19 +150,23 @@ static void gemm_row_blocks(int nt, double flops, enum CBLAS_TRANSPOSE ta,
                             enum CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
                             const float *A, int lda, const float *B, int ldb, float beta,
                             float *C, int ldc) {
-    int blocks = flops <= DS_CPU_GEMM_SMALL_FLOPS ? 1 : m / DS_CPU_GEMM_ROW_ALIGN;
-    if (blocks > nt) blocks = nt;
+    /* units of DS_CPU_GEMM_ROW_ALIGN rows (the last one short), dealt out
+     * evenly: the blocks differ by one unit at most */
+    const int units = (m + DS_CPU_GEMM_ROW_ALIGN - 1) / DS_CPU_GEMM_ROW_ALIGN;
+    int blocks = flops <= DS_CPU_GEMM_SMALL_FLOPS ? 1 : units < nt ? units : nt;
     if (blocks <= 1) { /* outside a parallel region: OpenBLAS told one thread */
         openblas_set_num_threads(1);
         cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
         openblas_set_num_threads(nt);
         return;
     }
-    int per = (m + blocks - 1) / blocks;
-    per = (per + DS_CPU_GEMM_ROW_ALIGN - 1) / DS_CPU_GEMM_ROW_ALIGN * DS_CPU_GEMM_ROW_ALIGN;
 #pragma omp parallel num_threads(blocks)
     {
-        int m0 = omp_get_thread_num() * per, m1 = m0 + per < m ? m0 + per : m;
+        const int t = omp_get_thread_num();
+        const int u0 = (int)((int64_t)units * t / blocks);
+        const int u1 = (int)((int64_t)units * (t + 1) / blocks);
+        const int m0 = u0 * DS_CPU_GEMM_ROW_ALIGN;
+        const int m1 = u1 * DS_CPU_GEMM_ROW_ALIGN < m ? u1 * DS_CPU_GEMM_ROW_ALIGN : m;
         if (m0 < m1)
             cblas_sgemm(CblasRowMajor, ta, tb, m1 - m0, n, k, alpha,
                         ta == CblasTrans ? A + m0 : A + (int64_t)m0 * lda, lda, B, ldb, beta,
@@ -187,7 +198,8 @@ ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, in
             cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A + b * strideA, lda,
                         B + b * strideB, ldb, beta, C + b * strideC, ldc);
     } else if (batch == 1 && nt > 1 &&
-               (flops <= DS_CPU_GEMM_SMALL_FLOPS || m >= 2 * DS_CPU_GEMM_ROW_ALIGN)) {
+               (flops <= DS_CPU_GEMM_SMALL_FLOPS ||
+                (m >= 2 * DS_CPU_GEMM_ROW_ALIGN && n <= 4 * m))) {
         gemm_row_blocks(nt, flops, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     } else {
         for (int b = 0; b < batch; b++)
