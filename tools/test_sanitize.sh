@@ -32,7 +32,16 @@ keep=$(cd "$build" && pwd)/keep_modules.so
 cc -shared -fPIC -O2 -o "$keep" tests/sanitizer/keep_modules.c
 export LD_PRELOAD="$keep${LD_PRELOAD:+:$LD_PRELOAD}"
 export ASAN_OPTIONS="verify_asan_link_order=0:detect_leaks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
-export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizer/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+# use_tls=0: LeakSanitizer does not scan threads' thread-local storage for
+# pointers. On an AMD EPYC (Zen 4) VM its tracer crashed while doing so at
+# the exit of a 2-rank train_cls ("Tracer caught signal 11: addr=0xc50", a pc
+# inside libasan), in every run of test_train_cls_ckpt's first command (6 of
+# 6, the suite's retry included), and with use_tls=0 never; on the other
+# hosts only now and then (below). What only thread-local storage holds is
+# the C runtime's own (lsan.supp: libgomp's per-thread state, libc's dlerror
+# buffer, ld.so's bookkeeping); zero-engine keeps no heap pointer there, and
+# test_lsan_probe still sees a leak of its own at 2 ranks.
+export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizer/lsan.supp:print_suppressions=0:use_tls=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 # The gradient checks compare at most 64 entries of each tensor here (600 in
 # tools/test.sh): every code path still runs under the sanitizers, and each
@@ -46,7 +55,8 @@ export GC_MAX_PER_TENSOR=${GC_MAX_PER_TENSOR:-64}
 # tests in a row, in a plain engine-run --np 2 train_cls that exits 0, and
 # the same binaries passed those tests in 3 later runs (alone, at -j2 and
 # beside two busy loops). A crash of the sanitizer is not a finding about
-# the program; a real leak or error fails both runs.
+# the program; a real leak or error fails both runs. (That crash was the one
+# use_tls=0 above avoids.)
 # Label nosan: tests whose time is deliberate waiting, or the same code as a
 # sibling that stays, over another transport (each says why in tests/*.cmake);
 # about 40 s of the stage.
