@@ -26,3 +26,12 @@ if(Python3_Interpreter_FOUND)
 else()
   message(WARNING "python3 not found: test_quality_table is not registered")
 endif()
+
+# bench_train --gemm-replay: the GEMM calls it records add up to the matmul
+# FLOPs bench_train counts from the model's shapes, and both replays run.
+if(DS_BENCH)
+  add_test(NAME test_gemm_replay
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/unit/test_gemm_replay.sh $<TARGET_FILE:bench_train>)
+  set_tests_properties(test_gemm_replay PROPERTIES LABELS unit TIMEOUT 120
+                       ENVIRONMENT "OMP_NUM_THREADS=1")
+endif()
