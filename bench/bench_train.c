@@ -59,7 +59,7 @@
 #include "bench/bench_util.h"
 #include "bench/gemm_replay.h"
 #include "engine/engine.h"
-#include "engine/engine_internal.h" /* e->be: the gemm slot --gemm-replay wraps */
+#include "engine/engine_internal.h" /* e->be: the gemm slot --gemm-replay taps */
 #include "models/models.h"
 
 typedef struct bench {
@@ -74,7 +74,8 @@ typedef struct bench {
     float *mask;
 } bench;
 
-enum { V = 21128, H = 256, L = 4, NH = 4, FF = 1024, C = 6 }; /* FF: the intermediate size (I is complex.h's, which cblas.h brings) */
+/* FF: the intermediate size (I is complex.h's, which cblas.h brings) */
+enum { V = 21128, H = 256, L = 4, NH = 4, FF = 1024, C = 6 };
 
 /* Per engine: its settings, then total, forward, backward and step time of
  * each timed step. */
@@ -161,7 +162,7 @@ static ds_status timed_step(const bench *b, engine_t *e, int i, timing *tm) {
     DS_TRY(ds_batch_set(&batch, "labels", DS_I32, b->labels + row));
     if (i == b->warmup) ds_comm_report(e, &tm->c0);
     const bool record = b->replay && i == b->warmup - 1;
-    if (record) gr_record_begin(&tm->gr, e->be);
+    if (record) DS_TRY(gr_record_begin(&tm->gr, e->be));
     double t0 = now_s();
     float loss;
     DS_TRY(ds_forward(e, &batch, &loss));
@@ -402,8 +403,8 @@ int main(int argc, char **argv) {
                          .qgz = qgz == 2 ? k : qgz == 5 ? (k ? 4 : 1) : qgz,
                          .qwz = b.qwz, .hpz = b.hpz,
                          .gemm = gemm_ab ? (k ? "bf16" : "fp32") : gemm, .dt = m,
-                         .fw = m + b.steps, .bw = m + 2 * b.steps, .st = m + 3 * b.steps, .rb = m + 4 * b.steps,
-                         .rk = m + 5 * b.steps};
+                         .fw = m + b.steps, .bw = m + 2 * b.steps, .st = m + 3 * b.steps,
+                         .rb = m + 4 * b.steps, .rk = m + 5 * b.steps};
         if (zpp_ab) /* engine 0 plain stage 3, engine 1 hpZ + qwZ + qgZ */
             tm[k].qgz = tm[k].qwz = k, tm[k].hpz = k ? (b.hpz > 1 ? b.hpz : 2) : 1;
         tm[k].sparse = sparse == 2 ? k : sparse;

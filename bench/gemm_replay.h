@@ -8,8 +8,8 @@
  * 2x over seconds to a minute (RESULTS, "Item 4's goals on a second host
  * type"): a ratio of two runs measures the host as much as the engine.
  *
- * So the backend's gemm slot is wrapped for one step and every call's
- * arguments are kept (transposes, shape, leading dimensions, strides, alpha,
+ * So the backend's gemm slot is tapped for one step (ds_backend_tap_gemm)
+ * and every call's arguments are kept (transposes, shape, leading dimensions, strides, alpha,
  * beta, batch); after each timed step the same calls run again on scratch
  * operands of the same extents, once through cblas_sgemm (OpenBLAS, one
  * call per matrix of a batch: the goal's yardstick) and once through the
@@ -24,8 +24,7 @@
  * most 0.125^2 * k to an element of C, so C stays finite and far from
  * subnormal whatever beta, and no value slows an FMA down.
  *
- * The cpu backend only (the operands are host memory); one recorder per
- * process (the slot has no user pointer), as the flops profiler. */
+ * The cpu backend only (the operands are host memory). */
 #ifndef DS_BENCH_GEMM_REPLAY_H
 #define DS_BENCH_GEMM_REPLAY_H
 
@@ -37,25 +36,14 @@
 #include "bench/bench_util.h"
 #include "engine/backend/backend.h"
 
-typedef struct gr_call {
-    bool ta, tb;
-    int m, n, k, lda, ldb, ldc, batch;
-    int64_t sA, sB, sC;
-    float alpha, beta;
-} gr_call;
-
 typedef struct gemm_replay {
     ds_backend *be;
-    const ds_backend_ops *orig; /* the backend's table, put back by gr_record_end */
-    ds_backend_ops rec;         /* a copy whose gemm records, then calls orig's */
-    gr_call *calls;
+    ds_gemm_call *calls;
     int n, cap;
     bool oom;
     float *A, *B, *C; /* scratch operands of the largest extents recorded */
     double flops;     /* 2 m n k per matrix, summed over the recorded calls */
 } gemm_replay;
-
-static gemm_replay *g_gr;
 
 /* Elements a stored row-major matrix of rows x cols spans with leading
  * dimension ld, over a batch of matrices stride apart. */
@@ -63,44 +51,40 @@ static inline size_t gr_extent(int rows, int cols, int ld, int64_t stride, int b
     return (size_t)(batch - 1) * (size_t)stride + (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
 }
 
-static ds_status gr_gemm(ds_backend *be, bool ta, bool tb, int m, int n, int k, float alpha,
-                         const float *A, int lda, int64_t sA, const float *B, int ldb,
-                         int64_t sB, float beta, float *C, int ldc, int64_t sC, int batch) {
-    gemm_replay *r = g_gr;
+static void gr_tap(void *ctx, const ds_gemm_call *call) {
+    gemm_replay *r = ctx;
     if (r->n == r->cap && !r->oom) {
         int cap = r->cap ? 2 * r->cap : 256;
-        gr_call *c = realloc(r->calls, (size_t)cap * sizeof *c);
+        ds_gemm_call *c = realloc(r->calls, (size_t)cap * sizeof *c);
         if (c) r->calls = c, r->cap = cap;
         else r->oom = true;
     }
-    if (r->n < r->cap)
-        r->calls[r->n++] = (gr_call){.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
-                                     .ldb = ldb, .ldc = ldc, .batch = batch > 0 ? batch : 1,
-                                     .sA = sA, .sB = sB, .sC = sC, .alpha = alpha, .beta = beta};
-    return r->orig->gemm(be, ta, tb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC,
-                         batch);
+    if (r->n < r->cap) {
+        r->calls[r->n] = *call;
+        if (call->batch < 1) r->calls[r->n].batch = 1;
+        r->n++;
+    }
 }
 
 /* From here to gr_record_end, every GEMM of be is recorded. */
-static inline void gr_record_begin(gemm_replay *r, ds_backend *be) {
-    *r = (gemm_replay){.be = be, .orig = be->ops, .rec = *be->ops};
-    r->rec.gemm = gr_gemm;
-    g_gr = r;
-    be->ops = &r->rec;
+static inline ds_status gr_record_begin(gemm_replay *r, ds_backend *be) {
+    *r = (gemm_replay){.be = be};
+    return ds_backend_tap_gemm(be, gr_tap, r);
 }
 
-/* Puts the backend's table back and makes the scratch operands. false when
- * memory ran out (nothing is left allocated then). */
+/* Removes the tap and makes the scratch operands. false when memory ran
+ * out (nothing is left allocated then). */
 static inline bool gr_record_end(gemm_replay *r) {
-    r->be->ops = r->orig;
-    g_gr = NULL;
+    ds_backend_untap_gemm(r->be);
     size_t nA = 1, nB = 1, nC = 1;
     r->flops = 0;
     for (int i = 0; i < r->n; i++) {
-        const gr_call *c = &r->calls[i];
-        size_t a = gr_extent(c->ta ? c->k : c->m, c->ta ? c->m : c->k, c->lda, c->sA, c->batch);
-        size_t b = gr_extent(c->tb ? c->n : c->k, c->tb ? c->k : c->n, c->ldb, c->sB, c->batch);
-        size_t d = gr_extent(c->m, c->n, c->ldc, c->sC, c->batch);
+        const ds_gemm_call *c = &r->calls[i];
+        size_t a = gr_extent(c->transa ? c->k : c->m, c->transa ? c->m : c->k, c->lda,
+                             c->strideA, c->batch);
+        size_t b = gr_extent(c->transb ? c->n : c->k, c->transb ? c->k : c->n, c->ldb,
+                             c->strideB, c->batch);
+        size_t d = gr_extent(c->m, c->n, c->ldc, c->strideC, c->batch);
         nA = a > nA ? a : nA, nB = b > nB ? b : nB, nC = d > nC ? d : nC;
         r->flops += 2.0 * c->m * c->n * c->k * c->batch;
     }
@@ -121,17 +105,17 @@ static inline bool gr_record_end(gemm_replay *r) {
 static inline ds_status gr_run(const gemm_replay *r, bool blas, double *secs) {
     double t0 = now_s();
     for (int i = 0; i < r->n; i++) {
-        const gr_call *c = &r->calls[i];
+        const ds_gemm_call *c = &r->calls[i];
         if (blas) {
             for (int q = 0; q < c->batch; q++)
-                cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans,
-                            c->tb ? CblasTrans : CblasNoTrans, c->m, c->n, c->k, c->alpha,
-                            r->A + q * c->sA, c->lda, r->B + q * c->sB, c->ldb, c->beta,
-                            r->C + q * c->sC, c->ldc);
+                cblas_sgemm(CblasRowMajor, c->transa ? CblasTrans : CblasNoTrans,
+                            c->transb ? CblasTrans : CblasNoTrans, c->m, c->n, c->k, c->alpha,
+                            r->A + q * c->strideA, c->lda, r->B + q * c->strideB, c->ldb,
+                            c->beta, r->C + q * c->strideC, c->ldc);
         } else {
-            DS_TRY(r->orig->gemm(r->be, c->ta, c->tb, c->m, c->n, c->k, c->alpha, r->A, c->lda,
-                                 c->sA, r->B, c->ldb, c->sB, c->beta, r->C, c->ldc, c->sC,
-                                 c->batch));
+            DS_TRY(r->be->ops->gemm(r->be, c->transa, c->transb, c->m, c->n, c->k, c->alpha,
+                                    r->A, c->lda, c->strideA, r->B, c->ldb, c->strideB,
+                                    c->beta, r->C, c->ldc, c->strideC, c->batch));
         }
     }
     *secs = now_s() - t0;

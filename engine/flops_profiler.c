@@ -10,24 +10,18 @@
 #include "engine/engine_internal.h"
 
 /* ---- counting ---------------------------------------------------------------
- * While a step is profiled, the engine's backend runs with a copy of its
- * ops whose gemm adds 2*m*n*k*batch to this counter and calls the original.
- * Modules call ctx->be->ops->gemm, so every module's GEMMs, a user's
- * included, pass here. One profiled engine at a time (flops_profiler.h);
- * the GEMMs run on the training thread only. */
+ * While a step is profiled, the engine's backend runs with its gemm slot
+ * tapped (ds_backend_tap_gemm): each call adds 2*m*n*k*batch to this
+ * counter. Modules call ctx->be->ops->gemm, so every module's GEMMs, a
+ * user's included, pass here. One profiled engine at a time
+ * (flops_profiler.h); the GEMMs run on the training thread only. */
 static double g_flops;
-static const ds_backend_ops *g_orig;
-static ds_backend_ops g_counting;
 
 double ds_prof_gemm_flops(void) { return g_flops; }
 
-static ds_status counting_gemm(ds_backend *be, bool transa, bool transb, int m, int n, int k,
-                               float alpha, const float *A, int lda, int64_t strideA,
-                               const float *B, int ldb, int64_t strideB, float beta, float *C,
-                               int ldc, int64_t strideC, int batch) {
-    g_flops += 2.0 * (double)m * (double)n * (double)k * (double)(batch > 0 ? batch : 1);
-    return g_orig->gemm(be, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
-                        beta, C, ldc, strideC, batch);
+static void count_flops(void *ctx, const ds_gemm_call *c) {
+    *(double *)ctx += 2.0 * (double)c->m * (double)c->n * (double)c->k *
+                      (double)(c->batch > 0 ? c->batch : 1);
 }
 
 void ds_engine_prof_init(engine_t *e) {
@@ -45,7 +39,7 @@ void ds_engine_prof_init(engine_t *e) {
 }
 
 void ds_engine_prof_free(engine_t *e) {
-    if (e->prof.active && g_orig) e->be->ops = g_orig; /* finalized mid-step */
+    if (e->prof.active) ds_backend_untap_gemm(e->be); /* finalized mid-step */
     free(e->prof.mods);
     e->prof.mods = NULL;
 }
@@ -54,11 +48,14 @@ void ds_engine_prof_forward(engine_t *e) {
     ds_prof_state *p = &e->prof;
     if (!p->enabled || p->active || p->done) return;
     if (e->global_step + 1 != e->cfg.flops_profiler.profile_step) return;
+    if (ds_backend_tap_gemm(e->be, count_flops, &g_flops) != DS_OK) { /* say so once */
+        if (e->comm->rank == 0)
+            fprintf(stderr, "[zero-engine] flops_profiler: %s; off\n", ds_last_error());
+        ds_clear_error();
+        p->enabled = false;
+        return;
+    }
     memset(p->mods, 0, (size_t)p->n * sizeof *p->mods);
-    g_orig = e->be->ops;
-    g_counting = *g_orig;
-    g_counting.gemm = counting_gemm;
-    e->be->ops = &g_counting;
     p->active = true;
     p->step = e->global_step + 1;
     p->t_iter0 = ds_wc_now();
@@ -276,7 +273,7 @@ void ds_engine_prof_step_end(engine_t *e) {
     p->fwd_s = e->wc.prof_acc[DS_WC_FWD];
     p->bwd_s = e->wc.prof_acc[DS_WC_BWD];
     p->step_s = e->wc.prof_acc[DS_WC_STEP];
-    e->be->ops = g_orig;
+    ds_backend_untap_gemm(e->be);
     e->wc.profiling = false;
     p->active = false;
     p->done = true;

@@ -62,6 +62,40 @@ ds_status ds_backend_set_gemm_inputs(ds_backend *be, ds_dtype t) {
     return DS_OK;
 }
 
+static ds_status tapped_gemm(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                             float alpha, const float *A, int lda, int64_t strideA,
+                             const float *B, int ldb, int64_t strideB, float beta, float *C,
+                             int ldc, int64_t strideC, int batch) {
+    const ds_gemm_call call = {.transa = transa, .transb = transb, .m = m, .n = n, .k = k,
+                               .lda = lda, .ldb = ldb, .ldc = ldc, .batch = batch,
+                               .strideA = strideA, .strideB = strideB, .strideC = strideC,
+                               .alpha = alpha, .beta = beta};
+    be->tap(be->tap_ctx, &call);
+    return be->untapped->gemm(be, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb,
+                              strideB, beta, C, ldc, strideC, batch);
+}
+
+ds_status ds_backend_tap_gemm(ds_backend *be, ds_gemm_tap_fn tap, void *ctx) {
+    if (!be || !tap) return DS_ERR(DS_ERR_INVALID_ARG, "ds_backend_tap_gemm: NULL argument");
+    if (be->untapped)
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_backend_tap_gemm: the gemm slot is tapped already "
+                                          "(the flops profiler and bench_train's --gemm-replay "
+                                          "each tap it; one at a time)");
+    be->untapped = be->ops;
+    be->tapped = *be->ops;
+    be->tapped.gemm = tapped_gemm;
+    be->tap = tap, be->tap_ctx = ctx;
+    be->ops = &be->tapped;
+    return DS_OK;
+}
+
+void ds_backend_untap_gemm(ds_backend *be) {
+    if (!be || !be->untapped) return;
+    be->ops = be->untapped;
+    be->untapped = NULL;
+    be->tap = NULL, be->tap_ctx = NULL;
+}
+
 /* The copies' element size, row padding and B's alignment per backend:
  * cpu rounds into fp32 copies that its fp32 kernels read, B on a 64-byte
  * line (cpu_gemm_bf16.c); cuda stores bf16 with rows padded to 8 elements

@@ -183,6 +183,18 @@ typedef struct ds_backend_ops {
     void (*destroy)(ds_backend *be);
 } ds_backend_ops;
 
+/* One call of the gemm slot as a tap sees it (ds_backend_tap_gemm): the
+ * slot's arguments without the pointers. */
+typedef struct ds_gemm_call {
+    bool transa, transb;
+    int m, n, k, lda, ldb, ldc, batch;
+    int64_t strideA, strideB, strideC;
+    float alpha, beta;
+} ds_gemm_call;
+
+/* Shown each call of the gemm slot before it runs. */
+typedef void (*ds_gemm_tap_fn)(void *ctx, const ds_gemm_call *call);
+
 struct ds_backend {
     const ds_backend_ops *ops;
     const ds_nn_ops *nn; /* model kernels, engine/backend/nn.h */
@@ -210,6 +222,12 @@ struct ds_backend {
     void *gemm_ws;
     size_t gemm_ws_bytes, gemm_ws_need;
     bool gemm_ws_planned, gemm_ws_warned;
+    /* ds_backend_tap_gemm: the table in force before the tap (NULL: no tap),
+     * the copy of it whose gemm shows each call to tap(tap_ctx, ...). */
+    const ds_backend_ops *untapped;
+    ds_backend_ops tapped;
+    ds_gemm_tap_fn tap;
+    void *tap_ctx;
 };
 
 /* Options for ds_backend_create. Zero-initialise, then set what you need. */
@@ -228,6 +246,15 @@ typedef struct ds_backend_desc {
  * (a CPU-only build or install), DS_ERR_BACKEND naming the CUDA error. */
 ds_status ds_backend_create(const ds_backend_desc *desc, ds_backend **out);
 void ds_backend_destroy(ds_backend *be);
+
+/* From here to ds_backend_untap_gemm every call of be->ops->gemm, a user's
+ * module's included, is shown to tap(ctx, call) and then runs as before:
+ * how the flops profiler counts a step's FLOPs and bench_train records a
+ * step's GEMMs (bench/gemm_replay.h). One tap at a time:
+ * DS_ERR_INVALID_ARG when one is set already. Between calls only. */
+ds_status ds_backend_tap_gemm(ds_backend *be, ds_gemm_tap_fn tap, void *ctx);
+/* Removes the tap (nothing when there is none). */
+void ds_backend_untap_gemm(ds_backend *be);
 
 /* Set be->gemm_inputs: DS_F32 or DS_BF16, anything else is
  * DS_ERR_INVALID_ARG. With DS_BF16 the gemm slot rounds A and B into the

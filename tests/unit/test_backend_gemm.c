@@ -2,7 +2,8 @@
  * double: all four transpose combinations, non-square shapes, leading
  * dimensions wider than the rows, batches (sequential and one-per-thread
  * paths, shared operands with stride 0), beta 0 and 1, k = 0, the
- * argument checks, and the same bits at 1 and 2 threads.
+ * argument checks, the same bits at 1 and 2 threads, and the slot's tap
+ * (ds_backend_tap_gemm).
  *
  * Tolerance. For a dot product of length k evaluated in float in any order
  * (blocked, vectorised, with fma), |computed - exact| <= gamma_k * sum|a||b|
@@ -206,8 +207,48 @@ static void test_threads_same_bits(ds_backend *one, ds_backend *two) {
     }
 }
 
+/* ds_backend_tap_gemm: the tap sees each call's arguments before it runs,
+ * the product is still computed, a second tap is refused with a message,
+ * and untapping puts the backend's own table back. */
+typedef struct tap_seen {
+    int calls;
+    ds_gemm_call last;
+} tap_seen;
+
+static void tap_count(void *ctx, const ds_gemm_call *c) {
+    tap_seen *t = ctx;
+    t->calls++;
+    t->last = *c;
+}
+
+static void test_tap(ds_backend *be) {
+    const ds_backend_ops *own = be->ops;
+    tap_seen seen = {0};
+    CHECK(ds_backend_tap_gemm(be, tap_count, &seen) == DS_OK, "tap: %s", ds_last_error());
+    CHECK(ds_backend_tap_gemm(be, tap_count, &seen) == DS_ERR_INVALID_ARG &&
+              strstr(ds_last_error(), "tapped already"),
+          "a second tap was not refused: %s", ds_last_error());
+    ds_clear_error();
+    float A[6] = {1, 2, 3, 4, 5, 6}, B[3] = {1, 1, 2}, C[2] = {-1, -1};
+    CHECK(be->ops->gemm(be, false, false, 2, 1, 3, 1.0f, A, 3, 0, B, 1, 0, 0.0f, C, 1, 0, 1) ==
+              DS_OK, "tapped gemm failed: %s", ds_last_error());
+    CHECK(C[0] == 9.0f && C[1] == 21.0f, "tapped gemm computed %g %g, want 9 21", (double)C[0],
+          (double)C[1]);
+    CHECK(seen.calls == 1 && seen.last.m == 2 && seen.last.n == 1 && seen.last.k == 3 &&
+              seen.last.lda == 3 && seen.last.batch == 1 && !seen.last.transa,
+          "the tap saw %d calls, m %d n %d k %d lda %d", seen.calls, seen.last.m, seen.last.n,
+          seen.last.k, seen.last.lda);
+    ds_backend_untap_gemm(be);
+    CHECK(be->ops == own, "untap did not restore the backend's table");
+    CHECK(be->ops->gemm(be, false, false, 2, 1, 3, 1.0f, A, 3, 0, B, 1, 0, 0.0f, C, 1, 0, 1) ==
+              DS_OK && seen.calls == 1, "a call after untap reached the tap");
+    ds_backend_untap_gemm(be); /* none: nothing happens */
+    CHECK(be->ops == own, "a second untap changed the table");
+}
+
 int main(void) {
     ds_backend *one = test_cpu_backend(1, NULL), *two = test_cpu_backend(2, NULL);
+    test_tap(one);
     test_threads_same_bits(one, two);
     ds_backend_destroy(one);
     ds_backend_destroy(two);
