@@ -120,23 +120,23 @@ static void gemm_beta_only(float beta, float *C, int m, int n, int ldc, int64_t 
  * with the same bits (test_backend_gemm checks it at 1 and 2 threads). */
 #define DS_CPU_GEMM_ROW_ALIGN 48
 
-/* One product (batch 1) on nt threads: C's rows in up to nt blocks of a
- * multiple of DS_CPU_GEMM_ROW_ALIGN rows, each a single-threaded OpenBLAS
- * call (OpenBLAS runs single-threaded inside a parallel region); a product
- * of at most DS_CPU_GEMM_SMALL_FLOPS in one single-threaded call (OpenBLAS
- * would share it above 2^18 multiply-adds, for a fraction of a millisecond,
- * and with bits that depend on the thread count). The caller leaves to
- * OpenBLAS's threading the bigger products with too few rows for two blocks
- * and those whose C is more than 4 times wider than tall: there each thread
- * would pack all of a B much larger than A, where OpenBLAS's threads share
- * it (an LM head over one sequence, 256 x 50257 x 768: 0.84x OpenBLAS's
- * threading in blocks, RESULTS). Those keep thread-count-dependent bits
- * with the Haswell and Zen kernels: a split of C's columns is not on their
- * tiles' boundaries either (splits at multiples of 256 to 6144 columns all
- * changed bits).
+/* How one product (batch 1) runs on nt > 1 threads: in how many blocks of
+ * C's rows (gemm_row_blocks), each a single-threaded OpenBLAS call, or 0:
+ * through OpenBLAS's own threading. A product of at most
+ * DS_CPU_GEMM_SMALL_FLOPS is one block on one thread (OpenBLAS would share
+ * it above 2^18 multiply-adds, for a fraction of a millisecond, and with
+ * bits that depend on the thread count). OpenBLAS's threading keeps the
+ * bigger products with too few rows for two blocks and those whose C is
+ * more than 4 times wider than tall: there each thread would pack all of a
+ * B much larger than A, where OpenBLAS's threads share it (an LM head over
+ * one sequence, 256 x 50257 x 768: 0.84x OpenBLAS's threading in blocks,
+ * RESULTS). Those keep thread-count-dependent bits with the Haswell and Zen
+ * kernels: a split of C's columns is not on their tiles' boundaries either
+ * (splits at multiples of 256 to 6144 columns all changed bits).
  *
- * Why not OpenBLAS's own threading. (1) It shares its packed panels: each
- * thread packs a part of B, every thread reads every part, and they signal
+ * Why not OpenBLAS's own threading otherwise. (1) It shares its packed
+ * panels: each thread packs a part of B, every thread reads every part, and
+ * they signal
  * through flags in shared memory. Where the two cores share no cache (vCPUs
  * the hypervisor put on different dies: a core-to-core round trip of
  * 320-360 ns instead of 55-75 ns, measured on the Zen 4 VM of RESULTS), the
@@ -146,15 +146,21 @@ static void gemm_beta_only(float beta, float *C, int m, int n, int ldc, int64_t 
  * a layer's weight) itself. (2) With the Haswell and Zen kernels OpenBLAS's
  * split is not on tile boundaries, so its result depended on the thread
  * count; the blocks give the bits of one single-threaded call. */
-static void gemm_row_blocks(int nt, double flops, enum CBLAS_TRANSPOSE ta,
-                            enum CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
-                            const float *A, int lda, const float *B, int ldb, float beta,
-                            float *C, int ldc) {
-    /* units of DS_CPU_GEMM_ROW_ALIGN rows (the last one short), dealt out
-     * evenly: the blocks differ by one unit at most */
+static int gemm_row_block_count(int m, int n, double flops, int nt) {
+    if (flops <= DS_CPU_GEMM_SMALL_FLOPS) return 1;
+    if (m < 2 * DS_CPU_GEMM_ROW_ALIGN || n > 4 * m) return 0;
     const int units = (m + DS_CPU_GEMM_ROW_ALIGN - 1) / DS_CPU_GEMM_ROW_ALIGN;
-    int blocks = flops <= DS_CPU_GEMM_SMALL_FLOPS ? 1 : units < nt ? units : nt;
-    if (blocks <= 1) { /* outside a parallel region: OpenBLAS told one thread */
+    return units < nt ? units : nt;
+}
+
+/* C's rows in `blocks` blocks: units of DS_CPU_GEMM_ROW_ALIGN rows (the last
+ * one short) dealt out evenly, so the blocks differ by one unit at most. nt:
+ * the team, told to OpenBLAS again after a one-block call. */
+static void gemm_row_blocks(int blocks, int nt, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
+                            int m, int n, int k, float alpha, const float *A, int lda,
+                            const float *B, int ldb, float beta, float *C, int ldc) {
+    const int units = (m + DS_CPU_GEMM_ROW_ALIGN - 1) / DS_CPU_GEMM_ROW_ALIGN;
+    if (blocks == 1) { /* outside a parallel region: OpenBLAS told one thread */
         openblas_set_num_threads(1);
         cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
         openblas_set_num_threads(nt);
@@ -190,6 +196,7 @@ ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, in
     enum CBLAS_TRANSPOSE ta = transa ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = transb ? CblasTrans : CblasNoTrans;
     double flops = 2.0 * m * n * k;
+    int blocks;
     /* small products one per thread (OpenBLAS single-threaded inside the
      * parallel region): the ones cpu_gemm_small.c leaves to OpenBLAS */
     if (batch > 1 && nt > 1 && flops <= DS_CPU_GEMM_SMALL_FLOPS) {
@@ -197,10 +204,8 @@ ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, in
         for (int b = 0; b < batch; b++)
             cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A + b * strideA, lda,
                         B + b * strideB, ldb, beta, C + b * strideC, ldc);
-    } else if (batch == 1 && nt > 1 &&
-               (flops <= DS_CPU_GEMM_SMALL_FLOPS ||
-                (m >= 2 * DS_CPU_GEMM_ROW_ALIGN && n <= 4 * m))) {
-        gemm_row_blocks(nt, flops, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    } else if (batch == 1 && nt > 1 && (blocks = gemm_row_block_count(m, n, flops, nt)) > 0) {
+        gemm_row_blocks(blocks, nt, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     } else {
         for (int b = 0; b < batch; b++)
             cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A + b * strideA, lda,
