@@ -42,6 +42,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_codec: %s\n", ds_last_error());
         return 1;
     }
+    ds_backend *be = NULL; /* the codec's slots: cpu, one thread (CPU time is the measure) */
+    ds_backend_desc bd = {.kind = DS_BACKEND_CPU, .num_threads = 1};
+    if (ds_backend_create(&bd, &be) != DS_OK) {
+        fprintf(stderr, "bench_codec: %s\n", ds_last_error());
+        return 1;
+    }
     size_t *segs = malloc((size_t)nseg * sizeof *segs);
     for (int k = 0; k < nseg; k++) segs[k] = n / (size_t)nseg + (k < (int)(n % (size_t)nseg));
     ds_coded_layout l = ds_coded_layout_of(&ds_codec_onebit, segs, nseg, c->world);
@@ -50,20 +56,20 @@ int main(int argc, char **argv) {
     unsigned char *wire = malloc(ds_codec_onebit.wire_bytes(l.padded));
     ds_coded_scratch *s = NULL;
     if (!buf || !x || !out || !we || !se || !e1 || !wire ||
-        ds_coded_scratch_create(&ds_codec_onebit, segs, nseg, c->world, &s) != DS_OK)
+        ds_coded_scratch_create(&ds_codec_onebit, be, segs, nseg, c->world, &s) != DS_OK)
         return 1;
     for (size_t i = 0; i < l.padded; i++)
         x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
     double *t = malloc((size_t)reps * sizeof *t), enc, dec, coded, ring;
     for (int r = 0; r < reps; r++) {
         double t0 = cpu_now();
-        ds_codec_onebit.encode(x, e1, l.padded, 1, wire, 0);
+        if (ds_codec_onebit.encode(be, x, e1, l.padded, 1, wire, 0) != DS_OK) return 1;
         t[r] = cpu_now() - t0;
     }
     enc = median(t, reps);
     for (int r = 0; r < reps; r++) {
         double t0 = cpu_now();
-        ds_codec_onebit.decode(wire, l.padded, 1.0f, false, out);
+        if (ds_codec_onebit.decode(be, wire, l.padded, 1.0f, false, out) != DS_OK) return 1;
         t[r] = cpu_now() - t0;
     }
     dec = median(t, reps);
@@ -87,6 +93,7 @@ int main(int argc, char **argv) {
                n, nseg, c->world, reps, enc * 1e3, dec * 1e3, coded * 1e3, l.region,
                ring * 1e3, n * 4 / (size_t)c->world);
     ds_coded_scratch_destroy(s);
+    ds_backend_destroy(be);
     ds_comm_destroy(c);
     free(segs), free(buf), free(x), free(out), free(we), free(se), free(e1), free(wire), free(t);
     return 0;

@@ -775,7 +775,8 @@ ds_status ds_load_checkpoint(engine_t *e, const char *dir, const char *tag_in, u
     if (st == DS_OK) st = agree(e, e->zero->ops->sync_params(e->zero));
     if (st == DS_OK) st = agree(e, restore_progress(e, &m, flags));
     if (st == DS_OK && e->zero->ops->rank_state_restart)
-        e->zero->ops->rank_state_restart(e->zero, e->applied_steps, have_rank_state);
+        st = agree(e, e->zero->ops->rank_state_restart(e->zero, e->applied_steps,
+                                                        have_rank_state));
     if (st == DS_OK && e->comm->rank == 0 && !e->quiet)
         fprintf(stderr, "[zero-engine] loaded checkpoint %s (step %lld; saved by %d rank(s) at "
                 "stage %d in %s, now %d rank(s) at stage %d in %s)\n", tag_dir,

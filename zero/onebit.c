@@ -5,6 +5,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/math.h"
+#include "engine/backend/onebit_math.h"
 #include "engine/core/sched.h"
 #include "zero/onebit.h"
 #include "zero/flat.h"
@@ -30,21 +31,6 @@ struct ds_onebit {
     double lrs;         /* 0/1 Adam: sum of lr since the last synchronisation */
     bool frozen;        /* 0/1 Adam: variance frozen, local steps */
 };
-
-/* ---- element-wise math (written once, ds_adam_update's coefficients) ---- */
-
-/* m = b1 m + (1 - b1) g, as ds_adam_update forms it */
-DS_HD float ob_momentum(float m, float g, const ds_adam_coef *c) {
-    return fmaf(c->one_minus_beta1, g, c->beta1 * m);
-}
-
-/* ds_adam_update's weight update with v left as it is (bias_correction
- * false: bc2_sqrt 1, neg_step_size -lr) */
-DS_HD float ob_weight(float w, float m, float v, const ds_adam_coef *c) {
-    w = ds_mul_rn(w, c->decay);
-    float denom = sqrtf(v) / c->bc2_sqrt + c->eps;
-    return w + (c->neg_step_size * m) / denom;
-}
 
 /* ---- lifetime -------------------------------------------------------------- */
 
@@ -81,11 +67,12 @@ static ds_status tensor_segments(const ds_flat *f, size_t **segs, int *nseg) {
 
 /* One fp32 buffer of n elements, zeroed, in the accountant's optimizer
  * state; NULL when n is 0. */
+/* A state buffer of the backend (the GPU's on cuda), zeroed. */
 static ds_status state_alloc(ds_backend *be, size_t n, float **out) {
     *out = NULL;
     if (!n) return DS_OK;
     DS_TRY(ds_backend_alloc(be, DS_MEM_OPTIM, DS_PLACE_DEVICE, n * sizeof(float), (void **)out));
-    memset(*out, 0, n * sizeof(float)); /* host memory: the cpu backend */
+    DS_TRY(be->ops->memset(be, *out, 0, n * sizeof(float), NULL));
     return DS_OK;
 }
 
@@ -109,7 +96,7 @@ ds_status ds_onebit_create(const ds_config *cfg, ds_backend *be, ds_comm *comm,
     ds_status st = tensor_segments(flat, &segs, &nseg);
     if (st == DS_OK) {
         ob->lay = ds_coded_layout_of(&ds_codec_onebit, segs, nseg, comm->world);
-        st = ds_coded_scratch_create(&ds_codec_onebit, segs, nseg, comm->world, &ob->scr);
+        st = ds_coded_scratch_create(&ds_codec_onebit, be, segs, nseg, comm->world, &ob->scr);
     }
     free(segs);
     if (st == DS_OK) st = state_alloc(be, ob->lay.worker_n, &ob->werr);
@@ -180,12 +167,22 @@ static bool post(ds_onebit *ob, int64_t t) {
     return false;
 }
 
-static void zero_feedback(ds_onebit *ob) {
-    if (ob->werr) memset(ob->werr, 0, ob->lay.worker_n * sizeof(float));
-    if (ob->serr) memset(ob->serr, 0, ob->lay.server_n * sizeof(float));
+/* Zeroes n floats of the backend's memory (nothing for NULL). */
+static ds_status clear(ds_onebit *ob, float *x, size_t n) {
+    return x ? ob->be->ops->memset(ob->be, x, 0, n * sizeof(float), NULL) : DS_OK;
 }
 
-void ds_onebit_restart(ds_onebit *ob, int64_t applied, bool have_state, const float *w) {
+static ds_status zero_feedback(ds_onebit *ob) {
+    DS_TRY(clear(ob, ob->werr, ob->lay.worker_n));
+    return clear(ob, ob->serr, ob->lay.server_n);
+}
+
+/* 0/1 Adam's local steps start from w: the weights of the last synchronisation. */
+static ds_status mark_sync(ds_onebit *ob, const float *w) {
+    return ob->be->ops->memcpy(ob->be, ob->gbuf, w, ob->n * sizeof(float), DS_COPY_D2D, NULL);
+}
+
+ds_status ds_onebit_restart(ds_onebit *ob, int64_t applied, bool have_state, const float *w) {
     ob->step = 0;
     ob->var_interval = ob->local_interval = 1;
     ob->var_counter = ob->local_counter = 0;
@@ -196,31 +193,15 @@ void ds_onebit_restart(ds_onebit *ob, int64_t applied, bool have_state, const fl
         (void)post(ob, t);
     }
     if (!have_state) {
-        zero_feedback(ob);
-        if (ob->u) memset(ob->u, 0, ob->n * sizeof(float));
+        DS_TRY(zero_feedback(ob));
+        DS_TRY(clear(ob, ob->u, ob->n));
         /* u is 0: the weights as loaded are the last synchronisation's */
-        if (ob->frozen && w) memcpy(ob->gbuf, w, ob->n * sizeof(float));
+        if (ob->frozen && w) DS_TRY(mark_sync(ob, w));
     }
+    return DS_OK;
 }
 
 /* ---- the step ---------------------------------------------------------------- */
-
-/* Elements that never had a gradient (v exactly 0) carry no momentum. */
-static void mask(float *x, const float *v, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (v[i] == 0.0f) x[i] = 0.0f;
-}
-
-/* The compressed all-reduce and the masks, where DeepSpeed multiplies its
- * exp_avg_mask in: right after each decompression. */
-static ds_status compress(ds_onebit *ob, float *x, const float *v) {
-    DS_TRY(ds_comm_all_reduce_coded(ob->comm, x, ob->n, &ds_codec_onebit, ob->werr, ob->serr,
-                                    ob->scr));
-    mask(x, v, ob->n);
-    if (ob->amask)
-        for (size_t i = 0; i < ob->n; i++) x[i] *= ob->amask[i];
-    return DS_OK;
-}
 
 ds_status ds_onebit_set_mask(ds_onebit *ob, int64_t offset, const float *mask_in, size_t numel) {
     if (offset < 0 || (size_t)offset + numel > ob->n)
@@ -231,35 +212,41 @@ ds_status ds_onebit_set_mask(ds_onebit *ob, int64_t offset, const float *mask_in
         if (!isfinite(mask_in[k]))
             return DS_ERR(DS_ERR_NONFINITE, "exp_avg_mask: element %zu of %zu is %s", k, numel,
                           isnan(mask_in[k]) ? "nan" : "inf");
+    ds_backend *be = ob->be;
     if (!ob->amask) { /* the first mask: every other element keeps its momentum */
-        DS_TRY(state_alloc(ob->be, ob->n, &ob->amask));
-        for (size_t i = 0; i < ob->n; i++) ob->amask[i] = 1.0f;
+        DS_TRY(state_alloc(be, ob->n, &ob->amask));
+        DS_TRY(be->ops->fill(be, ob->amask, ob->n, 1.0f));
     }
-    memcpy(ob->amask + offset, mask_in, numel * sizeof(float));
-    return DS_OK;
+    return be->ops->memcpy(be, ob->amask + offset, mask_in, numel * sizeof(float), DS_COPY_H2D,
+                           NULL);
+}
+
+/* The pass of one phase over the whole vector (onebit_math.h). */
+static ds_status pass(ds_onebit *ob, ds_onebit_pass p, ds_onebit_phase phase) {
+    p.phase = phase;
+    return ob->be->ops->onebit_pass(ob->be, &p);
+}
+
+/* The compressed all-reduce of x; the masks are multiplied in by the pass
+ * that reads the result (ds_onebit_masked), where DeepSpeed multiplies its
+ * exp_avg_mask: right after each decompression. */
+static ds_status compress(ds_onebit *ob, float *x) {
+    return ds_comm_all_reduce_coded(ob->comm, x, ob->n, &ds_codec_onebit, ob->werr, ob->serr,
+                                    ob->scr);
 }
 
 /* 1-bit Adam after freeze_step: m from the local gradient, compressed. */
-static ds_status onebit_step(ds_onebit *ob, const ds_adam_coef *c, float *w, const void *g,
-                             ds_dtype gt, float *m, const float *v) {
-    float gm = c->grad_mult * (float)ob->comm->world; /* one rank's estimate of the mean */
-    for (size_t i = 0; i < ob->n; i++) m[i] = ob_momentum(m[i], ds_load_f32(g, gt, i) * gm, c);
-    DS_TRY(compress(ob, m, v));
-    for (size_t i = 0; i < ob->n; i++) w[i] = ob_weight(w[i], m[i], v[i], c);
-    return DS_OK;
+static ds_status onebit_step(ds_onebit *ob, const ds_onebit_pass *p) {
+    DS_TRY(pass(ob, *p, DS_ONEBIT_MOMENTUM));
+    DS_TRY(compress(ob, p->m));
+    return pass(ob, *p, DS_ONEBIT_WEIGHT);
 }
 
 /* 0/1 Adam between variance updates: the gradient compressed, m only. */
-static ds_status zo_momentum_step(ds_onebit *ob, const ds_adam_coef *c, float *w, const void *g,
-                                  ds_dtype gt, float *m, const float *v) {
-    float gm = c->grad_mult * (float)ob->comm->world;
-    for (size_t i = 0; i < ob->n; i++) ob->gbuf[i] = ds_load_f32(g, gt, i) * gm;
-    DS_TRY(compress(ob, ob->gbuf, v));
-    for (size_t i = 0; i < ob->n; i++) {
-        m[i] = ob_momentum(m[i], ob->gbuf[i], c);
-        w[i] = ob_weight(w[i], m[i], v[i], c);
-    }
-    return DS_OK;
+static ds_status zo_momentum_step(ds_onebit *ob, const ds_onebit_pass *p) {
+    DS_TRY(pass(ob, *p, DS_ONEBIT_GRAD));
+    DS_TRY(compress(ob, p->x));
+    return pass(ob, *p, DS_ONEBIT_ZO_MOMENTUM);
 }
 
 /* 0/1 Adam's local step t (zoadam.py: p -= lr update, u -= lr update with
@@ -271,26 +258,12 @@ static ds_status zo_momentum_step(ds_onebit *ob, const ds_adam_coef *c, float *w
  * on test_onebit_local's BERT. Here the weights of the last synchronisation
  * are kept (in gbuf, idle after the variance froze) and the mean added to
  * them: the same bits on every rank after each synchronisation. */
-static ds_status zo_local_step(ds_onebit *ob, const ds_adam_coef *c, float lr, int64_t t,
-                               float *w, const void *g, ds_dtype gt, float *m, const float *v) {
-    float gm = c->grad_mult * (float)ob->comm->world, wd = ob->cfg->weight_decay;
-    for (size_t i = 0; i < ob->n; i++) {
-        m[i] = ob_momentum(m[i], ds_load_f32(g, gt, i) * gm, c);
-        float upd = m[i] / (sqrtf(v[i]) + c->eps) + wd * w[i];
-        w[i] += -lr * upd;
-        ob->u[i] += -lr * upd;
-    }
-    if (!syncs(ob, t)) return DS_OK;
-    for (size_t i = 0; i < ob->n; i++) ob->u[i] *= sqrtf(v[i]) + c->eps;
-    DS_TRY(compress(ob, ob->u, v));
-    float lrs = (float)ob->lrs, *at_sync = ob->gbuf;
-    for (size_t i = 0; i < ob->n; i++) {
-        m[i] = -(ob->u[i] / lrs);
-        w[i] = at_sync[i] + ob->u[i] / (sqrtf(v[i]) + c->eps);
-        at_sync[i] = w[i];
-        ob->u[i] = 0.0f;
-    }
-    return DS_OK;
+static ds_status zo_local_step(ds_onebit *ob, ds_onebit_pass p, int64_t t) {
+    p.sync = syncs(ob, t);
+    DS_TRY(pass(ob, p, DS_ONEBIT_ZO_LOCAL));
+    if (!p.sync) return DS_OK;
+    DS_TRY(compress(ob, ob->u));
+    return pass(ob, p, DS_ONEBIT_ZO_SYNC);
 }
 
 ds_status ds_onebit_apply(ds_onebit *ob, ds_backend *be, const ds_optim_step *st, float grad_mult,
@@ -303,23 +276,28 @@ ds_status ds_onebit_apply(ds_onebit *ob, ds_backend *be, const ds_optim_step *st
     adam.type = DS_OPTIM_ADAMW;
     adam.adam.adam_w_mode = true;
     adam.adam.bias_correction = false;
-    ds_adam_coef c = ds_adam_coef_make(h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, t,
-                                       true, false, grad_mult);
     bool reduced = ds_onebit_reduces_grads(ob);
     pre(ob, h->lr);
+    ds_onebit_pass p = {
+        .n = ob->n, .w = w, .m = m, .x = ob->gbuf, .u = ob->u, .at_sync = ob->gbuf, .v = v,
+        .amask = ob->amask, .g = grads, .gt = gt,
+        .gm = grad_mult * (float)ob->comm->world, /* one rank's estimate of the mean */
+        .lr = h->lr, .wd = ob->cfg->weight_decay, .lrs = (float)ob->lrs,
+        .c = ds_adam_coef_make(h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, t, true, false,
+                               grad_mult)};
     ds_status s = DS_OK;
     if (reduced) /* Adam, exactly: both moments from the all-reduced gradient */
         s = ds_optim_update(be, &adam, w, grads, gt, grad_mult, m, v, ob->n, NULL, DS_F32);
     else if (ob->type == DS_ONEBIT_ADAM)
-        s = onebit_step(ob, &c, w, grads, gt, m, v);
+        s = onebit_step(ob, &p);
     else if (!ob->frozen)
-        s = zo_momentum_step(ob, &c, w, grads, gt, m, v);
+        s = zo_momentum_step(ob, &p);
     else
-        s = zo_local_step(ob, &c, h->lr, t, w, grads, gt, m, v);
+        s = zo_local_step(ob, p, t);
     DS_TRY(s);
     if (post(ob, t)) { /* the local steps begin (u is 0): these weights are where they start */
-        zero_feedback(ob);
-        memcpy(ob->gbuf, w, ob->n * sizeof(float));
+        DS_TRY(zero_feedback(ob));
+        DS_TRY(mark_sync(ob, w));
     }
     if (lp) DS_TRY(be->ops->cast(be, lp, lpt, w, DS_F32, ob->n));
     return DS_OK;
@@ -334,10 +312,12 @@ size_t ds_onebit_state_len(const ds_onebit *ob) {
 ds_status ds_onebit_state_io(ds_onebit *ob, float *host, bool write) {
     float *parts[4] = {ob->werr, ob->serr, ob->u, ob->gbuf};
     size_t lens[4] = {ob->lay.worker_n, ob->lay.server_n, ob->u ? ob->n : 0, ob->u ? ob->n : 0};
+    ds_backend *be = ob->be;
     for (int k = 0; k < 4; k++) {
         if (!lens[k]) continue;
-        if (write) memcpy(parts[k], host, lens[k] * sizeof(float));
-        else memcpy(host, parts[k], lens[k] * sizeof(float));
+        size_t bytes = lens[k] * sizeof(float);
+        if (write) DS_TRY(be->ops->memcpy(be, parts[k], host, bytes, DS_COPY_H2D, NULL));
+        else DS_TRY(be->ops->memcpy(be, host, parts[k], bytes, DS_COPY_D2H, NULL));
         host += lens[k];
     }
     return DS_OK;

@@ -69,12 +69,13 @@
 typedef struct ds_onebit ds_onebit;
 
 /* The optimizer of the flat vectors [0, flat->used) (weights, moments,
- * gradients); each parameter tensor is compressed with its own scale and
- * error feedback. Host memory only (the cpu backend); the error feedback
- * (and 0/1 Adam's u and gradient buffer) are allocated from be, so its
- * accountant shows them as optimizer state. The codec's send and receive
- * scratch (engine/comm/coded.c, about 3/32 of a copy of the model) is not
- * accounted. */
+ * gradients: be's memory, the GPU's on cuda); each parameter tensor is
+ * compressed with its own scale and error feedback. Its arithmetic runs in
+ * be's onebit slots (engine/backend/onebit_math.h, the same bits on cpu and
+ * cuda). The error feedback (and 0/1 Adam's u and gradient buffer) are
+ * allocated from be, so its accountant shows them as optimizer state; the
+ * codec's scratch (engine/comm/coded.c: a padded copy of the model and
+ * three sets of records, about 3/32 of one) as buffers. */
 ds_status ds_onebit_create(const ds_config *cfg, ds_backend *be, ds_comm *comm,
                            const ds_flat *flat, ds_onebit **out);
 void ds_onebit_destroy(ds_onebit *ob); /* safe on NULL */
@@ -115,7 +116,7 @@ ds_status ds_onebit_state_io(ds_onebit *ob, float *host, bool write);
  * Adam's lr sum are functions of the step and the lr schedule); with
  * `have_state` false the error feedback and u start from zero, and 0/1
  * Adam's local steps from the weights w (n elements, as loaded). */
-void ds_onebit_restart(ds_onebit *ob, int64_t applied, bool have_state, const float *w);
+ds_status ds_onebit_restart(ds_onebit *ob, int64_t applied, bool have_state, const float *w);
 /* 0/1 Adam after the variance froze: the weights of the last
  * synchronisation (n elements, the same on every rank); NULL before, and
  * for 1-bit Adam. Borrowed, valid until the next step. */

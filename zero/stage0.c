@@ -177,15 +177,20 @@ static ds_status rank_state_io(ds_zero *z, float *host, bool write) {
     if (!ds_onebit_rank_weights(s->ob)) return DS_OK;
     size_t n = (size_t)s->rep.flat->used;
     float *own = host + ds_onebit_state_len(s->ob), *mine[2] = {weights(s), s->state0};
-    for (int k = 0; k < 2; k++) { /* host memory: the cpu backend */
-        if (write) memcpy(mine[k], own + (size_t)k * n, n * sizeof(float));
-        else memcpy(own + (size_t)k * n, mine[k], n * sizeof(float));
+    ds_backend *be = s->rep.be;
+    for (int k = 0; k < 2; k++) { /* the backend's memory to or from host */
+        if (write)
+            DS_TRY(be->ops->memcpy(be, mine[k], own + (size_t)k * n, n * sizeof(float),
+                                   DS_COPY_H2D, NULL));
+        else
+            DS_TRY(be->ops->memcpy(be, own + (size_t)k * n, mine[k], n * sizeof(float),
+                                   DS_COPY_D2H, NULL));
     }
     return DS_OK;
 }
 
-static void rank_state_restart(ds_zero *z, int64_t applied, bool have_state) {
-    if (S(z)->ob) ds_onebit_restart(S(z)->ob, applied, have_state, weights(S(z)));
+static ds_status rank_state_restart(ds_zero *z, int64_t applied, bool have_state) {
+    return S(z)->ob ? ds_onebit_restart(S(z)->ob, applied, have_state, weights(S(z))) : DS_OK;
 }
 
 static ds_status set_exp_avg_mask(ds_zero *z, int param, const float *host) {
@@ -239,16 +244,8 @@ static ds_status build(stage0 *s, const ds_zero_desc *d) {
         DS_TRY(ds_backend_alloc(be, DS_MEM_OPTIM, DS_PLACE_DEVICE, padded * 4,
                                 (void **)&s->state1));
     DS_TRY(ds_replica_init_values(&s->rep, d->seed, s->master, 0, d->flat->padded));
-    if (d->cfg->onebit != DS_ONEBIT_NONE) {
-        /* the codec and the optimizer's loops run on host memory */
-        if (strncmp(be->ops->name, "cpu", 3) != 0) /* "cpu", "cpu/avx512", ... */
-            return DS_ERR(DS_ERR_UNSUPPORTED,
-                          "optimizer.type %s: runs on the cpu backend only so far (the 1-bit "
-                          "codec has no %s kernels yet)",
-                          d->cfg->onebit == DS_ONEBIT_ADAM ? "OneBitAdam" : "ZeroOneAdam",
-                          be->ops->name);
+    if (d->cfg->onebit != DS_ONEBIT_NONE) /* its state and codec on the backend */
         DS_TRY(ds_onebit_create(d->cfg, be, d->comm, d->flat, &s->ob));
-    }
     DS_TRY(ds_grad_reduce_create(be, d->comm, d->flat, s->rep.gt, s->rep.grads, DS_GRAD_ALL_REDUCE,
                                  d->cfg->reduce_bucket_size, !d->cfg->contiguous_gradients,
                                  d->cfg->overlap_comm, &s->gr));

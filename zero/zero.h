@@ -125,7 +125,7 @@ typedef struct ds_zero_ops {
     ds_status (*rank_state_io)(ds_zero *z, float *host, bool write);
     /* After a load: `applied` optimizer steps were taken; have_state says
      * whether rank_state was restored (else it starts afresh). Local. */
-    void (*rank_state_restart)(ds_zero *z, int64_t applied, bool have_state);
+    ds_status (*rank_state_restart)(ds_zero *z, int64_t applied, bool have_state);
     /* Optional: a forward is about to fetch modules. host: the micro-batch
      * in host memory for a training forward (its inputs described by
      * `inputs`), NULL for an evaluation or prediction. Stages 1 and 2 bring

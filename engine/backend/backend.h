@@ -47,6 +47,7 @@ typedef struct ds_backend ds_backend;
 typedef struct ds_stream ds_stream; /* opaque; NULL means the default stream */
 typedef struct ds_event ds_event;   /* opaque */
 typedef struct ds_nn_ops ds_nn_ops; /* engine/backend/nn.h */
+struct ds_onebit_pass;              /* engine/backend/onebit_math.h */
 
 typedef enum ds_backend_kind { DS_BACKEND_CPU = 0, DS_BACKEND_CUDA = 1 } ds_backend_kind;
 
@@ -178,6 +179,24 @@ typedef struct ds_backend_ops {
     /* y[i] = nibble i of q * scales[i / block] (fp32), for i < n. */
     ds_status (*dequantize_i4)(ds_backend *be, float *y, const uint8_t *q, const float *scales,
                                size_t n, size_t block);
+
+    /* ---- 1-bit compression and 1-bit / 0/1 Adam (engine/backend/onebit_math.h) ----
+     * onebit_encode: x (n fp32 elements) into nblocks records of n / nblocks
+     * elements (a multiple of 8), record b at wire + b * stride bytes (any
+     * byte offset), each with the scale of the whole vector. With err (n
+     * elements) non-NULL, error feedback: c = x + err is encoded and err
+     * becomes c - decode(code(c)); x is not written. The sum of squares is
+     * in double on both backends but in different orders, so a scale could
+     * differ in its last bit where that double lies within 2^-29 of a float
+     * rounding boundary; the signs and the rest are the same bits. */
+    ds_status (*onebit_encode)(ds_backend *be, const float *x, float *err, size_t n, int nblocks,
+                               void *wire, size_t stride);
+    /* out[i] = alpha * decoded[i] for one record of n elements; with
+     * accumulate, out[i] += that instead. */
+    ds_status (*onebit_decode)(ds_backend *be, const void *wire, size_t n, float alpha,
+                               bool accumulate, float *out);
+    /* One pass of the optimizers: ds_onebit_elem for each of p->n elements. */
+    ds_status (*onebit_pass)(ds_backend *be, const struct ds_onebit_pass *p);
 
     /* ---- lifetime ---- */
     void (*destroy)(ds_backend *be);

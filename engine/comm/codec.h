@@ -5,7 +5,7 @@
  *   size_t segs[2] = {n0, n1};           the tensors of buf, back to back
  *   ds_coded_layout lay = ds_coded_layout_of(&ds_codec_onebit, segs, 2, world);
  *   float err_w[lay.worker_n], err_s[lay.server_n];   caller-owned feedback
- *   ds_coded_scratch *scr;  ds_coded_scratch_create(&ds_codec_onebit, segs, 2, world, &scr);
+ *   ds_coded_scratch *scr;  ds_coded_scratch_create(&ds_codec_onebit, be, segs, 2, world, &scr);
  *   ds_comm_all_reduce_coded(comm, buf, n0 + n1, &ds_codec_onebit, err_w, err_s, scr);
  *   -> buf holds the mean over ranks, as the codec could carry it; err_w and
  *      err_s hold what this call's encodings lost, added back next call.
@@ -20,8 +20,14 @@
  * The error buffers are the caller's (they are optimizer state: checkpoints
  * carry them), the codec holds nothing between calls.
  *
- * The 1-bit codec (ds_codec_onebit), DeepSpeed's: a record is one fp32
- * scale then the signs, one bit per element (most significant bit first, as
+ * A codec's arithmetic runs in the backend's slots, so the vector, the
+ * error buffers, the records and the scratch are the backend's memory: the
+ * GPU's on cuda, the communicator (NCCL, or the staged MPI path) moving
+ * device records.
+ *
+ * The 1-bit codec (ds_codec_onebit), DeepSpeed's, in the backend's onebit
+ * slots (engine/backend/onebit_math.h): a record is one fp32 scale then the
+ * signs, one bit per element (most significant bit first, as
  * numpy.packbits; 1 means >= 0, so zero and NaN decode positive as in
  * DeepSpeed's sign().add_(1).bool()). The scale is the root mean square of
  * the whole encoded vector (||c||_2 / sqrt(n), the sum of squares in double)
@@ -50,14 +56,16 @@
  *
  * The blockwise int8 codec of ZeRO++ qwZ and qgZ is engine/comm/codec_q8.h:
  * its records hold a scale per 4096 elements and are encoded by the
- * backend's quantization slots (device memory on cuda), with no error
- * feedback, so it takes a backend instead of this host-only table. */
+ * backend's quantization slots too, in rounds of a fixed scratch and with
+ * no error feedback: reduce-scatters and all-gathers rather than this
+ * all-reduce. */
 #ifndef DS_COMM_CODEC_H
 #define DS_COMM_CODEC_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "engine/backend/backend.h"
 #include "engine/comm/comm.h"
 #include "engine/core/dtype.h"
 
@@ -76,17 +84,15 @@ typedef struct ds_codec {
      * record b at wire + b * stride bytes (n/nblocks a multiple of
      * elem_align). With err (n elements) non-NULL: c = x + err is encoded
      * and err becomes c - decode(code(c)). x is not written. */
-    void (*encode)(const float *x, float *err, size_t n, int nblocks, void *wire, size_t stride);
+    ds_status (*encode)(ds_backend *be, const float *x, float *err, size_t n, int nblocks,
+                        void *wire, size_t stride);
     /* out[i] = alpha * decoded[i] for a record of n elements; with
      * accumulate, out[i] += that instead. */
-    void (*decode)(const void *wire, size_t n, float alpha, bool accumulate, float *out);
+    ds_status (*decode)(ds_backend *be, const void *wire, size_t n, float alpha, bool accumulate,
+                        float *out);
 } ds_codec;
 
 extern const ds_codec ds_codec_onebit;
-
-/* The 1-bit code of one element, written once for C loops and kernels. */
-DS_HD int ds_onebit_bit(float c) { return !(c < 0.0f); }
-DS_HD float ds_onebit_value(int bit, float scale) { return bit ? scale : -scale; }
 
 /* Sizes of the compressed all-reduce of segments segs[0..nseg) over world
  * ranks (each segment rounded up to a multiple of world * lcm(world, 8)). */
@@ -103,13 +109,14 @@ ds_coded_layout ds_coded_layout_of(const ds_codec *codec, const size_t *segs, in
                                    int world);
 
 /* Scratch of one segmentation (the padded vector, the send and receive
- * records), allocated once so a call allocates nothing. segs is copied. */
+ * records) in be's memory (recorded as DS_MEM_BUFFERS), allocated once so a
+ * call allocates nothing; the calls run on be. segs is copied. */
 typedef struct ds_coded_scratch ds_coded_scratch;
-ds_status ds_coded_scratch_create(const ds_codec *codec, const size_t *segs, int nseg, int world,
-                                  ds_coded_scratch **out);
+ds_status ds_coded_scratch_create(const ds_codec *codec, ds_backend *be, const size_t *segs,
+                                  int nseg, int world, ds_coded_scratch **out);
 void ds_coded_scratch_destroy(ds_coded_scratch *s); /* safe on NULL */
 
-/* buf (n fp32 host elements, the scratch's segments back to back) becomes
+/* buf (n fp32 elements of the scratch's backend, its segments back to back) becomes
  * the mean over all ranks as the scheme above carries it; worker_err
  * (layout.worker_n) and server_err (layout.server_n) are this rank's error
  * feedback, read and updated. Every rank calls it with the same segments;

@@ -1,7 +1,9 @@
 /* The compressed all-reduce (codec.h): DeepSpeed's chunked scheme with
  * worker and server error feedback, per segment, over the communicator's
  * all_to_all and all_gather, so it is counted and timed like every other
- * collective. */
+ * collective. Its buffers are the backend's memory (the GPU's on cuda, where
+ * the codec runs in kernels and NCCL or the staged path moves the records)
+ * and every copy goes through the backend. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,11 +21,13 @@ typedef struct seg {
 
 struct ds_coded_scratch {
     const ds_codec *codec;
+    ds_backend *be;         /* whose memory the buffers below are */
     int world, nseg;
     seg *segs;
     ds_coded_layout lay;
+    size_t acc_n, msg_bytes;
     float *padded;          /* [lay.padded]: the input, zero-padded; then the result */
-    float *acc;             /* [largest chunk]: the server's average */
+    float *acc;             /* [acc_n: the largest chunk]: the server's average */
     unsigned char *send;    /* world regions: the worker records, by destination */
     unsigned char *recv;    /* world regions: every rank's records of this rank's chunks */
     unsigned char *gather;  /* world regions: every server's records */
@@ -72,29 +76,37 @@ ds_coded_layout ds_coded_layout_of(const ds_codec *codec, const size_t *segs, in
     return l;
 }
 
-ds_status ds_coded_scratch_create(const ds_codec *codec, const size_t *segs, int nseg, int world,
-                                  ds_coded_scratch **out) {
+ds_status ds_coded_scratch_create(const ds_codec *codec, ds_backend *be, const size_t *segs,
+                                  int nseg, int world, ds_coded_scratch **out) {
     *out = NULL;
-    if (!codec || world < 1 || nseg < 0 || (nseg > 0 && !segs))
-        return DS_ERR(DS_ERR_INVALID_ARG, "coded all-reduce: no codec, world < 1 or no segments");
+    if (!codec || !be || world < 1 || nseg < 0 || (nseg > 0 && !segs))
+        return DS_ERR(DS_ERR_INVALID_ARG, "coded all-reduce: no codec, no backend, world < 1 or "
+                      "no segments");
     ds_coded_scratch *s = calloc(1, sizeof *s);
     if (!s) return DS_ERR(DS_ERR_OOM, "coded all-reduce: out of host memory");
     s->codec = codec;
+    s->be = be;
     s->world = world;
     s->nseg = nseg;
     s->segs = calloc((size_t)nseg + 1, sizeof *s->segs);
-    if (s->segs) lay_out(codec, segs, nseg, world, s->segs, &s->lay);
-    size_t big = 1;
-    for (int k = 0; s->segs && k < nseg; k++) big = s->segs[k].chunk > big ? s->segs[k].chunk : big;
-    size_t msgs = s->lay.region * (size_t)world + 1;
-    s->padded = calloc(s->lay.padded + 1, sizeof(float));
-    s->acc = calloc(big, sizeof(float));
-    s->send = malloc(msgs);
-    s->recv = malloc(msgs);
-    s->gather = malloc(msgs);
-    if (!s->segs || !s->padded || !s->acc || !s->send || !s->recv || !s->gather) {
-        ds_coded_scratch_destroy(s);
+    if (!s->segs) {
+        free(s);
         return DS_ERR(DS_ERR_OOM, "coded all-reduce of %d segment(s): out of host memory", nseg);
+    }
+    lay_out(codec, segs, nseg, world, s->segs, &s->lay);
+    s->acc_n = 1;
+    for (int k = 0; k < nseg; k++) s->acc_n = s->segs[k].chunk > s->acc_n ? s->segs[k].chunk : s->acc_n;
+    s->msg_bytes = s->lay.region * (size_t)world + 1;
+    void **bufs[5] = {(void **)&s->padded, (void **)&s->acc, (void **)&s->send,
+                      (void **)&s->recv, (void **)&s->gather};
+    size_t bytes[5] = {(s->lay.padded + 1) * sizeof(float), s->acc_n * sizeof(float),
+                       s->msg_bytes, s->msg_bytes, s->msg_bytes};
+    ds_status st = DS_OK;
+    for (int k = 0; k < 5 && st == DS_OK; k++)
+        st = ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, bytes[k], bufs[k]);
+    if (st != DS_OK) {
+        ds_coded_scratch_destroy(s);
+        return st;
     }
     *out = s;
     return DS_OK;
@@ -102,12 +114,13 @@ ds_status ds_coded_scratch_create(const ds_codec *codec, const size_t *segs, int
 
 void ds_coded_scratch_destroy(ds_coded_scratch *s) {
     if (!s) return;
+    ds_backend_free(s->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, s->padded,
+                    (s->lay.padded + 1) * sizeof(float));
+    ds_backend_free(s->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, s->acc, s->acc_n * sizeof(float));
+    ds_backend_free(s->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, s->send, s->msg_bytes);
+    ds_backend_free(s->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, s->recv, s->msg_bytes);
+    ds_backend_free(s->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, s->gather, s->msg_bytes);
     free(s->segs);
-    free(s->padded);
-    free(s->acc);
-    free(s->send);
-    free(s->recv);
-    free(s->gather);
     free(s);
 }
 
@@ -127,15 +140,17 @@ ds_status ds_comm_all_reduce_coded(ds_comm *c, float *buf, size_t n, const ds_co
         return DS_ERR(DS_ERR_INVALID_ARG, "coded all-reduce: buffer or error feedback is NULL");
     int w = c->world, r = c->rank;
     size_t region = s->lay.region;
+    ds_backend *be = s->be;
 
     /* 1. worker: each segment padded and encoded into one record per chunk,
      * rank k's record into region k */
     for (int k = 0; k < s->nseg; k++) {
         const seg *g = &s->segs[k];
         float *p = s->padded + g->poff;
-        memcpy(p, buf + g->off, g->n * sizeof(float));
-        memset(p + g->n, 0, (g->padded - g->n) * sizeof(float));
-        codec->encode(p, worker_err + g->poff, g->padded, w, s->send + g->woff, region);
+        DS_TRY(be->ops->memcpy(be, p, buf + g->off, g->n * sizeof(float), DS_COPY_D2D, NULL));
+        DS_TRY(be->ops->memset(be, p + g->n, 0, (g->padded - g->n) * sizeof(float), NULL));
+        DS_TRY(codec->encode(be, p, worker_err + g->poff, g->padded, w, s->send + g->woff,
+                             region));
     }
     DS_TRY(ds_comm_all_to_all(c, s->send, s->recv, region, DS_U8));
 
@@ -145,8 +160,10 @@ ds_status ds_comm_all_reduce_coded(ds_comm *c, float *buf, size_t n, const ds_co
     for (int k = 0; k < s->nseg; k++) {
         const seg *g = &s->segs[k];
         for (int q = 0; q < w; q++)
-            codec->decode(s->recv + (size_t)q * region + g->woff, g->chunk, inv, q > 0, s->acc);
-        codec->encode(s->acc, server_err + g->coff, g->chunk, 1, mine + g->woff, region);
+            DS_TRY(codec->decode(be, s->recv + (size_t)q * region + g->woff, g->chunk, inv, q > 0,
+                                 s->acc));
+        DS_TRY(codec->encode(be, s->acc, server_err + g->coff, g->chunk, 1, mine + g->woff,
+                             region));
     }
     DS_TRY(ds_comm_all_gather(c, mine, s->gather, region, DS_U8));
 
@@ -154,9 +171,10 @@ ds_status ds_comm_all_reduce_coded(ds_comm *c, float *buf, size_t n, const ds_co
     for (int k = 0; k < s->nseg; k++) {
         const seg *g = &s->segs[k];
         for (int q = 0; q < w; q++)
-            codec->decode(s->gather + (size_t)q * region + g->woff, g->chunk, 1.0f, false,
-                          s->padded + g->poff + (size_t)q * g->chunk);
-        memcpy(buf + g->off, s->padded + g->poff, g->n * sizeof(float));
+            DS_TRY(codec->decode(be, s->gather + (size_t)q * region + g->woff, g->chunk, 1.0f,
+                                 false, s->padded + g->poff + (size_t)q * g->chunk));
+        DS_TRY(be->ops->memcpy(be, buf + g->off, s->padded + g->poff, g->n * sizeof(float),
+                               DS_COPY_D2D, NULL));
     }
     return DS_OK;
 }

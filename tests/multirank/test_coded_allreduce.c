@@ -25,9 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend/backend.h"
 #include "engine/comm/codec.h"
 #include "engine/comm/comm.h"
 #include "tests/unit/test_util.h"
+
+static ds_backend *g_be; /* cpu, one thread: the codec's slots */
 
 static void hand(ds_comm *c) {
     int w = c->world, r = c->rank;
@@ -37,7 +40,7 @@ static void hand(ds_comm *c) {
     ds_coded_layout l = ds_coded_layout_of(&ds_codec_onebit, &n, 1, w);
     float *buf = malloc(n * 4), *we = calloc(l.worker_n, 4), *se = calloc(l.server_n, 4);
     ds_coded_scratch *scr = NULL;
-    REQUIRE_OK(ds_coded_scratch_create(&ds_codec_onebit, &n, 1, w, &scr));
+    REQUIRE_OK(ds_coded_scratch_create(&ds_codec_onebit, g_be, &n, 1, w, &scr));
     float k = (float)(r + 1), avg = 5.0f * (float)(w + 1) / 2.0f;
     for (size_t i = 0; i < n; i++) buf[i] = (i >= n / 2 ? -1.0f : 1.0f) * k * (i % 2 ? 1 : 7);
     CHECK_OK(ds_comm_all_reduce_coded(c, buf, n, &ds_codec_onebit, we, se, scr));
@@ -137,7 +140,7 @@ static void against_reference(ds_comm *c, const size_t *segs, int nseg) {
     float *sin = malloc(n * (size_t)w * 4);
     float *we = calloc(l.worker_n, 4), *se = calloc(l.server_n, 4);
     ds_coded_scratch *scr = NULL;
-    REQUIRE_OK(ds_coded_scratch_create(&ds_codec_onebit, segs, nseg, w, &scr));
+    REQUIRE_OK(ds_coded_scratch_create(&ds_codec_onebit, g_be, segs, nseg, w, &scr));
     for (int call = 0; call < 3; call++) {
         for (int q = 0; q < w; q++) {
             uint64_t s = 1000u * (uint64_t)call + (uint64_t)q + 1;
@@ -186,7 +189,7 @@ static void counters(ds_comm *c) {
     CHECK_EQ_I((long long)l.region, (long long)(4 + l.padded / (size_t)w / 8));
     float *buf = calloc(n, 4), *we = calloc(l.worker_n, 4), *se = calloc(l.server_n, 4);
     ds_coded_scratch *scr = NULL;
-    REQUIRE_OK(ds_coded_scratch_create(&ds_codec_onebit, &n, 1, w, &scr));
+    REQUIRE_OK(ds_coded_scratch_create(&ds_codec_onebit, g_be, &n, 1, w, &scr));
     ds_comm_stats before = c->stats;
     CHECK_OK(ds_comm_all_reduce_coded(c, buf, n, &ds_codec_onebit, we, se, scr));
     ds_comm_stats d;
@@ -208,12 +211,15 @@ int main(void) {
     ds_comm_desc d = {.kind = DS_COMM_MPI};
     REQUIRE_OK(ds_comm_create(&d, &c));
     test_set_rank(c->rank);
+    ds_backend_desc bd = {.kind = DS_BACKEND_CPU, .num_threads = 1};
+    REQUIRE_OK(ds_backend_create(&bd, &g_be));
     hand(c);
     size_t one8[1] = {8}, one1000[1] = {1000}, many[4] = {5, 37, 1000, 100003};
     against_reference(c, one8, 1);
     against_reference(c, one1000, 1);
     against_reference(c, many, 4); /* odd sizes, one tiny; messages of several KiB */
     counters(c);
+    ds_backend_destroy(g_be);
     ds_comm_destroy(c);
     return test_finish("test_coded_allreduce");
 }

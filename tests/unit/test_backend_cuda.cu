@@ -3,8 +3,9 @@
  *
  * Bit-for-bit where the arithmetic is shared (engine/backend/math.h, see its
  * header for why that holds): rng_uniform, rng_normal, cast, fill, scale,
- * axpy, adam, sgd, quantize_i8 / dequantize_i8, quantize_i4 / dequantize_i4 (NaN
- * results of arithmetic excepted: their payloads are the hardware's). Within a bound otherwise:
+ * axpy, adam, sgd, quantize_i8 / dequantize_i8, quantize_i4 / dequantize_i4,
+ * onebit_encode / onebit_decode / onebit_pass (NaN results of arithmetic
+ * excepted: their payloads are the hardware's). Within a bound otherwise:
  *   - gemm: cuBLAS and OpenBLAS sum in different orders; both are within
  *     (k + 2) eps sum|a||b| of the exact product (test_backend_gemm.c), so
  *     they are within twice that of each other. The same with bf16 GEMM
@@ -29,6 +30,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/math.h"
+#include "engine/backend/onebit_math.h"
 #include "tests/unit/test_util.h"
 
 static ds_backend *g_cpu, *g_gpu;
@@ -369,6 +371,109 @@ static void test_sumsq(void) {
     free(h);
 }
 
+/* The 1-bit code (1-bit / 0/1 Adam's compressed all-reduce): records at odd
+ * byte offsets (the scale unaligned), with and without error feedback, the
+ * same bytes and errors as the cpu; then decode, plain and accumulating.
+ * The scale is a double sum of squares in another order on each backend,
+ * rounded to float: for these inputs it rounds the same (backend.h says
+ * when it could not). */
+static void test_onebit_code(void) {
+    const int nb = 3;
+    const size_t per = 8 * 137, n = nb * per, stride = 4 + per / 8 + 3, wb = nb * stride;
+    float *x = (float *)malloc(n * 4), *ec = (float *)malloc(n * 4), *eg = (float *)malloc(n * 4);
+    float *oc = (float *)malloc(n * 4), *og = (float *)malloc(n * 4);
+    unsigned char *wc = (unsigned char *)malloc(wb), *wg = (unsigned char *)malloc(wb);
+    float *dx = (float *)dev_alloc(n * 4), *de = (float *)dev_alloc(n * 4);
+    float *dout = (float *)dev_alloc(n * 4);
+    unsigned char *dw = (unsigned char *)dev_alloc(wb);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = frand() * 3.0f;
+        ec[i] = frand() * 0.25f;
+    }
+    x[5] = 0.0f, x[6] = -0.0f, ec[5] = ec[6] = 0.0f; /* zero encodes positive */
+    for (int fb = 0; fb < 2; fb++) {
+        memset(wc, 0xab, wb);
+        to_dev(dw, wc, wb); /* the gaps between records keep 0xab on both */
+        to_dev(dx, x, n * 4);
+        to_dev(de, ec, n * 4);
+        REQUIRE_OK(g_cpu->ops->onebit_encode(g_cpu, x, fb ? ec : NULL, n, nb, wc, stride));
+        REQUIRE_OK(g_gpu->ops->onebit_encode(g_gpu, dx, fb ? de : NULL, n, nb, dw, stride));
+        to_host(wg, dw, wb);
+        to_host(eg, de, n * 4);
+        CHECK(memcmp(wc, wg, wb) == 0, "onebit_encode (feedback %d): records differ", fb);
+        CHECK(memcmp(ec, eg, n * 4) == 0, "onebit_encode (feedback %d): errors differ", fb);
+        CHECK((wc[4] >> 1 & 3) == 3, "zero and -0 must encode as 1 bits"); /* elements 5, 6 */
+    }
+    for (int acc = 0; acc < 2; acc++) {
+        for (size_t i = 0; i < per; i++) oc[i] = frand();
+        to_dev(dout, oc, per * 4);
+        REQUIRE_OK(g_cpu->ops->onebit_decode(g_cpu, wc + stride, per, 1.0f / 3, acc, oc));
+        REQUIRE_OK(g_gpu->ops->onebit_decode(g_gpu, dw + stride, per, 1.0f / 3, acc, dout));
+        to_host(og, dout, per * 4);
+        CHECK(memcmp(oc, og, per * 4) == 0, "onebit_decode (accumulate %d) differs", acc);
+    }
+    CHECK(g_gpu->ops->onebit_encode(g_gpu, dx, NULL, 12, 1, dw, 0) == DS_ERR_INVALID_ARG,
+          "a record of 12 elements (not a multiple of 8) is refused");
+    dev_free(dx, n * 4), dev_free(de, n * 4), dev_free(dout, n * 4), dev_free(dw, wb);
+    free(x), free(ec), free(eg), free(oc), free(og), free(wc), free(wg);
+}
+
+/* Every pass of 1-bit / 0/1 Adam (onebit_math.h), with an exp_avg_mask and
+ * some v exactly 0, gradients in each type: the same bits as the cpu. */
+static void test_onebit_pass(void) {
+    const size_t n = 40009, b4 = n * 4;
+    enum { W, M, X, U, S, V, A, NARR };
+    float *h[NARR], *d[NARR], *back = (float *)malloc(b4);
+    for (int k = 0; k < NARR; k++) {
+        h[k] = (float *)malloc(b4);
+        d[k] = (float *)dev_alloc(b4);
+        for (size_t i = 0; i < n; i++)
+            h[k][i] = k == V ? (i % 97 ? fabsf(frand() * frand()) : 0.0f) : k == A ? (float)(i % 3) / 2
+                                                                             : frand();
+        to_dev(d[k], h[k], b4);
+    }
+    float *g = (float *)malloc(b4);
+    void *hg = malloc(b4), *dg = dev_alloc(b4);
+    for (size_t i = 0; i < n; i++) g[i] = frand() * 8.0f;
+    const char *names[NARR] = {"w", "m", "x", "u", "at_sync", "v", "amask"};
+    for (int ph = DS_ONEBIT_GRAD; ph <= DS_ONEBIT_ZO_SYNC; ph++) {
+        ds_dtype gt = k_types[ph % 3];
+        REQUIRE_OK(g_cpu->ops->cast(g_cpu, hg, gt, g, DS_F32, n));
+        to_dev(dg, hg, n * ds_dtype_size(gt));
+        ds_onebit_pass p = {};
+        p.phase = (ds_onebit_phase)ph;
+        p.n = n;
+        p.gt = gt;
+        p.gm = 0.5f;
+        p.lr = 1e-3f;
+        p.wd = 0.01f;
+        p.lrs = 7e-3f;
+        p.sync = ph == DS_ONEBIT_ZO_LOCAL;
+        p.c = ds_adam_coef_make(1e-3f, 0.9f, 0.98f, 1e-8f, 0.01f, 5, true, false, 0.5f);
+        ds_onebit_pass q = p;
+        p.w = h[W], p.m = h[M], p.x = h[X], p.u = h[U], p.at_sync = h[S], p.v = h[V];
+        p.amask = h[A], p.g = hg;
+        q.w = d[W], q.m = d[M], q.x = d[X], q.u = d[U], q.at_sync = d[S], q.v = d[V];
+        q.amask = d[A], q.g = dg;
+        REQUIRE_OK(g_cpu->ops->onebit_pass(g_cpu, &p));
+        REQUIRE_OK(g_gpu->ops->onebit_pass(g_gpu, &q));
+        for (int k = 0; k < NARR; k++) {
+            to_host(back, d[k], b4);
+            CHECK(count_differ_nan_ok(back, h[k], n, DS_F32) == 0,
+                  "onebit_pass phase %d (grad %s): %s differs from cpu", ph, ds_dtype_name(gt),
+                  names[k]);
+        }
+    }
+    ds_onebit_pass bad = {};
+    bad.phase = DS_ONEBIT_WEIGHT;
+    bad.n = 8;
+    CHECK(g_gpu->ops->onebit_pass(g_gpu, &bad) == DS_ERR_INVALID_ARG,
+          "a pass without its arrays is refused");
+    for (int k = 0; k < NARR; k++) free(h[k]), dev_free(d[k], b4);
+    dev_free(dg, b4);
+    free(g), free(hg), free(back);
+}
+
 static void test_optim(void) {
     const size_t n = 50003;
     const size_t b4 = n * 4;
@@ -559,6 +664,8 @@ int main(void) {
     test_quant4();
     test_sumsq();
     test_optim();
+    test_onebit_code();
+    test_onebit_pass();
     test_gemm(DS_F32);
     test_gemm(DS_BF16);
     REQUIRE_OK(ds_backend_set_gemm_inputs(g_gpu, DS_F32));

@@ -34,6 +34,9 @@
 #define ds_cpu_vmath DS_ISA_NAME(ds_cpu_vmath)
 #define ds_cpu_quantize_i8 DS_ISA_NAME(ds_cpu_quantize_i8)
 #define ds_cpu_dequantize_i8 DS_ISA_NAME(ds_cpu_dequantize_i8)
+#define ds_cpu_onebit_encode DS_ISA_NAME(ds_cpu_onebit_encode)
+#define ds_cpu_onebit_decode DS_ISA_NAME(ds_cpu_onebit_decode)
+#define ds_cpu_onebit_pass DS_ISA_NAME(ds_cpu_onebit_pass)
 #define ds_cpu_quantize_i4 DS_ISA_NAME(ds_cpu_quantize_i4)
 #define ds_cpu_dequantize_i4 DS_ISA_NAME(ds_cpu_dequantize_i4)
 #define ds_cpu_gemm_small DS_ISA_NAME(ds_cpu_gemm_small)
@@ -140,6 +143,13 @@ ds_status ds_cpu_quantize_i4(ds_backend *be, uint8_t *q, float *scales, const vo
                              ds_dtype t, size_t n, size_t block);
 ds_status ds_cpu_dequantize_i4(ds_backend *be, float *y, const uint8_t *q, const float *scales,
                                size_t n, size_t block);
+
+/* cpu_onebit.c: the 1-bit code and the passes of 1-bit / 0/1 Adam. */
+ds_status ds_cpu_onebit_encode(ds_backend *be, const float *x, float *err, size_t n, int nblocks,
+                               void *wire, size_t stride);
+ds_status ds_cpu_onebit_decode(ds_backend *be, const void *wire, size_t n, float alpha,
+                               bool accumulate, float *out);
+ds_status ds_cpu_onebit_pass(ds_backend *be, const struct ds_onebit_pass *p);
 
 /* cpu_gemm_small.c: the variant's gemm slot (backend.h's contract): small
  * products with alpha 1, beta 0 in the variant's own kernel, the rest

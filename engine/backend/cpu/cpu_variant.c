@@ -35,6 +35,9 @@ static const ds_backend_ops k_ops = {
     .dequantize_i8 = ds_cpu_dequantize_i8,
     .quantize_i4 = ds_cpu_quantize_i4,
     .dequantize_i4 = ds_cpu_dequantize_i4,
+    .onebit_encode = ds_cpu_onebit_encode,
+    .onebit_decode = ds_cpu_onebit_decode,
+    .onebit_pass = ds_cpu_onebit_pass,
     .destroy = ds_cpu_destroy,
 };
 

@@ -249,6 +249,9 @@ static const ds_backend_ops k_cuda_ops = {
     /* .dequantize_i8 = */ ds_cuda_dequantize_i8,
     /* .quantize_i4 = */ ds_cuda_quantize_i4,
     /* .dequantize_i4 = */ ds_cuda_dequantize_i4,
+    /* .onebit_encode = */ ds_cuda_onebit_encode,
+    /* .onebit_decode = */ ds_cuda_onebit_decode,
+    /* .onebit_pass = */ ds_cuda_onebit_pass,
     /* .destroy = */ cuda_destroy,
 };
 

@@ -119,6 +119,19 @@ static inline unsigned ds_cuda_blocks(const ds_backend *be, size_t items) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n);              \
          i += (size_t)gridDim.x * blockDim.x)
 
+/* The block's threads' values s added in a fixed tree through acc (shared,
+ * DS_CUDA_THREADS doubles), so the bits depend only on what each thread
+ * holds. Every thread of the block calls it; thread 0's return is the sum. */
+static __device__ __forceinline__ double ds_block_sum_f64(double *acc, double s) {
+    acc[threadIdx.x] = s;
+    __syncthreads();
+    for (unsigned stride = DS_CUDA_THREADS / 2; stride > 0; stride >>= 1) {
+        if (threadIdx.x < stride) acc[threadIdx.x] += acc[threadIdx.x + stride];
+        __syncthreads();
+    }
+    return acc[0];
+}
+
 /* Launch geometry of a grid-stride kernel over `items` on the default
  * stream: kernel<<<DS_CUDA_GRID(be, n)>>>(...). */
 #define DS_CUDA_GRID(be, items)                                                                  \
@@ -154,6 +167,12 @@ ds_status ds_cuda_quantize_i4(ds_backend *be, uint8_t *q, float *scales, const v
                               ds_dtype t, size_t n, size_t block);
 ds_status ds_cuda_dequantize_i4(ds_backend *be, float *y, const uint8_t *q, const float *scales,
                                 size_t n, size_t block);
+/* The 1-bit code and the passes of 1-bit / 0/1 Adam (cuda_onebit.cu). */
+ds_status ds_cuda_onebit_encode(ds_backend *be, const float *x, float *err, size_t n, int nblocks,
+                                void *wire, size_t stride);
+ds_status ds_cuda_onebit_decode(ds_backend *be, const void *wire, size_t n, float alpha,
+                                bool accumulate, float *out);
+ds_status ds_cuda_onebit_pass(ds_backend *be, const struct ds_onebit_pass *p);
 /* The gemm slot for be->gemm_inputs DS_BF16, arguments checked and m, n, k,
  * batch > 0 (cuda_gemm_bf16.cu). Its copies go to the backend's GEMM
  * workspace (backend.h), which backend.c owns and frees. */

@@ -150,13 +150,8 @@ __global__ void ds_k_sumsq(const void *x, ds_dtype t, size_t n, double *partial)
         double v = (double)ds_load_f32(x, t, i);
         s += v * v;
     }
-    acc[threadIdx.x] = s;
-    __syncthreads();
-    for (unsigned stride = DS_CUDA_THREADS / 2; stride > 0; stride >>= 1) {
-        if (threadIdx.x < stride) acc[threadIdx.x] += acc[threadIdx.x + stride];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) partial[blockIdx.x] = acc[0];
+    double total = ds_block_sum_f64(acc, s);
+    if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 
 ds_status ds_cuda_sumsq(ds_backend *be, const void *x, ds_dtype t, size_t n, double *out_sumsq,

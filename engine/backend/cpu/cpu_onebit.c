@@ -1,0 +1,84 @@
+/* The cpu backend's onebit slots (backend.h): the 1-bit code of the
+ * compressed all-reduce and the passes of 1-bit / 0/1 Adam, with the element
+ * functions of engine/backend/onebit_math.h that the CUDA kernels call. The
+ * encode's sum of squares is one sequential double sum (its order fixes the
+ * scale's bits, the same at any thread count and in every ISA variant); the
+ * rest is element-wise and split over the threads. */
+#include <omp.h>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_ops.h"
+#include "engine/backend/onebit_math.h"
+
+ds_status ds_cpu_onebit_encode(ds_backend *be, const float *x, float *err, size_t n, int nblocks,
+                               void *wire, size_t stride) {
+    DS_TRY(ds_check_onebit_code("cpu onebit_encode", x, n, nblocks, wire));
+    /* with feedback, err holds c = x + err until the last loop turns it
+     * into c - decode(c) */
+    double sumsq = 0.0;
+    if (err) {
+        for (size_t i = 0; i < n; i++) {
+            float c = x[i] + err[i];
+            err[i] = c;
+            sumsq += (double)c * (double)c;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) sumsq += (double)x[i] * (double)x[i];
+    }
+    const float *c = err ? err : x;
+    float scale = ds_onebit_scale(sumsq, n);
+    size_t bytes = n / (size_t)nblocks / 8; /* of signs per record */
+    unsigned char *w = wire;
+    for (int b = 0; b < nblocks; b++) ds_onebit_put_scale(w + (size_t)b * stride, scale);
+#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
+    for (size_t k = 0; k < n / 8; k++)
+        w[k / bytes * stride + sizeof(float) + k % bytes] = ds_onebit_pack8(c + 8 * k);
+    if (err) {
+#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) err[i] -= ds_onebit_value(ds_onebit_bit(err[i]), scale);
+    }
+    return DS_OK;
+}
+
+ds_status ds_cpu_onebit_decode(ds_backend *be, const void *wire, size_t n, float alpha,
+                               bool accumulate, float *out) {
+    DS_TRY(ds_check_onebit_code("cpu onebit_decode", out, n, 1, wire));
+    const unsigned char *w = wire;
+    /* DeepSpeed multiplies the signs by (scale * alpha), one rounding */
+    float s = ds_onebit_get_scale(w) * alpha;
+    const unsigned char *bits = w + sizeof(float);
+#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
+    for (size_t k = 0; k < n / 8; k++) {
+        unsigned byte = bits[k];
+        float *o = out + k * 8;
+        for (int j = 0; j < 8; j++) {
+            float v = ds_onebit_value((byte >> (7 - j)) & 1, s);
+            o[j] = accumulate ? o[j] + v : v;
+        }
+    }
+    return DS_OK;
+}
+
+/* One phase's loop: the phase a constant, so the switch folds away. */
+#define DS_ONEBIT_LOOP(ph)                                                                         \
+    case ph: {                                                                                     \
+        _Pragma("omp parallel for num_threads(team) schedule(static) if (n >= DS_CPU_PAR_MIN)")   \
+        for (size_t i = 0; i < n; i++) ds_onebit_elem(&q, ph, i);                                 \
+        break;                                                                                     \
+    }
+
+ds_status ds_cpu_onebit_pass(ds_backend *be, const ds_onebit_pass *p) {
+    DS_TRY(ds_check_onebit_pass("cpu onebit_pass", p));
+    const ds_onebit_pass q = *p; /* a local copy: its fields cannot alias the arrays */
+    size_t n = q.n;
+    int team = ds_cpu_team(be);
+    switch (q.phase) {
+        DS_ONEBIT_LOOP(DS_ONEBIT_GRAD)
+        DS_ONEBIT_LOOP(DS_ONEBIT_MOMENTUM)
+        DS_ONEBIT_LOOP(DS_ONEBIT_WEIGHT)
+        DS_ONEBIT_LOOP(DS_ONEBIT_ZO_MOMENTUM)
+        DS_ONEBIT_LOOP(DS_ONEBIT_ZO_LOCAL)
+        DS_ONEBIT_LOOP(DS_ONEBIT_ZO_SYNC)
+    }
+    return DS_OK;
+}
