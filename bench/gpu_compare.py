@@ -22,7 +22,11 @@ PAIRS = [('s0_cuda', 's0_cpu'), ('s1_cuda', 's0_cpu'), ('s2_cuda', 's0_cpu'),
          ('s2_nccl1_cuda', 's0_cpu'),
          # two ranks sharing the GPU (zero_engine.comm "mpi") against two cpu ranks
          ('s0_mpi2_cuda', 's0_cpu2'), ('s1_mpi2_cuda', 's0_cpu2'), ('s2_mpi2_cuda', 's0_cpu2'),
-         ('s3_mpi2_cuda', 's3_cpu2')]
+         ('s3_mpi2_cuda', 's3_cpu2'),
+         # 1-bit Adam and 0/1 Adam past their warm-up (the codec and the passes on the GPU)
+         ('onebit_cuda', 'onebit_cpu'), ('zeroone_cuda', 'zeroone_cpu'),
+         ('onebit_fp16_cuda', 'onebit_fp16_cpu'), ('onebit_mpi2_cuda', 'onebit_cpu2'),
+         ('zeroone_mpi2_cuda', 'zeroone_cpu2')]
 
 
 def load(work, name):

@@ -18,7 +18,10 @@
 #             offload to cpu and NVMe, two ranks sharing the GPU at stages
 #             0-3 (zero_engine.comm "mpi") against two cpu ranks, the engine
 #             on NCCL at one rank, a stage-3 checkpoint converted by
-#             zero_to_fp32; bench/gpu_compare.py prints each cuda run's losses
+#             zero_to_fp32, 1-bit Adam and 0/1 Adam past their warm-up at
+#             one rank and at two ranks sharing the GPU (the compressed
+#             all-reduce's records staged through MPI) against cpu;
+#             bench/gpu_compare.py prints each cuda run's losses
 #             against the cpu's (the arithmetic is shared: equal to ~1e-6)
 #   lm        train_lm (GPT-2 4 x 256, byte tokens) 30 steps on cpu and cuda
 #   bench     bench_train on cuda at stages 0 and 3, fp32 and bf16, batch 32
@@ -87,6 +90,12 @@ def w(name, stage, backend, comm='auto', **sec):
     for k, v in sec.items():
         (c['zero_optimization'] if k.startswith('offload') else c)[k] = v
     json.dump(c, open(f'{sys.argv[1]}/{name}.json', 'w'), indent=1)
+# 1-bit Adam and 0/1 Adam past their warm-up within 80 steps: the compressed
+# momentum, the variance frozen, 0/1 Adam's local steps and synchronisations
+onebit = {'type': 'OneBitAdam', 'params': {'lr': 1e-3, 'freeze_step': 10, 'betas': [0.9, 0.98]}}
+zeroone = {'type': 'ZeroOneAdam', 'params': {'lr': 1e-3, 'weight_decay': 0.01,
+           'var_freeze_step': 20, 'var_update_scaler': 2, 'local_step_scaler': 4,
+           'local_step_clipper': 4, 'betas': [0.9, 0.98]}}
 nvme = {'device': 'nvme', 'nvme_path': os.path.join(os.path.dirname(sys.argv[1]), 'nvme')}
 for b in ('cpu', 'cuda'):
     for s in range(4):
@@ -102,6 +111,12 @@ w('s2_offload_cuda', 2, 'cuda', offload_optimizer={'device': 'cpu', 'pin_memory'
 w('s3_offparam_cuda', 3, 'cuda', offload_optimizer={'device': 'cpu', 'pin_memory': True},
   offload_param={'device': 'cpu', 'pin_memory': True})
 w('s3_nvme_cuda', 3, 'cuda', offload_optimizer=nvme, offload_param=nvme)
+for b in ('cpu', 'cuda'):
+    w(f'onebit_{b}', 0, b, optimizer=onebit)
+    w(f'zeroone_{b}', 0, b, optimizer=zeroone)
+    w(f'onebit_fp16_{b}', 0, b, optimizer=onebit, fp16={'enabled': True})
+for o in ('onebit', 'zeroone'): # two ranks on the GPU: the records staged through MPI
+    w(f'{o}_mpi2_cuda', 0, 'cuda', comm='mpi', optimizer=onebit if o == 'onebit' else zeroone)
 EOF
 
 cls() { # run-name config-name [train_cls args]; NP=2 for two ranks
@@ -125,6 +140,8 @@ if has train; then
   for s in 0 1 2 3; do NP=2 cls "s${s}_mpi2_cuda" "s${s}_mpi2_cuda"; done
   NP=2 cls s0_cpu2 s0_cpu
   NP=2 cls s3_cpu2 s3_cpu
+  for r in onebit zeroone onebit_fp16; do cls "${r}_cuda" "${r}_cuda"; cls "${r}_cpu" "${r}_cpu"; done
+  for o in onebit zeroone; do NP=2 cls "${o}_mpi2_cuda" "${o}_mpi2_cuda"; NP=2 cls "${o}_cpu2" "${o}_cpu"; done
   rm -rf "$W/ck3"
   cls s3_ckpt_cuda s3_cuda --save-steps 40 --ckpt-dir "$W/ck3"
   "$B/bin/zero_to_fp32" "$W/ck3" "$W/ck3.safetensors" || status=1
