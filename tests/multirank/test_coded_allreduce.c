@@ -18,7 +18,9 @@
  *    padding, so the worker and server errors carried across calls are
  *    compared, 0 ulps, with the rank's own buffers.
  * 3. The counters: each call is one all_to_all and one all_gather of
- *    (world - 1) regions, a record of chunk/8 + 4 bytes per segment. */
+ *    (world - 1) regions, a record of chunk/8 + 4 bytes per segment.
+ * 4. The backend's onebit slots refuse a record that is not whole bytes of
+ *    signs and a pass without its arrays or with an unknown phase. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,6 +28,7 @@
 #include <string.h>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/onebit_math.h"
 #include "engine/comm/codec.h"
 #include "engine/comm/comm.h"
 #include "tests/unit/test_util.h"
@@ -206,6 +209,22 @@ static void counters(ds_comm *c) {
     free(buf), free(we), free(se);
 }
 
+/* The slots refuse what they cannot encode, naming it, and write nothing. */
+static void bad_args(void) {
+    float x[16] = {0};
+    unsigned char wire[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    CHECK_TRUE(ds_codec_onebit.encode(g_be, x, NULL, 12, 1, wire, 0) == DS_ERR_INVALID_ARG);
+    CHECK(strstr(ds_last_error(), "multiple of 8") != NULL, "message: %s", ds_last_error());
+    CHECK_TRUE(wire[0] == 1 && wire[7] == 8);
+    CHECK_TRUE(ds_codec_onebit.encode(g_be, x, NULL, 16, 3, wire, 0) == DS_ERR_INVALID_ARG);
+    ds_onebit_pass p = {.phase = DS_ONEBIT_WEIGHT, .n = 16, .m = x};
+    CHECK_TRUE(g_be->ops->onebit_pass(g_be, &p) == DS_ERR_INVALID_ARG);
+    CHECK(strstr(ds_last_error(), "w is NULL") != NULL, "message: %s", ds_last_error());
+    p.phase = (ds_onebit_phase)42;
+    CHECK_TRUE(g_be->ops->onebit_pass(g_be, &p) == DS_ERR_INVALID_ARG);
+    CHECK(strstr(ds_last_error(), "unknown phase 42") != NULL, "message: %s", ds_last_error());
+}
+
 int main(void) {
     ds_comm *c = NULL;
     ds_comm_desc d = {.kind = DS_COMM_MPI};
@@ -219,6 +238,7 @@ int main(void) {
     against_reference(c, one1000, 1);
     against_reference(c, many, 4); /* odd sizes, one tiny; messages of several KiB */
     counters(c);
+    bad_args();
     ds_backend_destroy(g_be);
     ds_comm_destroy(c);
     return test_finish("test_coded_allreduce");
