@@ -120,7 +120,7 @@ static ds_status pick_comm(engine_t *e) {
 
 static ds_status build_local(engine_t *e, const ds_init_desc *d) {
     char why[256]; /* sparse_gradients where it cannot apply: ignored, as DeepSpeed does */
-    if (!ds_grad_sparse_applies(&e->cfg, e->be->kind == DS_BACKEND_CPU, why, sizeof why) &&
+    if (!ds_grad_sparse_applies(&e->cfg, why, sizeof why) &&
         why[0] && e->comm->rank == 0)
         fprintf(stderr, "ds_config: warning: %s\n", why);
     /* the cpu backend's GEMMs are OpenBLAS's: a core older than the CPU is a

@@ -324,17 +324,21 @@ ds_status ds_estimate_model(const ds_model *model, int world, const ds_config *c
                 .n_spans = f->n_modules, .tied = tied, .n_tied = f->n_tied_params,
                 .held = ds_ties_max_held(f, cfg->stage3_param_persistence_threshold)};
     ds_status st = estimate(&l, cfg, be, out);
-    char why[256]; /* sparse_gradients: row lists and records in host memory (grad_sparse.h) */
+    char why[256]; /* sparse_gradients: records on the device, row lists on the host */
     /* stage 3 under MiCS exchanges the rows inside the shard group, then
      * across the replica groups (zero/stage3_groups.h), each with its own
      * buffers */
     bool mics = cfg->zero_stage >= 3 && cfg->mics_shard_size > 0;
     int sw = mics ? (int)cfg->mics_shard_size : world, rw = mics ? world / sw : 1;
-    if (st == DS_OK && ds_grad_sparse_applies(cfg, be == DS_BACKEND_CPU, why, sizeof why)) {
+    if (st == DS_OK && ds_grad_sparse_applies(cfg, why, sizeof why)) {
         ds_dtype pt = cfg->fp16_enabled ? DS_F16 : cfg->bf16_enabled ? DS_BF16 : DS_F32;
         ds_dtype gt = cfg->comm_dtype_set ? cfg->communication_data_type : pt;
-        if (sw > 1) out->bytes[DS_MEM_BUFFERS][DS_PLACE_HOST] += ds_grad_sparse_bytes(f, gt, sw);
-        if (rw > 1) out->bytes[DS_MEM_BUFFERS][DS_PLACE_HOST] += ds_grad_sparse_bytes(f, gt, rw);
+        for (int g = 0; g < 2; g++) { /* the shard group's exchange, then the replicas' */
+            int w = g ? rw : sw;
+            if (w < 2) continue;
+            out->bytes[DS_MEM_BUFFERS][DS_PLACE_HOST] += ds_grad_sparse_bytes(f, gt, w, true);
+            out->bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE] += ds_grad_sparse_bytes(f, gt, w, false);
+        }
     }
     /* stages 1-2: the packing buffer of each table gathered by rows
      * (param_rows.h) */

@@ -6,19 +6,39 @@
 #include <string.h>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/rows_math.h"
 #include "zero/zero_util.h"
 
+/* The gradients, the records and what the backend's rows slots read are the
+ * backend's memory (the GPU's on cuda); the row lists and the merge are
+ * planned in host memory, from the flags and indices copied back. A rank's
+ * block of the gathered records is its n row indices (int32, 4 / es
+ * elements each) then its n rows: n x rec elements, as one record per row
+ * would be, but with the indices together so one copy brings them back. */
 typedef struct sparse_param {
     ds_grad_sparse *gs;
     int param;                /* index in the flat table */
     int64_t offset, rows, cols;
-    size_t rec;               /* record elements (gt): index, then the row */
+    size_t rec;               /* elements (gt) per row in a block: its index, the row */
+    /* host */
+    uint8_t *flags_h;         /* [rows] the scan's flags */
     int32_t *nz;              /* [rows] this rank's nonzero rows, ascending */
-    int64_t *pos;             /* [world] the next record of each rank's block, during a sum */
-    float *acc;               /* [cols] one row's sum over the ranks */
+    int32_t *idx_h;           /* [rows] every rank's rows, block after block */
+    int64_t *pos;             /* [world] the next row of each rank's block, while planning */
     int32_t *nrows;           /* [world] the ranks' nonzero rows */
     size_t *counts;           /* [world] gather blocks (elements of gt) */
-    void *recs;               /* [rows * rec] the gathered records */
+    int32_t *row_h;           /* [rows] the plan (ds_rows_sum): each output's row, */
+    uint8_t *all_h;           /* [rows] whether every rank sent it, */
+    int64_t *first_h;         /* [rows + 1] its contributions' range, */
+    int64_t *src_h;           /* [rows] and where each contribution lies in recs */
+    /* the backend's */
+    uint8_t *flags;           /* [rows] */
+    int32_t *cnt;             /* [1 + world]: this rank's count, then every rank's */
+    void *recs;               /* [rows * rec] the gathered blocks */
+    int32_t *row;             /* [rows] the plan, as above */
+    uint8_t *all;             /* [rows] */
+    int64_t *first;           /* [rows + 1] */
+    int64_t *src;             /* [rows] */
     ds_comm_job job;
     bool busy;
 } sparse_param;
@@ -38,30 +58,14 @@ struct ds_grad_sparse {
     sparse_param *p;          /* ascending flat offsets */
 };
 
-bool ds_grad_sparse_applies(const ds_config *c, bool cpu_backend, char *why, size_t cap) {
+bool ds_grad_sparse_applies(const ds_config *c, char *why, size_t cap) {
     why[0] = '\0';
     if (!c->sparse_gradients) return false;
     if (c->onebit != DS_ONEBIT_NONE)
         snprintf(why, cap, "sparse_gradients: ignored with optimizer.type %s (its compressed "
                  "steps exchange momentum, not gradients)",
                  c->onebit == DS_ONEBIT_ADAM ? "OneBitAdam" : "ZeroOneAdam");
-    else if (!cpu_backend)
-        snprintf(why, cap, "sparse_gradients: ignored on this backend (the row scan runs on "
-                 "the cpu backend only so far); gradients are reduced dense");
     return why[0] == '\0';
-}
-
-/* Whether any bit of the row is set: a row of +0.0 only is left out. */
-static bool row_nonzero(const unsigned char *row, size_t bytes) {
-    size_t i = 0;
-    for (; i + 8 <= bytes; i += 8) {
-        uint64_t v;
-        memcpy(&v, row + i, 8);
-        if (v) return true;
-    }
-    for (; i < bytes; i++)
-        if (row[i]) return true;
-    return false;
 }
 
 /* Past break-even: the dense collective the buckets would have run. src:
@@ -94,78 +98,6 @@ static ds_status dense(sparse_param *p, void *src) {
     return DS_OK;
 }
 
-/* x rounded to the gradient type, as a ring hop stores its sum. */
-static float round_to(ds_dtype t, float x) {
-    if (t == DS_F16) return ds_f16_to_f32(ds_f32_to_f16(x));
-    if (t == DS_BF16) return ds_bf16_to_f32(ds_f32_to_bf16(x));
-    return x;
-}
-
-/* Every gathered record into the gradient, row by row in ascending order
- * (each rank's block is ascending: a merge), each row's records in rank
- * order (grad_sparse.h: the start value and the rounding). REPLICA_*: the
- * sum replaces the row (stage 1: its part in the partition);
- * PARTITION_ADD: it is added to the partition's elements of the row, as
- * the dense path adds a reduce-scatter's block. */
-static void sum_records(sparse_param *p) {
-    ds_grad_sparse *gs = p->gs;
-    ds_dtype t = gs->gt;
-    size_t es = ds_dtype_size(t), rec_bytes = p->rec * es, idx = 4 / es;
-    const char *recs = p->recs;
-    int world = gs->comm->world;
-    int64_t at = 0;
-    for (int q = 0; q < world; q++) { /* pos[q]: rank q's next record */
-        p->pos[q] = at;
-        at += p->nrows[q];
-    }
-    for (;;) {
-        int32_t r = INT32_MAX;
-        int have = 0; /* ranks whose next record is row r */
-        at = 0;       /* block starts again: rank q's block is [at, at + nrows[q]) */
-        for (int q = 0; q < world; q++) {
-            int64_t next = p->pos[q], stop = at + p->nrows[q];
-            at = stop;
-            if (next >= stop) continue;
-            int32_t rq;
-            memcpy(&rq, recs + (size_t)next * rec_bytes, 4);
-            if (rq < r) r = rq, have = 1;
-            else if (rq == r) have++;
-        }
-        if (r == INT32_MAX) break;
-        int64_t a = p->offset + (int64_t)r * p->cols, b = a + p->cols, e0 = a, e1 = b;
-        if (gs->kind != DS_SPARSE_REPLICA_ALL) { /* only the partition's elements */
-            if (e0 < gs->part_lo) e0 = gs->part_lo;
-            if (e1 > gs->part_hi) e1 = gs->part_hi;
-        }
-        float start = have == world ? -0.0f : 0.0f;
-        for (int64_t e = e0; e < e1; e++) p->acc[e - a] = start;
-        at = 0;
-        for (int q = 0; q < world; q++) {
-            int64_t next = p->pos[q], stop = at + p->nrows[q];
-            at = stop;
-            if (next >= stop) continue;
-            const char *rec = recs + (size_t)next * rec_bytes;
-            int32_t rq;
-            memcpy(&rq, rec, 4);
-            if (rq != r) continue;
-            for (int64_t e = e0; e < e1; e++)
-                p->acc[e - a] =
-                    round_to(t, p->acc[e - a] + ds_load_f32(rec, t, idx + (size_t)(e - a)));
-            p->pos[q] = next + 1;
-        }
-        for (int64_t e = e0; e < e1; e++) {
-            if (gs->kind == DS_SPARSE_PARTITION_ADD) {
-                size_t d = (size_t)(e - gs->part_lo);
-                ds_store_f32(gs->grads, t, d, ds_load_f32(gs->grads, t, d) + p->acc[e - a]);
-            } else if (gs->kind == DS_SPARSE_REPLICAS) {
-                ds_store_f32(gs->grads, t, (size_t)(e - gs->part_lo), p->acc[e - a]);
-            } else {
-                ds_store_f32(gs->grads, t, (size_t)e, p->acc[e - a]);
-            }
-        }
-    }
-}
-
 /* The rows [*r0, *r1) of p a sum can touch: all of them, or under
  * REPLICAS those that meet the partition. */
 static void scan_rows(const sparse_param *p, int64_t *r0, int64_t *r1) {
@@ -180,21 +112,77 @@ static void scan_rows(const sparse_param *p, int64_t *r0, int64_t *r1) {
     if (*r1 < *r0) *r1 = *r0;
 }
 
-/* Row r of p's gradient as this rank sends it: the elements [*e0, *e1) of
- * the flat space and where they are. The whole row at src, or under
- * REPLICAS its elements inside the partition (the record's others zero). */
-static const char *row_slice(const sparse_param *p, const char *src, int64_t r, int64_t *e0,
-                             int64_t *e1) {
+/* The table as this rank sends it: the whole of it at src, or under
+ * REPLICAS its elements inside the partition (the rows' others zero). */
+static ds_rows_view send_view(const sparse_param *p, void *src) {
     const ds_grad_sparse *gs = p->gs;
-    size_t es = ds_dtype_size(gs->gt);
-    int64_t a = p->offset + r * p->cols, b = a + p->cols;
-    if (gs->kind != DS_SPARSE_REPLICAS) {
-        *e0 = a, *e1 = b;
-        return src + (size_t)r * p->cols * es;
+    ds_rows_view v = {.base = src, .t = gs->gt, .lo = p->offset,
+                      .hi = p->offset + p->rows * p->cols, .offset = p->offset, .cols = p->cols};
+    if (gs->kind == DS_SPARSE_REPLICAS)
+        v.base = gs->grads, v.lo = gs->part_lo, v.hi = gs->part_hi;
+    return v;
+}
+
+/* Where the sums go (grad_sparse.h): REPLICA_ALL every row of the
+ * replica; the other kinds only the table's elements inside this rank's
+ * partition, in the replica (REPLICA_PART) or in the partition itself. */
+static ds_rows_view sum_view(const sparse_param *p) {
+    const ds_grad_sparse *gs = p->gs;
+    int64_t lo = p->offset, hi = p->offset + p->rows * p->cols;
+    if (gs->kind != DS_SPARSE_REPLICA_ALL) {
+        lo = lo > gs->part_lo ? lo : gs->part_lo;
+        hi = hi < gs->part_hi ? hi : gs->part_hi;
+        hi = hi > lo ? hi : lo;
     }
-    *e0 = a > gs->part_lo ? a : gs->part_lo;
-    *e1 = b < gs->part_hi ? b : gs->part_hi;
-    return (const char *)gs->grads + (size_t)(*e0 - gs->part_lo) * es;
+    int64_t at = gs->kind == DS_SPARSE_REPLICA_ALL || gs->kind == DS_SPARSE_REPLICA_PART
+                     ? lo : lo - gs->part_lo; /* the replica, or the partition */
+    return (ds_rows_view){.base = ds_at(gs->grads, gs->gt, at), .t = gs->gt, .lo = lo, .hi = hi,
+                          .offset = p->offset, .cols = p->cols};
+}
+
+/* bytes of the backend's memory to host, ready to read when it returns */
+static ds_status fetch(ds_backend *be, void *host, const void *dev, size_t bytes) {
+    DS_TRY(be->ops->memcpy(be, host, dev, bytes, DS_COPY_D2H, NULL));
+    return be->ops->sync(be);
+}
+
+static ds_status put(ds_backend *be, void *dev, const void *host, size_t bytes) {
+    return be->ops->memcpy(be, dev, host, bytes, DS_COPY_H2D, NULL);
+}
+
+/* The merge of the gathered blocks into the sums' plan: every row some
+ * rank sent, ascending (each rank's block is: a merge), with its
+ * contributions in rank order. Returns the outputs. */
+static int64_t plan_sums(sparse_param *p) {
+    int world = p->gs->comm->world;
+    size_t idxw = 4 / ds_dtype_size(p->gs->gt);
+    int64_t nout = 0, m = 0;
+    for (int q = 0; q < world; q++) p->pos[q] = 0;
+    for (;;) {
+        int32_t r = INT32_MAX;
+        int have = 0; /* ranks whose next row is r */
+        for (int q = 0, at = 0; q < world; at += p->nrows[q], q++) {
+            if (p->pos[q] >= p->nrows[q]) continue;
+            int32_t rq = p->idx_h[at + p->pos[q]];
+            if (rq < r) r = rq, have = 1;
+            else if (rq == r) have++;
+        }
+        if (r == INT32_MAX) break;
+        p->row_h[nout] = r;
+        p->all_h[nout] = have == world;
+        p->first_h[nout] = m;
+        int64_t blk = 0; /* rank q's block in recs (elements) */
+        for (int q = 0, at = 0; q < world; at += p->nrows[q], q++) {
+            if (p->pos[q] < p->nrows[q] && p->idx_h[at + p->pos[q]] == r) {
+                p->src_h[m++] = blk + (int64_t)p->nrows[q] * (int64_t)idxw + p->pos[q] * p->cols;
+                p->pos[q]++;
+            }
+            blk += (int64_t)p->nrows[q] * (int64_t)p->rec;
+        }
+        nout++;
+    }
+    p->first_h[nout] = m;
+    return nout;
 }
 
 /* grad_sparse.h steps 1-4 for parameter p whose gradient is at src (gt;
@@ -202,17 +190,20 @@ static const char *row_slice(const sparse_param *p, const char *src, int64_t r, 
  * overlap_comm. */
 static ds_status exchange_from(sparse_param *p, void *src) {
     ds_grad_sparse *gs = p->gs;
+    ds_backend *be = gs->be;
     ds_comm *c = gs->comm;
-    size_t es = ds_dtype_size(gs->gt), row_bytes = (size_t)p->cols * es;
-    int32_t n = 0;
-    int64_t r0, r1, e0, e1;
+    size_t es = ds_dtype_size(gs->gt), idxw = 4 / es;
+    int64_t r0, r1;
     scan_rows(p, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        const char *g = row_slice(p, src, r, &e0, &e1);
-        if (e1 > e0 && row_nonzero((const unsigned char *)g, (size_t)(e1 - e0) * es))
-            p->nz[n++] = (int32_t)r;
-    }
-    DS_TRY(ds_comm_all_gather(c, &n, p->nrows, 1, DS_I32));
+    ds_rows_view v = send_view(p, src);
+    DS_TRY(be->ops->rows_nonzero(be, &v, r0, r1, p->flags));
+    DS_TRY(fetch(be, p->flags_h, p->flags, (size_t)(r1 - r0)));
+    int32_t n = 0;
+    for (int64_t r = r0; r < r1; r++)
+        if (p->flags_h[r - r0]) p->nz[n++] = (int32_t)r;
+    DS_TRY(put(be, p->cnt, &n, 4));
+    DS_TRY(ds_comm_all_gather(c, p->cnt, p->cnt + 1, 1, DS_I32));
+    DS_TRY(fetch(be, p->nrows, p->cnt + 1, (size_t)c->world * 4));
     int64_t total = 0, before = 0;
     for (int q = 0; q < c->world; q++) {
         if (q == c->rank) before = total;
@@ -223,18 +214,27 @@ static ds_status exchange_from(sparse_param *p, void *src) {
         return DS_OK;
     }
     char *mine = (char *)p->recs + (size_t)before * p->rec * es;
-    for (int32_t k = 0; k < n; k++) {
-        char *rec = mine + (size_t)k * p->rec * es;
-        const char *g = row_slice(p, src, p->nz[k], &e0, &e1);
-        int64_t a = p->offset + (int64_t)p->nz[k] * p->cols;
-        memcpy(rec, &p->nz[k], 4);
-        if (e1 - e0 < p->cols) memset(rec + 4, 0, row_bytes);
-        memcpy(rec + 4 + (size_t)(e0 - a) * es, g, (size_t)(e1 - e0) * es);
-    }
+    DS_TRY(put(be, mine, p->nz, (size_t)n * 4));
+    DS_TRY(be->ops->rows_gather(be, &v, mine, n, mine + (size_t)n * idxw * es));
     for (int q = 0; q < c->world; q++) p->counts[q] = (size_t)p->nrows[q] * p->rec;
     DS_TRY(ds_comm_all_gatherv(c, p->recs, p->counts, gs->gt));
-    sum_records(p);
-    return DS_OK;
+    size_t blk = 0, at = 0; /* every block's indices back, block after block */
+    for (int q = 0; q < c->world; q++) {
+        DS_TRY(be->ops->memcpy(be, p->idx_h + at, (char *)p->recs + blk * es,
+                               (size_t)p->nrows[q] * 4, DS_COPY_D2H, NULL));
+        at += (size_t)p->nrows[q];
+        blk += p->counts[q];
+    }
+    DS_TRY(be->ops->sync(be));
+    int64_t nout = plan_sums(p);
+    DS_TRY(put(be, p->row, p->row_h, (size_t)nout * 4));
+    DS_TRY(put(be, p->all, p->all_h, (size_t)nout));
+    DS_TRY(put(be, p->first, p->first_h, (size_t)(nout + 1) * 8));
+    DS_TRY(put(be, p->src, p->src_h, (size_t)p->first_h[nout] * 8));
+    ds_rows_sum sum = {.dst = sum_view(p), .add = gs->kind == DS_SPARSE_PARTITION_ADD,
+                       .recs = p->recs, .nout = nout, .row = p->row, .all = p->all,
+                       .first = p->first, .src = p->src};
+    return be->ops->rows_sum(be, &sum);
 }
 
 /* The job of the replica kinds: the gradient is the replica's. */
@@ -265,33 +265,65 @@ ds_status ds_grad_sparse_replicas(ds_grad_sparse *gs) {
     return DS_OK;
 }
 
-/* Host bytes of one sparse parameter's buffers (init_param). */
-static uint64_t param_bytes(int64_t rows, int64_t cols, ds_dtype gt, int world) {
-    uint64_t es = ds_dtype_size(gt), w = (uint64_t)world;
-    return (uint64_t)rows * 4 + (uint64_t)cols * 4 + w * (8 + 4 + sizeof(size_t)) +
-           (uint64_t)rows * (4 / es + (uint64_t)cols) * es;
+/* One sparse parameter's buffers (init_param): host (the scan's flags, the
+ * row lists, the plan, the per-rank counts) or the backend's (the same
+ * flags and plan, the counts, the records). */
+static uint64_t param_bytes(int64_t rows, int64_t cols, ds_dtype gt, int world, bool host) {
+    uint64_t es = ds_dtype_size(gt), w = (uint64_t)world, r = (uint64_t)rows;
+    uint64_t plan = r * (4 + 1 + 8 + 8) + 8; /* row, all, first, src */
+    if (host) return r * (1 + 4 + 4) + plan + w * (8 + 4 + sizeof(size_t));
+    return r + (1 + w) * 4 + r * (4 / es + (uint64_t)cols) * es + plan;
+}
+
+/* Each buffer of p: its pointer, bytes, host or the backend's, and name. */
+#define DS_SPARSE_BUFFERS 17
+typedef struct buffer {
+    void **at;
+    size_t bytes;
+    bool host;
+    const char *what;
+} buffer;
+
+static int buffers_of(sparse_param *p, size_t world, size_t es, buffer *b) {
+    size_t rows = (size_t)p->rows, plan[4] = {rows * 4, rows, (rows + 1) * 8, rows * 8};
+    buffer list[] = {
+        {(void **)&p->flags_h, rows, true, "sparse gradient row flags"},
+        {(void **)&p->nz, rows * 4, true, "sparse gradient rows"},
+        {(void **)&p->idx_h, rows * 4, true, "sparse gradient gathered rows"},
+        {(void **)&p->pos, world * 8, true, "sparse gradient merge"},
+        {(void **)&p->nrows, world * 4, true, "sparse gradient row counts"},
+        {(void **)&p->counts, world * sizeof(size_t), true, "sparse gradient blocks"},
+        {(void **)&p->row_h, plan[0], true, "sparse gradient plan"},
+        {(void **)&p->all_h, plan[1], true, "sparse gradient plan"},
+        {(void **)&p->first_h, plan[2], true, "sparse gradient plan"},
+        {(void **)&p->src_h, plan[3], true, "sparse gradient plan"},
+        {(void **)&p->flags, rows, false, NULL},
+        {(void **)&p->cnt, (1 + world) * 4, false, NULL},
+        {(void **)&p->recs, rows * p->rec * es, false, NULL},
+        {(void **)&p->row, plan[0], false, NULL},
+        {(void **)&p->all, plan[1], false, NULL},
+        {(void **)&p->first, plan[2], false, NULL},
+        {(void **)&p->src, plan[3], false, NULL},
+    };
+    _Static_assert(sizeof list / sizeof list[0] == DS_SPARSE_BUFFERS, "one entry per buffer");
+    memcpy(b, list, sizeof list);
+    return DS_SPARSE_BUFFERS;
 }
 
 static ds_status init_param(ds_grad_sparse *gs, int i, sparse_param *p) {
     const ds_flat_param *fp = &gs->flat->params[i];
-    size_t es = ds_dtype_size(gs->gt), world = (size_t)gs->comm->world;
+    size_t es = ds_dtype_size(gs->gt);
     *p = (sparse_param){.gs = gs, .param = i, .offset = fp->offset, .rows = fp->desc->shape[0]};
     p->cols = fp->numel / p->rows;
     p->rec = 4 / es + (size_t)p->cols;
-    ds_mem *m = gs->be->mem;
-    size_t rows = (size_t)p->rows;
-    DS_TRY(ds_mem_host_alloc(m, DS_MEM_BUFFERS, rows * 4, "sparse gradient rows",
-                             (void **)&p->nz));
-    DS_TRY(ds_mem_host_alloc(m, DS_MEM_BUFFERS, (size_t)p->cols * 4, "sparse gradient row sum",
-                             (void **)&p->acc));
-    DS_TRY(ds_mem_host_alloc(m, DS_MEM_BUFFERS, world * 8, "sparse gradient merge",
-                             (void **)&p->pos));
-    DS_TRY(ds_mem_host_alloc(m, DS_MEM_BUFFERS, world * 4, "sparse gradient row counts",
-                             (void **)&p->nrows));
-    DS_TRY(ds_mem_host_alloc(m, DS_MEM_BUFFERS, world * sizeof(size_t),
-                             "sparse gradient blocks", (void **)&p->counts));
-    DS_TRY(ds_mem_host_alloc(m, DS_MEM_BUFFERS, rows * p->rec * es, "sparse gradient records",
-                             &p->recs));
+    buffer b[DS_SPARSE_BUFFERS];
+    int n = buffers_of(p, (size_t)gs->comm->world, es, b);
+    for (int k = 0; k < n; k++) {
+        if (b[k].host)
+            DS_TRY(ds_mem_host_alloc(gs->be->mem, DS_MEM_BUFFERS, b[k].bytes, b[k].what, b[k].at));
+        else
+            DS_TRY(ds_backend_alloc(gs->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, b[k].bytes, b[k].at));
+    }
     return DS_OK;
 }
 
@@ -302,12 +334,12 @@ static bool is_sparse(const ds_flat *f, int i) {
            fp->desc->shape[0] <= INT32_MAX;
 }
 
-uint64_t ds_grad_sparse_bytes(const ds_flat *f, ds_dtype gt, int world) {
+uint64_t ds_grad_sparse_bytes(const ds_flat *f, ds_dtype gt, int world, bool host) {
     uint64_t total = 0;
     for (int i = 0; i < f->n_params; i++) {
         if (!is_sparse(f, i)) continue;
         int64_t rows = f->params[i].desc->shape[0];
-        total += param_bytes(rows, f->params[i].numel / rows, gt, world);
+        total += param_bytes(rows, f->params[i].numel / rows, gt, world, host);
     }
     return total;
 }
@@ -355,17 +387,14 @@ ds_status ds_grad_sparse_create_replicas(ds_backend *be, ds_comm *comm, const ds
 
 void ds_grad_sparse_destroy(ds_grad_sparse *gs) {
     if (!gs) return;
-    ds_mem *m = gs->be->mem;
-    size_t es = ds_dtype_size(gs->gt), world = (size_t)gs->world;
+    size_t es = ds_dtype_size(gs->gt);
     for (int i = 0; i < gs->n; i++) {
-        sparse_param *p = &gs->p[i];
-        size_t rows = (size_t)p->rows;
-        ds_mem_host_free(m, DS_MEM_BUFFERS, p->nz, rows * 4);
-        ds_mem_host_free(m, DS_MEM_BUFFERS, p->acc, (size_t)p->cols * 4);
-        ds_mem_host_free(m, DS_MEM_BUFFERS, p->pos, world * 8);
-        ds_mem_host_free(m, DS_MEM_BUFFERS, p->nrows, world * 4);
-        ds_mem_host_free(m, DS_MEM_BUFFERS, p->counts, world * sizeof(size_t));
-        ds_mem_host_free(m, DS_MEM_BUFFERS, p->recs, rows * p->rec * es);
+        buffer b[DS_SPARSE_BUFFERS];
+        int n = buffers_of(&gs->p[i], (size_t)gs->world, es, b);
+        for (int k = 0; k < n; k++) {
+            if (b[k].host) ds_mem_host_free(gs->be->mem, DS_MEM_BUFFERS, *b[k].at, b[k].bytes);
+            else ds_backend_free(gs->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, *b[k].at, b[k].bytes);
+        }
     }
     free(gs->p);
     free(gs);

@@ -72,12 +72,13 @@
 
 typedef struct ds_grad_sparse ds_grad_sparse;
 
-/* Where "sparse_gradients": true applies: stages 0-3 on the cpu backend
- * (the row scan reads host memory), without OneBitAdam / ZeroOneAdam
- * (their compressed steps exchange momentum, not gradients). False with the
- * reason in why (a sentence for a warning) otherwise; true with why "" when
- * the key is false or it applies. */
-bool ds_grad_sparse_applies(const ds_config *c, bool cpu_backend, char *why, size_t cap);
+/* Where "sparse_gradients": true applies: stages 0-3 on either backend
+ * (the scan, the gather and the sums are the backend's rows slots,
+ * engine/backend/rows_math.h), without OneBitAdam / ZeroOneAdam (their
+ * compressed steps exchange momentum, not gradients). False with the reason
+ * in why (a sentence for a warning) otherwise; true with why "" when the key
+ * is false or it applies. */
+bool ds_grad_sparse_applies(const ds_config *c, char *why, size_t cap);
 
 typedef enum ds_grad_sparse_kind {
     DS_SPARSE_REPLICA_ALL = 0, /* stage 0: grads is the replica; every row summed in place */
@@ -101,12 +102,15 @@ ds_status ds_grad_sparse_create_replicas(ds_backend *be, ds_comm *comm, const ds
                                          ds_grad_sparse **out);
 void ds_grad_sparse_destroy(ds_grad_sparse *gs);
 
-/* Host bytes ds_grad_sparse_create allocates for f at `world` ranks with
- * gradients of type gt (the memory estimate counts them, zero/estimate.h):
- * per sparse parameter rows x (4 + (4 + row bytes)) (row list, record
- * buffer), a row of fp32 and world x (8 + 4 + sizeof(size_t)). 0 without any;
- * nothing is allocated at one rank (zero/grad_reduce.h). */
-uint64_t ds_grad_sparse_bytes(const ds_flat *f, ds_dtype gt, int world);
+/* Bytes ds_grad_sparse_create allocates for f at `world` ranks with
+ * gradients of type gt, in host memory (host) or the backend's (the memory
+ * estimate counts both, zero/estimate.h). Per sparse parameter of R rows:
+ * the backend's R x (4 + row bytes) of records, R bytes of flags, the plan
+ * (R x 21 + 8 bytes) and (1 + world) x 4 of counts; host R x 9 (flags, this
+ * rank's and every rank's row lists), the plan again and world x (12 +
+ * sizeof(size_t)). 0 without any; nothing is allocated at one rank
+ * (zero/grad_reduce.h). */
+uint64_t ds_grad_sparse_bytes(const ds_flat *f, ds_dtype gt, int world, bool host);
 
 /* The highest sparse parameter whose range [*a, *b) overlaps [lo, hi), or
  * false when none does. *which names it for submit. */

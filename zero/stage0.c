@@ -250,7 +250,7 @@ static ds_status build(stage0 *s, const ds_zero_desc *d) {
                                  d->cfg->reduce_bucket_size, !d->cfg->contiguous_gradients,
                                  d->cfg->overlap_comm, &s->gr));
     char why[256]; /* where it does not apply the engine warned (ds_grad_sparse_applies) */
-    if (ds_grad_sparse_applies(d->cfg, be->kind == DS_BACKEND_CPU, why, sizeof why))
+    if (ds_grad_sparse_applies(d->cfg, why, sizeof why))
         DS_TRY(ds_grad_reduce_sparse(s->gr));
     return DS_OK;
 }

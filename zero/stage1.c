@@ -103,7 +103,7 @@ ds_status ds_zero_stage1_create(const ds_zero_desc *d, ds_zero **out) {
                                    !d->cfg->contiguous_gradients, d->cfg->overlap_comm, &s->gr);
     if (st == DS_OK) st = ds_replica_shard_gather_on(&s->rs, d, ds_grad_reduce_worker(s->gr));
     char why[256]; /* where it does not apply the engine warned (ds_grad_sparse_applies) */
-    if (st == DS_OK && ds_grad_sparse_applies(d->cfg, d->be->kind == DS_BACKEND_CPU, why,
+    if (st == DS_OK && ds_grad_sparse_applies(d->cfg, why,
                                               sizeof why))
         st = ds_grad_reduce_sparse(s->gr);
     if (st != DS_OK) {

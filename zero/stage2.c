@@ -117,7 +117,7 @@ static ds_status build(stage2 *s, const ds_zero_desc *d) {
     DS_TRY(ds_replica_shard_gather_on(&s->rs, d, s->worker));
     char why[256]; /* where it does not apply the engine warned (ds_grad_sparse_applies) */
     if (s->buckets &&
-        ds_grad_sparse_applies(d->cfg, d->be->kind == DS_BACKEND_CPU, why, sizeof why))
+        ds_grad_sparse_applies(d->cfg, why, sizeof why))
         DS_TRY(ds_grad_buckets_sparse(s->buckets, d->comm));
     return DS_OK;
 }

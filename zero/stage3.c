@@ -756,7 +756,7 @@ static ds_status build(stage3 *s, const ds_zero_desc *d_in) {
     /* sparse_gradients over the partition's ranks (MiCS: the shard group;
      * zero/grad_sparse.h); where it does not apply the engine warned */
     char why[256];
-    if (ds_grad_sparse_applies(d->cfg, be->kind == DS_BACKEND_CPU, why, sizeof why)) {
+    if (ds_grad_sparse_applies(d->cfg, why, sizeof why)) {
         DS_TRY(ds_grad_buckets_sparse(s->buckets, s->comm));
         /* MiCS: across the replica groups too */
         DS_TRY(ds_s3_sparse_replicas(&s->x, s->flat, s->comm->rank, s->gt, s->grads));

@@ -48,6 +48,8 @@ typedef struct ds_stream ds_stream; /* opaque; NULL means the default stream */
 typedef struct ds_event ds_event;   /* opaque */
 typedef struct ds_nn_ops ds_nn_ops; /* engine/backend/nn.h */
 struct ds_onebit_pass;              /* engine/backend/onebit_math.h */
+struct ds_rows_view;                /* engine/backend/rows_math.h */
+struct ds_rows_sum;
 
 typedef enum ds_backend_kind { DS_BACKEND_CPU = 0, DS_BACKEND_CUDA = 1 } ds_backend_kind;
 
@@ -197,6 +199,20 @@ typedef struct ds_backend_ops {
                                bool accumulate, float *out);
     /* One pass of the optimizers: ds_onebit_elem for each of p->n elements. */
     ds_status (*onebit_pass)(ds_backend *be, const struct ds_onebit_pass *p);
+
+    /* ---- row-sparse gradients (zero/grad_sparse.h, engine/backend/rows_math.h) ----
+     * rows_nonzero: flags[r - r0] = 1 where row r's slice in v holds any set
+     * bit, else 0, for r in [r0, r1) (flags: the backend's memory). */
+    ds_status (*rows_nonzero)(ds_backend *be, const struct ds_rows_view *v, int64_t r0,
+                              int64_t r1, uint8_t *flags);
+    /* rows_gather: row k of dst (v->cols elements of v->t) = row idx[k] of v,
+     * +0.0 outside its slice, for k < n; idx: n int32 at any byte offset
+     * (the backend's memory, as dst). */
+    ds_status (*rows_gather)(ds_backend *be, const struct ds_rows_view *v, const void *idx,
+                             int64_t n, void *dst);
+    /* rows_sum: each output of the plan into its slice of s->dst (its
+     * arrays and recs: the backend's memory). */
+    ds_status (*rows_sum)(ds_backend *be, const struct ds_rows_sum *s);
 
     /* ---- lifetime ---- */
     void (*destroy)(ds_backend *be);

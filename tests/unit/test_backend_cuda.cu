@@ -4,8 +4,9 @@
  * Bit-for-bit where the arithmetic is shared (engine/backend/math.h, see its
  * header for why that holds): rng_uniform, rng_normal, cast, fill, scale,
  * axpy, adam, sgd, quantize_i8 / dequantize_i8, quantize_i4 / dequantize_i4,
- * onebit_encode / onebit_decode / onebit_pass (NaN results of arithmetic
- * excepted: their payloads are the hardware's). Within a bound otherwise:
+ * onebit_encode / onebit_decode / onebit_pass, rows_nonzero / rows_gather /
+ * rows_sum (NaN results of arithmetic excepted: their payloads are the
+ * hardware's). Within a bound otherwise:
  *   - gemm: cuBLAS and OpenBLAS sum in different orders; both are within
  *     (k + 2) eps sum|a||b| of the exact product (test_backend_gemm.c), so
  *     they are within twice that of each other. The same with bf16 GEMM
@@ -31,6 +32,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/math.h"
 #include "engine/backend/onebit_math.h"
+#include "engine/backend/rows_math.h"
 #include "tests/unit/test_util.h"
 
 static ds_backend *g_cpu, *g_gpu;
@@ -474,6 +476,95 @@ static void test_onebit_pass(void) {
     free(g), free(hg), free(back);
 }
 
+/* Row-sparse gradients' slots (rows_math.h) on a table of 301 x 37 at flat
+ * offset 1000 seen through a partition that cuts its first and last rows,
+ * in each gradient type: the scan's flags (a row of -0.0 counts, a row set
+ * only outside the partition does not), rows gathered by an index list at
+ * an odd byte offset, and the rank-ordered sums of three blocks of records,
+ * replacing and adding: the same bits as the cpu. */
+static void test_rows(void) {
+    const int64_t R = 301, C = 37, off = 1000, lo = off + 5 * C + 11, hi = off + 290 * C + 3;
+    const size_t cells = (size_t)(hi - lo), tb = (size_t)(R * C) * 4;
+    float *f = (float *)malloc(cells * 4);
+    void *hx = malloc(cells * 4), *hy = malloc(cells * 4), *back = malloc(tb + 64);
+    void *dx = dev_alloc(cells * 4), *dflags = dev_alloc((size_t)R), *didx = dev_alloc(64 * 4 + 8);
+    void *drec = dev_alloc(tb), *dplan = dev_alloc(4096);
+    uint8_t fc[301], fg[301];
+    for (int t = 0; t < 3; t++) {
+        ds_dtype gt = k_types[t];
+        size_t es = ds_dtype_size(gt);
+        for (size_t i = 0; i < cells; i++) {
+            int64_t r = ((int64_t)i + lo - off) / C;
+            f[i] = r % 3 == 0 ? frand() : 0.0f;
+        }
+        f[(size_t)(off + 100 * C + 4 - lo)] = -0.0f; /* row 100 (100 % 3 != 0): only a -0.0 */
+        REQUIRE_OK(g_cpu->ops->cast(g_cpu, hx, gt, f, DS_F32, cells));
+        to_dev(dx, hx, cells * es);
+        ds_rows_view vc = {hx, gt, lo, hi, off, C}, vg = vc;
+        vg.base = dx;
+        REQUIRE_OK(g_cpu->ops->rows_nonzero(g_cpu, &vc, 0, R, fc));
+        REQUIRE_OK(g_gpu->ops->rows_nonzero(g_gpu, &vg, 0, R, (uint8_t *)dflags));
+        to_host(fg, dflags, (size_t)R);
+        CHECK(memcmp(fc, fg, (size_t)R) == 0, "rows_nonzero %s differs", ds_dtype_name(gt));
+        CHECK(fc[100] == 1 && fc[3] == 1 && fc[1] == 0 && fc[299] == 0,
+              "rows_nonzero %s: flags of rows 1, 3, 100, 299 wrong", ds_dtype_name(gt));
+        /* gather 40 rows, the cut ones included, indices at byte 2 */
+        int32_t idx[40];
+        for (int k = 0; k < 40; k++) idx[k] = k < 2 ? (k ? 290 : 5) : 7 * k;
+        unsigned char hidx[40 * 4 + 2];
+        memcpy(hidx + 2, idx, sizeof idx);
+        to_dev(didx, hidx, sizeof hidx);
+        void *hc = malloc(40 * (size_t)C * es);
+        REQUIRE_OK(g_cpu->ops->rows_gather(g_cpu, &vc, hidx + 2, 40, hc));
+        REQUIRE_OK(g_gpu->ops->rows_gather(g_gpu, &vg, (char *)didx + 2, 40, drec));
+        to_host(back, drec, 40 * (size_t)C * es);
+        CHECK(memcmp(hc, back, 40 * (size_t)C * es) == 0, "rows_gather %s differs",
+              ds_dtype_name(gt));
+        /* sums: records of 3 "ranks" (the gathered rows, read as 3 blocks),
+         * outputs with 1-3 contributions, into the partition view */
+        int32_t row[8] = {5, 14, 21, 63, 140, 200, 273, 290};
+        uint8_t all[8] = {1, 0, 1, 0, 0, 1, 0, 1};
+        int64_t first[9], src[24], m = 0;
+        for (int j = 0; j < 8; j++) {
+            first[j] = m;
+            for (int q = 0; q <= j % 3; q++) src[m++] = (int64_t)((j * 3 + q) % 40) * C;
+        }
+        first[8] = m;
+        unsigned char plan[4096];
+        size_t o_row = 0, o_all = 32, o_first = 48, o_src = 128;
+        memcpy(plan + o_row, row, sizeof row);
+        memcpy(plan + o_all, all, sizeof all);
+        memcpy(plan + o_first, first, sizeof first);
+        memcpy(plan + o_src, src, (size_t)m * 8);
+        to_dev(dplan, plan, sizeof plan);
+        for (int add = 0; add < 2; add++) {
+            memcpy(hy, hx, cells * es);
+            to_dev(dx, hx, cells * es);
+            ds_rows_sum sc = {{hy, gt, lo, hi, off, C}, add != 0, hc, 8,
+                              (const int32_t *)(plan + o_row), plan + o_all,
+                              (const int64_t *)(plan + o_first), (const int64_t *)(plan + o_src)};
+            ds_rows_sum sg = sc;
+            sg.dst.base = dx;
+            sg.recs = drec;
+            sg.row = (const int32_t *)((char *)dplan + o_row);
+            sg.all = (const uint8_t *)dplan + o_all;
+            sg.first = (const int64_t *)((char *)dplan + o_first);
+            sg.src = (const int64_t *)((char *)dplan + o_src);
+            REQUIRE_OK(g_cpu->ops->rows_sum(g_cpu, &sc));
+            REQUIRE_OK(g_gpu->ops->rows_sum(g_gpu, &sg));
+            to_host(back, dx, cells * es);
+            CHECK(count_differ_nan_ok(hy, back, cells, gt) == 0, "rows_sum %s (add %d) differs",
+                  ds_dtype_name(gt), add);
+            CHECK(memcmp(hy, hx, cells * es) != 0, "rows_sum %s (add %d) changed nothing",
+                  ds_dtype_name(gt), add);
+        }
+        free(hc);
+    }
+    dev_free(dx, cells * 4), dev_free(dflags, (size_t)R), dev_free(didx, 64 * 4 + 8);
+    dev_free(drec, tb), dev_free(dplan, 4096);
+    free(f), free(hx), free(hy), free(back);
+}
+
 static void test_optim(void) {
     const size_t n = 50003;
     const size_t b4 = n * 4;
@@ -666,6 +757,7 @@ int main(void) {
     test_optim();
     test_onebit_code();
     test_onebit_pass();
+    test_rows();
     test_gemm(DS_F32);
     test_gemm(DS_BF16);
     REQUIRE_OK(ds_backend_set_gemm_inputs(g_gpu, DS_F32));

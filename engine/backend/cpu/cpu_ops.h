@@ -37,6 +37,9 @@
 #define ds_cpu_onebit_encode DS_ISA_NAME(ds_cpu_onebit_encode)
 #define ds_cpu_onebit_decode DS_ISA_NAME(ds_cpu_onebit_decode)
 #define ds_cpu_onebit_pass DS_ISA_NAME(ds_cpu_onebit_pass)
+#define ds_cpu_rows_nonzero DS_ISA_NAME(ds_cpu_rows_nonzero)
+#define ds_cpu_rows_gather DS_ISA_NAME(ds_cpu_rows_gather)
+#define ds_cpu_rows_sum DS_ISA_NAME(ds_cpu_rows_sum)
 #define ds_cpu_quantize_i4 DS_ISA_NAME(ds_cpu_quantize_i4)
 #define ds_cpu_dequantize_i4 DS_ISA_NAME(ds_cpu_dequantize_i4)
 #define ds_cpu_gemm_small DS_ISA_NAME(ds_cpu_gemm_small)
@@ -150,6 +153,13 @@ ds_status ds_cpu_onebit_encode(ds_backend *be, const float *x, float *err, size_
 ds_status ds_cpu_onebit_decode(ds_backend *be, const void *wire, size_t n, float alpha,
                                bool accumulate, float *out);
 ds_status ds_cpu_onebit_pass(ds_backend *be, const struct ds_onebit_pass *p);
+
+/* cpu_rows.c: row-sparse gradients' scan, gather and sums. */
+ds_status ds_cpu_rows_nonzero(ds_backend *be, const struct ds_rows_view *v, int64_t r0,
+                              int64_t r1, uint8_t *flags);
+ds_status ds_cpu_rows_gather(ds_backend *be, const struct ds_rows_view *v, const void *idx,
+                             int64_t n, void *dst);
+ds_status ds_cpu_rows_sum(ds_backend *be, const struct ds_rows_sum *s);
 
 /* cpu_gemm_small.c: the variant's gemm slot (backend.h's contract): small
  * products with alpha 1, beta 0 in the variant's own kernel, the rest

@@ -38,6 +38,9 @@ static const ds_backend_ops k_ops = {
     .onebit_encode = ds_cpu_onebit_encode,
     .onebit_decode = ds_cpu_onebit_decode,
     .onebit_pass = ds_cpu_onebit_pass,
+    .rows_nonzero = ds_cpu_rows_nonzero,
+    .rows_gather = ds_cpu_rows_gather,
+    .rows_sum = ds_cpu_rows_sum,
     .destroy = ds_cpu_destroy,
 };
 

@@ -252,6 +252,9 @@ static const ds_backend_ops k_cuda_ops = {
     /* .onebit_encode = */ ds_cuda_onebit_encode,
     /* .onebit_decode = */ ds_cuda_onebit_decode,
     /* .onebit_pass = */ ds_cuda_onebit_pass,
+    /* .rows_nonzero = */ ds_cuda_rows_nonzero,
+    /* .rows_gather = */ ds_cuda_rows_gather,
+    /* .rows_sum = */ ds_cuda_rows_sum,
     /* .destroy = */ cuda_destroy,
 };
 

@@ -173,6 +173,12 @@ ds_status ds_cuda_onebit_encode(ds_backend *be, const float *x, float *err, size
 ds_status ds_cuda_onebit_decode(ds_backend *be, const void *wire, size_t n, float alpha,
                                 bool accumulate, float *out);
 ds_status ds_cuda_onebit_pass(ds_backend *be, const struct ds_onebit_pass *p);
+/* Row-sparse gradients' scan, gather and sums (cuda_rows.cu). */
+ds_status ds_cuda_rows_nonzero(ds_backend *be, const struct ds_rows_view *v, int64_t r0,
+                               int64_t r1, uint8_t *flags);
+ds_status ds_cuda_rows_gather(ds_backend *be, const struct ds_rows_view *v, const void *idx,
+                              int64_t n, void *dst);
+ds_status ds_cuda_rows_sum(ds_backend *be, const struct ds_rows_sum *s);
 /* The gemm slot for be->gemm_inputs DS_BF16, arguments checked and m, n, k,
  * batch > 0 (cuda_gemm_bf16.cu). Its copies go to the backend's GEMM
  * workspace (backend.h), which backend.c owns and frees. */
