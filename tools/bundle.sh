@@ -10,7 +10,7 @@
 # What goes in:
 #   bin/     the programs (engine-run, train_cls, train_lm, zero_to_fp32, ...)
 #   bench/   bench_train and bench_kernels, where the build has them
-#   tests/   the cuda tests, where the build has them (DS_CUDA=ON)
+#   tests/   the cuda tests and test_sparse_grads, where the build has them (DS_CUDA=ON)
 #   lib/     libzero-engine, the CUDA module, and the shared libraries any of
 #            these or Open MPI's components load (OpenBLAS, jansson, zstd,
 #            liburing, Open MPI, PMIx, hwloc, libevent, libfabric, UCX, ...)
@@ -55,9 +55,12 @@ cp -P "$build"/libzero-engine*.so* "$dir/lib/"
 for b in bench_train bench_kernels; do
   [ -x "$build/bench/$b" ] && { mkdir -p "$dir/bench"; cp "$build/bench/$b" "$dir/bench/"; }
 done
-for t in test_backend_cuda test_nn_cuda test_comm_nccl test_comm_staged_cuda; do
-  [ -x "$build/tests/$t" ] && { mkdir -p "$dir/tests"; cp "$build/tests/$t" "$dir/tests/"; }
-done
+# the cuda tests, and test_sparse_grads, which gpu_check.sh runs on cuda too
+if [ -x "$build/tests/test_backend_cuda" ]; then
+  for t in test_backend_cuda test_nn_cuda test_comm_nccl test_comm_staged_cuda test_sparse_grads; do
+    [ -x "$build/tests/$t" ] && { mkdir -p "$dir/tests"; cp "$build/tests/$t" "$dir/tests/"; }
+  done
+fi
 
 # Open MPI's runtime where Debian keeps it: libdir .../openmpi/lib with the
 # components in openmpi3/, the help files in /usr/share/openmpi. OPAL_PREFIX

@@ -12,7 +12,8 @@
 # Phases (default all but sanitize and ncu, which are slow):
 #   ctest     the cuda tests: every kernel slot against the cpu backend, the
 #             NCCL communicator at one rank per visible GPU, the staged MPI
-#             one at two ranks on GPU 0
+#             one at two ranks on GPU 0; test_sparse_grads on cuda at two
+#             ranks (sparse_gradients against dense, stages 0-3)
 #   train     train_cls (BERT 4 x 256, seq 64, 80 steps, seed 42) on cuda and
 #             on cpu at ZeRO stages 0-3, bf16, fp16, optimizer / parameter
 #             offload to cpu and NVMe, two ranks sharing the GPU at stages
@@ -76,6 +77,23 @@ elif has ctest; then # a bundle (tools/bundle.sh): the cuda tests' programs, as 
   run_test test_nn_cuda "$B/tests/test_nn_cuda"
   run_test test_comm_nccl mpirun -n 1 "$B/tests/test_comm_nccl"
   run_test test_comm_staged_cuda mpirun -n 2 "$B/tests/test_comm_staged_cuda"
+fi
+if has ctest && [ -x "$B/tests/test_sparse_grads" ]; then
+  # sparse_gradients on cuda: two ranks sharing the GPU (the staged MPI
+  # path), the bundled BERT (the user's model of the test is host code);
+  # each run trains dense then sparse and wants the same bits
+  log "sparse_gradients on cuda, 2 ranks: the same bits as dense"
+  i=0
+  for a in "--stage 0" "--stage 0 --precision fp16" "--stage 1 --precision bf16 --gas 2" \
+           "--stage 2 --precision bf16" "--stage 3"; do
+    i=$((i + 1))
+    # shellcheck disable=SC2086 # the words of $a are the arguments
+    mpirun -n 2 "$B/tests/test_sparse_grads" --model bert --vocab 2000 $a \
+      --engine '"backend": "cuda", "comm": "mpi"' > "$W/sparse_$i.log" 2>&1
+    rc=$?
+    echo "  test_sparse_grads --model bert $a: exit $rc"
+    [ $rc -eq 0 ] || { status=1; grep -m5 -E "FAIL|error" "$W/sparse_$i.log"; }
+  done
 fi
 
 # One config per run: configs/ds_config.json with the stage, the backend and
