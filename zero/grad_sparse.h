@@ -11,8 +11,11 @@
  *      reduce every micro-batch) for rows with any nonzero bit (exact: a
  *      row of +0.0 adds nothing to any sum),
  *   2. all-gathers the ranks' row counts (one int32 each),
- *   3. all-gathers the rows as records (int32 row index, then the row in the
- *      gradient type) with uneven blocks, rank order,
+ *   3. all-gathers the rows with uneven blocks, rank order, each rank's
+ *      block its int32 row indices, then its rows in the gradient type
+ *      (4 + row bytes per row, as records of index and row would be; the
+ *      indices together so that one copy brings them to the host, where
+ *      the sums are planned),
  *   4. sums every rank's records of a row, in rank order (the ranks' blocks
  *      are ascending: a merge, one row at a time), into the gradient: at
  *      stage 0 every row of the replica; at stage 1 (reduce-scatter) only
