@@ -156,12 +156,14 @@ DS_HD void ds_onebit_elem(const ds_onebit_pass *p, ds_onebit_phase phase, size_t
 
 /* ---- the slots' argument checks (host), the same on both backends ---- */
 
-static inline ds_status ds_check_onebit_code(const char *who, const void *x, size_t n,
-                                             int nblocks, const void *wire) {
+/* The code's n elements (x: the encode's input, the decode's output) in
+ * nblocks records of whole bytes of signs. */
+static inline ds_status ds_check_onebit_code(const char *who, const char *xname, const void *x,
+                                             size_t n, int nblocks, const void *wire) {
     if (nblocks < 1 || n % (size_t)nblocks || (n / (size_t)nblocks) % 8)
         return DS_ERR(DS_ERR_INVALID_ARG, "%s: %zu elements in %d record(s): each record must "
                       "hold a positive multiple of 8", who, n, nblocks);
-    DS_TRY(ds_check_ptr(who, "x", x, n));
+    DS_TRY(ds_check_ptr(who, xname, x, n));
     DS_TRY(ds_check_ptr(who, "wire", wire, n));
     return DS_OK;
 }
