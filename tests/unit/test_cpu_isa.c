@@ -7,7 +7,8 @@
  * add, mean pool, row copies, bias + each activation forward and backward,
  * dropout, layer norm, masked / causal attention softmax with dropout,
  * bias + GELU large enough to be written with streaming stores,
- * cross-entropy) and the small GEMMs of the variants' own kernel
+ * cross-entropy), 1-bit Adam's code and passes, the row-sparse gradients'
+ * slots, and the small GEMMs of the variants' own kernel
  * (cpu_gemm_small.c, every transpose combination), also with bf16 inputs
  * (each variant's vectorised rounding, cpu_gemm_bf16.c), at 2 threads, on
  * shapes whose widths leave vector tails (37 x 771, heads of 1..133 keys;
@@ -25,6 +26,8 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/cpu_isa.h"
 #include "engine/backend/nn.h"
+#include "engine/backend/onebit_math.h"
+#include "engine/backend/rows_math.h"
 #include "tests/unit/test_rand.h"
 #include "tests/unit/test_util.h"
 
@@ -123,6 +126,69 @@ static void run_elementwise(ds_backend *be, outputs *o) {
     keep(o, "optim bf16 copy", bf, n * 2);
     keep(o, "optim f16 copy", h, n * 2);
     free(a), free(b), free(f), free(h), free(bf), free(p), free(m), free(v);
+}
+
+/* 1-bit Adam's code and passes, and the row-sparse gradients' slots. */
+static void run_onebit_rows(ds_backend *be, outputs *o) {
+    const ds_backend_ops *op = be->ops;
+    size_t n = 100000; /* > DS_CPU_PAR_MIN, records of 25,000 elements */
+    float *x = test_frand_buf(n, -2.0f, 2.0f), *err = test_frand_buf(n, -0.1f, 0.1f);
+    size_t stride = ds_onebit_record_bytes(n / 4) + 3, wb = 4 * stride;
+    unsigned char *wire = calloc(wb, 1);
+    float *out = test_frand_buf(n / 4, -1.0f, 1.0f);
+    if (!wire) TEST_DIE("out of memory");
+    CHECK_OK(op->onebit_encode(be, x, err, n, 4, wire, stride));
+    keep(o, "onebit_encode records", wire, wb);
+    keep(o, "onebit_encode error", err, n * 4);
+    CHECK_OK(op->onebit_decode(be, wire + stride, n / 4, 0.5f, true, out));
+    keep(o, "onebit_decode", out, n / 4 * 4);
+    float *arr[6];
+    for (int k = 0; k < 6; k++) arr[k] = test_frand_buf(n, -1.0f, 1.0f);
+    float *v = arr[5];
+    for (size_t i = 0; i < n; i++) v[i] = i % 89 ? fabsf(v[i]) : 0.0f;
+    uint16_t *g = malloc(n * 2);
+    if (!g) TEST_DIE("out of memory");
+    CHECK_OK(op->cast(be, g, DS_BF16, x, DS_F32, n));
+    for (int ph = DS_ONEBIT_GRAD; ph <= DS_ONEBIT_ZO_SYNC; ph++) {
+        ds_onebit_pass p = {.phase = (ds_onebit_phase)ph, .n = n, .w = arr[0], .m = arr[1],
+                            .x = arr[2], .u = arr[3], .at_sync = arr[4], .v = v, .amask = NULL,
+                            .g = g, .gt = DS_BF16, .gm = 0.5f, .lr = 1e-3f, .wd = 0.01f,
+                            .lrs = 4e-3f, .sync = 1,
+                            .c = ds_adam_coef_make(1e-3f, 0.9f, 0.95f, 1e-8f, 0.01f, 7, true,
+                                                   false, 0.5f)};
+        CHECK_OK(op->onebit_pass(be, &p));
+    }
+    static const char *names[5] = {"onebit_pass w", "onebit_pass m", "onebit_pass x",
+                                   "onebit_pass u", "onebit_pass at_sync"};
+    for (int k = 0; k < 5; k++) keep(o, names[k], arr[k], n * 4);
+    /* rows: a 3,000 x 33 table seen through a partition cutting rows 7 and 2,990 */
+    const int64_t rows = 3000, cols = 33, lo = 7 * cols + 5, hi = 2990 * cols + 9;
+    float *t = test_frand_buf((size_t)(hi - lo), -1.0f, 1.0f);
+    for (int64_t e = lo; e < hi; e++)
+        if ((e / cols) % 4) t[e - lo] = 0.0f;
+    ds_rows_view view = {t, DS_F32, lo, hi, 0, cols};
+    uint8_t *flags = malloc((size_t)rows);
+    int32_t idx[500];
+    float *gathered = malloc(500 * (size_t)cols * 4);
+    if (!flags || !gathered) TEST_DIE("out of memory");
+    CHECK_OK(op->rows_nonzero(be, &view, 0, rows, flags));
+    keep(o, "rows_nonzero", flags, (size_t)rows);
+    for (int k = 0; k < 500; k++) idx[k] = 7 + 5 * k; /* rows 7 .. 2,502 */
+    CHECK_OK(op->rows_gather(be, &view, idx, 500, gathered));
+    keep(o, "rows_gather", gathered, 500 * (size_t)cols * 4);
+    int32_t row[250];
+    uint8_t all[250];
+    int64_t first[251], src[500];
+    for (int j = 0; j < 250; j++) {
+        row[j] = idx[2 * j], all[j] = (uint8_t)(j % 2), first[j] = 2 * j;
+        src[2 * j] = 2 * j * cols, src[2 * j + 1] = (2 * j + 1) * cols;
+    }
+    first[250] = 500;
+    ds_rows_sum sum = {view, true, gathered, 250, row, all, first, src};
+    CHECK_OK(op->rows_sum(be, &sum));
+    keep(o, "rows_sum", t, (size_t)(hi - lo) * 4);
+    for (int k = 0; k < 6; k++) free(arr[k]);
+    free(x), free(err), free(wire), free(out), free(g), free(t), free(flags), free(gathered);
 }
 
 /* Every model kernel. */
@@ -297,6 +363,7 @@ static void run_variant(const char *isa, outputs *o) {
     CHECK(strcmp(be->ops->name, want) == 0, "DS_CPU_ISA=%s gave backend %s", isa, be->ops->name);
     test_rand_seed(0x9E3779B97F4A7C15ull); /* the same inputs for every variant */
     run_elementwise(be, o);
+    run_onebit_rows(be, o);
     run_nn(be, o);
     run_gemm(be, o);
     ds_backend_destroy(be);
