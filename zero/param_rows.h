@@ -29,9 +29,11 @@
  * Everything else that reads the parameters (an evaluation, a checkpoint,
  * ds_get_param) asks for the whole table first.
  *
- * Only on the cpu backend (as sparse_gradients: the packing copies rows on
- * the host), with more than one rank, for a table no other module ties to
- * (a tied output projection reads every row). */
+ * Only on the cpu backend (the packing copies row pieces on the host; the
+ * backend's rows slots, which carry sparse_gradients on cuda, could pack
+ * them there, and unpacking would need a scatter slot), with more than one
+ * rank, for a table no other module ties to (a tied output projection reads
+ * every row). */
 #ifndef DS_ZERO_PARAM_ROWS_H
 #define DS_ZERO_PARAM_ROWS_H
 
