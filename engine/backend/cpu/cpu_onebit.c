@@ -30,12 +30,20 @@ ds_status ds_cpu_onebit_encode(ds_backend *be, const float *x, float *err, size_
     size_t bytes = n / (size_t)nblocks / 8; /* of signs per record */
     unsigned char *w = wire;
     for (int b = 0; b < nblocks; b++) ds_onebit_put_scale(w + (size_t)b * stride, scale);
-#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
-    for (size_t k = 0; k < n / 8; k++)
-        w[k / bytes * stride + sizeof(float) + k % bytes] = ds_onebit_pack8(c + 8 * k);
+    /* each byte of signs, and with feedback what the code lost of its 8
+     * elements, in one pass over c */
     if (err) {
 #pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
-        for (size_t i = 0; i < n; i++) err[i] -= ds_onebit_value(ds_onebit_bit(err[i]), scale);
+        for (size_t k = 0; k < n / 8; k++) {
+            float *e = err + 8 * k;
+            w[k / bytes * stride + sizeof(float) + k % bytes] = ds_onebit_pack8(e);
+#pragma omp simd
+            for (int j = 0; j < 8; j++) e[j] -= ds_onebit_value(ds_onebit_bit(e[j]), scale);
+        }
+    } else {
+#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
+        for (size_t k = 0; k < n / 8; k++)
+            w[k / bytes * stride + sizeof(float) + k % bytes] = ds_onebit_pack8(c + 8 * k);
     }
     return DS_OK;
 }
@@ -47,13 +55,24 @@ ds_status ds_cpu_onebit_decode(ds_backend *be, const void *wire, size_t n, float
     /* DeepSpeed multiplies the signs by (scale * alpha), one rounding */
     float s = ds_onebit_get_scale(w) * alpha;
     const unsigned char *bits = w + sizeof(float);
+    /* a byte's 8 values as one vector: its bits tested against constant
+     * masks (ds_onebit_value's choice), the two cases in loops of their own */
+    static const unsigned bit_of[8] = {0x80, 0x40, 0x20, 0x10, 0x08, 0x04, 0x02, 0x01};
+    if (accumulate) {
 #pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
-    for (size_t k = 0; k < n / 8; k++) {
-        unsigned byte = bits[k];
-        float *o = out + k * 8;
-        for (int j = 0; j < 8; j++) {
-            float v = ds_onebit_value((byte >> (7 - j)) & 1, s);
-            o[j] = accumulate ? o[j] + v : v;
+        for (size_t k = 0; k < n / 8; k++) {
+            unsigned byte = bits[k];
+            float *o = out + k * 8;
+#pragma omp simd
+            for (int j = 0; j < 8; j++) o[j] += ds_onebit_value((byte & bit_of[j]) != 0, s);
+        }
+    } else {
+#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
+        for (size_t k = 0; k < n / 8; k++) {
+            unsigned byte = bits[k];
+            float *o = out + k * 8;
+#pragma omp simd
+            for (int j = 0; j < 8; j++) o[j] = ds_onebit_value((byte & bit_of[j]) != 0, s);
         }
     }
     return DS_OK;
