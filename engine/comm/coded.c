@@ -143,12 +143,19 @@ ds_status ds_comm_all_reduce_coded(ds_comm *c, float *buf, size_t n, const ds_co
     ds_backend *be = s->be;
 
     /* 1. worker: each segment padded and encoded into one record per chunk,
-     * rank k's record into region k */
+     * rank k's record into region k. A segment that needs no padding (most
+     * tensors: a multiple of world x lcm(world, 8) elements) is encoded
+     * where it lies, the others from a padded copy. */
     for (int k = 0; k < s->nseg; k++) {
         const seg *g = &s->segs[k];
         float *p = s->padded + g->poff;
-        DS_TRY(be->ops->memcpy(be, p, buf + g->off, g->n * sizeof(float), DS_COPY_D2D, NULL));
-        DS_TRY(be->ops->memset(be, p + g->n, 0, (g->padded - g->n) * sizeof(float), NULL));
+        if (g->padded == g->n) {
+            p = buf + g->off;
+        } else {
+            DS_TRY(be->ops->memcpy(be, p, buf + g->off, g->n * sizeof(float), DS_COPY_D2D,
+                                   NULL));
+            DS_TRY(be->ops->memset(be, p + g->n, 0, (g->padded - g->n) * sizeof(float), NULL));
+        }
         DS_TRY(codec->encode(be, p, worker_err + g->poff, g->padded, w, s->send + g->woff,
                              region));
     }
@@ -167,14 +174,18 @@ ds_status ds_comm_all_reduce_coded(ds_comm *c, float *buf, size_t n, const ds_co
     }
     DS_TRY(ds_comm_all_gather(c, mine, s->gather, region, DS_U8));
 
-    /* 3. every rank decodes every server's chunks */
+    /* 3. every rank decodes every server's chunks: into buf where the
+     * segment has no padding, else into the padded copy and back */
     for (int k = 0; k < s->nseg; k++) {
         const seg *g = &s->segs[k];
+        bool whole = g->padded == g->n;
+        float *p = whole ? buf + g->off : s->padded + g->poff;
         for (int q = 0; q < w; q++)
             DS_TRY(codec->decode(be, s->gather + (size_t)q * region + g->woff, g->chunk, 1.0f,
-                                 false, s->padded + g->poff + (size_t)q * g->chunk));
-        DS_TRY(be->ops->memcpy(be, buf + g->off, s->padded + g->poff, g->n * sizeof(float),
-                               DS_COPY_D2D, NULL));
+                                 false, p + (size_t)q * g->chunk));
+        if (!whole)
+            DS_TRY(be->ops->memcpy(be, buf + g->off, p, g->n * sizeof(float), DS_COPY_D2D,
+                                   NULL));
     }
     return DS_OK;
 }
