@@ -59,11 +59,8 @@ static void gr_tap(void *ctx, const ds_gemm_call *call) {
         if (c) r->calls = c, r->cap = cap;
         else r->oom = true;
     }
-    if (r->n < r->cap) {
-        r->calls[r->n] = *call;
-        if (call->batch < 1) r->calls[r->n].batch = 1;
-        r->n++;
-    }
+    /* a call that computes nothing (batch, m or n 0) has nothing to replay */
+    if (r->n < r->cap && call->batch > 0 && call->m > 0 && call->n > 0) r->calls[r->n++] = *call;
 }
 
 /* From here to gr_record_end, every GEMM of be is recorded. */

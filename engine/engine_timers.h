@@ -54,6 +54,7 @@ typedef struct ds_prof_state {
     ds_prof_module *mods;           /* [n], allocated at init when enabled */
     int64_t step;
     double t_iter0, iter_s, fwd_s, bwd_s, step_s;
+    double gemm_flops;              /* the GEMMs' FLOPs so far, while active (the tap's) */
 } ds_prof_state;
 
 /* Around one module's forward or backward: the clock and the GEMM counter
@@ -62,16 +63,14 @@ typedef struct ds_prof_mark {
     double t0, flops0;
 } ds_prof_mark;
 
-double ds_prof_gemm_flops(void); /* the process's GEMM counter */
-
 static inline ds_prof_mark ds_prof_begin(const ds_prof_state *p) {
     ds_prof_mark m = {0, 0};
-    if (p->active) m = (ds_prof_mark){ds_wc_now(), ds_prof_gemm_flops()};
+    if (p->active) m = (ds_prof_mark){ds_wc_now(), p->gemm_flops};
     return m;
 }
 static inline void ds_prof_end(ds_prof_state *p, int module, bool backward, ds_prof_mark m) {
     if (!p->active) return;
-    double dt = ds_wc_now() - m.t0, fl = ds_prof_gemm_flops() - m.flops0;
+    double dt = ds_wc_now() - m.t0, fl = p->gemm_flops - m.flops0;
     ds_prof_module *x = &p->mods[module];
     if (backward) {
         x->bwd_s += dt;

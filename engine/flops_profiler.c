@@ -11,17 +11,12 @@
 
 /* ---- counting ---------------------------------------------------------------
  * While a step is profiled, the engine's backend runs with its gemm slot
- * tapped (ds_backend_tap_gemm): each call adds 2*m*n*k*batch to this
- * counter. Modules call ctx->be->ops->gemm, so every module's GEMMs, a
- * user's included, pass here. One profiled engine at a time
- * (flops_profiler.h); the GEMMs run on the training thread only. */
-static double g_flops;
-
-double ds_prof_gemm_flops(void) { return g_flops; }
-
+ * tapped (ds_backend_tap_gemm): each call adds 2*m*n*k*batch to the
+ * engine's counter (e->prof.gemm_flops). Modules call ctx->be->ops->gemm,
+ * so every module's GEMMs, a user's included, pass here; the GEMMs run on
+ * the training thread only. */
 static void count_flops(void *ctx, const ds_gemm_call *c) {
-    *(double *)ctx += 2.0 * (double)c->m * (double)c->n * (double)c->k *
-                      (double)(c->batch > 0 ? c->batch : 1);
+    *(double *)ctx += 2.0 * (double)c->m * (double)c->n * (double)c->k * (double)c->batch;
 }
 
 void ds_engine_prof_init(engine_t *e) {
@@ -48,7 +43,7 @@ void ds_engine_prof_forward(engine_t *e) {
     ds_prof_state *p = &e->prof;
     if (!p->enabled || p->active || p->done) return;
     if (e->global_step + 1 != e->cfg.flops_profiler.profile_step) return;
-    if (ds_backend_tap_gemm(e->be, count_flops, &g_flops) != DS_OK) { /* say so once */
+    if (ds_backend_tap_gemm(e->be, count_flops, &e->prof.gemm_flops) != DS_OK) { /* say so once */
         if (e->comm->rank == 0)
             fprintf(stderr, "[zero-engine] flops_profiler: %s; off\n", ds_last_error());
         ds_clear_error();

@@ -30,8 +30,9 @@
  * not counted, which DeepSpeed's profiler counts from PyTorch's functionals:
  * for transformer models that is under 2% of the total.
  *
- * Thread use: one engine profiles at a time in a process (the counter is the
- * process's). The numbers are this rank's. */
+ * Thread use: the counter is the engine's (its backend's gemm slot is
+ * tapped while it profiles, and a backend takes one tap at a time). The
+ * numbers are this rank's. */
 #ifndef DS_ENGINE_FLOPS_PROFILER_H
 #define DS_ENGINE_FLOPS_PROFILER_H
 

@@ -219,7 +219,8 @@ typedef struct ds_backend_ops {
 } ds_backend_ops;
 
 /* One call of the gemm slot as a tap sees it (ds_backend_tap_gemm): the
- * slot's arguments without the pointers. */
+ * slot's arguments without the pointers, as given (batch 0: nothing is
+ * computed). */
 typedef struct ds_gemm_call {
     bool transa, transb;
     int m, n, k, lda, ldb, ldc, batch;
