@@ -42,8 +42,9 @@
  *    bytes appear, all-reduced bytes shrink);
  *  - --model tied: a table that the head ties to (as GPT-2's wte) is always
  *    exchanged dense: no bytes gathered, nothing changes;
- *  - the host buffers sparse_gradients adds (row lists, records) are what
- *    the memory estimate adds for it (zero/estimate.h), to the byte;
+ *  - the buffers sparse_gradients adds, on the host (row lists, the plan)
+ *    and in the backend's memory (records, flags, the plan), are what the
+ *    memory estimate adds for it (zero/estimate.h), to the byte;
  *  - with qgZ in both runs (--zero): neither sends a full-precision
  *    reduce-scatter (the pieces around the table stay int8);
  *  - --negzero (stage 0, where the sum replaces the row): the module
@@ -144,6 +145,7 @@ typedef struct run {
     uint64_t scattered;         /* of which reduce-scatter: none where qgZ quantizes all */
     uint64_t allreduced;        /* of which all-reduce (MiCS: across the replica groups) */
     uint64_t host_real, host_est; /* host buffers: the accountant's, the estimate's */
+    uint64_t dev_real, dev_est;   /* the backend's buffers, the same two */
     int fails;
 } run;
 
@@ -274,6 +276,8 @@ static int train(const opts *o, const ds_dataset *data, bool sparse, run *r) {
     }
     r->host_real = real.bytes[DS_MEM_BUFFERS][DS_PLACE_HOST];
     r->host_est = est.bytes[DS_MEM_BUFFERS][DS_PLACE_HOST];
+    r->dev_real = real.bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE];
+    r->dev_est = est.bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE];
     ds_comm_stats c0, c1;
     ds_comm_report(e, &c0);
     for (int i = 0; i < STEPS && rc == 0; i++) {
@@ -436,15 +440,19 @@ int main(int argc, char **argv) {
         printf("FAIL: the loss did not fall (%.6f -> %.6f)\n", on.loss[0], on.loss[STEPS - 1]);
         fails++;
     }
-    /* the buffers sparse_gradients adds, in the accountant and the estimate */
-    uint64_t add_real = on.host_real - off.host_real, add_est = on.host_est - off.host_est;
+    /* the buffers sparse_gradients adds, host and the backend's (records,
+     * flags, plan), in the accountant and the estimate */
     bool has_table = strcmp(o.model, "tied") != 0 && world > 1; /* MiCS: group or replicas */
-    if (add_real != add_est || (has_table != (add_real > 0))) {
-        printf("FAIL: sparse_gradients added %llu host bytes, the estimate %llu (expected %s)\n",
-               (unsigned long long)add_real, (unsigned long long)add_est,
-               has_table ? "the same, > 0" : "none");
-        fails++;
-    }
+    const char *where[2] = {"host", "backend"};
+    uint64_t add_real[2] = {on.host_real - off.host_real, on.dev_real - off.dev_real};
+    uint64_t add_est[2] = {on.host_est - off.host_est, on.dev_est - off.dev_est};
+    for (int k = 0; k < 2; k++)
+        if (add_real[k] != add_est[k] || (has_table != (add_real[k] > 0))) {
+            printf("FAIL: sparse_gradients added %llu %s bytes, the estimate %llu (expected "
+                   "%s)\n", (unsigned long long)add_real[k], where[k],
+                   (unsigned long long)add_est[k], has_table ? "the same, > 0" : "none");
+            fails++;
+        }
     if (!strcmp(o.model, "tied") && on.gathered != off.gathered) {
         printf("FAIL: the tied table was gathered as rows (%llu bytes vs %llu dense)\n",
                (unsigned long long)on.gathered, (unsigned long long)off.gathered);
