@@ -23,6 +23,8 @@ ds_add_test(NAME test_backend_optim SOURCES unit/test_backend_optim.c LABELS uni
 ds_add_test(NAME test_backend_thread_serial SOURCES unit/test_backend_thread_serial.c LABELS unit)
 # Blockwise int8 of ZeRO++ qwZ: the round-trip bound per block, NaN / inf, threads.
 ds_add_test(NAME test_quant SOURCES unit/test_quant.c LABELS unit)
+# the row-sparse gradients' slots by hand (unit/test_rows.c)
+ds_add_test(NAME test_rows SOURCES unit/test_rows.c LABELS unit)
 
 # The CUDA module is opened at run time: without it, cuda is refused with a
 # clear message and "auto" runs on cpu.
