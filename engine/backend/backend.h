@@ -210,6 +210,13 @@ typedef struct ds_backend_ops {
      * (the backend's memory, as dst). */
     ds_status (*rows_gather)(ds_backend *be, const struct ds_rows_view *v, const void *idx,
                              int64_t n, void *dst);
+    /* rows_scatter: the inverse, row k of src into row idx[k]'s slice of v
+     * (the view's elements outside the slices are left as they are); idx
+     * and src as in rows_gather. A row named twice: either copy may land. (The
+     * stage-1/2 word table by rows, zero/param_rows.h, unpacks the rows
+     * other ranks hold with it.) */
+    ds_status (*rows_scatter)(ds_backend *be, const struct ds_rows_view *v, const void *idx,
+                              int64_t n, const void *src);
     /* rows_sum: each output of the plan into its slice of s->dst (its
      * arrays and recs: the backend's memory). */
     ds_status (*rows_sum)(ds_backend *be, const struct ds_rows_sum *s);

@@ -30,8 +30,9 @@ extern "C" {
  * (gemm_ws...), which the module's gemm slot takes from backend.c; 5: the
  * nn table gained dropout_ln_fwd; 6: ds_backend_desc.share_devices, ds_comm.stage and
  * DS_COPY_DEFAULT; 7: the onebit slots (1-bit / 0/1 Adam on the device); 8: the rows
- * slots (row-sparse gradients on the device) */
-#define DS_CUDA_PLUGIN_VERSION 8
+ * slots (row-sparse gradients on the device); 9: rows_scatter (the stage-1/2
+ * word table by rows on the device) */
+#define DS_CUDA_PLUGIN_VERSION 9
 #define DS_CUDA_PLUGIN_FILE "libzero-engine-cuda.so.0"
 #define DS_CUDA_PLUGIN_ENTRY "ds_cuda_plugin_v1"
 

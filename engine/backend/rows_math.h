@@ -1,7 +1,9 @@
 /* Row-sparse gradients (zero/grad_sparse.h), element by element: the row
  * scan, the gather of rows into records and the rank-ordered sums of the
- * gathered rows, written once for the cpu loops and the CUDA kernels of the
- * backend's rows slots (backend.h), so both backends produce the same bits.
+ * gathered rows; and the scatter of gathered rows back into a table (the
+ * stage-1/2 word table by rows, zero/param_rows.h). Written once for the cpu
+ * loops and the CUDA kernels of the backend's rows slots (backend.h), so
+ * both backends produce the same bits.
  *
  * A table is rows x cols elements of the flat space from `offset` on: row r
  * is flat elements [offset + r cols, offset + (r + 1) cols). A view holds
@@ -58,6 +60,19 @@ DS_HD float ds_rows_gather_elem(const ds_rows_view *v, int64_t r, int64_t c) {
     return e >= v->lo && e < v->hi ? ds_load_f32(v->base, v->t, (size_t)(e - v->lo)) : 0.0f;
 }
 
+/* rows_scatter, the inverse of the gather: element c of row k of src (a
+ * gathered copy of table row r, in v's type) into the view where it falls
+ * inside row r's slice; outside it nothing is written (the view's other
+ * elements belong to another partition or to no row). Through fp32, which
+ * holds every fp16 and bf16 value exactly. */
+DS_HD void ds_rows_scatter_elem(const ds_rows_view *v, int64_t r, int64_t c, const void *src,
+                                int64_t k) {
+    int64_t e = v->offset + r * v->cols + c;
+    if (e >= v->lo && e < v->hi)
+        ds_store_f32(v->base, v->t, (size_t)(e - v->lo),
+                     ds_load_f32(src, v->t, (size_t)(k * v->cols + c)));
+}
+
 /* x rounded to the gradient type, as a ring hop stores its sum. */
 DS_HD float ds_rows_round(ds_dtype t, float x) {
     if (t == DS_F16) return ds_f16_to_f32(ds_f32_to_f16(x));
@@ -110,6 +125,18 @@ static inline ds_status ds_check_rows_view(const char *who, const ds_rows_view *
         return DS_ERR(DS_ERR_INVALID_ARG, "%s: a table of %lld columns over flat [%lld, %lld)",
                       who, (long long)v->cols, (long long)v->lo, (long long)v->hi);
     return ds_check_ptr(who, "the view's base", v->base, (size_t)(v->hi - v->lo));
+}
+
+/* The arguments of rows_gather and rows_scatter: a view, n rows named by
+ * idx and n gathered rows at `rows` (named `arg` in a message). */
+static inline ds_status ds_check_rows_list(const char *who, const ds_rows_view *v,
+                                           const void *idx, int64_t n, const char *arg,
+                                           const void *rows) {
+    DS_TRY(ds_check_rows_view(who, v));
+    if (n < 0) return DS_ERR(DS_ERR_INVALID_ARG, "%s: %lld rows", who, (long long)n);
+    size_t cells = (size_t)n * (size_t)v->cols;
+    DS_TRY(ds_check_ptr(who, "idx", idx, cells));
+    return ds_check_ptr(who, arg, rows, cells);
 }
 
 static inline ds_status ds_check_rows_sum(const char *who, const ds_rows_sum *s) {

@@ -5,8 +5,8 @@
  * header for why that holds): rng_uniform, rng_normal, cast, fill, scale,
  * axpy, adam, sgd, quantize_i8 / dequantize_i8, quantize_i4 / dequantize_i4,
  * onebit_encode / onebit_decode / onebit_pass, rows_nonzero / rows_gather /
- * rows_sum (NaN results of arithmetic excepted: their payloads are the
- * hardware's). Within a bound otherwise:
+ * rows_scatter / rows_sum (NaN results of arithmetic excepted: their
+ * payloads are the hardware's). Within a bound otherwise:
  *   - gemm: cuBLAS and OpenBLAS sum in different orders; both are within
  *     (k + 2) eps sum|a||b| of the exact product (test_backend_gemm.c), so
  *     they are within twice that of each other. The same with bf16 GEMM
@@ -480,8 +480,9 @@ static void test_onebit_pass(void) {
  * offset 1000 seen through a partition that cuts its first and last rows,
  * in each gradient type: the scan's flags (a row of -0.0 counts, a row set
  * only outside the partition does not), rows gathered by an index list at
- * an odd byte offset, and the rank-ordered sums of three blocks of records,
- * replacing and adding: the same bits as the cpu. */
+ * an odd byte offset, the rank-ordered sums of three blocks of records,
+ * replacing and adding, and the gathered rows scattered back: the same bits
+ * as the cpu. */
 static void test_rows(void) {
     const int64_t R = 301, C = 37, off = 1000, lo = off + 5 * C + 11, hi = off + 290 * C + 3;
     const size_t cells = (size_t)(hi - lo), tb = (size_t)(R * C) * 4;
@@ -559,6 +560,15 @@ static void test_rows(void) {
             CHECK(memcmp(hy, hx, cells * es) != 0, "rows_sum %s (add %d) changed nothing",
                   ds_dtype_name(gt), add);
         }
+        /* scatter: the 40 gathered rows back into a view of other values
+         * (the cut rows 5 and 290 only inside it) */
+        memset(hy, 0x3c, cells * es);
+        to_dev(dx, hy, cells * es);
+        vc.base = hy, vg.base = dx;
+        REQUIRE_OK(g_cpu->ops->rows_scatter(g_cpu, &vc, hidx + 2, 40, hc));
+        REQUIRE_OK(g_gpu->ops->rows_scatter(g_gpu, &vg, (char *)didx + 2, 40, drec));
+        to_host(back, dx, cells * es);
+        CHECK(memcmp(hy, back, cells * es) == 0, "rows_scatter %s differs", ds_dtype_name(gt));
         free(hc);
     }
     dev_free(dx, cells * 4), dev_free(dflags, (size_t)R), dev_free(didx, 64 * 4 + 8);

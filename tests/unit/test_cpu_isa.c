@@ -176,6 +176,13 @@ static void run_onebit_rows(ds_backend *be, outputs *o) {
     for (int k = 0; k < 500; k++) idx[k] = 7 + 5 * k; /* rows 7 .. 2,502 */
     CHECK_OK(op->rows_gather(be, &view, idx, 500, gathered));
     keep(o, "rows_gather", gathered, 500 * (size_t)cols * 4);
+    float *scattered = malloc((size_t)(hi - lo) * 4);
+    if (!scattered) TEST_DIE("out of memory");
+    for (int64_t e = lo; e < hi; e++) scattered[e - lo] = (float)(e % 7);
+    ds_rows_view into = {scattered, DS_F32, lo, hi, 0, cols};
+    CHECK_OK(op->rows_scatter(be, &into, idx, 500, gathered));
+    keep(o, "rows_scatter", scattered, (size_t)(hi - lo) * 4);
+    free(scattered);
     int32_t row[250];
     uint8_t all[250];
     int64_t first[251], src[500];

@@ -1,5 +1,6 @@
 /* The backend's rows slots (engine/backend/rows_math.h), the row-sparse
- * gradients' scan, gather and sums, on the cpu backend, against values
+ * gradients' scan, gather and sums and the scatter of gathered rows, on the
+ * cpu backend, against values
  * worked out by hand (test_sparse_grads checks them in training,
  * test_cpu_isa across the ISA variants, test_backend_cuda against cuda):
  *
@@ -9,6 +10,9 @@
  *   - rows_nonzero: a row is flagged for any set bit inside the view (-0.0
  *     too), never for what lies outside it;
  *   - rows_gather: a gathered row is the view's values, +0.0 outside it;
+ *   - rows_scatter: a gathered row lands in its slice of the view and
+ *     nowhere else (the element before and after the view untouched), in
+ *     fp32 and bit for bit in bf16;
  *   - rows_sum: contributions added in the order given from -0.0 (all) or
  *     +0.0, rounded to the gradient type after each addition, replacing or
  *     adding to the row's slice, nothing outside the view written;
@@ -41,6 +45,39 @@ static void test_scan_gather(ds_backend *be) {
     CHECK_OK(be->ops->rows_gather(be, &view, idx + 1, 2, got));
     CHECK(memcmp(got, want, sizeof got) == 0, "gathered %g %g %g | %g %g %g", got[0], got[1],
           got[2], got[3], got[4], got[5]);
+}
+
+static void test_scatter(ds_backend *be) {
+    /* a buffer of flat 11..20 whose view is flat [12, 20): the guards at
+     * 11 and 20 are outside it and must stay */
+    float buf[10];
+    for (int i = 0; i < 10; i++) buf[i] = 100.0f + (float)i;
+    ds_rows_view view = {buf + 1, DS_F32, 12, 20, 10, 3};
+    /* rows 0 (only flat 12 inside), 3 (only 19) and 2 (16-18), indices at an
+     * odd byte offset */
+    unsigned char idx[13];
+    int32_t rows[3] = {0, 3, 2};
+    memcpy(idx + 1, rows, sizeof rows);
+    const float src[9] = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, -0.0f};
+    CHECK_OK(be->ops->rows_scatter(be, &view, idx + 1, 3, src));
+    /* flat 11 | 12 = row 0's col 2 | 13-15 row 1 untouched | 16-18 row 2 |
+     * 19 = row 3's col 0 | 20 */
+    const float want[10] = {100.0f, 3.0f, 102.0f, 103.0f, 104.0f, 7.0f, 8.0f, -0.0f, 4.0f,
+                            109.0f};
+    CHECK(memcmp(buf, want, sizeof buf) == 0,
+          "scattered %g | %g | %g %g %g | %g %g %g (signbit %d) | %g | %g", buf[0], buf[1],
+          buf[2], buf[3], buf[4], buf[5], buf[6], buf[7], signbit(buf[7]) != 0, buf[8], buf[9]);
+    /* a gather then a scatter into another buffer: the same bits, in bf16
+     * (a NaN payload aside, every bf16 value is an fp32 value) */
+    uint16_t t16[6], g16[6], back[6];
+    for (int i = 0; i < 6; i++) t16[i] = (uint16_t)(0x3f81 + 0x111 * i); /* 1.0078, ... */
+    memset(back, 0, sizeof back);
+    ds_rows_view tv = {t16, DS_BF16, 0, 6, 0, 3}, bv = {back, DS_BF16, 0, 6, 0, 3};
+    int32_t both[2] = {1, 0};
+    CHECK_OK(be->ops->rows_gather(be, &tv, both, 2, g16));
+    CHECK_OK(be->ops->rows_scatter(be, &bv, both, 2, g16));
+    CHECK(memcmp(back, t16, sizeof t16) == 0, "bf16 gather + scatter: %04x .. %04x, want %04x "
+          ".. %04x", back[0], back[5], t16[0], t16[5]);
 }
 
 static void test_sums(ds_backend *be) {
@@ -94,11 +131,18 @@ static void test_bad_args(ds_backend *be) {
     CHECK(strstr(ds_last_error(), "row is NULL") != NULL, "message: %s", ds_last_error());
     ds_rows_view i8 = {v, DS_I32, 0, 3, 0, 3};
     CHECK_TRUE(be->ops->rows_nonzero(be, &i8, 0, 1, flags) == DS_ERR_INVALID_ARG);
+    int32_t r0 = 0;
+    CHECK_TRUE(be->ops->rows_scatter(be, &ok, &r0, 1, NULL) == DS_ERR_INVALID_ARG);
+    CHECK(strstr(ds_last_error(), "rows_scatter: src is NULL for 3 elements") != NULL,
+          "message: %s", ds_last_error());
+    CHECK_TRUE(be->ops->rows_scatter(be, &ok, &r0, -1, v) == DS_ERR_INVALID_ARG);
+    CHECK(strstr(ds_last_error(), "-1 rows") != NULL, "message: %s", ds_last_error());
 }
 
 int main(void) {
     ds_backend *be = test_cpu_backend(1, NULL);
     test_scan_gather(be);
+    test_scatter(be);
     test_sums(be);
     test_bad_args(be);
     ds_backend_destroy(be);

@@ -39,6 +39,7 @@
 #define ds_cpu_onebit_pass DS_ISA_NAME(ds_cpu_onebit_pass)
 #define ds_cpu_rows_nonzero DS_ISA_NAME(ds_cpu_rows_nonzero)
 #define ds_cpu_rows_gather DS_ISA_NAME(ds_cpu_rows_gather)
+#define ds_cpu_rows_scatter DS_ISA_NAME(ds_cpu_rows_scatter)
 #define ds_cpu_rows_sum DS_ISA_NAME(ds_cpu_rows_sum)
 #define ds_cpu_quantize_i4 DS_ISA_NAME(ds_cpu_quantize_i4)
 #define ds_cpu_dequantize_i4 DS_ISA_NAME(ds_cpu_dequantize_i4)
@@ -159,6 +160,8 @@ ds_status ds_cpu_rows_nonzero(ds_backend *be, const struct ds_rows_view *v, int6
                               int64_t r1, uint8_t *flags);
 ds_status ds_cpu_rows_gather(ds_backend *be, const struct ds_rows_view *v, const void *idx,
                              int64_t n, void *dst);
+ds_status ds_cpu_rows_scatter(ds_backend *be, const struct ds_rows_view *v, const void *idx,
+                              int64_t n, const void *src);
 ds_status ds_cpu_rows_sum(ds_backend *be, const struct ds_rows_sum *s);
 
 /* cpu_gemm_small.c: the variant's gemm slot (backend.h's contract): small

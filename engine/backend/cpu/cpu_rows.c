@@ -1,8 +1,8 @@
 /* The cpu backend's rows slots (backend.h): row-sparse gradients' scan,
- * gather and rank-ordered sums, with the element functions of
- * engine/backend/rows_math.h that the CUDA kernels call. Rows are
- * independent: the threads take whole rows, so the bits do not depend on
- * their number. */
+ * gather and rank-ordered sums, and the scatter that unpacks gathered rows,
+ * with the element functions of engine/backend/rows_math.h that the CUDA
+ * kernels call. Rows are independent: the threads take whole rows, so the
+ * bits do not depend on their number. */
 #include <omp.h>
 
 #include "engine/backend/backend.h"
@@ -28,16 +28,27 @@ ds_status ds_cpu_rows_nonzero(ds_backend *be, const ds_rows_view *v, int64_t r0,
 
 ds_status ds_cpu_rows_gather(ds_backend *be, const ds_rows_view *v, const void *idx, int64_t n,
                              void *dst) {
-    DS_TRY(ds_check_rows_view("cpu rows_gather", v));
-    size_t cells = n > 0 ? (size_t)(n * v->cols) : 0;
-    DS_TRY(ds_check_ptr("cpu rows_gather", "idx", idx, cells));
-    DS_TRY(ds_check_ptr("cpu rows_gather", "dst", dst, cells));
+    DS_TRY(ds_check_rows_list("cpu rows_gather", v, idx, n, "dst", dst));
+    size_t cells = (size_t)n * (size_t)v->cols;
     const ds_rows_view w = *v;
 #pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (cells >= DS_CPU_PAR_MIN)
     for (int64_t k = 0; k < n; k++) {
         int64_t r = ds_rows_index(idx, (size_t)k);
         for (int64_t c = 0; c < w.cols; c++)
             ds_store_f32(dst, w.t, (size_t)(k * w.cols + c), ds_rows_gather_elem(&w, r, c));
+    }
+    return DS_OK;
+}
+
+ds_status ds_cpu_rows_scatter(ds_backend *be, const ds_rows_view *v, const void *idx, int64_t n,
+                              const void *src) {
+    DS_TRY(ds_check_rows_list("cpu rows_scatter", v, idx, n, "src", src));
+    size_t cells = (size_t)n * (size_t)v->cols;
+    const ds_rows_view w = *v;
+#pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (cells >= DS_CPU_PAR_MIN)
+    for (int64_t k = 0; k < n; k++) {
+        int64_t r = ds_rows_index(idx, (size_t)k);
+        for (int64_t c = 0; c < w.cols; c++) ds_rows_scatter_elem(&w, r, c, src, k);
     }
     return DS_OK;
 }

@@ -40,6 +40,7 @@ static const ds_backend_ops k_ops = {
     .onebit_pass = ds_cpu_onebit_pass,
     .rows_nonzero = ds_cpu_rows_nonzero,
     .rows_gather = ds_cpu_rows_gather,
+    .rows_scatter = ds_cpu_rows_scatter,
     .rows_sum = ds_cpu_rows_sum,
     .destroy = ds_cpu_destroy,
 };

@@ -254,6 +254,7 @@ static const ds_backend_ops k_cuda_ops = {
     /* .onebit_pass = */ ds_cuda_onebit_pass,
     /* .rows_nonzero = */ ds_cuda_rows_nonzero,
     /* .rows_gather = */ ds_cuda_rows_gather,
+    /* .rows_scatter = */ ds_cuda_rows_scatter,
     /* .rows_sum = */ ds_cuda_rows_sum,
     /* .destroy = */ cuda_destroy,
 };

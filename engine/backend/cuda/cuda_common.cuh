@@ -178,6 +178,8 @@ ds_status ds_cuda_rows_nonzero(ds_backend *be, const struct ds_rows_view *v, int
                                int64_t r1, uint8_t *flags);
 ds_status ds_cuda_rows_gather(ds_backend *be, const struct ds_rows_view *v, const void *idx,
                               int64_t n, void *dst);
+ds_status ds_cuda_rows_scatter(ds_backend *be, const struct ds_rows_view *v, const void *idx,
+                               int64_t n, const void *src);
 ds_status ds_cuda_rows_sum(ds_backend *be, const struct ds_rows_sum *s);
 /* The gemm slot for be->gemm_inputs DS_BF16, arguments checked and m, n, k,
  * batch > 0 (cuda_gemm_bf16.cu). Its copies go to the backend's GEMM

@@ -2,7 +2,7 @@
  * gather and rank-ordered sums, each element through the DS_HD functions of
  * engine/backend/rows_math.h that the cpu loops call: the same bits. One
  * thread block per row in the scan and the sums (a row's columns over its
- * threads), one thread per element in the gather. */
+ * threads), one thread per element in the gather and the scatter. */
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/rows_math.h"
 
@@ -25,6 +25,13 @@ __global__ void ds_k_rows_gather(ds_rows_view v, const void *idx, int64_t n, voi
     DS_GRID_STRIDE(i, (size_t)n * (size_t)v.cols) {
         int64_t k = (int64_t)(i / (size_t)v.cols), c = (int64_t)(i % (size_t)v.cols);
         ds_store_f32(dst, v.t, i, ds_rows_gather_elem(&v, ds_rows_index(idx, (size_t)k), c));
+    }
+}
+
+__global__ void ds_k_rows_scatter(ds_rows_view v, const void *idx, int64_t n, const void *src) {
+    DS_GRID_STRIDE(i, (size_t)n * (size_t)v.cols) {
+        int64_t k = (int64_t)(i / (size_t)v.cols), c = (int64_t)(i % (size_t)v.cols);
+        ds_rows_scatter_elem(&v, ds_rows_index(idx, (size_t)k), c, src, k);
     }
 }
 
@@ -54,13 +61,21 @@ ds_status ds_cuda_rows_nonzero(ds_backend *be, const ds_rows_view *v, int64_t r0
 
 ds_status ds_cuda_rows_gather(ds_backend *be, const ds_rows_view *v, const void *idx, int64_t n,
                               void *dst) {
-    DS_TRY(ds_check_rows_view("cuda rows_gather", v));
-    size_t cells = n > 0 ? (size_t)n * (size_t)v->cols : 0;
-    DS_TRY(ds_check_ptr("cuda rows_gather", "idx", idx, cells));
-    DS_TRY(ds_check_ptr("cuda rows_gather", "dst", dst, cells));
+    DS_TRY(ds_check_rows_list("cuda rows_gather", v, idx, n, "dst", dst));
+    size_t cells = (size_t)n * (size_t)v->cols;
     if (cells == 0) return DS_OK;
     DS_CUDA_ENTER(be);
     ds_k_rows_gather<<<DS_CUDA_GRID(be, cells)>>>(*v, idx, n, dst);
+    DS_CHECK_LAUNCH();
+    return DS_OK;
+}
+
+ds_status ds_cuda_rows_scatter(ds_backend *be, const ds_rows_view *v, const void *idx, int64_t n,
+                               const void *src) {
+    DS_TRY(ds_check_rows_list("cuda rows_scatter", v, idx, n, "src", src));
+    if (n == 0) return DS_OK;
+    DS_CUDA_ENTER(be);
+    ds_k_rows_scatter<<<DS_CUDA_GRID(be, (size_t)n * (size_t)v->cols)>>>(*v, idx, n, src);
     DS_CHECK_LAUNCH();
     return DS_OK;
 }
