@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend/rows_math.h"
 #include "zero/zero_util.h"
 
 typedef struct table {
@@ -19,7 +20,13 @@ typedef struct table {
     int32_t *ids;       /* [world * R] every rank's asked rows, rank-major */
     int32_t *n_all;     /* [world] rows each rank asks for (-1: the whole table) */
     int32_t *uni;       /* [R] the union, ascending */
-    void *packed;       /* [cap_rows * L] pt: the union's pieces, rank-major */
+    int32_t *lists;     /* [cap_rows] the rows each rank's block holds, rank-major */
+    size_t *n_rows;     /* [world] how many */
+    /* The backend's memory: what the collectives carry (device buffers on
+     * cuda) and what the rows slots read. */
+    int32_t *d_n;       /* [1 + world] this rank's count, then every rank's */
+    int32_t *d_ids;     /* [world * R] every rank's asked rows, then the blocks' lists */
+    void *packed;       /* [cap_rows * L] pt: the blocks, rank-major */
     int64_t cap_rows;   /* a partition's worth of rows: past it, the whole table */
     size_t *counts;     /* [world] */
     bool whole;         /* gathered whole this round: every row fresh */
@@ -66,7 +73,13 @@ static ds_status table_alloc(ds_param_rows *r, table *t) {
     DS_TRY(halloc(r, W * R * 4, "row table: every rank's rows", (void **)&t->ids));
     DS_TRY(halloc(r, W * 4, "row table: row counts", (void **)&t->n_all));
     DS_TRY(halloc(r, R * 4, "row table: union", (void **)&t->uni));
+    DS_TRY(halloc(r, (size_t)t->cap_rows * 4, "row table: blocks' rows", (void **)&t->lists));
+    DS_TRY(halloc(r, W * sizeof(size_t), "row table: blocks' row counts", (void **)&t->n_rows));
     DS_TRY(halloc(r, W * sizeof(size_t), "row table: block counts", (void **)&t->counts));
+    DS_TRY(ds_backend_alloc(r->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, (1 + W) * 4,
+                            (void **)&t->d_n));
+    DS_TRY(ds_backend_alloc(r->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, W * R * 4,
+                            (void **)&t->d_ids));
     DS_TRY(ds_backend_alloc(r->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE,
                             (size_t)(t->cap_rows * t->L) * es(r), &t->packed));
     return DS_OK;
@@ -80,7 +93,11 @@ static void table_free(ds_param_rows *r, table *t) {
     hfree(r, t->ids, W * R * 4);
     hfree(r, t->n_all, W * 4);
     hfree(r, t->uni, R * 4);
+    hfree(r, t->lists, (size_t)t->cap_rows * 4);
+    hfree(r, t->n_rows, W * sizeof(size_t));
     hfree(r, t->counts, W * sizeof(size_t));
+    if (t->d_n) ds_backend_free(r->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, t->d_n, (1 + W) * 4);
+    if (t->d_ids) ds_backend_free(r->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, t->d_ids, W * R * 4);
     if (t->packed)
         ds_backend_free(r->be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, t->packed,
                         (size_t)(t->cap_rows * t->L) * es(r));
@@ -113,59 +130,103 @@ static ds_status gather_whole(ds_param_rows *r, table *t) {
     return DS_OK;
 }
 
-/* Copy the union's pieces inside rank q's partition between the table and
- * the packed block at *pos (to_packed: pack this rank's; else unpack q's). */
-static void copy_pieces(ds_param_rows *r, table *t, int64_t n_uni, int q, bool to_packed,
-                        size_t *pos) {
-    char *tab = r->params, *pk = t->packed;
-    size_t s = es(r);
-    for (int64_t k = 0; k < n_uni; k++) {
-        int64_t b, e;
-        if (!piece(r, t, t->uni[k], q, &b, &e)) continue;
-        size_t bytes = (size_t)(e - b) * s;
-        if (to_packed) memcpy(pk + *pos * s, tab + (size_t)b * s, bytes);
-        else memcpy(tab + (size_t)b * s, pk + *pos * s, bytes);
-        *pos += (size_t)(e - b);
+/* Rank q's partition of the table as a rows view (rows_math.h): the
+ * replica's flat elements [q part, (q + 1) part). */
+static ds_rows_view part_view(const ds_param_rows *r, const table *t, int q) {
+    int64_t lo = (int64_t)q * r->f->part;
+    return (ds_rows_view){.base = ds_at(r->params, r->pt, lo), .t = r->pt, .lo = lo,
+                          .hi = lo + r->f->part, .offset = t->off, .cols = t->L};
+}
+
+/* bytes of the backend's memory to host, ready to read when it returns */
+static ds_status fetch(ds_param_rows *r, void *host, const void *dev, size_t bytes) {
+    DS_TRY(r->be->ops->memcpy(r->be, host, dev, bytes, DS_COPY_D2H, NULL));
+    return r->be->ops->sync(r->be);
+}
+
+static ds_status put(ds_param_rows *r, void *dev, const void *host, size_t bytes) {
+    return r->be->ops->memcpy(r->be, dev, host, bytes, DS_COPY_H2D, NULL);
+}
+
+/* Every rank's rows of table t, gathered into t->ids (host, rank-major,
+ * *total of them), or *whole set when some rank asks for the whole table
+ * (every rank sees the same counts, so all decide alike). The collectives
+ * carry the backend's memory: on cuda their buffers are the device's. */
+static ds_status gather_asks(ds_param_rows *r, table *t, bool *whole, size_t *total) {
+    int world = r->comm->world, me = r->comm->rank;
+    int32_t mine = *whole ? -1 : t->n_req;
+    DS_TRY(put(r, t->d_n, &mine, 4));
+    DS_TRY(ds_comm_all_gather(r->comm, t->d_n, t->d_n + 1, 1, DS_I32));
+    DS_TRY(fetch(r, t->n_all, t->d_n + 1, (size_t)world * 4));
+    size_t off_me = 0;
+    *total = 0;
+    for (int q = 0; q < world; q++) {
+        if (t->n_all[q] < 0) *whole = true;
+        if (*whole) continue;
+        if (q == me) off_me = *total;
+        t->counts[q] = (size_t)t->n_all[q];
+        *total += t->counts[q];
     }
+    if (*whole) return DS_OK;
+    DS_TRY(put(r, t->d_ids + off_me, t->req, (size_t)t->n_req * 4));
+    DS_TRY(ds_comm_all_gatherv(r->comm, t->d_ids, t->counts, DS_I32));
+    return fetch(r, t->ids, t->d_ids, *total * 4);
+}
+
+/* Rank q's block: the rows of the union that reach into q's partition, whole
+ * (rows_gather: +0.0 outside it), ascending. A row a partition boundary cuts
+ * is in both ranks' blocks; each unpacks only its own partition's part.
+ * Returns false past break-even (the blocks would not fit the packing
+ * buffer), decided alike on every rank from the same union. */
+static bool plan_blocks(ds_param_rows *r, table *t, int64_t n_uni) {
+    int64_t at = 0;
+    for (int q = 0; q < r->comm->world; q++) {
+        int64_t start = at, b, e;
+        for (int64_t k = 0; k < n_uni; k++) {
+            if (!piece(r, t, t->uni[k], q, &b, &e)) continue;
+            if (at == t->cap_rows) return false;
+            t->lists[at++] = t->uni[k];
+        }
+        t->n_rows[q] = (size_t)(at - start);
+    }
+    return true;
 }
 
 static ds_status exchange_table(ds_param_rows *r, table *t, bool whole) {
     int world = r->comm->world, me = r->comm->rank;
-    int32_t mine = whole ? -1 : t->n_req;
-    DS_TRY(ds_comm_all_gather(r->comm, &mine, t->n_all, 1, DS_I32));
-    size_t off_me = 0, total = 0;
-    for (int q = 0; q < world; q++) {
-        if (t->n_all[q] < 0) whole = true;
-        if (q == me) off_me = total;
-        total += t->n_all[q] > 0 ? (size_t)t->n_all[q] : 0;
-    }
-    if (whole) return gather_whole(r, t); /* every rank saw the same counts */
-    for (int q = 0; q < world; q++) t->counts[q] = (size_t)t->n_all[q];
-    memcpy(t->ids + off_me, t->req, (size_t)t->n_req * 4);
-    DS_TRY(ds_comm_all_gatherv(r->comm, t->ids, t->counts, DS_I32));
+    ds_backend *be = r->be;
+    size_t total;
+    DS_TRY(gather_asks(r, t, &whole, &total));
+    if (whole) return gather_whole(r, t);
     memset(t->seen, 0, (size_t)t->R);
     for (size_t k = 0; k < total; k++) t->seen[t->ids[k]] = 1;
     int64_t n_uni = 0;
     for (int64_t u = 0; u < t->R; u++)
         if (t->seen[u]) t->uni[n_uni++] = (int32_t)u;
-    if (n_uni > t->cap_rows) return gather_whole(r, t); /* past break-even, alike everywhere */
-    size_t pos = 0;
+    if (!plan_blocks(r, t, n_uni)) return gather_whole(r, t);
+    /* the blocks' row lists go where the asked rows were (they are read) */
+    size_t n_listed = 0;
+    for (int q = 0; q < world; q++) n_listed += t->n_rows[q];
+    DS_TRY(put(r, t->d_ids, t->lists, n_listed * 4));
+    size_t row = 0; /* rank q's block starts at row `row` of packed and of the lists */
     for (int q = 0; q < world; q++) {
-        size_t start = pos;
-        if (q == me) copy_pieces(r, t, n_uni, q, true, &pos);
-        else { /* only the size: the block arrives */
-            for (int64_t k = 0; k < n_uni; k++) {
-                int64_t b, e;
-                if (piece(r, t, t->uni[k], q, &b, &e)) pos += (size_t)(e - b);
-            }
+        if (q == me) {
+            ds_rows_view v = part_view(r, t, q);
+            DS_TRY(be->ops->rows_gather(be, &v, t->d_ids + row, (int64_t)t->n_rows[q],
+                                        ds_at(t->packed, r->pt, (int64_t)row * t->L)));
         }
-        t->counts[q] = pos - start;
+        t->counts[q] = t->n_rows[q] * (size_t)t->L;
+        row += t->n_rows[q];
     }
     DS_TRY(ds_comm_all_gatherv(r->comm, t->packed, t->counts, r->pt));
-    pos = 0;
+    row = 0;
     for (int q = 0; q < world; q++) {
-        if (q == me) pos += t->counts[q];
-        else copy_pieces(r, t, n_uni, q, false, &pos);
+        if (q != me) {
+            ds_rows_view v = part_view(r, t, q);
+            DS_TRY(be->ops->rows_scatter(be, &v, t->d_ids + row, (int64_t)t->n_rows[q],
+                                         ds_at(t->packed, r->pt, (int64_t)row * t->L)));
+        }
+        row += t->n_rows[q];
     }
     for (int64_t k = 0; k < n_uni; k++) t->fresh[t->uni[k]] = 1;
     return DS_OK;
@@ -204,7 +265,9 @@ uint64_t ds_param_rows_bytes(const ds_flat *f, ds_dtype pt, int world) {
     for (int i = 0; world > 1 && i < f->n_params; i++) {
         if (!qualifies(f, i)) continue;
         int64_t R = f->params[i].desc->shape[0];
-        total += (uint64_t)(cap_rows(R, world) * (f->params[i].numel / R)) * ds_dtype_size(pt);
+        uint64_t packed = (uint64_t)(cap_rows(R, world) * (f->params[i].numel / R)) *
+                          ds_dtype_size(pt);
+        total += packed + (uint64_t)(1 + world) * 4 + (uint64_t)world * (uint64_t)R * 4;
     }
     return total;
 }
@@ -212,7 +275,7 @@ uint64_t ds_param_rows_bytes(const ds_flat *f, ds_dtype pt, int world) {
 ds_status ds_param_rows_create(ds_backend *be, ds_comm *comm, ds_comm_worker *w,
                                const ds_flat *f, void *params, ds_dtype pt, ds_param_rows **out) {
     *out = NULL;
-    if (comm->world == 1 || be->kind != DS_BACKEND_CPU) return DS_OK;
+    if (comm->world == 1) return DS_OK;
     int n = 0;
     for (int i = 0; i < f->n_params; i++) n += qualifies(f, i);
     if (n == 0) return DS_OK;

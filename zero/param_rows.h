@@ -16,11 +16,11 @@
  * next forward to post its batch, then runs, and the dense chunks follow
  * behind the forward. Three collectives, the same on every rank: the
  * number of rows each rank asks for (-1: the whole table), their indices,
- * and the union of all ranks' rows, each rank contributing the pieces of
- * them inside its partition (a row may straddle two partitions). Past
- * break-even (the union would fill the packing buffer, a partition's worth
- * of the table) or when any rank asks for the whole table, every rank
- * all-gathers the whole table instead, decided alike from the counts.
+ * and the union of all ranks' rows, each rank contributing those that
+ * reach into its partition. Past break-even (the blocks would fill the
+ * packing buffer, a partition's worth of the table) or when any rank asks
+ * for the whole table, every rank all-gathers the whole table instead,
+ * decided alike from the counts.
  *
  * Until a row comes, this rank's copy of it is not the updated value, so
  * the update fills every row piece this rank does not own with NaN: a
@@ -29,11 +29,15 @@
  * Everything else that reads the parameters (an evaluation, a checkpoint,
  * ds_get_param) asks for the whole table first.
  *
- * Only on the cpu backend (the packing copies row pieces on the host; the
- * backend's rows slots, which carry sparse_gradients on cuda, could pack
- * them there, and unpacking would need a scatter slot), with more than one
- * rank, for a table no other module ties to (a tied output projection reads
- * every row). */
+ * The rows travel whole: each rank packs the union's rows that reach into
+ * its partition with the backend's rows_gather (+0.0 outside the
+ * partition) and unpacks the other ranks' blocks with rows_scatter, each
+ * into its sender's partition only, so a row that a partition boundary cuts
+ * comes in two parts from two ranks. The counts, the indices and the rows
+ * are the backend's memory, so the same code runs on cpu and on cuda (NCCL
+ * or the staged path); the union and the blocks' lists are planned on the
+ * host. With more than one rank, for a table no other module ties to (a
+ * tied output projection reads every row). */
 #ifndef DS_ZERO_PARAM_ROWS_H
 #define DS_ZERO_PARAM_ROWS_H
 
@@ -46,8 +50,10 @@ typedef struct ds_param_rows ds_param_rows;
  * working replica (pt, f->padded elements). */
 ds_status ds_param_rows_create(ds_backend *be, ds_comm *comm, ds_comm_worker *w,
                                const ds_flat *f, void *params, ds_dtype pt, ds_param_rows **out);
-/* Device bytes the tables' packing buffers take (the memory estimate; the
- * host's row lists are host memory of the strategy, a few bytes a row). */
+/* Bytes of the backend's memory the tables' buffers take (the memory
+ * estimate): the packing buffer, a partition's worth of the table; the
+ * counts; every rank's asked rows, 4 bytes a row of the table per rank.
+ * The host's row lists are host memory of the strategy, a few bytes a row. */
 uint64_t ds_param_rows_bytes(const ds_flat *f, ds_dtype pt, int world);
 /* Destroy the worker first (its thread may still run the job). */
 void ds_param_rows_destroy(ds_param_rows *r);

@@ -214,7 +214,7 @@ typedef struct ds_param_desc {
     /* The forward reads only the rows (first dimension) that the batch's
      * int32 input of this name holds, as an embedding table's lookup of
      * "input_ids" does; "" (the default) when it may read any row. At
-     * stages 1 and 2 (cpu backend, more than one rank) the engine then
+     * stages 1 and 2 (more than one rank, either backend) the engine then
      * brings after each update only the rows the next micro-batch reads
      * from the ranks that own them, instead of all-gathering the whole
      * table before the forward can start (zero/param_rows.h); an

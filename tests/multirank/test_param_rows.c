@@ -17,6 +17,8 @@
  *    (ds_get_param), bit for bit the same: the rows are copies;
  *  - with --gas 2, the second micro-batch's rows come by an exchange of
  *    their own (its batch names rows the first did not);
+ *  - the buffers the rows add in the backend's memory are what the memory
+ *    estimate adds for them (zero/estimate.h), to the byte;
  *  - the rows run sends less than half the dense run's all-gather bytes,
  *    so the exchange, not its whole-table fallback, ran: a step's
  *    micro-batches name about 20 rows each, so the union is 40 (2 ranks)
@@ -39,6 +41,7 @@
 #include "engine/comm/comm.h"
 #include "engine/engine.h"
 #include "user_bag.h"
+#include "zero/estimate.h"
 
 #define STEPS 6
 #define T_LEN 8
@@ -82,6 +85,7 @@ typedef struct run {
     float *weights;
     size_t n_weights;
     uint64_t gathered; /* all-gather bytes this rank sent over the steps */
+    uint64_t dev_real, dev_est; /* the backend's buffers: the accountant's, the estimate's */
 } run;
 
 static int train(const opts *o, bool rows, bool lie, run *r) {
@@ -110,6 +114,15 @@ static int train(const opts *o, bool rows, bool lie, run *r) {
         return 1;
     }
     int world = ds_world_size(e), rank = ds_rank(e), rc = 0;
+    ds_mem_report real, est;
+    ds_memory_report(e, &real);
+    if (ds_estimate_model(ds_get_model(e), world, ds_get_config(e), DS_BACKEND_CPU, &est) !=
+        DS_OK) {
+        fprintf(stderr, "estimate: %s\n", ds_last_error());
+        rc = 1;
+    }
+    r->dev_real = real.bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE];
+    r->dev_est = est.bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE];
     ds_comm_stats before, after;
     ds_comm_report(e, &before);
     for (int s = 0; s < STEPS && rc == 0; s++) {
@@ -196,6 +209,15 @@ int main(int argc, char **argv) {
             printf("FAIL: the rows run gathered %llu bytes, the dense run %llu: not under "
                    "half\n", (unsigned long long)rows.gathered,
                    (unsigned long long)dense.gathered);
+            fails++;
+        }
+        /* the buffers the rows add (packing, counts, asked rows), in the
+         * backend's memory: the accountant's and the estimate's, to the byte */
+        uint64_t add_real = rows.dev_real - dense.dev_real, add_est = rows.dev_est - dense.dev_est;
+        if (add_real != add_est || add_real == 0) {
+            printf("FAIL: the rows added %llu bytes of the backend's buffers, the estimate %llu "
+                   "(want the same, > 0)\n", (unsigned long long)add_real,
+                   (unsigned long long)add_est);
             fails++;
         }
         if (!(rows.loss[STEPS - 1] < rows.loss[0])) {
