@@ -117,7 +117,9 @@ typedef struct ds_backend_ops {
      * nearest even, ds_f32_to_bf16) and the products are summed in fp32:
      * bf16 tensor cores on cuda; on cpu the rounded values go through the
      * same fp32 kernels (a product of two bf16 values is exact in fp32, so
-     * only the order of the sums differs). A, B and C stay fp32 arrays
+     * only the order of the sums differs), or on a CPU with AVX512-BF16
+     * through its bf16 dot-product instruction (cpu_gemm_dot.c: the same
+     * products in another order, inputs below 2^-126 counted as zero). A, B and C stay fp32 arrays
      * either way, and alpha, beta and C are never rounded. */
     ds_status (*gemm)(ds_backend *be, bool transa, bool transb, int m, int n, int k, float alpha,
                       const float *A, int lda, int64_t strideA, const float *B, int ldb,

@@ -1,6 +1,8 @@
 /* The cpu backend's GEMM with bf16 inputs (be->gemm_inputs DS_BF16,
  * backend.h), the reference the cuda tensor-core GEMM is checked against
- * (test_backend_cuda):
+ * (test_backend_cuda), on its rounding path (DS_CPU_BF16_DOT=0: the path of
+ * every CPU without AVX512-BF16; the dot-product path of those with it is
+ * test_gemm_dot's):
  *
  *   - the rounding: products that return their input (x * 1, I * X) give
  *     ds_round_bf16 of it element by element (ties to even, carries into
@@ -340,6 +342,9 @@ static void test_workspace(int nt) {
 }
 
 int main(void) {
+    /* the rounding path: on a CPU with AVX512-BF16 the slot would multiply
+     * bf16 values on the dot-product instruction instead (test_gemm_dot) */
+    setenv("DS_CPU_BF16_DOT", "0", 1);
     for (int nt = 1; nt <= 2; nt++) {
         ds_backend *be = test_cpu_backend(nt, NULL);
         REQUIRE_OK(ds_backend_set_gemm_inputs(be, DS_BF16));

@@ -28,7 +28,10 @@
  * The rounding pass. A bit operation per element (ds_f32_to_bf16 followed
  * by the widening shift, as one mask and select the compiler vectorises at
  * the variant's width), threads over rows when there are enough elements.
- * Its cost on the BERT-mini training step is in bench/RESULTS.md. */
+ * Its cost on the BERT-mini training step is in bench/RESULTS.md.
+ *
+ * On a CPU with AVX512-BF16 the avx512 variant multiplies bf16 values
+ * directly instead (cpu_gemm_dot.c), in the same workspace. */
 #include <omp.h>
 #include <stdint.h>
 
@@ -69,6 +72,9 @@ ds_status ds_cpu_gemm_entry(ds_backend *be, bool transa, bool transb, int m, int
         ds_gemm_workspace_of(DS_BACKEND_CPU, transa, transb, m, n, k, strideA, strideB, batch);
     void *ws;
     DS_TRY(ds_backend_gemm_workspace(be, &w, &ws));
+    if (ds_cpu_gemm_dot_takes(m, n, k, alpha, beta, w.bytes))
+        return ds_cpu_gemm_dot(be, transa, transb, m, n, k, A, lda, strideA, B, ldb, strideB,
+                               beta, C, ldc, strideC, batch, ws, w.bytes);
     float *a = ws, *b = (float *)((char *)ws + w.b_offset);
     round_pack(a, A, lda, strideA, &w.a, ds_cpu_team(be));
     round_pack(b, B, ldb, strideB, &w.b, ds_cpu_team(be));

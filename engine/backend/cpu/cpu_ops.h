@@ -47,6 +47,8 @@
 #define ds_cpu_gemm_small_takes DS_ISA_NAME(ds_cpu_gemm_small_takes)
 #define ds_cpu_gemm_small_bf16 DS_ISA_NAME(ds_cpu_gemm_small_bf16)
 #define ds_cpu_gemm_entry DS_ISA_NAME(ds_cpu_gemm_entry)
+#define ds_cpu_gemm_dot_takes DS_ISA_NAME(ds_cpu_gemm_dot_takes)
+#define ds_cpu_gemm_dot DS_ISA_NAME(ds_cpu_gemm_dot)
 #endif
 
 /* The team size of the calling thread's loops: be->num_threads, or 1 on a
@@ -182,12 +184,25 @@ ds_status ds_cpu_gemm_small_bf16(ds_backend *be, bool transa, bool transb, int m
                                  int ldb, int64_t strideB, float *C, int ldc, int64_t strideC,
                                  int batch);
 
+/* cpu_gemm_dot.c: bf16-input products on the CPU's bf16 dot-product
+ * instruction (AVX512-BF16). Whether this variant on this CPU takes a call
+ * with these m, n, k, alpha and beta whose workspace (ds_gemm_workspace_of)
+ * has ws_bytes, whatever the thread count (the same path, so the same bits,
+ * at any); then ds_cpu_gemm_dot computes it with that workspace at ws
+ * (arguments checked by the caller). */
+bool ds_cpu_gemm_dot_takes(int m, int n, int k, float alpha, float beta, size_t ws_bytes);
+ds_status ds_cpu_gemm_dot(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                          const float *A, int lda, int64_t strideA, const float *B, int ldb,
+                          int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
+                          int batch, void *ws, size_t ws_bytes);
+
 /* cpu_gemm_bf16.c: the variant's gemm slot. With be->gemm_inputs DS_BF16,
  * a call the own kernel takes goes to ds_cpu_gemm_small_bf16 (rounding as it
- * copies); for any other, A and B are rounded to bf16 into the backend's
- * GEMM workspace (packed, ds_gemm_workspace_of; backend.h) and the product
- * runs on those copies through ds_cpu_gemm_small (OpenBLAS). DS_F32 calls
- * go to ds_cpu_gemm_small directly. */
+ * copies); a call ds_cpu_gemm_dot_takes to the bf16 dot product; for any
+ * other, A and B are rounded to bf16 into the backend's GEMM workspace
+ * (packed, ds_gemm_workspace_of; backend.h) and the product runs on those
+ * copies through ds_cpu_gemm_small (OpenBLAS). DS_F32 calls go to
+ * ds_cpu_gemm_small directly. */
 ds_status ds_cpu_gemm_entry(ds_backend *be, bool transa, bool transb, int m, int n, int k,
                             float alpha, const float *A, int lda, int64_t strideA, const float *B,
                             int ldb, int64_t strideB, float beta, float *C, int ldc,

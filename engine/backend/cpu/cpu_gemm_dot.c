@@ -1,0 +1,313 @@
+/* bf16-input GEMMs on the CPU's bf16 dot-product instruction (AVX512-BF16:
+ * Cooper Lake, Sapphire Rapids and later, AMD Zen 4 and later), behind the
+ * gemm slot of the avx512 variant (cpu_gemm_bf16.c, cpu_ops.h).
+ *
+ * Why. With gemm_inputs DS_BF16 the gemm slot rounds A and B to bf16 and,
+ * without this file, multiplies the rounded values with the fp32 kernels
+ * (OpenBLAS): the same FLOP rate as fp32 plus a rounding pass, so bf16
+ * mixed precision is slower than fp32 on the CPU. VDPBF16PS multiplies 32
+ * bf16 pairs and adds them to 16 fp32 sums in one instruction, twice the
+ * multiply-adds of an fp32 FMA of the same width, at the same rate on the
+ * hosts that have it (measured on Zen 4: bench/RESULTS.md, "bf16 GEMMs on
+ * the CPU's dot-product instruction").
+ *
+ * What it computes. Each element of C is the fp32 sum of the exact
+ * products of the bf16-rounded inputs (ds_f32_to_bf16, the rounding of
+ * every other path), as the fp32 path computes it, in another order: k in
+ * blocks of DOT_KC, each block's products summed in one register from +0.0,
+ * two at a time (the instruction adds the odd k's product, then the even
+ * one's, each rounded to fp32), and the blocks added to C in order. The
+ * instruction treats bf16 inputs below 2^-126 in magnitude as zero and
+ * flushes fp32 results below it to zero (DAZ / FTZ); nothing else differs
+ * from an fp32 sum of the same products. The order depends on the shape
+ * only, not on the thread count: the same bits at every thread count
+ * (tests/unit/test_gemm_dot.c). Like OpenBLAS's kernels, which already round
+ * differently per CPU kind, the result is not the bits of a host without the
+ * instruction; the cuda backend's tensor cores sum the same products in
+ * their own order too.
+ *
+ * Layout (GotoBLAS's): op(B) is packed once, shared by the threads, in
+ * blocks of DOT_KC k's and panels of DOT_NR columns, each k pair of a
+ * column as one 32-bit word (the even k in the low half); each thread packs
+ * its own rows of op(A), DOT_MC rows by one k block at a time, and goes
+ * through every k block of those rows while their block of C is in cache;
+ * the kernel keeps a DOT_MR x DOT_NR tile of C in 16 registers over a k
+ * block.
+ * The threads take contiguous ranges of C's rows, so nothing one thread
+ * writes is read by another. The packs take the backend's GEMM workspace
+ * that the rounded copies of the fp32 path would (ds_gemm_workspace_of), so
+ * the memory plan and the estimate do not change; a call whose packs would
+ * not fit it goes the fp32 way, and one with room for fewer threads' packs
+ * than the backend has runs on fewer threads.
+ *
+ * DS_CPU_BF16_DOT=0 in the environment turns this off (for benchmarks that
+ * compare the two paths, and the test). */
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_ops.h"
+#include "engine/backend/math.h"
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define DOT_BUILT 1
+#else
+#define DOT_BUILT 0
+#endif
+
+#define DOT_MR 8    /* rows of the register tile */
+#define DOT_NR 32   /* columns: two vectors of 16 */
+#define DOT_KC 256  /* k's per block: a 32-column panel of B, 16 KiB, stays in L1 */
+#define DOT_MC 128  /* rows per packed block of A: 96 KiB, in L2 */
+
+/* Rows of op(A) a thread packs at a time: DOT_MC, or all of a smaller m
+ * (to the next tile). */
+static int a_rows(int m) {
+    int r = (m + DOT_MR - 1) / DOT_MR * DOT_MR;
+    return r < DOT_MC ? r : DOT_MC;
+}
+
+/* Bytes of the workspace a call needs: B's block, then each thread's A
+ * block, each 64-byte aligned. */
+static size_t dot_need(int m, int n, int k, int nt) {
+    size_t kcp = (size_t)((k < DOT_KC ? k : DOT_KC) + 1) / 2;
+    size_t npad = (size_t)(n + DOT_NR - 1) / DOT_NR * DOT_NR;
+    size_t b = ((size_t)(k + 1) / 2 * npad * 4 + 63) / 64 * 64;
+    size_t a = ((size_t)a_rows(m) * kcp * 4 + 63) / 64 * 64;
+    return 64 + b + (size_t)nt * a;
+}
+
+static bool dot_enabled(void) {
+#if DOT_BUILT
+    static int on = -1; /* decided once: the CPU and the environment do not change */
+    if (on < 0) {
+        const char *e = getenv("DS_CPU_BF16_DOT");
+        bool off = e && (!strcmp(e, "0") || !strcmp(e, "off"));
+        __atomic_store_n(&on, !off && __builtin_cpu_supports("avx512bf16"), __ATOMIC_RELAXED);
+    }
+    return __atomic_load_n(&on, __ATOMIC_RELAXED) == 1;
+#else
+    return false;
+#endif
+}
+
+bool ds_cpu_gemm_dot_takes(int m, int n, int k, float alpha, float beta,
+                           size_t ws_bytes) {
+    return alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && m > 0 && n > 0 && k > 0 &&
+           dot_need(m, n, k, 1) <= ws_bytes && dot_enabled();
+}
+
+#if DOT_BUILT
+#include <immintrin.h>
+
+/* ds_cpu_bf16_round_bits (cpu_ops.h: ds_f32_to_bf16's rounding) of 16
+ * lanes: the bf16 value in the high half. */
+static inline __m512i round16(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x), hi = _mm512_set1_epi32((int)0xffff0000u);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_and_si512(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), hi);
+    const __m512i q = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)), hi);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_blend_epi32(nan, r, q);
+}
+
+/* 16 pair words: lane l = bf16(x[l]) | bf16(y[l]) << 16. */
+static inline __m512i pairs16(__m512 x, __m512 y) {
+    return _mm512_or_si512(_mm512_srli_epi32(round16(x), 16), round16(y));
+}
+
+static inline __mmask16 first(int n) {
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+/* kc consecutive floats as ceil(kc / 2) pair words (the bf16 values in
+ * order, +0.0 after the last). */
+static void pair_row(uint32_t *restrict dst, const float *restrict src, int kc) {
+    uint16_t *d = (uint16_t *)dst;
+    const int len = (kc + 1) / 2 * 2;
+    for (int c = 0; c < len; c += 16) {
+        const __m512i r = round16(_mm512_maskz_loadu_ps(first(kc - c), src + c));
+        _mm256_mask_storeu_epi16(d + c, first(len - c),
+                                 _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+    }
+}
+
+/* op(A) rows [r0, r0 + mc), k's [k0, k0 + kc), kcp = ceil(kc / 2) pairs;
+ * the k past kc are +0.0. Two layouts, whichever A's storage reads
+ * contiguously; the tile reads pair p of row i at a[i si + p sp]:
+ *   - A as stored (op = A): row i's pairs together, si = kcp, sp = 1: the
+ *     row's bf16 values in order (rows up to the next multiple of DOT_MR
+ *     +0.0);
+ *   - transposed: panels of DOT_MR rows, pair p of the panel's rows
+ *     together, si = 1, sp = DOT_MR (rows past mc +0.0). */
+static void pack_a(uint32_t *restrict dst, const float *A, int lda, bool ta, int r0, int mc,
+                   int k0, int kc) {
+    const int kcp = (kc + 1) / 2;
+    if (!ta) {
+        for (int i = 0; i < mc; i++) pair_row(dst + (size_t)i * kcp, A + (int64_t)(r0 + i) * lda + k0, kc);
+        /* the last tile's rows past mc: +0.0, so that the tile reads no
+         * stale words (their sums are not stored) */
+        const int rows = (mc + DOT_MR - 1) / DOT_MR * DOT_MR;
+        memset(dst + (size_t)mc * kcp, 0, (size_t)(rows - mc) * kcp * 4);
+        return;
+    }
+    const int panels = (mc + DOT_MR - 1) / DOT_MR;
+    for (int p = 0; p < kcp; p++) {
+        const float *x = A + (int64_t)(k0 + 2 * p) * lda + r0;
+        const float *y = 2 * p + 1 < kc ? x + lda : NULL;
+        for (int q = 0; q < panels; q += 2) { /* 16 rows: two panels */
+            const __mmask16 in = first(mc - q * DOT_MR);
+            const __m512i w = pairs16(_mm512_maskz_loadu_ps(in, x + q * DOT_MR),
+                                      y ? _mm512_maskz_loadu_ps(in, y + q * DOT_MR)
+                                        : _mm512_setzero_ps());
+            _mm256_storeu_si256((__m256i *)(dst + ((size_t)q * kcp + p) * DOT_MR),
+                                _mm512_castsi512_si256(w));
+            if (q + 1 < panels)
+                _mm256_storeu_si256((__m256i *)(dst + ((size_t)(q + 1) * kcp + p) * DOT_MR),
+                                    _mm512_extracti64x4_epi64(w, 1));
+        }
+    }
+}
+
+/* Panel jp of op(B)'s k's [k0, k0 + kc): pair p, column j at
+ * dst[p DOT_NR + j]; columns past n and the k past kc are +0.0. */
+static void pack_b_panel(uint32_t *restrict dst, const float *B, int ldb, bool tb, int n, int jp,
+                         int k0, int kc) {
+    const int kcp = (kc + 1) / 2, c0 = jp * DOT_NR;
+    if (!tb) { /* rows 2p and 2p + 1 of B, 16 columns at a time */
+        for (int p = 0; p < kcp; p++) {
+            const float *x = B + (int64_t)(k0 + 2 * p) * ldb + c0;
+            const float *y = 2 * p + 1 < kc ? x + ldb : NULL;
+            for (int h = 0; h < DOT_NR; h += 16) {
+                const __mmask16 in = first(n - c0 - h);
+                const __m512i w = pairs16(_mm512_maskz_loadu_ps(in, x + h),
+                                          y ? _mm512_maskz_loadu_ps(in, y + h)
+                                            : _mm512_setzero_ps());
+                _mm512_storeu_si512(dst + (size_t)p * DOT_NR + h, w);
+            }
+        }
+        return;
+    }
+    /* transposed (a weight read as W^T): column j of op(B) is row j of B,
+     * its pairs contiguous there; each goes through a row of words */
+    uint32_t row[DOT_KC / 2];
+    for (int j = 0; j < DOT_NR; j++) {
+        if (c0 + j < n) pair_row(row, B + (int64_t)(c0 + j) * ldb + k0, kc);
+        else memset(row, 0, (size_t)kcp * 4);
+        for (int p = 0; p < kcp; p++) dst[(size_t)p * DOT_NR + j] = row[p];
+    }
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512bf16")
+/* C[0..mr) x [0..nr) (ldc) = the tile's sums over kcp pairs, or C += them
+ * with `add`. */
+static void dot_tile(int kcp, const uint32_t *restrict a, size_t si, size_t sp,
+                     const uint32_t *restrict b, float *restrict C, int ldc, int mr, int nr,
+                     bool add) {
+    __m512 acc[DOT_MR][2];
+#pragma GCC unroll 8
+    for (int i = 0; i < DOT_MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int p = 0; p < kcp; p++) {
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + (size_t)p * DOT_NR);
+        const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + (size_t)p * DOT_NR + 16);
+        const uint32_t *ap = a + (size_t)p * sp;
+#pragma GCC unroll 8
+        for (int i = 0; i < DOT_MR; i++) {
+            const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)ap[i * si]);
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
+        }
+    }
+    const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1u);
+    const __mmask16 m1 = nr >= 32   ? (__mmask16)0xffff
+                         : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1u)
+                                   : (__mmask16)0;
+#pragma GCC unroll 8
+    for (int i = 0; i < DOT_MR; i++) {
+        if (i >= mr) break;
+        float *c = C + (size_t)i * ldc;
+        __m512 v0 = acc[i][0], v1 = acc[i][1];
+        if (add) {
+            v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
+            v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
+        }
+        _mm512_mask_storeu_ps(c, m0, v0);
+        _mm512_mask_storeu_ps(c + 16, m1, v1);
+    }
+}
+#pragma GCC pop_options
+
+/* One product: C = op(A) op(B) (+ C when beta is 1), the threads over C's
+ * rows. */
+static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *A, int lda,
+                    const float *B, int ldb, float beta, float *C, int ldc, void *ws) {
+    const int npanels = (n + DOT_NR - 1) / DOT_NR, units = (m + DOT_MR - 1) / DOT_MR;
+    const int kblocks = (k + DOT_KC - 1) / DOT_KC;
+    const size_t npad = (size_t)npanels * DOT_NR;
+    const size_t kcp_max = (size_t)((k < DOT_KC ? k : DOT_KC) + 1) / 2;
+    char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    uint32_t *bpack = (uint32_t *)base; /* block kb at word (kb DOT_KC / 2) npad */
+    char *abase = base + ((size_t)(k + 1) / 2 * npad * 4 + 63) / 64 * 64;
+    const size_t astride = ((size_t)a_rows(m) * kcp_max * 4 + 63) / 64 * 64;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        /* all of op(B) first, shared (the implicit barrier ends it) */
+#pragma omp for schedule(static) collapse(2)
+        for (int kb = 0; kb < kblocks; kb++)
+            for (int jp = 0; jp < npanels; jp++) {
+                const int k0 = kb * DOT_KC, kc = k - k0 < DOT_KC ? k - k0 : DOT_KC;
+                pack_b_panel(bpack + (size_t)k0 / 2 * npad + (size_t)jp * ((kc + 1) / 2) * DOT_NR,
+                             B, ldb, tb, n, jp, k0, kc);
+            }
+        const int t = omp_get_thread_num(), tn = omp_get_num_threads();
+        const int m0 = (int)((int64_t)units * t / tn) * DOT_MR;
+        int m1 = (int)((int64_t)units * (t + 1) / tn) * DOT_MR;
+        m1 = m1 < m ? m1 : m;
+        uint32_t *apack = (uint32_t *)(abase + (size_t)t * astride);
+        /* a block of C's rows over every k block while it is in cache */
+        for (int r0 = m0; r0 < m1; r0 += DOT_MC) {
+            const int mc = m1 - r0 < DOT_MC ? m1 - r0 : DOT_MC;
+            for (int k0 = 0; k0 < k; k0 += DOT_KC) {
+                const int kc = k - k0 < DOT_KC ? k - k0 : DOT_KC, kcp = (kc + 1) / 2;
+                const bool add = k0 > 0 || beta == 1.0f;
+                pack_a(apack, A, lda, ta, r0, mc, k0, kc);
+                for (int jp = 0; jp < npanels; jp++) {
+                    const int c0 = jp * DOT_NR, nr = n - c0 < DOT_NR ? n - c0 : DOT_NR;
+                    const uint32_t *bp = bpack + (size_t)k0 / 2 * npad + (size_t)jp * kcp * DOT_NR;
+                    for (int i0 = 0; i0 < mc; i0 += DOT_MR)
+                        dot_tile(kcp, apack + (size_t)i0 * kcp, ta ? 1 : (size_t)kcp,
+                                 ta ? DOT_MR : 1, bp, C + (int64_t)(r0 + i0) * ldc + c0, ldc,
+                                 mc - i0 < DOT_MR ? mc - i0 : DOT_MR, nr, add);
+                }
+            }
+        }
+    }
+}
+#endif
+
+ds_status ds_cpu_gemm_dot(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                          const float *A, int lda, int64_t strideA, const float *B, int ldb,
+                          int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
+                          int batch, void *ws, size_t ws_bytes) {
+#if DOT_BUILT
+    /* as many threads as have room for their packs of A (the call was
+     * taken with room for one): the bits do not depend on how many */
+    int nt = ds_cpu_team(be);
+    while (nt > 1 && dot_need(m, n, k, nt) > ws_bytes) nt--;
+    for (int b = 0; b < batch; b++)
+        dot_one(nt, transa, transb, m, n, k, A + b * strideA, lda, B + b * strideB, ldb, beta,
+                C + b * strideC, ldc, ws);
+    return DS_OK;
+#else
+    (void)transa, (void)transb, (void)m, (void)n, (void)k, (void)A, (void)lda, (void)strideA;
+    (void)B, (void)ldb, (void)strideB, (void)beta, (void)C, (void)ldc, (void)strideC;
+    (void)batch, (void)ws, (void)ws_bytes;
+    return DS_ERR(DS_ERR_UNSUPPORTED, "cpu gemm: the %s kernels have no bf16 dot product",
+                  be->ops->name);
+#endif
+}

@@ -1,0 +1,136 @@
+/* The cpu backend's bf16 GEMMs on the CPU's bf16 dot-product instruction
+ * (engine/backend/cpu/cpu_gemm_dot.c: the avx512 variant on a CPU with
+ * AVX512-BF16; elsewhere this test exits 77, skipped, saying why):
+ *
+ *   - the path runs: a bf16 input below 2^-126 counts as zero there (the
+ *     instruction's DAZ), where the rounding path keeps it, so a product
+ *     that reads one tells which path computed it;
+ *   - every element within the bound of the exact (double) product of the
+ *     rounded inputs (tests/unit/gemm_ref.h: (k + 2) eps (sum |a b| +
+ *     |beta c|), which holds for fp32 sums in any order, and the dot
+ *     product's pairs are fp32 additions of exact products), over the four
+ *     transposes, row and column counts off the 8 x 32 tiles, odd k (the
+ *     last pair half empty), k over several blocks of 256, beta 0 over a C
+ *     of NaN (not read) and beta 1, padded leading dimensions (the padding
+ *     untouched) and batches;
+ *   - the same bits at 1 and 2 threads (the threads split C's rows; the
+ *     order of each element's sums depends on the shape only). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/math.h"
+#include "tests/unit/gemm_ref.h"
+#include "tests/unit/test_util.h"
+
+#define PAD 12345.0f /* in the padding of C's rows: never written */
+
+static uint64_t g_rng = 0x452821e638d01377ull;
+static float frand(void) { /* uniform in [-1, 1), xorshift64* */
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    uint64_t r = g_rng * 0x2545f4914f6cdd1dull;
+    return (float)((double)(r >> 40) / (double)(1u << 24) * 2.0 - 1.0);
+}
+
+static float round_bf16(float x) { return ds_bf16_to_f32(ds_f32_to_bf16(x)); }
+
+typedef struct dcase {
+    int ta, tb, m, n, k, batch, pad;
+    float beta;
+} dcase;
+
+/* Runs c on be; returns C (the caller frees it) after checking it against
+ * the bound. */
+static float *run_case(ds_backend *be, const dcase *c, int nt) {
+    int arows = c->ta ? c->k : c->m, acols = c->ta ? c->m : c->k;
+    int brows = c->tb ? c->n : c->k, bcols = c->tb ? c->k : c->n;
+    int lda = acols + c->pad, ldb = bcols + c->pad, ldc = c->n + c->pad;
+    int64_t sA = (int64_t)arows * lda, sB = (int64_t)brows * ldb, sC = (int64_t)c->m * ldc;
+    size_t nA = (size_t)(sA * c->batch), nB = (size_t)(sB * c->batch), nC = (size_t)(sC * c->batch);
+    float *A = malloc(nA * 4), *B = malloc(nB * 4), *Ar = malloc(nA * 4), *Br = malloc(nB * 4);
+    float *C = malloc(nC * 4), *C0 = malloc(nC * 4);
+    if (!A || !B || !Ar || !Br || !C || !C0) TEST_DIE("out of memory");
+    for (size_t i = 0; i < nA; i++) Ar[i] = round_bf16(A[i] = frand());
+    for (size_t i = 0; i < nB; i++) Br[i] = round_bf16(B[i] = frand());
+    for (int64_t b = 0; b < c->batch; b++)
+        for (int i = 0; i < c->m; i++)
+            for (int j = 0; j < ldc; j++)
+                C[b * sC + (int64_t)i * ldc + j] =
+                    j >= c->n ? PAD : c->beta == 0.0f ? NAN : frand();
+    memcpy(C0, C, nC * 4);
+    CHECK_OK(be->ops->gemm(be, c->ta, c->tb, c->m, c->n, c->k, 1.0f, A, lda, sA, B, ldb, sB,
+                           c->beta, C, ldc, sC, c->batch));
+    int bad = 0;
+    for (int64_t b = 0; b < c->batch; b++)
+        for (int i = 0; i < c->m; i++)
+            for (int j = 0; j < ldc; j++) {
+                int64_t at = b * sC + (int64_t)i * ldc + j;
+                if (j >= c->n) {
+                    bad += C[at] != PAD;
+                    continue;
+                }
+                double tol, want = gemm_ref_at(c->ta, c->tb, c->k, 1.0f, Ar + b * sA, lda,
+                                               Br + b * sB, ldb, c->beta, C0[at], i, j, &tol);
+                if (!(fabs((double)C[at] - want) <= tol) && bad++ < 3)
+                    printf("  [%lld][%d][%d] = %.9g, want %.9g within %.3g\n", (long long)b, i,
+                           j, C[at], want, tol);
+            }
+    CHECK(bad == 0, "ta %d tb %d %dx%dx%d batch %d pad %d beta %g, %d threads: %d elements off",
+          c->ta, c->tb, c->m, c->n, c->k, c->batch, c->pad, c->beta, nt, bad);
+    free(A), free(B), free(Ar), free(Br), free(C0);
+    return C;
+}
+
+/* Whether the dot path computed: one product reading a bf16 input below
+ * 2^-126 (the dot product takes it as zero, the rounding path as itself). */
+static bool dot_ran(ds_backend *be) {
+    /* not the own kernel's (n % 16 != 0), packs that fit the workspace */
+    enum { M = 64, N = 100, K = 64 };
+    float A[M * K] = {0}, B[K * N], C[M * N];
+    for (int j = 0; j < K * N; j++) B[j] = 1.0f;
+    A[0] = 0x1.0p-127f; /* a bf16 subnormal, exact */
+    CHECK_OK(be->ops->gemm(be, false, false, M, N, K, 1.0f, A, K, 0, B, N, 0, 0.0f, C, N, 0, 1));
+    return C[0] == 0.0f;
+}
+
+int main(void) {
+    ds_backend *be[2] = {test_cpu_backend(1, NULL), test_cpu_backend(2, NULL)};
+    for (int t = 0; t < 2; t++) REQUIRE_OK(ds_backend_set_gemm_inputs(be[t], DS_BF16));
+    const char *off = getenv("DS_CPU_BF16_DOT");
+    if (strcmp(be[0]->ops->name, "cpu/avx512") || !__builtin_cpu_supports("avx512bf16") ||
+        (off && (!strcmp(off, "0") || !strcmp(off, "off")))) {
+        printf("test_gemm_dot: skipped: the kernels are %s, the CPU %s AVX512-BF16%s\n",
+               be[0]->ops->name, __builtin_cpu_supports("avx512bf16") ? "has" : "lacks",
+               off ? " (DS_CPU_BF16_DOT set)" : "");
+        ds_backend_destroy(be[0]), ds_backend_destroy(be[1]);
+        return 77;
+    }
+    for (int t = 0; t < 2; t++)
+        CHECK(dot_ran(be[t]), "%d threads: a bf16 subnormal input was not taken as zero: the "
+              "dot-product path did not run", t + 1);
+    static const dcase cases[] = {
+        {0, 0, 300, 260, 191, 1, 0, 0.0f}, {0, 1, 300, 260, 191, 1, 0, 0.0f},
+        {1, 0, 300, 260, 191, 1, 0, 0.0f}, {1, 1, 300, 260, 191, 1, 0, 0.0f},
+        {0, 1, 129, 97, 700, 1, 3, 1.0f},  /* three k blocks, C added to */
+        {1, 0, 7, 33, 513, 2, 5, 0.0f},    /* one tile of 7 rows, batches */
+        {1, 1, 64, 1000, 96, 1, 1, 1.0f},  /* many column panels */
+        {0, 0, 1024, 64, 256, 1, 0, 0.0f}, /* the rows over both threads */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        uint64_t seed = g_rng;
+        float *c1 = run_case(be[0], &cases[i], 1);
+        g_rng = seed; /* the same inputs */
+        float *c2 = run_case(be[1], &cases[i], 2);
+        const dcase *c = &cases[i];
+        size_t nC = (size_t)c->m * (size_t)(c->n + c->pad) * (size_t)c->batch;
+        CHECK(memcmp(c1, c2, nC * 4) == 0, "ta %d tb %d %dx%dx%d: 1 and 2 threads differ", c->ta,
+              c->tb, c->m, c->n, c->k);
+        free(c1), free(c2);
+    }
+    ds_backend_destroy(be[0]), ds_backend_destroy(be[1]);
+    return test_finish("test_gemm_dot");
+}
