@@ -37,7 +37,13 @@
  * alternation (best of each); batched attention products against OpenBLAS
  * looping over the batch. The slot runs products of at most 16 MFLOP with
  * alpha 1, beta 0 and n % 16 == 0 (the attention products here) in the
- * variant's own kernel (cpu_gemm_small.c), the rest in OpenBLAS. */
+ * variant's own kernel (cpu_gemm_small.c), the rest in OpenBLAS.
+ *
+ * --gemm-inputs bf16: the slot with bf16 inputs (be->gemm_inputs), against
+ * the same fp32 sgemm: the rounding path, or on a CPU with AVX512-BF16 its
+ * dot-product instruction (cpu_gemm_dot.c; DS_CPU_BF16_DOT=0 in the
+ * environment picks the rounding path there too). --gemms-only 1: the GEMM
+ * table alone. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -51,6 +57,7 @@
 #include "models/modules.h"
 
 static double g_secs = 0.25;
+static bool g_gemms_only; /* --gemms-only 1: the GEMM table alone */
 static int g_nt_clock = 0; /* > 0: --clock cpu, the thread count to divide by */
 
 /* Wall-clock seconds, or with --clock cpu the process's CPU seconds divided
@@ -526,6 +533,10 @@ static int run_model(bench *bk, const model *md) {
     printf("\n%s kernels, %d threads (%s):\n\n", md->name, bk->nt, be->ops->name);
     printf("| kernel | shape | MB/call | us/call | GB/s | of triad | Gelem/s |\n");
     printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
+    if (g_gemms_only) {
+        run_gemms(bk, md, &b);
+        goto done;
+    }
     row(bk, "embedding fwd", s_nh, f * (2 * NH + N), NH, k_embed_fwd, md, &b, 0);
     row(bk, "embedding bwd (scatter-add)", s_nh, f * (3 * NH + N), NH, k_embed_bwd, md, &b, 0);
     row(bk, "position add fwd", s_pos, f * (2 * NH + T * H), NH, k_bcast_fwd, md, &b, 0);
@@ -617,10 +628,14 @@ static void print_cpu(void) {
 
 int main(int argc, char **argv) {
     int nt = 0, which = 3, cpu_clock = 0;
+    ds_dtype inputs = DS_F32;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--threads")) nt = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--secs")) g_secs = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--clock")) cpu_clock = !strcmp(argv[i + 1], "cpu");
+        else if (!strcmp(argv[i], "--gemm-inputs"))
+            inputs = !strcmp(argv[i + 1], "bf16") ? DS_BF16 : DS_F32;
+        else if (!strcmp(argv[i], "--gemms-only")) g_gemms_only = atoi(argv[i + 1]) != 0;
         else if (!strcmp(argv[i], "--model"))
             which = !strcmp(argv[i + 1], "bert") ? 1 : !strcmp(argv[i + 1], "gpt2") ? 2 : 3;
         else {
@@ -647,6 +662,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_kernels: %s\n", ds_last_error());
         return 1;
     }
+    if (ds_backend_set_gemm_inputs(be, inputs) != DS_OK) {
+        fprintf(stderr, "bench_kernels: %s\n", ds_last_error());
+        return 1;
+    }
     print_cpu();
     double la[3] = {0};
     FILE *fl = fopen("/proc/loadavg", "r");
@@ -654,8 +673,10 @@ int main(int argc, char **argv) {
         if (fscanf(fl, "%lf %lf %lf", &la[0], &la[1], &la[2]) != 3) la[0] = la[1] = la[2] = 0;
         fclose(fl);
     }
-    printf("backend %s, %d threads, %s clock, load average at start %.2f %.2f %.2f\n",
-           be->ops->name, nt, cpu_clock ? "cpu" : "wall", la[0], la[1], la[2]);
+    const char *dot = getenv("DS_CPU_BF16_DOT");
+    printf("backend %s, %d threads, %s clock, GEMM inputs %s%s%s, load average at start %.2f "
+           "%.2f %.2f\n", be->ops->name, nt, cpu_clock ? "cpu" : "wall", ds_dtype_name(inputs),
+           dot ? ", DS_CPU_BF16_DOT=" : "", dot ? dot : "", la[0], la[1], la[2]);
     roof rf;
     if (measure_roof(&rf, true) != 0) return 1;
     printf("triad GB/s: 3 x 16 MiB arrays %.1f (1 thread) %.1f (2 threads); "
