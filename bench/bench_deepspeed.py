@@ -15,7 +15,7 @@ as bench_train (bench/bench_train.c), so that samples/s compare:
            train_batch_size 32 (16 rows per rank at 2 ranks), AdamW lr 1e-4
            weight decay 0.01, gradient_clipping 1.0, zero_optimization stage S
            with stage3_param_persistence_threshold 0 and reduce_bucket_size
-           5e8, fp16 and bf16 off; overlap_comm left to DeepSpeed's default
+           5e8, fp16 off, bf16 off unless --bf16 1; overlap_comm left to DeepSpeed's default
            as bench_train leaves it to the engine's (the same default).
   data     bench_train's synthetic rows: the same LCG (s = s * 1103515245 +
            12345 mod 2^32, token 4 + (s >> 8) % 21124), all 128 positions
@@ -55,7 +55,7 @@ def synthetic_rows(n_rows, T):
     return ids, labels
 
 
-def ds_config(stage, global_batch, bucket=500000000, overlap=None):
+def ds_config(stage, global_batch, bucket=500000000, overlap=None, bf16=False):
     zero = {"stage": stage, "stage3_param_persistence_threshold": 0,
             "reduce_bucket_size": bucket}
     if overlap is not None:  # else DeepSpeed's default for the stage
@@ -67,7 +67,7 @@ def ds_config(stage, global_batch, bucket=500000000, overlap=None):
         "gradient_clipping": 1.0,
         "zero_optimization": zero,
         "fp16": {"enabled": False},
-        "bf16": {"enabled": False},
+        "bf16": {"enabled": bool(bf16)},
     }
 
 
@@ -84,6 +84,8 @@ def main():
                     help="zero_optimization.reduce_bucket_size")
     ap.add_argument("--overlap", type=int, choices=[0, 1], default=None,
                     help="zero_optimization.overlap_comm (default: DeepSpeed's)")
+    ap.add_argument("--bf16", type=int, choices=[0, 1], default=0,
+                    help="bf16.enabled (bench_train --precision bf16 on the engine's side)")
     a = ap.parse_args()
     if os.environ.get("DS_ACCELERATOR") != "cpu":
         sys.exit("bench_deepspeed: set DS_ACCELERATOR=cpu (DeepSpeed would pick a GPU if it found one)")
@@ -111,7 +113,8 @@ def main():
     model = BertForSequenceClassification(cfg)
     n_params = sum(p.numel() for p in model.parameters())
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                           config=ds_config(a.stage, a.batch, a.bucket, a.overlap))
+                                           config=ds_config(a.stage, a.batch, a.bucket, a.overlap,
+                                                            a.bf16))
     engine.train()
 
     n_steps = a.warmup + a.steps

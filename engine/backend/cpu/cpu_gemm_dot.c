@@ -60,7 +60,7 @@
 #define DOT_MR 8    /* rows of the register tile */
 #define DOT_NR 32   /* columns: two vectors of 16 */
 #define DOT_KC 256  /* k's per block: a 32-column panel of B, 16 KiB, stays in L1 */
-#define DOT_MC 128  /* rows per packed block of A: 96 KiB, in L2 */
+#define DOT_MC 128  /* rows per packed block of A: 64 KiB, in L2 */
 
 /* Rows of op(A) a thread packs at a time: DOT_MC, or all of a smaller m
  * (to the next tile). */
@@ -69,8 +69,8 @@ static int a_rows(int m) {
     return r < DOT_MC ? r : DOT_MC;
 }
 
-/* Bytes of the workspace a call needs: B's block, then each thread's A
- * block, each 64-byte aligned. */
+/* Bytes of the workspace a call needs: all of op(B) packed, then each
+ * thread's block of op(A), each 64-byte aligned. */
 static size_t dot_need(int m, int n, int k, int nt) {
     size_t kcp = (size_t)((k < DOT_KC ? k : DOT_KC) + 1) / 2;
     size_t npad = (size_t)(n + DOT_NR - 1) / DOT_NR * DOT_NR;
@@ -82,7 +82,7 @@ static size_t dot_need(int m, int n, int k, int nt) {
 static bool dot_enabled(void) {
 #if DOT_BUILT
     static int on = -1; /* decided once: the CPU and the environment do not change */
-    if (on < 0) {
+    if (__atomic_load_n(&on, __ATOMIC_RELAXED) < 0) {
         const char *e = getenv("DS_CPU_BF16_DOT");
         bool off = e && (!strcmp(e, "0") || !strcmp(e, "off"));
         __atomic_store_n(&on, !off && __builtin_cpu_supports("avx512bf16"), __ATOMIC_RELAXED);
@@ -93,8 +93,7 @@ static bool dot_enabled(void) {
 #endif
 }
 
-bool ds_cpu_gemm_dot_takes(int m, int n, int k, float alpha, float beta,
-                           size_t ws_bytes) {
+bool ds_cpu_gemm_dot_takes(int m, int n, int k, float alpha, float beta, size_t ws_bytes) {
     return alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && m > 0 && n > 0 && k > 0 &&
            dot_need(m, n, k, 1) <= ws_bytes && dot_enabled();
 }
@@ -120,6 +119,7 @@ static inline __m512i pairs16(__m512 x, __m512 y) {
     return _mm512_or_si512(_mm512_srli_epi32(round16(x), 16), round16(y));
 }
 
+/* The first n of 16 lanes (none for n <= 0). */
 static inline __mmask16 first(int n) {
     return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
 }
