@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "tied_model.h"
+#include "zero/estimate.h"
 
 void ck_setup_defaults(ck_setup *s) {
     *s = (ck_setup){.model = "mlp", .stage = 0, .precision = "fp32", .total_steps = 20,
@@ -204,4 +205,20 @@ float *ck_read_floats(const char *path, size_t *n) {
     }
     fclose(f);
     return v;
+}
+
+int ck_buffer_bytes(engine_t *e, int world, uint64_t real[2], uint64_t est[2]) {
+    ds_mem_report r, x;
+    ds_memory_report(e, &r);
+    if (ds_estimate_model(ds_get_model(e), world, ds_get_config(e), DS_BACKEND_CPU, &x) !=
+        DS_OK) {
+        fprintf(stderr, "estimate: %s\n", ds_last_error());
+        return 1;
+    }
+    const ds_mem_place where[2] = {DS_PLACE_HOST, DS_PLACE_DEVICE};
+    for (int k = 0; k < 2; k++) {
+        real[k] = r.bytes[DS_MEM_BUFFERS][where[k]];
+        est[k] = x.bytes[DS_MEM_BUFFERS][where[k]];
+    }
+    return 0;
 }

@@ -81,6 +81,12 @@ int ck_loss_band(const double *a, const double *b, int steps, double band, const
 void ck_loss_summary(const double *a, const double *b, int steps, double band, const char *name,
                      double worst);
 
+/* The buffers (DS_MEM_BUFFERS) of e, [0] host and [1] the backend's memory:
+ * what its accountant records (real) and what the memory estimate of its
+ * model and config at `world` ranks says (est; zero/estimate.h). 0, or 1
+ * with a line on stderr. */
+int ck_buffer_bytes(engine_t *e, int world, uint64_t real[2], uint64_t est[2]);
+
 bool ck_write_floats(const char *path, const float *v, size_t n);
 float *ck_read_floats(const char *path, size_t *n);
 

@@ -41,7 +41,6 @@
 #include "engine/comm/comm.h"
 #include "engine/engine.h"
 #include "user_bag.h"
-#include "zero/estimate.h"
 
 #define STEPS 6
 #define T_LEN 8
@@ -114,15 +113,9 @@ static int train(const opts *o, bool rows, bool lie, run *r) {
         return 1;
     }
     int world = ds_world_size(e), rank = ds_rank(e), rc = 0;
-    ds_mem_report real, est;
-    ds_memory_report(e, &real);
-    if (ds_estimate_model(ds_get_model(e), world, ds_get_config(e), DS_BACKEND_CPU, &est) !=
-        DS_OK) {
-        fprintf(stderr, "estimate: %s\n", ds_last_error());
-        rc = 1;
-    }
-    r->dev_real = real.bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE];
-    r->dev_est = est.bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE];
+    uint64_t real[2], est[2];
+    rc = ck_buffer_bytes(e, world, real, est);
+    r->dev_real = real[1], r->dev_est = est[1];
     ds_comm_stats before, after;
     ds_comm_report(e, &before);
     for (int s = 0; s < STEPS && rc == 0; s++) {

@@ -69,7 +69,6 @@
 #include "models/models.h"
 #include "tied_model.h"
 #include "user_bag.h"
-#include "zero/estimate.h"
 
 #define STEPS 8
 #define T_LEN 8
@@ -267,17 +266,10 @@ static int train(const opts *o, const ds_dataset *data, bool sparse, run *r) {
     }
     if (start(o, sparse, world, data, &spy, &e)) return 1;
     int rc = 0;
-    ds_mem_report real, est;
-    ds_memory_report(e, &real);
-    if (ds_estimate_model(ds_get_model(e), world, ds_get_config(e), DS_BACKEND_CPU, &est) !=
-        DS_OK) {
-        fprintf(stderr, "estimate: %s\n", ds_last_error());
-        rc = 1;
-    }
-    r->host_real = real.bytes[DS_MEM_BUFFERS][DS_PLACE_HOST];
-    r->host_est = est.bytes[DS_MEM_BUFFERS][DS_PLACE_HOST];
-    r->dev_real = real.bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE];
-    r->dev_est = est.bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE];
+    uint64_t real[2], est[2];
+    rc = ck_buffer_bytes(e, world, real, est);
+    r->host_real = real[0], r->host_est = est[0];
+    r->dev_real = real[1], r->dev_est = est[1];
     ds_comm_stats c0, c1;
     ds_comm_report(e, &c0);
     for (int i = 0; i < STEPS && rc == 0; i++) {
