@@ -59,18 +59,28 @@ grep -q activation_checkpointing zero3_ckpt.json || { echo "FAIL: no ckpt sectio
 
 export OMP_NUM_THREADS=1
 runs=()
+# run NAME COMMAND...: stdout into NAME.log; a run that fails says which it
+# was, its exit status and the end of its log (the folder is removed at exit)
+run() {
+    local name=$1 rc=0
+    shift
+    "$@" > "$name.log" || rc=$?
+    if [ $rc -ne 0 ]; then
+        echo "FAIL: run $name exited with status $rc; the end of its output:"
+        tail -5 "$name.log"
+        exit 1
+    fi
+    runs+=("$name")
+}
 for s in 0 1 2 3; do
-    ./conv_train --config "zero$s.json" --steps $steps > "np1_stage$s.log"
-    runs+=("np1_stage$s")
+    run "np1_stage$s" ./conv_train --config "zero$s.json" --steps $steps
     # shellcheck disable=SC2086
-    mpirun $mpirun_flags -np 2 -x OMP_NUM_THREADS ./conv_train --config "zero$s.json" \
-        --steps $steps > "np2_stage$s.log"
-    runs+=("np2_stage$s")
+    run "np2_stage$s" mpirun $mpirun_flags -np 2 -x OMP_NUM_THREADS ./conv_train \
+        --config "zero$s.json" --steps $steps
 done
 # The README's launcher line: engine-run finds no MPI job and starts mpirun.
-"$prefix/bin/engine-run" --np 2 --config zero3_ckpt.json ./conv_train --steps $steps \
-    > np2_stage3_ckpt.log
-runs+=("np2_stage3_ckpt")
+run np2_stage3_ckpt "$prefix/bin/engine-run" --np 2 --config zero3_ckpt.json ./conv_train \
+    --steps $steps
 
 ref=np1_stage0.log
 status=0

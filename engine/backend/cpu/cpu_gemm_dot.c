@@ -57,6 +57,13 @@
 #define DOT_BUILT 0
 #endif
 
+/* The tile's loops unrolled, so that its 16 sums stay in registers. */
+#if defined(__clang__)
+#define DOT_UNROLL _Pragma("unroll")
+#else
+#define DOT_UNROLL _Pragma("GCC unroll 8")
+#endif
+
 #define DOT_MR 8    /* rows of the register tile */
 #define DOT_NR 32   /* columns: two vectors of 16 */
 #define DOT_KC 256  /* k's per block: a 32-column panel of B, 16 KiB, stays in L1 */
@@ -202,21 +209,20 @@ static void pack_b_panel(uint32_t *restrict dst, const float *B, int ldb, bool t
     }
 }
 
-#pragma GCC push_options
-#pragma GCC target("avx512bf16")
 /* C[0..mr) x [0..nr) (ldc) = the tile's sums over kcp pairs, or C += them
- * with `add`. */
-static void dot_tile(int kcp, const uint32_t *restrict a, size_t si, size_t sp,
+ * with `add`. The one function built for AVX512-BF16 (called only where
+ * the CPU has it). */
+__attribute__((target("avx512bf16"))) static void dot_tile(int kcp, const uint32_t *restrict a, size_t si, size_t sp,
                      const uint32_t *restrict b, float *restrict C, int ldc, int mr, int nr,
                      bool add) {
     __m512 acc[DOT_MR][2];
-#pragma GCC unroll 8
+DOT_UNROLL
     for (int i = 0; i < DOT_MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     for (int p = 0; p < kcp; p++) {
         const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + (size_t)p * DOT_NR);
         const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + (size_t)p * DOT_NR + 16);
         const uint32_t *ap = a + (size_t)p * sp;
-#pragma GCC unroll 8
+DOT_UNROLL
         for (int i = 0; i < DOT_MR; i++) {
             const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)ap[i * si]);
             acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
@@ -227,7 +233,7 @@ static void dot_tile(int kcp, const uint32_t *restrict a, size_t si, size_t sp,
     const __mmask16 m1 = nr >= 32   ? (__mmask16)0xffff
                          : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1u)
                                    : (__mmask16)0;
-#pragma GCC unroll 8
+DOT_UNROLL
     for (int i = 0; i < DOT_MR; i++) {
         if (i >= mr) break;
         float *c = C + (size_t)i * ldc;
@@ -240,7 +246,6 @@ static void dot_tile(int kcp, const uint32_t *restrict a, size_t si, size_t sp,
         _mm512_mask_storeu_ps(c + 16, m1, v1);
     }
 }
-#pragma GCC pop_options
 
 /* One product: C = op(A) op(B) (+ C when beta is 1), the threads over C's
  * rows. */
