@@ -59,15 +59,29 @@ grep -q activation_checkpointing zero3_ckpt.json || { echo "FAIL: no ckpt sectio
 
 export OMP_NUM_THREADS=1
 runs=()
-# run NAME COMMAND...: stdout into NAME.log; a run that fails says which it
-# was, its exit status and the end of its log (the folder is removed at exit)
+# run NAME COMMAND...: stdout into NAME.log, stderr into NAME.err; a run that
+# fails says which it was, its exit status and the end of both (the folder is
+# removed at exit). One exception, run once more: Open MPI 4's race at a
+# rank's exit (open-mpi/ompi#7833, a hello world fails once in 1000-2000
+# launches there), where mpirun reports a rank "with PID 0" (engine-run:
+# "pid 0") as ended without MPI_Finalize although the program had finished:
+# rank 0's last line, the held-out error, is in the log. Seen twice in CI
+# (stops 40 and 41), never in 37 runs here under load.
 run() {
     local name=$1 rc=0
     shift
-    "$@" > "$name.log" || rc=$?
+    "$@" > "$name.log" 2> "$name.err" || rc=$?
+    if [ $rc -ne 0 ] && grep -q "^held-out mse" "$name.log" &&
+       grep -qE "with PID 0 on|pid 0: mpirun lost track" "$name.err"; then
+        echo "note: run $name: Open MPI's race at exit after the program finished" \
+             "(open-mpi/ompi#7833); running it once more"
+        rc=0
+        "$@" > "$name.log" 2> "$name.err" || rc=$?
+    fi
     if [ $rc -ne 0 ]; then
         echo "FAIL: run $name exited with status $rc; the end of its output:"
         tail -5 "$name.log"
+        tail -20 "$name.err"
         exit 1
     fi
     runs+=("$name")

@@ -146,6 +146,10 @@ static void test_banners(void) {
              "%smpirun has exited due to process rank 0 with PID 4242 on\nnode vm exiting "
              "improperly. There are three reasons this could occur:\n%s", k_dash, k_dash);
     feed(&s, 1, text);
+    snprintf(text, sizeof text,
+             "%smpirun has exited due to process rank 1 with PID 0 on\nnode vm exiting "
+             "improperly. There are three reasons this could occur:\n%s", k_dash, k_dash);
+    feed(&s, 1, text);
     feed(&s, 1, "[vm:18006] [[10920,0],0] ORTE_ERROR_LOG: Data unpack would read past end of "
                 "buffer in file ../../../orte/util/show_help.c at line 501\n");
     feed(&s, 1, "[vm:18006] a message of mpirun's own\n");
@@ -161,6 +165,9 @@ static void test_banners(void) {
              "other ranks\n"
              "engine-run: rank 0 (on vm) exited without finishing MPI (no MPI_Finalize); mpirun "
              "stopped the other ranks\n"
+             "engine-run: rank 1 (on vm) ended without MPI_Finalize as mpirun saw it, pid 0: "
+             "mpirun lost track of it (Open MPI's race at exit, open-mpi/ompi#7833, also after a "
+             "program that finished); mpirun stopped the other ranks\n"
              "[vm:18006] a message of mpirun's own\n"
              "%sSomething mpirun says\nthat engine-run does not know.\n%s", k_dash, k_dash);
     expect(&s, "banners", "", want);

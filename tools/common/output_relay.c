@@ -256,8 +256,15 @@ static bool condense(er_relay *r, const char *b) {
     if ((p = strstr(b, "mpirun has exited due to process rank ")) &&
         sscanf(p, "mpirun has exited due to process rank %d with PID %ld on node %255s", &rank,
                &pid, node) == 3) {
-        say(r, "engine-run: rank %d (on %s) exited without finishing MPI (no MPI_Finalize); "
-            "mpirun stopped the other ranks\n", rank + r->rank_offset, node);
+        if (pid > 0)
+            say(r, "engine-run: rank %d (on %s) exited without finishing MPI (no MPI_Finalize); "
+                "mpirun stopped the other ranks\n", rank + r->rank_offset, node);
+        else /* mpirun never learnt the pid: Open MPI 4's own race at a rank's exit
+              * (open-mpi/ompi#7833), seen after programs that had finished */
+            say(r, "engine-run: rank %d (on %s) ended without MPI_Finalize as mpirun saw it, "
+                "pid 0: mpirun lost track of it (Open MPI's race at exit, open-mpi/ompi#7833, "
+                "also after a program that finished); mpirun stopped the other ranks\n",
+                rank + r->rank_offset, node);
         r->named = true;
         return true;
     }
