@@ -140,16 +140,6 @@ static ds_rows_view sum_view(const sparse_param *p) {
                           .offset = p->offset, .cols = p->cols};
 }
 
-/* bytes of the backend's memory to host, ready to read when it returns */
-static ds_status fetch(ds_backend *be, void *host, const void *dev, size_t bytes) {
-    DS_TRY(be->ops->memcpy(be, host, dev, bytes, DS_COPY_D2H, NULL));
-    return be->ops->sync(be);
-}
-
-static ds_status put(ds_backend *be, void *dev, const void *host, size_t bytes) {
-    return be->ops->memcpy(be, dev, host, bytes, DS_COPY_H2D, NULL);
-}
-
 /* The merge of the gathered blocks into the sums' plan: every row some
  * rank sent, ascending (each rank's block is: a merge), with its
  * contributions in rank order. Returns the outputs. */
@@ -197,13 +187,13 @@ static ds_status exchange_from(sparse_param *p, void *src) {
     scan_rows(p, &r0, &r1);
     ds_rows_view v = send_view(p, src);
     DS_TRY(be->ops->rows_nonzero(be, &v, r0, r1, p->flags));
-    DS_TRY(fetch(be, p->flags_h, p->flags, (size_t)(r1 - r0)));
+    DS_TRY(ds_zero_fetch(be, p->flags_h, p->flags, (size_t)(r1 - r0)));
     int32_t n = 0;
     for (int64_t r = r0; r < r1; r++)
         if (p->flags_h[r - r0]) p->nz[n++] = (int32_t)r;
-    DS_TRY(put(be, p->cnt, &n, 4));
+    DS_TRY(ds_zero_put(be, p->cnt, &n, 4));
     DS_TRY(ds_comm_all_gather(c, p->cnt, p->cnt + 1, 1, DS_I32));
-    DS_TRY(fetch(be, p->nrows, p->cnt + 1, (size_t)c->world * 4));
+    DS_TRY(ds_zero_fetch(be, p->nrows, p->cnt + 1, (size_t)c->world * 4));
     int64_t total = 0, before = 0;
     for (int q = 0; q < c->world; q++) {
         if (q == c->rank) before = total;
@@ -214,7 +204,7 @@ static ds_status exchange_from(sparse_param *p, void *src) {
         return DS_OK;
     }
     char *mine = (char *)p->recs + (size_t)before * p->rec * es;
-    DS_TRY(put(be, mine, p->nz, (size_t)n * 4));
+    DS_TRY(ds_zero_put(be, mine, p->nz, (size_t)n * 4));
     DS_TRY(be->ops->rows_gather(be, &v, mine, n, mine + (size_t)n * idxw * es));
     for (int q = 0; q < c->world; q++) p->counts[q] = (size_t)p->nrows[q] * p->rec;
     DS_TRY(ds_comm_all_gatherv(c, p->recs, p->counts, gs->gt));
@@ -227,10 +217,10 @@ static ds_status exchange_from(sparse_param *p, void *src) {
     }
     DS_TRY(be->ops->sync(be));
     int64_t nout = plan_sums(p);
-    DS_TRY(put(be, p->row, p->row_h, (size_t)nout * 4));
-    DS_TRY(put(be, p->all, p->all_h, (size_t)nout));
-    DS_TRY(put(be, p->first, p->first_h, (size_t)(nout + 1) * 8));
-    DS_TRY(put(be, p->src, p->src_h, (size_t)p->first_h[nout] * 8));
+    DS_TRY(ds_zero_put(be, p->row, p->row_h, (size_t)nout * 4));
+    DS_TRY(ds_zero_put(be, p->all, p->all_h, (size_t)nout));
+    DS_TRY(ds_zero_put(be, p->first, p->first_h, (size_t)(nout + 1) * 8));
+    DS_TRY(ds_zero_put(be, p->src, p->src_h, (size_t)p->first_h[nout] * 8));
     ds_rows_sum sum = {.dst = sum_view(p), .add = gs->kind == DS_SPARSE_PARTITION_ADD,
                        .recs = p->recs, .nout = nout, .row = p->row, .all = p->all,
                        .first = p->first, .src = p->src};

@@ -138,16 +138,6 @@ static ds_rows_view part_view(const ds_param_rows *r, const table *t, int q) {
                           .hi = lo + r->f->part, .offset = t->off, .cols = t->L};
 }
 
-/* bytes of the backend's memory to host, ready to read when it returns */
-static ds_status fetch(ds_param_rows *r, void *host, const void *dev, size_t bytes) {
-    DS_TRY(r->be->ops->memcpy(r->be, host, dev, bytes, DS_COPY_D2H, NULL));
-    return r->be->ops->sync(r->be);
-}
-
-static ds_status put(ds_param_rows *r, void *dev, const void *host, size_t bytes) {
-    return r->be->ops->memcpy(r->be, dev, host, bytes, DS_COPY_H2D, NULL);
-}
-
 /* Every rank's rows of table t, gathered into t->ids (host, rank-major,
  * *total of them), or *whole set when some rank asks for the whole table
  * (every rank sees the same counts, so all decide alike). The collectives
@@ -155,9 +145,9 @@ static ds_status put(ds_param_rows *r, void *dev, const void *host, size_t bytes
 static ds_status gather_asks(ds_param_rows *r, table *t, bool *whole, size_t *total) {
     int world = r->comm->world, me = r->comm->rank;
     int32_t mine = *whole ? -1 : t->n_req;
-    DS_TRY(put(r, t->d_n, &mine, 4));
+    DS_TRY(ds_zero_put(r->be, t->d_n, &mine, 4));
     DS_TRY(ds_comm_all_gather(r->comm, t->d_n, t->d_n + 1, 1, DS_I32));
-    DS_TRY(fetch(r, t->n_all, t->d_n + 1, (size_t)world * 4));
+    DS_TRY(ds_zero_fetch(r->be, t->n_all, t->d_n + 1, (size_t)world * 4));
     size_t off_me = 0;
     *total = 0;
     for (int q = 0; q < world; q++) {
@@ -168,9 +158,9 @@ static ds_status gather_asks(ds_param_rows *r, table *t, bool *whole, size_t *to
         *total += t->counts[q];
     }
     if (*whole) return DS_OK;
-    DS_TRY(put(r, t->d_ids + off_me, t->req, (size_t)t->n_req * 4));
+    DS_TRY(ds_zero_put(r->be, t->d_ids + off_me, t->req, (size_t)t->n_req * 4));
     DS_TRY(ds_comm_all_gatherv(r->comm, t->d_ids, t->counts, DS_I32));
-    return fetch(r, t->ids, t->d_ids, *total * 4);
+    return ds_zero_fetch(r->be, t->ids, t->d_ids, *total * 4);
 }
 
 /* Rank q's block: the rows of the union that reach into q's partition, whole
@@ -207,7 +197,7 @@ static ds_status exchange_table(ds_param_rows *r, table *t, bool whole) {
     /* the blocks' row lists go where the asked rows were (they are read) */
     size_t n_listed = 0;
     for (int q = 0; q < world; q++) n_listed += t->n_rows[q];
-    DS_TRY(put(r, t->d_ids, t->lists, n_listed * 4));
+    DS_TRY(ds_zero_put(r->be, t->d_ids, t->lists, n_listed * 4));
     size_t row = 0; /* rank q's block starts at row `row` of packed and of the lists */
     for (int q = 0; q < world; q++) {
         if (q == me) {

@@ -143,3 +143,12 @@ void ds_zero_describe_range(const ds_flat *f, int64_t lo, int64_t hi, const char
         snprintf(buf, cap, "%s of modules %d-%d of %d (%s .. %s)", what, first + 1, last + 1,
                  f->n_modules, pa, pb);
 }
+
+ds_status ds_zero_fetch(ds_backend *be, void *host, const void *dev, size_t bytes) {
+    DS_TRY(be->ops->memcpy(be, host, dev, bytes, DS_COPY_D2H, NULL));
+    return be->ops->sync(be);
+}
+
+ds_status ds_zero_put(ds_backend *be, void *dev, const void *host, size_t bytes) {
+    return be->ops->memcpy(be, dev, host, bytes, DS_COPY_H2D, NULL);
+}

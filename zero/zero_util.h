@@ -49,6 +49,13 @@ ds_status ds_zero_state_copy(ds_backend *be, float *base, int64_t base_lo, int64
  * message (ds_comm_job.what): "<what> of module 4 of 12 (<its first
  * parameter>)", or "<what> of modules 3-5 of 12 (<first> .. <last
  * parameter>)". 1-based module numbers. */
+/* The small host <-> backend copies of an exchange's counts and row lists
+ * (grad_sparse.c, param_rows.c): fetch returns with the host bytes ready to
+ * read (it syncs the backend); put is ordered before later work on the
+ * backend. */
+ds_status ds_zero_fetch(ds_backend *be, void *host, const void *dev, size_t bytes);
+ds_status ds_zero_put(ds_backend *be, void *dev, const void *host, size_t bytes);
+
 void ds_zero_describe_range(const ds_flat *f, int64_t lo, int64_t hi, const char *what, char *buf,
                             size_t cap);
 
