@@ -76,14 +76,23 @@ static int a_rows(int m) {
     return r < DOT_MC ? r : DOT_MC;
 }
 
-/* Bytes of the workspace a call needs: all of op(B) packed, then each
- * thread's block of op(A), each 64-byte aligned. */
-static size_t dot_need(int m, int n, int k, int nt) {
+/* Where a call's packs go in the workspace (64-byte aligned): all of op(B),
+ * b bytes, then one block of op(A) per thread, a bytes each. */
+typedef struct dot_layout {
+    size_t b, a;
+} dot_layout;
+
+static dot_layout layout_of(int m, int n, int k) {
     size_t kcp = (size_t)((k < DOT_KC ? k : DOT_KC) + 1) / 2;
     size_t npad = (size_t)(n + DOT_NR - 1) / DOT_NR * DOT_NR;
-    size_t b = ((size_t)(k + 1) / 2 * npad * 4 + 63) / 64 * 64;
-    size_t a = ((size_t)a_rows(m) * kcp * 4 + 63) / 64 * 64;
-    return 64 + b + (size_t)nt * a;
+    return (dot_layout){.b = ((size_t)(k + 1) / 2 * npad * 4 + 63) / 64 * 64,
+                        .a = ((size_t)a_rows(m) * kcp * 4 + 63) / 64 * 64};
+}
+
+/* Bytes of the workspace a call on nt threads needs (64: the alignment). */
+static size_t dot_need(int m, int n, int k, int nt) {
+    dot_layout l = layout_of(m, n, k);
+    return 64 + l.b + (size_t)nt * l.a;
 }
 
 static bool dot_enabled(void) {
@@ -108,39 +117,34 @@ bool ds_cpu_gemm_dot_takes(int m, int n, int k, float alpha, float beta, size_t 
 #if DOT_BUILT
 #include <immintrin.h>
 
-/* ds_cpu_bf16_round_bits (cpu_ops.h: ds_f32_to_bf16's rounding) of 16
- * lanes: the bf16 value in the high half. */
-static inline __m512i round16(__m512 x) {
-    const __m512i u = _mm512_castps_si512(x), hi = _mm512_set1_epi32((int)0xffff0000u);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i r = _mm512_and_si512(
-        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), hi);
-    const __m512i q = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)), hi);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
-        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    return _mm512_mask_blend_epi32(nan, r, q);
-}
+/* The bf16 bits of the fp32 value whose bits are u (ds_cpu_bf16_round_bits,
+ * cpu_ops.h: the rounding of ds_f32_to_bf16 and of every other path). */
+static inline uint32_t bf16_of(uint32_t u) { return ds_cpu_bf16_round_bits(u) >> 16; }
 
-/* 16 pair words: lane l = bf16(x[l]) | bf16(y[l]) << 16. */
-static inline __m512i pairs16(__m512 x, __m512 y) {
-    return _mm512_or_si512(_mm512_srli_epi32(round16(x), 16), round16(y));
-}
-
-/* The first n of 16 lanes (none for n <= 0). */
-static inline __mmask16 first(int n) {
-    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+/* n pair words w[l] = bf16(x[l]) | bf16(y[l]) << 16 for l < have (y NULL:
+ * +0.0 there), +0.0 from have on: two rows of k (or of op(A)'s rows). */
+static void pair_words(uint32_t *restrict w, const float *x, const float *y, int have, int n) {
+    const ds_cpu_f32_bits *restrict xs = (const ds_cpu_f32_bits *)x;
+    const ds_cpu_f32_bits *restrict ys = (const ds_cpu_f32_bits *)y;
+    have = have < n ? (have > 0 ? have : 0) : n;
+    if (ys) {
+#pragma omp simd
+        for (int l = 0; l < have; l++) w[l] = bf16_of(xs[l]) | bf16_of(ys[l]) << 16;
+    } else {
+#pragma omp simd
+        for (int l = 0; l < have; l++) w[l] = bf16_of(xs[l]);
+    }
+    for (int l = have; l < n; l++) w[l] = 0;
 }
 
 /* kc consecutive floats as ceil(kc / 2) pair words (the bf16 values in
  * order, +0.0 after the last). */
 static void pair_row(uint32_t *restrict dst, const float *restrict src, int kc) {
-    uint16_t *d = (uint16_t *)dst;
-    const int len = (kc + 1) / 2 * 2;
-    for (int c = 0; c < len; c += 16) {
-        const __m512i r = round16(_mm512_maskz_loadu_ps(first(kc - c), src + c));
-        _mm256_mask_storeu_epi16(d + c, first(len - c),
-                                 _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
-    }
+    uint16_t *restrict d = (uint16_t *)dst;
+    const ds_cpu_f32_bits *restrict s = (const ds_cpu_f32_bits *)src;
+#pragma omp simd
+    for (int c = 0; c < kc; c++) d[c] = (uint16_t)bf16_of(s[c]);
+    if (kc % 2) d[kc] = 0;
 }
 
 /* op(A) rows [r0, r0 + mc), k's [k0, k0 + kc), kcp = ceil(kc / 2) pairs;
@@ -163,20 +167,12 @@ static void pack_a(uint32_t *restrict dst, const float *A, int lda, bool ta, int
         return;
     }
     const int panels = (mc + DOT_MR - 1) / DOT_MR;
+    uint32_t w[DOT_MC]; /* pair p of every row, then dealt to the panels */
     for (int p = 0; p < kcp; p++) {
         const float *x = A + (int64_t)(k0 + 2 * p) * lda + r0;
-        const float *y = 2 * p + 1 < kc ? x + lda : NULL;
-        for (int q = 0; q < panels; q += 2) { /* 16 rows: two panels */
-            const __mmask16 in = first(mc - q * DOT_MR);
-            const __m512i w = pairs16(_mm512_maskz_loadu_ps(in, x + q * DOT_MR),
-                                      y ? _mm512_maskz_loadu_ps(in, y + q * DOT_MR)
-                                        : _mm512_setzero_ps());
-            _mm256_storeu_si256((__m256i *)(dst + ((size_t)q * kcp + p) * DOT_MR),
-                                _mm512_castsi512_si256(w));
-            if (q + 1 < panels)
-                _mm256_storeu_si256((__m256i *)(dst + ((size_t)(q + 1) * kcp + p) * DOT_MR),
-                                    _mm512_extracti64x4_epi64(w, 1));
-        }
+        pair_words(w, x, 2 * p + 1 < kc ? x + lda : NULL, mc, panels * DOT_MR);
+        for (int q = 0; q < panels; q++)
+            memcpy(dst + ((size_t)q * kcp + p) * DOT_MR, w + q * DOT_MR, DOT_MR * 4);
     }
 }
 
@@ -185,17 +181,11 @@ static void pack_a(uint32_t *restrict dst, const float *A, int lda, bool ta, int
 static void pack_b_panel(uint32_t *restrict dst, const float *B, int ldb, bool tb, int n, int jp,
                          int k0, int kc) {
     const int kcp = (kc + 1) / 2, c0 = jp * DOT_NR;
-    if (!tb) { /* rows 2p and 2p + 1 of B, 16 columns at a time */
+    if (!tb) { /* rows 2p and 2p + 1 of B */
         for (int p = 0; p < kcp; p++) {
             const float *x = B + (int64_t)(k0 + 2 * p) * ldb + c0;
-            const float *y = 2 * p + 1 < kc ? x + ldb : NULL;
-            for (int h = 0; h < DOT_NR; h += 16) {
-                const __mmask16 in = first(n - c0 - h);
-                const __m512i w = pairs16(_mm512_maskz_loadu_ps(in, x + h),
-                                          y ? _mm512_maskz_loadu_ps(in, y + h)
-                                            : _mm512_setzero_ps());
-                _mm512_storeu_si512(dst + (size_t)p * DOT_NR + h, w);
-            }
+            pair_words(dst + (size_t)p * DOT_NR, x, 2 * p + 1 < kc ? x + ldb : NULL, n - c0,
+                       DOT_NR);
         }
         return;
     }
@@ -254,11 +244,9 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
     const int npanels = (n + DOT_NR - 1) / DOT_NR, units = (m + DOT_MR - 1) / DOT_MR;
     const int kblocks = (k + DOT_KC - 1) / DOT_KC;
     const size_t npad = (size_t)npanels * DOT_NR;
-    const size_t kcp_max = (size_t)((k < DOT_KC ? k : DOT_KC) + 1) / 2;
+    const dot_layout l = layout_of(m, n, k);
     char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
     uint32_t *bpack = (uint32_t *)base; /* block kb at word (kb DOT_KC / 2) npad */
-    char *abase = base + ((size_t)(k + 1) / 2 * npad * 4 + 63) / 64 * 64;
-    const size_t astride = ((size_t)a_rows(m) * kcp_max * 4 + 63) / 64 * 64;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         /* all of op(B) first, shared (the implicit barrier ends it) */
@@ -273,7 +261,7 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
         const int m0 = (int)((int64_t)units * t / tn) * DOT_MR;
         int m1 = (int)((int64_t)units * (t + 1) / tn) * DOT_MR;
         m1 = m1 < m ? m1 : m;
-        uint32_t *apack = (uint32_t *)(abase + (size_t)t * astride);
+        uint32_t *apack = (uint32_t *)(base + l.b + (size_t)t * l.a);
         /* a block of C's rows over every k block while it is in cache */
         for (int r0 = m0; r0 < m1; r0 += DOT_MC) {
             const int mc = m1 - r0 < DOT_MC ? m1 - r0 : DOT_MC;
