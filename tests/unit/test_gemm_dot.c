@@ -113,6 +113,10 @@ int main(void) {
         {1, 0, 7, 33, 513, 2, 5, 0.0f},    /* one tile of 7 rows, batches */
         {1, 1, 64, 1000, 96, 1, 1, 1.0f},  /* many column panels */
         {0, 0, 1024, 64, 256, 1, 0, 0.0f}, /* the rows over both threads */
+        /* A and B read in runs a stride apart (a weight gradient's layout):
+         * several row blocks of A by several k blocks, the last pairs of a
+         * block dealt short, B's panels in two pieces */
+        {1, 0, 520, 300, 600, 1, 2, 1.0f},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         test_rand_seed(0x452821e638d01377ull + i);

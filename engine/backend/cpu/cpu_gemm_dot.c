@@ -32,7 +32,9 @@
  * its own rows of op(A), DOT_MC rows by one k block at a time, and goes
  * through every k block of those rows while their block of C is in cache;
  * the kernel keeps a DOT_MR x DOT_NR tile of C in 16 registers over a k
- * block.
+ * block. While a block's tiles run, the thread asks the L2 cache for the
+ * next block of op(A) (dot_ahead), so that packing it reads the cache, not
+ * memory.
  * The threads take contiguous ranges of C's rows, so nothing one thread
  * writes is read by another. The packs take the backend's GEMM workspace
  * that the rounded copies of the fp32 path would (ds_gemm_workspace_of), so
@@ -67,7 +69,11 @@
 #define DOT_MR 8    /* rows of the register tile */
 #define DOT_NR 32   /* columns: two vectors of 16 */
 #define DOT_KC 256  /* k's per block: a 32-column panel of B, 16 KiB, stays in L1 */
-#define DOT_MC 128  /* rows per packed block of A: 64 KiB, in L2 */
+#define DOT_MC 256  /* rows per packed block of A: 128 KiB, in L2 (a transposed A is
+                     * read in runs of DOT_MC floats of its rows: 128 ran the weight
+                     * gradients ~6% slower) */
+#define DOT_PB 8    /* pairs a strided pack deals to its panels at a time */
+#define DOT_PJ 8    /* panels of op(B) one pack of B as stored reads across (1 KiB of a row) */
 
 /* Rows of op(A) a thread packs at a time: DOT_MC, or all of a smaller m
  * (to the next tile). */
@@ -166,36 +172,63 @@ static void pack_a(uint32_t *restrict dst, const float *A, int lda, bool ta, int
         memset(dst + (size_t)mc * kcp, 0, (size_t)(rows - mc) * kcp * 4);
         return;
     }
+    /* DOT_PB pairs at a time, so that each panel gets DOT_PB x DOT_MR
+     * consecutive words: one pair's words dealt alone would go to every
+     * panel at a stride of kcp DOT_MR words (4 KiB at full blocks), the
+     * same set of the L1 cache for every panel */
     const int panels = (mc + DOT_MR - 1) / DOT_MR;
-    uint32_t w[DOT_MC]; /* pair p of every row, then dealt to the panels */
-    for (int p = 0; p < kcp; p++) {
-        const float *x = A + (int64_t)(k0 + 2 * p) * lda + r0;
-        pair_words(w, x, 2 * p + 1 < kc ? x + lda : NULL, mc, panels * DOT_MR);
-        for (int q = 0; q < panels; q++)
-            memcpy(dst + ((size_t)q * kcp + p) * DOT_MR, w + q * DOT_MR, DOT_MR * 4);
+    uint32_t w[DOT_PB][DOT_MC]; /* pairs p0.. of every row, then dealt to the panels */
+    for (int p0 = 0; p0 < kcp; p0 += DOT_PB) {
+        const int pb = kcp - p0 < DOT_PB ? kcp - p0 : DOT_PB;
+        for (int q = 0; q < pb; q++) {
+            const int p = p0 + q;
+            const float *x = A + (int64_t)(k0 + 2 * p) * lda + r0;
+            pair_words(w[q], x, 2 * p + 1 < kc ? x + lda : NULL, mc, panels * DOT_MR);
+        }
+        for (int j = 0; j < panels; j++)
+            for (int q = 0; q < pb; q++)
+                memcpy(dst + ((size_t)j * kcp + p0 + q) * DOT_MR, w[q] + j * DOT_MR, DOT_MR * 4);
     }
 }
 
-/* Panel jp of op(B)'s k's [k0, k0 + kc): pair p, column j at
- * dst[p DOT_NR + j]; columns past n and the k past kc are +0.0. */
-static void pack_b_panel(uint32_t *restrict dst, const float *B, int ldb, bool tb, int n, int jp,
-                         int k0, int kc) {
-    const int kcp = (kc + 1) / 2, c0 = jp * DOT_NR;
-    if (!tb) { /* rows 2p and 2p + 1 of B */
-        for (int p = 0; p < kcp; p++) {
-            const float *x = B + (int64_t)(k0 + 2 * p) * ldb + c0;
-            pair_words(dst + (size_t)p * DOT_NR, x, 2 * p + 1 < kc ? x + ldb : NULL, n - c0,
-                       DOT_NR);
+/* op(B)'s k's [k0, k0 + kc) and panels [j0, j1) into the block at dst
+ * (panel jp at dst + jp kcp DOT_NR): pair p, column j of panel jp at word
+ * p DOT_NR + j; columns past n and the k past kc are +0.0.
+ *   - B as stored (op = B): rows 2p and 2p + 1 of B give pair p. They are
+ *     read across all the panels at once (whole stretches of a row, which
+ *     the hardware prefetches) and dealt DOT_PB pairs at a time, for the
+ *     reason pack_a gives.
+ *   - transposed (a weight read as W^T): column j of op(B) is row j of B,
+ *     its pairs contiguous there; each goes through a row of words. */
+static void pack_b(uint32_t *restrict dst, const float *B, int ldb, bool tb, int n, int j0, int j1,
+                   int k0, int kc) {
+    const int kcp = (kc + 1) / 2;
+    if (!tb) {
+        uint32_t w[DOT_PB][DOT_PJ * DOT_NR];
+        const int c0 = j0 * DOT_NR, width = (j1 - j0) * DOT_NR;
+        for (int p0 = 0; p0 < kcp; p0 += DOT_PB) {
+            const int pb = kcp - p0 < DOT_PB ? kcp - p0 : DOT_PB;
+            for (int q = 0; q < pb; q++) {
+                const int p = p0 + q;
+                const float *x = B + (int64_t)(k0 + 2 * p) * ldb + c0;
+                pair_words(w[q], x, 2 * p + 1 < kc ? x + ldb : NULL, n - c0, width);
+            }
+            for (int jp = j0; jp < j1; jp++)
+                for (int q = 0; q < pb; q++)
+                    memcpy(dst + ((size_t)jp * kcp + p0 + q) * DOT_NR, w[q] + (jp - j0) * DOT_NR,
+                           DOT_NR * 4);
         }
         return;
     }
-    /* transposed (a weight read as W^T): column j of op(B) is row j of B,
-     * its pairs contiguous there; each goes through a row of words */
     uint32_t row[DOT_KC / 2];
-    for (int j = 0; j < DOT_NR; j++) {
-        if (c0 + j < n) pair_row(row, B + (int64_t)(c0 + j) * ldb + k0, kc);
-        else memset(row, 0, (size_t)kcp * 4);
-        for (int p = 0; p < kcp; p++) dst[(size_t)p * DOT_NR + j] = row[p];
+    for (int jp = j0; jp < j1; jp++) {
+        uint32_t *panel = dst + (size_t)jp * kcp * DOT_NR;
+        for (int j = 0; j < DOT_NR; j++) {
+            const int c = jp * DOT_NR + j;
+            if (c < n) pair_row(row, B + (int64_t)c * ldb + k0, kc);
+            else memset(row, 0, (size_t)kcp * 4);
+            for (int p = 0; p < kcp; p++) panel[(size_t)p * DOT_NR + j] = row[p];
+        }
     }
 }
 
@@ -237,6 +270,35 @@ DOT_UNROLL
     }
 }
 
+/* The next block of op(A) a thread will pack, asked into the L2 cache a few
+ * lines at a time while the tiles of the current one run. Packing reads A
+ * in runs of one block's k's (or rows) a stride apart, which the hardware's
+ * prefetchers follow badly: read cold, a pack took 15-17% of its product's
+ * time at BERT-mini's k = 1024 and weight-gradient shapes; while the tiles
+ * compute, the memory is idle. */
+typedef struct dot_ahead {
+    const char *base; /* the first run */
+    size_t stride;    /* bytes between runs */
+    int lines;        /* 64-byte lines per run */
+    int total, next;  /* lines of the block, and the next to ask for */
+} dot_ahead;
+
+/* Block (r0, mc) x (k0, kc) of op(A): runs of kc floats (A as stored) or
+ * of mc floats (transposed: the k's are A's rows). */
+static dot_ahead ahead_of(const float *A, int lda, bool ta, int r0, int mc, int k0, int kc) {
+    const int runs = ta ? kc : mc, len = ta ? mc : kc;
+    const float *first = ta ? A + (int64_t)k0 * lda + r0 : A + (int64_t)r0 * lda + k0;
+    const int lines = (len * 4 + 63) / 64 + 1; /* + 1: a run need not start on a line */
+    return (dot_ahead){(const char *)first, (size_t)lda * 4, lines, runs * lines, 0};
+}
+
+static inline void ahead_some(dot_ahead *h, int count) {
+    for (int e = h->next + count < h->total ? h->next + count : h->total; h->next < e; h->next++)
+        __builtin_prefetch(h->base + (size_t)(h->next / h->lines) * h->stride +
+                               (size_t)(h->next % h->lines) * 64,
+                           0, 2);
+}
+
 /* One product: C = op(A) op(B) (+ C when beta is 1), the threads over C's
  * rows. */
 static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *A, int lda,
@@ -249,13 +311,15 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
     uint32_t *bpack = (uint32_t *)base; /* block kb at word (kb DOT_KC / 2) npad */
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-        /* all of op(B) first, shared (the implicit barrier ends it) */
+        /* all of op(B) first, shared (the implicit barrier ends it), in
+         * pieces of DOT_PJ panels */
+        const int pieces = (npanels + DOT_PJ - 1) / DOT_PJ;
 #pragma omp for schedule(static) collapse(2)
         for (int kb = 0; kb < kblocks; kb++)
-            for (int jp = 0; jp < npanels; jp++) {
+            for (int pc = 0; pc < pieces; pc++) {
                 const int k0 = kb * DOT_KC, kc = k - k0 < DOT_KC ? k - k0 : DOT_KC;
-                pack_b_panel(bpack + (size_t)k0 / 2 * npad + (size_t)jp * ((kc + 1) / 2) * DOT_NR,
-                             B, ldb, tb, n, jp, k0, kc);
+                const int j0 = pc * DOT_PJ, j1 = j0 + DOT_PJ < npanels ? j0 + DOT_PJ : npanels;
+                pack_b(bpack + (size_t)k0 / 2 * npad, B, ldb, tb, n, j0, j1, k0, kc);
             }
         const int t = omp_get_thread_num(), tn = omp_get_num_threads();
         const int m0 = (int)((int64_t)units * t / tn) * DOT_MR;
@@ -269,13 +333,23 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
                 const int kc = k - k0 < DOT_KC ? k - k0 : DOT_KC, kcp = (kc + 1) / 2;
                 const bool add = k0 > 0 || beta == 1.0f;
                 pack_a(apack, A, lda, ta, r0, mc, k0, kc);
+                /* the block after this one, over this one's tiles */
+                const int nk0 = k0 + kc < k ? k0 + kc : 0, nr0 = nk0 ? r0 : r0 + mc;
+                dot_ahead next = {0};
+                if (nr0 < m1)
+                    next = ahead_of(A, lda, ta, nr0, m1 - nr0 < DOT_MC ? m1 - nr0 : DOT_MC, nk0,
+                                    k - nk0 < DOT_KC ? k - nk0 : DOT_KC);
+                const int tiles = npanels * ((mc + DOT_MR - 1) / DOT_MR);
+                const int per_tile = (next.total + tiles - 1) / tiles;
                 for (int jp = 0; jp < npanels; jp++) {
                     const int c0 = jp * DOT_NR, nr = n - c0 < DOT_NR ? n - c0 : DOT_NR;
                     const uint32_t *bp = bpack + (size_t)k0 / 2 * npad + (size_t)jp * kcp * DOT_NR;
-                    for (int i0 = 0; i0 < mc; i0 += DOT_MR)
+                    for (int i0 = 0; i0 < mc; i0 += DOT_MR) {
+                        ahead_some(&next, per_tile);
                         dot_tile(kcp, apack + (size_t)i0 * kcp, ta ? 1 : (size_t)kcp,
                                  ta ? DOT_MR : 1, bp, C + (int64_t)(r0 + i0) * ldc + c0, ldc,
                                  mc - i0 < DOT_MR ? mc - i0 : DOT_MR, nr, add);
+                    }
                 }
             }
         }
