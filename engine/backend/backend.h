@@ -323,7 +323,9 @@ ds_status ds_backend_set_gemm_inputs(ds_backend *be, ds_dtype t);
  * the new size, still recorded, and, when a plan had reserved it, with one
  * warning on stderr saying by how much and why. The plan counts every
  * declared GEMM; the cpu backend's own small-product kernel rounds as it
- * copies and needs none (cpu_gemm_bf16.c), so there the plan can exceed
+ * copies and needs none (cpu_gemm_bf16.c; on a CPU with the bf16 dot
+ * product those calls take the dot product's few packs instead), so there
+ * the plan can exceed
  * what the calls ask for: when such a call is the largest, as attention's
  * per-head products are once the sequence is longer than about the
  * feed-forward width plus the hidden size (T > I + H - head width; not at

@@ -79,16 +79,21 @@ static float *run_case(ds_backend *be, const dcase *c, int nt) {
     return C;
 }
 
-/* Whether the dot path computed: one product reading a bf16 input below
- * 2^-126 (the dot product takes it as zero, the rounding path as itself). */
-static bool dot_ran(ds_backend *be) {
-    /* not the own kernel's (n % 16 != 0), packs that fit the workspace */
-    enum { M = 64, N = 100, K = 64 };
-    float A[M * K] = {0}, B[K * N], C[M * N];
-    for (int j = 0; j < K * N; j++) B[j] = 1.0f;
-    A[0] = 0x1.0p-127f; /* a bf16 subnormal, exact */
-    CHECK_OK(be->ops->gemm(be, false, false, M, N, K, 1.0f, A, K, 0, B, N, 0, 0.0f, C, N, 0, 1));
-    return C[0] == 0.0f;
+/* Whether the dot path computed: products reading a bf16 input below
+ * 2^-126 (the dot product takes it as zero, the other paths as itself).
+ * n 100: a product only OpenBLAS would take otherwise; n 128 with several
+ * products: one the own kernel would (attention's per-head products). */
+static bool dot_ran(ds_backend *be, int n, int batch) {
+    enum { M = 64, K = 64, NMAX = 128, BMAX = 4 };
+    static float A[BMAX * M * K], B[K * NMAX], C[BMAX * M * NMAX];
+    memset(A, 0, sizeof A);
+    for (int j = 0; j < K * n; j++) B[j] = 1.0f;
+    for (int b = 0; b < batch; b++) A[b * M * K] = 0x1.0p-127f; /* a bf16 subnormal, exact */
+    CHECK_OK(be->ops->gemm(be, false, false, M, n, K, 1.0f, A, K, M * K, B, n, 0, 0.0f, C, n,
+                           (int64_t)M * n, batch));
+    bool zero = true;
+    for (int b = 0; b < batch; b++) zero = zero && C[(int64_t)b * M * n] == 0.0f;
+    return zero;
 }
 
 int main(void) {
@@ -103,9 +108,12 @@ int main(void) {
         ds_backend_destroy(be[0]), ds_backend_destroy(be[1]);
         return 77;
     }
-    for (int t = 0; t < 2; t++)
-        CHECK(dot_ran(be[t]), "%d threads: a bf16 subnormal input was not taken as zero: the "
-              "dot-product path did not run", t + 1);
+    for (int t = 0; t < 2; t++) {
+        CHECK(dot_ran(be[t], 100, 1), "%d threads: a bf16 subnormal input was not taken as "
+              "zero: the dot-product path did not run", t + 1);
+        CHECK(dot_ran(be[t], 128, 4), "%d threads, small products: a bf16 subnormal input was "
+              "not taken as zero: the dot-product path did not run", t + 1);
+    }
     static const dcase cases[] = {
         {0, 0, 300, 260, 191, 1, 0, 0.0f}, {0, 1, 300, 260, 191, 1, 0, 0.0f},
         {1, 0, 300, 260, 191, 1, 0, 0.0f}, {1, 1, 300, 260, 191, 1, 0, 0.0f},
@@ -117,6 +125,10 @@ int main(void) {
          * several row blocks of A by several k blocks, the last pairs of a
          * block dealt short, B's panels in two pieces */
         {1, 0, 520, 300, 600, 1, 2, 1.0f},
+        /* attention's per-head products (the own kernel's shapes without the
+         * instruction): a thread per product at 2 threads, and 3 products
+         * over 2 threads, which share each product instead */
+        {0, 1, 128, 128, 64, 8, 0, 0.0f}, {1, 0, 128, 64, 128, 3, 4, 0.0f},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         test_rand_seed(0x452821e638d01377ull + i);

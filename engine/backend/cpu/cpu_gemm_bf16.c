@@ -18,6 +18,11 @@
  * instead (ds_cpu_gemm_small_bf16): no pass and no workspace of their own.
  * Every other call rounds first, as follows.
  *
+ * On a CPU with AVX512-BF16 the avx512 variant multiplies bf16 values
+ * directly instead (cpu_gemm_dot.c), in the same workspace: every call
+ * ds_cpu_gemm_dot_takes, the own kernel's included (the dot product runs
+ * attention's products at 1.7-1.9x the own kernel's rate, bench/RESULTS.md).
+ *
  * Layout. Each operand is packed (ds_gemm_pack_of): the stored matrices
  * densely, ld = their column count, one copy when the stride is 0. The
  * product then reads a copy no larger than what it reads anyway, whatever
@@ -29,9 +34,7 @@
  * by the widening shift, as one mask and select the compiler vectorises at
  * the variant's width), threads over rows when there are enough elements.
  * Its cost on the BERT-mini training step is in bench/RESULTS.md.
- *
- * On a CPU with AVX512-BF16 the avx512 variant multiplies bf16 values
- * directly instead (cpu_gemm_dot.c), in the same workspace. */
+ */
 #include <omp.h>
 #include <stdint.h>
 
@@ -63,16 +66,17 @@ ds_status ds_cpu_gemm_entry(ds_backend *be, bool transa, bool transb, int m, int
     if (be->gemm_inputs != DS_BF16 || m == 0 || n == 0 || k == 0 || batch == 0)
         return ds_cpu_gemm_small(be, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb,
                                  strideB, beta, C, ldc, strideC, batch);
-    if (ds_cpu_gemm_small_takes(m, n, k, alpha, beta, batch))
+    const ds_gemm_ws w =
+        ds_gemm_workspace_of(DS_BACKEND_CPU, transa, transb, m, n, k, strideA, strideB, batch);
+    const bool dot = ds_cpu_gemm_dot_takes(m, n, k, alpha, beta, w.bytes);
+    if (!dot && ds_cpu_gemm_small_takes(m, n, k, alpha, beta, batch))
         return ds_cpu_gemm_small_bf16(be, transa, transb, m, n, k, A, lda, strideA, B, ldb,
                                       strideB, C, ldc, strideC, batch);
     DS_TRY(ds_check_gemm("cpu gemm", transa, transb, m, n, k, A, lda, strideA, B, ldb, strideB, C,
                          ldc, strideC, batch));
-    const ds_gemm_ws w =
-        ds_gemm_workspace_of(DS_BACKEND_CPU, transa, transb, m, n, k, strideA, strideB, batch);
     void *ws;
     DS_TRY(ds_backend_gemm_workspace(be, &w, &ws));
-    if (ds_cpu_gemm_dot_takes(m, n, k, alpha, beta, w.bytes))
+    if (dot)
         return ds_cpu_gemm_dot(be, transa, transb, m, n, k, A, lda, strideA, B, ldb, strideB,
                                beta, C, ldc, strideC, batch, ws, w.bytes);
     float *a = ws, *b = (float *)((char *)ws + w.b_offset);

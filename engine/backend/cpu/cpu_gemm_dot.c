@@ -362,9 +362,24 @@ ds_status ds_cpu_gemm_dot(ds_backend *be, bool transa, bool transb, int m, int n
                           int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
                           int batch, void *ws, size_t ws_bytes) {
 #if DOT_BUILT
+    const int team = ds_cpu_team(be);
+    /* Many products (attention's per-head ones): a thread per product, each
+     * with its own packs of A and B in its slice of the workspace, so no
+     * thread waits for another's share of a product's op(B). Where the
+     * products do not deal out evenly, or the slices do not fit, the
+     * threads share each product as below. The bits are the same either
+     * way: dot_one's order depends on the shape only. */
+    const size_t slice = (dot_need(m, n, k, 1) + 63) / 64 * 64;
+    if (team > 1 && (batch % team == 0 || batch >= 4 * team) && (size_t)team * slice <= ws_bytes) {
+#pragma omp parallel for num_threads(team) schedule(static)
+        for (int b = 0; b < batch; b++)
+            dot_one(1, transa, transb, m, n, k, A + b * strideA, lda, B + b * strideB, ldb, beta,
+                    C + b * strideC, ldc, (char *)ws + (size_t)omp_get_thread_num() * slice);
+        return DS_OK;
+    }
     /* as many threads as have room for their packs of A (the call was
-     * taken with room for one): the bits do not depend on how many */
-    int nt = ds_cpu_team(be);
+     * taken with room for one) */
+    int nt = team;
     while (nt > 1 && dot_need(m, n, k, nt) > ws_bytes) nt--;
     for (int b = 0; b < batch; b++)
         dot_one(nt, transa, transb, m, n, k, A + b * strideA, lda, B + b * strideB, ldb, beta,

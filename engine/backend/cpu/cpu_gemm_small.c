@@ -38,7 +38,9 @@
  * products then see exactly the rounded values a separate pass would give:
  * the same bits (test_backend_gemm_bf16), with no pass over A and B and no
  * scratch. Attention's score products of 128 x 128 x 64 cost 1.19x their
- * fp32 time this way, 1.36x with the pass (1 thread, bench/RESULTS.md). */
+ * fp32 time this way, 1.36x with the pass (1 thread, bench/RESULTS.md).
+ * On a CPU with AVX512-BF16 the avx512 variant sends bf16-input products to
+ * the dot product instead (cpu_gemm_dot.c), these included. */
 #include <math.h>
 #include <omp.h>
 #include <stdbool.h>

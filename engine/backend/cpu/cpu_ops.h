@@ -197,9 +197,9 @@ ds_status ds_cpu_gemm_dot(ds_backend *be, bool transa, bool transb, int m, int n
                           int batch, void *ws, size_t ws_bytes);
 
 /* cpu_gemm_bf16.c: the variant's gemm slot. With be->gemm_inputs DS_BF16,
- * a call the own kernel takes goes to ds_cpu_gemm_small_bf16 (rounding as it
- * copies); a call ds_cpu_gemm_dot_takes to the bf16 dot product; for any
- * other, A and B are rounded to bf16 into the backend's GEMM workspace
+ * a call ds_cpu_gemm_dot_takes goes to the bf16 dot product; else a call the
+ * own kernel takes to ds_cpu_gemm_small_bf16 (rounding as it copies); for
+ * any other, A and B are rounded to bf16 into the backend's GEMM workspace
  * (packed, ds_gemm_workspace_of; backend.h) and the product runs on those
  * copies through ds_cpu_gemm_small (OpenBLAS). DS_F32 calls go to
  * ds_cpu_gemm_small directly. */
