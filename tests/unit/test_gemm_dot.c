@@ -79,8 +79,10 @@ static float *run_case(ds_backend *be, const dcase *c, int nt) {
     return C;
 }
 
-/* Whether the dot path computed: products reading a bf16 input below
- * 2^-126 (the dot product takes it as zero, the other paths as itself).
+/* Whether the dot path computed: products reading inputs below 2^-126
+ * (the dot path takes them as zero, the other paths as themselves): 2^-127,
+ * and the largest fp32 value below 2^-126, which ds_f32_to_bf16 rounds up
+ * to 2^-126 and the dot path's conversion takes as zero (cpu_gemm_dot.c).
  * n 100: a product only OpenBLAS would take otherwise; n 128 with several
  * products: one the own kernel would (attention's per-head products). */
 static bool dot_ran(ds_backend *be, int n, int batch) {
@@ -88,7 +90,10 @@ static bool dot_ran(ds_backend *be, int n, int batch) {
     static float A[BMAX * M * K], B[K * NMAX], C[BMAX * M * NMAX];
     memset(A, 0, sizeof A);
     for (int j = 0; j < K * n; j++) B[j] = 1.0f;
-    for (int b = 0; b < batch; b++) A[b * M * K] = 0x1.0p-127f; /* a bf16 subnormal, exact */
+    for (int b = 0; b < batch; b++) {
+        A[b * M * K] = 0x1.0p-127f;         /* a bf16 subnormal, exact */
+        A[b * M * K + 1] = 0x1.fffffcp-127f; /* fp32 0x007fffff */
+    }
     CHECK_OK(be->ops->gemm(be, false, false, M, n, K, 1.0f, A, K, M * K, B, n, 0, 0.0f, C, n,
                            (int64_t)M * n, batch));
     bool zero = true;

@@ -16,10 +16,11 @@
  * every other path), as the fp32 path computes it, in another order: k in
  * blocks of DOT_KC, each block's products summed in one register from +0.0,
  * two at a time (the instruction adds the odd k's product, then the even
- * one's, each rounded to fp32), and the blocks added to C in order. The
- * instruction treats bf16 inputs below 2^-126 in magnitude as zero and
- * flushes fp32 results below it to zero (DAZ / FTZ); nothing else differs
- * from an fp32 sum of the same products. The order depends on the shape
+ * one's, each rounded to fp32), and the blocks added to C in order. Inputs
+ * below 2^-126 in magnitude count as zero (the conversion's and the dot
+ * product's DAZ, see pair_words), and fp32 results below it are flushed to
+ * zero (FTZ); nothing else differs from an fp32 sum of the same products.
+ * The order depends on the shape
  * only, not on the thread count: the same bits at every thread count
  * (tests/unit/test_gemm_dot.c). Like OpenBLAS's kernels, which already round
  * differently per CPU kind, the result is not the bits of a host without the
@@ -123,34 +124,62 @@ bool ds_cpu_gemm_dot_takes(int m, int n, int k, float alpha, float beta, size_t 
 #if DOT_BUILT
 #include <immintrin.h>
 
-/* The bf16 bits of the fp32 value whose bits are u (ds_cpu_bf16_round_bits,
- * cpu_ops.h: the rounding of ds_f32_to_bf16 and of every other path). */
-static inline uint32_t bf16_of(uint32_t u) { return ds_cpu_bf16_round_bits(u) >> 16; }
+/* The packs round with the instruction set's own conversion,
+ * VCVTNE2PS2BF16 (32 fp32 values to bf16 in one instruction): round to
+ * nearest even and NaNs quieted, as ds_f32_to_bf16 (engine/backend/math.h),
+ * except that fp32 inputs below 2^-126 in magnitude (denormals) become
+ * zero of their sign; the dot product takes bf16 values below 2^-126 as
+ * zero anyway, so the one difference from rounding with ds_f32_to_bf16 is
+ * that the fp32 values just below 2^-126, which it rounds up to 2^-126,
+ * count as zero too. (Checked over all 2^32 inputs on Zen 4: the same bf16
+ * bits for every fp32 value but the denormals.) The integer rounding of
+ * cpu_ops.h took 1.5-3x as long in the packs of attention's products. */
+
+/* The words of a k pair: word l = bf16(x[l]) | bf16(y[l]) << 16 (the low
+ * half the even k), from the 16-bit halves lane order vcvtne2ps2bf16 gives
+ * (x's 16 values, then y's). */
+static const uint16_t pair_lanes[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 
 /* n pair words w[l] = bf16(x[l]) | bf16(y[l]) << 16 for l < have (y NULL:
  * +0.0 there), +0.0 from have on: two rows of k (or of op(A)'s rows). */
-static void pair_words(uint32_t *restrict w, const float *x, const float *y, int have, int n) {
-    const ds_cpu_f32_bits *restrict xs = (const ds_cpu_f32_bits *)x;
-    const ds_cpu_f32_bits *restrict ys = (const ds_cpu_f32_bits *)y;
+__attribute__((target("avx512bf16"))) static void pair_words(uint32_t *restrict w, const float *x,
+                                                             const float *y, int have, int n) {
+    const __m512i lanes = _mm512_loadu_si512(pair_lanes);
     have = have < n ? (have > 0 ? have : 0) : n;
-    if (ys) {
-#pragma omp simd
-        for (int l = 0; l < have; l++) w[l] = bf16_of(xs[l]) | bf16_of(ys[l]) << 16;
-    } else {
-#pragma omp simd
-        for (int l = 0; l < have; l++) w[l] = bf16_of(xs[l]);
+    for (int l = 0; l < n; l += 16) {
+        const int left = have - l;
+        const __mmask16 in = left >= 16 ? (__mmask16)0xffff
+                             : left > 0 ? (__mmask16)((1u << left) - 1u)
+                                        : (__mmask16)0;
+        const __mmask16 out = n - l >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - l)) - 1u);
+        const __m512 xv = _mm512_maskz_loadu_ps(in, x + l);
+        const __m512 yv = y ? _mm512_maskz_loadu_ps(in, y + l) : _mm512_setzero_ps();
+        const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(yv, xv);
+        _mm512_mask_storeu_epi32(w + l, out, _mm512_permutexvar_epi16(lanes, h));
     }
-    for (int l = have; l < n; l++) w[l] = 0;
 }
 
 /* kc consecutive floats as ceil(kc / 2) pair words (the bf16 values in
  * order, +0.0 after the last). */
-static void pair_row(uint32_t *restrict dst, const float *restrict src, int kc) {
+__attribute__((target("avx512bf16"))) static void pair_row(uint32_t *restrict dst,
+                                                           const float *restrict src, int kc) {
     uint16_t *restrict d = (uint16_t *)dst;
-    const ds_cpu_f32_bits *restrict s = (const ds_cpu_f32_bits *)src;
-#pragma omp simd
-    for (int c = 0; c < kc; c++) d[c] = (uint16_t)bf16_of(s[c]);
-    if (kc % 2) d[kc] = 0;
+    const int len = (kc + 1) / 2 * 2; /* the values and the pad */
+    for (int c = 0; c < len; c += 32) {
+        const int left = kc - c;
+        const __mmask16 lo = left >= 16 ? (__mmask16)0xffff
+                             : left > 0 ? (__mmask16)((1u << left) - 1u)
+                                        : (__mmask16)0;
+        const __mmask16 hi = left >= 32 ? (__mmask16)0xffff
+                             : left > 16 ? (__mmask16)((1u << (left - 16)) - 1u)
+                                         : (__mmask16)0;
+        const __mmask32 out = len - c >= 32 ? (__mmask32)0xffffffffu
+                                            : (__mmask32)((1u << (len - c)) - 1u);
+        const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, src + c + 16),
+                                               _mm512_maskz_loadu_ps(lo, src + c));
+        _mm512_mask_storeu_epi16(d + c, out, (__m512i)h);
+    }
 }
 
 /* op(A) rows [r0, r0 + mc), k's [k0, k0 + kc), kcp = ceil(kc / 2) pairs;
@@ -277,10 +306,10 @@ DOT_UNROLL
  * time at BERT-mini's k = 1024 and weight-gradient shapes; while the tiles
  * compute, the memory is idle. */
 typedef struct dot_ahead {
-    const char *base; /* the first run */
-    size_t stride;    /* bytes between runs */
-    int lines;        /* 64-byte lines per run */
-    int total, next;  /* lines of the block, and the next to ask for */
+    const char *run; /* the run being asked for */
+    size_t stride;   /* bytes between runs */
+    int lines, line; /* 64-byte lines per run; the next one of `run` */
+    int runs;        /* runs not yet asked for in full */
 } dot_ahead;
 
 /* Block (r0, mc) x (k0, kc) of op(A): runs of kc floats (A as stored) or
@@ -289,14 +318,14 @@ static dot_ahead ahead_of(const float *A, int lda, bool ta, int r0, int mc, int 
     const int runs = ta ? kc : mc, len = ta ? mc : kc;
     const float *first = ta ? A + (int64_t)k0 * lda + r0 : A + (int64_t)r0 * lda + k0;
     const int lines = (len * 4 + 63) / 64 + 1; /* + 1: a run need not start on a line */
-    return (dot_ahead){(const char *)first, (size_t)lda * 4, lines, runs * lines, 0};
+    return (dot_ahead){(const char *)first, (size_t)lda * 4, lines, 0, runs};
 }
 
 static inline void ahead_some(dot_ahead *h, int count) {
-    for (int e = h->next + count < h->total ? h->next + count : h->total; h->next < e; h->next++)
-        __builtin_prefetch(h->base + (size_t)(h->next / h->lines) * h->stride +
-                               (size_t)(h->next % h->lines) * 64,
-                           0, 2);
+    for (; count > 0 && h->runs > 0; count--) {
+        __builtin_prefetch(h->run + (size_t)h->line * 64, 0, 2);
+        if (++h->line == h->lines) h->line = 0, h->run += h->stride, h->runs--;
+    }
 }
 
 /* One product: C = op(A) op(B) (+ C when beta is 1), the threads over C's
@@ -340,7 +369,7 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
                     next = ahead_of(A, lda, ta, nr0, m1 - nr0 < DOT_MC ? m1 - nr0 : DOT_MC, nk0,
                                     k - nk0 < DOT_KC ? k - nk0 : DOT_KC);
                 const int tiles = npanels * ((mc + DOT_MR - 1) / DOT_MR);
-                const int per_tile = (next.total + tiles - 1) / tiles;
+                const int per_tile = (next.runs * next.lines + tiles - 1) / tiles;
                 for (int jp = 0; jp < npanels; jp++) {
                     const int c0 = jp * DOT_NR, nr = n - c0 < DOT_NR ? n - c0 : DOT_NR;
                     const uint32_t *bp = bpack + (size_t)k0 / 2 * npad + (size_t)jp * kcp * DOT_NR;
