@@ -2,9 +2,14 @@
  * (engine/backend/cpu/cpu_gemm_dot.c: the avx512 variant on a CPU with
  * AVX512-BF16; elsewhere this test exits 77, skipped, saying why):
  *
- *   - the path runs: a bf16 input below 2^-126 counts as zero there (the
- *     instruction's DAZ), where the rounding path keeps it, so a product
- *     that reads one tells which path computed it;
+ *   - the path runs: an input below 2^-126 counts as zero there (the
+ *     instructions' DAZ), where the other paths keep it, so a product that
+ *     reads one tells which path computed it;
+ *   - its conversion to bf16 (VCVTNE2PS2BF16 in the packs) gives
+ *     ds_f32_to_bf16's bits for every finite fp32 value from 2^-126 up, read
+ *     off a product with the identity (C = the rounded A, exactly): every
+ *     exponent and both signs, mantissas at, just below and just above the
+ *     rounding's halfway points, odd and even;
  *   - every element within the bound of the exact (double) product of the
  *     rounded inputs (tests/unit/gemm_ref.h: (k + 2) eps (sum |a b| +
  *     |beta c|), which holds for fp32 sums in any order, and the dot
@@ -101,6 +106,47 @@ static bool dot_ran(ds_backend *be, int n, int batch) {
     return zero;
 }
 
+/* C = A I and C = I A for A holding every exponent from 2^-126 to 2^126,
+ * both signs, and mantissas around the halfway points of the rounding (low
+ * 16 bits 0x7fff, 0x8000, 0x8001 with the kept bit odd and even, 0 and
+ * 0xffff): each element of C is one of A's rounded values alone (the other
+ * products are zeros), which must be ds_f32_to_bf16's. Each product also
+ * with both operands transposed as stored, so that A goes through all four
+ * packs (op(A) and op(B), either storage). */
+static void conversion_is_the_rounding(ds_backend *be) {
+    enum { N = 64 };
+    static const uint32_t low[] = {0x0000, 0x7fff, 0x8000, 0x8001, 0xffff,
+                                   0x17fff, 0x18000, 0x18001};
+    static float A[N * N], I[N * N], C[N * N];
+    for (int i = 0; i < N * N; i++) {
+        I[i] = (i / N == i % N) ? 1.0f : 0.0f;
+        /* 16 values per exponent (8 patterns x 2 signs), exponents 1..253
+         * (254 would round to inf at its top, and inf x 0 is NaN) */
+        uint32_t e = 1 + (uint32_t)(i / 16), pat = low[i % 8], sign = (i / 8) % 2;
+        if (e > 253) e = 253;
+        uint32_t u = sign << 31 | e << 23 | ((uint32_t)i * 2654435761u & 0x7e0000u) | pat;
+        memcpy(&A[i], &u, 4);
+    }
+    int bad = 0, checked = 0;
+    for (int t = 0; t < 4; t++) {
+        /* t & 1: both read transposed; t & 2: A on the right (C = I A) */
+        const bool tr = t & 1, right = t & 2;
+        CHECK_OK(be->ops->gemm(be, tr, tr, N, N, N, 1.0f, right ? I : A, N, 0, right ? A : I, N,
+                               0, 0.0f, C, N, 0, 1));
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < N; j++) {
+                /* C = op(A) or its place: A (i, j), or A (j, i) when read transposed */
+                float a = tr ? A[j * N + i] : A[i * N + j];
+                checked++;
+                if (C[i * N + j] != round_bf16(a) && bad++ < 3)
+                    printf("  t %d: bf16(%a) = %a here, %a by ds_f32_to_bf16\n", t, (double)a,
+                           (double)C[i * N + j], (double)round_bf16(a));
+            }
+    }
+    CHECK(bad == 0, "the dot path's conversion differs from ds_f32_to_bf16 for %d of %d values",
+          bad, checked);
+}
+
 int main(void) {
     ds_backend *be[2] = {test_cpu_backend(1, NULL), test_cpu_backend(2, NULL)};
     for (int t = 0; t < 2; t++) REQUIRE_OK(ds_backend_set_gemm_inputs(be[t], DS_BF16));
@@ -119,6 +165,7 @@ int main(void) {
         CHECK(dot_ran(be[t], 128, 4), "%d threads, small products: a bf16 subnormal input was "
               "not taken as zero: the dot-product path did not run", t + 1);
     }
+    conversion_is_the_rounding(be[0]);
     static const dcase cases[] = {
         {0, 0, 300, 260, 191, 1, 0, 0.0f}, {0, 1, 300, 260, 191, 1, 0, 0.0f},
         {1, 0, 300, 260, 191, 1, 0, 0.0f}, {1, 1, 300, 260, 191, 1, 0, 0.0f},
