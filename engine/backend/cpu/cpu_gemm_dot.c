@@ -220,7 +220,7 @@ static void pack_a(uint32_t *restrict dst, const float *A, int lda, bool ta, int
     }
 }
 
-/* op(B)'s k's [k0, k0 + kc) and panels [j0, j1) into the block at dst
+/* op(B)'s k's [k0, k0 + kc) and panels [j0, j1) (at most DOT_PJ) into the block at dst
  * (panel jp at dst + jp kcp DOT_NR): pair p, column j of panel jp at word
  * p DOT_NR + j; columns past n and the k past kc are +0.0.
  *   - B as stored (op = B): rows 2p and 2p + 1 of B give pair p. They are
@@ -312,13 +312,22 @@ typedef struct dot_ahead {
     int runs;        /* runs not yet asked for in full */
 } dot_ahead;
 
+/* `runs` runs of `len` floats from `first`, `ld` floats apart. */
+static dot_ahead ahead_runs(const float *first, int ld, int runs, int len) {
+    const int lines = (len * 4 + 63) / 64 + 1; /* + 1: a run need not start on a line */
+    return (dot_ahead){(const char *)first, (size_t)ld * 4, lines, 0, runs};
+}
+
 /* Block (r0, mc) x (k0, kc) of op(A): runs of kc floats (A as stored) or
  * of mc floats (transposed: the k's are A's rows). */
-static dot_ahead ahead_of(const float *A, int lda, bool ta, int r0, int mc, int k0, int kc) {
-    const int runs = ta ? kc : mc, len = ta ? mc : kc;
-    const float *first = ta ? A + (int64_t)k0 * lda + r0 : A + (int64_t)r0 * lda + k0;
-    const int lines = (len * 4 + 63) / 64 + 1; /* + 1: a run need not start on a line */
-    return (dot_ahead){(const char *)first, (size_t)lda * 4, lines, 0, runs};
+static dot_ahead ahead_a(const float *A, int lda, bool ta, int r0, int mc, int k0, int kc) {
+    return ta ? ahead_runs(A + (int64_t)k0 * lda + r0, lda, kc, mc)
+              : ahead_runs(A + (int64_t)r0 * lda + k0, lda, mc, kc);
+}
+
+/* k block (k0, kc) of op(B), all n columns: the same for B. */
+static dot_ahead ahead_b(const float *B, int ldb, bool tb, int n, int k0, int kc) {
+    return tb ? ahead_runs(B + k0, ldb, n, kc) : ahead_runs(B + (int64_t)k0 * ldb, ldb, kc, n);
 }
 
 static inline void ahead_some(dot_ahead *h, int count) {
@@ -338,18 +347,24 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
     const dot_layout l = layout_of(m, n, k);
     char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
     uint32_t *bpack = (uint32_t *)base; /* block kb at word (kb DOT_KC / 2) npad */
+    /* One thread packs op(B) block by block when its first row block
+     * reaches it, having asked the cache for it while the block before ran
+     * (as for op(A), below); several share each block, so they pack all of
+     * op(B) first, each a part, and meet at a barrier. */
+    const bool lazy = nt == 1;
+    const int pieces = (npanels + DOT_PJ - 1) / DOT_PJ;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-        /* all of op(B) first, shared (the implicit barrier ends it), in
-         * pieces of DOT_PJ panels */
-        const int pieces = (npanels + DOT_PJ - 1) / DOT_PJ;
+        if (!lazy) {
+            /* pieces of DOT_PJ panels; the implicit barrier ends it */
 #pragma omp for schedule(static) collapse(2)
-        for (int kb = 0; kb < kblocks; kb++)
-            for (int pc = 0; pc < pieces; pc++) {
-                const int k0 = kb * DOT_KC, kc = k - k0 < DOT_KC ? k - k0 : DOT_KC;
-                const int j0 = pc * DOT_PJ, j1 = j0 + DOT_PJ < npanels ? j0 + DOT_PJ : npanels;
-                pack_b(bpack + (size_t)k0 / 2 * npad, B, ldb, tb, n, j0, j1, k0, kc);
-            }
+            for (int kb = 0; kb < kblocks; kb++)
+                for (int pc = 0; pc < pieces; pc++) {
+                    const int k0 = kb * DOT_KC, kc = k - k0 < DOT_KC ? k - k0 : DOT_KC;
+                    const int j0 = pc * DOT_PJ, j1 = j0 + DOT_PJ < npanels ? j0 + DOT_PJ : npanels;
+                    pack_b(bpack + (size_t)k0 / 2 * npad, B, ldb, tb, n, j0, j1, k0, kc);
+                }
+        }
         const int t = omp_get_thread_num(), tn = omp_get_num_threads();
         const int m0 = (int)((int64_t)units * t / tn) * DOT_MR;
         int m1 = (int)((int64_t)units * (t + 1) / tn) * DOT_MR;
@@ -360,21 +375,28 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
             const int mc = m1 - r0 < DOT_MC ? m1 - r0 : DOT_MC;
             for (int k0 = 0; k0 < k; k0 += DOT_KC) {
                 const int kc = k - k0 < DOT_KC ? k - k0 : DOT_KC, kcp = (kc + 1) / 2;
-                const bool add = k0 > 0 || beta == 1.0f;
+                const bool add = k0 > 0 || beta == 1.0f, first = lazy && r0 == m0;
+                for (int j0 = 0; first && j0 < npanels; j0 += DOT_PJ)
+                    pack_b(bpack + (size_t)k0 / 2 * npad, B, ldb, tb, n, j0,
+                           j0 + DOT_PJ < npanels ? j0 + DOT_PJ : npanels, k0, kc);
                 pack_a(apack, A, lda, ta, r0, mc, k0, kc);
-                /* the block after this one, over this one's tiles */
+                /* the blocks after these, over this block's tiles */
                 const int nk0 = k0 + kc < k ? k0 + kc : 0, nr0 = nk0 ? r0 : r0 + mc;
-                dot_ahead next = {0};
+                dot_ahead next_a = {0}, next_b = {0};
                 if (nr0 < m1)
-                    next = ahead_of(A, lda, ta, nr0, m1 - nr0 < DOT_MC ? m1 - nr0 : DOT_MC, nk0,
-                                    k - nk0 < DOT_KC ? k - nk0 : DOT_KC);
+                    next_a = ahead_a(A, lda, ta, nr0, m1 - nr0 < DOT_MC ? m1 - nr0 : DOT_MC, nk0,
+                                     k - nk0 < DOT_KC ? k - nk0 : DOT_KC);
+                if (first && nk0)
+                    next_b = ahead_b(B, ldb, tb, n, nk0, k - nk0 < DOT_KC ? k - nk0 : DOT_KC);
                 const int tiles = npanels * ((mc + DOT_MR - 1) / DOT_MR);
-                const int per_tile = (next.runs * next.lines + tiles - 1) / tiles;
+                const int per_a = (next_a.runs * next_a.lines + tiles - 1) / tiles;
+                const int per_b = (next_b.runs * next_b.lines + tiles - 1) / tiles;
                 for (int jp = 0; jp < npanels; jp++) {
                     const int c0 = jp * DOT_NR, nr = n - c0 < DOT_NR ? n - c0 : DOT_NR;
                     const uint32_t *bp = bpack + (size_t)k0 / 2 * npad + (size_t)jp * kcp * DOT_NR;
                     for (int i0 = 0; i0 < mc; i0 += DOT_MR) {
-                        ahead_some(&next, per_tile);
+                        ahead_some(&next_a, per_a);
+                        ahead_some(&next_b, per_b);
                         dot_tile(kcp, apack + (size_t)i0 * kcp, ta ? 1 : (size_t)kcp,
                                  ta ? DOT_MR : 1, bp, C + (int64_t)(r0 + i0) * ldc + c0, ldc,
                                  mc - i0 < DOT_MR ? mc - i0 : DOT_MR, nr, add);
