@@ -352,7 +352,12 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
      * (as for op(A), below); several share each block, so they pack all of
      * op(B) first, each a part, and meet at a barrier. */
     const bool lazy = nt == 1;
-    const int pieces = (npanels + DOT_PJ - 1) / DOT_PJ;
+    /* pieces of up to DOT_PJ panels, fewer where a product has too few k
+     * blocks to give each thread two (one k block of 8 panels, BERT-mini's
+     * 256 x 256 weights, was one piece: one thread packed, the other waited) */
+    int pj = npanels * kblocks / (2 * nt);
+    pj = pj < 1 ? 1 : pj > DOT_PJ ? DOT_PJ : pj;
+    const int pieces = (npanels + pj - 1) / pj;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         if (!lazy) {
@@ -361,7 +366,7 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
             for (int kb = 0; kb < kblocks; kb++)
                 for (int pc = 0; pc < pieces; pc++) {
                     const int k0 = kb * DOT_KC, kc = k - k0 < DOT_KC ? k - k0 : DOT_KC;
-                    const int j0 = pc * DOT_PJ, j1 = j0 + DOT_PJ < npanels ? j0 + DOT_PJ : npanels;
+                    const int j0 = pc * pj, j1 = j0 + pj < npanels ? j0 + pj : npanels;
                     pack_b(bpack + (size_t)k0 / 2 * npad, B, ldb, tb, n, j0, j1, k0, kc);
                 }
         }
