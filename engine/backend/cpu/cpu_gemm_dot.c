@@ -27,15 +27,17 @@
  * instruction; the cuda backend's tensor cores sum the same products in
  * their own order too.
  *
- * Layout (GotoBLAS's): op(B) is packed once, shared by the threads, in
- * blocks of DOT_KC k's and panels of DOT_NR columns, each k pair of a
- * column as one 32-bit word (the even k in the low half); each thread packs
+ * Layout (GotoBLAS's): op(B) is packed once, in blocks of DOT_KC k's and
+ * panels of DOT_NR columns, each k pair of a column as one 32-bit word (the
+ * even k in the low half): by one thread block by block as it reaches
+ * them, by several all at first, shared, each a part; each thread packs
  * its own rows of op(A), DOT_MC rows by one k block at a time, and goes
  * through every k block of those rows while their block of C is in cache;
  * the kernel keeps a DOT_MR x DOT_NR tile of C in 16 registers over a k
  * block. While a block's tiles run, the thread asks the L2 cache for the
- * next block of op(A) (dot_ahead), so that packing it reads the cache, not
- * memory.
+ * next block of op(A) (and, alone, of op(B)) (dot_ahead), so that packing
+ * it reads the cache, not memory. Many products in one call (attention's)
+ * run a thread per product instead.
  * The threads take contiguous ranges of C's rows, so nothing one thread
  * writes is read by another. The packs take the backend's GEMM workspace
  * that the rounded copies of the fp32 path would (ds_gemm_workspace_of), so
@@ -44,7 +46,8 @@
  * than the backend has runs on fewer threads.
  *
  * DS_CPU_BF16_DOT=0 in the environment turns this off (for benchmarks that
- * compare the two paths, and the test). */
+ * compare the two paths, and the tests that compare the variants bit for
+ * bit). */
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -133,7 +136,7 @@ bool ds_cpu_gemm_dot_takes(int m, int n, int k, float alpha, float beta, size_t 
  * that the fp32 values just below 2^-126, which it rounds up to 2^-126,
  * count as zero too. (Checked over all 2^32 inputs on Zen 4: the same bf16
  * bits for every fp32 value but the denormals.) The integer rounding of
- * cpu_ops.h took 1.5-3x as long in the packs of attention's products. */
+ * cpu_ops.h took 1.6-2.3x as long in the packs, with warm operands. */
 
 /* The words of a k pair: word l = bf16(x[l]) | bf16(y[l]) << 16 (the low
  * half the even k), from the 16-bit halves lane order vcvtne2ps2bf16 gives
@@ -220,9 +223,10 @@ static void pack_a(uint32_t *restrict dst, const float *A, int lda, bool ta, int
     }
 }
 
-/* op(B)'s k's [k0, k0 + kc) and panels [j0, j1) (at most DOT_PJ) into the block at dst
- * (panel jp at dst + jp kcp DOT_NR): pair p, column j of panel jp at word
- * p DOT_NR + j; columns past n and the k past kc are +0.0.
+/* op(B)'s k's [k0, k0 + kc) and panels [j0, j1) (at most DOT_PJ of them)
+ * into the block at dst (panel jp at dst + jp kcp DOT_NR): pair p, column j
+ * of panel jp at word p DOT_NR + j; columns past n and the k past kc are
+ * +0.0.
  *   - B as stored (op = B): rows 2p and 2p + 1 of B give pair p. They are
  *     read across all the panels at once (whole stretches of a row, which
  *     the hardware prefetches) and dealt DOT_PB pairs at a time, for the
@@ -361,7 +365,7 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         if (!lazy) {
-            /* pieces of DOT_PJ panels; the implicit barrier ends it */
+            /* the pieces; the implicit barrier ends it */
 #pragma omp for schedule(static) collapse(2)
             for (int kb = 0; kb < kblocks; kb++)
                 for (int pc = 0; pc < pieces; pc++) {
