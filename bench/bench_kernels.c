@@ -4,6 +4,8 @@
  * models against OpenBLAS sgemm called directly (issue 17, item 1).
  *
  *   bench_kernels [--threads N] [--model bert|gpt2|both] [--secs S]
+ *                 [--clock wall|cpu] [--gemm-inputs fp32|bf16] [--gemms-only 0|1]
+ *                 [--gemm-cold 0|1]
  *
  *   --threads  the backend's thread count (default: OMP_NUM_THREADS or 2)
  *   --secs     minimum time per case (default 0.25 s)
@@ -42,7 +44,9 @@
  * --gemm-inputs bf16: the slot with bf16 inputs (be->gemm_inputs), against
  * the same fp32 sgemm: the rounding path, or on a CPU with AVX512-BF16 its
  * dot-product instruction (cpu_gemm_dot.c; DS_CPU_BF16_DOT=0 in the
- * environment picks the rounding path there too). --gemms-only 1: the GEMM
+ * environment picks the rounding path there too). --gemm-cold 1: a 64 MiB
+ * buffer is read before each timed call, so that the operands come from
+ * memory as in a step. --gemms-only 1: the GEMM
  * table alone. */
 #include <cblas.h>
 #include <omp.h>
@@ -58,6 +62,7 @@
 
 static double g_secs = 0.25;
 static bool g_gemms_only; /* --gemms-only 1: the GEMM table alone */
+static bool g_gemm_cold;  /* --gemm-cold 1: operands out of the caches before each call */
 static int g_nt_clock = 0; /* > 0: --clock cpu, the thread count to divide by */
 
 /* Wall-clock seconds, or with --clock cpu the process's CPU seconds divided
@@ -320,6 +325,24 @@ static bool gemm_once(bench *bk, const gshape *g, float *A, float *B, float *C, 
     return true;
 }
 
+/* Read a buffer larger than the last-level cache (64 MiB; 32 MiB of L3 on
+ * the hosts measured), so that a product's operands come from memory, as
+ * in a training step, where each GEMM reads what the passes before it
+ * wrote long ago: --gemm-cold 1. Not timed. */
+static volatile unsigned char g_flush_sink;
+static void flush_caches(void) {
+    enum { FLUSH_BYTES = 64 << 20 };
+    static unsigned char *buf;
+    if (!buf) {
+        buf = malloc(FLUSH_BYTES);
+        if (!buf) return; /* then the products run warm, as without the option */
+        memset(buf, 1, FLUSH_BYTES);
+    }
+    unsigned char acc = 0;
+    for (size_t i = 0; i < FLUSH_BYTES; i += 64) acc ^= buf[i];
+    g_flush_sink = acc;
+}
+
 /* The best time of each way, calls alternating (backend, OpenBLAS, backend,
  * ...) so that both see the same phases of a host whose speed drifts over
  * seconds; the first call of each warms up. */
@@ -328,6 +351,7 @@ static bool gemm_times(bench *bk, const gshape *g, float *A, float *B, float *C,
     double best[2] = {1e30, 1e30}, t_start = now_s();
     for (int it = 0; it < 4 || now_s() - t_start < 2 * g_secs; it++) {
         for (int way = 0; way < 2; way++) {
+            if (g_gemm_cold) flush_caches();
             double t0 = now_s();
             if (!gemm_once(bk, g, A, B, C, way == 1)) return false;
             double dt = now_s() - t0;
@@ -636,6 +660,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--gemm-inputs"))
             inputs = !strcmp(argv[i + 1], "bf16") ? DS_BF16 : DS_F32;
         else if (!strcmp(argv[i], "--gemms-only")) g_gemms_only = atoi(argv[i + 1]) != 0;
+        else if (!strcmp(argv[i], "--gemm-cold")) g_gemm_cold = atoi(argv[i + 1]) != 0;
         else if (!strcmp(argv[i], "--model"))
             which = !strcmp(argv[i + 1], "bert") ? 1 : !strcmp(argv[i + 1], "gpt2") ? 2 : 3;
         else {
