@@ -75,15 +75,16 @@
 #define DOT_KC 256  /* k's per block: a 32-column panel of B, 16 KiB, stays in L1 */
 #define DOT_MC 256  /* rows per packed block of A: 128 KiB, in L2 (a transposed A is
                      * read in runs of DOT_MC floats of its rows: 128 ran the weight
-                     * gradients ~6% slower) */
+                     * gradients ~6% slower on cold operands, RESULTS "Stop 42") */
 #define DOT_PB 8    /* pairs a strided pack deals to its panels at a time */
 #define DOT_PJ 8    /* panels of op(B) one pack of B as stored reads across (1 KiB of a row) */
+
+static inline int lesser(int a, int b) { return a < b ? a : b; }
 
 /* Rows of op(A) a thread packs at a time: DOT_MC, or all of a smaller m
  * (to the next tile). */
 static int a_rows(int m) {
-    int r = (m + DOT_MR - 1) / DOT_MR * DOT_MR;
-    return r < DOT_MC ? r : DOT_MC;
+    return lesser((m + DOT_MR - 1) / DOT_MR * DOT_MR, DOT_MC);
 }
 
 /* Where a call's packs go in the workspace (64-byte aligned): all of op(B),
@@ -93,7 +94,7 @@ typedef struct dot_layout {
 } dot_layout;
 
 static dot_layout layout_of(int m, int n, int k) {
-    size_t kcp = (size_t)((k < DOT_KC ? k : DOT_KC) + 1) / 2;
+    size_t kcp = (size_t)(lesser(k, DOT_KC) + 1) / 2;
     size_t npad = (size_t)(n + DOT_NR - 1) / DOT_NR * DOT_NR;
     return (dot_layout){.b = ((size_t)(k + 1) / 2 * npad * 4 + 63) / 64 * 64,
                         .a = ((size_t)a_rows(m) * kcp * 4 + 63) / 64 * 64};
@@ -135,8 +136,9 @@ bool ds_cpu_gemm_dot_takes(int m, int n, int k, float alpha, float beta, size_t 
  * zero anyway, so the one difference from rounding with ds_f32_to_bf16 is
  * that the fp32 values just below 2^-126, which it rounds up to 2^-126,
  * count as zero too. (Checked over all 2^32 inputs on Zen 4: the same bf16
- * bits for every fp32 value but the denormals.) The integer rounding of
- * cpu_ops.h took 1.6-2.3x as long in the packs, with warm operands. */
+ * bits for every fp32 value but the denormals.) One instruction per 32
+ * values, where the integer rounding of cpu_ops.h (ds_cpu_bf16_round_bits)
+ * takes about eight per 16. */
 
 /* The words of a k pair: word l = bf16(x[l]) | bf16(y[l]) << 16 (the low
  * half the even k), from the 16-bit halves lane order vcvtne2ps2bf16 gives
@@ -211,7 +213,7 @@ static void pack_a(uint32_t *restrict dst, const float *A, int lda, bool ta, int
     const int panels = (mc + DOT_MR - 1) / DOT_MR;
     uint32_t w[DOT_PB][DOT_MC]; /* pairs p0.. of every row, then dealt to the panels */
     for (int p0 = 0; p0 < kcp; p0 += DOT_PB) {
-        const int pb = kcp - p0 < DOT_PB ? kcp - p0 : DOT_PB;
+        const int pb = lesser(kcp - p0, DOT_PB);
         for (int q = 0; q < pb; q++) {
             const int p = p0 + q;
             const float *x = A + (int64_t)(k0 + 2 * p) * lda + r0;
@@ -240,7 +242,7 @@ static void pack_b(uint32_t *restrict dst, const float *B, int ldb, bool tb, int
         uint32_t w[DOT_PB][DOT_PJ * DOT_NR];
         const int c0 = j0 * DOT_NR, width = (j1 - j0) * DOT_NR;
         for (int p0 = 0; p0 < kcp; p0 += DOT_PB) {
-            const int pb = kcp - p0 < DOT_PB ? kcp - p0 : DOT_PB;
+            const int pb = lesser(kcp - p0, DOT_PB);
             for (int q = 0; q < pb; q++) {
                 const int p = p0 + q;
                 const float *x = B + (int64_t)(k0 + 2 * p) * ldb + c0;
@@ -307,8 +309,10 @@ DOT_UNROLL
  * lines at a time while the tiles of the current one run. Packing reads A
  * in runs of one block's k's (or rows) a stride apart, which the hardware's
  * prefetchers follow badly: read cold, a pack took 15-17% of its product's
- * time at BERT-mini's k = 1024 and weight-gradient shapes; while the tiles
- * compute, the memory is idle. */
+ * time at BERT-mini's k = 1024 and weight-gradient shapes (a driver that
+ * timed the packs alone, bench/RESULTS.md "Stop 42"); while the tiles
+ * compute, the memory is idle. bench_kernels --gemm-cold 1 shows the
+ * products' rates on cold operands. */
 typedef struct dot_ahead {
     const char *run; /* the run being asked for */
     size_t stride;   /* bytes between runs */
@@ -341,6 +345,15 @@ static inline void ahead_some(dot_ahead *h, int count) {
     }
 }
 
+/* Piece pc of op(B)'s k block kb (panels [pc pj, pc pj + pj)) into its
+ * place in bpack. */
+static void pack_b_piece(uint32_t *bpack, size_t npad, const float *B, int ldb, bool tb, int n,
+                         int k, int npanels, int pj, int kb, int pc) {
+    const int k0 = kb * DOT_KC, j0 = pc * pj;
+    pack_b(bpack + (size_t)k0 / 2 * npad, B, ldb, tb, n, j0, lesser(j0 + pj, npanels), k0,
+           lesser(k - k0, DOT_KC));
+}
+
 /* One product: C = op(A) op(B) (+ C when beta is 1), the threads over C's
  * rows. */
 static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *A, int lda,
@@ -359,8 +372,8 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
     /* pieces of up to DOT_PJ panels, fewer where a product has too few k
      * blocks to give each thread two (one k block of 8 panels, BERT-mini's
      * 256 x 256 weights, was one piece: one thread packed, the other waited) */
-    int pj = npanels * kblocks / (2 * nt);
-    pj = pj < 1 ? 1 : pj > DOT_PJ ? DOT_PJ : pj;
+    const int share = npanels * kblocks / (2 * nt);
+    const int pj = share < 1 ? 1 : lesser(share, DOT_PJ);
     const int pieces = (npanels + pj - 1) / pj;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
@@ -368,47 +381,42 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
             /* the pieces; the implicit barrier ends it */
 #pragma omp for schedule(static) collapse(2)
             for (int kb = 0; kb < kblocks; kb++)
-                for (int pc = 0; pc < pieces; pc++) {
-                    const int k0 = kb * DOT_KC, kc = k - k0 < DOT_KC ? k - k0 : DOT_KC;
-                    const int j0 = pc * pj, j1 = j0 + pj < npanels ? j0 + pj : npanels;
-                    pack_b(bpack + (size_t)k0 / 2 * npad, B, ldb, tb, n, j0, j1, k0, kc);
-                }
+                for (int pc = 0; pc < pieces; pc++)
+                    pack_b_piece(bpack, npad, B, ldb, tb, n, k, npanels, pj, kb, pc);
         }
         const int t = omp_get_thread_num(), tn = omp_get_num_threads();
         const int m0 = (int)((int64_t)units * t / tn) * DOT_MR;
         int m1 = (int)((int64_t)units * (t + 1) / tn) * DOT_MR;
-        m1 = m1 < m ? m1 : m;
+        m1 = lesser(m1, m);
         uint32_t *apack = (uint32_t *)(base + l.b + (size_t)t * l.a);
         /* a block of C's rows over every k block while it is in cache */
         for (int r0 = m0; r0 < m1; r0 += DOT_MC) {
-            const int mc = m1 - r0 < DOT_MC ? m1 - r0 : DOT_MC;
+            const int mc = lesser(m1 - r0, DOT_MC);
             for (int k0 = 0; k0 < k; k0 += DOT_KC) {
-                const int kc = k - k0 < DOT_KC ? k - k0 : DOT_KC, kcp = (kc + 1) / 2;
+                const int kc = lesser(k - k0, DOT_KC), kcp = (kc + 1) / 2;
                 const bool add = k0 > 0 || beta == 1.0f, first = lazy && r0 == m0;
-                for (int j0 = 0; first && j0 < npanels; j0 += DOT_PJ)
-                    pack_b(bpack + (size_t)k0 / 2 * npad, B, ldb, tb, n, j0,
-                           j0 + DOT_PJ < npanels ? j0 + DOT_PJ : npanels, k0, kc);
+                for (int pc = 0; first && pc < pieces; pc++)
+                    pack_b_piece(bpack, npad, B, ldb, tb, n, k, npanels, pj, k0 / DOT_KC, pc);
                 pack_a(apack, A, lda, ta, r0, mc, k0, kc);
                 /* the blocks after these, over this block's tiles */
                 const int nk0 = k0 + kc < k ? k0 + kc : 0, nr0 = nk0 ? r0 : r0 + mc;
                 dot_ahead next_a = {0}, next_b = {0};
                 if (nr0 < m1)
-                    next_a = ahead_a(A, lda, ta, nr0, m1 - nr0 < DOT_MC ? m1 - nr0 : DOT_MC, nk0,
-                                     k - nk0 < DOT_KC ? k - nk0 : DOT_KC);
-                if (first && nk0)
-                    next_b = ahead_b(B, ldb, tb, n, nk0, k - nk0 < DOT_KC ? k - nk0 : DOT_KC);
+                    next_a = ahead_a(A, lda, ta, nr0, lesser(m1 - nr0, DOT_MC), nk0,
+                                     lesser(k - nk0, DOT_KC));
+                if (first && nk0) next_b = ahead_b(B, ldb, tb, n, nk0, lesser(k - nk0, DOT_KC));
                 const int tiles = npanels * ((mc + DOT_MR - 1) / DOT_MR);
                 const int per_a = (next_a.runs * next_a.lines + tiles - 1) / tiles;
                 const int per_b = (next_b.runs * next_b.lines + tiles - 1) / tiles;
                 for (int jp = 0; jp < npanels; jp++) {
-                    const int c0 = jp * DOT_NR, nr = n - c0 < DOT_NR ? n - c0 : DOT_NR;
+                    const int c0 = jp * DOT_NR, nr = lesser(n - c0, DOT_NR);
                     const uint32_t *bp = bpack + (size_t)k0 / 2 * npad + (size_t)jp * kcp * DOT_NR;
                     for (int i0 = 0; i0 < mc; i0 += DOT_MR) {
                         ahead_some(&next_a, per_a);
                         ahead_some(&next_b, per_b);
                         dot_tile(kcp, apack + (size_t)i0 * kcp, ta ? 1 : (size_t)kcp,
                                  ta ? DOT_MR : 1, bp, C + (int64_t)(r0 + i0) * ldc + c0, ldc,
-                                 mc - i0 < DOT_MR ? mc - i0 : DOT_MR, nr, add);
+                                 lesser(mc - i0, DOT_MR), nr, add);
                     }
                 }
             }
