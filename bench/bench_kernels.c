@@ -44,9 +44,9 @@
  * --gemm-inputs bf16: the slot with bf16 inputs (be->gemm_inputs), against
  * the same fp32 sgemm: the rounding path, or on a CPU with AVX512-BF16 its
  * dot-product instruction (cpu_gemm_dot.c; DS_CPU_BF16_DOT=0 in the
- * environment picks the rounding path there too). --gemm-cold 1: a 64 MiB
- * buffer is read before each timed call, so that the operands come from
- * memory as in a step. --gemms-only 1: the GEMM
+ * environment picks the rounding path there too). --gemm-cold 1: a buffer
+ * twice the L3 (at least 64 MiB) is read before each timed call, so that
+ * the operands come from memory as in a step. --gemms-only 1: the GEMM
  * table alone. */
 #include <cblas.h>
 #include <omp.h>
@@ -325,21 +325,37 @@ static bool gemm_once(bench *bk, const gshape *g, float *A, float *B, float *C, 
     return true;
 }
 
-/* Read a buffer larger than the last-level cache (64 MiB; 32 MiB of L3 on
- * the hosts measured), so that a product's operands come from memory, as
- * in a training step, where each GEMM reads what the passes before it
- * wrote long ago: --gemm-cold 1. Not timed. */
+/* The L3 cache's size in bytes as the kernel reports it (sysfs; glibc's
+ * sysconf(_SC_LEVEL3_CACHE_SIZE) said 320 MiB on the Zen 4 VM whose L3 is
+ * 32 MiB), 0 when it says nothing. */
+static size_t l3_bytes(void) {
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    size_t v = 0;
+    char unit = 0;
+    if (f) {
+        if (fscanf(f, "%zu%c", &v, &unit) < 1) v = 0;
+        fclose(f);
+    }
+    return unit == 'K' ? v << 10 : unit == 'M' ? v << 20 : v;
+}
+
+/* Read a buffer twice the size of the L3 (at least 64 MiB), so that a
+ * product's operands come from memory, as in a training step, where each
+ * GEMM reads what the passes before it wrote long ago: --gemm-cold 1. Not
+ * timed. */
 static volatile unsigned char g_flush_sink;
 static void flush_caches(void) {
-    enum { FLUSH_BYTES = 64 << 20 };
     static unsigned char *buf;
+    static size_t bytes;
     if (!buf) {
-        buf = malloc(FLUSH_BYTES);
+        size_t l3 = l3_bytes();
+        bytes = l3 > (size_t)32 << 20 ? 2 * l3 : (size_t)64 << 20;
+        buf = malloc(bytes);
         if (!buf) return; /* then the products run warm, as without the option */
-        memset(buf, 1, FLUSH_BYTES);
+        memset(buf, 1, bytes);
     }
     unsigned char acc = 0;
-    for (size_t i = 0; i < FLUSH_BYTES; i += 64) acc ^= buf[i];
+    for (size_t i = 0; i < bytes; i += 64) acc ^= buf[i];
     g_flush_sink = acc;
 }
 
@@ -657,8 +673,14 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--threads")) nt = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--secs")) g_secs = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--clock")) cpu_clock = !strcmp(argv[i + 1], "cpu");
-        else if (!strcmp(argv[i], "--gemm-inputs"))
+        else if (!strcmp(argv[i], "--gemm-inputs")) {
+            if (strcmp(argv[i + 1], "bf16") && strcmp(argv[i + 1], "fp32")) {
+                fprintf(stderr, "bench_kernels: --gemm-inputs is fp32 or bf16, not %s\n",
+                        argv[i + 1]);
+                return 2;
+            }
             inputs = !strcmp(argv[i + 1], "bf16") ? DS_BF16 : DS_F32;
+        }
         else if (!strcmp(argv[i], "--gemms-only")) g_gemms_only = atoi(argv[i + 1]) != 0;
         else if (!strcmp(argv[i], "--gemm-cold")) g_gemm_cold = atoi(argv[i + 1]) != 0;
         else if (!strcmp(argv[i], "--model"))
