@@ -424,8 +424,10 @@ static void run_gemms(bench *bk, const model *md, bufs *b) {
  * (three outputs, as the encoder writes them: one output written again and
  * again would stay in the cache, which the step's do not), GPT-2's c_attn
  * (H -> 3H, one output). Variant 0: the GEMM (beta 0), then a pass adding
- * the bias, as the models did before; 1: ds_linear_bias_fwd, the bias rows
- * first and the GEMM adding to them (models/modules.h). x: b->x, W: b->y,
+ * the bias, as the models did before; 1: ds_linear_bias_fwd, the backend's
+ * gemm_bias slot (models/modules.h: on OpenBLAS the bias rows first and the
+ * GEMM adding to them; the bf16 dot product starts its sums from the
+ * bias). x: b->x, W: b->y,
  * outputs b->z, b->w, b->dy (the last case to read dy runs before). */
 static ds_status k_lin_bias(ds_backend *be, const model *m, bufs *b, int v) {
     int N = (int)N_TOK(m), in = m->H, out = m->causal ? 3 * m->H : m->H;
@@ -617,7 +619,7 @@ static int run_model(bench *bk, const model *md) {
     snprintf(title, sizeof title, "linear + bias, %d x (%lld x %d -> %d)", md->causal ? 1 : 3,
              (long long)N, H, md->causal ? 3 * H : H);
     run_pair(bk, md, &b, k_lin_bias, title, "GEMM, then a bias pass",
-             "bias rows, then GEMM (beta 1)");
+             "ds_linear_bias_fwd (gemm_bias)");
     int64_t diff = lin_bias_bits(bk, md, &b);
     if (diff >= 0)
         printf("\nelements whose bits differ between the two ways: %lld of %lld\n",

@@ -9,8 +9,9 @@ usage: bench/step_profile.py PERF_SCRIPT.txt [--kernels BENCH_KERNELS.txt]
 PERF_SCRIPT.txt is `perf script` of the recording (a sample header line,
 then its frames, leaf first). Each sample is put in one row by its leaf
 function: the GEMMs (OpenBLAS's kernel, its packing, its clearing of C for
-beta = 0, the rest of OpenBLAS, and the engine's own small GEMM of
-cpu_gemm_small.c) or the rest (the model and optimizer kernels by kind,
+beta = 0, the rest of OpenBLAS, the engine's own small GEMM of
+cpu_gemm_small.c, and the bf16 dot-product kernel of cpu_gemm_dot.c with its
+packs) or the rest (the model and optimizer kernels by kind,
 memset / memcpy outside a GEMM, OpenMP's runtime, the operating system).
 A libc memset counts as OpenBLAS clearing C when the frame under it is in
 OpenBLAS (sgemm_beta calls it as a tail call, so its caller's frame is the
@@ -38,6 +39,7 @@ ROWS = [  # (row, is GEMM), in print order
     ("OpenBLAS clearing C (beta, its memset)", True),
     ("OpenBLAS other", True),
     ("own small GEMM (gs_*, attention products)", True),
+    ("bf16 dot product (tile, packs: cpu_gemm_dot.c)", True),
     ("bias + activation (GELU) fwd / bwd", False),
     ("dropout, softmax, Philox multipliers", False),
     ("dropout + residual + layer norm (one pass)", False),
@@ -54,6 +56,7 @@ ROWS = [  # (row, is GEMM), in print order
 ]
 
 ENGINE_KINDS = [  # (pattern on the leaf symbol, row)
+    (r"^dot_|gemm_dot|^pair_|^pack_[ab]|^ahead_", "bf16 dot product (tile, packs: cpu_gemm_dot.c)"),
     (r"^gs_|gemm_small|gemm_entry|round_pack", "own small GEMM (gs_*, attention products)"),
     (r"act_bwd|bias_act|act_fwd", "bias + activation (GELU) fwd / bwd"),
     (r"dropout_ln", "dropout + residual + layer norm (one pass)"),

@@ -228,9 +228,9 @@ static ds_status blk_forward(ds_module *m, ds_module_ctx *ctx) {
     /* H1 = ln_1(x); QKV = H1 Wa + ba */
     DS_TRY(be->nn->layernorm_fwd(be, s.h1, s.mean1, s.rstd1, x, P[P_LN1_W], P[P_LN1_B], N, E,
                                  L->d.ln_eps));
-    /* the bias first, the product added to it (as ds_linear_bias_fwd, modules.h) */
-    DS_TRY(be->nn->bcast_add_fwd(be, s.qkv, P[P_ATTN_B], N, E3, false));
-    DS_TRY(conv1d_fwd(be, s.qkv, s.h1, P[P_ATTN_W], N, E, E3, 1.0f));
+    /* the bias joins the product's sums (as in ds_linear_bias_fwd, modules.h) */
+    DS_TRY(be->ops->gemm_bias(be, false, false, N, E3, E, s.h1, E, P[P_ATTN_W], E3,
+                              P[P_ATTN_B], s.qkv));
 
     /* scores: for head h, batch b: S[b, h] = Q[b, :, h] K[b, :, h]^T */
     for (int h = 0; h < nh; h++)

@@ -10,8 +10,7 @@ ds_status ds_linear_fwd(ds_backend *be, float *y, const float *x, int ldx, const
 ds_status ds_linear_bias_fwd(ds_backend *be, float *y, const float *x, int ldx, const float *W,
                              const float *b, int N, int in, int out) {
     if (!b) return ds_linear_fwd(be, y, x, ldx, W, N, in, out, 0.0f);
-    DS_TRY(be->nn->bcast_add_fwd(be, y, b, N, out, false));
-    return ds_linear_fwd(be, y, x, ldx, W, N, in, out, 1.0f);
+    return be->ops->gemm_bias(be, false, true, N, out, in, x, ldx, W, in, b, y);
 }
 
 ds_status ds_linear_bwd_w(ds_backend *be, float *dW, const float *dy, const float *x, int ldx,

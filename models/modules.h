@@ -35,16 +35,18 @@ ds_status ds_cls_model_inputs(ds_model *model, int max_seq_len, bool with_types)
 /* y[N, out] = x[N, in] W^T + beta * y */
 ds_status ds_linear_fwd(ds_backend *be, float *y, const float *x, int ldx, const float *W, int N,
                         int in, int out, float beta);
-/* y[N, out] = x[N, in] W^T + b (b NULL: no bias). y is first filled with b's
- * rows and the product added to it (beta 1), so no pass over y after the
- * GEMM adds the bias: OpenBLAS's beta 0 clears y in a pass of its own anyway,
- * which the fill replaces: BERT-mini's three Q, K, V projections of a layer
- * in 0.93-0.99 of the time (bench/RESULTS.md, "The bias in the GEMM"). The
- * bits are those of the GEMM then the bias while the GEMM sums k in one
- * block (OpenBLAS's SkylakeX kernels: in <= 384; bench_kernels counts the
- * differing elements); past that the bias joins the first block's sum
- * instead of the last, within the same rounding bound
- * (tests/unit/test_linear_bias.c). */
+/* y[N, out] = x[N, in] W^T + b (b NULL: no bias), through the backend's
+ * gemm_bias slot: the bias joins the product's sums as if y held b's rows
+ * and the GEMM added to them (beta 1), so no pass over y after the GEMM
+ * adds the bias. On OpenBLAS the slot fills y with the rows first, in
+ * place of its beta 0's own clearing pass: BERT-mini's three Q, K, V
+ * projections of a layer in 0.93-0.99 of the time (bench/RESULTS.md, "The
+ * bias in the GEMM"); cpu's bf16 dot product starts its sums from the bias,
+ * with no pass at all. The bits are those of the GEMM then the bias while
+ * the GEMM sums k in one block (OpenBLAS's SkylakeX kernels: in <= 384,
+ * the dot product: in <= 256; bench_kernels counts the differing
+ * elements); past that the bias joins the first block's sum instead of the
+ * last, within the same rounding bound (tests/unit/test_linear_bias.c). */
 ds_status ds_linear_bias_fwd(ds_backend *be, float *y, const float *x, int ldx, const float *W,
                              const float *b, int N, int in, int out);
 /* dW[out, in] += dy[N, out]^T x[N, in] */

@@ -75,6 +75,16 @@ static ds_status tapped_gemm(ds_backend *be, bool transa, bool transb, int m, in
                               strideB, beta, C, ldc, strideC, batch);
 }
 
+static ds_status tapped_gemm_bias(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                                  const float *A, int lda, const float *B, int ldb,
+                                  const float *bias, float *C) {
+    const ds_gemm_call call = {.transa = transa, .transb = transb, .m = m, .n = n, .k = k,
+                               .lda = lda, .ldb = ldb, .ldc = n, .batch = 1, .alpha = 1.0f,
+                               .beta = 1.0f};
+    be->tap(be->tap_ctx, &call);
+    return be->untapped->gemm_bias(be, transa, transb, m, n, k, A, lda, B, ldb, bias, C);
+}
+
 ds_status ds_backend_tap_gemm(ds_backend *be, ds_gemm_tap_fn tap, void *ctx) {
     if (!be || !tap) return DS_ERR(DS_ERR_INVALID_ARG, "ds_backend_tap_gemm: NULL argument");
     if (be->untapped)
@@ -84,6 +94,7 @@ ds_status ds_backend_tap_gemm(ds_backend *be, ds_gemm_tap_fn tap, void *ctx) {
     be->untapped = be->ops;
     be->tapped = *be->ops;
     be->tapped.gemm = tapped_gemm;
+    be->tapped.gemm_bias = tapped_gemm_bias;
     be->tap = tap, be->tap_ctx = ctx;
     be->ops = &be->tapped;
     return DS_OK;

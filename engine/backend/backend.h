@@ -125,6 +125,16 @@ typedef struct ds_backend_ops {
                       const float *A, int lda, int64_t strideA, const float *B, int ldb,
                       int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
                       int batch);
+    /* A linear layer's forward: C [m x n, contiguous] = op(A) op(B) + bias,
+     * the vector bias [n] added to every row; alpha 1, one product, bf16
+     * rounding of A and B as gemm's. The same bits as writing bias into
+     * C's rows and gemm with beta 1 (the bias joins the sum of the first
+     * block of k), without the pass over C first where the kernel can start
+     * its sums from the bias (cpu's bf16 dot product); C's old contents are
+     * never read. */
+    ds_status (*gemm_bias)(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                           const float *A, int lda, const float *B, int ldb, const float *bias,
+                           float *C);
 
     /* ---- random numbers (counter-based Philox: same values on every backend
      * and independent of how the tensor is sharded: element i of a stream
@@ -237,7 +247,8 @@ typedef struct ds_gemm_call {
     float alpha, beta;
 } ds_gemm_call;
 
-/* Shown each call of the gemm slot before it runs. */
+/* Shown each call of the gemm slot before it runs, and of gemm_bias as the
+ * gemm with beta 1 it equals (ldc n, batch 1). */
 typedef void (*ds_gemm_tap_fn)(void *ctx, const ds_gemm_call *call);
 
 struct ds_backend {

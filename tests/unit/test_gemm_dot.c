@@ -19,7 +19,10 @@
  *     of NaN (not read) and beta 1, padded leading dimensions (the padding
  *     untouched) and batches;
  *   - the same bits at 1 and 2 threads (the threads split C's rows; the
- *     order of each element's sums depends on the shape only). */
+ *     order of each element's sums depends on the shape only);
+ *   - gemm_bias (its sums started from the bias) gives the bits of the
+ *     bias rows written into C and gemm with beta 1 added to them, over a C
+ *     of NaN, at one and several k blocks, both layouts of op(B). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,6 +150,32 @@ static void conversion_is_the_rounding(ds_backend *be) {
           bad, checked);
 }
 
+/* gemm_bias against the bias rows, then gemm with beta 1, bit for bit.
+ * Over one k block the bias is the first term of every sum either way;
+ * over several (k 700) the first block's sums start from it. */
+static void bias_is_the_rows(ds_backend *be, int nt) {
+    static const int shapes[][4] = {/* tb, m, n, k */
+                                    {1, 300, 260, 191}, {1, 129, 97, 700}, {0, 77, 130, 256},
+                                    {0, 8, 33, 513}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const int tb = shapes[s][0], m = shapes[s][1], n = shapes[s][2], k = shapes[s][3];
+        float *A = test_frand_buf((size_t)m * k, -1.0f, 1.0f);
+        float *B = test_frand_buf((size_t)k * n, -1.0f, 1.0f);
+        float *bias = test_frand_buf((size_t)n, -4.0f, 4.0f);
+        float *C = malloc((size_t)m * n * 4), *C0 = malloc((size_t)m * n * 4);
+        if (!C || !C0) TEST_DIE("out of memory");
+        for (size_t i = 0; i < (size_t)m * n; i++) C[i] = NAN;
+        for (int i = 0; i < m; i++) memcpy(C0 + (size_t)i * n, bias, (size_t)n * 4);
+        CHECK_OK(be->ops->gemm_bias(be, false, tb, m, n, k, A, k, B, tb ? k : n, bias, C));
+        CHECK_OK(be->ops->gemm(be, false, tb, m, n, k, 1.0f, A, k, 0, B, tb ? k : n, 0, 1.0f, C0,
+                               n, 0, 1));
+        CHECK(memcmp(C, C0, (size_t)m * n * 4) == 0,
+              "gemm_bias tb %d %dx%dx%d, %d threads: not the bits of the bias rows + gemm", tb, m,
+              n, k, nt);
+        free(A), free(B), free(bias), free(C), free(C0);
+    }
+}
+
 int main(void) {
     ds_backend *be[2] = {test_cpu_backend(1, NULL), test_cpu_backend(2, NULL)};
     for (int t = 0; t < 2; t++) REQUIRE_OK(ds_backend_set_gemm_inputs(be[t], DS_BF16));
@@ -166,6 +195,8 @@ int main(void) {
               "not taken as zero: the dot-product path did not run", t + 1);
     }
     conversion_is_the_rounding(be[0]);
+    bias_is_the_rows(be[0], 1);
+    bias_is_the_rows(be[1], 2);
     static const dcase cases[] = {
         {0, 0, 300, 260, 191, 1, 0, 0.0f}, {0, 1, 300, 260, 191, 1, 0, 0.0f},
         {1, 0, 300, 260, 191, 1, 0, 0.0f}, {1, 1, 300, 260, 191, 1, 0, 0.0f},

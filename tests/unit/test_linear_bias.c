@@ -1,5 +1,6 @@
-/* ds_linear_bias_fwd (models/modules.h): y = x W^T + b with the bias rows
- * written first and the GEMM adding to them (beta 1).
+/* ds_linear_bias_fwd (models/modules.h): y = x W^T + b through the
+ * backend's gemm_bias slot, the bias joining the GEMM's sums as if written
+ * into y's rows first with the GEMM adding to them (beta 1).
  *
  *   - every element against the double-precision x W^T + b, at the k of
  *     BERT-mini (256, one block of OpenBLAS's k loop), of GPT-2 small (768,
@@ -7,6 +8,9 @@
  *     with x a strided view (ldx > in, as the [CLS] rows of [B, T, H]);
  *   - y's old contents never reach the result (y starts as NaN);
  *   - b NULL is ds_linear_fwd with beta 0, bit for bit;
+ *   - with bf16 GEMM inputs (the dot product's sums started from the bias on
+ *     a CPU with AVX512-BF16, the rows and beta 1 elsewhere), the bits of
+ *     b's rows written into y and ds_linear_fwd with beta 1;
  *   - at 1 and 2 threads.
  *
  * Tolerance: gemm_ref_at's bound with beta 1 and c0 = b[j], (k + 2) eps
@@ -53,6 +57,23 @@ static void run_case(ds_backend *be, int N, int in, int out, int ldx) {
     free(x), free(W), free(b), free(y), free(y0);
 }
 
+/* bf16 inputs: exactly the bias rows and the GEMM with beta 1. */
+static void run_bf16(ds_backend *be, int N, int in, int out, int ldx) {
+    float *x = test_frand_buf((size_t)N * ldx, -1.0f, 1.0f);
+    float *W = test_frand_buf((size_t)out * in, -1.0f, 1.0f);
+    float *b = test_frand_buf((size_t)out, -4.0f, 4.0f);
+    float *y = malloc((size_t)N * out * sizeof *y), *y0 = malloc((size_t)N * out * sizeof *y0);
+    if (!y || !y0) TEST_DIE("out of memory");
+    for (size_t i = 0; i < (size_t)N * out; i++) y[i] = NAN;
+    for (int i = 0; i < N; i++) memcpy(y0 + (size_t)i * out, b, (size_t)out * sizeof *b);
+    CHECK_OK(ds_linear_bias_fwd(be, y, x, ldx, W, b, N, in, out));
+    CHECK_OK(ds_linear_fwd(be, y0, x, ldx, W, N, in, out, 1.0f));
+    CHECK(memcmp(y, y0, (size_t)N * out * sizeof *y) == 0,
+          "bf16 %d x %d -> %d (ldx %d): not the bits of the bias rows + GEMM with beta 1", N, in,
+          out, ldx);
+    free(x), free(W), free(b), free(y), free(y0);
+}
+
 int main(void) {
     for (int nt = 1; nt <= 2; nt++) {
         ds_backend *be = test_cpu_backend(nt, NULL);
@@ -61,6 +82,11 @@ int main(void) {
         run_case(be, 24, 768, 2304, 768);  /* GPT-2 small's c_attn, k past a block */
         run_case(be, 7, 33, 5, 40);        /* odd: a classifier head */
         run_case(be, 1, 1, 16, 1);         /* k = 1 */
+        REQUIRE_OK(ds_backend_set_gemm_inputs(be, DS_BF16));
+        run_bf16(be, 64, 256, 256, 256);
+        run_bf16(be, 16, 256, 256, 2048);
+        run_bf16(be, 24, 768, 2304, 768);
+        run_bf16(be, 7, 33, 5, 40);
         ds_backend_destroy(be);
     }
     return test_finish("test_linear_bias");

@@ -78,10 +78,32 @@ ds_status ds_cpu_gemm_entry(ds_backend *be, bool transa, bool transb, int m, int
     DS_TRY(ds_backend_gemm_workspace(be, &w, &ws));
     if (dot)
         return ds_cpu_gemm_dot(be, transa, transb, m, n, k, A, lda, strideA, B, ldb, strideB,
-                               beta, C, ldc, strideC, batch, ws, w.bytes);
+                               beta, NULL, C, ldc, strideC, batch, ws, w.bytes);
     float *a = ws, *b = (float *)((char *)ws + w.b_offset);
     round_pack(a, A, lda, strideA, &w.a, ds_cpu_team(be));
     round_pack(b, B, ldb, strideB, &w.b, ds_cpu_team(be));
     return ds_cpu_gemm_small(be, transa, transb, m, n, k, alpha, a, w.a.ld, w.a.stride, b,
                              w.b.ld, w.b.stride, beta, C, ldc, strideC, batch);
+}
+
+ds_status ds_cpu_gemm_bias(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                           const float *A, int lda, const float *B, int ldb, const float *bias,
+                           float *C) {
+    if (!bias) return DS_ERR(DS_ERR_INVALID_ARG, "cpu gemm_bias: bias is NULL");
+    if (be->gemm_inputs == DS_BF16 && m > 0 && n > 0 && k > 0) {
+        const ds_gemm_ws w = ds_gemm_workspace_of(DS_BACKEND_CPU, transa, transb, m, n, k, 0, 0, 1);
+        if (ds_cpu_gemm_dot_takes(m, n, k, 1.0f, 0.0f, w.bytes)) {
+            DS_TRY(ds_check_gemm("cpu gemm_bias", transa, transb, m, n, k, A, lda, 0, B, ldb, 0,
+                                 C, n, 0, 1));
+            void *ws;
+            DS_TRY(ds_backend_gemm_workspace(be, &w, &ws));
+            return ds_cpu_gemm_dot(be, transa, transb, m, n, k, A, lda, 0, B, ldb, 0, 0.0f, bias,
+                                   C, n, 0, 1, ws, w.bytes);
+        }
+    }
+    /* the slot's own functions, not be->ops': a tap (backend.c) shows this
+     * call once, as gemm_bias */
+    DS_TRY(be->nn->bcast_add_fwd(be, C, bias, m, n, false));
+    return ds_cpu_gemm_entry(be, transa, transb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, 1.0f, C, n,
+                             0, 1);
 }

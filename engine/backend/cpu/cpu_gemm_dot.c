@@ -267,12 +267,13 @@ static void pack_b(uint32_t *restrict dst, const float *B, int ldb, bool tb, int
     }
 }
 
-/* C[0..mr) x [0..nr) (ldc) = the tile's sums over kcp pairs, or C += them
- * with `add`. The one function built for AVX512-BF16 (called only where
- * the CPU has it). */
+/* C[0..mr) x [0..nr) (ldc) = the tile's sums over kcp pairs, plus row i
+ * of `from` (ldf apart) when it is given: C itself to add to it, or a bias
+ * vector with ldf 0. The one function built for AVX512-BF16 (called only
+ * where the CPU has it). */
 __attribute__((target("avx512bf16"))) static void dot_tile(int kcp, const uint32_t *restrict a, size_t si, size_t sp,
-                     const uint32_t *restrict b, float *restrict C, int ldc, int mr, int nr,
-                     bool add) {
+                     const uint32_t *restrict b, float *C, int ldc, int mr, int nr,
+                     const float *from, size_t ldf) {
     __m512 acc[DOT_MR][2];
 DOT_UNROLL
     for (int i = 0; i < DOT_MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -296,9 +297,10 @@ DOT_UNROLL
         if (i >= mr) break;
         float *c = C + (size_t)i * ldc;
         __m512 v0 = acc[i][0], v1 = acc[i][1];
-        if (add) {
-            v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
-            v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
+        if (from) {
+            const float *f = from + (size_t)i * ldf;
+            v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, f), v0);
+            v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, f + 16), v1);
         }
         _mm512_mask_storeu_ps(c, m0, v0);
         _mm512_mask_storeu_ps(c + 16, m1, v1);
@@ -354,10 +356,12 @@ static void pack_b_piece(uint32_t *bpack, size_t npad, const float *B, int ldb, 
            lesser(k - k0, DOT_KC));
 }
 
-/* One product: C = op(A) op(B) (+ C when beta is 1), the threads over C's
- * rows. */
+/* One product: C = op(A) op(B) (+ C when beta is 1; + bias on every row
+ * when it is given, with beta 0: the first k block's sums start from it as
+ * they would from C holding it), the threads over C's rows. */
 static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *A, int lda,
-                    const float *B, int ldb, float beta, float *C, int ldc, void *ws) {
+                    const float *B, int ldb, float beta, const float *bias, float *C, int ldc,
+                    void *ws) {
     const int npanels = (n + DOT_NR - 1) / DOT_NR, units = (m + DOT_MR - 1) / DOT_MR;
     const int kblocks = (k + DOT_KC - 1) / DOT_KC;
     const size_t npad = (size_t)npanels * DOT_NR;
@@ -395,6 +399,7 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
             for (int k0 = 0; k0 < k; k0 += DOT_KC) {
                 const int kc = lesser(k - k0, DOT_KC), kcp = (kc + 1) / 2;
                 const bool add = k0 > 0 || beta == 1.0f, first = lazy && r0 == m0;
+                float *const cb = C + (int64_t)r0 * ldc;
                 for (int pc = 0; first && pc < pieces; pc++)
                     pack_b_piece(bpack, npad, B, ldb, tb, n, k, npanels, pj, k0 / DOT_KC, pc);
                 pack_a(apack, A, lda, ta, r0, mc, k0, kc);
@@ -411,12 +416,15 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
                 for (int jp = 0; jp < npanels; jp++) {
                     const int c0 = jp * DOT_NR, nr = lesser(n - c0, DOT_NR);
                     const uint32_t *bp = bpack + (size_t)k0 / 2 * npad + (size_t)jp * kcp * DOT_NR;
+                    const float *from = add ? cb + c0 : bias ? bias + c0 : NULL;
+                    const size_t ldf = add ? (size_t)ldc : 0;
                     for (int i0 = 0; i0 < mc; i0 += DOT_MR) {
                         ahead_some(&next_a, per_a);
                         ahead_some(&next_b, per_b);
                         dot_tile(kcp, apack + (size_t)i0 * kcp, ta ? 1 : (size_t)kcp,
-                                 ta ? DOT_MR : 1, bp, C + (int64_t)(r0 + i0) * ldc + c0, ldc,
-                                 lesser(mc - i0, DOT_MR), nr, add);
+                                 ta ? DOT_MR : 1, bp, cb + (int64_t)i0 * ldc + c0, ldc,
+                                 lesser(mc - i0, DOT_MR), nr,
+                                 from && add ? from + (size_t)i0 * ldf : from, ldf);
                     }
                 }
             }
@@ -427,8 +435,8 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
 
 ds_status ds_cpu_gemm_dot(ds_backend *be, bool transa, bool transb, int m, int n, int k,
                           const float *A, int lda, int64_t strideA, const float *B, int ldb,
-                          int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
-                          int batch, void *ws, size_t ws_bytes) {
+                          int64_t strideB, float beta, const float *bias, float *C, int ldc,
+                          int64_t strideC, int batch, void *ws, size_t ws_bytes) {
 #if DOT_BUILT
     const int team = ds_cpu_team(be);
     /* Many products (attention's per-head ones): a thread per product, each
@@ -442,7 +450,7 @@ ds_status ds_cpu_gemm_dot(ds_backend *be, bool transa, bool transb, int m, int n
 #pragma omp parallel for num_threads(team) schedule(static)
         for (int b = 0; b < batch; b++)
             dot_one(1, transa, transb, m, n, k, A + b * strideA, lda, B + b * strideB, ldb, beta,
-                    C + b * strideC, ldc, (char *)ws + (size_t)omp_get_thread_num() * slice);
+                    bias, C + b * strideC, ldc, (char *)ws + (size_t)omp_get_thread_num() * slice);
         return DS_OK;
     }
     /* as many threads as have room for their packs of A (the call was
@@ -451,11 +459,11 @@ ds_status ds_cpu_gemm_dot(ds_backend *be, bool transa, bool transb, int m, int n
     while (nt > 1 && dot_need(m, n, k, nt) > ws_bytes) nt--;
     for (int b = 0; b < batch; b++)
         dot_one(nt, transa, transb, m, n, k, A + b * strideA, lda, B + b * strideB, ldb, beta,
-                C + b * strideC, ldc, ws);
+                bias, C + b * strideC, ldc, ws);
     return DS_OK;
 #else
     (void)transa, (void)transb, (void)m, (void)n, (void)k, (void)A, (void)lda, (void)strideA;
-    (void)B, (void)ldb, (void)strideB, (void)beta, (void)C, (void)ldc, (void)strideC;
+    (void)B, (void)ldb, (void)strideB, (void)beta, (void)bias, (void)C, (void)ldc, (void)strideC;
     (void)batch, (void)ws, (void)ws_bytes;
     return DS_ERR(DS_ERR_UNSUPPORTED, "cpu gemm: the %s kernels have no bf16 dot product",
                   be->ops->name);

@@ -47,6 +47,7 @@
 #define ds_cpu_gemm_small_takes DS_ISA_NAME(ds_cpu_gemm_small_takes)
 #define ds_cpu_gemm_small_bf16 DS_ISA_NAME(ds_cpu_gemm_small_bf16)
 #define ds_cpu_gemm_entry DS_ISA_NAME(ds_cpu_gemm_entry)
+#define ds_cpu_gemm_bias DS_ISA_NAME(ds_cpu_gemm_bias)
 #define ds_cpu_gemm_dot_takes DS_ISA_NAME(ds_cpu_gemm_dot_takes)
 #define ds_cpu_gemm_dot DS_ISA_NAME(ds_cpu_gemm_dot)
 #endif
@@ -189,12 +190,13 @@ ds_status ds_cpu_gemm_small_bf16(ds_backend *be, bool transa, bool transb, int m
  * with these m, n, k, alpha and beta whose workspace (ds_gemm_workspace_of)
  * has ws_bytes, whatever the thread count (the same path, so the same bits,
  * at any); then ds_cpu_gemm_dot computes it with that workspace at ws
- * (arguments checked by the caller). */
+ * (arguments checked by the caller), bias (NULL: none; with beta 0) added
+ * to every row of C as gemm_bias says (backend.h). */
 bool ds_cpu_gemm_dot_takes(int m, int n, int k, float alpha, float beta, size_t ws_bytes);
 ds_status ds_cpu_gemm_dot(ds_backend *be, bool transa, bool transb, int m, int n, int k,
                           const float *A, int lda, int64_t strideA, const float *B, int ldb,
-                          int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
-                          int batch, void *ws, size_t ws_bytes);
+                          int64_t strideB, float beta, const float *bias, float *C, int ldc,
+                          int64_t strideC, int batch, void *ws, size_t ws_bytes);
 
 /* cpu_gemm_bf16.c: the variant's gemm slot. With be->gemm_inputs DS_BF16,
  * a call ds_cpu_gemm_dot_takes goes to the bf16 dot product; else a call the
@@ -207,6 +209,14 @@ ds_status ds_cpu_gemm_entry(ds_backend *be, bool transa, bool transb, int m, int
                             float alpha, const float *A, int lda, int64_t strideA, const float *B,
                             int ldb, int64_t strideB, float beta, float *C, int ldc,
                             int64_t strideC, int batch);
+
+/* cpu_gemm_bf16.c: the variant's gemm_bias slot (backend.h). A call the
+ * bf16 dot product takes starts its sums from the bias; any other writes
+ * the bias rows and runs ds_cpu_gemm_entry with beta 1 (the fill takes the
+ * place of OpenBLAS's clearing of C for beta 0). */
+ds_status ds_cpu_gemm_bias(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                           const float *A, int lda, const float *B, int ldb, const float *bias,
+                           float *C);
 
 /* cpu_vmath.c: the ds_cpu_variant.vmath of this variant (cpu_isa.h). */
 void ds_cpu_vmath(ds_vmath_fn fn, float *y, const float *x, size_t n);

@@ -22,6 +22,7 @@ static const ds_backend_ops k_ops = {
     .sync = ds_cpu_sync,
     /* streams and events: OPTIONAL, NULL (everything is synchronous) */
     .gemm = ds_cpu_gemm_entry, /* bf16 inputs rounded, then its own kernel or ds_cpu_gemm */
+    .gemm_bias = ds_cpu_gemm_bias,
     .rng_normal = ds_cpu_rng_normal,
     .rng_uniform = ds_cpu_rng_uniform,
     .cast = ds_cpu_cast,

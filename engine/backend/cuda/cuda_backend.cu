@@ -19,6 +19,7 @@
 #include <stdlib.h>
 
 #include "engine/backend/cuda/cuda_common.cuh"
+#include "engine/backend/nn.h"
 
 /* ---- memory ---------------------------------------------------------------- */
 
@@ -179,6 +180,17 @@ static ds_status cuda_gemm(ds_backend *be, bool transa, bool transb, int m, int 
     return DS_OK;
 }
 
+/* The bias rows, then the product added to them: the same bits as the
+ * models' way before the slot (a cuBLASLt bias epilogue would add the bias
+ * after the sum, other bits than the cpu backend's). */
+static ds_status cuda_gemm_bias(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                                const float *A, int lda, const float *B, int ldb,
+                                const float *bias, float *C) {
+    if (!bias) return DS_ERR(DS_ERR_INVALID_ARG, "cuda gemm_bias: bias is NULL");
+    DS_TRY(be->nn->bcast_add_fwd(be, C, bias, m, n, false));
+    return cuda_gemm(be, transa, transb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, 1.0f, C, n, 0, 1);
+}
+
 /* ---- lifetime ------------------------------------------------------------------- */
 
 ds_status ds_cuda_buf_reserve(ds_cuda_buf *b, size_t bytes, void **out) {
@@ -236,6 +248,7 @@ static const ds_backend_ops k_cuda_ops = {
     /* .event_record = */ cuda_event_record,
     /* .stream_wait_event = */ cuda_stream_wait_event,
     /* .gemm = */ cuda_gemm,
+    /* .gemm_bias = */ cuda_gemm_bias,
     /* .rng_normal = */ ds_cuda_rng_normal,
     /* .rng_uniform = */ ds_cuda_rng_uniform,
     /* .cast = */ ds_cuda_cast,
