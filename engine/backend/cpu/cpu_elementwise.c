@@ -156,16 +156,23 @@ ds_status ds_cpu_axpy(ds_backend *be, void *y, ds_dtype yt, float alpha, const v
 
 /* ---- sum of squares ----------------------------------------------------------
  * The range is cut into a fixed number of chunks whatever the thread count;
- * each chunk is summed in double with 4 interleaved accumulators and the
- * chunk sums are added in order, so the result is the same bits at any
- * thread count and on every run (an OpenMP reduction combines in whatever
- * order threads finish, which would make the gradient norm, hence clipping,
- * irreproducible across a resume).
+ * each chunk is summed in double in SUMSQ_LANES accumulators, element i of
+ * each 2048-float piece into lane i mod SUMSQ_LANES, the lanes added by a
+ * fixed tree and the chunk sums in order, so the result is the same bits at
+ * any thread count, under every instruction-set variant and on every run
+ * (an OpenMP reduction combines in whatever order threads finish, which
+ * would make the gradient norm, hence clipping, irreproducible across a
+ * resume). Sixteen lanes are two AVX-512 vectors of doubles: four scalar
+ * accumulators (before stop 43) left the loop at one square per cycle or
+ * so, 0.7% of the bf16 BERT-mini step; the order changes only the double
+ * rounding of a sum of positive terms (within n DBL_EPSILON relative
+ * either way; tests/unit/test_backend_elementwise.c).
  *
  * Non-finite detection needs no per-element test: a float squared is at most
  * 1.2e77 and 2^64 of them stay below double's 1.8e308, so the double sum is
  * finite exactly when every element is. */
 #define DS_SUMSQ_CHUNKS 64
+#define SUMSQ_LANES 16
 
 /* The gradient norm streams tens of MB that the step wrote long before,
  * from memory, with little arithmetic per byte; the hardware prefetchers
@@ -177,38 +184,31 @@ ds_status ds_cpu_axpy(ds_backend *be, void *y, ds_dtype yt, float alpha, const v
  * in AdamW, which divides twice per element, measured no change.) */
 #define EW_PF_AHEAD 1024
 
-/* Sum of squares of x[lo, hi) in double, 4 interleaved accumulators;
- * fp16 / bf16 go through an fp32 buffer a piece at a time. */
+/* Sum of squares of x[lo, hi) in double, SUMSQ_LANES interleaved
+ * accumulators; fp16 / bf16 go through an fp32 buffer a piece at a time. */
 static double sumsq_range(const void *x, ds_dtype t, size_t lo, size_t hi) {
-    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+    double acc[SUMSQ_LANES] = {0};
     float buf[DS_CPU_CHUNK];
     for (size_t start = lo; start < hi; start += DS_CPU_CHUNK) {
         size_t len = hi - start < DS_CPU_CHUNK ? hi - start : DS_CPU_CHUNK;
         const float *f = ds_cpu_f32_view(buf, x, t, start, len);
         size_t i = 0;
-        for (; i + 16 <= len; i += 16) { /* a line at a time, the next page asked for */
+        for (; i + SUMSQ_LANES <= len; i += SUMSQ_LANES) { /* a line at a time */
             __builtin_prefetch(f + i + EW_PF_AHEAD, 0, 3);
-            for (size_t j = i; j < i + 16; j += 4) {
-                double v0 = f[j], v1 = f[j + 1], v2 = f[j + 2], v3 = f[j + 3];
-                a0 += v0 * v0;
-                a1 += v1 * v1;
-                a2 += v2 * v2;
-                a3 += v3 * v3;
+#pragma omp simd
+            for (int j = 0; j < SUMSQ_LANES; j++) {
+                double v = f[i + j];
+                acc[j] += v * v;
             }
         }
-        for (; i + 4 <= len; i += 4) {
-            double v0 = f[i], v1 = f[i + 1], v2 = f[i + 2], v3 = f[i + 3];
-            a0 += v0 * v0;
-            a1 += v1 * v1;
-            a2 += v2 * v2;
-            a3 += v3 * v3;
-        }
-        for (; i < len; i++) {
+        for (int j = 0; i < len; i++, j++) {
             double v = f[i];
-            a0 += v * v;
+            acc[j] += v * v;
         }
     }
-    return (a0 + a1) + (a2 + a3);
+    for (int w = SUMSQ_LANES / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
 }
 
 ds_status ds_cpu_sumsq(ds_backend *be, const void *x, ds_dtype t, size_t n, double *out_sumsq,
