@@ -5,7 +5,10 @@
  *
  * Cases: Adam without and with L2 weight decay, AdamW, no bias correction,
  * grad_mult (loss scale folded in), fp16 / bf16 gradients, fp16 / bf16 /
- * fp32 param_lp output; SGD plain, with momentum, dampening, nesterov and
+ * fp32 param_lp output; mixed precision's one-loop AdamW (bf16 or fp32
+ * gradients into a bf16 working copy) against the same update through fp32
+ * gradients and a separate rounding, bit for bit, over thousands of
+ * elements (the vector loop, chunk edges, NaN and halfway values); SGD plain, with momentum, dampening, nesterov and
  * weight decay; bad hyper-parameters.
  *
  * Tolerance. Each step the slot rounds p once when it adds the update
@@ -393,11 +396,61 @@ static void test_threads(ds_backend *be1, ds_backend *be2) {
     free(g);
 }
 
+/* The one-loop bf16 AdamW (cpu_elementwise.c adam_run_lp) against its
+ * definition: the gradients' fp32 values, no param_lp, then each p rounded
+ * by ds_f32_to_bf16; p, m, v and the working copy bit for bit. n spans two
+ * chunks and a tail; p holds a NaN, values halfway between bf16 neighbours
+ * and random ones. */
+static void test_adam_lp_loop(ds_backend *be, ds_dtype grad_t) {
+    enum { N = 5003, STEPS = 2 };
+    float *p = malloc(N * 4), *m = calloc(N, 4), *v = calloc(N, 4), *g32 = malloc(N * 4);
+    float *p2 = malloc(N * 4), *m2 = calloc(N, 4), *v2 = calloc(N, 4);
+    uint16_t *g16 = malloc(N * 2), *lp = malloc(N * 2);
+    if (!p || !m || !v || !g32 || !p2 || !m2 || !v2 || !g16 || !lp) TEST_DIE("out of memory");
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < N; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = (float)((int64_t)(x >> 40) - (1 << 23)) / (1 << 22);
+        if (i % 7 == 3) /* halfway: the low 16 bits 0x8000 */
+            p[i] = ds_bits_f32((ds_f32_bits(p[i]) & 0xffff0000u) | 0x8000u);
+    }
+    p[17] = NAN;
+    memcpy(p2, p, N * 4);
+    for (int t = 1; t <= STEPS; t++) {
+        for (int i = 0; i < N; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            g32[i] = (float)((int64_t)(x >> 44) - (1 << 19)) / (1 << 20);
+            if (grad_t == DS_BF16) {
+                g16[i] = ds_f32_to_bf16(g32[i]);
+                g32[i] = ds_bf16_to_f32(g16[i]);
+            }
+        }
+        ds_adam_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                              .weight_decay = 0.01f, .step = t, .adam_w_mode = true,
+                              .bias_correction = true};
+        const void *g = grad_t == DS_BF16 ? (const void *)g16 : (const void *)g32;
+        CHECK_OK(be->ops->adam(be, p, g, grad_t, 0.5f, m, v, N, &hp, lp, DS_BF16));
+        CHECK_OK(be->ops->adam(be, p2, g32, DS_F32, 0.5f, m2, v2, N, &hp, NULL, DS_F32));
+    }
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += memcmp(&p[i], &p2[i], 4) || memcmp(&m[i], &m2[i], 4) ||
+               memcmp(&v[i], &v2[i], 4) || lp[i] != ds_f32_to_bf16(p2[i]);
+    CHECK(bad == 0, "bf16 working copy, %s gradients, %d threads: %d of %d elements differ from "
+          "fp32 gradients and a separate rounding", ds_dtype_name(grad_t), be->num_threads, bad,
+          (int)N);
+    free(p), free(m), free(v), free(g32), free(p2), free(m2), free(v2), free(g16), free(lp);
+}
+
 int main(void) {
     ds_backend *be[2] = {test_cpu_backend(1, NULL), test_cpu_backend(2, NULL)};
     test_adam(be[0]);
     test_sgd(be[0]);
     test_threads(be[0], be[1]);
+    for (int t = 0; t < 2; t++) {
+        test_adam_lp_loop(be[t], DS_BF16);
+        test_adam_lp_loop(be[t], DS_F32);
+    }
     ds_backend_destroy(be[0]);
     ds_backend_destroy(be[1]);
     return test_finish("test_backend_optim");

@@ -243,6 +243,28 @@ static void adam_run(float *restrict p, const float *restrict g, float *restrict
     for (size_t i = 0; i < n; i++) ds_adam_update(&p[i], &m[i], &v[i], g[i], &c);
 }
 
+/* Mixed precision's AdamW: bf16 gradients (or fp32 ones) widened and the
+ * updated parameters rounded into the bf16 working copy in the same loop,
+ * in registers, instead of a widening pass into a buffer before and a
+ * rounding pass after (ds_cpu_f32_view, ds_cpu_from_f32): the same
+ * arithmetic (a shift, ds_cpu_bf16_round_bits), so the same bits.
+ * BERT-mini's 8.77M parameters at 1 thread: 7.1-7.2 ms -> RESULTS "Stop
+ * 43"; fp32 AdamW without the copy took 5.0-5.4 ms in the same runs. */
+static inline __attribute__((always_inline)) void
+adam_run_lp(float *restrict p, const void *restrict grad, bool g16, size_t lo, float *restrict m,
+            float *restrict v, uint16_t *restrict lp, size_t n, const ds_adam_coef *cp) {
+    const ds_adam_coef c = *cp;
+    const uint16_t *restrict gh = (const uint16_t *)grad + lo;
+    const float *restrict gf = (const float *)grad + lo;
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        float w = p[i];
+        ds_adam_update(&w, &m[i], &v[i], g16 ? ds_bits_f32((uint32_t)gh[i] << 16) : gf[i], &c);
+        p[i] = w;
+        lp[i] = (uint16_t)(ds_cpu_bf16_round_bits(ds_f32_bits(w)) >> 16);
+    }
+}
+
 ds_status ds_cpu_adam(ds_backend *be, float *param, const void *grad, ds_dtype grad_t,
                       float grad_mult, float *m, float *v, size_t n, const ds_adam_hparams *hp,
                       void *param_lp, ds_dtype lp_t) {
@@ -258,6 +280,14 @@ ds_status ds_cpu_adam(ds_backend *be, float *param, const void *grad, ds_dtype g
 #pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
     for (size_t ch = 0; ch < nchunks; ch++) {
         size_t lo = ch * DS_CPU_CHUNK, len = chunk_len(ch, n);
+        if (param_lp && lp_t == DS_BF16 && grad_t != DS_F16) {
+            uint16_t *lp = (uint16_t *)param_lp + lo;
+            if (grad_t == DS_BF16)
+                adam_run_lp(param + lo, grad, true, lo, m + lo, v + lo, lp, len, &c);
+            else
+                adam_run_lp(param + lo, grad, false, lo, m + lo, v + lo, lp, len, &c);
+            continue;
+        }
         float gbuf[DS_CPU_CHUNK];
         const float *g = ds_cpu_f32_view(gbuf, grad, grad_t, lo, len);
         adam_run(param + lo, g, m + lo, v + lo, len, &c);
