@@ -225,6 +225,37 @@ static void pack_a(uint32_t *restrict dst, const float *A, int lda, bool ta, int
     }
 }
 
+/* The 16 x 16 words at src (rows ld words apart) transposed: word i of
+ * src's row r to word r of dst's row i (rows ldd apart), for the first
+ * `rows` rows of dst. 32-bit, then 64-bit interleaves within 128-bit
+ * lanes, then two lane shuffles. */
+static inline void turn16(uint32_t *dst, size_t ldd, const uint32_t *src, size_t ld, int rows) {
+    __m512i r[16], t[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(src + (size_t)i * ld);
+    for (int i = 0; i < 16; i += 2) { /* lane l: r_i[4l], r_i+1[4l], r_i[4l+1], r_i+1[4l+1] */
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) { /* r[g + c], lane l: rows g..g+3 of column 4l + c */
+        r[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+        r[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+        r[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+        r[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+    for (int c = 0; c < 4; c++) { /* column 4l + c: lane l of r[c], r[4 + c], r[8 + c], r[12 + c] */
+        const __m512i lo01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44);
+        const __m512i hi01 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
+        const __m512i lo23 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xee);
+        const __m512i hi23 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xee);
+        const __m512i out[4] = {_mm512_shuffle_i32x4(lo01, hi01, 0x88),
+                                _mm512_shuffle_i32x4(lo01, hi01, 0xdd),
+                                _mm512_shuffle_i32x4(lo23, hi23, 0x88),
+                                _mm512_shuffle_i32x4(lo23, hi23, 0xdd)};
+        for (int l = 0; l < 4; l++)
+            if (4 * l + c < rows) _mm512_storeu_si512(dst + (size_t)(4 * l + c) * ldd, out[l]);
+    }
+}
+
 /* op(B)'s k's [k0, k0 + kc) and panels [j0, j1) (at most DOT_PJ of them)
  * into the block at dst (panel jp at dst + jp kcp DOT_NR): pair p, column j
  * of panel jp at word p DOT_NR + j; columns past n and the k past kc are
@@ -233,8 +264,9 @@ static void pack_a(uint32_t *restrict dst, const float *A, int lda, bool ta, int
  *     read across all the panels at once (whole stretches of a row, which
  *     the hardware prefetches) and dealt DOT_PB pairs at a time, for the
  *     reason pack_a gives.
- *   - transposed (a weight read as W^T): column j of op(B) is row j of B,
- *     its pairs contiguous there; each goes through a row of words. */
+ *   - transposed (a weight read as W^T, attention's K): column j of op(B)
+ *     is row j of B, its pairs contiguous there; 16 such rows of words are
+ *     turned into the panel's layout at a time (turn16). */
 static void pack_b(uint32_t *restrict dst, const float *B, int ldb, bool tb, int n, int j0, int j1,
                    int k0, int kc) {
     const int kcp = (kc + 1) / 2;
@@ -255,14 +287,23 @@ static void pack_b(uint32_t *restrict dst, const float *B, int ldb, bool tb, int
         }
         return;
     }
-    uint32_t row[DOT_KC / 2];
+    /* 16 columns at a time: their pair words as 16 rows, then turned 16 x
+     * 16 words at a time in registers (one word at a time, this pack took
+     * 16-19% of an attention score product's time) */
+    uint32_t rows[16][DOT_KC / 2];
+    const int kcp16 = (kcp + 15) / 16 * 16;
     for (int jp = j0; jp < j1; jp++) {
         uint32_t *panel = dst + (size_t)jp * kcp * DOT_NR;
-        for (int j = 0; j < DOT_NR; j++) {
-            const int c = jp * DOT_NR + j;
-            if (c < n) pair_row(row, B + (int64_t)c * ldb + k0, kc);
-            else memset(row, 0, (size_t)kcp * 4);
-            for (int p = 0; p < kcp; p++) panel[(size_t)p * DOT_NR + j] = row[p];
+        for (int h = 0; h < DOT_NR; h += 16) {
+            for (int j = 0; j < 16; j++) {
+                const int c = jp * DOT_NR + h + j;
+                if (c < n) pair_row(rows[j], B + (int64_t)c * ldb + k0, kc);
+                else memset(rows[j], 0, (size_t)kcp * 4);
+                memset(rows[j] + kcp, 0, (size_t)(kcp16 - kcp) * 4);
+            }
+            for (int p0 = 0; p0 < kcp; p0 += 16)
+                turn16(panel + (size_t)p0 * DOT_NR + h, DOT_NR, &rows[0][p0], DOT_KC / 2,
+                       lesser(kcp - p0, 16));
         }
     }
 }
