@@ -267,11 +267,16 @@ static ds_status k_xent_bwd(ds_backend *be, const model *m, bufs *b, int v) {
     return be->nn->xent_bwd(be, b->z, b->y, b->scalars + 1, b->labels, NULL, m->R, m->C, -100,
                             1.0f);
 }
+/* variant: 0 fp32 gradients, no working copy; 1 mixed precision's: bf16
+ * gradients (b->half) and the bf16 working copy written (into b->og's
+ * bytes, which hold n halves twice over) */
 static ds_status k_adam(ds_backend *be, const model *m, bufs *b, int v) {
-    (void)v;
     ds_adam_hparams hp = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                           .weight_decay = 0.01f, .step = 10, .adam_w_mode = true,
                           .bias_correction = true};
+    if (v == 1)
+        return be->ops->adam(be, b->op, b->half, DS_BF16, 1.0f, b->om, b->ov, m->n_opt, &hp,
+                             b->og, DS_BF16);
     return be->ops->adam(be, b->op, b->og, DS_F32, 1.0f, b->om, b->ov, m->n_opt, &hp, NULL,
                          DS_F32);
 }
@@ -281,8 +286,10 @@ static ds_status k_cast(ds_backend *be, const model *m, bufs *b, int v) {
     if (v % 2 == 0) return be->ops->cast(be, b->half, lp, b->og, DS_F32, m->n_opt);
     return be->ops->cast(be, b->og, DS_F32, b->half, lp, m->n_opt);
 }
+/* variant: 0 fp32; 1 bf16 y (b->half) += fp32 x, a replica's gradient
+ * accumulation under bf16 */
 static ds_status k_axpy(ds_backend *be, const model *m, bufs *b, int v) {
-    (void)v;
+    if (v == 1) return be->ops->axpy(be, b->half, DS_BF16, 0.5f, b->om, DS_F32, m->n_opt);
     return be->ops->axpy(be, b->og, DS_F32, 0.5f, b->om, DS_F32, m->n_opt);
 }
 static ds_status k_scale(ds_backend *be, const model *m, bufs *b, int v) {
@@ -607,11 +614,14 @@ static int run_model(bench *bk, const model *md) {
     row(bk, "cross-entropy fwd", s_rc, f * 2 * RC, RC, k_xent_fwd, md, &b, 0);
     row(bk, "cross-entropy bwd", s_rc, f * 2 * RC, RC, k_xent_bwd, md, &b, 0);
     row(bk, "AdamW (fp32)", s_opt, f * 7 * n, n, k_adam, md, &b, 0);
+    row(bk, "AdamW (bf16 gradients, bf16 working copy)", s_opt, f * 6 * n + 4 * n, n, k_adam, md,
+        &b, 1);
     row(bk, "cast fp32 -> bf16", s_opt, 6 * n, n, k_cast, md, &b, 0);
     row(bk, "cast bf16 -> fp32", s_opt, 6 * n, n, k_cast, md, &b, 1);
     row(bk, "cast fp32 -> fp16", s_opt, 6 * n, n, k_cast, md, &b, 2);
     row(bk, "cast fp16 -> fp32", s_opt, 6 * n, n, k_cast, md, &b, 3);
     row(bk, "axpy (fp32)", s_opt, f * 3 * n, n, k_axpy, md, &b, 0);
+    row(bk, "axpy (bf16 y += fp32 x)", s_opt, f * n + 4 * n, n, k_axpy, md, &b, 1);
     row(bk, "scale (fp32)", s_opt, f * 2 * n, n, k_scale, md, &b, 0);
     row(bk, "sum of squares (fp32)", s_opt, f * n, n, k_sumsq, md, &b, 0);
     run_gemms(bk, md, &b);

@@ -131,6 +131,17 @@ static void axpy_run(float *restrict y, float alpha, const float *restrict x, si
     for (size_t i = 0; i < n; i++) y[i] = fmaf(alpha, x[i], y[i]);
 }
 
+/* y in bf16 (a replica's gradients under bf16, zero/replica.c grad_done):
+ * widened, added to and rounded in registers, the arithmetic of the buffer
+ * passes (ds_cpu_to_f32, axpy_run, ds_cpu_from_f32) in one loop. */
+static void axpy_bf16_run(uint16_t *restrict y, float alpha, const float *restrict x, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        const float s = fmaf(alpha, x[i], ds_bits_f32((uint32_t)y[i] << 16));
+        y[i] = (uint16_t)(ds_cpu_bf16_round_bits(ds_f32_bits(s)) >> 16);
+    }
+}
+
 ds_status ds_cpu_axpy(ds_backend *be, void *y, ds_dtype yt, float alpha, const void *x,
                       ds_dtype xt, size_t n) {
     DS_TRY(ds_check_float_dtype("cpu axpy", "y", yt));
@@ -145,6 +156,8 @@ ds_status ds_cpu_axpy(ds_backend *be, void *y, ds_dtype yt, float alpha, const v
         const float *xs = ds_cpu_f32_view(xbuf, x, xt, lo, len);
         if (yt == DS_F32) {
             axpy_run((float *)y + lo, alpha, xs, len);
+        } else if (yt == DS_BF16) {
+            axpy_bf16_run((uint16_t *)y + lo, alpha, xs, len);
         } else {
             ds_cpu_to_f32(ybuf, y, yt, lo, len);
             axpy_run(ybuf, alpha, xs, len);
