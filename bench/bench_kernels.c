@@ -296,10 +296,11 @@ static ds_status k_scale(ds_backend *be, const model *m, bufs *b, int v) {
     (void)v;
     return be->ops->scale(be, b->og, DS_F32, m->n_opt, 1.0f);
 }
+/* variant: 0 fp32; 1 bf16 (b->half: mixed precision's gradient norm) */
 static ds_status k_sumsq(ds_backend *be, const model *m, bufs *b, int v) {
-    (void)v;
     double s;
     int nf;
+    if (v == 1) return be->ops->sumsq(be, b->half, DS_BF16, m->n_opt, &s, &nf);
     return be->ops->sumsq(be, b->og, DS_F32, m->n_opt, &s, &nf);
 }
 
@@ -624,6 +625,7 @@ static int run_model(bench *bk, const model *md) {
     row(bk, "axpy (bf16 y += fp32 x)", s_opt, f * n + 4 * n, n, k_axpy, md, &b, 1);
     row(bk, "scale (fp32)", s_opt, f * 2 * n, n, k_scale, md, &b, 0);
     row(bk, "sum of squares (fp32)", s_opt, f * n, n, k_sumsq, md, &b, 0);
+    row(bk, "sum of squares (bf16)", s_opt, 2 * n, n, k_sumsq, md, &b, 1);
     run_gemms(bk, md, &b);
     char title[96];
     snprintf(title, sizeof title, "linear + bias, %d x (%lld x %d -> %d)", md->causal ? 1 : 3,

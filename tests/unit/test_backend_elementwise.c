@@ -6,9 +6,9 @@
  *   - cast between fp32 / fp16 / bf16 in all 9 directions (and in place)
  *     equal to the scalar conversions test_dtype checks exhaustively;
  *   - fill, scale, axpy (mixed types) against the scalar formula, exactly;
- *   - sumsq: exact on integer data in every dtype, non-finite flag for inf
- *     and NaN (fp32 and fp16), huge finite values not flagged, and the same
- *     bits at 1 and 2 threads;
+ *   - sumsq: exact on integer data in every dtype, bf16 the bits of the same
+ *     values in fp32, non-finite flag for inf and NaN (fp32 and fp16), huge
+ *     finite values not flagged, and the same bits at 1 and 2 threads;
  *   - every element-wise slot gives the same bits at 1 and 2 threads;
  *   - bad dtypes and NULL pointers are rejected with a message. */
 #include <float.h>
@@ -252,6 +252,25 @@ static void test_sumsq(ds_backend *be) {
         CHECK(s == want && nf == 0, "sumsq %s = %.17g nonfinite %d, want %.17g and 0",
               ds_dtype_name(ts[t]), s, nf, want);
     }
+    /* bf16 read in the loop: the bits of the same values as fp32 (the
+     * lanes take the same elements either way), on random data at lengths
+     * around the pieces of 2048 and the 32 a bf16 loop takes at a time;
+     * magnitudes 2^-30..2^30, so that the double sums round and an element
+     * summed into another lane would change them */
+    static const size_t lens[] = {N, 2048 * 3 + 17, 2048, 31, 5};
+    for (size_t q = 0; q < sizeof lens / sizeof *lens; q++) {
+        for (size_t i = 0; i < lens[q]; i++)
+            f[i] = frand() * ldexpf(1.0f, (int)((i * 37) % 61) - 30);
+        cast_ref(h, DS_BF16, f, DS_F32, lens[q]);
+        cast_ref(f, DS_F32, h, DS_BF16, lens[q]);
+        double sh = -1, sf = -2;
+        int nh = -1, nfl = -1;
+        CHECK_OK(be->ops->sumsq(be, h, DS_BF16, lens[q], &sh, &nh));
+        CHECK_OK(be->ops->sumsq(be, f, DS_F32, lens[q], &sf, &nfl));
+        CHECK(memcmp(&sh, &sf, sizeof sh) == 0 && nh == 0 && nfl == 0,
+              "sumsq of %zu bf16 values %.17g, of the same as fp32 %.17g", lens[q], sh, sf);
+    }
+    for (size_t i = 0; i < N; i++) f[i] = (float)((int)(i % 7) - 3);
     /* hand case: 3^2 + 4^2 = 25 */
     float v[2] = {3.0f, -4.0f};
     double s = 0;
