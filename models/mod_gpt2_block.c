@@ -84,10 +84,10 @@ static blk_dims blk_dims_of(const blk_impl *L, int B, int T) {
 
 /* ---- Conv1D: W [in, out], y[N, out] = x[N, in] W (+ b elsewhere) ---- */
 
-/* y = x W + beta y */
+/* y = x W (c_attn, whose bias joins the sums, calls gemm_bias itself) */
 static ds_status conv1d_fwd(ds_backend *be, float *y, const float *x, const float *W, int N,
-                            int in, int out, float beta) {
-    return be->ops->gemm(be, false, false, N, out, in, 1.0f, x, in, 0, W, out, 0, beta, y, out,
+                            int in, int out) {
+    return be->ops->gemm(be, false, false, N, out, in, 1.0f, x, in, 0, W, out, 0, 0.0f, y, out,
                          0, 1);
 }
 
@@ -247,15 +247,15 @@ static ds_status blk_forward(ds_module *m, ds_module_ctx *ctx) {
                              v + h * hd, E3, sE3, 0.0f, s.c + h * hd, E, (int64_t)T * E, B));
 
     /* X1 = x + dropout(C Wp + bp); H2 = ln_2(X1) */
-    DS_TRY(conv1d_fwd(be, w.t, s.c, P[P_APROJ_W], N, E, E, 0.0f));
+    DS_TRY(conv1d_fwd(be, w.t, s.c, P[P_APROJ_W], N, E, E));
     DS_TRY(be->nn->dropout_ln_fwd(be, s.x1, s.h2, s.mean2, s.rstd2, w.t, P[P_APROJ_B], x,
                                   P[P_LN2_W], P[P_LN2_B], N, E, pr, ctx->seed, (uint64_t)z.PP,
                                   s.keep_a, L->d.ln_eps));
 
     /* G = gelu_new(H2 Wf + bf); y = X1 + dropout(G Wq + bq) */
-    DS_TRY(conv1d_fwd(be, s.u, s.h2, P[P_FC_W], N, E, I, 0.0f));
+    DS_TRY(conv1d_fwd(be, s.u, s.h2, P[P_FC_W], N, E, I));
     DS_TRY(be->nn->bias_act_fwd(be, s.g, s.u, P[P_FC_B], N, I, DS_ACT_GELU_TANH));
-    DS_TRY(conv1d_fwd(be, w.t, s.g, P[P_MPROJ_W], N, I, E, 0.0f));
+    DS_TRY(conv1d_fwd(be, w.t, s.g, P[P_MPROJ_W], N, I, E));
     return be->nn->dropout_fwd(be, ctx->y, w.t, P[P_MPROJ_B], s.x1, N, E, pr, ctx->seed,
                                (uint64_t)z.PP + z.N * (size_t)E, s.keep_m);
 }

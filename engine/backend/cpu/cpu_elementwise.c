@@ -280,8 +280,8 @@ static void adam_run(float *restrict p, const float *restrict g, float *restrict
  * in registers, instead of a widening pass into a buffer before and a
  * rounding pass after (ds_cpu_f32_view, ds_cpu_from_f32): the same
  * arithmetic (a shift, ds_cpu_bf16_round_bits), so the same bits.
- * BERT-mini's 8.77M parameters at 1 thread: 7.1-7.2 ms -> RESULTS "Stop
- * 43"; fp32 AdamW without the copy took 5.0-5.4 ms in the same runs. */
+ * BERT-mini's 8.77M parameters at 1 thread: 5.5-5.7 -> 4.9-5.2 ms, fp32
+ * AdamW 4.2-4.8 ms in the same runs (bench_kernels, RESULTS "Stop 43"). */
 static inline __attribute__((always_inline)) void
 adam_run_lp(float *restrict p, const void *restrict grad, bool g16, size_t lo, float *restrict m,
             float *restrict v, uint16_t *restrict lp, size_t n, const ds_adam_coef *cp) {
