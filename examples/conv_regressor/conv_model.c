@@ -357,10 +357,9 @@ static ds_status dense_forward(ds_module *m, ds_module_ctx *ctx) {
     const dense_impl *D = m->impl;
     ds_backend *be = ctx->be;
     int B = ctx->batch->B;
-    DS_TRY(be->ops->gemm(be, false, true, B, D->out, D->in, 1.0f, ctx->x, D->in, 0,
-                         ctx->params[0], D->in, 0, 0.0f, ctx->y, D->out, 0, 1));
-    /* DS_ACT_NONE: a plain bias add, in place */
-    DS_TRY(be->nn->bias_act_fwd(be, ctx->y, ctx->y, ctx->params[1], B, D->out, DS_ACT_NONE));
+    /* y = x W^T + b: the bias joins the GEMM's sums (no pass over y after it) */
+    DS_TRY(be->ops->gemm_bias(be, false, true, B, D->out, D->in, ctx->x, D->in, ctx->params[0],
+                              D->in, ctx->params[1], ctx->y));
     return DS_OK;
 }
 
