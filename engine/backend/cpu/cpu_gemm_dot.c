@@ -299,6 +299,8 @@ static void pack_b(uint32_t *restrict dst, const float *B, int ldb, bool tb, int
                 const int c = jp * DOT_NR + h + j;
                 if (c < n) pair_row(rows[j], B + (int64_t)c * ldb + k0, kc);
                 else memset(rows[j], 0, (size_t)kcp * 4);
+                /* words past kcp become rows past the panel's, never stored;
+                 * zeroed so that turn16 reads no uninitialised memory */
                 memset(rows[j] + kcp, 0, (size_t)(kcp16 - kcp) * 4);
             }
             for (int p0 = 0; p0 < kcp; p0 += 16)
