@@ -252,9 +252,9 @@ static void test_sumsq(ds_backend *be) {
         CHECK(s == want && nf == 0, "sumsq %s = %.17g nonfinite %d, want %.17g and 0",
               ds_dtype_name(ts[t]), s, nf, want);
     }
-    /* bf16 read in the loop: the bits of the same values as fp32 (the
-     * lanes take the same elements either way), on random data at lengths
-     * around the pieces of 2048 and the 32 a bf16 loop takes at a time;
+    /* bf16: the bits of the same values as fp32 (the lanes take the same
+     * elements either way), on random data at lengths around the pieces of
+     * 2048 and the lanes' 16;
      * magnitudes 2^-30..2^30, so that the double sums round and an element
      * summed into another lane would change them */
     static const size_t lens[] = {N, 2048 * 3 + 17, 2048, 31, 5};
