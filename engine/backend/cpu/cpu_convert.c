@@ -69,8 +69,7 @@ void ds_cpu_from_f32(void *dst, ds_dtype t, size_t first, const float *restrict 
         f32_to_f16_run((uint16_t *)dst + first, src, n);
     } else {
         uint16_t *restrict d = (uint16_t *)dst + first;
-        const ds_cpu_f32_bits *restrict s = (const ds_cpu_f32_bits *)src;
 #pragma omp simd
-        for (size_t i = 0; i < n; i++) d[i] = (uint16_t)(ds_cpu_bf16_round_bits(s[i]) >> 16);
+        for (size_t i = 0; i < n; i++) d[i] = ds_cpu_bf16_round(src[i]);
     }
 }

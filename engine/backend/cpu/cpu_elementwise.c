@@ -137,8 +137,7 @@ static void axpy_run(float *restrict y, float alpha, const float *restrict x, si
 static void axpy_bf16_run(uint16_t *restrict y, float alpha, const float *restrict x, size_t n) {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
-        const float s = fmaf(alpha, x[i], ds_bits_f32((uint32_t)y[i] << 16));
-        y[i] = (uint16_t)(ds_cpu_bf16_round_bits(ds_f32_bits(s)) >> 16);
+        y[i] = ds_cpu_bf16_round(fmaf(alpha, x[i], ds_bf16_to_f32(y[i])));
     }
 }
 
@@ -262,7 +261,7 @@ static void adam_run(float *restrict p, const float *restrict g, float *restrict
  * updated parameters rounded into the bf16 working copy in the same loop,
  * in registers, instead of a widening pass into a buffer before and a
  * rounding pass after (ds_cpu_f32_view, ds_cpu_from_f32): the same
- * arithmetic (a shift, ds_cpu_bf16_round_bits), so the same bits.
+ * arithmetic (ds_bf16_to_f32, ds_cpu_bf16_round), so the same bits.
  * BERT-mini's 8.77M parameters at 1 thread: 5.5-5.7 -> 4.9-5.2 ms, fp32
  * AdamW 4.2-4.8 ms in the same runs (bench_kernels, RESULTS "Stop 43"). */
 static inline __attribute__((always_inline)) void
@@ -274,9 +273,9 @@ adam_run_lp(float *restrict p, const void *restrict grad, bool g16, size_t lo, f
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         float w = p[i];
-        ds_adam_update(&w, &m[i], &v[i], g16 ? ds_bits_f32((uint32_t)gh[i] << 16) : gf[i], &c);
+        ds_adam_update(&w, &m[i], &v[i], g16 ? ds_bf16_to_f32(gh[i]) : gf[i], &c);
         p[i] = w;
-        lp[i] = (uint16_t)(ds_cpu_bf16_round_bits(ds_f32_bits(w)) >> 16);
+        lp[i] = ds_cpu_bf16_round(w);
     }
 }
 

@@ -103,6 +103,12 @@ static inline uint32_t ds_cpu_bf16_round_bits(uint32_t u) {
     return (u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
 }
 
+/* ds_f32_to_bf16(x), branch-free as above (the loops that write a bf16
+ * copy: casts, mixed precision's AdamW and gradient accumulation). */
+static inline uint16_t ds_cpu_bf16_round(float x) {
+    return (uint16_t)(ds_cpu_bf16_round_bits(ds_f32_bits(x)) >> 16);
+}
+
 /* fp32 elements read and written as their bits (may_alias: the arrays are
  * float arrays, and the compiler must not assume otherwise). */
 typedef uint32_t __attribute__((may_alias)) ds_cpu_f32_bits;
