@@ -59,16 +59,28 @@ static void round_pack(float *restrict dst, const float *restrict src, int ld, i
     }
 }
 
-ds_status ds_cpu_gemm_entry(ds_backend *be, bool transa, bool transb, int m, int n, int k,
-                            float alpha, const float *A, int lda, int64_t strideA, const float *B,
-                            int ldb, int64_t strideB, float beta, float *C, int ldc,
-                            int64_t strideC, int batch) {
-    if (be->gemm_inputs != DS_BF16 || m == 0 || n == 0 || k == 0 || batch == 0)
+/* The gemm and gemm_bias slots (bias NULL for gemm; with a bias alpha is
+ * 1, beta 0, one product and ldc n). The bf16 dot product starts its sums
+ * from the bias; every other path writes the bias rows and adds the
+ * product to them (beta 1), as gemm_bias is defined (backend.h). */
+static ds_status gemm_call(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                           float alpha, const float *A, int lda, int64_t strideA, const float *B,
+                           int ldb, int64_t strideB, float beta, const float *bias, float *C,
+                           int ldc, int64_t strideC, int batch) {
+    const bool bf16 = be->gemm_inputs == DS_BF16 && m > 0 && n > 0 && k > 0 && batch > 0;
+    ds_gemm_ws w = {0};
+    bool dot = false;
+    if (bf16) {
+        w = ds_gemm_workspace_of(DS_BACKEND_CPU, transa, transb, m, n, k, strideA, strideB, batch);
+        dot = ds_cpu_gemm_dot_takes(m, n, k, alpha, beta, w.bytes);
+    }
+    if (bias && !dot) {
+        DS_TRY(be->nn->bcast_add_fwd(be, C, bias, m, n, false));
+        beta = 1.0f, bias = NULL;
+    }
+    if (!bf16)
         return ds_cpu_gemm_small(be, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb,
                                  strideB, beta, C, ldc, strideC, batch);
-    const ds_gemm_ws w =
-        ds_gemm_workspace_of(DS_BACKEND_CPU, transa, transb, m, n, k, strideA, strideB, batch);
-    const bool dot = ds_cpu_gemm_dot_takes(m, n, k, alpha, beta, w.bytes);
     if (!dot && ds_cpu_gemm_small_takes(m, n, k, alpha, beta, batch))
         return ds_cpu_gemm_small_bf16(be, transa, transb, m, n, k, A, lda, strideA, B, ldb,
                                       strideB, C, ldc, strideC, batch);
@@ -78,7 +90,7 @@ ds_status ds_cpu_gemm_entry(ds_backend *be, bool transa, bool transb, int m, int
     DS_TRY(ds_backend_gemm_workspace(be, &w, &ws));
     if (dot)
         return ds_cpu_gemm_dot(be, transa, transb, m, n, k, A, lda, strideA, B, ldb, strideB,
-                               beta, NULL, C, ldc, strideC, batch, ws, w.bytes);
+                               beta, bias, C, ldc, strideC, batch, ws, w.bytes);
     float *a = ws, *b = (float *)((char *)ws + w.b_offset);
     round_pack(a, A, lda, strideA, &w.a, ds_cpu_team(be));
     round_pack(b, B, ldb, strideB, &w.b, ds_cpu_team(be));
@@ -86,24 +98,18 @@ ds_status ds_cpu_gemm_entry(ds_backend *be, bool transa, bool transb, int m, int
                              w.b.ld, w.b.stride, beta, C, ldc, strideC, batch);
 }
 
+ds_status ds_cpu_gemm_entry(ds_backend *be, bool transa, bool transb, int m, int n, int k,
+                            float alpha, const float *A, int lda, int64_t strideA, const float *B,
+                            int ldb, int64_t strideB, float beta, float *C, int ldc,
+                            int64_t strideC, int batch) {
+    return gemm_call(be, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta,
+                     NULL, C, ldc, strideC, batch);
+}
+
 ds_status ds_cpu_gemm_bias(ds_backend *be, bool transa, bool transb, int m, int n, int k,
                            const float *A, int lda, const float *B, int ldb, const float *bias,
                            float *C) {
     if (!bias) return DS_ERR(DS_ERR_INVALID_ARG, "cpu gemm_bias: bias is NULL");
-    if (be->gemm_inputs == DS_BF16 && m > 0 && n > 0 && k > 0) {
-        const ds_gemm_ws w = ds_gemm_workspace_of(DS_BACKEND_CPU, transa, transb, m, n, k, 0, 0, 1);
-        if (ds_cpu_gemm_dot_takes(m, n, k, 1.0f, 0.0f, w.bytes)) {
-            DS_TRY(ds_check_gemm("cpu gemm_bias", transa, transb, m, n, k, A, lda, 0, B, ldb, 0,
-                                 C, n, 0, 1));
-            void *ws;
-            DS_TRY(ds_backend_gemm_workspace(be, &w, &ws));
-            return ds_cpu_gemm_dot(be, transa, transb, m, n, k, A, lda, 0, B, ldb, 0, 0.0f, bias,
-                                   C, n, 0, 1, ws, w.bytes);
-        }
-    }
-    /* the slot's own functions, not be->ops': a tap (backend.c) shows this
-     * call once, as gemm_bias */
-    DS_TRY(be->nn->bcast_add_fwd(be, C, bias, m, n, false));
-    return ds_cpu_gemm_entry(be, transa, transb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, 1.0f, C, n,
-                             0, 1);
+    return gemm_call(be, transa, transb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, bias, C, n, 0,
+                     1);
 }

@@ -296,12 +296,12 @@ static void pack_b(uint32_t *restrict dst, const float *B, int ldb, bool tb, int
         uint32_t *panel = dst + (size_t)jp * kcp * DOT_NR;
         for (int h = 0; h < DOT_NR; h += 16) {
             for (int j = 0; j < 16; j++) {
-                const int c = jp * DOT_NR + h + j;
-                if (c < n) pair_row(rows[j], B + (int64_t)c * ldb + k0, kc);
-                else memset(rows[j], 0, (size_t)kcp * 4);
-                /* words past kcp become rows past the panel's, never stored;
-                 * zeroed so that turn16 reads no uninitialised memory */
-                memset(rows[j] + kcp, 0, (size_t)(kcp16 - kcp) * 4);
+                /* columns past n are +0.0; words past kcp become rows past
+                 * the panel's, never stored, zeroed so that turn16 reads no
+                 * uninitialised memory */
+                const int c = jp * DOT_NR + h + j, have = c < n ? kcp : 0;
+                if (have) pair_row(rows[j], B + (int64_t)c * ldb + k0, kc);
+                memset(rows[j] + have, 0, (size_t)(kcp16 - have) * 4);
             }
             for (int p0 = 0; p0 < kcp; p0 += 16)
                 turn16(panel + (size_t)p0 * DOT_NR + h, DOT_NR, &rows[0][p0], DOT_KC / 2,
@@ -443,6 +443,9 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
                 const int kc = lesser(k - k0, DOT_KC), kcp = (kc + 1) / 2;
                 const bool add = k0 > 0 || beta == 1.0f, first = lazy && r0 == m0;
                 float *const cb = C + (int64_t)r0 * ldc;
+                /* what the sums start from: C itself, the bias (each row), or nothing */
+                const float *from = add ? cb : bias;
+                const size_t ldf = add ? (size_t)ldc : 0;
                 for (int pc = 0; first && pc < pieces; pc++)
                     pack_b_piece(bpack, npad, B, ldb, tb, n, k, npanels, pj, k0 / DOT_KC, pc);
                 pack_a(apack, A, lda, ta, r0, mc, k0, kc);
@@ -459,15 +462,13 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
                 for (int jp = 0; jp < npanels; jp++) {
                     const int c0 = jp * DOT_NR, nr = lesser(n - c0, DOT_NR);
                     const uint32_t *bp = bpack + (size_t)k0 / 2 * npad + (size_t)jp * kcp * DOT_NR;
-                    const float *from = add ? cb + c0 : bias ? bias + c0 : NULL;
-                    const size_t ldf = add ? (size_t)ldc : 0;
                     for (int i0 = 0; i0 < mc; i0 += DOT_MR) {
                         ahead_some(&next_a, per_a);
                         ahead_some(&next_b, per_b);
                         dot_tile(kcp, apack + (size_t)i0 * kcp, ta ? 1 : (size_t)kcp,
                                  ta ? DOT_MR : 1, bp, cb + (int64_t)i0 * ldc + c0, ldc,
                                  lesser(mc - i0, DOT_MR), nr,
-                                 from && add ? from + (size_t)i0 * ldf : from, ldf);
+                                 from ? from + (size_t)i0 * ldf + c0 : NULL, ldf);
                     }
                 }
             }
