@@ -11,7 +11,8 @@
  * NONE / RELU / GELU / GELU_TANH, dropout fwd/bwd (y, dx), the dropout masks
  * of attn_softmax (pd = p * mult exactly, and bwd's regenerated pd), xent_bwd,
  * copy_rows, shift_labels; and any column sum of small integers (exact in
- * every order). dropout_ln_fwd: y bit for bit the cpu's, z, mean and rstd
+ * every order). gemm_bias: the bits of the bias rows and cuda's own GEMM
+ * with beta 1, which define it. dropout_ln_fwd: y bit for bit the cpu's, z, mean and rstd
  * bit for bit the cuda dropout_fwd and layernorm_fwd it is made of.
  *
  * Within a bound otherwise, each derived where it is used:
@@ -155,6 +156,34 @@ static void test_bcast_add(void) {
         expect_bits("bcast_add_bwd of integers", ci, down(di, W), W);
         release_all();
     }
+}
+
+/* ---- gemm_bias (backend.h) ----
+ * On cuda the slot writes the bias rows and runs the GEMM adding to them
+ * (beta 1): the bits of those two calls made by hand, over old contents in
+ * C, with op(B) stored both ways, fp32 and bf16 inputs. */
+static void test_gemm_bias(void) {
+    const int m = 300, n = 200, k = 64;
+    const size_t mn = (size_t)m * n;
+    float *dA = upf(frandn((size_t)m * k, 1.0), (size_t)m * k);
+    float *dB = upf(frandn((size_t)k * n, 1.0), (size_t)k * n), *db = upf(frandn(n, 1.0), n);
+    float *old = frandn(mn, 1.0);
+    for (int bf = 0; bf < 2; bf++) {
+        CHECK_OK(ds_backend_set_gemm_inputs(g_gpu, bf ? DS_BF16 : DS_F32));
+        for (int tb = 0; tb < 2; tb++) {
+            float *d = upf(old, mn), *d2 = upf(old, mn);
+            const int ldb = tb ? k : n;
+            CHECK_OK(g_gpu->ops->gemm_bias(g_gpu, false, tb, m, n, k, dA, k, dB, ldb, db, d));
+            CHECK_OK(g_gpu->nn->bcast_add_fwd(g_gpu, d2, db, m, n, false));
+            CHECK_OK(g_gpu->ops->gemm(g_gpu, false, tb, m, n, k, 1.0f, dA, k, 0, dB, ldb, 0, 1.0f,
+                                      d2, n, 0, 1));
+            expect_bits(bf ? (tb ? "gemm_bias bf16, B^T" : "gemm_bias bf16")
+                           : (tb ? "gemm_bias, B^T" : "gemm_bias"),
+                        down(d2, mn), down(d, mn), mn);
+        }
+    }
+    CHECK_OK(ds_backend_set_gemm_inputs(g_gpu, DS_F32));
+    release_all();
 }
 
 /* ---- masked mean pool ---- */
@@ -439,6 +468,7 @@ int main(void) {
           "the cuda backend has no model kernels of its own (name %s)", g_gpu->ops->name);
     test_embedding();
     test_bcast_add();
+    test_gemm_bias();
     test_mean_pool();
     test_bias_act();
     test_dropout();
