@@ -2,15 +2,16 @@
  * backend's gemm_bias slot, the bias joining the GEMM's sums as if written
  * into y's rows first with the GEMM adding to them (beta 1).
  *
- *   - every element against the double-precision x W^T + b, at the k of
- *     BERT-mini (256, one block of OpenBLAS's k loop), of GPT-2 small (768,
- *     past it: the bias then joins the first block's sum) and odd shapes,
- *     with x a strided view (ldx > in, as the [CLS] rows of [B, T, H]);
+ *   - with fp32 inputs, every element against the double-precision
+ *     x W^T + b, at the k of BERT-mini (256, one block of OpenBLAS's k
+ *     loop), of GPT-2 small (768, past it: the bias then joins the first
+ *     block's sum) and odd shapes, with x a strided view (ldx > in, as the
+ *     [CLS] rows of [B, T, H]);
  *   - y's old contents never reach the result (y starts as NaN);
  *   - b NULL is ds_linear_fwd with beta 0, bit for bit;
- *   - with bf16 GEMM inputs (the dot product's sums started from the bias on
- *     a CPU with AVX512-BF16, the rows and beta 1 elsewhere), the bits of
- *     b's rows written into y and ds_linear_fwd with beta 1;
+ *   - with fp32 and bf16 GEMM inputs (the dot product's sums started from
+ *     the bias on a CPU with AVX512-BF16, the rows and beta 1 elsewhere),
+ *     the bits of b's rows written into y and ds_linear_fwd with beta 1;
  *   - at 1 and 2 threads.
  *
  * Tolerance: gemm_ref_at's bound with beta 1 and c0 = b[j], (k + 2) eps
@@ -26,17 +27,23 @@
 #include "tests/unit/test_rand.h"
 #include "tests/unit/test_util.h"
 
+/* With fp32 inputs every element within the bound of the double product;
+ * with either, the bits of b's rows written first and ds_linear_fwd with
+ * beta 1 (gemm_bias's definition), and no bias the bits of the plain
+ * product. */
 static void run_case(ds_backend *be, int N, int in, int out, int ldx) {
+    const size_t ny = (size_t)N * out;
     float *x = test_frand_buf((size_t)N * ldx, -1.0f, 1.0f);
     float *W = test_frand_buf((size_t)out * in, -1.0f, 1.0f);
     float *b = test_frand_buf((size_t)out, -4.0f, 4.0f); /* larger than a product term */
-    float *y = malloc((size_t)N * out * sizeof *y), *y0 = malloc((size_t)N * out * sizeof *y0);
+    float *y = malloc(ny * sizeof *y), *y0 = malloc(ny * sizeof *y0);
     if (!y || !y0) TEST_DIE("out of memory");
-    for (size_t i = 0; i < (size_t)N * out; i++) y[i] = NAN;
+    const char *in_t = be->gemm_inputs == DS_BF16 ? "bf16" : "fp32";
+    for (size_t i = 0; i < ny; i++) y[i] = NAN;
 
     CHECK_OK(ds_linear_bias_fwd(be, y, x, ldx, W, b, N, in, out));
     int bad = 0;
-    for (int i = 0; i < N && bad < 5; i++)
+    for (int i = 0; i < N && bad < 5 && be->gemm_inputs == DS_F32; i++)
         for (int j = 0; j < out && bad < 5; j++) {
             double tol, want = gemm_ref_at(false, true, in, 1.0f, x + (size_t)i * ldx, ldx,
                                            W + (size_t)j * in, in, 1.0f, b[j], 0, 0, &tol);
@@ -47,46 +54,32 @@ static void run_case(ds_backend *be, int N, int in, int out, int ldx) {
                 bad++;
             }
         }
+    for (int i = 0; i < N; i++) memcpy(y0 + (size_t)i * out, b, (size_t)out * sizeof *b);
+    CHECK_OK(ds_linear_fwd(be, y0, x, ldx, W, N, in, out, 1.0f));
+    CHECK(memcmp(y, y0, ny * sizeof *y) == 0,
+          "%s %d x %d -> %d (ldx %d): not the bits of the bias rows + GEMM with beta 1", in_t, N,
+          in, out, ldx);
 
     /* no bias: exactly the plain product */
-    for (size_t i = 0; i < (size_t)N * out; i++) y[i] = NAN;
+    for (size_t i = 0; i < ny; i++) y[i] = NAN;
     CHECK_OK(ds_linear_bias_fwd(be, y, x, ldx, W, NULL, N, in, out));
     CHECK_OK(ds_linear_fwd(be, y0, x, ldx, W, N, in, out, 0.0f));
-    CHECK(memcmp(y, y0, (size_t)N * out * sizeof *y) == 0,
-          "%d x %d -> %d: no bias differs from ds_linear_fwd", N, in, out);
-    free(x), free(W), free(b), free(y), free(y0);
-}
-
-/* bf16 inputs: exactly the bias rows and the GEMM with beta 1. */
-static void run_bf16(ds_backend *be, int N, int in, int out, int ldx) {
-    float *x = test_frand_buf((size_t)N * ldx, -1.0f, 1.0f);
-    float *W = test_frand_buf((size_t)out * in, -1.0f, 1.0f);
-    float *b = test_frand_buf((size_t)out, -4.0f, 4.0f);
-    float *y = malloc((size_t)N * out * sizeof *y), *y0 = malloc((size_t)N * out * sizeof *y0);
-    if (!y || !y0) TEST_DIE("out of memory");
-    for (size_t i = 0; i < (size_t)N * out; i++) y[i] = NAN;
-    for (int i = 0; i < N; i++) memcpy(y0 + (size_t)i * out, b, (size_t)out * sizeof *b);
-    CHECK_OK(ds_linear_bias_fwd(be, y, x, ldx, W, b, N, in, out));
-    CHECK_OK(ds_linear_fwd(be, y0, x, ldx, W, N, in, out, 1.0f));
-    CHECK(memcmp(y, y0, (size_t)N * out * sizeof *y) == 0,
-          "bf16 %d x %d -> %d (ldx %d): not the bits of the bias rows + GEMM with beta 1", N, in,
-          out, ldx);
+    CHECK(memcmp(y, y0, ny * sizeof *y) == 0, "%s %d x %d -> %d: no bias differs from "
+          "ds_linear_fwd", in_t, N, in, out);
     free(x), free(W), free(b), free(y), free(y0);
 }
 
 int main(void) {
     for (int nt = 1; nt <= 2; nt++) {
         ds_backend *be = test_cpu_backend(nt, NULL);
-        run_case(be, 64, 256, 256, 256);   /* BERT-mini's q, k, v at 64 rows */
-        run_case(be, 16, 256, 256, 2048);  /* the [CLS] rows of [B, 8, 256] */
-        run_case(be, 24, 768, 2304, 768);  /* GPT-2 small's c_attn, k past a block */
-        run_case(be, 7, 33, 5, 40);        /* odd: a classifier head */
-        run_case(be, 1, 1, 16, 1);         /* k = 1 */
-        REQUIRE_OK(ds_backend_set_gemm_inputs(be, DS_BF16));
-        run_bf16(be, 64, 256, 256, 256);
-        run_bf16(be, 16, 256, 256, 2048);
-        run_bf16(be, 24, 768, 2304, 768);
-        run_bf16(be, 7, 33, 5, 40);
+        for (int bf = 0; bf < 2; bf++) {
+            REQUIRE_OK(ds_backend_set_gemm_inputs(be, bf ? DS_BF16 : DS_F32));
+            run_case(be, 64, 256, 256, 256);  /* BERT-mini's q, k, v at 64 rows */
+            run_case(be, 16, 256, 256, 2048); /* the [CLS] rows of [B, 8, 256] */
+            run_case(be, 24, 768, 2304, 768); /* GPT-2 small's c_attn, k past a block */
+            run_case(be, 7, 33, 5, 40);       /* odd: a classifier head */
+            run_case(be, 1, 1, 16, 1);        /* k = 1 */
+        }
         ds_backend_destroy(be);
     }
     return test_finish("test_linear_bias");
