@@ -3,7 +3,8 @@
 
     test_step_profile.py REPO_ROOT
 
-Ten samples: six in OpenBLAS's kernel, a memset under OpenBLAS (sgemm_beta's
+Ten samples: four in OpenBLAS's kernel, two in the bf16 dot product's tile
+and packs (cpu_gemm_dot.c, a GEMM too), a memset under OpenBLAS (sgemm_beta's
 tail call: clearing C, a GEMM), a memset under the engine (not a GEMM), the
 GELU backward and one in the operating system: GEMM 70.0%, non-GEMM 30.0%,
 22.2% (2 of 9) without the operating system. The step's matmul FLOPs must be
@@ -33,8 +34,10 @@ def sample(frames):
 
 
 fails = []
-SAMPLES = ([[("sgemm_kernel_SKYLAKEX", OB), ("sgemm_tn", OB)]] * 6 +
-           [[("__memset_avx512_unaligned_erms", LIBC), ("sgemm_tn", OB)],
+SAMPLES = ([[("sgemm_kernel_SKYLAKEX", OB), ("sgemm_tn", OB)]] * 4 +
+           [[("dot_tile", ZE), ("dot_one._omp_fn.0", ZE)],
+            [("pair_row", ZE), ("pack_a", ZE)],
+            [("__memset_avx512_unaligned_erms", LIBC), ("sgemm_tn", OB)],
             [("__memset_avx512_unaligned_erms", LIBC), ("ds_step", ZE)],
             [("act_bwd_dispatch", ZE), ("GOMP_parallel", "/usr/lib/libgomp.so.1")],
             [("handle_softirqs", "[kernel.kallsyms]")]])
@@ -62,6 +65,7 @@ with tempfile.TemporaryDirectory() as d:
             "10 samples of the timed steps: GEMM 70.0%, non-GEMM 30.0% (22.2% without"):
         fails.append("summary line: %r (exit %d)" % (text.splitlines()[:1], out.returncode))
     for row in ("| OpenBLAS clearing C (beta, its memset) | yes | 1 | 10.00 |",
+                "| bf16 dot product (tile, packs: cpu_gemm_dot.c) | yes | 2 | 20.00 |",
                 "| memset / memcpy outside GEMMs | no | 1 | 10.00 |",
                 "| bias + activation (GELU) fwd / bwd | no | 1 | 10.00 |",
                 "| operating system | no | 1 | 10.00 |"):
