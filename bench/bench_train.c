@@ -37,7 +37,8 @@
  * them again by themselves after every timed step, through OpenBLAS and
  * through the backend's slot (bench/gemm_replay.h): the step's rate against
  * its GEMMs' in isolation, measured a second apart in one process (issue 17
- * item 4's 85% goal; cpu backend, one engine, at least one warm-up step).
+ * item 4's 85% goal; cpu backend, one engine, at least one warm-up step);
+ * --gemm-replay 2 also times them by shape, the longest first.
  * --perf-ctl CTL,ACK: file descriptors of `perf record|stat -D -1 --control
  * fd:CTL,ACK` (events off at the start); the timed steps are bracketed by
  * "enable" and "disable", so the profile holds them alone, without the
@@ -427,6 +428,7 @@ int main(int argc, char **argv) {
     }
     for (int k = 0; k < ne; k++) report(&b, e[k], &tm[k]);
     if (b.replay) report_replay(&b, e[0], &tm[0]);
+    if (b.replay == 2 && ds_rank(e[0]) == 0 && gr_by_shape(&tm[0].gr, 5) != DS_OK) return fail();
     if (ne == 2 && ds_rank(e[0]) == 0) {
         double *r = malloc((size_t)b.steps * sizeof *r);
         double rlo = 1e30, rhi = 0;

@@ -119,6 +119,68 @@ static inline ds_status gr_run(const gemm_replay *r, bool blas, double *secs) {
     return DS_OK;
 }
 
+/* The recorded calls grouped by shape (transposes, m, n, k, batch), each
+ * group run `reps` times through the backend's slot; one line per shape,
+ * the longest first: calls per step, GFLOP, seconds per step, GFLOP/s and
+ * the share of the GEMMs' time. Which products lose the rate, not only how
+ * much is lost. */
+static inline ds_status gr_by_shape(const gemm_replay *r, int reps) {
+    typedef struct {
+        int first, calls;
+        double flops, secs, best; /* best: the fastest single call */
+    } group;
+    group *g = calloc((size_t)r->n + 1, sizeof *g);
+    int *of = malloc(((size_t)r->n + 1) * sizeof *of);
+    if (!g || !of) return free(g), free(of), DS_ERR(DS_ERR_OOM, "gemm replay: out of memory");
+    int ng = 0;
+    for (int i = 0; i < r->n; i++) {
+        const ds_gemm_call *c = &r->calls[i];
+        int j = 0;
+        for (; j < ng; j++) {
+            const ds_gemm_call *f = &r->calls[g[j].first];
+            if (f->transa == c->transa && f->transb == c->transb && f->m == c->m &&
+                f->n == c->n && f->k == c->k && f->batch == c->batch)
+                break;
+        }
+        if (j == ng) g[ng++] = (group){.first = i};
+        g[j].calls++, g[j].flops += 2.0 * c->m * c->n * c->k * c->batch, of[i] = j;
+    }
+    double total = 0;
+    for (int j = 0; j < ng; j++) {
+        double t0 = now_s();
+        double mn = 1e30;
+        for (int q = 0; q < reps; q++)
+            for (int i = 0; i < r->n; i++) {
+                const ds_gemm_call *c = &r->calls[i];
+                if (of[i] != j) continue;
+                double tc = now_s();
+                ds_status st = r->be->ops->gemm(r->be, c->transa, c->transb, c->m, c->n, c->k,
+                                                c->alpha, r->A, c->lda, c->strideA, r->B,
+                                                c->ldb, c->strideB, c->beta, r->C, c->ldc,
+                                                c->strideC, c->batch);
+                if (st != DS_OK) return free(g), free(of), st;
+                tc = now_s() - tc; if (tc < mn) mn = tc;
+            }
+        g[j].best = mn;
+        g[j].secs = (now_s() - t0) / reps, total += g[j].secs;
+    }
+    for (int done = 0; done < ng; done++) {
+        int b = -1;
+        for (int j = 0; j < ng; j++)
+            if (g[j].calls && (b < 0 || g[j].secs > g[b].secs)) b = j;
+        const ds_gemm_call *f = &r->calls[g[b].first];
+        printf("bench_train: gemm replay by shape: %c%c m %5d n %5d k %5d batch %3d: %4d calls, "
+               "%6.2f GFLOP, %.4f s, %6.1f GFLOP/s (fastest call %6.1f), %4.1f%% of the GEMMs' "
+               "time\n",
+               f->transa ? 'T' : 'N', f->transb ? 'T' : 'N', f->m, f->n, f->k, f->batch,
+               g[b].calls, g[b].flops / 1e9, g[b].secs, g[b].flops / g[b].secs / 1e9,
+               2.0 * f->m * f->n * f->k * f->batch / g[b].best / 1e9, 100.0 * g[b].secs / total);
+        g[b].calls = 0;
+    }
+    free(g), free(of);
+    return DS_OK;
+}
+
 static inline void gr_free(gemm_replay *r) {
     free(r->calls), free(r->A), free(r->B), free(r->C);
     *r = (gemm_replay){0};

@@ -3,6 +3,12 @@
 # element-wise slots at 2 threads to check they give the same bits as at 1.
 ds_add_test(NAME test_dtype SOURCES unit/test_dtype.c LABELS unit)
 ds_add_test(NAME test_backend_gemm SOURCES unit/test_backend_gemm.c LABELS unit)
+# the same under OpenBLAS's Haswell kernels (AVX2 + FMA, 12-row unit), which
+# an AVX-512 host would not pick itself; 77 (skipped) on a CPU without them
+add_test(NAME test_backend_gemm_haswell COMMAND test_backend_gemm)
+set_tests_properties(test_backend_gemm_haswell PROPERTIES LABELS unit TIMEOUT 120
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_CORETYPE=Haswell"
+                     SKIP_RETURN_CODE 77)
 # bf16 GEMM inputs (mixed precision's GEMMs): the rounding, the same bits as
 # the fp32 GEMM on pre-rounded inputs, the bound against double, the workspace.
 ds_add_test(NAME test_backend_gemm_bf16 SOURCES unit/test_backend_gemm_bf16.c LABELS unit)

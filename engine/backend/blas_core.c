@@ -11,32 +11,52 @@
 enum { LVL_SSE = 0, LVL_AVX = 1, LVL_AVX2 = 2, LVL_AVX512 = 3 };
 
 /* OpenBLAS's x86 core names (driver/others/dynamic.c, 0.3.21, plus
- * SapphireRapids of later versions) and the level of their kernels. The
- * pre-AVX cores are where OpenBLAS lands for a CPU it does not know: Prescott
- * (x86-64, model unknown), Barcelona (AMD family unknown), Nehalem and
- * Sandybridge (its fallbacks where it finds no AVX or no AVX2). Bulldozer's
- * family also needs FMA4, which no Intel CPU has; that is not checked. */
+ * SapphireRapids of later versions), the level of their kernels and their
+ * row unit (ds_blas_row_unit; 0: not measured). The pre-AVX cores are where
+ * OpenBLAS lands for a CPU it does not know: Prescott (x86-64, model
+ * unknown), Barcelona (AMD family unknown), Nehalem and Sandybridge (its
+ * fallbacks where it finds no AVX or no AVX2). Bulldozer's family also needs
+ * FMA4, which no Intel CPU has; that is not checked.
+ *
+ * The row units were measured with OpenBLAS 0.3.21 (Debian) forced to each
+ * core on one AVX-512 host: a row-major product cut at every multiple of 4
+ * rows into two calls, against one call, for six shapes (BERT-mini's weight
+ * gradients, odd sizes, an LM head's width) and all four transposes. The
+ * Haswell and Zen sgemm gives other bits at cuts off multiples of 12; the
+ * SkylakeX / Cooperlake and Sandybridge kernels at none of them, except
+ * where a part falls under OpenBLAS's small-matrix threshold (see
+ * ds_blas_row_unit); 16 is their kernels' own tile. */
 static const struct {
     const char *name;
-    int level;
+    int level, rows;
 } k_cores[] = {
-    {"Katmai", LVL_SSE},       {"Coppermine", LVL_SSE},   {"Northwood", LVL_SSE},
-    {"Prescott", LVL_SSE},     {"Banias", LVL_SSE},       {"Atom", LVL_SSE},
-    {"Core2", LVL_SSE},        {"Penryn", LVL_SSE},       {"Dunnington", LVL_SSE},
-    {"Nehalem", LVL_SSE},      {"Athlon", LVL_SSE},       {"Opteron", LVL_SSE},
-    {"Opteron_SSE3", LVL_SSE}, {"Barcelona", LVL_SSE},    {"Nano", LVL_SSE},
-    {"Bobcat", LVL_SSE},       {"Sandybridge", LVL_AVX},  {"Bulldozer", LVL_AVX},
-    {"Piledriver", LVL_AVX},   {"Steamroller", LVL_AVX},  {"Haswell", LVL_AVX2},
-    {"Excavator", LVL_AVX2},   {"Zen", LVL_AVX2},         {"SkylakeX", LVL_AVX512},
-    {"Cooperlake", LVL_AVX512}, {"SapphireRapids", LVL_AVX512},
+    {"Katmai", LVL_SSE, 0},       {"Coppermine", LVL_SSE, 0},   {"Northwood", LVL_SSE, 0},
+    {"Prescott", LVL_SSE, 0},     {"Banias", LVL_SSE, 0},       {"Atom", LVL_SSE, 0},
+    {"Core2", LVL_SSE, 0},        {"Penryn", LVL_SSE, 0},       {"Dunnington", LVL_SSE, 0},
+    {"Nehalem", LVL_SSE, 0},      {"Athlon", LVL_SSE, 0},       {"Opteron", LVL_SSE, 0},
+    {"Opteron_SSE3", LVL_SSE, 0}, {"Barcelona", LVL_SSE, 0},    {"Nano", LVL_SSE, 0},
+    {"Bobcat", LVL_SSE, 0},       {"Sandybridge", LVL_AVX, 16}, {"Bulldozer", LVL_AVX, 0},
+    {"Piledriver", LVL_AVX, 0},   {"Steamroller", LVL_AVX, 0},  {"Haswell", LVL_AVX2, 12},
+    {"Excavator", LVL_AVX2, 0},   {"Zen", LVL_AVX2, 12},        {"SkylakeX", LVL_AVX512, 16},
+    {"Cooperlake", LVL_AVX512, 16}, {"SapphireRapids", LVL_AVX512, 0},
 };
+
+static int core_index(const char *core) {
+    for (size_t i = 0; i < sizeof k_cores / sizeof *k_cores; i++)
+        if (strcasecmp(core, k_cores[i].name) == 0) return (int)i;
+    return -1;
+}
 
 /* The level of `core`'s kernels; -1 for a name not in the table ("Unknown",
  * a core of a newer OpenBLAS, another architecture's). */
 static int core_level(const char *core) {
-    for (size_t i = 0; i < sizeof k_cores / sizeof *k_cores; i++)
-        if (strcasecmp(core, k_cores[i].name) == 0) return k_cores[i].level;
-    return -1;
+    int i = core_index(core);
+    return i < 0 ? -1 : k_cores[i].level;
+}
+
+int ds_blas_row_unit(const char *core) {
+    int i = core_index(core);
+    return i < 0 || !k_cores[i].rows ? 48 : k_cores[i].rows;
 }
 
 /* The highest level whose kernels this CPU runs. SkylakeX's kernels use

@@ -72,6 +72,15 @@ typedef enum ds_blas_core_verdict {
 ds_blas_core_verdict ds_blas_core_check(const ds_blas_core_probe *p, const char **set, char *why,
                                         size_t cap);
 
+/* Rows of a row-major C at which one product can be cut into calls, one
+ * per thread, that give the bits of one call over all rows with `core`'s
+ * kernels: 12 for Haswell and Zen, 16 for SkylakeX, Cooperlake and
+ * Sandybridge (measured, blas_core.c), 48 (a multiple of both) for any other
+ * core. It holds for parts above OpenBLAS's small-matrix threshold (m n k
+ * above 10^6 multiply-adds: SkylakeX's kernels take a smaller part another
+ * way), which the caller keeps (cpu_backend.c). */
+int ds_blas_row_unit(const char *core);
+
 /* ds_initialize's check, on each rank: TOO_NEW fails (DS_ERR_UNSUPPORTED,
  * naming the variable and what the CPU lacks); FALLBACK and NOT_TAKEN print
  * one warning line on stderr when `rank` is 0. */

@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/blas_core.h"
 #include "engine/backend/cpu/cpu_isa.h"
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/backend/math.h"
@@ -113,12 +114,30 @@ static void gemm_beta_only(float beta, float *C, int m, int n, int ldc, int64_t 
     }
 }
 
-/* Rows of C per block when one product is split over the threads: a
- * multiple of the row tile of every x86-64 sgemm kernel of OpenBLAS (16 for
- * SkylakeX and Cooperlake, 24 for Haswell and Zen), so that a block's rows
- * fall on the tiles they fall on in one call over all rows and come out
- * with the same bits (test_backend_gemm checks it at 1 and 2 threads). */
-#define DS_CPU_GEMM_ROW_ALIGN 48
+/* Rows of C per unit when one product is split over the threads: where the
+ * core's kernels cut a product into calls with the bits of one call over
+ * all rows (ds_blas_row_unit: 12 for Haswell and Zen, 16 for SkylakeX and
+ * Cooperlake, 48 for a core not measured), so that a rank of 2 threads
+ * computes what a rank of 1 does (test_backend_gemm checks it at 1 and 2
+ * threads, also under the Haswell kernels). A fixed 48 for every core split
+ * BERT-mini's 256-row weight gradients 144 / 112: those products ran at
+ * 0.61 of their 1-thread time instead of ~0.53 (RESULTS, "Stop 44"). Decided
+ * once: OpenBLAS picks its core when it loads. */
+static int gemm_row_unit(void) {
+    static int unit;
+    int u = __atomic_load_n(&unit, __ATOMIC_RELAXED);
+    if (!u) {
+        u = ds_blas_row_unit(openblas_get_corename());
+        __atomic_store_n(&unit, u, __ATOMIC_RELAXED);
+    }
+    return u;
+}
+
+/* Multiply-adds a block of a split product has on average, at least: twice
+ * OpenBLAS's small-matrix threshold (10^6; SkylakeX's kernels compute a
+ * smaller product another way, with other bits), so that the smallest
+ * block, at least half the average, stays above it at any thread count. */
+#define DS_CPU_GEMM_BLOCK_MACS (2.0 * 1024 * 1024)
 
 /* How one product (batch 1) runs on nt > 1 threads: in how many blocks of
  * C's rows (gemm_row_blocks), each a single-threaded OpenBLAS call, or 0:
@@ -126,7 +145,7 @@ static void gemm_beta_only(float beta, float *C, int m, int n, int ldc, int64_t 
  * DS_CPU_GEMM_SMALL_FLOPS is one block on one thread (OpenBLAS would share
  * it above 2^18 multiply-adds, for a fraction of a millisecond, and with
  * bits that depend on the thread count). OpenBLAS's threading keeps the
- * bigger products with too few rows for two blocks and those whose C is
+ * bigger products with too few rows for two units and those whose C is
  * more than 4 times wider than tall: there each thread would pack all of a
  * B much larger than A, where OpenBLAS's threads share it (an LM head over
  * one sequence, 256 x 50257 x 768: 0.84x OpenBLAS's threading in blocks,
@@ -146,20 +165,23 @@ static void gemm_beta_only(float beta, float *C, int m, int n, int ldc, int64_t 
  * a layer's weight) itself. (2) With the Haswell and Zen kernels OpenBLAS's
  * split is not on tile boundaries, so its result depended on the thread
  * count; the blocks give the bits of one single-threaded call. */
-static int gemm_row_block_count(int m, int n, double flops, int nt) {
+static int gemm_row_block_count(int m, int n, int k, int nt, int unit) {
+    const double flops = 2.0 * m * n * k;
     if (flops <= DS_CPU_GEMM_SMALL_FLOPS) return 1;
-    if (m < 2 * DS_CPU_GEMM_ROW_ALIGN || n > 4 * m) return 0;
-    const int units = (m + DS_CPU_GEMM_ROW_ALIGN - 1) / DS_CPU_GEMM_ROW_ALIGN;
-    return units < nt ? units : nt;
+    if (m < 2 * unit || n > 4 * m) return 0;
+    const int units = (m + unit - 1) / unit, most = (int)(flops / 2 / DS_CPU_GEMM_BLOCK_MACS);
+    int blocks = units < nt ? units : nt;
+    return blocks < most ? blocks : most;
 }
 
-/* C's rows in `blocks` blocks: units of DS_CPU_GEMM_ROW_ALIGN rows (the last
- * one short) dealt out evenly, so the blocks differ by one unit at most. nt:
- * the team, told to OpenBLAS again after a one-block call. */
-static void gemm_row_blocks(int blocks, int nt, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
-                            int m, int n, int k, float alpha, const float *A, int lda,
-                            const float *B, int ldb, float beta, float *C, int ldc) {
-    const int units = (m + DS_CPU_GEMM_ROW_ALIGN - 1) / DS_CPU_GEMM_ROW_ALIGN;
+/* C's rows in `blocks` blocks: units of `unit` rows (the last one short)
+ * dealt out evenly, so the blocks differ by one unit at most. nt: the team,
+ * told to OpenBLAS again after a one-block call. */
+static void gemm_row_blocks(int blocks, int unit, int nt, enum CBLAS_TRANSPOSE ta,
+                            enum CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
+                            const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                            int ldc) {
+    const int units = (m + unit - 1) / unit;
     if (blocks == 1) { /* outside a parallel region: OpenBLAS told one thread */
         openblas_set_num_threads(1);
         cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -171,8 +193,7 @@ static void gemm_row_blocks(int blocks, int nt, enum CBLAS_TRANSPOSE ta, enum CB
         const int t = omp_get_thread_num();
         const int u0 = (int)((int64_t)units * t / blocks);
         const int u1 = (int)((int64_t)units * (t + 1) / blocks);
-        const int m0 = u0 * DS_CPU_GEMM_ROW_ALIGN;
-        const int m1 = u1 * DS_CPU_GEMM_ROW_ALIGN < m ? u1 * DS_CPU_GEMM_ROW_ALIGN : m;
+        const int m0 = u0 * unit, m1 = u1 * unit < m ? u1 * unit : m;
         if (m0 < m1)
             cblas_sgemm(CblasRowMajor, ta, tb, m1 - m0, n, k, alpha,
                         ta == CblasTrans ? A + m0 : A + (int64_t)m0 * lda, lda, B, ldb, beta,
@@ -196,7 +217,7 @@ ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, in
     enum CBLAS_TRANSPOSE ta = transa ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = transb ? CblasTrans : CblasNoTrans;
     double flops = 2.0 * m * n * k;
-    int blocks;
+    int blocks, unit = gemm_row_unit();
     /* small products one per thread (OpenBLAS single-threaded inside the
      * parallel region): the ones cpu_gemm_small.c leaves to OpenBLAS */
     if (batch > 1 && nt > 1 && flops <= DS_CPU_GEMM_SMALL_FLOPS) {
@@ -204,8 +225,8 @@ ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, in
         for (int b = 0; b < batch; b++)
             cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A + b * strideA, lda,
                         B + b * strideB, ldb, beta, C + b * strideC, ldc);
-    } else if (batch == 1 && nt > 1 && (blocks = gemm_row_block_count(m, n, flops, nt)) > 0) {
-        gemm_row_blocks(blocks, nt, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    } else if (batch == 1 && nt > 1 && (blocks = gemm_row_block_count(m, n, k, nt, unit)) > 0) {
+        gemm_row_blocks(blocks, unit, nt, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     } else {
         for (int b = 0; b < batch; b++)
             cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A + b * strideA, lda,
