@@ -20,6 +20,8 @@
  *     untouched) and batches;
  *   - the same bits at 1 and 2 threads (the threads split C's rows; the
  *     order of each element's sums depends on the shape only);
+ *   - a weight gradient's product with a long k is the sum of two parts
+ *     products (cut_is_two_parts);
  *   - gemm_bias (its sums started from the bias) gives the bits of the
  *     bias rows written into C and gemm with beta 1 added to them, over a C
  *     of NaN, at one and several k blocks, both layouts of op(B). */
@@ -176,6 +178,45 @@ static void bias_is_the_rows(ds_backend *be, int nt) {
     }
 }
 
+/* A weight gradient's product with k >= 2048 and 4 times C's larger side
+ * is computed in two parts, k cut at kh = k / 2 rounded up to 256
+ * (cpu_gemm_dot.c, split_at): its bits are those of the first part's
+ * product (with beta), the second part's with beta 0, added in fp32 (the
+ * shapes are chosen so that neither part alone is cut again: the
+ * reference computes them through the same slot), at 1, 2 and 3 threads (3: the parts
+ * in turn, each over the threads; 2: a part per thread at once). A kernel
+ * that cut a block earlier fails (two of the shapes), as does one that
+ * drops a column of the second part. */
+static void cut_is_two_parts(ds_backend *const *be, int nbe) {
+    static const int shapes[][4] = {{200, 140, 2100, 1}, {96, 64, 3500, 0}, {256, 1024, 4096, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], kh = (k / 2 + 255) / 256 * 256;
+        const float beta = shapes[s][3] ? 1.0f : 0.0f;
+        float *A = malloc((size_t)k * m * 4), *B = malloc((size_t)k * n * 4);
+        float *C0 = malloc((size_t)m * n * 4), *want = malloc((size_t)m * n * 4);
+        float *T = malloc((size_t)m * n * 4), *C = malloc((size_t)m * n * 4);
+        if (!A || !B || !C0 || !want || !T || !C) TEST_DIE("out of memory");
+        for (size_t i = 0; i < (size_t)k * m; i++) A[i] = frand();
+        for (size_t i = 0; i < (size_t)k * n; i++) B[i] = frand();
+        for (size_t i = 0; i < (size_t)m * n; i++) C0[i] = frand();
+        memcpy(want, C0, (size_t)m * n * 4);
+        CHECK_OK(be[0]->ops->gemm(be[0], true, false, m, n, kh, 1.0f, A, m, 0, B, n, 0, beta, want,
+                                  n, 0, 1));
+        CHECK_OK(be[0]->ops->gemm(be[0], true, false, m, n, k - kh, 1.0f, A + (size_t)kh * m, m,
+                                  0, B + (size_t)kh * n, n, 0, 0.0f, T, n, 0, 1));
+        for (size_t i = 0; i < (size_t)m * n; i++) want[i] += T[i];
+        for (int t = 0; t < nbe; t++) {
+            memcpy(C, C0, (size_t)m * n * 4);
+            CHECK_OK(be[t]->ops->gemm(be[t], true, false, m, n, k, 1.0f, A, m, 0, B, n, 0, beta,
+                                      C, n, 0, 1));
+            CHECK(memcmp(C, want, (size_t)m * n * 4) == 0,
+                  "%dx%dx%d beta %g, %d threads: not the bits of the parts k < %d and k >= %d "
+                  "added", m, n, k, (double)beta, be[t]->num_threads, kh, kh);
+        }
+        free(A), free(B), free(C0), free(want), free(T), free(C);
+    }
+}
+
 int main(void) {
     ds_backend *be[2] = {test_cpu_backend(1, NULL), test_cpu_backend(2, NULL)};
     for (int t = 0; t < 2; t++) REQUIRE_OK(ds_backend_set_gemm_inputs(be[t], DS_BF16));
@@ -195,6 +236,11 @@ int main(void) {
               "not taken as zero: the dot-product path did not run", t + 1);
     }
     conversion_is_the_rounding(be[0]);
+    ds_backend *three = test_cpu_backend(3, NULL);
+    REQUIRE_OK(ds_backend_set_gemm_inputs(three, DS_BF16));
+    ds_backend *const cut_be[] = {be[0], be[1], three};
+    cut_is_two_parts(cut_be, 3);
+    ds_backend_destroy(three);
     bias_is_the_rows(be[0], 1);
     bias_is_the_rows(be[1], 2);
     static const dcase cases[] = {
@@ -212,6 +258,8 @@ int main(void) {
          * instruction): a thread per product at 2 threads, and 3 products
          * over 2 threads, which share each product instead */
         {0, 1, 128, 128, 64, 8, 0, 0.0f}, {1, 0, 128, 64, 128, 3, 4, 0.0f},
+        /* weight gradients whose k is cut in two parts (cut_is_two_parts) */
+        {1, 0, 200, 140, 2100, 1, 3, 1.0f}, {1, 0, 96, 64, 3500, 1, 0, 0.0f},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         test_rand_seed(0x452821e638d01377ull + i);

@@ -477,12 +477,72 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
 }
 #endif
 
+#if DOT_BUILT
+/* Weight gradients cut along k (ds_gemm_cut_at, math.h): the two parts
+ * each summed as dot_one sums (its k blocks in order, the first part's from
+ * C when beta is 1, the second's from +0.0), then the second added to the
+ * first. The parts' k ranges start on DOT_KC blocks (DS_GEMM_CUT_BLOCK is
+ * one). In the step's two-die phase on the Zen 4 VM the cut ran the bf16
+ * step 1.6-5.5% faster at 1 rank x 2 threads, the same at one die and at 1
+ * thread (RESULTS, "Stop 44"). */
+_Static_assert(DS_GEMM_CUT_BLOCK % DOT_KC == 0, "a cut on a k block");
+
+/* Bytes of a cut product's workspace: the second part's sums (m x n), then
+ * the packs of the two parts on nt threads each, side by side when the
+ * parts run at once (both), one after the other's otherwise. */
+static size_t split_need(int m, int n, int k, int kh, int nt, bool both) {
+    const size_t t = ds_gemm_cut_bytes(m, n);
+    const size_t p0 = (dot_need(m, n, kh, nt) + 63) / 64 * 64;
+    const size_t p1 = (dot_need(m, n, k - kh, nt) + 63) / 64 * 64;
+    return t + (both ? p0 + p1 : (p0 > p1 ? p0 : p1));
+}
+
+static void split_one(int team, int m, int n, int k, int kh, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc, char *ws,
+                      size_t ws_bytes) {
+    float *T = (float *)ws;
+    char *packs = ws + ds_gemm_cut_bytes(m, n);
+    const float *A1 = A + (int64_t)kh * lda, *B1 = B + (int64_t)kh * ldb;
+    int nt = team;
+    if (team == 2 && split_need(m, n, k, kh, 1, true) <= ws_bytes) {
+        nt = 1;
+    } else {
+        while (nt > 1 && split_need(m, n, k, kh, nt, false) > ws_bytes) nt--;
+        dot_one(nt, true, false, m, n, kh, A, lda, B, ldb, beta, NULL, C, ldc, packs);
+        dot_one(nt, true, false, m, n, k - kh, A1, lda, B1, ldb, 0.0f, NULL, T, n, packs);
+    }
+#pragma omp parallel num_threads(team) if (team > 1)
+    {
+        if (nt == 1 && team == 2) { /* the parts at once, a thread each */
+            if (omp_get_thread_num() == 0)
+                dot_one(1, true, false, m, n, kh, A, lda, B, ldb, beta, NULL, C, ldc, packs);
+            else
+                dot_one(1, true, false, m, n, k - kh, A1, lda, B1, ldb, 0.0f, NULL, T, n,
+                        packs + (dot_need(m, n, kh, 1) + 63) / 64 * 64);
+#pragma omp barrier
+        }
+#pragma omp for schedule(static)
+        for (int i = 0; i < m; i++) {
+            float *c = C + (int64_t)i * ldc;
+            const float *t = T + (size_t)i * n;
+#pragma omp simd
+            for (int j = 0; j < n; j++) c[j] += t[j];
+        }
+    }
+}
+#endif
+
 ds_status ds_cpu_gemm_dot(ds_backend *be, bool transa, bool transb, int m, int n, int k,
                           const float *A, int lda, int64_t strideA, const float *B, int ldb,
                           int64_t strideB, float beta, const float *bias, float *C, int ldc,
                           int64_t strideC, int batch, void *ws, size_t ws_bytes) {
 #if DOT_BUILT
     const int team = ds_cpu_team(be);
+    const int kh = bias ? 0 : ds_gemm_cut_at(transa, transb, m, n, k, batch);
+    if (kh && split_need(m, n, k, kh, 1, false) <= ws_bytes) {
+        split_one(team, m, n, k, kh, A, lda, B, ldb, beta, C, ldc, ws, ws_bytes);
+        return DS_OK;
+    }
     /* Many products (attention's per-head ones): a thread per product, each
      * with its own packs of A and B in its slice of the workspace, so no
      * thread waits for another's share of a product's op(B). Where the
