@@ -77,13 +77,14 @@ ds_status ds_engine_plan_activations(engine_t *e) {
                            ds_dtype_size(in->dtype);
         DS_TRY(ds_backend_alloc(be, DS_MEM_OTHER, DS_PLACE_DEVICE, e->d_in_bytes[j], &e->d_in[j]));
     }
-    /* The backend's GEMM workspace (bf16 inputs: the rounded copies; fp32:
-     * the cpu's cut weight gradients), as large as the largest GEMM the
-     * modules declare needs (backend.h); the backend frees it */
-    ds_gemm_plan gp = {.kind = be->kind, .inputs = be->gemm_inputs};
-    ds_model_plan_gemms(m, e->cap_B, e->T, &gp);
-    if (be->gemm_inputs == DS_BF16 || gp.bytes > 0)
+    /* bf16 GEMM inputs: the backend's workspace for the rounded copies, as
+     * large as the largest GEMM the modules declare (backend.h); the
+     * backend frees it */
+    if (be->gemm_inputs == DS_BF16) {
+        ds_gemm_plan gp = {.kind = be->kind};
+        ds_model_plan_gemms(m, e->cap_B, e->T, &gp);
         DS_TRY(ds_backend_reserve_gemm_workspace(be, gp.bytes));
+    }
     return DS_OK;
 }
 

@@ -297,9 +297,11 @@ static void plan_activations(const ds_model *m, const ds_config *c, ds_backend_k
     r->bytes[DS_MEM_ACTIVATIONS][DS_PLACE_DEVICE] += act + saved + ckpt + 2 * grad * sizeof(float);
     r->bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE] += scratch;
     r->bytes[DS_MEM_OTHER][DS_PLACE_DEVICE] += in;
-    ds_gemm_plan gp = {.kind = be, .inputs = ds_config_gemm_inputs(c)};
-    ds_model_plan_gemms(m, B, T, &gp);
-    r->bytes[DS_MEM_WORKSPACE][DS_PLACE_DEVICE] += gp.bytes;
+    if (ds_config_gemm_inputs(c) == DS_BF16) {
+        ds_gemm_plan gp = {.kind = be};
+        ds_model_plan_gemms(m, B, T, &gp);
+        r->bytes[DS_MEM_WORKSPACE][DS_PLACE_DEVICE] += gp.bytes;
+    }
 }
 
 ds_status ds_estimate_model(const ds_model *model, int world, const ds_config *cfg,

@@ -120,20 +120,11 @@ ds_gemm_ws ds_gemm_workspace_of(ds_backend_kind kind, bool transa, bool transb, 
     return ds_gemm_ws_of(sizeof(float), 1, 64, transa, transb, m, n, k, strideA, strideB, batch);
 }
 
-size_t ds_gemm_cut_workspace_of(ds_backend_kind kind, bool transa, bool transb, int m, int n,
-                                int k, int batch) {
-    if (kind != DS_BACKEND_CPU || !ds_gemm_cut_at(transa, transb, m, n, k, batch)) return 0;
-    return ds_gemm_cut_bytes(m, n);
-}
-
 void ds_gemm_plan_add(ds_gemm_plan *p, bool transa, bool transb, int m, int n, int k,
                       int64_t strideA, int64_t strideB, int batch) {
     p->gemms++;
     if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return; /* the slot needs no copies */
-    size_t b = p->inputs == DS_BF16 ? ds_gemm_workspace_of(p->kind, transa, transb, m, n, k,
-                                                           strideA, strideB, batch).bytes
-                                    : ds_gemm_cut_workspace_of(p->kind, transa, transb, m, n, k,
-                                                               batch);
+    size_t b = ds_gemm_workspace_of(p->kind, transa, transb, m, n, k, strideA, strideB, batch).bytes;
     if (b > p->bytes) p->bytes = b;
 }
 
@@ -154,7 +145,7 @@ ds_status ds_backend_reserve_gemm_workspace(ds_backend *be, size_t bytes) {
     if (bytes > be->gemm_ws_bytes) {
         ds_status st = grow_workspace(be, bytes);
         if (st != DS_OK) {
-            ds_error_prefix("reserving the GEMM workspace");
+            ds_error_prefix("reserving the GEMM workspace of bf16 inputs");
             return st;
         }
     }
@@ -169,7 +160,7 @@ ds_status ds_backend_gemm_workspace(ds_backend *be, const ds_gemm_ws *w, void **
         if (be->gemm_ws_planned && !be->gemm_ws_warned) {
             be->gemm_ws_warned = true;
             fprintf(stderr,
-                    "[zero-engine] warning: the GEMM workspace grows from %zu to "
+                    "[zero-engine] warning: the GEMM workspace of bf16 inputs grows from %zu to "
                     "%zu bytes inside a step (A packed %d x %d x %d, B %d x %d x %d): a GEMM "
                     "larger than the modules declare (ds_module_ops.plan_gemms, "
                     "engine/core/module.h); the accountant records it\n",
@@ -178,7 +169,7 @@ ds_status ds_backend_gemm_workspace(ds_backend *be, const ds_gemm_ws *w, void **
         }
         ds_status st = grow_workspace(be, w->bytes);
         if (st != DS_OK) {
-            ds_error_prefix("growing the GEMM workspace");
+            ds_error_prefix("growing the GEMM workspace of bf16 inputs");
             return st;
         }
     }

@@ -321,9 +321,7 @@ ds_status ds_backend_set_gemm_inputs(ds_backend *be, ds_dtype t);
  * With gemm_inputs DS_BF16 the gemm slot writes the rounded copies of A and
  * B into one device buffer of the backend, the workspace (cpu: packed fp32
  * copies for the fp32 kernels; cuda: packed bf16 copies for the tensor
- * cores; ds_gemm_workspace_of says how many bytes a call needs). With fp32
- * inputs the cpu backend keeps a cut weight gradient's second part there
- * (ds_gemm_cut_workspace_of; at most a layer's weight). Its size
+ * cores; ds_gemm_workspace_of says how many bytes a call needs). Its size
  * is planned, not found by the first step: every module declares the GEMMs
  * it makes at B x T (ds_module_ops.plan_gemms, engine/core/module.h), the
  * engine sums them into a ds_gemm_plan (the largest need) at ds_initialize
@@ -352,20 +350,12 @@ ds_status ds_backend_set_gemm_inputs(ds_backend *be, ds_dtype t);
 ds_gemm_ws ds_gemm_workspace_of(ds_backend_kind kind, bool transa, bool transb, int m, int n,
                                 int k, int64_t strideA, int64_t strideB, int batch);
 
-/* What one call with fp32 inputs needs: the cpu backend's cut weight
- * gradients keep one part's sums there (ds_gemm_cut_at, math.h); 0 for
- * every other call and on cuda. */
-size_t ds_gemm_cut_workspace_of(ds_backend_kind kind, bool transa, bool transb, int m, int n,
-                                int k, int batch);
-
 /* The largest workspace of a list of GEMMs: start with {.kind = the
- * backend's kind, .inputs = its gemm inputs}, add every GEMM
- * (ds_gemm_plan_add), read bytes. */
+ * backend's kind}, add every GEMM (ds_gemm_plan_add), read bytes. */
 typedef struct ds_gemm_plan {
     ds_backend_kind kind;
-    ds_dtype inputs; /* DS_BF16: ds_gemm_workspace_of; else ds_gemm_cut_workspace_of */
-    size_t bytes;    /* the largest workspace of the GEMMs added */
-    int gemms;       /* how many were added */
+    size_t bytes; /* the largest ds_gemm_workspace_of(...).bytes added */
+    int gemms;    /* how many were added */
 } ds_gemm_plan;
 
 /* Add one GEMM, with the arguments of the gemm slot that decide its

@@ -653,36 +653,6 @@ static inline ds_gemm_ws ds_gemm_ws_of(size_t esz, int ld_multiple, size_t align
     return w;
 }
 
-/* Weight gradients cut along k (the cpu backend: cpu_gemm_dot.c for bf16
- * inputs, cpu_backend.c for fp32). A product op(A) op(B) = X^T dY, A and B
- * stored with k as their rows (a batch's tokens), one product, k at least
- * DS_GEMM_CUT_K and at least 4 times C's larger side, is computed as
- *
- *   C = ([beta C +] alpha (the products of k < kh))  +  alpha (those of k >= kh)
- *
- * with kh = k / 2 rounded up to DS_GEMM_CUT_BLOCK: each part as that path
- * computes an uncut product, then the second added to the first. The order
- * depends on the shape only, so the bits do not depend on the thread
- * count. At 2 threads each thread computes one part: it reads only the
- * rows of X and dY that the element-wise passes before it wrote on the same
- * thread (they split rows the same way) and packs only its own operands;
- * split by C's rows, each thread read all of X and dY, half of them from
- * the other core's cache, and packed all of dY again (bench/RESULTS.md,
- * "Stop 44"). Returns kh, or 0 for a product that is not cut. */
-#define DS_GEMM_CUT_K 2048
-#define DS_GEMM_CUT_BLOCK 256
-static inline int ds_gemm_cut_at(bool transa, bool transb, int m, int n, int k, int batch) {
-    const int side = m > n ? m : n;
-    if (!transa || transb || batch != 1 || k < DS_GEMM_CUT_K || k / 4 < side) return 0;
-    return (k / 2 + DS_GEMM_CUT_BLOCK - 1) / DS_GEMM_CUT_BLOCK * DS_GEMM_CUT_BLOCK;
-}
-
-/* Bytes for the second part's sums of a cut product (m x n floats, whole
- * 64-byte lines). */
-static inline size_t ds_gemm_cut_bytes(int m, int n) {
-    return ((size_t)m * (size_t)n * sizeof(float) + 63) / 64 * 64;
-}
-
 #ifdef __cplusplus
 }
 #endif

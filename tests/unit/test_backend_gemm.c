@@ -264,47 +264,6 @@ static void test_tap(ds_backend *be) {
     CHECK(be->ops == own, "a second untap changed the table");
 }
 
-/* A weight gradient's product with k >= 2048 and 4 times C's larger side
- * is computed in two parts, k cut at kh = k / 2 rounded up to 256
- * (ds_gemm_cut_at, engine/backend/math.h): the bits of the first part's
- * product (alpha, beta), plus the second's (alpha, beta 0), added in fp32,
- * at 1, 2 and 3 threads (2: a part per thread at once; 3: the parts in
- * turn). The shapes are chosen so that neither part is cut again: the
- * reference computes them through the same slot. A cut a block earlier
- * fails the first two shapes; a part dropped fails all. */
-static void cut_is_two_parts(ds_backend *const *be, int nbe) {
-    static const int shapes[][4] = {{200, 140, 2100, 1}, {96, 64, 3500, 0}, {256, 1024, 4096, 1}};
-    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
-        const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
-        const int kh = (k / 2 + 255) / 256 * 256;
-        const float beta = shapes[s][3] ? 1.0f : 0.0f;
-        float *A = malloc((size_t)k * m * 4), *B = malloc((size_t)k * n * 4);
-        float *C0 = malloc((size_t)m * n * 4), *want = malloc((size_t)m * n * 4);
-        float *T = malloc((size_t)m * n * 4), *C = malloc((size_t)m * n * 4);
-        CHECK(A && B && C0 && want && T && C, "out of memory");
-        for (size_t i = 0; i < (size_t)k * m; i++) A[i] = frand();
-        for (size_t i = 0; i < (size_t)k * n; i++) B[i] = frand();
-        for (size_t i = 0; i < (size_t)m * n; i++) C0[i] = frand();
-        memcpy(want, C0, (size_t)m * n * 4);
-        ds_status s1 = be[0]->ops->gemm(be[0], true, false, m, n, kh, 0.5f, A, m, 0, B, n, 0,
-                                        beta, want, n, 0, 1);
-        ds_status s2 = be[0]->ops->gemm(be[0], true, false, m, n, k - kh, 0.5f,
-                                        A + (size_t)kh * m, m, 0, B + (size_t)kh * n, n, 0, 0.0f,
-                                        T, n, 0, 1);
-        CHECK(s1 == DS_OK && s2 == DS_OK, "gemm failed: %s", ds_last_error());
-        for (size_t i = 0; i < (size_t)m * n; i++) want[i] += T[i];
-        for (int t = 0; t < nbe; t++) {
-            memcpy(C, C0, (size_t)m * n * 4);
-            CHECK(be[t]->ops->gemm(be[t], true, false, m, n, k, 0.5f, A, m, 0, B, n, 0, beta, C,
-                                   n, 0, 1) == DS_OK, "gemm failed: %s", ds_last_error());
-            CHECK(!memcmp(C, want, (size_t)m * n * 4),
-                  "%dx%dx%d beta %g, %d threads: not the bits of the parts k < %d and k >= %d "
-                  "added", m, n, k, (double)beta, be[t]->num_threads, kh, kh);
-        }
-        free(A), free(B), free(C0), free(want), free(T), free(C);
-    }
-}
-
 /* Run with OPENBLAS_CORETYPE set (tests/backend.cmake: Haswell, whose
  * 12-row unit differs from the AVX-512 cores' 16), the test is about that
  * core's kernels: skipped (77) where the CPU cannot run them or this
@@ -333,10 +292,6 @@ int main(void) {
     ds_backend *sixteen = test_cpu_backend(16, NULL);
     test_tap(one);
     test_threads_same_bits(one, two, sixteen);
-    ds_backend *three = test_cpu_backend(3, NULL);
-    ds_backend *const cut_be[] = {one, two, three};
-    cut_is_two_parts(cut_be, 3);
-    ds_backend_destroy(three);
     ds_backend_destroy(one);
     ds_backend_destroy(two);
     ds_backend_destroy(sixteen);

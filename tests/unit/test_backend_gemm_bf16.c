@@ -303,7 +303,7 @@ static void test_workspace(int nt) {
     CHECK(!be->gemm_ws_planned && !be->gemm_ws_warned, "grown without a plan: no warning");
 
     /* a plan: the largest of its GEMMs, reserved up front and recorded */
-    ds_gemm_plan plan = {.kind = DS_BACKEND_CPU, .inputs = DS_BF16};
+    ds_gemm_plan plan = {.kind = DS_BACKEND_CPU};
     ds_gemm_plan_add(&plan, false, false, M, N, K, 0, 0, 1);
     ds_gemm_plan_add(&plan, true, false, K / 2, N, M / 2, 0, 0, 1);
     ds_gemm_plan_add(&plan, false, false, M, N, K, (int64_t)M * K, 0, 2); /* 2 copies of A */

@@ -180,7 +180,7 @@ static void bias_is_the_rows(ds_backend *be, int nt) {
 
 /* A weight gradient's product with k >= 2048 and 4 times C's larger side
  * is computed in two parts, k cut at kh = k / 2 rounded up to 256
- * (cpu_gemm_dot.c, split_at): its bits are those of the first part's
+ * (cpu_gemm_dot.c, cut_at): its bits are those of the first part's
  * product (with beta), the second part's with beta 0, added in fp32 (the
  * shapes are chosen so that neither part alone is cut again: the
  * reference computes them through the same slot), at 1, 2 and 3 threads (3: the parts

@@ -201,55 +201,6 @@ static void gemm_row_blocks(int blocks, int unit, int nt, enum CBLAS_TRANSPOSE t
     }
 }
 
-/* One product (batch 1) on nt threads: in row blocks, through OpenBLAS's
- * own threading, or as one call (gemm_row_block_count). */
-static void gemm_one(int nt, int unit, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int m,
-                     int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
-                     float beta, float *C, int ldc) {
-    int blocks;
-    if (nt > 1 && (blocks = gemm_row_block_count(m, n, k, nt, unit)) > 0)
-        gemm_row_blocks(blocks, unit, nt, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
-    else
-        cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-/* A weight gradient cut along k at kh (ds_gemm_cut_at, math.h): C = [beta C
- * +] alpha (k < kh) into C, alpha (k >= kh) into T, then C += T. At 2
- * threads a part per thread, each one single-threaded OpenBLAS call
- * (OpenBLAS runs alone inside a parallel region), with the bits of that
- * call as one thread or row blocks compute it; otherwise the parts in turn,
- * each over the threads. */
-static void gemm_cut(int nt, int unit, int m, int n, int k, int kh, float alpha, const float *A,
-                     int lda, const float *B, int ldb, float beta, float *C, int ldc, float *T) {
-    const float *A1 = A + (int64_t)kh * lda, *B1 = B + (int64_t)kh * ldb;
-    const bool both = nt == 2;
-    if (!both) {
-        gemm_one(nt, unit, CblasTrans, CblasNoTrans, m, n, kh, alpha, A, lda, B, ldb, beta, C,
-                 ldc);
-        gemm_one(nt, unit, CblasTrans, CblasNoTrans, m, n, k - kh, alpha, A1, lda, B1, ldb, 0.0f,
-                 T, n);
-    }
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        if (both) {
-            if (omp_get_thread_num() == 0)
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, n, kh, alpha, A, lda, B,
-                            ldb, beta, C, ldc);
-            else
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, n, k - kh, alpha, A1, lda,
-                            B1, ldb, 0.0f, T, n);
-#pragma omp barrier
-        }
-#pragma omp for schedule(static)
-        for (int i = 0; i < m; i++) {
-            float *c = C + (int64_t)i * ldc;
-            const float *t = T + (size_t)i * n;
-#pragma omp simd
-            for (int j = 0; j < n; j++) c[j] += t[j];
-        }
-    }
-}
-
 ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, int k,
                           float alpha, const float *A, int lda, int64_t strideA, const float *B,
                           int ldb, int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
@@ -266,24 +217,16 @@ ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, in
     enum CBLAS_TRANSPOSE ta = transa ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = transb ? CblasTrans : CblasNoTrans;
     double flops = 2.0 * m * n * k;
-    const int unit = gemm_row_unit();
-    /* fp32 inputs only: with bf16 inputs this runs on the rounded copies in
-     * the workspace (cpu_gemm_bf16.c), which the cut's part would overwrite */
-    const int kh = be->gemm_inputs == DS_BF16 ? 0 : ds_gemm_cut_at(transa, transb, m, n, k, batch);
-    if (kh) {
-        ds_gemm_ws w = {.bytes = ds_gemm_cut_bytes(m, n)};
-        void *ws;
-        DS_TRY(ds_backend_gemm_workspace(be, &w, &ws));
-        gemm_cut(nt, unit, m, n, k, kh, alpha, A, lda, B, ldb, beta, C, ldc, ws);
-    } else if (batch > 1 && nt > 1 && flops <= DS_CPU_GEMM_SMALL_FLOPS) {
-        /* small products one per thread (OpenBLAS single-threaded inside the
-         * parallel region): the ones cpu_gemm_small.c leaves to OpenBLAS */
+    int blocks, unit = gemm_row_unit();
+    /* small products one per thread (OpenBLAS single-threaded inside the
+     * parallel region): the ones cpu_gemm_small.c leaves to OpenBLAS */
+    if (batch > 1 && nt > 1 && flops <= DS_CPU_GEMM_SMALL_FLOPS) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int b = 0; b < batch; b++)
             cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A + b * strideA, lda,
                         B + b * strideB, ldb, beta, C + b * strideC, ldc);
-    } else if (batch == 1) {
-        gemm_one(nt, unit, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    } else if (batch == 1 && nt > 1 && (blocks = gemm_row_block_count(m, n, k, nt, unit)) > 0) {
+        gemm_row_blocks(blocks, unit, nt, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     } else {
         for (int b = 0; b < batch; b++)
             cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A + b * strideA, lda,

@@ -478,38 +478,63 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
 #endif
 
 #if DOT_BUILT
-/* Weight gradients cut along k (ds_gemm_cut_at, math.h): the two parts
- * each summed as dot_one sums (its k blocks in order, the first part's from
- * C when beta is 1, the second's from +0.0), then the second added to the
- * first. The parts' k ranges start on DOT_KC blocks (DS_GEMM_CUT_BLOCK is
- * one). In the step's two-die phase on the Zen 4 VM the cut ran the bf16
- * step 1.6-5.5% faster at 1 rank x 2 threads, the same at one die and at 1
- * thread (RESULTS, "Stop 44"). */
-_Static_assert(DS_GEMM_CUT_BLOCK % DOT_KC == 0, "a cut on a k block");
+/* Weight gradients, op(A) op(B) = X^T dY (A and B stored with k as their
+ * rows: a batch's tokens), one product, k at least DOT_CUT_K and at least 4
+ * times C's larger side, are cut along k at kh = k / 2 rounded up to a
+ * block:
+ *
+ *   C = ([C +] the products of k < kh)  +  (the products of k >= kh),
+ *
+ * each part summed as dot_one sums (its blocks in order, the first part's
+ * from C when beta is 1, the second's from +0.0), then the second added to
+ * the first. The order depends on the shape only, as everywhere in this
+ * file, so the bits do not depend on the thread count. At 2 threads each
+ * thread computes one part: it reads only the rows of X and dY that the
+ * element-wise passes before it wrote on the same thread (they split rows
+ * the same way), packs its own op(B) and meets the other thread once, at
+ * the end. Split by C's rows, each thread read all of X and dY and half of
+ * the op(B) the other had packed: where the two cores share no cache (the
+ * Zen 4 VM's vCPUs on two dies) these products took 27-37% longer than
+ * where they do. With the cut the bf16 step ran 1.015-1.052x as fast at 1
+ * rank x 2 threads (median 1.033, steps alternating with and without it in
+ * one process) and 0.998-1.005x at 1 thread (bench/RESULTS.md, "Stop 44").
+ * The same cut of the fp32 path's OpenBLAS products did not pay there
+ * (0.99-1.01x natively, 0.98-1.00x with the Zen kernels) and was not kept.
+ * Returns kh, or 0 for a product that is not cut. */
+#define DOT_CUT_K 2048
+static int cut_at(bool ta, bool tb, int m, int n, int k, int batch, const float *bias) {
+    const int side = m > n ? m : n;
+    if (!ta || tb || batch != 1 || bias || k < DOT_CUT_K || k / 4 < side) return 0;
+    return (k / 2 + DOT_KC - 1) / DOT_KC * DOT_KC;
+}
+
+/* Bytes of the second part's sums (m x n floats, whole lines). */
+static size_t cut_bytes(int m, int n) { return ((size_t)m * n * 4 + 63) / 64 * 64; }
 
 /* Bytes of a cut product's workspace: the second part's sums (m x n), then
  * the packs of the two parts on nt threads each, side by side when the
  * parts run at once (both), one after the other's otherwise. */
-static size_t split_need(int m, int n, int k, int kh, int nt, bool both) {
-    const size_t t = ds_gemm_cut_bytes(m, n);
+static size_t cut_need(int m, int n, int k, int kh, int nt, bool both) {
+    const size_t t = cut_bytes(m, n);
     const size_t p0 = (dot_need(m, n, kh, nt) + 63) / 64 * 64;
     const size_t p1 = (dot_need(m, n, k - kh, nt) + 63) / 64 * 64;
     return t + (both ? p0 + p1 : (p0 > p1 ? p0 : p1));
 }
 
-static void split_one(int team, int m, int n, int k, int kh, const float *A, int lda,
+static void cut_one(int team, int m, int n, int k, int kh, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc, char *ws,
                       size_t ws_bytes) {
     float *T = (float *)ws;
-    char *packs = ws + ds_gemm_cut_bytes(m, n);
+    char *packs = ws + cut_bytes(m, n);
     const float *A1 = A + (int64_t)kh * lda, *B1 = B + (int64_t)kh * ldb;
     int nt = team;
-    if (team == 2 && split_need(m, n, k, kh, 1, true) <= ws_bytes) {
+    if (team == 2 && cut_need(m, n, k, kh, 1, true) <= ws_bytes) {
         nt = 1;
     } else {
-        while (nt > 1 && split_need(m, n, k, kh, nt, false) > ws_bytes) nt--;
-        dot_one(nt, true, false, m, n, kh, A, lda, B, ldb, beta, NULL, C, ldc, packs);
+        while (nt > 1 && cut_need(m, n, k, kh, nt, false) > ws_bytes) nt--;
+        /* the second part first: the first's C is in cache for the sum */
         dot_one(nt, true, false, m, n, k - kh, A1, lda, B1, ldb, 0.0f, NULL, T, n, packs);
+        dot_one(nt, true, false, m, n, kh, A, lda, B, ldb, beta, NULL, C, ldc, packs);
     }
 #pragma omp parallel num_threads(team) if (team > 1)
     {
@@ -538,9 +563,9 @@ ds_status ds_cpu_gemm_dot(ds_backend *be, bool transa, bool transb, int m, int n
                           int64_t strideC, int batch, void *ws, size_t ws_bytes) {
 #if DOT_BUILT
     const int team = ds_cpu_team(be);
-    const int kh = bias ? 0 : ds_gemm_cut_at(transa, transb, m, n, k, batch);
-    if (kh && split_need(m, n, k, kh, 1, false) <= ws_bytes) {
-        split_one(team, m, n, k, kh, A, lda, B, ldb, beta, C, ldc, ws, ws_bytes);
+    const int kh = cut_at(transa, transb, m, n, k, batch, bias);
+    if (kh && cut_need(m, n, k, kh, 1, false) <= ws_bytes) {
+        cut_one(team, m, n, k, kh, A, lda, B, ldb, beta, C, ldc, ws, ws_bytes);
         return DS_OK;
     }
     /* Many products (attention's per-head ones): a thread per product, each
