@@ -527,10 +527,10 @@ static void cut_one(int team, int m, int n, int k, int kh, const float *A, int l
     float *T = (float *)ws;
     char *packs = ws + cut_bytes(m, n);
     const float *A1 = A + (int64_t)kh * lda, *B1 = B + (int64_t)kh * ldb;
-    int nt = team;
-    if (team == 2 && cut_need(m, n, k, kh, 1, true) <= ws_bytes) {
-        nt = 1;
-    } else {
+    /* the parts at once, a thread each, where there are 2 threads and room */
+    const bool both = team == 2 && cut_need(m, n, k, kh, 1, true) <= ws_bytes;
+    if (!both) {
+        int nt = team;
         while (nt > 1 && cut_need(m, n, k, kh, nt, false) > ws_bytes) nt--;
         /* the second part first: the first's C is in cache for the sum */
         dot_one(nt, true, false, m, n, k - kh, A1, lda, B1, ldb, 0.0f, NULL, T, n, packs);
@@ -538,7 +538,7 @@ static void cut_one(int team, int m, int n, int k, int kh, const float *A, int l
     }
 #pragma omp parallel num_threads(team) if (team > 1)
     {
-        if (nt == 1 && team == 2) { /* the parts at once, a thread each */
+        if (both) {
             if (omp_get_thread_num() == 0)
                 dot_one(1, true, false, m, n, kh, A, lda, B, ldb, beta, NULL, C, ldc, packs);
             else
