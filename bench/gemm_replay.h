@@ -97,6 +97,13 @@ static inline bool gr_record_end(gemm_replay *r) {
     return true;
 }
 
+/* Recorded call c once through the backend's slot, on the scratch operands. */
+static inline ds_status gr_slot(const gemm_replay *r, const ds_gemm_call *c) {
+    return r->be->ops->gemm(r->be, c->transa, c->transb, c->m, c->n, c->k, c->alpha, r->A,
+                            c->lda, c->strideA, r->B, c->ldb, c->strideB, c->beta, r->C, c->ldc,
+                            c->strideC, c->batch);
+}
+
 /* *secs: the time to run every recorded call once, through cblas_sgemm
  * (blas) or the backend's slot; the slot's status when it refused a call. */
 static inline ds_status gr_run(const gemm_replay *r, bool blas, double *secs) {
@@ -110,9 +117,7 @@ static inline ds_status gr_run(const gemm_replay *r, bool blas, double *secs) {
                             r->A + q * c->strideA, c->lda, r->B + q * c->strideB, c->ldb,
                             c->beta, r->C + q * c->strideC, c->ldc);
         } else {
-            DS_TRY(r->be->ops->gemm(r->be, c->transa, c->transb, c->m, c->n, c->k, c->alpha,
-                                    r->A, c->lda, c->strideA, r->B, c->ldb, c->strideB,
-                                    c->beta, r->C, c->ldc, c->strideC, c->batch));
+            DS_TRY(gr_slot(r, c));
         }
     }
     *secs = now_s() - t0;
@@ -147,21 +152,17 @@ static inline ds_status gr_by_shape(const gemm_replay *r, int reps) {
     }
     double total = 0;
     for (int j = 0; j < ng; j++) {
-        double t0 = now_s();
-        double mn = 1e30;
+        const double t0 = now_s();
+        g[j].best = 1e30;
         for (int q = 0; q < reps; q++)
             for (int i = 0; i < r->n; i++) {
-                const ds_gemm_call *c = &r->calls[i];
                 if (of[i] != j) continue;
-                double tc = now_s();
-                ds_status st = r->be->ops->gemm(r->be, c->transa, c->transb, c->m, c->n, c->k,
-                                                c->alpha, r->A, c->lda, c->strideA, r->B,
-                                                c->ldb, c->strideB, c->beta, r->C, c->ldc,
-                                                c->strideC, c->batch);
+                const double tc = now_s();
+                ds_status st = gr_slot(r, &r->calls[i]);
                 if (st != DS_OK) return free(g), free(of), st;
-                tc = now_s() - tc; if (tc < mn) mn = tc;
+                const double dt = now_s() - tc;
+                if (dt < g[j].best) g[j].best = dt;
             }
-        g[j].best = mn;
         g[j].secs = (now_s() - t0) / reps, total += g[j].secs;
     }
     for (int done = 0; done < ng; done++) {

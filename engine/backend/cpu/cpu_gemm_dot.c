@@ -87,6 +87,10 @@ static int a_rows(int m) {
     return lesser((m + DOT_MR - 1) / DOT_MR * DOT_MR, DOT_MC);
 }
 
+/* Bytes rounded up to whole 64-byte lines: the packs' and the parts' places
+ * in the workspace. */
+static inline size_t whole_lines(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
 /* Where a call's packs go in the workspace (64-byte aligned): all of op(B),
  * b bytes, then one block of op(A) per thread, a bytes each. */
 typedef struct dot_layout {
@@ -96,8 +100,8 @@ typedef struct dot_layout {
 static dot_layout layout_of(int m, int n, int k) {
     size_t kcp = (size_t)(lesser(k, DOT_KC) + 1) / 2;
     size_t npad = (size_t)(n + DOT_NR - 1) / DOT_NR * DOT_NR;
-    return (dot_layout){.b = ((size_t)(k + 1) / 2 * npad * 4 + 63) / 64 * 64,
-                        .a = ((size_t)a_rows(m) * kcp * 4 + 63) / 64 * 64};
+    return (dot_layout){.b = whole_lines((size_t)(k + 1) / 2 * npad * 4),
+                        .a = whole_lines((size_t)a_rows(m) * kcp * 4)};
 }
 
 /* Bytes of the workspace a call on nt threads needs (64: the alignment). */
@@ -508,16 +512,13 @@ static int cut_at(bool ta, bool tb, int m, int n, int k, int batch, const float 
     return (k / 2 + DOT_KC - 1) / DOT_KC * DOT_KC;
 }
 
-/* Bytes of the second part's sums (m x n floats, whole lines). */
-static size_t cut_bytes(int m, int n) { return ((size_t)m * n * 4 + 63) / 64 * 64; }
-
 /* Bytes of a cut product's workspace: the second part's sums (m x n), then
  * the packs of the two parts on nt threads each, side by side when the
  * parts run at once (both), one after the other's otherwise. */
 static size_t cut_need(int m, int n, int k, int kh, int nt, bool both) {
-    const size_t t = cut_bytes(m, n);
-    const size_t p0 = (dot_need(m, n, kh, nt) + 63) / 64 * 64;
-    const size_t p1 = (dot_need(m, n, k - kh, nt) + 63) / 64 * 64;
+    const size_t t = whole_lines((size_t)m * n * 4);
+    const size_t p0 = whole_lines(dot_need(m, n, kh, nt));
+    const size_t p1 = whole_lines(dot_need(m, n, k - kh, nt));
     return t + (both ? p0 + p1 : (p0 > p1 ? p0 : p1));
 }
 
@@ -525,7 +526,7 @@ static void cut_one(int team, int m, int n, int k, int kh, const float *A, int l
                       const float *B, int ldb, float beta, float *C, int ldc, char *ws,
                       size_t ws_bytes) {
     float *T = (float *)ws;
-    char *packs = ws + cut_bytes(m, n);
+    char *packs = ws + whole_lines((size_t)m * n * 4);
     const float *A1 = A + (int64_t)kh * lda, *B1 = B + (int64_t)kh * ldb;
     /* the parts at once, a thread each, where there are 2 threads and room */
     const bool both = team == 2 && cut_need(m, n, k, kh, 1, true) <= ws_bytes;
@@ -543,7 +544,7 @@ static void cut_one(int team, int m, int n, int k, int kh, const float *A, int l
                 dot_one(1, true, false, m, n, kh, A, lda, B, ldb, beta, NULL, C, ldc, packs);
             else
                 dot_one(1, true, false, m, n, k - kh, A1, lda, B1, ldb, 0.0f, NULL, T, n,
-                        packs + (dot_need(m, n, kh, 1) + 63) / 64 * 64);
+                        packs + whole_lines(dot_need(m, n, kh, 1)));
 #pragma omp barrier
         }
 #pragma omp for schedule(static)
@@ -574,7 +575,7 @@ ds_status ds_cpu_gemm_dot(ds_backend *be, bool transa, bool transb, int m, int n
      * products do not deal out evenly, or the slices do not fit, the
      * threads share each product as below. The bits are the same either
      * way: dot_one's order depends on the shape only. */
-    const size_t slice = (dot_need(m, n, k, 1) + 63) / 64 * 64;
+    const size_t slice = whole_lines(dot_need(m, n, k, 1));
     if (team > 1 && (batch % team == 0 || batch >= 4 * team) && (size_t)team * slice <= ws_bytes) {
 #pragma omp parallel for num_threads(team) schedule(static)
         for (int b = 0; b < batch; b++)
