@@ -39,6 +39,10 @@
  * its GEMMs' in isolation, measured a second apart in one process (issue 17
  * item 4's 85% goal; cpu backend, one engine, at least one warm-up step);
  * --gemm-replay 2 also times them by shape, the longest first.
+ * --cut ab: the bf16 dot product's k cut of the weight gradients
+ * (cpu_gemm_dot.c) on in even timed steps and off in odd ones (the
+ * backend's gemm_no_cut), so both see the host's same minute; prints the
+ * median ratio of the pairs' step times (cpu backend, one engine).
  * --perf-ctl CTL,ACK: file descriptors of `perf record|stat -D -1 --control
  * fd:CTL,ACK` (events off at the start); the timed steps are bracketed by
  * "enable" and "disable", so the profile holds them alone, without the
@@ -307,6 +311,20 @@ static void report_replay(const bench *b, engine_t *e, const timing *tm) {
     free(rb);
 }
 
+/* --cut ab: per pair of timed steps (with the k cut, then without), the
+ * time without over the time with; > 1: the cut is faster. */
+static void report_cut_ab(const bench *b, const timing *tm) {
+    int n = b->steps / 2;
+    double *r = malloc((size_t)n * sizeof *r), lo = 1e30, hi = 0;
+    for (int j = 0; j < n; j++) {
+        r[j] = tm->dt[2 * j + 1] / tm->dt[2 * j];
+        lo = r[j] < lo ? r[j] : lo, hi = r[j] > hi ? r[j] : hi;
+    }
+    printf("bench_train: k cut ab: step time without / with the cut %.3f (median of %d pairs, "
+           "min %.3f, max %.3f)\n", median_sort(r, n), n, lo, hi);
+    free(r);
+}
+
 /* Sends `cmd` ("enable" or "disable") to perf's control fd and waits for its
  * "ack", so the events are on (off) before the next line runs. */
 static int perf_ctl(int ctl, int ack, const char *cmd) {
@@ -328,6 +346,7 @@ int main(int argc, char **argv) {
     int overlap = -1, qgz = 0; /* overlap -1: DeepSpeed's default; 2 (either): ab; qgz 5: ab4 */
     const char *gemm = "auto";
     int zpp_ab = 0; /* --zeropp ab */
+    int cut_ab = 0; /* --cut ab */
     int sparse = -1; /* --sparse: -1 unset, 0, 1, 2 ab */
     int pctl = -1, pack = -1; /* --perf-ctl */
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -354,6 +373,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--gemm")) gemm = argv[i + 1];
         else if (!strcmp(argv[i], "--gemm-replay")) b.replay = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--zeropp") && !strcmp(argv[i + 1], "ab")) zpp_ab = 1;
+        else if (!strcmp(argv[i], "--cut") && !strcmp(argv[i + 1], "ab")) cut_ab = 1;
         else if (!strcmp(argv[i], "--perf-ctl") &&
                  sscanf(argv[i + 1], "%d,%d", &pctl, &pack) == 2 && pctl >= 0 && pack >= 0) {
         } else {
@@ -370,6 +390,12 @@ int main(int argc, char **argv) {
     }
     if (sparse == 2 && (overlap == 2 || (qgz != 0 && qgz != 1) || gemm_ab || zpp_ab)) {
         fprintf(stderr, "bench_train: --sparse ab pairs with no other ab mode\n");
+        return 2;
+    }
+    if (cut_ab && (overlap == 2 || qgz == 2 || qgz == 5 || gemm_ab || zpp_ab || sparse == 2 ||
+                   strcmp(b.backend, "cpu") || b.steps < 2)) {
+        fprintf(stderr, "bench_train: --cut ab needs the cpu backend, one engine (no other ab "
+                "mode) and --steps 2 or more\n");
         return 2;
     }
     if (b.replay && (overlap == 2 || qgz == 2 || qgz == 5 || gemm_ab || zpp_ab || sparse == 2 ||
@@ -417,6 +443,7 @@ int main(int argc, char **argv) {
                     pack);
             return 1;
         }
+        if (cut_ab) e[0]->be->gemm_no_cut = i >= b.warmup && (i - b.warmup) % 2 == 1;
         for (int j = 0; j < ne; j++) {
             int k = (i + j) % ne; /* ab: off first in even steps, on first in odd ones */
             if (timed_step(&b, e[k], i, &tm[k]) != DS_OK) return fail();
@@ -429,6 +456,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < ne; k++) report(&b, e[k], &tm[k]);
     if (b.replay) report_replay(&b, e[0], &tm[0]);
     if (b.replay == 2 && ds_rank(e[0]) == 0 && gr_by_shape(&tm[0].gr, 5) != DS_OK) return fail();
+    if (cut_ab && ds_rank(e[0]) == 0) report_cut_ab(&b, &tm[0]);
     if (ne == 2 && ds_rank(e[0]) == 0) {
         double *r = malloc((size_t)b.steps * sizeof *r);
         double rlo = 1e30, rhi = 0;

@@ -269,6 +269,10 @@ struct ds_backend {
      * from zero_engine.gemm_input_dtype (on by default under bf16.enabled).
      * Change it with ds_backend_set_gemm_inputs, between calls only. */
     ds_dtype gemm_inputs;
+    /* true: the cpu's bf16 dot product computes weight gradients uncut (the
+     * k cut, cpu_gemm_dot.c); other bits. Only for bench_train --cut ab,
+     * which times steps with and without the cut in one process. */
+    bool gemm_no_cut;
     ds_mem *mem;     /* accountant (borrowed; owned by the engine or the caller) */
     void *impl;      /* implementation state */
     /* The GEMM workspace (below): gemm_ws_bytes at gemm_ws, recorded in mem

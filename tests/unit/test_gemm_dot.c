@@ -186,7 +186,8 @@ static void bias_is_the_rows(ds_backend *be, int nt) {
  * reference computes them through the same slot), at 1, 2 and 3 threads (3: the parts
  * in turn, each over the threads; 2: a part per thread at once). A kernel
  * that cut a block earlier fails (two of the shapes), as does one that
- * drops a column of the second part. */
+ * drops a column of the second part. With the backend's gemm_no_cut the
+ * product is not cut: other bits. */
 static void cut_is_two_parts(ds_backend *const *be, int nbe) {
     static const int shapes[][4] = {{200, 140, 2100, 1}, {96, 64, 3500, 0}, {256, 1024, 4096, 1}};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
@@ -213,6 +214,15 @@ static void cut_is_two_parts(ds_backend *const *be, int nbe) {
                   "%dx%dx%d beta %g, %d threads: not the bits of the parts k < %d and k >= %d "
                   "added", m, n, k, (double)beta, be[t]->num_threads, kh, kh);
         }
+        /* gemm_no_cut (bench_train --cut ab) computes the product uncut:
+         * one sum over all of k's blocks, other bits */
+        be[0]->gemm_no_cut = true;
+        memcpy(C, C0, (size_t)m * n * 4);
+        CHECK_OK(be[0]->ops->gemm(be[0], true, false, m, n, k, 1.0f, A, m, 0, B, n, 0, beta, C,
+                                  n, 0, 1));
+        be[0]->gemm_no_cut = false;
+        CHECK(memcmp(C, want, (size_t)m * n * 4) != 0,
+              "%dx%dx%d: gemm_no_cut set, and still the bits of the cut", m, n, k);
         free(A), free(B), free(C0), free(want), free(T), free(C);
     }
 }

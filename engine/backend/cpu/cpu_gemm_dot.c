@@ -499,9 +499,9 @@ static void dot_one(int nt, bool ta, bool tb, int m, int n, int k, const float *
  * the end. Split by C's rows, each thread read all of X and dY and half of
  * the op(B) the other had packed: where the two cores share no cache (the
  * Zen 4 VM's vCPUs on two dies) these products took 27-37% longer than
- * where they do. With the cut the bf16 step ran 1.015-1.052x as fast at 1
- * rank x 2 threads (median 1.033, steps alternating with and without it in
- * one process) and 0.998-1.005x at 1 thread (bench/RESULTS.md, "Stop 44").
+ * where they do. With the cut the bf16 step ran 1.034-1.059x as fast at 1
+ * rank x 2 threads on two dies, 1.008x on one, and 1.000-1.002x at 1 thread
+ * (bench_train --cut ab; bench/RESULTS.md, "Stop 44").
  * The same cut of the fp32 path's OpenBLAS products did not pay there
  * (0.99-1.01x natively, 0.98-1.00x with the Zen kernels) and was not kept.
  * Returns kh, or 0 for a product that is not cut. */
@@ -564,7 +564,7 @@ ds_status ds_cpu_gemm_dot(ds_backend *be, bool transa, bool transb, int m, int n
                           int64_t strideC, int batch, void *ws, size_t ws_bytes) {
 #if DOT_BUILT
     const int team = ds_cpu_team(be);
-    const int kh = cut_at(transa, transb, m, n, k, batch, bias);
+    const int kh = be->gemm_no_cut ? 0 : cut_at(transa, transb, m, n, k, batch, bias);
     if (kh && cut_need(m, n, k, kh, 1, false) <= ws_bytes) {
         cut_one(team, m, n, k, kh, A, lda, B, ldb, beta, C, ldc, ws, ws_bytes);
         return DS_OK;
