@@ -34,6 +34,13 @@ ds_add_test(NAME test_output_relay SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test
             LABELS unit)
 target_link_libraries(test_output_relay PRIVATE ds_tool_common)
 
+# engine-run's watch of which local rank ended first, with the test as
+# mpirun: a rank killed and reaped before any scan, a zombie whose rank was
+# never read, a child seen before its exec (tools/common/rank_watch.h).
+ds_add_test(NAME test_rank_watch SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_rank_watch.c
+            LABELS unit)
+target_link_libraries(test_rank_watch PRIVATE ds_tool_common)
+
 # One error, once: a bad config, a bad data line, a locked checkpoint folder
 # at 2 and 4 ranks through engine-run; the message once, no mpirun banner.
 add_test(NAME test_one_error

@@ -7,8 +7,12 @@
  * /proc/<mpirun>/task/<tid>/children and told apart by their
  * OMPI_COMM_WORLD_RANK, then watched through pidfds (Linux 5.3+; without
  * them, by looking in /proc at each poll), so the first one to end is known
- * to the millisecond. Ranks on other hosts are not seen: with a hostfile
- * engine-run relies on mpirun's banners. */
+ * to the millisecond. A rank can end before a scan reads its number: a
+ * child seen before that is watched unnamed, and named by elimination if it
+ * ends so; one never seen is deduced from mpirun starting its ranks in rank
+ * order. Where neither settles it no rank is named, never a wrong one.
+ * Ranks on other hosts are not seen: with a hostfile engine-run relies on
+ * mpirun's banners. */
 #ifndef DS_TOOLS_RANK_WATCH_H
 #define DS_TOOLS_RANK_WATCH_H
 
@@ -28,17 +32,19 @@ void er_ranks_destroy(er_ranks *w);
 /* Look for ranks not found yet (cheap once all are); true when every rank
  * has been found (or w is NULL: nothing to look for). */
 bool er_ranks_scan(er_ranks *w);
-/* The pidfds of the ranks still running, for poll (POLLIN when one ends);
- * returns how many were written to out (at most cap). */
+/* The pidfds of the ranks (and unnamed children) still running, for poll
+ * (POLLIN when one ends); returns how many were written to out (at most
+ * cap). */
 int er_ranks_fds(const er_ranks *w, struct pollfd *out, int cap);
 /* After poll returned: note the ranks that ended, in order. */
 void er_ranks_check(er_ranks *w);
-/* The rank that ended first, or -1. */
+/* The rank that ended first, or -1 (none yet, or not known which). */
 int er_ranks_first_gone(const er_ranks *w);
 /* Its wait status (waitpid's), or -1 when mpirun reaped it before it was
  * seen: known when mpirun does not reap, which is when it matters. */
 int er_ranks_first_status(const er_ranks *w);
-/* Send sig to every rank found and still running. */
+/* Send sig to every rank found and still running, and to mpirun's other
+ * children still running. */
 void er_ranks_kill(const er_ranks *w, int sig);
 
 #endif /* DS_TOOLS_RANK_WATCH_H */

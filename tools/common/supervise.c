@@ -193,13 +193,15 @@ int er_supervise(char **argv, const er_supervise_opts *o) {
             {.fd = counting ? j.rfd : -1, .events = POLLIN},
             {.fd = relay ? fds[0][0] : -1, .events = POLLIN},
             {.fd = relay ? fds[1][0] : -1, .events = POLLIN}};
-        /* In the first 2 s, until every rank is found, look every 10 ms: a
-         * rank that fails at once could start and end between two looks
-         * (see the naming after the loop). */
+        /* Until every rank is found, look every 10 ms: a rank that ends
+         * between two looks is named only by what the watch can deduce
+         * (rank_watch.c), or by the naming after the loop. Not only in the
+         * first seconds: on a loaded host mpirun can take longer to start
+         * them. */
         bool all_found = er_ranks_scan(ranks);
         int np = 3 + er_ranks_fds(ranks, p + 3, ER_WATCH_MAX);
         if (o->hook) np += o->hook->fds(o->hook->arg, p + np, ER_HOOK_FDS);
-        poll(p, (nfds_t)np, all_found || now_s() - t0 > 2.0 ? 100 : 10);
+        poll(p, (nfds_t)np, all_found ? 100 : 10);
         er_ranks_check(ranks);
         joins_read(&j);
         if (relay) relay_pipes(relay, fds, now_s());
