@@ -179,7 +179,7 @@ static size_t enc_scratch_bytes(const ds_module *m, int B, int T) {
     return fb > bb ? fb : bb;
 }
 
-/* Rows of the batch per attention chunk: as many as fit the backend's
+/* Samples of the batch per attention chunk: as many as fit the backend's
  * chunk_bytes of probabilities but at least one per thread (the batched
  * products give each thread whole products); the whole batch where the
  * backend asks for no chunking (chunk_bytes 0: cuda). */
@@ -190,6 +190,34 @@ static int enc_attn_rows(const ds_backend *be, const enc_dims *z) {
     if (rows < (size_t)be->num_threads) rows = (size_t)be->num_threads;
     if (rows < 1) rows = 1;
     return rows < (size_t)z->B ? (int)rows : z->B;
+}
+
+/* One chunk of the attention: samples first, first + step, ... (n of them).
+ * Chunk c of g holds samples c, c + g, c + 2g, ...: a backend's threads take
+ * a call's products and rows in order, so each thread gets samples of its
+ * own part of the batch, whose rows it computed in the projections before
+ * (a product splits its rows over the threads in order) and reads in the
+ * output projection after; consecutive samples would give half of them to
+ * the other thread, across the cores' caches. The values do not depend on
+ * the grouping (each product and softmax row is computed alone). */
+typedef struct enc_chunk {
+    int first, n, step;
+} enc_chunk;
+
+static int enc_chunk_count(const ds_backend *be, const enc_dims *z) {
+    int rows = enc_attn_rows(be, z);
+    return (z->B + rows - 1) / rows;
+}
+
+/* Chunk c of g. (be->attn_consecutive: samples c rows .. c rows + rows - 1,
+ * for benchmarks that time the two groupings.) */
+static enc_chunk enc_chunk_at(const ds_backend *be, const enc_dims *z, int g, int c) {
+    if (be->attn_consecutive) {
+        int rows = enc_attn_rows(be, z), first = c * rows;
+        return (enc_chunk){.first = first, .n = z->B - first < rows ? z->B - first : rows,
+                           .step = 1};
+    }
+    return (enc_chunk){.first = c, .n = (z->B - c + g - 1) / g, .step = g};
 }
 
 /* The attention mask's words from batch row b0 on (its B nh Tq rows of T
@@ -234,28 +262,28 @@ static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
 
     float scale = 1.0f / sqrtf((float)hd);
     const float *mask = ds_batch_f32(bt, "attention_mask");
-    const int rows = enc_attn_rows(be, &z);
-    for (int b0 = 0; b0 < B; b0 += rows) { /* rows b0 .. b0 + nb - 1 of the batch */
-        const int nb = B - b0 < rows ? B - b0 : rows;
-        const size_t o = (size_t)b0 * nh * TT; /* their probabilities' offset */
-        const float *q = s.q + (size_t)b0 * Tq * H, *k = s.k + (size_t)b0 * T * H,
-                    *v = s.v + (size_t)b0 * T * H;
-        float *p = s.p + o, *c = s.c + (size_t)b0 * Tq * H;
-        /* scores: for head h, batch b: S[b, h] = Q[b, :, h] K[b, :, h]^T */
+    const int g = enc_chunk_count(be, &z);
+    const int64_t sqH = (int64_t)Tq * H, sH = (int64_t)T * H;
+    for (int ci = 0; ci < g; ci++) {
+        const enc_chunk ch = enc_chunk_at(be, &z, g, ci);
+        const int b0 = ch.first, nb = ch.n;
+        const size_t o = (size_t)b0 * nh * TT; /* its first sample's probabilities */
+        const int64_t stq = ch.step * sqH, stk = ch.step * sH, stp = ch.step * nh * TT;
+        const float *q = s.q + b0 * sqH, *k = s.k + b0 * sH, *v = s.v + b0 * sH;
+        float *p = s.p + o, *c = s.c + b0 * sqH;
+        /* scores: for head h, sample b: S[b, h] = Q[b, :, h] K[b, :, h]^T */
         for (int h = 0; h < nh; h++)
-            DS_TRY(be->ops->gemm(be, false, true, Tq, T, hd, 1.0f, q + h * hd, H,
-                                 (int64_t)Tq * H, k + h * hd, H, (int64_t)T * H, 0.0f,
-                                 p + h * TT, T, nh * TT, nb));
+            DS_TRY(be->ops->gemm(be, false, true, Tq, T, hd, 1.0f, q + h * hd, H, stq,
+                                 k + h * hd, H, stk, 0.0f, p + h * TT, T, stp, nb));
         float *pd = pa > 0.0f ? w.pd + o : NULL;
         DS_TRY(be->nn->attn_softmax_fwd(be, p, pd, p, mask ? mask + (size_t)b0 * T : NULL,
-                                        false, nb, nh, Tq, T, scale, pa, ctx->seed, o,
+                                        false, nb, ch.step, nh, Tq, T, scale, pa, ctx->seed, o,
                                         enc_keep_rows(s.keep_p, &z, b0)));
         const float *pv = pd ? pd : p;
         /* context: C[b, :, h] = P[b, h] V[b, :, h] */
         for (int h = 0; h < nh; h++)
-            DS_TRY(be->ops->gemm(be, false, false, Tq, hd, T, 1.0f, pv + h * TT, T, nh * TT,
-                                 v + h * hd, H, (int64_t)T * H, 0.0f, c + h * hd, H,
-                                 (int64_t)Tq * H, nb));
+            DS_TRY(be->ops->gemm(be, false, false, Tq, hd, T, 1.0f, pv + h * TT, T, stp,
+                                 v + h * hd, H, stk, 0.0f, c + h * hd, H, stq, nb));
     }
 
     /* attention output: A1 = xq + dropout(C Wo^T + bo); H1 = LN1(A1) */
@@ -348,31 +376,33 @@ static ds_status enc_backward(ds_module *m, ds_module_ctx *ctx) {
 
     float scale = 1.0f / sqrtf((float)hd);
     int64_t sH = (int64_t)T * H, sqH = (int64_t)Tq * H;
-    const int rows = enc_attn_rows(be, &z);
-    for (int b0 = 0; b0 < B; b0 += rows) { /* rows b0 .. b0 + nb - 1, as in forward */
-        const int nb = B - b0 < rows ? B - b0 : rows;
+    const int g = enc_chunk_count(be, &z);
+    for (int ci = 0; ci < g; ci++) { /* the forward's chunks */
+        const enc_chunk ch = enc_chunk_at(be, &z, g, ci);
+        const int b0 = ch.first, nb = ch.n;
+        const int64_t stq = ch.step * sqH, stk = ch.step * sH, stp = ch.step * nh * TT;
         const size_t o = (size_t)b0 * nh * TT, oq = (size_t)b0 * sqH, ok = (size_t)b0 * sH;
         const float *p = s.p + o, *dcb = dc + oq;
         float *dp = w.dp + o;
         /* d(dropout(P)) = dC V^T per head */
         for (int h = 0; h < nh; h++)
-            DS_TRY(be->ops->gemm(be, false, true, Tq, T, hd, 1.0f, dcb + h * hd, H, sqH,
-                                 s.v + ok + h * hd, H, sH, 0.0f, dp + h * TT, T, nh * TT, nb));
+            DS_TRY(be->ops->gemm(be, false, true, Tq, T, hd, 1.0f, dcb + h * hd, H, stq,
+                                 s.v + ok + h * hd, H, stk, 0.0f, dp + h * TT, T, stp, nb));
         float *pd = pa > 0.0f ? w.pd + o : NULL;
         /* dS (in place of dp), and dropout(P) regenerated for dV */
-        DS_TRY(be->nn->attn_softmax_bwd(be, dp, pd, dp, p, nb, nh, Tq, T, scale, pa, ctx->seed,
-                                        o, enc_keep_rows(s.keep_p, &z, b0)));
+        DS_TRY(be->nn->attn_softmax_bwd(be, dp, pd, dp, p, nb, ch.step, nh, Tq, T, scale, pa,
+                                        ctx->seed, o, enc_keep_rows(s.keep_p, &z, b0)));
         const float *pv = pd ? pd : p;
         for (int h = 0; h < nh; h++) {
             /* dV = dropout(P)^T dC */
-            DS_TRY(be->ops->gemm(be, true, false, T, hd, Tq, 1.0f, pv + h * TT, T, nh * TT,
-                                 dcb + h * hd, H, sqH, 0.0f, w.dv + ok + h * hd, H, sH, nb));
+            DS_TRY(be->ops->gemm(be, true, false, T, hd, Tq, 1.0f, pv + h * TT, T, stp,
+                                 dcb + h * hd, H, stq, 0.0f, w.dv + ok + h * hd, H, stk, nb));
             /* dQ = dS K;  dK = dS^T Q */
-            DS_TRY(be->ops->gemm(be, false, false, Tq, hd, T, 1.0f, dp + h * TT, T, nh * TT,
-                                 s.k + ok + h * hd, H, sH, 0.0f, w.dq + oq + h * hd, H, sqH,
+            DS_TRY(be->ops->gemm(be, false, false, Tq, hd, T, 1.0f, dp + h * TT, T, stp,
+                                 s.k + ok + h * hd, H, stk, 0.0f, w.dq + oq + h * hd, H, stq,
                                  nb));
-            DS_TRY(be->ops->gemm(be, true, false, T, hd, Tq, 1.0f, dp + h * TT, T, nh * TT,
-                                 s.q + oq + h * hd, H, sqH, 0.0f, w.dk + ok + h * hd, H, sH,
+            DS_TRY(be->ops->gemm(be, true, false, T, hd, Tq, 1.0f, dp + h * TT, T, stp,
+                                 s.q + oq + h * hd, H, stq, 0.0f, w.dk + ok + h * hd, H, stk,
                                  nb));
         }
     }

@@ -238,7 +238,7 @@ static ds_status blk_forward(ds_module *m, ds_module_ctx *ctx) {
                              E3, sE3, 0.0f, s.p + h * TT, T, nh * TT, B));
     float scale = 1.0f / sqrtf((float)hd);
     float *pd = pa > 0.0f ? w.pd : NULL;
-    DS_TRY(be->nn->attn_softmax_fwd(be, s.p, pd, s.p, mask, true, B, nh, T, T, scale, pa,
+    DS_TRY(be->nn->attn_softmax_fwd(be, s.p, pd, s.p, mask, true, B, 1, nh, T, T, scale, pa,
                                     ctx->seed, 0, s.keep_p));
     const float *pv = pd ? pd : s.p;
     /* context: C[b, :, h] = P[b, h] V[b, :, h] */
@@ -317,7 +317,7 @@ static ds_status blk_backward(ds_module *m, ds_module_ctx *ctx) {
     float *pd = pa > 0.0f ? w.pd : NULL;
     /* dS (in place of dp; exactly 0 at masked keys, whose P is 0), and
      * dropout(P) regenerated for dV */
-    DS_TRY(be->nn->attn_softmax_bwd(be, w.dp, pd, w.dp, s.p, B, nh, T, T, scale, pa, ctx->seed,
+    DS_TRY(be->nn->attn_softmax_bwd(be, w.dp, pd, w.dp, s.p, B, 1, nh, T, T, scale, pa, ctx->seed,
                                     0, s.keep_p));
     const float *pv = pd ? pd : s.p;
     float *dq = w.dqkv, *dk = w.dqkv + E, *dv = w.dqkv + 2 * E;

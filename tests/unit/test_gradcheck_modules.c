@@ -248,23 +248,30 @@ static int test_encoder_cls_only_is_full_row0(void) {
     return fails;
 }
 
-/* The cpu encoder layer runs its attention a few batch rows at a time
- * (models/mod_encoder_layer.c, enc_attn_rows: as many rows as keep 512 KiB
- * of probabilities, at least one per thread). At T = 128 and 4 heads a row
- * holds 256 KiB, so one thread takes chunks of 2 rows (2, 2, 1 for B = 5)
- * and five threads the whole batch in one: the two must agree bit for bit,
- * dropout on and padded rows included (each product, softmax row and dropout
- * element is the same computation either way; the other kernels and the
- * GEMMs give the same bits at any thread count). */
+/* The cpu encoder layer runs its attention a few samples at a time
+ * (models/mod_encoder_layer.c, enc_attn_rows: as many samples as keep 512
+ * KiB of probabilities, at least one per thread), chunk c of g holding
+ * samples c, c + g, ... At T = 128 and 4 heads a sample holds 256 KiB, so
+ * one and two threads take chunks of 2 samples ({0, 3}, {1, 4}, {2} for
+ * B = 5), three threads chunks of 3 ({0, 2, 4}, {1, 3}) and five threads
+ * the whole batch in one; two threads with the backend's attn_consecutive
+ * (chunks {0, 1}, {2, 3}, {4}, for benchmarks) too. All must agree bit for
+ * bit, dropout on and padded rows included (each product, softmax row and
+ * dropout element is the same computation either way; the other kernels and
+ * the GEMMs give the same bits at any thread count). A chunk that read or
+ * wrote the wrong sample's rows, mask or dropout stream fails it. */
 static int test_encoder_attn_chunks(void) {
+    enum { NBE = 5 };
     const int B = 5, T = 128, H = 32, lens[] = {128, 100, 1, 128, 64};
+    const int threads[NBE] = {5, 1, 2, 3, 2};
     gc_batch gb;
     gc_batch_make(&gb, B, T, 30, 3, lens, false, false, 8);
-    ds_backend *be5 = test_cpu_backend(5, NULL);
-    ds_backend *bes[2] = {g_be, be5};
-    gc_chain c[2];
-    ds_module *m[2];
-    for (int k = 0; k < 2; k++) {
+    ds_backend *bes[NBE];
+    for (int k = 0; k < NBE; k++) bes[k] = test_cpu_backend(threads[k], NULL);
+    bes[NBE - 1]->attn_consecutive = true;
+    gc_chain c[NBE];
+    ds_module *m[NBE];
+    for (int k = 0; k < NBE; k++) {
         ds_encoder_desc d = {.hidden = H, .heads = 4, .intermediate = 64, .hidden_dropout = 0.1f,
                              .attn_dropout = 0.2f, .ln_eps = 1e-12f, .init_std = 0.02f};
         if (ds_mod_encoder_layer_create("bert.encoder.layer.0", &d, &m[k])) return 1;
@@ -273,27 +280,31 @@ static int test_encoder_attn_chunks(void) {
         gc_chain_randomize(&c[k], 0.3, 0.1, 6);
         c[k].training = true;
     }
-    double L[2];
-    for (int k = 0; k < 2; k++)
+    double L[NBE];
+    for (int k = 0; k < NBE; k++)
         if (gc_chain_forward(&c[k], &L[k]) || gc_chain_backward(&c[k])) return 1;
-    const gc_run *a = &c[0].runs[0], *b = &c[1].runs[0];
     int fails = 0;
-    for (int t = -2; t < m[0]->n_params; t++) {
-        const float *u = t == -2 ? a->y : t == -1 ? a->dx : a->grads[t];
-        const float *v = t == -2 ? b->y : t == -1 ? b->dx : b->grads[t];
-        size_t n = t == -2 ? a->ny : t == -1 ? a->nx : a->numel[t];
-        size_t differ = 0;
-        for (size_t i = 0; i < n; i++) differ += memcmp(&u[i], &v[i], sizeof(float)) != 0;
-        CHECK(differ == 0, "attention in chunks of 2 rows vs the whole batch: %zu of %zu "
-              "values of %s differ", differ, n,
-              t == -2 ? "the output" : t == -1 ? "the input gradient" : m[0]->params[t].name);
-        fails += differ != 0;
+    const gc_run *a = &c[0].runs[0];
+    for (int k = 1; k < NBE; k++) {
+        const gc_run *b = &c[k].runs[0];
+        for (int t = -2; t < m[0]->n_params; t++) {
+            const float *u = t == -2 ? a->y : t == -1 ? a->dx : a->grads[t];
+            const float *v = t == -2 ? b->y : t == -1 ? b->dx : b->grads[t];
+            size_t n = t == -2 ? a->ny : t == -1 ? a->nx : a->numel[t];
+            size_t differ = 0;
+            for (size_t i = 0; i < n; i++) differ += memcmp(&u[i], &v[i], sizeof(float)) != 0;
+            CHECK(differ == 0, "attention in chunks at %d threads%s vs the whole batch: %zu of "
+                  "%zu values of %s differ", threads[k], bes[k]->attn_consecutive ?
+                  " (consecutive)" : "", differ, n,
+                  t == -2 ? "the output" : t == -1 ? "the input gradient" : m[0]->params[t].name);
+            fails += differ != 0;
+        }
     }
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < NBE; k++) {
         gc_chain_free(&c[k]);
         m[k]->ops->destroy(m[k]);
+        ds_backend_destroy(bes[k]);
     }
-    ds_backend_destroy(be5);
     gc_batch_free(&gb);
     return fails;
 }
