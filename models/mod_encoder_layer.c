@@ -17,11 +17,12 @@
  * dimension H), one strided-batched call per head over the B rows, so no
  * split/merge copies are needed.
  *
- * On the cpu the attention runs a few rows of the batch at a time (scores,
- * softmax + dropout, context; backward likewise), so a chunk's
- * probabilities are still in the core's cache when the next step reads them
- * (enc_attn_rows); every product, softmax row and dropout element is the
- * same call on the same data as over the whole batch, so the bits are too.
+ * On the cpu the attention runs a few samples of the batch at a time
+ * (scores, softmax + dropout, context; backward likewise), so a chunk's
+ * probabilities are still in the core's cache when the next step reads them,
+ * each thread on samples of its own part of the batch (ds_attn_chunk_at,
+ * modules.h); every product, softmax row and dropout element is the same
+ * call on the same data as over the whole batch, so the bits are too.
  *
  * Dropout sites draw from one stream (ctx->seed) at disjoint offsets:
  * attention probs [0, B nh Tq T), attention output [+Nq H), FFN output [+Nq H).
@@ -179,53 +180,6 @@ static size_t enc_scratch_bytes(const ds_module *m, int B, int T) {
     return fb > bb ? fb : bb;
 }
 
-/* Samples of the batch per attention chunk: as many as fit the backend's
- * chunk_bytes of probabilities but at least one per thread (the batched
- * products give each thread whole products); the whole batch where the
- * backend asks for no chunking (chunk_bytes 0: cuda). */
-static int enc_attn_rows(const ds_backend *be, const enc_dims *z) {
-    if (!be->chunk_bytes) return z->B;
-    size_t row = (size_t)z->nh * z->Tq * z->T * sizeof(float);
-    size_t rows = be->chunk_bytes / (row ? row : 1);
-    if (rows < (size_t)be->num_threads) rows = (size_t)be->num_threads;
-    if (rows < 1) rows = 1;
-    return rows < (size_t)z->B ? (int)rows : z->B;
-}
-
-/* One chunk of the attention: samples first, first + step, ... (n of them).
- * Chunk c of g holds samples c, c + g, c + 2g, ...: a backend's threads take
- * a call's products and rows in order, so each thread gets samples of its
- * own part of the batch, whose rows it computed in the projections before
- * (a product splits its rows over the threads in order) and reads in the
- * output projection after; consecutive samples would give half of them to
- * the other thread, across the cores' caches. The values do not depend on
- * the grouping (each product and softmax row is computed alone). */
-typedef struct enc_chunk {
-    int first, n, step;
-} enc_chunk;
-
-static int enc_chunk_count(const ds_backend *be, const enc_dims *z) {
-    int rows = enc_attn_rows(be, z);
-    return (z->B + rows - 1) / rows;
-}
-
-/* Chunk c of g. (be->attn_consecutive: samples c rows .. c rows + rows - 1,
- * for benchmarks that time the two groupings.) */
-static enc_chunk enc_chunk_at(const ds_backend *be, const enc_dims *z, int g, int c) {
-    if (be->attn_consecutive) {
-        int rows = enc_attn_rows(be, z), first = c * rows;
-        return (enc_chunk){.first = first, .n = z->B - first < rows ? z->B - first : rows,
-                           .step = 1};
-    }
-    return (enc_chunk){.first = c, .n = (z->B - c + g - 1) / g, .step = g};
-}
-
-/* The attention mask's words from batch row b0 on (its B nh Tq rows of T
- * keys, row-major as P). */
-static uint32_t *enc_keep_rows(uint32_t *keep, const enc_dims *z, int b0) {
-    return keep ? keep + (size_t)b0 * z->nh * z->Tq * ds_dropout_mask_ld(z->T) : NULL;
-}
-
 /* The dropout probabilities of this call (0 outside training). */
 static void enc_drops(const enc_impl *L, const ds_module_ctx *ctx, float *pa, float *ph) {
     *pa = ctx->training ? L->d.attn_dropout : 0.0f;
@@ -262,10 +216,10 @@ static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
 
     float scale = 1.0f / sqrtf((float)hd);
     const float *mask = ds_batch_f32(bt, "attention_mask");
-    const int g = enc_chunk_count(be, &z);
+    const int g = ds_attn_chunk_count(be, B, nh, Tq, T); /* modules.h */
     const int64_t sqH = (int64_t)Tq * H, sH = (int64_t)T * H;
     for (int ci = 0; ci < g; ci++) {
-        const enc_chunk ch = enc_chunk_at(be, &z, g, ci);
+        const ds_attn_chunk ch = ds_attn_chunk_at(be, B, nh, Tq, T, g, ci);
         const int b0 = ch.first, nb = ch.n;
         const size_t o = (size_t)b0 * nh * TT; /* its first sample's probabilities */
         const int64_t stq = ch.step * sqH, stk = ch.step * sH, stp = ch.step * nh * TT;
@@ -278,7 +232,7 @@ static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
         float *pd = pa > 0.0f ? w.pd + o : NULL;
         DS_TRY(be->nn->attn_softmax_fwd(be, p, pd, p, mask ? mask + (size_t)b0 * T : NULL,
                                         false, nb, ch.step, nh, Tq, T, scale, pa, ctx->seed, o,
-                                        enc_keep_rows(s.keep_p, &z, b0)));
+                                        ds_attn_keep_rows(s.keep_p, nh, Tq, T, b0)));
         const float *pv = pd ? pd : p;
         /* context: C[b, :, h] = P[b, h] V[b, :, h] */
         for (int h = 0; h < nh; h++)
@@ -376,9 +330,9 @@ static ds_status enc_backward(ds_module *m, ds_module_ctx *ctx) {
 
     float scale = 1.0f / sqrtf((float)hd);
     int64_t sH = (int64_t)T * H, sqH = (int64_t)Tq * H;
-    const int g = enc_chunk_count(be, &z);
+    const int g = ds_attn_chunk_count(be, B, nh, Tq, T);
     for (int ci = 0; ci < g; ci++) { /* the forward's chunks */
-        const enc_chunk ch = enc_chunk_at(be, &z, g, ci);
+        const ds_attn_chunk ch = ds_attn_chunk_at(be, B, nh, Tq, T, g, ci);
         const int b0 = ch.first, nb = ch.n;
         const int64_t stq = ch.step * sqH, stk = ch.step * sH, stp = ch.step * nh * TT;
         const size_t o = (size_t)b0 * nh * TT, oq = (size_t)b0 * sqH, ok = (size_t)b0 * sH;
@@ -391,7 +345,7 @@ static ds_status enc_backward(ds_module *m, ds_module_ctx *ctx) {
         float *pd = pa > 0.0f ? w.pd + o : NULL;
         /* dS (in place of dp), and dropout(P) regenerated for dV */
         DS_TRY(be->nn->attn_softmax_bwd(be, dp, pd, dp, p, nb, ch.step, nh, Tq, T, scale, pa,
-                                        ctx->seed, o, enc_keep_rows(s.keep_p, &z, b0)));
+                                        ctx->seed, o, ds_attn_keep_rows(s.keep_p, nh, Tq, T, b0)));
         const float *pv = pd ? pd : p;
         for (int h = 0; h < nh; h++) {
             /* dV = dropout(P)^T dC */

@@ -248,19 +248,32 @@ static int test_encoder_cls_only_is_full_row0(void) {
     return fails;
 }
 
-/* The cpu encoder layer runs its attention a few samples at a time
- * (models/mod_encoder_layer.c, enc_attn_rows: as many samples as keep 512
- * KiB of probabilities, at least one per thread), chunk c of g holding
- * samples c, c + g, ... At T = 128 and 4 heads a sample holds 256 KiB, so
- * one and two threads take chunks of 2 samples ({0, 3}, {1, 4}, {2} for
- * B = 5), three threads chunks of 3 ({0, 2, 4}, {1, 3}) and five threads
- * the whole batch in one; two threads with the backend's attn_consecutive
- * (chunks {0, 1}, {2, 3}, {4}, for benchmarks) too. All must agree bit for
- * bit, dropout on and padded rows included (each product, softmax row and
- * dropout element is the same computation either way; the other kernels and
- * the GEMMs give the same bits at any thread count). A chunk that read or
- * wrote the wrong sample's rows, mask or dropout stream fails it. */
-static int test_encoder_attn_chunks(void) {
+/* The cpu attention layers run their attention a few samples at a time
+ * (ds_attn_chunk_at, models/modules.h: as many samples as keep 512 KiB of
+ * probabilities, at least one per thread), chunk c of g holding samples c,
+ * c + g, ... At T = 128 and 4 heads a sample holds 256 KiB, so one and two
+ * threads take chunks of 2 samples ({0, 3}, {1, 4}, {2} for B = 5), three
+ * threads chunks of 3 ({0, 2, 4}, {1, 3}) and five threads the whole batch
+ * in one; two threads with the backend's attn_consecutive (chunks {0, 1},
+ * {2, 3}, {4}, for benchmarks) too. For BERT's encoder layer and GPT-2's
+ * block (causal) alike, all must agree bit for bit, dropout on and padded
+ * rows included (each product, softmax row and dropout element is the same
+ * computation either way; the other kernels and the GEMMs give the same bits
+ * at any thread count). A chunk that read or wrote the wrong sample's rows,
+ * mask or dropout stream fails it. */
+static int make_attn_layer(int gpt2, ds_module **out) {
+    if (gpt2) {
+        ds_gpt2_block_desc d = {.n_embd = 32, .n_head = 4, .n_inner = 64, .resid_pdrop = 0.1f,
+                                .attn_pdrop = 0.2f, .ln_eps = 1e-5f, .init_std = 0.02f,
+                                .proj_std = 0.01f};
+        return ds_mod_gpt2_block_create("transformer.h.0", &d, out) != DS_OK;
+    }
+    ds_encoder_desc d = {.hidden = 32, .heads = 4, .intermediate = 64, .hidden_dropout = 0.1f,
+                         .attn_dropout = 0.2f, .ln_eps = 1e-12f, .init_std = 0.02f};
+    return ds_mod_encoder_layer_create("bert.encoder.layer.0", &d, out) != DS_OK;
+}
+
+static int test_attn_chunks(int gpt2) {
     enum { NBE = 5 };
     const int B = 5, T = 128, H = 32, lens[] = {128, 100, 1, 128, 64};
     const int threads[NBE] = {5, 1, 2, 3, 2};
@@ -272,9 +285,7 @@ static int test_encoder_attn_chunks(void) {
     gc_chain c[NBE];
     ds_module *m[NBE];
     for (int k = 0; k < NBE; k++) {
-        ds_encoder_desc d = {.hidden = H, .heads = 4, .intermediate = 64, .hidden_dropout = 0.1f,
-                             .attn_dropout = 0.2f, .ln_eps = 1e-12f, .init_std = 0.02f};
-        if (ds_mod_encoder_layer_create("bert.encoder.layer.0", &d, &m[k])) return 1;
+        if (make_attn_layer(gpt2, &m[k])) return 1;
         if (gc_chain_init(&c[k], bes[k], &m[k], 1, &gb.b, false, (size_t)B * T * H, false, 77))
             return 1;
         gc_chain_randomize(&c[k], 0.3, 0.1, 6);
@@ -293,9 +304,9 @@ static int test_encoder_attn_chunks(void) {
             size_t n = t == -2 ? a->ny : t == -1 ? a->nx : a->numel[t];
             size_t differ = 0;
             for (size_t i = 0; i < n; i++) differ += memcmp(&u[i], &v[i], sizeof(float)) != 0;
-            CHECK(differ == 0, "attention in chunks at %d threads%s vs the whole batch: %zu of "
-                  "%zu values of %s differ", threads[k], bes[k]->attn_consecutive ?
-                  " (consecutive)" : "", differ, n,
+            CHECK(differ == 0, "%s: attention in chunks at %d threads%s vs the whole batch: "
+                  "%zu of %zu values of %s differ", m[0]->name, threads[k],
+                  bes[k]->attn_consecutive ? " (consecutive)" : "", differ, n,
                   t == -2 ? "the output" : t == -1 ? "the input gradient" : m[0]->params[t].name);
             fails += differ != 0;
         }
@@ -456,7 +467,8 @@ int main(void) {
     fails += test_bert_embeddings();
     fails += test_encoder_layer();
     fails += test_encoder_cls_only_is_full_row0();
-    fails += test_encoder_attn_chunks();
+    fails += test_attn_chunks(0);
+    fails += test_attn_chunks(1);
     fails += test_pooler();
     fails += test_gpt2_embed();
     fails += test_gpt2_block();
