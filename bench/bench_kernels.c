@@ -250,11 +250,11 @@ static ds_status k_drop_bwd(ds_backend *be, const model *m, bufs *b, int v) {
  * softmax alone, pd its copy: the difference to 0 is the dropout's cost) */
 static ds_status k_smax_fwd(ds_backend *be, const model *m, bufs *b, int v) {
     return be->nn->attn_softmax_fwd(be, b->y, b->z, b->x, m->causal ? NULL : b->mask, m->causal,
-                                    m->B, 1, m->nh, m->T, m->T, 0.125f, v == 2 ? 0.0f : 0.1f, 1234,
+                                    m->B, m->nh, m->T, m->T, 0.125f, v == 2 ? 0.0f : 0.1f, 1234,
                                     0, v == 1 ? b->keep : NULL);
 }
 static ds_status k_smax_bwd(ds_backend *be, const model *m, bufs *b, int v) {
-    return be->nn->attn_softmax_bwd(be, b->w, b->z, b->dy, b->y, m->B, 1, m->nh, m->T, m->T, 0.125f,
+    return be->nn->attn_softmax_bwd(be, b->w, b->z, b->dy, b->y, m->B, m->nh, m->T, m->T, 0.125f,
                                     0.1f, 1234, 0, v ? b->keep : NULL);
 }
 static ds_status k_xent_fwd(ds_backend *be, const model *m, bufs *b, int v) {

@@ -20,7 +20,13 @@
  * and without activation checkpointing (computed from the modules' sizes
  * as the engine's plan computes them; the run's own setting is the measured
  * one). The last line, "bench_lm_json: {...}", is what bench/lm_table.py
- * reads. */
+ * reads.
+ *
+ * --chunks ab: the blocks' attention in chunks of a few sequences (the cpu
+ * backend's chunk_bytes, models/modules.h) in even timed steps and over the
+ * whole batch at once in odd ones. The same bits either way; prints the
+ * median ratio of the pairs' step times, both seeing the host's same
+ * minute. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +35,7 @@
 
 #include "bench/bench_util.h"
 #include "engine/engine.h"
+#include "engine/engine_internal.h" /* e->be: the chunk size --chunks ab turns */
 #include "models/models.h"
 
 static void usage(void) {
@@ -37,6 +44,7 @@ static void usage(void) {
             "                [--warmup N] [--precision fp32|fp16|bf16]\n"
             "                [--activation-checkpointing 0|1] [--layers L] [--hidden E]\n"
             "                [--heads NH] [--vocab V] [--positions P] [--dropout p]\n"
+            "                [--chunks ab]\n"
             "defaults: GPT-2 small (12 x 768, 12 heads, vocab 50257, 1024 positions,\n"
             "dropout 0.1), seq 256, batch 8, 3 timed steps after 1 warm-up, fp32, stage 0\n");
 }
@@ -83,6 +91,7 @@ int main(int argc, char **argv) {
     int L = 12, E = 768, NH = 12, V = 50257, P = 1024;
     float dropout = 0.1f;
     const char *precision = "fp32";
+    int ab = 0; /* --chunks ab */
     for (int i = 1; i < argc; i += 2) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage();
@@ -106,15 +115,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--vocab")) V = atoi(v);
         else if (!strcmp(argv[i], "--positions")) P = atoi(v);
         else if (!strcmp(argv[i], "--dropout")) dropout = (float)atof(v);
+        else if (!strcmp(argv[i], "--chunks") && !strcmp(v, "ab")) ab = 1;
         else {
             fprintf(stderr, "bench_lm: unknown option %s\n", argv[i]);
             usage();
             return 2;
         }
     }
-    if (steps < 1 || warmup < 0 || T < 2 || global_batch < 1 || P < T) {
-        fprintf(stderr, "bench_lm: need steps >= 1, warmup >= 0, seq >= 2, batch >= 1, "
-                        "positions >= seq\n");
+    if (steps < 1 || warmup < 0 || T < 2 || global_batch < 1 || P < T || (ab && steps < 2)) {
+        fprintf(stderr, "bench_lm: need steps >= 1 (2 with an ab option), warmup >= 0, "
+                        "seq >= 2, batch >= 1, positions >= seq\n");
         return 2;
     }
     const int I = 4 * E;
@@ -172,7 +182,11 @@ int main(int argc, char **argv) {
     double *dt = calloc((size_t)steps, sizeof *dt);
     double first_loss = 0.0, last_loss = 0.0;
     long faults0 = 0;
+    const size_t chunk_bytes = e->be->chunk_bytes;
     for (int i = 0; i < warmup + steps; i++) {
+        if (ab) /* no chunks in odd timed steps; changed between steps only, so
+                 * a step's forward and backward chunk alike */
+            e->be->chunk_bytes = i >= warmup && (i - warmup) % 2 == 1 ? 0 : chunk_bytes;
         if (i == warmup) {
             struct rusage r0;
             getrusage(RUSAGE_SELF, &r0);
@@ -190,6 +204,16 @@ int main(int argc, char **argv) {
         if (rank == 0)
             fprintf(stderr, "bench_lm: step %d%s %.3f s loss %.4f\n", i + 1,
                     i < warmup ? " (warm-up)" : "", now_s() - t0, info.loss);
+    }
+    if (ab && rank == 0) { /* each pair of timed steps: off over on */
+        int n = steps / 2;
+        double r[n > 0 ? n : 1], lo = 1e30, hi = 0;
+        for (int j = 0; j < n; j++) {
+            r[j] = dt[2 * j + 1] / dt[2 * j];
+            lo = r[j] < lo ? r[j] : lo, hi = r[j] > hi ? r[j] : hi;
+        }
+        printf("bench_lm: chunks ab: step time without / with the chunks %.3f (median of %d "
+               "pairs, min %.3f, max %.3f)\n", median_sort(r, n), n, lo, hi);
     }
     double med = median_sort(dt, steps);
     double tokens = (double)global_batch * T;

@@ -43,11 +43,6 @@
  * (cpu_gemm_dot.c) on in even timed steps and off in odd ones (the
  * backend's gemm_no_cut), so both see the host's same minute; prints the
  * median ratio of the pairs' step times (cpu backend, one engine).
- * --attn-chunks ab: likewise the encoder layers' attention chunks spread
- * over the batch (a sample from each thread's part, mod_encoder_layer.c) in
- * even timed steps and consecutive samples in odd ones (the backend's
- * attn_consecutive); the same bits either way. Prints the ratios of the
- * step, the forward and the backward.
  * --perf-ctl CTL,ACK: file descriptors of `perf record|stat -D -1 --control
  * fd:CTL,ACK` (events off at the start); the timed steps are bracketed by
  * "enable" and "disable", so the profile holds them alone, without the
@@ -318,17 +313,15 @@ static void report_replay(const bench *b, engine_t *e, const timing *tm) {
 
 /* --cut ab: per pair of timed steps (with the k cut, then without), the
  * time without over the time with; > 1: the cut is faster. */
-static void report_cut_ab(const bench *b, const timing *tm, const char *what,
-                          const char *with, const double *t) {
+static void report_cut_ab(const bench *b, const timing *tm) {
     int n = b->steps / 2;
     double *r = malloc((size_t)n * sizeof *r), lo = 1e30, hi = 0;
     for (int j = 0; j < n; j++) {
-        r[j] = t[2 * j + 1] / t[2 * j];
+        r[j] = tm->dt[2 * j + 1] / tm->dt[2 * j];
         lo = r[j] < lo ? r[j] : lo, hi = r[j] > hi ? r[j] : hi;
     }
-    printf("bench_train: %s ab: %s without / with %s %.3f (median of %d pairs, min %.3f, "
-           "max %.3f)\n", what, t == tm->dt ? "step time" : t == tm->fw ? "forward" : "backward",
-           with, median_sort(r, n), n, lo, hi);
+    printf("bench_train: k cut ab: step time without / with the cut %.3f (median of %d pairs, "
+           "min %.3f, max %.3f)\n", median_sort(r, n), n, lo, hi);
     free(r);
 }
 
@@ -353,7 +346,7 @@ int main(int argc, char **argv) {
     int overlap = -1, qgz = 0; /* overlap -1: DeepSpeed's default; 2 (either): ab; qgz 5: ab4 */
     const char *gemm = "auto";
     int zpp_ab = 0; /* --zeropp ab */
-    int cut_ab = 0; /* --cut ab: 1; --attn-chunks ab: 2 */
+    int cut_ab = 0; /* --cut ab */
     int sparse = -1; /* --sparse: -1 unset, 0, 1, 2 ab */
     int pctl = -1, pack = -1; /* --perf-ctl */
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -381,7 +374,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--gemm-replay")) b.replay = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--zeropp") && !strcmp(argv[i + 1], "ab")) zpp_ab = 1;
         else if (!strcmp(argv[i], "--cut") && !strcmp(argv[i + 1], "ab")) cut_ab = 1;
-        else if (!strcmp(argv[i], "--attn-chunks") && !strcmp(argv[i + 1], "ab")) cut_ab = 2;
         else if (!strcmp(argv[i], "--perf-ctl") &&
                  sscanf(argv[i + 1], "%d,%d", &pctl, &pack) == 2 && pctl >= 0 && pack >= 0) {
         } else {
@@ -402,8 +394,8 @@ int main(int argc, char **argv) {
     }
     if (cut_ab && (overlap == 2 || qgz == 2 || qgz == 5 || gemm_ab || zpp_ab || sparse == 2 ||
                    strcmp(b.backend, "cpu") || b.steps < 2)) {
-        fprintf(stderr, "bench_train: --cut ab and --attn-chunks ab need the cpu backend, one "
-                "engine (no other ab mode) and --steps 2 or more\n");
+        fprintf(stderr, "bench_train: --cut ab needs the cpu backend, one engine (no other ab "
+                "mode) and --steps 2 or more\n");
         return 2;
     }
     if (b.replay && (overlap == 2 || qgz == 2 || qgz == 5 || gemm_ab || zpp_ab || sparse == 2 ||
@@ -451,11 +443,7 @@ int main(int argc, char **argv) {
                     pack);
             return 1;
         }
-        if (cut_ab) { /* the knob off in odd timed steps */
-            bool off = i >= b.warmup && (i - b.warmup) % 2 == 1;
-            if (cut_ab == 1) e[0]->be->gemm_no_cut = off;
-            else e[0]->be->attn_consecutive = off;
-        }
+        if (cut_ab) e[0]->be->gemm_no_cut = i >= b.warmup && (i - b.warmup) % 2 == 1;
         for (int j = 0; j < ne; j++) {
             int k = (i + j) % ne; /* ab: off first in even steps, on first in odd ones */
             if (timed_step(&b, e[k], i, &tm[k]) != DS_OK) return fail();
@@ -468,12 +456,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < ne; k++) report(&b, e[k], &tm[k]);
     if (b.replay) report_replay(&b, e[0], &tm[0]);
     if (b.replay == 2 && ds_rank(e[0]) == 0 && gr_by_shape(&tm[0].gr, 5) != DS_OK) return fail();
-    if (cut_ab == 1 && ds_rank(e[0]) == 0)
-        report_cut_ab(&b, &tm[0], "k cut", "the cut", tm[0].dt);
-    if (cut_ab == 2 && ds_rank(e[0]) == 0) /* the attention runs in both passes */
-        for (int k = 0; k < 3; k++)
-            report_cut_ab(&b, &tm[0], "attention chunks", "the spread",
-                          k == 0 ? tm[0].dt : k == 1 ? tm[0].fw : tm[0].bw);
+    if (cut_ab && ds_rank(e[0]) == 0) report_cut_ab(&b, &tm[0]);
     if (ne == 2 && ds_rank(e[0]) == 0) {
         double *r = malloc((size_t)b.steps * sizeof *r);
         double rlo = 1e30, rhi = 0;

@@ -19,10 +19,10 @@
  *
  * On the cpu the attention runs a few samples of the batch at a time
  * (scores, softmax + dropout, context; backward likewise), so a chunk's
- * probabilities are still in the core's cache when the next step reads them,
- * each thread on samples of its own part of the batch (ds_attn_chunk_at,
- * modules.h); every product, softmax row and dropout element is the same
- * call on the same data as over the whole batch, so the bits are too.
+ * probabilities are still in the core's cache when the next step reads them
+ * (ds_attn_chunk_at, modules.h); every product, softmax row and dropout
+ * element is the same call on the same data as over the whole batch, so the
+ * bits are too.
  *
  * Dropout sites draw from one stream (ctx->seed) at disjoint offsets:
  * attention probs [0, B nh Tq T), attention output [+Nq H), FFN output [+Nq H).
@@ -219,25 +219,24 @@ static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
     const int g = ds_attn_chunk_count(be, B, nh, Tq, T); /* modules.h */
     const int64_t sqH = (int64_t)Tq * H, sH = (int64_t)T * H;
     for (int ci = 0; ci < g; ci++) {
-        const ds_attn_chunk ch = ds_attn_chunk_at(be, B, nh, Tq, T, g, ci);
+        const ds_attn_chunk ch = ds_attn_chunk_at(be, B, nh, Tq, T, ci);
         const int b0 = ch.first, nb = ch.n;
         const size_t o = (size_t)b0 * nh * TT; /* its first sample's probabilities */
-        const int64_t stq = ch.step * sqH, stk = ch.step * sH, stp = ch.step * nh * TT;
         const float *q = s.q + b0 * sqH, *k = s.k + b0 * sH, *v = s.v + b0 * sH;
         float *p = s.p + o, *c = s.c + b0 * sqH;
         /* scores: for head h, sample b: S[b, h] = Q[b, :, h] K[b, :, h]^T */
         for (int h = 0; h < nh; h++)
-            DS_TRY(be->ops->gemm(be, false, true, Tq, T, hd, 1.0f, q + h * hd, H, stq,
-                                 k + h * hd, H, stk, 0.0f, p + h * TT, T, stp, nb));
+            DS_TRY(be->ops->gemm(be, false, true, Tq, T, hd, 1.0f, q + h * hd, H, sqH,
+                                 k + h * hd, H, sH, 0.0f, p + h * TT, T, nh * TT, nb));
         float *pd = pa > 0.0f ? w.pd + o : NULL;
         DS_TRY(be->nn->attn_softmax_fwd(be, p, pd, p, mask ? mask + (size_t)b0 * T : NULL,
-                                        false, nb, ch.step, nh, Tq, T, scale, pa, ctx->seed, o,
+                                        false, nb, nh, Tq, T, scale, pa, ctx->seed, o,
                                         ds_attn_keep_rows(s.keep_p, nh, Tq, T, b0)));
         const float *pv = pd ? pd : p;
         /* context: C[b, :, h] = P[b, h] V[b, :, h] */
         for (int h = 0; h < nh; h++)
-            DS_TRY(be->ops->gemm(be, false, false, Tq, hd, T, 1.0f, pv + h * TT, T, stp,
-                                 v + h * hd, H, stk, 0.0f, c + h * hd, H, stq, nb));
+            DS_TRY(be->ops->gemm(be, false, false, Tq, hd, T, 1.0f, pv + h * TT, T, nh * TT,
+                                 v + h * hd, H, sH, 0.0f, c + h * hd, H, sqH, nb));
     }
 
     /* attention output: A1 = xq + dropout(C Wo^T + bo); H1 = LN1(A1) */
@@ -332,31 +331,30 @@ static ds_status enc_backward(ds_module *m, ds_module_ctx *ctx) {
     int64_t sH = (int64_t)T * H, sqH = (int64_t)Tq * H;
     const int g = ds_attn_chunk_count(be, B, nh, Tq, T);
     for (int ci = 0; ci < g; ci++) { /* the forward's chunks */
-        const ds_attn_chunk ch = ds_attn_chunk_at(be, B, nh, Tq, T, g, ci);
+        const ds_attn_chunk ch = ds_attn_chunk_at(be, B, nh, Tq, T, ci);
         const int b0 = ch.first, nb = ch.n;
-        const int64_t stq = ch.step * sqH, stk = ch.step * sH, stp = ch.step * nh * TT;
         const size_t o = (size_t)b0 * nh * TT, oq = (size_t)b0 * sqH, ok = (size_t)b0 * sH;
         const float *p = s.p + o, *dcb = dc + oq;
         float *dp = w.dp + o;
         /* d(dropout(P)) = dC V^T per head */
         for (int h = 0; h < nh; h++)
-            DS_TRY(be->ops->gemm(be, false, true, Tq, T, hd, 1.0f, dcb + h * hd, H, stq,
-                                 s.v + ok + h * hd, H, stk, 0.0f, dp + h * TT, T, stp, nb));
+            DS_TRY(be->ops->gemm(be, false, true, Tq, T, hd, 1.0f, dcb + h * hd, H, sqH,
+                                 s.v + ok + h * hd, H, sH, 0.0f, dp + h * TT, T, nh * TT, nb));
         float *pd = pa > 0.0f ? w.pd + o : NULL;
         /* dS (in place of dp), and dropout(P) regenerated for dV */
-        DS_TRY(be->nn->attn_softmax_bwd(be, dp, pd, dp, p, nb, ch.step, nh, Tq, T, scale, pa,
+        DS_TRY(be->nn->attn_softmax_bwd(be, dp, pd, dp, p, nb, nh, Tq, T, scale, pa,
                                         ctx->seed, o, ds_attn_keep_rows(s.keep_p, nh, Tq, T, b0)));
         const float *pv = pd ? pd : p;
         for (int h = 0; h < nh; h++) {
             /* dV = dropout(P)^T dC */
-            DS_TRY(be->ops->gemm(be, true, false, T, hd, Tq, 1.0f, pv + h * TT, T, stp,
-                                 dcb + h * hd, H, stq, 0.0f, w.dv + ok + h * hd, H, stk, nb));
+            DS_TRY(be->ops->gemm(be, true, false, T, hd, Tq, 1.0f, pv + h * TT, T, nh * TT,
+                                 dcb + h * hd, H, sqH, 0.0f, w.dv + ok + h * hd, H, sH, nb));
             /* dQ = dS K;  dK = dS^T Q */
-            DS_TRY(be->ops->gemm(be, false, false, Tq, hd, T, 1.0f, dp + h * TT, T, stp,
-                                 s.k + ok + h * hd, H, stk, 0.0f, w.dq + oq + h * hd, H, stq,
+            DS_TRY(be->ops->gemm(be, false, false, Tq, hd, T, 1.0f, dp + h * TT, T, nh * TT,
+                                 s.k + ok + h * hd, H, sH, 0.0f, w.dq + oq + h * hd, H, sqH,
                                  nb));
-            DS_TRY(be->ops->gemm(be, true, false, T, hd, Tq, 1.0f, dp + h * TT, T, stp,
-                                 s.q + oq + h * hd, H, stq, 0.0f, w.dk + ok + h * hd, H, stk,
+            DS_TRY(be->ops->gemm(be, true, false, T, hd, Tq, 1.0f, dp + h * TT, T, nh * TT,
+                                 s.q + oq + h * hd, H, sqH, 0.0f, w.dk + ok + h * hd, H, sH,
                                  nb));
         }
     }

@@ -18,9 +18,9 @@
  * attention GEMMs run one strided-batched call per head over a chunk's
  * sequences, so QKV is never split or copied (HF's split + view +
  * transpose). On the cpu a chunk is a few sequences, so that their
- * probabilities stay in the cores' caches from the scores to the context,
- * each thread on sequences of its own part of the batch (ds_attn_chunk_at,
- * modules.h); the bits are those of the whole batch at once.
+ * probabilities stay in the cores' caches from the scores to the context
+ * (ds_attn_chunk_at, modules.h); the bits are those of the whole batch at
+ * once.
  *
  * Attention is causal (position t sees positions <= t) and also skips padded
  * keys when the batch has an "attention_mask" (what GPT2Model does when it is
@@ -240,23 +240,22 @@ static ds_status blk_forward(ds_module *m, ds_module_ctx *ctx) {
     const float scale = 1.0f / sqrtf((float)hd);
     const int g = ds_attn_chunk_count(be, B, nh, T, T);
     for (int ci = 0; ci < g; ci++) {
-        const ds_attn_chunk ch = ds_attn_chunk_at(be, B, nh, T, T, g, ci);
+        const ds_attn_chunk ch = ds_attn_chunk_at(be, B, nh, T, T, ci);
         const int b0 = ch.first, nb = ch.n;
         const size_t o = (size_t)b0 * nh * TT, oq = (size_t)b0 * sE3;
-        const int64_t st3 = ch.step * sE3, stp = ch.step * nh * TT, stc = ch.step * sE;
         float *p = s.p + o, *pd = pa > 0.0f ? w.pd + o : NULL;
         /* scores: for head h, sample b: S[b, h] = Q[b, :, h] K[b, :, h]^T */
         for (int h = 0; h < nh; h++)
-            DS_TRY(be->ops->gemm(be, false, true, T, T, hd, 1.0f, q + oq + h * hd, E3, st3,
-                                 k + oq + h * hd, E3, st3, 0.0f, p + h * TT, T, stp, nb));
+            DS_TRY(be->ops->gemm(be, false, true, T, T, hd, 1.0f, q + oq + h * hd, E3, sE3,
+                                 k + oq + h * hd, E3, sE3, 0.0f, p + h * TT, T, nh * TT, nb));
         DS_TRY(be->nn->attn_softmax_fwd(be, p, pd, p, mask ? mask + (size_t)b0 * T : NULL, true,
-                                        nb, ch.step, nh, T, T, scale, pa, ctx->seed, o,
+                                        nb, nh, T, T, scale, pa, ctx->seed, o,
                                         ds_attn_keep_rows(s.keep_p, nh, T, T, b0)));
         const float *pv = pd ? pd : p;
         /* context: C[b, :, h] = P[b, h] V[b, :, h] */
         for (int h = 0; h < nh; h++)
-            DS_TRY(be->ops->gemm(be, false, false, T, hd, T, 1.0f, pv + h * TT, T, stp,
-                                 v + oq + h * hd, E3, st3, 0.0f, s.c + b0 * sE + h * hd, E, stc,
+            DS_TRY(be->ops->gemm(be, false, false, T, hd, T, 1.0f, pv + h * TT, T, nh * TT,
+                                 v + oq + h * hd, E3, sE3, 0.0f, s.c + b0 * sE + h * hd, E, sE,
                                  nb));
     }
 
@@ -326,30 +325,29 @@ static ds_status blk_backward(ds_module *m, ds_module_ctx *ctx) {
     const float scale = 1.0f / sqrtf((float)hd);
     const int g = ds_attn_chunk_count(be, B, nh, T, T);
     for (int ci = 0; ci < g; ci++) { /* the forward's chunks */
-        const ds_attn_chunk ch = ds_attn_chunk_at(be, B, nh, T, T, g, ci);
+        const ds_attn_chunk ch = ds_attn_chunk_at(be, B, nh, T, T, ci);
         const int b0 = ch.first, nb = ch.n;
         const size_t o = (size_t)b0 * nh * TT, oq = (size_t)b0 * sE3, oc = (size_t)b0 * sE;
-        const int64_t st3 = ch.step * sE3, stp = ch.step * nh * TT, stc = ch.step * sE;
         const float *p = s.p + o;
         float *dp = w.dp + o, *pd = pa > 0.0f ? w.pd + o : NULL;
         float *dq = w.dqkv + oq, *dk = w.dqkv + oq + E, *dv = w.dqkv + oq + 2 * E;
         /* d(dropout(P)) = dC V^T per head */
         for (int h = 0; h < nh; h++)
-            DS_TRY(be->ops->gemm(be, false, true, T, T, hd, 1.0f, dc + oc + h * hd, E, stc,
-                                 v + oq + h * hd, E3, st3, 0.0f, dp + h * TT, T, stp, nb));
+            DS_TRY(be->ops->gemm(be, false, true, T, T, hd, 1.0f, dc + oc + h * hd, E, sE,
+                                 v + oq + h * hd, E3, sE3, 0.0f, dp + h * TT, T, nh * TT, nb));
         /* dS (in place of dp; exactly 0 at masked keys, whose P is 0), and
          * dropout(P) regenerated for dV */
-        DS_TRY(be->nn->attn_softmax_bwd(be, dp, pd, dp, p, nb, ch.step, nh, T, T, scale, pa,
+        DS_TRY(be->nn->attn_softmax_bwd(be, dp, pd, dp, p, nb, nh, T, T, scale, pa,
                                         ctx->seed, o, ds_attn_keep_rows(s.keep_p, nh, T, T, b0)));
         const float *pv = pd ? pd : p;
         for (int h = 0; h < nh; h++) {
             /* dV = dropout(P)^T dC;  dQ = dS K;  dK = dS^T Q (into dQKV's column blocks) */
-            DS_TRY(be->ops->gemm(be, true, false, T, hd, T, 1.0f, pv + h * TT, T, stp,
-                                 dc + oc + h * hd, E, stc, 0.0f, dv + h * hd, E3, st3, nb));
-            DS_TRY(be->ops->gemm(be, false, false, T, hd, T, 1.0f, dp + h * TT, T, stp,
-                                 k + oq + h * hd, E3, st3, 0.0f, dq + h * hd, E3, st3, nb));
-            DS_TRY(be->ops->gemm(be, true, false, T, hd, T, 1.0f, dp + h * TT, T, stp,
-                                 q + oq + h * hd, E3, st3, 0.0f, dk + h * hd, E3, st3, nb));
+            DS_TRY(be->ops->gemm(be, true, false, T, hd, T, 1.0f, pv + h * TT, T, nh * TT,
+                                 dc + oc + h * hd, E, sE, 0.0f, dv + h * hd, E3, sE3, nb));
+            DS_TRY(be->ops->gemm(be, false, false, T, hd, T, 1.0f, dp + h * TT, T, nh * TT,
+                                 k + oq + h * hd, E3, sE3, 0.0f, dq + h * hd, E3, sE3, nb));
+            DS_TRY(be->ops->gemm(be, true, false, T, hd, T, 1.0f, dp + h * TT, T, nh * TT,
+                                 q + oq + h * hd, E3, sE3, 0.0f, dk + h * hd, E3, sE3, nb));
         }
     }
     /* QKV = H1 Wa + ba: dWa, dba +=; dH1 = dQKV Wa^T (into d1: dA is consumed) */

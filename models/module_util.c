@@ -56,13 +56,9 @@ int ds_attn_chunk_count(const ds_backend *be, int B, int nh, int Tq, int T) {
     return rows > 0 ? (B + rows - 1) / rows : 0;
 }
 
-ds_attn_chunk ds_attn_chunk_at(const ds_backend *be, int B, int nh, int Tq, int T, int g, int c) {
-    if (be->attn_consecutive) {
-        int rows = attn_chunk_rows(be, B, nh, Tq, T), first = c * rows;
-        return (ds_attn_chunk){.first = first, .n = B - first < rows ? B - first : rows,
-                               .step = 1};
-    }
-    return (ds_attn_chunk){.first = c, .n = (B - c + g - 1) / g, .step = g};
+ds_attn_chunk ds_attn_chunk_at(const ds_backend *be, int B, int nh, int Tq, int T, int c) {
+    int rows = attn_chunk_rows(be, B, nh, Tq, T), first = c * rows;
+    return (ds_attn_chunk){.first = first, .n = B - first < rows ? B - first : rows};
 }
 
 uint32_t *ds_attn_keep_rows(uint32_t *keep, int nh, int Tq, int T, int first) {

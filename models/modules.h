@@ -68,30 +68,22 @@ void ds_attn_plan_gemms(ds_gemm_plan *plan, int nb, int Tq, int T, int hd);
 /* ---- attention in chunks of the batch ----
  * A backend with chunk_bytes (cpu) runs a layer's attention a few samples
  * at a time, so that a chunk's probabilities stay in its cores' caches from
- * the scores through the softmax to the context: as many samples as
- * chunk_bytes of probabilities hold, at least one per thread (each thread
- * takes whole products). Chunk c of g holds samples c, c + g, c + 2g, ...:
- * a backend's threads take a call's products and rows in order, so each
- * gets samples of its own part of the batch, whose rows it computed in the
- * projections before (a product splits its rows over the threads in order)
- * and reads in the output projection after; consecutive samples would give
- * half of them to another core's cache. The values do not depend on the
- * chunks: each product and softmax row is computed alone (nn.h's b_step
- * keeps the dropout stream and the mask rows of the whole batch). With
- * be->attn_consecutive (benchmarks that time both groupings) a chunk is
- * consecutive samples; with chunk_bytes 0 (cuda) the whole batch is one
- * chunk. */
+ * the scores through the softmax to the context: as many consecutive
+ * samples as chunk_bytes of probabilities hold, at least one per thread
+ * (each thread takes whole products). The values do not depend on the
+ * chunks: each product and softmax row is computed alone, with the dropout
+ * stream and the mask rows of the whole batch. With chunk_bytes 0 (cuda)
+ * the whole batch is one chunk. */
 typedef struct ds_attn_chunk {
     int first; /* its first sample */
     int n;     /* samples */
-    int step;  /* from one to the next (nn.h's b_step) */
 } ds_attn_chunk;
 
 /* How many chunks a batch of B samples of nh heads, Tq queries and T keys
  * takes. */
 int ds_attn_chunk_count(const ds_backend *be, int B, int nh, int Tq, int T);
-/* Chunk c of those g. */
-ds_attn_chunk ds_attn_chunk_at(const ds_backend *be, int B, int nh, int Tq, int T, int g, int c);
+/* Chunk c of them. */
+ds_attn_chunk ds_attn_chunk_at(const ds_backend *be, int B, int nh, int Tq, int T, int c);
 /* The dropout keep mask's words of sample `first` on (nh Tq rows of T keys
  * per sample, nn.h), or NULL without a mask. */
 uint32_t *ds_attn_keep_rows(uint32_t *keep, int nh, int Tq, int T, int first);

@@ -273,12 +273,6 @@ struct ds_backend {
      * k cut, cpu_gemm_dot.c); other bits. Only for bench_train --cut ab,
      * which times steps with and without the cut in one process. */
     bool gemm_no_cut;
-    /* true: an encoder layer's attention chunks take consecutive samples
-     * instead of one from each thread's part of the batch
-     * (mod_encoder_layer.c, enc_chunk_at); the same bits. Only for
-     * bench_train --attn-chunks ab, which times steps either way in one
-     * process. */
-    bool attn_consecutive;
     ds_mem *mem;     /* accountant (borrowed; owned by the engine or the caller) */
     void *impl;      /* implementation state */
     /* The GEMM workspace (below): gemm_ws_bytes at gemm_ws, recorded in mem

@@ -107,26 +107,16 @@ struct ds_nn_ops {
      * key gets all zeros (no NaN). Then the attention dropout: pd = dropout(p)
      * with probability drop_p and the stream (seed, offset), element index =
      * flat index in [B, nh, Tq, T]. keep: the dropout's keep mask over the
-     * B nh Tq rows of T keys (below, "dropout"), or NULL.
-     *
-     * b_step (>= 1): the B samples of the call are every b_step-th sample of
-     * a larger batch that the pointers and the offset address from its
-     * first one. Sample k's rows of s, p, pd and keep, its mask row and its
-     * stream positions are those of sample k b_step of [.., nh, Tq, T]:
-     * a call over samples c, c + g, c + 2g (b_step g) computes the bits that
-     * one call over the whole batch computes for them. 1: B contiguous
-     * samples. It lets a caller that works in chunks give each of the
-     * backend's threads samples whose rows that thread wrote before (the
-     * encoder layer: mod_encoder_layer.c). */
+     * B nh Tq rows of T keys (below, "dropout"), or NULL. */
 
     /* Writes p (may alias s) and, when pd != NULL, pd. pd may be NULL only
      * when drop_p == 0 (then the caller uses p). When drop_p > 0 and keep !=
      * NULL, also writes the keep bits of every key (causal or padding ones
      * too, which the backward reads). */
     ds_status (*attn_softmax_fwd)(ds_backend *be, float *p, float *pd, const float *s,
-                                  const float *mask, bool causal, int B, int b_step, int nh,
-                                  int Tq, int T, float scale, float drop_p, uint64_t seed,
-                                  uint64_t offset, uint32_t *keep);
+                                  const float *mask, bool causal, int B, int nh, int Tq, int T,
+                                  float scale, float drop_p, uint64_t seed, uint64_t offset,
+                                  uint32_t *keep);
     /* From dpd = d(loss)/d(pd): dp = dropout_bwd(dpd); ds = scale * p * (dp -
      * sum_j dp p) (ds may alias dpd). When pd != NULL it also regenerates pd
      * = dropout(p), the operand of dV = pd^T dC, in the same pass. It needs
@@ -135,8 +125,8 @@ struct ds_nn_ops {
      * the forward wrote with the same arguments, read instead of
      * regenerating the stream, or NULL. */
     ds_status (*attn_softmax_bwd)(ds_backend *be, float *ds, float *pd, const float *dpd,
-                                  const float *p, int B, int b_step, int nh, int Tq, int T,
-                                  float scale, float drop_p, uint64_t seed, uint64_t offset,
+                                  const float *p, int B, int nh, int Tq, int T, float scale,
+                                  float drop_p, uint64_t seed, uint64_t offset,
                                   const uint32_t *keep);
 
     /* ---- dropout (inverted, counter-based) ----

@@ -277,19 +277,6 @@ static inline ds_status ds_check_attn_dropout(const char *slot, const float *pd,
     return DS_OK;
 }
 
-/* Row r of an attention softmax call over every b_step-th sample: its row
- * of the whole batch (nn.h), `per` = nh Tq rows per sample. */
-DS_HD int64_t ds_attn_batch_row(int64_t r, int64_t per, int b_step) {
-    return b_step == 1 ? r : r / per * b_step * per + r % per;
-}
-
-/* Host only: attn_softmax_*'s b_step (nn.h), at least 1. */
-static inline ds_status ds_check_attn_step(const char *slot, int b_step) {
-    if (b_step < 1)
-        return DS_ERR(DS_ERR_INVALID_ARG, "%s: b_step must be >= 1, got %d", slot, b_step);
-    return DS_OK;
-}
-
 /* ---- layer norm ---- */
 
 /* xhat of one element. */

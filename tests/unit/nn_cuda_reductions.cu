@@ -154,9 +154,9 @@ static void test_attn_softmax(void) {
         const float *hm = a.mask ? mask : NULL;
         float *d_s = upf(s, n), *d_mask = a.mask ? upf(mask, (size_t)a.B * a.T) : NULL;
         float *cp = fnew(n), *cpd = fnew(n), *dp = dnan(n), *dpdv = dnan(n);
-        CHECK_OK(g_cpu->nn->attn_softmax_fwd(g_cpu, cp, cpd, s, hm, a.causal, a.B, 1, a.nh, a.Tq,
+        CHECK_OK(g_cpu->nn->attn_softmax_fwd(g_cpu, cp, cpd, s, hm, a.causal, a.B, a.nh, a.Tq,
                                              a.T, scale, a.drop_p, seed, a.offset, NULL));
-        CHECK_OK(g_gpu->nn->attn_softmax_fwd(g_gpu, dp, dpdv, d_s, d_mask, a.causal, a.B, 1, a.nh,
+        CHECK_OK(g_gpu->nn->attn_softmax_fwd(g_gpu, dp, dpdv, d_s, d_mask, a.causal, a.B, a.nh,
                                              a.Tq, a.T, scale, a.drop_p, seed, a.offset, NULL));
         float *gp = down(dp, n), *gpd = down(dpdv, n);
         /* p_j = e_j / S. The exponent s_j scale - mx may be rounded twice
@@ -202,38 +202,23 @@ static void test_attn_softmax(void) {
               shape, bad_c, bad_g);
         /* the same bits twice; p over s */
         float *dp2 = dnan(n), *dpd2 = dnan(n);
-        CHECK_OK(g_gpu->nn->attn_softmax_fwd(g_gpu, dp2, dpd2, d_s, d_mask, a.causal, a.B, 1, a.nh,
+        CHECK_OK(g_gpu->nn->attn_softmax_fwd(g_gpu, dp2, dpd2, d_s, d_mask, a.causal, a.B, a.nh,
                                              a.Tq, a.T, scale, a.drop_p, seed, a.offset, NULL));
         expect_bits("attn_softmax_fwd p run twice", gp, down(dp2, n), n);
         float *dsi = upf(s, n);
-        CHECK_OK(g_gpu->nn->attn_softmax_fwd(g_gpu, dsi, dpd2, dsi, d_mask, a.causal, a.B, 1, a.nh,
+        CHECK_OK(g_gpu->nn->attn_softmax_fwd(g_gpu, dsi, dpd2, dsi, d_mask, a.causal, a.B, a.nh,
                                              a.Tq, a.T, scale, a.drop_p, seed, a.offset, NULL));
         expect_bits("attn_softmax_fwd p over s", gp, down(dsi, n), n);
-        /* every other sample from the second (b_step 2, nn.h): their rows,
-         * p and pd, the bits of the whole call's */
-        if (a.B >= 2) {
-            const size_t per = (size_t)a.nh * a.Tq * a.T;
-            float *dp3 = dnan(n), *dpd3 = dnan(n);
-            CHECK_OK(g_gpu->nn->attn_softmax_fwd(g_gpu, dp3 + per, dpd3 + per, d_s + per,
-                                                 d_mask ? d_mask + a.T : NULL, a.causal, a.B / 2,
-                                                 2, a.nh, a.Tq, a.T, scale, a.drop_p, seed,
-                                                 a.offset + per, NULL));
-            float *gp3 = down(dp3, n), *gpd3 = down(dpd3, n);
-            for (int b = 1; b < a.B; b += 2) {
-                expect_bits("attn_softmax_fwd p, b_step 2", gp + b * per, gp3 + b * per, per);
-                expect_bits("attn_softmax_fwd pd, b_step 2", gpd + b * per, gpd3 + b * per, per);
-            }
-        }
         /* the keep mask in bits (nn.h): cpu's and cuda's words the same,
          * every key's bit (causal and padded ones too); compared as floats
          * of the same bytes */
         size_t kw = ds_dropout_mask_bytes(rows, a.T) / 4;
         float *ck = fnew(kw), *dk = dnan(kw);
         if (a.drop_p > 0.0f) {
-            CHECK_OK(g_cpu->nn->attn_softmax_fwd(g_cpu, fnew(n), fnew(n), s, hm, a.causal, a.B, 1,
+            CHECK_OK(g_cpu->nn->attn_softmax_fwd(g_cpu, fnew(n), fnew(n), s, hm, a.causal, a.B,
                                                  a.nh, a.Tq, a.T, scale, a.drop_p, seed, a.offset,
                                                  (uint32_t *)ck));
-            CHECK_OK(g_gpu->nn->attn_softmax_fwd(g_gpu, dp2, dpd2, d_s, d_mask, a.causal, a.B, 1,
+            CHECK_OK(g_gpu->nn->attn_softmax_fwd(g_gpu, dp2, dpd2, d_s, d_mask, a.causal, a.B,
                                                  a.nh, a.Tq, a.T, scale, a.drop_p, seed, a.offset,
                                                  (uint32_t *)dk));
             expect_bits("attn_softmax_fwd keep mask", ck, down(dk, kw), kw);
@@ -247,9 +232,9 @@ static void test_attn_softmax(void) {
          * |ds| a side. p = 0 (masked): ds exactly 0. */
         float *d_p = upf(cp, n), *d_dpd = upf(dpd, n);
         float *cds = fnew(n), *cpd2 = fnew(n), *dds = dnan(n), *dpd3 = dnan(n);
-        CHECK_OK(g_cpu->nn->attn_softmax_bwd(g_cpu, cds, cpd2, dpd, cp, a.B, 1, a.nh, a.Tq, a.T,
+        CHECK_OK(g_cpu->nn->attn_softmax_bwd(g_cpu, cds, cpd2, dpd, cp, a.B, a.nh, a.Tq, a.T,
                                              scale, a.drop_p, seed, a.offset, NULL));
-        CHECK_OK(g_gpu->nn->attn_softmax_bwd(g_gpu, dds, dpd3, d_dpd, d_p, a.B, 1, a.nh, a.Tq, a.T,
+        CHECK_OK(g_gpu->nn->attn_softmax_bwd(g_gpu, dds, dpd3, d_dpd, d_p, a.B, a.nh, a.Tq, a.T,
                                              scale, a.drop_p, seed, a.offset, NULL));
         expect_bits("attn_softmax_bwd pd", cpd2, down(dpd3, n), n);
         double *tds = dnew(n);
@@ -273,12 +258,12 @@ static void test_attn_softmax(void) {
         expect_within("attn_softmax_bwd ds", shape, cds, gds, tds, n);
         /* ds over dpd */
         float *dal = upf(dpd, n);
-        CHECK_OK(g_gpu->nn->attn_softmax_bwd(g_gpu, dal, NULL, dal, d_p, a.B, 1, a.nh, a.Tq, a.T,
+        CHECK_OK(g_gpu->nn->attn_softmax_bwd(g_gpu, dal, NULL, dal, d_p, a.B, a.nh, a.Tq, a.T,
                                              scale, a.drop_p, seed, a.offset, NULL));
         expect_bits("attn_softmax_bwd ds over dpd", gds, down(dal, n), n);
         if (a.drop_p > 0.0f) { /* from the keep mask: the stream's bits */
             float *dds2 = dnan(n), *dpd4 = dnan(n);
-            CHECK_OK(g_gpu->nn->attn_softmax_bwd(g_gpu, dds2, dpd4, d_dpd, d_p, a.B, 1, a.nh, a.Tq,
+            CHECK_OK(g_gpu->nn->attn_softmax_bwd(g_gpu, dds2, dpd4, d_dpd, d_p, a.B, a.nh, a.Tq,
                                                  a.T, scale, a.drop_p, seed, a.offset,
                                                  (const uint32_t *)dk));
             expect_bits("attn_softmax_bwd ds from the keep mask", gds, down(dds2, n), n);
@@ -288,25 +273,20 @@ static void test_attn_softmax(void) {
     }
     float h[4] = {0, 0, 0, 0}, *d = upf(h, 4);
     EXPECT_SAME_ERROR("pd is NULL but dropout",
-                      g_cpu->nn->attn_softmax_fwd(g_cpu, h, NULL, h, NULL, false, 1, 1, 1, 2, 2,
-                                                  1.0f, 0.1f, 1, 0, NULL),
-                      g_gpu->nn->attn_softmax_fwd(g_gpu, d, NULL, d, NULL, false, 1, 1, 1, 2, 2,
-                                                  1.0f, 0.1f, 1, 0, NULL));
+                      g_cpu->nn->attn_softmax_fwd(g_cpu, h, NULL, h, NULL, false, 1, 1, 2, 2, 1.0f,
+                                                  0.1f, 1, 0, NULL),
+                      g_gpu->nn->attn_softmax_fwd(g_gpu, d, NULL, d, NULL, false, 1, 1, 2, 2, 1.0f,
+                                                  0.1f, 1, 0, NULL));
     EXPECT_SAME_ERROR("attn_softmax_fwd: dropout probability must be in [0, 1), got 1",
-                      g_cpu->nn->attn_softmax_fwd(g_cpu, h, h, h, NULL, false, 1, 1, 1, 2, 2,
-                                                  1.0f, 1.0f, 1, 0, NULL),
-                      g_gpu->nn->attn_softmax_fwd(g_gpu, d, d, d, NULL, false, 1, 1, 1, 2, 2,
-                                                  1.0f, 1.0f, 1, 0, NULL));
+                      g_cpu->nn->attn_softmax_fwd(g_cpu, h, h, h, NULL, false, 1, 1, 2, 2, 1.0f,
+                                                  1.0f, 1, 0, NULL),
+                      g_gpu->nn->attn_softmax_fwd(g_gpu, d, d, d, NULL, false, 1, 1, 2, 2, 1.0f,
+                                                  1.0f, 1, 0, NULL));
     EXPECT_SAME_ERROR("attn_softmax_bwd: dropout probability must be in [0, 1), got 2",
-                      g_cpu->nn->attn_softmax_bwd(g_cpu, h, NULL, h, h, 1, 1, 1, 2, 2, 1.0f, 2.0f,
+                      g_cpu->nn->attn_softmax_bwd(g_cpu, h, NULL, h, h, 1, 1, 2, 2, 1.0f, 2.0f,
                                                   1, 0, NULL),
-                      g_gpu->nn->attn_softmax_bwd(g_gpu, d, NULL, d, d, 1, 1, 1, 2, 2, 1.0f, 2.0f,
+                      g_gpu->nn->attn_softmax_bwd(g_gpu, d, NULL, d, d, 1, 1, 2, 2, 1.0f, 2.0f,
                                                   1, 0, NULL));
-    EXPECT_SAME_ERROR("attn_softmax_fwd: b_step must be >= 1, got 0",
-                      g_cpu->nn->attn_softmax_fwd(g_cpu, h, h, h, NULL, false, 1, 0, 1, 2, 2,
-                                                  1.0f, 0.1f, 1, 0, NULL),
-                      g_gpu->nn->attn_softmax_fwd(g_gpu, d, d, d, NULL, false, 1, 0, 1, 2, 2,
-                                                  1.0f, 0.1f, 1, 0, NULL));
     release_all();
 }
 

@@ -277,21 +277,21 @@ static void run_nn(ds_backend *be, outputs *o) {
     if (!pa || !pd || !dsc || !pd2) TEST_DIE("out of memory");
     for (int i = 0; i < B * T; i++) mask[i] = (i % T) < (i < T ? T : 70) ? 1.0f : 0.0f;
     for (int causal = 0; causal < 2; causal++) {
-        CHECK_OK(nn->attn_softmax_fwd(be, pa, pd, s, mask, causal, B, 1, NH, T, T, 0.125f, 0.1f, 7,
+        CHECK_OK(nn->attn_softmax_fwd(be, pa, pd, s, mask, causal, B, NH, T, T, 0.125f, 0.1f, 7,
                                       11, NULL));
         keep(o, causal ? "softmax causal p" : "softmax p", pa, na * 4);
         keep(o, causal ? "softmax causal pd" : "softmax pd", pd, na * 4);
-        CHECK_OK(nn->attn_softmax_bwd(be, dsc, pd2, dpd, pa, B, 1, NH, T, T, 0.125f, 0.1f, 7, 11,
+        CHECK_OK(nn->attn_softmax_bwd(be, dsc, pd2, dpd, pa, B, NH, T, T, 0.125f, 0.1f, 7, 11,
                                       NULL));
         keep(o, causal ? "softmax causal ds" : "softmax ds", dsc, na * 4);
         /* with the keep mask in bits (every key's, causal ones too) */
         size_t kb = ds_dropout_mask_bytes((int64_t)B * NH * T, T);
         uint32_t *km = calloc(kb, 1);
         if (!km) TEST_DIE("out of memory");
-        CHECK_OK(nn->attn_softmax_fwd(be, pa, pd, s, mask, causal, B, 1, NH, T, T, 0.125f, 0.1f, 7,
+        CHECK_OK(nn->attn_softmax_fwd(be, pa, pd, s, mask, causal, B, NH, T, T, 0.125f, 0.1f, 7,
                                       11, km));
         keep(o, causal ? "softmax causal keep mask" : "softmax keep mask", km, kb);
-        CHECK_OK(nn->attn_softmax_bwd(be, dsc, pd2, dpd, pa, B, 1, NH, T, T, 0.125f, 0.1f, 7, 11,
+        CHECK_OK(nn->attn_softmax_bwd(be, dsc, pd2, dpd, pa, B, NH, T, T, 0.125f, 0.1f, 7, 11,
                                       km));
         keep(o, causal ? "softmax causal ds from the mask" : "softmax ds from the mask", dsc,
              na * 4);

@@ -260,12 +260,12 @@ static void test_causal_softmax(void) {
     float mask[B * T];
     make_mask(mask);
     float *s = gc_randn(&g_rng, n, 3.0), *p = malloc(n * 4);
-    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p, NULL, s, mask, true, B, 1, NH, T, T, scale, 0.0f,
+    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p, NULL, s, mask, true, B, NH, T, T, scale, 0.0f,
                                         0, 0, NULL));
     check_causal_probs(p, s, mask, T, scale, true, "causal, Tq = T");
     /* no mask: only the causal limit */
     float *pn = malloc(n * 4);
-    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, pn, NULL, s, NULL, true, B, 1, NH, T, T, scale, 0.0f,
+    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, pn, NULL, s, NULL, true, B, NH, T, T, scale, 0.0f,
                                         0, 0, NULL));
     float ones[B * T];
     for (int i = 0; i < B * T; i++) ones[i] = 1.0f;
@@ -273,7 +273,7 @@ static void test_causal_softmax(void) {
     /* in place (p over s), as the modules call it */
     float *pi = malloc(n * 4);
     memcpy(pi, s, n * 4);
-    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, pi, NULL, pi, mask, true, B, 1, NH, T, T, scale, 0.0f,
+    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, pi, NULL, pi, mask, true, B, NH, T, T, scale, 0.0f,
                                         0, 0, NULL));
     CHECK(memcmp(pi, p, n * 4) == 0, "causal softmax in place differs");
 
@@ -284,7 +284,7 @@ static void test_causal_softmax(void) {
     float *sq = malloc(nq * 4), *pq = malloc(nq * 4);
     for (size_t bh = 0; bh < (size_t)B * NH; bh++)
         memcpy(sq + bh * TQ * T, s + (bh * T + (T - TQ)) * T, (size_t)TQ * T * 4);
-    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, pq, NULL, sq, mask, true, B, 1, NH, TQ, T, scale,
+    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, pq, NULL, sq, mask, true, B, NH, TQ, T, scale,
                                         0.0f, 0, 0, NULL));
     check_causal_probs(pq, sq, mask, TQ, scale, true, "causal, Tq = 5");
     int diff = 0;
@@ -296,7 +296,7 @@ static void test_causal_softmax(void) {
      * ds = scale p (dp - sum dp p) elsewhere (bound of test_nn_dropout: the
      * T-term dot product and the final products) */
     float *dp = gc_randn(&g_rng, n, 1.0), *ds = malloc(n * 4);
-    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds, NULL, dp, p, B, 1, NH, T, T, scale, 0.0f, 0, 0,
+    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds, NULL, dp, p, B, NH, T, T, scale, 0.0f, 0, 0,
                                         NULL));
     int nonzero = 0;
     double worst = 0;
@@ -325,12 +325,12 @@ static void test_causal_softmax(void) {
      * backward, whose ds is 0 on the masked entries too */
     const float pa = 0.3f;
     float *p2 = malloc(n * 4), *pd = malloc(n * 4), *ref = malloc(n * 4), *pd2 = malloc(n * 4);
-    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p2, pd, s, mask, true, B, 1, NH, T, T, scale, pa, 7,
+    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p2, pd, s, mask, true, B, NH, T, T, scale, pa, 7,
                                         333, NULL));
     CHECK(memcmp(p2, p, n * 4) == 0, "causal softmax with dropout changed p");
     CHECK_OK(g_be->nn->dropout_fwd(g_be, ref, p, NULL, NULL, (int)(n / T), T, pa, 7, 333, NULL));
     CHECK(memcmp(pd, ref, n * 4) == 0, "causal attention dropout is not dropout(p)");
-    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds, pd2, dp, p, B, 1, NH, T, T, scale, pa, 7, 333,
+    CHECK_OK(g_be->nn->attn_softmax_bwd(g_be, ds, pd2, dp, p, B, NH, T, T, scale, pa, 7, 333,
                                         NULL));
     CHECK(memcmp(pd2, pd, n * 4) == 0, "causal backward regenerated another dropout(p)");
     nonzero = 0;
@@ -352,9 +352,9 @@ static void test_causal_dropout(void) {
     float *s = gc_randn(&g_rng, n, 3.0), *p = malloc(n * 4), *pd = malloc(n * 4);
     float *p0 = malloc(n * 4);
     for (size_t i = 0; i < n; i++) pd[i] = NAN; /* every entry must be written */
-    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p, pd, s, mask, true, B, 1, NH, T, T, scale, pdrop,
+    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p, pd, s, mask, true, B, NH, T, T, scale, pdrop,
                                         5, 33, NULL));
-    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p0, NULL, s, mask, true, B, 1, NH, T, T, scale, 0.0f,
+    CHECK_OK(g_be->nn->attn_softmax_fwd(g_be, p0, NULL, s, mask, true, B, NH, T, T, scale, 0.0f,
                                         0, 0, NULL));
     CHECK(memcmp(p, p0, n * 4) == 0, "causal softmax: p differs with dropout on");
     int bad = 0;

@@ -111,18 +111,18 @@ static void check_attention(ds_backend *be, const char *isa, int B, int nh, int 
     float *pb1 = test_malloc(n * 4), *pb2 = test_malloc(n * 4);
     uint32_t *keep = test_malloc(kb);
     memset(keep, 0xA5, kb);
-    CHECK_OK(nn->attn_softmax_fwd(be, p1, pd1, s, mask, causal, B, 1, nh, Tq, T, scale, pa, seed,
+    CHECK_OK(nn->attn_softmax_fwd(be, p1, pd1, s, mask, causal, B, nh, Tq, T, scale, pa, seed,
                                   off, NULL));
-    CHECK_OK(nn->attn_softmax_fwd(be, p2, pd2, s, mask, causal, B, 1, nh, Tq, T, scale, pa, seed,
+    CHECK_OK(nn->attn_softmax_fwd(be, p2, pd2, s, mask, causal, B, nh, Tq, T, scale, pa, seed,
                                   off, keep));
     CHECK(memcmp(p1, p2, n * 4) == 0 && memcmp(pd1, pd2, n * 4) == 0,
           "%s attention %d/%d%s: p or pd changes with a mask", isa, Tq, T, causal ? " causal" : "");
     int bad = mask_errors(keep, rows, T, pa, seed, off);
     CHECK(bad == 0, "%s attention %d/%d%s: %d mask words differ from the stream (every key)", isa,
           Tq, T, causal ? " causal" : "", bad);
-    CHECK_OK(nn->attn_softmax_bwd(be, ds1, pb1, dpd, p1, B, 1, nh, Tq, T, scale, pa, seed, off,
+    CHECK_OK(nn->attn_softmax_bwd(be, ds1, pb1, dpd, p1, B, nh, Tq, T, scale, pa, seed, off,
                                   NULL));
-    CHECK_OK(nn->attn_softmax_bwd(be, ds2, pb2, dpd, p1, B, 1, nh, Tq, T, scale, pa, seed, off,
+    CHECK_OK(nn->attn_softmax_bwd(be, ds2, pb2, dpd, p1, B, nh, Tq, T, scale, pa, seed, off,
                                   keep));
     CHECK(memcmp(ds1, ds2, n * 4) == 0 && memcmp(pb1, pb2, n * 4) == 0,
           "%s attention %d/%d%s: backward from the mask differs from the stream's", isa, Tq, T,

@@ -7,27 +7,24 @@
 #define ROW_CHUNK 256
 
 ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
-                                     const float *mask, bool causal, int B, int b_step, int nh,
-                                     int Tq, int T, float scale, float drop_p, uint64_t seed,
-                                     uint64_t offset, uint32_t *keep) {
+                                     const float *mask, bool causal, int B, int nh, int Tq, int T,
+                                     float scale, float drop_p, uint64_t seed, uint64_t offset,
+                                     uint32_t *keep) {
     int nt = ds_nn_cpu_threads(be);
     DS_TRY(ds_check_attn_dropout("attn_softmax_fwd", pd, drop_p));
-    DS_TRY(ds_check_attn_step("attn_softmax_fwd", b_step));
-    const int64_t per = (int64_t)nh * Tq, rows = (int64_t)B * per;
+    int64_t rows = (int64_t)B * nh * Tq;
     float inv_keep = 1.0f / (1.0f - drop_p);
     const int ld = ds_dropout_mask_ld(T);
     const int ahead = ds_nn_cpu_pf_rows(T);
 #pragma omp parallel for schedule(static) num_threads(nt) if (rows * T >= DS_NN_CPU_PAR_MIN)
-    for (int64_t lr = 0; lr < rows; lr++) {
-        const int64_t r = ds_attn_batch_row(lr, per, b_step);
-        int b = (int)(r / per);
+    for (int64_t r = 0; r < rows; r++) {
+        int b = (int)(r / ((int64_t)nh * Tq));
         const float *mrow = mask ? mask + (size_t)b * T : NULL;
         float *pr = p + (size_t)r * T;
-        if (lr + ahead < rows) { /* the row a page ahead (nn_cpu.h) */
-            const int64_t ra = ds_attn_batch_row(lr + ahead, per, b_step);
-            ds_nn_cpu_pf_read(s + (size_t)ra * T, T);
-            if (p != s) ds_nn_cpu_pf_write(p + (size_t)ra * T, T);
-            if (pd) ds_nn_cpu_pf_write(pd + (size_t)ra * T, T);
+        if (r + ahead < rows) { /* the row a page ahead (nn_cpu.h) */
+            ds_nn_cpu_pf_read(s + (size_t)(r + ahead) * T, T);
+            if (p != s) ds_nn_cpu_pf_write(pr + (size_t)ahead * T, T);
+            if (pd) ds_nn_cpu_pf_write(pd + (size_t)(r + ahead) * T, T);
         }
         /* causal: the softmax runs over the visible prefix of the keys only,
          * the rest is exactly 0 (the dropout below keeps 0 at 0) */
@@ -60,28 +57,25 @@ ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const 
 }
 
 ds_status ds_nn_cpu_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const float *dpd,
-                                     const float *p, int B, int b_step, int nh, int Tq, int T,
-                                     float scale, float drop_p, uint64_t seed, uint64_t offset,
+                                     const float *p, int B, int nh, int Tq, int T, float scale,
+                                     float drop_p, uint64_t seed, uint64_t offset,
                                      const uint32_t *keep) {
     int nt = ds_nn_cpu_threads(be);
     DS_TRY(ds_check_dropout_p("attn_softmax_bwd", drop_p));
-    DS_TRY(ds_check_attn_step("attn_softmax_bwd", b_step));
-    const int64_t per = (int64_t)nh * Tq, rows = (int64_t)B * per;
+    int64_t rows = (int64_t)B * nh * Tq;
     float inv_keep = 1.0f / (1.0f - drop_p);
     const int ld = ds_dropout_mask_ld(T);
     const int ahead = ds_nn_cpu_pf_rows(T);
 #pragma omp parallel for schedule(static) num_threads(nt) if (rows * T >= DS_NN_CPU_PAR_MIN)
-    for (int64_t lr = 0; lr < rows; lr++) {
-        const int64_t r = ds_attn_batch_row(lr, per, b_step);
+    for (int64_t r = 0; r < rows; r++) {
         const float *pr = p + (size_t)r * T;
         const float *dr = dpd + (size_t)r * T;
         float *sr = ds + (size_t)r * T;
         float *pdr = pd ? pd + (size_t)r * T : NULL;
-        if (lr + ahead < rows) { /* the row a page ahead (nn_cpu.h) */
-            const int64_t ra = ds_attn_batch_row(lr + ahead, per, b_step);
-            ds_nn_cpu_pf_read(p + (size_t)ra * T, T);
-            ds_nn_cpu_pf_read(dpd + (size_t)ra * T, T);
-            if (pdr) ds_nn_cpu_pf_write(pd + (size_t)ra * T, T);
+        if (r + ahead < rows) { /* the row a page ahead (nn_cpu.h) */
+            ds_nn_cpu_pf_read(pr + (size_t)ahead * T, T);
+            ds_nn_cpu_pf_read(dr + (size_t)ahead * T, T);
+            if (pdr) ds_nn_cpu_pf_write(pdr + (size_t)ahead * T, T);
         }
         /* pass 1: dp = dropout_bwd(dpd) into ds, dot = sum dp * p, pd = dropout(p) */
         float dot = 0.0f;

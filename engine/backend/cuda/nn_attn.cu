@@ -11,14 +11,12 @@ __device__ __forceinline__ bool ds_key_ok(const float *mrow, int j, int nk) {
 }
 
 __global__ void ds_k_attn_softmax_fwd(float *p, float *pd, const float *s, const float *mask,
-                                      bool causal, int b_step, int nh, int Tq, int T,
-                                      int64_t rows,
+                                      bool causal, int nh, int Tq, int T, int64_t rows,
                                       float scale, float drop_p, float inv_keep, uint64_t seed,
                                       uint64_t offset, uint32_t *keep) {
     int lane = threadIdx.x % 32;
     int ld = ds_dropout_mask_ld(T);
-    DS_NN_WARP_ROWS(lr, rows) {
-        const int64_t r = ds_attn_batch_row(lr, (int64_t)nh * Tq, b_step); /* nn.h */
+    DS_NN_WARP_ROWS(r, rows) {
         int b = (int)(r / ((int64_t)nh * Tq));
         const float *mrow = mask ? mask + (size_t)b * T : NULL;
         int nk = causal ? ds_causal_keys((int)(r % Tq), Tq, T) : T; /* as the cpu loop */
@@ -85,30 +83,28 @@ __global__ void ds_k_attn_softmax_fwd(float *p, float *pd, const float *s, const
 }
 
 ds_status ds_nn_cuda_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
-                                      const float *mask, bool causal, int B, int b_step, int nh,
-                                      int Tq, int T, float scale, float drop_p, uint64_t seed,
-                                      uint64_t offset, uint32_t *keep) {
+                                      const float *mask, bool causal, int B, int nh, int Tq, int T,
+                                      float scale, float drop_p, uint64_t seed, uint64_t offset,
+                                      uint32_t *keep) {
     DS_TRY(ds_check_attn_dropout("attn_softmax_fwd", pd, drop_p));
-    DS_TRY(ds_check_attn_step("attn_softmax_fwd", b_step));
     DS_CUDA_ENTER(be);
     int64_t rows = (int64_t)B * nh * Tq;
     if (rows <= 0) return DS_OK;
     ds_k_attn_softmax_fwd<<<ds_nn_row_blocks(rows), 32 * DS_NN_ROWS_PER_BLOCK, 0,
-                            DS_CUDA_DEFAULT_STREAM>>>(p, pd, s, mask, causal, b_step, nh, Tq, T,
-                                                      rows, scale, drop_p,
-                                                      1.0f / (1.0f - drop_p), seed, offset, keep);
+                            DS_CUDA_DEFAULT_STREAM>>>(p, pd, s, mask, causal, nh, Tq, T, rows,
+                                                      scale, drop_p, 1.0f / (1.0f - drop_p),
+                                                      seed, offset, keep);
     DS_CHECK_LAUNCH();
     return DS_OK;
 }
 
 __global__ void ds_k_attn_softmax_bwd(float *ds, float *pd, const float *dpd, const float *p,
-                                      int b_step, int64_t per, int T, int64_t rows, float scale,
-                                      float drop_p, float inv_keep, uint64_t seed,
-                                      uint64_t offset, const uint32_t *keep) {
+                                      int T, int64_t rows, float scale, float drop_p,
+                                      float inv_keep, uint64_t seed, uint64_t offset,
+                                      const uint32_t *keep) {
     int lane = threadIdx.x % 32;
     int ld = ds_dropout_mask_ld(T);
-    DS_NN_WARP_ROWS(lr, rows) {
-        const int64_t r = ds_attn_batch_row(lr, per, b_step); /* nn.h */
+    DS_NN_WARP_ROWS(r, rows) {
         const float *pr = p + r * T;
         float dot = 0.0f;
         for (int j = lane; j < T; j += 32) {
@@ -129,17 +125,15 @@ __global__ void ds_k_attn_softmax_bwd(float *ds, float *pd, const float *dpd, co
 }
 
 ds_status ds_nn_cuda_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const float *dpd,
-                                      const float *p, int B, int b_step, int nh, int Tq, int T,
-                                      float scale, float drop_p, uint64_t seed, uint64_t offset,
+                                      const float *p, int B, int nh, int Tq, int T, float scale,
+                                      float drop_p, uint64_t seed, uint64_t offset,
                                       const uint32_t *keep) {
     DS_TRY(ds_check_dropout_p("attn_softmax_bwd", drop_p));
-    DS_TRY(ds_check_attn_step("attn_softmax_bwd", b_step));
     DS_CUDA_ENTER(be);
     int64_t rows = (int64_t)B * nh * Tq;
     if (rows <= 0) return DS_OK;
     ds_k_attn_softmax_bwd<<<ds_nn_row_blocks(rows), 32 * DS_NN_ROWS_PER_BLOCK, 0,
-                            DS_CUDA_DEFAULT_STREAM>>>(ds, pd, dpd, p, b_step, (int64_t)nh * Tq, T,
-                                                      rows, scale, drop_p,
+                            DS_CUDA_DEFAULT_STREAM>>>(ds, pd, dpd, p, T, rows, scale, drop_p,
                                                       1.0f / (1.0f - drop_p), seed, offset,
                                                       drop_p > 0.0f ? keep : NULL);
     DS_CHECK_LAUNCH();

@@ -79,12 +79,12 @@ ds_status ds_nn_cuda_layernorm_bwd(ds_backend *be, float *dx, float *dgamma, flo
                                    bool accumulate_dx);
 
 ds_status ds_nn_cuda_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const float *s,
-                                      const float *mask, bool causal, int B, int b_step, int nh,
-                                      int Tq, int T, float scale, float drop_p, uint64_t seed,
-                                      uint64_t offset, uint32_t *keep);
-ds_status ds_nn_cuda_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const float *dpd,
-                                      const float *p, int B, int b_step, int nh, int Tq, int T,
+                                      const float *mask, bool causal, int B, int nh, int Tq, int T,
                                       float scale, float drop_p, uint64_t seed, uint64_t offset,
+                                      uint32_t *keep);
+ds_status ds_nn_cuda_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const float *dpd,
+                                      const float *p, int B, int nh, int Tq, int T, float scale,
+                                      float drop_p, uint64_t seed, uint64_t offset,
                                       const uint32_t *keep);
 
 ds_status ds_nn_cuda_shift_labels(ds_backend *be, int32_t *dst, const int32_t *src, int B, int T,
