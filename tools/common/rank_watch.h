@@ -9,8 +9,12 @@
  * them, by looking in /proc at each poll), so the first one to end is known
  * to the millisecond. A rank can end before a scan reads its number: a
  * child seen before that is watched unnamed, and named by elimination if it
- * ends so; one never seen is deduced from mpirun starting its ranks in rank
- * order. Where neither settles it no rank is named, never a wrong one.
+ * ends so; one never seen below a rank found is deduced from mpirun
+ * starting its ranks in rank order; where several could have been, no rank
+ * is named. One case stays open: a rank above every rank found that starts
+ * and ends between two scans (engine-run scans every 10 ms until it has
+ * found them all) is not seen at all, and the first rank seen to end is
+ * named instead; mpirun's banner, when it comes, names the right one.
  * Ranks on other hosts are not seen: with a hostfile engine-run relies on
  * mpirun's banners. */
 #ifndef DS_TOOLS_RANK_WATCH_H
