@@ -205,15 +205,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_lm: step %d%s %.3f s loss %.4f\n", i + 1,
                     i < warmup ? " (warm-up)" : "", now_s() - t0, info.loss);
     }
-    if (ab && rank == 0) { /* each pair of timed steps: off over on */
-        int n = steps / 2;
-        double r[n > 0 ? n : 1], lo = 1e30, hi = 0;
-        for (int j = 0; j < n; j++) {
-            r[j] = dt[2 * j + 1] / dt[2 * j];
-            lo = r[j] < lo ? r[j] : lo, hi = r[j] > hi ? r[j] : hi;
-        }
+    if (ab && rank == 0) { /* each pair of timed steps: without over with */
+        double lo, hi, med = pair_ratio_median(dt, steps, &lo, &hi);
         printf("bench_lm: chunks ab: step time without / with the chunks %.3f (median of %d "
-               "pairs, min %.3f, max %.3f)\n", median_sort(r, n), n, lo, hi);
+               "pairs, min %.3f, max %.3f)\n", med, steps / 2, lo, hi);
     }
     double med = median_sort(dt, steps);
     double tokens = (double)global_batch * T;

@@ -314,15 +314,9 @@ static void report_replay(const bench *b, engine_t *e, const timing *tm) {
 /* --cut ab: per pair of timed steps (with the k cut, then without), the
  * time without over the time with; > 1: the cut is faster. */
 static void report_cut_ab(const bench *b, const timing *tm) {
-    int n = b->steps / 2;
-    double *r = malloc((size_t)n * sizeof *r), lo = 1e30, hi = 0;
-    for (int j = 0; j < n; j++) {
-        r[j] = tm->dt[2 * j + 1] / tm->dt[2 * j];
-        lo = r[j] < lo ? r[j] : lo, hi = r[j] > hi ? r[j] : hi;
-    }
+    double lo, hi, med = pair_ratio_median(tm->dt, b->steps, &lo, &hi);
     printf("bench_train: k cut ab: step time without / with the cut %.3f (median of %d pairs, "
-           "min %.3f, max %.3f)\n", median_sort(r, n), n, lo, hi);
-    free(r);
+           "min %.3f, max %.3f)\n", med, b->steps / 2, lo, hi);
 }
 
 /* Sends `cmd` ("enable" or "disable") to perf's control fd and waits for its

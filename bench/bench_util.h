@@ -26,4 +26,23 @@ static inline double median_sort(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* An A/B run in one process, A in even timed steps and B in odd ones (t:
+ * their times, `steps` of them): the median of each pair's B / A, and the
+ * pairs' least and greatest in *lo and *hi. 0 when there is no pair. */
+static inline double pair_ratio_median(const double *t, int steps, double *lo, double *hi) {
+    const int n = steps / 2;
+    *lo = *hi = 0.0;
+    if (n < 1) return 0.0;
+    double *r = malloc((size_t)n * sizeof *r);
+    if (!r) return 0.0;
+    *lo = 1e30;
+    for (int j = 0; j < n; j++) {
+        r[j] = t[2 * j + 1] / t[2 * j];
+        *lo = r[j] < *lo ? r[j] : *lo, *hi = r[j] > *hi ? r[j] : *hi;
+    }
+    const double med = median_sort(r, n);
+    free(r);
+    return med;
+}
+
 #endif /* DS_BENCH_UTIL_H */
