@@ -20,7 +20,7 @@
  * On the cpu the attention runs a few samples of the batch at a time
  * (scores, softmax + dropout, context; backward likewise), so a chunk's
  * probabilities are still in the core's cache when the next step reads them
- * (ds_attn_chunk_at, modules.h); every product, softmax row and dropout
+ * (ds_attn_chunk_rows, modules.h); every product, softmax row and dropout
  * element is the same call on the same data as over the whole batch, so the
  * bits are too.
  *
@@ -216,11 +216,10 @@ static ds_status enc_forward(ds_module *m, ds_module_ctx *ctx) {
 
     float scale = 1.0f / sqrtf((float)hd);
     const float *mask = ds_batch_f32(bt, "attention_mask");
-    const int g = ds_attn_chunk_count(be, B, nh, Tq, T); /* modules.h */
+    const int rows = ds_attn_chunk_rows(be, B, nh, Tq, T);
     const int64_t sqH = (int64_t)Tq * H, sH = (int64_t)T * H;
-    for (int ci = 0; ci < g; ci++) {
-        const ds_attn_chunk ch = ds_attn_chunk_at(be, B, nh, Tq, T, ci);
-        const int b0 = ch.first, nb = ch.n;
+    for (int b0 = 0; b0 < B; b0 += rows) { /* samples b0 .. b0 + nb - 1 (modules.h) */
+        const int nb = B - b0 < rows ? B - b0 : rows;
         const size_t o = (size_t)b0 * nh * TT; /* its first sample's probabilities */
         const float *q = s.q + b0 * sqH, *k = s.k + b0 * sH, *v = s.v + b0 * sH;
         float *p = s.p + o, *c = s.c + b0 * sqH;
@@ -329,10 +328,9 @@ static ds_status enc_backward(ds_module *m, ds_module_ctx *ctx) {
 
     float scale = 1.0f / sqrtf((float)hd);
     int64_t sH = (int64_t)T * H, sqH = (int64_t)Tq * H;
-    const int g = ds_attn_chunk_count(be, B, nh, Tq, T);
-    for (int ci = 0; ci < g; ci++) { /* the forward's chunks */
-        const ds_attn_chunk ch = ds_attn_chunk_at(be, B, nh, Tq, T, ci);
-        const int b0 = ch.first, nb = ch.n;
+    const int rows = ds_attn_chunk_rows(be, B, nh, Tq, T);
+    for (int b0 = 0; b0 < B; b0 += rows) { /* the forward's chunks */
+        const int nb = B - b0 < rows ? B - b0 : rows;
         const size_t o = (size_t)b0 * nh * TT, oq = (size_t)b0 * sqH, ok = (size_t)b0 * sH;
         const float *p = s.p + o, *dcb = dc + oq;
         float *dp = w.dp + o;

@@ -19,7 +19,7 @@
  * sequences, so QKV is never split or copied (HF's split + view +
  * transpose). On the cpu a chunk is a few sequences, so that their
  * probabilities stay in the cores' caches from the scores to the context
- * (ds_attn_chunk_at, modules.h); the bits are those of the whole batch at
+ * (ds_attn_chunk_rows, modules.h); the bits are those of the whole batch at
  * once.
  *
  * Attention is causal (position t sees positions <= t) and also skips padded
@@ -238,10 +238,9 @@ static ds_status blk_forward(ds_module *m, ds_module_ctx *ctx) {
 
     /* in chunks of the batch on the cpu (modules.h) */
     const float scale = 1.0f / sqrtf((float)hd);
-    const int g = ds_attn_chunk_count(be, B, nh, T, T);
-    for (int ci = 0; ci < g; ci++) {
-        const ds_attn_chunk ch = ds_attn_chunk_at(be, B, nh, T, T, ci);
-        const int b0 = ch.first, nb = ch.n;
+    const int rows = ds_attn_chunk_rows(be, B, nh, T, T);
+    for (int b0 = 0; b0 < B; b0 += rows) { /* samples b0 .. b0 + nb - 1 (modules.h) */
+        const int nb = B - b0 < rows ? B - b0 : rows;
         const size_t o = (size_t)b0 * nh * TT, oq = (size_t)b0 * sE3;
         float *p = s.p + o, *pd = pa > 0.0f ? w.pd + o : NULL;
         /* scores: for head h, sample b: S[b, h] = Q[b, :, h] K[b, :, h]^T */
@@ -323,10 +322,9 @@ static ds_status blk_backward(ds_module *m, ds_module_ctx *ctx) {
     DS_TRY(conv1d_bwd_x(be, dc, w.d1, P[P_APROJ_W], N, E, E));
 
     const float scale = 1.0f / sqrtf((float)hd);
-    const int g = ds_attn_chunk_count(be, B, nh, T, T);
-    for (int ci = 0; ci < g; ci++) { /* the forward's chunks */
-        const ds_attn_chunk ch = ds_attn_chunk_at(be, B, nh, T, T, ci);
-        const int b0 = ch.first, nb = ch.n;
+    const int rows = ds_attn_chunk_rows(be, B, nh, T, T);
+    for (int b0 = 0; b0 < B; b0 += rows) { /* the forward's chunks */
+        const int nb = B - b0 < rows ? B - b0 : rows;
         const size_t o = (size_t)b0 * nh * TT, oq = (size_t)b0 * sE3, oc = (size_t)b0 * sE;
         const float *p = s.p + o;
         float *dp = w.dp + o, *pd = pa > 0.0f ? w.pd + o : NULL;

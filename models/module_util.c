@@ -40,25 +40,13 @@ void ds_attn_plan_gemms(ds_gemm_plan *plan, int nb, int Tq, int T, int hd) {
     ds_gemm_plan_add(plan, true, false, T, hd, Tq, sp, sq, nb);   /* dV = P^T dC; dK = dS^T Q */
 }
 
-/* Samples per chunk (modules.h): chunk_bytes of probabilities, at least
- * one per thread, at most the batch; the batch without chunk_bytes. */
-static int attn_chunk_rows(const ds_backend *be, int B, int nh, int Tq, int T) {
+int ds_attn_chunk_rows(const ds_backend *be, int B, int nh, int Tq, int T) {
     if (!be->chunk_bytes) return B;
     size_t sample = (size_t)nh * Tq * T * sizeof(float);
     size_t rows = be->chunk_bytes / (sample ? sample : 1);
     if (rows < (size_t)be->num_threads) rows = (size_t)be->num_threads;
     if (rows < 1) rows = 1;
     return rows < (size_t)B ? (int)rows : B;
-}
-
-int ds_attn_chunk_count(const ds_backend *be, int B, int nh, int Tq, int T) {
-    int rows = attn_chunk_rows(be, B, nh, Tq, T);
-    return rows > 0 ? (B + rows - 1) / rows : 0;
-}
-
-ds_attn_chunk ds_attn_chunk_at(const ds_backend *be, int B, int nh, int Tq, int T, int c) {
-    int rows = attn_chunk_rows(be, B, nh, Tq, T), first = c * rows;
-    return (ds_attn_chunk){.first = first, .n = B - first < rows ? B - first : rows};
 }
 
 uint32_t *ds_attn_keep_rows(uint32_t *keep, int nh, int Tq, int T, int first) {

@@ -74,16 +74,10 @@ void ds_attn_plan_gemms(ds_gemm_plan *plan, int nb, int Tq, int T, int hd);
  * chunks: each product and softmax row is computed alone, with the dropout
  * stream and the mask rows of the whole batch. With chunk_bytes 0 (cuda)
  * the whole batch is one chunk. */
-typedef struct ds_attn_chunk {
-    int first; /* its first sample */
-    int n;     /* samples */
-} ds_attn_chunk;
 
-/* How many chunks a batch of B samples of nh heads, Tq queries and T keys
- * takes. */
-int ds_attn_chunk_count(const ds_backend *be, int B, int nh, int Tq, int T);
-/* Chunk c of them. */
-ds_attn_chunk ds_attn_chunk_at(const ds_backend *be, int B, int nh, int Tq, int T, int c);
+/* Samples per chunk of a batch of B samples of nh heads, Tq queries and T
+ * keys (the last chunk may hold fewer). */
+int ds_attn_chunk_rows(const ds_backend *be, int B, int nh, int Tq, int T);
 /* The dropout keep mask's words of sample `first` on (nh Tq rows of T keys
  * per sample, nn.h), or NULL without a mask. */
 uint32_t *ds_attn_keep_rows(uint32_t *keep, int nh, int Tq, int T, int first);

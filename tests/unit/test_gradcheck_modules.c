@@ -249,7 +249,7 @@ static int test_encoder_cls_only_is_full_row0(void) {
 }
 
 /* The cpu attention layers run their attention a few samples at a time
- * (ds_attn_chunk_at, models/modules.h: as many samples as keep 512 KiB of
+ * (ds_attn_chunk_rows, models/modules.h: as many samples as keep 512 KiB of
  * probabilities, at least one per thread). At T = 128 and 4 heads a sample
  * holds 256 KiB, so one and two threads take chunks of 2 samples (2, 2, 1
  * for B = 5), three threads chunks of 3 (3, 2) and five threads the whole
