@@ -83,11 +83,17 @@ static void reap_all(void) {
     while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {}
 }
 
-/* first killed, then (as mpirun stops the rest) second, a look after each */
-static void kill_in_turn(er_ranks *w, pid_t first, pid_t second) {
-    kill_rank(first, 0);
-    look(w);
-    kill_rank(second, 0);
+/* A rank running sleep (forked, its exec done). */
+static pid_t running_rank(int rank) {
+    pid_t pid = fork_rank(rank, NULL);
+    wait_exec(pid);
+    return pid;
+}
+
+/* pid killed (left a zombie until reap_all, as mpirun would reap it), then
+ * a look. */
+static void kill_look(er_ranks *w, pid_t pid) {
+    kill_rank(pid, 0);
     look(w);
 }
 
@@ -103,17 +109,22 @@ static er_ranks *watch(int np) {
     return w;
 }
 
-static void both_found(void) {
-    er_ranks *w = watch(2);
-    pid_t r0 = fork_rank(0, NULL), r1 = fork_rank(1, NULL);
-    wait_exec(r0);
-    wait_exec(r1);
-    CHECK(er_ranks_scan(w), "both ranks running, not both found");
-    kill_in_turn(w, r1, r0);
-    CHECK_EQ_I(er_ranks_first_gone(w), 1);
-    check_sigkill(w);
+/* The scenario's end: the rank named first is `want` (-1: none). */
+static void expect_first(er_ranks *w, int want, const char *scenario) {
+    CHECK(er_ranks_first_gone(w) == want, "%s: rank %d named first, want %d", scenario,
+          er_ranks_first_gone(w), want);
     er_ranks_destroy(w);
     reap_all();
+}
+
+static void both_found(void) {
+    er_ranks *w = watch(2);
+    pid_t r0 = running_rank(0), r1 = running_rank(1);
+    CHECK(er_ranks_scan(w), "both ranks running, not both found");
+    kill_look(w, r1);
+    kill_look(w, r0);
+    check_sigkill(w);
+    expect_first(w, 1, "both found, rank 1 killed first");
 }
 
 /* Rank 0 killed before the watch looked, then rank 1 found and killed:
@@ -121,29 +132,21 @@ static void both_found(void) {
  * (seen, but its environment is gone), rank 0 ended first. */
 static void killed_unseen(int reap) {
     er_ranks *w = watch(2);
-    pid_t r0 = fork_rank(0, NULL);
-    wait_exec(r0);
-    kill_rank(r0, reap);
-    pid_t r1 = fork_rank(1, NULL);
-    wait_exec(r1);
+    kill_rank(running_rank(0), reap);
+    pid_t r1 = running_rank(1);
     look(w);
-    kill_rank(r1, 0); /* as mpirun stops the rest */
-    look(w);
-    CHECK(er_ranks_first_gone(w) == 0, "%s rank 0: rank %d named", reap ? "reaped" : "zombie",
-          er_ranks_first_gone(w));
+    kill_look(w, r1); /* as mpirun stops the rest */
     if (reap) /* nobody can read its status any more */
         CHECK_EQ_I(er_ranks_first_status(w), -1);
     else
         check_sigkill(w);
-    er_ranks_destroy(w);
-    reap_all();
+    expect_first(w, 0, reap ? "rank 0 reaped unseen" : "rank 0 a zombie, unnamed");
 }
 
 static void named_after_exec(void) {
     er_ranks *w = watch(2);
     int gate;
-    pid_t r0 = fork_rank(0, &gate), r1 = fork_rank(1, NULL);
-    wait_exec(r1);
+    pid_t r0 = fork_rank(0, &gate), r1 = running_rank(1);
     CHECK(!er_ranks_scan(w), "rank 0 found before its exec");
     struct pollfd p[4];
     CHECK_EQ_I(er_ranks_fds(w, p, 4), 2); /* rank 1 and the unnamed child */
@@ -151,39 +154,26 @@ static void named_after_exec(void) {
     close(gate);
     wait_exec(r0);
     CHECK(er_ranks_scan(w), "rank 0 not found after its exec");
-    kill_in_turn(w, r0, r1);
-    CHECK_EQ_I(er_ranks_first_gone(w), 0);
-    er_ranks_destroy(w);
-    reap_all();
+    kill_look(w, r0);
+    kill_look(w, r1);
+    expect_first(w, 0, "rank 0 named after its exec");
 }
 
 static void two_unseen(void) {
     er_ranks *w = watch(3);
-    for (int r = 0; r < 2; r++) {
-        pid_t pid = fork_rank(r, NULL);
-        wait_exec(pid);
-        kill_rank(pid, 1);
-    }
-    pid_t r2 = fork_rank(2, NULL);
-    wait_exec(r2);
+    for (int r = 0; r < 2; r++) kill_rank(running_rank(r), 1);
+    pid_t r2 = running_rank(2);
     look(w);
-    kill_rank(r2, 0);
-    look(w);
-    CHECK_EQ_I(er_ranks_first_gone(w), -1);
-    er_ranks_destroy(w);
-    reap_all();
+    kill_look(w, r2);
+    expect_first(w, -1, "ranks 0 and 1 reaped unseen");
 }
 
 static void first_before_others(void) {
     er_ranks *w = watch(2);
-    pid_t r0 = fork_rank(0, NULL);
-    wait_exec(r0);
+    pid_t r0 = running_rank(0);
     look(w);
-    kill_rank(r0, 0);
-    look(w);
-    CHECK_EQ_I(er_ranks_first_gone(w), 0);
-    er_ranks_destroy(w);
-    reap_all();
+    kill_look(w, r0);
+    expect_first(w, 0, "rank 0 ended, rank 1 never started");
 }
 
 int main(void) {
