@@ -33,7 +33,7 @@ struct er_ranks {
      * environment, and mpirun soon reaps it). Every child of mpirun is a
      * rank here (no hostfile). */
     watched *unnamed; /* [np] */
-    int n_unnamed, unnamed_gone;
+    int n_unnamed;
     int first_status; /* the first one's wait status, -1 not known (reaped at once) */
 };
 
@@ -205,7 +205,6 @@ static void note(er_ranks *w, watched *p, int r) {
     int status;
     if (!p->pid || p->gone || !ended(p, &status)) return;
     p->gone = true;
-    if (r < 0) w->unnamed_gone++;
     if (w->first == FIRST_NONE) {
         w->first = r < 0 ? FIRST_UNNAMED : r;
         w->first_status = status;
@@ -226,11 +225,14 @@ int er_ranks_first_gone(const er_ranks *w) {
     if (w->first != FIRST_UNNAMED) return w->first;
     /* The first to end was never named: it was the one rank never found,
      * if exactly one is and no other unnamed child ended. */
-    if (w->unnamed_gone != 1 || w->found != w->np - 1) return -1;
+    int gone = 0;
+    for (int k = 0; k < w->n_unnamed; k++) gone += w->unnamed[k].gone;
+    if (gone != 1 || w->found != w->np - 1) return -1;
     for (int r = 0; r < w->np; r++)
         if (!w->rank[r].pid) return r;
     return -1;
 }
+
 int er_ranks_first_status(const er_ranks *w) { return w ? w->first_status : -1; }
 
 void er_ranks_kill(const er_ranks *w, int sig) {
