@@ -239,7 +239,7 @@ static ds_status blk_forward(ds_module *m, ds_module_ctx *ctx) {
     /* in chunks of the batch on the cpu (modules.h) */
     const float scale = 1.0f / sqrtf((float)hd);
     const int rows = ds_attn_chunk_rows(be, B, nh, T, T);
-    for (int b0 = 0; b0 < B; b0 += rows) { /* samples b0 .. b0 + nb - 1 (modules.h) */
+    for (int b0 = 0; b0 < B; b0 += rows) { /* samples b0 .. b0 + nb - 1 */
         const int nb = B - b0 < rows ? B - b0 : rows;
         const size_t o = (size_t)b0 * nh * TT, oq = (size_t)b0 * sE3;
         float *p = s.p + o, *pd = pa > 0.0f ? w.pd + o : NULL;
