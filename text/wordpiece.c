@@ -11,7 +11,8 @@
  *   5. split on whitespace (dropped) and punctuation (kept, alone)
  *   6. greedy longest-match WordPiece per word, "##" for continuations.
  * The order of 3 and 4 is the Rust one. The Unicode data and its versions
- * are in text/unicode_tables.h (tools/gen_unicode_tables.py says why). */
+ * are in text/unicode_tables.h and text/unicode_decomp.h
+ * (tools/gen_unicode_tables.py says why). */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "text/tokenizer_impl.h"
+#include "text/unicode_decomp.h"
 #include "text/unicode_tables.h"
 #include "text/utf8.h"
 
