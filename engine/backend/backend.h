@@ -131,7 +131,8 @@ typedef struct ds_backend_ops {
      * C's rows and gemm with beta 1 (the bias joins the sum of the first
      * block of k), without the pass over C first where the kernel can start
      * its sums from the bias (cpu's bf16 dot product); C's old contents are
-     * never read. */
+     * never read. Arguments gemm would refuse are refused before anything
+     * is written, with the slot's name in the message. */
     ds_status (*gemm_bias)(ds_backend *be, bool transa, bool transb, int m, int n, int k,
                            const float *A, int lda, const float *B, int ldb, const float *bias,
                            float *C);

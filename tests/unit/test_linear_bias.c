@@ -12,7 +12,9 @@
  *   - with fp32 and bf16 GEMM inputs (the dot product's sums started from
  *     the bias on a CPU with AVX512-BF16, the rows and beta 1 elsewhere),
  *     the bits of b's rows written into y and ds_linear_fwd with beta 1;
- *   - at 1 and 2 threads.
+ *   - at 1 and 2 threads;
+ *   - arguments the slot refuses (lda or ldb too small, C NULL) are refused
+ *     before the bias rows are written: C keeps its bits.
  *
  * Tolerance: gemm_ref_at's bound with beta 1 and c0 = b[j], (k + 2) eps
  * (sum |x w| + |b|): the k additions of the product and the one of the bias,
@@ -69,6 +71,35 @@ static void run_case(ds_backend *be, int N, int in, int out, int ldx) {
     free(x), free(W), free(b), free(y), free(y0);
 }
 
+/* A refused gemm_bias writes nothing: C keeps its bits, and the message
+ * names the slot and what is wrong. */
+static void expect_refused(ds_backend *be, const char *what, const char *needle, bool tb,
+                           int lda, int ldb, bool null_c) {
+    enum { M = 20, N = 16, K = 8 };
+    float A[M * K], B[K * N], bias[N], C[M * N], C0[M * N];
+    for (int i = 0; i < M * K; i++) A[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < K * N; i++) B[i] = (float)(i % 5) - 2.0f;
+    for (int j = 0; j < N; j++) bias[j] = (float)j;
+    for (int i = 0; i < M * N; i++) C[i] = C0[i] = -0.5f * (float)i;
+    ds_clear_error();
+    ds_status st = be->ops->gemm_bias(be, false, tb, M, N, K, A, lda, B, ldb, bias,
+                                      null_c ? NULL : C);
+    CHECK(st == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "gemm_bias") &&
+              strstr(ds_last_error(), needle),
+          "%s inputs %s: got %s \"%s\", want INVALID_ARG naming gemm_bias and \"%s\"",
+          be->gemm_inputs == DS_BF16 ? "bf16" : "fp32", what, ds_status_to_string(st),
+          ds_last_error(), needle);
+    CHECK(memcmp(C, C0, sizeof C) == 0, "%s: the refused call wrote into C", what);
+    ds_clear_error();
+}
+
+static void test_refusals(ds_backend *be) {
+    expect_refused(be, "lda < k", "lda=7", false, 7, 16, false);
+    expect_refused(be, "ldb < n", "ldb=15", false, 8, 15, false);
+    expect_refused(be, "ldb < k with B transposed", "ldb=4", true, 8, 4, false);
+    expect_refused(be, "C NULL", "NULL", false, 8, 16, true);
+}
+
 int main(void) {
     for (int nt = 1; nt <= 2; nt++) {
         ds_backend *be = test_cpu_backend(nt, NULL);
@@ -79,6 +110,7 @@ int main(void) {
             run_case(be, 24, 768, 2304, 768); /* GPT-2 small's c_attn, k past a block */
             run_case(be, 7, 33, 5, 40);       /* odd: a classifier head */
             run_case(be, 1, 1, 16, 1);        /* k = 1 */
+            test_refusals(be);
         }
         ds_backend_destroy(be);
     }

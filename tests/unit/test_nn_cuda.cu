@@ -12,8 +12,9 @@
  * of attn_softmax (pd = p * mult exactly, and bwd's regenerated pd), xent_bwd,
  * copy_rows, shift_labels; and any column sum of small integers (exact in
  * every order). gemm_bias: the bits of the bias rows and cuda's own GEMM
- * with beta 1, which define it. dropout_ln_fwd: y bit for bit the cpu's, z, mean and rstd
- * bit for bit the cuda dropout_fwd and layernorm_fwd it is made of.
+ * with beta 1, which define it (and the cpu's within a GEMM's bound).
+ * dropout_ln_fwd: y bit for bit the cpu's, z, mean and rstd bit for bit the
+ * cuda dropout_fwd and layernorm_fwd it is made of.
  *
  * Within a bound otherwise, each derived where it is used:
  *   - reductions in another order: column sums (bcast_add_bwd, the dbias of
@@ -161,28 +162,92 @@ static void test_bcast_add(void) {
 /* ---- gemm_bias (backend.h) ----
  * On cuda the slot writes the bias rows and runs the GEMM adding to them
  * (beta 1): the bits of those two calls made by hand, over old contents in
- * C, with op(B) stored both ways, fp32 and bf16 inputs. */
+ * C, with op(B) stored both ways, fp32 and bf16 inputs. Against the cpu's
+ * gemm_bias, whose sums run in another order, each element within
+ * 2 (k + 2) eps (sum_k |a b| + |bias|): each side's k products and bias,
+ * summed in any order, within (k + 1) eps of the exact sum, with the
+ * product's own rounding (test_backend_cuda's GEMM bound); with bf16
+ * inputs both sides multiply the same rounded values, whose magnitudes are
+ * within (1 + 2^-8)^2 < 1.01 of the fp32 ones. And both refuse the same bad
+ * arguments before writing anything. */
+static void gemm_bias_bound(double *tol, const float *A, const float *B, bool tb,
+                            const float *bias, int m, int n, int k, double widen) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double mag = fabs((double)bias[j]);
+            for (int p = 0; p < k; p++)
+                mag += widen * fabs((double)A[(size_t)i * k + p] *
+                                    (double)B[tb ? (size_t)j * k + p : (size_t)p * n + j]);
+            tol[(size_t)i * n + j] = SLACK * 2.0 * (k + 2) * EPS * mag;
+        }
+}
+
+static void test_gemm_bias_refusals(const float *dA, const float *dB, const float *db) {
+    const int m = 20, n = 16, k = 8;
+    float *hA = frandn((size_t)m * k, 1.0), *hB = frandn((size_t)k * n, 1.0);
+    float *hb = frandn(n, 1.0), *old = frandn((size_t)m * n, 1.0);
+    const struct {
+        const char *what, *needle;
+        int lda, ldb;
+        bool null_c;
+    } bad[] = {{"lda < k", "lda=7", 7, 16, false},
+               {"ldb < n", "ldb=15", 8, 15, false},
+               {"C NULL", "NULL", 8, 16, true}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        float *hc = fcopy(old, (size_t)m * n), *dc = upf(old, (size_t)m * n);
+        ds_clear_error();
+        ds_status sc = g_cpu->ops->gemm_bias(g_cpu, false, false, m, n, k, hA, bad[i].lda, hB,
+                                             bad[i].ldb, hb, bad[i].null_c ? NULL : hc);
+        char mc[512];
+        snprintf(mc, sizeof mc, "%s", ds_last_error());
+        ds_clear_error();
+        ds_status sg = g_gpu->ops->gemm_bias(g_gpu, false, false, m, n, k, dA, bad[i].lda, dB,
+                                             bad[i].ldb, db, bad[i].null_c ? NULL : dc);
+        char mg[512];
+        snprintf(mg, sizeof mg, "%s", ds_last_error());
+        ds_clear_error();
+        CHECK(sc == DS_ERR_INVALID_ARG && sg == sc && strstr(mc, "cpu gemm_bias") &&
+                  strstr(mg, "cuda gemm_bias") && strstr(mc, bad[i].needle) &&
+                  strstr(mg, bad[i].needle),
+              "gemm_bias %s: cpu %s \"%s\", cuda %s \"%s\" (want INVALID_ARG with \"%s\")",
+              bad[i].what, ds_status_to_string(sc), mc, ds_status_to_string(sg), mg,
+              bad[i].needle);
+        expect_bits("gemm_bias refused: C unchanged on cpu", old, hc, (size_t)m * n);
+        expect_bits("gemm_bias refused: C unchanged on cuda", old, down(dc, (size_t)m * n),
+                    (size_t)m * n);
+    }
+}
+
 static void test_gemm_bias(void) {
     const int m = 300, n = 200, k = 64;
     const size_t mn = (size_t)m * n;
-    float *dA = upf(frandn((size_t)m * k, 1.0), (size_t)m * k);
-    float *dB = upf(frandn((size_t)k * n, 1.0), (size_t)k * n), *db = upf(frandn(n, 1.0), n);
-    float *old = frandn(mn, 1.0);
+    float *hA = frandn((size_t)m * k, 1.0), *hB = frandn((size_t)k * n, 1.0);
+    float *hb = frandn(n, 1.0), *old = frandn(mn, 1.0);
+    float *dA = upf(hA, (size_t)m * k), *dB = upf(hB, (size_t)k * n), *db = upf(hb, n);
+    double *tol = dnew(mn);
     for (int bf = 0; bf < 2; bf++) {
         CHECK_OK(ds_backend_set_gemm_inputs(g_gpu, bf ? DS_BF16 : DS_F32));
+        CHECK_OK(ds_backend_set_gemm_inputs(g_cpu, bf ? DS_BF16 : DS_F32));
         for (int tb = 0; tb < 2; tb++) {
-            float *d = upf(old, mn), *d2 = upf(old, mn);
+            const char *name = bf ? (tb ? "gemm_bias bf16, B^T" : "gemm_bias bf16")
+                                  : (tb ? "gemm_bias, B^T" : "gemm_bias");
+            float *d = upf(old, mn), *d2 = upf(old, mn), *c = fcopy(old, mn);
             const int ldb = tb ? k : n;
             CHECK_OK(g_gpu->ops->gemm_bias(g_gpu, false, tb, m, n, k, dA, k, dB, ldb, db, d));
             CHECK_OK(g_gpu->nn->bcast_add_fwd(g_gpu, d2, db, m, n, false));
             CHECK_OK(g_gpu->ops->gemm(g_gpu, false, tb, m, n, k, 1.0f, dA, k, 0, dB, ldb, 0, 1.0f,
                                       d2, n, 0, 1));
-            expect_bits(bf ? (tb ? "gemm_bias bf16, B^T" : "gemm_bias bf16")
-                           : (tb ? "gemm_bias, B^T" : "gemm_bias"),
-                        down(d2, mn), down(d, mn), mn);
+            float *got = down(d, mn);
+            expect_bits(name, down(d2, mn), got, mn);
+            /* with tb the same array is B stored as n x k (ldb k), on both sides */
+            CHECK_OK(g_cpu->ops->gemm_bias(g_cpu, false, tb, m, n, k, hA, k, hB, ldb, hb, c));
+            gemm_bias_bound(tol, hA, hB, tb, hb, m, n, k, bf ? 1.01 : 1.0);
+            expect_within("gemm_bias against cpu", name, c, got, tol, mn);
         }
     }
     CHECK_OK(ds_backend_set_gemm_inputs(g_gpu, DS_F32));
+    CHECK_OK(ds_backend_set_gemm_inputs(g_cpu, DS_F32));
+    test_gemm_bias_refusals(dA, dB, db);
     release_all();
 }
 

@@ -110,6 +110,9 @@ ds_status ds_cpu_gemm_bias(ds_backend *be, bool transa, bool transb, int m, int 
                            const float *A, int lda, const float *B, int ldb, const float *bias,
                            float *C) {
     if (!bias) return DS_ERR(DS_ERR_INVALID_ARG, "cpu gemm_bias: bias is NULL");
+    /* before the bias rows are written: a refused call leaves C as it was */
+    DS_TRY(ds_check_gemm("cpu gemm_bias", transa, transb, m, n, k, A, lda, 0, B, ldb, 0, C, n, 0,
+                         1));
     return gemm_call(be, transa, transb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, bias, C, n, 0,
                      1);
 }

@@ -187,6 +187,9 @@ static ds_status cuda_gemm_bias(ds_backend *be, bool transa, bool transb, int m,
                                 const float *A, int lda, const float *B, int ldb,
                                 const float *bias, float *C) {
     if (!bias) return DS_ERR(DS_ERR_INVALID_ARG, "cuda gemm_bias: bias is NULL");
+    /* before the bias rows are written: a refused call leaves C as it was */
+    DS_TRY(ds_check_gemm("cuda gemm_bias", transa, transb, m, n, k, A, lda, 0, B, ldb, 0, C, n, 0,
+                         1));
     DS_TRY(be->nn->bcast_add_fwd(be, C, bias, m, n, false));
     return cuda_gemm(be, transa, transb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, 1.0f, C, n, 0, 1);
 }
