@@ -31,8 +31,11 @@ extern "C" {
  * nn table gained dropout_ln_fwd; 6: ds_backend_desc.share_devices, ds_comm.stage and
  * DS_COPY_DEFAULT; 7: the onebit slots (1-bit / 0/1 Adam on the device); 8: the rows
  * slots (row-sparse gradients on the device); 9: rows_scatter (the stage-1/2
- * word table by rows on the device); 10: ds_backend gained gemm_no_cut */
-#define DS_CUDA_PLUGIN_VERSION 10
+ * word table by rows on the device); 10: ds_backend_ops gained gemm_bias,
+ * ds_backend gained gemm_no_cut and attn_consecutive, attn_softmax_fwd/bwd
+ * took b_step; 11: attn_consecutive and b_step taken out again (a module
+ * built as 10 passes the softmax's arguments one place off) */
+#define DS_CUDA_PLUGIN_VERSION 11
 #define DS_CUDA_PLUGIN_FILE "libzero-engine-cuda.so.0"
 #define DS_CUDA_PLUGIN_ENTRY "ds_cuda_plugin_v1"
 
