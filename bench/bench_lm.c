@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "bench/bench_util.h"
+#include "bench/core_rtt.h"
 #include "engine/engine.h"
 #include "engine/engine_internal.h" /* e->be: the chunk size --chunks ab turns */
 #include "models/models.h"
@@ -183,7 +184,9 @@ int main(int argc, char **argv) {
     double first_loss = 0.0, last_loss = 0.0;
     long faults0 = 0;
     const size_t chunk_bytes = e->be->chunk_bytes;
+    double rtt0 = -1.0, rtt1 = -1.0; /* where the CPUs sit, at one rank (core_rtt.h) */
     for (int i = 0; i < warmup + steps; i++) {
+        if (i == warmup && world == 1) rtt0 = core_round_trip_ns(RTT_TRIPS);
         if (ab) /* no chunks in odd timed steps; changed between steps only, so
                  * a step's forward and backward chunk alike */
             e->be->chunk_bytes = i >= warmup && (i - warmup) % 2 == 1 ? 0 : chunk_bytes;
@@ -230,6 +233,7 @@ int main(int argc, char **argv) {
      * allocation inside it) pays the kernel for zeroing every page */
     double faults_per_step = (double)(ru.ru_minflt + ru.ru_majflt - faults0) / steps;
     double rss_mib = (double)ru.ru_maxrss / 1024.0; /* kB on Linux */
+    if (world == 1) rtt1 = core_round_trip_ns(RTT_TRIPS); /* after the fault count */
 
     if (rank == 0) {
         printf("bench_lm: GPT-2 L=%d E=%d heads=%d V=%d Psi=%lld, stage %d %s, %d rank(s) x "
@@ -271,6 +275,7 @@ int main(int argc, char **argv) {
                (unsigned long long)by[DS_MEM_BUFFERS], (unsigned long long)by[DS_MEM_ACTIVATIONS],
                (unsigned long long)by[DS_MEM_OTHER], (unsigned long long)act_plain,
                (unsigned long long)act_ckpt, rss_mib, faults_per_step, first_loss, last_loss);
+        if (world == 1) core_rtt_print("bench_lm", rtt0, rtt1);
     }
     free(dt);
     ds_finalize(e);

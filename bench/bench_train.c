@@ -62,6 +62,7 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
+#include "bench/core_rtt.h"
 #include "bench/gemm_replay.h"
 #include "engine/engine.h"
 #include "engine/engine_internal.h" /* e->be: the gemm slot --gemm-replay taps */
@@ -431,7 +432,11 @@ int main(int argc, char **argv) {
         tm[k].sparse = sparse == 2 ? k : sparse;
         if (make_engine(&b, &tm[k], &e[k]) != DS_OK) return fail();
     }
+    /* where the CPUs sit, around the timed steps (core_rtt.h) */
+    const bool rtt = ds_world_size(e[0]) == 1;
+    double rtt0 = -1.0, rtt1 = -1.0;
     for (int i = 0; i < b.warmup + b.steps; i++) {
+        if (i == b.warmup && rtt) rtt0 = core_round_trip_ns(RTT_TRIPS);
         if (i == b.warmup && pctl >= 0 && perf_ctl(pctl, pack, "enable")) {
             fprintf(stderr, "bench_train: --perf-ctl %d,%d: perf did not acknowledge\n", pctl,
                     pack);
@@ -447,7 +452,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_train: --perf-ctl: perf did not acknowledge\n");
         return 1;
     }
+    if (rtt) rtt1 = core_round_trip_ns(RTT_TRIPS);
     for (int k = 0; k < ne; k++) report(&b, e[k], &tm[k]);
+    if (rtt) core_rtt_print("bench_train", rtt0, rtt1);
     if (b.replay) report_replay(&b, e[0], &tm[0]);
     if (b.replay == 2 && ds_rank(e[0]) == 0 && gr_by_shape(&tm[0].gr, 5) != DS_OK) return fail();
     if (cut_ab && ds_rank(e[0]) == 0) report_cut_ab(&b, &tm[0]);

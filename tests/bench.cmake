@@ -35,9 +35,11 @@ if(DS_BENCH)
   set_tests_properties(test_gemm_replay PROPERTIES LABELS unit TIMEOUT 120
                        ENVIRONMENT "OMP_NUM_THREADS=1")
   # bench_train --cut ab (the bf16 k cut's A/B in one process) runs and
-  # reports its pairs; a bad combination is refused with exit 2
+  # reports its pairs, and where its CPUs sat (the core-to-core round trip
+  # around the timed steps, bench/core_rtt.h: a number where it may run on 2
+  # CPUs or more); a bad combination is refused with exit 2
   add_test(NAME test_bench_cut_ab
-           COMMAND sh -c "out=$($0 --stage 0 --steps 2 --warmup 1 --precision bf16 --cut ab) && echo \"$out\" | grep -q 'k cut ab: step time without / with the cut [0-9.]* (median of 1 pairs' && { $0 --steps 2 --cut ab --overlap ab >/dev/null 2>&1; test $? -eq 2; }"
+           COMMAND sh -c "out=$($0 --stage 0 --steps 2 --warmup 1 --precision bf16 --cut ab) && echo \"$out\" | grep -q 'k cut ab: step time without / with the cut [0-9.]* (median of 1 pairs' && rt='round trip [1-9][0-9]* ns before the timed steps, [1-9][0-9]* ns after' && { [ $(nproc) -ge 2 ] || rt='round trip not measured'; } && echo \"$out\" | grep -q \"$rt\" && { $0 --steps 2 --cut ab --overlap ab >/dev/null 2>&1; test $? -eq 2; }"
                    $<TARGET_FILE:bench_train>)
   set_tests_properties(test_bench_cut_ab PROPERTIES LABELS unit TIMEOUT 120
                        ENVIRONMENT "OMP_NUM_THREADS=2")
