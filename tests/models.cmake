@@ -7,6 +7,10 @@ set(_models_harness ${_models_dir}/gradcheck_harness.c)
 # Every cpu kernel of the ds_nn_ops table against double-precision references.
 ds_add_test(NAME test_nn_kernels SOURCES ${_models_dir}/test_nn_kernels.c ${_models_harness}
             LABELS unit)
+# Bad arguments refused before anything is written (sizes, Tq > T, a
+# wrapping dropout counter, dropout_ln_fwd's outputs); test_nn_cuda checks
+# cuda refuses the same calls with the same messages.
+ds_add_test(NAME test_nn_refusals SOURCES ${_models_dir}/test_nn_refusals.c LABELS unit)
 # Dropout statistics, mask regeneration, counter layout; the masked softmax.
 ds_add_test(NAME test_nn_dropout SOURCES ${_models_dir}/test_nn_dropout.c ${_models_harness}
             LABELS unit)

@@ -39,8 +39,13 @@ struct ds_nn_ops {
 
     /* out[i, :] (+)= table[ids[i], :] for i < n; row width h. accumulate=false
      * overwrites out. An id outside [0, vocab) is DS_ERR_INVALID_ARG naming
-     * the id and its position i (cuda: found after the kernel, out then holds
-     * row 0 for that position). */
+     * the id and its position i, found before anything is written (cuda: by
+     * a kernel of its own and one synchronous copy of its answer).
+     *
+     * Every slot of this table refuses bad arguments before it writes: a
+     * negative size, a stride under the row width, attention's Tq > T, a
+     * dropout counter range that wraps, a missing output (nn_math.h's
+     * ds_check_*, the same messages on both backends). */
     ds_status (*embedding_fwd)(ds_backend *be, float *out, const float *table, const int32_t *ids,
                                int n, int h, int vocab, bool accumulate);
     /* dtable[ids[i], :] += dout[i, :] for i < n, skipping ids equal to

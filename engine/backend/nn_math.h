@@ -269,9 +269,82 @@ static inline ds_status ds_check_dropout_p(const char *slot, float p) {
     return DS_OK;
 }
 
-/* Host only: attn_softmax_fwd's arguments (p as above; pd needed when p > 0). */
-static inline ds_status ds_check_attn_dropout(const char *slot, const float *pd, float p) {
+/* Host only: two sizes of an nn slot, neither negative (the element count
+ * would wrap; cpu and cuda refuse the same calls, before writing). */
+static inline ds_status ds_check_nn_sizes(const char *slot, const char *a, int64_t va,
+                                          const char *b, int64_t vb) {
+    if (va < 0 || vb < 0)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: negative size %s=%lld %s=%lld", slot, a,
+                      (long long)va, b, (long long)vb);
+    return DS_OK;
+}
+
+/* Host only: copy_rows' shape: sizes not negative, and each row of width
+ * inside its stride on both sides (rows would overlap otherwise). */
+static inline ds_status ds_check_copy_rows(const char *slot, int dst_ld, int src_ld, int rows,
+                                           int width) {
+    DS_TRY(ds_check_nn_sizes(slot, "rows", rows, "width", width));
+    if (rows > 1 && (dst_ld < width || src_ld < width))
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: dst_ld=%d src_ld=%d, both must be >= width=%d",
+                      slot, dst_ld, src_ld, width);
+    return DS_OK;
+}
+
+/* Host only: layer norm's forward outputs and parameters over rows x width
+ * (layernorm_fwd, dropout_ln_fwd). */
+static inline ds_status ds_check_ln_fwd(const char *slot, const float *z, const float *mean,
+                                        const float *rstd, const float *gamma, const float *beta,
+                                        int rows, int width) {
+    DS_TRY(ds_check_nn_sizes(slot, "rows", rows, "width", width));
+    const size_t n = (size_t)rows * (size_t)width, r = width > 0 ? (size_t)rows : 0;
+    DS_TRY(ds_check_ptr(slot, "the normalised output", z, n));
+    DS_TRY(ds_check_ptr(slot, "mean", mean, r));
+    DS_TRY(ds_check_ptr(slot, "rstd", rstd, r));
+    DS_TRY(ds_check_ptr(slot, "gamma", gamma, rows > 0 ? (size_t)width : 0));
+    DS_TRY(ds_check_ptr(slot, "beta", beta, rows > 0 ? (size_t)width : 0));
+    return DS_OK;
+}
+
+/* Host only: a dropout over n elements of the stream at offset: p as above,
+ * and a counter range that does not wrap (as ds_check_rng; p = 0 draws
+ * nothing). */
+static inline ds_status ds_check_dropout_stream(const char *slot, float p, uint64_t offset,
+                                                uint64_t n) {
     DS_TRY(ds_check_dropout_p(slot, p));
+    if (p > 0.0f && n > 0 && offset + n < offset)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "%s: dropout offset %llu + %llu elements overflows the 64-bit counter",
+                      slot, (unsigned long long)offset, (unsigned long long)n);
+    return DS_OK;
+}
+
+/* Host only: a dropout slot's rows x width elements (dropout_fwd / _bwd,
+ * dropout_ln_fwd). */
+static inline ds_status ds_check_dropout(const char *slot, float p, int rows, int width,
+                                         uint64_t offset) {
+    DS_TRY(ds_check_nn_sizes(slot, "rows", rows, "width", width));
+    return ds_check_dropout_stream(slot, p, offset, (uint64_t)rows * (uint64_t)width);
+}
+
+/* Host only: attn_softmax_fwd / _bwd's shape [B, nh, Tq, T] (the query rows
+ * are the last Tq of T positions, so Tq <= T) and dropout stream. */
+static inline ds_status ds_check_attn(const char *slot, int B, int nh, int Tq, int T, float p,
+                                      uint64_t offset) {
+    DS_TRY(ds_check_nn_sizes(slot, "B", B, "nh", nh));
+    DS_TRY(ds_check_nn_sizes(slot, "Tq", Tq, "T", T));
+    if (Tq > T)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "%s: Tq=%d query rows but T=%d positions (the queries are the last Tq of "
+                      "T)", slot, Tq, T);
+    return ds_check_dropout_stream(slot, p, offset,
+                                   (uint64_t)B * (uint64_t)nh * (uint64_t)Tq * (uint64_t)T);
+}
+
+/* Host only: attn_softmax_fwd's arguments (as ds_check_attn; pd needed when
+ * p > 0). */
+static inline ds_status ds_check_attn_fwd(const char *slot, const float *pd, int B, int nh,
+                                          int Tq, int T, float p, uint64_t offset) {
+    DS_TRY(ds_check_attn(slot, B, nh, Tq, T, p, offset));
     if (!pd && p > 0.0f)
         return DS_ERR(DS_ERR_INVALID_ARG, "%s: pd is NULL but dropout %g > 0", slot, (double)p);
     return DS_OK;

@@ -411,7 +411,8 @@ static void test_xent(void) {
         release_all();
     }
     /* bad labels: the same message naming the first bad row (cuda keeps
-     * the lowest row of all bad ones); -1 is not the ignore index */
+     * the lowest row of all bad ones); -1 is not the ignore index; nothing
+     * written on either backend */
     {
         const int R = 6, C = 7;
         float *z = frandn((size_t)R * C, 1.0), l = 0, wsum = 0, *p = fnew((size_t)R * C);
@@ -427,6 +428,10 @@ static void test_xent(void) {
                           g_cpu->nn->xent_fwd(g_cpu, &l, &wsum, p, rl, z, bad2, NULL, R, C, IGN),
                           g_gpu->nn->xent_fwd(g_gpu, d_l, d_w, d_p, d_rl, d_z, upi(bad2, R), NULL,
                                               R, C, IGN));
+        expect_bits("xent_fwd refused: cuda probs untouched", p, down(d_p, (size_t)R * C),
+                    (size_t)R * C);
+        expect_bits("xent_fwd refused: cuda row losses untouched", rl, down(d_rl, R), R);
+        expect_bits("xent_fwd refused: cuda loss untouched", &l, down(d_l, 1), 1);
         EXPECT_SAME_ERROR("no labels",
                           g_cpu->nn->xent_fwd(g_cpu, &l, &wsum, p, rl, z, NULL, NULL, R, C, IGN),
                           g_gpu->nn->xent_fwd(g_gpu, d_l, d_w, d_p, d_rl, d_z, NULL, NULL, R, C,

@@ -489,7 +489,7 @@ static ds_status dropout_rows(ds_backend *be, const char *slot, float *y, float 
                               float p, uint64_t seed, uint64_t offset, uint32_t *keep,
                               float eps) {
     int nt = ds_nn_cpu_threads(be);
-    DS_TRY(ds_check_dropout_p(slot, p));
+    DS_TRY(ds_check_dropout(slot, p, rows, width, offset));
     float inv_keep = 1.0f / (1.0f - p);
     const int ld = ds_dropout_mask_ld(width);
 #pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)rows * width >= DS_NN_CPU_PAR_MIN)
@@ -520,6 +520,7 @@ ds_status ds_nn_cpu_dropout_ln_fwd(ds_backend *be, float *y, float *z, float *me
                                    const float *gamma, const float *beta, int rows, int width,
                                    float p, uint64_t seed, uint64_t offset, uint32_t *keep,
                                    float eps) {
+    DS_TRY(ds_check_ln_fwd("dropout_ln_fwd", z, mean, rstd, gamma, beta, rows, width));
     return dropout_rows(be, "dropout_ln_fwd", y, z, mean, rstd, x, bias, res, gamma, beta, rows,
                         width, p, seed, offset, keep, eps);
 }
@@ -528,7 +529,7 @@ ds_status ds_nn_cpu_dropout_bwd(ds_backend *be, float *dx, float *dbias, const f
                                 int rows, int width, float p, uint64_t seed, uint64_t offset,
                                 const uint32_t *keep) {
     int nt = ds_nn_cpu_threads(be);
-    DS_TRY(ds_check_dropout_p("dropout_bwd", p));
+    DS_TRY(ds_check_dropout("dropout_bwd", p, rows, width, offset));
     float inv_keep = 1.0f / (1.0f - p);
     const int ld = ds_dropout_mask_ld(width);
     if (p > 0.0f && dbias) {

@@ -11,7 +11,7 @@ ds_status ds_nn_cpu_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const 
                                      float scale, float drop_p, uint64_t seed, uint64_t offset,
                                      uint32_t *keep) {
     int nt = ds_nn_cpu_threads(be);
-    DS_TRY(ds_check_attn_dropout("attn_softmax_fwd", pd, drop_p));
+    DS_TRY(ds_check_attn_fwd("attn_softmax_fwd", pd, B, nh, Tq, T, drop_p, offset));
     int64_t rows = (int64_t)B * nh * Tq;
     float inv_keep = 1.0f / (1.0f - drop_p);
     const int ld = ds_dropout_mask_ld(T);
@@ -61,7 +61,7 @@ ds_status ds_nn_cpu_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, const
                                      float drop_p, uint64_t seed, uint64_t offset,
                                      const uint32_t *keep) {
     int nt = ds_nn_cpu_threads(be);
-    DS_TRY(ds_check_dropout_p("attn_softmax_bwd", drop_p));
+    DS_TRY(ds_check_attn("attn_softmax_bwd", B, nh, Tq, T, drop_p, offset));
     int64_t rows = (int64_t)B * nh * Tq;
     float inv_keep = 1.0f / (1.0f - drop_p);
     const int ld = ds_dropout_mask_ld(T);

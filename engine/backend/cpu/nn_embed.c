@@ -15,6 +15,7 @@ int ds_nn_cpu_col_tile(int nt, int width) {
 
 ds_status ds_nn_cpu_embedding_fwd(ds_backend *be, float *out, const float *table,
                                   const int32_t *ids, int n, int h, int vocab, bool accumulate) {
+    DS_TRY(ds_check_nn_sizes("embedding", "n", n, "h", h));
     int nt = ds_nn_cpu_threads(be);
     /* Validate first, so a bad id leaves `out` untouched and the message names
      * the first offending position. */
@@ -60,6 +61,7 @@ ds_status ds_nn_cpu_embedding_bwd(ds_backend *be, float *dtable, const float *do
 
 ds_status ds_nn_cpu_bcast_add_fwd(ds_backend *be, float *out, const float *x, int rows, int width,
                                   bool accumulate) {
+    DS_TRY(ds_check_nn_sizes("bcast_add_fwd", "rows", rows, "width", width));
     int nt = ds_nn_cpu_threads(be);
 #pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)rows * width >= DS_NN_CPU_PAR_MIN)
     for (int r = 0; r < rows; r++) {
@@ -139,6 +141,7 @@ ds_status ds_nn_cpu_mean_pool_bwd(ds_backend *be, float *dx, const float *dout, 
 
 ds_status ds_nn_cpu_copy_rows(ds_backend *be, float *dst, int dst_ld, const float *src,
                               int src_ld, int rows, int width, bool accumulate) {
+    DS_TRY(ds_check_copy_rows("copy_rows", dst_ld, src_ld, rows, width));
     int nt = ds_nn_cpu_threads(be);
 #pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)rows * width >= DS_NN_CPU_PAR_MIN)
     for (int r = 0; r < rows; r++) {

@@ -17,6 +17,8 @@
 ds_status ds_nn_cpu_layernorm_fwd(ds_backend *be, float *y, float *mean, float *rstd,
                                   const float *x, const float *gamma, const float *beta, int n,
                                   int h, float eps) {
+    DS_TRY(ds_check_ln_fwd("layernorm_fwd", y, mean, rstd, gamma, beta, n, h));
+    if (h == 0) return DS_OK; /* no statistics of an empty row (as cuda) */
     int nt = ds_nn_cpu_threads(be);
 #pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)n * h >= DS_NN_CPU_PAR_MIN)
     for (int r = 0; r < n; r++) {

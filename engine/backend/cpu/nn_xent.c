@@ -46,6 +46,7 @@ ds_status ds_nn_cpu_xent_fwd(ds_backend *be, float *loss, float *wsum, float *pr
                              float *row_loss, const float *logits, const int32_t *labels,
                              const float *weights, int R, int C, int ignore_index) {
     if (!labels) return DS_ERR(DS_ERR_INVALID_ARG, "xent_fwd: the batch has no labels");
+    DS_TRY(ds_check_nn_sizes("xent_fwd", "R", R, "C", C));
     for (int r = 0; r < R; r++)
         if (labels[r] != ignore_index && (labels[r] < 0 || labels[r] >= C))
             return DS_ERR(DS_ERR_INVALID_ARG, "xent_fwd: label %d of row %d is outside [0, %d)",

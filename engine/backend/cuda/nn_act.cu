@@ -176,7 +176,7 @@ __global__ void ds_k_bias_add_res(float *y, const float *x, const float *bias, c
 ds_status ds_nn_cuda_dropout_fwd(ds_backend *be, float *y, const float *x, const float *bias,
                                  const float *res, int rows, int width, float p, uint64_t seed,
                                  uint64_t offset, uint32_t *keep) {
-    DS_TRY(ds_check_dropout_p("dropout_fwd", p));
+    DS_TRY(ds_check_dropout("dropout_fwd", p, rows, width, offset));
     DS_CUDA_ENTER(be);
     size_t n = (size_t)rows * width;
     if (n == 0) return DS_OK;
@@ -199,7 +199,7 @@ ds_status ds_nn_cuda_dropout_fwd(ds_backend *be, float *y, const float *x, const
 ds_status ds_nn_cuda_dropout_bwd(ds_backend *be, float *dx, float *dbias, const float *dy,
                                  int rows, int width, float p, uint64_t seed, uint64_t offset,
                                  const uint32_t *keep) {
-    DS_TRY(ds_check_dropout_p("dropout_bwd", p));
+    DS_TRY(ds_check_dropout("dropout_bwd", p, rows, width, offset));
     DS_CUDA_ENTER(be);
     size_t n = (size_t)rows * width;
     if (n == 0) return DS_OK;

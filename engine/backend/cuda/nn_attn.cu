@@ -86,7 +86,7 @@ ds_status ds_nn_cuda_attn_softmax_fwd(ds_backend *be, float *p, float *pd, const
                                       const float *mask, bool causal, int B, int nh, int Tq, int T,
                                       float scale, float drop_p, uint64_t seed, uint64_t offset,
                                       uint32_t *keep) {
-    DS_TRY(ds_check_attn_dropout("attn_softmax_fwd", pd, drop_p));
+    DS_TRY(ds_check_attn_fwd("attn_softmax_fwd", pd, B, nh, Tq, T, drop_p, offset));
     DS_CUDA_ENTER(be);
     int64_t rows = (int64_t)B * nh * Tq;
     if (rows <= 0) return DS_OK;
@@ -128,7 +128,7 @@ ds_status ds_nn_cuda_attn_softmax_bwd(ds_backend *be, float *ds, float *pd, cons
                                       const float *p, int B, int nh, int Tq, int T, float scale,
                                       float drop_p, uint64_t seed, uint64_t offset,
                                       const uint32_t *keep) {
-    DS_TRY(ds_check_dropout_p("attn_softmax_bwd", drop_p));
+    DS_TRY(ds_check_attn("attn_softmax_bwd", B, nh, Tq, T, drop_p, offset));
     DS_CUDA_ENTER(be);
     int64_t rows = (int64_t)B * nh * Tq;
     if (rows <= 0) return DS_OK;

@@ -35,6 +35,13 @@ __device__ __forceinline__ float ds_warp_max(float v) {
     return v;
 }
 
+/* The first of v[0..n) outside [0, hi) (other than `skip`, when has_skip),
+ * found before anything is written, so a slot that refuses bad ids or labels
+ * leaves its outputs as they were: *pos its position, *val its value, or
+ * *pos = -1. One small kernel and a synchronous copy of the answer. */
+ds_status ds_nn_cuda_first_bad_index(ds_backend *be, const int32_t *v, int n, int hi,
+                                     bool has_skip, int skip, int *pos, int32_t *val);
+
 /* dst[c] += sum_r src[r, c] (deterministic: fixed partition and order). */
 ds_status ds_nn_cuda_colsum(ds_backend *be, float *dst, const float *src, int rows, int width);
 

@@ -7,48 +7,70 @@
 #include "engine/backend/cuda/colsum.cuh"
 #include "engine/backend/cuda/nn_cuda.cuh"
 
-/* First out-of-range id of the last embedding_fwd, packed (position << 32 |
- * (uint32_t)id) so atomicMin keeps the lowest position; ULLONG_MAX = none.
- * A __device__ variable: no allocation, one per device. */
-__device__ unsigned long long g_ds_nn_bad_id;
+/* First out-of-range index of the last ds_nn_cuda_first_bad_index, packed
+ * (position << 32 | (uint32_t)value) so that atomicMin keeps the lowest
+ * position; ULLONG_MAX = none. A __device__ variable: no allocation, one per
+ * device. */
+__device__ unsigned long long g_ds_nn_bad_index;
 
+__global__ void ds_k_first_bad_index(const int32_t *v, int n, int hi, int has_skip, int skip) {
+    DS_GRID_STRIDE(i, (size_t)n) {
+        int x = v[i];
+        if ((x < 0 || x >= hi) && !(has_skip && x == skip))
+            atomicMin(&g_ds_nn_bad_index,
+                      ((unsigned long long)i << 32) | (unsigned long long)(uint32_t)x);
+    }
+}
+
+ds_status ds_nn_cuda_first_bad_index(ds_backend *be, const int32_t *v, int n, int hi,
+                                     bool has_skip, int skip, int *pos, int32_t *val) {
+    *pos = -1;
+    *val = 0;
+    if (n <= 0) return DS_OK;
+    const unsigned long long none = ULLONG_MAX;
+    DS_CHECK_CUDA(cudaMemcpyToSymbolAsync(g_ds_nn_bad_index, &none, sizeof none, 0,
+                                          cudaMemcpyHostToDevice, DS_CUDA_DEFAULT_STREAM));
+    ds_k_first_bad_index<<<DS_CUDA_GRID(be, (size_t)n)>>>(v, n, hi, has_skip ? 1 : 0, skip);
+    DS_CHECK_LAUNCH();
+    unsigned long long bad = none;
+    DS_CHECK_CUDA(cudaMemcpyFromSymbolAsync(&bad, g_ds_nn_bad_index, sizeof bad, 0,
+                                            cudaMemcpyDeviceToHost, DS_CUDA_DEFAULT_STREAM));
+    DS_CHECK_CUDA(cudaStreamSynchronize(DS_CUDA_DEFAULT_STREAM));
+    if (bad != none) {
+        *pos = (int)(bad >> 32);
+        *val = (int32_t)(uint32_t)(bad & 0xffffffffull);
+    }
+    return DS_OK;
+}
+
+/* ids are checked before the launch (ds_nn_cuda_first_bad_index) */
 __global__ void ds_k_embedding_fwd(float *out, const float *table, const int32_t *ids, int n,
-                                   int h, int vocab, int accumulate) {
+                                   int h, int accumulate) {
     DS_GRID_STRIDE(i, (size_t)n * h) {
         size_t row = i / (size_t)h, c = i % (size_t)h;
-        int id = ids[row];
-        if (id < 0 || id >= vocab) {
-            if (c == 0)
-                atomicMin(&g_ds_nn_bad_id,
-                          ((unsigned long long)row << 32) | (unsigned long long)(uint32_t)id);
-            id = 0; /* never read outside the table */
-        }
-        float v = table[(size_t)id * h + c];
+        float v = table[(size_t)ids[row] * h + c];
         out[i] = accumulate ? out[i] + v : v;
     }
 }
 
 ds_status ds_nn_cuda_embedding_fwd(ds_backend *be, float *out, const float *table,
                                    const int32_t *ids, int n, int h, int vocab, bool accumulate) {
+    DS_TRY(ds_check_nn_sizes("embedding", "n", n, "h", h));
     DS_CUDA_ENTER(be);
-    if (n <= 0 || h <= 0) return DS_OK;
-    const unsigned long long none = ULLONG_MAX;
-    DS_CHECK_CUDA(cudaMemcpyToSymbolAsync(g_ds_nn_bad_id, &none, sizeof none, 0,
-                                          cudaMemcpyHostToDevice, DS_CUDA_DEFAULT_STREAM));
-    ds_k_embedding_fwd<<<DS_CUDA_GRID(be, (size_t)n * h)>>>(out, table, ids, n, h, vocab,
+    /* Bad ids are bad input and come back as a status before anything is
+     * written: one small synchronous copy per call (the first module's
+     * forward; the batch was just uploaded anyway). */
+    int pos;
+    int32_t id;
+    DS_TRY(ds_nn_cuda_first_bad_index(be, ids, n, vocab, false, 0, &pos, &id));
+    if (pos >= 0)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "embedding: id %d at position %d is outside the table [0, %d)", id, pos,
+                      vocab);
+    if (n == 0 || h == 0) return DS_OK;
+    ds_k_embedding_fwd<<<DS_CUDA_GRID(be, (size_t)n * h)>>>(out, table, ids, n, h,
                                                            accumulate ? 1 : 0);
     DS_CHECK_LAUNCH();
-    /* Bad ids are bad input and must come back as a status, which needs the
-     * flag on the host: one small synchronous copy per call (the first
-     * module's forward; the batch was just uploaded anyway). */
-    unsigned long long bad = none;
-    DS_CHECK_CUDA(cudaMemcpyFromSymbolAsync(&bad, g_ds_nn_bad_id, sizeof bad, 0,
-                                            cudaMemcpyDeviceToHost, DS_CUDA_DEFAULT_STREAM));
-    DS_CHECK_CUDA(cudaStreamSynchronize(DS_CUDA_DEFAULT_STREAM));
-    if (bad != none)
-        return DS_ERR(DS_ERR_INVALID_ARG,
-                      "embedding: id %d at position %d is outside the table [0, %d)",
-                      (int)(int32_t)(uint32_t)(bad & 0xffffffffull), (int)(bad >> 32), vocab);
     return DS_OK;
 }
 
@@ -148,8 +170,9 @@ __global__ void ds_k_bcast_add(float *out, const float *x, int rows, int width, 
 
 ds_status ds_nn_cuda_bcast_add_fwd(ds_backend *be, float *out, const float *x, int rows,
                                    int width, bool accumulate) {
+    DS_TRY(ds_check_nn_sizes("bcast_add_fwd", "rows", rows, "width", width));
     DS_CUDA_ENTER(be);
-    if (rows <= 0 || width <= 0) return DS_OK;
+    if (rows == 0 || width == 0) return DS_OK;
     ds_k_bcast_add<<<DS_CUDA_GRID(be, (size_t)rows * width)>>>(out, x, rows, width,
                                                               accumulate ? 1 : 0);
     DS_CHECK_LAUNCH();
@@ -239,8 +262,9 @@ __global__ void ds_k_copy_rows(float *dst, int dst_ld, const float *src, int src
 
 ds_status ds_nn_cuda_copy_rows(ds_backend *be, float *dst, int dst_ld, const float *src,
                                int src_ld, int rows, int width, bool accumulate) {
+    DS_TRY(ds_check_copy_rows("copy_rows", dst_ld, src_ld, rows, width));
     DS_CUDA_ENTER(be);
-    if (rows <= 0 || width <= 0) return DS_OK;
+    if (rows == 0 || width == 0) return DS_OK;
     ds_k_copy_rows<<<DS_CUDA_GRID(be, (size_t)rows * width)>>>(dst, dst_ld, src, src_ld, rows,
                                                               width, accumulate ? 1 : 0);
     DS_CHECK_LAUNCH();

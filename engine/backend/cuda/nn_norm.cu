@@ -31,8 +31,9 @@ __global__ void ds_k_layernorm_fwd(float *y, float *mean, float *rstd, const flo
 ds_status ds_nn_cuda_layernorm_fwd(ds_backend *be, float *y, float *mean, float *rstd,
                                    const float *x, const float *gamma, const float *beta, int n,
                                    int h, float eps) {
+    DS_TRY(ds_check_ln_fwd("layernorm_fwd", y, mean, rstd, gamma, beta, n, h));
     DS_CUDA_ENTER(be);
-    if (n <= 0 || h <= 0) return DS_OK;
+    if (n == 0 || h == 0) return DS_OK;
     ds_k_layernorm_fwd<<<ds_nn_row_blocks(n), 32 * DS_NN_ROWS_PER_BLOCK, 0,
                          DS_CUDA_DEFAULT_STREAM>>>(y, mean, rstd, x, gamma, beta, n, h, eps);
     DS_CHECK_LAUNCH();
@@ -47,7 +48,10 @@ ds_status ds_nn_cuda_dropout_ln_fwd(ds_backend *be, float *y, float *z, float *m
                                     const float *gamma, const float *beta, int rows, int width,
                                     float p, uint64_t seed, uint64_t offset, uint32_t *keep,
                                     float eps) {
-    DS_TRY(ds_check_dropout_p("dropout_ln_fwd", p)); /* named as the cpu names it */
+    /* both parts' checks first, named as the cpu names them: a refused call
+     * writes nothing */
+    DS_TRY(ds_check_ln_fwd("dropout_ln_fwd", z, mean, rstd, gamma, beta, rows, width));
+    DS_TRY(ds_check_dropout("dropout_ln_fwd", p, rows, width, offset));
     DS_TRY(ds_nn_cuda_dropout_fwd(be, y, x, bias, res, rows, width, p, seed, offset, keep));
     return ds_nn_cuda_layernorm_fwd(be, z, mean, rstd, y, gamma, beta, rows, width, eps);
 }

@@ -2,16 +2,13 @@
  * index. One block per row computes the row's log-sum-exp (max and sum
  * reduced in shared memory), its probabilities and its -log p; a second
  * single-block kernel sums the rows in double in a fixed order. Bad labels
- * come back as a status through a __device__ flag read after the kernels. */
-#include <limits.h>
+ * come back as a status before the kernels (ds_nn_cuda_first_bad_index). */
 
 #include "engine/backend/cuda/nn_cuda.cuh"
 
 #define XENT_THREADS 256
 
-/* First bad label, packed (row << 32 | (uint32_t)label); ULLONG_MAX = none. */
-__device__ unsigned long long g_ds_nn_bad_label;
-
+/* labels are checked before the launch (ds_nn_cuda_first_bad_index) */
 __global__ void ds_k_xent_rows(float *probs, float *row_loss, const float *logits,
                                const int32_t *labels, int C, int ignore_index) {
     __shared__ float red[XENT_THREADS];
@@ -19,12 +16,6 @@ __global__ void ds_k_xent_rows(float *probs, float *row_loss, const float *logit
     const float *z = logits + (size_t)r * C;
     int y = labels[r];
     bool counted = y != ignore_index;
-    if (counted && (y < 0 || y >= C)) {
-        if (threadIdx.x == 0)
-            atomicMin(&g_ds_nn_bad_label,
-                      ((unsigned long long)r << 32) | (unsigned long long)(uint32_t)y);
-        counted = false;
-    }
     float mx = -INFINITY;
     for (int c = threadIdx.x; c < C; c += XENT_THREADS) mx = fmaxf(mx, z[c]);
     red[threadIdx.x] = mx;
@@ -80,10 +71,15 @@ ds_status ds_nn_cuda_xent_fwd(ds_backend *be, float *loss, float *wsum, float *p
                               float *row_loss, const float *logits, const int32_t *labels,
                               const float *weights, int R, int C, int ignore_index) {
     if (!labels) return DS_ERR(DS_ERR_INVALID_ARG, "xent_fwd: the batch has no labels");
+    DS_TRY(ds_check_nn_sizes("xent_fwd", "R", R, "C", C));
     DS_CUDA_ENTER(be);
-    const unsigned long long none = ULLONG_MAX;
-    DS_CHECK_CUDA(cudaMemcpyToSymbolAsync(g_ds_nn_bad_label, &none, sizeof none, 0,
-                                          cudaMemcpyHostToDevice, DS_CUDA_DEFAULT_STREAM));
+    /* bad labels come back as a status before anything is written */
+    int row;
+    int32_t label;
+    DS_TRY(ds_nn_cuda_first_bad_index(be, labels, R, C, true, ignore_index, &row, &label));
+    if (row >= 0)
+        return DS_ERR(DS_ERR_INVALID_ARG, "xent_fwd: label %d of row %d is outside [0, %d)",
+                      label, row, C);
     if (R > 0) {
         ds_k_xent_rows<<<R, XENT_THREADS, 0, DS_CUDA_DEFAULT_STREAM>>>(probs, row_loss, logits,
                                                                       labels, C, ignore_index);
@@ -92,13 +88,6 @@ ds_status ds_nn_cuda_xent_fwd(ds_backend *be, float *loss, float *wsum, float *p
     ds_k_xent_sum<<<1, XENT_THREADS, 0, DS_CUDA_DEFAULT_STREAM>>>(loss, wsum, row_loss, labels,
                                                                 weights, R, ignore_index);
     DS_CHECK_LAUNCH();
-    unsigned long long bad = none;
-    DS_CHECK_CUDA(cudaMemcpyFromSymbolAsync(&bad, g_ds_nn_bad_label, sizeof bad, 0,
-                                            cudaMemcpyDeviceToHost, DS_CUDA_DEFAULT_STREAM));
-    DS_CHECK_CUDA(cudaStreamSynchronize(DS_CUDA_DEFAULT_STREAM));
-    if (bad != none)
-        return DS_ERR(DS_ERR_INVALID_ARG, "xent_fwd: label %d of row %d is outside [0, %d)",
-                      (int)(int32_t)(uint32_t)(bad & 0xffffffffull), (int)(bad >> 32), C);
     return DS_OK;
 }
 

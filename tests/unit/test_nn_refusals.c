@@ -1,0 +1,136 @@
+/* The model kernels refuse bad arguments before they write anything
+ * (engine/backend/nn.h; the shared checks of nn_math.h, which the cuda
+ * backend calls with the same messages: test_nn_cuda compares them):
+ *
+ *   - attention with more query rows than positions (Tq > T: the queries are
+ *     the last Tq of T, and a causal row would have seen a negative number
+ *     of keys, written before its row), and negative sizes whose product is
+ *     positive (B = nh = -1);
+ *   - negative sizes in the row slots (embedding, bcast_add, copy_rows,
+ *     dropout, layer norm, cross-entropy), which would have wrapped an
+ *     element count or a memcpy length;
+ *   - copy_rows with a stride under the row width (rows would overlap);
+ *   - a dropout whose counter range wraps the 64-bit stream;
+ *   - dropout_ln_fwd without its layer norm's output or statistics (the
+ *     cpu skipped the layer norm, cuda wrote through NULL);
+ *   - a NULL layer-norm parameter.
+ *
+ * Each output starts as a known pattern and must keep its bits. At 1 and 2
+ * threads, under the variant this CPU chose. */
+#include <stdint.h>
+#include <string.h>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/nn.h"
+#include "tests/unit/test_util.h"
+
+#define N 4096 /* floats in each buffer: more than any call below touches */
+
+static float g_out[N], g_out0[N], g_aux[N], g_aux0[N], g_in[N];
+
+static void reset(void) {
+    for (int i = 0; i < N; i++) {
+        g_out[i] = g_out0[i] = -0.25f * (float)(i % 97);
+        g_aux[i] = g_aux0[i] = 3.0f + (float)(i % 13);
+        g_in[i] = 0.5f - (float)(i % 7);
+    }
+}
+
+/* The call was refused with `needle` in its message and wrote nothing. */
+static void refused(const char *what, ds_status st, const char *needle) {
+    CHECK(st == DS_ERR_INVALID_ARG && strstr(ds_last_error(), needle),
+          "%s: got %s \"%s\", want INVALID_ARG with \"%s\"", what, ds_status_to_string(st),
+          ds_last_error(), needle);
+    CHECK(!memcmp(g_out, g_out0, sizeof g_out) && !memcmp(g_aux, g_aux0, sizeof g_aux),
+          "%s: the refused call wrote", what);
+    ds_clear_error();
+    reset(); /* the next check starts from the pattern, whatever this one did */
+}
+
+static void test_attention(ds_backend *be) {
+    const ds_nn_ops *nn = be->nn;
+    uint32_t keep[64];
+    /* 4 query rows of 2 positions, causal: row 0 would see 2 - 4 + 1 < 0 keys */
+    refused("attn_softmax_fwd, Tq > T, causal",
+            nn->attn_softmax_fwd(be, g_out, g_aux, g_in, NULL, true, 1, 2, 4, 2, 0.5f, 0.1f, 7,
+                                 0, keep),
+            "Tq=4 query rows but T=2");
+    refused("attn_softmax_bwd, Tq > T",
+            nn->attn_softmax_bwd(be, g_out, g_aux, g_in, g_in, 1, 2, 4, 2, 0.5f, 0.0f, 7, 0,
+                                 NULL),
+            "Tq=4 query rows but T=2");
+    refused("attn_softmax_fwd, B = nh = -1",
+            nn->attn_softmax_fwd(be, g_out, g_aux, g_in, NULL, false, -1, -1, 8, 8, 0.5f, 0.0f,
+                                 7, 0, NULL),
+            "negative size B=-1 nh=-1");
+    refused("attn_softmax_bwd, Tq = T = -2",
+            nn->attn_softmax_bwd(be, g_out, NULL, g_in, g_in, 1, 1, -2, -2, 0.5f, 0.0f, 7, 0,
+                                 NULL),
+            "negative size Tq=-2 T=-2");
+    refused("attn_softmax_fwd, the counter wraps",
+            nn->attn_softmax_fwd(be, g_out, g_aux, g_in, NULL, false, 1, 2, 8, 8, 0.5f, 0.1f, 7,
+                                 UINT64_MAX - 10, NULL),
+            "overflows the 64-bit counter");
+}
+
+static void test_rows(ds_backend *be) {
+    const ds_nn_ops *nn = be->nn;
+    const int32_t ids[4] = {0, 1, 2, 3};
+    uint32_t keep[64];
+    refused("embedding_fwd, h < 0",
+            nn->embedding_fwd(be, g_out, g_in, ids, 4, -8, 4, false), "negative size n=4 h=-8");
+    refused("bcast_add_fwd, width < 0", nn->bcast_add_fwd(be, g_out, g_in, 4, -3, false),
+            "negative size rows=4 width=-3");
+    refused("copy_rows, width < 0", nn->copy_rows(be, g_out, 8, g_in, 8, 2, -1, false),
+            "negative size rows=2 width=-1");
+    refused("copy_rows, dst_ld < width", nn->copy_rows(be, g_out, 4, g_in, 8, 3, 8, false),
+            "dst_ld=4 src_ld=8, both must be >= width=8");
+    refused("dropout_fwd, rows < 0",
+            nn->dropout_fwd(be, g_out, g_in, NULL, NULL, -2, 64, 0.1f, 7, 0, keep),
+            "negative size rows=-2 width=64");
+    refused("dropout_bwd, width < 0",
+            nn->dropout_bwd(be, g_out, g_aux, g_in, 2, -64, 0.1f, 7, 0, NULL),
+            "negative size rows=2 width=-64");
+    refused("dropout_fwd, the counter wraps",
+            nn->dropout_fwd(be, g_out, g_in, NULL, NULL, 4, 64, 0.1f, 7, UINT64_MAX - 100, keep),
+            "overflows the 64-bit counter");
+    refused("dropout_bwd, the counter wraps",
+            nn->dropout_bwd(be, g_out, NULL, g_in, 4, 64, 0.5f, 7, UINT64_MAX, NULL),
+            "overflows the 64-bit counter");
+    refused("xent_fwd, C < 0",
+            nn->xent_fwd(be, g_out, g_out + 1, g_aux, g_out + 8, g_in, ids, NULL, 4, -6, -100),
+            "negative size R=4 C=-6");
+}
+
+static void test_layernorm(ds_backend *be) {
+    const ds_nn_ops *nn = be->nn;
+    float *gamma = g_in, *beta = g_in + 64;
+    uint32_t keep[64];
+    refused("dropout_ln_fwd, z NULL",
+            nn->dropout_ln_fwd(be, g_out, NULL, g_aux, g_aux + 8, g_in, NULL, NULL, gamma, beta,
+                               4, 64, 0.1f, 7, 0, keep, 1e-5f),
+            "the normalised output is NULL");
+    refused("dropout_ln_fwd, rstd NULL",
+            nn->dropout_ln_fwd(be, g_out, g_aux, g_aux + 512, NULL, g_in, NULL, NULL, gamma,
+                               beta, 4, 64, 0.0f, 7, 0, NULL, 1e-5f),
+            "rstd is NULL");
+    refused("dropout_ln_fwd, width < 0",
+            nn->dropout_ln_fwd(be, g_out, g_aux, g_aux + 512, g_aux + 520, g_in, NULL, NULL,
+                               gamma, beta, 4, -64, 0.0f, 7, 0, NULL, 1e-5f),
+            "negative size rows=4 width=-64");
+    refused("layernorm_fwd, gamma NULL",
+            nn->layernorm_fwd(be, g_out, g_aux, g_aux + 8, g_in, NULL, beta, 4, 64, 1e-5f),
+            "gamma is NULL");
+}
+
+int main(void) {
+    for (int nt = 1; nt <= 2; nt++) {
+        ds_backend *be = test_cpu_backend(nt, NULL);
+        reset();
+        test_attention(be);
+        test_rows(be);
+        test_layernorm(be);
+        ds_backend_destroy(be);
+    }
+    return test_finish("test_nn_refusals");
+}
