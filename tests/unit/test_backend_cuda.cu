@@ -416,6 +416,10 @@ static void test_onebit_code(void) {
     }
     CHECK(g_gpu->ops->onebit_encode(g_gpu, dx, NULL, 12, 1, dw, 0) == DS_ERR_INVALID_ARG,
           "a record of 12 elements (not a multiple of 8) is refused");
+    /* an empty code writes and reads no record, on both (a NULL wire) */
+    CHECK(g_gpu->ops->onebit_encode(g_gpu, NULL, NULL, 0, 1, NULL, 0) == DS_OK &&
+              g_gpu->ops->onebit_decode(g_gpu, NULL, 0, 1.0f, false, NULL) == DS_OK,
+          "an empty 1-bit code: %s", ds_last_error());
     dev_free(dx, n * 4), dev_free(de, n * 4), dev_free(dout, n * 4), dev_free(dw, wb);
     free(x), free(ec), free(eg), free(oc), free(og), free(wc), free(wg);
 }

@@ -13,7 +13,10 @@
  *   - a dropout whose counter range wraps the 64-bit stream;
  *   - dropout_ln_fwd without its layer norm's output or statistics (the
  *     cpu skipped the layer norm, cuda wrote through NULL);
- *   - a NULL layer-norm parameter.
+ *   - a NULL layer-norm parameter;
+ *   - and, not a refusal: an empty 1-bit code (n = 0) writes and reads no
+ *     record, so its wire may be NULL (the cpu wrote a record header
+ *     through it, cuda did not).
  *
  * Each output starts as a known pattern and must keep its bits. At 1 and 2
  * threads, under the variant this CPU chose. */
@@ -123,6 +126,11 @@ static void test_layernorm(ds_backend *be) {
             "gamma is NULL");
 }
 
+static void test_empty_code(ds_backend *be) {
+    CHECK_OK(be->ops->onebit_encode(be, NULL, NULL, 0, 1, NULL, 0));
+    CHECK_OK(be->ops->onebit_decode(be, NULL, 0, 1.0f, false, NULL));
+}
+
 int main(void) {
     for (int nt = 1; nt <= 2; nt++) {
         ds_backend *be = test_cpu_backend(nt, NULL);
@@ -130,6 +138,7 @@ int main(void) {
         test_attention(be);
         test_rows(be);
         test_layernorm(be);
+        test_empty_code(be);
         ds_backend_destroy(be);
     }
     return test_finish("test_nn_refusals");
