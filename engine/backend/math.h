@@ -502,22 +502,22 @@ static inline ds_status ds_check_optim(const char *who, const float *param, cons
 
 /* The int4 slots: blocks of an even size, so that a byte's two values
  * share their block. */
-static inline ds_status ds_check_q4(const char *who, const void *x, const void *q,
-                                    const float *scales, size_t n, size_t block) {
+static inline ds_status ds_check_q4(const char *who, const char *xname, const void *x,
+                                    const void *q, const float *scales, size_t n, size_t block) {
     if (block == 0 || block % 2)
         return DS_ERR(DS_ERR_INVALID_ARG, "%s: block size %zu is not a positive even number", who,
                       block);
-    DS_TRY(ds_check_ptr(who, "x", x, n));
+    DS_TRY(ds_check_ptr(who, xname, x, n));
     DS_TRY(ds_check_ptr(who, "q", q, n));
     DS_TRY(ds_check_ptr(who, "scales", scales, n));
     return DS_OK;
 }
 
 /* The quantization slots: a block of at least one element. */
-static inline ds_status ds_check_q8(const char *who, const void *x, const void *q,
-                                    const float *scales, size_t n, size_t block) {
+static inline ds_status ds_check_q8(const char *who, const char *xname, const void *x,
+                                    const void *q, const float *scales, size_t n, size_t block) {
     if (block == 0) return DS_ERR(DS_ERR_INVALID_ARG, "%s: block size is 0", who);
-    DS_TRY(ds_check_ptr(who, "x", x, n));
+    DS_TRY(ds_check_ptr(who, xname, x, n));
     DS_TRY(ds_check_ptr(who, "q", q, n));
     DS_TRY(ds_check_ptr(who, "scales", scales, n));
     return DS_OK;

@@ -13,7 +13,7 @@
  *   - a dropout whose counter range wraps the 64-bit stream;
  *   - dropout_ln_fwd without its layer norm's output or statistics (the
  *     cpu skipped the layer norm, cuda wrote through NULL);
- *   - a NULL layer-norm parameter;
+ *   - a NULL layer-norm parameter, a NULL dequantizer output (named y);
  *   - and, not a refusal: an empty 1-bit code (n = 0) writes and reads no
  *     record, so its wire may be NULL (the cpu wrote a record header
  *     through it, cuda did not).
@@ -103,6 +103,18 @@ static void test_rows(ds_backend *be) {
     refused("xent_fwd, C < 0",
             nn->xent_fwd(be, g_out, g_out + 1, g_aux, g_out + 8, g_in, ids, NULL, 4, -6, -100),
             "negative size R=4 C=-6");
+    refused("xent_bwd, C < 0",
+            nn->xent_bwd(be, g_out, g_in, g_in, ids, NULL, 4, -6, -100, 1.0f),
+            "negative size R=4 C=-6");
+    /* no rows: nothing to write, and wsum is not read (it may be NULL) */
+    CHECK_OK(nn->xent_bwd(be, g_out, g_in, NULL, ids, NULL, 0, 6, -100, 1.0f));
+    /* the dequantizers name their output y when it is missing (not "x") */
+    const int8_t q8[8] = {0};
+    const uint8_t q4[4] = {0};
+    refused("dequantize_i8, y NULL", be->ops->dequantize_i8(be, NULL, q8, g_in, 8, 4),
+            "y is NULL");
+    refused("dequantize_i4, y NULL", be->ops->dequantize_i4(be, NULL, q4, g_in, 8, 4),
+            "y is NULL");
 }
 
 static void test_layernorm(ds_backend *be) {

@@ -61,14 +61,14 @@ static void quantize_blocks(ds_backend *be, quantize_block_fn fn, void *q, float
 ds_status ds_cpu_quantize_i8(ds_backend *be, int8_t *q, float *scales, const void *x, ds_dtype t,
                              size_t n, size_t block) {
     DS_TRY(ds_check_float_dtype("cpu quantize_i8", "x", t));
-    DS_TRY(ds_check_q8("cpu quantize_i8", x, q, scales, n, block));
+    DS_TRY(ds_check_q8("cpu quantize_i8", "x", x, q, scales, n, block));
     if (n > 0) quantize_blocks(be, quantize_block, q, scales, x, t, n, block);
     return DS_OK;
 }
 
 ds_status ds_cpu_dequantize_i8(ds_backend *be, float *y, const int8_t *q, const float *scales,
                                size_t n, size_t block) {
-    DS_TRY(ds_check_q8("cpu dequantize_i8", y, q, scales, n, block));
+    DS_TRY(ds_check_q8("cpu dequantize_i8", "y", y, q, scales, n, block));
     if (n == 0) return DS_OK;
     size_t nb = ds_q8_nblocks(n, block);
 #pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)
@@ -105,14 +105,14 @@ static void quantize_block_i4(void *qv, float *scale, const void *x, ds_dtype t,
 ds_status ds_cpu_quantize_i4(ds_backend *be, uint8_t *q, float *scales, const void *x, ds_dtype t,
                              size_t n, size_t block) {
     DS_TRY(ds_check_float_dtype("cpu quantize_i4", "x", t));
-    DS_TRY(ds_check_q4("cpu quantize_i4", x, q, scales, n, block));
+    DS_TRY(ds_check_q4("cpu quantize_i4", "x", x, q, scales, n, block));
     if (n > 0) quantize_blocks(be, quantize_block_i4, q, scales, x, t, n, block);
     return DS_OK;
 }
 
 ds_status ds_cpu_dequantize_i4(ds_backend *be, float *y, const uint8_t *q, const float *scales,
                                size_t n, size_t block) {
-    DS_TRY(ds_check_q4("cpu dequantize_i4", y, q, scales, n, block));
+    DS_TRY(ds_check_q4("cpu dequantize_i4", "y", y, q, scales, n, block));
     if (n == 0) return DS_OK;
     size_t nb = ds_q8_nblocks(n, block);
 #pragma omp parallel for num_threads(ds_cpu_team(be)) schedule(static) if (n >= DS_CPU_PAR_MIN)

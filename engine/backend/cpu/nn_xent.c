@@ -74,6 +74,8 @@ ds_status ds_nn_cpu_xent_fwd(ds_backend *be, float *loss, float *wsum, float *pr
 ds_status ds_nn_cpu_xent_bwd(ds_backend *be, float *dlogits, const float *probs,
                              const float *wsum, const int32_t *labels, const float *weights, int R,
                              int C, int ignore_index, float scale) {
+    DS_TRY(ds_check_nn_sizes("xent_bwd", "R", R, "C", C));
+    if (R == 0 || C == 0) return DS_OK; /* wsum is not read (as cuda) */
     float inv = wsum[0] > 0.0f ? scale / wsum[0] : 0.0f;
     int nt = ds_nn_cpu_threads(be);
 #pragma omp parallel for schedule(static) num_threads(nt) if ((int64_t)R * C >= DS_NN_CPU_PAR_MIN)

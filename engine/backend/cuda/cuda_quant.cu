@@ -50,7 +50,7 @@ __global__ void ds_k_dequantize_i8(float *y, const int8_t *q, const float *scale
 ds_status ds_cuda_quantize_i8(ds_backend *be, int8_t *q, float *scales, const void *x,
                               ds_dtype t, size_t n, size_t block) {
     DS_TRY(ds_check_float_dtype("cuda quantize_i8", "x", t));
-    DS_TRY(ds_check_q8("cuda quantize_i8", x, q, scales, n, block));
+    DS_TRY(ds_check_q8("cuda quantize_i8", "x", x, q, scales, n, block));
     if (n == 0) return DS_OK;
     DS_CUDA_ENTER(be);
     size_t nb = ds_q8_nblocks(n, block);
@@ -63,7 +63,7 @@ ds_status ds_cuda_quantize_i8(ds_backend *be, int8_t *q, float *scales, const vo
 
 ds_status ds_cuda_dequantize_i8(ds_backend *be, float *y, const int8_t *q, const float *scales,
                                 size_t n, size_t block) {
-    DS_TRY(ds_check_q8("cuda dequantize_i8", y, q, scales, n, block));
+    DS_TRY(ds_check_q8("cuda dequantize_i8", "y", y, q, scales, n, block));
     if (n == 0) return DS_OK;
     DS_CUDA_ENTER(be);
     ds_k_dequantize_i8<<<DS_CUDA_GRID(be, n)>>>(y, q, scales, n, block);
@@ -97,7 +97,7 @@ __global__ void ds_k_dequantize_i4(float *y, const uint8_t *q, const float *scal
 ds_status ds_cuda_quantize_i4(ds_backend *be, uint8_t *q, float *scales, const void *x,
                               ds_dtype t, size_t n, size_t block) {
     DS_TRY(ds_check_float_dtype("cuda quantize_i4", "x", t));
-    DS_TRY(ds_check_q4("cuda quantize_i4", x, q, scales, n, block));
+    DS_TRY(ds_check_q4("cuda quantize_i4", "x", x, q, scales, n, block));
     if (n == 0) return DS_OK;
     DS_CUDA_ENTER(be);
     size_t nb = ds_q8_nblocks(n, block);
@@ -110,7 +110,7 @@ ds_status ds_cuda_quantize_i4(ds_backend *be, uint8_t *q, float *scales, const v
 
 ds_status ds_cuda_dequantize_i4(ds_backend *be, float *y, const uint8_t *q, const float *scales,
                                 size_t n, size_t block) {
-    DS_TRY(ds_check_q4("cuda dequantize_i4", y, q, scales, n, block));
+    DS_TRY(ds_check_q4("cuda dequantize_i4", "y", y, q, scales, n, block));
     if (n == 0) return DS_OK;
     DS_CUDA_ENTER(be);
     ds_k_dequantize_i4<<<DS_CUDA_GRID(be, n)>>>(y, q, scales, n, block);

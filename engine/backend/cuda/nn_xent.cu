@@ -107,8 +107,9 @@ __global__ void ds_k_xent_bwd(float *dlogits, const float *probs, const float *w
 ds_status ds_nn_cuda_xent_bwd(ds_backend *be, float *dlogits, const float *probs,
                               const float *wsum, const int32_t *labels, const float *weights,
                               int R, int C, int ignore_index, float scale) {
+    DS_TRY(ds_check_nn_sizes("xent_bwd", "R", R, "C", C));
     DS_CUDA_ENTER(be);
-    if (R <= 0 || C <= 0) return DS_OK;
+    if (R == 0 || C == 0) return DS_OK;
     ds_k_xent_bwd<<<DS_CUDA_GRID(be, (size_t)R * C)>>>(dlogits, probs, wsum, labels, weights, R,
                                                       C, ignore_index, scale);
     DS_CHECK_LAUNCH();
