@@ -157,12 +157,18 @@ DS_HD void ds_onebit_elem(const ds_onebit_pass *p, ds_onebit_phase phase, size_t
 /* ---- the slots' argument checks (host), the same on both backends ---- */
 
 /* The code's n elements (x: the encode's input, the decode's output) in
- * nblocks records of whole bytes of signs. */
+ * nblocks records of whole bytes of signs, stride bytes apart (records that
+ * overlap would be written in another order by each backend). */
 static inline ds_status ds_check_onebit_code(const char *who, const char *xname, const void *x,
-                                             size_t n, int nblocks, const void *wire) {
+                                             size_t n, int nblocks, const void *wire,
+                                             size_t stride) {
     if (nblocks < 1 || n % (size_t)nblocks || (n / (size_t)nblocks) % 8)
         return DS_ERR(DS_ERR_INVALID_ARG, "%s: %zu elements in %d record(s): each record must "
                       "hold a positive multiple of 8", who, n, nblocks);
+    const size_t record = ds_onebit_record_bytes(n / (size_t)nblocks);
+    if (nblocks > 1 && n > 0 && stride < record)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: records %zu bytes apart, but each takes %zu", who,
+                      stride, record);
     DS_TRY(ds_check_ptr(who, xname, x, n));
     DS_TRY(ds_check_ptr(who, "wire", wire, n));
     return DS_OK;

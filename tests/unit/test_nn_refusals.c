@@ -1,6 +1,8 @@
-/* The model kernels refuse bad arguments before they write anything
- * (engine/backend/nn.h; the shared checks of nn_math.h, which the cuda
- * backend calls with the same messages: test_nn_cuda compares them):
+/* The backend's kernels refuse bad arguments before they write anything
+ * (the model kernels of engine/backend/nn.h, the dequantizers and the 1-bit
+ * code of backend.h; the shared checks of nn_math.h, math.h and
+ * onebit_math.h, which the cuda backend calls with the same messages:
+ * test_nn_cuda compares them):
  *
  *   - attention with more query rows than positions (Tq > T: the queries are
  *     the last Tq of T, and a causal row would have seen a negative number
@@ -14,6 +16,7 @@
  *   - dropout_ln_fwd without its layer norm's output or statistics (the
  *     cpu skipped the layer norm, cuda wrote through NULL);
  *   - a NULL layer-norm parameter, a NULL dequantizer output (named y);
+ *   - 1-bit records closer than a record's size (they would overlap);
  *   - and, not a refusal: an empty 1-bit code (n = 0) writes and reads no
  *     record, so its wire may be NULL (the cpu wrote a record header
  *     through it, cuda did not).
@@ -138,7 +141,11 @@ static void test_layernorm(ds_backend *be) {
             "gamma is NULL");
 }
 
-static void test_empty_code(ds_backend *be) {
+static void test_onebit_code(ds_backend *be) {
+    /* 2 records of 64 elements take 4 + 8 bytes each: 10 apart would overlap */
+    refused("onebit_encode, records overlap",
+            be->ops->onebit_encode(be, g_in, NULL, 128, 2, g_out, 10),
+            "records 10 bytes apart, but each takes 12");
     CHECK_OK(be->ops->onebit_encode(be, NULL, NULL, 0, 1, NULL, 0));
     CHECK_OK(be->ops->onebit_decode(be, NULL, 0, 1.0f, false, NULL));
 }
@@ -150,7 +157,7 @@ int main(void) {
         test_attention(be);
         test_rows(be);
         test_layernorm(be);
-        test_empty_code(be);
+        test_onebit_code(be);
         ds_backend_destroy(be);
     }
     return test_finish("test_nn_refusals");

@@ -12,7 +12,7 @@
 
 ds_status ds_cpu_onebit_encode(ds_backend *be, const float *x, float *err, size_t n, int nblocks,
                                void *wire, size_t stride) {
-    DS_TRY(ds_check_onebit_code("cpu onebit_encode", "x", x, n, nblocks, wire));
+    DS_TRY(ds_check_onebit_code("cpu onebit_encode", "x", x, n, nblocks, wire, stride));
     if (n == 0) return DS_OK; /* no records: nothing written (as cuda) */
     /* with feedback, err holds c = x + err until the last loop turns it
      * into c - decode(c) */
@@ -51,7 +51,7 @@ ds_status ds_cpu_onebit_encode(ds_backend *be, const float *x, float *err, size_
 
 ds_status ds_cpu_onebit_decode(ds_backend *be, const void *wire, size_t n, float alpha,
                                bool accumulate, float *out) {
-    DS_TRY(ds_check_onebit_code("cpu onebit_decode", "out", out, n, 1, wire));
+    DS_TRY(ds_check_onebit_code("cpu onebit_decode", "out", out, n, 1, wire, 0));
     if (n == 0) return DS_OK; /* nothing encoded: no record to read */
     const unsigned char *w = wire;
     /* DeepSpeed multiplies the signs by (scale * alpha), one rounding */

@@ -72,7 +72,7 @@ __global__ void ds_k_onebit_pass(ds_onebit_pass p) {
 
 ds_status ds_cuda_onebit_encode(ds_backend *be, const float *x, float *err, size_t n, int nblocks,
                                 void *wire, size_t stride) {
-    DS_TRY(ds_check_onebit_code("cuda onebit_encode", "x", x, n, nblocks, wire));
+    DS_TRY(ds_check_onebit_code("cuda onebit_encode", "x", x, n, nblocks, wire, stride));
     if (n == 0) return DS_OK; /* no records: nothing written (as cpu) */
     DS_CUDA_ENTER(be);
     ds_cuda_impl *im = ds_cuda_impl_of(be);
@@ -92,7 +92,7 @@ ds_status ds_cuda_onebit_encode(ds_backend *be, const float *x, float *err, size
 
 ds_status ds_cuda_onebit_decode(ds_backend *be, const void *wire, size_t n, float alpha,
                                 bool accumulate, float *out) {
-    DS_TRY(ds_check_onebit_code("cuda onebit_decode", "out", out, n, 1, wire));
+    DS_TRY(ds_check_onebit_code("cuda onebit_decode", "out", out, n, 1, wire, 0));
     if (n == 0) return DS_OK; /* nothing encoded: no record to read */
     DS_CUDA_ENTER(be);
     ds_k_onebit_decode<<<DS_CUDA_GRID(be, n / 8)>>>((const unsigned char *)wire, n / 8, alpha,
