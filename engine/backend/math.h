@@ -478,14 +478,20 @@ static inline ds_status ds_check_ptr(const char *who, const char *arg, const voi
     return DS_ERR(DS_ERR_INVALID_ARG, "%s: %s is NULL for %zu elements", who, arg, n);
 }
 
-/* The RNG slots: a destination for n elements, and a counter range that does
- * not wrap the 64-bit stream. */
+/* n elements of a Philox stream from offset: a counter range that does not
+ * wrap the 64-bit counter (the RNG slots; dropout's, nn_math.h). */
+static inline ds_status ds_check_counter(const char *who, uint64_t offset, uint64_t n) {
+    if (n > 0 && offset + n < offset)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "%s: offset %llu + %llu elements overflows the 64-bit counter", who,
+                      (unsigned long long)offset, (unsigned long long)n);
+    return DS_OK;
+}
+
+/* The RNG slots: a destination for n elements, and their counter range. */
 static inline ds_status ds_check_rng(const char *who, const float *dst, size_t n, uint64_t offset) {
     DS_TRY(ds_check_ptr(who, "dst", dst, n));
-    if (n > 0 && offset + n < offset)
-        return DS_ERR(DS_ERR_INVALID_ARG, "%s: offset %llu + n %zu overflows the 64-bit counter",
-                      who, (unsigned long long)offset, n);
-    return DS_OK;
+    return ds_check_counter(who, offset, n);
 }
 
 /* The optimizer slots' common arguments. */

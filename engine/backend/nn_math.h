@@ -311,11 +311,7 @@ static inline ds_status ds_check_ln_fwd(const char *slot, const float *z, const 
 static inline ds_status ds_check_dropout_stream(const char *slot, float p, uint64_t offset,
                                                 uint64_t n) {
     DS_TRY(ds_check_dropout_p(slot, p));
-    if (p > 0.0f && n > 0 && offset + n < offset)
-        return DS_ERR(DS_ERR_INVALID_ARG,
-                      "%s: dropout offset %llu + %llu elements overflows the 64-bit counter",
-                      slot, (unsigned long long)offset, (unsigned long long)n);
-    return DS_OK;
+    return p > 0.0f ? ds_check_counter(slot, offset, n) : DS_OK;
 }
 
 /* Host only: a dropout slot's rows x width elements (dropout_fwd / _bwd,
