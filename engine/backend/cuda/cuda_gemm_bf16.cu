@@ -46,13 +46,19 @@ __global__ void ds_k_round_pack_bf16(uint16_t *__restrict__ dst, const float *__
     }
 }
 
+/* The pack kernel indexes an operand's rows with 32 bits. */
+static ds_status pack_fits(const ds_gemm_pack *p) {
+    int64_t nrows = (int64_t)p->copies * p->rows;
+    if (nrows > INT_MAX)
+        return DS_ERR(DS_ERR_INVALID_ARG, "cuda gemm (bf16 inputs): %lld rows of one operand are "
+                      "more than this kernel indexes", (long long)nrows);
+    return DS_OK;
+}
+
 static ds_status round_pack(ds_backend *be, uint16_t *dst, const float *src, int lds,
                             int64_t stride, const ds_gemm_pack *p) {
     int64_t nrows = (int64_t)p->copies * p->rows;
     if (nrows == 0 || p->cols == 0) return DS_OK;
-    if (nrows > INT_MAX)
-        return DS_ERR(DS_ERR_INVALID_ARG, "cuda gemm (bf16 inputs): %lld rows of one operand are "
-                      "more than this kernel indexes", (long long)nrows);
     dim3 block(32, 8);
     unsigned gy = (unsigned)((nrows + 7) / 8);
     dim3 grid((unsigned)((p->cols + 31) / 32), gy < 65535u ? gy : 65535u);
@@ -74,6 +80,9 @@ ds_status ds_cuda_gemm_bf16(ds_backend *be, bool transa, bool transb, int m, int
         ds_gemm_workspace_of(DS_BACKEND_CUDA, transa, transb, m, n, k, strideA, strideB, batch);
     const ds_gemm_pack pa = w.a, pb = w.b;
     ds_cuda_impl *im = ds_cuda_impl_of(be);
+    /* both operands refused or taken before the workspace grows for them */
+    DS_TRY(pack_fits(&pa));
+    DS_TRY(pack_fits(&pb));
     void *buf;
     DS_TRY(ds_backend_gemm_workspace(be, &w, &buf));
     uint16_t *Ah = (uint16_t *)buf, *Bh = (uint16_t *)((char *)buf + w.b_offset);
