@@ -136,6 +136,12 @@ static void test_layernorm(ds_backend *be) {
             nn->dropout_ln_fwd(be, g_out, g_aux, g_aux + 512, g_aux + 520, g_in, NULL, NULL,
                                gamma, beta, 4, -64, 0.0f, 7, 0, NULL, 1e-5f),
             "negative size rows=4 width=-64");
+    /* empty rows: no statistics written (the cpu wrote NaN, cuda nothing) */
+    CHECK_OK(nn->layernorm_fwd(be, g_out, g_aux, g_aux + 8, g_in, gamma, beta, 4, 0, 1e-5f));
+    CHECK_OK(nn->dropout_ln_fwd(be, g_out, g_out + 64, g_aux, g_aux + 8, g_in, NULL, NULL, gamma,
+                                beta, 4, 0, 0.1f, 7, 0, keep, 1e-5f));
+    CHECK(!memcmp(g_out, g_out0, sizeof g_out) && !memcmp(g_aux, g_aux0, sizeof g_aux),
+          "layer norm of empty rows wrote");
     refused("layernorm_fwd, gamma NULL",
             nn->layernorm_fwd(be, g_out, g_aux, g_aux + 8, g_in, NULL, beta, 4, 64, 1e-5f),
             "gamma is NULL");

@@ -521,6 +521,7 @@ ds_status ds_nn_cpu_dropout_ln_fwd(ds_backend *be, float *y, float *z, float *me
                                    float p, uint64_t seed, uint64_t offset, uint32_t *keep,
                                    float eps) {
     DS_TRY(ds_check_ln_fwd("dropout_ln_fwd", z, mean, rstd, gamma, beta, rows, width));
+    if (width == 0) return DS_OK; /* no statistics of an empty row (as layernorm_fwd, cuda) */
     return dropout_rows(be, "dropout_ln_fwd", y, z, mean, rstd, x, bias, res, gamma, beta, rows,
                         width, p, seed, offset, keep, eps);
 }
