@@ -105,8 +105,10 @@ ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out);
  * 1/gradient_accumulation_steps, and by the loss scale under fp16). The
  * backward of the last micro-batch before a boundary also reduces the
  * gradients across ranks as its modules finish (on the communication thread
- * with overlap_comm), so ds_step must follow it: at stages 0 and 1 a second
- * ds_backward there fails with DS_ERR_INVALID_ARG. */
+ * with overlap_comm), so ds_step must follow it, for every micro-batch:
+ * until then ds_forward and ds_save_checkpoint fail with DS_ERR_INVALID_ARG
+ * and change nothing (a second backward would add to gradients already
+ * reduced; a checkpoint would count a micro-batch whose update it lacks). */
 ds_status ds_backward(engine_t *e);
 
 /* At a gradient-accumulation boundary: reduce gradients across ranks, unscale,

@@ -285,11 +285,13 @@ static ds_status save_args(engine_t *e, const char *dir, const char *tag_in, con
         snprintf(tag, DS_CKPT_TAG_MAX + 1, "global_step%lld", (long long)e->global_step);
     }
     if (client) DS_TRY(ds_ckpt_json_check(client, "ds_save_checkpoint: client_state_json"));
-    if (e->have_forward || e->micro_in_step != 0)
+    if (e->have_forward || e->have_backward || e->micro_in_step != 0)
         return DS_ERR(DS_ERR_INVALID_ARG,
                       "ds_save_checkpoint: called inside a step (%s, micro-batch %d of %lld "
                       "accumulated); save after the ds_step that completes the step",
-                      e->have_forward ? "a forward awaits its backward" : "gradients pending",
+                      e->have_forward    ? "a forward awaits its backward"
+                      : e->have_backward ? "a backward awaits its ds_step"
+                                         : "gradients pending",
                       e->micro_in_step, (long long)e->cfg.gradient_accumulation_steps);
     ds_status st = DS_OK;
     ds_ckpt_write_opts_defaults(wo);
@@ -763,7 +765,7 @@ ds_status ds_load_checkpoint(engine_t *e, const char *dir, const char *tag_in, u
         return st;
     }
     /* Phase 2: the states, then the working parameters everywhere. */
-    e->have_forward = false;
+    e->have_forward = e->have_backward = false;
     e->micro_in_step = 0;
     e->loss_accum = 0.0;
     st = e->zero->ops->zero_grad(e->zero);

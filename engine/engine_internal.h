@@ -52,6 +52,8 @@ struct engine {
                                 loss weight / all ranks' */
     ds_batch dbatch;
     bool have_forward;    /* a forward awaits its backward */
+    bool have_backward;   /* a backward awaits its ds_step (its gradients are in, and at a
+                             boundary reduced or on their way) */
     uint64_t fwd_seed;    /* dropout stream of the pending micro-batch */
     /* the module whose backward runs, and the lowest offset of its span
      * handed to the strategy so far (its end: nothing yet) */

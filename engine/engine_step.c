@@ -143,8 +143,9 @@ static ds_status upload_batch(engine_t *e, const ds_batch *hb, bool with_targets
             return DS_ERR(DS_ERR_INVALID_ARG, "batch tensor \"%s\" is not an input of model %s "
                           "(its inputs: %s)", hb->t[i].name, m->type, names);
         }
-    ds_backend *be = e->be;
-    e->dbatch = (ds_batch){.B = hb->B, .T = T};
+    /* every input checked before the first is copied: a refused batch
+     * leaves the last one's device buffers and dbatch as they were */
+    const ds_tensor *found[DS_MAX_INPUTS] = {0};
     for (int j = 0; j < m->n_inputs; j++) {
         const ds_tensor_desc *in = &m->inputs[j];
         bool target = (in->flags & DS_INPUT_TARGET) != 0;
@@ -160,10 +161,17 @@ static ds_status upload_batch(engine_t *e, const ds_batch *hb, bool with_targets
         if (t->dtype != in->dtype)
             return DS_ERR(DS_ERR_INVALID_ARG, "batch tensor %s is %s, model %s declares %s",
                           in->name, ds_dtype_name(t->dtype), m->type, ds_dtype_name(in->dtype));
-        size_t bytes = (size_t)hb->B * ds_tensor_desc_row_elems(in, T) * ds_dtype_size(in->dtype);
-        if (bytes > 0 && !t->data)
+        if (hb->B > 0 && ds_tensor_desc_row_elems(in, T) > 0 && !t->data)
             return DS_ERR(DS_ERR_INVALID_ARG, "batch tensor %s has no data", in->name);
-        DS_TRY(be->ops->memcpy(be, e->d_in[j], t->data, bytes, DS_COPY_H2D, NULL));
+        found[j] = t;
+    }
+    ds_backend *be = e->be;
+    e->dbatch = (ds_batch){.B = hb->B, .T = T};
+    for (int j = 0; j < m->n_inputs; j++) {
+        const ds_tensor_desc *in = &m->inputs[j];
+        if (!found[j]) continue;
+        size_t bytes = (size_t)hb->B * ds_tensor_desc_row_elems(in, T) * ds_dtype_size(in->dtype);
+        DS_TRY(be->ops->memcpy(be, e->d_in[j], found[j]->data, bytes, DS_COPY_H2D, NULL));
         DS_TRY(ds_batch_set(&e->dbatch, in->name, in->dtype, e->d_in[j]));
     }
     return DS_OK;
@@ -238,6 +246,11 @@ static ds_status normalise_loss(engine_t *e, float mine) {
 }
 
 ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out) {
+    /* the last micro-batch's gradients are in (and at a boundary reduced):
+     * another backward before its ds_step would add to them */
+    if (e->have_backward)
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_forward after ds_backward: call ds_step first "
+                      "(forward, backward, step for every micro-batch)");
     ds_engine_prof_forward(e); /* flops_profiler: counting starts at profile_step */
     double wc0 = ds_wc_start(&e->wc);
     DS_TRY(upload_batch(e, host_batch, true));
@@ -276,6 +289,7 @@ ds_status ds_backward(engine_t *e) {
     if (!e->have_forward) return DS_ERR(DS_ERR_INVALID_ARG, "ds_backward without ds_forward");
     double wc0 = ds_wc_start(&e->wc);
     e->have_forward = false;
+    e->have_backward = true; /* until ds_step, even if this backward fails part-way */
     int n = e->model->n_modules;
     /* Gradient accumulation: each micro-batch contributes loss/GAS; fp16
      * scales the loss up so small gradients survive the half format. */
@@ -406,6 +420,7 @@ static ds_status agree_loss(engine_t *e, double *loss_sum, int32_t *stop) {
 
 ds_status ds_step(engine_t *e) {
     if (e->have_forward) return DS_ERR(DS_ERR_INVALID_ARG, "ds_step between forward and backward");
+    e->have_backward = false;
     e->micro_in_step++;
     if (e->micro_in_step < e->cfg.gradient_accumulation_steps) return DS_OK;
     e->micro_in_step = 0;

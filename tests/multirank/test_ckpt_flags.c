@@ -215,6 +215,15 @@ int main(void) {
     char mid[1024];
     snprintf(mid, sizeof mid, "%s/mid", dir);
     CHECK(stat(mid, &st) != 0, "a refused save left %s", mid);
+    /* between the last micro-batch's backward and its ds_step: the step's
+     * counters already hold the micro-batch, its update is not made yet */
+    if (ds_forward(a, &hb.batch, NULL) != DS_OK || ds_backward(a) != DS_OK)
+        TEST_DIE("the last micro-batch");
+    CHECK(ds_save_checkpoint(a, dir, "mid", NULL) == DS_ERR_INVALID_ARG &&
+              strstr(ds_last_error(), "a backward awaits its ds_step"),
+          "save between ds_backward and ds_step: %s", ds_last_error());
+    CHECK(stat(mid, &st) != 0, "a refused save left %s", mid);
+    CHECK(ds_step(a) == DS_OK, "the step after a refused save: %s", ds_last_error());
     ds_host_batch_free(&hb);
 
     ds_finalize(a);

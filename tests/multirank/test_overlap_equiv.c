@@ -24,8 +24,9 @@
  * uses are in; --ckpt 1 (BERT) recomputes the encoder layers in backward;
  * --precision fp16/bf16 reduces gradients stored in the half type. The
  * second run must also differ from nothing: the losses must fall, so a run
- * that silently did not train cannot pass. Last, a second ds_backward after
- * the last micro-batch's must fail at stages 0 and 1 (check_second_backward). */
+ * that silently did not train cannot pass. Last, a ds_forward between a
+ * ds_backward and its ds_step must fail at every stage and change nothing
+ * (check_forward_after_backward). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,17 +103,10 @@ static int make_engine(const opts *o, int gas, const ds_dataset *data, bool over
     return 0;
 }
 
-/* A second ds_backward into gradients the first already reduced would count
- * the first world times at stages 0 and 1 (they reduce the replica in place
- * during the last micro-batch's backward): it must fail, naming the fix.
- * Stages 2 and 3 add every backward into their partition, so there it is
- * accumulation as before. Returns the number of failures. */
-static int check_second_backward(const opts *o, const ds_dataset *data) {
-    ds_model *model;
-    engine_t *e;
-    if (make_engine(o, 1, data, true, &model, &e)) return 1;
-    int world = ds_world_size(e), rank = ds_rank(e), micro = GLOBAL_BATCH / world;
-    ds_batch b = {.B = micro, .T = T_LEN};
+/* This rank's rows of the first global batch, by the model's input names. */
+static int first_batch(const ds_model *model, const ds_dataset *data, int rank, int micro,
+                       ds_batch *b) {
+    *b = (ds_batch){.B = micro, .T = T_LEN};
     for (int j = 0; j < model->n_inputs; j++) {
         const ds_tensor_desc *in = &model->inputs[j];
         size_t off = (size_t)rank * (size_t)micro * ds_tensor_desc_row_elems(in, T_LEN);
@@ -120,30 +114,58 @@ static int check_second_backward(const opts *o, const ds_dataset *data) {
         float *f32 = in->dtype == DS_F32 ? ds_dataset_f32(data, in->name) : NULL;
         if (!i32 && !f32) continue; /* an optional input the data does not have */
         const void *col = i32 ? (const void *)(i32 + off) : (const void *)(f32 + off);
-        if (ds_batch_set(&b, in->name, in->dtype, col) != DS_OK) return 1;
+        if (ds_batch_set(b, in->name, in->dtype, col) != DS_OK) return 1;
     }
+    return 0;
+}
+
+/* A ds_forward after a ds_backward, before its ds_step, would let a second
+ * backward add to gradients the first had already reduced (stages 0 and 1
+ * reduce the replica in place during the last micro-batch's backward, so the
+ * first would count world times; stages 2 and 3 would take an extra
+ * micro-batch the step does not count). It must fail at every stage, naming
+ * the fix, and change nothing: the ds_step after it gives the parameters of
+ * an engine that never saw it, bit for bit. Returns the number of failures. */
+static int check_forward_after_backward(const opts *o, const ds_dataset *data) {
+    float *w[2] = {NULL, NULL};
+    size_t n[2] = {0, 0};
     int fails = 0;
-    ds_status st = ds_forward(e, &b, NULL);
-    if (st == DS_OK) st = ds_backward(e);
-    if (st == DS_OK) st = ds_forward(e, &b, NULL);
-    if (st != DS_OK) {
-        printf("FAIL: forward/backward/forward: %s\n", ds_last_error());
-        fails++;
-    } else {
-        st = ds_backward(e);
-        bool reduces = o->stage <= 1; /* at one rank too: the guard does not depend on it */
-        if (reduces && (st != DS_ERR_INVALID_ARG || !strstr(ds_last_error(), "ds_step"))) {
-            printf("FAIL: stage %d: a second ds_backward after the last micro-batch's gave %s "
-                   "(%s), not DS_ERR_INVALID_ARG naming ds_step\n", o->stage,
-                   ds_status_to_string(st), st ? ds_last_error() : "");
-            fails++;
-        } else if (!reduces && st != DS_OK) {
-            printf("FAIL: stage %d world %d: a second ds_backward failed: %s\n", o->stage, world,
-                   ds_last_error());
-            fails++;
+    for (int misuse = 0; misuse < 2; misuse++) {
+        ds_model *model;
+        engine_t *e;
+        if (make_engine(o, 1, data, true, &model, &e)) return fails + 1;
+        int world = ds_world_size(e), micro = GLOBAL_BATCH / world;
+        ds_batch b;
+        ds_status st = first_batch(model, data, ds_rank(e), micro, &b) ? DS_ERR_INVALID_ARG
+                                                                       : DS_OK;
+        if (st == DS_OK) st = ds_forward(e, &b, NULL);
+        if (st == DS_OK) st = ds_backward(e);
+        if (st == DS_OK && misuse) {
+            ds_status again = ds_forward(e, &b, NULL);
+            if (again != DS_ERR_INVALID_ARG || !strstr(ds_last_error(), "ds_step")) {
+                printf("FAIL: stage %d: ds_forward after ds_backward gave %s (%s), not "
+                       "DS_ERR_INVALID_ARG naming ds_step\n", o->stage,
+                       ds_status_to_string(again), again ? ds_last_error() : "");
+                fails++;
+            }
+            ds_clear_error();
         }
+        if (st == DS_OK) st = ds_step(e);
+        if (st != DS_OK) {
+            printf("FAIL: stage %d: forward / backward / step: %s\n", o->stage, ds_last_error());
+            fails++;
+        } else {
+            w[misuse] = ck_params(e, &n[misuse]);
+        }
+        ds_finalize(e);
     }
-    ds_finalize(e);
+    if (w[0] && w[1] && (n[0] != n[1] || memcmp(w[0], w[1], n[0] * sizeof *w[0]))) {
+        printf("FAIL: stage %d: the refused ds_forward changed the step's parameters\n",
+               o->stage);
+        fails++;
+    }
+    free(w[0]);
+    free(w[1]);
     return fails;
 }
 
@@ -193,7 +215,7 @@ int main(int argc, char **argv) {
     }
     static run off, on;
     if (train(&o, data, false, &off) || train(&o, data, true, &on)) return 1;
-    int fails = check_second_backward(&o, data);
+    int fails = check_forward_after_backward(&o, data);
     ds_dataset_destroy(data);
 
     for (int i = 0; i < STEPS; i++) {
