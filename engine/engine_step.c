@@ -213,6 +213,9 @@ static ds_status run_forward(engine_t *e, int upto, bool training) {
             ds_status st = mod->ops->forward(mod, &ctx);
             ds_prof_end(&e->prof, i, false, pm);
             if (st != DS_OK) {
+                /* its parameters back (stage 3: a gather slot kept in use would
+                 * be lost to every later forward once the slots are dropped) */
+                (void)e->zero->ops->release(e->zero, i);
                 ds_error_prefix("forward of %s", mod->name);
                 ds_error_trace(__FILE__, __LINE__);
                 return st;
@@ -315,6 +318,7 @@ ds_status ds_backward(engine_t *e) {
         if (e->recompute[i]) { /* activation checkpointing: rebuild the internals */
             ds_status st = mod->ops->forward(mod, &ctx);
             if (st != DS_OK) {
+                (void)e->zero->ops->release(e->zero, i); /* as in run_forward */
                 ds_error_prefix("recomputing forward of %s", mod->name);
                 ds_error_trace(__FILE__, __LINE__);
                 return st;
@@ -332,6 +336,7 @@ ds_status ds_backward(engine_t *e) {
         ds_status st = mod->ops->backward(mod, &ctx);
         ds_prof_end(&e->prof, i, true, pm);
         if (st != DS_OK) {
+            (void)e->zero->ops->release(e->zero, i); /* as in run_forward */
             ds_error_prefix("backward of %s", mod->name);
             ds_error_trace(__FILE__, __LINE__);
             return st;

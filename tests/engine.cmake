@@ -127,6 +127,14 @@ ds_add_mpi_test(NAME test_fp16_overflow SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mult
 ds_add_test(NAME test_activation_ckpt SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_activation_ckpt.c
             LABELS unit)
 
+# A micro-batch refused for a bad id loses nothing: at stage 3 the failed
+# forward gives its gather slot back, and training goes on bit for bit as if
+# the batch had never come.
+ds_add_test(NAME test_bad_batch LABELS unit
+            SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_bad_batch.c
+                    ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c
+                    ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
+
 # train_cls on bad input: non-zero exit, one line naming the key or file:line.
 add_test(NAME test_train_cls_errors
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_train_cls_errors.sh ${CMAKE_BINARY_DIR}/bin)
