@@ -631,10 +631,11 @@ static ds_status load_states(engine_t *e, const char *tag_dir, unsigned flags,
  * saved it (the error feedback of rank r belongs to rank r's data and to
  * the chunking of that world). Otherwise, or when the checkpoint has none
  * (saved by another optimizer), it starts afresh, as DeepSpeed's always
- * does. */
-static ds_status load_rank_state(engine_t *e, const char *tag_dir, unsigned flags,
-                                 const ds_ckpt_meta *m, bool *have) {
-    *have = false;
+ * does: *out NULL. Read in phase 1, so that its frames are verified before
+ * the load changes anything; applied in phase 2. */
+static ds_status read_rank_state(engine_t *e, const char *tag_dir, unsigned flags,
+                                 const ds_ckpt_meta *m, float **out) {
+    *out = NULL;
     if (!e->zero->ops->rank_state_len || (flags & (DS_LOAD_MODULE_ONLY | DS_LOAD_NO_OPTIMIZER)))
         return DS_OK;
     size_t n = e->zero->ops->rank_state_len(e->zero);
@@ -655,9 +656,8 @@ static ds_status load_rank_state(engine_t *e, const char *tag_dir, unsigned flag
         float *v = malloc(n * sizeof(float));
         if (!v) st = DS_ERR(DS_ERR_OOM, "loading %s: out of host memory", path);
         if (st == DS_OK) st = ds_ckpt_read(r, DS_CKPT_RANK_STATE, 0, hi, v);
-        if (st == DS_OK) st = e->zero->ops->rank_state_io(e->zero, v, true);
-        *have = st == DS_OK;
-        free(v);
+        if (st == DS_OK) *out = v;
+        else free(v);
     }
     ds_ckpt_reader_close(r);
     DS_TRY(st);
@@ -757,9 +757,12 @@ ds_status ds_load_checkpoint(engine_t *e, const char *dir, const char *tag_in, u
 
     /* Phase 1: verify, on every rank, then agree. Nothing has changed yet. */
     ds_ckpt_meta m;
+    float *rank_state = NULL;
     st = check_local(e, tag_dir, flags, &m);
+    if (st == DS_OK) st = read_rank_state(e, tag_dir, flags, &m, &rank_state);
     st = agree(e, st);
     if (st != DS_OK) {
+        free(rank_state);
         ds_ckpt_meta_free(&m);
         ds_error_trace(__FILE__, __LINE__);
         return st;
@@ -771,8 +774,9 @@ ds_status ds_load_checkpoint(engine_t *e, const char *dir, const char *tag_in, u
     st = e->zero->ops->zero_grad(e->zero);
     if (st == DS_OK) st = ds_ties_clear(e->ties);
     if (st == DS_OK) st = load_states(e, tag_dir, flags, &m);
-    bool have_rank_state = false;
-    if (st == DS_OK) st = load_rank_state(e, tag_dir, flags, &m, &have_rank_state);
+    if (st == DS_OK && rank_state) st = e->zero->ops->rank_state_io(e->zero, rank_state, true);
+    const bool have_rank_state = st == DS_OK && rank_state;
+    free(rank_state);
     st = agree(e, st);
     if (st == DS_OK) st = agree(e, e->zero->ops->sync_params(e->zero));
     if (st == DS_OK) st = agree(e, restore_progress(e, &m, flags));

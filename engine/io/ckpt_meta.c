@@ -344,7 +344,8 @@ static void read_doc(rd *c, json_t *doc, ds_ckpt_meta *m) {
     m->gradient_accumulation_steps = get_i64(c, k, "gradient_accumulation_steps", "counters");
     m->micro_batch = get_i64(c, k, "train_micro_batch_size_per_gpu", "counters");
     range_check(c, m->gradient_accumulation_steps >= 1 && m->global_step >= 0 &&
-                       m->micro_steps >= 0 && m->applied_steps >= 0,
+                       m->micro_steps >= 0 && m->applied_steps >= 0 && m->skipped_steps >= 0 &&
+                       m->samples >= 0,
                 "counters out of range");
     json_t *s = need(c, doc, "scheduler", "", JSON_OBJECT);
     get_str(c, s, "type", "scheduler", m->scheduler, sizeof m->scheduler);
@@ -355,6 +356,10 @@ static void read_doc(rd *c, json_t *doc, ds_ckpt_meta *m) {
     m->cur_hysteresis = (int)get_ranged(c, ls, "cur_hysteresis", "loss_scaler", INT_MIN, INT_MAX);
     m->scaler_cur_iter = get_i64(c, ls, "cur_iter", "loss_scaler");
     m->scaler_last_overflow_iter = get_i64(c, ls, "last_overflow_iter", "loss_scaler");
+    /* checked here, before the load changes anything (a bad value found
+     * while restoring would leave a half-loaded engine) */
+    range_check(c, !m->scaler_enabled || (isfinite(m->loss_scale) && m->loss_scale > 0.0),
+                "loss_scaler.scale must be a positive number when the scaler is enabled");
     json_t *g = need(c, doc, "rng", "", JSON_OBJECT);
     m->seed = get_hex(c, g, "seed", "rng");
     json_t *d = need(c, doc, "data", "", JSON_OBJECT);
@@ -362,6 +367,10 @@ static void read_doc(rd *c, json_t *doc, ds_ckpt_meta *m) {
     m->epoch = get_i64(c, d, "epoch", "data");
     m->epoch_samples = get_i64(c, d, "samples_in_epoch", "data");
     m->dataset_size = get_i64(c, d, "dataset_size", "data");
+    range_check(c, (!m->has_loader || (m->epoch >= 0 && m->epoch_samples >= 0)) &&
+                       m->dataset_size >= -1, /* -1: saved without training data */
+                "data.epoch and samples_in_epoch must not be negative, nor dataset_size below "
+                "-1");
     json_t *l = need(c, doc, "last_step", "", JSON_OBJECT);
     m->last_loss = get_real_or_nan(c, l, "loss", "last_step");
     m->last_lr = get_real_or_nan(c, l, "lr", "last_step");

@@ -62,13 +62,13 @@ static void expect_refused(engine_t *e, const char *tag, unsigned flags, ds_stat
     free(after);
 }
 
-/* Rank 0 copies DIR/global_step3 to DIR/bad and flips a byte inside the
- * last frame (moment1) of rank 1's file. */
-static void make_corrupt_copy(engine_t *e) {
+/* Rank 0 copies DIR/FROM to DIR/TO and flips a byte inside the last frame of
+ * rank 1's file (moment1; with 1-bit Adam, its rank state). */
+static void make_corrupt_copy(engine_t *e, const char *from, const char *to) {
     if (rank == 0) {
         char src[1024], dst[1024], cmd[3200];
-        snprintf(src, sizeof src, "%s/global_step3", dir);
-        snprintf(dst, sizeof dst, "%s/bad", dir);
+        snprintf(src, sizeof src, "%s/%s", dir, from);
+        snprintf(dst, sizeof dst, "%s/%s", dir, to);
         snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dst, src, dst);
         if (system(cmd) != 0) TEST_DIE("copying the checkpoint");
         char f[1100];
@@ -172,7 +172,7 @@ int main(void) {
     e = fresh(&s, data);
     expect_refused(e, "nope", DS_LOAD_ALL, DS_ERR_IO, "nope", "missing tag");
     expect_refused(e, NULL, 1u << 7, DS_ERR_INVALID_ARG, "unknown flags", "unknown flags");
-    make_corrupt_copy(e);
+    make_corrupt_copy(e, "global_step3", "bad");
     expect_refused(e, "bad", DS_LOAD_ALL, DS_ERR_CORRUPT, "shard-00001-of-00002.dsck",
                    "corrupted frame");
     CHECK(strstr(ds_last_error(), "checksum"), "corrupted frame: \"%s\"", ds_last_error());
@@ -215,16 +215,38 @@ int main(void) {
     char mid[1024];
     snprintf(mid, sizeof mid, "%s/mid", dir);
     CHECK(stat(mid, &st) != 0, "a refused save left %s", mid);
-    /* between the last micro-batch's backward and its ds_step: the step's
-     * counters already hold the micro-batch, its update is not made yet */
-    if (ds_forward(a, &hb.batch, NULL) != DS_OK || ds_backward(a) != DS_OK)
-        TEST_DIE("the last micro-batch");
+    /* the step completed; then between the next micro-batch's backward and
+     * its ds_step, where no micro-batch is counted as accumulated yet: the
+     * counters already hold it, its gradients are not applied */
+    if (ds_forward(a, &hb.batch, NULL) != DS_OK || ds_backward(a) != DS_OK ||
+        ds_step(a) != DS_OK || ds_forward(a, &hb.batch, NULL) != DS_OK || ds_backward(a) != DS_OK)
+        TEST_DIE("a step and a half");
     CHECK(ds_save_checkpoint(a, dir, "mid", NULL) == DS_ERR_INVALID_ARG &&
               strstr(ds_last_error(), "a backward awaits its ds_step"),
           "save between ds_backward and ds_step: %s", ds_last_error());
     CHECK(stat(mid, &st) != 0, "a refused save left %s", mid);
     CHECK(ds_step(a) == DS_OK, "the step after a refused save: %s", ds_last_error());
     ds_host_batch_free(&hb);
+
+    /* (last: its save becomes DIR/latest) 1-bit Adam: the rank's own state (its error feedback, the shard's last
+     * section) is verified with the rest, before the load changes anything */
+    ck_setup ob = s;
+    ob.stage = 0;
+    ob.optimizer = "OneBitAdam";
+    ob.optim_params = ", \"freeze_step\": 2";
+    e = fresh(&ob, data);
+    step(e);
+    step(e);
+    step(e);
+    if (ds_save_checkpoint(e, dir, "onebit", NULL) != DS_OK) TEST_DIE("1-bit save");
+    ds_finalize(e);
+    e = fresh(&ob, data);
+    make_corrupt_copy(e, "onebit", "onebit_bad");
+    expect_refused(e, "onebit_bad", DS_LOAD_ALL, DS_ERR_CORRUPT, "shard-00001-of-00002.dsck",
+                   "a corrupted 1-bit rank state");
+    CHECK(ds_load_checkpoint(e, dir, "onebit", DS_LOAD_ALL) == DS_OK,
+          "the 1-bit checkpoint itself: %s", ds_last_error());
+    ds_finalize(e);
 
     ds_finalize(a);
     free(p3);

@@ -253,6 +253,16 @@ static void test_damaged(void) {
     damaged("\"frame_elems\": 1048576", "\"frame_elems\": 0", DS_ERR_CORRUPT,
             "flat.frame_elems = 0, outside");
     damaged("\"bytes\": 1000", "\"bytes\": -1", DS_ERR_CORRUPT, "shards[0].bytes = -1");
+    /* values the load would find only while restoring, after it had changed
+     * the engine: refused here, in the first phase */
+    damaged("\"samples\": 112", "\"samples\": -112", DS_ERR_CORRUPT, "counters out of range");
+    damaged("\"epoch\": 2", "\"epoch\": -1", DS_ERR_CORRUPT, "data.epoch");
+    damaged("\"samples_in_epoch\": 32", "\"samples_in_epoch\": -32", DS_ERR_CORRUPT,
+            "samples_in_epoch");
+    damaged("\"scale\": 131072", "\"scale\": -131072", DS_ERR_CORRUPT,
+            "loss_scaler.scale must be a positive number");
+    damaged("\"scale\": 131072.0", "\"scale\": null", DS_ERR_CORRUPT,
+            "loss_scaler.scale must be a positive number");
 }
 
 static void test_tags_and_folders(void) {
