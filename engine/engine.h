@@ -98,7 +98,8 @@ ds_status ds_initialize(const ds_init_desc *desc, engine_t **out);
  * is an error naming the model's inputs. *loss_out: this rank's mean loss of
  * the micro-batch (unscaled). Every rank then agrees the loss weight (one
  * scalar all-reduce: collective), so the loss is normalised over all ranks'
- * rows together (module.h, rule 5). */
+ * rows together (module.h, rule 5). Refused, changing nothing, while the
+ * last forward awaits its ds_backward or the last backward its ds_step. */
 ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out);
 
 /* Backward of the last forward; gradients accumulate (scaled by

@@ -254,6 +254,10 @@ ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out) {
     if (e->have_backward)
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_forward after ds_backward: call ds_step first "
                       "(forward, backward, step for every micro-batch)");
+    /* and the last forward's loss is counted in the step's, its backward due */
+    if (e->have_forward)
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_forward twice: the last forward awaits its "
+                      "ds_backward (forward, backward, step for every micro-batch)");
     ds_engine_prof_forward(e); /* flops_profiler: counting starts at profile_step */
     double wc0 = ds_wc_start(&e->wc);
     DS_TRY(upload_batch(e, host_batch, true));

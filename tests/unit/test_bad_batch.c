@@ -6,7 +6,9 @@
  * The table (4000 x 32) is above stage3_param_persistence_threshold (1e5
  * elements), so each use gathers it into a slot. Before, the failed forward
  * kept that slot in use; once the parameters were dropped no slot was left
- * that could hold the table ("no free gather slot", after a few bad batches). */
+ * that could hold the table ("no free gather slot", after a few bad batches).
+ * Last, a second ds_forward before the first's ds_backward: refused, and the
+ * step after it the same as without it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,7 +101,18 @@ int main(void) {
     }
     free(w);
 
-    for (int i = 1; i < 4; i++) {
+    /* a second forward before the first's backward is refused and changes
+     * nothing either (its loss would have counted in the step's) */
+    ds_batch good = batch_of(data, ds_dataset_i32(data, "input_ids"), 1);
+    CHECK_OK(ds_forward(e, &good, NULL));
+    ds_status twice = ds_forward(e, &good, NULL);
+    CHECK(twice == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "ds_backward"),
+          "a second forward: %s \"%s\"", ds_status_to_string(twice), ds_last_error());
+    ds_clear_error();
+    CHECK_OK(ds_backward(e));
+    CHECK_OK(ds_step(e));
+    train(ref, data, 1);
+    for (int i = 2; i < 4; i++) {
         train(e, data, i);
         train(ref, data, i);
     }
