@@ -259,16 +259,6 @@ DS_HD size_t ds_dropout_mask_bytes(int64_t rows, int width) {
     return (size_t)rows * (size_t)ds_dropout_mask_ld(width) * sizeof(uint32_t);
 }
 
-/* Host only: the check every dropout slot (dropout_*, attn_softmax_*) of both
- * backends applies to p, so cpu and cuda reject the same calls with the same
- * message (as math.h's ds_check_*). */
-static inline ds_status ds_check_dropout_p(const char *slot, float p) {
-    if (!(p >= 0.0f && p < 1.0f))
-        return DS_ERR(DS_ERR_INVALID_ARG, "%s: dropout probability must be in [0, 1), got %g",
-                      slot, (double)p);
-    return DS_OK;
-}
-
 /* Host only: two sizes of an nn slot, neither negative (the element count
  * would wrap; cpu and cuda refuse the same calls, before writing). */
 static inline ds_status ds_check_nn_sizes(const char *slot, const char *a, int64_t va,
@@ -305,12 +295,16 @@ static inline ds_status ds_check_ln_fwd(const char *slot, const float *z, const 
     return DS_OK;
 }
 
-/* Host only: a dropout over n elements of the stream at offset: p as above,
- * and a counter range that does not wrap (as ds_check_rng; p = 0 draws
- * nothing). */
+/* Host only: a dropout over n elements of the stream at offset, as every
+ * dropout slot (dropout_*, attn_softmax_*) of both backends checks it, so
+ * cpu and cuda reject the same calls with the same message (as math.h's
+ * ds_check_*): p in [0, 1), and a counter range that does not wrap (p = 0
+ * draws nothing). */
 static inline ds_status ds_check_dropout_stream(const char *slot, float p, uint64_t offset,
                                                 uint64_t n) {
-    DS_TRY(ds_check_dropout_p(slot, p));
+    if (!(p >= 0.0f && p < 1.0f))
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s: dropout probability must be in [0, 1), got %g",
+                      slot, (double)p);
     return p > 0.0f ? ds_check_counter(slot, offset, n) : DS_OK;
 }
 
