@@ -99,8 +99,8 @@ static inline double core_round_trip_ns(int n) {
  * their own on the same CPUs would spin against each other). */
 static inline void core_rtt_print(const char *prog, double before, double after) {
     if (before < 0 || after < 0) {
-        printf("%s: core-to-core round trip not measured (this process may run on one CPU)\n",
-               prog);
+        printf("%s: core-to-core round trip not measured (this process may run on one CPU, "
+               "or its two threads could not start)\n", prog);
         return;
     }
     printf("%s: core-to-core round trip %.0f ns before the timed steps, %.0f ns after (the "

@@ -45,10 +45,11 @@ if(DS_BENCH)
                        ENVIRONMENT "OMP_NUM_THREADS=2")
   # bench_lm --chunks ab (GPT-2's attention in chunks or over the whole
   # batch, alternate steps of one process) reports its pairs (one pair: its
-  # ratio is the median, the least and the greatest); one timed step is
+  # ratio is the median, the least and the greatest) and, as bench_train, the
+  # core-to-core round trip around its timed steps; one timed step is
   # refused with exit 2
   add_test(NAME test_bench_lm_chunks_ab
-           COMMAND sh -c "set -- $0 --layers 1 --hidden 64 --heads 4 --vocab 256 --positions 128 --seq 128 --batch 8; out=$(\"$@\" --steps 2 --warmup 1 --chunks ab) && echo \"$out\" | grep -Eq 'chunks ab: step time without / with the chunks ([0-9.]+) \\(median of 1 pairs, min \\1, max \\1\\)' && { \"$@\" --steps 1 --chunks ab >/dev/null 2>&1; test $? -eq 2; }"
+           COMMAND sh -c "set -- $0 --layers 1 --hidden 64 --heads 4 --vocab 256 --positions 128 --seq 128 --batch 8; out=$(\"$@\" --steps 2 --warmup 1 --chunks ab) && echo \"$out\" | grep -Eq 'chunks ab: step time without / with the chunks ([0-9.]+) \\(median of 1 pairs, min \\1, max \\1\\)' && rt='bench_lm: core-to-core round trip [1-9][0-9]* ns before the timed steps, [1-9][0-9]* ns after' && { [ $(nproc) -ge 2 ] || rt='round trip not measured'; } && echo \"$out\" | grep -q \"$rt\" && { \"$@\" --steps 1 --chunks ab >/dev/null 2>&1; test $? -eq 2; }"
                    $<TARGET_FILE:bench_lm>)
   set_tests_properties(test_bench_lm_chunks_ab PROPERTIES LABELS unit TIMEOUT 120
                        ENVIRONMENT "OMP_NUM_THREADS=2")
