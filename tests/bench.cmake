@@ -37,9 +37,10 @@ if(DS_BENCH)
   # bench_train --cut ab (the bf16 k cut's A/B in one process) runs and
   # reports its pairs, and where its CPUs sat (the core-to-core round trip
   # around the timed steps, bench/core_rtt.h: a number where it may run on 2
-  # CPUs or more); a bad combination is refused with exit 2
+  # CPUs or more, counted by nproc without OMP_NUM_THREADS, which nproc would
+  # print instead); a bad combination is refused with exit 2
   add_test(NAME test_bench_cut_ab
-           COMMAND sh -c "out=$($0 --stage 0 --steps 2 --warmup 1 --precision bf16 --cut ab) && echo \"$out\" | grep -q 'k cut ab: step time without / with the cut [0-9.]* (median of 1 pairs' && rt='round trip [1-9][0-9]* ns before the timed steps, [1-9][0-9]* ns after' && { [ $(nproc) -ge 2 ] || rt='round trip not measured'; } && echo \"$out\" | grep -q \"$rt\" && { $0 --steps 2 --cut ab --overlap ab >/dev/null 2>&1; test $? -eq 2; }"
+           COMMAND sh -c "out=$($0 --stage 0 --steps 2 --warmup 1 --precision bf16 --cut ab) && echo \"$out\" | grep -q 'k cut ab: step time without / with the cut [0-9.]* (median of 1 pairs' && rt='round trip [1-9][0-9]* ns before the timed steps, [1-9][0-9]* ns after' && { [ $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) -ge 2 ] || rt='round trip not measured'; } && echo \"$out\" | grep -q \"$rt\" && { $0 --steps 2 --cut ab --overlap ab >/dev/null 2>&1; test $? -eq 2; }"
                    $<TARGET_FILE:bench_train>)
   set_tests_properties(test_bench_cut_ab PROPERTIES LABELS unit TIMEOUT 120
                        ENVIRONMENT "OMP_NUM_THREADS=2")
@@ -49,7 +50,7 @@ if(DS_BENCH)
   # core-to-core round trip around its timed steps; one timed step is
   # refused with exit 2
   add_test(NAME test_bench_lm_chunks_ab
-           COMMAND sh -c "set -- $0 --layers 1 --hidden 64 --heads 4 --vocab 256 --positions 128 --seq 128 --batch 8; out=$(\"$@\" --steps 2 --warmup 1 --chunks ab) && echo \"$out\" | grep -Eq 'chunks ab: step time without / with the chunks ([0-9.]+) \\(median of 1 pairs, min \\1, max \\1\\)' && rt='bench_lm: core-to-core round trip [1-9][0-9]* ns before the timed steps, [1-9][0-9]* ns after' && { [ $(nproc) -ge 2 ] || rt='round trip not measured'; } && echo \"$out\" | grep -q \"$rt\" && { \"$@\" --steps 1 --chunks ab >/dev/null 2>&1; test $? -eq 2; }"
+           COMMAND sh -c "set -- $0 --layers 1 --hidden 64 --heads 4 --vocab 256 --positions 128 --seq 128 --batch 8; out=$(\"$@\" --steps 2 --warmup 1 --chunks ab) && echo \"$out\" | grep -Eq 'chunks ab: step time without / with the chunks ([0-9.]+) \\(median of 1 pairs, min \\1, max \\1\\)' && rt='bench_lm: core-to-core round trip [1-9][0-9]* ns before the timed steps, [1-9][0-9]* ns after' && { [ $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) -ge 2 ] || rt='round trip not measured'; } && echo \"$out\" | grep -q \"$rt\" && { \"$@\" --steps 1 --chunks ab >/dev/null 2>&1; test $? -eq 2; }"
                    $<TARGET_FILE:bench_lm>)
   set_tests_properties(test_bench_lm_chunks_ab PROPERTIES LABELS unit TIMEOUT 120
                        ENVIRONMENT "OMP_NUM_THREADS=2")
