@@ -43,6 +43,9 @@
  * (cpu_gemm_dot.c) on in even timed steps and off in odd ones (the
  * backend's gemm_no_cut), so both see the host's same minute; prints the
  * median ratio of the pairs' step times (cpu backend, one engine).
+ * --attn-chunk-bytes N: the attention's chunks of N bytes of probabilities
+ * (the backend's chunk_bytes, models/modules.h; 0: the whole batch at once)
+ * instead of the backend's own size, for every engine of the run.
  * --perf-ctl CTL,ACK: file descriptors of `perf record|stat -D -1 --control
  * fd:CTL,ACK` (events off at the start); the timed steps are bracketed by
  * "enable" and "disable", so the profile holds them alone, without the
@@ -344,6 +347,7 @@ int main(int argc, char **argv) {
     int cut_ab = 0; /* --cut ab */
     int sparse = -1; /* --sparse: -1 unset, 0, 1, 2 ab */
     int pctl = -1, pack = -1; /* --perf-ctl */
+    long long chunk = -1;     /* --attn-chunk-bytes; -1: the backend's own */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--stage")) b.stage = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--steps")) b.steps = atoi(argv[i + 1]);
@@ -369,6 +373,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--gemm-replay")) b.replay = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--zeropp") && !strcmp(argv[i + 1], "ab")) zpp_ab = 1;
         else if (!strcmp(argv[i], "--cut") && !strcmp(argv[i + 1], "ab")) cut_ab = 1;
+        else if (!strcmp(argv[i], "--attn-chunk-bytes") && (chunk = atoll(argv[i + 1])) >= 0) {
+        }
         else if (!strcmp(argv[i], "--perf-ctl") &&
                  sscanf(argv[i + 1], "%d,%d", &pctl, &pack) == 2 && pctl >= 0 && pack >= 0) {
         } else {
@@ -432,6 +438,8 @@ int main(int argc, char **argv) {
         tm[k].sparse = sparse == 2 ? k : sparse;
         if (make_engine(&b, &tm[k], &e[k]) != DS_OK) return fail();
     }
+    const size_t own_chunk = e[0]->be->chunk_bytes;
+    for (int k = 0; k < ne && chunk >= 0; k++) e[k]->be->chunk_bytes = (size_t)chunk;
     /* where the CPUs sit, around the timed steps (core_rtt.h) */
     const bool rtt = ds_world_size(e[0]) == 1;
     double rtt0 = -1.0, rtt1 = -1.0;
@@ -455,6 +463,9 @@ int main(int argc, char **argv) {
     if (rtt) rtt1 = core_round_trip_ns(RTT_TRIPS);
     for (int k = 0; k < ne; k++) report(&b, e[k], &tm[k]);
     if (rtt) core_rtt_print("bench_train", rtt0, rtt1);
+    if (chunk >= 0 && ds_rank(e[0]) == 0)
+        printf("bench_train: attention in chunks of %lld bytes (the backend's own: %zu)\n", chunk,
+               own_chunk);
     if (b.replay) report_replay(&b, e[0], &tm[0]);
     if (b.replay == 2 && ds_rank(e[0]) == 0 && gr_by_shape(&tm[0].gr, 5) != DS_OK) return fail();
     if (cut_ab && ds_rank(e[0]) == 0) report_cut_ab(&b, &tm[0]);

@@ -44,6 +44,13 @@ if(DS_BENCH)
                    $<TARGET_FILE:bench_train>)
   set_tests_properties(test_bench_cut_ab PROPERTIES LABELS unit TIMEOUT 120
                        ENVIRONMENT "OMP_NUM_THREADS=2")
+  # bench_train --attn-chunk-bytes sets the attention's chunk size and says so;
+  # a negative size is refused with exit 2
+  add_test(NAME test_bench_attn_chunk
+           COMMAND sh -c "$0 --stage 0 --steps 1 --warmup 0 --attn-chunk-bytes 1048576 | grep -q 'attention in chunks of 1048576 bytes (the backend.s own: 524288)' && { $0 --steps 1 --attn-chunk-bytes -1 >/dev/null 2>&1; test $? -eq 2; }"
+                   $<TARGET_FILE:bench_train>)
+  set_tests_properties(test_bench_attn_chunk PROPERTIES LABELS unit TIMEOUT 120
+                       ENVIRONMENT "OMP_NUM_THREADS=2")
   # bench_lm --chunks ab (GPT-2's attention in chunks or over the whole
   # batch, alternate steps of one process) reports its pairs (one pair: its
   # ratio is the median, the least and the greatest) and, as bench_train, the
