@@ -99,7 +99,12 @@ ds_status ds_initialize(const ds_init_desc *desc, engine_t **out);
  * the micro-batch (unscaled). Every rank then agrees the loss weight (one
  * scalar all-reduce: collective), so the loss is normalised over all ranks'
  * rows together (module.h, rule 5). Refused, changing nothing, while the
- * last forward awaits its ds_backward or the last backward its ds_step. */
+ * last forward awaits its ds_backward or the last backward its ds_step.
+ * A micro-batch one rank refuses (a token id outside the table, more rows
+ * than planned) is refused on every rank, at once: that rank's call says
+ * why, every other rank's "rank R failed with DS_ERR_INVALID_ARG: <why>",
+ * and all of them may go on with other micro-batches (the refused one
+ * counts nowhere). */
 ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out);
 
 /* Backward of the last forward; gradients accumulate (scaled by
@@ -149,8 +154,11 @@ ds_status ds_last_step_info(const engine_t *e, ds_step_info *out);
  * classifier's logits [B, n_classes], a language model's [B, T, vocab]) into
  * host memory `out` of ds_output_elems(e, B, T) floats. No dropout; targets
  * are not needed (and not read). Collective under ZeRO stage 3 (parameters
- * are gathered), so every rank calls it the same number of times; a rank
- * with nothing left passes a batch with B = 0. */
+ * are gathered) and at stages 1-2 after an update (an embedding's rows), so
+ * every rank calls it the same number of times; a rank with nothing left
+ * passes a batch with B = 0. A rank whose batch is refused still takes part
+ * in the call's collectives, so the other ranks' calls finish; only its own
+ * call fails. */
 ds_status ds_predict(engine_t *e, const ds_batch *host_batch, float *out);
 /* Floats ds_predict writes for a batch of B rows of length T. */
 size_t ds_output_elems(const engine_t *e, int B, int T);
@@ -160,9 +168,10 @@ size_t ds_output_elems(const engine_t *e, int B, int T);
  * state. *loss: this rank's mean loss over the items its batch counts (0
  * when none), *weight: their weight (the loss module's y[1]: rows, counted
  * tokens, a weight sum). Over ranks and batches the mean is
- * sum(loss * weight) / sum(weight) (ds_all_reduce_host). Collective under
- * ZeRO stage 3, as ds_predict: a rank with nothing left passes B = 0 and
- * gets 0, 0. Not between ds_forward and its ds_backward. */
+ * sum(loss * weight) / sum(weight) (ds_all_reduce_host). Collective as
+ * ds_predict is: a rank with nothing left passes B = 0 and gets 0, 0; a
+ * refused batch fails on its rank only. Not between ds_forward and its
+ * ds_backward. */
 ds_status ds_evaluate(engine_t *e, const ds_batch *host_batch, double *loss, double *weight);
 
 /* Sum a small host buffer over all ranks (e.g. confusion matrices). */

@@ -199,7 +199,44 @@ static ds_status begin_forward(engine_t *e, const ds_batch *host) {
     return DS_OK;
 }
 
-/* Forward through modules [0, upto). */
+/* Whether a failure leaves the communicator unusable: then the ranks cannot
+ * agree on anything more, and a walk through the rest of a forward's
+ * collectives (below) would only wait for a peer that is gone. */
+static bool comm_failure(ds_status st) { return st == DS_ERR_COMM || st == DS_ERR_TIMEOUT; }
+
+/* This rank's forward failed with `st` (its message set) before module
+ * `from`: a bad token id, a batch it was not planned for. The other ranks go
+ * on through the collectives of the forward (stage 3 gathers every module's
+ * parameters, stages 1 and 2 exchange the rows an embedding reads), and
+ * would wait in them for this rank until comm_timeout_s, then report a
+ * timeout instead of the cause. So it takes part in them, computing nothing:
+ * posts its batch as NULL when it had not (every table whole: the same
+ * exchange on every rank whatever each asks), fetches and releases modules
+ * [from, upto). Returns st with its message, or the walk's own failure (a
+ * communicator that broke meanwhile) saying what came first. At world 1
+ * nobody waits: st as it is. */
+static ds_status forward_failed(engine_t *e, ds_status st, int from, int upto, bool post) {
+    if (e->comm->world == 1 || comm_failure(st)) return st;
+    ds_error_saved keep;
+    ds_error_save(&keep);
+    ds_status ws = post ? begin_forward(e, NULL) : DS_OK;
+    for (int i = from; ws == DS_OK && i < upto; i++) {
+        float **params, **tied;
+        ws = e->zero->ops->fetch(e->zero, i, &params, &tied);
+        if (ws == DS_OK) ws = e->zero->ops->release(e->zero, i);
+    }
+    if (ws != DS_OK) {
+        ds_error_prefix("taking part in the rest of the forward after this rank's own failure "
+                        "(%s)", keep.msg);
+        return ws;
+    }
+    ds_error_restore(&keep);
+    return st;
+}
+
+/* Forward through modules [0, upto). A module that fails at world > 1 does
+ * not leave the other ranks in the collectives of the modules after it
+ * (forward_failed). */
 static ds_status run_forward(engine_t *e, int upto, bool training) {
     for (int i = 0; i < upto; i++) {
         ds_module *mod = e->model->modules[i];
@@ -218,7 +255,7 @@ static ds_status run_forward(engine_t *e, int upto, bool training) {
                 (void)e->zero->ops->release(e->zero, i);
                 ds_error_prefix("forward of %s", mod->name);
                 ds_error_trace(__FILE__, __LINE__);
-                return st;
+                return forward_failed(e, st, i + 1, upto, false);
             }
         }
         DS_TRY(e->zero->ops->release(e->zero, i));
@@ -235,16 +272,25 @@ static ds_status run_forward(engine_t *e, int upto, bool training) {
  * Without it the objective would depend on how the items fall on the ranks:
  * a language model's padding, class weights. When every rank has the same
  * weight (a plain classification loss, equal rows) the factor is exactly 1.
- * One scalar all-reduce per micro-batch. */
-static ds_status normalise_loss(engine_t *e, float mine) {
+ * One all-reduce of two scalars per micro-batch, which also agrees whether
+ * every rank's forward worked (`mine`: this rank's status, its message set
+ * when it failed): when one failed, every rank fails alike, the others
+ * saying which rank and why (ds_comm_agree), and all of them can go on with
+ * their next micro-batches. Returns the agreed status. */
+static ds_status normalise_loss(engine_t *e, ds_status mine, float weight) {
     e->loss_norm = 1.0;
-    if (e->comm->world == 1) return DS_OK;
-    double total = mine;
+    if (e->comm->world == 1 || comm_failure(mine)) return mine;
+    double total[2] = {mine == DS_OK ? weight : 0.0, mine == DS_OK ? 0.0 : 1.0};
     ds_comm_set_context(e->comm, "the loss weights after forward"); /* named in a timeout */
-    ds_status st = ds_comm_host_all_reduce(e->comm, &total, 1, DS_F64, DS_REDUCE_SUM);
+    ds_status st = ds_comm_host_all_reduce(e->comm, total, 2, DS_F64, DS_REDUCE_SUM);
     ds_comm_set_context(e->comm, NULL);
     DS_TRY(st);
-    e->loss_norm = total > 0.0 ? (double)e->comm->world * mine / total : 0.0;
+    if (total[1] > 0.0) { /* some rank's forward failed: each learns which */
+        ds_status worst;
+        DS_TRY(ds_comm_agree(e->comm, mine, &worst));
+        return worst;
+    }
+    e->loss_norm = total[0] > 0.0 ? (double)e->comm->world * weight / total[0] : 0.0;
     return DS_OK;
 }
 
@@ -260,17 +306,23 @@ ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out) {
                       "ds_backward (forward, backward, step for every micro-batch)");
     ds_engine_prof_forward(e); /* flops_profiler: counting starts at profile_step */
     double wc0 = ds_wc_start(&e->wc);
-    DS_TRY(upload_batch(e, host_batch, true));
-    if (host_batch->B == 0) return DS_ERR(DS_ERR_INVALID_ARG, "ds_forward: empty batch");
-    DS_TRY(begin_forward(e, host_batch));
-    e->fwd_seed = mix64(e->seed ^ mix64((uint64_t)e->micro_steps + 0x5151));
-    ds_preempt_note(DS_PREEMPT_IN_STEP, e->micro_in_step + 1,
-                    (int)e->cfg.gradient_accumulation_steps);
     int n = e->model->n_modules;
-    DS_TRY(run_forward(e, n, true));
-    float out[2]; /* the loss module's mean loss and its weight */
-    DS_TRY(e->be->ops->memcpy(e->be, out, e->act[n - 1], sizeof out, DS_COPY_D2H, NULL));
-    DS_TRY(normalise_loss(e, out[1]));
+    float out[2] = {0.0f, 0.0f}; /* the loss module's mean loss and its weight */
+    ds_status st = upload_batch(e, host_batch, true);
+    if (st == DS_OK && host_batch->B == 0)
+        st = DS_ERR(DS_ERR_INVALID_ARG, "ds_forward: empty batch");
+    if (st != DS_OK) {
+        st = forward_failed(e, st, 0, n, true);
+    } else {
+        DS_TRY(begin_forward(e, host_batch));
+        e->fwd_seed = mix64(e->seed ^ mix64((uint64_t)e->micro_steps + 0x5151));
+        ds_preempt_note(DS_PREEMPT_IN_STEP, e->micro_in_step + 1,
+                        (int)e->cfg.gradient_accumulation_steps);
+        st = run_forward(e, n, true);
+        if (st == DS_OK)
+            st = e->be->ops->memcpy(e->be, out, e->act[n - 1], sizeof out, DS_COPY_D2H, NULL);
+    }
+    DS_TRY(normalise_loss(e, st, out[1]));
     e->have_forward = true;
     e->loss_accum += out[0] * e->loss_norm;
     if (loss_out) *loss_out = out[0];
@@ -527,8 +579,9 @@ ds_status ds_evaluate(engine_t *e, const ds_batch *host_batch, double *loss, dou
     if (e->have_forward)
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_evaluate between ds_forward and ds_backward (it "
                       "would overwrite what the backward needs)");
-    DS_TRY(upload_batch(e, host_batch, true));
     int n = e->model->n_modules;
+    ds_status st = upload_batch(e, host_batch, true);
+    if (st != DS_OK) return forward_failed(e, st, 0, n, true);
     DS_TRY(begin_forward(e, NULL));
     DS_TRY(run_forward(e, n, false)); /* through the loss, no dropout */
     if (host_batch->B == 0) return DS_OK;
@@ -547,7 +600,8 @@ ds_status ds_predict(engine_t *e, const ds_batch *host_batch, float *out) {
     if (e->have_forward)
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_predict between ds_forward and ds_backward (it "
                       "would overwrite what the backward needs)");
-    DS_TRY(upload_batch(e, host_batch, false));
+    ds_status st = upload_batch(e, host_batch, false);
+    if (st != DS_OK) return forward_failed(e, st, 0, n - 1, true);
     DS_TRY(begin_forward(e, NULL));
     DS_TRY(run_forward(e, n - 1, false)); /* stop before the loss module */
     if (host_batch->B > 0)

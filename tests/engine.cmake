@@ -129,11 +129,18 @@ ds_add_test(NAME test_activation_ckpt SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/t
 
 # A micro-batch refused for a bad id loses nothing: at stage 3 the failed
 # forward gives its gather slot back, and training goes on bit for bit as if
-# the batch had never come.
-ds_add_test(NAME test_bad_batch LABELS unit
-            SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_bad_batch.c
-                    ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c
-                    ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
+# the batch had never come. With more ranks, one rank's refusal is every
+# rank's, at once and naming it, instead of a timeout in the next collective.
+add_executable(test_bad_batch ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_bad_batch.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
+target_link_libraries(test_bad_batch PRIVATE zero-engine)
+ds_add_mpi_test(NAME test_bad_batch_s3 COMMAND $<TARGET_FILE:test_bad_batch> --stage 3
+                NP 1 LABELS multirank)
+foreach(stage 0 1 2 3)
+  ds_add_mpi_test(NAME test_bad_batch_s${stage} COMMAND $<TARGET_FILE:test_bad_batch> --stage ${stage}
+                  NP 2 LABELS multirank)
+endforeach()
 
 # train_cls on bad input: non-zero exit, one line naming the key or file:line.
 add_test(NAME test_train_cls_errors

@@ -1,0 +1,196 @@
+/* A micro-batch the model refuses loses nothing, and when one rank refuses
+ * its micro-batch every rank does, at once, saying which rank and why:
+ *
+ *   test_bad_batch --stage S       (under mpirun at any world size up to 2)
+ *
+ * Each rank feeds its own rows, with gradient accumulation 2. Mid-step (after
+ * the first micro-batch of a step), the last rank's micro-batch holds a token
+ * id outside the word table. Its ds_forward fails naming the id and its
+ * position; every other rank's fails too, with "rank R failed with
+ * DS_ERR_INVALID_ARG: ..." and the same id. Before, the other ranks went on
+ * into the collectives of the forward (stage 3 gathers every module's
+ * parameters, stages 1 and 2 exchange an embedding's rows, every stage agrees
+ * the loss weights) and waited there for the failed rank until
+ * comm_timeout_s (set to 60 s here, far above the ~1 s a run takes), then
+ * reported a timeout and not the id. Then rank 0's batch is one row larger
+ * than planned (refused before anything is copied, so before any collective):
+ * the same, the other way round.
+ *
+ * Ten bad batches come in a row, the gathered parameters dropped after each
+ * (ds_get_param and ds_set_param of the table with its own values, as a
+ * checkpoint load does). The table (4000 x 32) is above
+ * stage3_param_persistence_threshold (1e5 elements), so each use gathers it
+ * into a slot; a failed forward that kept its slot in use would leave none
+ * ("no free gather slot", after a few bad batches).
+ *
+ * ds_evaluate of a bad batch on the last rank: that rank's call fails, the
+ * others' finish (the failed rank still takes part in the gathers).
+ *
+ * A second ds_forward before the first's ds_backward is refused.
+ *
+ * After all of it the engine trains exactly as one that never saw the bad
+ * batches: the same parameters, bit for bit, on every rank. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "models/models.h"
+#include "tests/multirank/ckpt_harness.h" /* ck_params */
+#include "tests/unit/test_util.h"
+
+#define SEQ 16
+#define ROWS 128
+#define MICRO 4
+#define GAS 2
+#define VOCAB 4000
+#define WORDS "bert.embeddings.word_embeddings.weight"
+
+static engine_t *make(const ds_dataset *data, int stage) {
+    ds_bert_desc bd = {.vocab_size = VOCAB, .hidden_size = 32, .num_hidden_layers = 2,
+                       .num_attention_heads = 4, .intermediate_size = 64,
+                       .max_position_embeddings = 32, .hidden_dropout_prob = 0.1f,
+                       .attention_probs_dropout_prob = 0.1f, .n_classes = 3, .max_seq_len = SEQ};
+    ds_model *model;
+    if (ds_bert_create(&bd, &model) != DS_OK) TEST_DIE("model");
+    char cfg[512];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": %d,"
+             " \"steps_per_print\": 1000,"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}},"
+             " \"zero_optimization\": {\"stage\": %d},"
+             " \"zero_engine\": {\"comm_timeout_s\": 60}}",
+             MICRO, GAS, stage);
+    ds_init_desc d;
+    ds_init_desc_defaults(&d);
+    d.config_json = cfg;
+    d.model = model;
+    d.train_data = data;
+    d.quiet = true;
+    engine_t *e;
+    REQUIRE_OK(ds_initialize(&d, &e));
+    return e;
+}
+
+/* This rank's micro-batch i: rows [MICRO * (world * i + rank), + MICRO),
+ * ids from `ids`. */
+static ds_batch batch_of(engine_t *e, const ds_dataset *data, const int32_t *ids, int i) {
+    ds_batch b = {.B = MICRO, .T = SEQ};
+    size_t r = (size_t)MICRO * (size_t)(ds_world_size(e) * i + ds_rank(e));
+    ds_dataset *d = (ds_dataset *)data;
+    const float *mask = ds_dataset_f32(d, "attention_mask");
+    if (ds_batch_set(&b, "input_ids", DS_I32, ids + r * SEQ) != DS_OK ||
+        ds_batch_set(&b, "attention_mask", DS_F32, mask + r * SEQ) != DS_OK ||
+        ds_batch_set(&b, "labels", DS_I32, ds_dataset_i32(d, "labels") + r) != DS_OK)
+        TEST_DIE("batch");
+    return b;
+}
+
+/* Forward, backward and step of micro-batch i. */
+static void micro(engine_t *e, const ds_dataset *data, int i) {
+    ds_batch b = batch_of(e, data, ds_dataset_i32((ds_dataset *)data, "input_ids"), i);
+    CHECK_OK(ds_forward(e, &b, NULL));
+    CHECK_OK(ds_backward(e));
+    CHECK_OK(ds_step(e));
+}
+
+/* Every rank's ds_forward fails: `culprit` with its own message (containing
+ * `why`), every other rank naming it. */
+static void expect_refused(ds_status st, int rank, int culprit, const char *why) {
+    char who[64];
+    snprintf(who, sizeof who, "rank %d failed with DS_ERR_INVALID_ARG", culprit);
+    const char *msg = ds_last_error();
+    CHECK(st == DS_ERR_INVALID_ARG && strstr(msg, why) && (rank == culprit || strstr(msg, who)),
+          "rank %d of a batch refused by rank %d: %s \"%s\"", rank, culprit,
+          ds_status_to_string(st), msg);
+    ds_clear_error();
+}
+
+int main(int argc, char **argv) {
+    int stage = -1;
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--stage")) stage = atoi(argv[++i]);
+    if (stage < 0 || stage > 3) TEST_DIE("usage: test_bad_batch --stage 0..3");
+    const char *names[3] = {"a", "b", "c"};
+    ds_dataset *data;
+    if (ds_cls_dataset_create(ROWS, SEQ, 3, names, &data) != DS_OK) TEST_DIE("data");
+    int32_t *ids = ds_dataset_i32(data, "input_ids"), *labels = ds_dataset_i32(data, "labels");
+    float *mask = ds_dataset_f32(data, "attention_mask");
+    for (size_t i = 0; i < ROWS; i++) {
+        for (int t = 0; t < SEQ; t++) {
+            ids[i * SEQ + (size_t)t] = (int)((i * 7 + (size_t)t * 3) % VOCAB);
+            mask[i * SEQ + (size_t)t] = 1.0f;
+        }
+        labels[i] = (int)(i % 3);
+    }
+
+    engine_t *e = make(data, stage), *ref = make(data, stage);
+    int rank = ds_rank(e), world = ds_world_size(e);
+    if (world > 2) TEST_DIE("test_bad_batch: the data holds micro-batches for 2 ranks");
+    test_set_rank(world > 1 ? rank : -1);
+    int last = world - 1;
+    int32_t *bad = malloc(sizeof(int32_t) * ROWS * SEQ);
+    if (!bad) TEST_DIE("out of memory");
+    memcpy(bad, ids, sizeof(int32_t) * ROWS * SEQ);
+    /* micro-batch 3 of the last rank, position 5 */
+    bad[((size_t)MICRO * (size_t)(world * 3 + last)) * SEQ + 5] = VOCAB;
+
+    for (int i = 0; i < 3; i++) { /* one step, and the first micro-batch of the next */
+        micro(e, data, i);
+        micro(ref, data, i);
+    }
+
+    const size_t nw = (size_t)VOCAB * 32;
+    float *w = malloc(nw * sizeof *w);
+    if (!w) TEST_DIE("out of memory");
+    for (int k = 0; k < 10; k++) {
+        ds_batch b = batch_of(e, data, rank == last ? bad : ids, 3);
+        expect_refused(ds_forward(e, &b, NULL), rank, last, "id 4000 at position 5");
+        CHECK_OK(ds_get_param(e, WORDS, w, nw));
+        CHECK_OK(ds_set_param(e, WORDS, w, nw));
+    }
+    free(w);
+
+    /* refused before anything is copied: rank 0 never reaches a collective of
+     * its own forward */
+    ds_batch big = batch_of(e, data, ids, 3);
+    if (rank == 0) big.B = MICRO + 1;
+    expect_refused(ds_forward(e, &big, NULL), rank, 0, "batch of 5 rows");
+
+    /* an evaluation refused by one rank: the others' finish */
+    ds_batch ev = batch_of(e, data, rank == last ? bad : ids, 3);
+    double loss, weight;
+    ds_status st = ds_evaluate(e, &ev, &loss, &weight);
+    CHECK(rank == last ? st == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "id 4000")
+                       : st == DS_OK,
+          "evaluate with the last rank's batch bad: %s \"%s\"", ds_status_to_string(st),
+          ds_last_error());
+    ds_clear_error();
+
+    /* a second forward before the first's backward is refused and changes
+     * nothing either (its loss would have counted in the step's) */
+    ds_batch good = batch_of(e, data, ids, 3);
+    CHECK_OK(ds_forward(e, &good, NULL));
+    ds_status twice = ds_forward(e, &good, NULL);
+    CHECK(twice == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "ds_backward"),
+          "a second forward: %s \"%s\"", ds_status_to_string(twice), ds_last_error());
+    ds_clear_error();
+    CHECK_OK(ds_backward(e));
+    CHECK_OK(ds_step(e));
+    micro(ref, data, 3);
+    for (int i = 4; i < 8; i++) {
+        micro(e, data, i);
+        micro(ref, data, i);
+    }
+    size_t n, nr;
+    float *p = ck_params(e, &n), *pr = ck_params(ref, &nr);
+    CHECK(p && pr && n == nr && !memcmp(p, pr, n * sizeof *p),
+          "after the refused batches the parameters differ from a run without them");
+    free(p);
+    free(pr);
+    free(bad);
+    ds_finalize(e);
+    ds_finalize(ref);
+    ds_dataset_destroy(data);
+    return test_finish("test_bad_batch");
+}
