@@ -232,7 +232,10 @@ ds_status ds_set_param_cb(void *engine, const char *name, const float *values, s
 
 /* Write every parameter, fp32, under its Hugging Face name, to one
  * safetensors file at `path` (rank 0 writes, atomically: path.tmp then
- * rename; one tensor in memory at a time). Collective. */
+ * rename; one tensor in memory at a time). Collective. When rank 0 cannot
+ * write it (a missing folder, a full disk part way) the call fails on every
+ * rank, the others' saying "rank 0 failed with DS_ERR_IO: ...", and `path`
+ * keeps what it held. */
 ds_status ds_save_weights(engine_t *e, const char *path);
 
 /* ---- checkpoints (engine/engine_ckpt.c) -----------------------------------

@@ -10,7 +10,8 @@
  *  - ds_evaluate: the loss and weight of a batch without touching training
  *    state; refused between ds_forward and ds_backward, as ds_predict is;
  *  - bad batches: an undeclared tensor, a missing input, a wrong dtype, each
- *    named in the message, and the engine still trains afterwards.
+ *    named in the message, and the engine still trains afterwards;
+ *  - ds_save_weights when rank 0 cannot write: every rank's call fails.
  *
  *   test_model_api --stage S [--dir TMPDIR] */
 #include <math.h>
@@ -216,6 +217,45 @@ static void test_checkpoint(int stage, const char *dir) {
     free(table);
 }
 
+/* ds_save_weights when rank 0 cannot write: a folder that is not there,
+ * then a disk that fills part way (an injected write error, every tensor's
+ * write failing from the first on). Every rank's call fails at once, the
+ * others naming rank 0 (before, they waited in the next tensor's gather
+ * until comm_timeout_s); the file is not there, nor its .tmp. Then a save
+ * that works, readable with every owned tensor. */
+static void test_save_weights(int stage, const char *dir) {
+    engine_t *e = make_engine(stage, true);
+    int rank = ds_rank(e);
+    char path[1024], tmp[1100], missing[1100];
+    snprintf(path, sizeof path, "%s/weights.safetensors", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(missing, sizeof missing, "%s/no/such/folder/w.safetensors", dir);
+    if (rank == 0) remove(path);
+    for (int k = 0; k < 2; k++) {
+        if (k == 1) setenv("DS_FAULT_INJECT", "error:weights:write:rank=0", 1);
+        ds_status st = ds_save_weights(e, k == 0 ? missing : path);
+        const char *msg = ds_last_error();
+        CHECK(st == DS_ERR_IO && (rank == 0 || strstr(msg, "rank 0 failed with DS_ERR_IO")) &&
+                  strstr(msg, k == 0 ? "cannot create" : "weights:write"),
+              "save %d with rank 0's write failing: %s \"%s\"", k, ds_status_to_string(st), msg);
+        ds_clear_error();
+        unsetenv("DS_FAULT_INJECT");
+    }
+    if (rank == 0)
+        CHECK(access(path, F_OK) != 0 && access(tmp, F_OK) != 0,
+              "a failed save left %s or its .tmp", path);
+    CHECK_OK(ds_save_weights(e, path));
+    if (rank == 0) {
+        ds_st_file *st = NULL;
+        CHECK_OK(ds_st_open(path, &st));
+        if (st) {
+            CHECK(ds_st_count(st) == 4, "%d tensors, expected the 4 owned", ds_st_count(st));
+            ds_st_close(st);
+        }
+    }
+    ds_finalize(e);
+}
+
 int main(int argc, char **argv) {
     int stage = 0;
     const char *dir = NULL;
@@ -241,6 +281,7 @@ int main(int argc, char **argv) {
     test_tied_gradients(stage, &hb);
     test_evaluate(stage, &hb);
     if (dir) test_checkpoint(stage, dir);
+    if (dir) test_save_weights(stage, dir);
     ds_host_batch_free(&hb);
     ds_dataset_destroy(data);
     return test_finish("test_model_api");
