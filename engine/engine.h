@@ -120,7 +120,8 @@ ds_status ds_backward(engine_t *e);
 /* At a gradient-accumulation boundary: reduce gradients across ranks, unscale,
  * check overflow (fp16: skip the step on all ranks and lower the scale), clip
  * to gradient_clipping by global norm, update the parameters, advance the
- * scheduler. Between boundaries it only counts the micro-step.
+ * scheduler. Between boundaries it only counts the micro-step. Refused,
+ * changing nothing, without a ds_backward since the last ds_step.
  * A run that cannot learn fails here with DS_ERR_NONFINITE naming the step:
  * fp32, bf16 and a static fp16 scale after zero_engine.max_consecutive_skips
  * steps in a row with NaN or inf gradients (default 3); fp16 with a dynamic

@@ -481,6 +481,12 @@ static ds_status agree_loss(engine_t *e, double *loss_sum, int32_t *stop) {
 
 ds_status ds_step(engine_t *e) {
     if (e->have_forward) return DS_ERR(DS_ERR_INVALID_ARG, "ds_step between forward and backward");
+    /* a step counts one micro-batch: without its backward it would count one
+     * nobody computed, and at a boundary update on what the others left
+     * (Adam moves on zero gradients: its moments, weight decay) */
+    if (!e->have_backward)
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_step without ds_backward since the last ds_step "
+                      "(forward, backward, step for every micro-batch)");
     e->have_backward = false;
     e->micro_in_step++;
     if (e->micro_in_step < e->cfg.gradient_accumulation_steps) return DS_OK;

@@ -26,7 +26,8 @@
  * ds_evaluate of a bad batch on the last rank: that rank's call fails, the
  * others' finish (the failed rank still takes part in the gathers).
  *
- * A second ds_forward before the first's ds_backward is refused.
+ * A ds_step with no ds_backward since the last one is refused, and a second
+ * ds_forward before the first's ds_backward.
  *
  * After all of it the engine trains exactly as one that never saw the bad
  * batches: the same parameters, bit for bit, on every rank. */
@@ -165,6 +166,14 @@ int main(int argc, char **argv) {
                        : st == DS_OK,
           "evaluate with the last rank's batch bad: %s \"%s\"", ds_status_to_string(st),
           ds_last_error());
+    ds_clear_error();
+
+    /* a step without a backward (the refused forwards had none) is refused
+     * and changes nothing: it would have counted a micro-batch nobody
+     * computed and, here at the boundary, updated on half the gradients */
+    ds_status lone = ds_step(e);
+    CHECK(lone == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "without ds_backward"),
+          "a step without backward: %s \"%s\"", ds_status_to_string(lone), ds_last_error());
     ds_clear_error();
 
     /* a second forward before the first's backward is refused and changes
