@@ -70,9 +70,10 @@ static ds_status tapped_gemm(ds_backend *be, bool transa, bool transb, int m, in
                                .lda = lda, .ldb = ldb, .ldc = ldc, .batch = batch,
                                .strideA = strideA, .strideB = strideB, .strideC = strideC,
                                .alpha = alpha, .beta = beta};
-    be->tap(be->tap_ctx, &call);
-    return be->untapped->gemm(be, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb,
-                              strideB, beta, C, ldc, strideC, batch);
+    ds_status st = be->untapped->gemm(be, transa, transb, m, n, k, alpha, A, lda, strideA, B,
+                                      ldb, strideB, beta, C, ldc, strideC, batch);
+    if (st == DS_OK) be->tap(be->tap_ctx, &call); /* a refused call computed nothing */
+    return st;
 }
 
 static ds_status tapped_gemm_bias(ds_backend *be, bool transa, bool transb, int m, int n, int k,
@@ -81,8 +82,9 @@ static ds_status tapped_gemm_bias(ds_backend *be, bool transa, bool transb, int 
     const ds_gemm_call call = {.transa = transa, .transb = transb, .m = m, .n = n, .k = k,
                                .lda = lda, .ldb = ldb, .ldc = n, .batch = 1, .alpha = 1.0f,
                                .beta = 1.0f};
-    be->tap(be->tap_ctx, &call);
-    return be->untapped->gemm_bias(be, transa, transb, m, n, k, A, lda, B, ldb, bias, C);
+    ds_status st = be->untapped->gemm_bias(be, transa, transb, m, n, k, A, lda, B, ldb, bias, C);
+    if (st == DS_OK) be->tap(be->tap_ctx, &call); /* as in tapped_gemm */
+    return st;
 }
 
 ds_status ds_backend_tap_gemm(ds_backend *be, ds_gemm_tap_fn tap, void *ctx) {

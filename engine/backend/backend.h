@@ -309,7 +309,8 @@ ds_status ds_backend_create(const ds_backend_desc *desc, ds_backend **out);
 void ds_backend_destroy(ds_backend *be);
 
 /* From here to ds_backend_untap_gemm every call of be->ops->gemm, a user's
- * module's included, is shown to tap(ctx, call) and then runs as before:
+ * module's included, runs as before and, when it worked, is shown to
+ * tap(ctx, call) (a refused call computed nothing, so counts nowhere):
  * how the flops profiler counts a step's FLOPs and bench_train records a
  * step's GEMMs (bench/gemm_replay.h). One tap at a time:
  * DS_ERR_INVALID_ARG when one is set already. Between calls only. */

@@ -225,8 +225,9 @@ static void test_threads_same_bits(ds_backend *one, ds_backend *two, ds_backend 
     same_bits(one, sixteen, many_shapes, 1);
 }
 
-/* ds_backend_tap_gemm: the tap sees each call's arguments before it runs,
- * the product is still computed, a second tap is refused with a message,
+/* ds_backend_tap_gemm: the tap sees each call's arguments, the product is
+ * still computed, a call the slot refuses is not shown (the flops profiler
+ * would count FLOPs nobody ran), a second tap is refused with a message,
  * and untapping puts the backend's own table back. */
 typedef struct tap_seen {
     int calls;
@@ -256,6 +257,14 @@ static void test_tap(ds_backend *be) {
               seen.last.lda == 3 && seen.last.batch == 1 && !seen.last.transa,
           "the tap saw %d calls, m %d n %d k %d lda %d", seen.calls, seen.last.m, seen.last.n,
           seen.last.k, seen.last.lda);
+    CHECK(be->ops->gemm(be, false, false, 2, 1, 3, 1.0f, A, 2, 0, B, 1, 0, 0.0f, C, 1, 0, 1) ==
+              DS_ERR_INVALID_ARG && seen.calls == 1,
+          "a refused call (lda 2 < 3 columns of A) reached the tap: %d calls", seen.calls);
+    ds_clear_error();
+    CHECK(be->ops->gemm_bias(be, false, false, 2, 1, 3, A, 2, B, 1, B, C) ==
+              DS_ERR_INVALID_ARG && seen.calls == 1,
+          "a refused gemm_bias reached the tap: %d calls", seen.calls);
+    ds_clear_error();
     ds_backend_untap_gemm(be);
     CHECK(be->ops == own, "untap did not restore the backend's table");
     CHECK(be->ops->gemm(be, false, false, 2, 1, 3, 1.0f, A, 3, 0, B, 1, 0, 0.0f, C, 1, 0, 1) ==
