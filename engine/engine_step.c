@@ -161,8 +161,12 @@ static ds_status upload_batch(engine_t *e, const ds_batch *hb, bool with_targets
         if (t->dtype != in->dtype)
             return DS_ERR(DS_ERR_INVALID_ARG, "batch tensor %s is %s, model %s declares %s",
                           in->name, ds_dtype_name(t->dtype), m->type, ds_dtype_name(in->dtype));
-        if (hb->B > 0 && ds_tensor_desc_row_elems(in, T) > 0 && !t->data)
+        size_t row_elems = ds_tensor_desc_row_elems(in, T);
+        if (hb->B > 0 && row_elems > 0 && !t->data)
             return DS_ERR(DS_ERR_INVALID_ARG, "batch tensor %s has no data", in->name);
+        if (in->dtype == DS_I32 && hb->B > 0) /* a value outside its declared range */
+            DS_TRY(ds_tensor_desc_check_values(in, t->data, (size_t)hb->B, row_elems,
+                                               "batch tensor"));
         found[j] = t;
     }
     ds_backend *be = e->be;

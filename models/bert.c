@@ -71,7 +71,8 @@ ds_status ds_bert_create(const ds_bert_desc *in, ds_model **out) {
 
     ds_model *model;
     DS_TRY(ds_model_create("bert", &model));
-    ds_status st = ds_cls_model_inputs(model, d.max_seq_len, true);
+    ds_status st = ds_cls_model_inputs(model, d.max_seq_len, d.vocab_size, d.type_vocab_size,
+                                       d.n_classes);
     ds_module *m = NULL;
     ds_bert_embed_desc ed = {
         .vocab = d.vocab_size,

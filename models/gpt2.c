@@ -87,6 +87,8 @@ ds_status ds_gpt2_create(const ds_gpt2_desc *in, ds_model **out) {
     if (st == DS_OK)
         st = ds_model_add_input(model, "attention_mask", DS_F32, 1, seq, DS_INPUT_OPTIONAL);
     if (st == DS_OK) st = ds_model_add_input(model, "labels", DS_I32, 1, seq, DS_INPUT_TARGET);
+    if (st == DS_OK) st = ds_model_input_range(model, "input_ids", 0, d.vocab_size, false);
+    if (st == DS_OK) st = ds_model_input_range(model, "labels", 0, d.vocab_size, true);
 
     ds_module *m = NULL;
     ds_gpt2_embed_desc ed = {.vocab = d.vocab_size, .n_embd = d.n_embd,

@@ -24,7 +24,7 @@ ds_status ds_mlp_create(const ds_mlp_desc *d, ds_model **out) {
 
     ds_model *model;
     DS_TRY(ds_model_create("mlp", &model));
-    ds_status st = ds_cls_model_inputs(model, d->max_seq_len, false);
+    ds_status st = ds_cls_model_inputs(model, d->max_seq_len, d->vocab_size, 0, d->n_classes);
     ds_module *m = NULL;
     if (st == DS_OK)
         st = ds_mod_embed_pool_create("embeddings", "embeddings.word_embeddings", d->vocab_size,

@@ -53,14 +53,19 @@ uint32_t *ds_attn_keep_rows(uint32_t *keep, int nh, int Tq, int T, int first) {
     return keep ? keep + (size_t)first * nh * Tq * ds_dropout_mask_ld(T) : NULL;
 }
 
-ds_status ds_cls_model_inputs(ds_model *model, int max_seq_len, bool with_types) {
+ds_status ds_cls_model_inputs(ds_model *model, int max_seq_len, int vocab, int type_vocab,
+                              int n_classes) {
     const int64_t seq[1] = {DS_DIM_SEQ};
     model->max_seq_len = max_seq_len;
     DS_TRY(ds_model_add_input(model, "input_ids", DS_I32, 1, seq, 0));
+    DS_TRY(ds_model_input_range(model, "input_ids", 0, vocab, false));
     DS_TRY(ds_model_add_input(model, "attention_mask", DS_F32, 1, seq, DS_INPUT_OPTIONAL));
-    if (with_types)
+    if (type_vocab > 0) {
         DS_TRY(ds_model_add_input(model, "token_type_ids", DS_I32, 1, seq, DS_INPUT_OPTIONAL));
+        DS_TRY(ds_model_input_range(model, "token_type_ids", 0, type_vocab, false));
+    }
     DS_TRY(ds_model_add_input(model, "labels", DS_I32, 0, NULL, DS_INPUT_TARGET));
+    DS_TRY(ds_model_input_range(model, "labels", 0, n_classes, true));
     DS_TRY(ds_model_add_input(model, "weights", DS_F32, 0, NULL,
                               DS_INPUT_TARGET | DS_INPUT_OPTIONAL));
     return DS_OK;

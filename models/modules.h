@@ -23,10 +23,12 @@
 
 /* ---- the bundled classifiers' inputs ----
  * input_ids int32 [B, T], attention_mask fp32 [B, T] (optional: all ones),
- * token_type_ids int32 [B, T] (optional, when with_types), labels int32 [B]
- * (target), weights fp32 [B] (optional target: per-row loss weights); T up
- * to max_seq_len. */
-ds_status ds_cls_model_inputs(ds_model *model, int max_seq_len, bool with_types);
+ * token_type_ids int32 [B, T] (optional, when type_vocab > 0), labels int32
+ * [B] (target), weights fp32 [B] (optional target: per-row loss weights); T
+ * up to max_seq_len. The ids' ranges declared: [0, vocab), [0, type_vocab),
+ * labels [0, n_classes) or DS_IGNORE_INDEX. */
+ds_status ds_cls_model_inputs(ds_model *model, int max_seq_len, int vocab, int type_vocab,
+                              int n_classes);
 
 /* ---- linear layer pieces (PyTorch layout: W [out, in], y = x W^T + b) ----
  * x and dx have row stride ldx / lddx (the [CLS] rows of [B, T, H] are a

@@ -135,11 +135,17 @@ add_executable(test_bad_batch ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_bad_bat
                ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c
                ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c)
 target_link_libraries(test_bad_batch PRIVATE zero-engine)
-ds_add_mpi_test(NAME test_bad_batch_s3 COMMAND $<TARGET_FILE:test_bad_batch> --stage 3
-                NP 1 LABELS multirank)
-foreach(stage 0 1 2 3)
-  ds_add_mpi_test(NAME test_bad_batch_s${stage} COMMAND $<TARGET_FILE:test_bad_batch> --stage ${stage}
-                  NP 2 LABELS multirank)
+# (--no-range: a model that declares no range for its ids, so the embedding
+# finds the bad id part way through the forward)
+foreach(range "" "--no-range")
+  string(REPLACE "--no-range" "_norange" sfx "${range}")
+  ds_add_mpi_test(NAME test_bad_batch_s3${sfx} COMMAND $<TARGET_FILE:test_bad_batch> --stage 3
+                  ${range} NP 1 LABELS multirank)
+  foreach(stage 0 1 2 3)
+    ds_add_mpi_test(NAME test_bad_batch_s${stage}${sfx}
+                    COMMAND $<TARGET_FILE:test_bad_batch> --stage ${stage} ${range}
+                    NP 2 LABELS multirank)
+  endforeach()
 endforeach()
 
 # train_cls on bad input: non-zero exit, one line naming the key or file:line.

@@ -291,6 +291,43 @@ ds_status ds_model_add_input(ds_model *model, const char *name, ds_dtype dtype, 
     return DS_OK;
 }
 
+ds_status ds_model_input_range(ds_model *model, const char *name, int32_t lo, int32_t hi,
+                               bool ignore_index) {
+    if (!model || !name) return DS_ERR(DS_ERR_INVALID_ARG, "ds_model_input_range: NULL argument");
+    ds_tensor_desc *d = (ds_tensor_desc *)ds_model_input(model, name);
+    if (!d)
+        return DS_ERR(DS_ERR_INVALID_ARG, "model %s: ds_model_input_range: no input %s (declare "
+                      "it first: ds_model_add_input)", model->type, name);
+    if (d->dtype != DS_I32)
+        return DS_ERR(DS_ERR_INVALID_ARG, "model %s: input %s is %s; a range is for int32 inputs",
+                      model->type, name, ds_dtype_name(d->dtype));
+    if (hi <= lo)
+        return DS_ERR(DS_ERR_INVALID_ARG, "model %s: input %s: range [%d, %d) is empty",
+                      model->type, name, lo, hi);
+    d->lo = lo;
+    d->hi = hi;
+    d->flags = ignore_index ? d->flags | DS_INPUT_IGNORE : d->flags & ~(unsigned)DS_INPUT_IGNORE;
+    return DS_OK;
+}
+
+ds_status ds_tensor_desc_check_values(const ds_tensor_desc *d, const int32_t *v, size_t rows,
+                                      size_t row_elems, const char *what) {
+    if (d->hi <= d->lo) return DS_OK; /* no range declared */
+    bool ignore = (d->flags & DS_INPUT_IGNORE) != 0;
+    _Static_assert(DS_IGNORE_INDEX == -100, "the message below says -100");
+    size_t n = rows * row_elems;
+    for (size_t i = 0; i < n; i++) {
+        int32_t x = v[i];
+        if ((x >= d->lo && x < d->hi) || (ignore && x == DS_IGNORE_INDEX)) continue;
+        char elem[48] = "";
+        if (row_elems > 1) snprintf(elem, sizeof elem, ", element %zu", i % row_elems);
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s %s: row %zu%s holds %d, outside [%d, %d)%s, the "
+                      "range the model declares", what, d->name, i / row_elems, elem, x, d->lo,
+                      d->hi, ignore ? " (or -100, ignored)" : "");
+    }
+    return DS_OK;
+}
+
 const ds_tensor_desc *ds_model_input(const ds_model *m, const char *name) {
     for (int i = 0; m && i < m->n_inputs; i++)
         if (strcmp(m->inputs[i].name, name) == 0) return &m->inputs[i];

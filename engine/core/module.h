@@ -31,7 +31,11 @@
  * input under the same name; a batch given to ds_forward holds one tensor per
  * input. Inputs flagged DS_INPUT_TARGET are read only by the loss module:
  * ds_predict leaves them out. DS_INPUT_OPTIONAL inputs may be absent (a
- * module then sees NULL from ds_batch_get).
+ * module then sees NULL from ds_batch_get). An int32 input whose values
+ * index something (a table's rows, classes) declares their range with
+ * ds_model_input_range, and the engine refuses a value outside it where it
+ * enters, naming the row: the whole training dataset at ds_initialize, each
+ * batch before it is copied.
  *
  * ---- a module --------------------------------------------------------------
  *
@@ -132,6 +136,7 @@ typedef struct ds_gemm_plan ds_gemm_plan; /* engine/backend/backend.h */
 enum {
     DS_INPUT_OPTIONAL = 1u << 0, /* a batch may leave it out */
     DS_INPUT_TARGET = 1u << 1,   /* read by the loss only; prediction leaves it out */
+    DS_INPUT_IGNORE = 1u << 2,   /* with a range: DS_IGNORE_INDEX is accepted too */
 };
 
 /* The shape of one named tensor per row: a model input, a dataset column.
@@ -143,7 +148,18 @@ typedef struct ds_tensor_desc {
     int ndim;                /* dimensions after the batch dimension, 0..DS_MAX_DIMS-1 */
     int64_t dims[DS_MAX_DIMS];
     unsigned flags;          /* DS_INPUT_* (model inputs only) */
+    int32_t lo, hi;          /* int32 model inputs: the values the model can read are
+                                [lo, hi) when hi > lo (ds_model_input_range), besides
+                                DS_IGNORE_INDEX with DS_INPUT_IGNORE; 0, 0: any */
 } ds_tensor_desc;
+
+/* DS_OK when every value of `rows` rows of `row_elems` int32 values at v
+ * is one the model input `d` accepts (its declared range, if any); else
+ * DS_ERR_INVALID_ARG naming the first that is not: "<what> input_ids: row
+ * 3, element 7 holds 21128, outside [0, 21128), the range the model
+ * declares". */
+ds_status ds_tensor_desc_check_values(const ds_tensor_desc *d, const int32_t *v, size_t rows,
+                                      size_t row_elems, const char *what);
 
 /* Elements of one row of `d` at sequence length T. */
 size_t ds_tensor_desc_row_elems(const ds_tensor_desc *d, int T);
@@ -433,6 +449,18 @@ ds_status ds_model_add_module(ds_model *model, ds_module *m);
  * DS_ERR_INVALID_ARG naming the input. */
 ds_status ds_model_add_input(ds_model *model, const char *name, ds_dtype dtype, int ndim,
                              const int64_t *dims, unsigned flags);
+
+/* Declare the values an int32 input may hold: [lo, hi) (a table's rows, a
+ * classifier's classes), and DS_IGNORE_INDEX too when ignore_index (targets
+ * a loss skips). The engine then refuses a value outside them where it
+ * first sees it, naming the row: a dataset's at ds_initialize ("training
+ * data: column input_ids, row 1234, element 7 holds 21128, outside [0,
+ * 21128) ..."), a batch's in ds_forward / ds_evaluate / ds_predict before
+ * anything is copied, instead of a module's failure part way through a
+ * forward, hours into a run. Errors: DS_ERR_INVALID_ARG for an unknown or
+ * non-int32 input, hi <= lo. */
+ds_status ds_model_input_range(ds_model *model, const char *name, int32_t lo, int32_t hi,
+                               bool ignore_index);
 
 /* The input named `name`, or NULL. */
 const ds_tensor_desc *ds_model_input(const ds_model *m, const char *name);

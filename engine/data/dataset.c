@@ -159,6 +159,12 @@ ds_status ds_dataset_check(const ds_dataset *d, const ds_model *model) {
             return DS_ERR(DS_ERR_INVALID_ARG, "dataset rows have %d positions but model %s plans "
                           "for at most %d (max_seq_len)", d->seq_len, model->type,
                           model->max_seq_len);
+        /* every value once, here, rather than a module's failure at the row's
+         * turn, an epoch into the run */
+        if (in->dtype == DS_I32)
+            DS_TRY(ds_tensor_desc_check_values(in, d->data[k], d->n,
+                                               ds_tensor_desc_row_elems(c, d->seq_len),
+                                               "column"));
     }
     return DS_OK;
 }

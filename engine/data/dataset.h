@@ -103,9 +103,11 @@ ds_status ds_dataset_set_classes(ds_dataset *d, int n, const char *const *names)
 
 /* Check that d can feed `model`: every input the model requires is a column
  * with the same dtype and per-row shape (DS_DIM_SEQ matching DS_DIM_SEQ,
- * seq_len <= the model's max_seq_len). Columns the model does not read are
- * allowed (the loader skips them). Errors: DS_ERR_INVALID_ARG naming the
- * column and both shapes. */
+ * seq_len <= the model's max_seq_len), every value of an int32 column in
+ * the range the model declares for it (ds_model_input_range). Columns the
+ * model does not read are allowed (the loader skips them). Errors:
+ * DS_ERR_INVALID_ARG naming the column and both shapes, or the row, element
+ * and value outside the range. */
 ds_status ds_dataset_check(const ds_dataset *d, const ds_model *model);
 
 /* One step of splitmix64: advances *state and returns the next 64 bits. */

@@ -1,13 +1,18 @@
 /* A micro-batch the model refuses loses nothing, and when one rank refuses
  * its micro-batch every rank does, at once, saying which rank and why:
  *
- *   test_bad_batch --stage S       (under mpirun at any world size up to 2)
+ *   test_bad_batch --stage S [--no-range]   (under mpirun, 1 or 2 ranks)
  *
  * Each rank feeds its own rows, with gradient accumulation 2. Mid-step (after
  * the first micro-batch of a step), the last rank's micro-batch holds a token
- * id outside the word table. Its ds_forward fails naming the id and its
- * position; every other rank's fails too, with "rank R failed with
- * DS_ERR_INVALID_ARG: ..." and the same id. Before, the other ranks went on
+ * id outside the word table. Its ds_forward fails naming the id and where it
+ * is; every other rank's fails too, with "rank R failed with
+ * DS_ERR_INVALID_ARG: ..." and the same id. The BERT model declares its ids'
+ * range (ds_model_input_range), so the engine refuses the batch before
+ * copying it ("input_ids: row 0, element 5 holds 4000, outside [0, 4000)");
+ * with --no-range the range is taken off, as a model that declares none, and
+ * the embedding's forward finds the id ("id 4000 at position 5") part way
+ * through the forward, after stage 3 gathered its table. Before, the other ranks went on
  * into the collectives of the forward (stage 3 gathers every module's
  * parameters, stages 1 and 2 exchange an embedding's rows, every stage agrees
  * the loss weights) and waited there for the failed rank until
@@ -30,7 +35,10 @@
  * ds_forward before the first's ds_backward.
  *
  * After all of it the engine trains exactly as one that never saw the bad
- * batches: the same parameters, bit for bit, on every rank. */
+ * batches: the same parameters, bit for bit, on every rank.
+ *
+ * Last, a training dataset with a row the model cannot read: ds_initialize
+ * refuses it, naming the column, row, element and value. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,13 +55,15 @@
 #define VOCAB 4000
 #define WORDS "bert.embeddings.word_embeddings.weight"
 
-static engine_t *make(const ds_dataset *data, int stage) {
+static ds_status init(const ds_dataset *data, int stage, bool range, engine_t **e) {
     ds_bert_desc bd = {.vocab_size = VOCAB, .hidden_size = 32, .num_hidden_layers = 2,
                        .num_attention_heads = 4, .intermediate_size = 64,
                        .max_position_embeddings = 32, .hidden_dropout_prob = 0.1f,
                        .attention_probs_dropout_prob = 0.1f, .n_classes = 3, .max_seq_len = SEQ};
     ds_model *model;
     if (ds_bert_create(&bd, &model) != DS_OK) TEST_DIE("model");
+    if (!range) /* a model that declares no range for its ids */
+        for (int i = 0; i < model->n_inputs; i++) model->inputs[i].lo = model->inputs[i].hi = 0;
     char cfg[512];
     snprintf(cfg, sizeof cfg,
              "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": %d,"
@@ -68,8 +78,12 @@ static engine_t *make(const ds_dataset *data, int stage) {
     d.model = model;
     d.train_data = data;
     d.quiet = true;
+    return ds_initialize(&d, e);
+}
+
+static engine_t *make(const ds_dataset *data, int stage, bool range) {
     engine_t *e;
-    REQUIRE_OK(ds_initialize(&d, &e));
+    REQUIRE_OK(init(data, stage, range, &e));
     return e;
 }
 
@@ -109,9 +123,14 @@ static void expect_refused(ds_status st, int rank, int culprit, const char *why)
 
 int main(int argc, char **argv) {
     int stage = -1;
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--stage")) stage = atoi(argv[++i]);
-    if (stage < 0 || stage > 3) TEST_DIE("usage: test_bad_batch --stage 0..3");
+    bool range = true;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--stage") && i + 1 < argc) stage = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-range")) range = false;
+    }
+    if (stage < 0 || stage > 3) TEST_DIE("usage: test_bad_batch --stage 0..3 [--no-range]");
+    const char *why = range ? "input_ids: row 0, element 5 holds 4000, outside [0, 4000)"
+                            : "id 4000 at position 5";
     const char *names[3] = {"a", "b", "c"};
     ds_dataset *data;
     if (ds_cls_dataset_create(ROWS, SEQ, 3, names, &data) != DS_OK) TEST_DIE("data");
@@ -125,7 +144,7 @@ int main(int argc, char **argv) {
         labels[i] = (int)(i % 3);
     }
 
-    engine_t *e = make(data, stage), *ref = make(data, stage);
+    engine_t *e = make(data, stage, range), *ref = make(data, stage, range);
     int rank = ds_rank(e), world = ds_world_size(e);
     if (world > 2) TEST_DIE("test_bad_batch: the data holds micro-batches for 2 ranks");
     test_set_rank(world > 1 ? rank : -1);
@@ -146,7 +165,7 @@ int main(int argc, char **argv) {
     if (!w) TEST_DIE("out of memory");
     for (int k = 0; k < 10; k++) {
         ds_batch b = batch_of(e, data, rank == last ? bad : ids, 3);
-        expect_refused(ds_forward(e, &b, NULL), rank, last, "id 4000 at position 5");
+        expect_refused(ds_forward(e, &b, NULL), rank, last, why);
         CHECK_OK(ds_get_param(e, WORDS, w, nw));
         CHECK_OK(ds_set_param(e, WORDS, w, nw));
     }
@@ -162,7 +181,7 @@ int main(int argc, char **argv) {
     ds_batch ev = batch_of(e, data, rank == last ? bad : ids, 3);
     double loss, weight;
     ds_status st = ds_evaluate(e, &ev, &loss, &weight);
-    CHECK(rank == last ? st == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "id 4000")
+    CHECK(rank == last ? st == DS_ERR_INVALID_ARG && strstr(ds_last_error(), why)
                        : st == DS_OK,
           "evaluate with the last rank's batch bad: %s \"%s\"", ds_status_to_string(st),
           ds_last_error());
@@ -200,6 +219,19 @@ int main(int argc, char **argv) {
     free(bad);
     ds_finalize(e);
     ds_finalize(ref);
+
+    /* a dataset row the model cannot read is refused at ds_initialize, on
+     * every rank alike (each holds the whole dataset), naming it */
+    if (range) {
+        ids[77 * SEQ + 2] = VOCAB;
+        engine_t *none = NULL;
+        ds_status st0 = init(data, stage, range, &none);
+        CHECK(st0 == DS_ERR_INVALID_ARG && !none &&
+                  strstr(ds_last_error(), "training data: column input_ids: row 77, element 2 "
+                         "holds 4000, outside [0, 4000)"),
+              "a bad dataset row: %s \"%s\"", ds_status_to_string(st0), ds_last_error());
+        ds_clear_error();
+    }
     ds_dataset_destroy(data);
     return test_finish("test_bad_batch");
 }

@@ -95,7 +95,7 @@ static ds_status head_create(int V, int E, bool tied, ds_module **out) {
 ds_status tm_create(int V, int E, int T, bool tied, ds_model **out) {
     ds_model *model;
     DS_TRY(ds_model_create(tied ? "tied" : "untied", &model));
-    ds_status st = ds_cls_model_inputs(model, T, false);
+    ds_status st = ds_cls_model_inputs(model, T, V, 0, V); /* the head: V classes */
     ds_module *m = NULL;
     if (st == DS_OK)
         st = ds_mod_embed_pool_create("embeddings", "embeddings.word_embeddings", V, E, &m);

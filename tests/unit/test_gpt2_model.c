@@ -86,14 +86,15 @@ static void test_gpt2_small(void) {
     const ds_tensor_desc *mask = ds_model_input(m, "attention_mask");
     const ds_tensor_desc *lab = ds_model_input(m, "labels");
     CHECK(ids && ids->dtype == DS_I32 && ids->ndim == 1 && ids->dims[0] == DS_DIM_SEQ &&
-              ids->flags == 0,
+              ids->flags == 0 && ids->lo == 0 && ids->hi == m->vocab_size,
           "input_ids declared wrong");
     CHECK(mask && mask->dtype == DS_F32 && mask->ndim == 1 && mask->dims[0] == DS_DIM_SEQ &&
               mask->flags == DS_INPUT_OPTIONAL,
           "attention_mask declared wrong");
     CHECK(lab && lab->dtype == DS_I32 && lab->ndim == 1 && lab->dims[0] == DS_DIM_SEQ &&
-              lab->flags == DS_INPUT_TARGET,
-          "labels declared wrong");
+              lab->flags == (DS_INPUT_TARGET | DS_INPUT_IGNORE) && lab->lo == 0 &&
+              lab->hi == m->vocab_size,
+          "labels declared wrong (targets in the vocabulary, or -100: ignored)");
     CHECK(m->n_inputs == 3, "%d inputs, want 3", m->n_inputs);
     /* HF names, Conv1D shapes, _init_weights (c_proj: 0.02 / sqrt(2 * 12)) */
     const float sd = 0.02f, proj = 0.02f / sqrtf(24.0f);

@@ -142,7 +142,39 @@ static void test_columns(void) {
                           .n_classes = 2};
         ds_model *mlp = NULL;
         CHECK(ds_mlp_create(&md, &mlp) == DS_OK, "%s", ds_last_error());
+        CHECK(ds_dataset_check(d, mlp) == DS_OK, "%s", ds_last_error()); /* label -100 too */
+        /* every value in the range the model declares (ds_model_input_range):
+         * the token table's 10 rows, the 2 classes; the first outside named
+         * by column, row and element */
+        int32_t *tok = ds_dataset_i32(d, "input_ids");
+        tok[2 * 4 + 3] = 10;
+        CHECK(ds_dataset_check(d, mlp) == DS_ERR_INVALID_ARG &&
+                  strstr(ds_last_error(), "column input_ids: row 2, element 3 holds 10, outside "
+                         "[0, 10)"),
+              "a token id past the table: %s", ds_last_error());
+        tok[2 * 4 + 3] = -1;
+        CHECK(ds_dataset_check(d, mlp) == DS_ERR_INVALID_ARG &&
+                  strstr(ds_last_error(), "row 2, element 3 holds -1"),
+              "a negative token id: %s", ds_last_error());
+        tok[2 * 4 + 3] = 9;
+        labels[1] = 2;
+        CHECK(ds_dataset_check(d, mlp) == DS_ERR_INVALID_ARG &&
+                  strstr(ds_last_error(), "column labels: row 1 holds 2, outside [0, 2) (or "
+                         "-100, ignored)"),
+              "a label past the classes: %s", ds_last_error());
+        labels[1] = 0;
         CHECK(ds_dataset_check(d, mlp) == DS_OK, "%s", ds_last_error());
+        /* declaring a range: an int32 input that exists, a range not empty */
+        CHECK(ds_model_input_range(mlp, "nope", 0, 2, false) == DS_ERR_INVALID_ARG &&
+                  strstr(ds_last_error(), "no input nope"),
+              "a range for an unknown input: %s", ds_last_error());
+        CHECK(ds_model_input_range(mlp, "attention_mask", 0, 2, false) == DS_ERR_INVALID_ARG &&
+                  strstr(ds_last_error(), "int32"),
+              "a range for an fp32 input: %s", ds_last_error());
+        CHECK(ds_model_input_range(mlp, "labels", 2, 2, false) == DS_ERR_INVALID_ARG &&
+                  strstr(ds_last_error(), "[2, 2) is empty"),
+              "an empty range: %s", ds_last_error());
+        ds_clear_error();
         md.max_seq_len = 3;
         ds_model *short_mlp = NULL;
         CHECK(ds_mlp_create(&md, &short_mlp) == DS_OK, "%s", ds_last_error());
