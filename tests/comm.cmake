@@ -61,6 +61,16 @@ set_tests_properties(test_hung_rank_stop test_hung_rank_slow PROPERTIES
 # quarter of a core, measured alone): PROCESSORS 1, as launcher.cmake's waits.
 set_tests_properties(test_hung_rank_stop PROPERTIES PROCESSORS 1)
 
+# A rank that exits with a failure on its own ends the job within the exit
+# handler's grace (10 s), not after comm_timeout_s (100 s here); ranks that
+# fail together still finalise without an abort (tests/fault/test_lone_exit.sh).
+add_executable(test_lone_exit ${_comm_dir}/fault/test_lone_exit.c)
+target_link_libraries(test_lone_exit PRIVATE zero-engine)
+add_test(NAME test_lone_exit
+         COMMAND ${_comm_dir}/fault/test_lone_exit.sh ${CMAKE_BINARY_DIR}/bin
+                 $<TARGET_FILE:test_lone_exit> ${CMAKE_BINARY_DIR}/tests/lone_exit)
+set_tests_properties(test_lone_exit PROPERTIES LABELS "multirank;fault" TIMEOUT 120 PROCESSORS 2)
+
 # The same program against the NCCL communicator, every buffer staged through
 # device memory: needs a GPU (label cuda), so only in CUDA builds.
 if(DS_CUDA)

@@ -31,9 +31,11 @@
  * MPI_Abort(MPI_COMM_WORLD, exit status) instead, and the launcher (mpirun,
  * srun) ends every rank, the stuck one included. That is the engine's
  * decision, taken at exit, the one point where the program has given up on
- * the job; nothing in the library aborts while the program still runs. A
- * program that initialised MPI itself makes the same choice with
- * ds_comm_process_failed().
+ * the job; nothing in the library aborts while the program still runs. So
+ * does a process exiting with a non-zero status whose peers do not come to
+ * exit within 10 s (it failed on its own: they wait for it in a collective;
+ * mpi_boot.c, finalize_at_exit). A program that initialised MPI itself makes
+ * the same choice with ds_comm_process_failed().
  *
  *
  * NCCL buffers are device pointers, ready when the call is made (the work

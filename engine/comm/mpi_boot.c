@@ -194,13 +194,43 @@ static const char *thread_level_name(int level) {
  * job is ended instead: MPI_Abort makes the launcher kill every rank, the
  * stuck one included, and mpirun exits with `status`. This is where the
  * library decides to end the job: the program has already given up (it is
- * exiting), so aborting takes nothing from it but the hang. */
+ * exiting), so aborting takes nothing from it but the hang.
+ *
+ * The same for a process that exits with a failure status while its peers
+ * do not: one whose own call failed (a file only it reads, memory on its
+ * host) and left the others in a collective it will never join. MPI_Finalize
+ * would wait there for them, and they for it until comm_timeout_s (300 s by
+ * default), then end the job with a timeout that does not say why. When
+ * every rank exits with the failure (an error they agreed on, a preemption's
+ * save), they meet in a barrier within EXIT_GRACE_S and finalise as usual;
+ * when the barrier is not complete by then, the job is ended now. */
+#define EXIT_GRACE_S 10.0
+
+static bool peers_exiting_too(MPI_Comm world) {
+    int size = 1;
+    MPI_Comm_size(world, &size);
+    if (size == 1) return true;
+    MPI_Request req;
+    if (MPI_Ibarrier(world, &req) != MPI_SUCCESS) return false;
+    double t0 = ds_comm_now();
+    int done = 0;
+    while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
+           ds_comm_now() - t0 < EXIT_GRACE_S)
+        usleep(1000);
+    return done != 0; /* an incomplete barrier is left to the abort */
+}
+
 static void finalize_at_exit(int status, void *arg) {
     (void)arg;
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
     if (!init || fin) return;
+    MPI_Comm world = g_world != MPI_COMM_NULL ? g_world : MPI_COMM_WORLD;
+    /* (the program has printed why; the launcher names the rank that ended
+     * the job, engine-run in one line) */
+    if (!atomic_load(&g_failed) && status != 0 && !peers_exiting_too(world))
+        atomic_store(&g_failed, true);
     if (atomic_load(&g_failed)) {
         fflush(stdout);
         fflush(stderr);
@@ -210,7 +240,7 @@ static void finalize_at_exit(int status, void *arg) {
         ds_join_stop_server();
         /* a joined job: the launcher of this part ends its ranks (the other
          * parts' ranks time out on this one and end theirs) */
-        MPI_Abort(g_world != MPI_COMM_NULL ? g_world : MPI_COMM_WORLD, status);
+        MPI_Abort(world, status);
         _exit(status ? status : 1); /* MPI_Abort does not return; if it did, still no finalize */
     }
     free_half_types();
