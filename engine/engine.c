@@ -118,7 +118,16 @@ static ds_status pick_comm(engine_t *e) {
     return DS_OK;
 }
 
-static ds_status build_local(engine_t *e, const ds_init_desc *d) {
+static ds_zero_desc zero_desc(const engine_t *e, const ds_init_desc *d) {
+    return (ds_zero_desc){.cfg = &e->cfg, .be = e->be, .comm = e->comm, .flat = e->flat,
+                          .param_t = e->param_t, .grad_t = e->grad_t, .seed = d->seed};
+}
+
+/* What can refuse the run on one rank alone, from what its host has (the
+ * CPU, the memory free, the nvme_path), checked before the strategy is built:
+ * building it splits communicators (hpZ, MiCS), collectives without a
+ * deadline that a rank which had already failed would never join. */
+static ds_status check_local(engine_t *e, const ds_init_desc *d) {
     char why[256]; /* sparse_gradients where it cannot apply: ignored, as DeepSpeed does */
     if (!ds_grad_sparse_applies(&e->cfg, why, sizeof why) &&
         why[0] && e->comm->rank == 0)
@@ -131,12 +140,17 @@ static ds_status build_local(engine_t *e, const ds_init_desc *d) {
      * normalization weights (without decay there is nothing to split) */
     if (e->cfg.optim_hf && e->cfg.weight_decay != 0.0)
         DS_TRY(ds_no_decay_create(e->flat, &e->no_decay));
-    ds_zero_desc zd = {.cfg = &e->cfg, .be = e->be, .comm = e->comm, .flat = e->flat,
-                       .param_t = e->param_t, .grad_t = e->grad_t, .seed = d->seed};
+    ds_zero_desc zd = zero_desc(e, d);
     /* a bad nvme_path's own one-line error first, then the RAM estimate's:
      * both refuse what cannot work before anything is allocated */
     DS_TRY(ds_zero_preflight(&zd));
     DS_TRY(ds_engine_check_fit(e));
+    return DS_OK;
+}
+
+/* The strategy, the ties, the activations and the data. */
+static ds_status build_local(engine_t *e, const ds_init_desc *d) {
+    ds_zero_desc zd = zero_desc(e, d);
     DS_TRY(ds_zero_create(&zd, &e->zero));
     DS_TRY(ds_ties_create(e->be, e->flat, &e->ties));
     ds_loss_scaler_init(&e->scaler, &e->cfg);
@@ -219,7 +233,8 @@ ds_status ds_initialize(const ds_init_desc *d, engine_t **out) {
         goto fail;
     }
     DS_TRY_GOTO(st, pick_comm(e), fail);
-    DS_TRY_GOTO(st, ds_comm_agree(e->comm, build_local(e, d), &worst), fail);
+    DS_TRY_GOTO(st, ds_comm_agree(e->comm, check_local(e, d), &worst), fail);
+    if (worst == DS_OK) DS_TRY_GOTO(st, ds_comm_agree(e->comm, build_local(e, d), &worst), fail);
     if (worst != DS_OK) {
         st = worst;
         goto fail;
