@@ -241,7 +241,7 @@ ds_status ds_initialize(const ds_init_desc *d, engine_t **out) {
     }
     DS_TRY_GOTO(st, ds_engine_monitor_open(e), fail);
     ds_engine_wall_clock_init(e);
-    if (!e->quiet) ds_engine_print_startup(e);
+    ds_engine_print_startup(e); /* collective, quiet or not */
     *out = e;
     return DS_OK;
 fail:

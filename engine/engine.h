@@ -80,7 +80,9 @@ typedef struct ds_init_desc {
                                     a Hugging Face Trainer's defaults. world_size,
                                     hidden_size and train_rows are filled here */
     bool quiet;                  /* rank 0 does not print the start-up summary
-                                    (ds_config_summary and the memory line) */
+                                    (ds_config_summary and the memory line);
+                                    only rank 0's value counts, so quiet =
+                                    rank != 0 is fine */
 } ds_init_desc;
 
 void ds_init_desc_defaults(ds_init_desc *d);

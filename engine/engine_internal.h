@@ -119,6 +119,7 @@ void ds_engine_prof_forward(engine_t *e);
 void ds_engine_prof_step_end(engine_t *e);
 
 /* engine_report.c */
+/* Collective: every rank calls it; rank 0 prints unless quiet. */
 void ds_engine_print_startup(engine_t *e);
 /* The memory estimate of this model and config against the host's RAM
  * (MemAvailable, or DS_MEM_LIMIT): DS_ERR_OOM with the estimate and the

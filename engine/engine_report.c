@@ -117,8 +117,10 @@ static void print_memory(const double *rows, int world) {
  * resolved config is ds_config_to_json(ds_get_config(e)) (the bundled
  * trainers write it to a file and print it with --print-config). */
 void ds_engine_print_startup(engine_t *e) {
-    double *rows = memory_rows(e); /* collective: every rank takes part */
-    if (e->comm->rank != 0) {
+    /* collective: every rank takes part, whatever its own `quiet` (a program
+     * that quiets all ranks but 0 gives each its own value) */
+    double *rows = memory_rows(e);
+    if (e->comm->rank != 0 || e->quiet) {
         free(rows);
         return;
     }
