@@ -43,7 +43,10 @@ ds_status ds_save_weights(engine_t *e, const char *path) {
     }
     /* One tensor at a time: gathered (collective), then written by rank 0. */
     for (int i = 0; i < f->n_params; i++) {
-        /* a gather's failure is the communicator's: nothing more to agree */
+        /* a gather's failure ends the save here: most are the communicator's
+         * (nothing more can be agreed); a local one before the collective (an
+         * NVMe read) leaves the others in it, and this rank's exit ends the
+         * job (comm.h, "Ending the job") */
         DS_TRY_GOTO(st, e->zero->ops->get_param(e->zero, i, buf), done);
         if (local == DS_OK && w) local = ds_fault_error("weights:write", rank);
         if (local == DS_OK && w)
