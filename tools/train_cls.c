@@ -312,7 +312,7 @@ static void step_fields(void *user, tr_jline *l, const ds_step_info *info, doubl
 }
 
 /* Dev evaluation: the report on rank 0, and the last --metrics line. */
-static int report_dev(const tr_run *r, const data *d) {
+static int report_dev(tr_run *r, const data *d) {
     int C = d->dev->n_classes, rc = 0;
     int64_t *cm = calloc((size_t)C * (size_t)C, sizeof *cm);
     ds_cls_report rep;
@@ -333,7 +333,10 @@ static int report_dev(const tr_run *r, const data *d) {
             tr_monitor_eval(r->e, "train_cls", &res, li.samples);
             printf("train_cls: dev evaluation over %lld samples\n", (long long)rep.total);
             ds_cls_report_print(&rep, (const char *const *)d->dev->class_names, stdout);
-            if (r->metrics) write_eval(r->metrics, &rep, d->dev->class_names);
+            if (r->metrics) {
+                write_eval(r->metrics, &rep, d->dev->class_names);
+                tr_metrics_written(r);
+            }
         }
         ds_cls_report_free(&rep);
     }

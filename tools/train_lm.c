@@ -200,7 +200,7 @@ static void step_fields(void *user, tr_jline *l, const ds_step_info *i, double s
 
 /* Evaluate dev (when it has rows), print on rank 0 and add a metrics line
  * {"<key>": {...}}. */
-static ds_status report_dev(const tr_run *r, const data *d, const char *when, const char *key) {
+static ds_status report_dev(tr_run *r, const data *d, const char *when, const char *key) {
     if (d->dev->n == 0) return DS_OK;
     lm_eval_result res;
     DS_TRY(lm_evaluate(r->e, d->dev, r->eval_batch, &res));
@@ -214,7 +214,10 @@ static ds_status report_dev(const tr_run *r, const data *d, const char *when, co
         char prefix[64];
         snprintf(prefix, sizeof prefix, "train_lm: dev %s: ", when);
         lm_eval_print(stdout, prefix, &res);
-        if (r->metrics) lm_eval_write_line(r->metrics, key, &res);
+        if (r->metrics) {
+            lm_eval_write_line(r->metrics, key, &res);
+            tr_metrics_written(r);
+        }
     }
     return DS_OK;
 }

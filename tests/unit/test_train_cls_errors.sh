@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bad input to train_cls: a bad config, a bad data line, a folder as --data
 # and a broken --init folder each end the run with a non-zero exit and ONE
-# line on stderr naming the key, file:line, folder or flag.
+# line on stderr naming the key, file:line, folder or flag; a --metrics file
+# on a full disk is said in one line and the run goes on.
 set -u
 bin=$1
 tmp=$(mktemp -d)
@@ -50,5 +51,25 @@ expect init_config "train_cls: loading --init $tmp/init: $tmp/init/config.json:"
     "$bin/train_cls" --config "$tmp/ok.json" --data "$tmp/ok.csv" --init "$tmp/init"
 expect bad_flag "--epochs" \
     "$bin/train_cls" --config "$tmp/ok.json" --data "$tmp/ok.csv" --epochs zero
+# A --metrics file that cannot take a line (a full disk: /dev/full) is no
+# reason to stop training: the run ends 0, with ONE line on stderr saying the
+# file failed and the run went on without it (before: nothing said, every
+# line lost). Its dev evaluation and step lines would have gone there.
+if [ -w /dev/full ]; then
+    "$bin/train_cls" --config "$tmp/ok.json" --data "$tmp/ok.csv" --model mlp --max-steps 4 \
+        --eval-steps 2 --metrics /dev/full > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    lines=$(wc -l < "$tmp/err")
+    if [ "$rc" -ne 0 ] || [ "$lines" -ne 1 ] ||
+        ! grep -qF -- "--metrics /dev/full: a write failed (No space left on device); the run goes on without it" "$tmp/err"; then
+        echo "FAIL metrics_full: exit $rc, $lines stderr lines:"
+        cat "$tmp/err"
+        fails=$((fails + 1))
+    else
+        echo "ok   metrics_full: $(cat "$tmp/err")"
+    fi
+else
+    echo "skip metrics_full: no writable /dev/full here"
+fi
 [ "$fails" -eq 0 ] && echo "test_train_cls_errors: ok" || echo "test_train_cls_errors: FAILED"
 exit "$fails"

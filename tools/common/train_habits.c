@@ -65,7 +65,7 @@ void tr_habits_init(tr_habits *h, const tr_opts *o, tr_evaluate_fn evaluate, voi
     if (o->save_best) tr_metric_known(o->save_best, o->save_best, &h->higher_better);
 }
 
-void tr_habits_record(const tr_habits *h, const tr_run *r) {
+void tr_habits_record(const tr_habits *h, tr_run *r) {
     const tr_opts *o = h->o;
     /* a run without these flags writes the file it always wrote */
     if (!r->metrics || (!o->eval_steps && !o->save_best && o->logging_steps == 1)) return;
@@ -83,7 +83,7 @@ void tr_habits_record(const tr_habits *h, const tr_run *r) {
     tr_jline_end(&t);
     tr_jline_end(&top);
     fputc('\n', r->metrics);
-    fflush(r->metrics);
+    tr_metrics_written(r);
 }
 
 bool tr_habits_log(tr_habits *h, ds_step_info *info, bool last) {
@@ -197,7 +197,7 @@ int tr_habits_resume(tr_habits *h, tr_run *r) {
 
 /* ---- after a step ---- */
 
-static void write_eval_line(const tr_run *r, const ds_step_info *info, const tr_eval_result *res,
+static void write_eval_line(tr_run *r, const ds_step_info *info, const tr_eval_result *res,
                             bool best) {
     tr_jline top, d;
     tr_jline_begin(&top, r->metrics);
@@ -211,7 +211,7 @@ static void write_eval_line(const tr_run *r, const ds_step_info *info, const tr_
     tr_jline_bool(&top, "best", best);
     tr_jline_end(&top);
     fputc('\n', r->metrics);
-    fflush(r->metrics);
+    tr_metrics_written(r);
 }
 
 int tr_habits_after_step(tr_habits *h, tr_run *r, const ds_step_info *info) {
@@ -270,7 +270,7 @@ int tr_habits_after_step(tr_habits *h, tr_run *r, const ds_step_info *info) {
     return 0;
 }
 
-void tr_habits_finish(const tr_habits *h, const tr_run *r) {
+void tr_habits_finish(const tr_habits *h, tr_run *r) {
     if (r->rank != 0 || !r->metrics || (!h->o->eval_steps && !h->o->save_best)) return;
     tr_jline top, b;
     tr_jline_begin(&top, r->metrics);
@@ -287,5 +287,5 @@ void tr_habits_finish(const tr_habits *h, const tr_run *r) {
     }
     tr_jline_end(&top);
     fputc('\n', r->metrics);
-    fflush(r->metrics);
+    tr_metrics_written(r);
 }

@@ -92,7 +92,7 @@ void tr_habits_init(tr_habits *h, const tr_opts *o, tr_evaluate_fn evaluate, voi
 /* The flags, once, as the first --metrics line of the training
  * ({"trainer": {"eval_steps": ..., ...}}) when any of them is given. Rank 0
  * with --metrics. */
-void tr_habits_record(const tr_habits *h, const tr_run *r);
+void tr_habits_record(const tr_habits *h, tr_run *r);
 
 /* After tr_run_prepare, on every rank: the state a --resume'd checkpoint
  * holds (best value and step, evaluations without improvement; each
@@ -114,6 +114,6 @@ int tr_habits_after_step(tr_habits *h, tr_run *r, const ds_step_info *info);
 
 /* The run's summary line {"best": {...}, "early_stopped": ...} in
  * --metrics, and rank 0's line on stdout. */
-void tr_habits_finish(const tr_habits *h, const tr_run *r);
+void tr_habits_finish(const tr_habits *h, tr_run *r);
 
 #endif /* DS_TOOLS_TRAIN_HABITS_H */

@@ -270,7 +270,18 @@ static void write_step(tr_run *r, const ds_step_info *info, double sps, tr_step_
     tr_wall_clock_fields(&l, r->e, info->step); /* wall_clock_breakdown's interval */
     tr_jline_end(&l);
     fputc('\n', f);
-    fflush(f);
+    tr_metrics_written(r);
+}
+
+void tr_metrics_written(tr_run *r) {
+    if (!r->metrics) return;
+    if (fflush(r->metrics) == 0 && !ferror(r->metrics)) return;
+    int err = errno;
+    fprintf(stderr, "%s: --metrics %s: a write failed (%s); the run goes on without it, "
+            "the lines before it kept (the last may be cut)\n", r->prog, r->o->metrics,
+            strerror(err ? err : EIO));
+    fclose(r->metrics);
+    r->metrics = NULL;
 }
 
 int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {

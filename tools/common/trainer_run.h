@@ -46,6 +46,13 @@ typedef struct tr_run {
                                  The program sets it before tr_run_train */
 } tr_run;
 
+/* After a line is written to r->metrics: flushed, and when the file took
+ * it not (a full disk, a quota), one line on stderr saying so and that the
+ * run goes on without it; the file is closed and r->metrics NULL, so no
+ * later line is lost silently and none half-written follows. Training is
+ * the job; the metrics are its record. */
+void tr_metrics_written(tr_run *r);
+
 /* ds_initialize with the options as the config's hints, Hugging Face
  * Trainer style: its defaults (ds_config_hints_hf_defaults), then the flags
  * the user gave (--lr, --weight-decay, --adam-beta1/2, --adam-epsilon,
