@@ -31,9 +31,13 @@
  *
  * Every rank runs the same calls. Errors: every function returns a ds_status;
  * ds_last_error() says what and where ("zero_optimization.stage: must be 0..3,
- * got 4"). After a failure in ds_forward/ds_backward/ds_step the engine is in
- * an undefined training state but can still be finalized. Nothing here calls
- * exit() or abort().
+ * got 4"). A refused ds_forward changes nothing, on every rank (below).
+ * After a failure in ds_backward or ds_step the engine is in an undefined
+ * training state but can still be finalized; such a failure on one rank
+ * alone is not agreed, so the others wait in their next collective until
+ * zero_engine.comm_timeout_s, unless the failing program exits (the job then
+ * ends within 10 s: comm.h, "Ending the job"). Nothing here calls exit() or
+ * abort().
  *
  * Build against the installed library:
  *   cc my.c $(pkg-config --cflags --libs zero-engine) */
