@@ -23,13 +23,13 @@
  *
  * Ten bad batches come in a row, the gathered parameters dropped after each
  * (ds_get_param and ds_set_param of the table with its own values, as a
- * checkpoint load does). The table (4000 x 32) is above
- * stage3_param_persistence_threshold (1e5 elements), so each use gathers it
- * into a slot; a failed forward that kept its slot in use would leave none
- * ("no free gather slot", after a few bad batches).
+ * checkpoint load does). With stage3_param_persistence_threshold 0 each use
+ * of a module gathers it into a slot; a failed forward that kept its slot in
+ * use would leave none ("no free gather slot", after a few bad batches).
  *
- * ds_evaluate of a bad batch on the last rank: that rank's call fails, the
- * others' finish (the failed rank still takes part in the gathers).
+ * ds_evaluate and ds_predict of a bad batch on the last rank: that rank's
+ * call fails, the others' finish (the failed rank still takes part in the
+ * gathers).
  *
  * A ds_step with no ds_backward since the last one is refused, and a second
  * ds_forward before the first's ds_backward.
@@ -69,7 +69,8 @@ static ds_status init(const ds_dataset *data, int stage, bool range, bool quiet,
              "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": %d,"
              " \"steps_per_print\": 1000,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}},"
-             " \"zero_optimization\": {\"stage\": %d},"
+             " \"zero_optimization\": {\"stage\": %d,"
+             " \"stage3_param_persistence_threshold\": 0},"
              " \"zero_engine\": {\"comm_timeout_s\": 60}}",
              MICRO, GAS, stage);
     ds_init_desc d;
@@ -79,6 +80,19 @@ static ds_status init(const ds_dataset *data, int stage, bool range, bool quiet,
     d.train_data = data;
     d.quiet = quiet;
     return ds_initialize(&d, e);
+}
+
+/* The table's own values back: every gathered parameter dropped (as a
+ * checkpoint load does), so the next forward gathers each module again at
+ * stage 3 (every module: persistence threshold 0), a collective per module
+ * that a rank refusing its batch must still join. */
+static void drop_gathered(engine_t *e) {
+    const size_t nw = (size_t)VOCAB * 32;
+    float *w = malloc(nw * sizeof *w);
+    if (!w) TEST_DIE("out of memory");
+    CHECK_OK(ds_get_param(e, WORDS, w, nw));
+    CHECK_OK(ds_set_param(e, WORDS, w, nw));
+    free(w);
 }
 
 static engine_t *make(const ds_dataset *data, int stage, bool range, bool quiet) {
@@ -164,16 +178,11 @@ int main(int argc, char **argv) {
         micro(ref, data, i);
     }
 
-    const size_t nw = (size_t)VOCAB * 32;
-    float *w = malloc(nw * sizeof *w);
-    if (!w) TEST_DIE("out of memory");
     for (int k = 0; k < 10; k++) {
         ds_batch b = batch_of(e, data, rank == last ? bad : ids, 3);
         expect_refused(ds_forward(e, &b, NULL), rank, last, why);
-        CHECK_OK(ds_get_param(e, WORDS, w, nw));
-        CHECK_OK(ds_set_param(e, WORDS, w, nw));
+        drop_gathered(e);
     }
-    free(w);
 
     /* refused before anything is copied: rank 0 never reaches a collective of
      * its own forward */
@@ -184,10 +193,20 @@ int main(int argc, char **argv) {
     /* an evaluation refused by one rank: the others' finish */
     ds_batch ev = batch_of(e, data, rank == last ? bad : ids, 3);
     double loss, weight;
+    drop_gathered(e);
     ds_status st = ds_evaluate(e, &ev, &loss, &weight);
     CHECK(rank == last ? st == DS_ERR_INVALID_ARG && strstr(ds_last_error(), why)
                        : st == DS_OK,
           "evaluate with the last rank's batch bad: %s \"%s\"", ds_status_to_string(st),
+          ds_last_error());
+    ds_clear_error();
+    /* and a prediction (through the module before the loss): the same */
+    float logits[MICRO * 3];
+    drop_gathered(e);
+    st = ds_predict(e, &ev, logits);
+    CHECK(rank == last ? st == DS_ERR_INVALID_ARG && strstr(ds_last_error(), why)
+                       : st == DS_OK,
+          "predict with the last rank's batch bad: %s \"%s\"", ds_status_to_string(st),
           ds_last_error());
     ds_clear_error();
 
