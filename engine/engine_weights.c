@@ -48,9 +48,10 @@ ds_status ds_save_weights(engine_t *e, const char *path) {
          * NVMe read) leaves the others in it, and this rank's exit ends the
          * job (comm.h, "Ending the job") */
         DS_TRY_GOTO(st, e->zero->ops->get_param(e->zero, i, buf), done);
-        if (local == DS_OK && w) local = ds_fault_error("weights:write", rank);
-        if (local == DS_OK && w)
-            local = ds_st_writer_write_f32(w, buf, (size_t)f->params[i].numel);
+        if (w && local == DS_OK) {
+            local = ds_fault_error("weights:write", rank);
+            if (local == DS_OK) local = ds_st_writer_write_f32(w, buf, (size_t)f->params[i].numel);
+        }
     }
     if (w) {
         if (local == DS_OK) {
