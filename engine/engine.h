@@ -29,7 +29,9 @@
  *   ds_forward(e, &batch, &loss); ds_backward(e); ds_step(e);
  * where ds_step acts only at a gradient-accumulation boundary.
  *
- * Every rank runs the same calls. Errors: every function returns a ds_status;
+ * Every rank runs the same calls (zero_engine.check_collectives, or
+ * DS_CHECK_COLLECTIVES=1, fails every rank at the first collective where
+ * they part, naming both calls). Errors: every function returns a ds_status;
  * ds_last_error() says what and where ("zero_optimization.stage: must be 0..3,
  * got 4"). A refused ds_forward changes nothing, on every rank (below).
  * After a failure in ds_backward or ds_step the engine is in an undefined

@@ -124,11 +124,13 @@ void ds_engine_print_startup(engine_t *e) {
         free(rows);
         return;
     }
-    printf("[zero-engine] backend %s, comm %s, ZeRO stage %d, precision %s (grads %s, GEMM "
+    /* the check costs a message per collective: say it is on (comm.h) */
+    printf("[zero-engine] backend %s, comm %s%s, ZeRO stage %d, precision %s (grads %s, GEMM "
            "inputs %s), model %s: Psi = %lld parameters (%lld padded, %lld per partition)\n",
            e->be->ops->name,
            ds_comm_staged(e->comm) && e->comm->world > 1 ? "mpi (device buffers through host memory)"
                                    : e->comm->ops->name,
+           e->comm->check_recs ? " (every collective checked: zero_engine.check_collectives)" : "",
            e->cfg.zero_stage, ds_dtype_name(e->param_t),
            ds_dtype_name(e->grad_t), ds_dtype_name(e->be->gemm_inputs), e->model->type,
            (long long)e->flat->numel,

@@ -30,6 +30,13 @@ foreach(np 1 2)
   ds_add_mpi_test(NAME test_comm_counters SOURCES ${_comm_dir}/multirank/test_comm_counters.c
                   NP ${np} LABELS multirank TIMEOUT 60)
 endforeach()
+# Checked collectives: matched calls of every kind, and each kind of
+# mismatch failing every rank at once with both calls named, at 1, 2 and 3
+# ranks (3: the odd rank is not rank 1, and the split has a group of one).
+foreach(np 1 2 3)
+  ds_add_mpi_test(NAME test_comm_check SOURCES ${_comm_dir}/multirank/test_comm_check.c
+                  NP ${np} LABELS multirank TIMEOUT 60)
+endforeach()
 # ... and once as a plain process (Open MPI singleton init), no launcher.
 add_test(NAME test_comm_singleton COMMAND test_comm)
 set_tests_properties(test_comm_singleton PROPERTIES LABELS multirank TIMEOUT 120

@@ -11,6 +11,20 @@
 #include "engine/comm/comm_internal.h"
 #include "engine/comm/comm_worker.h"
 
+/* DS_CHECK_COLLECTIVES=1 turns the check on for any program; 0 or unset
+ * leaves the description's choice. */
+static ds_status env_check(bool *check) {
+    const char *v = getenv("DS_CHECK_COLLECTIVES");
+    if (!v || !*v || strcmp(v, "0") == 0) return DS_OK;
+    if (strcmp(v, "1") != 0)
+        return DS_ERR(DS_ERR_INVALID_ARG, "DS_CHECK_COLLECTIVES=%s: expected 1 (check every "
+                      "collective) or 0", v);
+    *check = true;
+    return DS_OK;
+}
+
+static ds_status create_kind(const ds_comm_desc *desc, ds_comm **out);
+
 ds_status ds_comm_create(const ds_comm_desc *desc, ds_comm **out) {
     if (!out) return DS_ERR(DS_ERR_INVALID_ARG, "ds_comm_create: out is NULL");
     *out = NULL;
@@ -18,6 +32,19 @@ ds_status ds_comm_create(const ds_comm_desc *desc, ds_comm **out) {
     if (!desc) desc = &defaults;
     if (desc->timeout_s != desc->timeout_s) /* NaN would never expire */
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_comm_create: timeout_s is NaN");
+    bool check = desc->check_collectives;
+    DS_TRY(env_check(&check));
+    DS_TRY(create_kind(desc, out));
+    ds_status st = ds_comm_check_enable(*out, check);
+    if (st != DS_OK) {
+        ds_comm_destroy(*out);
+        *out = NULL;
+        return st;
+    }
+    return DS_OK;
+}
+
+static ds_status create_kind(const ds_comm_desc *desc, ds_comm **out) {
     switch (desc->kind) {
     case DS_COMM_MPI:
         if (desc->stage && !desc->backend)
@@ -53,6 +80,7 @@ void ds_comm_destroy(ds_comm *c) {
     if (!c) return;
     if (c->ops && c->ops->destroy) c->ops->destroy(c);
     free(c->peer_same_host);
+    ds_comm_check_free(c);
     free(c);
 }
 
@@ -196,6 +224,7 @@ ds_status ds_comm_all_reduce(ds_comm *c, void *buf, size_t count, ds_dtype t, ds
     DS_TRY(check_common(c, "all_reduce", buf, count, t));
     DS_TRY(check_op("all_reduce", op));
     enter(c);
+    DS_TRY(ds_comm_check_call(c, "all_reduce", (int)t, (int)op, -1, count, NULL));
     coll_mark m = mark(c, DS_COLL_ALL_REDUCE);
     ds_status st = c->ops->all_reduce(c, buf, count, t, op);
     account(c, DS_COLL_ALL_REDUCE, m, count * ds_dtype_size(t));
@@ -212,6 +241,7 @@ ds_status ds_comm_reduce_scatter(ds_comm *c, const void *send, void *recv, size_
     DS_TRY(check_alias("reduce_scatter", send, count * es * (size_t)c->world, recv, count * es,
                        (size_t)c->rank * count * es));
     enter(c);
+    DS_TRY(ds_comm_check_call(c, "reduce_scatter", (int)t, (int)op, -1, count, NULL));
     coll_mark m = mark(c, DS_COLL_REDUCE_SCATTER);
     ds_status st = c->ops->reduce_scatter(c, send, recv, count, t, op);
     account(c, DS_COLL_REDUCE_SCATTER, m, count * es * (size_t)c->world);
@@ -226,6 +256,7 @@ ds_status ds_comm_all_gather(ds_comm *c, const void *send, void *recv, size_t co
     DS_TRY(check_alias("all_gather", recv, count * es * (size_t)c->world, send, count * es,
                        (size_t)c->rank * count * es));
     enter(c);
+    DS_TRY(ds_comm_check_call(c, "all_gather", (int)t, -1, -1, count, NULL));
     coll_mark m = mark(c, DS_COLL_ALL_GATHER);
     ds_status st = c->ops->all_gather(c, send, recv, count, t);
     account(c, DS_COLL_ALL_GATHER, m, count * es * (size_t)c->world);
@@ -250,6 +281,7 @@ ds_status ds_comm_reduce_scatterv(ds_comm *c, const void *send, void *recv, cons
     for (int r = 0; r < c->rank; r++) off += counts[r];
     DS_TRY(check_alias("reduce_scatterv", send, total * es, recv, mine * es, off * es));
     enter(c);
+    DS_TRY(ds_comm_check_call(c, "reduce_scatterv", (int)t, (int)op, -1, total, counts));
     coll_mark m = mark(c, DS_COLL_REDUCE_SCATTER);
     ds_status st = c->ops->reduce_scatterv(c, send, recv, counts, t, op);
     account(c, DS_COLL_REDUCE_SCATTER, m, total * es);
@@ -262,6 +294,7 @@ ds_status ds_comm_all_gatherv(ds_comm *c, void *buf, const size_t *counts, ds_dt
     size_t total = sum_counts(c, counts);
     DS_TRY(check_common(c, "all_gatherv", buf, total, t));
     enter(c);
+    DS_TRY(ds_comm_check_call(c, "all_gatherv", (int)t, -1, -1, total, counts));
     coll_mark m = mark(c, DS_COLL_ALL_GATHER);
     ds_status st = c->ops->all_gatherv(c, buf, counts, t);
     account(c, DS_COLL_ALL_GATHER, m, total * ds_dtype_size(t));
@@ -292,6 +325,7 @@ static ds_status personalised(ds_comm *c, const char *what, const void *send, vo
                 intra += (int64_t)((counts ? counts[b] : count) * es);
     }
     enter(c);
+    DS_TRY(ds_comm_check_call(c, what, (int)t, -1, -1, total, counts));
     coll_mark m = mark(c, DS_COLL_ALL_TO_ALL);
     ds_status st = counts ? c->ops->all_to_allv(c, send, recv, counts, t)
                           : c->ops->all_to_all(c, send, recv, count, t);
@@ -318,6 +352,7 @@ ds_status ds_comm_broadcast(ds_comm *c, void *buf, size_t count, ds_dtype t, int
         return DS_ERR(DS_ERR_INVALID_ARG, "broadcast: root %d is not a rank of a world of %d",
                       root, c->world);
     enter(c);
+    DS_TRY(ds_comm_check_call(c, "broadcast", (int)t, -1, root, count, NULL));
     coll_mark m = mark(c, DS_COLL_BROADCAST);
     ds_status st = c->ops->broadcast(c, buf, count, t, root);
     account(c, DS_COLL_BROADCAST, m, count * ds_dtype_size(t));
@@ -336,14 +371,23 @@ ds_status ds_comm_split(ds_comm *c, int color, int key, ds_comm **out) {
         return DS_ERR(DS_ERR_INVALID_ARG, "comm split: the %s communicator cannot split",
                       c->ops->name);
     enter(c);
+    /* colors and keys differ by rank: only that every rank splits */
+    DS_TRY(ds_comm_check_call(c, "split", -1, -1, -1, 0, NULL));
     DS_TRY(c->ops->split(c, color, key, out));
     (*out)->root = c->root ? c->root : c;
+    ds_status st = ds_comm_check_enable(*out, c->check_recs != NULL);
+    if (st != DS_OK) {
+        ds_comm_destroy(*out);
+        *out = NULL;
+        return st;
+    }
     return DS_OK;
 }
 
 ds_status ds_comm_barrier(ds_comm *c) {
     if (!c) return DS_ERR(DS_ERR_INVALID_ARG, "barrier: communicator is NULL");
     enter(c);
+    DS_TRY(ds_comm_check_call(c, "barrier", -1, -1, -1, 0, NULL));
     DS_TRY(c->ops->barrier(c));
     return DS_OK;
 }
@@ -389,6 +433,7 @@ ds_status ds_comm_host_all_reduce(ds_comm *c, void *buf, size_t count, ds_dtype 
         return DS_ERR(DS_ERR_INVALID_ARG, "%s: count %zu exceeds MPI's int count (for metadata; "
                       "use ds_comm_all_reduce for data)", what, count);
     DS_TRY(host_ready(c, what));
+    DS_TRY(ds_comm_check_call(c, what, (int)t, (int)op, -1, count, NULL));
     if (count == 0) return DS_OK;
     MPI_Datatype dt;
     MPI_Op mop;
@@ -411,6 +456,7 @@ ds_status ds_comm_host_broadcast(ds_comm *c, void *buf, size_t bytes, int root) 
     if (bytes > INT_MAX)
         return DS_ERR(DS_ERR_INVALID_ARG, "%s: %zu bytes exceed MPI's int count", what, bytes);
     DS_TRY(host_ready(c, what));
+    DS_TRY(ds_comm_check_call(c, what, (int)DS_U8, -1, root, bytes, NULL));
     if (bytes == 0) return DS_OK;
     MPI_Request req;
     double t0 = ds_comm_now();
@@ -425,6 +471,7 @@ static ds_status agree(ds_comm *c, ds_status local, ds_status *out_worst, bool o
     *out_worst = local;
     if (!c) return DS_ERR(DS_ERR_INVALID_ARG, "agree: communicator is NULL");
     DS_TRY(host_ready(c, "agree"));
+    DS_TRY(ds_comm_check_call(c, "agree", -1, -1, -1, 0, NULL));
     /* (status, rank) under MAXLOC: the worst status and the lowest rank that
      * has it, so a rank that was fine can say who was not. */
     int pair[2] = {(int)local, c->rank};

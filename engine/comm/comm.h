@@ -51,7 +51,25 @@
  * thread owns it (comm_worker.h, overlap_comm), a collective called on any
  * other thread first waits inside the call until that thread's queue is
  * empty, so callers need not coordinate; MPI is initialised with
- * MPI_THREAD_SERIALIZED or better because the calls come from two threads. */
+ * MPI_THREAD_SERIALIZED or better because the calls come from two threads.
+ *
+ * Checked collectives (ds_comm_desc.check_collectives, the config's
+ * zero_engine.check_collectives, or DS_CHECK_COLLECTIVES=1 in the
+ * environment for any program): before every collective, the host helpers,
+ * ds_comm_agree, barriers and splits included, the ranks exchange what they
+ * are about to call (its name, dtype, reduce op, root and counts, with the
+ * context of ds_comm_set_context) and compare. Where ranks took different
+ * paths (a branch on data only one rank has, a user's module that hands
+ * over its gradients differently on one rank), every rank fails at the
+ * first call where they part, with DS_ERR_COMM and one message: "collective
+ * mismatch at call 57 ...: rank 0 called reduce_scatterv of 4096 bf16 (sum;
+ * counts 2048, 2048) for gradient bucket of ..., but rank 1 called
+ * all_gatherv of ...". Without it such a program waits until the deadline
+ * (naming a rank, not the cause), or fails in MPI with a truncation, or,
+ * where the sizes agree, sums unrelated buffers. It costs one small MPI
+ * all-gather per collective (bench/RESULTS.md, "Checked collectives"), so
+ * it is for finding such a fault, not for every run. The communicator stays
+ * usable after a mismatch: every rank stopped at the same point. */
 #ifndef DS_COMM_COMM_H
 #define DS_COMM_COMM_H
 
@@ -216,6 +234,10 @@ struct ds_comm {
     /* Set when the buffers are a backend's memory that MPI cannot read
      * (ds_comm_desc.stage): the ops then copy through host memory. */
     ds_comm_stage *stage;
+    /* check_collectives (engine/comm/check.c): the ranks' records of the
+     * call about to be made, NULL when off; calls checked so far. */
+    void *check_recs;
+    uint64_t check_calls;
 };
 
 /* Whether rank + 1 mod world, the ring's next, runs on this host. */
@@ -236,6 +258,9 @@ typedef struct ds_comm_desc {
                               * pinned host memory (engine/comm/staged.c). NCCL reads
                               * device memory itself and is the fast way; this is the
                               * one for ranks that share a GPU, which NCCL refuses */
+    bool check_collectives;  /* before every collective the ranks compare what they
+                              * are about to call (below, "Checked collectives");
+                              * also on with DS_CHECK_COLLECTIVES=1 in the environment */
 } ds_comm_desc;
 
 /* Initialise MPI if needed (MPI_Init_thread) and build the world communicator.

@@ -122,6 +122,21 @@ static inline size_t ds_comm_block_len(size_t count, int world, int b) {
     return count / (size_t)world + ((size_t)b < count % (size_t)world ? 1 : 0);
 }
 
+/* Checked collectives (check.c). Whether c checks: on when any rank's `on`
+ * is (collective over c: one small all-reduce under the deadline); its
+ * records are allocated here, nothing at one rank. Free them with
+ * ds_comm_check_free (ds_comm_destroy does). */
+ds_status ds_comm_check_enable(ds_comm *c, bool on);
+void ds_comm_check_free(ds_comm *c);
+/* Before collective `name` on c: when c checks, exchange what every rank is
+ * about to call and fail with DS_ERR_COMM on every rank alike, naming both
+ * calls, where one differs from rank 0's. dtype, op, root: -1 where the
+ * call has none; count: its elements (the counts' sum for the v calls);
+ * counts: the per-rank counts (world of them) or NULL. The caller has
+ * waited for the communication thread (enter). */
+ds_status ds_comm_check_call(ds_comm *c, const char *name, int dtype, int op, int root,
+                             size_t count, const size_t *counts);
+
 /* Wall clock in seconds for deadlines (CLOCK_MONOTONIC). */
 double ds_comm_now(void);
 

@@ -308,6 +308,10 @@ typedef struct ds_config {
                                             buffers through pinned host memory and lets
                                             ranks share a GPU */
     double comm_timeout_s;               /* default 300 */
+    bool check_collectives;              /* default false: before every collective the
+                                            ranks compare what they are about to call and
+                                            fail alike where one differs (engine/comm/
+                                            comm.h, "Checked collectives") */
     int num_threads;                     /* default 0 = OMP_NUM_THREADS or cores */
     int max_consecutive_skips;           /* default 3: steps in a row with non-finite
                                             gradients that fp32, bf16 and static-scale

@@ -311,6 +311,7 @@ char *ds_config_to_json(const ds_config *c) {
     jw_str(&w, "backend", c->backend);
     jw_str(&w, "comm", c->comm);
     jw_real(&w, "comm_timeout_s", c->comm_timeout_s);
+    jw_bool(&w, "check_collectives", c->check_collectives);
     jw_int(&w, "num_threads", c->num_threads);
     jw_int(&w, "max_consecutive_skips", c->max_consecutive_skips);
     if (c->save_on_signal) jw_str(&w, "save_on_signal", ds_signal_name(c->save_on_signal));

@@ -664,6 +664,7 @@ static const cfg_key k_zero_engine[] = {
     FN("backend", OFF(backend), read_backend),
     FN("comm", OFF(comm), read_comm),
     REAL_GT("comm_timeout_s", comm_timeout_s, 0),
+    BOOL("check_collectives", check_collectives),
     /* 0 = OMP_NUM_THREADS or the cores; 4096 is far past any machine here. */
     ROW("num_threads", CFG_INT, OFF(num_threads), 0, 4096, 0, NO, NO, NULL),
     /* 0: the first non-finite gradient fails the step; a million is "never" */
