@@ -145,6 +145,11 @@ foreach(range "" "--no-range")
     ds_add_mpi_test(NAME test_bad_batch_s${stage}${sfx}
                     COMMAND $<TARGET_FILE:test_bad_batch> --stage ${stage} ${range}
                     NP 2 LABELS multirank)
+    # the same with every collective checked: the refusing rank's walk makes
+    # exactly the others' calls, sizes included
+    ds_add_mpi_test(NAME test_bad_batch_checked_s${stage}${sfx}
+                    COMMAND $<TARGET_FILE:test_bad_batch> --stage ${stage} ${range} --checked
+                    NP 2 LABELS multirank)
   endforeach()
 endforeach()
 

@@ -52,6 +52,13 @@ ds_grads_final_test(grads_final_watch_stage0_np2 --stage 0 --watch 1)
 ds_grads_final_test(grads_final_gas2_stage0_np2 --stage 0 --gas 2)
 ds_grads_final_test(grads_final_bf16_stage1_np2 --stage 1 --precision bf16)
 ds_grads_final_test(grads_final_fp16_gas2_stage2_np2 --stage 2 --precision fp16 --gas 2)
+# A user's bug, the call made on one rank only: stages 2 and 3 then cut
+# other reduce-scatter buckets on that rank (stages 0 and 1 cut theirs the
+# same whatever the parts). Unchecked, the stage 2 run trains to the end
+# without an error on mismatched sums; with check_collectives every rank
+# fails at once naming the gradient bucket.
+ds_grads_final_test(grads_final_uneven_stage2_np2 --stage 2 --uneven 1)
+ds_grads_final_test(grads_final_uneven_stage3_np2 --stage 3 --uneven 1)
 ds_grads_final_test(grads_final_stage3_np2 --stage 3)
 
 # sparse_gradients (issue 22: embedding gradients across hosts): the word

@@ -1,7 +1,7 @@
 /* A micro-batch the model refuses loses nothing, and when one rank refuses
  * its micro-batch every rank does, at once, saying which rank and why:
  *
- *   test_bad_batch --stage S [--no-range]   (under mpirun, 1 or 2 ranks)
+ *   test_bad_batch --stage S [--no-range] [--checked]   (under mpirun, 1 or 2 ranks)
  *
  * Each rank feeds its own rows, with gradient accumulation 2. Mid-step (after
  * the first micro-batch of a step), the last rank's micro-batch holds a token
@@ -38,7 +38,13 @@
  * batches: the same parameters, bit for bit, on every rank.
  *
  * Last, a training dataset with a row the model cannot read: ds_initialize
- * refuses it, naming the column, row, element and value. */
+ * refuses it, naming the column, row, element and value.
+ *
+ * --checked: all of it with zero_engine.check_collectives, so the refusing
+ * rank's walk through the collectives it did not compute must match the
+ * others' calls exactly (names, counts, dtypes), not only in number: a walk
+ * that joined a gather with another size would otherwise pass wherever the
+ * sizes were never compared. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +61,8 @@
 #define VOCAB 4000
 #define WORDS "bert.embeddings.word_embeddings.weight"
 
+static bool g_checked; /* --checked */
+
 static ds_status init(const ds_dataset *data, int stage, bool range, bool quiet, engine_t **e) {
     ds_bert_desc bd = {.vocab_size = VOCAB, .hidden_size = 32, .num_hidden_layers = 2,
                        .num_attention_heads = 4, .intermediate_size = 64,
@@ -64,15 +72,15 @@ static ds_status init(const ds_dataset *data, int stage, bool range, bool quiet,
     if (ds_bert_create(&bd, &model) != DS_OK) TEST_DIE("model");
     if (!range) /* a model that declares no range for its ids */
         for (int i = 0; i < model->n_inputs; i++) model->inputs[i].lo = model->inputs[i].hi = 0;
-    char cfg[512];
+    char cfg[640];
     snprintf(cfg, sizeof cfg,
              "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": %d,"
              " \"steps_per_print\": 1000,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}},"
              " \"zero_optimization\": {\"stage\": %d,"
              " \"stage3_param_persistence_threshold\": 0},"
-             " \"zero_engine\": {\"comm_timeout_s\": 60}}",
-             MICRO, GAS, stage);
+             " \"zero_engine\": {\"comm_timeout_s\": 60, \"check_collectives\": %s}}",
+             MICRO, GAS, stage, g_checked ? "true" : "false");
     ds_init_desc d;
     ds_init_desc_defaults(&d);
     d.config_json = cfg;
@@ -141,6 +149,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--stage") && i + 1 < argc) stage = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-range")) range = false;
+        else if (!strcmp(argv[i], "--checked")) g_checked = true;
     }
     if (stage < 0 || stage > 3) TEST_DIE("usage: test_bad_batch --stage 0..3 [--no-range]");
     const char *why = range ? "input_ids: row 0, element 5 holds 4000, outside [0, 4000)"

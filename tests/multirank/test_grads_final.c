@@ -29,6 +29,14 @@
  * A reduction that waits for the module's end would leave it waiting: the
  * module gives up after WATCH_S seconds and fails the step.
  *
+ * --uneven 1 (more than one rank): a user's bug, the call made on the last
+ * rank only (a branch on something one rank sees), so that rank hands its
+ * gradients over in other parts than the others, which cut other buckets.
+ * With zero_engine.check_collectives every rank's step fails at once with
+ * DS_ERR_COMM naming both ranks' calls ("collective mismatch ...: rank 0
+ * called reduce_scatterv of ... for gradient bucket ..."); without it the
+ * ranks would run mismatched collectives.
+ *
  * Also, without an engine behind the context: the call does nothing for a
  * first in [0, n_params) and refuses one outside, naming the module. */
 #include <stdio.h>
@@ -50,7 +58,7 @@
 #define WATCH_S 10.0
 
 typedef struct opts {
-    int stage, gas, watch;
+    int stage, gas, watch, uneven;
     const char *precision;
 } opts;
 
@@ -170,6 +178,8 @@ typedef struct run {
     float loss[STEPS], norm[STEPS];
     float w[4][E];
     int watch_fails;
+    ds_status failed; /* a step's failure, and its message */
+    char error[1024];
 } run;
 
 /* Rank q's micro-batch j of step s: features from a fixed LCG and a target
@@ -199,16 +209,18 @@ static int train(const opts *o, bool announce, run *r) {
              " \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": true,"
              " \"reduce_bucket_size\": %d, \"allgather_bucket_size\": %d},"
              " \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 8},"
-             " \"bf16\": {\"enabled\": %s}}",
+             " \"bf16\": {\"enabled\": %s},"
+             " \"zero_engine\": {\"check_collectives\": %s}}",
              MICRO, o->gas, o->stage, BUCKET, BUCKET,
              strcmp(o->precision, "fp16") ? "false" : "true",
-             strcmp(o->precision, "bf16") ? "false" : "true");
+             strcmp(o->precision, "bf16") ? "false" : "true", o->uneven ? "true" : "false");
     engine_t *e;
     if (ck_start(cfg, model, NULL, &e) != DS_OK) {
         fprintf(stderr, "init: %s\n", ds_last_error());
         return 1;
     }
     int rank = ds_rank(e);
+    if (o->uneven) impl->announce = announce && rank == ds_world_size(e) - 1;
     /* at one rank the sum is the rank's own value: nothing to wait for */
     impl->watch = impl->watch && ds_world_size(e) > 1;
     static float x[MICRO * E], t[MICRO];
@@ -218,11 +230,15 @@ static int train(const opts *o, bool announce, run *r) {
             make_batch(s, rank, j, x, t);
             ds_batch b = {.B = MICRO, .T = 1};
             float loss;
-            if (ds_batch_set(&b, "features", DS_F32, x) != DS_OK ||
-                ds_batch_set(&b, "target", DS_F32, t) != DS_OK ||
-                ds_forward(e, &b, &loss) != DS_OK || ds_backward(e) != DS_OK ||
-                ds_step(e) != DS_OK) {
-                fprintf(stderr, "step %d: %s\n", s + 1, ds_last_error());
+            ds_status st = ds_batch_set(&b, "features", DS_F32, x);
+            if (st == DS_OK) st = ds_batch_set(&b, "target", DS_F32, t);
+            if (st == DS_OK) st = ds_forward(e, &b, &loss);
+            if (st == DS_OK) st = ds_backward(e);
+            if (st == DS_OK) st = ds_step(e);
+            if (st != DS_OK) {
+                r->failed = st;
+                snprintf(r->error, sizeof r->error, "%s", ds_last_error());
+                if (!o->uneven) fprintf(stderr, "step %d: %s\n", s + 1, ds_last_error());
                 ds_finalize(e);
                 return 1;
             }
@@ -278,6 +294,28 @@ static int no_engine(void) {
     return fails;
 }
 
+/* --uneven: the run that calls grads_final on the last rank only fails on
+ * every rank alike, naming the mismatched bucket. */
+static int uneven(const opts *o) {
+    static run r;
+    if (train(o, true, &r) == 0) {
+        printf("FAIL: a run whose last rank alone calls ds_module_grads_final trained without "
+               "an error\n");
+        return 1;
+    }
+    const char *want[] = {"collective mismatch", "rank 0 called", "gradient bucket"};
+    int fails = r.failed != DS_ERR_COMM;
+    for (int i = 0; i < 3; i++) fails += strstr(r.error, want[i]) == NULL;
+    if (fails) {
+        printf("FAIL: %s: %s, expected DS_ERR_COMM naming a collective mismatch in a gradient "
+               "bucket\n", ds_status_to_string(r.failed), r.error);
+        return 1;
+    }
+    printf("grads_final: stage %d, the last rank alone calling it: every rank failed with: %s\n",
+           o->stage, r.error);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     opts o = {.stage = 0, .gas = 1, .watch = 0, .precision = "fp32"};
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -285,6 +323,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--gas")) o.gas = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--watch")) o.watch = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--precision")) o.precision = argv[i + 1];
+        else if (!strcmp(argv[i], "--uneven")) o.uneven = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "test_grads_final: unknown option %s\n", argv[i]);
             return 2;
@@ -298,6 +337,7 @@ int main(int argc, char **argv) {
     }
     int fails = no_engine();
     static run plain, told;
+    if (o.uneven) return uneven(&o);
     if (train(&o, false, &plain) || train(&o, true, &told)) return 1;
     for (int s = 0; s < STEPS; s++)
         if (memcmp(&plain.loss[s], &told.loss[s], sizeof(float)) ||
