@@ -33,6 +33,9 @@
  * --sparse 0|1 sets sparse_gradients (the word table's gradient sent as
  * (row index, row) records at stages 0-3, zero/grad_sparse.h); --sparse
  * ab pairs it off and on as --overlap ab pairs overlap off and on.
+ * --check 0|1 sets zero_engine.check_collectives (every collective checked
+ * first: engine/comm/comm.h); --check ab pairs it off and on as --overlap ab
+ * pairs overlap off and on, and prints the collectives per step.
  * --gemm-replay 1 records the GEMM calls of the last warm-up step and runs
  * them again by themselves after every timed step, through OpenBLAS and
  * through the backend's slot (bench/gemm_replay.h): the step's rate against
@@ -94,6 +97,7 @@ typedef struct timing {
     int qwz, hpz;         /* zero_quantized_weights; zero_hpz_partition_size (<= 1: off) */
     const char *gemm;     /* zero_engine.gemm_input_dtype */
     int sparse;           /* sparse_gradients: -1 unset (DeepSpeed's false), 0, 1 */
+    int check;            /* zero_engine.check_collectives: 0, 1 */
     double *dt, *fw, *bw, *st;
     double *rb, *rk;      /* --gemm-replay: the step's GEMMs alone after each timed step,
                              through OpenBLAS (rb) and the backend's slot (rk) */
@@ -125,7 +129,7 @@ static ds_status make_engine(bench *b, const timing *tm, engine_t **out) {
              " \"reduce_bucket_size\": %lld, \"allgather_bucket_size\": %lld,"
              " \"zero_hpz_partition_size\": %d%s%s%s%s},"
              " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s},"
-             " \"zero_engine\": {\"backend\": \"%s\", \"gemm_input_dtype\": \"%s\"%s}"
+             " \"zero_engine\": {\"backend\": \"%s\", \"gemm_input_dtype\": \"%s\"%s%s}"
              "%s}",
              b->global_batch, b->stage, b->bucket, b->ag_bucket > 0 ? b->ag_bucket : b->bucket,
              tm->hpz > 1 ? tm->hpz : 1, mics, ov,
@@ -134,6 +138,7 @@ static ds_status make_engine(bench *b, const timing *tm, engine_t **out) {
              strcmp(b->precision, "fp16") ? "false" : "true",
              strcmp(b->precision, "bf16") ? "false" : "true", b->backend, tm->gemm,
              tm->qgz == 4 ? ", \"qgz_scheme\": \"int4\"" : "",
+             tm->check ? ", \"check_collectives\": true" : "",
              b->ckpt ? ", \"activation_checkpointing\": {}" : "");
     if (tm->sparse >= 0) { /* a top-level key, put in front */
         const char *key = tm->sparse ? "\"sparse_gradients\": true, "
@@ -264,6 +269,12 @@ static void report(const bench *b, engine_t *e, const timing *tm) {
                "collectives, %.3f s waited for, %.0f%% hidden\n", b->stage, overlap,
                mb / steps, coll / steps, wait / steps,
                coll > 0 ? 100.0 * (1.0 - (wait < coll ? wait : coll) / coll) : 0.0);
+    if (ds_rank(e) == 0 && tm->check) { /* what the check exchanged for */
+        uint64_t calls = tm->c1.host_calls - tm->c0.host_calls;
+        for (int k = 0; k < DS_COLL_COUNT; k++) calls += tm->c1.calls[k] - tm->c0.calls[k];
+        printf("bench_train: stage %d check_collectives: %.1f collectives per step checked\n",
+               b->stage, (double)calls / steps);
+    }
     if (ds_rank(e) == 0 && tm->sparse >= 0) /* which engine of --sparse ab the next lines are */
         printf("bench_train: stage %d sparse_gradients %d: %.0f bytes per step gathered, %.0f "
                "reduced (rank 0)\n", b->stage, tm->sparse,
@@ -346,6 +357,7 @@ int main(int argc, char **argv) {
     int zpp_ab = 0; /* --zeropp ab */
     int cut_ab = 0; /* --cut ab */
     int sparse = -1; /* --sparse: -1 unset, 0, 1, 2 ab */
+    int check = 0;   /* --check: 0, 1, 2 ab */
     int pctl = -1, pack = -1; /* --perf-ctl */
     long long chunk = -1;     /* --attn-chunk-bytes; -1: the backend's own */
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -363,6 +375,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ag-bucket")) b.ag_bucket = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--sparse"))
             sparse = !strcmp(argv[i + 1], "ab") ? 2 : atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--check"))
+            check = !strcmp(argv[i + 1], "ab") ? 2 : atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--qgz"))
             qgz = !strcmp(argv[i + 1], "ab") ? 2 : !strcmp(argv[i + 1], "ab4") ? 5
                                                  : atoi(argv[i + 1]);
@@ -393,14 +407,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_train: --sparse ab pairs with no other ab mode\n");
         return 2;
     }
+    if (check == 2 && (overlap == 2 || (qgz != 0 && qgz != 1) || gemm_ab || zpp_ab ||
+                       sparse == 2)) {
+        fprintf(stderr, "bench_train: --check ab pairs with no other ab mode\n");
+        return 2;
+    }
     if (cut_ab && (overlap == 2 || qgz == 2 || qgz == 5 || gemm_ab || zpp_ab || sparse == 2 ||
-                   strcmp(b.backend, "cpu") || b.steps < 2)) {
+                   check == 2 || strcmp(b.backend, "cpu") || b.steps < 2)) {
         fprintf(stderr, "bench_train: --cut ab needs the cpu backend, one engine (no other ab "
                 "mode) and --steps 2 or more\n");
         return 2;
     }
     if (b.replay && (overlap == 2 || qgz == 2 || qgz == 5 || gemm_ab || zpp_ab || sparse == 2 ||
-                     strcmp(b.backend, "cpu") || b.warmup < 1 || pctl >= 0)) {
+                     check == 2 || strcmp(b.backend, "cpu") || b.warmup < 1 || pctl >= 0)) {
         fprintf(stderr, "bench_train: --gemm-replay needs the cpu backend, one engine (no ab "
                 "mode), --warmup 1 or more (it records the last warm-up step) and no "
                 "--perf-ctl (the replays would be in the profile)\n");
@@ -422,7 +441,7 @@ int main(int argc, char **argv) {
         b.labels[i] = (int)(i % (size_t)C);
     }
     int ne = overlap == 2 || qgz == 2 || qgz == 5 || gemm_ab || zpp_ab ? 2 : 1;
-    if (sparse == 2) ne = 2;
+    if (sparse == 2 || check == 2) ne = 2;
     engine_t *e[2] = {NULL, NULL};
     timing tm[2];
     for (int k = 0; k < ne; k++) {
@@ -436,6 +455,7 @@ int main(int argc, char **argv) {
         if (zpp_ab) /* engine 0 plain stage 3, engine 1 hpZ + qwZ + qgZ */
             tm[k].qgz = tm[k].qwz = k, tm[k].hpz = k ? (b.hpz > 1 ? b.hpz : 2) : 1;
         tm[k].sparse = sparse == 2 ? k : sparse;
+        tm[k].check = check == 2 ? k : check;
         if (make_engine(&b, &tm[k], &e[k]) != DS_OK) return fail();
     }
     const size_t own_chunk = e[0]->be->chunk_bytes;
@@ -479,7 +499,7 @@ int main(int argc, char **argv) {
         }
         printf("bench_train: stage %d paired steps: samples/s %s on / off = %.3f (median "
                "of %d pairs, min %.3f, max %.3f)\n", b.stage,
-               sparse == 2 ? "sparse" : overlap == 2 ? "overlap" : qgz == 2 ? "qgz"
+               check == 2 ? "checked" : sparse == 2 ? "sparse" : overlap == 2 ? "overlap" : qgz == 2 ? "qgz"
                : qgz == 5 ? "qgz-int4" : zpp_ab ? "ZeRO++" : "bf16-GEMM",
                median(r, b.steps), b.steps, rlo, rhi);
         free(r);
