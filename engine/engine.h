@@ -33,13 +33,16 @@
  * DS_CHECK_COLLECTIVES=1, fails every rank at the first collective where
  * they part, naming both calls). Errors: every function returns a ds_status;
  * ds_last_error() says what and where ("zero_optimization.stage: must be 0..3,
- * got 4"). A refused ds_forward changes nothing, on every rank (below).
- * After a failure in ds_backward or ds_step the engine is in an undefined
- * training state but can still be finalized; such a failure on one rank
- * alone is not agreed, so the others wait in their next collective until
- * zero_engine.comm_timeout_s, unless the failing program exits (the job then
- * ends within 10 s: comm.h, "Ending the job"). Nothing here calls exit() or
- * abort().
+ * got 4"). A refused ds_forward changes nothing, on every rank (below). A
+ * module whose backward fails on one rank fails that rank's ds_backward, and
+ * the next boundary's ds_step on every rank, which drops the window's
+ * gradients everywhere (below); training may go on. After any other failure
+ * in ds_backward or ds_step (communication, an NVMe read or write) the
+ * engine is in an undefined training state but can still be finalized; such
+ * a failure on one rank alone is not agreed, so the others wait in their
+ * next collective until zero_engine.comm_timeout_s, unless the failing
+ * program exits (the job then ends within 10 s: comm.h, "Ending the job").
+ * Nothing here calls exit() or abort().
  *
  * Build against the installed library:
  *   cc my.c $(pkg-config --cflags --libs zero-engine) */
@@ -122,7 +125,16 @@ ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out);
  * with overlap_comm), so ds_step must follow it, for every micro-batch:
  * until then ds_forward and ds_save_checkpoint fail with DS_ERR_INVALID_ARG
  * and change nothing (a second backward would add to gradients already
- * reduced; a checkpoint would count a micro-batch whose update it lacks). */
+ * reduced; a checkpoint would count a micro-batch whose update it lacks).
+ * A module whose backward (or recomputed forward) fails fails this call,
+ * naming it, but the backward goes on through the modules before it,
+ * computing on what it has, so this rank still makes every collective the
+ * others make (the failed module's gradients handed over in the parts it
+ * announced in its last backward that ended: ds_module_grads_final). Call
+ * ds_step as after any backward: at the boundary it fails on every rank.
+ * (A module that announces parts and fails in its very first backward may
+ * cut other gradient buckets than its peers at stages 2 and 3;
+ * zero_engine.check_collectives names that.) */
 ds_status ds_backward(engine_t *e);
 
 /* At a gradient-accumulation boundary: reduce gradients across ranks, unscale,
@@ -133,7 +145,16 @@ ds_status ds_backward(engine_t *e);
  * A run that cannot learn fails here with DS_ERR_NONFINITE naming the step:
  * fp32, bf16 and a static fp16 scale after zero_engine.max_consecutive_skips
  * steps in a row with NaN or inf gradients (default 3); fp16 with a dynamic
- * scale when an overflow comes with the scale at fp16.min_loss_scale. */
+ * scale when an overflow comes with the scale at fp16.min_loss_scale.
+ * When a module's backward failed on some rank since the last boundary
+ * (ds_backward), the boundary's ds_step drops the window's gradients on
+ * every rank and updates nothing: the step counts as skipped (the loss scale
+ * and the schedule as they were; ds_step_info.skipped), and every rank fails,
+ * the failing rank with its own error, the others with "rank R failed with
+ * ...". The next window trains as if the dropped one had never come (but
+ * for dropout, whose streams follow the micro-batches counted). Costs
+ * nothing when no backward failed: the flag rides the step's loss
+ * all-reduce. */
 ds_status ds_step(engine_t *e);
 
 typedef struct ds_step_info {
@@ -144,7 +165,8 @@ typedef struct ds_step_info {
     double lr;            /* learning rate used by this step */
     double grad_norm;     /* global gradient norm before clipping (unscaled) */
     double loss_scale;    /* fp16 scale after this step; 1 otherwise */
-    bool skipped;         /* fp16 overflow: no update */
+    bool skipped;         /* no update: an fp16 overflow, non-finite gradients, or a
+                             backward that failed on some rank (ds_step) */
     int64_t samples;      /* samples consumed by all ranks since the start */
     int stop_signal;      /* a preemption signal reached some rank before this
                              step's boundary (all ranks agree): save and exit
@@ -153,7 +175,9 @@ typedef struct ds_step_info {
 
 /* One optimizer step from the engine's data loader: gradient_accumulation_steps
  * micro-batches of train_micro_batch_size_per_gpu on every rank, forward,
- * backward, step. Epochs roll over (reshuffled from the seed). */
+ * backward, step. Epochs roll over (reshuffled from the seed). A module's
+ * backward failing on some rank fails the call on every rank at the
+ * boundary (ds_step), the window's micro-batches consumed. */
 ds_status ds_train_batch(engine_t *e, ds_step_info *out);
 
 /* The info of the last optimizer step (after ds_step at a boundary). */

@@ -771,6 +771,7 @@ ds_status ds_load_checkpoint(engine_t *e, const char *dir, const char *tag_in, u
     e->have_forward = e->have_backward = false;
     e->micro_in_step = 0;
     e->loss_accum = 0.0;
+    e->window_failed = DS_OK;
     st = e->zero->ops->zero_grad(e->zero);
     if (st == DS_OK) st = ds_ties_clear(e->ties);
     if (st == DS_OK) st = load_states(e, tag_dir, flags, &m);

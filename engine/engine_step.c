@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/core/sched.h"
+#include "engine/io/fault.h"
 #include "engine/engine_internal.h"
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -36,8 +37,12 @@ ds_status ds_engine_plan_activations(engine_t *e) {
     e->saved = calloc((size_t)n, sizeof *e->saved);
     e->saved_bytes = calloc((size_t)n, sizeof *e->saved_bytes);
     e->recompute = calloc((size_t)n, sizeof *e->recompute);
-    if (!e->act || !e->act_elems || !e->saved || !e->saved_bytes || !e->recompute)
+    e->parts = calloc((size_t)e->flat->n_params + 1, sizeof *e->parts);
+    e->n_parts = malloc((size_t)n * sizeof *e->n_parts);
+    if (!e->act || !e->act_elems || !e->saved || !e->saved_bytes || !e->recompute || !e->parts ||
+        !e->n_parts)
         return DS_ERR(DS_ERR_OOM, "activation plan: out of host memory");
+    for (int i = 0; i < n; i++) e->n_parts[i] = -1;
 
     /* Activation checkpointing (DeepSpeed's section): checkpointable modules
      * (BERT's encoder layers) keep only their input; their internals are
@@ -111,6 +116,8 @@ void ds_engine_free_activations(engine_t *e) {
     free(e->saved);
     free(e->saved_bytes);
     free(e->recompute);
+    free(e->parts);
+    free(e->n_parts);
     e->act = NULL;
 }
 
@@ -334,6 +341,17 @@ ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out) {
     return DS_OK;
 }
 
+/* DS_FAULT_INJECT=error:backward:<module name>[:rank=R] makes that module's
+ * backward fail (engine/io/fault.h): the tests' way to fail one rank's
+ * backward part way. One getenv per module when unset. */
+static ds_status backward_fault(const engine_t *e, const ds_module *mod) {
+    if (!getenv(DS_FAULT_ENV)) return DS_OK;
+    char site[DS_MAX_NAME + 16];
+    snprintf(site, sizeof site, "backward:%s", mod->name);
+    DS_TRY(ds_fault_error(site, e->comm->rank));
+    return DS_OK;
+}
+
 /* Module e->bwd_module's parameters from `first` on (0: all of them) are
  * final: hand the part of its span not handed over yet to the strategy
  * (zero.h, grad_done). A module that calls ds_module_grads_final
@@ -345,7 +363,41 @@ static ds_status grads_final(void *arg, int first) {
     if (lo >= e->bwd_done) return DS_OK;
     DS_TRY(e->zero->ops->grad_done(e->zero, e->bwd_module, lo, e->bwd_done));
     e->bwd_done = lo;
+    if (first > 0 && e->parts_now < fm->n_params) /* the module's parts, for parts_rest */
+        e->parts[fm->first_param + e->parts_now++] = first;
     return DS_OK;
+}
+
+/* Module e->bwd_module's backward failed on this rank: hand the rest of its
+ * span over in the parts it announced in its last backward that ended (the
+ * ones past where it stopped), then the remainder, so that this rank cuts
+ * the same gradient buckets as the others, whose backward of it goes on. A
+ * module that never finished a backward is known only as far as it got:
+ * the rest goes in one part (right for a module that announces nothing). */
+static ds_status parts_rest(engine_t *e) {
+    int m = e->bwd_module;
+    const int *firsts = e->parts + e->flat->modules[m].first_param;
+    for (int k = 0; k < (e->n_parts[m] > 0 ? e->n_parts[m] : 0); k++)
+        DS_TRY(grads_final(e, firsts[k])); /* what was handed over already says nothing */
+    DS_TRY(grads_final(e, 0));
+    return DS_OK;
+}
+
+/* A module failed with st (its message set): the first of this backward
+ * is kept for the return (*failed, *why), the first of the window for the
+ * boundary. Whatever module failed, the backward goes on through the
+ * modules before it (computing on what it has), so the strategy's
+ * collectives (gradient buckets, stage 3's gathers) stay the others'. */
+static void note_module_failure(engine_t *e, ds_status st, ds_status *failed,
+                                ds_error_saved *why) {
+    if (e->window_failed == DS_OK) {
+        e->window_failed = st;
+        ds_error_save(&e->window_err);
+    }
+    if (*failed == DS_OK) {
+        *failed = st;
+        ds_error_save(why);
+    }
 }
 
 ds_status ds_backward(engine_t *e) {
@@ -354,6 +406,9 @@ ds_status ds_backward(engine_t *e) {
     e->have_forward = false;
     e->have_backward = true; /* until ds_step, even if this backward fails part-way */
     int n = e->model->n_modules;
+    ds_status failed = DS_OK; /* the first module that failed, and why */
+    ds_error_saved why;
+    e->backward_ended = false;
     /* Gradient accumulation: each micro-batch contributes loss/GAS; fp16
      * scales the loss up so small gradients survive the half format. */
     float loss_scale =
@@ -374,15 +429,14 @@ ds_status ds_backward(engine_t *e) {
         ds_module_ctx ctx = module_ctx(e, i, true);
         ctx.params = params;
         ctx.tied = tied;
+        e->bwd_module = i;
+        e->bwd_done = e->flat->modules[i].end;
+        e->parts_now = 0;
         ds_prof_mark pm = ds_prof_begin(&e->prof); /* a recomputed forward counts in backward */
+        ds_status st = DS_OK;
         if (e->recompute[i]) { /* activation checkpointing: rebuild the internals */
-            ds_status st = mod->ops->forward(mod, &ctx);
-            if (st != DS_OK) {
-                (void)e->zero->ops->release(e->zero, i); /* as in run_forward */
-                ds_error_prefix("recomputing forward of %s", mod->name);
-                ds_error_trace(__FILE__, __LINE__);
-                return st;
-            }
+            st = mod->ops->forward(mod, &ctx);
+            if (st != DS_OK) ds_error_prefix("recomputing forward of %s", mod->name);
         }
         ctx.grads = grads;
         ctx.tied_grads = ds_ties_grad_slots(e->ties, i);
@@ -391,17 +445,31 @@ ds_status ds_backward(engine_t *e) {
         ctx.loss_scale = loss_scale;
         ctx.grads_final = grads_final;
         ctx.grads_final_arg = e;
-        e->bwd_module = i;
-        e->bwd_done = e->flat->modules[i].end;
-        ds_status st = mod->ops->backward(mod, &ctx);
+        if (st == DS_OK) {
+            st = backward_fault(e, mod);
+            if (st == DS_OK) st = mod->ops->backward(mod, &ctx);
+            if (st != DS_OK) ds_error_prefix("backward of %s", mod->name);
+        }
         ds_prof_end(&e->prof, i, true, pm);
-        if (st != DS_OK) {
-            (void)e->zero->ops->release(e->zero, i); /* as in run_forward */
-            ds_error_prefix("backward of %s", mod->name);
+        if (st == DS_OK) {
+            e->n_parts[i] = e->parts_now; /* how it hands over, for a failure to come */
+            st = grads_final(e, 0);       /* what the module did not hand over itself */
+        } else if (comm_failure(st)) { /* its hand-over's collective: nothing to agree on */
+            (void)e->zero->ops->release(e->zero, i);
             ds_error_trace(__FILE__, __LINE__);
             return st;
+        } else {
+            ds_error_trace(__FILE__, __LINE__);
+            note_module_failure(e, st, &failed, &why);
+            st = parts_rest(e);
         }
-        DS_TRY(grads_final(e, 0)); /* what the module did not hand over itself */
+        if (st != DS_OK) { /* the strategy's own failure: communication, NVMe */
+            (void)e->zero->ops->release(e->zero, i); /* as in run_forward */
+            if (failed != DS_OK)
+                ds_error_prefix("handing over the gradients of %s after this rank's failure (%s)",
+                                mod->name, why.msg);
+            return st;
+        }
         DS_TRY(e->zero->ops->release(e->zero, i));
         dy = ctx.dx;
         which ^= 1;
@@ -409,6 +477,11 @@ ds_status ds_backward(engine_t *e) {
     e->micro_steps++;
     e->samples += (int64_t)e->dbatch.B * e->comm->world;
     ds_wc_stop(&e->wc, DS_WC_BWD, wc0);
+    e->backward_ended = true;
+    if (failed != DS_OK) { /* the first failure, as it was said */
+        ds_error_restore(&why);
+        return failed;
+    }
     return DS_OK;
 }
 
@@ -462,15 +535,16 @@ static ds_status check_can_learn(engine_t *e, bool skip) {
     return DS_OK;
 }
 
-/* The step's loss summed over all ranks (*loss_sum), and whether a
- * preemption signal reached any rank (*stop): one all-reduce of two doubles
- * (the flag costs nothing when no signal came). Only when one did, the
- * ranks agree on which. */
-static ds_status agree_loss(engine_t *e, double *loss_sum, int32_t *stop) {
-    double red[2] = {e->loss_accum / (double)e->cfg.gradient_accumulation_steps,
-                     ds_preempt_pending() ? 1.0 : 0.0};
+/* The step's loss summed over all ranks (*loss_sum), whether a preemption
+ * signal reached any rank (*stop), and whether a backward failed on any
+ * rank since the last boundary (*window_failed): one all-reduce of three
+ * doubles (the flags cost nothing when neither came). Only when a signal
+ * did, the ranks agree on which. */
+static ds_status agree_loss(engine_t *e, double *loss_sum, int32_t *stop, bool *window_failed) {
+    double red[3] = {e->loss_accum / (double)e->cfg.gradient_accumulation_steps,
+                     ds_preempt_pending() ? 1.0 : 0.0, e->window_failed != DS_OK ? 1.0 : 0.0};
     ds_comm_set_context(e->comm, "the step's loss"); /* named in a timeout */
-    ds_status st = ds_comm_host_all_reduce(e->comm, red, 2, DS_F64, DS_REDUCE_SUM);
+    ds_status st = ds_comm_host_all_reduce(e->comm, red, 3, DS_F64, DS_REDUCE_SUM);
     *stop = 0;
     if (st == DS_OK && red[1] > 0.0) {
         *stop = ds_preempt_pending();
@@ -480,7 +554,35 @@ static ds_status agree_loss(engine_t *e, double *loss_sum, int32_t *stop) {
     ds_comm_set_context(e->comm, NULL);
     DS_TRY(st);
     *loss_sum = red[0];
+    *window_failed = red[2] > 0.0;
     return DS_OK;
+}
+
+/* A backward failed on some rank since the last boundary: its gradients,
+ * and every gradient of the window on every rank, are dropped (reduced and
+ * cleared alike everywhere: the strategy's collectives ran as for any step),
+ * nothing is updated, and the step counts as skipped, as an fp16 overflow
+ * skips one, the loss scale and the schedule left as they were. Every rank
+ * fails with the failing rank's error, the others naming it. */
+static ds_status drop_window(engine_t *e, double loss_sum, int32_t stop) {
+    ds_status mine = e->window_failed, worst = mine;
+    e->window_failed = DS_OK;
+    if (mine != DS_OK) ds_error_restore(&e->window_err);
+    if (e->comm->world > 1) DS_TRY(ds_comm_agree(e->comm, mine, &worst));
+    DS_TRY(e->zero->ops->zero_grad(e->zero));
+    DS_TRY(ds_ties_clear(e->ties)); /* a failed module's uses of tied parameters */
+    e->loss_accum = 0.0;
+    e->global_step++;
+    e->skipped_steps++;
+    e->last = (ds_step_info){.step = e->global_step, .epoch = e->epoch,
+                             .micro_steps = e->micro_steps,
+                             .loss = loss_sum / (double)e->comm->world,
+                             .lr = ds_sched_lr(&e->cfg, e->applied_steps), .grad_norm = 0.0,
+                             .loss_scale = e->scaler.scale, .skipped = true,
+                             .samples = e->samples, .stop_signal = stop};
+    ds_error_prefix("step %lld skipped, its gradients dropped on every rank",
+                    (long long)e->global_step);
+    return worst;
 }
 
 ds_status ds_step(engine_t *e) {
@@ -506,7 +608,9 @@ ds_status ds_step(engine_t *e) {
      * waits until that queue is empty (comm_worker.h). */
     double loss_sum;
     int32_t stop;
-    DS_TRY(agree_loss(e, &loss_sum, &stop));
+    bool window_failed;
+    DS_TRY(agree_loss(e, &loss_sum, &stop, &window_failed));
+    if (window_failed) return drop_window(e, loss_sum, stop);
     double world = (double)e->comm->world, scale = e->scaler.scale;
     double norm = sqrt(sumsq) / (world * scale);
     double lr = ds_sched_lr(&e->cfg, e->applied_steps);
@@ -577,7 +681,12 @@ ds_status ds_train_batch(engine_t *e, ds_step_info *out) {
         ds_batch b;
         DS_TRY(next_batch(e, &b));
         DS_TRY(ds_forward(e, &b, NULL));
-        DS_TRY(ds_backward(e));
+        /* a module that failed here left the backward going on through
+         * every collective: the window goes on to its boundary, where
+         * ds_step fails on every rank (drop_window); the strategy's own
+         * failures (communication, NVMe) end it at once */
+        ds_status bs = ds_backward(e);
+        if (bs != DS_OK && !e->backward_ended) return bs;
         DS_TRY(ds_step(e));
     }
     if (out) *out = e->last;

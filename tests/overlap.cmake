@@ -59,6 +59,13 @@ ds_grads_final_test(grads_final_fp16_gas2_stage2_np2 --stage 2 --precision fp16 
 # fails at once naming the gradient bucket.
 ds_grads_final_test(grads_final_uneven_stage2_np2 --stage 2 --uneven 1)
 ds_grads_final_test(grads_final_uneven_stage3_np2 --stage 3 --uneven 1)
+# A user's module failing its backward once on one rank, after its call (and,
+# in the run without the call, at the same point): every rank's step drops
+# that window and the run goes on, both runs the same bits (check_collectives
+# on: the failing rank's buckets must still match the others').
+ds_grads_final_test(grads_final_fail_stage0_np2 --stage 0 --fail 1)
+ds_grads_final_test(grads_final_fail_gas2_stage2_np2 --stage 2 --gas 2 --fail 1)
+ds_grads_final_test(grads_final_fail_stage3_np2 --stage 3 --fail 1)
 ds_grads_final_test(grads_final_stage3_np2 --stage 3)
 
 # sparse_gradients (issue 22: embedding gradients across hosts): the word

@@ -37,6 +37,18 @@
  * called reduce_scatterv of ... for gradient bucket ..."); without it the
  * ranks would run mismatched collectives.
  *
+ * --fail 1 (more than one rank): the last rank's module fails its backward
+ * once, at the first micro-batch of step FAIL_STEP + 1, before it computes
+ * anything (so before its call). That rank's ds_backward fails and the
+ * backward goes on, handing the module's gradients over in the parts the
+ * module announced in its backward before (w2 and b2, then the rest), as
+ * the other ranks' modules do now, so the ranks' buckets still match
+ * (check_collectives on: without those parts, stages 2 and 3 would cut the
+ * failing rank's buckets otherwise); every rank's ds_step fails at
+ * that step's boundary, its gradients dropped, and the run goes on. Both
+ * runs, without and with the call, then must still be the same bits at
+ * every step: the same step dropped, the others trained alike.
+ *
  * Also, without an engine behind the context: the call does nothing for a
  * first in [0, n_params) and refuses one outside, naming the module. */
 #include <stdio.h>
@@ -56,9 +68,10 @@
  * floats takes milliseconds, under the sanitizers and two ranks per core
  * still far below a second; one that never started would wait forever. */
 #define WATCH_S 10.0
+#define FAIL_STEP 2 /* --fail: the step (0-based) whose first backward fails */
 
 typedef struct opts {
-    int stage, gas, watch, uneven;
+    int stage, gas, watch, uneven, fail;
     const char *precision;
 } opts;
 
@@ -68,6 +81,7 @@ typedef struct pair_impl {
     bool announce; /* call ds_module_grads_final after w2's and b2's gradients */
     bool watch;    /* then wait for b2's reduced gradient (--watch) */
     int watch_fails;
+    int calls, fail_call; /* backward calls so far; the one that fails (--fail; 0: none) */
 } pair_impl;
 
 static size_t pair_out(const ds_module *m, int B, int T) {
@@ -109,6 +123,8 @@ static bool wait_reduced(volatile float *g, float mine) {
 static ds_status pair_backward(ds_module *m, ds_module_ctx *ctx) {
     DS_TRY(ds_module_check_ctx(m, ctx, false, true));
     pair_impl *p = m->impl;
+    if (++p->calls == p->fail_call) /* --fail: before anything, its call included */
+        return DS_ERR(DS_ERR_INVALID_ARG, "pair: backward %d fails on purpose", p->calls);
     const float *x;
     DS_TRY(ds_module_input_f32(m, ctx, "features", &x));
     const float *w1 = ctx->params[0], *b1 = ctx->params[1], *w2 = ctx->params[2];
@@ -129,6 +145,7 @@ static ds_status pair_backward(ds_module *m, ds_module_ctx *ctx) {
             p->watch = false; /* once is enough to fail; the run goes on */
         }
     }
+
     for (int b = 0; b < B; b++)
         for (int i = 0; i < E; i++) {
             float d = dy[b * E + i] * w2[i];
@@ -178,6 +195,8 @@ typedef struct run {
     float loss[STEPS], norm[STEPS];
     float w[4][E];
     int watch_fails;
+    int bwd_failed;       /* --fail: this rank's backward calls that failed */
+    bool dropped[STEPS];  /* --fail: the steps whose ds_step dropped the window */
     ds_status failed; /* a step's failure, and its message */
     char error[1024];
 } run;
@@ -213,7 +232,8 @@ static int train(const opts *o, bool announce, run *r) {
              " \"zero_engine\": {\"check_collectives\": %s}}",
              MICRO, o->gas, o->stage, BUCKET, BUCKET,
              strcmp(o->precision, "fp16") ? "false" : "true",
-             strcmp(o->precision, "bf16") ? "false" : "true", o->uneven ? "true" : "false");
+             strcmp(o->precision, "bf16") ? "false" : "true",
+             o->uneven || o->fail ? "true" : "false");
     engine_t *e;
     if (ck_start(cfg, model, NULL, &e) != DS_OK) {
         fprintf(stderr, "init: %s\n", ds_last_error());
@@ -221,6 +241,7 @@ static int train(const opts *o, bool announce, run *r) {
     }
     int rank = ds_rank(e);
     if (o->uneven) impl->announce = announce && rank == ds_world_size(e) - 1;
+    if (o->fail && rank == ds_world_size(e) - 1) impl->fail_call = FAIL_STEP * o->gas + 1;
     /* at one rank the sum is the rank's own value: nothing to wait for */
     impl->watch = impl->watch && ds_world_size(e) > 1;
     static float x[MICRO * E], t[MICRO];
@@ -233,8 +254,21 @@ static int train(const opts *o, bool announce, run *r) {
             ds_status st = ds_batch_set(&b, "features", DS_F32, x);
             if (st == DS_OK) st = ds_batch_set(&b, "target", DS_F32, t);
             if (st == DS_OK) st = ds_forward(e, &b, &loss);
-            if (st == DS_OK) st = ds_backward(e);
-            if (st == DS_OK) st = ds_step(e);
+            if (st == DS_OK) {
+                st = ds_backward(e);
+                if (st != DS_OK && o->fail && strstr(ds_last_error(), "fails on purpose")) {
+                    r->bwd_failed++; /* the window goes on to its boundary */
+                    st = DS_OK;
+                }
+            }
+            if (st == DS_OK) {
+                st = ds_step(e);
+                if (st != DS_OK && o->fail && strstr(ds_last_error(), "fails on purpose") &&
+                    strstr(ds_last_error(), "gradients dropped on every rank")) {
+                    r->dropped[s] = true;
+                    st = DS_OK;
+                }
+            }
             if (st != DS_OK) {
                 r->failed = st;
                 snprintf(r->error, sizeof r->error, "%s", ds_last_error());
@@ -251,7 +285,7 @@ static int train(const opts *o, bool announce, run *r) {
             return 1;
         }
         r->loss[s] = (float)(sum / o->gas);
-        r->norm[s] = (float)info.grad_norm;
+        r->norm[s] = r->dropped[s] ? 0.0f : (float)info.grad_norm; /* none: nothing reduced */
     }
     const char *names[4] = {"pair.w1", "pair.b1", "pair.w2", "pair.b2"};
     for (int k = 0; k < 4; k++)
@@ -324,6 +358,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--watch")) o.watch = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--precision")) o.precision = argv[i + 1];
         else if (!strcmp(argv[i], "--uneven")) o.uneven = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--fail")) o.fail = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "test_grads_final: unknown option %s\n", argv[i]);
             return 2;
@@ -356,15 +391,28 @@ int main(int argc, char **argv) {
                told.loss[STEPS - 1]);
         fails++;
     }
+    for (int s = 0; o.fail && s < STEPS; s++)
+        if (plain.dropped[s] != (s == FAIL_STEP) || told.dropped[s] != (s == FAIL_STEP)) {
+            printf("FAIL: step %d %s dropped (without / with the call: %d / %d)\n", s + 1,
+                   s == FAIL_STEP ? "was not" : "was", plain.dropped[s], told.dropped[s]);
+            fails++;
+        }
+    if (o.fail && plain.bwd_failed != told.bwd_failed) {
+        printf("FAIL: %d / %d backward failures on this rank without / with the call\n",
+               plain.bwd_failed, told.bwd_failed);
+        fails++;
+    }
     if (told.watch_fails) {
         printf("FAIL: b2's gradient was not reduced within %.0f s of ds_module_grads_final, "
                "while the module's backward waited\n", WATCH_S);
         fails++;
     }
     if (fails) return 1;
-    printf("grads_final: stage %d %s gas %d%s: %d steps the same bits without and with the "
+    printf("grads_final: stage %d %s gas %d%s%s: %d steps the same bits without and with the "
            "call (loss %.6g -> %.6g)\n", o.stage, o.precision, o.gas,
-           o.watch ? ", b2 reduced while the backward ran" : "", STEPS, told.loss[0],
+           o.watch ? ", b2 reduced while the backward ran" : "",
+           o.fail ? ", the last rank's backward failing once, its step dropped everywhere" : "",
+           STEPS, told.loss[0],
            told.loss[STEPS - 1]);
     return 0;
 }
