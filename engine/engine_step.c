@@ -535,16 +535,38 @@ static ds_status check_can_learn(engine_t *e, bool skip) {
     return DS_OK;
 }
 
+/* Ranks whose collectives have parted without a hang (sizes that happened
+ * to fit: a module of a user's that hands its gradients over differently on
+ * one rank) hold sums of unrelated buffers: no rank may update on them. The
+ * sequence hashes of the ranks' calls (ds_comm_sequence) ride the step's
+ * loss all-reduce as two 16-bit halves h and their squares: all ranks' h
+ * are equal exactly when world * sum(h^2) == sum(h)^2 (Cauchy-Schwarz),
+ * every term an integer below 2^53 for worlds up to SEQ_MAX_WORLD, so the
+ * doubles are exact in any order of summation. */
+#define SEQ_MAX_WORLD 1024
+static void seq_terms(const engine_t *e, double *out) {
+    uint32_t h = ds_comm_sequence(e->comm);
+    double lo = (double)(h & 0xffffu), hi = (double)(h >> 16);
+    out[0] = lo, out[1] = lo * lo, out[2] = hi, out[3] = hi * hi;
+}
+static bool seq_parted(const engine_t *e, const double *sum) {
+    double w = (double)e->comm->world;
+    if (e->comm->world > SEQ_MAX_WORLD) return false; /* not exact past it: unchecked */
+    return w * sum[1] != sum[0] * sum[0] || w * sum[3] != sum[2] * sum[2];
+}
+
 /* The step's loss summed over all ranks (*loss_sum), whether a preemption
  * signal reached any rank (*stop), and whether a backward failed on any
- * rank since the last boundary (*window_failed): one all-reduce of three
- * doubles (the flags cost nothing when neither came). Only when a signal
- * did, the ranks agree on which. */
+ * rank since the last boundary (*window_failed): one all-reduce of seven
+ * doubles (the flags cost nothing when neither came), which also compares
+ * the ranks' collectives so far (seq_terms). Only when a signal came, the
+ * ranks agree on which. */
 static ds_status agree_loss(engine_t *e, double *loss_sum, int32_t *stop, bool *window_failed) {
-    double red[3] = {e->loss_accum / (double)e->cfg.gradient_accumulation_steps,
+    double red[7] = {e->loss_accum / (double)e->cfg.gradient_accumulation_steps,
                      ds_preempt_pending() ? 1.0 : 0.0, e->window_failed != DS_OK ? 1.0 : 0.0};
+    seq_terms(e, red + 3);
     ds_comm_set_context(e->comm, "the step's loss"); /* named in a timeout */
-    ds_status st = ds_comm_host_all_reduce(e->comm, red, 3, DS_F64, DS_REDUCE_SUM);
+    ds_status st = ds_comm_host_all_reduce(e->comm, red, 7, DS_F64, DS_REDUCE_SUM);
     *stop = 0;
     if (st == DS_OK && red[1] > 0.0) {
         *stop = ds_preempt_pending();
@@ -553,6 +575,13 @@ static ds_status agree_loss(engine_t *e, double *loss_sum, int32_t *stop, bool *
     }
     ds_comm_set_context(e->comm, NULL);
     DS_TRY(st);
+    if (seq_parted(e, red + 3))
+        return DS_ERR(DS_ERR_COMM, "step %lld: the ranks have made different collective calls "
+                      "(a branch on something only some ranks see, such as a module that hands "
+                      "its gradients over otherwise on one rank), so what they reduced cannot "
+                      "be trusted and no rank updates; run with zero_engine.check_collectives "
+                      "(or DS_CHECK_COLLECTIVES=1) to find the first call where they part",
+                      (long long)e->global_step + 1);
     *loss_sum = red[0];
     *window_failed = red[2] > 0.0;
     return DS_OK;
@@ -606,9 +635,9 @@ ds_status ds_step(engine_t *e) {
      * parameters' all-gather on the communication thread to run behind the
      * next forward (zero/param_gather.h), and a collective on this thread
      * waits until that queue is empty (comm_worker.h). */
-    double loss_sum;
-    int32_t stop;
-    bool window_failed;
+    double loss_sum = 0.0;
+    int32_t stop = 0;
+    bool window_failed = false;
     DS_TRY(agree_loss(e, &loss_sum, &stop, &window_failed));
     if (window_failed) return drop_window(e, loss_sum, stop);
     double world = (double)e->comm->world, scale = e->scaler.scale;

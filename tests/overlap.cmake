@@ -54,11 +54,14 @@ ds_grads_final_test(grads_final_bf16_stage1_np2 --stage 1 --precision bf16)
 ds_grads_final_test(grads_final_fp16_gas2_stage2_np2 --stage 2 --precision fp16 --gas 2)
 # A user's bug, the call made on one rank only: stages 2 and 3 then cut
 # other reduce-scatter buckets on that rank (stages 0 and 1 cut theirs the
-# same whatever the parts). Unchecked, the stage 2 run trains to the end
-# without an error on mismatched sums; with check_collectives every rank
-# fails at once naming the gradient bucket.
-ds_grads_final_test(grads_final_uneven_stage2_np2 --stage 2 --uneven 1)
-ds_grads_final_test(grads_final_uneven_stage3_np2 --stage 3 --uneven 1)
+# same whatever the parts). With check_collectives every rank fails at once
+# naming the gradient bucket (--uneven 1); without it (--uneven 2) the
+# mismatched collectives run, and the first boundary finds the ranks'
+# sequences of calls parted and refuses the update everywhere.
+foreach(u 1 2)
+  ds_grads_final_test(grads_final_uneven${u}_stage2_np2 --stage 2 --uneven ${u})
+  ds_grads_final_test(grads_final_uneven${u}_stage3_np2 --stage 3 --uneven ${u})
+endforeach()
 # A user's module failing its backward once on one rank, after its call (and,
 # in the run without the call, at the same point): every rank's step drops
 # that window and the run goes on, both runs the same bits (check_collectives

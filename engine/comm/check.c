@@ -148,8 +148,28 @@ static void describe(const call_rec *r, char *buf, size_t cap) {
     if (r->what[0] && n < cap) snprintf(buf + n, cap - n, " for %s", r->what);
 }
 
+static uint32_t fnv(uint32_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 16777619u;
+    return h;
+}
+
+/* The world communicator's running hash (ds_comm_sequence). */
+static void note_sequence(ds_comm *c, const char *name, int dtype, int op, int root,
+                          size_t count, const size_t *counts) {
+    if (c->root) return; /* a sub-communicator: its group's calls, not every rank's */
+    uint64_t f[4] = {(uint64_t)(uint32_t)dtype, (uint64_t)(uint32_t)op,
+                     (uint64_t)(uint32_t)root, (uint64_t)count};
+    uint32_t h = c->seq_hash ? c->seq_hash : 2166136261u;
+    h = fnv(h, name, strlen(name));
+    h = fnv(h, f, sizeof f);
+    if (counts) h = fnv(h, counts, (size_t)c->world * sizeof *counts);
+    c->seq_hash = h;
+}
+
 ds_status ds_comm_check_call(ds_comm *c, const char *name, int dtype, int op, int root,
                              size_t count, const size_t *counts) {
+    note_sequence(c, name, dtype, op, root, count, counts);
     /* off, or MPI's side already failed: the call itself then repeats why */
     if (!c->check_recs || ds_comm_base(c)->coll_broken) return DS_OK;
     check_state *s = c->check_recs;

@@ -384,6 +384,12 @@ ds_status ds_comm_split(ds_comm *c, int color, int key, ds_comm **out) {
     return DS_OK;
 }
 
+uint32_t ds_comm_sequence(ds_comm *c) {
+    if (!c) return 0;
+    enter(c); /* the communication thread's calls are in, and none is running */
+    return c->seq_hash;
+}
+
 ds_status ds_comm_barrier(ds_comm *c) {
     if (!c) return DS_ERR(DS_ERR_INVALID_ARG, "barrier: communicator is NULL");
     enter(c);

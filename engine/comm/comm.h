@@ -238,6 +238,9 @@ struct ds_comm {
      * call about to be made, NULL when off; calls checked so far. */
     void *check_recs;
     uint64_t check_calls;
+    /* A world communicator's running hash of every collective called on it
+     * (ds_comm_sequence); 0 on a sub-communicator. */
+    uint32_t seq_hash;
 };
 
 /* Whether rank + 1 mod world, the ring's next, runs on this host. */
@@ -318,6 +321,17 @@ ds_status ds_comm_all_to_allv(ds_comm *c, const void *send, void *recv, const si
  * and jobs name the communicator they run on (ds_comm_job.comm). Destroy
  * sub-communicators before their world communicator. */
 ds_status ds_comm_split(ds_comm *c, int color, int key, ds_comm **out);
+
+/* The sequence of collectives called on world communicator c so far (its
+ * calls' names, dtypes, reduce ops, roots and counts, the host helpers,
+ * ds_comm_agree and barriers included; a sub-communicator's not), as a
+ * 32-bit hash, after the communication thread's queue has emptied. Equal on
+ * every rank while they have made the same calls: the engine compares it at
+ * every step's boundary inside an all-reduce it makes anyway, so ranks that
+ * parted without a hang (collectives whose sizes happened to fit) are found
+ * there by default; check_collectives finds the call itself. Always kept:
+ * a hash of a few fields per collective. */
+uint32_t ds_comm_sequence(ds_comm *c);
 
 /* Agree on a status across ranks: *out_worst gets the worst (largest) status
  * code of any rank, so all ranks take the same branch after a local failure

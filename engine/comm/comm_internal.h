@@ -128,7 +128,8 @@ static inline size_t ds_comm_block_len(size_t count, int world, int b) {
  * ds_comm_check_free (ds_comm_destroy does). */
 ds_status ds_comm_check_enable(ds_comm *c, bool on);
 void ds_comm_check_free(ds_comm *c);
-/* Before collective `name` on c: when c checks, exchange what every rank is
+/* Before collective `name` on c: adds it to c's sequence hash
+ * (ds_comm_sequence), and when c checks, exchanges what every rank is
  * about to call and fail with DS_ERR_COMM on every rank alike, naming both
  * calls, where one differs from rank 0's. dtype, op, root: -1 where the
  * call has none; count: its elements (the counts' sum for the v calls);
