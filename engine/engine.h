@@ -154,7 +154,11 @@ ds_status ds_backward(engine_t *e);
  * ...". The next window trains as if the dropped one had never come (but
  * for dropout, whose streams follow the micro-batches counted). Costs
  * nothing when no backward failed: the flag rides the step's loss
- * all-reduce. */
+ * all-reduce. So does a hash of each rank's collective calls so far
+ * (ds_comm_sequence): where the ranks' calls have differed, every rank's
+ * ds_step fails with DS_ERR_COMM and nothing is updated, since what they
+ * reduced cannot be trusted (zero_engine.check_collectives names the first
+ * call that differed). */
 ds_status ds_step(engine_t *e);
 
 typedef struct ds_step_info {
