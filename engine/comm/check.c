@@ -35,12 +35,19 @@ typedef struct call_rec {
     char name[24];
     int32_t dtype, op, root, n_counts;
     uint64_t count;       /* elements; the sum of the counts for the v calls */
-    uint64_t counts_hash; /* FNV-1a over every count; 0 without counts */
+    uint64_t counts_hash; /* FNV-1a (32 bits) over every count; 0 without counts */
     uint64_t counts[4];   /* the first counts, for the message */
     char what[112];       /* the thread's ds_comm_set_context, cut */
 } call_rec;
 
 enum { TAG_CHECK = 9 }; /* beside mpi.c's 1-4 and the barrier's 7 */
+
+/* FNV-1a, 32 bits, continuing from h (2166136261 to start). */
+static uint32_t fnv(uint32_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 16777619u;
+    return h;
+}
 
 /* What a check needs, allocated once: every rank's record and the
  * requests of one exchange. */
@@ -95,15 +102,6 @@ ds_status ds_comm_check_enable(ds_comm *c, bool on) {
     return DS_OK;
 }
 
-static uint64_t hash_counts(const size_t *counts, int n) {
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < n; i++) {
-        uint64_t v = (uint64_t)counts[i];
-        for (int k = 0; k < 8; k++, v >>= 8) h = (h ^ (v & 0xff)) * 1099511628211ull;
-    }
-    return h;
-}
-
 static bool same_call(const call_rec *a, const call_rec *b) {
     return strcmp(a->name, b->name) == 0 && a->dtype == b->dtype && a->op == b->op &&
            a->root == b->root && a->count == b->count && a->counts_hash == b->counts_hash;
@@ -148,12 +146,6 @@ static void describe(const call_rec *r, char *buf, size_t cap) {
     if (r->what[0] && n < cap) snprintf(buf + n, cap - n, " for %s", r->what);
 }
 
-static uint32_t fnv(uint32_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 16777619u;
-    return h;
-}
-
 /* The world communicator's running hash (ds_comm_sequence). */
 static void note_sequence(ds_comm *c, const char *name, int dtype, int op, int root,
                           size_t count, const size_t *counts) {
@@ -182,7 +174,7 @@ ds_status ds_comm_check_call(ds_comm *c, const char *name, int dtype, int op, in
     mine.count = (uint64_t)count;
     if (counts) {
         mine.n_counts = c->world;
-        mine.counts_hash = hash_counts(counts, c->world);
+        mine.counts_hash = fnv(2166136261u, counts, (size_t)c->world * sizeof *counts);
         for (int i = 0; i < 4 && i < c->world; i++) mine.counts[i] = (uint64_t)counts[i];
     }
     const char *what = ds_comm_context();
