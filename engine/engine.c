@@ -102,7 +102,8 @@ static ds_status pick_comm(engine_t *e) {
     if (e->be->kind != DS_BACKEND_CUDA) return DS_OK; /* cpu: MPI on its own memory */
     const bool nccl = strcmp(e->cfg.comm, "nccl") == 0;
     ds_comm_desc nd = {.kind = DS_COMM_NCCL, .timeout_s = e->cfg.comm_timeout_s,
-                       .backend = e->be, .check_collectives = e->cfg.check_collectives};
+                       .backend = e->be,
+                       .check_collectives = e->comm->check_recs != NULL}; /* agreed */
     ds_comm *nc = NULL;
     ds_status mine = nccl ? ds_comm_create(&nd, &nc) : ds_comm_stage_wrap(e->comm, e->be), worst;
     DS_TRY(ds_comm_agree(e->comm, mine, &worst)); /* over MPI, which every rank still has */

@@ -75,6 +75,8 @@ struct engine {
     ds_error_saved window_err;
     bool backward_ended; /* the last ds_backward went through every module (a
                             failure it returned was a module's, walked) */
+    bool handover_failed; /* the strategy refused a hand-over (grad_done) during the
+                             running module's backward: its failure, not the module's */
 
     /* ---- data loader (when train_data was given) ---- */
     const ds_dataset *train;

@@ -361,7 +361,11 @@ static ds_status grads_final(void *arg, int first) {
     const ds_flat_module *fm = &e->flat->modules[e->bwd_module];
     int64_t lo = first > 0 ? e->flat->params[fm->first_param + first].offset : fm->begin;
     if (lo >= e->bwd_done) return DS_OK;
-    DS_TRY(e->zero->ops->grad_done(e->zero, e->bwd_module, lo, e->bwd_done));
+    ds_status st = e->zero->ops->grad_done(e->zero, e->bwd_module, lo, e->bwd_done);
+    if (st != DS_OK) {
+        e->handover_failed = true;
+        return st;
+    }
     e->bwd_done = lo;
     if (first > 0 && e->parts_now < fm->n_params) /* the module's parts, for parts_rest */
         e->parts[fm->first_param + e->parts_now++] = first;
@@ -432,6 +436,7 @@ ds_status ds_backward(engine_t *e) {
         e->bwd_module = i;
         e->bwd_done = e->flat->modules[i].end;
         e->parts_now = 0;
+        e->handover_failed = false;
         ds_prof_mark pm = ds_prof_begin(&e->prof); /* a recomputed forward counts in backward */
         ds_status st = DS_OK;
         if (e->recompute[i]) { /* activation checkpointing: rebuild the internals */
@@ -454,7 +459,10 @@ ds_status ds_backward(engine_t *e) {
         if (st == DS_OK) {
             e->n_parts[i] = e->parts_now; /* how it hands over, for a failure to come */
             st = grads_final(e, 0);       /* what the module did not hand over itself */
-        } else if (comm_failure(st)) { /* its hand-over's collective: nothing to agree on */
+        } else if (comm_failure(st) || e->handover_failed) {
+            /* the strategy's failure inside the module's own hand-over (a
+             * collective, a refused bucket): handing over again would
+             * repeat a range, so nothing more is made */
             (void)e->zero->ops->release(e->zero, i);
             ds_error_trace(__FILE__, __LINE__);
             return st;
@@ -462,6 +470,10 @@ ds_status ds_backward(engine_t *e) {
             ds_error_trace(__FILE__, __LINE__);
             note_module_failure(e, st, &failed, &why);
             st = parts_rest(e);
+            /* the modules before it read its dx: defined, whatever it left */
+            if (st == DS_OK && i > 0)
+                st = e->be->ops->memset(e->be, ctx.dx, 0, e->act_elems[i - 1] * sizeof(float),
+                                        NULL);
         }
         if (st != DS_OK) { /* the strategy's own failure: communication, NVMe */
             (void)e->zero->ops->release(e->zero, i); /* as in run_forward */
@@ -609,9 +621,10 @@ static ds_status drop_window(engine_t *e, double loss_sum, int32_t stop) {
                              .lr = ds_sched_lr(&e->cfg, e->applied_steps), .grad_norm = 0.0,
                              .loss_scale = e->scaler.scale, .skipped = true,
                              .samples = e->samples, .stop_signal = stop};
+    ds_preempt_note(DS_PREEMPT_BETWEEN_STEPS, 0, (int)e->cfg.gradient_accumulation_steps);
     ds_error_prefix("step %lld skipped, its gradients dropped on every rank",
                     (long long)e->global_step);
-    return worst;
+    return mine != DS_OK ? mine : worst; /* a failing rank keeps its own message */
 }
 
 ds_status ds_step(engine_t *e) {

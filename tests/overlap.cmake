@@ -67,6 +67,7 @@ endforeach()
 # that window and the run goes on, both runs the same bits (check_collectives
 # on: the failing rank's buckets must still match the others').
 ds_grads_final_test(grads_final_fail_stage0_np2 --stage 0 --fail 1)
+ds_grads_final_test(grads_final_fail_stage1_np2 --stage 1 --fail 1)
 ds_grads_final_test(grads_final_fail_gas2_stage2_np2 --stage 2 --gas 2 --fail 1)
 ds_grads_final_test(grads_final_fail_stage3_np2 --stage 3 --fail 1)
 ds_grads_final_test(grads_final_stage3_np2 --stage 3)

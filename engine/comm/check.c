@@ -72,19 +72,10 @@ void ds_comm_check_free(ds_comm *c) {
     c->check_recs = NULL;
 }
 
-ds_status ds_comm_check_enable(ds_comm *c, bool on) {
+ds_status ds_comm_check_set(ds_comm *c, bool on) {
     ds_comm_check_free(c);
     c->check_calls = 0;
-    if (c->world < 2) return DS_OK;
-    int any = on; /* the ranks agree: any rank's choice turns it on for all */
-    MPI_Request req;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, ds_comm_base(c)->comm, &req);
-    if (rc != MPI_SUCCESS) return ds_comm_mpi_error(rc, "check_collectives: MPI_Iallreduce", c);
-    int peer = -1;
-    bool is_recv = true;
-    ds_comm_wait_ctx ctx = {.coll = "agreeing on check_collectives", .collective = true};
-    DS_TRY(ds_comm_mpi_wait(c, &req, &peer, &is_recv, 1, &ctx));
-    if (!any) return DS_OK;
+    if (!on || c->world < 2) return DS_OK;
     size_t n = 2 * (size_t)(c->world - 1);
     check_state *s = calloc(1, sizeof *s);
     if (s) {
@@ -99,6 +90,23 @@ ds_status ds_comm_check_enable(ds_comm *c, bool on) {
                       c->world);
     }
     c->check_recs = s;
+    return DS_OK;
+}
+
+ds_status ds_comm_check_enable(ds_comm *c, bool on) {
+    int any = on; /* the ranks agree: any rank's choice turns it on for all */
+    if (c->world > 1) {
+        MPI_Request req;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, ds_comm_base(c)->comm,
+                                &req);
+        if (rc != MPI_SUCCESS)
+            return ds_comm_mpi_error(rc, "check_collectives: MPI_Iallreduce", c);
+        int peer = -1;
+        bool is_recv = true;
+        ds_comm_wait_ctx ctx = {.coll = "agreeing on check_collectives", .collective = true};
+        DS_TRY(ds_comm_mpi_wait(c, &req, &peer, &is_recv, 1, &ctx));
+    }
+    DS_TRY(ds_comm_check_set(c, any != 0));
     return DS_OK;
 }
 
@@ -159,11 +167,9 @@ static void note_sequence(ds_comm *c, const char *name, int dtype, int op, int r
     c->seq_hash = h;
 }
 
-ds_status ds_comm_check_call(ds_comm *c, const char *name, int dtype, int op, int root,
-                             size_t count, const size_t *counts) {
-    note_sequence(c, name, dtype, op, root, count, counts);
-    /* off, or MPI's side already failed: the call itself then repeats why */
-    if (!c->check_recs || ds_comm_base(c)->coll_broken) return DS_OK;
+/* The exchange and the comparison (ds_comm_check_call). */
+static ds_status check(ds_comm *c, const char *name, int dtype, int op, int root, size_t count,
+                       const size_t *counts) {
     check_state *s = c->check_recs;
     call_rec *all = s->recs, mine;
     memset(&mine, 0, sizeof mine);
@@ -181,7 +187,7 @@ ds_status ds_comm_check_call(ds_comm *c, const char *name, int dtype, int op, in
     if (what) snprintf(mine.what, sizeof mine.what, "%s", what);
     uint64_t call = ++c->check_calls;
 
-    all[c->rank] = mine;
+    all[c->rank] = mine; /* what is sent: it must outlive a wait abandoned at the deadline */
 
     /* receives first, from every other rank, then the sends */
     MPI_Comm comm = ds_comm_base(c)->comm;
@@ -196,7 +202,8 @@ ds_status ds_comm_check_call(ds_comm *c, const char *name, int dtype, int op, in
         if (r != c->rank) {
             s->peers[n] = r;
             s->is_recv[n] = false;
-            rc = MPI_Isend(&mine, (int)sizeof mine, MPI_BYTE, r, TAG_CHECK, comm, &s->reqs[n++]);
+            rc = MPI_Isend(&all[c->rank], (int)sizeof mine, MPI_BYTE, r, TAG_CHECK, comm,
+                           &s->reqs[n++]);
         }
     char coll[64];
     snprintf(coll, sizeof coll, "the collective check before %s", name);
@@ -223,5 +230,19 @@ ds_status ds_comm_check_call(ds_comm *c, const char *name, int dtype, int op, in
                       "same collective calls in the same order; found by check_collectives)",
                       (unsigned long long)call, c->world, a, r, b);
     }
+    return DS_OK;
+}
+
+ds_status ds_comm_check_call(ds_comm *c, const char *name, int dtype, int op, int root,
+                             size_t count, const size_t *counts) {
+    /* off, or either path already failed (the exchange is point-to-point:
+     * after an abandoned wait a late record could meet the wrong call): the
+     * call itself then repeats why */
+    const ds_comm_mpi_base *b = ds_comm_base(c);
+    if (c->check_recs && !b->broken && !b->coll_broken)
+        DS_TRY(check(c, name, dtype, op, root, count, counts));
+    /* only a call the ranks go on to make: after a mismatch they all stop
+     * at the same point, their sequences still alike */
+    note_sequence(c, name, dtype, op, root, count, counts);
     return DS_OK;
 }

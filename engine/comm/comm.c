@@ -33,9 +33,15 @@ ds_status ds_comm_create(const ds_comm_desc *desc, ds_comm **out) {
     if (desc->timeout_s != desc->timeout_s) /* NaN would never expire */
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_comm_create: timeout_s is NaN");
     bool check = desc->check_collectives;
-    DS_TRY(env_check(&check));
+    /* NCCL's creation may fail on one rank after it has left the others
+     * (engine.c's pick_comm agrees that over MPI), so an agreement here
+     * would keep them until the deadline: an NCCL communicator checks as
+     * its description says, and the engine passes its MPI communicator's
+     * agreed choice */
+    if (desc->kind != DS_COMM_NCCL) DS_TRY(env_check(&check));
     DS_TRY(create_kind(desc, out));
-    ds_status st = ds_comm_check_enable(*out, check);
+    ds_status st = desc->kind == DS_COMM_NCCL ? ds_comm_check_set(*out, check)
+                                              : ds_comm_check_enable(*out, check);
     if (st != DS_OK) {
         ds_comm_destroy(*out);
         *out = NULL;
@@ -387,7 +393,9 @@ ds_status ds_comm_split(ds_comm *c, int color, int key, ds_comm **out) {
 uint32_t ds_comm_sequence(ds_comm *c) {
     if (!c) return 0;
     enter(c); /* the communication thread's calls are in, and none is running */
-    return c->seq_hash;
+    uint32_t h = c->seq_hash;
+    c->seq_hash = 0; /* the next call starts the next stretch */
+    return h;
 }
 
 ds_status ds_comm_barrier(ds_comm *c) {

@@ -66,10 +66,12 @@
  * counts 2048, 2048) for gradient bucket of ..., but rank 1 called
  * all_gatherv of ...". Without it such a program waits until the deadline
  * (naming a rank, not the cause), or fails in MPI with a truncation, or,
- * where the sizes agree, sums unrelated buffers. It costs one small MPI
- * all-gather per collective (bench/RESULTS.md, "Checked collectives"), so
- * it is for finding such a fault, not for every run. The communicator stays
- * usable after a mismatch: every rank stopped at the same point. */
+ * where the sizes agree, sums unrelated buffers. It costs a 200-byte
+ * message from every rank to every other per collective, point-to-point so
+ * that a rank that never comes is still named (bench/RESULTS.md, "Checked
+ * collectives"), so it is for finding such a fault, not for every run. The
+ * communicator stays usable after a mismatch: every rank stopped at the same
+ * point. */
 #ifndef DS_COMM_COMM_H
 #define DS_COMM_COMM_H
 
@@ -262,8 +264,10 @@ typedef struct ds_comm_desc {
                               * device memory itself and is the fast way; this is the
                               * one for ranks that share a GPU, which NCCL refuses */
     bool check_collectives;  /* before every collective the ranks compare what they
-                              * are about to call (below, "Checked collectives");
-                              * also on with DS_CHECK_COLLECTIVES=1 in the environment */
+                              * are about to call (above, "Checked collectives");
+                              * also on with DS_CHECK_COLLECTIVES=1 in the environment.
+                              * mpi: on when any rank asks (agreed at creation); nccl:
+                              * as given, which must be the same on every rank */
 } ds_comm_desc;
 
 /* Initialise MPI if needed (MPI_Init_thread) and build the world communicator.
@@ -322,15 +326,17 @@ ds_status ds_comm_all_to_allv(ds_comm *c, const void *send, void *recv, const si
  * sub-communicators before their world communicator. */
 ds_status ds_comm_split(ds_comm *c, int color, int key, ds_comm **out);
 
-/* The sequence of collectives called on world communicator c so far (its
+/* The sequence of collectives called on world communicator c since the
+ * last call of this function (since its creation the first time): the
  * calls' names, dtypes, reduce ops, roots and counts, the host helpers,
- * ds_comm_agree and barriers included; a sub-communicator's not), as a
- * 32-bit hash, after the communication thread's queue has emptied. Equal on
- * every rank while they have made the same calls: the engine compares it at
- * every step's boundary inside an all-reduce it makes anyway, so ranks that
- * parted without a hang (collectives whose sizes happened to fit) are found
- * there by default; check_collectives finds the call itself. Always kept:
- * a hash of a few fields per collective. */
+ * ds_comm_agree and barriers included, a sub-communicator's not, as a
+ * 32-bit hash, taken after the communication thread's queue has emptied.
+ * Equal on every rank while they have made the same calls: the engine
+ * compares it at every step's boundary inside an all-reduce it makes
+ * anyway, so ranks that parted without a hang (collectives whose sizes
+ * happened to fit) are found there by default; check_collectives finds the
+ * call itself. Always kept: a hash of a few fields per collective. A call
+ * the check refused is not in it (no rank made it). */
 uint32_t ds_comm_sequence(ds_comm *c);
 
 /* Agree on a status across ranks: *out_worst gets the worst (largest) status

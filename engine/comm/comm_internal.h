@@ -127,6 +127,9 @@ static inline size_t ds_comm_block_len(size_t count, int world, int b) {
  * records are allocated here, nothing at one rank. Free them with
  * ds_comm_check_free (ds_comm_destroy does). */
 ds_status ds_comm_check_enable(ds_comm *c, bool on);
+/* The same without the agreement: c checks when `on` (every rank must pass
+ * the same; an NCCL communicator, whose creation may fail on one rank). */
+ds_status ds_comm_check_set(ds_comm *c, bool on);
 void ds_comm_check_free(ds_comm *c);
 /* Before collective `name` on c: adds it to c's sequence hash
  * (ds_comm_sequence), and when c checks, exchanges what every rank is

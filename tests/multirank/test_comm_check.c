@@ -13,7 +13,7 @@
  *
  * The sub-communicators of ds_comm_split check too, and the environment's
  * DS_CHECK_COLLECTIVES turns the check on (a bad value is refused, naming
- * the variable). */
+ * the variable), for every rank when one rank has it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,12 +116,15 @@ static void mismatches(ds_comm *c) {
 
     st = ds_comm_all_reduce(c, send, N, odd ? DS_BF16 : DS_F32, DS_REDUCE_SUM);
     expect_mismatch("another dtype", st, (const char *[]){"all_reduce of 96 bf16", NULL});
+    still_works(c, "another dtype");
 
     st = ds_comm_all_reduce(c, send, N, DS_F32, odd ? DS_REDUCE_MAX : DS_REDUCE_SUM);
     expect_mismatch("another reduce op", st, (const char *[]){"96 fp32 (max)", NULL});
+    still_works(c, "another reduce op");
 
     st = ds_comm_broadcast(c, send, N, DS_F32, odd ? 1 : 0);
     expect_mismatch("another root", st, (const char *[]){"(root 0)", "(root 1)", NULL});
+    still_works(c, "another root");
 
     /* the same total, cut differently: 48, 49, ... against 49, 48, ... */
     size_t counts[8];
@@ -139,6 +142,7 @@ static void mismatches(ds_comm *c) {
              : ds_comm_all_reduce(c, send, N, DS_F32, DS_REDUCE_SUM);
     expect_mismatch("a host helper against the data path", st,
                     (const char *[]){"host_all_reduce of 1 fp64 (sum)", NULL});
+    still_works(c, "a host helper against the data path");
 
     ds_status worst = DS_OK;
     st = odd ? ds_comm_barrier(c) : ds_comm_agree(c, DS_OK, &worst);
@@ -199,6 +203,21 @@ int main(void) {
     CHECK_TRUE(c->check_recs == NULL);
     still_works(c, "creating an unchecked communicator");
     CHECK_EQ_I(c->check_calls, 0);
+    ds_comm_destroy(c);
+
+    /* one rank's choice is every rank's (the environment may differ by
+     * host): only the last rank asks */
+    if (g_rank == g_last) setenv("DS_CHECK_COLLECTIVES", "1", 1);
+    REQUIRE_OK(ds_comm_create(&d, &c));
+    unsetenv("DS_CHECK_COLLECTIVES");
+    CHECK_TRUE(g_world == 1 || c->check_recs != NULL);
+    if (g_world > 1) {
+        float v[2] = {1, 1};
+        expect_mismatch("checked because one rank asked",
+                        ds_comm_all_reduce(c, v, c->rank == g_last ? 1 : 2, DS_F32,
+                                           DS_REDUCE_SUM),
+                        (const char *[]){"all_reduce of 2 fp32", "all_reduce of 1 fp32", NULL});
+    }
     ds_comm_destroy(c);
     return test_finish("test_comm_check");
 }
