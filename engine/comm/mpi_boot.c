@@ -227,12 +227,24 @@ static void finalize_at_exit(int status, void *arg) {
     MPI_Finalized(&fin);
     if (!init || fin) return;
     MPI_Comm world = g_world != MPI_COMM_NULL ? g_world : MPI_COMM_WORLD;
-    /* (the program has printed why; the launcher names the rank that ended
-     * the job, engine-run in one line) */
-    if (!atomic_load(&g_failed) && status != 0 && !peers_exiting_too(world))
+    /* (the program has printed why; this line says which rank ends the job
+     * and why it cannot finalise: mpirun's own banner may name another rank,
+     * one it killed, so engine-run names the rank from this line) */
+    bool lone = false;
+    if (!atomic_load(&g_failed) && status != 0 && !peers_exiting_too(world)) {
         atomic_store(&g_failed, true);
+        lone = true;
+    }
     if (atomic_load(&g_failed)) {
+        int rank = -1;
+        MPI_Comm_rank(world, &rank);
         fflush(stdout);
+        fprintf(stderr, "[zero-engine] rank %d ends the job with MPI_Abort (status %d): %s\n",
+                rank, status,
+                lone ? "it exits with a failure, and the other ranks have not come to exit "
+                       "within 10 s (they wait for it in a collective)"
+                     : "a collective of this rank failed or timed out, and finalising would "
+                       "wait for a peer that does not answer");
         fflush(stderr);
         /* The launcher's SIGTERM to every rank of the aborted job, this one
          * included, is no preemption to save for (ds_preempt_install): die. */

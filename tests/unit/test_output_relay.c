@@ -173,6 +173,32 @@ static void test_banners(void) {
     expect(&s, "banners", "", want);
 }
 
+/* The rank that ends the job says so before MPI_Abort; mpirun's banner may
+ * then name another rank, one it killed with the same status (seen once in
+ * CI: "Process name: [[..],0] Exit code: 3" after rank 1's abort). */
+static void test_abort_line(void) {
+    sink s;
+    sink_open(&s, 2);
+    feed(&s, 1, "[4,1]<stderr>:prog: rank 1 gives up\n[4,1]<stderr>:[zero-engine] rank 1 ends the "
+                "job with MPI_Abort (status 3): it exits with a failure, and the other ranks "
+                "have not come to exit within 10 s (they wait for it in a collective)\n");
+    int status = 0;
+    CHECK_EQ_I(er_relay_abort_rank(s.r, &status), 1);
+    CHECK_EQ_I(status, 3);
+    char text[2048];
+    snprintf(text, sizeof text,
+             "%smpirun detected that one or more processes exited with non-zero status, thus "
+             "causing\nthe job to be terminated. The first process to do so was:\n\n  Process "
+             "name: [[2355,1],0]\n  Exit code:    3\n%s", k_dash, k_dash);
+    feed(&s, 1, text);
+    expect(&s, "abort line", "",
+           "prog: rank 1 gives up\n[zero-engine] rank 1 ends the job with MPI_Abort (status 3): "
+           "it exits with a failure, and the other ranks have not come to exit within 10 s "
+           "(they wait for it in a collective)\n"
+           "engine-run: rank 1 ended the job with MPI_Abort (status 3) after the error above; "
+           "mpirun stopped the other ranks\n");
+}
+
 static void test_partial(void) {
     sink s;
     sink_open(&s, 1);
@@ -190,6 +216,7 @@ int main(void) {
     test_lines();
     test_once();
     test_banners();
+    test_abort_line();
     test_partial();
     return test_finish("test_output_relay");
 }

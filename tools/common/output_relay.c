@@ -61,6 +61,10 @@ struct er_relay {
     size_t banner_len;
     bool in_banner, banner_overflow;
     bool named; /* a banner named the rank that ended the job */
+    /* the rank whose library said it ends the job with MPI_Abort, and the
+     * status ("[zero-engine] rank R ends the job with MPI_Abort (status S)"),
+     * -1 none: mpirun's banner may name a rank it killed instead */
+    int abort_rank, abort_code;
     int first_err_rank; /* the first rank that wrote to stderr, -1 none yet */
     int rank_offset; /* added to the ranks mpirun's banners name (its own numbering) */
     double now;
@@ -95,6 +99,7 @@ er_relay *er_relay_create(int np, int out_fd, int err_fd) {
     r->out_fd = out_fd;
     r->err_fd = err_fd;
     r->first_err_rank = -1;
+    r->abort_rank = -1;
     for (int k = 0; k < 2; k++) r->in[k] = (input){.line_start = true, .rank = -1, .err = 1};
     return r;
 }
@@ -135,8 +140,26 @@ static size_t same_error_key(const char *line, size_t n, char *key, size_t cap) 
     return head + tail;
 }
 
+/* The library's line before it aborts the job (engine/comm/mpi_boot.c). */
+static void note_abort_line(er_relay *r, const char *line, size_t n) {
+    static const char k[] = "[zero-engine] rank ";
+    char buf[160];
+    if (r->abort_rank >= 0 || n < sizeof k) return; /* the first one ended it */
+    size_t m = n < sizeof buf - 1 ? n : sizeof buf - 1;
+    memcpy(buf, line, m);
+    buf[m] = '\0';
+    const char *p = strstr(buf, k);
+    int rank, code;
+    if (p && sscanf(p, "[zero-engine] rank %d ends the job with MPI_Abort (status %d)", &rank,
+                    &code) == 2) {
+        r->abort_rank = rank;
+        r->abort_code = code;
+    }
+}
+
 static void rank_err_line(er_relay *r, int rank, const char *whole, size_t whole_n) {
     if (r->first_err_rank < 0 && rank >= 0 && rank < r->np) r->first_err_rank = rank;
+    note_abort_line(r, whole, whole_n);
     char keybuf[4096];
     size_t n = same_error_key(whole, whole_n, keybuf, sizeof keybuf);
     const char *line = keybuf;
@@ -245,6 +268,12 @@ static bool condense(er_relay *r, const char *b) {
         const char *name = strstr(p, "Process name: [[");
         const char *ec = strstr(p, "Exit code:");
         int job;
+        if (r->abort_rank >= 0) { /* the library said which rank ends it */
+            say(r, "engine-run: rank %d ended the job with MPI_Abort (status %d) after the "
+                "error above; mpirun stopped the other ranks\n", r->abort_rank, r->abort_code);
+            r->named = true;
+            return true;
+        }
         if (name && ec && sscanf(name, "Process name: [[%d,%*d],%d]", &job, &rank) == 2 &&
             sscanf(ec, "Exit code: %d", &code) == 1) {
             say(r, "engine-run: rank %d exited with status %d; mpirun stopped the other ranks\n",
@@ -316,6 +345,11 @@ static void banner_line(er_relay *r, const char *line, size_t n) {
 }
 
 int er_relay_named_rank(const er_relay *r) { return r->named; }
+
+int er_relay_abort_rank(const er_relay *r, int *status) {
+    if (status) *status = r->abort_code;
+    return r->abort_rank;
+}
 
 int er_relay_first_error_rank(const er_relay *r) {
     return r->first_err_rank < 0 ? -1 : r->first_err_rank + r->rank_offset;

@@ -42,6 +42,10 @@ void er_relay_destroy(er_relay *r);
 /* Whether a banner of mpirun's named the rank that ended the job (and the
  * relay printed that line). */
 int er_relay_named_rank(const er_relay *r);
+/* The rank (the job's numbering) whose library said it ends the job with
+ * MPI_Abort ("[zero-engine] rank R ends the job with MPI_Abort (status
+ * S)": engine/comm/mpi_boot.c), and *status, or -1. */
+int er_relay_abort_rank(const er_relay *r, int *status);
 /* The first rank (the job's numbering) that wrote a line to stderr, or -1:
  * whose error ended the job when neither a banner nor the rank watch can
  * say which rank ended first. */

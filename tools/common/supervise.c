@@ -313,6 +313,12 @@ int er_supervise(char **argv, const er_supervise_opts *o) {
      * normally, but 1 process returned a non-zero exit code". Name the rank
      * whose error came first, as that. */
     int erred = relay ? er_relay_first_error_rank(relay) : -1;
+    int abort_status = 0, aborted = relay ? er_relay_abort_rank(relay, &abort_status) : -1;
+    if (!quiet && aborted >= 0) { /* the library said which rank ends it, and why */
+        fprintf(stderr, "engine-run: rank %d ended the job with MPI_Abort (status %d) after the "
+                "error above; mpirun stopped the other ranks\n", aborted, abort_status);
+        quiet = true;
+    }
     if (!quiet && first < 0 && erred >= 0)
         fprintf(stderr, "engine-run: the job ended with status %d after rank %d's error above; "
                 "mpirun stopped the other ranks\n", code, erred);
