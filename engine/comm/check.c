@@ -171,23 +171,23 @@ static void note_sequence(ds_comm *c, const char *name, int dtype, int op, int r
 static ds_status check(ds_comm *c, const char *name, int dtype, int op, int root, size_t count,
                        const size_t *counts) {
     check_state *s = c->check_recs;
-    call_rec *all = s->recs, mine;
-    memset(&mine, 0, sizeof mine);
-    snprintf(mine.name, sizeof mine.name, "%s", name);
-    mine.dtype = dtype;
-    mine.op = op;
-    mine.root = root;
-    mine.count = (uint64_t)count;
+    /* built where it is sent from: the heap record outlives a wait
+     * abandoned at the deadline, which MPI may still read */
+    call_rec *all = s->recs, *mine = &all[c->rank];
+    memset(mine, 0, sizeof *mine);
+    snprintf(mine->name, sizeof mine->name, "%s", name);
+    mine->dtype = dtype;
+    mine->op = op;
+    mine->root = root;
+    mine->count = (uint64_t)count;
     if (counts) {
-        mine.n_counts = c->world;
-        mine.counts_hash = fnv(2166136261u, counts, (size_t)c->world * sizeof *counts);
-        for (int i = 0; i < 4 && i < c->world; i++) mine.counts[i] = (uint64_t)counts[i];
+        mine->n_counts = c->world;
+        mine->counts_hash = fnv(2166136261u, counts, (size_t)c->world * sizeof *counts);
+        for (int i = 0; i < 4 && i < c->world; i++) mine->counts[i] = (uint64_t)counts[i];
     }
     const char *what = ds_comm_context();
-    if (what) snprintf(mine.what, sizeof mine.what, "%s", what);
+    if (what) snprintf(mine->what, sizeof mine->what, "%s", what);
     uint64_t call = ++c->check_calls;
-
-    all[c->rank] = mine; /* what is sent: it must outlive a wait abandoned at the deadline */
 
     /* receives first, from every other rank, then the sends */
     MPI_Comm comm = ds_comm_base(c)->comm;
@@ -196,14 +196,13 @@ static ds_status check(ds_comm *c, const char *name, int dtype, int op, int root
         if (r != c->rank) {
             s->peers[n] = r;
             s->is_recv[n] = true;
-            rc = MPI_Irecv(&all[r], (int)sizeof mine, MPI_BYTE, r, TAG_CHECK, comm, &s->reqs[n++]);
+            rc = MPI_Irecv(&all[r], (int)sizeof *mine, MPI_BYTE, r, TAG_CHECK, comm, &s->reqs[n++]);
         }
     for (int r = 0; r < c->world && rc == MPI_SUCCESS; r++)
         if (r != c->rank) {
             s->peers[n] = r;
             s->is_recv[n] = false;
-            rc = MPI_Isend(&all[c->rank], (int)sizeof mine, MPI_BYTE, r, TAG_CHECK, comm,
-                           &s->reqs[n++]);
+            rc = MPI_Isend(mine, (int)sizeof *mine, MPI_BYTE, r, TAG_CHECK, comm, &s->reqs[n++]);
         }
     char coll[64];
     snprintf(coll, sizeof coll, "the collective check before %s", name);
