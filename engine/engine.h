@@ -129,12 +129,10 @@ ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out);
  * A module whose backward (or recomputed forward) fails fails this call,
  * naming it, but the backward goes on through the modules before it,
  * computing on what it has, so this rank still makes every collective the
- * others make (the failed module's gradients handed over in the parts it
- * announced in its last backward that ended: ds_module_grads_final). Call
- * ds_step as after any backward: at the boundary it fails on every rank.
- * (A module that announces parts and fails in its very first backward may
- * cut other gradient buckets than its peers at stages 2 and 3;
- * zero_engine.check_collectives names that.) */
+ * others make (the failed module's gradients handed over as they stand:
+ * the gradient buckets are cut at parameters, not where a module's
+ * ds_module_grads_final calls fell). Call ds_step as after any backward: at
+ * the boundary it fails on every rank. */
 ds_status ds_backward(engine_t *e);
 
 /* At a gradient-accumulation boundary: reduce gradients across ranks, unscale,

@@ -59,15 +59,6 @@ struct engine {
      * handed to the strategy so far (its end: nothing yet) */
     int bwd_module;
     int64_t bwd_done;
-    /* How each module handed its gradients over in its last backward that
-     * ran to the end: the `first`s of its ds_module_grads_final calls in
-     * order, at parts[flat module's first_param ..], n_parts[m] of them (-1:
-     * no backward of m has ended yet). A rank whose module fails hands the
-     * rest of that module's span over as the module would have (the buckets
-     * of stages 2 and 3 are cut at the parts, so every rank must cut alike). */
-    int *parts;
-    int *n_parts;
-    int parts_now; /* the running module's announcements so far */
     /* A backward failed on this rank since the last boundary (DS_OK: none),
      * and its message: the boundary's ds_step drops the window's gradients on
      * every rank and fails there with it. */

@@ -37,12 +37,8 @@ ds_status ds_engine_plan_activations(engine_t *e) {
     e->saved = calloc((size_t)n, sizeof *e->saved);
     e->saved_bytes = calloc((size_t)n, sizeof *e->saved_bytes);
     e->recompute = calloc((size_t)n, sizeof *e->recompute);
-    e->parts = calloc((size_t)e->flat->n_params + 1, sizeof *e->parts);
-    e->n_parts = malloc((size_t)n * sizeof *e->n_parts);
-    if (!e->act || !e->act_elems || !e->saved || !e->saved_bytes || !e->recompute || !e->parts ||
-        !e->n_parts)
+    if (!e->act || !e->act_elems || !e->saved || !e->saved_bytes || !e->recompute)
         return DS_ERR(DS_ERR_OOM, "activation plan: out of host memory");
-    for (int i = 0; i < n; i++) e->n_parts[i] = -1;
 
     /* Activation checkpointing (DeepSpeed's section): checkpointable modules
      * (BERT's encoder layers) keep only their input; their internals are
@@ -116,8 +112,6 @@ void ds_engine_free_activations(engine_t *e) {
     free(e->saved);
     free(e->saved_bytes);
     free(e->recompute);
-    free(e->parts);
-    free(e->n_parts);
     e->act = NULL;
 }
 
@@ -367,23 +361,6 @@ static ds_status grads_final(void *arg, int first) {
         return st;
     }
     e->bwd_done = lo;
-    if (first > 0 && e->parts_now < fm->n_params) /* the module's parts, for parts_rest */
-        e->parts[fm->first_param + e->parts_now++] = first;
-    return DS_OK;
-}
-
-/* Module e->bwd_module's backward failed on this rank: hand the rest of its
- * span over in the parts it announced in its last backward that ended (the
- * ones past where it stopped), then the remainder, so that this rank cuts
- * the same gradient buckets as the others, whose backward of it goes on. A
- * module that never finished a backward is known only as far as it got:
- * the rest goes in one part (right for a module that announces nothing). */
-static ds_status parts_rest(engine_t *e) {
-    int m = e->bwd_module;
-    const int *firsts = e->parts + e->flat->modules[m].first_param;
-    for (int k = 0; k < (e->n_parts[m] > 0 ? e->n_parts[m] : 0); k++)
-        DS_TRY(grads_final(e, firsts[k])); /* what was handed over already says nothing */
-    DS_TRY(grads_final(e, 0));
     return DS_OK;
 }
 
@@ -435,7 +412,6 @@ ds_status ds_backward(engine_t *e) {
         ctx.tied = tied;
         e->bwd_module = i;
         e->bwd_done = e->flat->modules[i].end;
-        e->parts_now = 0;
         e->handover_failed = false;
         ds_prof_mark pm = ds_prof_begin(&e->prof); /* a recomputed forward counts in backward */
         ds_status st = DS_OK;
@@ -457,8 +433,7 @@ ds_status ds_backward(engine_t *e) {
         }
         ds_prof_end(&e->prof, i, true, pm);
         if (st == DS_OK) {
-            e->n_parts[i] = e->parts_now; /* how it hands over, for a failure to come */
-            st = grads_final(e, 0);       /* what the module did not hand over itself */
+            st = grads_final(e, 0); /* what the module did not hand over itself */
         } else if (comm_failure(st) || e->handover_failed) {
             /* the strategy's failure inside the module's own hand-over (a
              * collective, a refused bucket): handing over again would
@@ -469,7 +444,10 @@ ds_status ds_backward(engine_t *e) {
         } else {
             ds_error_trace(__FILE__, __LINE__);
             note_module_failure(e, st, &failed, &why);
-            st = parts_rest(e);
+            /* the rest of its span in one piece: the strategies' buckets
+             * are cut at parameters, whatever the pieces (grad_buckets.h),
+             * so this rank still makes the others' collectives */
+            st = grads_final(e, 0);
             /* the modules before it read its dx: defined, whatever it left */
             if (st == DS_OK && i > 0)
                 st = e->be->ops->memset(e->be, ctx.dx, 0, e->act_elems[i - 1] * sizeof(float),
@@ -589,8 +567,8 @@ static ds_status agree_loss(engine_t *e, double *loss_sum, int32_t *stop, bool *
     DS_TRY(st);
     if (seq_parted(e, red + 3))
         return DS_ERR(DS_ERR_COMM, "step %lld: the ranks have made different collective calls "
-                      "(a branch on something only some ranks see, such as a module that hands "
-                      "its gradients over otherwise on one rank), so what they reduced cannot "
+                      "(a branch on something only some ranks see, such as a training loop's "
+                      "ds_all_reduce_host made otherwise on one rank), so what they reduced cannot "
                       "be trusted and no rank updates; run with zero_engine.check_collectives "
                       "(or DS_CHECK_COLLECTIVES=1) to find the first call where they part",
                       (long long)e->global_step + 1);

@@ -52,24 +52,36 @@ ds_grads_final_test(grads_final_watch_stage0_np2 --stage 0 --watch 1)
 ds_grads_final_test(grads_final_gas2_stage0_np2 --stage 0 --gas 2)
 ds_grads_final_test(grads_final_bf16_stage1_np2 --stage 1 --precision bf16)
 ds_grads_final_test(grads_final_fp16_gas2_stage2_np2 --stage 2 --precision fp16 --gas 2)
-# A user's bug, the call made on one rank only: stages 2 and 3 then cut
-# other reduce-scatter buckets on that rank (stages 0 and 1 cut theirs the
-# same whatever the parts). With check_collectives every rank fails at once
-# naming the gradient bucket (--uneven 1); without it (--uneven 2) the
-# mismatched collectives run, and the first boundary finds the ranks'
-# sequences of calls parted and refuses the update everywhere.
+# The call made on one rank only (a branch on something one rank sees):
+# that rank hands its gradients over in other pieces, and still makes the
+# others' collectives exactly (--uneven 1: check_collectives on; 2: off),
+# the same bits as without the call. reduce_bucket_size 7000 puts three of
+# the module's four parameters in one bucket, where cutting at the pieces
+# would put two (after the call) or four (without it).
 foreach(u 1 2)
-  ds_grads_final_test(grads_final_uneven${u}_stage2_np2 --stage 2 --uneven ${u})
-  ds_grads_final_test(grads_final_uneven${u}_stage3_np2 --stage 3 --uneven ${u})
+  ds_grads_final_test(grads_final_uneven${u}_stage2_np2 --stage 2 --uneven ${u} --bucket 7000)
+  ds_grads_final_test(grads_final_uneven${u}_stage3_np2 --stage 3 --uneven ${u} --bucket 7000)
 endforeach()
 # A user's module failing its backward once on one rank, after its call (and,
 # in the run without the call, at the same point): every rank's step drops
 # that window and the run goes on, both runs the same bits (check_collectives
-# on: the failing rank's buckets must still match the others').
+# on: the failing rank's buckets must still match the others'). --fail 2:
+# at its very first backward, before the module ever handed over in pieces.
 ds_grads_final_test(grads_final_fail_stage0_np2 --stage 0 --fail 1)
 ds_grads_final_test(grads_final_fail_stage1_np2 --stage 1 --fail 1)
 ds_grads_final_test(grads_final_fail_gas2_stage2_np2 --stage 2 --gas 2 --fail 1)
 ds_grads_final_test(grads_final_fail_stage3_np2 --stage 3 --fail 1)
+foreach(stage 2 3)
+  ds_grads_final_test(grads_final_fail_first_stage${stage}_np2 --stage ${stage} --fail 2 --bucket 7000)
+endforeach()
+# A user's bug the engine cannot mend: the training loop's own
+# ds_all_reduce_host made as another type on one rank. With
+# check_collectives every rank fails at that call naming both (--parted 1);
+# without it the next boundary finds the ranks' sequences of calls parted
+# and refuses the update everywhere (--parted 2).
+ds_grads_final_test(grads_final_parted1_stage2_np2 --stage 2 --parted 1)
+ds_grads_final_test(grads_final_parted2_stage0_np2 --stage 0 --parted 2)
+ds_grads_final_test(grads_final_parted2_stage2_np2 --stage 2 --parted 2)
 ds_grads_final_test(grads_final_stage3_np2 --stage 3)
 
 # sparse_gradients (issue 22: embedding gradients across hosts): the word

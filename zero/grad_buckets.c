@@ -262,25 +262,70 @@ static ds_status flush(ds_grad_buckets *gb) {
     return DS_OK;
 }
 
+/* The start of the parameter whose room (its elements and the alignment
+ * after them) holds element x - 1: the next place below x where a bucket
+ * may be cut. Parameters lie in flat order, their offsets rising. */
+static int64_t param_below(const ds_flat *f, int64_t x) {
+    int lo = 0, hi = f->n_params; /* the first parameter starting at x or later */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (f->params[mid].offset < x) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo > 0 ? f->params[lo - 1].offset : 0;
+}
+
+/* Buckets are cut at parameter boundaries by DeepSpeed's rule, one
+ * parameter at a time from the top: a parameter that would take a
+ * non-empty bucket past reduce_bucket_size sends that bucket first, and a
+ * bucket that reaches it goes at once. So where the cuts fall depends on the
+ * parameters alone, never on the pieces a backward hands its gradients over
+ * in (ds_module_grads_final's parts): ranks whose modules announce other
+ * parts, or whose module failed before announcing any, still make the same
+ * reduce-scatters. (Cutting at the pieces did not: a rank handing over in
+ * other parts cut other buckets, and the collectives parted.) Each run of
+ * parameters between two cuts is cast in one call. */
 ds_status ds_grad_buckets_add(ds_grad_buckets *gb, int64_t begin, int64_t end, const float *src,
                               bool module_end) {
     if (end <= begin) return DS_OK;
-    if (gb->open && (gb->lo != end || gb->hi - begin > gb->limit)) DS_TRY(flush(gb));
-    bucket *k = &gb->b[gb->cur];
-    if (!gb->open) {
-        DS_TRY(wait_bucket(gb, k)); /* its last use must have landed */
-        gb->open = true;
-        gb->lo = gb->hi = end;
+    int64_t top = end;
+    while (top > begin) {
+        if (gb->open && gb->lo != top) DS_TRY(flush(gb)); /* not adjacent: a new bucket */
+        bucket *k = &gb->b[gb->cur];
+        if (!gb->open) {
+            DS_TRY(wait_bucket(gb, k)); /* its last use must have landed */
+            gb->open = true;
+            gb->lo = gb->hi = top;
+        }
+        int64_t low = top;
+        bool full = false;
+        while (low > begin) {
+            int64_t p = param_below(gb->flat, low);
+            if (p < begin) p = begin; /* a piece starts at a parameter; defensive */
+            if (gb->hi > low && gb->hi - p > gb->limit) { /* would pass: send first */
+                full = true;
+                break;
+            }
+            low = p;
+            if (gb->hi - low >= gb->limit) { /* reached: on the wire now */
+                full = true;
+                break;
+            }
+        }
+        if (low < top) {
+            void *dst = ds_at(k->buf, gb->gt, gb->cap - (gb->hi - low));
+            DS_TRY(gb->be->ops->cast(gb->be, dst, gb->gt, src + (low - begin), DS_F32,
+                                     (size_t)(top - low)));
+        }
+        gb->lo = low;
+        top = low;
+        /* Full: on the wire now, while the next modules' backward runs.
+         * (Before, buffers sized to the largest module, BERT-mini's
+         * 5.5M-element embedding, gathered every encoder layer into one
+         * bucket that left only when backward had ended.) */
+        if (full) DS_TRY(flush(gb));
     }
-    void *dst = ds_at(k->buf, gb->gt, gb->cap - (gb->hi - begin));
-    DS_TRY(gb->be->ops->cast(gb->be, dst, gb->gt, src, DS_F32, (size_t)(end - begin)));
-    gb->lo = begin;
-    /* Full (reduce_bucket_size reached, or one module larger than it): on
-     * the wire now, while the next modules' backward runs. Before, the flush
-     * waited for the next module, and buffers sized to the largest module
-     * (BERT-mini's 5.5M-element embedding) gathered every encoder layer
-     * into one bucket that left only when backward had ended. */
-    if ((gb->per_module && module_end) || gb->hi - gb->lo >= gb->limit) DS_TRY(flush(gb));
+    if (gb->per_module && module_end) DS_TRY(flush(gb));
     return DS_OK;
 }
 

@@ -3,8 +3,10 @@
  * Modules finish their backward in reverse flat order, and their spans are
  * adjacent in the flat space, so the gradients completed so far always form
  * one contiguous range growing downwards. A bucket collects that range (cast
- * to the communication type) until it holds reduce_bucket_size elements, or
- * adding the next module would pass that; then it is reduce-scattered, each rank
+ * to the communication type), parameter by parameter, until it holds
+ * reduce_bucket_size elements, or adding the next parameter would pass that
+ * (DeepSpeed's rule; so the cuts depend on the parameters alone, not on the
+ * pieces a backward hands over); then it is reduce-scattered, each rank
  * receiving the sum of the bucket's intersection with its partition (a
  * reduce-scatter with uneven blocks: a bucket usually falls into one or two
  * partitions), which is added into the rank's gradient partition. Two bucket

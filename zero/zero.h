@@ -90,7 +90,10 @@ typedef struct ds_zero_ops {
      * ending at the span's end, the last (when m's backward returns)
      * starting at its begin: parts come when the module says its last
      * parameters are done (ds_module_grads_final), so a reduction can
-     * start before the module's backward ends. */
+     * start before the module's backward ends. The pieces may differ
+     * between ranks (a module's calls, a failed backward's rest in one
+     * piece): what a strategy sends must depend on the range, not on the
+     * pieces (grad_buckets.h cuts at parameters). */
     ds_status (*grad_done)(ds_zero *z, int module, int64_t lo, int64_t hi);
     /* Boundary: finish all reductions; *sumsq = sum of squares of the summed
      * gradient over the whole model, *overflow = any inf/nan anywhere; both

@@ -370,10 +370,9 @@ ds_status ds_module_check_ctx(const ds_module *m, const ds_module_ctx *ctx, bool
  * layer, for one, calls it after its feed-forward part (two thirds of its
  * parameters), so their reduction overlaps its attention's backward.
  * Optional; it changes no value, only when the reduction may start.
- * Every rank must call it alike (the same `first` values, in the same
- * order, at every backward): at stages 2 and 3 the parts decide where the
- * gradient buckets are cut, and a rank that cuts elsewhere makes other
- * collectives than its peers (zero_engine.check_collectives names them).
+ * Ranks may call it differently (a branch on what one rank sees): the
+ * gradient buckets are cut at parameter boundaries whatever the parts, so
+ * every rank still makes the same collectives.
  * Without an engine behind the context (grads_final NULL) it does
  * nothing. Errors: DS_ERR_INVALID_ARG for first outside [0, n_params). */
 ds_status ds_module_grads_final(const ds_module *m, const ds_module_ctx *ctx, int first);

@@ -3,7 +3,7 @@
  * reducing them while the backward goes on. It changes when, not what.
  *
  *   test_grads_final [--stage S] [--precision fp32|fp16|bf16] [--gas G]
- *                    [--watch 1]
+ *                    [--watch 1] [--uneven 1|2] [--fail 1|2] [--parted 1|2]
  *
  * The model is a user's, written here against the public module API as
  * someone outside the library would write one: "pair", y = w2 * (w1 * x +
@@ -29,29 +29,41 @@
  * A reduction that waits for the module's end would leave it waiting: the
  * module gives up after WATCH_S seconds and fails the step.
  *
- * --uneven 1 (more than one rank): a user's bug, the call made on the last
- * rank only (a branch on something one rank sees), so that rank hands its
- * gradients over in other parts than the others, which cut other buckets.
- * With zero_engine.check_collectives every rank's step fails at once with
- * DS_ERR_COMM naming both ranks' calls ("collective mismatch ...: rank 0
- * called reduce_scatterv of ... for gradient bucket ..."). --uneven 2: the
- * same without the check; the mismatched reduce-scatters then run without
- * an error (their sizes fit), and the first step's boundary, comparing the
- * ranks' sequences of calls inside its loss all-reduce, refuses the update
- * on every rank (before that comparison the run trained to the end on
- * mismatched sums).
+ * --uneven 1 (more than one rank): the second run makes the call on the
+ * last rank only (a branch on something one rank sees), so that rank hands
+ * its gradients over in other pieces than the others. The buckets are cut
+ * at parameters whatever the pieces, so with zero_engine.check_collectives
+ * every call still matches the other ranks' exactly, and the run is the
+ * same bits as the first. (Stages 2 and 3 once cut their buckets at the
+ * pieces: this made the ranks' reduce-scatters part, and without the check
+ * trained to the end on mismatched sums.) --uneven 2: the same without the
+ * check (the boundary's comparison of the ranks' sequences of calls is then
+ * what would refuse a parted step).
  *
  * --fail 1 (more than one rank): the last rank's module fails its backward
  * once, at the first micro-batch of step FAIL_STEP + 1, before it computes
  * anything (so before its call). That rank's ds_backward fails and the
- * backward goes on, handing the module's gradients over in the parts the
- * module announced in its backward before (w2 and b2, then the rest), as
- * the other ranks' modules do now, so the ranks' buckets still match
- * (check_collectives on: without those parts, stages 2 and 3 would cut the
- * failing rank's buckets otherwise); every rank's ds_step fails at
- * that step's boundary, its gradients dropped, and the run goes on. Both
- * runs, without and with the call, then must still be the same bits at
- * every step: the same step dropped, the others trained alike.
+ * backward goes on, handing the rest of the module's gradients over in one
+ * piece while the other ranks' modules hand theirs over in two; the
+ * buckets match (check_collectives on), every rank's ds_step fails at that
+ * step's boundary, its gradients dropped, and the run goes on. Both runs,
+ * without and with the call, then must still be the same bits at every
+ * step: the same step dropped, the others trained alike. --fail 2: the
+ * same at the very first backward, before any call was ever made (no rank
+ * has yet seen the module hand over in pieces).
+ *
+ * --bucket 7000: reduce_bucket_size 7000, three parameters' room and not
+ * four, so a bucket holds b1, w2 and b2 whole: cut at the module's pieces
+ * instead, it would hold w2 and b2 after the call and all four without it.
+ *
+ * --parted 1 (more than one rank): a user's bug the engine cannot mend,
+ * the training loop's own collective made otherwise on one rank: before
+ * step 2, every rank sums a statistic with ds_all_reduce_host, the last
+ * rank as one fp64, the others as two fp32 (the same 8 bytes, so MPI runs
+ * it without an error). With check_collectives every rank's call fails at
+ * once, naming both. --parted 2: without the check, the sum goes through,
+ * and step 2's boundary, comparing the ranks' sequences of calls inside its
+ * loss all-reduce, refuses the update on every rank.
  *
  * Also, without an engine behind the context: the call does nothing for a
  * first in [0, n_params) and refuses one outside, naming the module. */
@@ -67,7 +79,7 @@
 #define STEPS 6
 #define MICRO 4   /* rows per micro-batch and rank */
 #define E 2048    /* features, and the floats of each parameter */
-#define BUCKET 500 /* reduce_bucket_size: a quarter of a parameter */
+#define BUCKET 500 /* reduce_bucket_size: a quarter of a parameter (--bucket N: N) */
 /* Seconds the module waits for the sum: a reduction of a few buckets of 500
  * floats takes milliseconds, under the sanitizers and two ranks per core
  * still far below a second; one that never started would wait forever. */
@@ -75,7 +87,7 @@
 #define FAIL_STEP 2 /* --fail: the step (0-based) whose first backward fails */
 
 typedef struct opts {
-    int stage, gas, watch, uneven, fail;
+    int stage, gas, watch, uneven, fail, parted, bucket;
     const char *precision;
 } opts;
 
@@ -235,10 +247,10 @@ static int train(const opts *o, bool announce, run *r) {
              " \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 8},"
              " \"bf16\": {\"enabled\": %s},"
              " \"zero_engine\": {\"check_collectives\": %s}}",
-             MICRO, o->gas, o->stage, BUCKET, BUCKET,
+             MICRO, o->gas, o->stage, o->bucket, o->bucket,
              strcmp(o->precision, "fp16") ? "false" : "true",
              strcmp(o->precision, "bf16") ? "false" : "true",
-             o->uneven == 1 || o->fail ? "true" : "false");
+             o->uneven == 1 || o->fail || o->parted == 1 ? "true" : "false");
     engine_t *e;
     if (ck_start(cfg, model, NULL, &e) != DS_OK) {
         fprintf(stderr, "init: %s\n", ds_last_error());
@@ -248,12 +260,24 @@ static int train(const opts *o, bool announce, run *r) {
     r->rank = rank;
     r->world = ds_world_size(e);
     if (o->uneven) impl->announce = announce && rank == ds_world_size(e) - 1;
-    if (o->fail && rank == ds_world_size(e) - 1) impl->fail_call = FAIL_STEP * o->gas + 1;
+    if (o->fail && rank == ds_world_size(e) - 1)
+        impl->fail_call = o->fail == 2 ? 1 : FAIL_STEP * o->gas + 1;
     /* at one rank the sum is the rank's own value: nothing to wait for */
     impl->watch = impl->watch && ds_world_size(e) > 1;
     static float x[MICRO * E], t[MICRO];
     for (int s = 0; s < STEPS; s++) {
         double sum = 0.0;
+        if (o->parted && s == 1) { /* the user's bug: one rank sums another type */
+            union { float f[2]; double d; } stat = {.f = {1.0f, 2.0f}};
+            ds_status st = rank == r->world - 1 ? ds_all_reduce_host(e, &stat.d, 1, DS_F64)
+                                                : ds_all_reduce_host(e, stat.f, 2, DS_F32);
+            if (st != DS_OK) {
+                r->failed = st;
+                snprintf(r->error, sizeof r->error, "%s", ds_last_error());
+                ds_finalize(e);
+                return 1;
+            }
+        }
         for (int j = 0; j < o->gas; j++) {
             make_batch(s, rank, j, x, t);
             ds_batch b = {.B = MICRO, .T = 1};
@@ -279,7 +303,7 @@ static int train(const opts *o, bool announce, run *r) {
             if (st != DS_OK) {
                 r->failed = st;
                 snprintf(r->error, sizeof r->error, "%s", ds_last_error());
-                if (!o->uneven) fprintf(stderr, "step %d: %s\n", s + 1, ds_last_error());
+                if (!o->parted) fprintf(stderr, "step %d: %s\n", s + 1, ds_last_error());
                 ds_finalize(e);
                 return 1;
             }
@@ -335,20 +359,21 @@ static int no_engine(void) {
     return fails;
 }
 
-/* --uneven: the run that calls grads_final on the last rank only fails on
- * every rank alike, naming the mismatched bucket (checked) or the parted
- * sequences (unchecked, at the first boundary). */
-static int uneven(const opts *o) {
+/* --parted: the run whose loop sums otherwise on the last rank fails on
+ * every rank alike, naming both calls (checked) or the parted sequences
+ * (unchecked, at step 2's boundary). */
+static int parted(const opts *o) {
     static run r;
     if (train(o, true, &r) == 0) {
-        printf("FAIL: a run whose last rank alone calls ds_module_grads_final trained without "
+        printf("FAIL: a run whose last rank alone sums its statistic as fp64 trained without "
                "an error\n");
         return 1;
     }
-    const char *checked[] = {"collective mismatch", "rank 0 called", "gradient bucket"};
-    const char *unchecked[] = {"step 1: the ranks have made different collective calls",
+    const char *checked[] = {"collective mismatch", "called host_all_reduce of 2 fp32",
+                             "called host_all_reduce of 1 fp64"};
+    const char *unchecked[] = {"step 2: the ranks have made different collective calls",
                                "no rank updates", "check_collectives"};
-    const char *const *want = o->uneven == 1 ? checked : unchecked;
+    const char *const *want = o->parted == 1 ? checked : unchecked;
     int fails = r.failed != DS_ERR_COMM;
     for (int i = 0; i < 3; i++) fails += strstr(r.error, want[i]) == NULL;
     if (fails) {
@@ -356,13 +381,13 @@ static int uneven(const opts *o) {
                r.error, want[0]);
         return 1;
     }
-    printf("grads_final: stage %d, the last rank alone calling it: every rank failed with: %s\n",
-           o->stage, r.error);
+    printf("grads_final: stage %d, the last rank alone summing as fp64: every rank failed "
+           "with: %s\n", o->stage, r.error);
     return 0;
 }
 
 int main(int argc, char **argv) {
-    opts o = {.stage = 0, .gas = 1, .watch = 0, .precision = "fp32"};
+    opts o = {.stage = 0, .gas = 1, .watch = 0, .precision = "fp32", .bucket = BUCKET};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--stage")) o.stage = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--gas")) o.gas = atoi(argv[i + 1]);
@@ -370,6 +395,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--precision")) o.precision = argv[i + 1];
         else if (!strcmp(argv[i], "--uneven")) o.uneven = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--fail")) o.fail = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--parted")) o.parted = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--bucket")) o.bucket = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "test_grads_final: unknown option %s\n", argv[i]);
             return 2;
@@ -383,7 +410,7 @@ int main(int argc, char **argv) {
     }
     int fails = no_engine();
     static run plain, told;
-    if (o.uneven) return uneven(&o);
+    if (o.parted) return parted(&o);
     if (train(&o, false, &plain) || train(&o, true, &told)) return 1;
     for (int s = 0; s < STEPS; s++)
         if (memcmp(&plain.loss[s], &told.loss[s], sizeof(float)) ||
@@ -402,10 +429,11 @@ int main(int argc, char **argv) {
                told.loss[STEPS - 1]);
         fails++;
     }
+    int fail_step = o.fail == 2 ? 0 : FAIL_STEP;
     for (int s = 0; o.fail && s < STEPS; s++)
-        if (plain.dropped[s] != (s == FAIL_STEP) || told.dropped[s] != (s == FAIL_STEP)) {
+        if (plain.dropped[s] != (s == fail_step) || told.dropped[s] != (s == fail_step)) {
             printf("FAIL: step %d %s dropped (without / with the call: %d / %d)\n", s + 1,
-                   s == FAIL_STEP ? "was not" : "was", plain.dropped[s], told.dropped[s]);
+                   s == fail_step ? "was not" : "was", plain.dropped[s], told.dropped[s]);
             fails++;
         }
     int want_failed = told.rank == told.world - 1; /* the last rank's module, once */
@@ -420,10 +448,11 @@ int main(int argc, char **argv) {
         fails++;
     }
     if (fails) return 1;
-    printf("grads_final: stage %d %s gas %d%s%s: %d steps the same bits without and with the "
+    printf("grads_final: stage %d %s gas %d%s%s%s: %d steps the same bits without and with the "
            "call (loss %.6g -> %.6g)\n", o.stage, o.precision, o.gas,
            o.watch ? ", b2 reduced while the backward ran" : "",
            o.fail ? ", the last rank's backward failing once, its step dropped everywhere" : "",
+           o.uneven ? ", the call on the last rank only" : "",
            STEPS, told.loss[0],
            told.loss[STEPS - 1]);
     return 0;
