@@ -295,6 +295,14 @@ uint64_t ds_expected_model_state_bytes(const engine_t *e) {
     return b;
 }
 
+ds_status ds_engine_usable(const engine_t *e, const char *what) {
+    if (e->lost == DS_OK) return DS_OK;
+    return DS_ERR(e->lost, "%s refused: step %lld's update failed (%s), so the ranks' "
+                  "parameters and optimizer state may differ, part updated and part not; load "
+                  "the last checkpoint (ds_load_checkpoint, optimizer state included) or "
+                  "restart from it", what, (long long)e->lost_step, e->lost_err.msg);
+}
+
 ds_status ds_last_step_info(const engine_t *e, ds_step_info *out) {
     *out = e->last;
     return DS_OK;

@@ -156,7 +156,15 @@ ds_status ds_backward(engine_t *e);
  * (ds_comm_sequence): where the ranks' calls have differed, every rank's
  * ds_step fails with DS_ERR_COMM and nothing is updated, since what they
  * reduced cannot be trusted (zero_engine.check_collectives names the first
- * call that differed). */
+ * call that differed).
+ * An update that fails part way (offloaded optimizer state whose swap file
+ * cannot be read or written on some rank: a failing or full disk) fails
+ * ds_step on every rank at once, the others saying which rank and why (the
+ * ranks agree before the parameters' gather). Part of the partitions may
+ * then be updated and part not, so from then on ds_forward, ds_evaluate,
+ * ds_predict, ds_save_checkpoint and ds_save_weights are refused, naming
+ * that step, until a ds_load_checkpoint with the optimizer state (or a
+ * restart from the last checkpoint, which the failure left intact). */
 ds_status ds_step(engine_t *e);
 
 typedef struct ds_step_info {

@@ -323,6 +323,8 @@ static ds_status save(engine_t *e, const char *dir, const char *tag_in,
 ds_status ds_save_checkpoint(engine_t *e, const char *dir, const char *tag_in,
                              const char *client_state_json) {
     int gas = (int)e->cfg.gradient_accumulation_steps;
+    /* a state that may differ between ranks would become the latest */
+    DS_TRY(ds_engine_usable(e, "ds_save_checkpoint"));
     ds_preempt_note(DS_PREEMPT_IN_SAVE, 0, gas);
     ds_status st = save(e, dir, tag_in, client_state_json);
     ds_preempt_note(DS_PREEMPT_BETWEEN_STEPS, 0, gas);
@@ -791,5 +793,9 @@ ds_status ds_load_checkpoint(engine_t *e, const char *dir, const char *tag_in, u
                 e->zero->stage, precision_name(e));
     ds_ckpt_meta_free(&m);
     DS_TRY(st);
+    /* every partition and every working copy is the checkpoint's now: the
+     * ranks agree again (without the optimizer state, moments some ranks
+     * moved on a failed update would stay) */
+    if (!(flags & (DS_LOAD_NO_OPTIMIZER | DS_LOAD_MODULE_ONLY))) e->lost = DS_OK;
     return DS_OK;
 }

@@ -64,6 +64,14 @@ struct engine {
      * every rank and fails there with it. */
     ds_status window_failed;
     ds_error_saved window_err;
+    /* An update failed (ds_step's apply, on this rank or, agreed, on
+     * another): the ranks' parameters and optimizer state may now differ,
+     * part of the partitions updated and part not. DS_OK: none. Training,
+     * evaluation and saves are refused until a full ds_load_checkpoint
+     * (ds_engine_usable). */
+    ds_status lost;
+    ds_error_saved lost_err;
+    int64_t lost_step;
     bool backward_ended; /* the last ds_backward went through every module (a
                             failure it returned was a module's, walked) */
     bool handover_failed; /* the strategy refused a hand-over (grad_done) during the
@@ -94,6 +102,11 @@ struct engine {
     double monitor_t;         /* when the previous step's scalars were written */
     int64_t monitor_samples;  /* samples then */
 };
+
+/* engine.c: DS_OK, or, after a failed update (e->lost), that failure
+ * again, saying `what` is refused and why (the ranks' state may differ;
+ * load the last checkpoint). */
+ds_status ds_engine_usable(const engine_t *e, const char *what);
 
 /* engine_step.c */
 ds_status ds_engine_plan_activations(engine_t *e);

@@ -309,6 +309,7 @@ ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out) {
     if (e->have_forward)
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_forward twice: the last forward awaits its "
                       "ds_backward (forward, backward, step for every micro-batch)");
+    DS_TRY(ds_engine_usable(e, "ds_forward"));
     ds_engine_prof_forward(e); /* flops_profiler: counting starts at profile_step */
     double wc0 = ds_wc_start(&e->wc);
     int n = e->model->n_modules;
@@ -654,7 +655,14 @@ ds_status ds_step(engine_t *e) {
         double clip = e->cfg.gradient_clipping;
         if (clip > 0.0 && norm > clip) coef = clip / (norm + 1e-6);
         ds_optim_step st = optim_step(e, lr);
-        DS_TRY(e->zero->ops->apply(e->zero, (float)(coef / (world * scale)), &st));
+        ds_status ast = e->zero->ops->apply(e->zero, (float)(coef / (world * scale)), &st);
+        if (ast != DS_OK) { /* the strategies agree where one rank can fail alone */
+            e->lost = ast;
+            e->lost_step = e->global_step + 1;
+            ds_error_save(&e->lost_err);
+            ds_error_trace(__FILE__, __LINE__);
+            return ast;
+        }
         e->applied_steps++;
     }
     bool changed = ds_loss_scaler_update(&e->scaler, skip);
@@ -718,6 +726,7 @@ ds_status ds_evaluate(engine_t *e, const ds_batch *host_batch, double *loss, dou
     if (e->have_forward)
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_evaluate between ds_forward and ds_backward (it "
                       "would overwrite what the backward needs)");
+    DS_TRY(ds_engine_usable(e, "ds_evaluate"));
     int n = e->model->n_modules;
     ds_status st = upload_batch(e, host_batch, true);
     if (st != DS_OK) return forward_failed(e, st, 0, n, true);
@@ -739,6 +748,7 @@ ds_status ds_predict(engine_t *e, const ds_batch *host_batch, float *out) {
     if (e->have_forward)
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_predict between ds_forward and ds_backward (it "
                       "would overwrite what the backward needs)");
+    DS_TRY(ds_engine_usable(e, "ds_predict"));
     ds_status st = upload_batch(e, host_batch, false);
     if (st != DS_OK) return forward_failed(e, st, 0, n - 1, true);
     DS_TRY(begin_forward(e, NULL));

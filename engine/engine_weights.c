@@ -15,6 +15,7 @@
  * ranks agree once before the gathers and once after the file is complete.
  * Other ranks' calls then fail with "rank 0 failed with DS_ERR_IO: ...". */
 ds_status ds_save_weights(engine_t *e, const char *path) {
+    DS_TRY(ds_engine_usable(e, "ds_save_weights"));
     const ds_flat *f = e->flat;
     int rank = e->comm->rank;
     int64_t largest = 0;

@@ -304,7 +304,8 @@ ds_status ds_replica_shard_update(ds_replica_shard *rs, const ds_optim_step *ste
     ds_replica *r = &rs->rep;
     void *lp = ds_at(r->params, r->pt, rs->sh.lo);
     DS_TRY(settle(rs)); /* no chunk still sends from the block the update writes */
-    DS_TRY(ds_shard_update(&rs->sh, step, lp, grads, r->gt, grad_mult, lp, r->pt));
+    DS_TRY(ds_shard_agree(&rs->sh, rs->comm,
+                          ds_shard_update(&rs->sh, step, lp, grads, r->gt, grad_mult, lp, r->pt)));
     /* the row exchange ahead of the dense chunks: the forward needs it first */
     if (rs->rows) DS_TRY(ds_param_rows_start(rs->rows));
     DS_TRY(ds_param_gather_start(rs->pg));

@@ -103,6 +103,14 @@ void ds_shard_free(ds_shard *sh) {
     sh->be = NULL;
 }
 
+ds_status ds_shard_agree(const ds_shard *sh, ds_comm *c, ds_status st) {
+    if ((!sh->off && !sh->ps) || c->world == 1 || st == DS_ERR_COMM || st == DS_ERR_TIMEOUT)
+        return st; /* nothing local to fail, nobody to tell, or no way to tell them */
+    ds_status worst = st;
+    DS_TRY(ds_comm_agree(c, st, &worst));
+    return worst;
+}
+
 ds_status ds_shard_update(ds_shard *sh, const ds_optim_step *step, float *fp32_weights,
                           const void *grads, ds_dtype gt, float grad_mult, void *lp_out,
                           ds_dtype lp_t) {

@@ -56,6 +56,16 @@ ds_status ds_shard_update(ds_shard *sh, const ds_optim_step *step, float *fp32_w
                           const void *grads, ds_dtype gt, float grad_mult, void *lp_out,
                           ds_dtype lp_t);
 
+/* The ranks' agreement on a ds_shard_update's status `st`, before any
+ * collective follows it (stages 1 and 2 start the parameters' all-gather;
+ * stage 3 gathers in the next forward): where the update can fail on one
+ * rank alone (offloaded: a swap file's read or write, a full disk), every
+ * rank then fails with that rank's message at once, instead of the others
+ * waiting in the gather for a rank that never comes. c: the world (every
+ * rank that gathers or reduces with this one). Elsewhere, or at one rank,
+ * st as it is: a device update fails only where the device does. */
+ds_status ds_shard_agree(const ds_shard *sh, ds_comm *c, ds_status st);
+
 /* state_io for the partitioned stages: the weights are the master
  * partition, or `fp32_weights` (the fp32 slice holding flat elements from
  * sh->lo) when not mixed; the moments are the shard's. Offloaded: the host

@@ -464,8 +464,10 @@ static ds_status drain_slots(stage3 *s) {
 static ds_status apply(ds_zero *z, float grad_mult, const ds_optim_step *step) {
     stage3 *s = S(z);
     DS_TRY(drain_slots(s)); /* no gather may read the partition while it changes */
-    DS_TRY(ds_shard_update(&s->sh, step, s->params, s->grads, s->gt, grad_mult, s->params, s->pt));
+    ds_status st =
+        ds_shard_update(&s->sh, step, s->params, s->grads, s->gt, grad_mult, s->params, s->pt);
     invalidate(s);
+    DS_TRY(ds_shard_agree(&s->sh, s->world, st));
     return DS_OK;
 }
 

@@ -30,7 +30,9 @@
  *       pipelining is a config error; a disk that fills mid-training
  *       (DS_FAULT_INJECT=error:nvme:swap_write) fails the step with the file
  *       and strerror, removes the swap files at once, and the checkpoint saved
- *       before it verifies and loads.
+ *       before it verifies and loads; one rank's disk filling at stages 1-3
+ *       fails every rank's step at once (the other naming it), and training,
+ *       saves and evaluation are refused after it.
  *   test_offload_nvme --param cpu|nvme --precision P --dir D
  *       offload_param at stage 3 (the parameter partition in host memory, or
  *       in a file past max_in_cpu elements), the optimizer on the device and
@@ -250,6 +252,53 @@ static void expect_fail(const setup *s, const ds_dataset *data, const char *path
     if (test_state_get()->rank <= 0) printf("  %s: %s\n", what, msg);
 }
 
+/* One rank's disk fills in the middle of an update at `stage`: every rank's
+ * step fails at once, the other naming the rank and its error (the ranks
+ * agree before the parameters' gather, which the healthy rank would
+ * otherwise wait in until comm_timeout_s); from then on training, saves and
+ * evaluation are refused on every rank, since part of the partitions was
+ * updated and part not. */
+static void one_disk_fills(setup *s, engine_t *a, const ds_dataset *data, int stage, int rank) {
+    int keep = s->stage;
+    s->stage = stage;
+    engine_t *b = make_engine(s, data, 2);
+    ds_step_info info[2];
+    off_train(b, 1, info);
+    setenv("DS_FAULT_INJECT", "error:nvme:swap_write:rank=1", 1);
+    ds_clear_error();
+    ds_status st = ds_train_batch(b, &info[1]);
+    unsetenv("DS_FAULT_INJECT");
+    const char *msg = ds_last_error();
+    CHECK(st == DS_ERR_IO, "stage %d, rank 1's disk full: the step returned %s (%s)", stage,
+          ds_status_to_string(st), msg);
+    CHECK(strstr(msg, "No space left on device") && (rank == 1 || strstr(msg, "rank 1 failed")),
+          "stage %d, rank 1's disk full: %s", stage, msg);
+    if (rank == 0) printf("  stage %d, rank 1's disk full, on rank 0: %s\n", stage, msg);
+    char ck[1200];
+    snprintf(ck, sizeof ck, "%s/ckpt_lost", s->dir);
+    const char *what[] = {"ds_forward", "ds_save_checkpoint", "ds_evaluate"};
+    for (int k = 0; k < 3; k++) {
+        ds_clear_error();
+        if (k == 0) st = ds_train_batch(b, &info[1]);
+        else if (k == 1) st = ds_save_checkpoint(b, ck, NULL, NULL);
+        else {
+            double loss, weight;
+            ds_batch none = {.B = 0, .T = 12};
+            st = ds_evaluate(b, &none, &loss, &weight);
+        }
+        msg = ds_last_error();
+        CHECK(st == DS_ERR_IO && strstr(msg, what[k]) && strstr(msg, "refused: step 2's update "
+                                                                    "failed") &&
+                  strstr(msg, "load the last checkpoint"),
+              "stage %d: %s after the failed update gave %s: %s", stage, what[k],
+              ds_status_to_string(st), msg);
+    }
+    ds_finalize(b);
+    barrier(a); /* every rank's engine gone, its folder with it */
+    CHECK_EQ_I(swap_folders(s->nvme), 0);
+    s->stage = keep;
+}
+
 static int run_errors(setup *s) {
     s->stage = 2;
     ds_dataset *data = ck_make_data(GLOBAL_BATCH * 4, 12, 50);
@@ -354,6 +403,7 @@ static int run_errors(setup *s) {
     free(loaded);
     free(saved);
     ds_finalize(c);
+    for (int stage = 1; stage <= 3; stage++) one_disk_fills(s, a, data, stage, rank);
     ds_finalize(a);
     ds_dataset_destroy(data);
     return off_finish("test_offload_nvme --errors");
