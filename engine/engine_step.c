@@ -228,6 +228,7 @@ static ds_status forward_failed(engine_t *e, ds_status st, int from, int upto, b
     for (int i = from; ws == DS_OK && i < upto; i++) {
         float **params, **tied;
         ws = e->zero->ops->fetch(e->zero, i, &params, &tied);
+        if (ws != DS_OK && !comm_failure(ws)) ws = DS_OK; /* its gathers went: walk on */
         if (ws == DS_OK) ws = e->zero->ops->release(e->zero, i);
     }
     if (ws != DS_OK) {
@@ -246,7 +247,15 @@ static ds_status run_forward(engine_t *e, int upto, bool training) {
     for (int i = 0; i < upto; i++) {
         ds_module *mod = e->model->modules[i];
         float **params, **tied;
-        DS_TRY(e->zero->ops->fetch(e->zero, i, &params, &tied));
+        ds_status fst = e->zero->ops->fetch(e->zero, i, &params, &tied);
+        if (fst != DS_OK) { /* this rank's own piece unread (offload_param's disk):
+                             * its gathers went, so the walk goes on */
+            if (comm_failure(fst)) return fst;
+            (void)e->zero->ops->release(e->zero, i);
+            ds_error_prefix("the parameters of %s", mod->name);
+            ds_error_trace(__FILE__, __LINE__);
+            return forward_failed(e, fst, i + 1, upto, false);
+        }
         if (e->dbatch.B > 0) {
             ds_module_ctx ctx = module_ctx(e, i, training);
             ctx.params = params;
@@ -265,6 +274,14 @@ static ds_status run_forward(engine_t *e, int upto, bool training) {
         }
         DS_TRY(e->zero->ops->release(e->zero, i));
     }
+    return DS_OK;
+}
+
+/* After the ranks agreed that a forward or a window failed: the strategy's
+ * gathered spans go (zero.h, drop_gathered), on every rank alike. */
+static ds_status drop_gathered(engine_t *e) {
+    if (!e->zero->ops->drop_gathered) return DS_OK;
+    DS_TRY(e->zero->ops->drop_gathered(e->zero));
     return DS_OK;
 }
 
@@ -293,6 +310,10 @@ static ds_status normalise_loss(engine_t *e, ds_status mine, float weight) {
     if (total[1] > 0.0) { /* some rank's forward failed: each learns which */
         ds_status worst;
         DS_TRY(ds_comm_agree(e->comm, mine, &worst));
+        ds_error_saved keep;
+        ds_error_save(&keep);
+        DS_TRY(drop_gathered(e)); /* what a failed read left in the caches */
+        ds_error_restore(&keep);
         return worst;
     }
     e->loss_norm = total[0] > 0.0 ? (double)e->comm->world * weight / total[0] : 0.0;
@@ -405,7 +426,11 @@ ds_status ds_backward(engine_t *e) {
     for (int i = n - 1; i >= 0; i--) {
         ds_module *mod = e->model->modules[i];
         float **params, **tied, **grads;
-        DS_TRY(e->zero->ops->fetch(e->zero, i, &params, &tied));
+        /* a fetch that failed on this rank alone (offload_param's disk) fails
+         * the module, as its backward failing would: its gathers went */
+        ds_status st = e->zero->ops->fetch(e->zero, i, &params, &tied);
+        if (comm_failure(st)) return st;
+        if (st != DS_OK) ds_error_prefix("the parameters of %s", mod->name);
         DS_TRY(e->zero->ops->grad_slots(e->zero, i, &grads));
         DS_TRY(ds_ties_fold(e->ties, i, grads)); /* later modules' uses of its parameters */
         ds_module_ctx ctx = module_ctx(e, i, true);
@@ -415,8 +440,7 @@ ds_status ds_backward(engine_t *e) {
         e->bwd_done = e->flat->modules[i].end;
         e->handover_failed = false;
         ds_prof_mark pm = ds_prof_begin(&e->prof); /* a recomputed forward counts in backward */
-        ds_status st = DS_OK;
-        if (e->recompute[i]) { /* activation checkpointing: rebuild the internals */
+        if (st == DS_OK && e->recompute[i]) { /* activation checkpointing: rebuild the internals */
             st = mod->ops->forward(mod, &ctx);
             if (st != DS_OK) ds_error_prefix("recomputing forward of %s", mod->name);
         }
@@ -591,6 +615,7 @@ static ds_status drop_window(engine_t *e, double loss_sum, int32_t stop) {
     if (e->comm->world > 1) DS_TRY(ds_comm_agree(e->comm, mine, &worst));
     DS_TRY(e->zero->ops->zero_grad(e->zero));
     DS_TRY(ds_ties_clear(e->ties)); /* a failed module's uses of tied parameters */
+    DS_TRY(drop_gathered(e));
     e->loss_accum = 0.0;
     e->global_step++;
     e->skipped_steps++;

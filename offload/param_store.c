@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/io/fault.h"
 #include "offload/aio.h"
 #include "offload/nvme_dir.h"
 
@@ -97,6 +98,10 @@ static ds_status file_read(ds_param_store *ps, uint64_t b, uint64_t e, char *dst
             uint64_t len = e0 - at < ps->buf_bytes ? e0 - at : ps->buf_bytes;
             start[k] = at;
             r[k] = (ds_aio_req){.fd = ps->fd, .buf = ps->buf[k], .bytes = len, .off = at};
+        }
+        if (ds_fault_error("nvme:param_read", ps->dir.rank) != DS_OK) {
+            ds_clear_error(); /* tests: a failing disk, reported by the read itself */
+            for (int j = 0; j < k; j++) r[j].inject_errno = EIO;
         }
         ds_aio_submit(ps->aio, r, k, &tk);
         if (!ds_aio_wait(ps->aio, &tk)) return lose(ps, &tk);

@@ -117,6 +117,15 @@ typedef struct slot {
     bool pending;    /* gather job submitted, not yet waited */
     bool in_use;     /* between fetch and release */
     uint64_t used_at;/* LRU clock */
+    /* offload_param: this rank's piece of the last gather could not be
+     * read (a failing disk). The gather went on with zeros in its place, so
+     * the others were not left waiting in it, and the slot stays as on every
+     * other rank (valid, in the same place of the cache), so that the ranks
+     * keep gathering alike; but every fetch that would use it fails with
+     * this, until it is gathered again or the engine drops the cache
+     * (drop_gathered). */
+    ds_status read_err;
+    ds_error_saved read_why;
     size_t *counts;  /* [world], the gather's blocks */
     ds_comm_job job;
     /* qwZ only: the packed pieces (bytes) and their byte counts */
@@ -134,6 +143,8 @@ typedef struct stage3 {
     const ds_flat *flat; /* == &pflat */
     ds_flat pflat;     /* the flat space as partitioned over comm */
     ds_comm *world;    /* the engine's communicator: its thread runs every job */
+    ds_status persist_err; /* a persistent module's gather had read_err: as there */
+    ds_error_saved persist_why;
     ds_s3_groups x;    /* hpZ / MiCS: groups, secondary copy (zero/stage3_groups.h) */
     ds_dtype pt, gt;
     ds_comm_worker *worker;
@@ -207,6 +218,7 @@ static ds_status start_gather_range(stage3 *s, slot *sl, int64_t begin, int64_t 
     sl->from_sec = sec;
     sl->fill_sec = false;
     sl->begin = begin;
+    sl->read_err = DS_OK;
     if (mine > 0 && sec && s->qwz) { /* DeepSpeed quantizes the secondary piece too */
         DS_TRY(quantize_mine(s, sl, rank, ds_s3_secondary_at(&s->x, begin)));
     } else if (mine > 0 && sec) {
@@ -214,9 +226,14 @@ static ds_status start_gather_range(stage3 *s, slot *sl, int64_t begin, int64_t 
     } else if (mine > 0) {
         int64_t src = (begin > s->sh.lo ? begin : s->sh.lo) - s->sh.lo;
         void *dst = ds_at(sl->buf ? sl->buf : (void *)sl->f32, s->pt, (int64_t)off);
-        if (s->ps) /* offload_param: brought in from host memory or NVMe */
-            DS_TRY(ds_param_store_read(s->ps, src, src + (int64_t)mine, dst));
-        else if (!s->qwz) /* qwZ quantizes straight from the partition */
+        if (s->ps) { /* offload_param: brought in from host memory or NVMe */
+            ds_status rs = ds_param_store_read(s->ps, src, src + (int64_t)mine, dst);
+            if (rs != DS_OK) { /* the others wait in the gather: it goes, with zeros */
+                sl->read_err = rs;
+                ds_error_save(&sl->read_why);
+                DS_TRY(s->be->ops->memset(s->be, dst, 0, mine * ds_dtype_size(s->pt), NULL));
+            }
+        } else if (!s->qwz) /* qwZ quantizes straight from the partition */
             DS_TRY(s->be->ops->memcpy(s->be, dst, ds_at(s->params, s->pt, src),
                                       mine * ds_dtype_size(s->pt), DS_COPY_D2D, NULL));
         if (s->qwz)
@@ -322,6 +339,10 @@ static ds_status refresh_persistent(stage3 *s) {
         DS_TRY(finish_gather(s, sl));
         DS_TRY(s->be->ops->memcpy(s->be, s->persist + s->persist_off[m], sl->f32,
                                   (size_t)span_of(s, m) * sizeof(float), DS_COPY_D2D, NULL));
+        if (sl->read_err != DS_OK && s->persist_err == DS_OK) {
+            s->persist_err = sl->read_err;
+            s->persist_why = sl->read_why;
+        }
     }
     sl->valid = false;
     s->persist_valid = true;
@@ -397,7 +418,17 @@ static ds_status fetch(ds_zero *z, int m, float ***out, float ***tied) {
     if (s->persistent[m]) point(s, m, s->persist + s->persist_off[m]);
     else if (span_of(s, m) > 0) point(s, m, find_slot(s, m)->f32);
     if (s->flat->modules[m].n_ties > 0) point_tied(s, m);
-    return DS_OK;
+    /* this rank's piece of what m uses could not be read: every gather went
+     * as on the other ranks, but m may not run on it */
+    ds_status bad = needs_persist(s, m) ? s->persist_err : DS_OK;
+    const ds_error_saved *why = &s->persist_why;
+    for (int i = 0; i < n && bad == DS_OK; i++)
+        if (got[i]->read_err != DS_OK) {
+            bad = got[i]->read_err;
+            why = &got[i]->read_why;
+        }
+    if (bad != DS_OK) ds_error_restore(why);
+    return bad;
 }
 
 static ds_status release(ds_zero *z, int m) {
@@ -453,11 +484,19 @@ static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
 static void invalidate(stage3 *s) {
     for (int k = 0; k < s->n_slots; k++) s->slots[k].valid = false;
     s->persist_valid = false;
+    s->persist_err = DS_OK;
     ds_s3_invalidate(&s->x);
 }
 
 static ds_status drain_slots(stage3 *s) {
     for (int k = 0; k < s->n_slots; k++) DS_TRY(finish_gather(s, &s->slots[k]));
+    return DS_OK;
+}
+
+static ds_status drop_gathered(ds_zero *z) {
+    stage3 *s = S(z);
+    DS_TRY(drain_slots(s));
+    invalidate(s);
     return DS_OK;
 }
 
@@ -596,6 +635,7 @@ static const ds_zero_ops k_stage3_ops = {
     .grad_done = grad_done, .reduce_grads = reduce_grads, .apply = apply,
     .zero_grad = zero_grad, .get_param = get_param, .set_param = set_param,
     .get_grad = get_grad, .state_io = state_io, .sync_params = sync_params, .destroy = destroy,
+    .drop_gathered = drop_gathered,
 };
 
 static int cmp_desc_i64(const void *a, const void *b) {

@@ -138,6 +138,14 @@ typedef struct ds_zero_ops {
     /* Optional (NULL where the optimizer has none): DeepSpeed's exp_avg_mask
      * for parameter i, numel host floats (zero/onebit.h). Local. */
     ds_status (*set_exp_avg_mask)(ds_zero *z, int param, const float *host);
+    /* Optional (NULL where nothing is gathered ahead): forget what was
+     * gathered, after the ranks agreed that a forward or a window failed
+     * somewhere, so that the next fetches gather afresh on every rank alike.
+     * Stage 3 keeps a fetch whose own piece could not be read failing while
+     * its span stays cached (the ranks must keep caching alike); this ends
+     * that, and any zeros the others took in its place. Every rank calls it
+     * at the same point (what is in flight is waited for). */
+    ds_status (*drop_gathered)(ds_zero *z);
 } ds_zero_ops;
 
 struct ds_zero {

@@ -38,7 +38,8 @@
  *       in a file past max_in_cpu elements), the optimizer on the device and
  *       swapped to NVMe: losses and parameters bit-identical to no offload;
  *       the partition counted off the device; checkpoints both ways;
- *       ds_set_param; no file left.
+ *       ds_set_param; no file left. nvme: one rank's parameter file failing
+ *       to read, in a forward and in a backward, fails both ranks at once.
  *   test_offload_nvme --crash --dir D        (run under DS_FAULT_INJECT=nvme:mid_step)
  *       trains until the kill point ends the process: swap files are left.
  *   test_offload_nvme --after-crash --dir D
@@ -451,6 +452,64 @@ static int run_after_crash(setup *s) {
 /* offload_param at stage 3: the same training with the parameter partition
  * in host memory or, past max_in_cpu elements, in a file; with the
  * optimizer on the device (B) and swapped to NVMe as well (C). */
+/* Rank 1's parameter file fails to read (DS_FAULT_INJECT=error:nvme:param_read)
+ * at stage 3 with offload_param on NVMe: rank 1 still takes part in every
+ * gather (its own piece as zeros), so neither rank waits for the other.
+ * In a forward: every rank's ds_train_batch fails at once, rank 0 naming
+ * rank 1. In a backward (each module gathered again there,
+ * stage3_max_reuse_distance 0): rank 1's ds_backward fails naming the
+ * module, rank 0's goes through (the same reduce-scatters on both), and the
+ * next forward fails on both, the file now gone. */
+static void param_read_fails(setup *s, engine_t *a, const ds_dataset *data, int rank) {
+    snprintf(g_zero_more, sizeof g_zero_more,
+             ", \"stage3_max_reuse_distance\": 0, \"stage3_param_persistence_threshold\": 0,"
+             " \"offload_param\": {\"device\": \"nvme\","
+             " \"nvme_path\": \"%s\", \"max_in_cpu\": 1000, \"buffer_size\": 1500,"
+             " \"buffer_count\": 3}", s->nvme);
+    for (int phase = 0; phase < 2; phase++) {
+        engine_t *d = make_engine(s, data, 0);
+        ds_step_info info;
+        off_train(d, 1, &info);
+        ds_status st;
+        const char *where = phase ? "backward" : "forward";
+        if (phase == 0) {
+            setenv("DS_FAULT_INJECT", "error:nvme:param_read:rank=1", 1);
+            st = ds_train_batch(d, &info);
+            unsetenv("DS_FAULT_INJECT");
+        } else {
+            ds_host_batch hb;
+            REQUIRE_OK(ds_host_batch_alloc(&hb, data, ds_get_model(d), 4));
+            size_t rows[4];
+            for (int k = 0; k < 4; k++) rows[k] = (size_t)(rank * 4 + k);
+            REQUIRE_OK(ds_host_batch_fill(&hb, data, rows, 4));
+            float loss;
+            REQUIRE_OK(ds_forward(d, &hb.batch, &loss));
+            setenv("DS_FAULT_INJECT", "error:nvme:param_read:rank=1", 1);
+            st = ds_backward(d);
+            unsetenv("DS_FAULT_INJECT");
+            CHECK(rank == 1 ? st == DS_ERR_IO && strstr(ds_last_error(), "the parameters of")
+                            : st == DS_OK,
+                  "rank %d's backward with rank 1's file failing: %s: %s", rank,
+                  ds_status_to_string(st), ds_last_error());
+            if (rank == 1) printf("  rank 1's backward: %s\n", ds_last_error());
+            REQUIRE_OK(ds_step(d)); /* not a boundary: two micro-batches a step */
+            st = ds_forward(d, &hb.batch, &loss);
+            ds_host_batch_free(&hb);
+        }
+        const char *msg = ds_last_error();
+        CHECK(st == DS_ERR_IO && strstr(msg, "params.swp") &&
+                  (rank == 1 || strstr(msg, "rank 1 failed")),
+              "rank 1's parameter file failing in a %s: rank %d got %s: %s", where, rank,
+              ds_status_to_string(st), msg);
+        if (rank == 0) printf("  rank 1's parameter file failing in a %s, on rank 0: %s\n",
+                              where, msg);
+        ds_finalize(d);
+    }
+    g_zero_more[0] = '\0';
+    barrier(a);
+    CHECK_EQ_I(swap_folders(s->nvme), 0);
+}
+
 static int run_param(setup *s, const char *device) {
     s->stage = 3;
     bool nvme = !strcmp(device, "nvme");
@@ -521,6 +580,7 @@ static int run_param(setup *s, const char *device) {
     ds_finalize(b);
     barrier(a);
     CHECK_EQ_I(swap_folders(s->nvme), 0);
+    if (nvme && world > 1) param_read_fails(s, a, data, rank);
     ds_finalize(a);
     ds_dataset_destroy(data);
     if (rank == 0 && test_fails() == 0)
