@@ -5,7 +5,8 @@
  *
  *   test_hier --hpz H | --mics S [--hier 1] [--precision fp32|bf16]
  *             [--per-host K] [--ckpt DIR] [--gas G] [--load DIR] [--refusals 1]
- *             [--qwz 1] [--qgz 1] [--offload 1] [--nvme DIR]
+ *             [--qwz 1] [--qgz 1 [--int4 1]] [--offload 1] [--nvme DIR]
+ *             [--init-fails 1]
  *
  * --gas G: gradient_accumulation_steps (the global batch stays 16).
  *
@@ -27,6 +28,13 @@
  * pieces, so its blocks, over the shard group), and every step's to those
  * bits where MiCS's one shard group is the world (--mics 4 --hier 1 --qwz 1
  * on 2 x 2 ranks: the two-level gather moves the same records).
+ *
+ * --int4 1: qgZ as DeepSpeed runs it (zero_engine.qgz_scheme "int4", which
+ * splits the partition's communicator when the engine starts).
+ * --init-fails 1 (under DS_FAULT_INJECT=error:stage3:alloc:rank=1): only
+ * the feature engine, whose start must fail on every rank at once, rank 1
+ * with its own error and the others naming it (with --int4 and two hosts,
+ * before the ranks meet in the split).
  *
  * --per-host K: the ranks run K to a host, consecutively (2 hosts x 2 ranks
  * under tools/twohost.sh --slots 2); default: all on one host. The test
@@ -117,7 +125,7 @@ typedef struct run {
 static int g_hpz = 1, g_mics = -1, g_hier, g_per_host, g_refusals, g_gas = 1;
 static int g_offload; /* --offload 1: the feature run keeps its partition in host memory */
 static const char *g_nvme; /* --nvme DIR: ... or in files under DIR (offload_param nvme) */
-static int g_qwz, g_qgz, g_quant_only; /* g_quant_only: the feature's quantization alone */
+static int g_qwz, g_qgz, g_int4, g_init_fails, g_quant_only; /* g_quant_only: the feature's quantization alone */
 static const char *g_prec = "fp32", *g_ckpt, *g_load;
 static int g_rank, g_world;
 
@@ -151,8 +159,9 @@ static void config(char *cfg, size_t cap, bool feature) {
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003}},"
              " \"steps_per_print\": 1000, \"bf16\": {\"enabled\": %s},"
              " \"zero_optimization\": {\"stage\": 3, \"stage3_max_reuse_distance\": 0,"
-             " \"stage3_prefetch_bucket_size\": 0, \"stage3_param_persistence_threshold\": 0%s}}",
-             GLOBAL_BATCH, g_gas, strcmp(g_prec, "bf16") ? "false" : "true", extra);
+             " \"stage3_prefetch_bucket_size\": 0, \"stage3_param_persistence_threshold\": 0%s}%s}",
+             GLOBAL_BATCH, g_gas, strcmp(g_prec, "bf16") ? "false" : "true", extra,
+             g_int4 ? ", \"zero_engine\": {\"qgz_scheme\": \"int4\"}" : "");
 }
 
 static const char *g_extra_err; /* expected ds_initialize failure (--refusals) */
@@ -532,6 +541,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--offload")) g_offload = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--nvme")) g_nvme = argv[i + 1], g_offload = 1;
         else if (!strcmp(argv[i], "--qgz")) g_qgz = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--int4")) g_int4 = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--init-fails")) g_init_fails = atoi(argv[i + 1]);
     char label[64];
     snprintf(label, sizeof label, "%s%s%s", g_hpz > 1 ? "hpZ" : g_hier ? "MiCS hierarchical" : "MiCS",
              g_qwz ? " + qwZ" : "", g_qgz ? " + qgZ" : "");
@@ -542,6 +553,20 @@ int main(int argc, char **argv) {
         int fails = check_load(data);
         ds_dataset_destroy(data);
         return fails != 0;
+    }
+    if (g_init_fails) { /* under DS_FAULT_INJECT=error:stage3:alloc:rank=1 */
+        /* no engine to ask: the launcher's (Open MPI's, as the test runs it) */
+        const char *r = getenv("OMPI_COMM_WORLD_RANK");
+        g_rank = r ? atoi(r) : -1;
+        engine_t *e = engine(data, true);
+        const char *msg = ds_last_error();
+        bool ok = !e && strstr(msg, "stage3:alloc: failure injected") &&
+                  (g_rank == 1 || strstr(msg, "rank 1 failed with DS_ERR_IO"));
+        if (e) ds_finalize(e);
+        ds_dataset_destroy(data);
+        printf("%s: rank %d, rank 1's allocations failing: %s\n", ok ? "ok" : "FAIL", g_rank,
+               e ? "ds_initialize worked" : msg);
+        return !ok;
     }
     if (g_refusals) {
         int fails = check_refusals(data);

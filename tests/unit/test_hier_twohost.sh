@@ -55,6 +55,18 @@ run mics --mics 2 --ckpt "$(pwd -P)/ck_mics"
 run hier --mics 4 --hier 1 --ckpt "$(pwd -P)/ck_hier"
 run hier_qwz --mics 4 --hier 1 --qwz 1 --ckpt "$(pwd -P)/ck_hier_qwz"
 run zeropp --hpz 2 --qwz 1 --qgz 1 --ckpt "$(pwd -P)/ck_zeropp"
+# qgZ int4 splits the communicator when the engine starts: with rank 1's
+# allocations failing before it, every rank's start fails at once, the
+# others naming rank 1 (not waiting in the split for a rank that never
+# comes, which ended only when rank 1's exit took the job down)
+"$twohost" exec --name $name -- mpirun --allow-run-as-root --oversubscribe --bind-to none \
+  -np 4 --hostfile /run/twohost/$name/hostfile -x OMP_NUM_THREADS=1 \
+  -x DS_FAULT_INJECT=error:stage3:alloc:rank=1 \
+  "$exe" --per-host 2 --hpz 2 --qgz 1 --int4 1 --init-fails 1 </dev/null > int4_fails.log 2>&1 ||
+  fail "int4_fails: exit $?: $(grep -v '^ok' int4_fails.log | tail -5)"
+[ "$(grep -c '^ok: rank' int4_fails.log)" = 4 ] ||
+  fail "int4_fails: not every rank's start failed as it should: $(tail -5 int4_fails.log)"
+grep '^ok: rank 0' int4_fails.log
 "$bin/gen_sentences" --rows 600 --seed 7 --out "$(pwd -P)/data.csv" >/dev/null || fail "gen_sentences"
 "$twohost" exec --name $name -- "$bin/engine-run" --np 4 --hostfile /run/twohost/$name/hostfile \
   --config "$cfg" train_cls --data "$(pwd -P)/data.csv" --model mlp --hidden 32 \
