@@ -12,7 +12,8 @@
 # pretrained encoder, so 0.2 leaves room for any BLAS's rounding without
 # letting a model that does not learn pass); at least 30 of the 32 rows are
 # classified right afterwards (32 of 32 when written; 2 rows of slack for the
-# same reason); predict loads the saved folder and labels two texts.
+# same reason); predict loads the saved folder and labels two texts; and a
+# rank that cannot read --init stops every rank at once, named.
 set -u
 . "$(dirname "$0")/test_util.sh"
 need_args 3 "BIN_DIR MINILM_DIR MPIRUN_FLAGS" $#
@@ -59,6 +60,22 @@ print("; ".join(errs) if errs else f"loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
 sys.exit(1 if errs else 0)
 PY
 cat "$tmp/check"
+
+# A rank that cannot read --init (DS_FAULT_INJECT=error:init:read:rank=1, as
+# a folder missing on its host): every rank stops at once, rank 0 naming
+# rank 1, instead of rank 0 waiting in its first ds_set_param for a rank
+# that never comes (which ended only when rank 1's exit took the job down).
+# shellcheck disable=SC2086 # the flags are a list of words
+OMP_NUM_THREADS=1 DS_FAULT_INJECT=error:init:read:rank=1 mpirun $mpirun_flags -np 2 \
+  -x DS_FAULT_INJECT "$bin/train_cls" --config "$tmp/c.json" --data "$tmp/d.csv" \
+  --init "$minilm" --max-seq-len 32 --max-steps 2 >"$tmp/log_fail" 2>&1 &&
+  fail "train_cls --init with rank 1 unable to read it exited 0"
+grep -q 'loading --init .*: rank 1 could not load it' "$tmp/log_fail" ||
+  fail "rank 0 did not name rank 1: $(tail -n 4 "$tmp/log_fail")"
+grep -q 'init:read: failure injected by DS_FAULT_INJECT on rank 1' "$tmp/log_fail" ||
+  fail "rank 1 did not say why: $(tail -n 4 "$tmp/log_fail")"
+grep -q 'ends the job with MPI_Abort' "$tmp/log_fail" &&
+  fail "a rank waited for the other until its exit: $(tail -n 4 "$tmp/log_fail")"
 
 for f in config.json model.safetensors vocab.txt; do
   [ -s "$tmp/out/$f" ] || fail "--save-dir lacks $f"

@@ -146,10 +146,53 @@ int tr_run_init(tr_run *r, const char *prog, const tr_opts *o, ds_model *model,
 
 /* ---- before the first step ---- */
 
+/* --init's tensors go in through ds_set_param, a collective; but every rank
+ * reads the folder itself, and one that cannot (a file missing on its host,
+ * a read error) would leave the others waiting in the next ds_set_param.
+ * So the ranks agree before each tensor is set and once at the end: each
+ * agreement is one all-reduce of [ranks that failed, the sum of their
+ * rank + 1]. A rank whose load failed makes its final agreement where the
+ * others make the one before their next tensor, so every rank learns of the
+ * failure at once (the model partly loaded alike on every rank). */
+typedef struct init_agree {
+    engine_t *e;
+    int rank;
+    bool told; /* this rank's load stopped at a failed agreement */
+} init_agree;
+
+static ds_status agree_init(init_agree *a, bool failed) {
+    int32_t v[2] = {failed ? 1 : 0, failed ? a->rank + 1 : 0};
+    DS_TRY(ds_all_reduce_host(a->e, v, 2, DS_I32));
+    if (v[0] == 0 || failed) return DS_OK;
+    a->told = true;
+    if (v[0] == 1)
+        return DS_ERR(DS_ERR_IO, "rank %d could not load it (its own error is in its output); "
+                      "every rank stops", v[1] - 1);
+    return DS_ERR(DS_ERR_IO, "%d ranks could not load it (their own errors are in their "
+                  "output); every rank stops", v[0]);
+}
+
+static ds_status set_agreed(void *user, const char *name, const float *values, size_t numel) {
+    init_agree *a = user;
+    DS_TRY(agree_init(a, false));
+    return ds_set_param(a->e, name, values, numel);
+}
+
 static ds_status load_init_weights(tr_run *r) {
     ds_hf_load_report rep = {0};
-    ds_status st = ds_hf_load_weights(ds_get_model(r->e), r->o->init_dir, ds_set_param_cb, r->e,
-                                      &rep);
+    init_agree a = {.e = r->e, .rank = r->rank};
+    /* DS_FAULT_INJECT=error:init:read:rank=R: tests, a rank that cannot read
+     * the folder (engine/io/fault.h) */
+    ds_status st = ds_fault_error("init:read", r->rank);
+    if (st == DS_OK)
+        st = ds_hf_load_weights(ds_get_model(r->e), r->o->init_dir, set_agreed, &a, &rep);
+    if (!a.told) { /* the closing agreement: a failure of this rank's own, or none */
+        ds_error_saved mine;
+        ds_error_save(&mine);
+        ds_status agreed = agree_init(&a, st != DS_OK);
+        if (st == DS_OK) st = agreed;
+        else ds_error_restore(&mine);
+    }
     if (r->rank == 0) ds_hf_load_report_print(&rep, stdout);
     ds_hf_load_report_free(&rep);
     if (st != DS_OK) ds_error_prefix("loading --init %s", r->o->init_dir);
