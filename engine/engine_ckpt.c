@@ -793,9 +793,7 @@ ds_status ds_load_checkpoint(engine_t *e, const char *dir, const char *tag_in, u
                 e->zero->stage, precision_name(e));
     ds_ckpt_meta_free(&m);
     DS_TRY(st);
-    /* every partition and every working copy is the checkpoint's now: the
-     * ranks agree again (without the optimizer state, moments some ranks
-     * moved on a failed update would stay) */
+    /* the state is the checkpoint's everywhere (kept moments may differ) */
     if (!(flags & (DS_LOAD_NO_OPTIMIZER | DS_LOAD_MODULE_ONLY))) e->lost = DS_OK;
     return DS_OK;
 }
