@@ -1,6 +1,7 @@
 /* engine_t: construction, teardown and introspection. The training loop is
  * in engine_step.c, the start-up and step reports in engine_report.c. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,10 +298,19 @@ uint64_t ds_expected_model_state_bytes(const engine_t *e) {
 
 ds_status ds_engine_usable(const engine_t *e, const char *what) {
     if (e->lost == DS_OK) return DS_OK;
-    return DS_ERR(e->lost, "%s refused: step %lld's update failed (%s), so the ranks' "
-                  "parameters and optimizer state may differ, part updated and part not; load "
-                  "the last checkpoint (ds_load_checkpoint, optimizer state included) or "
-                  "restart from it", what, (long long)e->lost_step, e->lost_err.msg);
+    return DS_ERR(e->lost, "%s refused: %s failed (%s), so the ranks' parameters and "
+                  "optimizer state may differ, part changed and part not; load the last "
+                  "checkpoint (ds_load_checkpoint, optimizer state included) or restart from "
+                  "it", what, e->lost_what, e->lost_err.msg);
+}
+
+void ds_engine_lose(engine_t *e, ds_status st, const char *fmt, ...) {
+    e->lost = st;
+    ds_error_save(&e->lost_err);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->lost_what, sizeof e->lost_what, fmt, ap);
+    va_end(ap);
 }
 
 ds_status ds_last_step_info(const engine_t *e, ds_step_info *out) {

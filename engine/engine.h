@@ -163,8 +163,9 @@ ds_status ds_backward(engine_t *e);
  * ranks agree before the parameters' gather). Part of the partitions may
  * then be updated and part not, so from then on ds_forward, ds_evaluate,
  * ds_predict, ds_save_checkpoint and ds_save_weights are refused, naming
- * that step, until a ds_load_checkpoint with the optimizer state (or a
- * restart from the last checkpoint, which the failure left intact). */
+ * that step, until a ds_load_checkpoint with the optimizer state (which
+ * makes lost swap files anew) or a restart from the last checkpoint, which
+ * the failure left intact. */
 ds_status ds_step(engine_t *e);
 
 typedef struct ds_step_info {
@@ -396,7 +397,12 @@ typedef enum ds_load_flags {
  * (naming the file) on every rank; only a failure while reading what was
  * just verified (a file changed underneath, or a NaN or inf in the values,
  * which a save refuses to write: DS_ERR_NONFINITE naming the tensor and the
- * element) leaves the engine partly loaded.
+ * element) leaves the engine partly loaded: it is then refused like after a
+ * failed update (ds_step), naming the load, until a load succeeds in full.
+ * With the optimizer state (no DS_LOAD_NO_OPTIMIZER / DS_LOAD_MODULE_ONLY)
+ * the load also restores an engine whose offload files an I/O failure lost
+ * (offload_optimizer / offload_param on NVMe): it makes them anew, empty,
+ * and writes every value, so training goes on in the same engine.
  * The world size, ZeRO stage, precision and batch split may differ from the
  * saving run's; the config in use is this engine's own. Pending gradients are
  * dropped.

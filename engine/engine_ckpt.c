@@ -46,13 +46,9 @@ static bool writes_part(const engine_t *e) {
 /* The range of the flat space whose optimizer state this rank holds: its
  * partition, or everything at stage 0 (replicated state). */
 static void owned_range(const engine_t *e, int64_t *lo, int64_t *hi) {
-    if (e->zero->stage == 0) {
-        *lo = 0;
-        *hi = e->flat->padded;
-    } else {
-        *lo = (int64_t)e->zero->state_part * part_elems(e);
-        *hi = *lo + part_elems(e);
-    }
+    bool all = e->zero->stage == 0;
+    *lo = all ? 0 : (int64_t)e->zero->state_part * part_elems(e);
+    *hi = all ? e->flat->padded : *lo + part_elems(e);
 }
 
 static uint32_t env_u32(const char *name, uint32_t def, uint32_t lo, uint32_t hi, ds_status *st) {
@@ -769,12 +765,14 @@ ds_status ds_load_checkpoint(engine_t *e, const char *dir, const char *tag_in, u
         ds_error_trace(__FILE__, __LINE__);
         return st;
     }
-    /* Phase 2: the states, then the working parameters everywhere. */
+    /* Phase 2: the states (lost offload files made anew), then the working parameters. */
+    const bool full = !(flags & (DS_LOAD_NO_OPTIMIZER | DS_LOAD_MODULE_ONLY));
     e->have_forward = e->have_backward = false;
     e->micro_in_step = 0;
     e->loss_accum = 0.0;
     e->window_failed = DS_OK;
     st = e->zero->ops->zero_grad(e->zero);
+    if (st == DS_OK && full && e->zero->ops->revive) st = e->zero->ops->revive(e->zero);
     if (st == DS_OK) st = ds_ties_clear(e->ties);
     if (st == DS_OK) st = load_states(e, tag_dir, flags, &m);
     if (st == DS_OK && rank_state) st = e->zero->ops->rank_state_io(e->zero, rank_state, true);
@@ -792,8 +790,10 @@ ds_status ds_load_checkpoint(engine_t *e, const char *dir, const char *tag_in, u
                 (long long)m.global_step, m.world, m.stage, m.precision, e->comm->world,
                 e->zero->stage, precision_name(e));
     ds_ckpt_meta_free(&m);
-    DS_TRY(st);
-    /* the state is the checkpoint's everywhere (kept moments may differ) */
-    if (!(flags & (DS_LOAD_NO_OPTIMIZER | DS_LOAD_MODULE_ONLY))) e->lost = DS_OK;
+    if (st != DS_OK) { /* part of the state may be the checkpoint's, part not */
+        ds_engine_lose(e, st, "loading %s", tag_dir);
+        return st;
+    }
+    if (full) e->lost = DS_OK; /* the checkpoint's state everywhere */
     return DS_OK;
 }

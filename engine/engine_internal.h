@@ -65,13 +65,14 @@ struct engine {
     ds_status window_failed;
     ds_error_saved window_err;
     /* An update failed (ds_step's apply, on this rank or, agreed, on
-     * another): the ranks' parameters and optimizer state may now differ,
-     * part of the partitions updated and part not. DS_OK: none. Training,
-     * evaluation and saves are refused until a full ds_load_checkpoint
-     * (ds_engine_usable). */
+     * another), or a checkpoint load after its checks: the ranks'
+     * parameters and optimizer state may now differ, part of the partitions
+     * updated or loaded and part not. DS_OK: none. Training, evaluation and
+     * saves are refused until a full ds_load_checkpoint (ds_engine_usable);
+     * lost_what says what failed ("step 12's update"). */
     ds_status lost;
     ds_error_saved lost_err;
-    int64_t lost_step;
+    char lost_what[1200];
     bool backward_ended; /* the last ds_backward went through every module (a
                             failure it returned was a module's, walked) */
     bool handover_failed; /* the strategy refused a hand-over (grad_done) during the
@@ -103,10 +104,14 @@ struct engine {
     int64_t monitor_samples;  /* samples then */
 };
 
-/* engine.c: DS_OK, or, after a failed update (e->lost), that failure
- * again, saying `what` is refused and why (the ranks' state may differ;
- * load the last checkpoint). */
+/* engine.c: DS_OK, or, after a failed update or load (e->lost), that
+ * failure again, saying `what` is refused and why (the ranks' state may
+ * differ; load the last checkpoint). */
 ds_status ds_engine_usable(const engine_t *e, const char *what);
+/* engine.c: st (with its message, kept) failed `fmt...` part way: mark the
+ * engine lost (above). */
+void ds_engine_lose(engine_t *e, ds_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* engine_step.c */
 ds_status ds_engine_plan_activations(engine_t *e);

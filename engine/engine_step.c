@@ -682,9 +682,7 @@ ds_status ds_step(engine_t *e) {
         ds_optim_step st = optim_step(e, lr);
         ds_status ast = e->zero->ops->apply(e->zero, (float)(coef / (world * scale)), &st);
         if (ast != DS_OK) { /* the strategies agree where one rank can fail alone */
-            e->lost = ast;
-            e->lost_step = e->global_step + 1;
-            ds_error_save(&e->lost_err);
+            ds_engine_lose(e, ast, "step %lld's update", (long long)e->global_step + 1);
             ds_error_trace(__FILE__, __LINE__);
             return ast;
         }

@@ -205,6 +205,12 @@ void ds_host_optim_destroy(ds_host_optim *o) {
     free(o);
 }
 
+ds_status ds_host_optim_revive(ds_host_optim *o) {
+    if (!o->tier->ops->revive) return DS_OK;
+    DS_TRY(o->tier->ops->revive(o->tier));
+    return DS_OK;
+}
+
 ds_status ds_host_optim_state_io(ds_host_optim *o, int k, int64_t lo, int64_t hi, float *host,
                                  bool write) {
     if (lo < 0 || hi > o->n || lo > hi || k < 0 || k > 2)

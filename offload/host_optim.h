@@ -117,6 +117,12 @@ void ds_host_optim_destroy(ds_host_optim *o);
 ds_status ds_host_optim_state_io(ds_host_optim *o, int k, int64_t lo, int64_t hi, float *host,
                                  bool write);
 
+/* After an I/O failure lost the nvme swap (every call then fails saying
+ * so): make the swap files anew, empty, before a checkpoint load writes
+ * every value into them. Nothing done when not lost, or for "cpu". A disk
+ * still too full fails as at start-up and the swap stays lost. */
+ds_status ds_host_optim_revive(ds_host_optim *o);
+
 /* The whole master from fn, called with consecutive ranges [b, e) of the
  * partition and a host buffer to fill (initialisation). */
 ds_status ds_host_optim_fill_master(ds_host_optim *o, ds_tier_fill_fn fn, void *ctx);

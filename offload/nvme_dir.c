@@ -242,6 +242,11 @@ ds_status ds_nvme_dir_file(const ds_nvme_dir *d, const char *name, uint64_t byte
     int rc = fallocate(*fd, 0, 0, (off_t)bytes);
     if (rc != 0 && (errno == EOPNOTSUPP || errno == ENOSYS))
         rc = ftruncate(*fd, (off_t)bytes); /* sparse: the preflight's free-space check guards */
+    if (rc == 0 && ds_fault_error("nvme:reserve", d->rank) != DS_OK) {
+        ds_clear_error(); /* tests: a disk too full to make the file (again) */
+        rc = -1;
+        errno = ENOSPC;
+    }
     if (rc != 0) {
         int err = errno;
         char nt[256];

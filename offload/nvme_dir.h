@@ -57,7 +57,9 @@ ds_status ds_nvme_dir_open(const char *what, const char *nvme_path, int rank, ds
 /* Create `name` in the folder, open it O_DIRECT read-write and reserve
  * `bytes` (fallocate; where the file system cannot, the file is sized
  * sparse and the preflight's free-space check is the guard). *fd is the
- * caller's to close. ENOSPC names the bytes needed and free. */
+ * caller's to close. ENOSPC names the bytes needed and free
+ * (DS_FAULT_INJECT=error:nvme:reserve[:rank=R] makes the reservation fail
+ * so, for tests). */
 ds_status ds_nvme_dir_file(const ds_nvme_dir *d, const char *name, uint64_t bytes, int *fd);
 
 /* Remove every file of the folder and the folder, then drop the lock.

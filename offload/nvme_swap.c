@@ -109,8 +109,17 @@ static ds_status lose(nvme_tier *t, const ds_aio_ticket *tk, int64_t g, const ch
 static ds_status check_alive(nvme_tier *t) {
     if (t->lost)
         return DS_ERR(DS_ERR_IO,
-                      "the optimizer state on NVMe was lost (%s); load the last checkpoint into a "
-                      "new engine", t->lost_msg);
+                      "the optimizer state on NVMe was lost (%s); load the last checkpoint "
+                      "(ds_load_checkpoint with the optimizer state) to make the swap files "
+                      "anew", t->lost_msg);
+    return DS_OK;
+}
+
+static ds_status open_files(nvme_tier *t) {
+    DS_TRY(ds_nvme_dir_open(t->what, t->nvme_path, t->rank, &t->dir));
+    uint64_t file_bytes = (uint64_t)t->padded * sizeof(float);
+    for (int k = 0; k < t->base.n_tensors; k++)
+        DS_TRY(ds_nvme_dir_file(&t->dir, k_file[k], file_bytes, &t->fd[k]));
     return DS_OK;
 }
 
@@ -267,6 +276,25 @@ static ds_status op_fill(ds_tier *tt, int k, ds_tier_fill_fn fn, void *ctx) {
     return DS_OK;
 }
 
+/* A new folder and new files, empty; the buffers and the I/O threads stay
+ * (lose() waited for every transfer). A disk still too full fails as at
+ * start-up, naming the bytes, and the tier stays lost. */
+static ds_status op_revive(ds_tier *tt) {
+    nvme_tier *t = NT(tt);
+    if (!t->lost) return DS_OK;
+    ds_status st = open_files(t);
+    if (st != DS_OK) {
+        close_files(t);
+        ds_nvme_dir_remove(&t->dir);
+        ds_error_prefix("NVMe swap on rank %d: making the swap files anew after their loss",
+                        t->rank);
+        return st;
+    }
+    for (int s = 0; s < t->nsets; s++) t->sets[s].g = -1;
+    t->lost = false;
+    return DS_OK;
+}
+
 static void op_destroy(ds_tier *tt) {
     nvme_tier *t = NT(tt);
     if (!t) return;
@@ -294,6 +322,7 @@ static const ds_tier_ops k_nvme_ops = {
     .finish = op_finish,
     .io = op_io,
     .fill = op_fill,
+    .revive = op_revive,
     .destroy = op_destroy,
 };
 
@@ -316,10 +345,7 @@ static ds_status build(nvme_tier *t, const ds_nvme_swap_desc *d) {
                       "off", d->what, o->buffer_count, t->base.n_tensors - 1, t->nsets,
                       o->pipeline_read ? ", one read ahead" : "",
                       o->pipeline_write ? ", one written behind" : "", need, need);
-    DS_TRY(ds_nvme_dir_open(d->what, o->nvme_path, d->rank, &t->dir));
-    uint64_t file_bytes = (uint64_t)t->padded * sizeof(float);
-    for (int k = 0; k < t->base.n_tensors; k++)
-        DS_TRY(ds_nvme_dir_file(&t->dir, k_file[k], file_bytes, &t->fd[k]));
+    DS_TRY(open_files(t));
     uint64_t f = (uint64_t)t->base.n * sizeof(float); /* the state; files add < 4 KiB padding */
     ds_mem_add(t->be->mem, DS_MEM_MASTER, DS_PLACE_NVME, (int64_t)f);
     ds_mem_add(t->be->mem, DS_MEM_OPTIM, DS_PLACE_NVME,

@@ -23,6 +23,7 @@ struct ds_param_store {
     /* nvme */
     ds_nvme_dir dir;
     char nvme_path[256];
+    int rank;
     int fd;
     uint64_t file_bytes, file_state; /* reserved; of which parameters (accounted) */
     ds_aio *aio;
@@ -70,7 +71,8 @@ static ds_status lose(ds_param_store *ps, const ds_aio_ticket *tk) {
 static ds_status alive(const ds_param_store *ps) {
     if (ps->lost)
         return DS_ERR(DS_ERR_IO, "the parameters on NVMe were lost (%s); load the last "
-                      "checkpoint into a new engine", ps->lost_msg);
+                      "checkpoint (ds_load_checkpoint with the optimizer state) to make the "
+                      "file anew", ps->lost_msg);
     return DS_OK;
 }
 
@@ -177,6 +179,30 @@ ds_status ds_param_store_write(ds_param_store *ps, int64_t lo, int64_t hi, const
     return DS_OK;
 }
 
+static ds_status open_file(ds_param_store *ps) {
+    DS_TRY(ds_nvme_dir_open("zero_optimization.offload_param", ps->nvme_path, ps->rank,
+                            &ps->dir));
+    DS_TRY(ds_nvme_dir_file(&ps->dir, "params.swp", ps->file_bytes, &ps->fd));
+    return DS_OK;
+}
+
+/* A new folder and file, empty (lose() waited for the transfer that
+ * failed); the host part, the buffers and the I/O threads stay. */
+ds_status ds_param_store_revive(ds_param_store *ps) {
+    if (!ps->lost) return DS_OK;
+    ds_status st = open_file(ps);
+    if (st != DS_OK) {
+        if (ps->fd >= 0) close(ps->fd);
+        ps->fd = -1;
+        ds_nvme_dir_remove(&ps->dir);
+        ds_error_prefix("offload_param on rank %d: making the parameter file anew after its "
+                        "loss", ps->rank);
+        return st;
+    }
+    ps->lost = false;
+    return DS_OK;
+}
+
 static ds_status build(ds_param_store *ps, const ds_param_store_desc *d) {
     const ds_offload_config *o = d->off;
     bool nvme = o->device == DS_OFFLOAD_NVME;
@@ -190,10 +216,10 @@ static ds_status build(ds_param_store *ps, const ds_param_store_desc *d) {
                                  &ps->host));
     if (!nvme || ps->n_host == d->n) return DS_OK;
     snprintf(ps->nvme_path, sizeof ps->nvme_path, "%s", o->nvme_path);
-    DS_TRY(ds_nvme_dir_open("zero_optimization.offload_param", o->nvme_path, d->rank, &ps->dir));
+    ps->rank = d->rank;
     uint64_t state = (uint64_t)(d->n - ps->n_host) * ps->esz;
     ps->file_bytes = round_up(state, DS_NVME_ALIGN);
-    DS_TRY(ds_nvme_dir_file(&ps->dir, "params.swp", ps->file_bytes, &ps->fd));
+    DS_TRY(open_file(ps));
     ds_mem_add(ps->dev->mem, DS_MEM_PARAMS, DS_PLACE_NVME, (int64_t)state);
     ps->file_state = state; /* counted: destroy takes it back */
     /* buffer_count buffers (at most 8 in flight) of buffer_size elements,

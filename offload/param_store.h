@@ -57,6 +57,12 @@ uint64_t ds_param_store_file_bytes(int64_t n, ds_dtype t, int64_t max_in_cpu);
 ds_status ds_param_store_create(const ds_param_store_desc *d, ds_param_store **out);
 void ds_param_store_destroy(ds_param_store *ps);
 
+/* After a failed transfer lost the file (every call then fails saying
+ * so): make the folder and file anew, empty, before a checkpoint load
+ * writes the whole partition. Nothing done when not lost. A disk still too
+ * full fails as at start-up and the file stays lost. */
+ds_status ds_param_store_revive(ds_param_store *ps);
+
 /* Elements [lo, hi) to device memory dst. */
 ds_status ds_param_store_read(ds_param_store *ps, int64_t lo, int64_t hi, void *dst);
 

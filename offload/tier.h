@@ -42,6 +42,12 @@ typedef struct ds_tier_ops {
     /* tensor k, all of it, from fn: called with consecutive ranges [b, e)
      * covering [0, n) and a host buffer to fill with their values. */
     ds_status (*fill)(ds_tier *t, int k, ds_tier_fill_fn fn, void *ctx);
+    /* Optional (NULL: the tier cannot be lost). After a failed transfer
+     * lost the tier (nvme: its files removed, every call failing), make it
+     * anew and empty, so that a checkpoint load, which writes every value
+     * of every tensor, restores it in the same engine. DS_OK and nothing
+     * done when it was not lost. */
+    ds_status (*revive)(ds_tier *t);
     void (*destroy)(ds_tier *t);
 } ds_tier_ops;
 

@@ -348,6 +348,11 @@ ds_status ds_replica_shard_op_set_param(ds_zero *z, int i, const float *host) {
     return DS_OK;
 }
 
+ds_status ds_replica_shard_op_revive(ds_zero *z) {
+    DS_TRY(ds_shard_revive(&RS(z)->sh));
+    return DS_OK;
+}
+
 ds_status ds_replica_shard_op_state_io(ds_zero *z, ds_zero_state which, int64_t lo, int64_t hi,
                                        float *host, bool write) {
     ds_replica_shard *rs = RS(z);

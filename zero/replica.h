@@ -107,5 +107,6 @@ ds_status ds_replica_shard_op_set_param(ds_zero *z, int i, const float *host);
 ds_status ds_replica_shard_op_state_io(ds_zero *z, ds_zero_state which, int64_t lo, int64_t hi,
                                        float *host, bool write);
 ds_status ds_replica_shard_op_sync_params(ds_zero *z);
+ds_status ds_replica_shard_op_revive(ds_zero *z);
 
 #endif /* DS_ZERO_REPLICA_H */

@@ -111,6 +111,12 @@ ds_status ds_shard_agree(const ds_shard *sh, ds_comm *c, ds_status st) {
     return worst;
 }
 
+ds_status ds_shard_revive(ds_shard *sh) {
+    if (sh->off) DS_TRY(ds_host_optim_revive(sh->off));
+    if (sh->ps) DS_TRY(ds_param_store_revive(sh->ps));
+    return DS_OK;
+}
+
 ds_status ds_shard_update(ds_shard *sh, const ds_optim_step *step, float *fp32_weights,
                           const void *grads, ds_dtype gt, float grad_mult, void *lp_out,
                           ds_dtype lp_t) {

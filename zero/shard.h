@@ -66,6 +66,10 @@ ds_status ds_shard_update(ds_shard *sh, const ds_optim_step *step, float *fp32_w
  * st as it is: a device update fails only where the device does. */
 ds_status ds_shard_agree(const ds_shard *sh, ds_comm *c, ds_status st);
 
+/* zero.h's revive for a shard: the swap files of offload_optimizer nvme and
+ * offload_param's file (ds_shard_attach_store), where lost, made anew. */
+ds_status ds_shard_revive(ds_shard *sh);
+
 /* state_io for the partitioned stages: the weights are the master
  * partition, or `fp32_weights` (the fp32 slice holding flat elements from
  * sh->lo) when not mixed; the moments are the shard's. Offloaded: the host

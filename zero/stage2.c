@@ -101,6 +101,7 @@ static const ds_zero_ops k_stage2_ops = {
     .get_grad = get_grad,
     .state_io = ds_replica_shard_op_state_io,
     .sync_params = ds_replica_shard_op_sync_params,
+    .revive = ds_replica_shard_op_revive,
     .destroy = destroy,
 };
 

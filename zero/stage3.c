@@ -504,10 +504,15 @@ static ds_status sync_params(ds_zero *z) {
     return DS_OK;
 }
 
+static ds_status revive(ds_zero *z) {
+    DS_TRY(ds_shard_revive(&S(z)->sh));
+    return DS_OK;
+}
+
 const ds_zero_ops ds_stage3_ops = {
     .name = "stage3", .fetch = fetch, .release = release, .grad_slots = grad_slots,
     .grad_done = grad_done, .reduce_grads = reduce_grads, .apply = apply,
     .zero_grad = zero_grad, .get_param = get_param, .set_param = set_param,
     .get_grad = get_grad, .state_io = state_io, .sync_params = sync_params, .destroy = ds_stage3_destroy,
-    .drop_gathered = drop_gathered,
+    .drop_gathered = drop_gathered, .revive = revive,
 };

@@ -146,6 +146,13 @@ typedef struct ds_zero_ops {
      * that, and any zeros the others took in its place. Every rank calls it
      * at the same point (what is in flight is waited for). */
     ds_status (*drop_gathered)(ds_zero *z);
+    /* Optional (NULL where nothing lives off the device): an NVMe file of
+     * offload_optimizer or offload_param that an I/O failure lost (its
+     * calls failing since) is made anew, empty, at the start of a load
+     * that writes every value of the state (ds_load_checkpoint with the
+     * optimizer state), so the same engine trains on from the checkpoint.
+     * Nothing done where nothing was lost. Local: the load agrees after. */
+    ds_status (*revive)(ds_zero *z);
 } ds_zero_ops;
 
 struct ds_zero {

@@ -32,14 +32,20 @@
  *       and strerror, removes the swap files at once, and the checkpoint saved
  *       before it verifies and loads; one rank's disk filling at stages 1-3
  *       fails every rank's step at once (the other naming it), and training,
- *       saves and evaluation are refused after it.
+ *       saves and evaluation are refused after it; loading the checkpoint
+ *       saved before it into the same engine makes the swap files anew
+ *       (refused while rank 1's disk is still full: DS_FAULT_INJECT=
+ *       error:nvme:reserve, the engine then refused naming the load) and
+ *       trains on bit for bit as a fresh engine loading it.
  *   test_offload_nvme --param cpu|nvme --precision P --dir D
  *       offload_param at stage 3 (the parameter partition in host memory, or
  *       in a file past max_in_cpu elements), the optimizer on the device and
  *       swapped to NVMe: losses and parameters bit-identical to no offload;
  *       the partition counted off the device; checkpoints both ways;
  *       ds_set_param; no file left. nvme: one rank's parameter file failing
- *       to read, in a forward and in a backward, fails both ranks at once.
+ *       to read, in a forward and in a backward, fails both ranks at once;
+ *       the checkpoint saved before, loaded into the same engine, makes
+ *       the file anew and trains on as a fresh engine loading it.
  *   test_offload_nvme --crash --dir D        (run under DS_FAULT_INJECT=nvme:mid_step)
  *       trains until the kill point ends the process: swap files are left.
  *   test_offload_nvme --after-crash --dir D
@@ -253,6 +259,46 @@ static void expect_fail(const setup *s, const ds_dataset *data, const char *path
     if (test_state_get()->rank <= 0) printf("  %s: %s\n", what, msg);
 }
 
+/* After engine b lost an offload file on rank 1: the checkpoint `before`
+ * (saved by b before the loss), loaded into b, is refused while rank 1's
+ * disk still cannot take the file (every rank's load fails, and b is then
+ * refused naming the load), and loaded again makes the file anew: b trains
+ * on bit for bit as a fresh engine loading the same checkpoint. Finalizes
+ * b; no swap folder is left. */
+static void reload_after_loss(const setup *s, engine_t *a, engine_t *b, const ds_dataset *data,
+                              int offload, const char *before, int stage, int rank) {
+    setenv("DS_FAULT_INJECT", "error:nvme:reserve:rank=1", 1);
+    ds_clear_error();
+    ds_status st = ds_load_checkpoint(b, before, NULL, DS_LOAD_ALL);
+    unsetenv("DS_FAULT_INJECT");
+    const char *msg = ds_last_error();
+    CHECK(st == DS_ERR_IO && strstr(msg, "anew after") && strstr(msg, "No space left") &&
+              (rank == 1 || strstr(msg, "rank 1 failed")),
+          "stage %d: the load with rank 1's disk still full gave %s: %s", stage,
+          ds_status_to_string(st), msg);
+    if (rank == 0) printf("  stage %d, reloading while rank 1's disk is full: %s\n", stage, msg);
+    ds_step_info ib[2], ic[2];
+    ds_clear_error();
+    st = ds_train_batch(b, &ib[0]);
+    CHECK(st == DS_ERR_IO && strstr(ds_last_error(), "refused: loading") &&
+              strstr(ds_last_error(), before),
+          "stage %d: a step after the failed load gave %s: %s", stage, ds_status_to_string(st),
+          ds_last_error());
+    REQUIRE_OK(ds_load_checkpoint(b, before, NULL, DS_LOAD_ALL));
+    engine_t *c = make_engine(s, data, offload);
+    REQUIRE_OK(ds_load_checkpoint(c, before, NULL, DS_LOAD_ALL));
+    off_train(b, 2, ib);
+    off_train(c, 2, ic);
+    char what[96];
+    snprintf(what, sizeof what, "stage %d, reloaded after the loss vs a fresh engine", stage);
+    off_same_steps(what, ib, ic, 2);
+    off_same_params(what, b, c);
+    ds_finalize(b);
+    ds_finalize(c);
+    barrier(a); /* every rank's engines gone, their folders with them */
+    CHECK_EQ_I(swap_folders(s->nvme), 0);
+}
+
 /* One rank's disk fills in the middle of an update at `stage`: every rank's
  * step fails at once, the other naming the rank and its error (the ranks
  * agree before the parameters' gather, which the healthy rank would
@@ -265,6 +311,9 @@ static void one_disk_fills(setup *s, engine_t *a, const ds_dataset *data, int st
     engine_t *b = make_engine(s, data, 2);
     ds_step_info info[2];
     off_train(b, 1, info);
+    char before[1200];
+    snprintf(before, sizeof before, "%s/ckpt_before_%d", s->dir, stage);
+    REQUIRE_OK(ds_save_checkpoint(b, before, NULL, NULL));
     setenv("DS_FAULT_INJECT", "error:nvme:swap_write:rank=1", 1);
     ds_clear_error();
     ds_status st = ds_train_batch(b, &info[1]);
@@ -294,9 +343,7 @@ static void one_disk_fills(setup *s, engine_t *a, const ds_dataset *data, int st
               "stage %d: %s after the failed update gave %s: %s", stage, what[k],
               ds_status_to_string(st), msg);
     }
-    ds_finalize(b);
-    barrier(a); /* every rank's engine gone, its folder with it */
-    CHECK_EQ_I(swap_folders(s->nvme), 0);
+    reload_after_loss(s, a, b, data, 2, before, stage, rank);
     s->stage = keep;
 }
 
@@ -389,20 +436,33 @@ static int run_errors(setup *s) {
     st = ds_train_batch(b, &info[1]);
     CHECK(st != DS_OK && strstr(ds_last_error(), "load the last checkpoint"),
           "a step after the loss: %s", ds_last_error());
-    ds_finalize(b);
     if (rank == 0) {
         char tag[256];
         REQUIRE_OK(ds_checkpoint_latest(ck, tag, sizeof tag));
         REQUIRE_OK(ds_checkpoint_verify(ck, tag));
     }
+    /* the checkpoint, into the same engine (its swap files made anew) and a
+     * fresh one: the saved weights in both, then the same steps */
+    REQUIRE_OK(ds_load_checkpoint(b, ck, NULL, DS_LOAD_ALL));
     engine_t *c = make_engine(s, data, 2);
     REQUIRE_OK(ds_load_checkpoint(c, ck, NULL, DS_LOAD_ALL));
-    size_t nl;
-    float *loaded = ck_params(c, &nl);
-    CHECK(nl == nsaved && memcmp(loaded, saved, nl * sizeof *loaded) == 0,
-          "the checkpoint saved before the full disk does not load the saved weights");
-    free(loaded);
+    barrier(a);
+    CHECK_EQ_I(swap_folders(s->nvme), 2 * ds_world_size(a)); /* b's again, and c's */
+    for (int k = 0; k < 2; k++) {
+        size_t nl;
+        float *loaded = ck_params(k ? c : b, &nl);
+        CHECK(nl == nsaved && memcmp(loaded, saved, nl * sizeof *loaded) == 0,
+              "the checkpoint saved before the full disk does not load the saved weights into "
+              "the %s engine", k ? "fresh" : "same");
+        free(loaded);
+    }
     free(saved);
+    ds_step_info ib[2], ic[2];
+    off_train(b, 2, ib);
+    off_train(c, 2, ic);
+    off_same_steps("disk full, reloaded in the same engine vs a fresh one", ib, ic, 2);
+    off_same_params("disk full, reloaded in the same engine vs a fresh one", b, c);
+    ds_finalize(b);
     ds_finalize(c);
     for (int stage = 1; stage <= 3; stage++) one_disk_fills(s, a, data, stage, rank);
     ds_finalize(a);
@@ -470,6 +530,9 @@ static void param_read_fails(setup *s, engine_t *a, const ds_dataset *data, int 
         engine_t *d = make_engine(s, data, 0);
         ds_step_info info;
         off_train(d, 1, &info);
+        char before[1200];
+        snprintf(before, sizeof before, "%s/param_before_%d", s->dir, phase);
+        REQUIRE_OK(ds_save_checkpoint(d, before, NULL, NULL));
         ds_status st;
         const char *where = phase ? "backward" : "forward";
         if (phase == 0) {
@@ -503,7 +566,7 @@ static void param_read_fails(setup *s, engine_t *a, const ds_dataset *data, int 
               ds_status_to_string(st), msg);
         if (rank == 0) printf("  rank 1's parameter file failing in a %s, on rank 0: %s\n",
                               where, msg);
-        ds_finalize(d);
+        reload_after_loss(s, a, d, data, 0, before, 3, rank);
     }
     g_zero_more[0] = '\0';
     barrier(a);
