@@ -156,6 +156,15 @@ add_test(NAME test_disk_full
 set_tests_properties(test_disk_full PROPERTIES LABELS fault TIMEOUT 120 PROCESSORS 2
                      SKIP_RETURN_CODE 77)
 
+# train_cls --retries: rank 1's NVMe swap failing at step 5 sends both ranks
+# back to the last checkpoint in the same engine, and the run ends with the
+# weights of one that never failed; without --retries, or past them, the job
+# fails naming the step and the disk (tests/fault/test_retries.sh).
+add_test(NAME test_retries
+         COMMAND ${_ck}/fault/test_retries.sh ${CMAKE_BINARY_DIR}/bin
+                 ${CMAKE_BINARY_DIR}/tests/retries)
+set_tests_properties(test_retries PROPERTIES LABELS fault TIMEOUT 120 PROCESSORS 2)
+
 # A dead rank: 20 SIGKILLs of a random rank at start-up, while training and
 # inside saves; each time the job ends within 15 s naming the rank, latest
 # verifies and the next run resumes from it (tests/fault/test_kill_ranks.sh).

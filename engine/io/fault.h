@@ -15,6 +15,11 @@
  *
  *   DS_FAULT_INJECT=error:ckpt:write_meta:rank=0   rank 0's meta.json write fails
  *
+ * and ":nth=N" after it makes it fail only the N-th time this process asks
+ * (a disk that fills at the 4th swap write, then has room again):
+ *
+ *   DS_FAULT_INJECT=error:nvme:swap_write:rank=1:nth=4
+ *
  * and one starting with "term:" makes a kill point raise SIGTERM and go on
  * (a preemption arriving in the middle of a save):
  *

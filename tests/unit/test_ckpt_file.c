@@ -358,6 +358,34 @@ static void test_fault_matcher(void) {
     CHECK(ds_fault_matches("x:y,ckpt:after_latest:rank=*", "ckpt:after_latest", 7), "list, *");
     CHECK(!ds_fault_matches("", "ckpt:after_latest", 0) && !ds_fault_matches(NULL, "a", 0),
           "empty spec");
+    CHECK(ds_fault_matches("a:b:rank=1:nth=2", "a:b", 1) && ds_fault_matches("a:b:nth=2", "a:b", 5),
+          "nth with and without a rank");
+    CHECK(!ds_fault_matches("a:b:rank=1:nth=2", "a:b", 0), "nth: not rank 0");
+    CHECK(!ds_fault_matches("a:b:nth=0", "a:b", 0) && !ds_fault_matches("a:b:nth=", "a:b", 0) &&
+              !ds_fault_matches("a:b:rank=1:bad=2", "a:b", 1),
+          "bad qualifiers match nothing");
+    /* error:...:nth=3 fails the third call only */
+    setenv(DS_FAULT_ENV, "error:t:nth_site:rank=2:nth=3", 1);
+    int fails[5];
+    for (int k = 0; k < 5; k++) {
+        fails[k] = ds_fault_error("t:nth_site", 2) != DS_OK;
+        ds_clear_error();
+    }
+    CHECK(ds_fault_error("t:nth_site", 1) == DS_OK, "nth: another rank never fails");
+    unsetenv(DS_FAULT_ENV);
+    CHECK(!fails[0] && !fails[1] && fails[2] && !fails[3] && !fails[4],
+          "nth=3: the calls failed %d %d %d %d %d", fails[0], fails[1], fails[2], fails[3],
+          fails[4]);
+    /* two specs on one site: each call counted once, both Ns fail */
+    setenv(DS_FAULT_ENV, "error:t:two:nth=2,x:y,error:t:two:nth=4", 1);
+    for (int k = 0; k < 5; k++) {
+        fails[k] = ds_fault_error("t:two", 0) != DS_OK;
+        ds_clear_error();
+    }
+    unsetenv(DS_FAULT_ENV);
+    CHECK(!fails[0] && fails[1] && !fails[2] && fails[3] && !fails[4],
+          "nth=2 and nth=4: the calls failed %d %d %d %d %d", fails[0], fails[1], fails[2],
+          fails[3], fails[4]);
 }
 
 static void cleanup(void) {

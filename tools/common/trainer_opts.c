@@ -35,7 +35,7 @@ enum {
     O_WARMUP, O_EVAL_BATCH, O_METRICS, O_SAVE, O_SAVE_STEPS, O_CKPT_DIR, O_RESUME,
     O_SAVE_ON_SIGNAL, O_SAVE_TOTAL_LIMIT, O_BETA1, O_BETA2, O_ADAM_EPS, O_MAX_GRAD_NORM,
     O_LR_SCHED, O_FP16, O_BF16, O_PRINT_CONFIG, O_HELP, O_EVAL_STEPS, O_SAVE_BEST,
-    O_EARLY_STOPPING, O_LOGGING_STEPS
+    O_EARLY_STOPPING, O_LOGGING_STEPS, O_RETRIES
 };
 
 static const struct option k_shared[] = {
@@ -63,6 +63,7 @@ static const struct option k_shared[] = {
     {"save-steps", required_argument, 0, O_SAVE_STEPS},
     {"ckpt-dir", required_argument, 0, O_CKPT_DIR},
     {"resume", no_argument, 0, O_RESUME},
+    {"retries", required_argument, 0, O_RETRIES},
     {"save-on-signal", required_argument, 0, O_SAVE_ON_SIGNAL},
     {"save-total-limit", required_argument, 0, O_SAVE_TOTAL_LIMIT},
     {"adam-beta1", required_argument, 0, O_BETA1},
@@ -176,6 +177,7 @@ static int take_shared(const tr_cli *c, tr_opts *o, int id, const char *flag, co
         rc = tr_opt_i64(c, flag, v, c->max_steps_min, INT64_MAX, &o->max_steps);
         break;
     case O_SAVE_STEPS: rc = tr_opt_i64(c, flag, v, 1, INT64_MAX, &o->save_steps); break;
+    case O_RETRIES: rc = tr_opt_int(c, flag, v, 0, 1000, &o->retries); break;
     case O_SAVE_TOTAL_LIMIT:
         rc = tr_opt_int(c, flag, v, 1, 1 << 20, &o->save_total_limit);
         break;
@@ -261,9 +263,11 @@ int tr_opts_parse(int argc, char **argv, tr_opts *o, const tr_cli *c) {
         snprintf(o->ckpt_dir_buf, sizeof o->ckpt_dir_buf, "%s/checkpoints", o->save_dir);
         o->ckpt_dir = o->ckpt_dir_buf;
     }
-    if ((o->save_steps > 0 || o->resume || o->save_total_limit > 0) && !o->ckpt_dir) {
+    if ((o->save_steps > 0 || o->resume || o->save_total_limit > 0 || o->retries > 0) &&
+        !o->ckpt_dir) {
         fprintf(stderr, "%s: --%s needs --ckpt-dir or --save-dir (see %s --help)\n", c->prog,
-                o->resume ? "resume" : o->save_steps > 0 ? "save-steps" : "save-total-limit",
+                o->resume ? "resume" : o->save_steps > 0 ? "save-steps"
+                                     : o->retries > 0 ? "retries" : "save-total-limit",
                 c->prog);
         return 2;
     }

@@ -58,6 +58,8 @@ typedef struct tr_opts {
     int save_total_limit;      /* --save-total-limit: checkpoints kept after each
                                   save (and the one latest names); 0: all */
     bool resume;
+    int retries;               /* --retries: times a step failing with an I/O error goes
+                                  back to ckpt_dir/latest in the same engine; 0 none */
     int save_on_signal;        /* --save-on-signal: a signal besides SIGTERM; 0 none */
     /* the Hugging Face Trainer's habits (train_habits.h) */
     int64_t eval_steps;        /* --eval-steps: evaluate every N steps; 0 none */
@@ -129,6 +131,10 @@ int tr_opt_f64(const tr_cli *c, const char *flag, const char *v, double lo, doub
     "                       each save (default: keep all)\n"                          \
     "  --resume             continue from the checkpoint CKPT_DIR/latest names, on\n"  \
     "                       any number of ranks (from step 0 when there is none)\n"       \
+    "  --retries N          a step that fails with an I/O error on every rank (an\n"    \
+    "                       NVMe swap or parameter file's disk) loads CKPT_DIR/latest\n" \
+    "                       into the same engine, which makes lost swap files anew,\n"  \
+    "                       and trains on from it; at most N times (default 0)\n"       \
     "  --save-on-signal SIG besides SIGTERM, save a checkpoint and exit on SIG (USR1,\n" \
     "                       USR2, INT, HUP, XCPU, PWR; e.g. Slurm's sbatch\n"           \
     "                       --signal=USR1@90); also zero_engine.save_on_signal\n"

@@ -327,13 +327,48 @@ void tr_metrics_written(tr_run *r) {
     r->metrics = NULL;
 }
 
+/* --retries: step s + 1 failed with st. When every rank's failure was an
+ * I/O error (a swap or parameter file's disk: the engine agrees such
+ * failures over the ranks, so each holds one) and the checkpoint directory
+ * has a latest, every rank loads it in full into the same engine (which
+ * makes lost offload files anew) and *s becomes the step before the next
+ * one to run. Otherwise, or when the load fails (its error then, beside
+ * the step's), false with a message for tr_fail. */
+static bool retry_step(tr_run *r, ds_status st, int64_t *s) {
+    ds_error_saved why;
+    ds_error_save(&why);
+    char latest[4200];
+    snprintf(latest, sizeof latest, "%s/latest", r->o->ckpt_dir);
+    int32_t cannot = st != DS_ERR_IO || access(latest, F_OK) != 0;
+    if (ds_all_reduce_host(r->e, &cannot, 1, DS_I32) != DS_OK || cannot) {
+        ds_error_restore(&why);
+        return false;
+    }
+    if (r->rank == 0)
+        fprintf(stderr, "%s: step %lld failed with an I/O error: %s\n%s: --retries: going back "
+                "to the checkpoint %s names\n", r->prog, (long long)*s + 1, why.msg, r->prog,
+                latest);
+    if (ds_load_checkpoint(r->e, r->o->ckpt_dir, NULL, DS_LOAD_ALL) != DS_OK) {
+        ds_error_prefix("step %lld failed (%s); --retries: loading the last checkpoint",
+                        (long long)*s + 1, why.msg);
+        return false;
+    }
+    r->start = ds_global_step(r->e);
+    *s = r->start - 1;
+    if (r->rank == 0)
+        printf("%s: --retries: resumed from %s at step %lld\n", r->prog, r->o->ckpt_dir,
+               (long long)r->start);
+    return true;
+}
+
 int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
     const tr_opts *o = r->o;
     double t0 = now_s(), t_last = t0;
     ds_step_info li;
     ds_last_step_info(r->e, &li);
     int64_t samples_last = li.samples, samples_start = li.samples;
-    int rc = 0;
+    int rc = 0, retries = o->retries;
+    int64_t steps_done = 0; /* steps taken here, those a retry took again included */
     /* rank 0's status line (a terminal) or lines (a log); tokens: samples x
      * the padded sequence length the model runs at */
     ds_comm_stats comm_start, comm_prev;
@@ -352,8 +387,22 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
             ds_fault_point(what, r->rank);
         }
         tr_progress_before_step(&prog, s + 1);
-        if (ds_train_batch(r->e, &info) != DS_OK) {
+        ds_status st = ds_train_batch(r->e, &info);
+        if (st != DS_OK) {
             tr_progress_end(&prog);
+            if (retries > 0 && retry_step(r, st, &s)) {
+                retries--;
+                /* the trainer's own state as the checkpoint has it, as --resume */
+                if (r->habits && (rc = tr_habits_resume(r->habits, r)) != 0) break;
+                ds_last_step_info(r->e, &li);
+                samples_last = li.samples;
+                t_last = now_s();
+                tr_progress_start(&prog, r->prog, r->rank, r->start, r->total, r->per_epoch,
+                                  ds_get_config(r->e)->steps_per_print,
+                                  model->max_seq_len > 0 ? (double)model->max_seq_len : 1.0,
+                                  li.samples);
+                continue;
+            }
             /* the step a failure happened in: a timeout names the collective
              * and the bucket or module, this names when (unless the message
              * does already: "step N: ..." from ds_step's can-learn check) */
@@ -363,6 +412,7 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
             rc = tr_fail(r->prog, named ? NULL : what);
             break;
         }
+        steps_done++;
         double t_step = now_s();
         bool saved = o->save_steps > 0 && (info.step % o->save_steps == 0 || s + 1 == r->total);
         if (saved && ds_save_checkpoint(r->e, o->ckpt_dir, NULL, r->client) != DS_OK) {
@@ -398,7 +448,7 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
     r->train_s = now_s() - t0;
     r->train_samples = samples_last - samples_start;
     /* every rank got here alike (a failure or a preemption ends them all) */
-    if (rc == 0 && tr_comm_report(r->e, r->prog, &comm_start, r->total - r->start) != DS_OK)
+    if (rc == 0 && tr_comm_report(r->e, r->prog, &comm_start, steps_done) != DS_OK)
         rc = tr_fail(r->prog, "the communication report");
     return rc;
 }

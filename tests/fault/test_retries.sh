@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# train_cls --retries: a step that fails with an I/O error goes back to the
+# last checkpoint in the same engine and trains on, bit for bit as a run that
+# never failed. Two ranks, ZeRO stage 2, the optimizer state swapped to
+# NVMe files (offload_optimizer nvme) under this test's folder:
+#
+#   clean      8 steps, a checkpoint every 2: the reference weights.
+#   retried    the same, with rank 1's 5th swap write failing as a full disk
+#              does (DS_FAULT_INJECT=error:nvme:swap_write:rank=1:nth=5, the
+#              update of step 5): every rank's step 5 fails, both load
+#              global_step4 into the same engine (rank 1's swap files made
+#              anew) and train steps 5-8 again. The job exits 0 and its
+#              weights are the clean run's, byte for byte.
+#   no retry   the same failure without --retries: the job fails, naming
+#              step 5, rank 1 and "No space left on device".
+#   spent      --retries 1 and two failures (the 5th and the 7th write on
+#              rank 1): the second one ends the job, naming it.
+#
+#   test_retries.sh BINDIR WORKDIR
+set -u
+. "$(dirname "$0")/../unit/test_util.sh"
+need_args 2 "BINDIR WORKDIR" $#
+bin=$(readlink -f "$1")
+rm -rf "$2" && mkdir -p "$2/nvme" && cd "$2" || exit 1
+work=$(pwd -P)
+export OMP_NUM_THREADS=1
+
+"$bin/gen_sentences" --rows 400 --seed 5 --out data.csv >/dev/null || exit 1
+cat >cfg.json <<JSON
+{"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+ "zero_optimization": {"stage": 2,
+   "offload_optimizer": {"device": "nvme", "nvme_path": "$work/nvme"}},
+ "zero_engine": {"comm_timeout_s": 30}}
+JSON
+# train NAME [ARGS]: train_cls at 2 ranks, 8 steps, checkpoints every 2 into NAME/ckpt
+train() {
+  local d=$1
+  shift
+  "$bin/engine-run" --np 2 --config cfg.json train_cls --data data.csv --model bert \
+    --layers 2 --hidden 64 --heads 2 --intermediate 128 --max-seq-len 64 --dropout 0 \
+    --max-steps 8 --save-steps 2 --save-dir "$d" "$@" </dev/null >"$d.log" 2>&1
+}
+
+train clean || { fail "clean: the run failed"; tail -5 clean.log; finish; }
+
+# ---- retried ----
+DS_FAULT_INJECT=error:nvme:swap_write:rank=1:nth=5 train retried --retries 1
+rc=$?
+[ "$rc" -eq 0 ] || fail "retried: exit $rc, want 0: $(tail -3 retried.log)"
+grep -q "step 5 failed with an I/O error: .*rank 1.*No space left on device" retried.log ||
+  fail "retried: no line naming step 5's failure on rank 1"
+grep -q "train_cls: --retries: resumed from .*retried/checkpoints at step 4$" retried.log ||
+  fail "retried: did not go back to step 4"
+grep "failed with an I/O error\|--retries" retried.log | head -3
+cmp -s clean/model.safetensors retried/model.safetensors ||
+  fail "retried: the weights differ from the run that never failed"
+[ -z "$(ls -A nvme)" ] || fail "retried: swap folders left: $(ls nvme)"
+
+# ---- no retry ----
+DS_FAULT_INJECT=error:nvme:swap_write:rank=1:nth=5 train noretry
+rc=$?
+[ "$rc" -ne 0 ] || fail "no retry: the job exited 0 through a failed update"
+grep -q "training step 5: .*rank 1.*No space left on device" noretry.log ||
+  fail "no retry: no line naming step 5 and the disk: $(grep -i 'error\|fail' noretry.log | head -3)"
+
+# ---- spent: a second failure after the one retry ends the job ----
+DS_FAULT_INJECT=error:nvme:swap_write:rank=1:nth=5,error:nvme:swap_write:rank=1:nth=7 \
+  train spent --retries 1
+rc=$?
+[ "$rc" -ne 0 ] || fail "spent: the job exited 0 through a second failure with one retry"
+[ "$(grep -c 'resumed from' spent.log)" -eq 1 ] || fail "spent: want one retry"
+grep -q "training step [0-9]*: .*No space left on device" spent.log ||
+  fail "spent: the second failure is not named"
+
+[ $fails -eq 0 ] && cd .. && rm -rf "$work"
+finish
