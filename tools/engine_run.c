@@ -70,6 +70,7 @@ typedef struct options {
     int master_port;     /* 0: not given */
     int nproc_per_node;  /* 0: not given (1) */
     double rdzv_timeout; /* 0: the config's zero_engine.comm_timeout_s */
+    int max_restarts;    /* --max-restarts: a failed job started again (supervise.h) */
 } options;
 
 /* A growable argv (NULL-terminated at all times) for the command we exec. */
@@ -411,6 +412,9 @@ static void parse_args(int argc, char **argv, options *o) {
             else if (strcmp(v, "srun") == 0) o->launcher = L_SRUN;
             else if (strcmp(v, "none") == 0) o->launcher = L_NONE;
             else fail(EXIT_USAGE, "--launcher: expected auto, mpirun, srun or none, got '%s'", v);
+        } else if (is_option(a, "--max-restarts") || is_option(a, "--max_restarts")) {
+            const char *name = a[5] == '_' ? "--max_restarts" : "--max-restarts";
+            o->max_restarts = option_int(name, option_value(argc, argv, &i, name), 0, 100);
         } else if (strcmp(a, "--dry-run") == 0) {
             o->dry_run = 1;
         } else if (strcmp(a, "--oversubscribe") == 0) {
@@ -499,7 +503,7 @@ static plan_kind choose(const options *o, const launch_env *e) {
     case L_SRUN: return P_SRUN;
     case L_AUTO: break;
     }
-    if (o->np == 1) return P_IN_PLACE;
+    if (o->np == 1 && !o->max_restarts) return P_IN_PLACE; /* a restart needs a parent */
     return e->in_slurm_alloc ? P_SRUN : P_MPIRUN;
 }
 
@@ -597,6 +601,14 @@ int main(int argc, char **argv) {
     read_env(&e);
     plan_kind plan = choose(&o, &e);
 
+    if (o.max_restarts && (plan != P_MPIRUN || o.nnodes > 1))
+        fail(EXIT_USAGE, "--max-restarts: engine-run starts a failed job again only where it "
+             "runs the whole job through mpirun, but this run %s",
+             o.nnodes > 1 ? "is one node's part (--nnodes: restart the job from its scheduler)"
+             : plan == P_SRUN ? "uses srun (Slurm's --requeue restarts a job)"
+                              : "runs APP in place (--launcher none, or a rank of a job "
+                                "already started)");
+    if (o.max_restarts) set_env("DS_RESTART_COUNT", "0"); /* mpirun -x passes it on */
     if (o.hostfile && plan != P_MPIRUN)
         fail(EXIT_USAGE, "--hostfile is for mpirun, but this run %s",
              plan == P_SRUN ? "uses srun (the Slurm allocation decides the hosts)"
@@ -733,7 +745,8 @@ int main(int argc, char **argv) {
                                 .deadline_s = cfg.preempt_deadline_s,
                                 .relay_output = !o.raw_output,
                                 .rank_offset = o.nnodes > 1 ? o.node_rank * o.np : 0,
-                                .hook = nodes ? &hook : NULL};
+                                .hook = nodes ? &hook : NULL,
+                                .max_restarts = o.max_restarts};
         int rc = er_supervise(cmd.v, &so);
         argv_free(&cmd);
         if (nodes) rc = er_nodes_finish(nodes, rc);

@@ -18,8 +18,8 @@ static long number(const char *s, size_t n) {
     return *end == '\0' && v >= 0 ? v : -1;
 }
 
-/* One spec "SITE[:rank=R][:nth=N]" of length n against (site, rank); *nth
- * gets N (0 when not given: every time). */
+/* One spec "SITE[:rank=R][:restart=K][:nth=N]" of length n against (site,
+ * rank); *nth gets N (0 when not given: every time). */
 static bool one_matches(const char *spec, size_t n, const char *site, int rank, long *nth) {
     size_t sl = strlen(site);
     *nth = 0;
@@ -33,6 +33,10 @@ static bool one_matches(const char *spec, size_t n, const char *site, int rank, 
         if (len > 6 && !strncmp(rest, ":rank=", 6)) {
             bool any = len == 7 && rest[6] == '*';
             if (!any && number(rest + 6, len - 6) != rank) return false;
+        } else if (len > 9 && !strncmp(rest, ":restart=", 9)) {
+            const char *rc = getenv("DS_RESTART_COUNT"); /* engine-run --max-restarts */
+            if (number(rest + 9, len - 9) != (rc && *rc ? number(rc, strlen(rc)) : 0))
+                return false;
         } else if (len > 5 && !strncmp(rest, ":nth=", 5)) {
             *nth = number(rest + 5, len - 5);
             if (*nth < 1) return false;

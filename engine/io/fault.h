@@ -20,6 +20,11 @@
  *
  *   DS_FAULT_INJECT=error:nvme:swap_write:rank=1:nth=4
  *
+ * ":restart=K" on any spec limits it to the K-th start of a job that
+ * engine-run --max-restarts starts again (DS_RESTART_COUNT; unset is 0):
+ *
+ *   DS_FAULT_INJECT=train:step6:rank=1:restart=0   killed in the first start only
+ *
  * and one starting with "term:" makes a kill point raise SIGTERM and go on
  * (a preemption arriving in the middle of a save):
  *

@@ -15,8 +15,16 @@
 #              step 5, rank 1 and "No space left on device".
 #   spent      --retries 1 and two failures (the 5th and the 7th write on
 #              rank 1): the second one ends the job, naming it.
+#   restarted  engine-run --max-restarts 1 and train_cls --resume, rank 1
+#              killed (SIGKILL) before step 6 in the first start only
+#              (DS_FAULT_INJECT=train:step6:rank=1:restart=0): engine-run
+#              starts the job again, it resumes from global_step4, exits 0
+#              with the clean run's weights.
+#   restarts spent  the same kill in every start: the second death ends the
+#              job, engine-run naming --max-restarts; --launcher none is
+#              refused with --max-restarts.
 #
-#   test_retries.sh BINDIR WORKDIR
+#   test_retries.sh BINDIR WORKDIR      (KEEP=1: leave WORKDIR and its logs)
 set -u
 . "$(dirname "$0")/../unit/test_util.sh"
 need_args 2 "BINDIR WORKDIR" $#
@@ -37,7 +45,7 @@ JSON
 train() {
   local d=$1
   shift
-  "$bin/engine-run" --np 2 --config cfg.json train_cls --data data.csv --model bert \
+  "$bin/engine-run" --np 2 ${ER_OPTS:-} --config cfg.json train_cls --data data.csv --model bert \
     --layers 2 --hidden 64 --heads 2 --intermediate 128 --max-seq-len 64 --dropout 0 \
     --max-steps 8 --save-steps 2 --save-dir "$d" "$@" </dev/null >"$d.log" 2>&1
 }
@@ -73,5 +81,27 @@ rc=$?
 grep -q "training step [0-9]*: .*No space left on device" spent.log ||
   fail "spent: the second failure is not named"
 
-[ $fails -eq 0 ] && cd .. && rm -rf "$work"
+# ---- restarted: engine-run --max-restarts starts the killed job again ----
+DS_FAULT_INJECT=train:step6:rank=1:restart=0 ER_OPTS="--max-restarts 1" train restarted --resume
+rc=$?
+[ "$rc" -eq 0 ] || fail "restarted: exit $rc, want 0: $(tail -3 restarted.log)"
+grep -q "^engine-run: the job ended with status 137: starting it again (restart 1 of --max-restarts 1; DS_RESTART_COUNT=1)$" restarted.log ||
+  fail "restarted: no line saying the job starts again: $(grep '^engine-run' restarted.log | tail -3)"
+grep -q "^train_cls: resumed from restarted/checkpoints/global_step4 at step 4$" restarted.log ||
+  fail "restarted: did not resume from step 4"
+cmp -s clean/model.safetensors restarted/model.safetensors ||
+  fail "restarted: the weights differ from the run that never failed"
+
+# ---- restarts spent ----
+DS_FAULT_INJECT=train:step6:rank=1 ER_OPTS="--max-restarts 1" train respent --resume
+rc=$?
+[ "$rc" -eq 137 ] || fail "restarts spent: exit $rc, want 137 (rank 1's SIGKILL)"
+grep -q "^engine-run: the job ended with status 137 after 1 restart(s); --max-restarts 1 spent$" respent.log ||
+  fail "restarts spent: no line saying so: $(grep '^engine-run' respent.log | tail -2)"
+"$bin/engine-run" --launcher none --max-restarts 1 --config cfg.json train_cls >none.log 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "max-restarts: .*runs APP in place" none.log ||
+  fail "--launcher none --max-restarts: exit $rc: $(cat none.log)"
+
+[ $fails -eq 0 ] && [ -z "${KEEP:-}" ] && cd .. && rm -rf "$work"
 finish

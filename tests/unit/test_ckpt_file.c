@@ -364,6 +364,15 @@ static void test_fault_matcher(void) {
     CHECK(!ds_fault_matches("a:b:nth=0", "a:b", 0) && !ds_fault_matches("a:b:nth=", "a:b", 0) &&
               !ds_fault_matches("a:b:rank=1:bad=2", "a:b", 1),
           "bad qualifiers match nothing");
+    unsetenv("DS_RESTART_COUNT");
+    CHECK(ds_fault_matches("a:b:rank=1:restart=0", "a:b", 1) &&
+              !ds_fault_matches("a:b:restart=1", "a:b", 1),
+          "restart=K against no DS_RESTART_COUNT (the first start)");
+    setenv("DS_RESTART_COUNT", "1", 1);
+    CHECK(!ds_fault_matches("a:b:rank=1:restart=0", "a:b", 1) &&
+              ds_fault_matches("a:b:restart=1:rank=1", "a:b", 1),
+          "restart=K against DS_RESTART_COUNT=1");
+    unsetenv("DS_RESTART_COUNT");
     /* error:...:nth=3 fails the third call only */
     setenv(DS_FAULT_ENV, "error:t:nth_site:rank=2:nth=3", 1);
     int fails[5];

@@ -4,7 +4,8 @@
 void er_usage(FILE *out) {
     fputs(
         "usage: engine-run [--np N] [--hostfile F] [--launcher auto|mpirun|srun|none]\n"
-        "                  [--oversubscribe] [--raw-output] [--dry-run] --config FILE APP [ARGS...]\n"
+        "                  [--oversubscribe] [--raw-output] [--max-restarts R] [--dry-run]\n"
+        "                  --config FILE APP [ARGS...]\n"
         "       engine-run --nnodes N --node-rank R --master-addr A [--master-port P]\n"
         "                  [--nproc-per-node K] [--rdzv-timeout S] [...] --config FILE APP [ARGS...]\n"
         "       engine-run --report\n"
@@ -25,6 +26,12 @@ void er_usage(FILE *out) {
         "  --launcher L    auto (default), mpirun, srun or none; see below\n"
         "  --oversubscribe start more than 8 ranks per core (mpirun; refused without it)\n"
         "  --raw-output    show what mpirun prints untouched (see Output below)\n"
+        "  --max-restarts R  start a job that failed (a status other than 0 and 2, and\n"
+        "                  no signal to engine-run) again, up to R times (torchrun's\n"
+        "                  --max-restarts; default 0); the ranks see DS_RESTART_COUNT.\n"
+        "                  The bundled trainers' --resume then goes on from the last\n"
+        "                  checkpoint. Jobs engine-run starts through mpirun (--np 1\n"
+        "                  too); not with srun or --nnodes\n"
         "  --dry-run       print the command engine-run would exec, one line on stdout,\n"
         "                  with any environment variable it sets in front, and exit 0\n"
         "  --report        print what this installation can use and exit 0 (DeepSpeed's\n"

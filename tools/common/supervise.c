@@ -150,7 +150,10 @@ static void relay_pipes(er_relay *relay, int fds[2][2], double now) {
     }
 }
 
-int er_supervise(char **argv, const er_supervise_opts *o) {
+/* One run of the job; *signalled: engine-run got a signal meanwhile. */
+static int supervise_once(char **argv, const er_supervise_opts *o, bool *signalled) {
+    int before = 0;
+    for (int k = 0; k < N_HANDLED; k++) before += atomic_load(&g_got[k]);
     joins j;
     bool counting = o->count_joins && joins_open(&j);
     if (!counting) {
@@ -341,7 +344,33 @@ int er_supervise(char **argv, const er_supervise_opts *o) {
     if (stop_sig && code != 0) code = 128 + stop_sig;
     /* stopped for another node: that node's status (the hook said why) */
     if (hook_code >= 0) code = hook_code;
+    int after = 0;
+    for (int k = 0; k < N_HANDLED; k++) after += atomic_load(&g_got[k]);
+    *signalled = after != before;
     return code;
+}
+
+int er_supervise(char **argv, const er_supervise_opts *o) {
+    for (int restarts = 0;; restarts++) {
+        if (o->max_restarts > 0) { /* the ranks' DS_RESTART_COUNT (mpirun -x) */
+            char n[16];
+            snprintf(n, sizeof n, "%d", restarts);
+            setenv("DS_RESTART_COUNT", n, 1);
+        }
+        bool signalled = false;
+        int code = supervise_once(argv, o, &signalled);
+        /* a job that ended well, was told to stop, or was started wrongly
+         * (a usage error, status 2) is not started again */
+        if (code == 0 || signalled || code == 2 || o->max_restarts == 0) return code;
+        if (restarts >= o->max_restarts) {
+            fprintf(stderr, "engine-run: the job ended with status %d after %d restart(s); "
+                    "--max-restarts %d spent\n", code, restarts, o->max_restarts);
+            return code;
+        }
+        fprintf(stderr, "engine-run: the job ended with status %d: starting it again (restart %d "
+                "of --max-restarts %d; DS_RESTART_COUNT=%d)\n", code, restarts + 1,
+                o->max_restarts, restarts + 1);
+    }
 }
 
 void er_forward_signals(char *out, size_t cap, const int *save_sigs, int n) {

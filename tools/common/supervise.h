@@ -60,6 +60,12 @@ typedef struct er_supervise_opts {
     int rank_offset;   /* the job's rank of mpirun's rank 0 (engine-run --nnodes), for
                           lines that name a rank */
     const er_supervise_hook *hook; /* NULL: none */
+    /* --max-restarts: a job that fails (a status other than 0 and 2, with
+     * no signal to engine-run meanwhile) is started again, up to this many
+     * times, DS_RESTART_COUNT telling the ranks which start it is (torchrun's
+     * --max-restarts; the trainers' --resume then goes on from the last
+     * checkpoint). 0: never. */
+    int max_restarts;
 } er_supervise_opts;
 
 /* The value of mpirun's --mca ess_base_forward_signals for a job whose ranks
@@ -76,8 +82,9 @@ void er_forward_signals(char *out, size_t cap, const int *save_sigs, int n);
  * --save-on-signal) that mpirun cannot pass on: SIGINT and SIGHUP. */
 void er_warn_unforwarded(FILE *out, const int save_sigs[2]);
 
-/* Run argv (argv[0] an absolute path) as a child, supervise it as above and
- * return engine-run's exit status. Failures to start are printed
+/* Run argv (argv[0] an absolute path) as a child, supervise it as above
+ * (again after a failure, as max_restarts says) and return engine-run's
+ * exit status. Failures to start are printed
  * ("engine-run: ...") and return 1. */
 int er_supervise(char **argv, const er_supervise_opts *o);
 
