@@ -51,18 +51,22 @@ train() {
 }
 
 train clean || { fail "clean: the run failed"; tail -5 clean.log; finish; }
+# as_clean NAME PATTERN: NAME's job exited 0 (rc), its log says PATTERN (where
+# it went back to), and it ends with the clean run's weights, byte for byte
+as_clean() {
+  [ "$rc" -eq 0 ] || fail "$1: exit $rc, want 0: $(tail -3 "$1.log")"
+  grep -q "$2" "$1.log" || fail "$1: no line '$2'"
+  cmp -s clean/model.safetensors "$1/model.safetensors" ||
+    fail "$1: the weights differ from the run that never failed"
+}
 
 # ---- retried ----
 DS_FAULT_INJECT=error:nvme:swap_write:rank=1:nth=5 train retried --retries 1
 rc=$?
-[ "$rc" -eq 0 ] || fail "retried: exit $rc, want 0: $(tail -3 retried.log)"
+as_clean retried "^train_cls: --retries: resumed from retried/checkpoints at step 4$"
 grep -q "step 5 failed with an I/O error: .*rank 1.*No space left on device" retried.log ||
   fail "retried: no line naming step 5's failure on rank 1"
-grep -q "train_cls: --retries: resumed from .*retried/checkpoints at step 4$" retried.log ||
-  fail "retried: did not go back to step 4"
 grep "failed with an I/O error\|--retries" retried.log | head -3
-cmp -s clean/model.safetensors retried/model.safetensors ||
-  fail "retried: the weights differ from the run that never failed"
 [ -z "$(ls -A nvme)" ] || fail "retried: swap folders left: $(ls nvme)"
 
 # ---- no retry ----
@@ -84,13 +88,9 @@ grep -q "training step [0-9]*: .*No space left on device" spent.log ||
 # ---- restarted: engine-run --max-restarts starts the killed job again ----
 DS_FAULT_INJECT=train:step6:rank=1:restart=0 ER_OPTS="--max-restarts 1" train restarted --resume
 rc=$?
-[ "$rc" -eq 0 ] || fail "restarted: exit $rc, want 0: $(tail -3 restarted.log)"
+as_clean restarted "^train_cls: resumed from restarted/checkpoints/global_step4 at step 4$"
 grep -q "^engine-run: the job ended with status 137: starting it again (restart 1 of --max-restarts 1; DS_RESTART_COUNT=1)$" restarted.log ||
   fail "restarted: no line saying the job starts again: $(grep '^engine-run' restarted.log | tail -3)"
-grep -q "^train_cls: resumed from restarted/checkpoints/global_step4 at step 4$" restarted.log ||
-  fail "restarted: did not resume from step 4"
-cmp -s clean/model.safetensors restarted/model.safetensors ||
-  fail "restarted: the weights differ from the run that never failed"
 
 # ---- restarts spent ----
 DS_FAULT_INJECT=train:step6:rank=1 ER_OPTS="--max-restarts 1" train respent --resume
