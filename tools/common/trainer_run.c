@@ -335,6 +335,7 @@ void tr_metrics_written(tr_run *r) {
  * one to run. Otherwise, or when the load fails (its error then, beside
  * the step's), false with a message for tr_fail. */
 static bool retry_step(tr_run *r, ds_status st, int64_t *s) {
+    if (st == DS_ERR_COMM || st == DS_ERR_TIMEOUT) return false; /* no agreement to be had */
     ds_error_saved why;
     ds_error_save(&why);
     char latest[4200];
