@@ -61,12 +61,18 @@ as_clean() {
 }
 
 # ---- retried ----
-DS_FAULT_INJECT=error:nvme:swap_write:rank=1:nth=5 train retried --retries 1
+DS_FAULT_INJECT=error:nvme:swap_write:rank=1:nth=5 train retried --retries 1 \
+  --metrics retried.jsonl
 rc=$?
 as_clean retried "^train_cls: --retries: resumed from retried/checkpoints at step 4$"
 grep -q "step 5 failed with an I/O error: .*rank 1.*No space left on device" retried.log ||
   fail "retried: no line naming step 5's failure on rank 1"
 grep "failed with an I/O error\|--retries" retried.log | head -3
+# the metrics: steps 1-4, the retry (why steps 5.. come again), steps 5-8
+steps=$(grep -o '^{"step": [0-9]*\|^{"retry"' retried.jsonl | sed 's/{"step": //; s/{"retry"/R/' | tr '\n' ' ')
+[ "$steps" = "1 2 3 4 R 5 6 7 8 " ] || fail "retried: the metrics' steps are '$steps'"
+grep -q '^{"retry": {"failed_step": 5, "from_step": 4, "error": "rank 1 failed with DS_ERR_IO: .*No space left on device' retried.jsonl ||
+  fail "retried: the metrics' retry line: $(grep retry retried.jsonl)"
 [ -z "$(ls -A nvme)" ] || fail "retried: swap folders left: $(ls nvme)"
 
 # ---- no retry ----

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <jansson.h>
 #include <unistd.h>
 
 #include "engine/io/fault.h"
@@ -355,10 +356,17 @@ static bool retry_step(tr_run *r, ds_status st, int64_t *s) {
         return false;
     }
     r->start = ds_global_step(r->e);
-    *s = r->start - 1;
     if (r->rank == 0)
         printf("%s: --retries: resumed from %s at step %lld\n", r->prog, r->o->ckpt_dir,
                (long long)r->start);
+    if (r->metrics) { /* the steps after from_step come again: say why, where they do */
+        json_t *j = json_pack("{s:{s:I,s:I,s:s}}", "retry", "failed_step", (json_int_t)*s + 1,
+                              "from_step", (json_int_t)r->start, "error", why.msg);
+        if (j && json_dumpf(j, r->metrics, 0) == 0) fputc('\n', r->metrics);
+        json_decref(j);
+        tr_metrics_written(r);
+    }
+    *s = r->start - 1;
     return true;
 }
 
