@@ -13,6 +13,8 @@
  *                                            bytes for the same Psi, N and stage
  * A panel with nothing to draw says which flag would fill it. Lines the
  * tool does not know are skipped, so the file of any trainer version draws.
+ * Steps logged again (a run resumed after a crash, or gone back by
+ * --retries) replace the earlier lines from that step on.
  * Exit 0, or 1 with one line on stderr (an unreadable file, a line that is
  * not JSON naming its number), 2 for the command line. */
 #include <errno.h>
@@ -66,6 +68,12 @@ static int push(series *s, double x, double y) {
     s->x[s->n] = x;
     s->y[s->n++] = y;
     return 0;
+}
+
+/* Drop the points at x >= from: a run that went back (--resume after a
+ * crash, --retries) logs those steps again, and the later lines count. */
+static void rewind_to(series *s, double from) {
+    while (s->n > 0 && s->x[s->n - 1] >= from) s->n--;
 }
 
 static void series_free(series *s) {
@@ -149,6 +157,13 @@ static int read_run(const char *path, run *r) {
         const json_t *ev = json_object_get(o, "eval");
         if (json_is_integer(step)) {
             double s = (double)json_integer_value(step);
+            if (json_integer_value(step) <= r->last_step) { /* the run went back */
+                rewind_to(&r->loss, s);
+                rewind_to(&r->lr, s);
+                rewind_to(&r->gnorm, s);
+                rewind_to(&r->dev_loss, s);
+                for (int i = 0; i < r->n_dev; i++) rewind_to(&r->dev[i], s);
+            }
             r->last_step = json_integer_value(step);
             double l = num(o, "loss"), lr = num(o, "lr"), g = num(o, "grad_norm");
             if ((isfinite(l) && push(&r->loss, s, l)) || (isfinite(lr) && push(&r->lr, s, lr)) ||

@@ -41,6 +41,13 @@ printf '%s\n' '{"initial_eval": {"loss": 5.5, "perplexity": 244.7}}' \
 "$bin/plot_metrics" lm.jsonl lm.svg 2> err || fail "plot_metrics lm.jsonl exited $?: $(cat err)"
 grep -q "no memory figures" lm.svg || fail "lm.svg: the empty memory panel does not say why"
 grep -q "no dev metrics" lm.svg || fail "lm.svg: the empty dev panel does not say why"
+# a run that went back (--retries, or --resume after a crash) logs steps
+# again: the later lines replace the earlier ones, one point per step
+printf '%s\n' '{"step": 1, "loss": 5.4}' '{"step": 2, "loss": 5.0}' '{"step": 3, "loss": 4.9}' \
+    '{"retry": {"failed_step": 4, "from_step": 2}}' '{"step": 3, "loss": 4.7}' > back.jsonl
+"$bin/plot_metrics" back.jsonl back.svg 2> err || fail "plot_metrics back.jsonl exited $?: $(cat err)"
+pts=$(grep -o '<polyline[^>]*stroke="#9ecae1"[^>]*points="[^"]*"' back.svg | head -1 | sed 's/.*points="//; s/"$//' | wc -w)
+[ "$pts" -eq 3 ] || fail "back.svg: the loss has $pts points, want 3 (steps 1, 2 and the later 3)"
 
 bad() { # bad RC WANT ARGS...
     rc_want=$1 want=$2
