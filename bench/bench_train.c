@@ -33,6 +33,9 @@
  * --sparse 0|1 sets sparse_gradients (the word table's gradient sent as
  * (row index, row) records at stages 0-3, zero/grad_sparse.h); --sparse
  * ab pairs it off and on as --overlap ab pairs overlap off and on.
+ * --gather-rows 0 sets zero_engine.gather_rows false (the word table gathered
+ * whole after each update at stages 1-2 and at each use at stage 3, as
+ * DeepSpeed does; default on: by the rows a micro-batch reads).
  * --check 0|1 sets zero_engine.check_collectives (every collective checked
  * first: engine/comm/comm.h); --check ab pairs it off and on as --overlap ab
  * pairs overlap off and on, and prints the collectives per step.
@@ -77,6 +80,7 @@
 typedef struct bench {
     int stage, steps, warmup, T, global_batch, ckpt, qwz, hpz, mics;
     int replay; /* --gemm-replay */
+    int gather_rows; /* --gather-rows: zero_engine.gather_rows (default 1) */
     const char *precision, *backend;
     long long bucket;
     long long ag_bucket; /* allgather_bucket_size; <= 0: bucket's */
@@ -129,7 +133,7 @@ static ds_status make_engine(bench *b, const timing *tm, engine_t **out) {
              " \"reduce_bucket_size\": %lld, \"allgather_bucket_size\": %lld,"
              " \"zero_hpz_partition_size\": %d%s%s%s%s},"
              " \"fp16\": {\"enabled\": %s}, \"bf16\": {\"enabled\": %s},"
-             " \"zero_engine\": {\"backend\": \"%s\", \"gemm_input_dtype\": \"%s\"%s%s}"
+             " \"zero_engine\": {\"backend\": \"%s\", \"gemm_input_dtype\": \"%s\"%s%s%s}"
              "%s}",
              b->global_batch, b->stage, b->bucket, b->ag_bucket > 0 ? b->ag_bucket : b->bucket,
              tm->hpz > 1 ? tm->hpz : 1, mics, ov,
@@ -139,6 +143,7 @@ static ds_status make_engine(bench *b, const timing *tm, engine_t **out) {
              strcmp(b->precision, "bf16") ? "false" : "true", b->backend, tm->gemm,
              tm->qgz == 4 ? ", \"qgz_scheme\": \"int4\"" : "",
              tm->check ? ", \"check_collectives\": true" : "",
+             b->gather_rows ? "" : ", \"gather_rows\": false",
              b->ckpt ? ", \"activation_checkpointing\": {}" : "");
     if (tm->sparse >= 0) { /* a top-level key, put in front */
         const char *key = tm->sparse ? "\"sparse_gradients\": true, "
@@ -351,7 +356,7 @@ static int fail(void) {
 
 int main(int argc, char **argv) {
     bench b = {.stage = 0, .steps = 8, .warmup = 2, .T = 128, .global_batch = 32, .ckpt = 0,
-               .precision = "fp32", .backend = "cpu", .bucket = 500000000};
+               .precision = "fp32", .backend = "cpu", .bucket = 500000000, .gather_rows = 1};
     int overlap = -1, qgz = 0; /* overlap -1: DeepSpeed's default; 2 (either): ab; qgz 5: ab4 */
     const char *gemm = "auto";
     int zpp_ab = 0; /* --zeropp ab */
@@ -383,6 +388,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--qwz")) b.qwz = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--hpz")) b.hpz = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--mics")) b.mics = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--gather-rows")) b.gather_rows = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--gemm")) gemm = argv[i + 1];
         else if (!strcmp(argv[i], "--gemm-replay")) b.replay = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--zeropp") && !strcmp(argv[i + 1], "ab")) zpp_ab = 1;

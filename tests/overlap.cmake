@@ -170,3 +170,7 @@ endfunction()
 ds_rows_test(param_rows_stage1_np2 2 --stage 1)
 ds_rows_test(param_rows_stage2_gas2_np3 3 --stage 2 --gas 2)
 ds_rows_test(param_rows_lie_np2 2 --stage 1 --lie 1)
+# stage 3 (zero/stage3_rows.c): the table's gather slot filled by the rows
+ds_rows_test(param_rows_stage3_np2 2 --stage 3)
+ds_rows_test(param_rows_stage3_gas2_np3 3 --stage 3 --gas 2)
+ds_rows_test(param_rows_lie_stage3_np2 2 --stage 3 --lie 1)

@@ -340,10 +340,13 @@ ds_status ds_estimate_model(const ds_model *model, int world, const ds_config *c
             out->bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE] += ds_grad_sparse_bytes(f, gt, w, false);
         }
     }
-    /* stages 1-2: the packing buffer of each table gathered by rows
-     * (param_rows.h) */
-    if (st == DS_OK && (cfg->zero_stage == 1 || cfg->zero_stage == 2) && be == DS_BACKEND_CPU &&
-        cfg->gather_rows) {
+    /* stages 1-2, and 3 where stage3_rows.c applies: the packing buffer of
+     * each table gathered by rows (param_rows.h) */
+    bool s3_rows = cfg->zero_stage == 3 && !cfg->zero_quantized_weights && !mics &&
+                   cfg->zero_hpz_partition_size <= 1 &&
+                   cfg->offload_param.device == DS_OFFLOAD_NONE;
+    if (st == DS_OK && (cfg->zero_stage == 1 || cfg->zero_stage == 2 || s3_rows) &&
+        be == DS_BACKEND_CPU && cfg->gather_rows) {
         ds_dtype pt = cfg->fp16_enabled ? DS_F16 : cfg->bf16_enabled ? DS_BF16 : DS_F32;
         out->bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE] += ds_param_rows_bytes(f, pt, world);
     }

@@ -47,6 +47,12 @@ struct ds_param_rows {
     round_state state;
     bool want_whole; /* the posted batch was NULL: every table whole */
     bool whole;      /* every table was gathered whole this round: nothing more to ask */
+    /* Stage 3's window (ds_param_rows_window): no replica; the rows go into
+     * a buffer holding flat [win_lo, win_hi), packed from `own`, this
+     * rank's partition. win NULL: the replica at params. */
+    void *win;
+    int64_t win_lo, win_hi;
+    const void *own;
     /* what the exchange's collectives are for, named in a timeout; not the
      * job's `what`, which the worker would put before the collective's own
      * message naming it again */
@@ -124,7 +130,8 @@ static bool owned(const ds_param_rows *r, const table *t, int64_t u) {
 
 static ds_status gather_whole(ds_param_rows *r, table *t) {
     ds_zero_counts(r->f, t->off, t->off + t->numel, t->counts);
-    DS_TRY(ds_comm_all_gatherv(r->comm, ds_at(r->params, r->pt, t->off), t->counts, r->pt));
+    void *at = r->win ? ds_at(r->win, r->pt, t->off - r->win_lo) : ds_at(r->params, r->pt, t->off);
+    DS_TRY(ds_comm_all_gatherv(r->comm, at, t->counts, r->pt));
     memset(t->fresh, 1, (size_t)t->R);
     t->whole = true;
     return DS_OK;
@@ -133,9 +140,17 @@ static ds_status gather_whole(ds_param_rows *r, table *t) {
 /* Rank q's partition of the table as a rows view (rows_math.h): the
  * replica's flat elements [q part, (q + 1) part). */
 static ds_rows_view part_view(const ds_param_rows *r, const table *t, int q) {
-    int64_t lo = (int64_t)q * r->f->part;
-    return (ds_rows_view){.base = ds_at(r->params, r->pt, lo), .t = r->pt, .lo = lo,
-                          .hi = lo + r->f->part, .offset = t->off, .cols = t->L};
+    int64_t lo = (int64_t)q * r->f->part, hi = lo + r->f->part;
+    void *base = ds_at(r->params, r->pt, lo);
+    if (r->win && q == r->comm->rank) { /* the window's: packed from the partition */
+        base = (void *)r->own;
+    } else if (r->win) { /* unpacked into the window's part of q's partition */
+        lo = lo > r->win_lo ? lo : r->win_lo;
+        hi = hi < r->win_hi ? hi : r->win_hi;
+        base = ds_at(r->win, r->pt, lo - r->win_lo);
+    }
+    return (ds_rows_view){.base = base, .t = r->pt, .lo = lo, .hi = hi > lo ? hi : lo,
+                          .offset = t->off, .cols = t->L};
 }
 
 /* Every rank's rows of table t, gathered into t->ids (host, rank-major,
@@ -276,8 +291,9 @@ ds_status ds_param_rows_create(ds_backend *be, ds_comm *comm, ds_comm_worker *w,
         free(ts);
         return DS_ERR(DS_ERR_OOM, "row gather: out of host memory");
     }
+    /* stage 3 (no replica): the tables whole until a forward plans its rows */
     *r = (ds_param_rows){.be = be, .comm = comm, .w = w, .f = f, .params = params, .pt = pt,
-                         .n = n, .t = ts};
+                         .n = n, .t = ts, .want_whole = params == NULL};
     ds_status st = DS_OK;
     int k = 0;
     for (int i = 0; i < f->n_params && st == DS_OK; i++) {
@@ -398,4 +414,51 @@ bool ds_param_rows_in_module(const ds_param_rows *r, int m) {
     for (int i = 0; r && i < r->n; i++)
         if (r->f->params[r->t[i].param].module == m) return true;
     return false;
+}
+
+/* ---- stage 3: a window instead of a replica ---- */
+
+ds_status ds_param_rows_plan(ds_param_rows *r, const ds_batch *host, const ds_tensor_desc *inputs,
+                             int n_inputs) {
+    r->want_whole = host == NULL;
+    for (int i = 0; i < r->n; i++) {
+        table *t = &r->t[i];
+        for (int64_t u = 0; u < t->R; u++) t->fresh[u] = owned(r, t, u);
+        t->n_req = 0;
+        if (host) DS_TRY(ask(r, t, host, inputs, n_inputs));
+    }
+    return DS_OK;
+}
+
+ds_status ds_param_rows_nan(ds_param_rows *r, int m, void *win, int64_t win_lo) {
+    int64_t plo = (int64_t)r->comm->rank * r->f->part, phi = plo + r->f->part;
+    for (int i = 0; !r->want_whole && i < r->n; i++) {
+        table *t = &r->t[i];
+        if (r->f->params[t->param].module != m) continue;
+        int64_t a = t->off, b = t->off + t->numel;
+        if (a < plo)
+            DS_TRY(r->be->ops->memset(r->be, ds_at(win, r->pt, a - win_lo), 0xff,
+                                      (size_t)((b < plo ? b : plo) - a) * es(r), NULL));
+        if (b > phi)
+            DS_TRY(r->be->ops->memset(r->be, ds_at(win, r->pt, (a > phi ? a : phi) - win_lo),
+                                      0xff, (size_t)(b - (a > phi ? a : phi)) * es(r), NULL));
+    }
+    return DS_OK;
+}
+
+ds_status ds_param_rows_window(ds_param_rows *r, int m, void *win, int64_t win_lo,
+                               int64_t win_hi, const void *own) {
+    r->win = win;
+    r->win_lo = win_lo;
+    r->win_hi = win_hi;
+    r->own = own;
+    ds_comm_set_context(r->comm, r->what);
+    ds_status st = DS_OK;
+    for (int i = 0; i < r->n && st == DS_OK; i++)
+        if (r->f->params[r->t[i].param].module == m)
+            st = exchange_table(r, &r->t[i], r->want_whole);
+    ds_comm_set_context(r->comm, NULL);
+    r->win = NULL;
+    DS_TRY(st);
+    return DS_OK;
 }

@@ -83,4 +83,22 @@ ds_status ds_param_rows_wait(ds_param_rows *r);
 /* Whether module m owns one of the tables (its fetch waits for the rows). */
 bool ds_param_rows_in_module(const ds_param_rows *r, int m);
 
+/* Stage 3, which keeps no replica (params NULL at create): the same
+ * exchange into a module's gathered span.
+ *   ds_param_rows_plan    at the start of a forward (the main thread): the
+ *                         rows `host` names that this rank's partition lacks
+ *                         (host NULL: the tables whole, an evaluation);
+ *   ds_param_rows_nan     the tables of module m in `win` (a buffer holding
+ *                         flat elements from win_lo on) NaN outside this
+ *                         rank's partition, before its piece goes in;
+ *   ds_param_rows_window  on the communication thread, this rank's piece
+ *                         in place: the planned rows of module m's tables
+ *                         into win (flat [win_lo, win_hi)), packed from
+ *                         `own`, this rank's partition. Collective. */
+ds_status ds_param_rows_plan(ds_param_rows *r, const ds_batch *host, const ds_tensor_desc *inputs,
+                             int n_inputs);
+ds_status ds_param_rows_nan(ds_param_rows *r, int m, void *win, int64_t win_lo);
+ds_status ds_param_rows_window(ds_param_rows *r, int m, void *win, int64_t win_lo,
+                               int64_t win_hi, const void *own);
+
 #endif /* DS_ZERO_PARAM_ROWS_H */

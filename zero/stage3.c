@@ -64,6 +64,10 @@
  * zero_quantized_gradients (ZeRO++ qgZ): the gradient buckets go through
  * the same codec's quantized reduce-scatter (zero/grad_buckets.h).
  *
+ * gather_rows: a module whose table the forward reads by rows gathers, for
+ * a training micro-batch, the rest of its span whole and of the table only
+ * the rows the micro-batch names (zero/stage3_rows.c).
+ *
  * sparse_gradients: a row_sparse_grad parameter's rows go as records, as at
  * stage 2 (zero/grad_sparse.h; under qgZ exact while the rest is quantized;
  * under MiCS across the replica groups too, zero/stage3_groups.h).
@@ -92,6 +96,7 @@
 #include <stdlib.h>
 
 #include "engine/comm/codec_q8.h"
+#include "zero/param_rows.h"
 #include "zero/stage3_impl.h"
 #include "zero/ties.h"
 #include "zero/zero_util.h"
@@ -137,6 +142,8 @@ static ds_status start_gather_range(stage3 *s, slot *sl, int64_t begin, int64_t 
     sl->fill_sec = false;
     sl->begin = begin;
     sl->read_err = DS_OK;
+    sl->rows_of = 0;
+    sl->n_xjobs = 0;
     if (mine > 0 && sec && s->qwz) { /* DeepSpeed quantizes the secondary piece too */
         DS_TRY(quantize_mine(s, sl, rank, ds_s3_secondary_at(&s->x, begin)));
     } else if (mine > 0 && sec) {
@@ -179,6 +186,7 @@ static ds_status start_gather_range(stage3 *s, slot *sl, int64_t begin, int64_t 
 /* Module m's span into the slot (a gather from the partition under hpZ
  * also refreshes m's secondary pieces). */
 static ds_status start_gather(stage3 *s, slot *sl, int m) {
+    if (ds_s3_rows_applies(s, m)) return ds_s3_rows_start(s, sl, m); /* stage3_rows.c */
     const ds_flat_module *fm = &s->flat->modules[m];
     DS_TRY(start_gather_range(s, sl, fm->begin, fm->end, m));
     sl->module = m;
@@ -189,7 +197,14 @@ static ds_status start_gather(stage3 *s, slot *sl, int m) {
 static ds_status finish_gather(stage3 *s, slot *sl) {
     if (!sl->pending) return DS_OK;
     sl->pending = false;
-    ds_status st = ds_comm_job_wait(s->worker, &sl->job);
+    ds_status st = DS_OK;
+    for (int k = 0; k < sl->n_xjobs; k++) { /* gather_rows: the dense ranges first */
+        ds_status x = ds_comm_job_wait(s->worker, &sl->xjobs[k]);
+        if (st == DS_OK) st = x;
+    }
+    sl->n_xjobs = 0;
+    ds_status js = ds_comm_job_wait(s->worker, &sl->job);
+    if (st == DS_OK) st = js;
     if (st != DS_OK) {
         sl->valid = false;
         DS_TRY(st);
@@ -400,7 +415,7 @@ static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
 }
 
 static void invalidate(stage3 *s) {
-    for (int k = 0; k < s->n_slots; k++) s->slots[k].valid = false;
+    for (int k = 0; k < s->n_slots; k++) s->slots[k].valid = false, s->slots[k].rows_of = 0;
     s->persist_valid = false;
     s->persist_err = DS_OK;
     ds_s3_invalidate(&s->x);
@@ -408,6 +423,25 @@ static void invalidate(stage3 *s) {
 
 static ds_status drain_slots(stage3 *s) {
     for (int k = 0; k < s->n_slots; k++) DS_TRY(finish_gather(s, &s->slots[k]));
+    return DS_OK;
+}
+
+/* A forward starts: with gather_rows, a span gathered by the last
+ * micro-batch's rows is gone, and the new micro-batch's rows are planned
+ * (an evaluation's, host NULL: spans whole). */
+static ds_status begin_forward(ds_zero *z, const ds_batch *host, const ds_tensor_desc *inputs,
+                               int n_inputs) {
+    stage3 *s = S(z);
+    if (!s->rows) return DS_OK;
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (!sl->rows_of) continue;
+        DS_TRY(finish_gather(s, sl));
+        sl->valid = false;
+        sl->rows_of = 0;
+    }
+    s->batch_no++;
+    DS_TRY(ds_param_rows_plan(s->rows, host, inputs, n_inputs));
     return DS_OK;
 }
 
@@ -514,5 +548,5 @@ const ds_zero_ops ds_stage3_ops = {
     .grad_done = grad_done, .reduce_grads = reduce_grads, .apply = apply,
     .zero_grad = zero_grad, .get_param = get_param, .set_param = set_param,
     .get_grad = get_grad, .state_io = state_io, .sync_params = sync_params, .destroy = ds_stage3_destroy,
-    .drop_gathered = drop_gathered, .revive = revive,
+    .drop_gathered = drop_gathered, .revive = revive, .begin_forward = begin_forward,
 };

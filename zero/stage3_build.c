@@ -5,11 +5,15 @@
 #include "engine/comm/codec_q8.h"
 #include "engine/io/fault.h"
 #include "zero/grad_sparse.h"
+#include "zero/param_rows.h"
 #include "zero/stage3_impl.h"
 #include "zero/ties.h"
 
 static void slot_free(stage3 *s, ds_backend *be, slot *sl) {
     ds_mem_host_free(be->mem, DS_MEM_OTHER, sl->counts, (size_t)s->flat->world * sizeof(size_t));
+    for (int k = 0; k < S3_XJOBS; k++)
+        ds_mem_host_free(be->mem, DS_MEM_OTHER, sl->xcounts[k],
+                         (size_t)s->flat->world * sizeof(size_t));
     if (s->qwz) {
         ds_mem_host_free(be->mem, DS_MEM_OTHER, sl->qcounts,
                          (size_t)s->flat->world * sizeof(size_t));
@@ -28,6 +32,7 @@ void ds_stage3_destroy(ds_zero *z) {
         const ds_flat *f = &s->pflat;
         size_t part = (size_t)f->part, span = (size_t)s->max_span;
         ds_comm_worker_destroy(s->worker); /* joins the thread: no job still runs */
+        ds_param_rows_destroy(s->rows);     /* after the worker: its jobs used it */
         ds_s3_groups_free(&s->x); /* after the worker: its jobs used them */
         ds_grad_buckets_destroy(s->buckets);
         for (int k = 0; k < s->n_slots; k++) slot_free(s, be, &s->slots[k]);
@@ -129,6 +134,9 @@ static ds_status slot_alloc(stage3 *s, ds_backend *be, slot *sl) {
     sl->owner = s;
     DS_TRY(ds_mem_host_alloc(be->mem, DS_MEM_OTHER, (size_t)s->flat->world * sizeof(size_t),
                              "gather block counts", (void **)&sl->counts));
+    for (int k = 0; k < S3_XJOBS; k++)
+        DS_TRY(ds_mem_host_alloc(be->mem, DS_MEM_OTHER, (size_t)s->flat->world * sizeof(size_t),
+                                 "gather block counts", (void **)&sl->xcounts[k]));
     size_t cap = (size_t)sl->cap;
     /* qwZ under fp16/bf16 gathers into qbuf and dequantizes into f32: no
      * working-dtype copy of the span (buf stays NULL; f32 is the scratch a
@@ -228,6 +236,7 @@ static ds_status build(stage3 *s, const ds_zero_desc *d_in) {
     }
     DS_TRY(st);
     if (qgz) DS_TRY(qgz_setup(s, d->cfg));
+    DS_TRY(ds_s3_rows_create(s, d)); /* gather_rows (stage3_rows.c) */
     /* sparse_gradients over the partition's ranks (MiCS: the shard group;
      * zero/grad_sparse.h); where it does not apply the engine warned */
     char why[256];

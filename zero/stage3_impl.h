@@ -10,6 +10,7 @@
 #include "zero/zero.h"
 
 #define MAX_SLOTS 8
+#define S3_XJOBS 2 /* dense ranges around a module's row-gathered tables */
 
 typedef struct slot {
     void *buf;       /* [cap] pt: the gathered span */
@@ -41,6 +42,13 @@ typedef struct slot {
     size_t qcap;
     size_t *qcounts; /* [world] */
     struct stage3 *owner; /* for the hierarchical gather's job */
+    /* gather_rows (zero/stage3_rows.c): a span holding a table that the
+     * forward reads by rows came as the dense ranges around it (xjobs) and
+     * the rows micro-batch rows_of names (job); 0: gathered whole */
+    uint64_t rows_of;
+    int n_xjobs;
+    ds_comm_job xjobs[S3_XJOBS];
+    size_t *xcounts[S3_XJOBS]; /* [world] each */
 } slot;
 
 typedef struct stage3 {
@@ -78,6 +86,11 @@ typedef struct stage3 {
     uint64_t clock;
     int64_t prefetch_limit, reuse_limit, persist_threshold;
     bool qwz;          /* zero_quantized_weights */
+    /* gather_rows (zero/stage3_rows.c): the tables gathered by rows, NULL
+     * where none qualifies or the config rules it out; the micro-batches
+     * posted by the forwards, counted from 1 */
+    struct ds_param_rows *rows;
+    uint64_t batch_no;
 } stage3;
 
 static inline stage3 *S(ds_zero *z) { return (stage3 *)z->impl; }
@@ -85,6 +98,15 @@ static inline stage3 *S(ds_zero *z) { return (stage3 *)z->impl; }
 static inline int64_t span_of(const stage3 *s, int m) {
     return s->flat->modules[m].end - s->flat->modules[m].begin;
 }
+
+/* zero/stage3_rows.c: gather_rows at stage 3. create: the tables (s->rows
+ * NULL where none qualifies: one rank, qwZ, hpZ, MiCS, offload_param, or
+ * gather_rows false); applies: module m's next gather goes by rows; start:
+ * queue that gather into sl (this rank's piece in place, the tables NaN
+ * outside it, the dense ranges around them, the rows job). */
+ds_status ds_s3_rows_create(stage3 *s, const ds_zero_desc *d);
+bool ds_s3_rows_applies(const stage3 *s, int m);
+ds_status ds_s3_rows_start(stage3 *s, slot *sl, int m);
 
 /* zero/stage3.c: the strategy's operations (destroy is stage3_build.c's). */
 extern const ds_zero_ops ds_stage3_ops;

@@ -327,7 +327,10 @@ typedef struct ds_config {
     bool gather_rows;                    /* default true: at stages 1-2 a table that declares
                                             rows_read_by is gathered after the update by the
                                             rows the next micro-batch reads
-                                            (zero/param_rows.h); false: whole */
+                                            (zero/param_rows.h), at stage 3 (without qwZ,
+                                            hpZ, MiCS and offload_param) each gather of
+                                            its module by the micro-batch's rows
+                                            (zero/stage3_rows.c); false: whole */
     char qgz_scheme[8];                  /* "int8" (default) | "int4": how
                                             zero_quantized_gradients quantizes stage 3's
                                             gradient reduce-scatter: int8 in one all-to-all

@@ -234,10 +234,13 @@ typedef struct ds_param_desc {
      * brings after each update only the rows the next micro-batch reads
      * from the ranks that own them, instead of all-gathering the whole
      * table before the forward can start (zero/param_rows.h); an
-     * evaluation, a checkpoint or ds_get_param first gathers it whole. The
-     * rows it has not brought hold NaN on that rank until then, so a module
-     * that reads another row gets a non-finite loss, not a stale value.
-     * Ignored for a parameter another module ties to (rule 6). */
+     * evaluation, a checkpoint or ds_get_param first gathers it whole. At
+     * stage 3 each gather of the module for a training micro-batch brings
+     * of the table only those rows (zero/stage3_rows.c); its backward reads
+     * the same copy, so it too may read only those rows. The rows not
+     * brought hold NaN on that rank, so a module that reads another row gets
+     * a non-finite loss, not a stale value. Ignored for a parameter another
+     * module ties to (rule 6). */
     char rows_read_by[DS_MAX_INPUT_NAME];
 } ds_param_desc;
 

@@ -161,7 +161,11 @@ static void config(char *cfg, size_t cap, bool feature) {
              " \"zero_optimization\": {\"stage\": 3, \"stage3_max_reuse_distance\": 0,"
              " \"stage3_prefetch_bucket_size\": 0, \"stage3_param_persistence_threshold\": 0%s}%s}",
              GLOBAL_BATCH, g_gas, strcmp(g_prec, "bf16") ? "false" : "true", extra,
-             g_int4 ? ", \"zero_engine\": {\"qgz_scheme\": \"int4\"}" : "");
+             /* plain stage 3 gathers whole spans, as the byte formulas count
+              * them: the word table's gather by rows (zero/stage3_rows.c,
+              * which hpZ and MiCS leave out) is test_param_rows' */
+             g_int4 ? ", \"zero_engine\": {\"qgz_scheme\": \"int4\", \"gather_rows\": false}"
+                    : ", \"zero_engine\": {\"gather_rows\": false}");
 }
 
 static const char *g_extra_err; /* expected ds_initialize failure (--refusals) */
