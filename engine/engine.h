@@ -202,7 +202,9 @@ ds_status ds_last_step_info(const engine_t *e, ds_step_info *out);
  * every rank calls it the same number of times; a rank with nothing left
  * passes a batch with B = 0. A rank whose batch is refused still takes part
  * in the call's collectives, so the other ranks' calls finish; only its own
- * call fails. */
+ * call fails. A rank whose own piece of the parameters could not be read
+ * (stage 3, offload_param on NVMe) fails every rank's call: the others
+ * computed with the zeros that went in its place. */
 ds_status ds_predict(engine_t *e, const ds_batch *host_batch, float *out);
 /* Floats ds_predict writes for a batch of B rows of length T. */
 size_t ds_output_elems(const engine_t *e, int B, int T);

@@ -75,6 +75,8 @@ struct engine {
     char lost_what[1200];
     bool backward_ended; /* the last ds_backward went through every module (a
                             failure it returned was a module's, walked) */
+    bool fetch_failed;    /* this evaluation's fetch of some module failed on this rank
+                             (its own piece unread: ds_evaluate's agreement) */
     bool handover_failed; /* the strategy refused a hand-over (grad_done) during the
                              running module's backward: its failure, not the module's */
 

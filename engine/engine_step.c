@@ -228,7 +228,10 @@ static ds_status forward_failed(engine_t *e, ds_status st, int from, int upto, b
     for (int i = from; ws == DS_OK && i < upto; i++) {
         float **params, **tied;
         ws = e->zero->ops->fetch(e->zero, i, &params, &tied);
-        if (ws != DS_OK && !comm_failure(ws)) ws = DS_OK; /* its gathers went: walk on */
+        if (ws != DS_OK && !comm_failure(ws)) { /* its gathers went: walk on */
+            e->fetch_failed = true;
+            ws = DS_OK;
+        }
         if (ws == DS_OK) ws = e->zero->ops->release(e->zero, i);
     }
     if (ws != DS_OK) {
@@ -251,6 +254,7 @@ static ds_status run_forward(engine_t *e, int upto, bool training) {
         if (fst != DS_OK) { /* this rank's own piece unread (offload_param's disk):
                              * its gathers went, so the walk goes on */
             if (comm_failure(fst)) return fst;
+            e->fetch_failed = true;
             (void)e->zero->ops->release(e->zero, i);
             ds_error_prefix("the parameters of %s", mod->name);
             ds_error_trace(__FILE__, __LINE__);
@@ -551,8 +555,9 @@ static ds_status check_can_learn(engine_t *e, bool skip) {
 }
 
 /* Ranks whose collectives have parted without a hang (sizes that happened
- * to fit: a module of a user's that hands its gradients over differently on
- * one rank) hold sums of unrelated buffers: no rank may update on them. The
+ * to fit: a training loop's own ds_all_reduce_host called with other
+ * counts on one rank) hold sums of unrelated buffers: no rank may update
+ * on them. The
  * sequence hashes of the ranks' calls (ds_comm_sequence) ride the step's
  * loss all-reduce as two 16-bit halves h and their squares: all ranks' h
  * are equal exactly when world * sum(h^2) == sum(h)^2 (Cauchy-Schwarz),
@@ -709,39 +714,29 @@ ds_status ds_step(engine_t *e) {
     return DS_OK;
 }
 
-/* Next micro-batch of this rank from the sampler, rolling epochs over. */
-static ds_status next_batch(engine_t *e, ds_batch *out) {
-    if (e->cursor >= e->sampler.num_samples) {
-        e->epoch++;
-        e->cursor = 0;
-        DS_TRY(ds_sampler_set_epoch(&e->sampler, e->epoch));
-    }
-    size_t left = e->sampler.num_samples - e->cursor;
-    int count = left < (size_t)e->cap_B ? (int)left : e->cap_B;
-    DS_TRY(ds_host_batch_fill(&e->hb, e->train, e->sampler.indices + e->cursor, count));
-    e->cursor += (size_t)count;
-    *out = e->hb.batch;
-    return DS_OK;
-}
-
-ds_status ds_train_batch(engine_t *e, ds_step_info *out) {
-    if (!e->train)
-        return DS_ERR(DS_ERR_INVALID_ARG,
-                      "ds_train_batch: no training data was given to ds_initialize");
-    for (int64_t g = 0; g < e->cfg.gradient_accumulation_steps; g++) {
-        ds_batch b;
-        DS_TRY(next_batch(e, &b));
-        DS_TRY(ds_forward(e, &b, NULL));
-        /* a module that failed here left the backward going on through
-         * every collective: the window goes on to its boundary, where
-         * ds_step fails on every rank (drop_window); the strategy's own
-         * failures (communication, NVMe) end it at once */
-        ds_status bs = ds_backward(e);
-        if (bs != DS_OK && !e->backward_ended) return bs;
-        DS_TRY(ds_step(e));
-    }
-    if (out) *out = e->last;
-    return DS_OK;
+/* An evaluation or a prediction at stage 3: a rank whose own piece of the
+ * parameters could not be read (offload_param's disk) took part in every
+ * gather with zeros in its place, so the other ranks computed with them
+ * too: every rank learns it and fails with that rank's message, and the
+ * gathered spans go. A refused batch stays its own rank's failure (the
+ * parameters are whole). One host all-reduce of a scalar per call. */
+static ds_status eval_agree(engine_t *e, ds_status st) {
+    if (e->comm->world == 1 || !e->zero->ops->drop_gathered || comm_failure(st)) return st;
+    double bad = e->fetch_failed ? 1.0 : 0.0;
+    ds_error_saved keep;
+    ds_error_save(&keep);
+    ds_comm_set_context(e->comm, "an evaluation's parameter reads"); /* named in a timeout */
+    ds_status rs = ds_comm_host_all_reduce(e->comm, &bad, 1, DS_F64, DS_REDUCE_SUM);
+    ds_comm_set_context(e->comm, NULL);
+    DS_TRY(rs);
+    ds_error_restore(&keep);
+    if (bad == 0.0) return st;
+    ds_status worst;
+    DS_TRY(ds_comm_agree(e->comm, e->fetch_failed ? st : DS_OK, &worst));
+    ds_error_save(&keep);
+    DS_TRY(drop_gathered(e));
+    ds_error_restore(&keep);
+    return worst;
 }
 
 ds_status ds_evaluate(engine_t *e, const ds_batch *host_batch, double *loss, double *weight) {
@@ -751,10 +746,11 @@ ds_status ds_evaluate(engine_t *e, const ds_batch *host_batch, double *loss, dou
                       "would overwrite what the backward needs)");
     DS_TRY(ds_engine_usable(e, "ds_evaluate"));
     int n = e->model->n_modules;
+    e->fetch_failed = false;
     ds_status st = upload_batch(e, host_batch, true);
-    if (st != DS_OK) return forward_failed(e, st, 0, n, true);
+    if (st != DS_OK) return eval_agree(e, forward_failed(e, st, 0, n, true));
     DS_TRY(begin_forward(e, NULL));
-    DS_TRY(run_forward(e, n, false)); /* through the loss, no dropout */
+    DS_TRY(eval_agree(e, run_forward(e, n, false))); /* through the loss, no dropout */
     if (host_batch->B == 0) return DS_OK;
     float out[2];
     DS_TRY(e->be->ops->memcpy(e->be, out, e->act[n - 1], sizeof out, DS_COPY_D2H, NULL));
@@ -772,10 +768,11 @@ ds_status ds_predict(engine_t *e, const ds_batch *host_batch, float *out) {
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_predict between ds_forward and ds_backward (it "
                       "would overwrite what the backward needs)");
     DS_TRY(ds_engine_usable(e, "ds_predict"));
+    e->fetch_failed = false;
     ds_status st = upload_batch(e, host_batch, false);
-    if (st != DS_OK) return forward_failed(e, st, 0, n - 1, true);
+    if (st != DS_OK) return eval_agree(e, forward_failed(e, st, 0, n - 1, true));
     DS_TRY(begin_forward(e, NULL));
-    DS_TRY(run_forward(e, n - 1, false)); /* stop before the loss module */
+    DS_TRY(eval_agree(e, run_forward(e, n - 1, false))); /* stop before the loss module */
     if (host_batch->B > 0)
         DS_TRY(e->be->ops->memcpy(e->be, out, e->act[n - 2],
                                   ds_output_elems(e, host_batch->B, host_batch->T) * 4,

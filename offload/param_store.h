@@ -63,6 +63,10 @@ void ds_param_store_destroy(ds_param_store *ps);
  * full fails as at start-up and the file stays lost. */
 ds_status ds_param_store_revive(ds_param_store *ps);
 
+/* DS_OK, or, once a failed transfer lost the file, that loss (DS_ERR_IO
+ * with its message). */
+ds_status ds_param_store_check(const ds_param_store *ps);
+
 /* Elements [lo, hi) to device memory dst. */
 ds_status ds_param_store_read(ds_param_store *ps, int64_t lo, int64_t hi, void *dst);
 

@@ -124,7 +124,7 @@ static ds_status reduce_mixed(void *arg) {
     int which;
     while (hi > lo && ds_grad_sparse_overlap(gb->sparse, lo, hi, &a, &b, &which)) {
         DS_TRY(reduce_dense(gb, k, b > lo ? b : lo, hi));
-        /* a module always fits one bucket, so the whole parameter is here */
+        /* buckets are cut at parameters, so the whole parameter is here */
         DS_TRY(ds_grad_sparse_reduce_add(gb->sparse, which,
                                          ds_at((void *)k->rs.send, gb->gt, a - k->lo)));
         hi = a;

@@ -361,6 +361,9 @@ static ds_status fetch(ds_zero *z, int m, float ***out, float ***tied) {
             why = &got[i]->read_why;
         }
     if (bad != DS_OK) ds_error_restore(why);
+    /* the file lost since (a read failed before): a cached span or hpZ's
+     * secondary copy may hold the zeros that went in its place */
+    else if (s->ps) bad = ds_param_store_check(s->ps);
     return bad;
 }
 
@@ -454,9 +457,10 @@ static ds_status drop_gathered(ds_zero *z) {
 
 static ds_status apply(ds_zero *z, float grad_mult, const ds_optim_step *step) {
     stage3 *s = S(z);
-    DS_TRY(drain_slots(s)); /* no gather may read the partition while it changes */
-    ds_status st =
-        ds_shard_update(&s->sh, step, s->params, s->grads, s->gt, grad_mult, s->params, s->pt);
+    ds_status st = drain_slots(s); /* no gather may read the partition while it changes */
+    if (st == DS_OK) /* else agreed below like the update's own failure */
+        st = ds_shard_update(&s->sh, step, s->params, s->grads, s->gt, grad_mult, s->params,
+                             s->pt);
     invalidate(s);
     DS_TRY(ds_shard_agree(&s->sh, s->world, st));
     return DS_OK;

@@ -43,7 +43,8 @@
  *       swapped to NVMe: losses and parameters bit-identical to no offload;
  *       the partition counted off the device; checkpoints both ways;
  *       ds_set_param; no file left. nvme: one rank's parameter file failing
- *       to read, in a forward and in a backward, fails both ranks at once;
+ *       to read, in a forward, a backward and an evaluation, fails both ranks
+ *       at once;
  *       the checkpoint saved before, loaded into the same engine, makes
  *       the file anew and trains on as a fresh engine loading it.
  *   test_offload_nvme --crash --dir D        (run under DS_FAULT_INJECT=nvme:mid_step)
@@ -526,7 +527,7 @@ static void param_read_fails(setup *s, engine_t *a, const ds_dataset *data, int 
              " \"offload_param\": {\"device\": \"nvme\","
              " \"nvme_path\": \"%s\", \"max_in_cpu\": 1000, \"buffer_size\": 1500,"
              " \"buffer_count\": 3}", s->nvme);
-    for (int phase = 0; phase < 2; phase++) {
+    for (int phase = 0; phase < 3; phase++) {
         engine_t *d = make_engine(s, data, 0);
         ds_step_info info;
         off_train(d, 1, &info);
@@ -534,11 +535,22 @@ static void param_read_fails(setup *s, engine_t *a, const ds_dataset *data, int 
         snprintf(before, sizeof before, "%s/param_before_%d", s->dir, phase);
         REQUIRE_OK(ds_save_checkpoint(d, before, NULL, NULL));
         ds_status st;
-        const char *where = phase ? "backward" : "forward";
+        const char *where = phase == 2 ? "an evaluation" : phase ? "a backward" : "a forward";
         if (phase == 0) {
             setenv("DS_FAULT_INJECT", "error:nvme:param_read:rank=1", 1);
             st = ds_train_batch(d, &info);
             unsetenv("DS_FAULT_INJECT");
+        } else if (phase == 2) { /* rank 0 would compute with rank 1's zeros */
+            ds_host_batch hb;
+            REQUIRE_OK(ds_host_batch_alloc(&hb, data, ds_get_model(d), 4));
+            size_t rows[4];
+            for (int k = 0; k < 4; k++) rows[k] = (size_t)(rank * 4 + k);
+            REQUIRE_OK(ds_host_batch_fill(&hb, data, rows, 4));
+            double loss, weight;
+            setenv("DS_FAULT_INJECT", "error:nvme:param_read:rank=1", 1);
+            st = ds_evaluate(d, &hb.batch, &loss, &weight);
+            unsetenv("DS_FAULT_INJECT");
+            ds_host_batch_free(&hb);
         } else {
             ds_host_batch hb;
             REQUIRE_OK(ds_host_batch_alloc(&hb, data, ds_get_model(d), 4));
@@ -562,9 +574,9 @@ static void param_read_fails(setup *s, engine_t *a, const ds_dataset *data, int 
         const char *msg = ds_last_error();
         CHECK(st == DS_ERR_IO && strstr(msg, "params.swp") &&
                   (rank == 1 || strstr(msg, "rank 1 failed")),
-              "rank 1's parameter file failing in a %s: rank %d got %s: %s", where, rank,
+              "rank 1's parameter file failing in %s: rank %d got %s: %s", where, rank,
               ds_status_to_string(st), msg);
-        if (rank == 0) printf("  rank 1's parameter file failing in a %s, on rank 0: %s\n",
+        if (rank == 0) printf("  rank 1's parameter file failing in %s, on rank 0: %s\n",
                               where, msg);
         reload_after_loss(s, a, d, data, 0, before, 3, rank);
     }
