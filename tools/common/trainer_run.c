@@ -152,18 +152,28 @@ int tr_run_init(tr_run *r, const char *prog, const tr_opts *o, ds_model *model,
  * a read error) would leave the others waiting in the next ds_set_param.
  * So the ranks agree before each tensor is set and once at the end: each
  * agreement is one all-reduce of [ranks that failed, the sum of their
- * rank + 1]. A rank whose load failed makes its final agreement where the
- * others make the one before their next tensor, so every rank learns of the
- * failure at once (the model partly loaded alike on every rank). */
+ * rank + 1, ranks at their closing agreement]. A rank whose load failed
+ * makes its final agreement where the others make the one before their next
+ * tensor, so every rank learns of the failure at once (the model partly
+ * loaded alike on every rank); so does a rank whose copy of the folder holds
+ * fewer tensors (the loader initialises missing ones), which the third
+ * count tells. */
 typedef struct init_agree {
     engine_t *e;
     int rank;
     bool told; /* this rank's load stopped at a failed agreement */
 } init_agree;
 
-static ds_status agree_init(init_agree *a, bool failed) {
-    int32_t v[2] = {failed ? 1 : 0, failed ? a->rank + 1 : 0};
-    DS_TRY(ds_all_reduce_host(a->e, v, 2, DS_I32));
+static ds_status agree_init(init_agree *a, bool failed, bool closing) {
+    int32_t v[3] = {failed ? 1 : 0, failed ? a->rank + 1 : 0, closing ? 1 : 0};
+    DS_TRY(ds_all_reduce_host(a->e, v, 3, DS_I32));
+    int world = ds_world_size(a->e);
+    if (v[0] == 0 && v[2] != 0 && v[2] != world) { /* some ranks at their end, some not */
+        a->told = true;
+        return DS_ERR(DS_ERR_IO, "the ranks' folders differ: %d of %d ranks found no more "
+                      "tensors while the others have more to set (a copy of the folder on "
+                      "some host missing files?); every rank stops", v[2], world);
+    }
     if (v[0] == 0 || failed) return DS_OK;
     a->told = true;
     if (v[0] == 1)
@@ -175,7 +185,7 @@ static ds_status agree_init(init_agree *a, bool failed) {
 
 static ds_status set_agreed(void *user, const char *name, const float *values, size_t numel) {
     init_agree *a = user;
-    DS_TRY(agree_init(a, false));
+    DS_TRY(agree_init(a, false, false));
     return ds_set_param(a->e, name, values, numel);
 }
 
@@ -190,7 +200,7 @@ static ds_status load_init_weights(tr_run *r) {
     if (!a.told) { /* the closing agreement: a failure of this rank's own, or none */
         ds_error_saved mine;
         ds_error_save(&mine);
-        ds_status agreed = agree_init(&a, st != DS_OK);
+        ds_status agreed = agree_init(&a, st != DS_OK, true);
         if (st == DS_OK) st = agreed;
         else ds_error_restore(&mine);
     }
