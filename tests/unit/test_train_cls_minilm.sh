@@ -12,8 +12,9 @@
 # pretrained encoder, so 0.2 leaves room for any BLAS's rounding without
 # letting a model that does not learn pass); at least 30 of the 32 rows are
 # classified right afterwards (32 of 32 when written; 2 rows of slack for the
-# same reason); predict loads the saved folder and labels two texts; and a
-# rank that cannot read --init stops every rank at once, named.
+# same reason); predict loads the saved folder and labels two texts; a
+# rank that cannot read --init stops every rank at once, named; and ranks
+# whose copies of --init hold other tensors stop before a mismatched set.
 set -u
 . "$(dirname "$0")/test_util.sh"
 need_args 3 "BIN_DIR MINILM_DIR MPIRUN_FLAGS" $#
@@ -76,6 +77,41 @@ grep -q 'init:read: failure injected by DS_FAULT_INJECT on rank 1' "$tmp/log_fai
   fail "rank 1 did not say why: $(tail -n 4 "$tmp/log_fail")"
 grep -q 'ends the job with MPI_Abort' "$tmp/log_fail" &&
   fail "a rank waited for the other until its exit: $(tail -n 4 "$tmp/log_fail")"
+
+# Ranks whose copies of --init differ (rank 1's lacks layer 2: its loader
+# would initialise those tensors and set one tensor fewer, pairing the
+# others' layer-2 ds_set_param with its layer-3 one): every rank stops before a
+# mismatched set. Rank 1's folder: MiniLM's, its safetensors rewritten
+# without encoder.layer.2.* (mpirun's ':' gives each rank its own --init).
+mkdir -p "$tmp/short"
+cp "$minilm/config.json" "$minilm/vocab.txt" "$tmp/short/"
+python3 - "$minilm/model.safetensors" "$tmp/short/model.safetensors" <<'PY'
+import json, struct, sys
+src = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", src[:8])[0]
+head = json.loads(src[8:8 + n])
+data = src[8 + n:]
+out, blob = {}, bytearray()
+for k, v in head.items():
+    if k == "__metadata__":
+        out[k] = v
+        continue
+    if "layer.2." in k:
+        continue
+    a, b = v["data_offsets"]
+    out[k] = dict(v, data_offsets=[len(blob), len(blob) + b - a])
+    blob += data[a:b]
+h = json.dumps(out).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + bytes(blob))
+PY
+args=(--config "$tmp/c.json" --data "$tmp/d.csv" --max-seq-len 32 --max-steps 2)
+# shellcheck disable=SC2086 # the flags are a list of words
+OMP_NUM_THREADS=1 timeout 120 mpirun $mpirun_flags -np 1 "$bin/train_cls" "${args[@]}" \
+  --init "$minilm" : -np 1 "$bin/train_cls" "${args[@]}" --init "$tmp/short" \
+  >"$tmp/log_short" 2>&1 && fail "train_cls with a shorter --init on rank 1 exited 0"
+grep -q "loading --init .*: the ranks' folders differ" "$tmp/log_short" ||
+  fail "the ranks did not say their folders differ: $(tail -n 4 "$tmp/log_short")"
 
 for f in config.json model.safetensors vocab.txt; do
   [ -s "$tmp/out/$f" ] || fail "--save-dir lacks $f"

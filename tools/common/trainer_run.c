@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,40 +153,55 @@ int tr_run_init(tr_run *r, const char *prog, const tr_opts *o, ds_model *model,
  * a read error) would leave the others waiting in the next ds_set_param.
  * So the ranks agree before each tensor is set and once at the end: each
  * agreement is one all-reduce of [ranks that failed, the sum of their
- * rank + 1, ranks at their closing agreement]. A rank whose load failed
- * makes its final agreement where the others make the one before their next
- * tensor, so every rank learns of the failure at once (the model partly
- * loaded alike on every rank); so does a rank whose copy of the folder holds
- * fewer tensors (the loader initialises missing ones), which the third
- * count tells. */
+ * rank + 1, a mark of the tensor each is about to set]. A rank whose load
+ * failed makes its final agreement where the others make the one before
+ * their next tensor, so every rank learns of the failure at once (the model
+ * partly loaded alike on every rank); ranks about to set different tensors
+ * (a copy of the folder that lacks some: the loader initialises a missing
+ * tensor instead) stop alike too, before a ds_set_param could pair one
+ * rank's tensor with another's. */
 typedef struct init_agree {
     engine_t *e;
     int rank;
     bool told; /* this rank's load stopped at a failed agreement */
 } init_agree;
 
-static ds_status agree_init(init_agree *a, bool failed, bool closing) {
-    int32_t v[3] = {failed ? 1 : 0, failed ? a->rank + 1 : 0, closing ? 1 : 0};
-    DS_TRY(ds_all_reduce_host(a->e, v, 3, DS_I32));
-    int world = ds_world_size(a->e);
-    if (v[0] == 0 && v[2] != 0 && v[2] != world) { /* some ranks at their end, some not */
+/* 1..65535 for a tensor's name, 0 for the closing agreement */
+static double name_mark(const char *name) {
+    if (!name) return 0.0;
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const char *c = name; *c; c++) h = (h ^ (uint8_t)*c) * 16777619u;
+    return 1.0 + (double)(h % 65535u);
+}
+
+/* name: the tensor about to be set, NULL at the closing agreement. The
+ * marks ride as their sum and the sum of their squares: all ranks' marks
+ * are equal exactly when world * sum(m^2) == sum(m)^2, every term an
+ * integer far below 2^53, so the doubles are exact. */
+static ds_status agree_init(init_agree *a, bool failed, const char *name) {
+    double m = name_mark(name);
+    double v[4] = {failed ? 1 : 0, failed ? a->rank + 1 : 0, m, m * m};
+    DS_TRY(ds_all_reduce_host(a->e, v, 4, DS_F64));
+    double world = ds_world_size(a->e);
+    if (v[0] == 0 && world * v[3] != v[2] * v[2]) { /* the ranks are at different tensors */
         a->told = true;
-        return DS_ERR(DS_ERR_IO, "the ranks' folders differ: %d of %d ranks found no more "
-                      "tensors while the others have more to set (a copy of the folder on "
-                      "some host missing files?); every rank stops", v[2], world);
+        return DS_ERR(DS_ERR_IO, "the ranks' folders differ: at this point of the load some "
+                      "rank sets another tensor%s (a copy of the folder on some host with "
+                      "other files?); every rank stops",
+                      name ? "" : " while this one has no more");
     }
     if (v[0] == 0 || failed) return DS_OK;
     a->told = true;
     if (v[0] == 1)
         return DS_ERR(DS_ERR_IO, "rank %d could not load it (its own error is in its output); "
-                      "every rank stops", v[1] - 1);
+                      "every rank stops", (int)v[1] - 1);
     return DS_ERR(DS_ERR_IO, "%d ranks could not load it (their own errors are in their "
-                  "output); every rank stops", v[0]);
+                  "output); every rank stops", (int)v[0]);
 }
 
 static ds_status set_agreed(void *user, const char *name, const float *values, size_t numel) {
     init_agree *a = user;
-    DS_TRY(agree_init(a, false, false));
+    DS_TRY(agree_init(a, false, name));
     return ds_set_param(a->e, name, values, numel);
 }
 
@@ -200,7 +216,7 @@ static ds_status load_init_weights(tr_run *r) {
     if (!a.told) { /* the closing agreement: a failure of this rank's own, or none */
         ds_error_saved mine;
         ds_error_save(&mine);
-        ds_status agreed = agree_init(&a, st != DS_OK, true);
+        ds_status agreed = agree_init(&a, st != DS_OK, NULL);
         if (st == DS_OK) st = agreed;
         else ds_error_restore(&mine);
     }
