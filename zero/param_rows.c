@@ -344,21 +344,26 @@ ds_status ds_param_rows_wait(ds_param_rows *r) {
     return DS_OK;
 }
 
+/* NaN over every piece of table t outside this rank's partition, in buf
+ * (holding flat elements from buf_lo on: the replica, or stage 3's
+ * window); all bits set is a NaN in fp32, fp16 and bf16. */
+static ds_status nan_outside(ds_param_rows *r, const table *t, void *buf, int64_t buf_lo) {
+    int64_t plo = (int64_t)r->comm->rank * r->f->part, phi = plo + r->f->part;
+    int64_t a = t->off, b = t->off + t->numel;
+    if (a < plo)
+        DS_TRY(r->be->ops->memset(r->be, ds_at(buf, r->pt, a - buf_lo), 0xff,
+                                  (size_t)((b < plo ? b : plo) - a) * es(r), NULL));
+    if (b > phi)
+        DS_TRY(r->be->ops->memset(r->be, ds_at(buf, r->pt, (a > phi ? a : phi) - buf_lo), 0xff,
+                                  (size_t)(b - (a > phi ? a : phi)) * es(r), NULL));
+    return DS_OK;
+}
+
 ds_status ds_param_rows_start(ds_param_rows *r) {
     DS_TRY(ds_param_rows_wait(r));
-    int me = r->comm->rank;
     for (int i = 0; i < r->n; i++) {
         table *t = &r->t[i];
-        /* NaN over every piece of the table outside this rank's partition
-         * (all bits set is a NaN in fp32, fp16 and bf16) */
-        int64_t plo = (int64_t)me * r->f->part, phi = plo + r->f->part;
-        int64_t a = t->off, b = t->off + t->numel;
-        if (a < plo)
-            DS_TRY(r->be->ops->memset(r->be, ds_at(r->params, r->pt, a), 0xff,
-                                      (size_t)((b < plo ? b : plo) - a) * es(r), NULL));
-        if (b > phi)
-            DS_TRY(r->be->ops->memset(r->be, ds_at(r->params, r->pt, a > phi ? a : phi), 0xff,
-                                      (size_t)(b - (a > phi ? a : phi)) * es(r), NULL));
+        DS_TRY(nan_outside(r, t, r->params, 0));
         for (int64_t u = 0; u < t->R; u++) t->fresh[u] = owned(r, t, u);
         t->whole = false;
     }
@@ -431,18 +436,8 @@ ds_status ds_param_rows_plan(ds_param_rows *r, const ds_batch *host, const ds_te
 }
 
 ds_status ds_param_rows_nan(ds_param_rows *r, int m, void *win, int64_t win_lo) {
-    int64_t plo = (int64_t)r->comm->rank * r->f->part, phi = plo + r->f->part;
-    for (int i = 0; !r->want_whole && i < r->n; i++) {
-        table *t = &r->t[i];
-        if (r->f->params[t->param].module != m) continue;
-        int64_t a = t->off, b = t->off + t->numel;
-        if (a < plo)
-            DS_TRY(r->be->ops->memset(r->be, ds_at(win, r->pt, a - win_lo), 0xff,
-                                      (size_t)((b < plo ? b : plo) - a) * es(r), NULL));
-        if (b > phi)
-            DS_TRY(r->be->ops->memset(r->be, ds_at(win, r->pt, (a > phi ? a : phi) - win_lo),
-                                      0xff, (size_t)(b - (a > phi ? a : phi)) * es(r), NULL));
-    }
+    for (int i = 0; !r->want_whole && i < r->n; i++)
+        if (r->f->params[r->t[i].param].module == m) DS_TRY(nan_outside(r, &r->t[i], win, win_lo));
     return DS_OK;
 }
 

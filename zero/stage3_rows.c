@@ -8,8 +8,10 @@
  * what plain stage 3's forward waits for. The rows a rank did not bring hold
  * NaN in the slot, so a module that reads another row gets a non-finite loss,
  * never a stale value; the module's backward reads the same slot (the same
- * micro-batch). An evaluation, a prediction, and the next micro-batch
- * gather afresh (stage3.c's begin_forward drops such a slot). */
+ * micro-batch). An evaluation or a prediction (no batch posted: the tables
+ * whole, through the same exchange, so every rank makes the same
+ * collectives) and the next micro-batch gather afresh (stage3.c's
+ * begin_forward drops such a slot). */
 #include "engine/backend/backend.h"
 #include "zero/param_rows.h"
 #include "zero/stage3_impl.h"
