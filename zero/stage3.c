@@ -142,7 +142,7 @@ static ds_status start_gather_range(stage3 *s, slot *sl, int64_t begin, int64_t 
     sl->fill_sec = false;
     sl->begin = begin;
     sl->read_err = DS_OK;
-    sl->rows_of = 0;
+    sl->by_rows = false;
     sl->n_xjobs = 0;
     if (mine > 0 && sec && s->qwz) { /* DeepSpeed quantizes the secondary piece too */
         DS_TRY(quantize_mine(s, sl, rank, ds_s3_secondary_at(&s->x, begin)));
@@ -418,7 +418,7 @@ static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
 }
 
 static void invalidate(stage3 *s) {
-    for (int k = 0; k < s->n_slots; k++) s->slots[k].valid = false, s->slots[k].rows_of = 0;
+    for (int k = 0; k < s->n_slots; k++) s->slots[k].valid = false, s->slots[k].by_rows = false;
     s->persist_valid = false;
     s->persist_err = DS_OK;
     ds_s3_invalidate(&s->x);
@@ -438,12 +438,11 @@ static ds_status begin_forward(ds_zero *z, const ds_batch *host, const ds_tensor
     if (!s->rows) return DS_OK;
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
-        if (!sl->rows_of) continue;
+        if (!sl->by_rows) continue;
         DS_TRY(finish_gather(s, sl));
         sl->valid = false;
-        sl->rows_of = 0;
+        sl->by_rows = false;
     }
-    s->batch_no++;
     DS_TRY(ds_param_rows_plan(s->rows, host, inputs, n_inputs));
     return DS_OK;
 }

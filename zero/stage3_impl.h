@@ -44,8 +44,8 @@ typedef struct slot {
     struct stage3 *owner; /* for the hierarchical gather's job */
     /* gather_rows (zero/stage3_rows.c): a span holding a table that the
      * forward reads by rows came as the dense ranges around it (xjobs) and
-     * the rows micro-batch rows_of names (job); 0: gathered whole */
-    uint64_t rows_of;
+     * the rows the current micro-batch names (job); false: whole */
+    bool by_rows;
     int n_xjobs;
     ds_comm_job xjobs[S3_XJOBS];
     size_t *xcounts[S3_XJOBS]; /* [world] each */
@@ -87,10 +87,8 @@ typedef struct stage3 {
     int64_t prefetch_limit, reuse_limit, persist_threshold;
     bool qwz;          /* zero_quantized_weights */
     /* gather_rows (zero/stage3_rows.c): the tables gathered by rows, NULL
-     * where none qualifies or the config rules it out; the micro-batches
-     * posted by the forwards, counted from 1 */
+     * where none qualifies or the config rules it out */
     struct ds_param_rows *rows;
-    uint64_t batch_no;
 } stage3;
 
 static inline stage3 *S(ds_zero *z) { return (stage3 *)z->impl; }

@@ -23,7 +23,6 @@ ds_status ds_s3_rows_create(stage3 *s, const ds_zero_desc *d) {
         s->comm->world < 2)
         return DS_OK;
     DS_TRY(ds_param_rows_create(s->be, s->comm, s->worker, s->flat, NULL, s->pt, &s->rows));
-    s->batch_no = 1; /* a slot's rows_of is never 0 (gathered whole), even before a forward */
     return DS_OK;
 }
 
@@ -98,7 +97,7 @@ ds_status ds_s3_rows_start(stage3 *s, slot *sl, int m) {
     ds_zero_describe_range(s->flat, fm->begin, fm->end, "parameter gather by rows", sl->job.what,
                            sizeof sl->job.what);
     DS_TRY(ds_comm_job_submit(s->worker, &sl->job));
-    sl->rows_of = s->batch_no;
+    sl->by_rows = true;
     sl->valid = true;
     sl->pending = true;
     return DS_OK;
