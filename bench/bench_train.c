@@ -107,6 +107,7 @@ typedef struct timing {
                              through OpenBLAS (rb) and the backend's slot (rk) */
     gemm_replay gr;
     ds_comm_stats c0, c1; /* the engine's communication before / after the timed steps */
+    double wfw, wbw, wst; /* of c1.wait_s - c0.wait_s: what each phase waited, summed */
     float loss0;          /* the first step's loss (this rank's rows), to compare models */
 } timing;
 
@@ -182,15 +183,20 @@ static ds_status timed_step(const bench *b, engine_t *e, int i, timing *tm) {
     if (i == b->warmup) ds_comm_report(e, &tm->c0);
     const bool record = b->replay && i == b->warmup - 1;
     if (record) DS_TRY(gr_record_begin(&tm->gr, e->be));
+    ds_comm_stats w0, w1, w2, w3; /* the waits of each phase */
+    ds_comm_report(e, &w0);
     double t0 = now_s();
     float loss;
     DS_TRY(ds_forward(e, &batch, &loss));
     if (i == 0) tm->loss0 = loss;
     double t1 = now_s();
+    ds_comm_report(e, &w1);
     DS_TRY(ds_backward(e));
     double t2 = now_s();
+    ds_comm_report(e, &w2);
     ds_status st = ds_step(e);
     double t3 = now_s();
+    ds_comm_report(e, &w3);
     if (record && !gr_record_end(&tm->gr))
         return DS_ERR(DS_ERR_OOM, "bench_train: --gemm-replay: out of memory");
     DS_TRY(st);
@@ -201,6 +207,9 @@ static ds_status timed_step(const bench *b, engine_t *e, int i, timing *tm) {
         tm->fw[k] = t1 - t0;
         tm->bw[k] = t2 - t1;
         tm->st[k] = t3 - t2;
+        tm->wfw += w1.wait_s - w0.wait_s;
+        tm->wbw += w2.wait_s - w1.wait_s;
+        tm->wst += w3.wait_s - w2.wait_s;
         if (b->replay) {
             DS_TRY(gr_run(&tm->gr, true, &tm->rb[k]));
             DS_TRY(gr_run(&tm->gr, false, &tm->rk[k]));
@@ -271,8 +280,9 @@ static void report(const bench *b, engine_t *e, const timing *tm) {
                C, log((double)C));
     if (ds_rank(e) == 0)
         printf("bench_train: stage %d overlap %d communication per step: %.1f MB sent, %.3f s in "
-               "collectives, %.3f s waited for, %.0f%% hidden\n", b->stage, overlap,
-               mb / steps, coll / steps, wait / steps,
+               "collectives, %.3f s waited for (forward %.3f, backward %.3f, step %.3f), %.0f%% "
+               "hidden\n", b->stage, overlap, mb / steps, coll / steps, wait / steps,
+               tm->wfw / steps, tm->wbw / steps, tm->wst / steps,
                coll > 0 ? 100.0 * (1.0 - (wait < coll ? wait : coll) / coll) : 0.0);
     if (ds_rank(e) == 0 && tm->check) { /* what the check exchanged for */
         uint64_t calls = tm->c1.host_calls - tm->c0.host_calls;
