@@ -228,7 +228,7 @@ static ds_status forward_failed(engine_t *e, ds_status st, int from, int upto, b
     for (int i = from; ws == DS_OK && i < upto; i++) {
         float **params, **tied;
         ws = e->zero->ops->fetch(e->zero, i, &params, &tied);
-        if (ws != DS_OK && !comm_failure(ws)) { /* its gathers went: walk on */
+        if (ws != DS_OK && e->zero->fetch_unread) { /* its gathers went: walk on */
             e->fetch_failed = true;
             ws = DS_OK;
         }
@@ -251,9 +251,16 @@ static ds_status run_forward(engine_t *e, int upto, bool training) {
         ds_module *mod = e->model->modules[i];
         float **params, **tied;
         ds_status fst = e->zero->ops->fetch(e->zero, i, &params, &tied);
-        if (fst != DS_OK) { /* this rank's own piece unread (offload_param's disk):
-                             * its gathers went, so the walk goes on */
-            if (comm_failure(fst)) return fst;
+        if (fst != DS_OK) {
+            /* only this rank's own piece unread (offload_param's disk): its
+             * gathers went, so the walk goes on; anything else (a collective,
+             * the communication thread, an allocation) may have parted the
+             * ranks' calls, and a walk would fail at once on this rank while
+             * the others wait in the gathers it skipped */
+            if (!e->zero->fetch_unread) {
+                if (!comm_failure(fst)) ds_error_prefix("the parameters of %s", mod->name);
+                return fst;
+            }
             e->fetch_failed = true;
             (void)e->zero->ops->release(e->zero, i);
             ds_error_prefix("the parameters of %s", mod->name);
@@ -342,10 +349,13 @@ ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out) {
     ds_status st = upload_batch(e, host_batch, true);
     if (st == DS_OK && host_batch->B == 0)
         st = DS_ERR(DS_ERR_INVALID_ARG, "ds_forward: empty batch");
+    if (st == DS_OK) {
+        st = begin_forward(e, host_batch); /* a table's rows it cannot plan: refused alike */
+        if (st != DS_OK) ds_error_prefix("ds_forward");
+    }
     if (st != DS_OK) {
         st = forward_failed(e, st, 0, n, true);
     } else {
-        DS_TRY(begin_forward(e, host_batch));
         e->fwd_seed = mix64(e->seed ^ mix64((uint64_t)e->micro_steps + 0x5151));
         ds_preempt_note(DS_PREEMPT_IN_STEP, e->micro_in_step + 1,
                         (int)e->cfg.gradient_accumulation_steps);
@@ -430,11 +440,12 @@ ds_status ds_backward(engine_t *e) {
     for (int i = n - 1; i >= 0; i--) {
         ds_module *mod = e->model->modules[i];
         float **params, **tied, **grads;
-        /* a fetch that failed on this rank alone (offload_param's disk) fails
-         * the module, as its backward failing would: its gathers went */
+        /* a fetch that failed for this rank's own piece alone (offload_param's
+         * disk) fails the module, as its backward failing would: its gathers
+         * went; any other failure may have parted the ranks (run_forward) */
         ds_status st = e->zero->ops->fetch(e->zero, i, &params, &tied);
-        if (comm_failure(st)) return st;
-        if (st != DS_OK) ds_error_prefix("the parameters of %s", mod->name);
+        if (st != DS_OK && !comm_failure(st)) ds_error_prefix("the parameters of %s", mod->name);
+        if (st != DS_OK && !e->zero->fetch_unread) return st;
         DS_TRY(e->zero->ops->grad_slots(e->zero, i, &grads));
         DS_TRY(ds_ties_fold(e->ties, i, grads)); /* later modules' uses of its parameters */
         ds_module_ctx ctx = module_ctx(e, i, true);
@@ -749,7 +760,8 @@ ds_status ds_evaluate(engine_t *e, const ds_batch *host_batch, double *loss, dou
     e->fetch_failed = false;
     ds_status st = upload_batch(e, host_batch, true);
     if (st != DS_OK) return eval_agree(e, forward_failed(e, st, 0, n, true));
-    DS_TRY(begin_forward(e, NULL));
+    st = begin_forward(e, NULL);
+    if (st != DS_OK) return eval_agree(e, forward_failed(e, st, 0, n, false));
     DS_TRY(eval_agree(e, run_forward(e, n, false))); /* through the loss, no dropout */
     if (host_batch->B == 0) return DS_OK;
     float out[2];
@@ -771,7 +783,8 @@ ds_status ds_predict(engine_t *e, const ds_batch *host_batch, float *out) {
     e->fetch_failed = false;
     ds_status st = upload_batch(e, host_batch, false);
     if (st != DS_OK) return eval_agree(e, forward_failed(e, st, 0, n - 1, true));
-    DS_TRY(begin_forward(e, NULL));
+    st = begin_forward(e, NULL);
+    if (st != DS_OK) return eval_agree(e, forward_failed(e, st, 0, n - 1, false));
     DS_TRY(eval_agree(e, run_forward(e, n - 1, false))); /* stop before the loss module */
     if (host_batch->B > 0)
         DS_TRY(e->be->ops->memcpy(e->be, out, e->act[n - 2],

@@ -174,3 +174,9 @@ ds_rows_test(param_rows_lie_np2 2 --stage 1 --lie 1)
 ds_rows_test(param_rows_stage3_np2 2 --stage 3)
 ds_rows_test(param_rows_stage3_gas2_np3 3 --stage 3 --gas 2)
 ds_rows_test(param_rows_lie_stage3_np2 2 --stage 3 --lie 1)
+# the table between dense parameters of its module (stage 3: their own jobs
+# beside the rows), and a batch that lacks the rows' input on one rank
+ds_rows_test(param_rows_around_stage2_np2 2 --stage 2 --around 1)
+ds_rows_test(param_rows_around_stage3_gas2_np2 2 --stage 3 --gas 2 --around 1)
+ds_rows_test(param_rows_absent_stage2_np2 2 --stage 2 --absent 1)
+ds_rows_test(param_rows_absent_stage3_np2 2 --stage 3 --absent 1 --around 1)

@@ -324,6 +324,7 @@ static bool needs_persist(const stage3 *s, int m) {
 
 static ds_status fetch(ds_zero *z, int m, float ***out, float ***tied) {
     stage3 *s = S(z);
+    z->fetch_unread = false;
     int dir = m >= s->last_fetch ? 1 : -1; /* forward walks up, backward down */
     if (m == s->last_fetch) dir = -1;      /* the turnaround: backward starts here */
     s->last_fetch = m;
@@ -364,6 +365,7 @@ static ds_status fetch(ds_zero *z, int m, float ***out, float ***tied) {
     /* the file lost since (a read failed before): a cached span or hpZ's
      * secondary copy may hold the zeros that went in its place */
     else if (s->ps) bad = ds_param_store_check(s->ps);
+    z->fetch_unread = bad != DS_OK;
     return bad;
 }
 
@@ -424,9 +426,21 @@ static void invalidate(stage3 *s) {
     ds_s3_invalidate(&s->x);
 }
 
+/* Every slot's gather landed. A failure does not stop the drain: a slot
+ * left pending would be forgotten by invalidate() (by_rows cleared) while
+ * its job still reads the rows plan the next forward rewrites. */
 static ds_status drain_slots(stage3 *s) {
-    for (int k = 0; k < s->n_slots; k++) DS_TRY(finish_gather(s, &s->slots[k]));
-    return DS_OK;
+    ds_status first = DS_OK;
+    ds_error_saved why;
+    for (int k = 0; k < s->n_slots; k++) {
+        ds_status st = finish_gather(s, &s->slots[k]);
+        if (st != DS_OK && first == DS_OK) {
+            first = st;
+            ds_error_save(&why);
+        }
+    }
+    if (first != DS_OK) ds_error_restore(&why);
+    return first;
 }
 
 /* A forward starts: with gather_rows, a span gathered by the last

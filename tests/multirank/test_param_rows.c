@@ -3,7 +3,7 @@
  * update by those rows alone. That changes how many bytes travel, never
  * what a module reads.
  *
- *   test_param_rows --stage 1|2|3 [--gas G] [--lie 1]
+ *   test_param_rows --stage 1|2|3 [--gas G] [--lie 1] [--around 1] [--absent 1]
  *
  * A user's module written against the public module API (user_bag.h):
  * y[b, :] = sum over unmasked t of W[ids[b, t], :] over a 512-row table,
@@ -31,6 +31,16 @@
  *    step 2 (the first forward after an update) must be NaN, where the run
  *    without rows_read_by stays finite: a module that breaks its
  *    declaration fails loudly instead of reading a stale row.
+ *  - --around 1: the table sits between two biases of its module, so the
+ *    span has dense parameters on both sides of it (stage 3 gathers them
+ *    by jobs of their own beside the rows: zero/stage3_rows.c); the same
+ *    bits.
+ *  - --absent 1: input_ids is optional, and the last rank's batch of step
+ *    ABSENT_STEP leaves it out. With rows_read_by that rank cannot plan the
+ *    table's rows before its forward; without, its module fails. Either
+ *    way every rank's ds_forward of that step must fail, the others naming
+ *    that rank, within the test's time (not a wait for a peer that went
+ *    elsewhere), and both runs then train on alike: the same bits.
  * The losses must fall, so a run that trained nothing cannot pass. */
 #include <math.h>
 #include <stdio.h>
@@ -48,8 +58,10 @@
 #define EMB 8
 #define VOCAB 512
 
+#define ABSENT_STEP 3 /* --absent: the step (from 1) whose last rank's batch lacks input_ids */
+
 typedef struct opts {
-    int stage, gas, lie;
+    int stage, gas, lie, around, absent;
 } opts;
 
 /* Rank q's micro-batch j of step s (step -1: the evaluation's). */
@@ -59,7 +71,7 @@ typedef struct ubatch {
     ds_batch b;
 } ubatch;
 
-static ds_status user_batch(int step, int q, int world, int j, ubatch *u) {
+static ds_status user_batch(int step, int q, int world, int j, bool absent, ubatch *u) {
     unsigned s = 7919u * (unsigned)(((step + 2) * world + q) * 8 + j + 1);
     for (int b = 0; b < MICRO; b++) {
         int len = 2 + (b * 3 + step + 7) % (T_LEN - 1);
@@ -71,7 +83,7 @@ static ds_status user_batch(int step, int q, int world, int j, ubatch *u) {
         u->target[b] = 0.25f * (float)((b + step + 3) % 3);
     }
     u->b = (ds_batch){.B = MICRO, .T = T_LEN};
-    DS_TRY(ds_batch_set(&u->b, "input_ids", DS_I32, u->ids));
+    if (!absent) DS_TRY(ds_batch_set(&u->b, "input_ids", DS_I32, u->ids));
     DS_TRY(ds_batch_set(&u->b, "attention_mask", DS_F32, u->mask));
     DS_TRY(ds_batch_set(&u->b, "target", DS_F32, u->target));
     return DS_OK;
@@ -89,7 +101,8 @@ typedef struct run {
 
 static int train(const opts *o, bool rows, bool lie, run *r) {
     ds_model *model;
-    ub_desc ud = {.vocab = VOCAB, .width = EMB, .max_seq_len = T_LEN, .rows = rows, .lie = lie};
+    ub_desc ud = {.vocab = VOCAB, .width = EMB, .max_seq_len = T_LEN, .rows = rows, .lie = lie,
+                  .around = o->around, .optional_ids = o->absent};
     if (ub_model(&ud, &model) != DS_OK) {
         fprintf(stderr, "model: %s\n", ds_last_error());
         return 1;
@@ -129,8 +142,24 @@ static int train(const opts *o, bool rows, bool lie, run *r) {
         for (int j = 0; j < o->gas && rc == 0; j++) {
             ubatch u;
             /* two batches in turn, so the rows they name learn */
-            ds_status st = user_batch(s % 2, rank, world, j, &u);
+            bool absent_step = o->absent && s + 1 == ABSENT_STEP && j == 0;
+            ds_status st = user_batch(s % 2, rank, world, j, absent_step && rank == world - 1, &u);
             if (st == DS_OK) st = ds_forward(e, &u.b, NULL);
+            if (absent_step) { /* refused on every rank, naming the input; then on */
+                char want[64];
+                snprintf(want, sizeof want, rank == world - 1 ? "input_ids" : "rank %d",
+                         world - 1);
+                if (st == DS_OK || !strstr(ds_last_error(), want)) {
+                    fprintf(stderr, "rows %d step %d: the forward without input_ids on rank "
+                            "%d gave %s (want a failure naming \"%s\")\n", rows, s + 1,
+                            world - 1, st == DS_OK ? "no error" : ds_last_error(), want);
+                    rc = 1;
+                } else if (rank == 0) {
+                    printf("rows %d step %d refused as it should: %s\n", rows, s + 1,
+                           ds_last_error());
+                }
+                continue;
+            }
             if (st == DS_OK) st = ds_backward(e);
             if (st == DS_OK) st = ds_step(e);
             if (st != DS_OK) {
@@ -145,7 +174,7 @@ static int train(const opts *o, bool rows, bool lie, run *r) {
         if (s == 3 && rc == 0) { /* an evaluation between updates: the table whole first */
             ubatch u;
             double loss, weight;
-            if (user_batch(-1, rank, world, 0, &u) != DS_OK ||
+            if (user_batch(-1, rank, world, 0, false, &u) != DS_OK ||
                 ds_evaluate(e, &u.b, &loss, &weight) != DS_OK) {
                 fprintf(stderr, "rows %d evaluate: %s\n", rows, ds_last_error());
                 rc = 1;
@@ -167,6 +196,8 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--stage")) o.stage = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--gas")) o.gas = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--lie")) o.lie = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--around")) o.around = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--absent")) o.absent = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "test_param_rows: unknown option %s\n", argv[i]);
             return 2;
@@ -208,10 +239,14 @@ int main(int argc, char **argv) {
             printf("FAIL: final weights differ\n");
             fails++;
         }
-        if (!(rows.gathered * 2 < dense.gathered)) {
+        /* --absent: the refused micro-batch makes its exchange for the whole
+         * table (the rank without input_ids asks for every row, engine_step.c
+         * forward_failed), one dense round on top of the rows' own: fewer
+         * bytes than the dense run still, not under half */
+        if (o.absent ? !(rows.gathered < dense.gathered) : !(rows.gathered * 2 < dense.gathered)) {
             printf("FAIL: the rows run gathered %llu bytes, the dense run %llu: not under "
-                   "half\n", (unsigned long long)rows.gathered,
-                   (unsigned long long)dense.gathered);
+                   "%s\n", (unsigned long long)rows.gathered,
+                   (unsigned long long)dense.gathered, o.absent ? "it" : "half");
             fails++;
         }
         /* the buffers the rows add (packing, counts, asked rows), in the
@@ -228,9 +263,9 @@ int main(int argc, char **argv) {
             fails++;
         }
     }
-    printf("%s: stage %d gas %d lie %d: losses %.6f -> %.6f (rows) / %.6f (dense), all-gather "
-           "bytes %llu (rows) / %llu (dense)\n", fails ? "FAIL" : "ok", o.stage, o.gas, o.lie,
-           rows.loss[0], rows.loss[STEPS - 1], dense.loss[STEPS - 1],
+    printf("%s: stage %d gas %d lie %d around %d absent %d: losses %.6f -> %.6f (rows) / %.6f "
+           "(dense), all-gather bytes %llu (rows) / %llu (dense)\n", fails ? "FAIL" : "ok",
+           o.stage, o.gas, o.lie, o.around, o.absent, rows.loss[0], rows.loss[STEPS - 1], dense.loss[STEPS - 1],
            (unsigned long long)rows.gathered, (unsigned long long)dense.gathered);
     free(dense.weights);
     free(rows.weights);

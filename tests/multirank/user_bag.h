@@ -5,8 +5,9 @@
  *
  *   "bag":  y[b, :] = sum over t with attention_mask[b, t] != 0 of
  *           W[input_ids[b, t], :], W a vocab x width table (normal, std 0.5)
- *           flagged row_sparse_grad; plain loops over host memory (the cpu
- *           backend)
+ *           flagged row_sparse_grad (with `around`, + pre + post, two biases
+ *           declared before and after W); plain loops over host memory (the
+ *           cpu backend)
  *   "loss": sum over b, e of (x[b, e] - target[b])^2 / B; the rows are the
  *           weight (module.h rule 5)
  *
@@ -27,6 +28,11 @@ typedef struct ub_desc {
                      does not name */
     float *spy;   /* [vocab * width], or NULL: backward adds into it what it adds into
                      the gradient (the test's view of this rank's local gradient) */
+    bool around;  /* the table between two biases of the same module ("pre.bias",
+                     "post.bias", [width] each, added to every row of y), so that its
+                     span has dense parameters on both sides of the table */
+    bool optional_ids; /* input_ids declared DS_INPUT_OPTIONAL: a batch may leave it
+                          out, and then the module fails its forward */
 } ub_desc;
 
 ds_status ub_model(const ub_desc *d, ds_model **out);
