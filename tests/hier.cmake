@@ -40,6 +40,16 @@ add_test(NAME stage3_hpz_nvme_np4 COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 4
          -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_hier> --hpz 2 --nvme ${_hier_work}/hpz_nvme_swap
          --ckpt ${_hier_work}/hpz_nvme_np4)
 set_tests_properties(stage3_hpz_nvme_np4 PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS 2)
+# qgZ's int4 scheme splits the communicator at start-up: rank 1 failing
+# before its build (its groups) or at its end (its allocations), every
+# rank's ds_initialize fails at once, the others naming rank 1
+foreach(site groups alloc)
+  add_test(NAME stage3_qgz_init_fails_${site}_np2 COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 2
+           -x OMP_NUM_THREADS=1 -x DS_FAULT_INJECT=error:stage3:${site}:rank=1
+           $<TARGET_FILE:test_hier> --qgz 1 --int4 1 --init-fails 1)
+  set_tests_properties(stage3_qgz_init_fails_${site}_np2 PROPERTIES LABELS multirank TIMEOUT 60
+                       PROCESSORS 2)
+endforeach()
 add_test(NAME stage3_hier_twohost
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_hier_twohost.sh
                  $<TARGET_FILE:test_hier> ${_hier_work}/twohost ${CMAKE_SOURCE_DIR}/tools/twohost.sh

@@ -218,24 +218,26 @@ static ds_status build_local(stage3 *s, const ds_zero_desc *d) {
     return DS_OK;
 }
 
-static ds_status build(stage3 *s, const ds_zero_desc *d_in) {
+/* st: this rank's failure before the build (its groups), DS_OK for none. */
+static ds_status build(stage3 *s, const ds_zero_desc *d_in, ds_status st) {
     ds_zero_desc dd = *d_in;
     dd.flat = s->flat;
     dd.comm = s->comm;
     const ds_zero_desc *d = &dd;
-    ds_status st = build_local(s, d);
-    /* qgZ: with one rank there is nothing to send */
-    bool qgz = d->cfg->zero_quantized_gradients && s->comm->world > 1;
-    if (qgz) { /* its "int4" scheme splits the communicator, a collective every
-                * rank must reach: a rank whose allocations failed says so
-                * first, and every rank fails alike instead of the others
-                * waiting in the split */
+    if (st == DS_OK) st = build_local(s, d);
+    /* qgZ's "int4" scheme splits the communicator, a collective every rank
+     * must reach: a rank whose groups or allocations failed says so first,
+     * and every rank fails alike instead of the others waiting in the
+     * split. Whether to agree is decided from what every rank sees alike
+     * (the world, not a group a failed rank never joined). */
+    if (d->cfg->zero_quantized_gradients && s->world->world > 1) {
         ds_status worst = st;
         DS_TRY(ds_comm_agree(s->world, st, &worst));
         st = worst;
     }
     DS_TRY(st);
-    if (qgz) DS_TRY(qgz_setup(s, d->cfg));
+    if (d->cfg->zero_quantized_gradients && s->comm->world > 1) /* one rank: nothing to send */
+        DS_TRY(qgz_setup(s, d->cfg));
     DS_TRY(ds_s3_rows_create(s, d)); /* gather_rows (stage3_rows.c) */
     /* sparse_gradients over the partition's ranks (MiCS: the shard group;
      * zero/grad_sparse.h); where it does not apply the engine warned */
@@ -252,8 +254,21 @@ static ds_status build(stage3 *s, const ds_zero_desc *d_in) {
 }
 
 ds_status ds_zero_stage3_create(const ds_zero_desc *d, ds_zero **out) {
-    ds_zero *z;
-    DS_TRY(ds_zero_alloc(d, &ds_stage3_ops, 3, sizeof(stage3), &z));
+    ds_zero *z = NULL;
+    ds_status st = ds_zero_alloc(d, &ds_stage3_ops, 3, sizeof(stage3), &z);
+    /* the groups' splits and qgZ's agreement below are collectives: a rank
+     * whose allocation failed says so first, so that no rank waits in them
+     * for one that returned (one host all-reduce, at start-up) */
+    if (d->comm->world > 1) {
+        ds_status worst = st;
+        ds_status as = ds_comm_agree(d->comm, st, &worst);
+        st = as != DS_OK ? as : worst;
+    }
+    if (st != DS_OK) {
+        if (z) ds_stage3_destroy(z);
+        ds_error_trace(__FILE__, __LINE__);
+        return st;
+    }
     stage3 *s = S(z);
     s->be = d->be;
     s->world = d->comm;
@@ -263,14 +278,17 @@ ds_status ds_zero_stage3_create(const ds_zero_desc *d, ds_zero **out) {
     s->pt = d->param_t;
     s->gt = d->grad_t;
     s->qwz = d->cfg->zero_quantized_weights;
-    ds_status st = ds_s3_groups_create(&s->x, d->cfg, d->comm, d->be, d->param_t);
+    st = ds_s3_groups_create(&s->x, d->cfg, d->comm, d->be, d->param_t);
+    /* error:stage3:groups[:rank=R] (engine/io/fault.h): a rank failing here,
+     * before its build, must still meet the others in qgZ's agreement */
+    if (st == DS_OK) st = ds_fault_error("stage3:groups", d->comm->rank);
     if (st == DS_OK && s->x.g.part) { /* MiCS: the partition is the shard group's */
         s->comm = s->x.g.part;
         s->pflat = ds_flat_view(d->flat, s->x.g.shard);
         z->state_parts = s->x.g.shard;
         z->state_part = s->comm->rank;
     }
-    if (st == DS_OK) st = build(s, d);
+    st = build(s, d, st);
     if (st != DS_OK) {
         ds_error_trace(__FILE__, __LINE__);
         ds_stage3_destroy(z);

@@ -31,10 +31,11 @@
  *
  * --int4 1: qgZ as DeepSpeed runs it (zero_engine.qgz_scheme "int4", which
  * splits the partition's communicator when the engine starts).
- * --init-fails 1 (under DS_FAULT_INJECT=error:stage3:alloc:rank=1): only
- * the feature engine, whose start must fail on every rank at once, rank 1
- * with its own error and the others naming it (with --int4 and two hosts,
- * before the ranks meet in the split).
+ * --init-fails 1 (under DS_FAULT_INJECT=error:stage3:alloc:rank=1, or
+ * stage3:groups, which fails rank 1 before its build): only the feature
+ * engine, whose start must fail on every rank at once, rank 1 with its own
+ * error and the others naming it (with --int4, before the ranks meet in the
+ * split).
  *
  * --per-host K: the ranks run K to a host, consecutively (2 hosts x 2 ranks
  * under tools/twohost.sh --slots 2); default: all on one host. The test
@@ -558,17 +559,17 @@ int main(int argc, char **argv) {
         ds_dataset_destroy(data);
         return fails != 0;
     }
-    if (g_init_fails) { /* under DS_FAULT_INJECT=error:stage3:alloc:rank=1 */
+    if (g_init_fails) { /* under DS_FAULT_INJECT=error:stage3:{alloc,groups}:rank=1 */
         /* no engine to ask: the launcher's (Open MPI's, as the test runs it) */
         const char *r = getenv("OMPI_COMM_WORLD_RANK");
         g_rank = r ? atoi(r) : -1;
         engine_t *e = engine(data, true);
         const char *msg = ds_last_error();
-        bool ok = !e && strstr(msg, "stage3:alloc: failure injected") &&
+        bool ok = !e && strstr(msg, ": failure injected") &&
                   (g_rank == 1 || strstr(msg, "rank 1 failed with DS_ERR_IO"));
         if (e) ds_finalize(e);
         ds_dataset_destroy(data);
-        printf("%s: rank %d, rank 1's allocations failing: %s\n", ok ? "ok" : "FAIL", g_rank,
+        printf("%s: rank %d, rank 1's start failing: %s\n", ok ? "ok" : "FAIL", g_rank,
                e ? "ds_initialize worked" : msg);
         return !ok;
     }
