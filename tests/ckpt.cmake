@@ -159,7 +159,8 @@ set_tests_properties(test_disk_full PROPERTIES LABELS fault TIMEOUT 120 PROCESSO
 # train_cls --retries: rank 1's NVMe swap failing at step 5 sends both ranks
 # back to the last checkpoint in the same engine, and the run ends with the
 # weights of one that never failed; without --retries, or past them, the job
-# fails naming the step and the disk. engine-run --max-restarts starts a job
+# fails naming the step and the disk, as it does when the folder's only
+# checkpoints are another run's. engine-run --max-restarts starts a job
 # whose rank was killed again, and train_cls --resume ends it with the same
 # weights (tests/fault/test_retries.sh).
 add_test(NAME test_retries

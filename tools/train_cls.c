@@ -398,7 +398,7 @@ static int run(const tc_opts *o) {
     free(rs.mem_table);
     if (rc == 0 && r.rank == 0)
         printf("train_cls: trained %lld steps in %.1f s (%.1f samples/s)\n",
-               (long long)(ds_global_step(r.e) - r.start), r.train_s,
+               (long long)r.train_steps, r.train_s,
                (double)r.train_samples / r.train_s); /* fewer after an early stop */
     if (rc == 0) rc = report_dev(&r, &d);
     if (rc == 0) rc = tr_run_save(&r);

@@ -322,7 +322,7 @@ static int run(const lm_opts *o) {
     if (rc == 0 && r.rank == 0 && r.total > r.start) {
         double sps = (double)r.train_samples / r.train_s;
         printf("train_lm: trained %lld steps in %.1f s (%.1f rows/s, %.0f tokens/s)\n",
-               (long long)(ds_global_step(r.e) - r.start), r.train_s, sps,
+               (long long)r.train_steps, r.train_s, sps,
                sps * o->seq_len); /* fewer after an early stop */
     }
     char when[64];

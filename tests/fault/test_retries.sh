@@ -13,6 +13,11 @@
 #              weights are the clean run's, byte for byte.
 #   no retry   the same failure without --retries: the job fails, naming
 #              step 5, rank 1 and "No space left on device".
+#   stale      the save folder holds another run's checkpoints (the clean
+#              run's, up to global_step8) and this run's first update fails,
+#              before it saved anything: --retries has nothing of its own to
+#              go back to, so the job fails naming step 1, instead of taking
+#              the other run's global_step8 and exiting 0 with its weights.
 #   spent      --retries 1 and two failures (the 5th and the 7th write on
 #              rank 1): the second one ends the job, naming it.
 #   restarted  engine-run --max-restarts 1 and train_cls --resume, rank 1
@@ -81,6 +86,16 @@ rc=$?
 [ "$rc" -ne 0 ] || fail "no retry: the job exited 0 through a failed update"
 grep -q "training step 5: .*rank 1.*No space left on device" noretry.log ||
   fail "no retry: no line naming step 5 and the disk: $(grep -i 'error\|fail' noretry.log | head -3)"
+
+# ---- stale: another run's checkpoints are not this run's to go back to ----
+cp -r clean stale || exit 1
+DS_FAULT_INJECT=error:nvme:swap_write:rank=1:nth=1 train stale --retries 1
+rc=$?
+[ "$rc" -ne 0 ] || fail "stale: the job exited 0 through a failed first update"
+grep -q "^train_cls: --retries: no checkpoint of this run's to go back to (none saved or resumed from yet)$" stale.log ||
+  fail "stale: no line saying there is nothing to go back to: $(grep -i 'retries\|resumed' stale.log | head -3)"
+grep -q "training step 1: .*No space left on device" stale.log ||
+  fail "stale: step 1's failure is not named: $(grep -i 'error\|fail' stale.log | head -3)"
 
 # ---- spent: a second failure after the one retry ends the job ----
 DS_FAULT_INJECT=error:nvme:swap_write:rank=1:nth=5,error:nvme:swap_write:rank=1:nth=7 \

@@ -239,6 +239,7 @@ static ds_status resume(tr_run *r) {
     }
     DS_TRY(ds_checkpoint_latest(dir, tag, sizeof tag));
     DS_TRY(ds_load_checkpoint(r->e, dir, tag, DS_LOAD_ALL));
+    snprintf(r->ckpt_tag, sizeof r->ckpt_tag, "%s", tag);
     if (r->rank == 0)
         printf("%s: resumed from %s/%s at step %lld\n", r->prog, dir, tag,
                (long long)ds_global_step(r->e));
@@ -356,43 +357,48 @@ void tr_metrics_written(tr_run *r) {
 
 /* --retries: step s + 1 failed with st. When every rank's failure was an
  * I/O error (a swap or parameter file's disk: the engine agrees such
- * failures over the ranks, so each holds one) and the checkpoint directory
- * has a latest, every rank loads it in full into the same engine (which
- * makes lost offload files anew) and *s becomes the step before the next
- * one to run. Otherwise, or when the load fails (its error then, beside
- * the step's), false with a message for tr_fail. */
+ * failures over the ranks, so each holds one) and this run has a
+ * checkpoint of its own (r->ckpt_tag: saved here, or resumed from; a
+ * folder's latest may be another run's), every rank loads it in full into
+ * the same engine (which makes lost offload files anew) and *s becomes the
+ * step before the next one to run. Otherwise, or when the load fails (its
+ * error then, beside the step's), false with a message for tr_fail. */
 static bool retry_step(tr_run *r, ds_status st, int64_t *s) {
     if (st == DS_ERR_COMM || st == DS_ERR_TIMEOUT) return false; /* no agreement to be had */
     ds_error_saved why;
     ds_error_save(&why);
-    char latest[4200];
-    snprintf(latest, sizeof latest, "%s/latest", r->o->ckpt_dir);
-    int32_t cannot = st != DS_ERR_IO || access(latest, F_OK) != 0;
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/%s", r->o->ckpt_dir, r->ckpt_tag);
+    int32_t cannot = st != DS_ERR_IO || !r->ckpt_tag[0] || access(dir, F_OK) != 0;
     if (ds_all_reduce_host(r->e, &cannot, 1, DS_I32) != DS_OK || cannot) {
+        if (r->rank == 0 && st == DS_ERR_IO)
+            fprintf(stderr, "%s: --retries: no checkpoint of this run's to go back to (%s)\n",
+                    r->prog, r->ckpt_tag[0] ? "its folder is gone on some rank"
+                                            : "none saved or resumed from yet");
         ds_error_restore(&why);
         return false;
     }
     if (r->rank == 0)
         fprintf(stderr, "%s: step %lld failed with an I/O error: %s\n%s: --retries: going back "
-                "to the checkpoint %s names\n", r->prog, (long long)*s + 1, why.msg, r->prog,
-                latest);
-    if (ds_load_checkpoint(r->e, r->o->ckpt_dir, NULL, DS_LOAD_ALL) != DS_OK) {
+                "to %s, this run's last checkpoint\n", r->prog, (long long)*s + 1, why.msg,
+                r->prog, dir);
+    if (ds_load_checkpoint(r->e, r->o->ckpt_dir, r->ckpt_tag, DS_LOAD_ALL) != DS_OK) {
         ds_error_prefix("step %lld failed (%s); --retries: loading the last checkpoint",
                         (long long)*s + 1, why.msg);
         return false;
     }
-    r->start = ds_global_step(r->e);
+    int64_t from = ds_global_step(r->e);
     if (r->rank == 0)
         printf("%s: --retries: resumed from %s at step %lld\n", r->prog, r->o->ckpt_dir,
-               (long long)r->start);
+               (long long)from);
     if (r->metrics) { /* the steps after from_step come again: say why, where they do */
         json_t *j = json_pack("{s:{s:I,s:I,s:s}}", "retry", "failed_step", (json_int_t)*s + 1,
-                              "from_step", (json_int_t)r->start, "error", why.msg);
+                              "from_step", (json_int_t)from, "error", why.msg);
         if (j && json_dumpf(j, r->metrics, 0) == 0) fputc('\n', r->metrics);
         json_decref(j);
         tr_metrics_written(r);
     }
-    *s = r->start - 1;
+    *s = from - 1;
     return true;
 }
 
@@ -401,7 +407,7 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
     double t0 = now_s(), t_last = t0;
     ds_step_info li;
     ds_last_step_info(r->e, &li);
-    int64_t samples_last = li.samples, samples_start = li.samples;
+    int64_t samples_last = li.samples, samples_done = 0; /* taken here, retaken included */
     int rc = 0, retries = o->retries;
     int64_t steps_done = 0; /* steps taken here, those a retry took again included */
     /* rank 0's status line (a terminal) or lines (a log); tokens: samples x
@@ -432,7 +438,7 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
                 ds_last_step_info(r->e, &li);
                 samples_last = li.samples;
                 t_last = now_s();
-                tr_progress_start(&prog, r->prog, r->rank, r->start, r->total, r->per_epoch,
+                tr_progress_start(&prog, r->prog, r->rank, s + 1, r->total, r->per_epoch,
                                   ds_get_config(r->e)->steps_per_print,
                                   model->max_seq_len > 0 ? (double)model->max_seq_len : 1.0,
                                   li.samples);
@@ -455,6 +461,9 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
             rc = tr_fail(r->prog, what);
             break;
         }
+        /* the tag just saved: ds_save_checkpoint's documented default (engine.h) */
+        if (saved)
+            snprintf(r->ckpt_tag, sizeof r->ckpt_tag, "global_step%lld", (long long)info.step);
         /* bounded disk use: the newest --save-total-limit (and latest's) stay */
         if (saved && o->save_total_limit > 0 &&
             ds_checkpoint_prune(r->e, o->ckpt_dir, o->save_total_limit) != DS_OK) {
@@ -466,6 +475,7 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
         tr_preempt_observe(&r->stopper, r->e, t_step - t_last, saved ? t - t_step : 0.0);
         double sps = (double)(info.samples - samples_last) / (t - t_last);
         t_last = t;
+        samples_done += info.samples - samples_last;
         samples_last = info.samples;
         ds_step_info logged = info; /* --logging-steps: every N-th, its loss the mean */
         if (tr_habits_log(r->habits, &logged, s + 1 == r->total) && r->metrics)
@@ -481,7 +491,8 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
     }
     tr_progress_end(&prog);
     r->train_s = now_s() - t0;
-    r->train_samples = samples_last - samples_start;
+    r->train_samples = samples_done;
+    r->train_steps = steps_done;
     /* every rank got here alike (a failure or a preemption ends them all) */
     if (rc == 0 && tr_comm_report(r->e, r->prog, &comm_start, steps_done) != DS_OK)
         rc = tr_fail(r->prog, "the communication report");

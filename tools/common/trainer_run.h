@@ -40,8 +40,12 @@ typedef struct tr_run {
     tr_preempt stopper;
     char client[256];      /* each checkpoint's client state {"total_steps": N}, and
                               the habits' {"habits": {...}} (train_habits.h) */
-    double train_s;        /* tr_run_train's seconds, and the samples all ranks */
-    int64_t train_samples; /* took in them */
+    char ckpt_tag[256];    /* the checkpoint this run saved last or resumed from, ""
+                              for none: what --retries goes back to (never one that
+                              another run left in the folder) */
+    double train_s;        /* tr_run_train's seconds, and the steps and the samples of */
+    int64_t train_steps;   /* all ranks it took in them (those a --retries took again */
+    int64_t train_samples; /* included: the work the seconds paid for) */
     struct tr_habits *habits; /* --eval-steps and the rest (train_habits.h); NULL: none.
                                  The program sets it before tr_run_train */
 } tr_run;
