@@ -23,6 +23,11 @@ foreach(np 2 4)
   set_tests_properties(stage3_hpz_np${np} stage3_mics_np${np} PROPERTIES LABELS multirank
                        TIMEOUT 300 PROCESSORS 2)
 endforeach()
+# one shard group as wide as the world: no groups made, gather_rows left
+# out all the same (the estimate, which sees the config alone, to the byte)
+add_test(NAME stage3_mics_world_np2 COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 2
+         -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_hier> --mics 2)
+set_tests_properties(stage3_mics_world_np2 PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS 2)
 add_test(NAME stage3_hpz_bf16_np2 COMMAND ${DS_MPIRUN} ${DS_MPIRUN_FLAGS} -np 2
          -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_hier> --hpz 2 --precision bf16)
 set_tests_properties(stage3_hpz_bf16_np2 PROPERTIES LABELS multirank TIMEOUT 300 PROCESSORS 2)

@@ -19,7 +19,10 @@
 
 ds_status ds_s3_rows_create(stage3 *s, const ds_zero_desc *d) {
     const ds_config *c = d->cfg;
-    if (!c->gather_rows || s->qwz || s->x.sec || s->x.g.part || s->x.hbuf || s->ps ||
+    /* off under MiCS from the config, not from the groups it made: one
+     * shard group as wide as the world makes none, and the memory estimate
+     * (estimate.c), which sees only the config, must decide alike */
+    if (!c->gather_rows || s->qwz || s->x.sec || c->mics_shard_size > 0 || s->x.hbuf || s->ps ||
         s->comm->world < 2)
         return DS_OK;
     DS_TRY(ds_param_rows_create(s->be, s->comm, s->worker, s->flat, NULL, s->pt, &s->rows));
