@@ -150,10 +150,17 @@ static void relay_pipes(er_relay *relay, int fds[2][2], double now) {
     }
 }
 
-/* One run of the job; *signalled: engine-run got a signal meanwhile. */
-static int supervise_once(char **argv, const er_supervise_opts *o, bool *signalled) {
-    int before = 0;
-    for (int k = 0; k < N_HANDLED; k++) before += atomic_load(&g_got[k]);
+/* Signals engine-run got since `base` (counts per handled signal). */
+static bool signalled_since(const int *base) {
+    for (int k = 0; k < N_HANDLED; k++)
+        if (atomic_load(&g_got[k]) != base[k]) return true;
+    return false;
+}
+
+/* One run of the job. base: the signal counts when the supervision began,
+ * so that one that came between two runs is passed to the next (then no
+ * restart follows it: er_supervise). */
+static int supervise_once(char **argv, const er_supervise_opts *o, const int *base) {
     joins j;
     bool counting = o->count_joins && joins_open(&j);
     if (!counting) {
@@ -188,7 +195,8 @@ static int supervise_once(char **argv, const er_supervise_opts *o, bool *signall
     er_ranks *ranks = relay && o->count_joins ? er_ranks_create(pid, o->np) : NULL;
     double t0 = now_s(), last_print = 0, relayed_at = -1, over_at = -1;
     int torn_down = 0;
-    int seen[N_HANDLED] = {0}, stop_sig = 0, printed_s = -1, printed_c = -1, status = 0;
+    int seen[N_HANDLED], stop_sig = 0, printed_s = -1, printed_c = -1, status = 0;
+    memcpy(seen, base, sizeof seen);
     int hook_code = -1; /* the hook ended the job: engine-run's exit status */
     bool progress = false, escalated = false;
     for (;;) {
@@ -344,24 +352,23 @@ static int supervise_once(char **argv, const er_supervise_opts *o, bool *signall
     if (stop_sig && code != 0) code = 128 + stop_sig;
     /* stopped for another node: that node's status (the hook said why) */
     if (hook_code >= 0) code = hook_code;
-    int after = 0;
-    for (int k = 0; k < N_HANDLED; k++) after += atomic_load(&g_got[k]);
-    *signalled = after != before;
     return code;
 }
 
 int er_supervise(char **argv, const er_supervise_opts *o) {
+    int base[N_HANDLED];
+    for (int k = 0; k < N_HANDLED; k++) base[k] = atomic_load(&g_got[k]);
     for (int restarts = 0;; restarts++) {
         if (o->max_restarts > 0) { /* the ranks' DS_RESTART_COUNT (mpirun -x) */
             char n[16];
             snprintf(n, sizeof n, "%d", restarts);
             setenv("DS_RESTART_COUNT", n, 1);
         }
-        bool signalled = false;
-        int code = supervise_once(argv, o, &signalled);
-        /* a job that ended well, was told to stop, or was started wrongly
-         * (a usage error, status 2) is not started again */
-        if (code == 0 || signalled || code == 2 || o->max_restarts == 0) return code;
+        int code = supervise_once(argv, o, base);
+        /* a job that ended well, was told to stop (during it, or since it
+         * ended), or was started wrongly (a usage error, status 2) is not
+         * started again */
+        if (code == 0 || signalled_since(base) || code == 2 || o->max_restarts == 0) return code;
         if (restarts >= o->max_restarts) {
             fprintf(stderr, "engine-run: the job ended with status %d after %d restart(s); "
                     "--max-restarts %d spent\n", code, restarts, o->max_restarts);
