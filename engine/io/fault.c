@@ -83,15 +83,20 @@ bool ds_fault_matches(const char *spec, const char *site, int rank) {
     return matches_kind(spec, site, rank, KIND_KILL, &nth);
 }
 
-/* How many times this process asked for each site an ":nth=" spec names. */
-#define MAX_COUNTED 16
+/* How many times this process asked for each site an ":nth=" spec names.
+ * A site is "backward:" and a module's name at most (DS_MAX_NAME): one that
+ * does not fit, or a table full of other sites, counts 0, and its ":nth="
+ * spec never fires (a test then fails for want of the failure it asked for,
+ * never by a wrong count). */
+#define MAX_COUNTED 64
 static struct {
-    char site[64];
+    char site[256];
     long calls;
 } g_counted[MAX_COUNTED];
 static pthread_mutex_t g_count_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static long count_call(const char *site) {
+    if (strlen(site) >= sizeof g_counted[0].site) return 0; /* would be cut: never equal */
     pthread_mutex_lock(&g_count_lock);
     long c = 0;
     for (int i = 0; i < MAX_COUNTED; i++) {
