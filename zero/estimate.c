@@ -21,6 +21,7 @@
 #include "zero/ties.h"
 #include "zero/grad_sparse.h"
 #include "zero/param_rows.h"
+#include "zero/zero_util.h"
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -158,11 +159,6 @@ static void slot(est *e, int64_t cap) {
             (int64_t)ds_q8_records_bytes_max((size_t)cap, e->l->world), 1);
 }
 
-static int cmp_desc(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x < y) - (x > y);
-}
-
 /* zero/stage3.c: partitioned parameters, gather slots, persistent modules;
  * with hpZ the secondary piece, under MiCS a partition of the shard group
  * (zero/groups.h). */
@@ -194,20 +190,13 @@ static ds_status stage3(est *e) {
     add(e, DS_MEM_GRADS, DS_PLACE_DEVICE, l->part, e->G);
     add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, e->max_span, 4);
     add(e, DS_MEM_PARAMS, DS_PLACE_DEVICE, persist, 4);
-    /* slots: the module in use and the prefetched ones, 2 or 3, sized as the
-     * largest spans (the last repeats when there are fewer modules); a tied
-     * parameter has none of its own (it is read from its owner's slot) */
-    int64_t live = e->max_span > 0 ? c->stage3_max_live_parameters / e->max_span : 3;
-    int n_slots = live < 2 ? 2 : live > 3 ? 3 : (int)live;
-    if (n_slots < l->held) n_slots = l->held; /* a tie user holds its owners' spans too */
-    int64_t *s = malloc((size_t)(l->n_spans > 0 ? l->n_spans : 1) * sizeof *s);
-    if (!s) return DS_ERR(DS_ERR_OOM, "memory estimate: out of host memory");
-    if (l->n_spans > 0) memcpy(s, l->spans, (size_t)l->n_spans * sizeof *s);
-    qsort(s, (size_t)l->n_spans, sizeof *s, cmp_desc);
-    for (int k = 0; k < n_slots; k++) {
-        slot(e, l->n_spans > 0 ? s[k < l->n_spans ? k : l->n_spans - 1] : 0);
-    }
-    free(s);
+    /* slots (zero_util.h, as stage3_build.c sizes them); a tied parameter
+     * has none of its own (it is read from its owner's slot) */
+    int n_slots;
+    int64_t caps[DS_S3_MAX_SLOTS];
+    DS_TRY(ds_s3_slot_caps(l->spans, l->n_spans, c->stage3_max_live_parameters, l->held,
+                           &n_slots, caps));
+    for (int k = 0; k < n_slots; k++) slot(e, caps[k]);
     buckets(e);
     buckets_q8(e);
     e->l = world_l;

@@ -6,8 +6,11 @@
  * usually falls into one or two partitions), and the slot is released after
  * use. While module m runs, the next module in the direction of travel is
  * prefetched into another slot on the communication thread (overlap_comm),
- * within stage3_prefetch_bucket_size elements. Slots are a small pool whose
- * size follows stage3_max_live_parameters. Slot k holds up to the k-th
+ * within stage3_prefetch_bucket_size elements. Slots are a small pool (up to
+ * 8) whose size follows stage3_max_live_parameters: as many of the largest
+ * spans as it holds (zero_util.h ds_s3_slot_caps; with the default 1e9 a
+ * small model's last modules of forward are all still there for the
+ * backward, which then starts without a gather). Slot k holds up to the k-th
  * largest module span, not the largest: a model whose embedding dwarfs its
  * layers (BERT-mini: 5.6M against 0.8M) pays for the embedding once, not
  * once per slot. Only one module runs at a time (fetch, compute, release);

@@ -57,11 +57,6 @@ void ds_stage3_destroy(ds_zero *z) {
     free(z);
 }
 
-static int cmp_desc_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x < y) - (x > y);
-}
-
 static ds_status plan(stage3 *s, const ds_config *cfg) {
     const ds_flat *f = s->flat;
     int n = f->n_modules;
@@ -98,31 +93,31 @@ static ds_status plan(stage3 *s, const ds_config *cfg) {
         s->gptrs[m] = calloc((size_t)np, sizeof(float *));
         if (!s->ptrs[m] || !s->gptrs[m]) return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
     }
-    /* Slots: the module in use plus prefetched ones, as many as
-     * stage3_max_live_parameters allows, at least two (current + next). */
-    int64_t live = s->max_span > 0 ? cfg->stage3_max_live_parameters / s->max_span : MAX_SLOTS;
-    s->n_slots = live < 2 ? 2 : live > 3 ? 3 : (int)live;
-    /* A module with ties holds its owners' spans too (fetch): as many slots
-     * as the most any module holds at once. */
+    /* Slots (zero_util.h): as many as stage3_max_live_parameters holds of
+     * the largest spans, at least two (current + next) and as many as the
+     * most any module holds at once (a module with ties holds its owners'
+     * spans too: fetch), each sized so that any n_slots modules fit at once,
+     * placed largest first. */
     s->persist_threshold = cfg->stage3_param_persistence_threshold;
+    int held = 0;
     for (int m = 0; m < n; m++) {
-        int held = ds_ties_held(f, m, s->persist_threshold, NULL);
-        if (held > MAX_SLOTS)
+        int h = ds_ties_held(f, m, s->persist_threshold, NULL);
+        if (h > MAX_SLOTS)
             return DS_ERR(DS_ERR_INVALID_ARG,
                           "stage 3: the module tying %s uses parameters of %d modules at once; "
-                          "at most %d", f->ties[f->modules[m].first_tie].desc->name, held,
+                          "at most %d", f->ties[f->modules[m].first_tie].desc->name, h,
                           MAX_SLOTS);
-        if (held > s->n_slots) s->n_slots = held;
+        if (h > held) held = h;
     }
-    /* Capacities: the n_slots largest spans, largest first (with fewer
-     * modules than slots, the last repeats): any n_slots modules fit at once,
-     * placed largest first. */
     int64_t *spans = malloc((size_t)(n > 0 ? n : 1) * sizeof *spans);
     if (!spans) return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
     for (int m = 0; m < n; m++) spans[m] = span_of(s, m);
-    qsort(spans, (size_t)n, sizeof *spans, cmp_desc_i64);
-    for (int k = 0; k < s->n_slots; k++) s->slots[k].cap = n > 0 ? spans[k < n ? k : n - 1] : 0;
+    int64_t caps[MAX_SLOTS];
+    ds_status st = ds_s3_slot_caps(spans, n, cfg->stage3_max_live_parameters, held, &s->n_slots,
+                                   caps);
     free(spans);
+    DS_TRY(st);
+    for (int k = 0; k < s->n_slots; k++) s->slots[k].cap = caps[k];
     s->prefetch_limit = cfg->stage3_prefetch_bucket_size;
     s->reuse_limit = cfg->stage3_max_reuse_distance;
     s->last_fetch = -1;

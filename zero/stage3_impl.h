@@ -8,8 +8,9 @@
 #include "zero/shard.h"
 #include "zero/stage3_groups.h"
 #include "zero/zero.h"
+#include "zero/zero_util.h"
 
-#define MAX_SLOTS 8
+#define MAX_SLOTS DS_S3_MAX_SLOTS
 #define S3_XJOBS 2 /* dense ranges around a module's row-gathered tables */
 
 typedef struct slot {

@@ -152,3 +152,31 @@ ds_status ds_zero_fetch(ds_backend *be, void *host, const void *dev, size_t byte
 ds_status ds_zero_put(ds_backend *be, void *dev, const void *host, size_t bytes) {
     return be->ops->memcpy(be, dev, host, bytes, DS_COPY_H2D, NULL);
 }
+
+static int cmp_span_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+ds_status ds_s3_slot_caps(const int64_t *spans, int n, int64_t max_live, int held, int *n_slots,
+                          int64_t *caps) {
+    if (held > DS_S3_MAX_SLOTS)
+        return DS_ERR(DS_ERR_INVALID_ARG, "stage 3: a module uses the parameters of %d modules "
+                      "at once; at most %d", held, DS_S3_MAX_SLOTS);
+    int64_t *s = malloc((size_t)(n > 0 ? n : 1) * sizeof *s);
+    if (!s) return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
+    if (n > 0) memcpy(s, spans, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_span_desc);
+    int k = 0;
+    int64_t sum = 0;
+    for (; k < DS_S3_MAX_SLOTS; k++) {
+        caps[k] = n > 0 ? s[k < n ? k : n - 1] : 0;
+        bool need = k < 2 || k < held;
+        /* past the budget, or every module with parameters has one */
+        if (!need && (caps[k] > max_live - sum || k >= n || caps[k] == 0)) break;
+        sum += caps[k];
+    }
+    free(s);
+    *n_slots = k;
+    return DS_OK;
+}
