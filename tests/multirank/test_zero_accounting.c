@@ -270,6 +270,58 @@ static int tie_release(const ds_dataset *data) {
     return 0;
 }
 
+/* Stage 3's gather slots (zero_util.h ds_s3_slot_caps) with the default
+ * stage3_max_live_parameters (1e9) and reuse distance: a BERT of 4 layers
+ * (8 modules, 7 with parameters) keeps every span gathered from its forward
+ * to its backward, so a step all-gathers each module's span once, exactly
+ * (N-1) x their sum elements over the ranks (the ring sends every block but
+ * the receiver's own). With the 3 slots of before, the pooler and the
+ * classifier evicted the last layers before the backward, which gathered
+ * them again first thing. */
+static int cache_step(const ds_dataset *data) {
+    ds_bert_desc bd = {.vocab_size = 2000, .hidden_size = 32, .num_hidden_layers = 4,
+                       .num_attention_heads = 2, .intermediate_size = 64,
+                       .max_position_embeddings = 8, .n_classes = 3};
+    ds_model *model;
+    if (ds_bert_create(&bd, &model) != DS_OK) return 1;
+    for (int m = 0; m < model->n_modules; m++) /* whole gathers, as the sum counts them */
+        for (int k = 0; k < model->modules[m]->n_params; k++)
+            model->modules[m]->params[k].rows_read_by[0] = '\0';
+    const char *cfg =
+        "{\"train_micro_batch_size_per_gpu\": 4, \"steps_per_print\": 1000,"
+        " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}},"
+        " \"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0}}";
+    engine_t *e;
+    if (!init_engine(cfg, model, data, 3, &e)) return 1;
+    int rank = ds_rank(e), world = ds_world_size(e);
+    ds_comm_stats before, after;
+    ds_comm_report(e, &before);
+    ds_step_info info;
+    ds_status st = ds_train_batch(e, &info);
+    ds_comm_report(e, &after);
+    double gathered = (double)(after.elems_sent[DS_COLL_ALL_GATHER] -
+                               before.elems_sent[DS_COLL_ALL_GATHER]);
+    if (st == DS_OK) ds_all_reduce_host(e, &gathered, 1, DS_F64);
+    else printf("FAIL: step: %s\n", ds_last_error());
+    ds_finalize(e);
+    if (st != DS_OK) return 1;
+    ds_flat *f; /* the spans, padded as the engine lays them out */
+    if (ds_bert_create(&bd, &model) != DS_OK) return 1;
+    st = ds_flat_create(model, world, &f);
+    ds_model_destroy(model);
+    if (st != DS_OK) return 1;
+    double spans = 0;
+    for (int m = 0; m < f->n_modules; m++) spans += (double)(f->modules[m].end - f->modules[m].begin);
+    ds_flat_destroy(f);
+    check(rank, gathered == spans * (world - 1),
+          "stage 3, default live parameters and reuse: %.0f elements gathered in a step, "
+          "expected %.0f (each span once)", gathered, spans * (world - 1));
+    if (rank == 0)
+        printf("stage 3 cache, world %d: %.0f elements gathered per step over the ranks, %.0f "
+               "spans x %d\n", world, gathered, spans, world - 1);
+    return 0;
+}
+
 int main(void) {
     ds_dataset *data = make_data(64, 8, 2000);
     if (!data) return 1;
@@ -278,6 +330,7 @@ int main(void) {
             for (int tied = 0; tied <= 1; tied++)
                 if (run(stage, mixed, tied, data)) fails++;
     if (tie_release(data)) fails++;
+    if (cache_step(data)) fails++;
     ds_dataset_destroy(data);
     printf("%s\n", fails ? "test_zero_accounting: FAILED" : "test_zero_accounting: ok");
     return fails != 0;
