@@ -39,6 +39,12 @@ ds_add_test(NAME test_rows SOURCES unit/test_rows.c LABELS unit)
 # The CUDA module is opened at run time: without it, cuda is refused with a
 # clear message and "auto" runs on cpu.
 ds_add_test(NAME test_backend_plugin SOURCES unit/test_backend_plugin.c LABELS unit)
+# a module with this interface number and another struct layout, refused at load
+add_library(stub_cuda_plugin MODULE ${CMAKE_CURRENT_SOURCE_DIR}/unit/stub_cuda_plugin.c)
+target_include_directories(stub_cuda_plugin PRIVATE ${CMAKE_SOURCE_DIR})
+target_compile_definitions(test_backend_plugin PRIVATE
+                           DS_STUB_PLUGIN="$<TARGET_FILE:stub_cuda_plugin>")
+add_dependencies(test_backend_plugin stub_cuda_plugin)
 if(DS_CUDA)
   target_compile_definitions(test_backend_plugin PRIVATE DS_HAVE_CUDA=1)
 endif()

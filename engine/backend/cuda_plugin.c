@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/backend/nn.h"
+
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static const ds_cuda_plugin *g_plugin;
 static void *g_handle;
@@ -103,12 +105,25 @@ static ds_status load(void) {
     ds_cuda_plugin_entry entry;
     memcpy(&entry, &sym, sizeof entry); /* object pointer -> function pointer, as POSIX allows */
     const ds_cuda_plugin *p = entry();
+    /* the message is made before dlclose: the table lives in the module */
     if (!p || p->version != DS_CUDA_PLUGIN_VERSION || p->struct_size != sizeof *p) {
+        ds_status st = DS_ERR(DS_ERR_UNSUPPORTED, "the CUDA module is of another version of "
+                              "zero-engine (interface %u, this library wants %u): install both "
+                              "from one build", p ? p->version : 0u, DS_CUDA_PLUGIN_VERSION);
         dlclose(h);
-        return DS_ERR(DS_ERR_UNSUPPORTED, "the CUDA module is of another version of zero-engine "
-                      "(interface %u, this library wants %u): install both from one build",
-                      p ? p->version : 0u, DS_CUDA_PLUGIN_VERSION);
+        return st;
     }
+    static const uint32_t want[DS_CUDA_PLUGIN_LAYOUT_N] = DS_CUDA_PLUGIN_LAYOUT;
+    static const char *const names[DS_CUDA_PLUGIN_LAYOUT_N] = DS_CUDA_PLUGIN_LAYOUT_NAMES;
+    for (int k = 0; k < DS_CUDA_PLUGIN_LAYOUT_N; k++)
+        if (p->layout[k] != want[k]) {
+            ds_status st = DS_ERR(DS_ERR_UNSUPPORTED, "the CUDA module was built with another "
+                                  "%s (%u bytes, this library's %u) under the same interface "
+                                  "%u: install both from one build", names[k], p->layout[k],
+                                  want[k], p->version);
+            dlclose(h);
+            return st;
+        }
     g_plugin = p;
     g_handle = h;
     return DS_OK;

@@ -34,15 +34,33 @@ extern "C" {
  * word table by rows on the device); 10: ds_backend_ops gained gemm_bias,
  * ds_backend gained gemm_no_cut and attn_consecutive, attn_softmax_fwd/bwd
  * took b_step; 11: attn_consecutive and b_step taken out again (a module
- * built as 10 passes the softmax's arguments one place off) */
-#define DS_CUDA_PLUGIN_VERSION 11
+ * built as 10 passes the softmax's arguments one place off); 12: ds_comm
+ * gained check_recs, check_calls and seq_hash, ds_comm_desc
+ * check_collectives (the module allocates the NCCL communicator, the
+ * library writes them), and the table carries the shared structs' sizes */
+#define DS_CUDA_PLUGIN_VERSION 12
 #define DS_CUDA_PLUGIN_FILE "libzero-engine-cuda.so.0"
 #define DS_CUDA_PLUGIN_ENTRY "ds_cuda_plugin_v1"
+
+/* The sizes of the structs the module and the library both lay out, as
+ * the module was built: a changed struct whose interface version was not
+ * bumped is then refused at load, naming it, instead of one side writing
+ * past the other's allocation. */
+#define DS_CUDA_PLUGIN_LAYOUT                                                     \
+    {(uint32_t)sizeof(ds_backend), (uint32_t)sizeof(ds_backend_ops),              \
+     (uint32_t)sizeof(ds_nn_ops), (uint32_t)sizeof(ds_backend_desc),              \
+     (uint32_t)sizeof(ds_comm), (uint32_t)sizeof(ds_comm_desc),                   \
+     (uint32_t)sizeof(ds_comm_stats)}
+#define DS_CUDA_PLUGIN_LAYOUT_NAMES                                               \
+    {"ds_backend", "ds_backend_ops", "ds_nn_ops", "ds_backend_desc", "ds_comm",  \
+     "ds_comm_desc", "ds_comm_stats"}
+#define DS_CUDA_PLUGIN_LAYOUT_N 7
 
 /* What the module hands the library. */
 typedef struct ds_cuda_plugin {
     uint32_t version;       /* DS_CUDA_PLUGIN_VERSION */
     uint32_t struct_size;   /* sizeof(ds_cuda_plugin) the module was built with */
+    uint32_t layout[DS_CUDA_PLUGIN_LAYOUT_N]; /* DS_CUDA_PLUGIN_LAYOUT */
     ds_status (*backend_init)(ds_backend *be, const ds_backend_desc *desc);
     const ds_nn_ops *nn;
     ds_status (*nccl_create)(const ds_comm_desc *desc, ds_comm **out);

@@ -432,6 +432,13 @@ static void test_xent(void) {
                     (size_t)R * C);
         expect_bits("xent_fwd refused: cuda row losses untouched", rl, down(d_rl, R), R);
         expect_bits("xent_fwd refused: cuda loss untouched", &l, down(d_l, 1), 1);
+        expect_bits("xent_fwd refused: cuda weight sum untouched", &wsum, down(d_w, 1), 1);
+        { /* and the cpu's, the reference above, still the zeros they started as */
+            int wrote = l != 0.0f || wsum != 0.0f;
+            for (int i = 0; i < R * C; i++) wrote += p[i] != 0.0f;
+            for (int i = 0; i < R; i++) wrote += rl[i] != 0.0f;
+            CHECK(wrote == 0, "xent_fwd refused: the cpu wrote %d outputs", wrote);
+        }
         EXPECT_SAME_ERROR("no labels",
                           g_cpu->nn->xent_fwd(g_cpu, &l, &wsum, p, rl, z, NULL, NULL, R, C, IGN),
                           g_gpu->nn->xent_fwd(g_gpu, d_l, d_w, d_p, d_rl, d_z, NULL, NULL, R, C,

@@ -6,6 +6,8 @@
  * naming a file that is there but does not load (here one that is no shared
  * object; in life a module whose cuBLAS or NCCL is not installed) says that
  * module cannot be loaded, with the loader's reason and what to install;
+ * a module of this interface number built with another layout of a shared
+ * struct (tests/unit/stub_cuda_plugin.c) is refused naming the struct;
  * zero_engine.backend "auto" then trains on cpu. */
 #include <stdbool.h>
 #include <stdio.h>
@@ -63,6 +65,16 @@ int main(void) {
               !strstr(ds_last_error(), "no CUDA module"),
           "a module that does not load: %d %s", (int)st, ds_last_error());
     unlink(fake);
+
+    /* a module of this interface number whose ds_comm is another size (a
+     * field added without a version bump): refused at load, naming the
+     * struct, before either side writes past the other's allocation */
+    setenv("DS_CUDA_PLUGIN", DS_STUB_PLUGIN, 1);
+    st = ds_backend_create(&d, &be);
+    CHECK(st == DS_ERR_UNSUPPORTED && !be &&
+              strstr(ds_last_error(), "the CUDA module was built with another ds_comm") &&
+              strstr(ds_last_error(), "install both from one build"),
+          "a module of another layout: %d %s", (int)st, ds_last_error());
     unsetenv("DS_CUDA_PLUGIN");
 
     /* "auto" falls back to cpu and trains */

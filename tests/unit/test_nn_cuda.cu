@@ -258,8 +258,8 @@ static void test_refusals(void) {
     EXPECT_SAME_ERROR("Tq=4 query rows but T=2",
                       g_cpu->nn->attn_softmax_fwd(g_cpu, hc, hc, h, NULL, true, 1, 2, 4, 2, 0.5f,
                                                   0.1f, 7, 0, hk),
-                      g_gpu->nn->attn_softmax_fwd(g_gpu, d, d2, d, NULL, true, 1, 2, 4, 2, 0.5f,
-                                                  0.1f, 7, 0, dk));
+                      g_gpu->nn->attn_softmax_fwd(g_gpu, d, d, d2, NULL, true, 1, 2, 4, 2, 0.5f,
+                                                  0.1f, 7, 0, dk)); /* both outputs in d, as hc */
     EXPECT_SAME_ERROR("negative size B=-1 nh=-1",
                       g_cpu->nn->attn_softmax_bwd(g_cpu, hc, NULL, h, h, -1, -1, 8, 8, 0.5f, 0.0f,
                                                   7, 0, NULL),
@@ -278,6 +278,11 @@ static void test_refusals(void) {
                                                 NULL, h, h, 4, 64, 0.1f, 7, 0, hk, 1e-5f),
                       g_gpu->nn->dropout_ln_fwd(g_gpu, d, NULL, d + 512, d + 520, d2, NULL, NULL,
                                                 d2, d2, 4, 64, 0.1f, 7, 0, dk, 1e-5f));
+    EXPECT_SAME_ERROR("dropout probability must be in [0, 1), got 1",
+                      g_cpu->nn->dropout_ln_fwd(g_cpu, hc, hc + 64, hc + 512, hc + 520, h, NULL,
+                                                NULL, h, h, 4, 0, 1.0f, 7, 0, hk, 1e-5f),
+                      g_gpu->nn->dropout_ln_fwd(g_gpu, d, d + 64, d + 512, d + 520, d2, NULL,
+                                                NULL, d2, d2, 4, 0, 1.0f, 7, 0, dk, 1e-5f));
     EXPECT_SAME_ERROR("gamma is NULL",
                       g_cpu->nn->layernorm_fwd(g_cpu, hc, hc + 512, hc + 520, h, NULL, h, 4, 64,
                                                1e-5f),
@@ -299,6 +304,7 @@ static void test_refusals(void) {
                                           IGN));
     expect_bits("refused calls: cpu output untouched", h, hc, n);
     expect_bits("refused calls: cuda output untouched", h, down(d, n), n);
+    expect_bits("refused calls: cuda inputs untouched", h, down(d2, n), n);
     release_all();
 }
 

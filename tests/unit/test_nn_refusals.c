@@ -14,7 +14,8 @@
  *   - copy_rows with a stride under the row width (rows would overlap);
  *   - a dropout whose counter range wraps the 64-bit stream;
  *   - dropout_ln_fwd without its layer norm's output or statistics (the
- *     cpu skipped the layer norm, cuda wrote through NULL);
+ *     cpu skipped the layer norm, cuda wrote through NULL), and with empty
+ *     rows and a bad probability (the cpu let it through, cuda refused);
  *   - a NULL layer-norm parameter, a NULL dequantizer output (named y);
  *   - 1-bit records closer than a record's size (they would overlap);
  *   - and, not a refusal: an empty 1-bit code (n = 0) writes and reads no
@@ -136,6 +137,12 @@ static void test_layernorm(ds_backend *be) {
             nn->dropout_ln_fwd(be, g_out, g_aux, g_aux + 512, g_aux + 520, g_in, NULL, NULL,
                                gamma, beta, 4, -64, 0.0f, 7, 0, NULL, 1e-5f),
             "negative size rows=4 width=-64");
+    /* empty rows with a bad probability: refused as a wider call is (the cpu
+     * returned before its dropout's check, cuda refused) */
+    refused("dropout_ln_fwd, width 0, p 1",
+            nn->dropout_ln_fwd(be, g_out, g_out + 64, g_aux, g_aux + 8, g_in, NULL, NULL, gamma,
+                               beta, 4, 0, 1.0f, 7, 0, keep, 1e-5f),
+            "dropout probability must be in [0, 1), got 1");
     /* empty rows: no statistics written (the cpu wrote NaN, cuda nothing) */
     CHECK_OK(nn->layernorm_fwd(be, g_out, g_aux, g_aux + 8, g_in, gamma, beta, 4, 0, 1e-5f));
     CHECK_OK(nn->dropout_ln_fwd(be, g_out, g_out + 64, g_aux, g_aux + 8, g_in, NULL, NULL, gamma,

@@ -520,7 +520,9 @@ ds_status ds_nn_cpu_dropout_ln_fwd(ds_backend *be, float *y, float *z, float *me
                                    const float *gamma, const float *beta, int rows, int width,
                                    float p, uint64_t seed, uint64_t offset, uint32_t *keep,
                                    float eps) {
+    /* both parts' checks first, as cuda makes them: the same calls refused */
     DS_TRY(ds_check_ln_fwd("dropout_ln_fwd", z, mean, rstd, gamma, beta, rows, width));
+    DS_TRY(ds_check_dropout("dropout_ln_fwd", p, rows, width, offset));
     if (width == 0) return DS_OK; /* no statistics of an empty row (as layernorm_fwd, cuda) */
     return dropout_rows(be, "dropout_ln_fwd", y, z, mean, rstd, x, bias, res, gamma, beta, rows,
                         width, p, seed, offset, keep, eps);

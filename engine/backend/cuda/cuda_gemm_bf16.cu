@@ -30,18 +30,21 @@
 
 /* dst[(b * rows + r) * ld + c] = bf16(src[b * stride + r * lds + c]) for
  * every b < copies, r < rows, c < cols. A warp takes 32 columns of a row
- * (coalesced), a block 8 rows; the row's origin is found once per row with
- * 32-bit arithmetic. (The first version divided a 64-bit flat index twice per
- * element: on an H100 its 348 calls took 8.7 ms of a 16.9 ms bf16 step.) */
+ * (coalesced), a block 8 rows; the row's origin is found once per row, not
+ * per element. (The first version divided a 64-bit flat index twice per
+ * element: on an H100 its 348 calls took 8.7 ms of a 16.9 ms bf16 step.) The
+ * row and column counters are 64-bit: a grid-stride step past INT_MAX would
+ * wrap negative and stay below the bound, writing outside the operand. */
 __global__ void ds_k_round_pack_bf16(uint16_t *__restrict__ dst, const float *__restrict__ src,
                                      int lds, int64_t stride, int rows, int cols, int ld,
-                                     int nrows) {
-    for (int row = blockIdx.y * blockDim.y + threadIdx.y; row < nrows;
-         row += gridDim.y * blockDim.y) {
-        int b = row / rows, r = row - b * rows;
-        const float *s = src + (int64_t)b * stride + (int64_t)r * lds;
+                                     int64_t nrows) {
+    for (int64_t row = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; row < nrows;
+         row += (int64_t)gridDim.y * blockDim.y) {
+        int64_t b = row / rows, r = row - b * rows;
+        const float *s = src + b * stride + r * lds;
         uint16_t *d = dst + (size_t)row * (size_t)ld;
-        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+        for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < cols;
+             c += (int64_t)gridDim.x * blockDim.x)
             d[c] = ds_f32_to_bf16(s[c]);
     }
 }
@@ -63,7 +66,7 @@ static ds_status round_pack(ds_backend *be, uint16_t *dst, const float *src, int
     unsigned gy = (unsigned)((nrows + 7) / 8);
     dim3 grid((unsigned)((p->cols + 31) / 32), gy < 65535u ? gy : 65535u);
     ds_k_round_pack_bf16<<<grid, block, 0, DS_CUDA_DEFAULT_STREAM>>>(
-        dst, src, lds, stride, p->rows, p->cols, p->ld, (int)nrows);
+        dst, src, lds, stride, p->rows, p->cols, p->ld, nrows);
     DS_CHECK_LAUNCH();
     return DS_OK;
 }

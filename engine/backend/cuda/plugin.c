@@ -7,6 +7,7 @@
 static const ds_cuda_plugin k_plugin = {
     .version = DS_CUDA_PLUGIN_VERSION,
     .struct_size = sizeof(ds_cuda_plugin),
+    .layout = DS_CUDA_PLUGIN_LAYOUT,
     .backend_init = ds_backend_cuda_init,
     .nn = &ds_nn_cuda,
     .nccl_create = ds_comm_nccl_create,
