@@ -228,7 +228,7 @@ static ds_status forward_failed(engine_t *e, ds_status st, int from, int upto, b
     for (int i = from; ws == DS_OK && i < upto; i++) {
         float **params, **tied;
         ws = e->zero->ops->fetch(e->zero, i, &params, &tied);
-        if (ws != DS_OK && e->zero->fetch_unread) { /* its gathers went: walk on */
+        if (ws != DS_OK && e->zero->fetch_local) { /* its gathers went: walk on */
             e->fetch_failed = true;
             ws = DS_OK;
         }
@@ -252,12 +252,13 @@ static ds_status run_forward(engine_t *e, int upto, bool training) {
         float **params, **tied;
         ds_status fst = e->zero->ops->fetch(e->zero, i, &params, &tied);
         if (fst != DS_OK) {
-            /* only this rank's own piece unread (offload_param's disk): its
-             * gathers went, so the walk goes on; anything else (a collective,
-             * the communication thread, an allocation) may have parted the
+            /* a failure of this rank's alone (offload_param's disk, a cast):
+             * its gathers went, so the walk goes on; anything else (a
+             * collective, the communication thread) may have parted the
              * ranks' calls, and a walk would fail at once on this rank while
              * the others wait in the gathers it skipped */
-            if (!e->zero->fetch_unread) {
+            if (!e->zero->fetch_local) {
+                (void)e->zero->ops->release(e->zero, i); /* its slots back */
                 if (!comm_failure(fst)) ds_error_prefix("the parameters of %s", mod->name);
                 return fst;
             }
@@ -440,12 +441,15 @@ ds_status ds_backward(engine_t *e) {
     for (int i = n - 1; i >= 0; i--) {
         ds_module *mod = e->model->modules[i];
         float **params, **tied, **grads;
-        /* a fetch that failed for this rank's own piece alone (offload_param's
-         * disk) fails the module, as its backward failing would: its gathers
+        /* a fetch that failed on this rank alone (offload_param's disk, a
+         * cast) fails the module, as its backward failing would: its gathers
          * went; any other failure may have parted the ranks (run_forward) */
         ds_status st = e->zero->ops->fetch(e->zero, i, &params, &tied);
         if (st != DS_OK && !comm_failure(st)) ds_error_prefix("the parameters of %s", mod->name);
-        if (st != DS_OK && !e->zero->fetch_unread) return st;
+        if (st != DS_OK && !e->zero->fetch_local) {
+            (void)e->zero->ops->release(e->zero, i);
+            return st;
+        }
         DS_TRY(e->zero->ops->grad_slots(e->zero, i, &grads));
         DS_TRY(ds_ties_fold(e->ties, i, grads)); /* later modules' uses of its parameters */
         ds_module_ctx ctx = module_ctx(e, i, true);

@@ -361,9 +361,16 @@ ds_status ds_estimate_params(int64_t params, int64_t largest_layer, int world,
     int64_t used = round_up(params, DS_FLAT_ALIGN);
     int64_t padded = round_up(used, (int64_t)world * DS_FLAT_ALIGN);
     int64_t span = round_up(largest_layer, DS_FLAT_ALIGN);
+    /* the modules: as many spans of the largest layer as the parameters
+     * hold, up to the most gather slots stage 3 keeps (ds_s3_slot_caps sizes
+     * its slots from the largest spans, so more copies change nothing) */
+    int64_t spans[DS_S3_MAX_SLOTS];
+    int n_spans = 0;
+    for (int64_t left = params; largest_layer > 0 && left > 0 && n_spans < DS_S3_MAX_SLOTS;
+         left -= largest_layer)
+        spans[n_spans++] = span;
     layout l = {.used = used, .padded = padded, .part = padded / world, .world = world,
-                .spans = &span,
-                .n_spans = largest_layer > 0 ? 1 : 0};
+                .spans = spans, .n_spans = n_spans};
     DS_TRY(estimate(&l, cfg, be, out));
     return DS_OK;
 }

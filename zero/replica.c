@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 
+#include "engine/io/fault.h"
 #include "zero/zero_util.h"
 
 /* Tied parameters: under fp32 a use points straight into the replica at the
@@ -223,9 +224,19 @@ ds_status ds_replica_set_weights(ds_replica *r, ds_comm *comm, float *master, in
 
 static ds_replica *R(ds_zero *z) { return (ds_replica *)z->impl; }
 
-ds_status ds_replica_op_fetch(ds_zero *z, int m, float ***out, float ***tied) {
-    DS_TRY(ds_replica_fetch(R(z), m, out, tied));
+/* The replica's local part of a fetch (the widening cast), behind the
+ * fault site replica:fetch (engine/io/fault.h: error:replica:fetch[:rank=R]
+ * [:nth=N] fails it on that rank, as a failed cast would). */
+static ds_status replica_fetch(ds_zero *z, ds_replica *r, int m, float ***out, float ***tied) {
+    DS_TRY(ds_fault_error("replica:fetch", z->d.comm->rank));
+    DS_TRY(ds_replica_fetch(r, m, out, tied));
     return DS_OK;
+}
+
+ds_status ds_replica_op_fetch(ds_zero *z, int m, float ***out, float ***tied) {
+    ds_status st = replica_fetch(z, R(z), m, out, tied);
+    z->fetch_local = st != DS_OK; /* no collective in it: a failure is this rank's */
+    return st;
 }
 
 ds_status ds_replica_op_release(ds_zero *z, int m) {
@@ -316,10 +327,12 @@ ds_status ds_replica_shard_op_fetch(ds_zero *z, int m, float ***out, float ***ti
     ds_replica_shard *rs = RS(z);
     /* the chunks up to the module's end; its tied parameters are an earlier
      * module's, below it */
+    z->fetch_local = false; /* a wait's failure: the communication thread's */
     if (rs->rows && ds_param_rows_in_module(rs->rows, m)) DS_TRY(ds_param_rows_wait(rs->rows));
     DS_TRY(ds_param_gather_wait(rs->pg, rs->rep.flat->modules[m].end));
-    DS_TRY(ds_replica_fetch(&rs->rep, m, out, tied));
-    return DS_OK;
+    ds_status st = replica_fetch(z, &rs->rep, m, out, tied);
+    z->fetch_local = st != DS_OK; /* the gathers went; only the local cast failed */
+    return st;
 }
 
 ds_status ds_replica_shard_op_begin_forward(ds_zero *z, const ds_batch *host,

@@ -327,7 +327,7 @@ static bool needs_persist(const stage3 *s, int m) {
 
 static ds_status fetch(ds_zero *z, int m, float ***out, float ***tied) {
     stage3 *s = S(z);
-    z->fetch_unread = false;
+    z->fetch_local = false;
     int dir = m >= s->last_fetch ? 1 : -1; /* forward walks up, backward down */
     if (m == s->last_fetch) dir = -1;      /* the turnaround: backward starts here */
     s->last_fetch = m;
@@ -368,7 +368,7 @@ static ds_status fetch(ds_zero *z, int m, float ***out, float ***tied) {
     /* the file lost since (a read failed before): a cached span or hpZ's
      * secondary copy may hold the zeros that went in its place */
     else if (s->ps) bad = ds_param_store_check(s->ps);
-    z->fetch_unread = bad != DS_OK;
+    z->fetch_local = bad != DS_OK;
     return bad;
 }
 
@@ -423,7 +423,11 @@ static ds_status reduce_grads(ds_zero *z, double *sumsq, int *overflow) {
 }
 
 static void invalidate(stage3 *s) {
-    for (int k = 0; k < s->n_slots; k++) s->slots[k].valid = false, s->slots[k].by_rows = false;
+    /* in_use too: a fetch that failed part way kept its slots marked, and
+     * nothing uses a slot across this point (a step's update, a drop after
+     * an agreed failure) */
+    for (int k = 0; k < s->n_slots; k++)
+        s->slots[k].valid = false, s->slots[k].by_rows = false, s->slots[k].in_use = false;
     s->persist_valid = false;
     s->persist_err = DS_OK;
     ds_s3_invalidate(&s->x);

@@ -80,10 +80,11 @@ typedef struct ds_zero_ops {
     /* fp32 pointers to module m's parameters (in declared order) and to the
      * parameters it ties to (module->tied order; NULL when it has none),
      * valid until release(m). Collective under stage 3 (gathers). A
-     * failure sets z->fetch_unread when only this rank's own piece could
-     * not be read (every collective of the fetch went as on the other
-     * ranks); any other failure (a collective, the communication thread,
-     * an allocation) leaves it false: the ranks' calls may have parted. */
+     * failure sets z->fetch_local when it was this rank's alone and every
+     * collective of the fetch went as on the other ranks (stage 3: its own
+     * piece could not be read; stages 0-2: the widening cast of the
+     * replica); any other failure (a collective, the communication thread)
+     * leaves it false: the ranks' calls may have parted. */
     ds_status (*fetch)(ds_zero *z, int module, float ***out, float ***tied);
     ds_status (*release)(ds_zero *z, int module);
     /* fp32 gradient slots for module m's backward; the module accumulates. */
@@ -177,10 +178,11 @@ struct ds_zero {
      * state, so there are mics_shard_size parts and a replica holds the
      * part of its place in its group. */
     int state_parts, state_part;
-    /* The last fetch failed for this rank's own piece alone (fetch above):
-     * the engine may then take part in the rest of a forward's fetches, as
-     * the other ranks do, before they all agree that it failed. */
-    bool fetch_unread;
+    /* The last fetch failed on this rank alone, its collectives made (fetch
+     * above): the engine may then take part in the rest of a forward's or
+     * backward's collectives, as the other ranks do, before they all agree
+     * that it failed. */
+    bool fetch_local;
 };
 
 /* ZeRO-Infinity's start-up checks, before anything is allocated: a bad

@@ -141,6 +141,21 @@ static void check_params_only(int world) {
           "model state from --params %llu vs from the model %llu",
           (unsigned long long)ds_estimate_state(&b, DS_PLACE_DEVICE),
           (unsigned long long)ds_estimate_state(&a, DS_PLACE_DEVICE));
+    /* stage 3 from --params: as many gather slots as the parameters hold
+     * layers of the largest size, up to the 8 the engine keeps under the
+     * default stage3_max_live_parameters (it counted 2, one span's worth) */
+    ds_config c3 = *ds_get_config(e);
+    c3.zero_stage = 3;
+    ds_mem_report p8, p2;
+    CHECK_OK(ds_estimate_params(8 * largest, largest, world, &c3, DS_BACKEND_CPU, &p8));
+    CHECK_OK(ds_estimate_params(2 * largest, largest, world, &c3, DS_BACKEND_CPU, &p2));
+    uint64_t more = p8.bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE] -
+                    p2.bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE];
+    /* six more slots of `largest` elements, at least 2 bytes each (bf16) */
+    CHECK(p8.bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE] >= p2.bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE] &&
+              more >= 6 * (uint64_t)largest * 2,
+          "stage 3 from --params: 8 layers' slots add %llu bytes over 2 layers', want >= %llu",
+          (unsigned long long)more, (unsigned long long)(6 * (uint64_t)largest * 2));
     ds_finalize(e);
 }
 

@@ -4,6 +4,7 @@
  * what a module reads.
  *
  *   test_param_rows --stage 1|2|3 [--gas G] [--lie 1] [--around 1] [--absent 1]
+ *                   [--fetch-fails 1]
  *
  * A user's module written against the public module API (user_bag.h):
  * y[b, :] = sum over unmasked t of W[ids[b, t], :] over a 512-row table,
@@ -41,6 +42,14 @@
  *    way every rank's ds_forward of that step must fail, the others naming
  *    that rank, within the test's time (not a wait for a peer that went
  *    elsewhere), and both runs then train on alike: the same bits.
+ *  - --fetch-fails 1 (stages 1-2): the last rank's fetch fails in the
+ *    backward of step FETCH_FAIL_STEP on its own (DS_FAULT_INJECT=error:
+ *    replica:fetch set around that call: the replica's local part, as a
+ *    failed cast). Its gathers went, so its backward goes on through the
+ *    gradient buckets the others reduce, its ds_backward failing; every
+ *    rank's ds_step then fails naming the injected failure, and both runs
+ *    train on alike. (A return at the failed fetch left the others in the
+ *    buckets' reduction until the test's timeout.)
  * The losses must fall, so a run that trained nothing cannot pass. */
 #include <math.h>
 #include <stdio.h>
@@ -59,9 +68,10 @@
 #define VOCAB 512
 
 #define ABSENT_STEP 3 /* --absent: the step (from 1) whose last rank's batch lacks input_ids */
+#define FETCH_FAIL_STEP 2 /* --fetch-fails: the step whose backward's fetch fails on the last rank */
 
 typedef struct opts {
-    int stage, gas, lie, around, absent;
+    int stage, gas, lie, around, absent, fetch_fails;
 } opts;
 
 /* Rank q's micro-batch j of step s (step -1: the evaluation's). */
@@ -160,6 +170,30 @@ static int train(const opts *o, bool rows, bool lie, run *r) {
                 }
                 continue;
             }
+            bool fail_fetch = o->fetch_fails && s + 1 == FETCH_FAIL_STEP && j == 0;
+            if (fail_fetch && st == DS_OK) {
+                if (rank == world - 1) setenv("DS_FAULT_INJECT", "error:replica:fetch", 1);
+                st = ds_backward(e);
+                unsetenv("DS_FAULT_INJECT");
+                bool bwd_ok = rank == world - 1
+                                  ? st != DS_OK &&
+                                        strstr(ds_last_error(), "replica:fetch: failure injected")
+                                  : st == DS_OK;
+                ds_status ss = ds_step(e);
+                bool step_ok = ss != DS_OK &&
+                               strstr(ds_last_error(), "replica:fetch: failure injected");
+                if (!bwd_ok || !step_ok) {
+                    fprintf(stderr, "rows %d step %d: rank %d's fetch failing in its backward: "
+                            "backward %s, step %s (want the step refused on every rank)\n", rows,
+                            s + 1, world - 1, st == DS_OK ? "ok" : "failed",
+                            ss == DS_OK ? "ok" : ds_last_error());
+                    rc = 1;
+                } else if (rank == 0) {
+                    printf("rows %d step %d refused as it should: %s\n", rows, s + 1,
+                           ds_last_error());
+                }
+                continue;
+            }
             if (st == DS_OK) st = ds_backward(e);
             if (st == DS_OK) st = ds_step(e);
             if (st != DS_OK) {
@@ -198,6 +232,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--lie")) o.lie = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--around")) o.around = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--absent")) o.absent = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--fetch-fails")) o.fetch_fails = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "test_param_rows: unknown option %s\n", argv[i]);
             return 2;

@@ -388,6 +388,7 @@ static bool retry_step(tr_run *r, ds_status st, int64_t *s) {
         return false;
     }
     int64_t from = ds_global_step(r->e);
+    r->start = from; /* where the trainer's habits resume from (tr_habits_resume) */
     if (r->rank == 0)
         printf("%s: --retries: resumed from %s at step %lld\n", r->prog, r->o->ckpt_dir,
                (long long)from);

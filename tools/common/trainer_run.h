@@ -32,7 +32,8 @@ typedef struct tr_run {
     int rank, world;
     int64_t per_epoch;     /* optimizer steps in a pass over the training rows */
     int64_t total;         /* the run's steps: --max-steps, else --epochs x per_epoch */
-    int64_t start;         /* the step it starts from: > 0 after --resume */
+    int64_t start;         /* the step it starts from: > 0 after --resume, and the
+                              checkpoint's after a --retries */
     int64_t micro;         /* the resolved train_micro_batch_size_per_gpu */
     int eval_batch;        /* rows per evaluation call: --eval-batch, at most micro
                               (the plan holds activations for that many) */
