@@ -419,6 +419,26 @@ bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_laye
     if (!c) return false;
     uint64_t need = 0;
     bool found = false;
+    /* Stage 3 keeps as many gather slots as stage3_max_live_parameters
+     * holds (zero_util.h, up to 8): the fewest, two, before any offload
+     * (nothing moves off the device; the backward gathers more) */
+    if (cfg->zero_stage == 3 && cfg->stage3_max_live_parameters > 0) {
+        *c = *cfg;
+        c->stage3_max_live_parameters = 0;
+        ds_mem_report r;
+        ds_status st = model ? ds_estimate_model(model, world, c, be, &r)
+                             : ds_estimate_params(params, largest_layer, world, c, be, &r);
+        if (st != DS_OK) ds_clear_error();
+        need = st == DS_OK ? ds_estimate_ram(&r, be) * (uint64_t)ranks_per_host : 0;
+        if (st == DS_OK && need <= ram_limit) {
+            found = true;
+            char n1[24];
+            snprintf(buf, cap, "zero_optimization.stage3_max_live_parameters 0 (two gather "
+                     "slots, the fewest; the backward gathers again what they do not hold) "
+                     "would fit: %s of RAM for the rank%s on this host",
+                     ds_estimate_size(need, n1), ranks_per_host == 1 ? "" : "s");
+        }
+    }
     /* Each NVMe try also with sub-groups of 1e8 elements when the config's
      * are larger: DeepSpeed's default 1e9 keeps up to 12 GB of swap
      * buffers in RAM for Adam, often more than the offload saves. */

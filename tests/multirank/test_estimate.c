@@ -159,6 +159,38 @@ static void check_params_only(int world) {
     ds_finalize(e);
 }
 
+/* Stage 3 under a DS_MEM_LIMIT between its estimate and the same config's
+ * with stage3_max_live_parameters 0 (two gather slots): refused, the fix
+ * naming that key before any offload, and the config with it starts. */
+static void check_slots_refusal(int world) {
+    engine_t *e;
+    if (!TEST_OK(start(0, 3, "fp32", "none", "none", &e))) return;
+    ds_config c = *ds_get_config(e);
+    ds_mem_report full, two;
+    CHECK_OK(ds_estimate_model(ds_get_model(e), world, &c, DS_BACKEND_CPU, &full));
+    c.stage3_max_live_parameters = 0;
+    CHECK_OK(ds_estimate_model(ds_get_model(e), world, &c, DS_BACKEND_CPU, &two));
+    ds_finalize(e);
+    uint64_t a = ds_estimate_ram(&full, DS_BACKEND_CPU), b = ds_estimate_ram(&two, DS_BACKEND_CPU);
+    CHECK(a > b, "stage 3: two gather slots need less RAM than the default's: %llu vs %llu",
+          (unsigned long long)b, (unsigned long long)a);
+    if (a <= b) return;
+    char lim[32];
+    snprintf(lim, sizeof lim, "%llu", (unsigned long long)((a + b) / 2 * world));
+    setenv("DS_MEM_LIMIT", lim, 1);
+    e = NULL;
+    ds_status st = start(0, 3, "fp32", "none", "none", &e);
+    CHECK(st == DS_ERR_OOM && strstr(ds_last_error(), "stage3_max_live_parameters 0") &&
+              !strstr(ds_last_error(), "offload"),
+          "stage 3 over DS_MEM_LIMIT=%s by its slots: %s (%s)", lim, ds_status_to_string(st),
+          ds_last_error());
+    ds_finalize(e);
+    g_zero_more = ", \"stage3_max_live_parameters\": 0";
+    if (TEST_OK(start(0, 3, "fp32", "none", "none", &e))) ds_finalize(e);
+    g_zero_more = "";
+    setenv("DS_MEM_LIMIT", "off", 1);
+}
+
 /* DS_MEM_LIMIT between the two estimates (all ranks of the test share
  * this host): the plain config is refused before it allocates, with the
  * estimate and the fix; the NVMe config starts under the same limit. */
@@ -250,6 +282,7 @@ int main(int argc, char **argv) {
         }
     }
     check_params_only(world);
+    check_slots_refusal(world);
     CHECK(ram_nvme > 0 && ram_plain > ram_nvme, "NVMe offload lowers the RAM estimate: %llu vs %llu",
           (unsigned long long)ram_nvme, (unsigned long long)ram_plain);
     if (ram_nvme > 0 && ram_plain > ram_nvme) check_refusal(ram_plain, ram_nvme, world);
