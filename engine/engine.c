@@ -313,6 +313,10 @@ void ds_engine_lose(engine_t *e, ds_status st, const char *fmt, ...) {
     va_end(ap);
 }
 
+void ds_checkpoint_tag(const engine_t *e, char *buf, size_t cap) {
+    snprintf(buf, cap, "global_step%lld", (long long)e->global_step);
+}
+
 ds_status ds_last_step_info(const engine_t *e, ds_step_info *out) {
     *out = e->last;
     return DS_OK;

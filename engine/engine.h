@@ -348,6 +348,11 @@ ds_status ds_save_weights(engine_t *e, const char *path);
 ds_status ds_save_checkpoint(engine_t *e, const char *dir, const char *tag,
                              const char *client_state_json);
 
+/* The tag ds_save_checkpoint gives a NULL tag at this step, "global_step{N}",
+ * into buf (cap bytes): what a training loop that saved with NULL remembers
+ * to go back to. */
+void ds_checkpoint_tag(const engine_t *e, char *buf, size_t cap);
+
 /* Remove what unfinished saves left in DIR (every TAG.tmp folder and
  * latest.tmp; nothing else), rank 0 printing each path it removes. Call it
  * once at the start of a job that will save into DIR (train_cls does). It

@@ -278,7 +278,7 @@ static ds_status save_args(engine_t *e, const char *dir, const char *tag_in, con
         DS_TRY(ds_ckpt_check_tag(tag_in));
         snprintf(tag, DS_CKPT_TAG_MAX + 1, "%s", tag_in);
     } else {
-        snprintf(tag, DS_CKPT_TAG_MAX + 1, "global_step%lld", (long long)e->global_step);
+        ds_checkpoint_tag(e, tag, DS_CKPT_TAG_MAX + 1);
     }
     if (client) DS_TRY(ds_ckpt_json_check(client, "ds_save_checkpoint: client_state_json"));
     if (e->have_forward || e->have_backward || e->micro_in_step != 0)

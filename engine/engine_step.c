@@ -257,14 +257,10 @@ static ds_status run_forward(engine_t *e, int upto, bool training) {
              * collective, the communication thread) may have parted the
              * ranks' calls, and a walk would fail at once on this rank while
              * the others wait in the gathers it skipped */
-            if (!e->zero->fetch_local) {
-                (void)e->zero->ops->release(e->zero, i); /* its slots back */
-                if (!comm_failure(fst)) ds_error_prefix("the parameters of %s", mod->name);
-                return fst;
-            }
+            (void)e->zero->ops->release(e->zero, i); /* its slots back */
+            if (!comm_failure(fst)) ds_error_prefix("the parameters of %s", mod->name);
+            if (!e->zero->fetch_local) return fst;
             e->fetch_failed = true;
-            (void)e->zero->ops->release(e->zero, i);
-            ds_error_prefix("the parameters of %s", mod->name);
             ds_error_trace(__FILE__, __LINE__);
             return forward_failed(e, fst, i + 1, upto, false);
         }

@@ -393,6 +393,22 @@ const char *ds_estimate_size(uint64_t b, char *buf) {
     return buf;
 }
 
+/* ds_estimate_fix's measure of one candidate config c: *r and the RAM the
+ * ranks of one host need under it (*need); false, the error cleared, when
+ * the estimate refuses c (then it is not a candidate). */
+static bool fix_need(const ds_model *model, int64_t params, int64_t largest_layer, int world,
+                     int ranks_per_host, const ds_config *c, ds_backend_kind be,
+                     ds_mem_report *r, uint64_t *need) {
+    ds_status st = model ? ds_estimate_model(model, world, c, be, r)
+                         : ds_estimate_params(params, largest_layer, world, c, be, r);
+    if (st != DS_OK) {
+        ds_clear_error();
+        return false;
+    }
+    *need = ds_estimate_ram(r, be) * (uint64_t)ranks_per_host;
+    return true;
+}
+
 bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_layer, int world,
                      int ranks_per_host, const ds_config *cfg, ds_backend_kind be,
                      uint64_t ram_limit, char *buf, size_t cap) {
@@ -426,11 +442,8 @@ bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_laye
         *c = *cfg;
         c->stage3_max_live_parameters = 0;
         ds_mem_report r;
-        ds_status st = model ? ds_estimate_model(model, world, c, be, &r)
-                             : ds_estimate_params(params, largest_layer, world, c, be, &r);
-        if (st != DS_OK) ds_clear_error();
-        need = st == DS_OK ? ds_estimate_ram(&r, be) * (uint64_t)ranks_per_host : 0;
-        if (st == DS_OK && need <= ram_limit) {
+        if (fix_need(model, params, largest_layer, world, ranks_per_host, c, be, &r, &need) &&
+            need <= ram_limit) {
             found = true;
             char n1[24];
             snprintf(buf, cap, "zero_optimization.stage3_max_live_parameters 0 (two gather "
@@ -460,14 +473,9 @@ bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_laye
         c->offload_param.device = tries[k].param;
         if (c->offload_optimizer.ratio < 1.0) c->offload_optimizer.ratio = 1.0;
         ds_mem_report r;
-        ds_status st = model ? ds_estimate_model(model, world, c, be, &r)
-                             : ds_estimate_params(params, largest_layer, world, c, be, &r);
-        if (st != DS_OK) {
-            ds_clear_error();
+        if (!fix_need(model, params, largest_layer, world, ranks_per_host, c, be, &r, &need) ||
+            need > ram_limit)
             continue;
-        }
-        need = ds_estimate_ram(&r, be) * (uint64_t)ranks_per_host;
-        if (need > ram_limit) continue;
         found = true;
         uint64_t disk = r.total[DS_PLACE_NVME];
         char stage[48] = "";

@@ -387,19 +387,18 @@ static bool retry_step(tr_run *r, ds_status st, int64_t *s) {
                         (long long)*s + 1, why.msg);
         return false;
     }
-    int64_t from = ds_global_step(r->e);
-    r->start = from; /* where the trainer's habits resume from (tr_habits_resume) */
+    r->start = ds_global_step(r->e); /* where the trainer's habits resume (tr_habits_resume) */
     if (r->rank == 0)
         printf("%s: --retries: resumed from %s at step %lld\n", r->prog, r->o->ckpt_dir,
-               (long long)from);
+               (long long)r->start);
     if (r->metrics) { /* the steps after from_step come again: say why, where they do */
         json_t *j = json_pack("{s:{s:I,s:I,s:s}}", "retry", "failed_step", (json_int_t)*s + 1,
-                              "from_step", (json_int_t)from, "error", why.msg);
+                              "from_step", (json_int_t)r->start, "error", why.msg);
         if (j && json_dumpf(j, r->metrics, 0) == 0) fputc('\n', r->metrics);
         json_decref(j);
         tr_metrics_written(r);
     }
-    *s = from - 1;
+    *s = r->start - 1;
     return true;
 }
 
@@ -462,9 +461,7 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
             rc = tr_fail(r->prog, what);
             break;
         }
-        /* the tag just saved: ds_save_checkpoint's documented default (engine.h) */
-        if (saved)
-            snprintf(r->ckpt_tag, sizeof r->ckpt_tag, "global_step%lld", (long long)info.step);
+        if (saved) ds_checkpoint_tag(r->e, r->ckpt_tag, sizeof r->ckpt_tag); /* just saved */
         /* bounded disk use: the newest --save-total-limit (and latest's) stay */
         if (saved && o->save_total_limit > 0 &&
             ds_checkpoint_prune(r->e, o->ckpt_dir, o->save_total_limit) != DS_OK) {
