@@ -226,6 +226,7 @@ static void cuda_impl_release(ds_backend *be, ds_cuda_impl *im) {
     if (im->blas) cublasDestroy(im->blas);
     if (im->sumsq_dev) cudaFree(im->sumsq_dev);
     if (im->sumsq_host) cudaFreeHost(im->sumsq_host);
+    if (im->bad_index_dev) cudaFree(im->bad_index_dev);
     if (im->scratch.p) cudaFree(im->scratch.p);
     ds_mem_add(be->mem, DS_MEM_BUFFERS, DS_PLACE_DEVICE, -(int64_t)im->scratch.bytes);
     free(im);
@@ -324,7 +325,7 @@ static ds_status cuda_setup(ds_backend *be, ds_cuda_impl *im, const ds_backend_d
     DS_CHECK_CUDA(cudaMalloc((void **)&im->sumsq_dev, DS_CUDA_SUMSQ_BLOCKS * sizeof(double)));
     DS_CHECK_CUDA(cudaHostAlloc((void **)&im->sumsq_host, DS_CUDA_SUMSQ_BLOCKS * sizeof(double),
                                 cudaHostAllocPortable));
-    (void)be;
+    DS_CHECK_CUDA(cudaMalloc((void **)&im->bad_index_dev, sizeof *im->bad_index_dev));
     return DS_OK;
 }
 

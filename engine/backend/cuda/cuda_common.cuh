@@ -71,6 +71,9 @@ typedef struct ds_cuda_impl {
     int max_blocks;       /* grid-stride kernels launch at most this many blocks */
     double *sumsq_dev;    /* [DS_CUDA_SUMSQ_BLOCKS] partial sums, device */
     double *sumsq_host;   /* [DS_CUDA_SUMSQ_BLOCKS] pinned copy */
+    /* ds_nn_cuda_first_bad_index's answer: one word per backend, so two
+     * backends (two engines, two threads) on one device never share it */
+    unsigned long long *bad_index_dev;
     ds_cuda_buf scratch;      /* ds_cuda_scratch's buffer */
 } ds_cuda_impl;
 

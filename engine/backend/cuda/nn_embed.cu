@@ -7,17 +7,15 @@
 #include "engine/backend/cuda/colsum.cuh"
 #include "engine/backend/cuda/nn_cuda.cuh"
 
-/* First out-of-range index of the last ds_nn_cuda_first_bad_index, packed
- * (position << 32 | (uint32_t)value) so that atomicMin keeps the lowest
- * position; ULLONG_MAX = none. A __device__ variable: no allocation, one per
- * device. */
-__device__ unsigned long long g_ds_nn_bad_index;
-
-__global__ void ds_k_first_bad_index(const int32_t *v, int n, int hi, int has_skip, int skip) {
+/* *first = the first out-of-range index, packed (position << 32 |
+ * (uint32_t)value) so that atomicMin keeps the lowest position; ULLONG_MAX =
+ * none. `first` is the backend's own word (ds_cuda_impl.bad_index_dev). */
+__global__ void ds_k_first_bad_index(const int32_t *v, int n, int hi, int has_skip, int skip,
+                                     unsigned long long *first) {
     DS_GRID_STRIDE(i, (size_t)n) {
         int x = v[i];
         if ((x < 0 || x >= hi) && !(has_skip && x == skip))
-            atomicMin(&g_ds_nn_bad_index,
+            atomicMin(first,
                       ((unsigned long long)i << 32) | (unsigned long long)(uint32_t)x);
     }
 }
@@ -27,14 +25,16 @@ ds_status ds_nn_cuda_first_bad_index(ds_backend *be, const int32_t *v, int n, in
     *pos = -1;
     *val = 0;
     if (n <= 0) return DS_OK;
+    unsigned long long *first = ds_cuda_impl_of(be)->bad_index_dev;
     const unsigned long long none = ULLONG_MAX;
-    DS_CHECK_CUDA(cudaMemcpyToSymbolAsync(g_ds_nn_bad_index, &none, sizeof none, 0,
-                                          cudaMemcpyHostToDevice, DS_CUDA_DEFAULT_STREAM));
-    ds_k_first_bad_index<<<DS_CUDA_GRID(be, (size_t)n)>>>(v, n, hi, has_skip ? 1 : 0, skip);
+    DS_CHECK_CUDA(cudaMemcpyAsync(first, &none, sizeof none, cudaMemcpyHostToDevice,
+                                  DS_CUDA_DEFAULT_STREAM));
+    ds_k_first_bad_index<<<DS_CUDA_GRID(be, (size_t)n)>>>(v, n, hi, has_skip ? 1 : 0, skip,
+                                                          first);
     DS_CHECK_LAUNCH();
     unsigned long long bad = none;
-    DS_CHECK_CUDA(cudaMemcpyFromSymbolAsync(&bad, g_ds_nn_bad_index, sizeof bad, 0,
-                                            cudaMemcpyDeviceToHost, DS_CUDA_DEFAULT_STREAM));
+    DS_CHECK_CUDA(cudaMemcpyAsync(&bad, first, sizeof bad, cudaMemcpyDeviceToHost,
+                                  DS_CUDA_DEFAULT_STREAM));
     DS_CHECK_CUDA(cudaStreamSynchronize(DS_CUDA_DEFAULT_STREAM));
     if (bad != none) {
         *pos = (int)(bad >> 32);
