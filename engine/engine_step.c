@@ -1,6 +1,6 @@
-/* The training loop: activation plan, forward, backward, step, data loader,
- * prediction. Every buffer used here is allocated once, in
- * ds_engine_plan_activations; a step allocates nothing. */
+/* The training loop: forward, backward, step, evaluation, prediction.
+ * Every buffer used here is allocated once, in ds_engine_plan_activations
+ * (engine_plan.c); a step allocates nothing. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,8 +9,6 @@
 #include "engine/core/sched.h"
 #include "engine/io/fault.h"
 #include "engine/engine_internal.h"
-
-static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 /* splitmix64 finaliser, for deriving independent RNG streams. */
 static uint64_t mix64(uint64_t x) {
@@ -22,97 +20,6 @@ static uint64_t mix64(uint64_t x) {
 
 uint64_t ds_engine_module_seed(const engine_t *e, uint64_t micro_seed, int module) {
     return mix64(micro_seed ^ mix64(((uint64_t)module << 20) ^ (uint64_t)e->comm->rank));
-}
-
-ds_status ds_engine_plan_activations(engine_t *e) {
-    const ds_model *m = e->model;
-    int n = m->n_modules;
-    e->cap_B = (int)e->cfg.train_micro_batch_size_per_gpu;
-    e->T = m->max_seq_len > 0 ? m->max_seq_len : 1;
-    if (e->cap_B <= 0)
-        return DS_ERR(DS_ERR_INVALID_ARG, "activation plan: micro batch %d x seq len %d", e->cap_B,
-                      e->T);
-    e->act = calloc((size_t)n, sizeof *e->act);
-    e->act_elems = calloc((size_t)n, sizeof *e->act_elems);
-    e->saved = calloc((size_t)n, sizeof *e->saved);
-    e->saved_bytes = calloc((size_t)n, sizeof *e->saved_bytes);
-    e->recompute = calloc((size_t)n, sizeof *e->recompute);
-    if (!e->act || !e->act_elems || !e->saved || !e->saved_bytes || !e->recompute)
-        return DS_ERR(DS_ERR_OOM, "activation plan: out of host memory");
-
-    /* Activation checkpointing (DeepSpeed's section): checkpointable modules
-     * (BERT's encoder layers) keep only their input; their internals are
-     * recomputed in backward into one shared area. number_checkpoints limits
-     * how many, counted from the first. */
-    int64_t budget = e->cfg.number_checkpoints > 0 ? e->cfg.number_checkpoints : INT64_MAX;
-    ds_backend *be = e->be;
-    for (int i = 0; i < n; i++) {
-        const ds_module *mod = m->modules[i];
-        e->act_elems[i] = mod->ops->out_elems(mod, e->cap_B, e->T);
-        e->saved_bytes[i] = mod->ops->saved_bytes(mod, e->cap_B, e->T);
-        e->scratch_bytes = max_sz(e->scratch_bytes, mod->ops->scratch_bytes(mod, e->cap_B, e->T));
-        if (i < n - 1) e->grad_elems = max_sz(e->grad_elems, e->act_elems[i]);
-        e->recompute[i] = e->cfg.activation_checkpointing && mod->checkpointable && budget > 0;
-        if (e->recompute[i]) {
-            budget--;
-            e->ckpt_saved_bytes = max_sz(e->ckpt_saved_bytes, e->saved_bytes[i]);
-        }
-        DS_TRY(ds_backend_alloc(be, DS_MEM_ACTIVATIONS, DS_PLACE_DEVICE,
-                                e->act_elems[i] * sizeof(float), (void **)&e->act[i]));
-        if (!e->recompute[i])
-            DS_TRY(ds_backend_alloc(be, DS_MEM_ACTIVATIONS, DS_PLACE_DEVICE, e->saved_bytes[i],
-                                    &e->saved[i]));
-    }
-    DS_TRY(ds_backend_alloc(be, DS_MEM_ACTIVATIONS, DS_PLACE_DEVICE, e->ckpt_saved_bytes,
-                            &e->ckpt_saved));
-    for (int i = 0; i < n; i++)
-        if (e->recompute[i]) e->saved[i] = e->ckpt_saved;
-    DS_TRY(ds_backend_alloc(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, e->scratch_bytes, &e->scratch));
-    for (int k = 0; k < 2; k++)
-        DS_TRY(ds_backend_alloc(be, DS_MEM_ACTIVATIONS, DS_PLACE_DEVICE,
-                                e->grad_elems * sizeof(float), (void **)&e->grad_buf[k]));
-
-    for (int j = 0; j < m->n_inputs; j++) {
-        const ds_tensor_desc *in = &m->inputs[j];
-        e->d_in_bytes[j] = (size_t)e->cap_B * ds_tensor_desc_row_elems(in, e->T) *
-                           ds_dtype_size(in->dtype);
-        DS_TRY(ds_backend_alloc(be, DS_MEM_OTHER, DS_PLACE_DEVICE, e->d_in_bytes[j], &e->d_in[j]));
-    }
-    /* bf16 GEMM inputs: the backend's workspace for the rounded copies, as
-     * large as the largest GEMM the modules declare (backend.h); the
-     * backend frees it */
-    if (be->gemm_inputs == DS_BF16) {
-        ds_gemm_plan gp = {.kind = be->kind};
-        ds_model_plan_gemms(m, e->cap_B, e->T, &gp);
-        DS_TRY(ds_backend_reserve_gemm_workspace(be, gp.bytes));
-    }
-    return DS_OK;
-}
-
-void ds_engine_free_activations(engine_t *e) {
-    ds_backend *be = e->be;
-    if (!be || !e->act) return;
-    int n = e->model->n_modules;
-    for (int i = 0; i < n; i++) {
-        ds_backend_free(be, DS_MEM_ACTIVATIONS, DS_PLACE_DEVICE, e->act[i],
-                        e->act_elems[i] * sizeof(float));
-        if (!e->recompute[i])
-            ds_backend_free(be, DS_MEM_ACTIVATIONS, DS_PLACE_DEVICE, e->saved[i],
-                            e->saved_bytes[i]);
-    }
-    ds_backend_free(be, DS_MEM_ACTIVATIONS, DS_PLACE_DEVICE, e->ckpt_saved, e->ckpt_saved_bytes);
-    ds_backend_free(be, DS_MEM_BUFFERS, DS_PLACE_DEVICE, e->scratch, e->scratch_bytes);
-    for (int k = 0; k < 2; k++)
-        ds_backend_free(be, DS_MEM_ACTIVATIONS, DS_PLACE_DEVICE, e->grad_buf[k],
-                        e->grad_elems * sizeof(float));
-    for (int j = 0; j < e->model->n_inputs; j++)
-        ds_backend_free(be, DS_MEM_OTHER, DS_PLACE_DEVICE, e->d_in[j], e->d_in_bytes[j]);
-    free(e->act);
-    free(e->act_elems);
-    free(e->saved);
-    free(e->saved_bytes);
-    free(e->recompute);
-    e->act = NULL;
 }
 
 /* "input_ids, attention_mask, labels (target)" */
@@ -222,13 +129,18 @@ static bool comm_failure(ds_status st) { return st == DS_ERR_COMM || st == DS_ER
  * nobody waits: st as it is. */
 static ds_status forward_failed(engine_t *e, ds_status st, int from, int upto, bool post) {
     if (e->comm->world == 1 || comm_failure(st)) return st;
-    ds_error_saved keep;
+    ds_error_saved keep, unread;
     ds_error_save(&keep);
+    int unread_at = -1; /* the first module whose own piece this walk could not read */
     ds_status ws = post ? begin_forward(e, NULL) : DS_OK;
     for (int i = from; ws == DS_OK && i < upto; i++) {
         float **params, **tied;
         ws = e->zero->ops->fetch(e->zero, i, &params, &tied);
         if (ws != DS_OK && e->zero->fetch_local) { /* its gathers went: walk on */
+            if (unread_at < 0 && !e->fetch_failed) {
+                unread_at = i;
+                ds_error_save(&unread);
+            }
             e->fetch_failed = true;
             ws = DS_OK;
         }
@@ -239,7 +151,17 @@ static ds_status forward_failed(engine_t *e, ds_status st, int from, int upto, b
                         "(%s)", keep.msg);
         return ws;
     }
-    ds_error_restore(&keep);
+    if (unread_at < 0) {
+        ds_error_restore(&keep);
+        return st;
+    }
+    /* Both: the other ranks computed with zeros for the unread piece, so the
+     * message they all fail with (eval_agree, the window's agreement) names
+     * it beside the first failure. */
+    ds_error_restore(&unread);
+    ds_error_prefix("%s; then, taking part in the rest of the forward, the parameters of %s "
+                    "(the other ranks used zeros for this rank's part)", keep.msg,
+                    e->model->modules[unread_at]->name);
     return st;
 }
 

@@ -520,14 +520,17 @@ static int run_after_crash(setup *s) {
  * rank 1. In a backward (each module gathered again there,
  * stage3_max_reuse_distance 0): rank 1's ds_backward fails naming the
  * module, rank 0's goes through (the same reduce-scatters on both), and the
- * next forward fails on both, the file now gone. */
+ * next forward fails on both, the file now gone. In an evaluation whose
+ * batch rank 1 refuses as well (a token id out of range): rank 1 walks
+ * through the gathers after its refusal, cannot read its piece there, and
+ * every rank's message names both, the parameter file too. */
 static void param_read_fails(setup *s, engine_t *a, const ds_dataset *data, int rank) {
     snprintf(g_zero_more, sizeof g_zero_more,
              ", \"stage3_max_reuse_distance\": 0, \"stage3_param_persistence_threshold\": 0,"
              " \"offload_param\": {\"device\": \"nvme\","
              " \"nvme_path\": \"%s\", \"max_in_cpu\": 1000, \"buffer_size\": 1500,"
              " \"buffer_count\": 3}", s->nvme);
-    for (int phase = 0; phase < 3; phase++) {
+    for (int phase = 0; phase < 4; phase++) {
         engine_t *d = make_engine(s, data, 0);
         ds_step_info info;
         off_train(d, 1, &info);
@@ -535,17 +538,24 @@ static void param_read_fails(setup *s, engine_t *a, const ds_dataset *data, int 
         snprintf(before, sizeof before, "%s/param_before_%d", s->dir, phase);
         REQUIRE_OK(ds_save_checkpoint(d, before, NULL, NULL));
         ds_status st;
-        const char *where = phase == 2 ? "an evaluation" : phase ? "a backward" : "a forward";
+        const char *where = phase == 3   ? "an evaluation of a refused batch"
+                            : phase == 2 ? "an evaluation"
+                            : phase      ? "a backward"
+                                         : "a forward";
         if (phase == 0) {
             setenv("DS_FAULT_INJECT", "error:nvme:param_read:rank=1", 1);
             st = ds_train_batch(d, &info);
             unsetenv("DS_FAULT_INJECT");
-        } else if (phase == 2) { /* rank 0 would compute with rank 1's zeros */
+        } else if (phase >= 2) { /* rank 0 would compute with rank 1's zeros */
             ds_host_batch hb;
             REQUIRE_OK(ds_host_batch_alloc(&hb, data, ds_get_model(d), 4));
             size_t rows[4];
             for (int k = 0; k < 4; k++) rows[k] = (size_t)(rank * 4 + k);
             REQUIRE_OK(ds_host_batch_fill(&hb, data, rows, 4));
+            if (phase == 3 && rank == 1) /* ck_make_data's vocabulary is 50 */
+                for (int i = 0; i < hb.batch.n; i++)
+                    if (!strcmp(hb.batch.t[i].name, "input_ids"))
+                        ((int32_t *)hb.batch.t[i].data)[3] = 9999;
             double loss, weight;
             setenv("DS_FAULT_INJECT", "error:nvme:param_read:rank=1", 1);
             st = ds_evaluate(d, &hb.batch, &loss, &weight);
@@ -572,10 +582,16 @@ static void param_read_fails(setup *s, engine_t *a, const ds_dataset *data, int 
             ds_host_batch_free(&hb);
         }
         const char *msg = ds_last_error();
-        CHECK(st == DS_ERR_IO && strstr(msg, "params.swp") &&
-                  (rank == 1 || strstr(msg, "rank 1 failed")),
-              "rank 1's parameter file failing in %s: rank %d got %s: %s", where, rank,
-              ds_status_to_string(st), msg);
+        if (phase < 3)
+            CHECK(st == DS_ERR_IO && strstr(msg, "params.swp") &&
+                      (rank == 1 || strstr(msg, "rank 1 failed")),
+                  "rank 1's parameter file failing in %s: rank %d got %s: %s", where, rank,
+                  ds_status_to_string(st), msg);
+        else /* the refusal is rank 1's status; both causes are in every message */
+            CHECK(st == DS_ERR_INVALID_ARG && strstr(msg, "9999") && strstr(msg, "params.swp") &&
+                      (rank == 1 || strstr(msg, "rank 1 failed")),
+                  "rank 1's batch refused and its parameter file failing in %s: rank %d got "
+                  "%s: %s", where, rank, ds_status_to_string(st), msg);
         if (rank == 0) printf("  rank 1's parameter file failing in %s, on rank 0: %s\n",
                               where, msg);
         reload_after_loss(s, a, d, data, 0, before, 3, rank);
