@@ -194,8 +194,8 @@ static ds_status stage3(est *e) {
      * has none of its own (it is read from its owner's slot) */
     int n_slots;
     int64_t caps[DS_S3_MAX_SLOTS];
-    DS_TRY(ds_s3_slot_caps(l->spans, l->n_spans, c->stage3_max_live_parameters, l->held,
-                           &n_slots, caps));
+    DS_TRY(ds_s3_slot_caps(l->spans, l->n_spans, c->stage3_param_persistence_threshold,
+                           c->stage3_max_live_parameters, l->held, &n_slots, caps));
     for (int k = 0; k < n_slots; k++) slot(e, caps[k]);
     buckets(e);
     buckets_q8(e);

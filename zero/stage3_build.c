@@ -94,10 +94,10 @@ static ds_status plan(stage3 *s, const ds_config *cfg) {
         if (!s->ptrs[m] || !s->gptrs[m]) return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
     }
     /* Slots (zero_util.h): as many as stage3_max_live_parameters holds of
-     * the largest spans, at least two (current + next) and as many as the
-     * most any module holds at once (a module with ties holds its owners'
-     * spans too: fetch), each sized so that any n_slots modules fit at once,
-     * placed largest first. */
+     * the largest spans not persistent, at least two (current + next) and
+     * as many as the most any module holds at once (a module with ties
+     * holds its owners' spans too: fetch), each sized so that any n_slots
+     * modules fit at once, placed largest first. */
     s->persist_threshold = cfg->stage3_param_persistence_threshold;
     int held = 0;
     for (int m = 0; m < n; m++) {
@@ -113,8 +113,8 @@ static ds_status plan(stage3 *s, const ds_config *cfg) {
     if (!spans) return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
     for (int m = 0; m < n; m++) spans[m] = span_of(s, m);
     int64_t caps[MAX_SLOTS];
-    ds_status st = ds_s3_slot_caps(spans, n, cfg->stage3_max_live_parameters, held, &s->n_slots,
-                                   caps);
+    ds_status st = ds_s3_slot_caps(spans, n, s->persist_threshold,
+                                   cfg->stage3_max_live_parameters, held, &s->n_slots, caps);
     free(spans);
     DS_TRY(st);
     for (int k = 0; k < s->n_slots; k++) s->slots[k].cap = caps[k];

@@ -158,14 +158,27 @@ static int cmp_span_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-ds_status ds_s3_slot_caps(const int64_t *spans, int n, int64_t max_live, int held, int *n_slots,
-                          int64_t *caps) {
+ds_status ds_s3_slot_caps(const int64_t *spans, int n, int64_t persist_threshold,
+                          int64_t max_live, int held, int *n_slots, int64_t *caps) {
     if (held > DS_S3_MAX_SLOTS)
         return DS_ERR(DS_ERR_INVALID_ARG, "stage 3: a module uses the parameters of %d modules "
                       "at once; at most %d", held, DS_S3_MAX_SLOTS);
     int64_t *s = malloc((size_t)(n > 0 ? n : 1) * sizeof *s);
     if (!s) return DS_ERR(DS_ERR_OOM, "stage 3: out of host memory");
-    if (n > 0) memcpy(s, spans, (size_t)n * sizeof *s);
+    /* persistent spans (0 < span < threshold) are gathered into their own
+     * copy one after another through one slot: the largest of them stands
+     * for all (the others would only add slots nobody fills) */
+    int64_t persist_max = 0;
+    int kept = 0;
+    for (int m = 0; m < n; m++) {
+        if (spans[m] > 0 && spans[m] < persist_threshold) {
+            if (spans[m] > persist_max) persist_max = spans[m];
+        } else {
+            s[kept++] = spans[m];
+        }
+    }
+    if (persist_max > 0) s[kept++] = persist_max; /* room: at least one was left out */
+    n = kept;
     qsort(s, (size_t)n, sizeof *s, cmp_span_desc);
     int k = 0;
     int64_t sum = 0;

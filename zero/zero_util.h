@@ -67,18 +67,21 @@ static inline void *ds_at(void *base, ds_dtype t, int64_t i) {
 #define DS_S3_MAX_SLOTS 8
 
 /* How many gather slots stage 3 keeps, and their capacities (elements),
- * from the modules' n spans (any order), stage3_max_live_parameters and
- * `held`, the most spans one module holds at once (its own and its ties'
- * owners'). The slots are sized as the largest spans, largest first (the
- * last repeating when there are fewer modules), so any *n_slots modules fit
- * at once; there are as many as keep their sum within max_live (DeepSpeed's
- * meaning: the parameters resident at once), at least 2 (the module in use
- * and the next) and `held`, at most DS_S3_MAX_SLOTS. With the default 1e9 a
- * small model's spans all stay gathered from the forward to the backward
- * (the backward then starts without waiting for its last modules' gathers).
- * The engine and the memory estimate both size from here. caps holds
- * DS_S3_MAX_SLOTS. DS_ERR_INVALID_ARG when held exceeds DS_S3_MAX_SLOTS. */
-ds_status ds_s3_slot_caps(const int64_t *spans, int n, int64_t max_live, int held, int *n_slots,
-                          int64_t *caps);
+ * from the modules' n spans (any order), stage3_param_persistence_threshold,
+ * stage3_max_live_parameters and `held`, the most spans one module holds at
+ * once (its own and its ties' owners'). Persistent spans (smaller than the
+ * threshold) live in their own copy, refreshed one after another through one
+ * slot, so they count as one span, their largest. The slots are sized as the
+ * largest spans, largest first (the last repeating when there are fewer),
+ * so any *n_slots modules fit at once; there are as many as keep
+ * their sum within max_live (DeepSpeed's meaning: the parameters resident
+ * at once), at least 2 (the module in use and the next) and `held`, at most
+ * DS_S3_MAX_SLOTS. With the default 1e9 a small model's spans all stay
+ * gathered from the forward to the backward (the backward then starts
+ * without waiting for its last modules' gathers). The engine and the memory
+ * estimate both size from here. caps holds DS_S3_MAX_SLOTS.
+ * DS_ERR_INVALID_ARG when held exceeds DS_S3_MAX_SLOTS. */
+ds_status ds_s3_slot_caps(const int64_t *spans, int n, int64_t persist_threshold,
+                          int64_t max_live, int held, int *n_slots, int64_t *caps);
 
 #endif /* DS_ZERO_ZERO_UTIL_H */

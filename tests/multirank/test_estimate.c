@@ -22,6 +22,7 @@
 #include "models/models.h"
 #include "tests/unit/test_util.h"
 #include "zero/estimate.h"
+#include "zero/zero_util.h"
 
 /* 5%: the issue's bar. The estimate replays the allocations, so most rows
  * agree to the byte; what it cannot see (tables of a few bytes) is far
@@ -146,6 +147,9 @@ static void check_params_only(int world) {
      * default stage3_max_live_parameters (it counted 2, one span's worth) */
     ds_config c3 = *ds_get_config(e);
     c3.zero_stage = 3;
+    /* none persistent: under DeepSpeed's default threshold (1e5) these
+     * layers would be, and persistent spans share one slot */
+    c3.stage3_param_persistence_threshold = 0;
     ds_mem_report p8, p2;
     CHECK_OK(ds_estimate_params(8 * largest, largest, world, &c3, DS_BACKEND_CPU, &p8));
     CHECK_OK(ds_estimate_params(2 * largest, largest, world, &c3, DS_BACKEND_CPU, &p2));
@@ -164,7 +168,12 @@ static void check_params_only(int world) {
  * naming that key before any offload, and the config with it starts. */
 static void check_slots_refusal(int world) {
     engine_t *e;
-    if (!TEST_OK(start(0, 3, "fp32", "none", "none", &e))) return;
+    /* none persistent (the MLP's layers are below the default 1e5, and
+     * persistent spans share one slot): a slot per layer */
+    g_zero_more = ", \"stage3_param_persistence_threshold\": 0";
+    ds_status st0 = start(0, 3, "fp32", "none", "none", &e);
+    g_zero_more = "";
+    if (!TEST_OK(st0)) return;
     ds_config c = *ds_get_config(e);
     ds_mem_report full, two;
     CHECK_OK(ds_estimate_model(ds_get_model(e), world, &c, DS_BACKEND_CPU, &full));
@@ -179,13 +188,14 @@ static void check_slots_refusal(int world) {
     snprintf(lim, sizeof lim, "%llu", (unsigned long long)((a + b) / 2 * world));
     setenv("DS_MEM_LIMIT", lim, 1);
     e = NULL;
+    g_zero_more = ", \"stage3_param_persistence_threshold\": 0";
     ds_status st = start(0, 3, "fp32", "none", "none", &e);
     CHECK(st == DS_ERR_OOM && strstr(ds_last_error(), "stage3_max_live_parameters 0") &&
               !strstr(ds_last_error(), "offload"),
           "stage 3 over DS_MEM_LIMIT=%s by its slots: %s (%s)", lim, ds_status_to_string(st),
           ds_last_error());
     ds_finalize(e);
-    g_zero_more = ", \"stage3_max_live_parameters\": 0";
+    g_zero_more = ", \"stage3_param_persistence_threshold\": 0, \"stage3_max_live_parameters\": 0";
     if (TEST_OK(start(0, 3, "fp32", "none", "none", &e))) ds_finalize(e);
     g_zero_more = "";
     setenv("DS_MEM_LIMIT", "off", 1);
@@ -229,6 +239,33 @@ static void check_one_host_short(int world, int rank) {
     ds_clear_error();
     g_zero_more = "";
     setenv("DS_MEM_LIMIT", "off", 1);
+}
+
+/* ds_s3_slot_caps, which both the engine and the estimate size stage 3's
+ * slots from: the persistent spans (below the threshold) count as one, their
+ * largest, since their copy is refreshed through one slot. */
+static void check_slot_caps(void) {
+    const int64_t spans[] = {800, 5000, 60, 0, 800, 100};
+    int n_slots;
+    int64_t caps[DS_S3_MAX_SLOTS];
+    /* threshold 200: 5000, 800, 800, and 100 for the persistent 100 and 60 */
+    CHECK(TEST_OK(ds_s3_slot_caps(spans, 6, 200, 1000000000, 0, &n_slots, caps)) &&
+              n_slots == 4 && caps[0] == 5000 && caps[1] == 800 && caps[2] == 800 &&
+              caps[3] == 100,
+          "slots with two persistent spans: %d, want 5000 800 800 100", n_slots);
+    /* threshold 0: nothing persistent, a slot for each span with parameters */
+    CHECK(TEST_OK(ds_s3_slot_caps(spans, 6, 0, 1000000000, 0, &n_slots, caps)) && n_slots == 5 &&
+              caps[4] == 60,
+          "slots without persistence: %d, want 5 ending with 60", n_slots);
+    /* every span persistent: the two slots any stage 3 keeps, the
+     * persistent copy's and the (empty) one of the span without parameters;
+     * before, a slot for each of the five */
+    CHECK(TEST_OK(ds_s3_slot_caps(spans, 6, 10000, 1000000000, 0, &n_slots, caps)) &&
+              n_slots == 2 && caps[0] == 5000 && caps[1] == 0,
+          "slots with every span persistent: %d, want 5000 0", n_slots);
+    /* stage3_max_live_parameters 5900 holds 5000 + 800 only */
+    CHECK(TEST_OK(ds_s3_slot_caps(spans, 6, 200, 5900, 0, &n_slots, caps)) && n_slots == 2,
+          "slots within 5900 live parameters: %d, want 2", n_slots);
 }
 
 int main(int argc, char **argv) {
@@ -283,6 +320,7 @@ int main(int argc, char **argv) {
     }
     check_params_only(world);
     check_slots_refusal(world);
+    check_slot_caps();
     CHECK(ram_nvme > 0 && ram_plain > ram_nvme, "NVMe offload lowers the RAM estimate: %llu vs %llu",
           (unsigned long long)ram_nvme, (unsigned long long)ram_plain);
     if (ram_nvme > 0 && ram_plain > ram_nvme) check_refusal(ram_plain, ram_nvme, world);
