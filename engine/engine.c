@@ -71,11 +71,30 @@ static ds_status check_implemented(const ds_config *c) {
                       "zero_optimization.offload_optimizer.ratio: partial offload (%g) is not "
                       "implemented in this version of zero-engine (use 1.0)",
                       c->offload_optimizer.ratio);
-    if (c->partition_activations || c->cpu_checkpointing)
+    return DS_OK;
+}
+
+/* activation_checkpointing's two placement keys, once the backend is known.
+ * partition_activations splits each checkpointed input over the model
+ * parallel group; there is no model parallelism here, and DeepSpeed at model
+ * parallel size 1 keeps every input whole, so it changes nothing, said once.
+ * cpu_checkpointing keeps them in host memory: where the cpu backend's
+ * activations are already (said once), not implemented on cuda. */
+static ds_status check_activation_places(const engine_t *e) {
+    const ds_config *c = &e->cfg;
+    if (c->cpu_checkpointing && e->be->kind != DS_BACKEND_CPU)
         return DS_ERR(DS_ERR_UNSUPPORTED,
-                      "activation_checkpointing.%s: not implemented (recomputation itself is: "
-                      "the section's presence turns it on)",
-                      c->partition_activations ? "partition_activations" : "cpu_checkpointing");
+                      "activation_checkpointing.cpu_checkpointing: keeping the checkpointed "
+                      "activations in host memory is not implemented on the cuda backend (set "
+                      "it false; on the cpu backend they are in host memory anyway)");
+    if (e->comm->rank != 0 || e->quiet) return DS_OK;
+    if (c->partition_activations)
+        fprintf(stderr, "ds_config: note: activation_checkpointing.partition_activations: no "
+                "model parallelism here, so each rank keeps its checkpointed inputs whole, as "
+                "DeepSpeed does at model parallel size 1\n");
+    if (c->cpu_checkpointing)
+        fprintf(stderr, "ds_config: note: activation_checkpointing.cpu_checkpointing: the cpu "
+                "backend's activations are in host memory already\n");
     return DS_OK;
 }
 
@@ -85,6 +104,7 @@ static ds_status build_backend(engine_t *e) {
     DS_TRY(ds_mem_create(&e->mem));
     DS_TRY(pick_precision(e));
     DS_TRY(make_backend(e));
+    DS_TRY(check_activation_places(e));
     DS_TRY(set_gemm_inputs(e));
     /* backend "auto" has become one: the config says which, and comm follows */
     snprintf(e->cfg.backend, sizeof e->cfg.backend, "%s",
