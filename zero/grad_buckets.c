@@ -334,3 +334,14 @@ ds_status ds_grad_buckets_finish(ds_grad_buckets *gb) {
     for (int k = 0; k < 2; k++) DS_TRY(wait_bucket(gb, &gb->b[k]));
     return DS_OK;
 }
+
+ds_status ds_grad_buckets_reset(ds_grad_buckets *gb) {
+    gb->open = false;
+    ds_status st = DS_OK;
+    for (int k = 0; k < 2; k++) {
+        ds_status w = wait_bucket(gb, &gb->b[k]);
+        if (st == DS_OK) st = w;
+    }
+    DS_TRY(st);
+    return DS_OK;
+}

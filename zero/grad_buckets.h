@@ -71,4 +71,12 @@ ds_status ds_grad_buckets_add(ds_grad_buckets *gb, int64_t begin, int64_t end, c
  * partition. */
 ds_status ds_grad_buckets_finish(ds_grad_buckets *gb);
 
+/* Forget the gradients not sent yet: a micro-batch's backward leaves its
+ * lowest bucket open for the next one to continue, and a zero_grad outside
+ * the step's boundary (a load in the middle of an accumulation window, a
+ * dropped window) must not let it reach the next step. What is on the wire
+ * is waited for first (every rank submitted it); the caller zeroes the
+ * partition after. Every rank calls it at the same point. */
+ds_status ds_grad_buckets_reset(ds_grad_buckets *gb);
+
 #endif /* DS_ZERO_GRAD_BUCKETS_H */

@@ -60,6 +60,7 @@ static ds_status apply(ds_zero *z, float grad_mult, const ds_optim_step *step) {
 
 static ds_status zero_grad(ds_zero *z) {
     stage2 *s = S(z);
+    if (s->buckets) DS_TRY(ds_grad_buckets_reset(s->buckets)); /* an open bucket too */
     DS_TRY(s->rs.rep.be->ops->memset(s->rs.rep.be, s->grads, 0,
                                      (size_t)s->rs.sh.part * ds_dtype_size(s->rs.rep.gt), NULL));
     return DS_OK;

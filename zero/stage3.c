@@ -208,18 +208,17 @@ static ds_status finish_gather(stage3 *s, slot *sl) {
     sl->n_xjobs = 0;
     ds_status js = ds_comm_job_wait(s->worker, &sl->job);
     if (st == DS_OK) st = js;
-    if (st != DS_OK) {
+    if (st == DS_OK && s->qwz) /* every rank's piece, its own included (see the top), to fp32 */
+        st = ds_q8_decode_all(s->be, sl->qbuf, sl->counts, sl->job.comm->world, sl->f32);
+    else if (st == DS_OK && s->pt != DS_F32)
+        st = s->be->ops->cast(s->be, sl->f32, DS_F32, sl->buf, s->pt, (size_t)sl->len);
+    if (st == DS_OK && sl->fill_sec) /* under qwZ the dequantized weights, as DeepSpeed */
+        st = ds_s3_fill_secondary(&s->x, sl->module, s->qwz ? (void *)sl->f32 : sl->buf,
+                                  s->qwz ? DS_F32 : s->pt, sl->begin, sl->len);
+    sl->fill_sec = false;
+    if (st != DS_OK) { /* its fp32 view may hold anything: never handed out */
         sl->valid = false;
         DS_TRY(st);
-    }
-    if (s->qwz) /* every rank's piece, its own included (see the top), straight to fp32 */
-        DS_TRY(ds_q8_decode_all(s->be, sl->qbuf, sl->counts, sl->job.comm->world, sl->f32));
-    else if (s->pt != DS_F32)
-        DS_TRY(s->be->ops->cast(s->be, sl->f32, DS_F32, sl->buf, s->pt, (size_t)sl->len));
-    if (sl->fill_sec) { /* under qwZ the dequantized weights, as DeepSpeed keeps them */
-        DS_TRY(ds_s3_fill_secondary(&s->x, sl->module, s->qwz ? (void *)sl->f32 : sl->buf,
-                                    s->qwz ? DS_F32 : s->pt, sl->begin, sl->len));
-        sl->fill_sec = false;
     }
     return DS_OK;
 }
@@ -228,6 +227,15 @@ static slot *find_slot(stage3 *s, int m) {
     for (int k = 0; k < s->n_slots; k++)
         if (s->slots[k].valid && s->slots[k].module == m) return &s->slots[k];
     return NULL;
+}
+
+/* The slot a fetch of m's span holds: valid, or still in use after its
+ * gather failed (release must free it all the same). */
+static slot *held_slot(stage3 *s, int m) {
+    slot *v = find_slot(s, m);
+    for (int k = 0; k < s->n_slots && !v; k++)
+        if (s->slots[k].in_use && s->slots[k].module == m) v = &s->slots[k];
+    return v;
 }
 
 /* A slot to overwrite with a span of `need` elements: one large enough,
@@ -374,10 +382,12 @@ static ds_status fetch(ds_zero *z, int m, float ***out, float ***tied) {
 
 static ds_status release(ds_zero *z, int m) {
     stage3 *s = S(z);
-    /* Next use of m: after a forward, in the backward, past every later
-     * module twice; after a backward, not before the next step. */
-    bool forward = s->last_fetch == m && m < s->flat->n_modules - 1;
-    int64_t distance = forward ? 2 * s->suffix[m + 1] : INT64_MAX;
+    /* Next use of m (DeepSpeed's reuse distance, in elements gathered in
+     * between): after a forward, in the backward, past every later module
+     * twice (none for the last); after a backward, in the next micro-batch's
+     * forward past every earlier module twice (an update in between drops
+     * every slot anyway). */
+    int64_t distance = s->backward ? 2 * (s->suffix[0] - s->suffix[m]) : 2 * s->suffix[m + 1];
     /* The spans of its ties' owners: next used by m's backward after its
      * forward, by the owner's backward after m's (past the modules between
      * them). Released, the slot holds nothing anyone is using: the table is
@@ -385,13 +395,13 @@ static ds_status release(ds_zero *z, int m) {
     const ds_flat_module *fm = &s->flat->modules[m];
     for (int k = 0; k < fm->n_ties; k++) {
         int o = s->flat->params[s->flat->ties[fm->first_tie + k].param].module;
-        slot *t = find_slot(s, o);
+        slot *t = held_slot(s, o);
         if (!t || !t->in_use) continue; /* persistent, or a second tie to o */
         t->in_use = false;
         int64_t next = s->backward ? s->suffix[o + 1] - s->suffix[m] : 2 * s->suffix[m + 1];
         if (next > s->reuse_limit && !t->pending) t->valid = false;
     }
-    slot *sl = find_slot(s, m);
+    slot *sl = held_slot(s, m);
     if (!sl) return DS_OK;
     sl->in_use = false;
     if (distance > s->reuse_limit && !sl->pending) sl->valid = false;
@@ -456,6 +466,10 @@ static ds_status drain_slots(stage3 *s) {
 static ds_status begin_forward(ds_zero *z, const ds_batch *host, const ds_tensor_desc *inputs,
                                int n_inputs) {
     stage3 *s = S(z);
+    /* a forward walks up from here: module 0's fetch prefetches module 1
+     * (after a backward, which ended at module 0, it read as a backward's
+     * turnaround, and module 1 was gathered with nothing to hide behind) */
+    s->last_fetch = -1;
     if (!s->rows) return DS_OK;
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
@@ -489,6 +503,7 @@ static ds_status apply(ds_zero *z, float grad_mult, const ds_optim_step *step) {
 static ds_status zero_grad(ds_zero *z) {
     stage3 *s = S(z);
     s->x.repl_done = false;
+    if (s->buckets) DS_TRY(ds_grad_buckets_reset(s->buckets)); /* an open bucket too */
     DS_TRY(s->be->ops->memset(s->be, s->grads, 0, (size_t)s->sh.part * ds_dtype_size(s->gt),
                               NULL));
     return DS_OK;

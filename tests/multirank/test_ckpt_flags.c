@@ -18,7 +18,12 @@
  *     which then loads), unknown flags, a corrupted frame in rank 1's file
  *     (every rank returns the error naming that file);
  *   - save refusals: a bad tag, client state that is not JSON, a save in the
- *     middle of gradient accumulation. */
+ *     middle of gradient accumulation;
+ *   - at every stage, a load into an engine in the middle of an accumulation
+ *     window (one micro-batch's forward, backward and step of two): the next
+ *     step is the saving run's, bit for bit (the gradients of that micro-batch
+ *     are gone: at stages 2 and 3 the backward's last bucket, still open,
+ *     was added into the step after the load). */
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
@@ -84,6 +89,43 @@ static void make_corrupt_copy(engine_t *e, const char *from, const char *to) {
         close(fd);
     }
     ds_all_reduce_host(e, &(int64_t){0}, 1, DS_I64); /* the others wait for the copy */
+}
+
+/* A loads into B after B took one micro-batch of a two-micro-batch step;
+ * B's next step must be the saving run's (see the top). */
+static void load_mid_window(const ds_dataset *data, int stage) {
+    ck_setup s;
+    ck_setup_defaults(&s);
+    s.model = "mlp"; /* its backward leaves a bucket open at its end */
+    s.stage = stage;
+    char wdir[600];
+    snprintf(wdir, sizeof wdir, "%s/window", dir);
+    engine_t *a = fresh(&s, data);
+    step(a);
+    step(a);
+    if (ds_save_checkpoint(a, wdir, NULL, NULL) != DS_OK) TEST_DIE("save");
+    ds_step_info a3 = step(a);
+    size_t n;
+    float *p3 = ck_params(a, &n);
+    ds_finalize(a);
+    engine_t *b = fresh(&s, data);
+    ds_host_batch hb = {0};
+    if (ds_host_batch_alloc(&hb, data, ds_get_model(b), 4) != DS_OK) TEST_DIE("batch");
+    size_t idx[4] = {5, 6, 7, 8};
+    ds_host_batch_fill(&hb, data, idx, CK_GLOBAL_BATCH / CK_GAS / ds_world_size(b));
+    if (ds_forward(b, &hb.batch, NULL) != DS_OK || ds_backward(b) != DS_OK || ds_step(b) != DS_OK)
+        TEST_DIE("half a step");
+    ds_host_batch_free(&hb);
+    CHECK(ds_load_checkpoint(b, wdir, NULL, DS_LOAD_ALL) == DS_OK, "stage %d: load: %s", stage,
+          ds_last_error());
+    ds_step_info i = step(b);
+    float *q = ck_params(b, &n);
+    CHECK(i.step == 3 && i.loss == a3.loss && same(q, p3, n),
+          "stage %d, a load half-way through a step: step %lld loss %.9g vs %.9g, params %s",
+          stage, (long long)i.step, i.loss, a3.loss, same(q, p3, n) ? "equal" : "differ");
+    free(q);
+    free(p3);
+    ds_finalize(b);
 }
 
 int main(void) {
@@ -247,6 +289,8 @@ int main(void) {
     CHECK(ds_load_checkpoint(e, dir, "onebit", DS_LOAD_ALL) == DS_OK,
           "the 1-bit checkpoint itself: %s", ds_last_error());
     ds_finalize(e);
+
+    for (int stage = 0; stage <= 3; stage++) load_mid_window(data, stage);
 
     ds_finalize(a);
     free(p3);

@@ -386,21 +386,25 @@ static void expected(bool feature, traffic *t) {
     int S = feature && g_mics > 0 ? g_mics : W, H = feature && g_hpz > 1 ? g_hpz : 0;
     int sbase = r / S * S, p = r % S;
     /* each micro-batch gathers every module for its forward and its
-     * backward (a released slot is not kept past the backward), except one
-     * whose later modules hold no parameters: its slot stays valid (the
-     * reuse distance to its next use is 0) until the update, so it is
-     * gathered once per step. Under hpZ only the step's first gather of a
-     * module comes from the world partition, every later one (its
-     * backward, later micro-batches) from the secondary copy */
+     * backward (a released slot is not kept past the next use), except one
+     * whose later modules hold no parameters: its forward leaves its slot
+     * valid for its backward (the reuse distance is 0), so it is gathered
+     * once per micro-batch; and the first module with parameters, whose
+     * backward leaves its slot valid for the next micro-batch's forward
+     * (reuse distance 0 again), so a later micro-batch gathers it for its
+     * backward only. Under hpZ only the step's first gather of a module
+     * comes from the world partition, every later one (its backward, later
+     * micro-batches) from the secondary copy */
     for (int mb = 0; mb < g_gas; mb++)
         for (int m = 0; m < f->n_modules; m++) {
             const ds_flat_module *fm = &f->modules[m];
             if (fm->end == fm->begin) continue;
             int64_t later = f->modules[f->n_modules - 1].end - fm->end;
             bool kept = m < f->n_modules - 1 && later == 0;
+            bool first = fm->begin == 0;
             bool hier = feature && g_hier;
-            if (kept && mb > 0) continue;
-            for (int pass = 0; pass < (kept ? 1 : 2); pass++) {
+            int passes = kept || (first && mb > 0) ? 1 : 2;
+            for (int pass = 0; pass < passes; pass++) {
                 if (H && (mb > 0 || pass > 0)) { /* hpZ: inside the secondary group */
                     size_t c[64];
                     for (int i = 0; i < H; i++) c[i] = clip(f, H, i, fm->begin, fm->end);
