@@ -35,6 +35,8 @@ typedef struct layout {
     const int64_t *tied;  /* elements of each tied parameter */
     int n_tied;
     int held;             /* stage 3: the most spans a module holds at once (ties.h) */
+    bool sampled;         /* spans are copies of the largest layer only (from the
+                             parameter count): every layer is at most that */
 } layout;
 
 typedef struct est {
@@ -183,6 +185,10 @@ static ds_status stage3(est *e) {
     for (int m = 0; m < l->n_spans; m++)
         if (l->spans[m] > 0 && l->spans[m] < c->stage3_param_persistence_threshold)
             persist += l->spans[m];
+    /* from the count alone: a largest layer under the threshold makes every
+     * layer persistent, their copy the whole model (the few copies listed
+     * stand for the slots, not for the layers) */
+    if (l->sampled && persist > 0) persist = l->used;
     bool param_off = c->offload_param.device != DS_OFFLOAD_NONE;
     shard(e, param_off);
     if (param_off) param_store(e, l->part);
@@ -370,7 +376,7 @@ ds_status ds_estimate_params(int64_t params, int64_t largest_layer, int world,
          left -= largest_layer)
         spans[n_spans++] = span;
     layout l = {.used = used, .padded = padded, .part = padded / world, .world = world,
-                .spans = spans, .n_spans = n_spans};
+                .spans = spans, .n_spans = n_spans, .sampled = true};
     DS_TRY(estimate(&l, cfg, be, out));
     return DS_OK;
 }
@@ -494,8 +500,9 @@ bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_laye
     }
     char n3[24];
     if (!found)
-        snprintf(buf, cap, "no offload makes it fit (the most, parameters and optimizer on NVMe, "
-                 "still needs %s of RAM on this host): use more hosts or a smaller model",
+        snprintf(buf, cap, "no offload setting makes it fit (the most, parameters and "
+                 "optimizer on NVMe, still needs %s of RAM on this host): use more hosts or a "
+                 "smaller model",
                  ds_estimate_size(need, n3));
     free(c);
     return found;
