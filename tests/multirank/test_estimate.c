@@ -160,6 +160,17 @@ static void check_params_only(int world) {
               more >= 6 * (uint64_t)largest * 2,
           "stage 3 from --params: 8 layers' slots add %llu bytes over 2 layers', want >= %llu",
           (unsigned long long)more, (unsigned long long)(6 * (uint64_t)largest * 2));
+    /* under DeepSpeed's threshold (1e5) every layer of this model is
+     * persistent: the count alone must hold the whole model's copy too,
+     * as the model's layout does (within TOL: padding per tensor) */
+    c3.stage3_param_persistence_threshold = 100000;
+    ds_mem_report pm, pp;
+    CHECK_OK(ds_estimate_model(m, world, &c3, DS_BACKEND_CPU, &pm));
+    CHECK_OK(ds_estimate_params(n, largest, world, &c3, DS_BACKEND_CPU, &pp));
+    CHECK(near(pp.bytes[DS_MEM_PARAMS][DS_PLACE_DEVICE], pm.bytes[DS_MEM_PARAMS][DS_PLACE_DEVICE]),
+          "stage 3, every layer persistent: parameters %llu bytes from --params, %llu from the "
+          "model", (unsigned long long)pp.bytes[DS_MEM_PARAMS][DS_PLACE_DEVICE],
+          (unsigned long long)pm.bytes[DS_MEM_PARAMS][DS_PLACE_DEVICE]);
     ds_finalize(e);
 }
 
