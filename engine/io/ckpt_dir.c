@@ -18,6 +18,9 @@
 #include "engine/io/ckpt_file.h"
 #include "engine/io/ckpt_seal.h"
 
+static void append_note(const char *note);
+static void note_other_tags(const char *dir);
+
 void ds_ckpt_shard_name(int rank, int world, char *buf, size_t cap) {
     snprintf(buf, cap, "shard-%05d-of-%05d.dsck", rank, world);
 }
@@ -234,12 +237,24 @@ ds_status ds_ckpt_write_latest(const char *dir, const char *tag) {
 ds_status ds_ckpt_read_latest(const char *dir, char *tag, size_t cap) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, DS_CKPT_LATEST_FILE);
-    if (access(path, F_OK) != 0)
-        return DS_ERR(DS_ERR_IO, "%s: %s (no complete checkpoint saved there)", path,
-                      strerror(errno));
+    if (access(path, F_OK) != 0) {
+        int err = errno;
+        struct stat s;
+        if (stat(dir, &s) != 0) return DS_ERR(DS_ERR_IO, "%s: %s", dir, strerror(errno));
+        if (!S_ISDIR(s.st_mode)) return DS_ERR(DS_ERR_IO, "%s: not a folder", dir);
+        char tags[512];
+        if (ds_ckpt_describe_tags(dir, tags, sizeof tags) == 0)
+            return DS_ERR(DS_ERR_IO, "%s: %s (no complete checkpoint saved there)", path,
+                          strerror(err));
+        return DS_ERR(DS_ERR_IO, "%s: %s, though the folder holds %s: name one to read it "
+                      "(zero_to_fp32 --tag, the trainers' --resume-from, ds_load_checkpoint's "
+                      "tag)", path, strerror(err), tags);
+    }
     char *text;
     size_t n, body;
-    DS_TRY(ds_ckpt_read_sealed(path, DS_SEAL_LINE, &text, &n, &body));
+    ds_status rs = ds_ckpt_read_sealed(path, DS_SEAL_LINE, &text, &n, &body);
+    if (rs == DS_ERR_CORRUPT) note_other_tags(dir);
+    DS_TRY(rs);
     /* the checksum matched, so this is the line a save wrote: one tag */
     text[body > 0 ? body - 1 : 0] = '\0';
     ds_status st = strchr(text, '\n') ? DS_ERR(DS_ERR_CORRUPT, "%s: more than one line before "
@@ -520,6 +535,40 @@ static ds_status remove_checkpoint(const char *dir, const char *tag) {
     DS_TRY(ds_ckpt_fsync_dir(dir));
     DS_TRY(ds_ckpt_remove_flat_dir(tmp));
     return DS_OK;
+}
+
+int ds_ckpt_describe_tags(const char *dir, char *buf, size_t cap) {
+    buf[0] = '\0';
+    ds_error_saved keep;
+    ds_error_save(&keep);
+    ckpt_entry *v;
+    int n;
+    ds_status st = list_checkpoints(dir, &v, &n);
+    ds_error_restore(&keep);
+    if (st != DS_OK) return 0;
+    qsort(v, (size_t)n, sizeof *v, newer_first);
+    size_t at = 0;
+    for (int k = 0; k < n && at < cap; k++) {
+        int w = snprintf(buf + at, cap - at, "%s%s (step %lld)", k ? ", " : "", v[k].tag,
+                         (long long)v[k].step);
+        if (w < 0 || (size_t)w >= cap - at) { /* cut: end with an ellipsis that fits */
+            if (cap >= 4) memcpy(buf + cap - 4, "...", 4);
+            break;
+        }
+        at += (size_t)w;
+    }
+    free(v);
+    return n;
+}
+
+/* After a failure reading DIR/latest: add which checkpoints DIR holds and
+ * how to name one, when it holds any. */
+static void note_other_tags(const char *dir) {
+    char tags[512], note[768];
+    if (ds_ckpt_describe_tags(dir, tags, sizeof tags) == 0) return;
+    snprintf(note, sizeof note, "the folder holds %s: name one to read it (zero_to_fp32 --tag, "
+             "the trainers' --resume-from, ds_load_checkpoint's tag)", tags);
+    append_note(note);
 }
 
 ds_status ds_ckpt_prune(const char *dir, int keep, void (*report)(void *user, const char *path),

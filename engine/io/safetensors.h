@@ -239,8 +239,12 @@ ds_status ds_st_sharded_open(const char *dir, const char *prefix, const ds_st_de
 ds_status ds_st_sharded_write(ds_st_sharded *w, const void *bytes, size_t nbytes);
 ds_status ds_st_sharded_write_f32(ds_st_sharded *w, const float *values, size_t n);
 int ds_st_sharded_count(const ds_st_sharded *w); /* shards planned */
-/* Finish the last shard and write the index. Frees w whatever the result;
- * on error every shard this writer finished is removed too, as by abort. */
+/* Finish the last shard and write the index, then remove what an earlier
+ * conversion into the folder left under the same prefix and this one did
+ * not write (shards of another count, PREFIX.safetensors beside shards, an
+ * index beside a single file), as transformers' save_pretrained does. Frees
+ * w whatever the result; on error every shard this writer finished is
+ * removed too, as by abort. */
 ds_status ds_st_sharded_finish(ds_st_sharded *w);
 /* Remove the unfinished shard's temporary file and every shard this writer
  * finished (a half set of shards is not an output), and free w. */

@@ -3,6 +3,7 @@
 #include "engine/io/safetensors.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -585,6 +586,40 @@ static ds_status write_index(ds_st_sharded *s) {
     return DS_OK;
 }
 
+/* What an earlier conversion into the same folder left that this one did
+ * not write (as transformers' save_pretrained cleans up): shards of another
+ * count, the single file beside shards, an index beside a single file. A
+ * reader would otherwise find two models in the folder. Only names of
+ * those forms are touched. */
+static ds_status remove_stale(const ds_st_sharded *s) {
+    DIR *d = opendir(s->dir);
+    if (!d) return DS_ERR(DS_ERR_IO, "%s: cannot open folder: %s", s->dir, strerror(errno));
+    size_t np = strlen(s->prefix);
+    ds_status st = DS_OK;
+    struct dirent *de;
+    while (st == DS_OK && (de = readdir(d))) {
+        const char *n = de->d_name;
+        if (strncmp(n, s->prefix, np) != 0) continue;
+        const char *rest = n + np;
+        int a, b, used = 0;
+        bool stale = false;
+        if (!strcmp(rest, ".safetensors")) stale = s->n_shards > 1;
+        else if (!strcmp(rest, ".safetensors.index.json")) stale = s->n_shards <= 1;
+        else if (sscanf(rest, "-%5d-of-%5d.safetensors%n", &a, &b, &used) == 2 &&
+                 rest[used] == '\0' && strlen(rest) == strlen("-00001-of-00001.safetensors"))
+            stale = b != s->n_shards || s->n_shards <= 1;
+        if (!stale) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", s->dir, n);
+        if (unlink(path) != 0)
+            st = DS_ERR(DS_ERR_IO, "%s: left by an earlier conversion, could not be removed: %s",
+                        path, strerror(errno));
+    }
+    closedir(d);
+    DS_TRY(st);
+    return DS_OK;
+}
+
 ds_status ds_st_sharded_finish(ds_st_sharded *s) {
     ds_status st = DS_OK;
     if (!s->w) st = DS_ERR(DS_ERR_IO, "%s: an earlier shard failed", s->dir);
@@ -600,6 +635,7 @@ ds_status ds_st_sharded_finish(ds_st_sharded *s) {
         if (st == DS_OK) s->done++;
     }
     if (st == DS_OK && s->n_shards > 1) st = write_index(s);
+    if (st == DS_OK) st = remove_stale(s);
     if (s->w) ds_st_writer_abort(s->w);
     if (st != DS_OK) remove_done(s);
     sharded_free(s);

@@ -108,8 +108,16 @@ static ds_status open_sink(const char *out, const ds_ckpt_meta *m, const ds_z2f_
                            {"checkpoint_tag", m->tag},
                            {"global_step", step}};
     ds_status st;
-    if (ends_with(out, ".safetensors")) {
-        st = ds_st_writer_open(out, decl, m->n_params, kv, 4, &s->file);
+    if (ends_with(out, ".safetensors")) { /* its folder made first, as a folder output's */
+        char parent[PATH_CAP];
+        snprintf(parent, sizeof parent, "%s", out);
+        char *slash = strrchr(parent, '/');
+        st = DS_OK;
+        if (slash && slash != parent) {
+            *slash = '\0';
+            st = ds_ckpt_mkdirs_new(parent, created, cap);
+        }
+        if (st == DS_OK) st = ds_st_writer_open(out, decl, m->n_params, kv, 4, &s->file);
         *n_files = 1;
     } else {
         st = ds_ckpt_mkdirs_new(out, created, cap);
@@ -215,7 +223,11 @@ ds_status ds_zero_to_fp32(const char *dir, const char *out, const ds_z2f_opts *o
                  (unsigned long long)m.numel * (unsigned long long)ds_dtype_size(o.dtype));
         ds_ckpt_note_space(out, need);
         sink_abort(&s);
-        ds_ckpt_rmdirs_upto(out, created);
+        char made[PATH_CAP]; /* a single file's: its folder */
+        snprintf(made, sizeof made, "%s", out);
+        char *slash = ends_with(out, ".safetensors") ? strrchr(made, '/') : NULL;
+        if (slash && slash != made) *slash = '\0';
+        ds_ckpt_rmdirs_upto(made, created);
     }
     if (st == DS_OK && report) {
         memset(report, 0, sizeof *report);

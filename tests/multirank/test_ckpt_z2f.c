@@ -12,6 +12,7 @@
  * It also writes, for the independent Python reader (tests/ckpt.cmake),
  * OUT/ref.safetensors (ds_save_weights) and the converter's outputs
  * OUT/z2f.safetensors, OUT/z2f_sharded/, OUT/z2f_bf16/. */
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -260,6 +261,36 @@ int main(void) {
     snprintf(path, sizeof path, "%s/z2f_bf16", out);
     CHECK(ds_zero_to_fp32(ckpt, path, &o, &rep) == DS_OK, "bf16: %s", ds_last_error());
     check_folder(path, &x, DS_ST_BF16, rep.n_files);
+    /* again into the sharded folder, unsharded: the earlier shards and their
+     * index go (a reader would find two models); then sharded again: the
+     * single file goes */
+    snprintf(path, sizeof path, "%s/z2f_sharded", out);
+    o.dtype = DS_F32;
+    o.max_shard_bytes = 0;
+    CHECK(ds_zero_to_fp32(ckpt, path, &o, &rep) == DS_OK, "over shards: %s", ds_last_error());
+    check_folder(path, &x, DS_ST_F32, 1);
+    char probe[1200];
+    snprintf(probe, sizeof probe, "%s/model.safetensors.index.json", path);
+    CHECK(access(probe, F_OK) != 0, "a stale %s stayed", probe);
+    o.max_shard_bytes = 30000;
+    CHECK(ds_zero_to_fp32(ckpt, path, &o, &rep) == DS_OK, "over one file: %s", ds_last_error());
+    check_folder(path, &x, DS_ST_F32, rep.n_files);
+    snprintf(probe, sizeof probe, "%s/model.safetensors", path);
+    CHECK(access(probe, F_OK) != 0, "a stale %s stayed", probe);
+    int files = 0;
+    DIR *dd = opendir(path);
+    for (struct dirent *de; dd && (de = readdir(dd));)
+        files += strstr(de->d_name, ".safetensors") != NULL;
+    if (dd) closedir(dd);
+    CHECK(files == rep.n_files + 1, "%s: %d safetensors files and index, want %d", path, files,
+          rep.n_files + 1);
+    /* one file into folders that do not exist yet: made, as for a folder */
+    snprintf(path, sizeof path, "%s/new/sub/one.safetensors", out);
+    o.max_shard_bytes = 0;
+    CHECK(ds_zero_to_fp32(ckpt, path, &o, &rep) == DS_OK, "into new folders: %s",
+          ds_last_error());
+    next = 0;
+    check_file(path, &x, &next, DS_ST_F32);
 
     /* the program */
     char args[2000];
@@ -272,7 +303,7 @@ int main(void) {
     snprintf(args, sizeof args, "'%s' '%s/x.safetensors' --max-shard-size 1GB", ckpt, out);
     run_tool(args, 2, "folder");
     snprintf(args, sizeof args, "'%s/nowhere' '%s/x.safetensors'", out, out);
-    run_tool(args, 1, "nowhere/latest");
+    run_tool(args, 1, "nowhere: No such file or directory");
 
     /* broken checkpoints: each names the file */
     const char *s1 = "shard-00001-of-00002.dsck";

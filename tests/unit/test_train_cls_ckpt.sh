@@ -4,7 +4,8 @@
 # log the same losses for steps 4-6 (a small BERT with dropout 0.1, 2 ranks,
 # ZeRO stage 2: exact resume restores the data order and the dropout stream).
 # Also: a stale TAG.tmp is removed (and said) when the job starts, --resume
-# with nothing saved starts from step 0, and zero_to_fp32 converts the
+# with nothing saved starts from step 0, with checkpoints but no latest is
+# refused (--resume-from TAG names one), and zero_to_fp32 converts the
 # checkpoint train_cls wrote.
 #
 #   test_train_cls_ckpt.sh BINDIR WORKDIR MPIRUN [FLAGS...]
@@ -50,6 +51,30 @@ losses second.jsonl 1 >got.txt
 [ "$(wc -l <want.txt)" -eq 3 ] || fail "straight run: $(wc -l <want.txt) steps from step 4"
 cmp -s want.txt got.txt || { fail "resumed losses differ:"; paste want.txt got.txt; }
 [ "$(head -n1 ck/latest 2>/dev/null)" = "global_step6" ] || fail "ck/latest is not global_step6"
+
+# latest removed (a bad newest checkpoint set aside, say): --resume refuses
+# rather than train afresh over the folder, naming what is there; the
+# folder stays as it was; --resume-from names one; zero_to_fp32 likewise
+cp -a ck ck2 && rm ck2/latest
+"$@" -np 2 "$bin/train_cls" --config cfg.json --data data.csv --model bert --layers 1 \
+  --hidden 32 --heads 2 --intermediate 64 --dropout 0.1 --max-seq-len 32 --warmup 3 \
+  --max-steps 6 --save-steps 1 --ckpt-dir ck2 --resume >nolatest.log 2>&1 &&
+  fail "--resume into a folder with checkpoints but no latest went on"
+grep -q "holds checkpoints, global_step6 (step 6), global_step3 (step 3), but no latest" \
+  nolatest.log || { fail "--resume without latest:"; cat nolatest.log; }
+[ -e ck2/latest ] && fail "the refused --resume wrote ck2/latest"
+[ -d ck2/global_step3 ] || fail "the refused --resume lost ck2/global_step3"
+TC_ARGS="--max-steps 6 --ckpt-dir ck2 --resume-from global_step3 --metrics third.jsonl" \
+  tc third.log "$@"
+grep -q "resumed from ck2/global_step3 at step 3" third.log || fail "no resume line in third.log"
+losses third.jsonl 1 >got3.txt
+cmp -s want.txt got3.txt || { fail "--resume-from losses differ:"; paste want.txt got3.txt; }
+rm -f ck2/latest # the third run saved at its end
+"$bin/zero_to_fp32" ck2 model_nl >z2f_nl.log 2>&1 && fail "zero_to_fp32 without latest went on"
+grep -q "though the folder holds global_step6 (step 6)" z2f_nl.log ||
+  { fail "zero_to_fp32 without latest:"; cat z2f_nl.log; }
+"$bin/zero_to_fp32" ck2 model_nl --tag global_step3 >z2f_tag.log 2>&1 ||
+  { fail "zero_to_fp32 --tag:"; cat z2f_tag.log; }
 
 TC_ARGS="--max-steps 1 --ckpt-dir empty --resume" tc empty.log "$@"
 grep -q "no checkpoint in empty yet" empty.log || fail "--resume without a checkpoint: $(cat empty.log)"

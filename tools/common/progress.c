@@ -51,8 +51,8 @@ static bool progress_tty(void) {
 }
 
 void tr_progress_start(tr_progress *p, const char *prog, int rank, int64_t start, int64_t total,
-                       int64_t per_epoch, int64_t steps_per_print, double tokens_per_sample,
-                       int64_t samples_before) {
+                       double samples_per_epoch, int64_t steps_per_print,
+                       double tokens_per_sample, int64_t samples_before) {
     memset(p, 0, sizeof *p);
     p->prog = prog;
     p->out = stdout;
@@ -60,7 +60,7 @@ void tr_progress_start(tr_progress *p, const char *prog, int rank, int64_t start
     p->tty = p->on && progress_tty();
     p->start = start;
     p->total = total;
-    p->per_epoch = per_epoch > 0 ? per_epoch : 1;
+    p->samples_per_epoch = samples_per_epoch > 0 ? samples_per_epoch : 1;
     p->every = steps_per_print > 0 ? steps_per_print : 10;
     p->tokens_per_sample = tokens_per_sample;
     p->t0 = p->t_last_draw = p->t_last_print = now_s();
@@ -110,7 +110,7 @@ static void draw(tr_progress *p, const ds_step_info *info, double t) {
                      "%s samples/s %s tokens/s",
                      (long long)info->step, (long long)p->total, pct, el, lf,
                      p->loss_n ? p->loss_sum / (double)p->loss_n : info->loss, info->lr,
-                     (double)info->step / (double)p->per_epoch, rs, rt);
+                     (double)info->samples / p->samples_per_epoch, rs, rt);
     /* a line longer than the terminal wraps, and \r then redraws only its
      * last row: cut it to the width */
     if (n > p->width - 1) n = p->width - 1;
@@ -137,7 +137,7 @@ static void print_line(tr_progress *p, const ds_step_info *info, double t) {
             "%s: step %lld/%lld (%.0f%%) epoch %.2f loss %.4f (mean of %lld step%s) lr %.2e "
             "%.1f samples/s %.0f tokens/s elapsed %s left %s\n",
             p->prog, (long long)info->step, (long long)p->total, pct,
-            (double)info->step / (double)p->per_epoch,
+            (double)info->samples / p->samples_per_epoch,
             p->loss_n ? p->loss_sum / (double)p->loss_n : info->loss, (long long)p->loss_n,
             p->loss_n == 1 ? "" : "s", info->lr, isps, isps * p->tokens_per_sample, el, lf);
     fflush(p->out);

@@ -14,7 +14,7 @@
  *   one line with its rate when it ends otherwise (tr_progress_eval).
  *
  *   tr_progress p;
- *   tr_progress_start(&p, "train_cls", rank, start, total, per_epoch,
+ *   tr_progress_start(&p, "train_cls", rank, start, total, samples_per_epoch,
  *                     steps_per_print, seq_len, samples_before);
  *   for (...) {
  *       tr_progress_before_step(&p);  // a terminal's line cleared if the engine prints now
@@ -42,7 +42,9 @@ typedef struct tr_progress {
     const char *prog;
     FILE *out;               /* stdout */
     bool on, tty;            /* rank 0; stdout a terminal */
-    int64_t start, total, per_epoch, every;
+    int64_t start, total, every;
+    double samples_per_epoch; /* the epoch shown is samples / this: right after a
+                                 resume at another global batch too */
     double tokens_per_sample;
     double t0, t_last_draw, t_last_print;
     int64_t samples0, samples_last_print;
@@ -53,8 +55,8 @@ typedef struct tr_progress {
 } tr_progress;
 
 void tr_progress_start(tr_progress *p, const char *prog, int rank, int64_t start, int64_t total,
-                       int64_t per_epoch, int64_t steps_per_print, double tokens_per_sample,
-                       int64_t samples_before);
+                       double samples_per_epoch, int64_t steps_per_print,
+                       double tokens_per_sample, int64_t samples_before);
 /* Before ds_train_batch: on a terminal, clears the status line when the
  * engine will print a line during this step (every steps_per_print steps),
  * so its lines scroll above the status instead of running into it. */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/core/config.h"
+#include "engine/io/ckpt_dir.h"
 #include "tools/common/train_habits.h"
 
 void tr_opts_defaults(tr_opts *o) {
@@ -35,7 +36,7 @@ enum {
     O_WARMUP, O_EVAL_BATCH, O_METRICS, O_SAVE, O_SAVE_STEPS, O_CKPT_DIR, O_RESUME,
     O_SAVE_ON_SIGNAL, O_SAVE_TOTAL_LIMIT, O_BETA1, O_BETA2, O_ADAM_EPS, O_MAX_GRAD_NORM,
     O_LR_SCHED, O_FP16, O_BF16, O_PRINT_CONFIG, O_HELP, O_EVAL_STEPS, O_SAVE_BEST,
-    O_EARLY_STOPPING, O_LOGGING_STEPS, O_RETRIES
+    O_EARLY_STOPPING, O_LOGGING_STEPS, O_RETRIES, O_RESUME_FROM
 };
 
 static const struct option k_shared[] = {
@@ -63,6 +64,7 @@ static const struct option k_shared[] = {
     {"save-steps", required_argument, 0, O_SAVE_STEPS},
     {"ckpt-dir", required_argument, 0, O_CKPT_DIR},
     {"resume", no_argument, 0, O_RESUME},
+    {"resume-from", required_argument, 0, O_RESUME_FROM},
     {"retries", required_argument, 0, O_RETRIES},
     {"save-on-signal", required_argument, 0, O_SAVE_ON_SIGNAL},
     {"save-total-limit", required_argument, 0, O_SAVE_TOTAL_LIMIT},
@@ -144,6 +146,15 @@ static int take_shared(const tr_cli *c, tr_opts *o, int id, const char *flag, co
     case O_SAVE: o->save_dir = v; break;
     case O_CKPT_DIR: o->ckpt_dir = v; break;
     case O_RESUME: o->resume = true; break;
+    case O_RESUME_FROM:
+        if (ds_ckpt_check_tag(v) != DS_OK) {
+            rc = tr_opt_bad(c, flag, v, "must be a checkpoint's tag, a folder name in CKPT_DIR "
+                            "(letters, digits, '.', '_', '-')");
+            break;
+        }
+        o->resume = true;
+        o->resume_from = v;
+        break;
     case O_SAVE_ON_SIGNAL:
         o->save_on_signal = ds_signal_from_name(v);
         if (!o->save_on_signal)
@@ -266,7 +277,8 @@ int tr_opts_parse(int argc, char **argv, tr_opts *o, const tr_cli *c) {
     if ((o->save_steps > 0 || o->resume || o->save_total_limit > 0 || o->retries > 0) &&
         !o->ckpt_dir) {
         fprintf(stderr, "%s: --%s needs --ckpt-dir or --save-dir (see %s --help)\n", c->prog,
-                o->resume ? "resume" : o->save_steps > 0 ? "save-steps"
+                o->resume_from ? "resume-from" : o->resume ? "resume"
+                : o->save_steps > 0 ? "save-steps"
                                      : o->retries > 0 ? "retries" : "save-total-limit",
                 c->prog);
         return 2;

@@ -58,6 +58,8 @@ typedef struct tr_opts {
     int save_total_limit;      /* --save-total-limit: checkpoints kept after each
                                   save (and the one latest names); 0: all */
     bool resume;
+    const char *resume_from;   /* --resume-from TAG (sets resume): that checkpoint, not
+                                  the one latest names; NULL none */
     int retries;               /* --retries: times a step failing with an I/O error goes
                                   back to ckpt_dir/latest in the same engine; 0 none */
     int save_on_signal;        /* --save-on-signal: a signal besides SIGTERM; 0 none */
@@ -130,7 +132,9 @@ int tr_opt_f64(const tr_cli *c, const char *flag, const char *v, double lo, doub
     "                       one CKPT_DIR/latest names), removing older ones after\n"   \
     "                       each save (default: keep all)\n"                          \
     "  --resume             continue from the checkpoint CKPT_DIR/latest names, on\n"  \
-    "                       any number of ranks (from step 0 when there is none)\n"       \
+    "                       any number of ranks (from step 0 when the folder holds\n"  \
+    "                       no checkpoint; refused when it holds some but no latest)\n" \
+    "  --resume-from TAG    continue from CKPT_DIR/TAG instead (e.g. global_step300)\n" \
     "  --retries N          a step that fails with an I/O error on every rank (an\n"    \
     "                       NVMe swap or parameter file's disk) loads CKPT_DIR/latest\n" \
     "                       into the same engine, which makes lost swap files anew,\n"  \

@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <unistd.h>
 
+#include "engine/io/ckpt_dir.h"
 #include "engine/io/fault.h"
 #include "hf/hf.h"
 #include "tools/common/progress.h"
@@ -226,18 +227,28 @@ static ds_status load_init_weights(tr_run *r) {
     return st;
 }
 
-/* --resume: load the checkpoint latest names, if there is one. */
+/* --resume: load the checkpoint --resume-from names, or latest. A folder
+ * without latest starts from step 0 only when it holds no checkpoint: one
+ * whose latest was removed (a bad newest checkpoint set aside) would
+ * otherwise train afresh over it, and --save-total-limit prune the rest. */
 static ds_status resume(tr_run *r) {
     const char *dir = r->o->ckpt_dir;
     char tag[256], latest[4200];
     snprintf(latest, sizeof latest, "%s/latest", dir);
-    if (access(latest, F_OK) != 0) {
+    if (r->o->resume_from) {
+        snprintf(tag, sizeof tag, "%s", r->o->resume_from);
+    } else if (access(latest, F_OK) != 0) {
+        char tags[512];
+        if (ds_ckpt_describe_tags(dir, tags, sizeof tags) > 0)
+            return DS_ERR(DS_ERR_INVALID_ARG, "%s holds checkpoints, %s, but no latest "
+                          "to say which to continue from: give --resume-from TAG, or another "
+                          "--ckpt-dir to start afresh", dir, tags);
         if (r->rank == 0)
-            printf("%s: --resume: no checkpoint in %s yet (no %s), starting from step 0\n", r->prog,
-                   dir, latest);
+            printf("%s: --resume: no checkpoint in %s yet, starting from step 0\n", r->prog, dir);
         return DS_OK;
+    } else {
+        DS_TRY(ds_checkpoint_latest(dir, tag, sizeof tag));
     }
-    DS_TRY(ds_checkpoint_latest(dir, tag, sizeof tag));
     DS_TRY(ds_load_checkpoint(r->e, dir, tag, DS_LOAD_ALL));
     snprintf(r->ckpt_tag, sizeof r->ckpt_tag, "%s", tag);
     if (r->rank == 0)
@@ -307,8 +318,11 @@ int tr_run_prepare(tr_run *r, tr_describe_fn describe, void *user, const char *w
      * removes what an earlier job's unfinished saves left (they hold disk
      * space; each removal is printed). */
     if (o->ckpt_dir && ds_checkpoint_clean(r->e, o->ckpt_dir) != DS_OK)
-        return tr_fail(r->prog, "--ckpt-dir");
-    if (o->resume && resume(r) != DS_OK) return tr_fail(r->prog, "--resume");
+        return tr_fail(r->prog, o->ckpt_dir == o->ckpt_dir_buf
+                                    ? "--save-dir's checkpoints folder (no --ckpt-dir given)"
+                                    : "--ckpt-dir");
+    if (o->resume && resume(r) != DS_OK)
+        return tr_fail(r->prog, o->resume_from ? "--resume-from" : "--resume");
     r->start = ds_global_step(r->e);
     if (o->save_dir && describe_save_dir(r, describe, user) != DS_OK) return tr_fail(r->prog, what);
     int32_t bad = 0;
@@ -417,7 +431,10 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
     comm_prev = comm_start;
     const ds_model *model = ds_get_model(r->e);
     tr_progress prog;
-    tr_progress_start(&prog, r->prog, r->rank, r->start, r->total, r->per_epoch,
+    /* what an epoch consumes at this run's global batch (the samples before
+     * a resume may have gone at another) */
+    double epoch_samples = (double)r->per_epoch * (double)ds_get_config(r->e)->train_batch_size;
+    tr_progress_start(&prog, r->prog, r->rank, r->start, r->total, epoch_samples,
                       ds_get_config(r->e)->steps_per_print,
                       model->max_seq_len > 0 ? (double)model->max_seq_len : 1.0, li.samples);
     for (int64_t s = r->start; rc == 0 && s < r->total; s++) {
@@ -438,7 +455,7 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
                 ds_last_step_info(r->e, &li);
                 samples_last = li.samples;
                 t_last = now_s();
-                tr_progress_start(&prog, r->prog, r->rank, s + 1, r->total, r->per_epoch,
+                tr_progress_start(&prog, r->prog, r->rank, s + 1, r->total, epoch_samples,
                                   ds_get_config(r->e)->steps_per_print,
                                   model->max_seq_len > 0 ? (double)model->max_seq_len : 1.0,
                                   li.samples);
