@@ -11,6 +11,7 @@
 
 static _Thread_local char tl_msg[DS_MSG_CAP];
 static _Thread_local char tl_trace[DS_TRACE_CAP];
+static _Thread_local ds_status tl_status;
 
 static const char *const k_names[DS_STATUS_COUNT] = {
     [DS_OK] = "DS_OK",
@@ -35,10 +36,12 @@ const char *ds_status_to_string(ds_status s) {
 
 const char *ds_last_error(void) { return tl_msg; }
 const char *ds_last_error_trace(void) { return tl_trace; }
+ds_status ds_last_status(void) { return tl_status; }
 
 void ds_clear_error(void) {
     tl_msg[0] = '\0';
     tl_trace[0] = '\0';
+    tl_status = DS_OK;
 }
 
 /* Only the file's base name goes into the trace: build paths are noise. */
@@ -60,6 +63,7 @@ ds_status ds_error_set(ds_status s, const char *file, int line, const char *fmt,
     va_end(ap);
     memcpy(tl_msg, msg, sizeof tl_msg);
     snprintf(tl_trace, sizeof tl_trace, "%s:%d", base_name(file), line);
+    tl_status = s;
     return s;
 }
 
@@ -94,11 +98,13 @@ _Static_assert(sizeof(((ds_error_saved *)0)->msg) == DS_MSG_CAP &&
 void ds_error_save(ds_error_saved *s) {
     memcpy(s->msg, tl_msg, sizeof s->msg);
     memcpy(s->trace, tl_trace, sizeof s->trace);
+    s->status = tl_status;
 }
 
 void ds_error_restore(const ds_error_saved *s) {
     memcpy(tl_msg, s->msg, sizeof tl_msg);
     memcpy(tl_trace, s->trace, sizeof tl_trace);
+    tl_status = s->status;
 }
 
 void ds_assert_fail(const char *expr, const char *file, int line) {

@@ -46,6 +46,11 @@ const char *ds_status_to_string(ds_status s);
  * stays valid until the next failure on this thread. */
 const char *ds_last_error(void);
 
+/* The status the last failure on this thread was recorded with (the one
+ * ds_last_error describes), DS_OK if none: what a program's exit code can
+ * tell apart (a config error against a lost peer). */
+ds_status ds_last_status(void);
+
 /* The file:line chain the last failure travelled through, innermost first. */
 const char *ds_last_error_trace(void);
 
@@ -77,10 +82,11 @@ void ds_error_prefix(const char *fmt, ...)
  *   ds_error_saved keep;
  *   ds_error_save(&keep);
  *   remove_leftovers(...);      // its own failure is printed, not returned
- *   ds_error_restore(&keep);    // message and trace as they were */
+ *   ds_error_restore(&keep);    // message, trace and status as they were */
 typedef struct ds_error_saved {
     char msg[1024];
     char trace[1024];
+    ds_status status;
 } ds_error_saved;
 void ds_error_save(ds_error_saved *s);
 void ds_error_restore(const ds_error_saved *s);

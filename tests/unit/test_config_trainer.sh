@@ -174,11 +174,11 @@ grep -qF -- "$want" nobatch.log || fail "nobatch.log lacks: $want"
 # bare.json's micro batch 4 stands (the default neither overrides nor conflicts)
 grep -qF "batch: train_batch_size 4 (auto) = micro 4 x accumulation 1" bare.log || fail "bare.log: the config's micro batch 4 is not what runs"
 printf '{"gradient_accumulation_steps": 2}' >nobatch.json
-expect no_batch 1 "or \"auto\" with the trainer's micro batch in --batch" --config nobatch.json
+expect no_batch 2 "or \"auto\" with the trainer's micro batch in --batch" --config nobatch.json
 expect bad_sched 2 "--lr-scheduler-type polynomial: must be linear, cosine, constant or constant_with_warmup" \
   --config zero2.json --lr-scheduler-type polynomial
 expect both_precisions 2 "--fp16 and --bf16: give one" --config zero2.json --fp16 --bf16
 printf '{"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}' >lr.json
-expect lr_mismatch 1 "optimizer.params.lr: the config says 0.001 but the trainer's value (--lr) is 0.002" \
+expect lr_mismatch 2 "optimizer.params.lr: the config says 0.001 but the trainer's value (--lr) is 0.002" \
   --config lr.json --lr 2e-3
 finish

@@ -342,7 +342,9 @@ grep -q "^train_lm: dev after training: loss" csv.log || fail "csv.log: no dev r
 
 # ---- errors ----
 # expect CODE TEXT ARGS...: train_lm (1 process) exits CODE with one line on
-# stderr, starting with 'train_lm: ' and containing TEXT.
+# stderr, starting with 'train_lm: ' and containing TEXT. CODE 2: what no
+# restart gets past (usage, data, a model that does not fit the flags), 1:
+# the rest (a file that cannot be opened).
 expect() {
   code=$1
   want=$2
@@ -358,21 +360,21 @@ printf '{"text": "fine"}\n{"text": "broken\n' >bad.jsonl
 python3 -c 'import json; json.dump({"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024,
   "n_embd": 64, "n_layer": 1, "n_head": 2}, open("config.json", "w"))' && mkdir -p bpe && mv config.json bpe/
 expect 1 "nope.txt: cannot open" --data nope.txt
-expect 1 "reading data: --data bpe: is a folder, not a file" --data bpe
+expect 2 "reading data: --data bpe: is a folder, not a file" --data bpe
 expect 2 "unknown or incomplete option --bogus" --data corpus.txt --bogus
-expect 1 "--seq-len 64 exceeds the model's n_positions 32" --data corpus.txt --init model --seq-len 64
-expect 1 "BPE vocabulary (vocab_size 50257" --data corpus.txt --init bpe --seq-len 32
+expect 2 "--seq-len 64 exceeds the model's n_positions 32" --data corpus.txt --init model --seq-len 64
+expect 2 "BPE vocabulary (vocab_size 50257" --data corpus.txt --init bpe --seq-len 32
 mkdir -p noweights && cp model/config.json model/lm_tokenizer.json noweights/
 expect 1 "train_lm: loading --init noweights: " --data corpus.txt --init noweights --seq-len 32
-expect 1 "bad.jsonl:2: bad JSON" --data bad.jsonl
+expect 2 "bad.jsonl:2: bad JSON" --data bad.jsonl
 expect 2 "--init brings the model's own tokenizer" --data corpus.txt --init model --tokenizer char
 python3 -c 'import json; c = json.load(open("model/config.json")); c["vocab_size"] = 200
 [c.pop(k, None) for k in ("bos_token_id", "eos_token_id")]
 json.dump(c, open("small_config.json", "w"))' && mkdir -p small && mv small_config.json small/config.json
-expect 1 "loading --init small: no lm_tokenizer.json, and vocab_size 200 is smaller than the byte tokenizer's 257 ids"   --data corpus.txt --init small --seq-len 32
-expect 1 "loading --init plain: no lm_tokenizer.json, and --tokenizer char builds its ids"   --data corpus.txt --init plain --tokenizer char --seq-len 32
+expect 2 "loading --init small: no lm_tokenizer.json, and vocab_size 200 is smaller than the byte tokenizer's 257 ids"   --data corpus.txt --init small --seq-len 32
+expect 2 "loading --init plain: no lm_tokenizer.json, and --tokenizer char builds its ids"   --data corpus.txt --init plain --tokenizer char --seq-len 32
 expect 2 "--format xml: must be text, lines, jsonl or csv" --data corpus.txt --format xml
-expect 1 "--prompt: invalid UTF-8 at byte 1" --data corpus.txt --tokenizer char --generate 5 \
+expect 2 "--prompt: invalid UTF-8 at byte 1" --data corpus.txt --tokenizer char --generate 5 \
   --prompt "a$(printf '\377')"
 # through engine-run the job fails too (each rank says why; mpirun adds its own lines)
 "$bin/engine-run" --np 2 --config cfg.json train_lm --data nope.txt >np2.log 2>&1 &&

@@ -11,11 +11,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+int tr_exit_code(ds_status st) {
+    switch (st) {
+    case DS_ERR_INVALID_ARG:
+    case DS_ERR_CONFIG:
+    case DS_ERR_DATA:
+    case DS_ERR_CORRUPT:
+    case DS_ERR_UNSUPPORTED: return 2;
+    default: return 1;
+    }
+}
+
 int tr_fail(const char *prog, const char *what) {
     const char *why = ds_last_error();
     if (!what) fprintf(stderr, "%s: %s\n", prog, why);
     else fprintf(stderr, "%s: %s%s%s\n", prog, what, *why ? ": " : "", why);
-    return 1;
+    return tr_exit_code(ds_last_status());
 }
 
 /* A folder reads as "read error" deep in stdio; say what it is. */

@@ -22,10 +22,19 @@
 
 #include "engine/engine.h"
 
-/* The one line a tool prints when it gives up, returning its exit code 1:
+/* The one line a tool prints when it gives up, returning its exit code:
  * "PROG: WHAT: <ds_last_error()>", or "PROG: <ds_last_error()>" when WHAT is
- * NULL because the message says it all ("loading --init DIR: ..."). */
+ * NULL because the message says it all ("loading --init DIR: ..."). The code
+ * is tr_exit_code(ds_last_status()). */
 int tr_fail(const char *prog, const char *what);
+
+/* A failing tool's exit code: 2 when starting it again the same way cannot
+ * get past the failure (a config, data or argument error, what this build
+ * does not support, a corrupt checkpoint: engine-run --max-restarts does not
+ * start such a job again), 1 for the rest (I/O, a peer lost or timed out,
+ * memory, the device), which a restart from the last checkpoint may get
+ * past. */
+int tr_exit_code(ds_status st);
 
 /* `path`, given with `flag`, is a file that can be opened for reading.
  * Errors (DS_ERR_DATA) name the flag and the path: "--data /tmp: is a folder,
