@@ -34,3 +34,15 @@ add_test(NAME zero_estimate_model_config
                  ${CMAKE_CURRENT_SOURCE_DIR}/data/gpt2_ref_tiny_hf/config.json --ranks 2 --stage 3)
 set_tests_properties(zero_estimate_model_config PROPERTIES LABELS unit
   PASS_REGULAR_EXPRESSION "Estimated memory per rank: 29088 parameters .*2 ranks .*ZeRO stage 3")
+
+# A Hugging Face template ("auto" everywhere, configs/hf_zero2.json) estimates
+# as the Trainer would run it (its defaults: micro batch 8, fp32 for the
+# "auto" precisions), the buckets from the model's hidden size; --precision
+# fills the "auto" precision keys. It was refused ("lr: auto needs the
+# trainer's value").
+add_test(NAME zero_estimate_hf_auto
+         COMMAND $<TARGET_FILE:zero_estimate> --model-config
+                 ${CMAKE_CURRENT_SOURCE_DIR}/data/gpt2_ref_tiny_hf/config.json --ranks 2
+                 --config ${CMAKE_SOURCE_DIR}/configs/hf_zero2.json --precision bf16)
+set_tests_properties(zero_estimate_hf_auto PROPERTIES LABELS unit
+  PASS_REGULAR_EXPRESSION "Estimated memory per rank: 29088 parameters .*2 ranks .*ZeRO stage 2, bf16, cpu backend,\noffload_optimizer cpu")

@@ -139,8 +139,11 @@ static ds_offload_device device_of(const char *s) {
 }
 
 /* The config: the file's, or DeepSpeed's defaults (stage 2 here, as the
- * usual starting point), then the flags. */
-static ds_status make_config(const opts *o, ds_config *c) {
+ * usual starting point), then the flags. Its "auto" keys resolve as under
+ * Hugging Face's Trainer with its defaults (a template such as
+ * configs/hf_zero2.json estimates as it would train), the bucket sizes from
+ * the model's hidden size when --model-config gives one. */
+static ds_status make_config(const opts *o, int hidden, ds_config *c) {
     if (o->config) DS_TRY(ds_config_parse_file(o->config, c, NULL, NULL));
     else DS_TRY(ds_config_parse_string("{\"train_micro_batch_size_per_gpu\": 1, "
                                        "\"zero_optimization\": {\"stage\": 2}}", c, NULL, NULL));
@@ -155,8 +158,15 @@ static ds_status make_config(const opts *o, ds_config *c) {
     if (o->opt) c->offload_optimizer.device = device_of(o->opt);
     if (o->param) c->offload_param.device = device_of(o->param);
     ds_config_hints h;
-    ds_config_hints_init(&h);
+    ds_config_hints_hf_defaults(&h);
+    h.lr_scheduler_type = NULL; /* a schedule changes no byte: none is filled in */
     h.world_size = o->ranks;
+    h.hidden_size = hidden;
+    if (o->micro) h.micro_batch = o->micro;
+    if (o->precision) { /* "auto" precision keys take the flag too */
+        h.fp16 = c->fp16_enabled;
+        h.bf16 = c->bf16_enabled;
+    }
     DS_TRY(ds_config_resolve(c, &h));
     return DS_OK;
 }
@@ -190,10 +200,14 @@ static ds_status estimate(const opts *o, const ds_model *m, const ds_config *c, 
 }
 
 static ds_status run(const opts *o) {
-    ds_config c;
-    DS_TRY(make_config(o, &c));
     ds_model *m = NULL;
     if (o->model_config) DS_TRY(make_model(o->model_config, &m));
+    ds_config c;
+    ds_status cs = make_config(o, m ? m->hidden_size : 0, &c);
+    if (cs != DS_OK) {
+        ds_model_destroy(m);
+        return cs;
+    }
     ds_backend_kind be = o->backend && !strcmp(o->backend, "cuda") ? DS_BACKEND_CUDA
                                                                    : DS_BACKEND_CPU;
     ds_mem_report r;
