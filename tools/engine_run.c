@@ -533,10 +533,16 @@ static void push_signal_mca(argv_buf *cmd, const int *save_sigs, int n) {
     argv_push(cmd, fwd);
 }
 
+/* Its warnings are APP's to print (rank 0 does): said twice otherwise. */
+static void quiet_warn(void *user, const char *message) {
+    (void)user;
+    (void)message;
+}
+
 /* What engine-run takes from the config: the preemption deadline and signal.
  * A config it cannot read is APP's to report: the defaults stay. */
 static void read_config(const char *path, ds_config *c) {
-    if (ds_config_parse_file(path, c, NULL, NULL) != DS_OK) ds_config_defaults(c);
+    if (ds_config_parse_file(path, c, quiet_warn, NULL) != DS_OK) ds_config_defaults(c);
 }
 
 /* The bundled trainers' --save-on-signal NAME (or =NAME) among APP's

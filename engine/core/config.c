@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/core/config_internal.h"
@@ -205,9 +206,58 @@ static ds_status parse_root(json_t *root, const char *file, ds_config *out,
     return DS_OK;
 }
 
+/* The key path of the object member that ends at text[end) (jansson's
+ * position for a duplicate key, just past it): the keys of the objects
+ * around it, walked from the start, "zero_optimization.stage". Empty when
+ * the text is not what that walk expects. */
+static void key_path_at(const char *text, size_t end, char *out, size_t cap) {
+    enum { DEPTH = 16 };
+    char keys[DEPTH][128]; /* keys[d]: the last key read at depth d */
+    int depth = -1;
+    char last[128] = "";
+    out[0] = '\0';
+    for (size_t i = 0; i < end && text[i]; i++) {
+        char c = text[i];
+        if (c == '"') { /* a string: copied (escapes kept as written) */
+            size_t n = 0;
+            for (i++; i < end && text[i] && text[i] != '"'; i++) {
+                if (text[i] == '\\' && i + 1 < end) {
+                    if (n + 1 < sizeof last) last[n++] = text[i];
+                    i++;
+                }
+                if (n + 1 < sizeof last) last[n++] = text[i];
+            }
+            last[n] = '\0';
+            size_t j = i + 1;
+            while (j < end && (text[j] == ' ' || text[j] == '\t' || text[j] == '\n' ||
+                               text[j] == '\r'))
+                j++;
+            if (depth >= 0 && depth < DEPTH && (j >= end || text[j] == ':'))
+                snprintf(keys[depth], sizeof keys[depth], "%s", last);
+        } else if (c == '{') {
+            depth++;
+            if (depth < DEPTH) keys[depth][0] = '\0';
+        } else if (c == '}') {
+            depth--;
+        }
+    }
+    if (depth < 0 || depth >= DEPTH) return;
+    size_t n = 0;
+    for (int d = 0; d <= depth && n < cap; d++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%s", d ? "." : "", keys[d]);
+}
+
 /* jansson's message, with our "file:line:col:" in front. Duplicate keys are
- * refused by the parser itself (JSON_REJECT_DUPLICATES), at any depth. */
-static ds_status syntax_error(const char *name, const json_error_t *err) {
+ * refused by the parser itself (JSON_REJECT_DUPLICATES), at any depth; the
+ * message names the key's path (text: what was parsed). */
+static ds_status syntax_error(const char *name, const json_error_t *err, const char *text) {
+    if (json_error_code(err) == json_error_duplicate_key && err->position > 0) {
+        char path[512];
+        key_path_at(text, (size_t)err->position, path, sizeof path);
+        if (path[0])
+            return DS_ERR(DS_ERR_CONFIG, "%s:%d:%d: %s: duplicate key (given twice in its "
+                          "object; keep one)", name, err->line, err->column, path);
+    }
     return DS_ERR(DS_ERR_CONFIG, "%s:%d:%d: JSON syntax error: %s", name, err->line, err->column,
                   err->text);
 }
@@ -217,7 +267,7 @@ ds_status ds_config_parse_string(const char *json, ds_config *out, ds_config_war
     if (!json || !out) return DS_ERR(DS_ERR_INVALID_ARG, "ds_config_parse_string: NULL argument");
     json_error_t err;
     json_t *root = json_loads(json, JSON_REJECT_DUPLICATES, &err);
-    if (!root) return syntax_error("<string>", &err);
+    if (!root) return syntax_error("<string>", &err, json);
     ds_status st = parse_root(root, "", out, warn, user);
     json_decref(root);
     if (st != DS_OK) ds_error_trace(__FILE__, __LINE__);
@@ -231,16 +281,42 @@ ds_status ds_config_parse_file(const char *path, ds_config *out, ds_config_warn_
      * words, not a "syntax error" at line -1. */
     FILE *f = fopen(path, "rb");
     if (!f) return DS_ERR(DS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    json_error_t err;
-    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
-    int read_failed = ferror(f);
+    /* read whole (a config is small): a duplicate key's path is found in the
+     * text (syntax_error) */
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    int read_failed = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            size_t ncap = cap ? cap * 2 : 16384;
+            char *t = realloc(text, ncap);
+            if (!t) {
+                free(text);
+                fclose(f);
+                return DS_ERR(DS_ERR_OOM, "%s: out of memory reading it", path);
+            }
+            text = t;
+            cap = ncap;
+        }
+        size_t got = fread(text + len, 1, cap - len - 1, f);
+        len += got;
+        if (got == 0) {
+            read_failed = ferror(f);
+            break;
+        }
+    }
     fclose(f);
+    text[len] = '\0';
     if (read_failed) {
-        json_decref(root);
+        free(text);
         return DS_ERR(DS_ERR_IO, "%s: read error", path);
     }
-    if (!root) return syntax_error(path, &err);
-    ds_status st = parse_root(root, path, out, warn, user);
+    json_error_t err;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    ds_status st = root ? DS_OK : syntax_error(path, &err, text);
+    free(text);
+    if (!root) return st;
+    st = parse_root(root, path, out, warn, user);
     json_decref(root);
     if (st != DS_OK) ds_error_trace(__FILE__, __LINE__);
     return st;

@@ -301,7 +301,8 @@ static size_t edit_distance(const char *a, const char *b) {
     return row[lb];
 }
 
-static const char *closest_key(const char *key, const cfg_key *keys, size_t nkeys) {
+static const char *closest_key(const char *key, const cfg_key *keys, size_t nkeys,
+                               size_t *edits) {
     const char *best = NULL;
     size_t best_d = 4; /* beyond 3 edits a suggestion is noise */
     for (size_t i = 0; i < nkeys; i++) {
@@ -311,6 +312,7 @@ static const char *closest_key(const char *key, const cfg_key *keys, size_t nkey
             best = keys[i].name;
         }
     }
+    *edits = best_d;
     return best;
 }
 
@@ -340,13 +342,21 @@ ds_status cfg_walk(const cfg_ctx *ctx, json_t *obj, const char *prefix, const cf
                                     path, got);
                 }
             }
-            const char *hint = closest_key(key, keys, nkeys);
+            size_t edits;
+            const char *hint = closest_key(key, keys, nkeys, &edits);
             char mean[CFG_PATH_CAP + 32] = "";
             if (hint) snprintf(mean, sizeof mean, " (did you mean %s?)", hint);
-            if (top_level) {
+            /* A top-level key of someone's own is ignored with a warning, as
+             * DeepSpeed ignores it; one a letter or two off a key of ours is
+             * a misspelling (zero_optimisation) that would train quietly
+             * without its section: refused. */
+            if (top_level && !(hint && edits <= 2 && strlen(key) >= 6)) {
                 cfg_warn(ctx, "%s: unknown top-level key, ignored%s", path, mean);
                 goto next_key;
             }
+            if (top_level)
+                return CFG_FAIL(ctx, DS_ERR_CONFIG, "%s: unknown top-level key%s; misspelt, it "
+                                "would be ignored and the run would go without it", path, mean);
             return CFG_FAIL(ctx, DS_ERR_CONFIG, "%s: unknown key%s", path, mean);
         }
         /* Aliases (stage3_prefetch_bucket_size / prefetch_bucket_size, bf16 /

@@ -129,8 +129,10 @@ static const bad_case k_cases[] = {
     /* ---- JSON itself ---- */
     P("[1, 2]", CFG, "the top level must be a JSON object, got [1, 2]", NULL),
     P("{\"train_batch_size\": 8,}", CFG, "<string>:1:", "JSON syntax error"),
-    P("{\"zero_optimization\": {\"stage\": 1, \"stage\": 2}}", CFG, "JSON syntax error", "duplicate object key"),
-    P("{\"train_batch_size\": 8, \"train_batch_size\": 8}", CFG, "JSON syntax error", "duplicate object key"),
+    P("{\"zero_optimization\": {\"stage\": 1, \"stage\": 2}}", CFG, "zero_optimization.stage: duplicate key", "keep one"),
+    P("{\"train_batch_size\": 8, \"train_batch_size\": 8}", CFG, "train_batch_size: duplicate key", "keep one"),
+    P("{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1, \"betas\": [0.9, 0.99], \"lr\": 2}}}", CFG, "optimizer.params.lr: duplicate key", "keep one"),
+    P("{\"zero_engine\": {\"a\\\"b\": {}, \"x\": 1, \"x\": 2}}", CFG, "zero_engine.x: duplicate key", "keep one"),
     P("{\"train_batch_size\": 8} {}", CFG, "JSON syntax error", "end of file expected"),
     /* ---- resolve: cross-key checks ---- */
     R("{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}", 1, CFG, "fp16.enabled and bf16.enabled: both true", NULL),

@@ -378,13 +378,26 @@ static void test_auto_accepted(void) {
 static void test_unknown_top_level(void) {
     reset_warnings();
     ds_config c = parse_ok("{\"train_batch_size\": 8, \"my_custom_key\": 1,"
-                           " \"train_batch_sise\": 3, \"amp\": {\"enabled\": true}}");
+                           " \"train_batch_sizes_note\": 3, \"amp\": {\"enabled\": true}}");
     CHECK_EQ_I(c.train_batch_size, 8);
     CHECK_EQ_I(g_nwarnings, 3);
     CHECK_TRUE(strstr(g_warnings, "my_custom_key: unknown top-level key, ignored"));
-    CHECK_TRUE(strstr(g_warnings, "train_batch_sise: unknown top-level key, ignored (did you mean "
-                                  "train_batch_size?)"));
+    CHECK_TRUE(strstr(g_warnings, "train_batch_sizes_note: unknown top-level key, ignored"));
     CHECK_TRUE(strstr(g_warnings, "amp: a DeepSpeed key zero-engine does not implement, ignored"));
+    /* a letter or two off one of ours: a misspelling, refused (it would
+     * train without its section) */
+    const char *typos[][2] = {
+        {"{\"zero_optimisation\": {\"stage\": 3}}", "did you mean zero_optimization?"},
+        {"{\"train_batch_sise\": 3}", "did you mean train_batch_size?"},
+        {"{\"gradient_acumulation_steps\": 4}", "did you mean gradient_accumulation_steps?"},
+    };
+    for (size_t k = 0; k < sizeof typos / sizeof typos[0]; k++) {
+        ds_config t;
+        ds_status st = ds_config_parse_string(typos[k][0], &t, collect, NULL);
+        CHECK(st == DS_ERR_CONFIG && strstr(ds_last_error(), typos[k][1]) &&
+                  strstr(ds_last_error(), "unknown top-level key"),
+              "%s: %s (%s)", typos[k][0], ds_status_to_string(st), ds_last_error());
+    }
     /* Without a callback the warning goes to stderr and parsing succeeds. */
     ds_config d;
     CHECK_TRUE(ds_config_parse_string("{\"unknown_key\": 1}", &d, NULL, NULL) == DS_OK);
@@ -414,12 +427,13 @@ static void test_files(void) {
     CHECK_TRUE(strstr(ds_last_error(), want));
     CHECK_EQ_I(c.train_batch_size, 12345); /* untouched on failure */
 
-    /* A duplicate key deep inside: rejected with its position. */
+    /* A duplicate key deep inside: rejected with its position and path. */
     f = fopen(path, "w");
     fputs("{\"zero_optimization\": {\"offload_param\": {\n \"device\": \"cpu\",\n \"device\": \"none\"}}}\n", f);
     fclose(f);
     st = ds_config_parse_file(path, &c, collect, NULL);
-    CHECK_TRUE(st == DS_ERR_CONFIG && strstr(ds_last_error(), "duplicate object key"));
+    CHECK_TRUE(st == DS_ERR_CONFIG &&
+               strstr(ds_last_error(), "zero_optimization.offload_param.device: duplicate key"));
     snprintf(want, sizeof want, "%s:3:", path);
     CHECK_TRUE(strstr(ds_last_error(), want));
 
