@@ -230,7 +230,9 @@ ds_status ds_comm_job_wait(ds_comm_worker *w, ds_comm_job *job) {
     if (w->threaded && !__atomic_load_n(&job->done, __ATOMIC_ACQUIRE)) {
         double t0 = ds_comm_now();
         pthread_mutex_lock(&w->lock);
-        force_open_locked(w, job);
+        /* done since the look above: it may have left the queue, and the
+         * walk would then open every gate behind it */
+        if (!__atomic_load_n(&job->done, __ATOMIC_ACQUIRE)) force_open_locked(w, job);
         while (!__atomic_load_n(&job->done, __ATOMIC_ACQUIRE))
             pthread_cond_wait(&w->cond_done, &w->lock);
         pthread_mutex_unlock(&w->lock);
