@@ -27,7 +27,8 @@
 #              with the clean run's weights.
 #   restarts spent  the same kill in every start: the second death ends the
 #              job, engine-run naming --max-restarts; --launcher none is
-#              refused with --max-restarts.
+#              refused with --max-restarts; a config typo exits 2 and is not
+#              started again.
 #
 #   test_retries.sh BINDIR WORKDIR      (KEEP=1: leave WORKDIR and its logs)
 set -u
@@ -123,6 +124,15 @@ grep -q "^engine-run: the job ended with status 137 after 1 restart(s); --max-re
 rc=$?
 [ "$rc" -eq 2 ] && grep -q "max-restarts: .*runs APP in place" none.log ||
   fail "--launcher none --max-restarts: exit $rc: $(cat none.log)"
+# a config error is not a failure a restart gets past: train_cls exits 2,
+# and engine-run does not start the job again
+sed 's/"gradient_accumulation_steps"/"gradient_acumulation_steps"/' cfg.json >typo.json
+"$bin/engine-run" --np 2 --max-restarts 3 --config typo.json train_cls --data data.csv \
+  --max-steps 2 </dev/null >typo.log 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "did you mean gradient_accumulation_steps" typo.log &&
+  ! grep -q "starting it again" typo.log ||
+  fail "a config typo under --max-restarts 3: exit $rc: $(cat typo.log)"
 
 [ $fails -eq 0 ] && [ -z "${KEEP:-}" ] && cd .. && rm -rf "$work"
 finish
