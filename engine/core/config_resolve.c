@@ -274,13 +274,20 @@ static ds_status resolve_batch_with(ds_config *c, const ds_config_hints *h, bool
     /* The micro batch the user chose (a trainer's --batch) must be what is used. */
     if (h->micro_batch > 0 && cfg_hint_chosen(h, DS_HINT_MICRO_BATCH) &&
         c->train_micro_batch_size_per_gpu != h->micro_batch) {
-        snprintf(msg, sizeof msg,
-                 "train_micro_batch_size_per_gpu resolves to %lld (train_batch_size %lld / "
-                 "(gradient_accumulation_steps %lld * world_size %lld)) but the trainer's micro "
-                 "batch (%s) is %lld; write \"auto\" or make them agree",
-                 (long long)c->train_micro_batch_size_per_gpu, (long long)c->train_batch_size,
-                 (long long)c->gradient_accumulation_steps, (long long)W, micro_name,
-                 (long long)h->micro_batch);
+        if (mb_file) /* written in the config: no derivation to show */
+            snprintf(msg, sizeof msg,
+                     "train_micro_batch_size_per_gpu is %lld in the config but the trainer's "
+                     "micro batch (%s) is %lld; write \"auto\" or make them agree",
+                     (long long)c->train_micro_batch_size_per_gpu, micro_name,
+                     (long long)h->micro_batch);
+        else
+            snprintf(msg, sizeof msg,
+                     "train_micro_batch_size_per_gpu resolves to %lld (train_batch_size %lld / "
+                     "(gradient_accumulation_steps %lld * world_size %lld)) but the trainer's "
+                     "micro batch (%s) is %lld; write \"auto\" or make them agree",
+                     (long long)c->train_micro_batch_size_per_gpu, (long long)c->train_batch_size,
+                     (long long)c->gradient_accumulation_steps, (long long)W, micro_name,
+                     (long long)h->micro_batch);
         return batch_fail(&b, msg);
     }
     batch_origins(c, h, tb, mb_file, mb_hint, ga_file, ga_hint);

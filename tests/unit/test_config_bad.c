@@ -175,7 +175,7 @@ static const bad_case k_cases[] = {
     R("{\"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": \"auto\"}", 2, CFG, "batch size: set train_batch_size or train_micro_batch_size_per_gpu", NULL),
     /* ---- resolve: hints that disagree with the file ---- */
     {"{\"train_micro_batch_size_per_gpu\": 16}", 2, 8, 0, 0, CFG,
-     "train_micro_batch_size_per_gpu resolves to 16", "the trainer's micro batch (hints.micro_batch) is 8"},
+     "train_micro_batch_size_per_gpu is 16 in the config", "the trainer's micro batch (hints.micro_batch) is 8"},
     {"{\"train_batch_size\": 64, \"gradient_accumulation_steps\": 2}", 2, 8, 0, 0, CFG,
      "train_batch_size 64 != train_micro_batch_size_per_gpu 8 (from hints.micro_batch) * gradient_accumulation_steps 2 * world_size 2", "(world size from MPI (OMPI_COMM_WORLD_SIZE))"},
     {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 5e-4}}}", 1, 0, 1e-3, 0, CFG,
