@@ -162,6 +162,10 @@ static ds_status forward_failed(engine_t *e, ds_status st, int from, int upto, b
     ds_error_prefix("%s; then, taking part in the rest of the forward, the parameters of %s "
                     "(the other ranks used zeros for this rank's part)", keep.msg,
                     e->model->modules[unread_at]->name);
+    ds_error_saved both; /* recorded with the status returned: the first failure's */
+    ds_error_save(&both);
+    both.status = keep.status;
+    ds_error_restore(&both);
     return st;
 }
 

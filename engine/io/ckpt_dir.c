@@ -243,7 +243,7 @@ ds_status ds_ckpt_read_latest(const char *dir, char *tag, size_t cap) {
         if (stat(dir, &s) != 0) return DS_ERR(DS_ERR_IO, "%s: %s", dir, strerror(errno));
         if (!S_ISDIR(s.st_mode)) return DS_ERR(DS_ERR_IO, "%s: not a folder", dir);
         char tags[512];
-        if (ds_ckpt_describe_tags(dir, tags, sizeof tags) == 0)
+        if (ds_ckpt_describe_tags(dir, tags, sizeof tags, NULL, 0) == 0)
             return DS_ERR(DS_ERR_IO, "%s: %s (no complete checkpoint saved there)", path,
                           strerror(err));
         return DS_ERR(DS_ERR_IO, "%s: %s, though the folder holds %s: name one to read it "
@@ -537,8 +537,10 @@ static ds_status remove_checkpoint(const char *dir, const char *tag) {
     return DS_OK;
 }
 
-int ds_ckpt_describe_tags(const char *dir, char *buf, size_t cap) {
+int ds_ckpt_describe_tags(const char *dir, char *buf, size_t cap, char *newest,
+                          size_t newest_cap) {
     buf[0] = '\0';
+    if (newest && newest_cap) newest[0] = '\0';
     ds_error_saved keep;
     ds_error_save(&keep);
     ckpt_entry *v;
@@ -547,6 +549,7 @@ int ds_ckpt_describe_tags(const char *dir, char *buf, size_t cap) {
     ds_error_restore(&keep);
     if (st != DS_OK) return 0;
     qsort(v, (size_t)n, sizeof *v, newer_first);
+    if (n > 0 && newest && newest_cap) snprintf(newest, newest_cap, "%s", v[0].tag);
     size_t at = 0;
     for (int k = 0; k < n && at < cap; k++) {
         int w = snprintf(buf + at, cap - at, "%s%s (step %lld)", k ? ", " : "", v[k].tag,
@@ -565,7 +568,7 @@ int ds_ckpt_describe_tags(const char *dir, char *buf, size_t cap) {
  * how to name one, when it holds any. */
 static void note_other_tags(const char *dir) {
     char tags[512], note[768];
-    if (ds_ckpt_describe_tags(dir, tags, sizeof tags) == 0) return;
+    if (ds_ckpt_describe_tags(dir, tags, sizeof tags, NULL, 0) == 0) return;
     snprintf(note, sizeof note, "the folder holds %s: name one to read it (zero_to_fp32 --tag, "
              "the trainers' --resume-from, ds_load_checkpoint's tag)", tags);
     append_note(note);

@@ -87,10 +87,12 @@ ds_status ds_ckpt_prune(const char *dir, int keep, void (*report)(void *user, co
                         void *user);
 
 /* The complete checkpoints of DIR (as ds_ckpt_prune counts them), newest
- * first, as "TAG (step N), ..." into buf[cap] (cut with "..."); returns how
+ * first, as "TAG (step N), ..." into buf[cap] (cut with "..."), and the
+ * newest's tag into newest[newest_cap] (newest may be NULL); returns how
  * many, 0 when DIR holds none or cannot be listed (the last error is left
  * as it was). */
-int ds_ckpt_describe_tags(const char *dir, char *buf, size_t cap);
+int ds_ckpt_describe_tags(const char *dir, char *buf, size_t cap, char *newest,
+                          size_t newest_cap);
 
 /* After a failed write under `path`: when the error recorded says the disk
  * or a quota is full (or a file-size limit), add what the file system

@@ -243,8 +243,9 @@ int ds_st_sharded_count(const ds_st_sharded *w); /* shards planned */
  * conversion into the folder left under the same prefix and this one did
  * not write (shards of another count, PREFIX.safetensors beside shards, an
  * index beside a single file), as transformers' save_pretrained does. Frees
- * w whatever the result; on error every shard this writer finished is
- * removed too, as by abort. */
+ * w whatever the result; on an error before the cleanup every shard this
+ * writer finished is removed too, as by abort; a file the cleanup could not
+ * remove fails it with the new output complete and kept. */
 ds_status ds_st_sharded_finish(ds_st_sharded *w);
 /* Remove the unfinished shard's temporary file and every shard this writer
  * finished (a half set of shards is not an output), and free w. */

@@ -612,8 +612,8 @@ static ds_status remove_stale(const ds_st_sharded *s) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", s->dir, n);
         if (unlink(path) != 0)
-            st = DS_ERR(DS_ERR_IO, "%s: left by an earlier conversion, could not be removed: %s",
-                        path, strerror(errno));
+            st = DS_ERR(DS_ERR_IO, "%s: the conversion is complete, but this file an earlier "
+                        "one left could not be removed: %s", path, strerror(errno));
     }
     closedir(d);
     DS_TRY(st);
@@ -635,9 +635,9 @@ ds_status ds_st_sharded_finish(ds_st_sharded *s) {
         if (st == DS_OK) s->done++;
     }
     if (st == DS_OK && s->n_shards > 1) st = write_index(s);
-    if (st == DS_OK) st = remove_stale(s);
     if (s->w) ds_st_writer_abort(s->w);
     if (st != DS_OK) remove_done(s);
+    else st = remove_stale(s); /* the new output stays complete whatever this gives */
     sharded_free(s);
     if (st != DS_OK) ds_error_trace(__FILE__, __LINE__);
     return st;

@@ -120,6 +120,11 @@ rc=$?
 [ "$rc" -eq 137 ] || fail "restarts spent: exit $rc, want 137 (rank 1's SIGKILL)"
 grep -q "^engine-run: the job ended with status 137 after 1 restart(s); --max-restarts 1 spent$" respent.log ||
   fail "restarts spent: no line saying so: $(grep '^engine-run' respent.log | tail -2)"
+# killed in its first save between the folder's rename and latest: the
+# restart goes on from that checkpoint (no latest yet) and ends as clean
+DS_FAULT_INJECT=ckpt:after_rename:rank=0:restart=0 ER_OPTS="--max-restarts 1" train firstsave --resume
+rc=$?
+as_clean firstsave "firstsave/checkpoints has no latest .*continuing from the newest complete checkpoint, global_step2"
 "$bin/engine-run" --launcher none --max-restarts 1 --config cfg.json train_cls >none.log 2>&1
 rc=$?
 [ "$rc" -eq 2 ] && grep -q "max-restarts: .*runs APP in place" none.log ||

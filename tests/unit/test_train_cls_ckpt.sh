@@ -4,9 +4,9 @@
 # log the same losses for steps 4-6 (a small BERT with dropout 0.1, 2 ranks,
 # ZeRO stage 2: exact resume restores the data order and the dropout stream).
 # Also: a stale TAG.tmp is removed (and said) when the job starts, --resume
-# with nothing saved starts from step 0, with checkpoints but no latest is
-# refused (--resume-from TAG names one), and zero_to_fp32 converts the
-# checkpoint train_cls wrote.
+# with nothing saved starts from step 0, with checkpoints but no latest goes
+# on from the newest (--resume-from TAG names another), and zero_to_fp32
+# converts the checkpoint train_cls wrote.
 #
 #   test_train_cls_ckpt.sh BINDIR WORKDIR MPIRUN [FLAGS...]
 set -u
@@ -52,18 +52,22 @@ losses second.jsonl 1 >got.txt
 cmp -s want.txt got.txt || { fail "resumed losses differ:"; paste want.txt got.txt; }
 [ "$(head -n1 ck/latest 2>/dev/null)" = "global_step6" ] || fail "ck/latest is not global_step6"
 
-# latest removed (a bad newest checkpoint set aside, say): --resume refuses
-# rather than train afresh over the folder, naming what is there; the
-# folder stays as it was; --resume-from names one; zero_to_fp32 likewise
+# without latest (a first save killed before writing it, or latest
+# removed): --resume goes on from the newest complete checkpoint, saying so,
+# rather than train afresh over the folder; --resume-from names another (a
+# tag that is not there is refused, naming those that are); zero_to_fp32
+# names them and takes --tag
 cp -a ck ck2 && rm ck2/latest
-"$@" -np 2 "$bin/train_cls" --config cfg.json --data data.csv --model bert --layers 1 \
-  --hidden 32 --heads 2 --intermediate 64 --dropout 0.1 --max-seq-len 32 --warmup 3 \
-  --max-steps 6 --save-steps 1 --ckpt-dir ck2 --resume >nolatest.log 2>&1 &&
-  fail "--resume into a folder with checkpoints but no latest went on"
-grep -q "holds checkpoints, global_step6 (step 6), global_step3 (step 3), but no latest" \
+TC_ARGS="--max-steps 6 --ckpt-dir ck2 --resume" tc nolatest.log "$@"
+grep -q "ck2 has no latest .*continuing from the newest complete checkpoint, global_step6 (of global_step6 (step 6), global_step3 (step 3))" \
   nolatest.log || { fail "--resume without latest:"; cat nolatest.log; }
-[ -e ck2/latest ] && fail "the refused --resume wrote ck2/latest"
-[ -d ck2/global_step3 ] || fail "the refused --resume lost ck2/global_step3"
+grep -q "resumed from ck2/global_step6 at step 6" nolatest.log || fail "no resume line in nolatest.log"
+rm -f ck2/latest
+"$@" -np 2 "$bin/train_cls" --config cfg.json --data data.csv --model bert --layers 1 \
+  --hidden 32 --heads 2 --intermediate 64 --max-seq-len 32 --max-steps 6 --ckpt-dir ck2 \
+  --resume-from global_step4 >notag.log 2>&1
+[ $? -eq 2 ] && grep -q "ck2/global_step4: no such checkpoint (the folder holds global_step6" notag.log ||
+  { fail "--resume-from a missing tag:"; cat notag.log; }
 TC_ARGS="--max-steps 6 --ckpt-dir ck2 --resume-from global_step3 --metrics third.jsonl" \
   tc third.log "$@"
 grep -q "resumed from ck2/global_step3 at step 3" third.log || fail "no resume line in third.log"

@@ -132,8 +132,8 @@ int tr_opt_f64(const tr_cli *c, const char *flag, const char *v, double lo, doub
     "                       one CKPT_DIR/latest names), removing older ones after\n"   \
     "                       each save (default: keep all)\n"                          \
     "  --resume             continue from the checkpoint CKPT_DIR/latest names, on\n"  \
-    "                       any number of ranks (from step 0 when the folder holds\n"  \
-    "                       no checkpoint; refused when it holds some but no latest)\n" \
+    "                       any number of ranks (without latest, from the newest\n"    \
+    "                       complete one there; from step 0 when there is none)\n"     \
     "  --resume-from TAG    continue from CKPT_DIR/TAG instead (e.g. global_step300)\n" \
     "  --retries N          a step that fails with an I/O error on every rank (an\n"    \
     "                       NVMe swap or parameter file's disk) loads CKPT_DIR/latest\n" \

@@ -30,12 +30,14 @@ static double now_s(void) {
  * rule config.h gives for hints.epochs (ceil(rows per rank / micro batch) /
  * accumulation steps, at least 1; rows per rank rounded up, or down with
  * dataloader_drop_last), which is how the engine's loader walks an epoch. */
-static int64_t steps_per_epoch(const ds_config *c, size_t rows) {
+static int64_t rows_per_rank(const ds_config *c, size_t rows) {
     int64_t world = c->world_size;
-    int64_t per_rank = c->dataloader_drop_last ? (int64_t)rows / world
-                                               : ((int64_t)rows + world - 1) / world;
+    return c->dataloader_drop_last ? (int64_t)rows / world : ((int64_t)rows + world - 1) / world;
+}
+
+static int64_t steps_per_epoch(const ds_config *c, size_t rows) {
     int64_t micro = c->train_micro_batch_size_per_gpu, gas = c->gradient_accumulation_steps;
-    int64_t n = ((per_rank + micro - 1) / micro) / gas;
+    int64_t n = ((rows_per_rank(c, rows) + micro - 1) / micro) / gas;
     return n < 1 ? 1 : n;
 }
 
@@ -139,6 +141,10 @@ int tr_run_init(tr_run *r, const char *prog, const tr_opts *o, ds_model *model,
     r->world = ds_world_size(r->e);
     if (o->print_config) print_config_and_exit(r);
     r->per_epoch = steps_per_epoch(c, train->n);
+    /* the samples (all ranks') a pass consumes, its last micro-batch short
+     * included: the progress line's epoch is samples over this, right after
+     * a resume at another global batch too */
+    r->epoch_samples = (double)rows_per_rank(c, train->n) * (double)c->world_size;
     r->total = o->max_steps >= 0 ? o->max_steps : r->per_epoch * o->epochs;
     r->micro = c->train_micro_batch_size_per_gpu;
     r->eval_batch = o->eval_batch > 0 && o->eval_batch < r->micro ? o->eval_batch : (int)r->micro;
@@ -227,25 +233,39 @@ static ds_status load_init_weights(tr_run *r) {
     return st;
 }
 
-/* --resume: load the checkpoint --resume-from names, or latest. A folder
- * without latest starts from step 0 only when it holds no checkpoint: one
- * whose latest was removed (a bad newest checkpoint set aside) would
- * otherwise train afresh over it, and --save-total-limit prune the rest. */
+/* --resume: load the checkpoint --resume-from names, or latest, or without
+ * latest the newest complete checkpoint in the folder (as the Hugging Face
+ * Trainer's last checkpoint: a job killed between a first save's rename and
+ * its latest leaves just that, and a restart must go on from it, not train
+ * afresh over the folder and let --save-total-limit prune it); step 0 when
+ * the folder holds none. */
 static ds_status resume(tr_run *r) {
     const char *dir = r->o->ckpt_dir;
     char tag[256], latest[4200];
     snprintf(latest, sizeof latest, "%s/latest", dir);
     if (r->o->resume_from) {
         snprintf(tag, sizeof tag, "%s", r->o->resume_from);
+        char tag_dir[4500];
+        snprintf(tag_dir, sizeof tag_dir, "%s/%s", dir, tag);
+        if (access(tag_dir, F_OK) != 0) { /* a typo, not a failure a restart gets past */
+            char tags[512];
+            int n = ds_ckpt_describe_tags(dir, tags, sizeof tags, NULL, 0);
+            return DS_ERR(DS_ERR_INVALID_ARG, "%s: no such checkpoint (%s%s)", tag_dir,
+                          n ? "the folder holds " : "the folder holds no checkpoint",
+                          n ? tags : "");
+        }
     } else if (access(latest, F_OK) != 0) {
         char tags[512];
-        if (ds_ckpt_describe_tags(dir, tags, sizeof tags) > 0)
-            return DS_ERR(DS_ERR_INVALID_ARG, "%s holds checkpoints, %s, but no latest "
-                          "to say which to continue from: give --resume-from TAG, or another "
-                          "--ckpt-dir to start afresh", dir, tags);
+        if (ds_ckpt_describe_tags(dir, tags, sizeof tags, tag, sizeof tag) == 0) {
+            if (r->rank == 0)
+                printf("%s: --resume: no checkpoint in %s yet, starting from step 0\n", r->prog,
+                       dir);
+            return DS_OK;
+        }
         if (r->rank == 0)
-            printf("%s: --resume: no checkpoint in %s yet, starting from step 0\n", r->prog, dir);
-        return DS_OK;
+            printf("%s: --resume: %s has no latest (a save that ended before writing it, or "
+                   "removed): continuing from the newest complete checkpoint, %s (of %s); "
+                   "--resume-from TAG picks another\n", r->prog, dir, tag, tags);
     } else {
         DS_TRY(ds_checkpoint_latest(dir, tag, sizeof tag));
     }
@@ -431,10 +451,7 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
     comm_prev = comm_start;
     const ds_model *model = ds_get_model(r->e);
     tr_progress prog;
-    /* what an epoch consumes at this run's global batch (the samples before
-     * a resume may have gone at another) */
-    double epoch_samples = (double)r->per_epoch * (double)ds_get_config(r->e)->train_batch_size;
-    tr_progress_start(&prog, r->prog, r->rank, r->start, r->total, epoch_samples,
+    tr_progress_start(&prog, r->prog, r->rank, r->start, r->total, r->epoch_samples,
                       ds_get_config(r->e)->steps_per_print,
                       model->max_seq_len > 0 ? (double)model->max_seq_len : 1.0, li.samples);
     for (int64_t s = r->start; rc == 0 && s < r->total; s++) {
@@ -455,7 +472,7 @@ int tr_run_train(tr_run *r, tr_step_fields_fn fields, void *user) {
                 ds_last_step_info(r->e, &li);
                 samples_last = li.samples;
                 t_last = now_s();
-                tr_progress_start(&prog, r->prog, r->rank, s + 1, r->total, epoch_samples,
+                tr_progress_start(&prog, r->prog, r->rank, s + 1, r->total, r->epoch_samples,
                                   ds_get_config(r->e)->steps_per_print,
                                   model->max_seq_len > 0 ? (double)model->max_seq_len : 1.0,
                                   li.samples);

@@ -31,6 +31,7 @@ typedef struct tr_run {
     engine_t *e;           /* NULL when ds_initialize failed */
     int rank, world;
     int64_t per_epoch;     /* optimizer steps in a pass over the training rows */
+    double epoch_samples;  /* samples (all ranks') a pass consumes */
     int64_t total;         /* the run's steps: --max-steps, else --epochs x per_epoch */
     int64_t start;         /* the step it starts from: > 0 after --resume, and the
                               checkpoint's after a --retries */
