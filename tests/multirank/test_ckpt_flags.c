@@ -91,6 +91,17 @@ static void make_corrupt_copy(engine_t *e, const char *from, const char *to) {
     ds_all_reduce_host(e, &(int64_t){0}, 1, DS_I64); /* the others wait for the copy */
 }
 
+/* One micro-batch of the two a step takes (rows first..first+3 of the
+ * data): forward, backward, step; hb stays allocated for more. */
+static void half_step(engine_t *e, const ds_dataset *data, size_t first, ds_host_batch *hb) {
+    *hb = (ds_host_batch){0};
+    if (ds_host_batch_alloc(hb, data, ds_get_model(e), 4) != DS_OK) TEST_DIE("batch");
+    size_t idx[4] = {first, first + 1, first + 2, first + 3};
+    ds_host_batch_fill(hb, data, idx, CK_GLOBAL_BATCH / CK_GAS / ds_world_size(e));
+    if (ds_forward(e, &hb->batch, NULL) != DS_OK || ds_backward(e) != DS_OK || ds_step(e) != DS_OK)
+        TEST_DIE("half a step");
+}
+
 /* A loads into B after B took one micro-batch of a two-micro-batch step;
  * B's next step must be the saving run's (see the top). */
 static void load_mid_window(const ds_dataset *data, int stage) {
@@ -109,12 +120,8 @@ static void load_mid_window(const ds_dataset *data, int stage) {
     float *p3 = ck_params(a, &n);
     ds_finalize(a);
     engine_t *b = fresh(&s, data);
-    ds_host_batch hb = {0};
-    if (ds_host_batch_alloc(&hb, data, ds_get_model(b), 4) != DS_OK) TEST_DIE("batch");
-    size_t idx[4] = {5, 6, 7, 8};
-    ds_host_batch_fill(&hb, data, idx, CK_GLOBAL_BATCH / CK_GAS / ds_world_size(b));
-    if (ds_forward(b, &hb.batch, NULL) != DS_OK || ds_backward(b) != DS_OK || ds_step(b) != DS_OK)
-        TEST_DIE("half a step");
+    ds_host_batch hb;
+    half_step(b, data, 5, &hb);
     ds_host_batch_free(&hb);
     CHECK(ds_load_checkpoint(b, wdir, NULL, DS_LOAD_ALL) == DS_OK, "stage %d: load: %s", stage,
           ds_last_error());
@@ -244,12 +251,8 @@ int main(void) {
     CHECK(ds_save_checkpoint(a, dir, NULL, "{\"a\": }") == DS_ERR_INVALID_ARG &&
               strstr(ds_last_error(), "client_state"),
           "bad client JSON: %s", ds_last_error());
-    ds_host_batch hb = {0};
-    if (ds_host_batch_alloc(&hb, data, ds_get_model(a), 4) != DS_OK) TEST_DIE("batch");
-    size_t idx[4] = {0, 1, 2, 3};
-    ds_host_batch_fill(&hb, data, idx, CK_GLOBAL_BATCH / CK_GAS / ds_world_size(a));
-    if (ds_forward(a, &hb.batch, NULL) != DS_OK || ds_backward(a) != DS_OK || ds_step(a) != DS_OK)
-        TEST_DIE("half a step");
+    ds_host_batch hb;
+    half_step(a, data, 0, &hb);
     CHECK(ds_save_checkpoint(a, dir, "mid", NULL) == DS_ERR_INVALID_ARG &&
               strstr(ds_last_error(), "inside a step"),
           "save between micro-batches: %s", ds_last_error());
