@@ -548,7 +548,7 @@ int ds_ckpt_describe_tags(const char *dir, char *buf, size_t cap, char *newest,
     ds_status st = list_checkpoints(dir, &v, &n);
     ds_error_restore(&keep);
     if (st != DS_OK) return 0;
-    qsort(v, (size_t)n, sizeof *v, newer_first);
+    if (n > 1) qsort(v, (size_t)n, sizeof *v, newer_first); /* v is NULL when n is 0 */
     if (n > 0 && newest && newest_cap) snprintf(newest, newest_cap, "%s", v[0].tag);
     size_t at = 0;
     for (int k = 0; k < n && at < cap; k++) {
@@ -585,7 +585,7 @@ ds_status ds_ckpt_prune(const char *dir, int keep, void (*report)(void *user, co
     ckpt_entry *v;
     int n;
     DS_TRY(list_checkpoints(dir, &v, &n));
-    qsort(v, (size_t)n, sizeof *v, newer_first);
+    if (n > 1) qsort(v, (size_t)n, sizeof *v, newer_first); /* v is NULL when n is 0 */
     ds_status st = DS_OK;
     for (int k = keep; st == DS_OK && k < n; k++) {
         if (!strcmp(v[k].tag, latest)) continue; /* what a resume loads stays */
