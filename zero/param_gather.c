@@ -12,6 +12,11 @@
  * and the link busy: the forward tops it up at every fetch. */
 #define WINDOW 64
 
+/* At most this many chunks: each takes a job and a row of block counts in
+ * host memory, and their count is an int. A 1B-parameter model reaches it
+ * with chunks of 1,000 elements, far below any useful allgather_bucket_size. */
+#define MAX_CHUNKS (1 << 20)
+
 struct ds_param_gather {
     ds_backend *be;
     ds_comm_worker *w;
@@ -54,9 +59,14 @@ ds_status ds_param_gather_create(ds_backend *be, ds_comm *comm, ds_comm_worker *
                                  const ds_flat *f, void *params, ds_dtype pt, int64_t cap,
                                  const int64_t (*skip)[2], int n_skip, ds_param_gather **out) {
     *out = NULL;
+    cap = cap > 0 ? cap : 1;
+    if (comm->world > 1 && f->padded / cap + n_skip + 1 > MAX_CHUNKS) /* a bound of cut's count */
+        return DS_ERR(DS_ERR_CONFIG, "zero_optimization.allgather_bucket_size %lld cuts the %lld "
+                      "parameters into more than %d chunks; give at least %lld",
+                      (long long)cap, (long long)f->padded, MAX_CHUNKS,
+                      (long long)(f->padded / (MAX_CHUNKS - n_skip - 1) + 1));
     ds_param_gather *g = calloc(1, sizeof *g);
     if (!g) return DS_ERR(DS_ERR_OOM, "parameter all-gather: out of host memory");
-    cap = cap > 0 ? cap : 1;
     *g = (ds_param_gather){.be = be, .w = w, .f = f, .params = params, .pt = pt,
                            .n = comm->world > 1 ? cut(f, cap, skip, n_skip, NULL, NULL) : 0};
     ds_status st = DS_OK;

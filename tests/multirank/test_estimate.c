@@ -37,6 +37,11 @@ static int g_rows;         /* (purpose, place) rows compared with engines */
 static int g_which;        /* which of g_worst near() records into */
 
 static ds_status make_model(int kind, ds_model **out) {
+    if (kind == 2) { /* 1.2M parameters, for check_chunks */
+        ds_mlp_desc md = {.vocab_size = 512, .max_seq_len = 16, .embed_dim = 64,
+                          .hidden_dim = 1024, .n_hidden = 2, .n_classes = 4};
+        return ds_mlp_create(&md, out);
+    }
     if (kind == 0) {
         ds_mlp_desc md = {.vocab_size = 512, .max_seq_len = 16, .embed_dim = 64,
                           .hidden_dim = 256, .n_hidden = 3, .n_classes = 4};
@@ -252,6 +257,37 @@ static void check_one_host_short(int world, int rank) {
     setenv("DS_MEM_LIMIT", "off", 1);
 }
 
+/* allgather_bucket_size small enough to cut the parameters into more than
+ * the 2^20 chunks the stage 1-2 gather keeps jobs for: refused at
+ * ds_initialize naming the key and the least size that works (it allocated a
+ * job per element before, and the count overflowed an int past 2^31), and
+ * that size starts. At one rank nothing is gathered: it starts. */
+static void check_chunks(int world) {
+    engine_t *e = NULL;
+    g_zero_more = ", \"allgather_bucket_size\": 1";
+    ds_status st = start(2, 1, "fp32", "none", "none", &e);
+    g_zero_more = "";
+    if (world == 1) {
+        CHECK(st == DS_OK, "allgather_bucket_size 1 at one rank: %s", ds_last_error());
+        ds_finalize(e);
+        return;
+    }
+    const char *msg = ds_last_error(), *at = strstr(msg, "give at least ");
+    CHECK(st == DS_ERR_CONFIG && strstr(msg, "zero_optimization.allgather_bucket_size 1 cuts") &&
+              at,
+          "allgather_bucket_size 1: %s (%s)", ds_status_to_string(st), msg);
+    if (st == DS_OK) ds_finalize(e);
+    if (!at) return;
+    char more[96];
+    snprintf(more, sizeof more, ", \"allgather_bucket_size\": %lld",
+             atoll(at + strlen("give at least ")));
+    g_zero_more = more;
+    e = NULL;
+    CHECK(TEST_OK(start(2, 1, "fp32", "none", "none", &e)), "the size the refusal names");
+    g_zero_more = "";
+    ds_finalize(e);
+}
+
 /* ds_s3_slot_caps, which both the engine and the estimate size stage 3's
  * slots from: the persistent spans (below the threshold) count as one, their
  * largest, since their copy is refreshed through one slot. */
@@ -332,6 +368,7 @@ int main(int argc, char **argv) {
     check_params_only(world);
     check_slots_refusal(world);
     check_slot_caps();
+    check_chunks(world);
     CHECK(ram_nvme > 0 && ram_plain > ram_nvme, "NVMe offload lowers the RAM estimate: %llu vs %llu",
           (unsigned long long)ram_nvme, (unsigned long long)ram_plain);
     if (ram_nvme > 0 && ram_plain > ram_nvme) check_refusal(ram_plain, ram_nvme, world);
