@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "engine/core/read_file.h"
 #include "text/lm_text.h"
 #include "text/text_rows.h"
 
@@ -243,7 +244,7 @@ ds_status ds_lm_docs_read(const char *path, const ds_lm_read_opts *opts, ds_lm_d
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_lm_docs_read: unknown format %d", (int)o->format);
     char *buf = NULL;
     size_t len = 0;
-    DS_TRY(ds_text_read_file(path, &buf, &len));
+    DS_TRY(ds_read_file(path, 0, &buf, &len));
     const char *p = buf;
     if (len >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0) p += 3, len -= 3;
     builder b = {NULL, 1024};

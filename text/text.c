@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "engine/core/read_file.h"
 #include "text/text_rows.h"
 #include "text/utf8.h"
 
@@ -312,31 +313,6 @@ done:
 
 /* ---- reading -------------------------------------------------------------------- */
 
-ds_status ds_text_read_file(const char *path, char **buf, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return DS_ERR(DS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap + 1);
-    while (b) {
-        n += fread(b + n, 1, cap - n, f);
-        if (n < cap) break;
-        cap *= 2;
-        char *nb = realloc(b, cap + 1);
-        if (!nb) free(b);
-        b = nb;
-    }
-    bool failed = ferror(f);
-    fclose(f);
-    if (!b) return DS_ERR(DS_ERR_OOM, "%s: reading %zu bytes", path, cap);
-    if (failed) {
-        free(b);
-        return DS_ERR(DS_ERR_IO, "%s: read error", path);
-    }
-    b[n] = '\0';
-    *buf = b;
-    *len = n;
-    return DS_OK;
-}
 
 /* UTF-8 and NUL check of the whole file, with the line of the first fault. */
 ds_status ds_text_check_encoding(const char *path, const char *buf, size_t len) {
@@ -367,7 +343,7 @@ ds_status ds_text_read(const char *path, const ds_text_read_opts *opts, ds_text_
                       "an empty class list)");
     char *buf = NULL;
     size_t len = 0;
-    DS_TRY(ds_text_read_file(path, &buf, &len));
+    DS_TRY(ds_read_file(path, 0, &buf, &len));
     const char *p = buf;
     if (len >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0) p += 3, len -= 3;
     ds_status st = ds_text_check_encoding(path, p, len);

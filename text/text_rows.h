@@ -58,9 +58,6 @@ ds_status ds_text_split_plan(size_t n, double dev_ratio, uint64_t seed, const ch
 
 /* ---- files ---- */
 
-/* Read the whole file into *buf (NUL-terminated after *len bytes; free()
- * it). Errors: DS_ERR_IO "path: cannot open: ...", DS_ERR_OOM. */
-ds_status ds_text_read_file(const char *path, char **buf, size_t *len);
 /* UTF-8 and NUL check of buf[0..len): DS_ERR_DATA "path:line: invalid UTF-8
  * (byte 0xXX at column C)" or "path:line: NUL byte (column C)". */
 ds_status ds_text_check_encoding(const char *path, const char *buf, size_t len);

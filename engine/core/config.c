@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/core/config_internal.h"
+#include "engine/core/read_file.h"
 
 void ds_config_defaults(ds_config *c) {
     /* Zero first: padding and unused string tails are then equal in two
@@ -277,40 +278,12 @@ ds_status ds_config_parse_string(const char *json, ds_config *out, ds_config_war
 ds_status ds_config_parse_file(const char *path, ds_config *out, ds_config_warn_fn warn,
                                void *user) {
     if (!path || !out) return DS_ERR(DS_ERR_INVALID_ARG, "ds_config_parse_file: NULL argument");
-    /* Open it ourselves first: an unreadable file is DS_ERR_IO with errno's
-     * words, not a "syntax error" at line -1. */
-    FILE *f = fopen(path, "rb");
-    if (!f) return DS_ERR(DS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    /* read whole (a config is small): a duplicate key's path is found in the
-     * text (syntax_error) */
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    int read_failed = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            size_t ncap = cap ? cap * 2 : 16384;
-            char *t = realloc(text, ncap);
-            if (!t) {
-                free(text);
-                fclose(f);
-                return DS_ERR(DS_ERR_OOM, "%s: out of memory reading it", path);
-            }
-            text = t;
-            cap = ncap;
-        }
-        size_t got = fread(text + len, 1, cap - len - 1, f);
-        len += got;
-        if (got == 0) {
-            read_failed = ferror(f);
-            break;
-        }
-    }
-    fclose(f);
-    text[len] = '\0';
-    if (read_failed) {
-        free(text);
-        return DS_ERR(DS_ERR_IO, "%s: read error", path);
-    }
+    /* Read whole by us (a config is small): an unreadable file is DS_ERR_IO
+     * with errno's words, not a "syntax error" at line -1, and a duplicate
+     * key's path is found in the text (syntax_error). */
+    char *text;
+    size_t len;
+    DS_TRY(ds_read_file(path, 0, &text, &len));
     json_error_t err;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
     ds_status st = root ? DS_OK : syntax_error(path, &err, text);

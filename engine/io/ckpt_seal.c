@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/core/read_file.h"
 #include "engine/io/hash.h"
 
 #define MARK "xxh64:"
@@ -61,42 +62,14 @@ static bool lower_hex(const char *s, size_t n, uint64_t *v) {
     return true;
 }
 
+/* The file whole; one longer than any sealed file a save writes is refused
+ * as not one (a reader must not take a stray large file into memory). */
 static ds_status read_all(const char *path, char **text, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return DS_ERR(DS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap + 1);
-    ds_status st = buf ? DS_OK : DS_ERR(DS_ERR_OOM, "%s: out of memory", path);
-    while (st == DS_OK) {
-        if (len == cap) {
-            if (cap >= MAX_SEALED_BYTES) {
-                st = DS_ERR(DS_ERR_CORRUPT, "%s: larger than %zu bytes: not a file a checkpoint "
-                            "save wrote", path, MAX_SEALED_BYTES);
-                break;
-            }
-            char *b = realloc(buf, 2 * cap + 1);
-            if (!b) {
-                st = DS_ERR(DS_ERR_OOM, "%s: out of memory", path);
-                break;
-            }
-            buf = b;
-            cap *= 2;
-        }
-        size_t k = fread(buf + len, 1, cap - len, f);
-        len += k;
-        if (k == 0) {
-            if (ferror(f)) st = DS_ERR(DS_ERR_IO, "%s: read error", path);
-            break;
-        }
-    }
-    fclose(f);
-    if (st != DS_OK) {
-        free(buf);
-        return st;
-    }
-    buf[len] = '\0';
-    *text = buf;
-    *n = len;
+    ds_status st = ds_read_file(path, MAX_SEALED_BYTES, text, n);
+    if (st == DS_ERR_INVALID_ARG)
+        return DS_ERR(DS_ERR_CORRUPT, "%s: larger than %zu bytes: not a file a checkpoint save "
+                      "wrote", path, MAX_SEALED_BYTES);
+    DS_TRY(st);
     return DS_OK;
 }
 
