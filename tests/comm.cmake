@@ -30,6 +30,13 @@ foreach(np 1 2)
   ds_add_mpi_test(NAME test_comm_counters SOURCES ${_comm_dir}/multirank/test_comm_counters.c
                   NP ${np} LABELS multirank TIMEOUT 60)
 endforeach()
+# The communication thread's FIFO: gates, forced opens, teardown dropping a
+# closed gate and all behind it, the first failure reported by every later
+# job; threaded and inline.
+foreach(np 1 2)
+  ds_add_mpi_test(NAME test_comm_worker SOURCES ${_comm_dir}/multirank/test_comm_worker.c
+                  NP ${np} LABELS multirank TIMEOUT 60)
+endforeach()
 # Checked collectives: matched calls of every kind, and each kind of
 # mismatch failing every rank at once with both calls named, at 1, 2 and 3
 # ranks (3: the odd rank is not rank 1, and the split has a group of one).

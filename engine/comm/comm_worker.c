@@ -27,6 +27,7 @@ struct ds_comm_worker {
     ds_comm_job *queue[QUEUE_CAP];
     size_t head, tail; /* head: next to run (advanced once it finished); tail: next free */
     bool stop;
+    bool cancelled; /* stopping, a closed gate reached: it and all behind it are dropped */
     ds_comm_job *gated_inline; /* inline: the gated job waiting for its input */
     /* The first job that failed: every later job and drain report it. Written
      * by the thread running jobs before it advances head (under the lock),
@@ -121,7 +122,13 @@ static void *worker_main(void *arg) {
         if (w->head == w->tail && w->stop) break;
         ds_comm_job *j = w->queue[w->head % QUEUE_CAP];
         while (j->closed && !w->stop) pthread_cond_wait(&w->cond_work, &w->lock);
-        bool cancel = j->closed; /* stopping: nobody will read what it would bring */
+        /* Stopping at a closed gate: nobody will read what it would bring,
+         * nor what the jobs queued behind it would. Those are cancelled too:
+         * a rank that fails between its update and its next forward must not
+         * start the next collectives of its queue (the parameter chunks)
+         * while its peers, in that forward, run the gated one. */
+        if (j->closed) w->cancelled = true;
+        bool cancel = w->cancelled;
         pthread_mutex_unlock(&w->lock);
         if (cancel) __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
         else finish(w, j);

@@ -66,7 +66,9 @@ typedef struct ds_comm_job {
      * so the job runs without it. The worker's destruction drops a gated
      * job still closed (no one will read what it brings; a rank that fails
      * before its next forward must not start a collective its peers never
-     * join). Inline, a gated job runs when opened (at most one waits). */
+     * join), and every job queued behind it, which would otherwise start
+     * while the peers run the gated one. Inline, a gated job runs when
+     * opened (at most one waits). */
     bool gated;
     bool forced;      /* set when a wait, not ds_comm_job_open, opened it */
     /* filled by the worker */
@@ -81,7 +83,8 @@ typedef struct ds_comm_job {
  * DS_ERR_INVALID_ARG if the communicator already has one). */
 ds_status ds_comm_worker_create(ds_comm *comm, bool threaded, ds_comm_worker **out);
 /* Joins the thread (jobs still queued run first, or fail fast after a
- * failure) and gives the communicator back. */
+ * failure, or are dropped from a closed gate on: see `gated`) and gives the
+ * communicator back. */
 void ds_comm_worker_destroy(ds_comm_worker *w);
 
 /* Queue a job (the caller keeps the job memory alive until waited). Inline
