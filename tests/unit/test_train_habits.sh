@@ -98,6 +98,21 @@ h="--eval-steps 5 --save-best accuracy --lr-scheduler-type constant --save-steps
 cls straight.log --max-steps 20 $h --save-dir s1 --metrics straight.jsonl
 # shellcheck disable=SC2086
 cls cut.log --max-steps 12 $h --save-dir s2 --metrics cut.jsonl
+# The trainer's state comes from the checkpoint the run loaded, not from
+# `latest`: without latest, --resume loads the newest complete one (12:
+# best 0.2333 at 10); --resume-from global_step8 has step 5's best (before
+# the fix both read `latest`, the first failing, the second judging against
+# step 10's best)
+cp -r s2 s2nolatest && rm s2nolatest/checkpoints/latest
+cp -r s2 s2from8
+# shellcheck disable=SC2086
+cls nolatest.log --max-steps 13 $h --save-dir s2nolatest --resume
+grep -q "resume: best accuracy 0.2333 at step 10" nolatest.log ||
+    fail "--resume without latest: $(grep -i "resume" nolatest.log | tail -2)"
+# shellcheck disable=SC2086
+cls from8.log --max-steps 9 $h --save-dir s2from8 --resume-from global_step8
+grep -q "resume: best accuracy 0.1833 at step 5" from8.log ||
+    fail "--resume-from global_step8: $(grep -i "resume" from8.log | tail -2)"
 # shellcheck disable=SC2086
 cls resumed.log --max-steps 20 $h --save-dir s2 --metrics cut.jsonl --resume
 grep -q "resume: best accuracy 0.2333 at step 10" resumed.log ||

@@ -156,13 +156,16 @@ static void set_client(const tr_habits *h, tr_run *r) {
              h->best_step > 0 ? h->best : 0.0, (long long)h->best_step, h->bad_evals, h->evals);
 }
 
-/* The state from the checkpoint --resume loaded (every rank reads the same
- * file: every rank sees the checkpoint folder). */
+/* The state from the checkpoint this run loaded, r->ckpt_tag (--resume's
+ * latest or newest complete one, --resume-from's, a retry's): not `latest`,
+ * which may be absent or name another. Every rank reads the same file:
+ * every rank sees the checkpoint folder. */
 static ds_status load_state(tr_habits *h, const tr_run *r) {
-    char tag[256];
-    DS_TRY(ds_checkpoint_latest(r->o->ckpt_dir, tag, sizeof tag));
+    if (!r->ckpt_tag[0])
+        return DS_ERR(DS_ERR_INTERNAL, "resumed at step %lld without a checkpoint's tag",
+                      (long long)r->start);
     char *json = NULL;
-    DS_TRY(ds_checkpoint_client_state(r->o->ckpt_dir, tag, &json));
+    DS_TRY(ds_checkpoint_client_state(r->o->ckpt_dir, r->ckpt_tag, &json));
     json_t *root = json ? json_loads(json, 0, NULL) : NULL;
     free(json);
     json_t *s = json_object_get(root, "habits");
