@@ -217,6 +217,8 @@ ds_status ds_initialize(const ds_init_desc *d, engine_t **out) {
     e->seed = d->seed;
     e->quiet = d->quiet;
     ds_status st;
+    /* the model's own shape first: every rank builds the same model */
+    DS_TRY_GOTO(st, ds_model_check(e->model), fail);
 
     /* Config syntax first: every rank reads the same file, so every rank fails
      * the same way before any collective exists. */

@@ -29,5 +29,8 @@ ds_add_test(NAME test_gradcheck_models
 # double precision; without a bias, ds_linear_fwd's bits.
 ds_add_test(NAME test_linear_bias SOURCES ${_models_dir}/test_linear_bias.c LABELS unit)
 # Hugging Face names and shapes, BERT-mini's size, planning sizes, bad input.
+# A user's model built wrong (a module twice, a callback or parameter
+# missing, no loss last): refused by name, nothing freed twice.
+ds_add_test(NAME test_model_check SOURCES ${_models_dir}/test_model_check.c LABELS unit)
 ds_add_test(NAME test_models_build SOURCES ${_models_dir}/test_models_build.c ${_models_harness}
             LABELS unit)

@@ -228,24 +228,36 @@ ds_status ds_model_create(const char *type, ds_model **out) {
     return DS_OK;
 }
 
+/* A module the model refuses is the model's to free (ds_model_add_module);
+ * one without a destroy callback cannot be, and is left as it is. */
+static void destroy_module(ds_module *m) {
+    if (m->ops && m->ops->destroy) m->ops->destroy(m);
+}
+
 ds_status ds_model_add_module(ds_model *model, ds_module *m) {
     if (!m) return DS_ERR(DS_ERR_INVALID_ARG, "ds_model_add_module: module is NULL");
     if (!model) {
-        if (m->ops && m->ops->destroy) m->ops->destroy(m);
+        destroy_module(m);
         return DS_ERR(DS_ERR_INVALID_ARG, "ds_model_add_module: model is NULL");
     }
-    for (int i = 0; i < model->n_modules; i++)
+    for (int i = 0; i < model->n_modules; i++) {
+        /* the same module again: the model owns it already, so it stays */
+        if (model->modules[i] == m)
+            return DS_ERR(DS_ERR_INVALID_ARG, "model %s: module %s added twice (a module appears "
+                          "once; to share its weights, ds_module_tie another module to them)",
+                          model->type, m->name);
         if (strcmp(model->modules[i]->name, m->name) == 0) {
             DS_ERR(DS_ERR_INVALID_ARG, "model %s: a module named %s is already in it", model->type,
                    m->name);
-            m->ops->destroy(m);
+            destroy_module(m);
             return DS_ERR_INVALID_ARG;
         }
+    }
     if (model->n_modules == model->cap_modules) {
         int cap = model->cap_modules ? 2 * model->cap_modules : 8;
         ds_module **mods = realloc(model->modules, (size_t)cap * sizeof *mods);
         if (!mods) {
-            m->ops->destroy(m);
+            destroy_module(m);
             return DS_ERR(DS_ERR_OOM, "model %s: out of host memory", model->type);
         }
         model->modules = mods;
@@ -334,10 +346,58 @@ const ds_tensor_desc *ds_model_input(const ds_model *m, const char *name) {
     return NULL;
 }
 
+/* The callbacks every module needs (the optional plan_gemms is not here). */
+static const char *missing_callback(const ds_module_ops *o) {
+    if (!o->out_elems) return "out_elems";
+    if (!o->saved_bytes) return "saved_bytes";
+    if (!o->scratch_bytes) return "scratch_bytes";
+    if (!o->forward) return "forward";
+    if (!o->backward) return "backward";
+    if (!o->destroy) return "destroy";
+    return NULL;
+}
+
+ds_status ds_model_check(const ds_model *model) {
+    if (!model) return DS_ERR(DS_ERR_INVALID_ARG, "ds_model_check: model is NULL");
+    if (model->n_modules <= 0)
+        return DS_ERR(DS_ERR_INVALID_ARG, "model %s has no modules (ds_model_add_module)",
+                      model->type);
+    for (int i = 0; i < model->n_modules; i++) {
+        const ds_module *m = model->modules[i];
+        if (!m->ops)
+            return DS_ERR(DS_ERR_INVALID_ARG, "model %s: module %s has no ops", model->type,
+                          m->name);
+        const char *cb = missing_callback(m->ops);
+        if (cb)
+            return DS_ERR(DS_ERR_INVALID_ARG, "model %s: module %s (%s): ops.%s is NULL (every "
+                          "module has it; only plan_gemms is optional)", model->type, m->name,
+                          m->ops->type ? m->ops->type : "?", cb);
+        /* a slot ds_module_create made and no ds_module_param filled: it
+         * would train as a one-element parameter with an empty name */
+        for (int p = 0; p < m->n_params; p++)
+            if (m->params[p].ndim < 1 || !m->params[p].name[0])
+                return DS_ERR(DS_ERR_INVALID_ARG, "model %s: module %s: parameter %d of its %d "
+                              "was never declared (ds_module_param or ds_module_param_nd)",
+                              model->type, m->name, p, m->n_params);
+    }
+    /* The engine reads the loss and its weight from the last module's output
+     * (rule 5 above); a model that ends in a head would be read past its
+     * output, and its backward given no gradient. */
+    const ds_module *last = model->modules[model->n_modules - 1];
+    int T = model->max_seq_len > 0 ? model->max_seq_len : 1;
+    size_t n = last->ops->out_elems(last, 1, T);
+    if (n != 2)
+        return DS_ERR(DS_ERR_INVALID_ARG, "model %s: the last module, %s (%s), outputs %zu floats "
+                      "for one row: the loss module comes last and outputs two (the loss, its "
+                      "weight)", model->type, last->name, last->ops->type ? last->ops->type : "?",
+                      n);
+    return DS_OK;
+}
+
 void ds_model_destroy(ds_model *m) {
     if (!m) return;
     for (int i = 0; i < m->n_modules; i++)
-        if (m->modules[i] && m->modules[i]->ops->destroy) m->modules[i]->ops->destroy(m->modules[i]);
+        if (m->modules[i]) destroy_module(m->modules[i]);
     free(m->modules);
     free(m);
 }

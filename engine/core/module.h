@@ -449,6 +449,12 @@ ds_status ds_model_create(const char *type, ds_model **out);
  * name already in the model), DS_ERR_OOM. */
 ds_status ds_model_add_module(ds_model *model, ds_module *m);
 
+/* Whether the model is whole: at least one module; every module with its
+ * callbacks (plan_gemms is optional) and every parameter slot declared; the
+ * last module a loss (two output floats). ds_initialize calls it first.
+ * Errors: DS_ERR_INVALID_ARG naming the module and what it lacks. */
+ds_status ds_model_check(const ds_model *model);
+
 /* Declare an input: [B, dims[0..ndim)] of dtype (DS_I32 or DS_F32); a dim
  * DS_DIM_SEQ is the sequence length, and then max_seq_len must be set (here
  * or directly) before ds_initialize. flags: DS_INPUT_*. Errors:
