@@ -654,6 +654,17 @@ static ds_status read_rank_state(engine_t *e, const char *tag_dir, unsigned flag
         float *v = malloc(n * sizeof(float));
         if (!v) st = DS_ERR(DS_ERR_OOM, "loading %s: out of host memory", path);
         if (st == DS_OK) st = ds_ckpt_read(r, DS_CKPT_RANK_STATE, 0, hi, v);
+        /* the same answer on every rank: the phase is the same on all */
+        if (st == DS_OK && e->zero->ops->rank_state_fits &&
+            !e->zero->ops->rank_state_fits(e->zero, v, m->applied_steps)) {
+            if (e->comm->rank == 0 && !e->quiet)
+                fprintf(stderr, "[zero-engine] %s: saved in the other phase than this config's "
+                        "freeze_step / var_freeze_step gives at step %lld (compressed or not): "
+                        "the 1-bit error feedback and local steps start afresh\n", tag_dir,
+                        (long long)m->applied_steps);
+            free(v);
+            v = NULL;
+        }
         if (st == DS_OK) *out = v;
         else free(v);
     }

@@ -30,7 +30,12 @@ struct ds_onebit {
     int64_t var_interval, var_counter, local_interval, local_counter;
     double lrs;         /* 0/1 Adam: sum of lr since the last synchronisation */
     bool frozen;        /* 0/1 Adam: variance frozen, local steps */
+    bool loaded;        /* a checkpoint's state was written in: loaded_lrs is its lr sum */
+    double loaded_lrs;
 };
+
+/* The trailer of the checkpointed state (ds_onebit_state_len). */
+enum { TRAILER = 4 };
 
 /* ---- lifetime -------------------------------------------------------------- */
 
@@ -182,7 +187,8 @@ static ds_status mark_sync(ds_onebit *ob, const float *w) {
     return ob->be->ops->memcpy(ob->be, ob->gbuf, w, ob->n * sizeof(float), DS_COPY_D2D, NULL);
 }
 
-ds_status ds_onebit_restart(ds_onebit *ob, int64_t applied, bool have_state, const float *w) {
+/* The schedule's counters after `applied` steps from the start. */
+static void replay(ds_onebit *ob, int64_t applied) {
     ob->step = 0;
     ob->var_interval = ob->local_interval = 1;
     ob->var_counter = ob->local_counter = 0;
@@ -192,12 +198,34 @@ ds_status ds_onebit_restart(ds_onebit *ob, int64_t applied, bool have_state, con
         pre(ob, (float)ds_sched_lr(ob->cfg, t - 1)); /* the lr the step ran with */
         (void)post(ob, t);
     }
-    if (!have_state) {
+}
+
+/* Whether the compressed phase has begun: 1-bit Adam compresses from the
+ * step after freeze_step, 0/1 Adam's local steps from the freeze. */
+static bool compressing(const ds_onebit *ob) {
+    return ob->type == DS_ONEBIT_ADAM ? ob->step >= ob->cfg->freeze_step : ob->frozen;
+}
+
+bool ds_onebit_state_fits(const ds_onebit *ob, const float *host, int64_t applied) {
+    ds_onebit probe = *ob; /* the counters only: replay touches no buffer */
+    replay(&probe, applied);
+    float saved = host[ds_onebit_state_len(ob) - TRAILER];
+    return (saved != 0.0f) == compressing(&probe);
+}
+
+ds_status ds_onebit_restart(ds_onebit *ob, int64_t applied, bool have_state, const float *w) {
+    replay(ob, applied);
+    if (have_state && ob->loaded) {
+        ob->lrs = ob->loaded_lrs; /* the sum the saved u was made with */
+    } else if (!have_state) {
         DS_TRY(zero_feedback(ob));
         DS_TRY(clear(ob, ob->u, ob->n));
-        /* u is 0: the weights as loaded are the last synchronisation's */
+        /* u is 0: the weights as loaded are the last synchronisation's, and
+         * no lr has been summed since */
+        ob->lrs = 0.0;
         if (ob->frozen && w) DS_TRY(mark_sync(ob, w));
     }
+    ob->loaded = false;
     return DS_OK;
 }
 
@@ -306,10 +334,23 @@ ds_status ds_onebit_apply(ds_onebit *ob, ds_backend *be, const ds_optim_step *st
 /* ---- checkpoints --------------------------------------------------------------- */
 
 size_t ds_onebit_state_len(const ds_onebit *ob) {
-    return ob->lay.worker_n + ob->lay.server_n + (ob->u ? 2 * ob->n : 0);
+    return ob->lay.worker_n + ob->lay.server_n + (ob->u ? 2 * ob->n : 0) + TRAILER;
 }
 
 ds_status ds_onebit_state_io(ds_onebit *ob, float *host, bool write) {
+    float *trailer = host + ds_onebit_state_len(ob) - TRAILER;
+    if (write) {
+        ob->loaded = true;
+        ob->loaded_lrs = ((double)trailer[1] + (double)trailer[2]) + (double)trailer[3];
+    } else { /* the double in three floats, each what the ones before rounded off:
+              * 72 bits hold its 53 exactly, and so does the sum back */
+        trailer[0] = compressing(ob) ? 1.0f : 0.0f;
+        double rest = ob->lrs;
+        for (int k = 1; k < TRAILER; k++) {
+            trailer[k] = (float)rest;
+            rest -= (double)trailer[k];
+        }
+    }
     float *parts[4] = {ob->werr, ob->serr, ob->u, ob->gbuf};
     size_t lens[4] = {ob->lay.worker_n, ob->lay.server_n, ob->u ? ob->n : 0, ob->u ? ob->n : 0};
     ds_backend *be = ob->be;

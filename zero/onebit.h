@@ -108,14 +108,26 @@ ds_status ds_onebit_set_mask(ds_onebit *ob, int64_t offset, const float *mask, s
 
 /* The rank's own state a checkpoint carries, fp32 back to back: the worker
  * and server error feedback, then (0/1 Adam) u and the weights of the last
- * synchronisation. *n elements. */
+ * synchronisation, then a trailer of 4: whether the compressed phase had
+ * begun (1-bit Adam past freeze_step, 0/1 Adam's variance frozen) and 0/1
+ * Adam's lr sum since the last synchronisation (a double, as three floats
+ * that add up to it exactly). Elements. */
 size_t ds_onebit_state_len(const ds_onebit *ob);
 /* Copy it to (write = false) or from (write = true) host[0, len). */
 ds_status ds_onebit_state_io(ds_onebit *ob, float *host, bool write);
-/* After a load: the schedule after `applied` steps (the counters and 0/1
- * Adam's lr sum are functions of the step and the lr schedule); with
+/* Whether a saved state fits this run after `applied` steps: its phase is
+ * the one this config's freeze_step / var_freeze_step gives at that step.
+ * A state saved before 0/1 Adam's variance froze holds a gradient where
+ * the weights of the last synchronisation belong, and one saved after holds
+ * weights that differ between ranks: neither may be restored into the other
+ * phase (the run then starts the state afresh, as at another world size). */
+bool ds_onebit_state_fits(const ds_onebit *ob, const float *host, int64_t applied);
+/* After a load: the schedule after `applied` steps (the counters are
+ * functions of the step; 0/1 Adam's lr sum is the saved one, so a changed
+ * lr schedule does not rescale the next synchronisation's momentum); with
  * `have_state` false the error feedback and u start from zero, and 0/1
- * Adam's local steps from the weights w (n elements, as loaded). */
+ * Adam's local steps (lr sum 0) from the weights w (n elements, as
+ * loaded). */
 ds_status ds_onebit_restart(ds_onebit *ob, int64_t applied, bool have_state, const float *w);
 /* 0/1 Adam after the variance froze: the weights of the last
  * synchronisation (n elements, the same on every rank); NULL before, and

@@ -189,6 +189,10 @@ static ds_status rank_state_io(ds_zero *z, float *host, bool write) {
     return DS_OK;
 }
 
+static bool rank_state_fits(ds_zero *z, const float *host, int64_t applied) {
+    return !S(z)->ob || ds_onebit_state_fits(S(z)->ob, host, applied);
+}
+
 static ds_status rank_state_restart(ds_zero *z, int64_t applied, bool have_state) {
     return S(z)->ob ? ds_onebit_restart(S(z)->ob, applied, have_state, weights(S(z))) : DS_OK;
 }
@@ -226,6 +230,7 @@ static const ds_zero_ops k_stage0_ops = {
     .get_param = get_param, .set_param = set_param,
     .get_grad = get_grad, .state_io = state_io, .sync_params = sync_params, .destroy = destroy,
     .rank_state_len = rank_state_len, .rank_state_io = rank_state_io,
+    .rank_state_fits = rank_state_fits,
     .rank_state_restart = rank_state_restart, .set_exp_avg_mask = set_exp_avg_mask,
 };
 

@@ -131,6 +131,9 @@ typedef struct ds_zero_ops {
      * (write = false) or from (write = true) host[0, len). Local. */
     size_t (*rank_state_len)(ds_zero *z);
     ds_status (*rank_state_io)(ds_zero *z, float *host, bool write);
+    /* Optional: whether a saved rank_state fits this run after `applied`
+     * steps (else it starts afresh, as at another world size). Local. */
+    bool (*rank_state_fits)(ds_zero *z, const float *host, int64_t applied);
     /* After a load: `applied` optimizer steps were taken; have_state says
      * whether rank_state was restored (else it starts afresh). Local. */
     ds_status (*rank_state_restart)(ds_zero *z, int64_t applied, bool have_state);

@@ -16,6 +16,8 @@
  *    decays by weight decay, and under 0/1 Adam every synchronisation puts
  *    it back where the previous one left it; the other parameters train.
  * 3. ds_set_exp_avg_mask's errors: another optimizer, a wrong size, a NaN.
+ * 5. A checkpoint resumed with a var_freeze_step that puts it in the other
+ *    phase (below).
  * 4. With arguments (save|resume DIR TYPE, test_onebit_elastic.sh): a
  *    checkpoint resumed at another world size, below. */
 #include <math.h>
@@ -227,6 +229,52 @@ static void mask_errors(void) {
  * fixed). Measured gaps: 0/1 Adam +0.010 at 1 rank, +0.008 at 4; 1-bit Adam
  * +0.012 and +0.001 (the fresh error feedback's compression noise and the
  * other world's summation order); the band is 4x the largest. */
+/* 5: 0/1 Adam resumed with a var_freeze_step that puts the checkpoint in
+ * the other phase. Saved before the freeze (step 7 of var_freeze_step 100)
+ * and resumed with var_freeze_step 3: the state held the last compressed
+ * gradient where the weights of the last synchronisation belong, and the
+ * first synchronisation (step 8) set the weights to it. Saved after it
+ * (var_freeze_step 3, step 7, between two
+ * synchronisations) and resumed with 100: each rank got its own weights
+ * back and, with no synchronisation before step 100, the replicas stayed
+ * apart. Now such a state starts afresh from the checkpoint's common
+ * weights. The bug's model collapsed to the uniform guess, loss ln 3 =
+ * 1.0986 (1e7 on another model); the fixed runs' mean loss over steps
+ * 14-16 is 0.91 and 0.98 (from 1.08 at step 8): PHASE_BELOW under ln 3
+ * separates the two with room on both sides. */
+#define PHASE_BELOW 0.05
+#define PHASE_STEPS 9
+#define PHASE_EARLY ", \"var_freeze_step\": 3, \"var_update_scaler\": 1, " \
+                    "\"local_step_scaler\": 1, \"local_step_clipper\": 4"
+#define PHASE_LATE ", \"var_freeze_step\": 100"
+
+static void phase_resume(const char *saved_with, const char *resumed_with, const char *tag) {
+    const char *dir = "onebit_phase_ckpt";
+    engine_t *e = NULL;
+    if (make("ZeroOneAdam", saved_with, 1e-3, &e) != DS_OK) TEST_DIE(ds_last_error());
+    run(e, 7, NULL, NULL, 0, NULL, NULL, 0);
+    CHECK_OK(ds_save_checkpoint(e, dir, tag, NULL));
+    ds_finalize(e);
+    if (make("ZeroOneAdam", resumed_with, 1e-3, &e) != DS_OK) TEST_DIE(ds_last_error());
+    CHECK_OK(ds_load_checkpoint(e, dir, tag, DS_LOAD_ALL));
+    CHECK(same_everywhere(e), "%s: the ranks resumed from different weights", tag);
+    /* var_freeze_step 3: frozen after step 4, local intervals 2 then 4 from
+     * step 7, so steps 8, 12 and 16 synchronise; var_freeze_step 100:
+     * every step is in common */
+    double loss[PHASE_STEPS];
+    run(e, PHASE_STEPS, loss, NULL, 0, NULL, NULL, 0);
+    double last3 = (loss[PHASE_STEPS - 3] + loss[PHASE_STEPS - 2] + loss[PHASE_STEPS - 1]) / 3;
+    CHECK(isfinite(last3) && last3 < log(3.0) - PHASE_BELOW, "%s: mean loss %g over steps 14-16 "
+          "after the resume (ln 3 = 1.0986: the uniform guess)", tag, last3);
+    CHECK(same_everywhere(e), "%s: the ranks' weights differ at step 16", tag);
+    ds_finalize(e);
+}
+
+static void phase_change(void) {
+    phase_resume(PHASE_LATE, PHASE_EARLY, "saved_before_freeze");
+    phase_resume(PHASE_EARLY, PHASE_LATE, "saved_after_freeze");
+}
+
 #define ELASTIC_BAND 0.05
 #define EL_SAVE 140 /* 140 % 16 = 12: 0/1 Adam is between synchronisations */
 #define EL_END 200
@@ -293,6 +341,7 @@ int main(int argc, char **argv) {
     mask_onebit();
     mask_zeroone();
     mask_errors();
+    phase_change();
     ds_dataset_destroy(g_data);
     return test_finish("test_onebit_local");
 }
