@@ -226,9 +226,9 @@ static ds_status read_onebit_unread(const cfg_ctx *ctx, json_t *v, const char *p
 static ds_status read_comm_backend_name(const cfg_ctx *ctx, json_t *v, const char *path,
                                         void *base) {
     ds_config *c = base;
-    static const char *const names[] = {"nccl", "mpi", "compressed"};
+    static const char *const names[] = {"nccl", "mpi", "compressed", "hccl"};
     int idx;
-    DS_TRY(cfg_read_enum(ctx, v, path, names, 3, "nccl, mpi, compressed", &idx));
+    DS_TRY(cfg_read_enum(ctx, v, path, names, 4, "nccl, mpi, compressed, hccl", &idx));
     snprintf(c->comm_backend_name, sizeof c->comm_backend_name, "%s", names[idx]);
     return DS_OK;
 }

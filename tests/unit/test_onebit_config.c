@@ -67,6 +67,13 @@ static void good(void) {
     CHECK_EQ_I((long long)back.local_step_clipper, 4);
     CHECK_TRUE(back.cuda_aware && !strcmp(back.comm_backend_name, "mpi"));
     free(js);
+    /* DeepSpeed's adam.py and zoadam.py also name "hccl": accepted, the
+     * engine's communicator carries the traffic as for the others */
+    ds_config hc;
+    REQUIRE_OK(ds_config_parse_string(
+        "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"OneBitAdam\", \"params\": "
+        "{\"comm_backend_name\": \"hccl\"}}}", &hc, count_warn, NULL));
+    CHECK_TRUE(!strcmp(hc.comm_backend_name, "hccl"));
     /* the summary names the optimizer that runs */
     char *sum = ds_config_summary(&c);
     CHECK(sum && strstr(sum, "ZeroOneAdam") && strstr(sum, "local_step_clipper 4"),
