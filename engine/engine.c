@@ -248,6 +248,7 @@ ds_status ds_initialize(const ds_init_desc *d, engine_t **out) {
     if (h.hidden_size <= 0) h.hidden_size = e->model->hidden_size;
     if (h.train_rows <= 0 && d->train_data) h.train_rows = (int64_t)d->train_data->n;
     DS_TRY_GOTO(st, ds_config_resolve(&e->cfg, &h), fail);
+    DS_TRY_GOTO(st, ds_engine_config_agree(e), fail);
 
     /* Local construction may fail on one rank only (memory, a device):
      * agree before anything collective so that no rank waits alone. */

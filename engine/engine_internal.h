@@ -147,6 +147,11 @@ void ds_engine_prof_free(engine_t *e);
 void ds_engine_prof_forward(engine_t *e);
 void ds_engine_prof_step_end(engine_t *e);
 
+/* engine_config_agree.c: every rank's resolved config is rank 0's, or every
+ * rank fails with DS_ERR_CONFIG naming the first key that differs, its
+ * values and the rank. Collective. */
+ds_status ds_engine_config_agree(engine_t *e);
+
 /* engine_report.c */
 /* Collective: every rank calls it; rank 0 prints unless quiet. */
 void ds_engine_print_startup(engine_t *e);

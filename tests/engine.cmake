@@ -217,4 +217,8 @@ endforeach()
 # The trainer's AdamW has HF's parameter groups: biases and normalization
 # weights left out of weight decay, by the same names as transformers, at
 # every stage and with the optimizer offloaded (each rank's partition).
+# Ranks resolving different configs fail at ds_initialize naming the key,
+# the values and the rank (engine/engine_config_agree.c), at 3 ranks.
+ds_add_mpi_test(NAME test_config_agree SOURCES multirank/test_config_agree.c NP 3
+                LABELS multirank TIMEOUT 60)
 ds_add_mpi_test(NAME test_hf_decay SOURCES multirank/test_hf_decay.c NP 2 LABELS multirank)
