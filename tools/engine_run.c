@@ -603,6 +603,19 @@ static void print_command(FILE *out, const argv_buf *cmd) {
 int main(int argc, char **argv) {
     options o;
     parse_args(argc, argv, &o);
+    /* a reader that goes away (engine-run ... | head) must not end the job:
+     * the relay drops what it cannot write (start_child restores SIGPIPE for
+     * mpirun, which inherits an ignored signal across exec) */
+    signal(SIGPIPE, SIG_IGN);
+    /* a hostfile without --np: every slot it names, as DeepSpeed's launcher */
+    if (o.hostfile && !o.np_given && o.nnodes <= 1) {
+        int slots = er_hostfile_slots(o.hostfile, MAX_RANKS);
+        if (slots <= 0)
+            fail(EXIT_USAGE, "--hostfile %s without --np: the ranks are the hostfile's slots, but "
+                 "a host names no slots=N (or the file cannot be read); give --np", o.hostfile);
+        o.np = slots;
+        o.np_given = 1;
+    }
     launch_env e;
     read_env(&e);
     plan_kind plan = choose(&o, &e);
@@ -662,8 +675,11 @@ int main(int argc, char **argv) {
             nodes = er_nodes_meet(&no, uri, sizeof uri);
             if (!nodes) return EXIT_RUNTIME;
         }
+        /* the ranks this host runs share its cores: with a hostfile, the
+         * most any host runs (the hosts assumed alike: this one is measured) */
         int cores = usable_cores();
-        default_omp_threads(cores / o.np);
+        int here = o.hostfile ? er_hostfile_busiest(hostfile_abs, o.np) : o.np;
+        default_omp_threads(cores / (here > 0 ? here : o.np));
         bool over = o.hostfile ? check_oversubscription(&o, er_hostfile_slots(hostfile_abs, MAX_RANKS),
                                                         "the hostfile's", "slots")
                                : check_oversubscription(&o, cores, "this machine's", "cores");
@@ -697,6 +713,10 @@ int main(int argc, char **argv) {
          * and each rank's lines whole (supervise.h) */
         if (!o.raw_output) argv_push(&cmd, "--tag-output");
         push_signal_mca(&cmd, save_sigs, 2);
+        if (o.hostfile) { /* DeepSpeed's .deepspeed_env, for the hosts' ranks */
+            const char *env_err = er_env_load_file(stderr);
+            if (env_err) fail(EXIT_USAGE, "%s", env_err);
+        }
         er_env_each_forwarded(push_forwarded, &cmd);
         if (o.nnodes > 1) { /* where the nodes' jobs find each other */
             argv_push(&cmd, "--ompi-server");

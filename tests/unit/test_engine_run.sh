@@ -230,6 +230,25 @@ relay)
   [ "$(grep -c 'stopped by signal 15 at step' out.txt)" -eq 2 ] ||
     fail "both ranks should stop with signal 15: $(cat out.txt)"
   grep -qF "relayed as SIGURG" err.txt || fail "engine-run did not say it relayed: $(cat err.txt)"
+  # The same SIGTERM sent to engine-run's whole process group (timeout,
+  # kill -- -PGID, a scheduler): mpirun, in a group of its own, gets it only
+  # as the relay, so the ranks still save (mpirun used to get it directly
+  # and kill them). setsid: engine-run leads a group of its own; the
+  # shell's own kill cannot name a group, procps' can.
+  gkill=$(command -v /bin/kill || command -v /usr/bin/kill)
+  if [ -n "$gkill" ]; then
+    setsid "$er" --np 2 --config cfg.json "$probe" --train >out.txt 2>err.txt &
+    pid=$!
+    for _ in $(seq 600); do [ "$(grep -c training out.txt)" -eq 2 ] && break; sleep 0.05; done
+    "$gkill" -s TERM -- "-$pid"
+    wait $pid
+    rc=$?
+    [ "$rc" -eq 143 ] || fail "group SIGTERM: engine-run exited $rc, want 143: $(cat err.txt)"
+    [ "$(grep -c 'stopped by signal 15 at step' out.txt)" -eq 2 ] ||
+      fail "group SIGTERM: both ranks should save and stop: $(cat out.txt) $(cat err.txt)"
+  else
+    echo "relay: no /bin/kill (procps) to signal a process group: that part skipped"
+  fi
   # SIGUSR1 goes through mpirun as it is: 138
   "$er" --np 2 --config cfg.json "$probe" --train >out.txt 2>err.txt &
   pid=$!
@@ -310,6 +329,38 @@ dry_hostfile)
     --np 4 --hostfile hosts --dry-run --config cfg.json "$app"
   expect_error 1 "nohosts" --np 2 --hostfile nohosts --dry-run --config cfg.json "$app"
   expect_error 2 "--hostfile is for mpirun" --np 1 --hostfile hosts --dry-run --config cfg.json "$app"
+  # Without --np: every slot the hostfile names, as DeepSpeed's launcher
+  # (it ran APP in place, then refused the hostfile); a host without slots=:
+  # --np is asked for.
+  E="ENGINE_RUN_CORES=2 HOME=$work/empty"
+  er_run --hostfile hosts --dry-run --config cfg.json "$app"
+  grep -qF -- "-np 4 --hostfile" out.txt || fail "--hostfile without --np: $(cat out.txt) $(cat err.txt)"
+  printf 'localhost slots=4\nother\n' >hosts_noslots
+  expect_error 2 "give --np" --hostfile hosts_noslots --dry-run --config cfg.json "$app"
+  # max_slots= is not slots= (it counted as 8: no warning, no --oversubscribe)
+  printf 'localhost max_slots=8 slots=2\n' >hosts_max
+  E="HOME=$work/empty"
+  er_run --np 3 --hostfile hosts_max --dry-run --config cfg.json "$app"
+  grep -qF "3 ranks on the hostfile's 2 slots" err.txt && grep -qF -- "--oversubscribe" out.txt ||
+    fail "max_slots=8 slots=2, --np 3: $(cat out.txt) $(cat err.txt)"
+  # Two hosts of 2 slots, 4 ranks: 2 ranks share this host's 4 cores (it was
+  # 4 cores / 4 ranks, as if every rank ran here)
+  printf 'hostA slots=2\nhostB slots=2\n' >hosts2
+  E="ENGINE_RUN_CORES=4 HOME=$work/empty"
+  er_run --np 4 --hostfile hosts2 --dry-run --config cfg.json "$app"
+  grep -qF "OMP_NUM_THREADS=2 " out.txt || fail "2 hosts x 2 ranks on 4 cores: $(cat out.txt)"
+  # DeepSpeed's environment file reaches every host's ranks (-x), and so do
+  # NCCL_* and UCX_* variables; a line that is not NAME=VALUE is refused
+  printf '# for every host\n\nFOO_BAR=1 2\n' >env_file
+  E="DS_ENV_FILE=$work/env_file NCCL_DEBUG=INFO"
+  er_run --np 4 --hostfile hosts2 --dry-run --config cfg.json "$app"
+  grep -qF -- "-x FOO_BAR" out.txt && grep -qF -- "-x NCCL_DEBUG" out.txt &&
+    grep -qF "1 variable(s) from $work/env_file" err.txt ||
+    fail "DS_ENV_FILE / NCCL_DEBUG not forwarded: $(cat out.txt) $(cat err.txt)"
+  printf 'FOO_BAR=1\nnot a line\n' >env_bad
+  E="DS_ENV_FILE=$work/env_bad"
+  expect_error 2 "env_bad line 2: expected NAME=VALUE" --np 4 --hostfile hosts2 --dry-run \
+    --config cfg.json "$app"
   ;;
 
 dry_mpi_env)
@@ -461,6 +512,14 @@ run_np2)
       fail "rank $r did not run (or got other arguments); stdout: $(cat out.txt) stderr: $(cat err.txt)"
   done
   [ "$(grep -c '^rank_echo' out.txt)" -eq 2 ] || fail "expected 2 ranks, stdout: $(cat out.txt)"
+  # A reader that goes away (engine-run ... | head -n 1) ends neither
+  # engine-run nor the job: the ranks print on after it left, engine-run
+  # drops those lines and exits as the job did (it died of SIGPIPE, 141)
+  printf '#!/bin/sh\necho first\nsleep 1\nfor i in 1 2 3 4 5 6 7 8; do echo "line $i"; done\n' \
+    >printer.sh
+  chmod +x printer.sh
+  { "$er" --np 2 --config cfg.json ./printer.sh 2>err.txt; echo $? >rc.txt; } | head -n 1 >/dev/null
+  [ "$(cat rc.txt)" -eq 0 ] || fail "engine-run after its reader left: exit $(cat rc.txt), want 0: $(cat err.txt)"
   ;;
 
 rank_dies)

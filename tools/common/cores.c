@@ -61,24 +61,60 @@ int er_usable_cores(void) {
     return n_seen > 0 ? n_seen : n_cpus;
 }
 
-/* Slots a hostfile gives ("host slots=N" lines summed), or 0 when a line
- * names none (Open MPI then counts the host's cores, which we cannot see). */
-int er_hostfile_slots(const char *path, int max) {
+/* The hostfile's hosts in order, each line's slots (0: the line names
+ * none) into slots[0..cap); the number of host lines, -1 when the file
+ * cannot be read. A line is "host [slots=N] [max_slots=M] [# comment]"
+ * (Open MPI's and DeepSpeed's form); only a word that starts with slots=
+ * counts, not max_slots=. */
+static int hostfile_hosts(const char *path, long *slots, int cap) {
     FILE *f = fopen(path, "r");
-    if (!f) return 0;
+    if (!f) return -1;
     char line[1024];
-    long total = 0;
-    bool unknown = false;
+    int n = 0;
     while (fgets(line, sizeof line, f)) {
         char *hash = strchr(line, '#');
         if (hash) *hash = '\0';
-        char host[512];
-        if (sscanf(line, "%511s", host) != 1) continue; /* blank or comment */
-        const char *s = strstr(line, "slots=");
-        long n = s ? strtol(s + 6, NULL, 10) : 0;
-        if (n <= 0) unknown = true;
-        total += n;
+        char *save = NULL, *word = strtok_r(line, " \t\r\n", &save);
+        if (!word) continue; /* blank or comment */
+        long k = 0;
+        while ((word = strtok_r(NULL, " \t\r\n", &save)))
+            if (strncmp(word, "slots=", 6) == 0) k = strtol(word + 6, NULL, 10);
+        if (n < cap) slots[n] = k > 0 ? k : 0;
+        n++;
     }
     fclose(f);
-    return unknown || total > max ? 0 : (int)total;
+    return n < cap ? n : cap;
+}
+
+enum { MAX_HOSTS = 4096 };
+
+int er_hostfile_slots(const char *path, int max) {
+    static long slots[MAX_HOSTS];
+    int n = hostfile_hosts(path, slots, MAX_HOSTS);
+    long total = 0;
+    for (int i = 0; i < n; i++) {
+        if (!slots[i]) return 0; /* Open MPI counts that host's cores */
+        total += slots[i];
+    }
+    return n <= 0 || total > max ? 0 : (int)total;
+}
+
+int er_hostfile_busiest(const char *path, int np) {
+    static long slots[MAX_HOSTS];
+    int n = hostfile_hosts(path, slots, MAX_HOSTS);
+    if (n <= 0) return 0;
+    long total = 0;
+    bool unknown = false;
+    for (int i = 0; i < n; i++) {
+        total += slots[i];
+        unknown |= !slots[i];
+    }
+    if (unknown || np > total) return (np + n - 1) / n; /* spread evenly */
+    long left = np, most = 0;
+    for (int i = 0; i < n && left > 0; i++) { /* by slot: each host filled in turn */
+        long here = slots[i] < left ? slots[i] : left;
+        most = here > most ? here : most;
+        left -= here;
+    }
+    return (int)most;
 }

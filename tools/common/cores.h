@@ -12,4 +12,10 @@ int er_usable_cores(void);
  * which engine-run cannot see). */
 int er_hostfile_slots(const char *path, int max);
 
+/* The most ranks any one host of the hostfile runs when mpirun maps np
+ * ranks by slot (its default): each host filled to its slots in turn;
+ * spread evenly where a host names no slots or np passes their sum. 0 when
+ * the file cannot be read or names no host. */
+int er_hostfile_busiest(const char *path, int np);
+
 #endif /* DS_TOOLS_CORES_H */

@@ -34,6 +34,19 @@ void er_env_print_notes(FILE *out) {
     for (int k = 0; k < g_n_notes; k++) fprintf(out, "%s ", g_notes[k]);
 }
 
+/* The names an environment file set (er_env_load_file), forwarded too. */
+static char g_file_names[64][128];
+static int g_n_file_names;
+
+static bool forwarded_prefix(const char *var) {
+    /* DS_: the engine's; NCCL_ and UCX_: the transports' (DeepSpeed's
+     * launcher forwards these two as well) */
+    static const char *const prefixes[] = {"DS_", "NCCL_", "UCX_"};
+    for (size_t k = 0; k < sizeof prefixes / sizeof *prefixes; k++)
+        if (strncmp(var, prefixes[k], strlen(prefixes[k])) == 0) return true;
+    return false;
+}
+
 void er_env_each_forwarded(void (*fn)(void *ctx, const char *name), void *ctx) {
     extern char **environ;
     fn(ctx, "OMP_NUM_THREADS");
@@ -43,8 +56,10 @@ void er_env_each_forwarded(void (*fn)(void *ctx, const char *name), void *ctx) {
     const char *named[] = {"LD_LIBRARY_PATH", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE"};
     for (size_t k = 0; k < sizeof named / sizeof *named; k++)
         if (getenv(named[k])) fn(ctx, named[k]);
+    for (int k = 0; k < g_n_file_names; k++)
+        if (!forwarded_prefix(g_file_names[k])) fn(ctx, g_file_names[k]);
     for (char **e = environ; *e; e++) {
-        if (strncmp(*e, "DS_", 3) != 0) continue;
+        if (!forwarded_prefix(*e)) continue;
         const char *eq = strchr(*e, '=');
         if (!eq) continue;
         char name[256];
@@ -54,6 +69,69 @@ void er_env_each_forwarded(void (*fn)(void *ctx, const char *name), void *ctx) {
         name[len] = '\0';
         fn(ctx, name);
     }
+}
+
+/* One file's NAME=VALUE lines into the environment; -1 and *bad (a line
+ * number) on a line that is not one, else the count. */
+static int load_one(const char *path, int *bad) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int n = 0, lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        line[strcspn(line, "\r\n")] = '\0';
+        const char *p = line + strspn(line, " \t");
+        if (!*p || *p == '#') continue;
+        const char *eq = strchr(p, '=');
+        size_t len = eq ? (size_t)(eq - p) : 0;
+        bool name_ok = len > 0 && len < sizeof g_file_names[0];
+        for (size_t i = 0; name_ok && i < len; i++)
+            name_ok = p[i] == '_' || (p[i] >= 'A' && p[i] <= 'Z') ||
+                      (p[i] >= 'a' && p[i] <= 'z') || (i > 0 && p[i] >= '0' && p[i] <= '9');
+        if (!name_ok || g_n_file_names >= (int)(sizeof g_file_names / sizeof *g_file_names)) {
+            fclose(f);
+            *bad = lineno;
+            return -1;
+        }
+        memcpy(g_file_names[g_n_file_names], p, len);
+        g_file_names[g_n_file_names][len] = '\0';
+        if (setenv(g_file_names[g_n_file_names], eq + 1, 1) != 0) {
+            fclose(f);
+            *bad = lineno;
+            return -1;
+        }
+        g_n_file_names++;
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+const char *er_env_load_file(FILE *msg) {
+    static char err[4200];
+    char paths[2][4000];
+    int np = 0;
+    const char *file = er_env_get("DS_ENV_FILE"), *home = er_env_get("HOME");
+    if (file) {
+        snprintf(paths[np++], sizeof paths[0], "%s", file);
+    } else {
+        if (home) snprintf(paths[np++], sizeof paths[0], "%s/.deepspeed_env", home);
+        snprintf(paths[np++], sizeof paths[0], ".deepspeed_env");
+    }
+    for (int k = 0; k < np; k++) {
+        int bad = 0, n = load_one(paths[k], &bad);
+        if (n < 0) {
+            int w = snprintf(err, sizeof err, "%s line %d: expected NAME=VALUE (at most %d names "
+                             "in all)", paths[k], bad,
+                             (int)(sizeof g_file_names / sizeof *g_file_names));
+            return w < 0 ? "an environment file: a line that is not NAME=VALUE" : err;
+        }
+        if (n > 0 && msg)
+            fprintf(msg, "engine-run: %d variable(s) from %s for the ranks on every host\n", n,
+                    paths[k]);
+    }
+    return NULL;
 }
 
 /* Test-only (er_env.h): a process cannot make its own OpenBLAS choose a core

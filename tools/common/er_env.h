@@ -31,8 +31,16 @@ void er_env_print_notes(FILE *out);
 /* Calls fn(ctx, NAME) for each variable mpirun forwards with -x: the ones
  * that change what a rank computes or which library it loads
  * (OMP_NUM_THREADS always; LD_LIBRARY_PATH, OPENBLAS_NUM_THREADS and
- * OPENBLAS_CORETYPE when set; every DS_* variable). */
+ * OPENBLAS_CORETYPE when set; every DS_*, NCCL_* and UCX_* variable; the
+ * names er_env_load_file set). */
 void er_env_each_forwarded(void (*fn)(void *ctx, const char *name), void *ctx);
+
+/* A job over several hosts: DeepSpeed's environment file, NAME=VALUE lines
+ * (blank lines and # comments skipped), into this environment and so to
+ * every rank: $DS_ENV_FILE if set, else ~/.deepspeed_env then
+ * ./.deepspeed_env (the later wins). A line to msg per file read. NULL, or
+ * the message of a line that is not NAME=VALUE. */
+const char *er_env_load_file(FILE *msg);
 
 /* ds_blas_core_probe_read, except under the test-only variable
  * ENGINE_RUN_TEST_OPENBLAS="CORE[:FLAG,FLAG...]": OpenBLAS (DYNAMIC_ARCH)

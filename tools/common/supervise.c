@@ -19,18 +19,20 @@
 #include <unistd.h>
 
 /* Signals engine-run handles, and what came: a count per signal (the
- * handler only adds), and whether the last SIGINT came from a terminal. */
+ * handler only adds). mpirun runs in a process group of its own
+ * (start_child), so a signal sent to engine-run's group (a terminal's
+ * Ctrl-C, `timeout`, `kill -- -PGID`, a scheduler) reaches mpirun only as
+ * engine-run passes it on: once, and a SIGTERM as the relay the ranks save
+ * on, not as mpirun's own teardown. */
 static const int k_handled[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGXCPU, SIGPWR};
 #define N_HANDLED (int)(sizeof k_handled / sizeof *k_handled)
 static atomic_int g_got[N_HANDLED];
-static atomic_int g_int_from_tty;
 
 static void on_signal(int sig, siginfo_t *si, void *uc) {
+    (void)si;
     (void)uc;
     for (int k = 0; k < N_HANDLED; k++)
         if (k_handled[k] == sig) atomic_fetch_add(&g_got[k], 1);
-    /* a terminal's Ctrl-C goes to the whole foreground group, mpirun too */
-    if (sig == SIGINT) atomic_store(&g_int_from_tty, si->si_code == SI_KERNEL);
 }
 
 static double now_s(void) {
@@ -105,13 +107,21 @@ static void close_fd(int *fd) {
 static pid_t start_child(char **argv, int fds[2][2]) {
     pid_t parent = getpid();
     pid_t pid = fork();
-    if (pid != 0) return pid;
-    /* the child: mpirun with the signals as they were, dying with us */
+    if (pid > 0) {
+        setpgid(pid, pid); /* also here: no signal may find it still in ours */
+        return pid;
+    }
+    if (pid < 0) return pid;
+    /* the child: mpirun in its own process group (see k_handled) with the
+     * signals as they were (SIGPIPE too: engine-run ignores it, and an
+     * ignored signal stays ignored across exec), dying with us */
+    setpgid(0, 0);
     if (fds && (dup2(fds[0][1], 1) < 0 || dup2(fds[1][1], 2) < 0)) _exit(1);
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
     for (int k = 0; k < N_HANDLED; k++) sigaction(k_handled[k], &dfl, NULL);
+    sigaction(SIGPIPE, &dfl, NULL);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(1); /* engine-run died before the prctl */
     execv(argv[0], argv);
@@ -252,7 +262,7 @@ static int supervise_once(char **argv, const er_supervise_opts *o, const int *ba
                     kill(pid, SIGTERM);
                 }
             } else if (sig == SIGINT) {
-                if (!atomic_load(&g_int_from_tty)) kill(pid, SIGINT);
+                kill(pid, SIGINT); /* mpirun ends the job */
             } else {
                 if (sig != SIGHUP && !stop_sig) stop_sig = sig;
                 kill(pid, sig);
@@ -276,7 +286,12 @@ static int supervise_once(char **argv, const er_supervise_opts *o, const int *ba
          * a zombie, mpirun waiting forever): past ER_TEARDOWN_S engine-run
          * ends what is left itself. */
         int st1 = er_ranks_first_status(ranks);
-        if (over_at < 0 && ((relay && er_relay_named_rank(relay)) || (st1 > 0 && !stop_sig)))
+        /* not after a relayed SIGTERM: the ranks save and end on purpose,
+         * one before another, and the relay's deadline (below) covers one
+         * that does not */
+        bool saving = relayed_at >= 0;
+        if (over_at < 0 && !saving &&
+            ((relay && er_relay_named_rank(relay)) || (st1 > 0 && !stop_sig)))
             over_at = t;
         if (over_at >= 0 && t - over_at > ER_TEARDOWN_S && torn_down < 2) {
             if (!torn_down && hook_code < 0)
