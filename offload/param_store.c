@@ -88,6 +88,14 @@ static ds_status xfer(ds_param_store *ps, int k, uint64_t a, uint64_t bytes, boo
     return DS_OK;
 }
 
+/* The device's copies to and from the pinned buffers done. A copy with the
+ * default stream is asynchronous on cuda when the host side is pinned (the
+ * buffers and a pinned host part are): the disk must not write a buffer
+ * before the copy into it has landed, nor a read refill one (or the host
+ * part change) while a copy out of it is still queued behind kernels. A
+ * no-op on cpu. */
+static ds_status fence(ds_param_store *ps) { return ps->dev->ops->sync(ps->dev); }
+
 /* File bytes [b, e) (unaligned) to dst (device memory): whole blocks around
  * them, up to nbuf chunks of buf_bytes in flight at once. */
 static ds_status file_read(ds_param_store *ps, uint64_t b, uint64_t e, char *dst) {
@@ -115,6 +123,7 @@ static ds_status file_read(ds_param_store *ps, uint64_t b, uint64_t e, char *dst
             DS_TRY(ps->dev->ops->memcpy(ps->dev, dst + (cb - b), ps->buf[j] + (cb - start[j]),
                                         ce - cb, DS_COPY_H2D, NULL));
         }
+        DS_TRY(fence(ps)); /* the buffers are refilled next, here or by the next call */
     }
     return DS_OK;
 }
@@ -133,6 +142,7 @@ static ds_status file_write(ds_param_store *ps, uint64_t b, uint64_t e, const ch
         else
             DS_TRY(ps->dev->ops->memcpy(ps->dev, ps->buf[0] + (cb - at), src + (cb - b), ce - cb,
                                         DS_COPY_D2H, NULL));
+        DS_TRY(fence(ps)); /* the copy has landed before the disk reads the buffer */
         DS_TRY(xfer(ps, 0, at, len, true));
     }
     return DS_OK;
@@ -170,8 +180,12 @@ ds_status ds_param_store_write(ds_param_store *ps, int64_t lo, int64_t hi, const
     if (lo < m) {
         char *h = (char *)ps->host + (size_t)lo * ps->esz;
         size_t bytes = (size_t)(m - lo) * ps->esz;
-        if (from_host) memcpy(h, s, bytes);
-        else DS_TRY(ps->dev->ops->memcpy(ps->dev, h, s, bytes, DS_COPY_D2H, NULL));
+        if (from_host) {
+            if (ps->host_pinned) DS_TRY(fence(ps)); /* no copy out of it still queued */
+            memcpy(h, s, bytes);
+        } else {
+            DS_TRY(ps->dev->ops->memcpy(ps->dev, h, s, bytes, DS_COPY_D2H, NULL));
+        }
     }
     int64_t f = lo > ps->n_host ? lo : ps->n_host;
     if (f < hi)
