@@ -227,15 +227,29 @@ static ds_status op_finish(ds_tier *tt) {
 }
 
 /* One synchronous transfer of tensor k's elements [a, z) (block-aligned)
- * through set 0's buffer k. */
+ * through set 0's buffer k, outside a step (op_io, op_fill). A failed write
+ * leaves the files inconsistent: they go (lose). A failed read changed
+ * nothing, so it fails alone: a checkpoint's save that read the state can
+ * be tried again, where losing the files would have cost the work since the
+ * last checkpoint. */
 static ds_status sync_xfer(nvme_tier *t, int k, int64_t a, int64_t z, bool write) {
     set *s = &t->sets[0];
     ds_aio_req r;
     fill_reqs(t, s, &r, a, z, write, k, k + 1);
+    if (!write && ds_fault_error("nvme:io_read", t->rank) != DS_OK) {
+        ds_clear_error(); /* tests: a read that fails, reported by the read itself */
+        r.inject_errno = EIO;
+    }
     ds_aio_ticket tk;
     ds_aio_ticket_init(&tk);
     ds_aio_submit(t->aio, &r, 1, &tk);
-    if (!ds_aio_wait(t->aio, &tk)) return lose(t, &tk, a / t->sg, write ? "writing" : "reading");
+    if (!ds_aio_wait(t->aio, &tk) && write) return lose(t, &tk, a / t->sg, "writing");
+    if (tk.err) /* outside a step a failed read changed nothing: the files stay */
+        return DS_ERR(DS_ERR_IO, "NVMe swap on rank %d: reading sub-group %lld of the optimizer "
+                      "state (%s in %s, offset %llu): %s; the swap files are kept (a read "
+                      "changes nothing): the call may be tried again", t->rank,
+                      (long long)(a / t->sg), k_file[k], t->dir.path,
+                      (unsigned long long)tk.err_off, strerror(tk.err));
     if (write) t->base.stats.write_bytes += (uint64_t)(z - a) * sizeof(float);
     else t->base.stats.read_bytes += (uint64_t)(z - a) * sizeof(float);
     return DS_OK;

@@ -421,6 +421,20 @@ static int run_errors(setup *s) {
     REQUIRE_OK(ds_save_checkpoint(b, ck, NULL, NULL));
     size_t nsaved;
     float *saved = ck_params(b, &nsaved);
+    /* A read that fails outside a step (a save reading the state) changed
+     * nothing: the save fails, the swap files stay, and the save tried
+     * again works (the files used to be removed, the engine lost) */
+    setenv("DS_FAULT_INJECT", "error:nvme:io_read", 1);
+    ds_clear_error();
+    char ck_retry[1300];
+    snprintf(ck_retry, sizeof ck_retry, "%s/ckpt_retry", s->dir);
+    ds_status rs = ds_save_checkpoint(b, ck_retry, NULL, NULL);
+    unsetenv("DS_FAULT_INJECT");
+    CHECK(rs == DS_ERR_IO && strstr(ds_last_error(), "swap files are kept"),
+          "a save whose read failed: %s: %s", ds_status_to_string(rs), ds_last_error());
+    barrier(a);
+    CHECK_EQ_I(swap_folders(s->nvme), ds_world_size(a)); /* b's, still there */
+    CHECK_OK(ds_save_checkpoint(b, ck_retry, NULL, NULL));
     setenv("DS_FAULT_INJECT", "error:nvme:swap_write", 1);
     ds_clear_error();
     ds_status st = ds_train_batch(b, &info[1]);
