@@ -43,7 +43,11 @@ void *ds_aio_uring_worker(void *arg) {
     int qd = a->queue_depth;
     inflight *fl = calloc((size_t)qd, sizeof *fl);
     int *free_slots = calloc((size_t)qd, sizeof *free_slots);
-    bool ok = fl && free_slots && io_uring_queue_init((unsigned)qd, &ring, 0) == 0;
+    /* a ring this thread could not make (the memlock limit with several
+     * rings): every piece fails with the reason, and nothing is torn down */
+    int init_rc = fl && free_slots ? io_uring_queue_init((unsigned)qd, &ring, 0) : -ENOMEM;
+    bool ring_up = init_rc == 0, ok = ring_up;
+    int fail_errno = ring_up ? EIO : -init_rc;
     int nfree = qd, busy = 0;
     for (int i = 0; i < qd && free_slots; i++) free_slots[i] = qd - 1 - i;
     pthread_mutex_lock(&a->lock);
@@ -54,7 +58,7 @@ void *ds_aio_uring_worker(void *arg) {
         uint64_t at, len;
         while (nfree > 0 && ds_aio_take(a, &r, &at, &len)) {
             if (!ok || r->inject_errno) {
-                ds_aio_complete(a, r, at, len, ok ? r->inject_errno : ENOMEM);
+                ds_aio_complete(a, r, at, len, ok ? r->inject_errno : fail_errno);
                 continue;
             }
             int s = free_slots[--nfree];
@@ -95,7 +99,7 @@ void *ds_aio_uring_worker(void *arg) {
         if (rc != 0 && rc != -EAGAIN && rc != -EINTR) ok = false; /* the ring broke */
     }
     pthread_mutex_unlock(&a->lock);
-    if (fl && free_slots) io_uring_queue_exit(&ring);
+    if (ring_up) io_uring_queue_exit(&ring);
     free(fl);
     free(free_slots);
     return NULL;
