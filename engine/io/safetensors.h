@@ -231,7 +231,10 @@ typedef struct ds_st_sharded ds_st_sharded;
  * With more than one shard, "<prefix>.safetensors.index.json" is written
  * (atomically, last, by finish): {"metadata": {"total_size": BYTES},
  * "weight_map": {NAME: FILE}}. Every shard carries `meta`. Each shard is
- * written through ds_st_writer (atomic). Errors as ds_st_writer_open. */
+ * written through ds_st_writer (atomic), several as NAME.partial until all
+ * are complete: an earlier conversion's output in dir stays whole until
+ * finish puts this one in place (its index removed, the shards renamed,
+ * the new index). Errors as ds_st_writer_open. */
 ds_status ds_st_sharded_open(const char *dir, const char *prefix, const ds_st_decl *decl, int n,
                              uint64_t max_shard_bytes, const ds_st_kv *meta, int n_meta,
                              ds_st_sharded **out);

@@ -408,18 +408,49 @@ struct ds_st_sharded {
     ds_st_kv *meta;
     int n_meta;
     int cur;                /* shard being written */
-    int done;               /* shards finished (renamed into place) */
+    int done;               /* shards finished (complete as NAME.partial) */
     ds_st_writer *w;        /* writer of shard cur (NULL after a failure) */
 };
 
-/* After a failure: the shards already finished go too. */
+/* Where shard sh is written. Several shards are written as NAME.partial
+ * and renamed into place only once every one is complete
+ * (ds_st_sharded_finish): a conversion that fails part way (a full disk, a
+ * non-finite weight) must leave an earlier conversion's output in the same
+ * folder whole, and its finished shards would have replaced that output's
+ * of the same names. One file is its own writer's atomic rename. */
+static void shard_path(const ds_st_sharded *s, int sh, bool partial, char *path, size_t cap) {
+    char name[256];
+    ds_st_shard_name(s->prefix, sh, s->n_shards, name, sizeof name);
+    snprintf(path, cap, "%s/%s%s", s->dir, name, partial && s->n_shards > 1 ? ".partial" : "");
+}
+
+/* After a failure: the shards already finished go too (only this
+ * conversion's .partial files, or its one file). */
 static void remove_done(const ds_st_sharded *s) {
-    char name[256], path[4096];
+    char path[4096];
     for (int sh = 0; sh < s->done; sh++) {
-        ds_st_shard_name(s->prefix, sh, s->n_shards, name, sizeof name);
-        snprintf(path, sizeof path, "%s/%s", s->dir, name);
+        shard_path(s, sh, true, path, sizeof path);
         unlink(path);
     }
+}
+
+/* Every shard complete: the old index goes first (a crash among the
+ * renames then leaves no index naming a mix of two conversions' shards),
+ * the shards into place, then (the caller) the new index. */
+static ds_status publish_shards(const ds_st_sharded *s) {
+    if (s->n_shards <= 1) return DS_OK;
+    char from[4096], to[4096];
+    snprintf(to, sizeof to, "%s/%s.safetensors.index.json", s->dir, s->prefix);
+    if (unlink(to) != 0 && errno != ENOENT)
+        return DS_ERR(DS_ERR_IO, "%s: cannot replace: %s", to, strerror(errno));
+    for (int sh = 0; sh < s->n_shards; sh++) {
+        shard_path(s, sh, true, from, sizeof from);
+        shard_path(s, sh, false, to, sizeof to);
+        if (rename(from, to) != 0)
+            return DS_ERR(DS_ERR_IO, "rename %s -> %s: %s", from, to, strerror(errno));
+    }
+    DS_TRY(ds_ckpt_fsync_dir(s->dir));
+    return DS_OK;
 }
 
 static void sharded_free(ds_st_sharded *s) {
@@ -441,9 +472,8 @@ static void sharded_free(ds_st_sharded *s) {
 }
 
 static ds_status shard_open(ds_st_sharded *s) {
-    char name[256], path[4096];
-    ds_st_shard_name(s->prefix, s->cur, s->n_shards, name, sizeof name);
-    snprintf(path, sizeof path, "%s/%s", s->dir, name);
+    char path[4096];
+    shard_path(s, s->cur, true, path, sizeof path);
     int a = s->first[s->cur], b = s->first[s->cur + 1];
     DS_TRY(ds_st_writer_open(path, s->decls + a, b - a, s->meta, s->n_meta, &s->w));
     return DS_OK;
@@ -634,6 +664,7 @@ ds_status ds_st_sharded_finish(ds_st_sharded *s) {
         st = ds_st_writer_finish(w);
         if (st == DS_OK) s->done++;
     }
+    if (st == DS_OK) st = publish_shards(s);
     if (st == DS_OK && s->n_shards > 1) st = write_index(s);
     if (s->w) ds_st_writer_abort(s->w);
     if (st != DS_OK) remove_done(s);

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -480,13 +481,10 @@ static void test_planner(void) {
     CHECK(strcmp(name, "model.safetensors") == 0, "single name %s", name);
 }
 
-static void test_sharded(const char *dir) {
-    char sd[512], p[700];
-    snprintf(sd, sizeof sd, "%s/sharded", dir);
-    int ns = 0;
-    /* 256 bytes: the small tensors share shards, t17 (66600 bytes) is alone */
-    CHECK_OK(write_sharded(sd, 256, &ns));
-    CHECK(ns >= 3, "expected several shards, got %d", ns);
+/* The sharded output in sd: its index names ns files holding every fixture
+ * tensor with its values. */
+static void check_sharded(const char *sd, int ns) {
+    char p[700];
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", sd);
     ds_st_index ix;
     CHECK_OK(ds_st_index_read(p, &ix));
@@ -516,6 +514,38 @@ static void test_sharded(const char *dir) {
     }
     CHECK(found == N_FIX, "found %d tensors through the index", found);
     ds_st_index_free(&ix);
+    DIR *d = opendir(sd);
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        CHECK(!strstr(de->d_name, ".partial") && !strstr(de->d_name, ".tmp"),
+              "%s/%s left behind", sd, de->d_name);
+    if (d) closedir(d);
+}
+
+static void test_sharded(const char *dir) {
+    char sd[512], p[700];
+    snprintf(sd, sizeof sd, "%s/sharded", dir);
+    int ns = 0;
+    /* 256 bytes: the small tensors share shards, t17 (66600 bytes) is alone */
+    CHECK_OK(write_sharded(sd, 256, &ns));
+    CHECK(ns >= 3, "expected several shards, got %d", ns);
+    check_sharded(sd, ns);
+    /* A second conversion into the same folder that fails part way, its
+     * first shards finished: aborted, or finished one tensor short. The
+     * first output stays whole (its shards of the same names used to be
+     * replaced as each new one finished, and then removed with them) */
+    for (int how = 0; how < 2; how++) {
+        ds_st_sharded *s2 = NULL;
+        CHECK_OK(ds_st_sharded_open(sd, "model", g_fix, N_FIX, 256, k_meta, 1, &s2));
+        if (!s2) continue;
+        CHECK_OK(feed(s2, s_raw, s_f32, 0, N_FIX - 1));
+        if (how == 0) ds_st_sharded_abort(s2);
+        else CHECK(ds_st_sharded_finish(s2) != DS_OK, "a conversion one tensor short finished");
+        check_sharded(sd, ns);
+    }
+    /* and one that succeeds replaces it, nothing left beside it */
+    CHECK_OK(write_sharded(sd, 256, &ns));
+    check_sharded(sd, ns);
 
     /* max 0: one file, the single-file name, no index */
     char one[512];
@@ -528,6 +558,7 @@ static void test_sharded(const char *dir) {
     CHECK(!exists(p), "no index for one shard");
 
     /* an index naming a file outside its folder is refused */
+    ds_st_index ix;
     snprintf(p, sizeof p, "%s/evil.index.json", dir);
     FILE *fp = fopen(p, "w");
     fputs("{\"metadata\":{},\"weight_map\":{\"a\":\"../x.safetensors\"}}", fp);
