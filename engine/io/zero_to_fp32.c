@@ -135,8 +135,8 @@ static ds_status open_sink(const char *out, const ds_ckpt_meta *m, const ds_z2f_
  * holding it (rank k holds [k*part, (k+1)*part)) into the sink. Parameters
  * are in flat order, so the files are visited in order and each is opened
  * once; the previous one is closed when the walk moves on. */
-static ds_status stream(const char *tag_dir, const ds_ckpt_meta *m, sink *s, float *buf,
-                        size_t cap, uint64_t *bytes_read) {
+static ds_status stream(const char *tag_dir, const ds_ckpt_meta *m, sink *s, ds_dtype out_t,
+                        float *buf, size_t cap, uint64_t *bytes_read) {
     ds_ckpt_reader *r = NULL;
     int open_k = -1;
     ds_status st = DS_OK;
@@ -166,6 +166,19 @@ static ds_status stream(const char *tag_dir, const ds_ckpt_meta *m, sink *s, flo
                                 "(non-finite values refused)", tag_dir, p->name,
                                 (long long)(x + k - p->offset), (long long)p->numel,
                                 isnan(buf[k]) ? "nan" : "inf");
+            /* --dtype fp16 (or bf16 at fp32's edge): a weight its rounding
+             * makes infinite is refused as a non-finite one is */
+            for (int64_t k = 0; st == DS_OK && out_t != DS_F32 && k < stop - x; k++) {
+                float back = out_t == DS_F16 ? ds_f16_to_f32(ds_f32_to_f16(buf[k]))
+                                             : ds_bf16_to_f32(ds_f32_to_bf16(buf[k]));
+                if (!isfinite(back))
+                    st = DS_ERR(DS_ERR_NONFINITE, "%s: weights of %s: element %lld of %lld is "
+                                "%g, past %s's largest value (%s); convert with --dtype %s",
+                                tag_dir, p->name, (long long)(x + k - p->offset),
+                                (long long)p->numel, (double)buf[k], ds_dtype_name(out_t),
+                                out_t == DS_F16 ? "65504" : "3.39e38",
+                                out_t == DS_F16 ? "bf16 or fp32" : "fp32");
+            }
             if (st == DS_OK) st = sink_write(s, buf, (size_t)(stop - x));
             x = stop;
         }
@@ -210,7 +223,7 @@ ds_status ds_zero_to_fp32(const char *dir, const char *out, const ds_z2f_opts *o
     uint64_t bytes_read = 0;
     if (!buf) st = DS_ERR(DS_ERR_OOM, "zero_to_fp32: out of memory for a %zu-element frame", cap);
     if (st == DS_OK) st = open_sink(out, &m, &o, &s, &n_files, created, sizeof created);
-    if (st == DS_OK) st = stream(tag_dir, &m, &s, buf, cap, &bytes_read);
+    if (st == DS_OK) st = stream(tag_dir, &m, &s, o.dtype, buf, cap, &bytes_read);
     if (st == DS_OK) {
         st = s.file ? ds_st_writer_finish(s.file) : ds_st_sharded_finish(s.shards);
         s.file = NULL;

@@ -220,6 +220,15 @@ int main(void) {
             x.off[k] = at;
             at += x.numel[k];
         }
+    /* a checkpoint with one weight past fp16's largest value (65504) */
+    char big[700];
+    snprintf(big, sizeof big, "%s/ckpt_big", out);
+    float *w0 = malloc(x.numel[0] * sizeof *w0);
+    if (!w0 || ds_get_param(e, x.names[0], w0, x.numel[0]) != DS_OK) TEST_DIE("get");
+    w0[3] = 7e4f;
+    if (ds_set_param(e, x.names[0], w0, x.numel[0]) != DS_OK) TEST_DIE("set");
+    if (ds_save_checkpoint(e, big, "big", NULL) != DS_OK) TEST_DIE("save big");
+    free(w0);
     ds_finalize(e); /* what follows needs no engine and no MPI: rank 0 alone */
     ds_dataset_destroy(data);
     if (rank != 0) {
@@ -256,7 +265,18 @@ int main(void) {
     snprintf(path, sizeof path, "%s/z2f_fp16", out);
     CHECK(ds_zero_to_fp32(ckpt, path, &o, &rep) == DS_OK, "fp16: %s", ds_last_error());
     check_folder(path, &x, DS_ST_F16, 1);
+    /* fp16 cannot hold 7e4 (it rounded to inf, unsaid): refused naming the
+     * tensor and the value, no output; bf16 holds it */
+    snprintf(path, sizeof path, "%s/z2f_big_fp16", out);
+    ds_status bst = ds_zero_to_fp32(big, path, &o, &rep);
+    CHECK(bst == DS_ERR_NONFINITE && strstr(ds_last_error(), x.names[0]) &&
+              strstr(ds_last_error(), "70000") && strstr(ds_last_error(), "65504"),
+          "fp16 of a 7e4 weight: %s: %s", ds_status_to_string(bst), ds_last_error());
+    CHECK(access(path, F_OK) != 0, "%s written after the refusal", path);
     o.dtype = DS_BF16;
+    snprintf(path, sizeof path, "%s/z2f_big_bf16", out);
+    CHECK(ds_zero_to_fp32(big, path, &o, &rep) == DS_OK, "bf16 of a 7e4 weight: %s",
+          ds_last_error());
     o.max_shard_bytes = 30000;
     snprintf(path, sizeof path, "%s/z2f_bf16", out);
     CHECK(ds_zero_to_fp32(ckpt, path, &o, &rep) == DS_OK, "bf16: %s", ds_last_error());
