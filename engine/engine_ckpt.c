@@ -25,10 +25,30 @@
  * DS_ERR_IO: ...", ds_comm_agree_one). A full disk or a damaged file is one
  * cause, so the user reads one line, not one per rank. A failing rank keeps
  * its own status. Collective. */
-static ds_status agree(engine_t *e, ds_status local) {
+ds_status ds_engine_ckpt_agree(engine_t *e, ds_status local) {
     ds_status worst;
     DS_TRY(ds_comm_agree_one(e->comm, local, &worst));
     return local != DS_OK ? local : worst;
+}
+
+static ds_status agree(engine_t *e, ds_status local) { return ds_engine_ckpt_agree(e, local); }
+
+/* Every rank names the same checkpoint: rank 0's tag crosses to the others,
+ * and one that resolved another (a tag built from the rank, a `latest` that
+ * differs between hosts' copies of the folder) fails every rank with both
+ * named, before anything is written or loaded. */
+static ds_status agree_tag(engine_t *e, const char *tag, const char *what) {
+    if (e->comm->world == 1) return DS_OK;
+    char rank0[DS_CKPT_TAG_MAX + 1];
+    snprintf(rank0, sizeof rank0, "%s", tag);
+    DS_TRY(ds_comm_host_broadcast(e->comm, rank0, sizeof rank0, 0));
+    ds_status mine = DS_OK;
+    if (strcmp(rank0, tag) != 0)
+        mine = DS_ERR(DS_ERR_INVALID_ARG, "%s: rank %d names checkpoint \"%s\", rank 0 \"%s\" "
+                      "(every rank must name the same tag%s)", what, e->comm->rank, tag, rank0,
+                      strcmp(what, "ds_load_checkpoint") == 0
+                          ? "; without one each reads DIR/latest: its copies differ" : "");
+    return agree(e, mine);
 }
 
 /* The parts a save writes, one file each: the state's partitions
@@ -332,8 +352,10 @@ static ds_status save(engine_t *e, const char *dir, const char *tag_in,
     int rank = e->comm->rank, world = e->comm->world;
     char tag[DS_CKPT_TAG_MAX + 1], tmpdir[PATH_CAP];
     ds_ckpt_write_opts wo;
-    /* The arguments are the same on every rank, so every rank fails alike. */
-    DS_TRY(save_args(e, dir, tag_in, client_state_json, tag, &wo));
+    /* Every rank checks its arguments (the environment's frame size, its
+     * client state), and all agree before any of them writes. */
+    DS_TRY(agree(e, save_args(e, dir, tag_in, client_state_json, tag, &wo)));
+    DS_TRY(agree_tag(e, tag, "ds_save_checkpoint"));
     snprintf(tmpdir, sizeof tmpdir, "%s/%s.tmp", dir, tag);
     int moments = ds_optim_state_count(&e->cfg);
 
@@ -409,69 +431,6 @@ static ds_status save(engine_t *e, const char *dir, const char *tag_in,
     if (rank == 0 && !e->quiet)
         fprintf(stderr, "[zero-engine] step %lld: saved checkpoint %s/%s (%d shard files)\n",
                 (long long)e->global_step, dir, tag, e->zero->state_parts);
-    return DS_OK;
-}
-
-static void report_stale(void *user, const char *path) {
-    (void)user;
-    fprintf(stderr, "[zero-engine] removed %s, left by a save that did not finish\n", path);
-}
-
-/* Every rank sees DIR as rank 0 does (engine/io/ckpt_shared.h), checked at
- * start-up so that a job whose hosts do not share the folder stops before
- * it trains (and before a --resume on which ranks would disagree about
- * whether DIR/latest exists). Collective; rank 0 holds DIR's lock. */
-static ds_status check_shared(engine_t *e, const char *dir) {
-    int rank = e->comm->rank;
-    if (e->comm->world == 1) return DS_OK;
-    ds_ckpt_marker m = {{0}};
-    ds_status st = rank == 0 ? ds_ckpt_marker_write(dir, &m) : DS_OK;
-    DS_TRY(agree(e, st));
-    DS_TRY(ds_comm_host_broadcast(e->comm, &m, sizeof m, 0));
-    st = rank == 0 ? DS_OK : ds_ckpt_marker_check(dir, &m, rank);
-    st = agree(e, st);
-    /* every rank has read it (or failed to): rank 0 removes it either way */
-    ds_status rm = rank == 0 ? ds_ckpt_marker_remove(dir) : DS_OK;
-    if (st == DS_OK) st = agree(e, rm);
-    DS_TRY(st);
-    return DS_OK;
-}
-
-ds_status ds_checkpoint_clean(engine_t *e, const char *dir) {
-    if (!dir || !*dir) return DS_ERR(DS_ERR_INVALID_ARG, "ds_checkpoint_clean: no folder given");
-    ds_status st = DS_OK;
-    /* The lock first: what looks stale may be another job's save in flight. */
-    if (e->comm->rank == 0) st = ds_ckpt_lock_dir(dir);
-    if (st == DS_OK && e->comm->rank == 0) st = ds_ckpt_remove_stale(dir, report_stale, NULL);
-    DS_TRY(agree(e, st));
-    DS_TRY(check_shared(e, dir));
-    return DS_OK;
-}
-
-typedef struct prune_note {
-    bool quiet;
-    int keep;
-} prune_note;
-
-static void report_pruned(void *user, const char *path) {
-    const prune_note *p = user;
-    if (!p->quiet)
-        fprintf(stderr, "[zero-engine] removed checkpoint %s (keeping the newest %d and the one "
-                "latest names)\n", path, p->keep);
-}
-
-ds_status ds_checkpoint_prune(engine_t *e, const char *dir, int keep) {
-    if (!dir || !*dir) return DS_ERR(DS_ERR_INVALID_ARG, "ds_checkpoint_prune: no folder given");
-    if (keep < 1)
-        return DS_ERR(DS_ERR_INVALID_ARG, "ds_checkpoint_prune: keep must be at least 1, got %d",
-                      keep);
-    ds_status st = DS_OK;
-    if (e->comm->rank == 0) {
-        prune_note note = {.quiet = e->quiet, .keep = keep};
-        st = ds_ckpt_lock_dir(dir); /* held since the save: no other job writes here */
-        if (st == DS_OK) st = ds_ckpt_prune(dir, keep, report_pruned, &note);
-    }
-    DS_TRY(agree(e, st));
     return DS_OK;
 }
 
@@ -762,6 +721,7 @@ ds_status ds_load_checkpoint(engine_t *e, const char *dir, const char *tag_in, u
         else st = ds_ckpt_read_latest(dir, tag, sizeof tag);
     }
     DS_TRY(agree(e, st));
+    DS_TRY(agree_tag(e, tag, "ds_load_checkpoint"));
     snprintf(tag_dir, sizeof tag_dir, "%s/%s", dir, tag);
 
     /* Phase 1: verify, on every rank, then agree. Nothing has changed yet. */

@@ -147,6 +147,11 @@ void ds_engine_prof_free(engine_t *e);
 void ds_engine_prof_forward(engine_t *e);
 void ds_engine_prof_step_end(engine_t *e);
 
+/* engine_ckpt.c: every rank learns whether any failed, all reporting the
+ * lowest rank with the worst status in its words (ds_comm_agree_one); a
+ * failing rank keeps its own status. Collective. */
+ds_status ds_engine_ckpt_agree(engine_t *e, ds_status local);
+
 /* engine_config_agree.c: every rank's resolved config is rank 0's, or every
  * rank fails with DS_ERR_CONFIG naming the first key that differs, its
  * values and the rank. Collective. */

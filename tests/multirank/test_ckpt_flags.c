@@ -225,6 +225,13 @@ int main(void) {
     expect_refused(e, "bad", DS_LOAD_ALL, DS_ERR_CORRUPT, "shard-00001-of-00002.dsck",
                    "corrupted frame");
     CHECK(strstr(ds_last_error(), "checksum"), "corrupted frame: \"%s\"", ds_last_error());
+    /* ranks naming different checkpoints (the last rank "bad", the others
+     * "global_step3": each would have loaded its own): refused on every
+     * rank, both named, nothing changed */
+    int world = ds_world_size(e);
+    expect_refused(e, rank == world - 1 ? "bad" : "global_step3", DS_LOAD_ALL,
+                   DS_ERR_INVALID_ARG, "names checkpoint \"bad\", rank 0 \"global_step3\"",
+                   "ranks naming different tags");
     ds_finalize(e);
 
     ck_setup other = s;
@@ -251,6 +258,28 @@ int main(void) {
     CHECK(ds_save_checkpoint(a, dir, NULL, "{\"a\": }") == DS_ERR_INVALID_ARG &&
               strstr(ds_last_error(), "client_state"),
           "bad client JSON: %s", ds_last_error());
+    /* a bad argument on one rank only (its own client state, its own
+     * DS_CKPT_FRAME_ELEMS): every rank refuses, none waits in the save's
+     * first agreement for the one that returned (it hung there until
+     * comm_timeout_s) */
+    int last = ds_world_size(a) - 1;
+    ds_status bs = ds_save_checkpoint(a, dir, "one_bad", rank == last ? "{\"a\": }" : NULL);
+    CHECK(bs == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "client_state"),
+          "bad client JSON on rank %d only: %s: %s", last, ds_status_to_string(bs),
+          ds_last_error());
+    if (rank == last) setenv("DS_CKPT_FRAME_ELEMS", "5", 1);
+    bs = ds_save_checkpoint(a, dir, "one_bad", NULL);
+    unsetenv("DS_CKPT_FRAME_ELEMS");
+    CHECK(bs == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "DS_CKPT_FRAME_ELEMS"),
+          "DS_CKPT_FRAME_ELEMS on rank %d only: %s: %s", last, ds_status_to_string(bs),
+          ds_last_error());
+    /* tags that differ between ranks */
+    bs = ds_save_checkpoint(a, dir, rank == last ? "tag_b" : "tag_a", NULL);
+    CHECK(bs == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "\"tag_b\", rank 0 \"tag_a\""),
+          "tags differing between ranks: %s: %s", ds_status_to_string(bs), ds_last_error());
+    char probe[1024];
+    snprintf(probe, sizeof probe, "%s/one_bad", dir);
+    CHECK(access(probe, F_OK) != 0, "a refused save left %s", probe);
     ds_host_batch hb;
     half_step(a, data, 0, &hb);
     CHECK(ds_save_checkpoint(a, dir, "mid", NULL) == DS_ERR_INVALID_ARG &&
