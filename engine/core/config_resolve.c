@@ -445,6 +445,10 @@ ds_status ds_config_resolve(ds_config *cfg, const ds_config_hints *h) {
     DS_TRY(resolve_batch(&c, h));
     DS_TRY(cfg_resolve_scheduler(&c, h)); /* total_num_steps from epochs needs the batch */
     DS_TRY(check_cross(&c));
+    /* DeepSpeed's secondary group is min(zero_hpz_partition_size, world)
+     * ranks: a config written for larger hosts runs on fewer ranks (the
+     * resolved config shows the size used) */
+    if (c.zero_hpz_partition_size > c.world_size) c.zero_hpz_partition_size = c.world_size;
     /* zero_engine.gemm_input_dtype "auto": bf16 GEMM inputs under bf16 */
     if (!strcmp(c.gemm_input_dtype, "auto"))
         snprintf(c.gemm_input_dtype, sizeof c.gemm_input_dtype, "%s",

@@ -535,8 +535,24 @@ static void test_comm_auto(void) {
           "nccl on cpu: %s", ds_last_error());
 }
 
+/* zero_hpz_partition_size past the world is the world, as DeepSpeed's
+ * secondary group (min of the two): a config written for 8-rank hosts runs
+ * on 2 ranks; within it, it stays */
+static void test_hpz_capped(void) {
+    ds_config_hints h2 = hints_world(2), h4 = hints_world(4);
+    const char *js = "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, "
+                     "\"zero_hpz_partition_size\": 8}}";
+    ds_config c = RESOLVE_OK(js, &h2);
+    CHECK_EQ_I(c.zero_hpz_partition_size, 2);
+    js = "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, "
+         "\"zero_hpz_partition_size\": 2}}";
+    c = RESOLVE_OK(js, &h4);
+    CHECK_EQ_I(c.zero_hpz_partition_size, 2);
+}
+
 int main(void) {
     test_batch_rule();
+    test_hpz_capped();
     test_comm_auto();
     test_optimizer_auto();
     test_scheduler_auto();
