@@ -27,7 +27,7 @@ ds_flat ds_flat_view(const ds_flat *f, int n) {
 
 /* The shard group's hosts: per_host ranks each, consecutive, more than one
  * host (DeepSpeed's create_mics_comm_groups asserts the same). */
-static ds_status hier_layout(const ds_comm *world, int shard, int *per_host) {
+static ds_status hier_layout(ds_comm *world, int shard, int *per_host) {
     int hosts = world->nhosts;
     if (hosts < 1 || world->world % hosts != 0)
         return DS_ERR(DS_ERR_CONFIG,
@@ -40,6 +40,28 @@ static ds_status hier_layout(const ds_comm *world, int shard, int *per_host) {
                       "zero_optimization.mics_hierarchical_params_gather: the shard group of %d "
                       "ranks %s (%d ranks per host); there is no hierarchy to use",
                       shard, shard <= g ? "lies on one host" : "does not cover whole hosts", g);
+    /* The levels below are cut as if each host held ranks [k g, (k+1) g):
+     * each rank checks its own host (peer_same_host), and all agree before
+     * the splits (a rank failing alone would leave the others in them).
+     * Placed otherwise (mpirun --map-by node, uneven slots), the "inside a
+     * host" gather would cross the link: measured, twice the bytes across. */
+    ds_status mine = DS_OK;
+    if (world->peer_same_host) {
+        int base = world->rank / g * g, here = 0, run = 0;
+        for (int q = 0; q < world->world; q++) here += world->peer_same_host[q];
+        for (int q = base; q < base + g; q++) run += world->peer_same_host[q];
+        if (here != g || run != g)
+            mine = DS_ERR(DS_ERR_CONFIG,
+                          "zero_optimization.mics_hierarchical_params_gather: rank %d's host "
+                          "runs %d rank(s), %s ranks %d-%d; the hierarchy needs each host to run "
+                          "%d consecutive ranks (mpirun places them host by host with its "
+                          "default --map-by slot and equal slots), or set it false",
+                          world->rank, here, run == g ? "among them" : "not all of",
+                          base, base + g - 1, g);
+    }
+    ds_status worst = mine;
+    DS_TRY(ds_comm_agree(world, mine, &worst));
+    DS_TRY(worst);
     *per_host = g;
     return DS_OK;
 }

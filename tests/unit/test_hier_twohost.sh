@@ -74,4 +74,17 @@ grep '^ok: rank 0' int4_fails.log
   fail "configs/zeropp.json through train_cls: exit $?: $(tail -3 zeropp_cls.log)"
 grep -q "macro avg" zeropp_cls.log || fail "configs/zeropp.json: no dev evaluation in the log"
 grep "communication over" zeropp_cls.log
+# MiCS's hierarchy with the ranks placed round robin (--map-by node: ranks
+# 0 and 2 on one host): refused at start-up naming the key on every rank
+# (the "inside a host" level crossed the link, twice the bytes across)
+printf '{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3, "mics_shard_size": 4, "mics_hierarchical_params_gather": true}}' >hier_rr.json
+if "$twohost" exec --name $name -- mpirun --allow-run-as-root --oversubscribe --bind-to none \
+  -np 4 --map-by node --hostfile /run/twohost/$name/hostfile -x OMP_NUM_THREADS=1 \
+  "$bin/train_cls" --config "$(pwd -P)/hier_rr.json" --data "$(pwd -P)/data.csv" --model mlp \
+  --hidden 32 --intermediate 64 --max-seq-len 32 --max-steps 2 </dev/null > hier_rr.log 2>&1; then
+  fail "MiCS hierarchy placed round robin: trained: $(tail -3 hier_rr.log)"
+fi
+[ "$(grep -c 'mics_hierarchical_params_gather: rank' hier_rr.log)" -ge 1 ] &&
+  grep -q "consecutive ranks" hier_rr.log ||
+  fail "MiCS hierarchy placed round robin: $(tail -5 hier_rr.log)"
 finish
