@@ -37,6 +37,15 @@ cc hello_train.c $(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --l
 
 export OMP_NUM_THREADS=1
 ./a.out >np1.log 2>&1 || { cat np1.log; echo "FAIL: ./a.out"; exit 1; }
+# ... and against the build tree before any install: PKG_CONFIG_PATH=BUILD_DIR
+# finds zero-engine-uninstalled.pc (the build tree's zero-engine.pc names an
+# install prefix that does not exist yet); the same program, the same last line
+mkdir -p bt && cp hello_train.c bt/ && (cd bt &&
+    # shellcheck disable=SC2046
+    cc hello_train.c $(PKG_CONFIG_PATH=$build_dir pkg-config --cflags --libs zero-engine) &&
+    ./a.out >np1.log 2>&1) || { cat bt/np1.log 2>/dev/null; echo "FAIL: built against the build tree"; exit 1; }
+[ "$(tail -1 bt/np1.log)" = "$(tail -1 np1.log)" ] ||
+    { echo "FAIL: the build tree's program ends '$(tail -1 bt/np1.log)', the installed one's '$(tail -1 np1.log)'"; exit 1; }
 mpirun --allow-run-as-root -np 2 ./a.out >np2.log 2>&1 ||
     { cat np2.log; echo "FAIL: mpirun -np 2 ./a.out"; exit 1; }
 shards=$(find ckpt/global_step60 -name 'shard-*-of-00002.dsck' | wc -l)
