@@ -69,8 +69,8 @@ ds_status ds_engine_plan_activations(engine_t *e) {
      * backend frees it */
     if (be->gemm_inputs == DS_BF16) {
         ds_gemm_plan gp = {.kind = be->kind};
-        ds_model_plan_gemms(m, e->cap_B, e->T, &gp);
-        DS_TRY(ds_backend_reserve_gemm_workspace(be, gp.bytes));
+        int without = ds_model_plan_gemms(m, e->cap_B, e->T, &gp);
+        DS_TRY(ds_backend_reserve_gemm_workspace(be, gp.bytes, without == 0));
     }
     return DS_OK;
 }

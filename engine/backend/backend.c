@@ -142,7 +142,7 @@ static ds_status grow_workspace(ds_backend *be, size_t bytes) {
     return DS_OK;
 }
 
-ds_status ds_backend_reserve_gemm_workspace(ds_backend *be, size_t bytes) {
+ds_status ds_backend_reserve_gemm_workspace(ds_backend *be, size_t bytes, bool complete) {
     if (!be) return DS_ERR(DS_ERR_INVALID_ARG, "ds_backend_reserve_gemm_workspace: backend is NULL");
     if (bytes > be->gemm_ws_bytes) {
         ds_status st = grow_workspace(be, bytes);
@@ -151,7 +151,7 @@ ds_status ds_backend_reserve_gemm_workspace(ds_backend *be, size_t bytes) {
             return st;
         }
     }
-    be->gemm_ws_planned = true;
+    be->gemm_ws_planned = complete;
     return DS_OK;
 }
 

@@ -370,9 +370,11 @@ void ds_gemm_plan_add(ds_gemm_plan *p, bool transa, bool transb, int m, int n, i
                       int64_t strideA, int64_t strideB, int batch);
 
 /* Make the workspace at least `bytes` (recorded as DS_MEM_WORKSPACE on the
- * device) and mark it planned. Never shrinks it. Errors: DS_ERR_OOM or the
- * backend's allocation error. */
-ds_status ds_backend_reserve_gemm_workspace(ds_backend *be, size_t bytes);
+ * device). `complete`: the plan covers every GEMM (every module declared
+ * its own), so growing it later is worth a warning; a plan with a module
+ * that declares none (plan_gemms is optional) grows quietly. Never shrinks
+ * it. Errors: DS_ERR_OOM or the backend's allocation error. */
+ds_status ds_backend_reserve_gemm_workspace(ds_backend *be, size_t bytes, bool complete);
 
 /* For the implementations' gemm slots: *out = the workspace, grown first
  * when it is smaller than w->bytes (see above). Valid until the next call. */

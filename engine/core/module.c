@@ -410,11 +410,14 @@ int64_t ds_model_num_params(const ds_model *m) {
     return n;
 }
 
-void ds_model_plan_gemms(const ds_model *m, int B, int T, ds_gemm_plan *plan) {
+int ds_model_plan_gemms(const ds_model *m, int B, int T, ds_gemm_plan *plan) {
+    int without = 0;
     for (int i = 0; i < m->n_modules; i++) {
         const ds_module *mod = m->modules[i];
         if (mod->ops->plan_gemms) mod->ops->plan_gemms(mod, B, T, plan);
+        else without++;
     }
+    return without;
 }
 
 /* transformers' forbidden_name_patterns, searched in the lower-cased name:

@@ -312,7 +312,8 @@ typedef struct ds_module_ops {
      * callbacks it depends on (B, T) only. With bf16 GEMM inputs the engine
      * reserves the backend's GEMM workspace from these before the first
      * step; a module without it (NULL) still trains, but its first bf16
-     * step grows the workspace (recorded, with a warning). */
+     * step grows the workspace (recorded in the accountant; no warning:
+     * the warning is for a module whose declared plan falls short). */
     void (*plan_gemms)(const ds_module *m, int B, int T, ds_gemm_plan *plan);
 } ds_module_ops;
 
@@ -484,9 +485,9 @@ void ds_model_destroy(ds_model *m);
 int64_t ds_model_num_params(const ds_model *m);
 
 /* Every module's plan_gemms at B x T into `plan` (modules without one add
- * nothing). The engine and the memory estimator size the GEMM workspace
- * of bf16 inputs with it. */
-void ds_model_plan_gemms(const ds_model *m, int B, int T, ds_gemm_plan *plan);
+ * nothing); returns how many modules have none. The engine and the memory
+ * estimator size the GEMM workspace of bf16 inputs with it. */
+int ds_model_plan_gemms(const ds_model *m, int B, int T, ds_gemm_plan *plan);
 
 #ifdef __cplusplus
 }
