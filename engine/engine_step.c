@@ -341,7 +341,10 @@ static void note_module_failure(engine_t *e, ds_status st, ds_status *failed,
 }
 
 ds_status ds_backward(engine_t *e) {
-    if (!e->have_forward) return DS_ERR(DS_ERR_INVALID_ARG, "ds_backward without ds_forward");
+    if (!e->have_forward)
+        return DS_ERR(DS_ERR_INVALID_ARG, "%s (forward, backward, step for every micro-batch)",
+                      e->have_backward ? "ds_backward twice: the last backward awaits its ds_step"
+                                       : "ds_backward without ds_forward");
     double wc0 = ds_wc_start(&e->wc);
     e->have_forward = false;
     e->have_backward = true; /* until ds_step, even if this backward fails part-way */

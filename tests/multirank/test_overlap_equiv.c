@@ -149,6 +149,14 @@ static int check_forward_after_backward(const opts *o, const ds_dataset *data) {
                 fails++;
             }
             ds_clear_error();
+            /* and a second ds_backward: named as such, not as a missing forward */
+            again = ds_backward(e);
+            if (again != DS_ERR_INVALID_ARG || !strstr(ds_last_error(), "ds_backward twice")) {
+                printf("FAIL: stage %d: ds_backward twice gave %s (%s)\n", o->stage,
+                       ds_status_to_string(again), again ? ds_last_error() : "");
+                fails++;
+            }
+            ds_clear_error();
         }
         if (st == DS_OK) st = ds_step(e);
         if (st != DS_OK) {
