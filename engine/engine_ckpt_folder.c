@@ -2,7 +2,9 @@
  * the saves (engine.h): what a save that did not finish left, whether every
  * rank sees the folder, keeping the newest N. Rank 0 acts, every rank
  * learns the outcome (ds_engine_ckpt_agree). */
+#include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "engine/engine_internal.h"
 #include "engine/io/ckpt_dir.h"
@@ -12,7 +14,13 @@ static ds_status agree(engine_t *e, ds_status local) { return ds_engine_ckpt_agr
 
 static void report_stale(void *user, const char *path) {
     (void)user;
-    fprintf(stderr, "[zero-engine] removed %s, left by a save that did not finish\n", path);
+    size_t n = strlen(path);
+    bool aside = n < 4 || (strcmp(path + n - 4, ".tmp") != 0 && strcmp(path + n - 4, ".old") != 0);
+    if (aside) /* a tag a replacing save had set aside (ckpt_dir.h) */
+        fprintf(stderr, "[zero-engine] put %s back, set aside by a save that replaced it and "
+                "did not finish\n", path);
+    else
+        fprintf(stderr, "[zero-engine] removed %s, left by a save that did not finish\n", path);
 }
 
 /* Every rank sees DIR as rank 0 does (engine/io/ckpt_shared.h), checked at

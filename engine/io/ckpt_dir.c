@@ -17,6 +17,7 @@
 
 #include "engine/io/ckpt_file.h"
 #include "engine/io/ckpt_seal.h"
+#include "engine/io/fault.h"
 
 static void append_note(const char *note);
 static void note_other_tags(const char *dir);
@@ -44,6 +45,9 @@ ds_status ds_ckpt_check_tag(const char *tag) {
     if (n >= 4 && !strcmp(tag + n - 4, ".tmp"))
         return DS_ERR(DS_ERR_INVALID_ARG, "checkpoint tag \"%s\" ends in .tmp (reserved for "
                       "checkpoints being written)", tag);
+    if (n >= 4 && !strcmp(tag + n - 4, ".old"))
+        return DS_ERR(DS_ERR_INVALID_ARG, "checkpoint tag \"%s\" ends in .old (reserved for "
+                      "a checkpoint being replaced)", tag);
     if (!strcmp(tag, DS_CKPT_LATEST_FILE))
         return DS_ERR(DS_ERR_INVALID_ARG, "checkpoint tag \"latest\" is the name of the "
                       "pointer file");
@@ -142,12 +146,31 @@ ds_status ds_ckpt_remove_stale(const char *dir, void (*report)(void *user, const
     char path[4096], tag[DS_CKPT_TAG_MAX + 8];
     while (st == DS_OK && (de = readdir(d))) {
         size_t n = strlen(de->d_name);
-        if (n < 5 || strcmp(de->d_name + n - 4, ".tmp") != 0 || n - 4 >= sizeof tag) continue;
+        if (n < 5 || n - 4 >= sizeof tag) continue;
+        bool is_old = !strcmp(de->d_name + n - 4, ".old");
+        if (!is_old && strcmp(de->d_name + n - 4, ".tmp") != 0) continue;
         memcpy(tag, de->d_name, n - 4);
         tag[n - 4] = '\0';
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         struct stat s;
         if (lstat(path, &s) != 0) continue;
+        if (is_old) { /* replace_dir's TAG.old: removed beside TAG, else TAG again */
+            if (!S_ISDIR(s.st_mode) || ds_ckpt_check_tag(tag) != DS_OK) continue;
+            char fin[4096];
+            snprintf(fin, sizeof fin, "%s/%s", dir, tag);
+            struct stat f;
+            if (lstat(fin, &f) == 0) {
+                st = ds_ckpt_remove_flat_dir(path);
+            } else if (rename(path, fin) == 0) {
+                st = ds_ckpt_fsync_dir(dir);
+                if (st == DS_OK && report) report(user, fin);
+                continue;
+            } else {
+                st = DS_ERR(DS_ERR_IO, "rename %s -> %s: %s", path, fin, strerror(errno));
+            }
+            if (st == DS_OK && report) report(user, path);
+            continue;
+        }
         /* only what a save writes: TAG.tmp folders and latest.tmp */
         if (S_ISDIR(s.st_mode) && ds_ckpt_check_tag(tag) == DS_OK)
             st = ds_ckpt_remove_flat_dir(path);
@@ -199,6 +222,30 @@ ds_status ds_ckpt_write_file_atomic(const char *path, const void *data, size_t l
     return DS_OK;
 }
 
+/* A file system without renameat2's exchange (NFS, Lustre): TAG aside as
+ * TAG.old, TAG.tmp into its place, TAG.old removed, each step durable. A
+ * crash between the renames leaves no TAG, and TAG.old complete:
+ * ds_ckpt_remove_stale puts it back at the next start (and removes a TAG.old
+ * beside a TAG). */
+static ds_status replace_dir(const char *dir, const char *tmp, const char *fin) {
+    char old[4200];
+    snprintf(old, sizeof old, "%s.old", fin);
+    struct stat s;
+    if (lstat(old, &s) == 0) DS_TRY(ds_ckpt_remove_flat_dir(old)); /* an earlier crash's */
+    if (rename(fin, old) != 0)
+        return DS_ERR(DS_ERR_IO, "rename %s -> %s (replacing a tag where the file system has "
+                      "no renameat2 exchange): %s", fin, old, strerror(errno));
+    DS_TRY(ds_ckpt_fsync_dir(dir));
+    if (rename(tmp, fin) != 0) {
+        ds_status st = DS_ERR(DS_ERR_IO, "rename %s -> %s: %s", tmp, fin, strerror(errno));
+        if (rename(old, fin) == 0) ds_ckpt_fsync_dir(dir); /* the old one back */
+        return st;
+    }
+    DS_TRY(ds_ckpt_fsync_dir(dir));
+    DS_TRY(ds_ckpt_remove_flat_dir(old));
+    return DS_OK;
+}
+
 ds_status ds_ckpt_commit_dir(const char *dir, const char *tag) {
     char tmp[4096], fin[4096];
     snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, tag);
@@ -212,12 +259,18 @@ ds_status ds_ckpt_commit_dir(const char *dir, const char *tag) {
     }
     /* Overwriting a tag: swap the two folders in one step, then drop the old
      * one (now named TAG.tmp). A crash in between leaves TAG complete. */
-    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE) != 0)
-        return DS_ERR(DS_ERR_IO, "exchanging %s and %s: %s (the file system must support "
-                      "renameat2 RENAME_EXCHANGE to overwrite a tag; choose a new tag)", tmp, fin,
-                      strerror(errno));
-    DS_TRY(ds_ckpt_fsync_dir(dir));
-    DS_TRY(ds_ckpt_remove_flat_dir(tmp));
+    int ex = ds_fault_error("ckpt:exchange", -1) != DS_OK ? -1 : 0; /* tests: NFS */
+    if (ex == 0) ex = renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE);
+    else errno = EINVAL;
+    if (ex == 0) {
+        DS_TRY(ds_ckpt_fsync_dir(dir));
+        DS_TRY(ds_ckpt_remove_flat_dir(tmp));
+        return DS_OK;
+    }
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+        return DS_ERR(DS_ERR_IO, "exchanging %s and %s: %s", tmp, fin, strerror(errno));
+    ds_clear_error();
+    DS_TRY(replace_dir(dir, tmp, fin));
     return DS_OK;
 }
 

@@ -49,8 +49,11 @@ ds_status ds_ckpt_mkdirs_new(const char *dir, char *first_new, size_t cap);
  * is "" or NULL. Never fails: what cannot be removed stays. */
 void ds_ckpt_rmdirs_upto(const char *dir, const char *top);
 /* What unfinished saves leave in DIR: every TAG.tmp folder (TAG a valid tag)
- * and latest.tmp, removed; `report` (may be NULL) is called with the path of
- * each. Nothing else is touched; a DIR that does not exist is fine. Errors:
+ * and latest.tmp, removed; a TAG.old (a tag replaced where the file system
+ * has no renameat2 exchange, ds_ckpt_commit_dir) removed beside TAG, or put
+ * back as TAG when the replacing save ended before TAG landed. `report` (may
+ * be NULL) is called with the path of each (TAG itself for one put back).
+ * Nothing else is touched; a DIR that does not exist is fine. Errors:
  * DS_ERR_IO naming what could not be removed. */
 ds_status ds_ckpt_remove_stale(const char *dir, void (*report)(void *user, const char *path),
                                void *user);
@@ -109,7 +112,10 @@ ds_status ds_ckpt_write_file_atomic(const char *path, const void *data, size_t l
 /* Make DIR/TAG.tmp (already synced) the checkpoint DIR/TAG: rename, or when
  * DIR/TAG exists, exchange the two atomically (renameat2 RENAME_EXCHANGE)
  * and remove the old one, so DIR/TAG is at every instant either the old or
- * the new complete checkpoint. Then fsync DIR. */
+ * the new complete checkpoint. Where the file system has no exchange (NFS,
+ * Lustre: EINVAL), the old one goes aside as TAG.old first; a crash between
+ * the two renames leaves TAG.old complete, which ds_ckpt_remove_stale puts
+ * back. Then fsync DIR. */
 ds_status ds_ckpt_commit_dir(const char *dir, const char *tag);
 
 /* Replace DIR/latest with `tag` atomically. */
