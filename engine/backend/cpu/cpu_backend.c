@@ -169,19 +169,24 @@ static int gemm_row_block_count(int m, int n, int k, int nt, int unit) {
     const double flops = 2.0 * m * n * k;
     if (flops <= DS_CPU_GEMM_SMALL_FLOPS) return 1;
     if (m < 2 * unit || n > 4 * m) return 0;
-    const int units = (m + unit - 1) / unit, most = (int)(flops / 2 / DS_CPU_GEMM_BLOCK_MACS);
+    /* whole units (gemm_row_blocks): each block at least one */
+    const int units = m / unit, most = (int)(flops / 2 / DS_CPU_GEMM_BLOCK_MACS);
     int blocks = units < nt ? units : nt;
     return blocks < most ? blocks : most;
 }
 
-/* C's rows in `blocks` blocks: units of `unit` rows (the last one short)
- * dealt out evenly, so the blocks differ by one unit at most. nt: the team,
+/* C's rows in `blocks` blocks: the whole units of `unit` rows dealt out
+ * evenly (the blocks differ by one unit at most), the rows past the last
+ * whole unit going with the last block. A short unit never makes a block
+ * of its own: a block of 1-2 rows falls under OpenBLAS's small-matrix
+ * threshold, whose kernel rounds otherwise (measured: m 33, n 128, k 4096
+ * at 3-5 threads changed row 32's bits against one thread). nt: the team,
  * told to OpenBLAS again after a one-block call. */
 static void gemm_row_blocks(int blocks, int unit, int nt, enum CBLAS_TRANSPOSE ta,
                             enum CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
                             const float *A, int lda, const float *B, int ldb, float beta, float *C,
                             int ldc) {
-    const int units = (m + unit - 1) / unit;
+    const int units = m / unit;
     if (blocks == 1) { /* outside a parallel region: OpenBLAS told one thread */
         openblas_set_num_threads(1);
         cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -193,7 +198,7 @@ static void gemm_row_blocks(int blocks, int unit, int nt, enum CBLAS_TRANSPOSE t
         const int t = omp_get_thread_num();
         const int u0 = (int)((int64_t)units * t / blocks);
         const int u1 = (int)((int64_t)units * (t + 1) / blocks);
-        const int m0 = u0 * unit, m1 = u1 * unit < m ? u1 * unit : m;
+        const int m0 = u0 * unit, m1 = t == blocks - 1 ? m : u1 * unit;
         if (m0 < m1)
             cblas_sgemm(CblasRowMajor, ta, tb, m1 - m0, n, k, alpha,
                         ta == CblasTrans ? A + m0 : A + (int64_t)m0 * lda, lda, B, ldb, beta,
@@ -216,11 +221,15 @@ ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, in
     if (omp_get_max_threads() != nt) openblas_set_num_threads(nt);
     enum CBLAS_TRANSPOSE ta = transa ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = transb ? CblasTrans : CblasNoTrans;
-    double flops = 2.0 * m * n * k;
     int blocks, unit = gemm_row_unit();
-    /* small products one per thread (OpenBLAS single-threaded inside the
-     * parallel region): the ones cpu_gemm_small.c leaves to OpenBLAS */
-    if (batch > 1 && nt > 1 && flops <= DS_CPU_GEMM_SMALL_FLOPS) {
+    /* several products one per thread (OpenBLAS single-threaded inside the
+     * parallel region): the small ones cpu_gemm_small.c leaves to OpenBLAS,
+     * and the big ones too, whose bits OpenBLAS's threading would make
+     * depend on the thread count with the Haswell and Zen kernels (measured:
+     * attention at T 512, 512 x 512 x 64 in a batch of 4, 5e4-1.2e5 elements
+     * differing at 2-8 threads); each product is one single-threaded call,
+     * as at one thread */
+    if (batch > 1 && nt > 1) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int b = 0; b < batch; b++)
             cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A + b * strideA, lda,
