@@ -41,6 +41,13 @@ ds_status ds_nn_cpu_embedding_fwd(ds_backend *be, float *out, const float *table
 ds_status ds_nn_cpu_embedding_bwd(ds_backend *be, float *dtable, const float *dout,
                                   const int32_t *ids, int n, int h, int padding_idx) {
     int nt = ds_nn_cpu_threads(be);
+    /* The ids passed embedding_fwd (nn.h); a negative one (not padding_idx)
+     * that did not is refused before anything is written: it would write
+     * before the table on one thread and be skipped on several. */
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 && ids[i] != padding_idx)
+            return DS_ERR(DS_ERR_INVALID_ARG, "embedding backward: id %d at position %d is "
+                          "outside the table (ids must have passed embedding_fwd)", ids[i], i);
     /* The same id may appear at many positions: thread t owns the table rows
      * with id % nthreads == t, so no two threads write one row and each row
      * sums its positions in order (deterministic for a given thread count). */
