@@ -50,7 +50,8 @@ struct ds_nn_ops {
                                int n, int h, int vocab, bool accumulate);
     /* dtable[ids[i], :] += dout[i, :] for i < n, skipping ids equal to
      * padding_idx (-1: none), as torch.nn.Embedding(padding_idx=...) does.
-     * Ids must have passed embedding_fwd (not checked again). */
+     * Ids must have passed embedding_fwd (not checked again on cuda; the
+     * cpu refuses a negative one, cheaply, on host memory). */
     ds_status (*embedding_bwd)(ds_backend *be, float *dtable, const float *dout,
                                const int32_t *ids, int n, int h, int padding_idx);
 

@@ -86,6 +86,11 @@ static void test_rows(ds_backend *be) {
     uint32_t keep[64];
     refused("embedding_fwd, h < 0",
             nn->embedding_fwd(be, g_out, g_in, ids, 4, -8, 4, false), "negative size n=4 h=-8");
+    /* a negative id that never passed embedding_fwd wrote before the table
+     * on one thread and was skipped on several; padding_idx -1 is none */
+    const int32_t bad_ids[4] = {0, 1, -5, 3};
+    refused("embedding_bwd, a negative id",
+            nn->embedding_bwd(be, g_out, g_in, bad_ids, 4, 8, -1), "id -5 at position 2");
     refused("bcast_add_fwd, width < 0", nn->bcast_add_fwd(be, g_out, g_in, 4, -3, false),
             "negative size rows=4 width=-3");
     refused("copy_rows, width < 0", nn->copy_rows(be, g_out, 8, g_in, 8, 2, -1, false),
