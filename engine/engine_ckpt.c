@@ -766,5 +766,6 @@ ds_status ds_load_checkpoint(engine_t *e, const char *dir, const char *tag_in, u
         return st;
     }
     if (full) e->lost = DS_OK; /* the checkpoint's state everywhere */
+    ds_engine_monitor_rebase(e);
     return DS_OK;
 }

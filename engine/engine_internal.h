@@ -131,6 +131,11 @@ void ds_engine_note_join(char stage);
  * neither ends the run nor leaves rank 0 alone in a collective). */
 ds_status ds_engine_monitor_open(engine_t *e);
 void ds_engine_monitor_step(engine_t *e);
+/* samples_per_sec measures from here: the engine's sample count and now
+ * (at open, and after a checkpoint's load moved the count: the first rate
+ * after a resume divided every sample since step 0 by the time since
+ * ds_initialize, and after a retry's reload went to 0 or below). */
+void ds_engine_monitor_rebase(engine_t *e);
 
 /* engine_timers.c: wall_clock_breakdown's state from the config (after
  * the communicator exists), and the step's end: at steps_per_print, the

@@ -12,8 +12,7 @@ ds_status ds_engine_monitor_open(engine_t *e) {
      * alone */
     DS_TRY(ds_comm_agree(e->comm, ds_monitor_open(&e->cfg, e->comm->rank, &e->monitor), &worst));
     if (worst != DS_OK) return worst;
-    e->monitor_t = ds_wc_now();
-    e->monitor_samples = e->samples;
+    ds_engine_monitor_rebase(e);
     if (e->monitor && !e->quiet) {
         const char *ev = ds_monitor_event_file(e->monitor), *csv = ds_monitor_csv_dir(e->monitor);
         if (ev[0]) printf("[zero-engine] tensorboard: %s\n", ev);
@@ -44,6 +43,11 @@ static ds_status write_step(engine_t *e, double sps) {
         DS_TRY(ds_monitor_write(m, tag, (double)b / (1024.0 * 1024.0), at));
     }
     return ds_monitor_flush(m);
+}
+
+void ds_engine_monitor_rebase(engine_t *e) {
+    e->monitor_t = ds_wc_now();
+    e->monitor_samples = e->samples;
 }
 
 void ds_engine_monitor_step(engine_t *e) {

@@ -332,6 +332,52 @@ static void test_engine(void) {
           s ? s : "absent");
 }
 
+/* samples_per_sec after a checkpoint's load: measured from the load, not
+ * from ds_initialize. A load that rewinds (a retry's reload, --resume-from
+ * an older tag) made the first rate after it negative (fewer samples than
+ * the baseline), a resume gave every sample since step 0 over the time
+ * since the start. Checked by sign only: a rate is never compared with a
+ * time. */
+static void test_rate_after_load(void) {
+    ds_dataset *data = ck_data();
+    ds_mlp_desc md = {.vocab_size = 50, .max_seq_len = 12, .embed_dim = 16, .hidden_dim = 32,
+                      .n_hidden = 1, .n_classes = 3};
+    ds_model *model;
+    REQUIRE_OK(ds_mlp_create(&md, &model));
+    char cfg[1200], ck[400];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+             "{\"lr\": 0.003}}, \"tensorboard\": {\"enabled\": true, \"output_path\": "
+             "\"%s/rate\"}}", dir);
+    snprintf(ck, sizeof ck, "%s/rate_ckpt", dir);
+    ds_init_desc d;
+    ds_init_desc_defaults(&d);
+    d.config_json = cfg;
+    d.model = model;
+    d.train_data = data;
+    d.quiet = true;
+    engine_t *e;
+    REQUIRE_OK(ds_initialize(&d, &e));
+    CHECK_OK(ds_train_batch(e, NULL));
+    REQUIRE_OK(ds_save_checkpoint(e, ck, NULL, NULL));
+    for (int i = 0; i < 3; i++) CHECK_OK(ds_train_batch(e, NULL));
+    REQUIRE_OK(ds_load_checkpoint(e, ck, NULL, DS_LOAD_ALL)); /* back to step 1 */
+    CHECK_OK(ds_train_batch(e, NULL));
+    char ev_path[512];
+    snprintf(ev_path, sizeof ev_path, "%s", ds_monitor_event_file(ds_get_monitor(e)));
+    ds_finalize(e);
+    ds_dataset_destroy(data);
+    ev x[256];
+    int n = read_events(ev_path, x, 256), rates = 0;
+    for (int i = 1; i < n; i++)
+        if (strcmp(x[i].tag, "Train/Samples/samples_per_sec") == 0) {
+            rates++;
+            CHECK(x[i].value > 0, "samples_per_sec %d (at %lld samples) is %g", rates,
+                  (long long)x[i].step, x[i].value);
+        }
+    CHECK(rates == 5, "%d samples_per_sec values, want 5", rates);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "dump") == 0) {
         static ev e[100000];
@@ -349,6 +395,7 @@ int main(int argc, char **argv) {
     test_config();
     test_writer();
     test_engine();
+    test_rate_after_load();
     if (!test_fails()) {
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
