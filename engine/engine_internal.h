@@ -144,13 +144,16 @@ void ds_engine_wall_clock_init(engine_t *e);
 void ds_engine_wall_clock_step(engine_t *e);
 
 /* flops_profiler.c: its state from the config (ds_engine_wall_clock_init
- * calls it) and freed at ds_finalize; at the first ds_forward of
- * profile_step the GEMM counter goes on, at that step's end rank 0 prints
- * the profile and it goes off. */
+ * calls it) and freed at ds_finalize; at the first ds_forward after
+ * profile_step steps (DeepSpeed's moment) the GEMM counter goes on, at that
+ * step's end rank 0 prints the profile and it goes off. */
 void ds_engine_prof_init(engine_t *e);
 void ds_engine_prof_free(engine_t *e);
 void ds_engine_prof_forward(engine_t *e);
 void ds_engine_prof_step_end(engine_t *e);
+/* The profiled step's window was dropped (a micro-batch failed): the
+ * counters go off and the next step is profiled instead. */
+void ds_engine_prof_drop(engine_t *e);
 
 /* engine_ckpt.c: every rank learns whether any failed, all reporting the
  * lowest rank with the worst status in its words (ds_comm_agree_one); a

@@ -564,6 +564,7 @@ static ds_status drop_window(engine_t *e, double loss_sum, int32_t stop) {
     e->loss_accum = 0.0;
     e->global_step++;
     e->skipped_steps++;
+    ds_engine_prof_drop(e); /* a profiled step's counters would stay on for good */
     e->last = (ds_step_info){.step = e->global_step, .epoch = e->epoch,
                              .micro_steps = e->micro_steps,
                              .loss = loss_sum / (double)e->comm->world,

@@ -53,6 +53,7 @@ typedef struct ds_prof_state {
     int n;                          /* modules */
     ds_prof_module *mods;           /* [n], allocated at init when enabled */
     int64_t step;
+    int64_t retry_after;            /* a dropped window's step: profile the next (0: none) */
     double t_iter0, iter_s, fwd_s, bwd_s, step_s;
     double gemm_flops;              /* the GEMMs' FLOPs so far, while active (the tap's) */
 } ds_prof_state;

@@ -42,7 +42,11 @@ void ds_engine_prof_free(engine_t *e) {
 void ds_engine_prof_forward(engine_t *e) {
     ds_prof_state *p = &e->prof;
     if (!p->enabled || p->active || p->done) return;
-    if (e->global_step + 1 != e->cfg.flops_profiler.profile_step) return;
+    /* DeepSpeed's moment: the forward after profile_step steps completed
+     * (its engine compares global_steps, the steps done), so the default 1
+     * profiles the second step, not the cold first one */
+    int64_t after = p->retry_after ? p->retry_after : e->cfg.flops_profiler.profile_step;
+    if (e->global_step != after) return;
     if (ds_backend_tap_gemm(e->be, count_flops, &e->prof.gemm_flops) != DS_OK) { /* say so once */
         if (e->comm->rank == 0)
             fprintf(stderr, "[zero-engine] flops_profiler: %s; off\n", ds_last_error());
@@ -259,6 +263,19 @@ static void print_profile(FILE *f, const engine_t *e, const ds_prof_state *p) {
     print_aggregated(f, e, p);
     if (e->cfg.flops_profiler.detailed) print_detailed(f, e, p, (double)s.params);
     fprintf(f, "------------------------------------------------------------------------------\n");
+}
+
+void ds_engine_prof_drop(engine_t *e) {
+    ds_prof_state *p = &e->prof;
+    if (!p->active) return;
+    ds_backend_untap_gemm(e->be);
+    e->wc.profiling = false;
+    p->active = false;
+    p->retry_after = e->global_step; /* the dropped step's number: the next one is profiled */
+    if (e->comm->rank == 0)
+        fprintf(stderr, "[zero-engine] flops_profiler: step %lld was dropped (a micro-batch "
+                "failed); profiling step %lld instead\n", (long long)e->global_step,
+                (long long)e->global_step + 1);
 }
 
 void ds_engine_prof_step_end(engine_t *e) {

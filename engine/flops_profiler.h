@@ -4,8 +4,11 @@
  *                      "top_modules": 1, "detailed": true, "output_file": null}
  *
  * (DeepSpeed's keys and defaults; recompute_fwd_factor is accepted, since the
- * counts here are measured, a recomputed forward included). During optimizer
- * step profile_step (all its micro-batches) the engine counts, per module of
+ * counts here are measured, a recomputed forward included). During the
+ * optimizer step after profile_step steps (DeepSpeed's engine starts
+ * profiling when its completed steps equal profile_step; all of the step's
+ * micro-batches, where DeepSpeed's print comes after the first; a step
+ * dropped by a failed micro-batch passes it to the next) the engine counts, per module of
  * the model (engine/core/module.h), the floating-point operations of its
  * forward and of its backward, and their latencies; at the step's end rank 0
  * prints DeepSpeed's three parts, to output_file when given, else to stdout:

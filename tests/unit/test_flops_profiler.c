@@ -38,7 +38,7 @@ static ds_dataset *cls_data(size_t n, int T, int C, int vocab) {
     return d;
 }
 
-/* Trains `steps` steps with the profiler at step 2; returns the engine. */
+/* Trains `steps` steps with the profiler config `prof`; returns the engine. */
 static engine_t *run(ds_model *m, ds_dataset *d, int micro, int gas, const char *prof,
                      int steps) {
     char cfg[1024];
@@ -81,12 +81,13 @@ static void test_mlp(void) {
     ds_model *m;
     REQUIRE_OK(ds_mlp_create(&md, &m));
     ds_dataset *d = cls_data(64, T, C, V);
+    /* DeepSpeed's profile_step: the step after that many, here the third */
     engine_t *e = run(m, d, B, GAS, "{\"enabled\": true, \"profile_step\": 2}", 3);
     ds_flops_profile p;
     bool ready = false;
     REQUIRE_OK(ds_flops_profile_get(e, &p, &ready));
     CHECK_TRUE(ready);
-    CHECK_EQ_I(p.step, 2);
+    CHECK_EQ_I(p.step, 3);
     CHECK_EQ_I(p.batch_per_rank, B * GAS);
     /* per micro-batch: linear fwd 2 B in out; bwd dW 2 out in B + dx 2 B out in */
     double g = GAS;
@@ -127,7 +128,7 @@ static void test_bert(const char *dir) {
     snprintf(prof, sizeof prof,
              "{\"enabled\": true, \"profile_step\": 2, \"module_depth\": 2, \"top_modules\": 2,"
              " \"output_file\": \"%s/bert_profile.txt\"}", dir);
-    engine_t *e = run(m, d, B, 1, prof, 2);
+    engine_t *e = run(m, d, B, 1, prof, 3);
     check_module(e, "bert.embeddings", 0, 0);
     for (int l = 0; l < L; l++) {
         char name[64];
@@ -149,7 +150,7 @@ static void test_bert(const char *dir) {
     }
     int summary = 0, depth2 = 0, depth3 = 0, detailed = 0, rows = 0, two = 0;
     while (fgets(line, sizeof line, f)) {
-        summary += strstr(line, "Profile Summary at step 2:") != NULL;
+        summary += strstr(line, "Profile Summary at step 3:") != NULL;
         depth2 += strncmp(line, "depth 2:", 8) == 0;
         depth3 += strncmp(line, "depth 3:", 8) == 0;
         detailed += strstr(line, "Detailed Profile per rank") != NULL;
@@ -216,6 +217,52 @@ static const ds_module_ops k_sq = {.type = "my_sq_loss", .out_elems = two,
                                    .forward = sq_fwd, .backward = sq_bwd,
                                    .destroy = ds_module_free};
 
+static void user_model(ds_model **out_m, ds_dataset **out_d);
+
+/* The profiled step's window dropped (a backward failed at profile_step's
+ * step): the counters went off for good before, the profile never came.
+ * Now the next step is profiled. */
+static void test_dropped_step(void) {
+    ds_model *m;
+    ds_dataset *d;
+    user_model(&m, &d);
+    engine_t *e = run(m, d, 4, 1, "{\"enabled\": true, \"profile_step\": 1}", 1);
+    setenv("DS_FAULT_INJECT", "error:backward:dense", 1);
+    CHECK(ds_train_batch(e, NULL) != DS_OK, "the step with a failing backward went through");
+    unsetenv("DS_FAULT_INJECT");
+    ds_clear_error();
+    ds_flops_profile p;
+    bool ready = true;
+    REQUIRE_OK(ds_flops_profile_get(e, &p, &ready));
+    CHECK(!ready, "a profile of the dropped step");
+    REQUIRE_OK(ds_train_batch(e, NULL));
+    REQUIRE_OK(ds_flops_profile_get(e, &p, &ready));
+    CHECK(ready && p.step == 3, "after the dropped step 2: ready %d, step %lld", ready,
+          (long long)p.step);
+    ds_finalize(e);
+    ds_dataset_destroy(d);
+}
+
+static void user_model(ds_model **out_m, ds_dataset **out_d) {
+    ds_model *m;
+    REQUIRE_OK(ds_model_create("my_model", &m));
+    int64_t feat[1] = {IN};
+    REQUIRE_OK(ds_model_add_input(m, "x", DS_F32, 1, feat, 0));
+    ds_module *mod;
+    REQUIRE_OK(ds_module_create(&k_dense, "dense", 1, 0, &mod));
+    REQUIRE_OK(ds_module_param(mod, 0, NULL, "weight", OUT, IN, DS_INIT_NORMAL, 0.0f, 0.1f));
+    REQUIRE_OK(ds_model_add_module(m, mod));
+    REQUIRE_OK(ds_module_create(&k_sq, "loss", 0, 0, &mod));
+    REQUIRE_OK(ds_model_add_module(m, mod));
+    ds_dataset *d;
+    REQUIRE_OK(ds_dataset_create(32, 0, &d));
+    float *x;
+    REQUIRE_OK(ds_dataset_add_column(d, "x", DS_F32, 1, feat, (void **)&x));
+    for (int i = 0; i < 32 * IN; i++) x[i] = (float)(i % 7) - 3.0f;
+    *out_m = m;
+    *out_d = d;
+}
+
 static void test_user_model(void) {
     const int B = 4;
     ds_model *m;
@@ -233,7 +280,7 @@ static void test_user_model(void) {
     float *x;
     REQUIRE_OK(ds_dataset_add_column(d, "x", DS_F32, 1, feat, (void **)&x));
     for (int i = 0; i < 32 * IN; i++) x[i] = (float)(i % 7) - 3.0f;
-    engine_t *e = run(m, d, B, 1, "{\"enabled\": true, \"profile_step\": 1}", 1);
+    engine_t *e = run(m, d, B, 1, "{\"enabled\": true, \"profile_step\": 1}", 2);
     check_module(e, "dense", 2.0 * B * IN * OUT, 2.0 * B * IN * OUT);
     check_module(e, "loss", 0, 0);
     ds_finalize(e);
@@ -246,6 +293,7 @@ int main(void) {
     test_mlp();
     test_bert(dir);
     test_user_model();
+    test_dropped_step();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
