@@ -67,6 +67,11 @@ extern "C" {
  * <key>: ..." for hidden_act other than "gelu" (the erf GELU the engine
  * implements), model_type other than "bert", position_embedding_type other
  * than "absolute", is_decoder or add_cross_attention true. */
+/* v as the double with the fewest significant decimal digits that reads
+ * back as the same float (0.1f as 0.1), as Python writes a config's values:
+ * a config writer's json_real, dumped with JSON_REAL_PRECISION(9). */
+double ds_hf_shortest(float v);
+
 ds_status ds_hf_bert_config_read(const char *config_json_path, int n_classes, ds_bert_desc *out);
 
 /* Read a Hugging Face GPT-2 config.json (GPT2Config, as save_pretrained

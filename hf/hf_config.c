@@ -259,14 +259,16 @@ ds_status ds_hf_gpt2_config_read(const char *path, ds_gpt2_desc *out) {
  * as the same float (0.1f is written 0.1, not 0.100000001490116), as Python
  * writes the values of a config that was given 0.1. Printed with
  * JSON_REAL_PRECISION(9) below, which reproduces those digits. */
-static json_t *json_float(float v) {
+double ds_hf_shortest(float v) {
     char buf[32];
     for (int p = 1; p <= 9; p++) {
         snprintf(buf, sizeof buf, "%.*g", p, (double)v);
         if (strtof(buf, NULL) == v) break;
     }
-    return json_real(strtod(buf, NULL));
+    return strtod(buf, NULL);
 }
+
+static json_t *json_float(float v) { return json_real(ds_hf_shortest(v)); }
 
 /* Sets key to value (a new reference, stolen); false when either failed. */
 static bool put(json_t *root, const char *key, json_t *value) {

@@ -1,13 +1,49 @@
 /* config.json of a saved classifier, in Hugging Face's layout. */
 #include "hf/saved_model.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/io/ckpt_dir.h"
+#include "hf/hf.h"
+
+/* strip_accents as BertTokenizer's config holds it: null (as do_lower_case),
+ * false or true. */
+static json_t *strip_json(int v) { return v < 0 ? json_null() : json_boolean(v); }
+
+/* DIR/tokenizer_config.json for AutoTokenizer: the options training
+ * tokenized with (without it transformers falls back to BertTokenizer's
+ * defaults: lower-cased, accents stripped); removed for the char
+ * tokenizer, which transformers has no counterpart of. */
+static ds_status write_tokenizer_config(const char *dir, const ds_saved_model *m, bool wordpiece) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (!wordpiece) {
+        if (unlink(path) != 0 && errno != ENOENT)
+            return DS_ERR(DS_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
+        return DS_OK;
+    }
+    json_t *t = json_object();
+    json_object_set_new(t, "tokenizer_class", json_string("BertTokenizer"));
+    json_object_set_new(t, "do_lower_case", json_boolean(m->do_lower_case));
+    json_object_set_new(t, "strip_accents", strip_json(m->strip_accents));
+    json_object_set_new(t, "tokenize_chinese_chars", json_boolean(m->tokenize_chinese_chars));
+    json_object_set_new(t, "model_max_length", json_integer(m->max_seq_len));
+    json_object_set_new(t, "unk_token", json_string("[UNK]"));
+    json_object_set_new(t, "sep_token", json_string("[SEP]"));
+    json_object_set_new(t, "pad_token", json_string("[PAD]"));
+    json_object_set_new(t, "cls_token", json_string("[CLS]"));
+    json_object_set_new(t, "mask_token", json_string("[MASK]"));
+    int rc = json_dump_file(t, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(t);
+    if (rc != 0) return DS_ERR(DS_ERR_IO, "cannot write %s", path);
+    return DS_OK;
+}
 
 ds_status ds_saved_model_write(const char *dir, const ds_saved_model *m) {
     DS_TRY(ds_ckpt_mkdirs(dir));
@@ -33,14 +69,18 @@ ds_status ds_saved_model_write(const char *dir, const ds_saved_model *m) {
                             json_integer(b->max_position_embeddings));
         json_object_set_new(root, "type_vocab_size", json_integer(b->type_vocab_size ? b->type_vocab_size : 2));
         json_object_set_new(root, "hidden_act", json_string("gelu"));
-        json_object_set_new(root, "hidden_dropout_prob", json_real(b->hidden_dropout_prob));
+        json_object_set_new(root, "hidden_dropout_prob",
+                            json_real(ds_hf_shortest(b->hidden_dropout_prob)));
         json_object_set_new(root, "attention_probs_dropout_prob",
-                            json_real(b->attention_probs_dropout_prob));
+                            json_real(ds_hf_shortest(b->attention_probs_dropout_prob)));
         json_object_set_new(root, "layer_norm_eps",
-                            json_real(b->layer_norm_eps > 0 ? b->layer_norm_eps : 1e-12));
+                            json_real(ds_hf_shortest(b->layer_norm_eps > 0 ? b->layer_norm_eps
+                                                                           : 1e-12f)));
         json_object_set_new(root, "initializer_range",
-                            json_real(b->initializer_range > 0 ? b->initializer_range : 0.02));
-        json_object_set_new(root, "pad_token_id", json_integer(0));
+                            json_real(ds_hf_shortest(b->initializer_range > 0 ? b->initializer_range
+                                                                              : 0.02f)));
+        /* the row the model keeps for padding (an --init model's may not be 0) */
+        json_object_set_new(root, "pad_token_id", json_integer(b->pad_token_id));
         json_object_set_new(root, "problem_type", json_string("single_label_classification"));
     } else {
         json_object_set_new(root, "model_type", json_string("zero_engine_mlp"));
@@ -53,14 +93,22 @@ ds_status ds_saved_model_write(const char *dir, const ds_saved_model *m) {
     json_object_set_new(root, "label2id", label2id);
     json_object_set_new(ze, "tokenizer", json_string(m->tokenizer));
     json_object_set_new(ze, "do_lower_case", json_boolean(m->do_lower_case));
+    bool wordpiece = !strcmp(m->tokenizer, "wordpiece");
+    if (wordpiece) {
+        json_object_set_new(ze, "strip_accents", strip_json(m->strip_accents));
+        json_object_set_new(ze, "tokenize_chinese_chars",
+                            json_boolean(m->tokenize_chinese_chars));
+    }
     json_object_set_new(ze, "max_seq_len", json_integer(m->max_seq_len));
     json_object_set_new(root, "zero_engine", ze);
 
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
+                                            JSON_REAL_PRECISION(9));
     json_decref(root);
     if (rc != 0) return DS_ERR(DS_ERR_IO, "cannot write %s", path);
+    DS_TRY(write_tokenizer_config(dir, m, wordpiece));
     return DS_OK;
 }
 
@@ -115,6 +163,11 @@ ds_status ds_saved_model_read(const char *dir, ds_saved_model *out) {
     const char *tok = json_string_value(json_object_get(ze, "tokenizer"));
     snprintf(out->tokenizer, sizeof out->tokenizer, "%s", tok ? tok : "char");
     out->do_lower_case = json_is_true(json_object_get(ze, "do_lower_case"));
+    /* absent (a folder saved before they were kept): BertTokenizer's defaults */
+    json_t *sa = json_object_get(ze, "strip_accents"), *tc;
+    out->strip_accents = json_is_boolean(sa) ? json_is_true(sa) : -1;
+    tc = json_object_get(ze, "tokenize_chinese_chars");
+    out->tokenize_chinese_chars = json_is_boolean(tc) ? json_is_true(tc) : 1;
     DS_TRY_GOTO(st, get_int(ze, path, "max_seq_len", &out->max_seq_len), done);
     if (!strcmp(type, "bert")) {
         ds_bert_desc *b = &out->bert;
@@ -131,6 +184,11 @@ ds_status ds_saved_model_read(const char *dir, ds_saved_model *out) {
         b->attention_probs_dropout_prob = get_real(root, "attention_probs_dropout_prob", 0.1f);
         b->layer_norm_eps = get_real(root, "layer_norm_eps", 1e-12f);
         b->initializer_range = get_real(root, "initializer_range", 0.02f);
+        json_t *pad = json_object_get(root, "pad_token_id");
+        b->pad_token_id = json_is_integer(pad) && json_integer_value(pad) >= 0 &&
+                                  json_integer_value(pad) < b->vocab_size
+                              ? (int)json_integer_value(pad)
+                              : 0;
         b->n_classes = out->n_classes;
         b->max_seq_len = out->max_seq_len;
     } else if (!strcmp(type, "zero_engine_mlp")) {

@@ -110,6 +110,8 @@ static ds_status make_model(const tc_opts *o, const data *d, ds_saved_model *sm,
     snprintf(sm->tokenizer, sizeof sm->tokenizer, "%s", ds_tokenizer_kind(d->tok));
     const ds_wordpiece_opts *wo = ds_wordpiece_opts_of(d->tok);
     sm->do_lower_case = wo ? wo->do_lower_case : 1; /* char vocabularies ignore it */
+    sm->strip_accents = wo ? wo->strip_accents : -1;
+    sm->tokenize_chinese_chars = wo ? wo->tokenize_chinese_chars : 1;
     int V = ds_tokenizer_vocab_size(d->tok);
     if (!strcmp(o->model, "mlp")) {
         snprintf(sm->kind, sizeof sm->kind, "mlp");

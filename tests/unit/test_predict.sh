@@ -178,13 +178,15 @@ setup_wordpiece)
   rm -rf "$hf" && mkdir -p "$hf"
   cp "$src/tests/data/bert_ref_tiny_hf/config.json" "$src/tests/data/bert_ref_tiny_hf/model.safetensors" "$hf/"
   {
-    printf '%s\n' '[PAD]' '[UNK]' '[CLS]' '[SEP]' '[MASK]' hello world
+    printf '%s\n' '[PAD]' '[UNK]' '[CLS]' '[SEP]' '[MASK]' hello world cafe café
     printf '%s\n' 了 ， 。 的 一 天 说 后 上 友 在 是 不 我 家 老 朋 们 越 很 真 心 开 难 过 \
       害 怕 气 死 讨 厌 恶 惊 喜 哭 笑 好 坏 烦 累 怒 暴 躁 抓 狂 高 兴 伤 吓 人 居 然 竟 \
       他 她 今 昨 明 早 晚 饭 吃 地 铁 医 院 排 队 咖 啡 凉 爸 妈 班 加 深 夜 球 冠 军 相 当 \
       中 午 坐 久 随 便 点 支 持 感 谢 爱 恨
   } | head -99 >"$hf/vocab.txt"
   [ "$(wc -l <"$hf/vocab.txt")" -eq 99 ] || fail "vocab.txt has $(wc -l <"$hf/vocab.txt") lines, expected 99"
+  # a tokenizer that lower-cases but keeps accents: café is its own token
+  printf '{"do_lower_case": true, "strip_accents": false}\n' >"$hf/tokenizer_config.json"
   # Its classifier has 3 outputs: train on 3 classes so it loads as is.
   "$gen" --rows 300 --seed 8 --classes 3 --out "$fix/data3.csv" >/dev/null || fail "gen_sentences failed"
   train wordpiece --init "$hf" --max-seq-len 32 --data "$fix/data3.csv"
@@ -311,6 +313,17 @@ wordpiece)
   cmp -s out.txt lower.txt || fail "upper case differs from lower case: $(cat lower.txt out.txt)"
   grep -q '"tokenizer": "wordpiece"' "$fix/wordpiece/config.json" ||
     fail "the fixture did not save a wordpiece model"
+  # the --init tokenizer keeps accents (strip_accents false): predict must
+  # too, as training did (it rebuilt the tokenizer with BertTokenizer's
+  # defaults, café read as cafe), and the saved folder says so to
+  # transformers (tokenizer_config.json)
+  run_pr --model "$fix/wordpiece" --logits "café"
+  cp out.txt accent.txt
+  run_pr --model "$fix/wordpiece" --logits "cafe"
+  cmp -s out.txt accent.txt && fail "café and cafe give the same logits: the accent was stripped"
+  grep -q '"strip_accents": false' "$fix/wordpiece/tokenizer_config.json" 2>/dev/null &&
+    grep -q '"do_lower_case": true' "$fix/wordpiece/tokenizer_config.json" ||
+    fail "tokenizer_config.json: $(cat "$fix/wordpiece/tokenizer_config.json" 2>&1)"
   ;;
 errors)
   # Each bad input: exit 1, one line naming the file (or the input line).

@@ -81,7 +81,9 @@ static ds_status load_tokenizer(const ds_saved_model *sm, const char *dir, const
         DS_TRY(ds_char_tokenizer_load(vocab, out));
     } else if (!strcmp(sm->tokenizer, "wordpiece")) {
         ds_wordpiece_opts wo = ds_wordpiece_opts_default();
-        wo.do_lower_case = sm->do_lower_case != 0;
+        wo.do_lower_case = sm->do_lower_case != 0; /* all three as training had them */
+        wo.strip_accents = sm->strip_accents;
+        wo.tokenize_chinese_chars = sm->tokenize_chinese_chars != 0;
         DS_TRY(ds_wordpiece_load(vocab, &wo, out));
     } else {
         return DS_ERR(DS_ERR_DATA,
