@@ -111,6 +111,25 @@ static void print_memory(const double *rows, int world) {
     printf("\n");
 }
 
+/* hpZ's secondary groups are consecutive ranks (DeepSpeed's too); they keep
+ * the backward's gathers inside a host only where the ranks are placed host
+ * by host. The secondary groups that span hosts, counted over all ranks
+ * (each checks its own: peer_same_host), so that rank 0 can say so.
+ * Collective when hpZ is on. */
+static int hpz_groups_across(engine_t *e) {
+    int h = (int)e->cfg.zero_hpz_partition_size;
+    const ds_comm *c = e->comm;
+    if (e->cfg.zero_stage != 3 || h <= 1 || c->world <= 1 || c->nhosts <= 1) return 0;
+    int base = c->rank / h * h, spans = 0;
+    for (int q = base; q < base + h && c->peer_same_host; q++) spans |= !c->peer_same_host[q];
+    int32_t n = c->rank == base ? spans : 0; /* one count per group: its first rank's */
+    if (ds_comm_host_all_reduce(e->comm, &n, 1, DS_I32, DS_REDUCE_SUM) != DS_OK) {
+        ds_clear_error(); /* a report: the next collective says what broke */
+        return 0;
+    }
+    return n;
+}
+
 /* Rank 0's start-up print, a dozen lines: what runs (ds_config_summary:
  * batch, optimizer, schedule, where "auto" values came from, what differs
  * from DeepSpeed's defaults) and the memory each rank holds. The whole
@@ -120,10 +139,18 @@ void ds_engine_print_startup(engine_t *e) {
     /* collective: every rank takes part, whatever its own `quiet` (a program
      * that quiets all ranks but 0 gives each its own value) */
     double *rows = memory_rows(e);
+    int across = hpz_groups_across(e);
     if (e->comm->rank != 0 || e->quiet) {
         free(rows);
         return;
     }
+    if (across > 0)
+        fprintf(stderr, "[zero-engine] warning: zero_optimization.zero_hpz_partition_size %lld: "
+                "%d of the %lld secondary groups (consecutive ranks) span hosts, so the "
+                "backward's gathers cross the link hpZ is meant to keep them off; place the "
+                "ranks host by host (mpirun's default --map-by slot, equal slots)\n",
+                (long long)e->cfg.zero_hpz_partition_size, across,
+                (long long)(e->comm->world / e->cfg.zero_hpz_partition_size));
     /* the check costs a message per collective: say it is on (comm.h) */
     printf("[zero-engine] backend %s, comm %s%s, ZeRO stage %d, precision %s (grads %s, GEMM "
            "inputs %s), model %s: Psi = %lld parameters (%lld padded, %lld per partition)\n",

@@ -74,6 +74,7 @@ grep '^ok: rank 0' int4_fails.log
   fail "configs/zeropp.json through train_cls: exit $?: $(tail -3 zeropp_cls.log)"
 grep -q "macro avg" zeropp_cls.log || fail "configs/zeropp.json: no dev evaluation in the log"
 grep "communication over" zeropp_cls.log
+grep -q "secondary groups" zeropp_cls.log && fail "configs/zeropp.json placed host by host warned: $(grep 'secondary groups' zeropp_cls.log)"
 # MiCS's hierarchy with the ranks placed round robin (--map-by node: ranks
 # 0 and 2 on one host): refused at start-up naming the key on every rank
 # (the "inside a host" level crossed the link, twice the bytes across)
@@ -87,4 +88,14 @@ fi
 [ "$(grep -c 'mics_hierarchical_params_gather: rank' hier_rr.log)" -ge 1 ] &&
   grep -q "consecutive ranks" hier_rr.log ||
   fail "MiCS hierarchy placed round robin: $(tail -5 hier_rr.log)"
+# hpZ placed round robin trains (DeepSpeed's groups are consecutive ranks
+# too) and says at start-up that its groups span hosts
+printf '{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2}}' >hpz_rr.json
+"$twohost" exec --name $name -- mpirun --allow-run-as-root --oversubscribe --bind-to none \
+  -np 4 --map-by node --hostfile /run/twohost/$name/hostfile -x OMP_NUM_THREADS=1 \
+  "$bin/train_cls" --config "$(pwd -P)/hpz_rr.json" --data "$(pwd -P)/data.csv" --model mlp \
+  --hidden 32 --intermediate 64 --max-seq-len 32 --max-steps 2 </dev/null > hpz_rr.log 2>&1 ||
+  fail "hpZ placed round robin: exit $?: $(tail -3 hpz_rr.log)"
+grep -q "2 of the 2 secondary groups (consecutive ranks) span hosts" hpz_rr.log ||
+  fail "hpZ placed round robin: no warning: $(grep -i hpz hpz_rr.log | head -3)"
 finish
