@@ -55,6 +55,12 @@ set_tests_properties(test_comm_singleton PROPERTIES LABELS multirank TIMEOUT 120
 ds_add_mpi_test(NAME test_comm_timeout SOURCES ${_comm_dir}/fault/test_comm_timeout.c NP 2
                 LABELS fault TIMEOUT 60)
 
+# A rank out of a collective at 4 ranks: every other rank names it, not the
+# live peer it waits for (a roll call after the timeout), also for MPI's own
+# collectives and in the job's numbering on a split.
+ds_add_mpi_test(NAME test_comm_rollcall SOURCES ${_comm_dir}/fault/test_comm_rollcall.c NP 4
+                LABELS fault TIMEOUT 90)
+
 # A hung rank ends the job with its name, a slow one does not: train_cls at
 # 2 ranks through engine-run with comm_timeout_s 5; rank 1 stopped (SIGSTOP),
 # stuck computing (DS_FAULT_INJECT=stall:...), or stopped for 1.5 s only

@@ -29,6 +29,9 @@ typedef struct ds_comm_mpi_base {
      * (comm_worker.h); collectives from any other thread wait for its queue
      * to be empty first, so two threads never use the communicator at once. */
     struct ds_comm_worker *worker;
+    /* A split's ranks as the job numbers them (ds_comm_job_rank); NULL for
+     * the job's own communicator. */
+    int *job_rank;
 } ds_comm_mpi_base;
 
 static inline ds_comm_mpi_base *ds_comm_base(ds_comm *c) { return (ds_comm_mpi_base *)c->impl; }
@@ -92,6 +95,20 @@ typedef struct ds_comm_wait_ctx {
  * returns DS_ERR_TIMEOUT. MPI errors return DS_ERR_COMM with MPI's text. */
 ds_status ds_comm_mpi_wait(ds_comm *c, MPI_Request *reqs, const int *peers, const bool *is_recv,
                            int n, const ds_comm_wait_ctx *ctx);
+
+/* rollcall.c: rank r of c as the job numbers it (a split's ranks are its
+ * own: messages name the job's). */
+int ds_comm_job_rank(ds_comm *c, int r);
+/* After a timeout, every live rank of c (they time out in the same
+ * collective within a poll of each other) sends each other rank a word and
+ * listens up to grace_s: the ranks whose word did not come (job numbers)
+ * into absent[0..cap); returns how many, or -1 when MPI failed. A rank in
+ * none of it answers nothing: that is the point. */
+int ds_comm_roll_call(ds_comm *c, double grace_s, int *absent, int cap);
+/* The grace a roll call listens for: half the deadline, 1 to 10 s (every
+ * live rank timed out within a poll of the others; the wait only lasts
+ * that long when some rank is absent). */
+double ds_comm_roll_call_grace(double timeout_s);
 
 /* Barrier by dissemination over zero-byte messages (log2(world) rounds), so a
  * timeout can name the rank that did not arrive. */

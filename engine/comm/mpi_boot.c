@@ -461,6 +461,29 @@ fail:
     return st;
 }
 
+/* A split's ranks as the job numbers them: through the parent's group,
+ * then the parent's own numbering. */
+static ds_status job_ranks(ds_comm *parent, ds_comm *c, ds_comm_mpi_base *base) {
+    base->job_rank = malloc((size_t)c->world * sizeof *base->job_rank);
+    int *mine = malloc((size_t)c->world * sizeof *mine);
+    if (!base->job_rank || !mine) {
+        free(mine);
+        return DS_ERR(DS_ERR_OOM, "comm split: out of memory");
+    }
+    for (int r = 0; r < c->world; r++) mine[r] = r;
+    MPI_Group g, pg;
+    MPI_Comm_group(base->comm, &g);
+    MPI_Comm_group(ds_comm_base(parent)->comm, &pg);
+    int rc = MPI_Group_translate_ranks(g, c->world, mine, pg, base->job_rank);
+    MPI_Group_free(&g);
+    MPI_Group_free(&pg);
+    free(mine);
+    if (rc != MPI_SUCCESS) return ds_comm_mpi_error(rc, "MPI_Group_translate_ranks", parent);
+    for (int r = 0; r < c->world; r++)
+        base->job_rank[r] = ds_comm_job_rank(parent, base->job_rank[r]);
+    return DS_OK;
+}
+
 ds_status ds_comm_mpi_split_boot(ds_comm *parent, int color, int key, ds_comm *c,
                                  ds_comm_mpi_base *base) {
     base->initialised = true;
@@ -481,6 +504,7 @@ ds_status ds_comm_mpi_split_boot(ds_comm *parent, int color, int key, ds_comm *c
     MPI_Comm_set_errhandler(base->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(base->comm, &c->rank);
     MPI_Comm_size(base->comm, &c->world);
+    DS_TRY_GOTO(st, job_ranks(parent, c, base), fail);
     DS_TRY_GOTO(st, hosts_by_name(c, base->comm, false), fail);
     return DS_OK;
 fail:
@@ -493,6 +517,8 @@ void ds_comm_mpi_shutdown(ds_comm_mpi_base *base) {
     if (!base->initialised) return;
     live_remove(base);
     if (base->comm != MPI_COMM_NULL) MPI_Comm_free(&base->comm);
+    free(base->job_rank);
+    base->job_rank = NULL;
     base->initialised = false;
 }
 
@@ -500,8 +526,13 @@ void ds_comm_mpi_shutdown(ds_comm_mpi_base *base) {
 
 /* Give up on requests that will not complete: receives are cancelled, and
  * every request is freed (MPI finishes or drops it in the background). The
- * buffers stay allocated until the communicator is destroyed. */
-static void abandon(MPI_Request *reqs, const bool *is_recv, int n) {
+ * buffers stay allocated until the communicator is destroyed. The request
+ * of an MPI collective is left as it is: cancelling or freeing one is
+ * erroneous (MPI 3.1, 5.12), and under a program's own MPI_Init its fatal
+ * error handler ended the process inside MPI_Cancel instead of returning
+ * the timeout. The process ends soon after anyway (ds_comm_process_failed). */
+static void abandon(MPI_Request *reqs, const bool *is_recv, int n, bool collective) {
+    if (collective) return;
     for (int i = 0; i < n; i++) {
         if (reqs[i] == MPI_REQUEST_NULL) continue;
         if (is_recv[i]) MPI_Cancel(&reqs[i]);
@@ -539,7 +570,7 @@ ds_status ds_comm_mpi_wait(ds_comm *c, MPI_Request *reqs, const int *peers, cons
                 char what[160];
                 snprintf(what, sizeof what, "%s (%s rank %d)", ctx->coll,
                          is_recv[i] ? "receive from" : "send to", peers[i]);
-                abandon(reqs, is_recv, n);
+                abandon(reqs, is_recv, n, ctx->collective);
                 ds_status st = ds_comm_mpi_error(code, what, c);
                 mark_broken(c, ctx, st);
                 return st;
@@ -562,7 +593,16 @@ ds_status ds_comm_mpi_wait(ds_comm *c, MPI_Request *reqs, const int *peers, cons
             /* MPI's own collectives do not say who is late; of two ranks,
              * the other one is */
             if (who < 0 && c->world == 2) who = 1 - c->rank;
-            abandon(reqs, is_recv, n);
+            abandon(reqs, is_recv, n, ctx->collective);
+            /* who is actually missing: the peer waited for may be a live
+             * rank waiting itself (rollcall.c) */
+            int absent[8], n_absent = -1;
+            if (c->world > 2)
+                n_absent = ds_comm_roll_call(c, ds_comm_roll_call_grace(c->timeout_s), absent, 8);
+            char gone[160] = "";
+            for (int k = 0, at = 0; k < n_absent && k < 8 && at < (int)sizeof gone; k++)
+                at += snprintf(gone + at, sizeof gone - (size_t)at, "%s%d",
+                               k == 0 ? "" : k + 1 == n_absent ? " and " : ", ", absent[k]);
             char where[160], op[512];
             if (ctx->nsteps > 0)
                 snprintf(where, sizeof where, " (%s%sstep %d of %d, chunk %zu of %zu)",
@@ -572,12 +612,18 @@ ds_status ds_comm_mpi_wait(ds_comm *c, MPI_Request *reqs, const int *peers, cons
                 where[0] = '\0';
             ds_comm_op_name(ctx->coll, op, sizeof op);
             ds_status st;
-            if (who < 0) /* a collective of MPI's own: it does not say who is late */
+            int me = ds_comm_job_rank(c, c->rank);
+            if (n_absent > 0) /* the roll call found who is not there */
+                st = DS_ERR(DS_ERR_TIMEOUT, "%s: rank %d waited %.1f s for rank%s %s%s, not "
+                            "answering (stopped, stuck or gone)%s", op, me, waited,
+                            n_absent > 1 ? "s" : "", gone, n_absent > 8 ? " and more" : "",
+                            where);
+            else if (who < 0) /* a collective of MPI's own: it does not say who is late */
                 st = DS_ERR(DS_ERR_TIMEOUT, "%s: rank %d waited %.1f s for the other ranks%s", op,
-                            c->rank, waited, where);
+                            me, waited, where);
             else
-                st = DS_ERR(DS_ERR_TIMEOUT, "%s: rank %d waited %.1f s for rank %d%s", op,
-                            c->rank, waited, who, where);
+                st = DS_ERR(DS_ERR_TIMEOUT, "%s: rank %d waited %.1f s for rank %d%s", op, me,
+                            waited, ds_comm_job_rank(c, who), where);
             mark_broken(c, ctx, st);
             return st;
         }
@@ -618,7 +664,7 @@ ds_status ds_comm_mpi_barrier(ds_comm *c) {
         int rc = MPI_Irecv(NULL, 0, MPI_BYTE, from, DS_TAG_BARRIER, comm, &reqs[0]);
         if (rc == MPI_SUCCESS) rc = MPI_Isend(NULL, 0, MPI_BYTE, to, DS_TAG_BARRIER, comm, &reqs[1]);
         if (rc != MPI_SUCCESS) {
-            abandon(reqs, is_recv, 2);
+            abandon(reqs, is_recv, 2, false);
             return ds_comm_mpi_error(rc, "barrier", c);
         }
         ds_comm_wait_ctx ctx = {.coll = "barrier", .phase = NULL, .step = round,
