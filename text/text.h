@@ -87,6 +87,8 @@ typedef struct ds_text_read_opts {
     const char *text_column;         /* NULL: text | sentence | 文本 | review */
     const char *const *keep_labels;  /* NULL: keep every label */
     int n_keep_labels;
+    bool keep_labels_occur;          /* each keep_labels entry must label a row (a
+                                        training file: a typo drops a class) */
     bool drop_conflicts;             /* drop every row of a text with two labels */
     const char *const *map_from;     /* label -> class name, n_map pairs */
     const char *const *map_to;

@@ -48,11 +48,21 @@ static ds_status load_data(const tc_opts *o, data *d) {
     ro.keep_labels = (const char *const *)o->labels;
     ro.n_keep_labels = o->n_labels;
     ro.drop_conflicts = o->drop_conflicts;
+    ro.keep_labels_occur = true; /* --labels typed wrong drops a class */
     ds_text_set *all = NULL;
     DS_TRY(ds_text_read(t->data, &ro, &all));
+    if (all->n_classes < 2) {
+        ds_status st = DS_ERR(DS_ERR_DATA, "%s: %d class%s (%s) after the label filter: a "
+                              "classifier needs at least 2", t->data, all->n_classes,
+                              all->n_classes == 1 ? "" : "es",
+                              all->n_classes ? all->class_names[0] : "none");
+        ds_text_set_destroy(all);
+        return st;
+    }
     if (t->eval_data) {
         d->train_txt = all;
         ds_text_read_opts eo = ro;
+        eo.keep_labels_occur = false; /* a dev file may lack a class */
         eo.classes = (const char *const *)all->class_names;
         eo.n_classes = all->n_classes;
         DS_TRY(ds_text_read(t->eval_data, &eo, &d->dev_txt));

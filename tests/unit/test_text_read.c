@@ -154,6 +154,12 @@ static void test_label_options(void) {
     const char *nothing[] = {"joy"};
     ds_text_read_opts none = {.keep_labels = nothing, .n_keep_labels = 1};
     expect_error("conflicts.csv", &none, DS_ERR_DATA, 0, "no rows");
+    /* a listed label no row has (a typo: "happyness"), where the file must
+     * have each (train_cls' training file): refused by name; it dropped the
+     * class without a word */
+    const char *typo[] = {"none", "like", "happyness"};
+    ds_text_read_opts must = {.keep_labels = typo, .n_keep_labels = 3, .keep_labels_occur = true};
+    expect_error("conflicts.csv", &must, DS_ERR_DATA, 0, "names \"happyness\", which no row has");
     ds_text_read_opts bad = {.n_keep_labels = 2}; /* a count without its list */
     s = NULL;
     CHECK(ds_text_read(fixture("conflicts.csv"), &bad, &s) == DS_ERR_INVALID_ARG && !s,

@@ -192,6 +192,10 @@ bad() { # bad PROG WANT ARGS...
     [ "$(wc -l < bad.err)" -eq 1 ] && grep -q -- "$want" bad.err || fail "$prog $*: stderr '$(cat bad.err)', want '$want'"
 }
 bad train_cls "--eval-steps 0: " --eval-steps 0
+# --labels with a typo dropped a whole class without a word; one label left
+# one class
+bad train_cls 'the label filter names "happyness", which no row has' --labels anger,happyness
+bad train_cls "1 class (anger) after the label filter: a classifier needs at least 2" --labels anger
 bad train_cls "--eval-steps x: " --eval-steps x
 bad train_cls "--logging-steps -1: " --logging-steps -1
 bad train_cls "--early-stopping 0: " --early-stopping 0
