@@ -20,9 +20,11 @@
  * rank's device memory by purpose). A training loop logs its own scalars
  * into the same files:
  *
- *   ds_monitor *m = ds_get_monitor(e);         // NULL off rank 0 or when none is
- *   DS_TRY(ds_monitor_write(m, "Eval/accuracy", acc, info.samples)); // enabled:
- *                                               // then a no-op returning DS_OK
+ *   // asked each time: NULL off rank 0, when none is enabled, and after a
+ *   // write failed (the engine closes it then: training goes on, so a
+ *   // full log disk warns rather than ends the run)
+ *   if (ds_monitor_write(ds_get_monitor(e), "Eval/accuracy", acc, info.samples) != DS_OK)
+ *       fprintf(stderr, "monitor: %s\n", ds_last_error());   // NULL: a no-op, DS_OK
  *
  * Or standalone, without an engine:
  *
