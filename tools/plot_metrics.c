@@ -76,6 +76,16 @@ static void rewind_to(series *s, double from) {
     while (s->n > 0 && s->x[s->n - 1] >= from) s->n--;
 }
 
+/* Every dev series back to before step x: an evaluation at x replaces what
+ * an earlier run of the same file put there and after (a resume evaluates
+ * its checkpoint's step again before its first step line, so the step
+ * lines' rewind came too late: the old points at 6 and 9 stayed and the
+ * curve went 3, 6, 9, 3, 6, 9). */
+static void rewind_dev(run *r, double x) {
+    rewind_to(&r->dev_loss, x);
+    for (int i = 0; i < r->n_dev; i++) rewind_to(&r->dev[i], x);
+}
+
 static void series_free(series *s) {
     free(s->x);
     free(s->y);
@@ -174,8 +184,11 @@ static int read_run(const char *path, run *r) {
             double fm = num(o, "model_state_formula");
             if (isfinite(fm)) r->formula = fm;
         } else if (json_is_integer(es) && json_is_object(json_object_get(o, "dev"))) {
-            rc = add_dev(r, json_object_get(o, "dev"), (double)json_integer_value(es));
+            double x = (double)json_integer_value(es);
+            rewind_dev(r, x); /* a resumed run evaluates its checkpoint's step again */
+            rc = add_dev(r, json_object_get(o, "dev"), x);
         } else if (json_is_object(ev)) { /* the evaluation after training */
+            rewind_dev(r, (double)r->last_step);
             rc = add_dev(r, ev, (double)r->last_step);
         }
         json_decref(o);

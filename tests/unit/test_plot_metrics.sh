@@ -48,6 +48,23 @@ printf '%s\n' '{"step": 1, "loss": 5.4}' '{"step": 2, "loss": 5.0}' '{"step": 3,
 "$bin/plot_metrics" back.jsonl back.svg 2> err || fail "plot_metrics back.jsonl exited $?: $(cat err)"
 pts=$(grep -o '<polyline[^>]*stroke="#9ecae1"[^>]*points="[^"]*"' back.svg | head -1 | sed 's/.*points="//; s/"$//' | wc -w)
 [ "$pts" -eq 3 ] || fail "back.svg: the loss has $pts points, want 3 (steps 1, 2 and the later 3)"
+# --resume from step 3 into the same file: the resumed run evaluates step 3
+# again before its first step line; the dev curve is 3, 6, 9 once (the old
+# 6 and 9 stayed, and it went 3, 6, 9, 3, 6, 9)
+{
+  for s in 1 2 3 4 5 6 7 8 9; do
+    printf '{"step": %d, "loss": 1.%d}\n' $s $s
+    [ $((s % 3)) -eq 0 ] && printf '{"eval_step": %d, "dev": {"loss": 0.%d, "accuracy": 0.5}}\n' $s $s
+  done
+  printf '{"eval_step": 3, "dev": {"loss": 0.3, "accuracy": 0.5}}\n'
+  for s in 4 5 6 7 8 9; do
+    printf '{"step": %d, "loss": 1.%d}\n' $s $s
+    [ $((s % 3)) -eq 0 ] && printf '{"eval_step": %d, "dev": {"loss": 0.%d, "accuracy": 0.5}}\n' $s $s
+  done
+} > resumed.jsonl
+"$bin/plot_metrics" resumed.jsonl resumed.svg 2> err || fail "plot_metrics resumed.jsonl exited $?: $(cat err)"
+pts=$(grep -o '<polyline[^>]*stroke="#9467bd"[^>]*points="[^"]*"' resumed.svg | head -1 | sed 's/.*points="//; s/"$//' | wc -w)
+[ "$pts" -eq 3 ] || fail "resumed.svg: the dev loss has $pts points, want 3 (steps 3, 6, 9)"
 
 bad() { # bad RC WANT ARGS...
     rc_want=$1 want=$2
