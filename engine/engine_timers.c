@@ -9,6 +9,7 @@ void ds_engine_wall_clock_init(engine_t *e) {
     ds_wc_state *w = &e->wc;
     memset(w, 0, sizeof *w);
     w->on = e->cfg.wall_clock_breakdown;
+    w->async_be = e->be->kind == DS_BACKEND_CUDA ? e->be : NULL;
     w->comm0 = e->comm->stats;
     ds_engine_prof_init(e);
 }

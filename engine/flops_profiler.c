@@ -25,6 +25,7 @@ void ds_engine_prof_init(engine_t *e) {
     memset(p, 0, sizeof *p);
     p->enabled = e->cfg.flops_profiler.enabled;
     if (!p->enabled) return;
+    p->async_be = e->be->kind == DS_BACKEND_CUDA ? e->be : NULL;
     p->n = e->model->n_modules;
     p->mods = calloc((size_t)p->n, sizeof *p->mods);
     if (!p->mods) { /* a profile is not worth failing the run for: say so once */
