@@ -178,7 +178,10 @@ void tr_progress_eval(const char *prog, const char *what, int rank, int64_t done
                       int64_t rows) {
     if (rank != 0 || calls <= 0) return;
     double t = now_s();
-    if (done <= 1) g_eval_t0 = t;
+    if (done <= 0) { /* before the first call: its time counts too */
+        g_eval_t0 = t;
+        return;
+    }
     double el = t - g_eval_t0;
     bool tty = progress_tty();
     if (tty) {

@@ -66,7 +66,8 @@ void tr_progress_step(tr_progress *p, const ds_step_info *info);
 void tr_progress_end(tr_progress *p);
 
 /* Evaluation's progress, call `done` of `calls` (1-based) over `rows` rows
- * (all ranks'), shown by rank 0 (the caller passes its rank). On a terminal
+ * (all ranks'), shown by rank 0 (the caller passes its rank); done 0, before
+ * the first call, starts the clock (so the time includes that call). On a terminal
  * a status line, cleared by the last call; elsewhere one line at the last
  * call: "PROG: WHAT: N rows in S s (R rows/s)". */
 void tr_progress_eval(const char *prog, const char *what, int rank, int64_t done, int64_t calls,

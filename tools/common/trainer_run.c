@@ -564,6 +564,8 @@ ds_status tr_eval_slices(engine_t *e, const ds_dataset *rows, int batch, tr_eval
     /* as many calls as the rank with the most rows makes */
     size_t most = (rows->n + (size_t)world - 1) / (size_t)world;
     size_t calls = (most + (size_t)batch - 1) / (size_t)batch;
+    tr_progress_eval(program_invocation_short_name, "evaluation", rank, 0, (int64_t)calls,
+                     (int64_t)rows->n);
     for (size_t k = 0; st == DS_OK && k < calls; k++) {
         size_t from = k * (size_t)batch;
         size_t left = from < s.num_samples ? s.num_samples - from : 0;
