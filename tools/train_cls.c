@@ -213,6 +213,9 @@ static ds_status evaluate(engine_t *e, const data *d, int batch, int64_t *counts
  * cross-entropy over dev. */
 static ds_status eval_during(void *user, engine_t *e, int batch, tr_eval_result *out) {
     const data *d = user;
+    if (d->dev->n == 0) /* as train_lm: nothing to measure */
+        return DS_ERR(DS_ERR_INVALID_ARG, "--eval-steps: the dev split has no rows (raise "
+                      "--dev-ratio or give --eval-data)");
     int C = d->dev->n_classes;
     int64_t *cm = calloc((size_t)C * (size_t)C, sizeof *cm);
     double nll = 0.0;
@@ -325,6 +328,10 @@ static void step_fields(void *user, tr_jline *l, const ds_step_info *info, doubl
 
 /* Dev evaluation: the report on rank 0, and the last --metrics line. */
 static int report_dev(tr_run *r, const data *d) {
+    if (d->dev->n == 0) { /* --dev-ratio 0: no table of zeros, as train_lm */
+        if (r->rank == 0) printf("train_cls: no dev rows (--dev-ratio 0): no evaluation\n");
+        return 0;
+    }
     int C = d->dev->n_classes, rc = 0;
     int64_t *cm = calloc((size_t)C * (size_t)C, sizeof *cm);
     ds_cls_report rep;

@@ -196,6 +196,8 @@ bad train_cls "--eval-steps 0: " --eval-steps 0
 # one class
 bad train_cls 'the label filter names "happyness", which no row has' --labels anger,happyness
 bad train_cls "1 class (anger) after the label filter: a classifier needs at least 2" --labels anger
+# no dev rows: --eval-steps says so (it evaluated nothing, a table of zeros)
+bad train_cls "the dev split has no rows" --dev-ratio 0 --eval-steps 1 --max-steps 2
 bad train_cls "--eval-steps x: " --eval-steps x
 bad train_cls "--logging-steps -1: " --logging-steps -1
 bad train_cls "--early-stopping 0: " --early-stopping 0
