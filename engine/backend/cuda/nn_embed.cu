@@ -216,7 +216,8 @@ __global__ void ds_k_mean_pool_fwd(float *out, const float *x, const float *mask
         float s = 0.0f;
         for (int t = 0; t < T; t++) {
             float m = mask ? mask[(size_t)b * T + t] : 1.0f;
-            if (m != 0.0f) s += m * x[((size_t)b * T + t) * H + c];
+            /* unfused, as the cpu loop: an fma rounds once where it rounds twice */
+            if (m != 0.0f) s = __fadd_rn(s, __fmul_rn(m, x[((size_t)b * T + t) * H + c]));
         }
         out[i] = s * ds_inv_count(mask, b, T);
     }
@@ -226,9 +227,12 @@ __global__ void ds_k_mean_pool_bwd(float *dx, const float *dout, const float *ma
                                    int H) {
     DS_GRID_STRIDE(i, (size_t)B * H) {
         int b = (int)(i / (size_t)H), c = (int)(i % (size_t)H);
-        float g = dout[i] * ds_inv_count(mask, b, T);
+        float inv = ds_inv_count(mask, b, T), g = dout[i];
+        /* (mask * inv) * g, the cpu loop's order (mask * (inv * g) differs in
+         * the last bit for masks other than 0 and 1) */
         for (int t = 0; t < T; t++)
-            dx[((size_t)b * T + t) * H + c] = (mask ? mask[(size_t)b * T + t] : 1.0f) * g;
+            dx[((size_t)b * T + t) * H + c] =
+                __fmul_rn(__fmul_rn(mask ? mask[(size_t)b * T + t] : 1.0f, inv), g);
     }
 }
 
