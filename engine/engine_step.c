@@ -602,6 +602,8 @@ ds_status ds_step(engine_t *e) {
     int32_t stop = 0;
     bool window_failed = false;
     DS_TRY(agree_loss(e, &loss_sum, &stop, &window_failed));
+    ds_wc_stop(&e->wc, DS_WC_ALLREDUCE, wc0); /* DeepSpeed's backward_allreduce */
+    wc0 = ds_wc_start(&e->wc);
     if (window_failed) return drop_window(e, loss_sum, stop);
     double world = (double)e->comm->world, scale = e->scaler.scale;
     double norm = sqrt(sumsq) / (world * scale);

@@ -22,10 +22,10 @@ void ds_format_bytes(char *buf, size_t cap, double b) {
 }
 
 static void print_interval(const engine_t *e, const ds_wall_clock *w) {
-    printf("[zero-engine] time (ms) | fwd: %.2f | bwd: %.2f | step: %.2f | comm_wait: %.2f "
-           "(per step, mean of steps %lld-%lld)\n",
-           w->fwd_ms, w->bwd_ms, w->step_ms, w->comm_wait_ms, (long long)w->from_step + 1,
-           (long long)w->to_step);
+    printf("[zero-engine] time (ms) | fwd: %.2f | bwd: %.2f | allreduce: %.2f | step: %.2f | "
+           "comm_wait: %.2f (per step, mean of steps %lld-%lld)\n",
+           w->fwd_ms, w->bwd_ms, w->allreduce_ms, w->step_ms, w->comm_wait_ms,
+           (long long)w->from_step + 1, (long long)w->to_step);
     printf("[zero-engine] comm per step");
     double intra = 0, inter = 0;
     int listed = 0;
@@ -68,6 +68,7 @@ void ds_engine_wall_clock_step(engine_t *e) {
     r.fwd_ms = 1e3 * w->acc[DS_WC_FWD] / n;
     r.bwd_ms = 1e3 * w->acc[DS_WC_BWD] / n;
     r.step_ms = 1e3 * w->acc[DS_WC_STEP] / n;
+    r.allreduce_ms = 1e3 * w->acc[DS_WC_ALLREDUCE] / n;
     r.comm_wait_ms = 1e3 * d.wait_s / n;
     for (int k = 0; k < DS_COLL_COUNT; k++) {
         double s = d.seconds[k];

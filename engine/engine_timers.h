@@ -12,7 +12,14 @@
 #include "engine/comm/comm.h"
 #include "engine/wall_clock.h"
 
-typedef enum ds_wc_phase { DS_WC_FWD = 0, DS_WC_BWD, DS_WC_STEP, DS_WC_PHASES } ds_wc_phase;
+typedef enum ds_wc_phase {
+    DS_WC_FWD = 0,
+    DS_WC_BWD,
+    DS_WC_STEP,
+    DS_WC_ALLREDUCE, /* the step's gradient reduction and agreement (DeepSpeed's
+                        backward_allreduce), before the update */
+    DS_WC_PHASES
+} ds_wc_phase;
 
 /* A backend whose kernels run after the call returns (cuda): the clock is
  * read after its queue drained, as DeepSpeed's synchronized timers and

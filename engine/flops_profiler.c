@@ -284,7 +284,9 @@ void ds_engine_prof_step_end(engine_t *e) {
     if (!p->active || e->global_step != p->step) return;
     p->iter_s = ds_wc_now() - p->t_iter0;
     p->fwd_s = e->wc.prof_acc[DS_WC_FWD];
-    p->bwd_s = e->wc.prof_acc[DS_WC_BWD];
+    /* DeepSpeed reduces gradients inside its backward: its backward latency
+     * holds what the step's reduction waited for */
+    p->bwd_s = e->wc.prof_acc[DS_WC_BWD] + e->wc.prof_acc[DS_WC_ALLREDUCE];
     p->step_s = e->wc.prof_acc[DS_WC_STEP];
     ds_backend_untap_gemm(e->be);
     e->wc.profiling = false;

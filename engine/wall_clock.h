@@ -3,13 +3,17 @@
  *
  *   "wall_clock_breakdown": true        in ds_config.json
  *
- * The engine then times forward, backward and the optimizer step, and every
+ * The engine then times forward, backward, the end of the gradients'
+ * reduction at the step (what backward did not hide, with the ranks'
+ * agreement on the step: DeepSpeed's backward_allreduce) and the optimizer
+ * step itself, and every
  * steps_per_print steps rank 0 prints their means per step over the steps
  * since the last print, with each kind of collective's calls, bytes, time
  * and achieved bus bandwidth, and the communication time that was not
  * hidden behind computation:
  *
- *   [zero-engine] time (ms) | fwd: 41.20 | bwd: 80.11 | step: 9.87 | comm_wait: 3.02
+ *   [zero-engine] time (ms) | fwd: 41.20 | bwd: 80.11 | allreduce: 3.40 | step: 6.47 |
+ *                 comm_wait: 3.02
  *                 (per step, mean of steps 11-20)
  *   [zero-engine] comm per step | reduce_scatter: 24 calls, 17.52 MB, 6.10 ms,
  *                 busbw 1.44 GB/s | ... | inside host 17.52 MB, across hosts 0 B
@@ -42,6 +46,7 @@ typedef struct ds_wall_clock {
     /* milliseconds per optimizer step, means over the interval (forward and
      * backward summed over the step's micro-batches) */
     double fwd_ms, bwd_ms, step_ms;
+    double allreduce_ms; /* the step's reduction and agreement, not in step_ms */
     double comm_wait_ms; /* blocked on communication (ds_comm_stats.wait_s) */
     /* per step, per kind of collective (ds_coll) */
     double calls[DS_COLL_COUNT];

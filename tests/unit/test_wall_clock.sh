@@ -39,7 +39,7 @@ args="--data $csv --model mlp --hidden 16 --intermediate 32 --max-seq-len 32 --m
   fail "wall_clock_breakdown off: exit $?: $(tail -3 off.log)"
 
 for r in "1-5" "6-10"; do
-  grep -Eq "^\[zero-engine\] time \(ms\) \| fwd: [0-9.]+ \| bwd: [0-9.]+ \| step: [0-9.]+ \| comm_wait: [0-9.]+ \(per step, mean of steps $r\)$" on.log ||
+  grep -Eq "^\[zero-engine\] time \(ms\) \| fwd: [0-9.]+ \| bwd: [0-9.]+ \| allreduce: [0-9.]+ \| step: [0-9.]+ \| comm_wait: [0-9.]+ \(per step, mean of steps $r\)$" on.log ||
     fail "on: no 'time (ms)' line for steps $r"
 done
 n=$(grep -Ec '^\[zero-engine\] comm per step \| reduce_scatter: 1 call, [0-9.]+ kB, [0-9.]+ ms, busbw [0-9.]+ GB/s \| all_gather: 1 call, .* \| inside host [0-9.]+ kB, across hosts 0 B \(1 host\)$' on.log)
@@ -56,7 +56,7 @@ if wc != [5, 10]: bad.append(f"on: wall_clock on steps {wc}")
 for s in on:
     w = s.get("wall_clock")
     if not w: continue
-    for k in ("from_step", "to_step", "fwd_ms", "bwd_ms", "step_ms", "comm_wait_ms", "comm"):
+    for k in ("from_step", "to_step", "fwd_ms", "bwd_ms", "allreduce_ms", "step_ms", "comm_wait_ms", "comm"):
         if k not in w: bad.append(f"on step {s['step']}: wall_clock lacks {k}")
     if not (w["fwd_ms"] > 0 and w["bwd_ms"] > 0): bad.append(f"on: times {w}")
     if w["to_step"] != s["step"] or w["from_step"] != s["step"] - 5: bad.append(f"on: interval {w}")

@@ -39,9 +39,9 @@ void tr_wall_clock_fields(tr_jline *l, const engine_t *e, int64_t step) {
     FILE *f = l->f;
     fprintf(f,
             "{\"from_step\": %lld, \"to_step\": %lld, \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, "
-            "\"step_ms\": %.4f, \"comm_wait_ms\": %.4f, \"comm\": {",
-            (long long)w.from_step, (long long)w.to_step, w.fwd_ms, w.bwd_ms, w.step_ms,
-            w.comm_wait_ms);
+            "\"allreduce_ms\": %.4f, \"step_ms\": %.4f, \"comm_wait_ms\": %.4f, \"comm\": {",
+            (long long)w.from_step, (long long)w.to_step, w.fwd_ms, w.bwd_ms, w.allreduce_ms,
+            w.step_ms, w.comm_wait_ms);
     int n = 0;
     for (int k = 0; k < DS_COLL_COUNT; k++) {
         if (w.calls[k] <= 0) continue;
