@@ -266,20 +266,8 @@ static void user_model(ds_model **out_m, ds_dataset **out_d) {
 static void test_user_model(void) {
     const int B = 4;
     ds_model *m;
-    REQUIRE_OK(ds_model_create("my_model", &m));
-    int64_t feat[1] = {IN};
-    REQUIRE_OK(ds_model_add_input(m, "x", DS_F32, 1, feat, 0));
-    ds_module *mod;
-    REQUIRE_OK(ds_module_create(&k_dense, "dense", 1, 0, &mod));
-    REQUIRE_OK(ds_module_param(mod, 0, NULL, "weight", OUT, IN, DS_INIT_NORMAL, 0.0f, 0.1f));
-    REQUIRE_OK(ds_model_add_module(m, mod));
-    REQUIRE_OK(ds_module_create(&k_sq, "loss", 0, 0, &mod));
-    REQUIRE_OK(ds_model_add_module(m, mod));
     ds_dataset *d;
-    REQUIRE_OK(ds_dataset_create(32, 0, &d));
-    float *x;
-    REQUIRE_OK(ds_dataset_add_column(d, "x", DS_F32, 1, feat, (void **)&x));
-    for (int i = 0; i < 32 * IN; i++) x[i] = (float)(i % 7) - 3.0f;
+    user_model(&m, &d);
     engine_t *e = run(m, d, B, 1, "{\"enabled\": true, \"profile_step\": 1}", 2);
     check_module(e, "dense", 2.0 * B * IN * OUT, 2.0 * B * IN * OUT);
     check_module(e, "loss", 0, 0);

@@ -273,17 +273,12 @@ static void test_writer(void) {
 
 /* The engine's scalars: train_loss, lr, grad_norm at each step's global
  * sample count, equal to what ds_train_batch reports. */
-static void test_engine(void) {
-    ds_dataset *data = ck_data();
+/* An engine of a small MLP on the harness's data with config `cfg`. */
+static engine_t *mlp_engine(const char *cfg, ds_dataset *data) {
     ds_mlp_desc md = {.vocab_size = 50, .max_seq_len = 12, .embed_dim = 16, .hidden_dim = 32,
                       .n_hidden = 1, .n_classes = 3};
     ds_model *model;
     REQUIRE_OK(ds_mlp_create(&md, &model));
-    char cfg[1200];
-    snprintf(cfg, sizeof cfg,
-             "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
-             "{\"lr\": 0.003}}, \"tensorboard\": {\"enabled\": true, \"output_path\": \"%s/eng\"},"
-             " \"csv_monitor\": {\"enabled\": true, \"output_path\": \"%s/eng\"}}", dir, dir);
     ds_init_desc d;
     ds_init_desc_defaults(&d);
     d.config_json = cfg;
@@ -292,6 +287,17 @@ static void test_engine(void) {
     d.quiet = true;
     engine_t *e;
     REQUIRE_OK(ds_initialize(&d, &e));
+    return e;
+}
+
+static void test_engine(void) {
+    ds_dataset *data = ck_data();
+    char cfg[1200];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+             "{\"lr\": 0.003}}, \"tensorboard\": {\"enabled\": true, \"output_path\": \"%s/eng\"},"
+             " \"csv_monitor\": {\"enabled\": true, \"output_path\": \"%s/eng\"}}", dir, dir);
+    engine_t *e = mlp_engine(cfg, data);
     REQUIRE_OK(ds_monitor_write(ds_get_monitor(e), "Eval/accuracy", 0.5, 0));
     ds_step_info info[3];
     for (int i = 0; i < 3; i++) CHECK_OK(ds_train_batch(e, &info[i]));
@@ -340,24 +346,13 @@ static void test_engine(void) {
  * time. */
 static void test_rate_after_load(void) {
     ds_dataset *data = ck_data();
-    ds_mlp_desc md = {.vocab_size = 50, .max_seq_len = 12, .embed_dim = 16, .hidden_dim = 32,
-                      .n_hidden = 1, .n_classes = 3};
-    ds_model *model;
-    REQUIRE_OK(ds_mlp_create(&md, &model));
     char cfg[1200], ck[400];
     snprintf(cfg, sizeof cfg,
              "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
              "{\"lr\": 0.003}}, \"tensorboard\": {\"enabled\": true, \"output_path\": "
              "\"%s/rate\"}}", dir);
     snprintf(ck, sizeof ck, "%s/rate_ckpt", dir);
-    ds_init_desc d;
-    ds_init_desc_defaults(&d);
-    d.config_json = cfg;
-    d.model = model;
-    d.train_data = data;
-    d.quiet = true;
-    engine_t *e;
-    REQUIRE_OK(ds_initialize(&d, &e));
+    engine_t *e = mlp_engine(cfg, data);
     CHECK_OK(ds_train_batch(e, NULL));
     REQUIRE_OK(ds_save_checkpoint(e, ck, NULL, NULL));
     for (int i = 0; i < 3; i++) CHECK_OK(ds_train_batch(e, NULL));
