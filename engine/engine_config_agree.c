@@ -10,7 +10,9 @@
  * rank 0's config crosses to every rank, and each rank that differs names
  * the first key where it does, with both values, in a DS_ERR_CONFIG every
  * rank fails with. One broadcast of 8 bytes and one small all-reduce when
- * all agree. */
+ * all agree. Left out of the comparison: what each host may set for itself
+ * (its nvme_path, its aio settings, its thread count) and what only rank 0
+ * uses (the monitors' and the profiler's output files). */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -19,6 +21,36 @@
 
 #include "engine/engine_internal.h"
 #include "engine/io/hash.h"
+
+/* Keys a host may set for itself, or only rank 0 reads ("a.b": b inside a). */
+static const char *const k_local[] = {
+    "zero_optimization.offload_optimizer.nvme_path", "zero_optimization.offload_param.nvme_path",
+    "aio", "zero_engine.num_threads", "tensorboard.output_path", "tensorboard.job_name",
+    "csv_monitor.output_path", "csv_monitor.job_name", "flops_profiler.output_file"};
+
+/* The resolved config as compared: without k_local, keys sorted, compact.
+ * NULL when out of memory. */
+static char *comparable(const ds_config *cfg) {
+    char *full = ds_config_to_json(cfg);
+    json_t *root = full ? json_loads(full, 0, NULL) : NULL;
+    free(full);
+    if (!root) return NULL;
+    for (size_t i = 0; i < sizeof k_local / sizeof *k_local; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s", k_local[i]);
+        json_t *at = root;
+        char *key = path, *dot;
+        while ((dot = strchr(key, '.')) && at) { /* down to the last key's object */
+            *dot = '\0';
+            at = json_object_get(at, key);
+            key = dot + 1;
+        }
+        if (json_is_object(at)) json_object_del(at, key);
+    }
+    char *out = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(root);
+    return out;
+}
 
 /* path + "." + key (or "[i]") into out; a path past cap is cut (a config's
  * keys nest a few levels: never, in practice). */
@@ -91,7 +123,7 @@ static ds_status name_difference(const char *mine, const char *rank0, int rank) 
 ds_status ds_engine_config_agree(engine_t *e) {
     ds_comm *c = e->comm;
     if (c->world == 1) return DS_OK;
-    char *mine = ds_config_to_json(&e->cfg);
+    char *mine = comparable(&e->cfg);
     uint64_t h[2] = {mine ? ds_xxh64(mine, strlen(mine), 0) : 0, 0};
     h[1] = h[0];
     ds_status st = ds_comm_host_broadcast(c, &h[1], sizeof h[1], 0);

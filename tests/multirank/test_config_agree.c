@@ -9,7 +9,8 @@
  * - zero_optimization.stage 2 on rank 2, 1 elsewhere;
  * - zero_hpz_partition_size 3 on rank 2 only (stage 3 everywhere);
  * - a key only rank 2's config has a value for (gradient_clipping);
- * - the same config everywhere: it initialises and trains a step. */
+ * - the same config everywhere: it initialises and trains a step; so do
+ *   configs that differ only in what a host sets for itself. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,16 @@ int main(void) {
            "zero_optimization.zero_hpz_partition_size", "rank 0 runs with 1, rank 2 with 3");
     differ(rank, BASE "\"gradient_clipping\": 0.0}", BASE "\"gradient_clipping\": 1.0}",
            "gradient_clipping", "rank 0 runs with 0, rank 2 with 1");
+
+    /* what a host may set for itself (its aio threads, its thread count)
+     * and what only rank 0 uses (a monitor's output path) may differ */
+    REQUIRE_OK(init(rank == 2 ? BASE "\"aio\": {\"thread_count\": 2}, \"zero_engine\": "
+                                     "{\"num_threads\": 1}, \"csv_monitor\": {\"output_path\": "
+                                     "\"elsewhere\"}}"
+                              : BASE "\"aio\": {\"thread_count\": 1}}",
+                    &e));
+    CHECK_OK(ds_train_batch(e, &info));
+    ds_finalize(e);
 
     /* agreeing again afterwards: nothing was left half-built */
     REQUIRE_OK(init(BASE "\"zero_optimization\": {\"stage\": 2}}", &e));
