@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "engine/io/ckpt_file.h"
+#include "engine/io/ckpt_meta.h"
 #include "engine/io/ckpt_seal.h"
 #include "engine/io/fault.h"
 
@@ -156,6 +157,15 @@ ds_status ds_ckpt_remove_stale(const char *dir, void (*report)(void *user, const
         if (lstat(path, &s) != 0) continue;
         if (is_old) { /* replace_dir's TAG.old: removed beside TAG, else TAG again */
             if (!S_ISDIR(s.st_mode) || ds_ckpt_check_tag(tag) != DS_OK) continue;
+            /* only a checkpoint of tag TAG set aside, not a user's tag "X.old"
+             * saved before the name was reserved: its meta.json names TAG */
+            char meta_path[4200];
+            snprintf(meta_path, sizeof meta_path, "%s/meta.json", path);
+            ds_ckpt_meta m;
+            if (ds_ckpt_meta_read(meta_path, &m) != DS_OK) continue;
+            bool aside = strcmp(m.tag, tag) == 0;
+            ds_ckpt_meta_free(&m);
+            if (!aside) continue;
             char fin[4096];
             snprintf(fin, sizeof fin, "%s/%s", dir, tag);
             struct stat f;
@@ -247,10 +257,16 @@ static ds_status replace_dir(const char *dir, const char *tmp, const char *fin) 
 }
 
 ds_status ds_ckpt_commit_dir(const char *dir, const char *tag) {
-    char tmp[4096], fin[4096];
+    char tmp[4096], fin[4096], old[4200];
     snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, tag);
     snprintf(fin, sizeof fin, "%s/%s", dir, tag);
+    snprintf(old, sizeof old, "%s.old", fin);
     struct stat s;
+    /* a replace_dir that a crash cut between its renames: TAG back first,
+     * so that this commit replaces it as any other (a folder outside a
+     * checkpoint folder, such as save_best's, has no start-up to do it) */
+    if (lstat(old, &s) == 0 && stat(fin, &s) != 0 && rename(old, fin) == 0)
+        DS_TRY(ds_ckpt_fsync_dir(dir));
     if (stat(fin, &s) != 0) {
         if (rename(tmp, fin) != 0)
             return DS_ERR(DS_ERR_IO, "rename %s -> %s: %s", tmp, fin, strerror(errno));

@@ -356,8 +356,13 @@ static void test_tags_and_folders(void) {
     CHECK(access(path, F_OK) != 0, "without the exchange: the old tag's file is still there");
     snprintf(path, sizeof path, "%s/t.old", dir);
     CHECK(access(path, F_OK) != 0, "without the exchange: t.old left behind");
-    /* a crash between its renames leaves t.old and no t: the next start puts
-     * it back; a t.old beside a t is removed */
+    /* a crash between its renames leaves t.old (its meta.json names t) and
+     * no t: the next start puts it back; a t.old beside a t is removed */
+    ds_ckpt_meta tm;
+    sample(&tm);
+    snprintf(tm.tag, sizeof tm.tag, "t");
+    snprintf(path, sizeof path, "%s/t/meta.json", dir);
+    CHECK(ds_ckpt_meta_write(path, &tm) == DS_OK, "write t's meta: %s", ds_last_error());
     snprintf(path, sizeof path, "%s/t", dir);
     char aside[1100];
     snprintf(aside, sizeof aside, "%s/t.old", dir);
@@ -366,8 +371,36 @@ static void test_tags_and_folders(void) {
     snprintf(path, sizeof path, "%s/t/round2", dir);
     CHECK(access(path, F_OK) == 0 && access(aside, F_OK) != 0, "t.old not put back as t");
     CHECK(ds_ckpt_mkdirs(aside) == DS_OK, "mkdir t.old");
+    snprintf(path, sizeof path, "%s/t.old/meta.json", dir);
+    CHECK(ds_ckpt_meta_write(path, &tm) == DS_OK, "write t.old's meta: %s", ds_last_error());
     CHECK(ds_ckpt_remove_stale(dir, NULL, NULL) == DS_OK, "remove_stale: %s", ds_last_error());
+    snprintf(path, sizeof path, "%s/t/round2", dir);
     CHECK(access(aside, F_OK) != 0 && access(path, F_OK) == 0, "t.old beside t not removed");
+    /* a user's tag "u.old", saved before the name was reserved (its meta
+     * names u.old): neither removed nor renamed */
+    char user_old[1100];
+    snprintf(user_old, sizeof user_old, "%s/u.old", dir);
+    CHECK(ds_ckpt_mkdirs(user_old) == DS_OK, "mkdir u.old");
+    snprintf(tm.tag, sizeof tm.tag, "u.old");
+    snprintf(path, sizeof path, "%s/u.old/meta.json", dir);
+    CHECK(ds_ckpt_meta_write(path, &tm) == DS_OK, "write u.old's meta: %s", ds_last_error());
+    CHECK(ds_ckpt_remove_stale(dir, NULL, NULL) == DS_OK, "remove_stale: %s", ds_last_error());
+    CHECK(access(path, F_OK) == 0, "a user's tag u.old was touched");
+    ds_ckpt_meta_free(&tm);
+    /* a commit over a tag whose replacing commit a crash cut (t.old, no t):
+     * t is put back first, then replaced as usual (save_best's folder has
+     * no start-up to put it back) */
+    snprintf(path, sizeof path, "%s/t", dir);
+    CHECK(rename(path, aside) == 0, "rename t -> t.old");
+    snprintf(path, sizeof path, "%s/t.tmp", dir);
+    CHECK(ds_ckpt_mkdirs(path) == DS_OK, "mkdir");
+    CHECK(ds_ckpt_commit_dir(dir, "t") == DS_OK, "commit over t.old: %s", ds_last_error());
+    CHECK(access(aside, F_OK) != 0, "commit over t.old: t.old left");
+    snprintf(path, sizeof path, "%s/t/round2", dir);
+    CHECK(access(path, F_OK) != 0, "commit over t.old: the old t's file is still there");
+    /* u.old: a flat folder of this test's own, gone with the rest below */
+    snprintf(path, sizeof path, "%s/u.old", dir);
+    CHECK(ds_ckpt_remove_flat_dir(path) == DS_OK, "remove u.old: %s", ds_last_error());
     CHECK(ds_ckpt_check_tag("x.old") == DS_ERR_INVALID_ARG, "a tag ending in .old accepted");
     CHECK(ds_ckpt_remove_flat_dir(dir) == DS_ERR_IO, "a folder holding a folder is not removed");
 }
