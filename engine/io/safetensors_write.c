@@ -471,6 +471,25 @@ static void sharded_free(ds_st_sharded *s) {
     free(s);
 }
 
+/* What an earlier conversion under the same prefix left when it was killed
+ * before it published its shards: PREFIX-*.safetensors.partial (and their
+ * .tmp), never an output; removed as this one starts. */
+static void remove_partials(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    size_t np = strlen(prefix);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *n = de->d_name;
+        if (strncmp(n, prefix, np) != 0 || n[np] != '-') continue;
+        if (!strstr(n, ".safetensors.partial")) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, n);
+        unlink(path);
+    }
+    closedir(d);
+}
+
 static ds_status shard_open(ds_st_sharded *s) {
     char path[4096];
     shard_path(s, s->cur, true, path, sizeof path);
@@ -532,6 +551,7 @@ ds_status ds_st_sharded_open(const char *dir, const char *prefix, const ds_st_de
         while (k < n && (max_shard_bytes == 0 || shard_of[k] == sh)) s->shard_bytes[sh] += bytes[k++];
     }
     s->first[s->n_shards] = n;
+    if (s->n_shards > 1) remove_partials(dir, s->prefix);
     DS_TRY_GOTO(st, shard_open(s), fail);
     free(bytes);
     free(shard_of);

@@ -543,7 +543,11 @@ static void test_sharded(const char *dir) {
         else CHECK(ds_st_sharded_finish(s2) != DS_OK, "a conversion one tensor short finished");
         check_sharded(sd, ns);
     }
-    /* and one that succeeds replaces it, nothing left beside it */
+    /* and one that succeeds replaces it, nothing left beside it: not even
+     * the .partial shards of a conversion killed before it published */
+    snprintf(p, sizeof p, "%s/model-00002-of-00007.safetensors.partial", sd);
+    FILE *killed = fopen(p, "w");
+    if (killed) fclose(killed);
     CHECK_OK(write_sharded(sd, 256, &ns));
     check_sharded(sd, ns);
 
