@@ -260,6 +260,7 @@ static void test_threads_same_bits(ds_backend *one, ds_backend *two, ds_backend 
         ds_backend *be = nt == 2 ? two : test_cpu_backend(nt, NULL);
         same_bits_batched(one, be, 512, 512, 64, 4, true);
         same_bits_batched(one, be, 512, 64, 512, 4, false);
+        same_bits_batched(one, be, 512, 512, 64, 2, true); /* fewer than the threads at 3-4 */
         if (be != two) ds_backend_destroy(be);
     }
 }

@@ -228,14 +228,18 @@ ds_status ds_cpu_gemm(ds_backend *be, bool transa, bool transb, int m, int n, in
      * depend on the thread count with the Haswell and Zen kernels (measured:
      * attention at T 512, 512 x 512 x 64 in a batch of 4, 5e4-1.2e5 elements
      * differing at 2-8 threads); each product is one single-threaded call,
-     * as at one thread */
-    if (batch > 1 && nt > 1) {
+     * as at one thread. Fewer big products than threads: each in row blocks,
+     * which keep one thread's bits too, so no thread idles */
+    const bool small = 2.0 * m * n * k <= DS_CPU_GEMM_SMALL_FLOPS;
+    if (batch > 1 && nt > 1 && (small || batch >= nt)) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int b = 0; b < batch; b++)
             cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A + b * strideA, lda,
                         B + b * strideB, ldb, beta, C + b * strideC, ldc);
-    } else if (batch == 1 && nt > 1 && (blocks = gemm_row_block_count(m, n, k, nt, unit)) > 0) {
-        gemm_row_blocks(blocks, unit, nt, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    } else if (nt > 1 && (blocks = gemm_row_block_count(m, n, k, nt, unit)) > 0) {
+        for (int b = 0; b < batch; b++)
+            gemm_row_blocks(blocks, unit, nt, ta, tb, m, n, k, alpha, A + b * strideA, lda,
+                            B + b * strideB, ldb, beta, C + b * strideC, ldc);
     } else {
         for (int b = 0; b < batch; b++)
             cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A + b * strideA, lda,
