@@ -612,7 +612,8 @@ int main(int argc, char **argv) {
         int slots = er_hostfile_slots(o.hostfile, MAX_RANKS);
         if (slots <= 0)
             fail(EXIT_USAGE, "--hostfile %s without --np: the ranks are the hostfile's slots, but "
-                 "a host names no slots=N (or the file cannot be read); give --np", o.hostfile);
+                 "a host names no slots=N, they pass %d, or the file cannot be read; give --np",
+                 o.hostfile, MAX_RANKS);
         o.np = slots;
         o.np_given = 1;
     }

@@ -101,7 +101,10 @@ static int load_one(const char *path, int *bad) {
             *bad = lineno;
             return -1;
         }
-        g_n_file_names++;
+        bool again = false; /* set by an earlier line or file: forwarded once */
+        for (int k = 0; k < g_n_file_names && !again; k++)
+            again = !strcmp(g_file_names[k], g_file_names[g_n_file_names]);
+        if (!again) g_n_file_names++;
         n++;
     }
     fclose(f);

@@ -279,6 +279,7 @@ static int supervise_once(char **argv, const er_supervise_opts *o, const int *ba
                     "SIGTERM: ending the job\n", o->deadline_s + 5.0);
             kill(pid, SIGTERM);
             escalated = true;
+            if (over_at < 0) over_at = t; /* then SIGKILL, should mpirun hang */
         }
         /* A rank died or failed: mpirun ends the job within a second or two.
          * Open MPI 4.1's mpirun can hang instead when a rank dies while the
