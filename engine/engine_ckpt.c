@@ -609,7 +609,12 @@ static ds_status read_rank_state(engine_t *e, const char *tag_dir, unsigned flag
     DS_TRY(ds_ckpt_reader_open(path, &r));
     int64_t lo = 0, hi = 0;
     ds_status st = DS_OK;
-    if (ds_ckpt_reader_section(r, DS_CKPT_RANK_STATE, &lo, &hi) && hi == (int64_t)n) {
+    bool have = ds_ckpt_reader_section(r, DS_CKPT_RANK_STATE, &lo, &hi);
+    if (have && hi != (int64_t)n && e->comm->rank == 0 && !e->quiet) /* said, not silent */
+        fprintf(stderr, "[zero-engine] %s: the per-rank optimizer state holds %lld values, this "
+                "engine's %zu (another optimizer, or saved before the 0/1 Adam state kept its "
+                "phase): it starts afresh\n", tag_dir, (long long)hi, n);
+    if (have && hi == (int64_t)n) {
         float *v = malloc(n * sizeof(float));
         if (!v) st = DS_ERR(DS_ERR_OOM, "loading %s: out of host memory", path);
         if (st == DS_OK) st = ds_ckpt_read(r, DS_CKPT_RANK_STATE, 0, hi, v);

@@ -246,7 +246,8 @@ static ds_status rows_to_set(const char *path, ds_text_rows *r, const ds_text_re
     /* a listed label no row has: a typo that would drop a whole class */
     for (int k = 0; o->keep_labels && o->keep_labels_occur && k < o->n_keep_labels; k++) {
         bool seen = false;
-        for (size_t i = 0; i < n && !seen; i++) seen = !strcmp(r->labels[i], o->keep_labels[k]);
+        for (size_t i = 0; i < n && !seen; i++) /* a row dropped as a conflict is no row */
+            seen = !drop[i] && !strcmp(r->labels[i], o->keep_labels[k]);
         if (!seen) {
             st = DS_ERR(DS_ERR_DATA, "%s: the label filter names \"%s\", which no row has "
                         "(a class would be missing; check its spelling)", path,

@@ -40,11 +40,14 @@ int ds_comm_roll_call(ds_comm *c, double grace_s, int *absent, int cap) {
         return -1;
     }
     for (int i = 0; i < 2 * w; i++) rq[i] = MPI_REQUEST_NULL;
-    int present = me, ok = 1;
+    /* static: a send freed while pending may read its buffer after return */
+    static const int present = 1;
+    int ok = 1;
     for (int r = 0; r < w && ok; r++) {
         if (r == me) continue;
         ok = MPI_Irecv(&words[r], 1, MPI_INT, r, TAG_ROLL_CALL, comm, &rq[r]) == MPI_SUCCESS &&
-             MPI_Isend(&present, 1, MPI_INT, r, TAG_ROLL_CALL, comm, &rq[w + r]) == MPI_SUCCESS;
+             MPI_Isend((void *)&present, 1, MPI_INT, r, TAG_ROLL_CALL, comm, &rq[w + r]) ==
+                 MPI_SUCCESS;
     }
     double t0 = ds_comm_now();
     int answered = 0;
