@@ -463,9 +463,13 @@ static ds_status nccl_split(ds_comm *c, int color, int key, ds_comm **out) {
     s->impl = m;
     m->device = pm->device;
     ds_status st = ds_comm_mpi_split_boot(c, color, key, s, &m->base);
+    bool booted = st == DS_OK; /* a failed boot shut itself down */
     if (st == DS_OK) st = join_nccl(s, m);
     if (st != DS_OK) {
-        free(s->peer_same_host); /* booted, then NCCL failed */
+        /* booted, then NCCL failed: the MPI split goes (its communicator,
+         * its job numbering, its place in the live list) */
+        if (booted) ds_comm_mpi_shutdown(&m->base);
+        free(s->peer_same_host);
         free(m);
         free(s);
         ds_error_trace(__FILE__, __LINE__);
