@@ -293,7 +293,8 @@ static int odirect_probe(const ds_nvme_dir *d, int rank, char *file, size_t cap)
     return err;
 }
 
-ds_status ds_nvme_preflight(const char *what, const char *nvme_path, int rank, uint64_t need) {
+ds_status ds_nvme_preflight(const char *what, const char *nvme_path, int rank, uint64_t need,
+                            uint64_t host_need) {
     DS_TRY(path_checks(what, nvme_path, rank, need));
     ds_nvme_clean_stale(nvme_path); /* their bytes count as free below */
     ds_nvme_dir d;
@@ -321,5 +322,14 @@ ds_status ds_nvme_preflight(const char *what, const char *nvme_path, int rank, u
     int64_t fr = ds_nvme_free_bytes(nvme_path);
     if (fr >= 0 && (uint64_t)fr < need)
         return DS_ERR(DS_ERR_IO, "%s.nvme_path %s: too small: the swap %s", what, nvme_path, nt);
+    /* each rank's swap alone fits; this host's together may not, and a file
+     * system that cannot reserve them up front (no fallocate) would fill in
+     * the middle of the run */
+    if (fr >= 0 && (uint64_t)fr < host_need)
+        return DS_ERR(DS_ERR_IO, "%s.nvme_path %s: too small for this host's swaps together: "
+                      "they need %llu bytes (%.2f GiB), %lld bytes (%.2f GiB) free (each rank's "
+                      "swap %s)", what, nvme_path, (unsigned long long)host_need,
+                      (double)host_need / 1073741824.0, (long long)fr, (double)fr / 1073741824.0,
+                      nt);
     return DS_OK;
 }

@@ -45,11 +45,14 @@ typedef struct ds_nvme_dir {
 /* Check nvme_path for `need` bytes of swap on this rank (after removing
  * leftovers of crashed runs on this host): exists, is a directory, a folder
  * can be made in it, a file in it opens and moves a block with O_DIRECT,
- * and the file system has `need` bytes free. Leaves nothing behind.
- * `what` names the key in messages ("zero_optimization.offload_optimizer").
- * Errors: DS_ERR_IO or DS_ERR_UNSUPPORTED (no O_DIRECT) with the path, the
- * reason and "needs N bytes (X GiB) ..., F bytes free". */
-ds_status ds_nvme_preflight(const char *what, const char *nvme_path, int rank, uint64_t need);
+ * and the file system has `need` bytes free, and `host_need` (what every
+ * swap on this host and this path needs together: the host's ranks, both
+ * offloads; at least need) too. Leaves nothing behind. `what` names the key
+ * in messages ("zero_optimization.offload_optimizer"). Errors: DS_ERR_IO or
+ * DS_ERR_UNSUPPORTED (no O_DIRECT) with the path, the reason and "needs N
+ * bytes (X GiB) ..., F bytes free". */
+ds_status ds_nvme_preflight(const char *what, const char *nvme_path, int rank, uint64_t need,
+                            uint64_t host_need);
 
 /* Make this rank's folder and take its owner lock. */
 ds_status ds_nvme_dir_open(const char *what, const char *nvme_path, int rank, ds_nvme_dir *d);

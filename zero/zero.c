@@ -2,6 +2,7 @@
 #include "zero/zero.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "offload/nvme_dir.h"
 #include "offload/nvme_swap.h"
@@ -10,18 +11,28 @@
 
 ds_status ds_zero_preflight(const ds_zero_desc *d) {
     const ds_config *c = d->cfg;
-    if (c->offload_optimizer.device == DS_OFFLOAD_NVME && c->zero_stage >= 1) {
-        uint64_t need = ds_nvme_swap_bytes(d->flat->part, 1 + ds_optim_state_count(c));
+    /* every rank on this host swaps as much as this one (the partitions
+     * differ by padding only), onto the same disk where the paths are one */
+    int here = 0;
+    for (int r = 0; d->comm->peer_same_host && r < d->comm->world; r++)
+        here += d->comm->peer_same_host[r];
+    if (here < 1) here = 1;
+    bool opt = c->offload_optimizer.device == DS_OFFLOAD_NVME && c->zero_stage >= 1;
+    bool par = c->offload_param.device == DS_OFFLOAD_NVME && c->zero_stage == 3;
+    uint64_t opt_need = opt ? ds_nvme_swap_bytes(d->flat->part, 1 + ds_optim_state_count(c)) : 0;
+    uint64_t par_need = par ? ds_param_store_file_bytes(d->flat->part, d->param_t,
+                                                        c->offload_param.max_in_cpu)
+                            : 0;
+    bool one_path = opt && par_need > 0 &&
+                    strcmp(c->offload_optimizer.nvme_path, c->offload_param.nvme_path) == 0;
+    uint64_t both = (opt_need + (one_path ? par_need : 0)) * (uint64_t)here;
+    if (opt)
         DS_TRY(ds_nvme_preflight("zero_optimization.offload_optimizer",
-                                 c->offload_optimizer.nvme_path, d->comm->rank, need));
-    }
-    if (c->offload_param.device == DS_OFFLOAD_NVME && c->zero_stage == 3) {
-        uint64_t need = ds_param_store_file_bytes(d->flat->part, d->param_t,
-                                                  c->offload_param.max_in_cpu);
-        if (need > 0)
-            DS_TRY(ds_nvme_preflight("zero_optimization.offload_param",
-                                     c->offload_param.nvme_path, d->comm->rank, need));
-    }
+                                 c->offload_optimizer.nvme_path, d->comm->rank, opt_need, both));
+    if (par_need > 0)
+        DS_TRY(ds_nvme_preflight("zero_optimization.offload_param", c->offload_param.nvme_path,
+                                 d->comm->rank, par_need,
+                                 one_path ? both : par_need * (uint64_t)here));
     return DS_OK;
 }
 
