@@ -15,9 +15,9 @@ void ds_config_defaults(ds_config *c) {
     /* Zero first: padding and unused string tails are then equal in two
      * configs with equal settings, so tests can compare them byte for byte. */
     memset(c, 0, sizeof *c);
-    c->steps_per_print = 10;
+    c->steps_per_print = 0; /* DeepSpeed's None: no progress report */
     c->gradient_predivide_factor = 1.0;
-    c->gradient_clipping = 0.0;
+    c->gradient_clipping = 1.0; /* DeepSpeed >= 0.19.3 (constants.py) */
 
     c->optimizer = DS_OPTIM_ADAMW; /* "Adam" with DeepSpeed's adam_w_mode default true */
     c->lr = 1e-3;
@@ -73,7 +73,8 @@ void ds_config_defaults(ds_config *c) {
 
     ds_offload_config *o = &c->offload_optimizer;
     o->device = DS_OFFLOAD_NONE;
-    snprintf(o->nvme_path, sizeof o->nvme_path, "/local_nvme");
+    o->nvme_path[0] = '\0'; /* DeepSpeed's None: required with device "nvme" */
+    o->pin_memory = true;   /* DeepSpeed >= 0.19.5 (offload_config.py) */
     o->buffer_count = 4;
     o->buffer_size = 100000000;
     o->max_in_cpu = 1000000000;

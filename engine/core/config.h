@@ -61,8 +61,8 @@ typedef enum ds_offload_device {
 
 typedef struct ds_offload_config {
     ds_offload_device device;   /* "none" | "cpu" | "nvme"; default none */
-    bool pin_memory;            /* default false */
-    char nvme_path[256];        /* default "/local_nvme" */
+    bool pin_memory;            /* default true, as DeepSpeed >= 0.19.5 */
+    char nvme_path[256];        /* default "" (DeepSpeed's None) */
     int buffer_count;           /* default 4 (optimizer) / 5 (param) */
     int64_t buffer_size;        /* offload_param.buffer_size, default 1e8 */
     int64_t max_in_cpu;         /* offload_param.max_in_cpu, default 1e9 */
@@ -159,12 +159,12 @@ typedef struct ds_config {
     bool train_batch_size_auto, micro_batch_auto, grad_accum_auto;
     bool train_batch_size_set, micro_batch_set, grad_accum_set; /* given in the file */
 
-    int64_t steps_per_print;     /* default 10 */
+    int64_t steps_per_print;     /* default 0 = off (DeepSpeed's None) */
     bool wall_clock_breakdown;   /* default false */
     bool dataloader_drop_last;   /* default false */
     bool prescale_gradients;     /* default false */
     double gradient_predivide_factor; /* default 1.0 */
-    double gradient_clipping;    /* default 0.0 = off */
+    double gradient_clipping;    /* default 1.0 (DeepSpeed >= 0.19.3); 0 = off */
     bool sparse_gradients;       /* default false: row_sparse_grad parameters (embedding
                                   * tables) exchanged as (row index, row) pairs at stages 0
                                   * to 3 (zero/grad_sparse.h) */

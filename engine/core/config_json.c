@@ -232,7 +232,10 @@ char *ds_config_to_json(const ds_config *c) {
     jw_int(&w, "train_batch_size", c->train_batch_size);
     jw_int(&w, "train_micro_batch_size_per_gpu", c->train_micro_batch_size_per_gpu);
     jw_int(&w, "gradient_accumulation_steps", c->gradient_accumulation_steps);
-    jw_int(&w, "steps_per_print", c->steps_per_print);
+    if (c->steps_per_print > 0)
+        jw_int(&w, "steps_per_print", c->steps_per_print);
+    else
+        jw_null(&w, "steps_per_print");
     jw_bool(&w, "wall_clock_breakdown", c->wall_clock_breakdown);
     jw_bool(&w, "dataloader_drop_last", c->dataloader_drop_last);
     jw_bool(&w, "prescale_gradients", c->prescale_gradients);

@@ -180,8 +180,15 @@ ds_status cfg_read_i64(const cfg_ctx *ctx, const json_t *v, const char *path, co
          * accept it when it is a whole number an int64 can hold (2^63 is
          * exactly representable, so the comparison is exact). */
         double d = json_real_value(v);
-        if (d != floor(d) || d < -9223372036854775808.0 || d >= 9223372036854775808.0)
+        if (d != floor(d))
             return CFG_FAIL(ctx, DS_ERR_CONFIG, "%s: must be an integer, got %s", path, got);
+        if (d < -9223372036854775808.0 || d >= 9223372036854775808.0) { /* 1e30 */
+            if (k->flags & CFG_NO_HI)
+                return CFG_FAIL(ctx, DS_ERR_CONFIG, "%s: must be <= 9223372036854775807, got %s",
+                                path, got);
+            fmt_range(range, sizeof range, k, 1);
+            return CFG_FAIL(ctx, DS_ERR_CONFIG, "%s: %s, got %s", path, range, got);
+        }
         x = (int64_t)d;
     } else {
         return CFG_FAIL(ctx, DS_ERR_CONFIG, "%s: must be an integer, got %s", path, got);
@@ -215,8 +222,10 @@ ds_status cfg_read_real(const cfg_ctx *ctx, const json_t *v, const char *path, c
 ds_status cfg_read_bool(const cfg_ctx *ctx, const json_t *v, const char *path, bool *out) {
     if (cfg_is_auto(v)) return fail_auto(ctx, path);
     if (!json_is_boolean(v)) {
-        /* 0/1 and "true" are refused: DeepSpeed's pydantic models refuse
-         * them too, and a quoted "false" would read as true in Python. */
+        /* 0/1 and "true" are refused, although DeepSpeed's pydantic models
+         * (lax mode) convert them: a config that means a switch says true or
+         * false, and the same file elsewhere (HF's fill, a plain dict read)
+         * would take a quoted "false" as true. */
         char got[96];
         cfg_fmt_value(v, got, sizeof got);
         return CFG_FAIL(ctx, DS_ERR_CONFIG, "%s: must be true or false, got %s", path, got);
@@ -250,11 +259,27 @@ ds_status cfg_read_enum(const cfg_ctx *ctx, const json_t *v, const char *path,
     return CFG_FAIL(ctx, DS_ERR_CONFIG, "%s: must be one of %s, got %s", path, what, got);
 }
 
+/* The sections DeepSpeed reads through its config models
+ * (DeepSpeedConfigModel), which drop every "auto" value before reading, so
+ * that the key keeps its default. */
+static bool auto_means_default(const char *path) {
+    static const char *const sections[] = {"zero_optimization.", "fp16.", "bf16.", "bfloat16.",
+                                           "tensorboard.", "csv_monitor."};
+    for (size_t i = 0; i < sizeof sections / sizeof *sections; i++)
+        if (strncmp(path, sections[i], strlen(sections[i])) == 0) return true;
+    return false;
+}
+
 static ds_status read_key(const cfg_ctx *ctx, json_t *v, const char *path, const cfg_key *k,
                           void *base) {
     char *b = (char *)base;
     if ((k->flags & CFG_AUTO) && cfg_is_auto(v)) {
         *(bool *)(b + k->auto_off) = true;
+        return DS_OK;
+    }
+    if (cfg_is_auto(v) && auto_means_default(path)) {
+        cfg_warn(ctx, "%s: \"auto\" keeps the default, as DeepSpeed drops \"auto\" in this "
+                      "section (no trainer fills this key)", path);
         return DS_OK;
     }
     if ((k->flags & CFG_NULL_UNSET) && json_is_null(v)) return DS_OK;
@@ -316,6 +341,31 @@ static const char *closest_key(const char *key, const cfg_key *keys, size_t nkey
     return best;
 }
 
+/* A value of a DeepSpeed key zero-engine does not implement that asks for
+ * nothing: null, false, {} or a section with "enabled": false, an object of
+ * such values only, or `inert` (JSON, DeepSpeed's default where that is
+ * what zero-engine does), so that configs written out in full by DeepSpeed
+ * or Hugging Face load as they are. */
+static bool unimpl_inert(json_t *v, const char *inert) {
+    if (json_is_null(v)) return true;
+    if (inert) { /* a key whose default is not false: only that value */
+        json_t *d = json_loads(inert, JSON_DECODE_ANY, NULL);
+        bool same = d && json_equal(v, d);
+        json_decref(d);
+        return same;
+    }
+    if (json_is_false(v)) return true;
+    if (!json_is_object(v)) return false;
+    json_t *en = json_object_get(v, "enabled");
+    if (en) return json_is_false(en);
+    const char *k;
+    json_t *m;
+    json_object_foreach(v, k, m) {
+        if (!unimpl_inert(m, NULL)) return false;
+    }
+    return true;
+}
+
 ds_status cfg_walk(const cfg_ctx *ctx, json_t *obj, const char *prefix, const cfg_key *keys,
                    size_t nkeys, void *base, const char *const *unimplemented, int top_level) {
     const char *seen_name[64] = {0}; /* per table row: the spelling already read */
@@ -329,18 +379,25 @@ ds_status cfg_walk(const cfg_ctx *ctx, json_t *obj, const char *prefix, const cf
         while (i < nkeys && strcmp(keys[i].name, key) != 0) i++;
         if (i == nkeys) {
             for (const char *const *u = unimplemented; u && *u; u++) {
-                if (strcmp(*u, key) == 0) {
-                    char got[96];
-                    cfg_fmt_value(v, got, sizeof got);
-                    if (top_level) {
-                        cfg_warn(ctx, "%s: a DeepSpeed key zero-engine does not implement, "
-                                      "ignored, got %s", path, got);
-                        goto next_key;
-                    }
-                    return CFG_FAIL(ctx, DS_ERR_UNSUPPORTED,
-                                    "%s: a DeepSpeed key zero-engine does not implement, got %s",
-                                    path, got);
+                bool trains = **u == '!';
+                const char *name = *u + trains, *eq = strchr(name, '=');
+                size_t len = eq ? (size_t)(eq - name) : strlen(name);
+                if (strncmp(name, key, len) != 0 || key[len] != '\0') continue;
+                /* what DeepSpeed does with it left out: nothing to implement */
+                if (unimpl_inert(v, eq ? eq + 1 : NULL)) goto next_key;
+                char got[96];
+                cfg_fmt_value(v, got, sizeof got);
+                if (top_level && !trains) {
+                    cfg_warn(ctx, "%s: a DeepSpeed key zero-engine does not implement, "
+                                  "ignored, got %s", path, got);
+                    goto next_key;
                 }
+                return CFG_FAIL(ctx, DS_ERR_UNSUPPORTED,
+                                "%s: a DeepSpeed key zero-engine does not implement, got %s%s",
+                                path, got,
+                                top_level ? " (ignored, the run would train otherwise than the "
+                                            "config asks: remove it or turn it off)"
+                                          : "");
             }
             size_t edits;
             const char *hint = closest_key(key, keys, nkeys, &edits);

@@ -7,6 +7,7 @@
  * stage 0..3, ratio in [0, 1]); where DeepSpeed accepts a value that cannot
  * work (a bucket of 0 elements, a loss-scale window of 0 steps) we refuse it,
  * since zero-engine would otherwise loop or divide by zero later. */
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -608,14 +609,21 @@ static const cfg_key k_zero[] = {
     FN("offload_optimizer", OFF(offload_optimizer), read_offload_optimizer),
     FN("offload_param", OFF(offload_param), read_offload_param),
 };
+/* (NAME=VALUE: VALUE, DeepSpeed's default, is what zero-engine does:
+ * accepted. A checkpoint holds the fp32 master weights, which a load always
+ * reads; a parameter without a gradient is left as it is; the linear layers
+ * keep what their backward needs.) */
 static const char *const k_zero_unimpl[] = {
-    "load_from_fp32_weights", "elastic_checkpoint", "ignore_unused_parameters", "legacy_stage1",
-    "cpu_offload", "cpu_offload_param", "cpu_offload_params", "cpu_offload_use_pin_memory",
-    "stage3_model_persistence_threshold", "model_persistence_threshold",
-    "zero_quantized_nontrainable_weights", "zero_quantized_gradients",
-    "memory_efficient_linear", "use_multi_rank_bucket_allreduce", "zenflow",
+    "load_from_fp32_weights=true", "elastic_checkpoint", "ignore_unused_parameters=true",
+    "legacy_stage1", "cpu_offload", "cpu_offload_param", "cpu_offload_params",
+    "cpu_offload_use_pin_memory", "stage3_model_persistence_threshold",
+    "model_persistence_threshold", "zero_quantized_nontrainable_weights",
+    "memory_efficient_linear=true", "use_multi_rank_bucket_allreduce=true", "zenflow",
     "stage3_module_granularity_threshold", "module_granularity_threshold",
-    "pipeline_loading_checkpoint", "override_module_apply", "log_trace_cache_warnings", NULL};
+    "pipeline_loading_checkpoint", "override_module_apply=true", "log_trace_cache_warnings",
+    "stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params",
+    "stage3_allgather_sequential", "allgather_sequential", "zeropp_loco_param",
+    "enable_sanity_checks", "leaf_module", "save_muon_momentum_buffer_in_memory", NULL};
 
 static ds_status read_zero(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
     ds_config *c = base;
@@ -653,7 +661,7 @@ static const cfg_key k_checkpoint[] = {
     FN("tag_validation", OFF(checkpoint_tag_validation), read_tag_validation),
 };
 static const char *const k_checkpoint_unimpl[] = {"use_node_local_storage", "load_universal",
-                                                  "parallel_write", NULL};
+                                                  "parallel_write", "writer", NULL};
 
 static ds_status read_checkpoint(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
     DS_TRY(cfg_need_object(ctx, v, path));
@@ -683,8 +691,9 @@ static ds_status read_zero_engine(const cfg_ctx *ctx, json_t *v, const char *pat
 
 /* ------------------------------------------------------------ top level -- */
 
+/* (the engine keeps the micro batch and the accumulation steps in an int) */
 #define BATCH(name, f, ao, so)                                                                 \
-    ROW(name, CFG_I64, OFF(f), 1, BIG, CFG_NO_HI | CFG_AUTO | CFG_NULL_UNSET, OFF(ao), OFF(so), NULL)
+    ROW(name, CFG_I64, OFF(f), 1, INT_MAX, CFG_AUTO | CFG_NULL_UNSET, OFF(ao), OFF(so), NULL)
 
 const cfg_key cfg_top_keys[] = {
     BATCH("train_batch_size", train_batch_size, train_batch_size_auto, train_batch_size_set),
@@ -692,7 +701,9 @@ const cfg_key cfg_top_keys[] = {
           micro_batch_set),
     BATCH("gradient_accumulation_steps", gradient_accumulation_steps, grad_accum_auto,
           grad_accum_set),
-    I64_GE("steps_per_print", steps_per_print, 1),
+    /* DeepSpeed's default None (no report): null, here 0 */
+    ROW("steps_per_print", CFG_I64, OFF(steps_per_print), 1, BIG, CFG_NO_HI | CFG_NULL_UNSET, NO,
+        NO, NULL),
     BOOL("wall_clock_breakdown", wall_clock_breakdown),
     BOOL("dataloader_drop_last", dataloader_drop_last),
     BOOL("prescale_gradients", prescale_gradients),
@@ -717,14 +728,19 @@ const cfg_key cfg_top_keys[] = {
 };
 const size_t cfg_top_nkeys = NKEYS(cfg_top_keys);
 
-/* DeepSpeed top-level keys zero-engine ignores: the warning says so rather
- * than calling them unknown. */
+/* DeepSpeed top-level keys zero-engine does not implement. Left out, off
+ * or at DeepSpeed's default (NAME=VALUE) they ask for nothing and are
+ * accepted. Otherwise the warning says they are ignored rather than calling
+ * them unknown; those marked ! change what training computes (another
+ * precision, batch, reduction or data order) and are refused instead: a run
+ * that ignored them would train otherwise than its config says. */
 const char *const cfg_top_unimplemented[] = {
-    "amp", "torch_autocast", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
-    "gradient_accumulation_dtype", "data_types", "memory_breakdown",
-    "wandb", "comet", "comms_logger",
-    "elasticity", "autotuning", "pipeline", "tensor_parallel", "compression_training",
-    "curriculum_learning", "data_efficiency", "sparse_attention", "seq_parallel_communication_data_type",
-    "gradient_allreduce_op", "compile", "timers", "weight_quantization", "hybrid_engine",
-    "eigenvalue", "progressive_layer_drop", "fp8", "nebula", "dump_state", "vocabulary_size",
+    "!amp", "!torch_autocast", "zero_allow_untested_optimizer",
+    "zero_force_ds_cpu_optimizer=true", "gradient_accumulation_dtype", "!data_types",
+    "memory_breakdown", "wandb", "comet", "comms_logger", "!elasticity", "autotuning",
+    "pipeline", "tensor_parallel", "!compression_training", "!curriculum_learning",
+    "!data_efficiency", "!sparse_attention", "seq_parallel_communication_data_type",
+    "!gradient_allreduce_op=\"mean\"", "compile", "timers", "!weight_quantization",
+    "hybrid_engine", "eigenvalue", "!progressive_layer_drop", "!fp8", "nebula", "dump_state",
+    "vocabulary_size", "managed_gradient_accumulation=true", "disable_allgather",
     NULL};

@@ -208,13 +208,17 @@ static void key_value(const ds_config *c, ds_config_key k, char *buf, size_t cap
 /* ------------------------------------------------------- what runs -- */
 
 /* "" for a value the file wrote, else " (--batch)", " (--batch default)",
- * " (auto)": the batch line says where its terms came from. */
+ * " (auto)" for "auto" the batch rule resolved, " (derived)" for a key the
+ * file left out: the batch line says where its terms came from. */
 static const char *batch_tag(const ds_config *c, ds_config_key k, char *buf, size_t cap) {
     const ds_config_origin *o = &c->origin[k];
+    bool written_auto = k == DS_KEY_TRAIN_BATCH_SIZE ? c->train_batch_size_auto
+                        : k == DS_KEY_MICRO_BATCH    ? c->micro_batch_auto
+                                                     : c->grad_accum_auto;
     switch (o->source) {
     case DS_SRC_HINT: snprintf(buf, cap, " (%s)", o->from); break;
     case DS_SRC_HINT_DEFAULT: snprintf(buf, cap, " (%s default)", o->from); break;
-    case DS_SRC_COMPUTED: snprintf(buf, cap, " (auto)"); break;
+    case DS_SRC_COMPUTED: snprintf(buf, cap, written_auto ? " (auto)" : " (derived)"); break;
     default: buf[0] = '\0'; break;
     }
     return buf;

@@ -48,8 +48,8 @@ int main(int argc, char **argv) {
 
     ds_init_desc d;
     ds_init_desc_defaults(&d);
-    d.config_json = "{\"train_batch_size\": 32, \"optimizer\": {\"type\": \"AdamW\","
-                    " \"params\": {\"lr\": 0.01}}}";
+    d.config_json = "{\"train_batch_size\": 32, \"steps_per_print\": 10,"
+                    " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}";
     if (argc == 3 && strcmp(argv[1], "--config") == 0)  /* as engine-run passes it */
         d.config_path = argv[2];
     d.hints.total_num_steps = STEPS;  /* for a scheduler's "total_num_steps": "auto" */

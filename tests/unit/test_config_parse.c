@@ -48,11 +48,11 @@ static void test_defaults(void) {
     CHECK_EQ_I(c.train_batch_size, 0);
     CHECK_EQ_I(c.train_micro_batch_size_per_gpu, 0);
     CHECK_EQ_I(c.gradient_accumulation_steps, 0);
-    CHECK_EQ_I(c.steps_per_print, 10);
+    CHECK_EQ_I(c.steps_per_print, 0); /* None since DeepSpeed 0.15.2: no report */
     CHECK_TRUE(!c.wall_clock_breakdown && !c.dataloader_drop_last && !c.prescale_gradients);
     CHECK_TRUE(!c.sparse_gradients); /* DeepSpeed's SPARSE_GRADIENTS_DEFAULT */
     CHECK_EQ_D(c.gradient_predivide_factor, 1.0);
-    CHECK_EQ_D(c.gradient_clipping, 0.0);
+    CHECK_EQ_D(c.gradient_clipping, 1.0); /* GRADIENT_CLIPPING_DEFAULT since 0.19.3 */
     CHECK_TRUE(!c.optimizer_set);
     CHECK_EQ_I(c.optimizer, DS_OPTIM_ADAMW);
     CHECK_EQ_D(c.lr, 1e-3);
@@ -100,8 +100,9 @@ static void test_defaults(void) {
     CHECK_EQ_I(c.offload_optimizer.device, DS_OFFLOAD_NONE);
     CHECK_EQ_I(c.offload_optimizer.buffer_count, 4);
     CHECK_EQ_D(c.offload_optimizer.ratio, 1.0);
-    CHECK_TRUE(!c.offload_optimizer.pin_memory);
-    CHECK_TRUE(strcmp(c.offload_optimizer.nvme_path, "/local_nvme") == 0);
+    /* pin_memory True since 0.19.5; nvme_path None */
+    CHECK_TRUE(c.offload_optimizer.pin_memory && c.offload_param.pin_memory);
+    CHECK_TRUE(c.offload_optimizer.nvme_path[0] == '\0' && c.offload_param.nvme_path[0] == '\0');
     CHECK_TRUE(!c.offload_optimizer.pipeline_read && !c.offload_optimizer.pipeline_write &&
                !c.offload_optimizer.fast_init);
     /* DeepSpeed's AIO defaults (runtime/swap_tensor/constants.py) */
@@ -378,12 +379,52 @@ static void test_auto_accepted(void) {
 static void test_unknown_top_level(void) {
     reset_warnings();
     ds_config c = parse_ok("{\"train_batch_size\": 8, \"my_custom_key\": 1,"
-                           " \"train_batch_sizes_note\": 3, \"amp\": {\"enabled\": true}}");
+                           " \"train_batch_sizes_note\": 3, \"wandb\": {\"enabled\": true}}");
     CHECK_EQ_I(c.train_batch_size, 8);
     CHECK_EQ_I(g_nwarnings, 3);
     CHECK_TRUE(strstr(g_warnings, "my_custom_key: unknown top-level key, ignored"));
     CHECK_TRUE(strstr(g_warnings, "train_batch_sizes_note: unknown top-level key, ignored"));
-    CHECK_TRUE(strstr(g_warnings, "amp: a DeepSpeed key zero-engine does not implement, ignored"));
+    CHECK_TRUE(strstr(g_warnings, "wandb: a DeepSpeed key zero-engine does not implement, ignored"));
+    /* DeepSpeed keys zero-engine lacks, left off or at DeepSpeed's default
+     * (what zero-engine does): accepted without a word, as a config written
+     * out in full by DeepSpeed or HF carries them */
+    reset_warnings();
+    parse_ok("{\"amp\": {\"enabled\": false}, \"torch_autocast\": {\"enabled\": false},"
+             " \"wandb\": {\"enabled\": false, \"project\": null}, \"memory_breakdown\": false,"
+             " \"gradient_allreduce_op\": \"mean\", \"data_types\": {\"grad_accum_dtype\": null},"
+             " \"elasticity\": {}, \"zero_force_ds_cpu_optimizer\": true,"
+             " \"zero_optimization\": {\"load_from_fp32_weights\": true,"
+             " \"ignore_unused_parameters\": true, \"legacy_stage1\": false,"
+             " \"memory_efficient_linear\": true, \"stage3_use_all_reduce_for_fetch_params\": false}}");
+    CHECK(g_nwarnings == 0, "warnings: %s", g_warnings);
+    /* ones that change what training computes, asked for: refused, not
+     * ignored (the run would not train as its config says) */
+    const char *trains[] = {
+        "{\"amp\": {\"enabled\": true}}", "{\"gradient_allreduce_op\": \"sum\"}",
+        "{\"elasticity\": {\"enabled\": true, \"max_train_batch_size\": 64}}",
+        "{\"progressive_layer_drop\": {\"enabled\": true}}",
+        "{\"data_types\": {\"grad_accum_dtype\": \"fp32\"}}",
+        "{\"zero_optimization\": {\"load_from_fp32_weights\": false}}",
+        "{\"zero_optimization\": {\"stage3_use_all_reduce_for_fetch_params\": true}}"};
+    for (size_t k = 0; k < sizeof trains / sizeof *trains; k++) {
+        ds_config t;
+        ds_status st = ds_config_parse_string(trains[k], &t, collect, NULL);
+        CHECK(st == DS_ERR_UNSUPPORTED &&
+                  strstr(ds_last_error(), "a DeepSpeed key zero-engine does not implement"),
+              "%s: %s (%s)", trains[k], ds_status_to_string(st), ds_last_error());
+    }
+    /* "auto" in a section DeepSpeed reads through its config models: the
+     * default, said (DeepSpeedConfigModel drops "auto") */
+    reset_warnings();
+    c = parse_ok("{\"zero_optimization\": {\"stage\": 3, \"overlap_comm\": \"auto\","
+                 " \"stage3_max_live_parameters\": \"auto\"}}");
+    CHECK_TRUE(c.overlap_comm); /* stage 3's default */
+    CHECK_EQ_I(c.stage3_max_live_parameters, 1000000000);
+    CHECK_EQ_I(g_nwarnings, 2);
+    CHECK_TRUE(strstr(g_warnings, "zero_optimization.overlap_comm: \"auto\" keeps the default"));
+    /* steps_per_print null: DeepSpeed's None */
+    c = parse_ok("{\"steps_per_print\": null}");
+    CHECK_EQ_I(c.steps_per_print, 0);
     /* a letter or two off one of ours: a misspelling, refused (it would
      * train without its section) */
     const char *typos[][2] = {

@@ -175,7 +175,7 @@ static void test_optimizer_auto(void) {
     CHECK_EQ_I(c.scheduler, DS_SCHED_NONE); /* no lr_scheduler_type: constant, as DeepSpeed */
     CHECK_EQ_D(c.lr, 3e-4);
     CHECK_EQ_D(c.weight_decay, 0.05);
-    CHECK_EQ_D(c.gradient_clipping, 0.0); /* a top-level key: absent means DeepSpeed's 0 */
+    CHECK_EQ_D(c.gradient_clipping, 1.0); /* a top-level key: absent means DeepSpeed's 1.0 */
     /* numbers that agree with the hints are fine */
     c = RESOLVE_OK("{\"train_batch_size\": 8, \"gradient_clipping\": 0.7, \"optimizer\": {"
                    "\"type\": \"AdamW\", \"params\": {\"lr\": 3e-4, \"betas\": [0.8, 0.95]}}}", &h);

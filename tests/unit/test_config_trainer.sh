@@ -99,7 +99,7 @@ for want in \
   "warmup_num_steps 1 (--warmup 0, raised to DeepSpeed's least)" \
   "fp16.enabled, bf16.enabled false (--fp16, --bf16)" \
   "[zero-engine] computed: warmup_min_lr 0 (HF's fill for \"auto\")" \
-  "[zero-engine] other keys off DeepSpeed's defaults (default in brackets): steps_per_print 2000 (10)" \
+  "[zero-engine] other keys off DeepSpeed's defaults (default in brackets): steps_per_print 2000 (null)" \
   "offload_optimizer.device \"cpu\" (\"none\")" \
   "train_cls: the resolved config, every key: m/ds_config.resolved.json (--print-config prints it)"; do
   grep -qF -- "$want" run.log || fail "run.log lacks: $want"
@@ -140,7 +140,7 @@ tc bare.log --config bare.json --lr 1e-3 --warmup 2 --max-steps 6 --metrics bare
   { fail "bare config: exit $?"; cat bare.log; }
 grep -qF "scheduler: HF's linear (the Trainer's LambdaLR): warmup 0 -> 0.001 over 2 steps, then linear decay to 0 at step 6" \
   bare.log || { fail "bare.log: no linear schedule"; grep zero-engine bare.log; }
-grep -qF "optimizer: AdamW lr 0.001, betas [0.9, 0.999], eps 1e-08, weight_decay 0; no gradient clipping" \
+grep -qF "optimizer: AdamW lr 0.001, betas [0.9, 0.999], eps 1e-08, weight_decay 0; gradient_clipping 1" \
   bare.log || fail "bare.log: no AdamW line"
 # HF's get_linear_schedule_with_warmup as its Trainer steps it, step k (from
 # 1) at lambda(k - 1): 0, half way up, the top, then down by a quarter a
@@ -172,7 +172,7 @@ tc nobatch.log --config zero2.json --lr 3e-4 --max-steps 1 || { fail "no --batch
 want="[zero-engine] batch: train_batch_size 8 (auto) = micro 8 (--batch default) x accumulation 1 (auto) x world 1"
 grep -qF -- "$want" nobatch.log || fail "nobatch.log lacks: $want"
 # bare.json's micro batch 4 stands (the default neither overrides nor conflicts)
-grep -qF "batch: train_batch_size 4 (auto) = micro 4 x accumulation 1" bare.log || fail "bare.log: the config's micro batch 4 is not what runs"
+grep -qF "batch: train_batch_size 4 (derived) = micro 4 x accumulation 1" bare.log || fail "bare.log: the config's micro batch 4 is not what runs"
 printf '{"gradient_accumulation_steps": 2}' >nobatch.json
 expect no_batch 2 "or \"auto\" with the trainer's micro batch in --batch" --config nobatch.json
 expect bad_sched 2 "--lr-scheduler-type polynomial: must be linear, cosine, constant or constant_with_warmup" \
