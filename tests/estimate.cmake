@@ -46,3 +46,14 @@ add_test(NAME zero_estimate_hf_auto
                  --config ${CMAKE_SOURCE_DIR}/configs/hf_zero2.json --precision bf16)
 set_tests_properties(zero_estimate_hf_auto PROPERTIES LABELS unit
   PASS_REGULAR_EXPRESSION "Estimated memory per rank: 29088 parameters .*2 ranks .*ZeRO stage 2, bf16, cpu backend,\noffload_optimizer cpu")
+
+# The estimator's edges in one process (tests/unit/test_estimate_limits.c):
+# DS_MEM_LIMIT's accepted and refused values.
+ds_add_test(NAME test_estimate_limits
+            SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_estimate_limits.c LABELS unit TIMEOUT 60)
+
+# zero_estimate's refusals of bad arguments and environment, and what it
+# reads (tests/unit/test_zero_estimate_args.sh).
+add_test(NAME test_zero_estimate_args
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_zero_estimate_args.sh ${CMAKE_BINARY_DIR}/bin)
+set_tests_properties(test_zero_estimate_args PROPERTIES LABELS unit TIMEOUT 60)

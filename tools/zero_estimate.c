@@ -200,6 +200,17 @@ static ds_status estimate(const opts *o, const ds_model *m, const ds_config *c, 
 }
 
 static ds_status run(const opts *o) {
+    /* the limit first: a DS_MEM_LIMIT that is not a size is a bad argument
+     * (exit 2, nothing printed); an unreadable /proc/meminfo only leaves the
+     * fit unjudged */
+    uint64_t limit = 0;
+    const char *source = "";
+    ds_status lst = ds_estimate_ram_limit(&limit, &source);
+    if (lst == DS_ERR_INVALID_ARG) return lst;
+    if (lst != DS_OK) {
+        fprintf(stderr, "zero_estimate: warning: %s\n", ds_last_error());
+        ds_clear_error();
+    }
     ds_model *m = NULL;
     if (o->model_config) DS_TRY(make_model(o->model_config, &m));
     ds_config c;
@@ -237,13 +248,6 @@ static ds_status run(const opts *o) {
                u(r.bytes[p][DS_PLACE_NVME]));
     printf("  %-12s %12.3f %12.3f %12.3f\n", "total", u(r.total[DS_PLACE_DEVICE]),
            u(r.total[DS_PLACE_HOST]), u(r.total[DS_PLACE_NVME]));
-    uint64_t limit = 0;
-    const char *source = "";
-    ds_status lst = ds_estimate_ram_limit(&limit, &source);
-    if (lst != DS_OK) {
-        fprintf(stderr, "zero_estimate: warning: %s\n", ds_last_error());
-        ds_clear_error();
-    }
     uint64_t need = ds_estimate_ram(&r, be) * (uint64_t)o->per_host;
     printf("RAM of this host for its %d rank%s: %.3f GiB%s", o->per_host,
            o->per_host == 1 ? "" : "s", gib(need),

@@ -87,9 +87,12 @@ bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_laye
 const char *ds_estimate_size(uint64_t bytes, char *buf);
 
 /* RAM this process may plan for: the environment's DS_MEM_LIMIT when set
- * (bytes, or with a K, M, G or T suffix, binary; "off" turns the start-up
- * check off: *out = 0 and returns DS_OK), else /proc/meminfo's MemAvailable.
- * Errors: DS_ERR_INVALID_ARG (DS_MEM_LIMIT not a size), DS_ERR_IO (no
+ * (a decimal number of bytes, or with a K, M, G or T suffix, binary, optionally
+ * followed by "iB" or "B": 12G, 1.5T, 8589934592; from 1M to 2^63 bytes;
+ * exactly "off" turns the start-up check off: *out = 0 and returns DS_OK),
+ * else /proc/meminfo's MemAvailable. *out is never 0 otherwise.
+ * Errors: DS_ERR_INVALID_ARG (DS_MEM_LIMIT not such a size: NaN, inf,
+ * hexadecimal, negative, under 1M, over 2^63 bytes), DS_ERR_IO (no
  * /proc/meminfo and no DS_MEM_LIMIT). */
 ds_status ds_estimate_ram_limit(uint64_t *out, const char **source);
 
