@@ -48,7 +48,8 @@ set_tests_properties(zero_estimate_hf_auto PROPERTIES LABELS unit
   PASS_REGULAR_EXPRESSION "Estimated memory per rank: 29088 parameters .*2 ranks .*ZeRO stage 2, bf16, cpu backend,\noffload_optimizer cpu")
 
 # The estimator's edges in one process (tests/unit/test_estimate_limits.c):
-# DS_MEM_LIMIT's accepted and refused values.
+# DS_MEM_LIMIT's accepted and refused values; a memory cgroup's headroom
+# (v2 and v1, in a fake /proc and /sys/fs/cgroup) below MemAvailable.
 ds_add_test(NAME test_estimate_limits
             SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_estimate_limits.c LABELS unit TIMEOUT 60)
 

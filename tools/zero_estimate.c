@@ -9,7 +9,8 @@
  *
  * Prints the chosen configuration by purpose and place, then every offload
  * option of the stage (DeepSpeed's "per CPU | per GPU | Options" table),
- * each against this host's RAM (MemAvailable, or DS_MEM_LIMIT). Exit
+ * each against this host's RAM (MemAvailable, a memory cgroup's headroom
+ * when less, or DS_MEM_LIMIT; the line says which). Exit
  * status 0, or 2 with one line on stderr for bad arguments. */
 #include <getopt.h>
 #include <stdio.h>

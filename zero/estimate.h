@@ -93,8 +93,21 @@ const char *ds_estimate_size(uint64_t bytes, char *buf);
  * else /proc/meminfo's MemAvailable. *out is never 0 otherwise.
  * Errors: DS_ERR_INVALID_ARG (DS_MEM_LIMIT not such a size: NaN, inf,
  * hexadecimal, negative, under 1M, over 2^63 bytes), DS_ERR_IO (no
- * /proc/meminfo and no DS_MEM_LIMIT). */
+ * /proc/meminfo and no DS_MEM_LIMIT).
+ * Inside a memory cgroup (a container, a Slurm job) the limit is the smaller
+ * of MemAvailable and the cgroup's headroom: memory.max less memory.current
+ * (cgroup v2) or memory.limit_in_bytes less memory.usage_in_bytes (v1), of
+ * this process's cgroup (/proc/self/cgroup) and every one above it, the
+ * inactive page cache (memory.stat) not counted as used; "max" is no limit.
+ * *source names the one that applied (a static string). */
 ds_status ds_estimate_ram_limit(uint64_t *out, const char **source);
+
+/* The same reading the files named: `meminfo` for /proc/meminfo,
+ * `self_cgroup` for /proc/self/cgroup, `cgroup_root` for /sys/fs/cgroup
+ * (v1 hierarchies under it as memory/...). For tests and unusual mounts. */
+ds_status ds_estimate_ram_limit_at(const char *meminfo, const char *self_cgroup,
+                                   const char *cgroup_root, uint64_t *out,
+                                   const char **source);
 
 #ifdef __cplusplus
 }

@@ -2,13 +2,20 @@
  *   - DS_MEM_LIMIT: sizes with and without suffixes are read; NaN, inf,
  *     negative and hexadecimal numbers, anything under 1 MiB or over 2^63
  *     bytes is refused naming DS_MEM_LIMIT (they turned the check off or
- *     made everything fit); only "off" turns the check off.
+ *     made everything fit); only "off" turns the check off;
+ *   - a memory cgroup's headroom below MemAvailable is the limit, and the
+ *     source says which applied: cgroup v2 (memory.max less memory.current,
+ *     a parent's limit binding, "max" none) and v1 (memory.limit_in_bytes
+ *     less memory.usage_in_bytes, the container's cgroup at the mount's
+ *     root), in a fake /proc and /sys/fs/cgroup under a temporary folder.
  *
  *   test_estimate_limits */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "tests/unit/test_util.h"
 #include "zero/estimate.h"
@@ -57,7 +64,95 @@ static void check_mem_limit(void) {
     unsetenv("DS_MEM_LIMIT");
 }
 
+static char g_tmp[256];
+
+/* Writes `text` to g_tmp/rel, making the folders on the way. */
+static void put(const char *rel, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", g_tmp, rel);
+    for (char *s = path + strlen(g_tmp) + 1; (s = strchr(s, '/')); s++) {
+        *s = '\0';
+        mkdir(path, 0700);
+        *s = '/';
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) TEST_DIE(path);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The limit read from the fake tree: `want` bytes, the source holding `from`. */
+static void limit_is(const char *what, uint64_t want, const char *from) {
+    char meminfo[300], self[300], root[300];
+    snprintf(meminfo, sizeof meminfo, "%s/proc/meminfo", g_tmp);
+    snprintf(self, sizeof self, "%s/proc/self/cgroup", g_tmp);
+    snprintf(root, sizeof root, "%s/sys/fs/cgroup", g_tmp);
+    uint64_t got = 0;
+    const char *source = "";
+    ds_status st = ds_estimate_ram_limit_at(meminfo, self, root, &got, &source);
+    CHECK(st == DS_OK && got == want && strstr(source, from),
+          "%s: %s, %llu bytes from '%s', want %llu from '%s' (%s)", what, ds_status_to_string(st),
+          (unsigned long long)got, source, (unsigned long long)want, from, ds_last_error());
+    ds_clear_error();
+}
+
+static void check_cgroups(void) {
+    const uint64_t M = 1024 * 1024, G = M * 1024;
+    unsetenv("DS_MEM_LIMIT");
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/test_estimate_limits.XXXXXX");
+    if (!mkdtemp(g_tmp)) TEST_DIE("mkdtemp");
+    put("proc/meminfo", "MemTotal:       33554432 kB\nMemFree:         1000 kB\n"
+                        "MemAvailable:   16777216 kB\n"); /* 16 GiB */
+    /* no cgroup files at all: MemAvailable */
+    put("proc/self/cgroup", "0::/job/step\n");
+    limit_is("no cgroup files", 16 * G, "MemAvailable");
+    /* cgroup v2: the job's 4 GiB limit with 1 GiB charged binds its step,
+     * which has none of its own ("max") */
+    put("sys/fs/cgroup/job/memory.max", "4294967296\n");
+    put("sys/fs/cgroup/job/memory.current", "1073741824\n");
+    put("sys/fs/cgroup/job/step/memory.max", "max\n");
+    put("sys/fs/cgroup/job/step/memory.current", "536870912\n");
+    limit_is("cgroup v2, the parent's limit", 3 * G, "memory.max less memory.current (cgroup v2)");
+    /* the step's own 2 GiB, 512 MiB charged of which 256 MiB inactive page
+     * cache: 1.75 GiB, below the parent's 3 */
+    put("sys/fs/cgroup/job/step/memory.max", "2147483648\n");
+    put("sys/fs/cgroup/job/step/memory.stat", "anon 268435456\nfile 268435456\n"
+                                              "active_file 0\ninactive_file 268435456\n");
+    limit_is("cgroup v2, the step's own limit", 2 * G - 256 * M, "cgroup v2");
+    /* over its limit: room for nothing (1 byte: 0 would turn the check off) */
+    put("sys/fs/cgroup/job/step/memory.current", "3221225472\n");
+    put("sys/fs/cgroup/job/step/memory.stat", "inactive_file 0\n");
+    limit_is("cgroup v2 over its limit", 1, "cgroup v2");
+    /* "max" everywhere: MemAvailable */
+    put("sys/fs/cgroup/job/memory.max", "max\n");
+    put("sys/fs/cgroup/job/step/memory.max", "max\n");
+    limit_is("cgroup v2 without limits", 16 * G, "MemAvailable");
+    /* more room than MemAvailable: MemAvailable */
+    put("sys/fs/cgroup/job/memory.max", "68719476736\n");
+    limit_is("cgroup v2 above MemAvailable", 16 * G, "MemAvailable");
+    /* cgroup v1 in a container: /proc/self/cgroup names the host's path,
+     * the mount's root is the container's cgroup; 6 GiB, 2 GiB charged of
+     * which 1 GiB inactive page cache; the v2 line has no limit */
+    put("proc/self/cgroup", "12:pids:/docker/abc\n4:cpuacct,memory:/docker/abc\n0::/\n");
+    put("sys/fs/cgroup/memory/memory.limit_in_bytes", "6442450944\n");
+    put("sys/fs/cgroup/memory/memory.usage_in_bytes", "2147483648\n");
+    put("sys/fs/cgroup/memory/memory.stat", "cache 1073741824\ninactive_file 5\n"
+                                            "total_inactive_file 1073741824\n");
+    limit_is("cgroup v1", 5 * G, "memory.limit_in_bytes less memory.usage_in_bytes (cgroup v1)");
+    /* v1 without a limit (the kernel's largest page count) */
+    put("sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
+    limit_is("cgroup v1 without a limit", 16 * G, "MemAvailable");
+    /* DS_MEM_LIMIT still overrides */
+    setenv("DS_MEM_LIMIT", "1T", 1);
+    limit_is("DS_MEM_LIMIT over a cgroup", 1024 * G, "DS_MEM_LIMIT");
+    unsetenv("DS_MEM_LIMIT");
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+    if (system(cmd) != 0) TEST_FAIL("could not remove %s", g_tmp);
+}
+
 int main(void) {
     check_mem_limit();
+    check_cgroups();
     return test_finish("test_estimate_limits");
 }
