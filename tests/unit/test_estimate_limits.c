@@ -7,7 +7,11 @@
  *     source says which applied: cgroup v2 (memory.max less memory.current,
  *     a parent's limit binding, "max" none) and v1 (memory.limit_in_bytes
  *     less memory.usage_in_bytes, the container's cgroup at the mount's
- *     root), in a fake /proc and /sys/fs/cgroup under a temporary folder.
+ *     root), in a fake /proc and /sys/fs/cgroup under a temporary folder;
+ *   - the start-up check (ds_engine_check_fit) multiplies by the ranks
+ *     really on this host: 8 + 2 ranks on two hosts are 8 on the first
+ *     and 2 on the second (it took 5 for both, ceil(world / hosts)),
+ *     with a communicator that says so put in place of the engine's.
  *
  *   test_estimate_limits */
 #include <math.h>
@@ -17,6 +21,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/engine_internal.h"
+#include "models/models.h"
 #include "tests/unit/test_util.h"
 #include "zero/estimate.h"
 
@@ -151,8 +157,63 @@ static void check_cgroups(void) {
     if (system(cmd) != 0) TEST_FAIL("could not remove %s", g_tmp);
 }
 
+/* Ten ranks on two hosts, 8 on the first and 2 on the second, seen from
+ * `rank`: the limit between what the right count and ceil(10 / 2) = 5 need
+ * must be judged by the right count. */
+static void check_uneven_hosts(void) {
+    setenv("DS_MEM_LIMIT", "off", 1);
+    /* about 1.3M parameters: every rank's RAM is MiBs, above DS_MEM_LIMIT's 1M least */
+    ds_mlp_desc md = {.vocab_size = 20000, .max_seq_len = 8, .embed_dim = 64, .hidden_dim = 64,
+                      .n_hidden = 1, .n_classes = 3};
+    ds_model *model;
+    REQUIRE_OK(ds_mlp_create(&md, &model));
+    ds_init_desc d;
+    ds_init_desc_defaults(&d);
+    d.config_json = "{\"train_batch_size\": 1, \"zero_optimization\": {\"stage\": 0}}";
+    d.model = model;
+    d.quiet = true;
+    engine_t *e;
+    REQUIRE_OK(ds_initialize(&d, &e));
+    ds_mem_report r;
+    REQUIRE_OK(ds_estimate_model(e->model, 10, &e->cfg, e->be->kind, &r));
+    uint64_t per_rank = ds_estimate_ram(&r, e->be->kind);
+    ds_comm *real = e->comm, fake = *real;
+    bool same[10];
+    fake.world = 10;
+    fake.nhosts = 2;
+    fake.peer_same_host = same;
+    for (int side = 0; side < 2; side++) {
+        /* rank 0 on the host of 8, rank 9 on the host of 2 */
+        int here = side == 0 ? 8 : 2;
+        fake.rank = side == 0 ? 0 : 9;
+        for (int k = 0; k < 10; k++) same[k] = side == 0 ? k < 8 : k >= 8;
+        e->comm = &fake;
+        /* the host of 8 under 6.5 ranks' worth: refused (5 fitted); the host
+         * of 2 under 3 ranks' worth: fits (5 did not) */
+        uint64_t lim = side == 0 ? per_rank * 13 / 2 : per_rank * 3;
+        char v[32];
+        snprintf(v, sizeof v, "%llu", (unsigned long long)lim);
+        setenv("DS_MEM_LIMIT", v, 1);
+        ds_status st = ds_engine_check_fit(e);
+        char want[64];
+        snprintf(want, sizeof want, "%d ranks on this host", here);
+        if (side == 0)
+            CHECK(st == DS_ERR_OOM && strstr(ds_last_error(), want),
+                  "8 of 10 ranks on this host under %s bytes (6.5 ranks' worth): %s (%s)", v,
+                  ds_status_to_string(st), ds_last_error());
+        else
+            CHECK(st == DS_OK, "2 of 10 ranks on this host under %s bytes (3 ranks' worth): %s "
+                  "(%s)", v, ds_status_to_string(st), ds_last_error());
+        ds_clear_error();
+        e->comm = real;
+    }
+    setenv("DS_MEM_LIMIT", "off", 1);
+    ds_finalize(e); /* the model with it: the engine owns it */
+}
+
 int main(void) {
     check_mem_limit();
     check_cgroups();
+    check_uneven_hosts();
     return test_finish("test_estimate_limits");
 }
