@@ -13,6 +13,7 @@
  * when less, or DS_MEM_LIMIT; the line says which). Exit
  * status 0, or 2 with one line on stderr for bad arguments. */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,12 +31,13 @@ static const char k_usage[] =
     "                     [--micro-batch B] [--config ds_config.json]\n"
     "Per-rank bytes of the model states, buffers and (with --model-config) activations\n"
     "of a configuration, by purpose and place (device, host RAM, NVMe files).\n"
-    "  --params N           parameters (Psi); --largest-layer L: those of the largest\n"
-    "                       layer (sizes buffers; 0 or absent: not counted)\n"
+    "  --params N           parameters (Psi), up to 1e15; --largest-layer L: those of\n"
+    "                       the largest layer (sizes buffers; 0 or absent: not counted)\n"
     "  --model-config FILE  a Hugging Face GPT-2 or BERT config.json: the exact layout\n"
     "  --ranks R            ranks in all (default 1); --ranks-per-host K (default R)\n"
     "  --config FILE        a ds_config.json; the flags override its keys\n"
     "  --micro-batch B      train_micro_batch_size_per_gpu for the activations (default 1)\n"
+    "Counts are whole numbers, written 2000000000, 2e9 or 1.5e9.\n"
     "Defaults: stage 2, fp32, no offload, the cpu backend.\n";
 
 typedef struct opts {
@@ -51,13 +53,52 @@ static int usage_error(const char *fmt, const char *arg) {
     return 2;
 }
 
-static bool parse_ll(const char *s, long long *out) {
+/* The most parameters the tool takes: 1e15, a thousand times the largest
+ * models trained, far below where the byte counts (up to ~40 per
+ * parameter, times the ranks of a host) leave 64 bits. */
+#define MAX_PARAMS 1000000000000000LL
+
+/* A whole number from lo to hi (hi <= 2^53, so the double is exact):
+ * decimal digits with an optional fraction and exponent, so 2e9, 1.5e9 and
+ * 2000000000 all read, but not NaN, inf, a sign, hexadecimal or a value
+ * with a fraction left (2.5 ranks are not 2). */
+static bool parse_count(const char *s, long long lo, long long hi, long long *out) {
+    const char *p = s;
+    size_t digits = strspn(p, "0123456789");
+    p += digits;
+    if (*p == '.') {
+        size_t frac = strspn(p + 1, "0123456789");
+        digits += frac;
+        p += 1 + frac;
+    }
+    if (digits == 0) return false;
+    if (*p == 'e' || *p == 'E') {
+        const char *q = p + 1 + (p[1] == '+' || p[1] == '-');
+        size_t ed = strspn(q, "0123456789");
+        if (ed == 0) return false;
+        p = q + ed;
+    }
+    if (*p) return false;
     char *end;
-    double v = strtod(s, &end); /* 2e9 and 2000000000 both */
-    if (end == s || *end || v < 0 || v > 9e18) return false;
+    double v = strtod(s, &end);
+    if (end != p || !isfinite(v) || v != floor(v) || v < (double)lo || v > (double)hi)
+        return false;
     *out = (long long)v;
     return true;
 }
+
+/* parse_count or the usage error naming the option and its range. */
+#define COUNT(opt, lo, hi, dst)                                                                  \
+    do {                                                                                         \
+        long long v_;                                                                            \
+        if (!parse_count(optarg, (lo), (hi), &v_)) {                                             \
+            fprintf(stderr, "zero_estimate: %s: must be a whole number from %lld to %lld, got "  \
+                    "'%s' (zero_estimate --help)\n", (opt), (long long)(lo), (long long)(hi),    \
+                    optarg);                                                                     \
+            return 2;                                                                            \
+        }                                                                                        \
+        (dst) = v_;                                                                              \
+    } while (0)
 
 static bool one_of(const char *s, const char *a, const char *b, const char *c) {
     return !strcmp(s, a) || !strcmp(s, b) || !strcmp(s, c);
@@ -75,34 +116,17 @@ static int parse(int argc, char **argv, opts *o) {
         {0, 0, 0, 0}};
     *o = (opts){.params = -1, .ranks = 1, .stage = -1, .micro = 0};
     int ch;
-    long long v;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
-        case 'p': if (!parse_ll(optarg, &o->params) || o->params < 1)
-                      return usage_error("--params: '%s' is not a count >= 1", optarg);
-                  break;
-        case 'l': if (!parse_ll(optarg, &o->largest))
-                      return usage_error("--largest-layer: '%s' is not a count", optarg);
-                  break;
+        case 'p': COUNT("--params", 1, MAX_PARAMS, o->params); break;
+        case 'l': COUNT("--largest-layer", 0, MAX_PARAMS, o->largest); break;
         case 'm': o->model_config = optarg; break;
         case 'c': o->config = optarg; break;
-        case 'r': if (!parse_ll(optarg, &v) || v < 1 || v > 1000000)
-                      return usage_error("--ranks: '%s' is not a count >= 1", optarg);
-                  o->ranks = (int)v;
-                  break;
-        case 'k': if (!parse_ll(optarg, &v) || v < 1 || v > 100000)
-                      return usage_error("--ranks-per-host: '%s' is not a count >= 1", optarg);
-                  o->per_host = (int)v;
-                  break;
-        case 's': if (!parse_ll(optarg, &v) || v > 3)
-                      return usage_error("--stage: must be 0..3, got '%s'", optarg);
-                  o->stage = (int)v;
-                  break;
-        case 'B': if (!parse_ll(optarg, &v) || v < 1 || v > 1000000)
-                      return usage_error("--micro-batch: '%s' is not a count >= 1", optarg);
-                  o->micro = (int)v;
-                  break;
+        case 'r': COUNT("--ranks", 1, 1000000, o->ranks); break;
+        case 'k': COUNT("--ranks-per-host", 1, 100000, o->per_host); break;
+        case 's': COUNT("--stage", 0, 3, o->stage); break;
+        case 'B': COUNT("--micro-batch", 1, 1000000, o->micro); break;
         case 'o': case 'q':
             if (!one_of(optarg, "none", "cpu", "nvme"))
                 return usage_error(ch == 'o' ? "--offload-optimizer: none, cpu or nvme, got '%s'"

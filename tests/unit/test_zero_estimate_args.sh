@@ -37,4 +37,24 @@ grep -q "available 12.000 GiB (DS_MEM_LIMIT): fits" "$out" || fail "DS_MEM_LIMIT
 DS_MEM_LIMIT=off accepted --params 1e6
 grep -q "available" "$out" && fail "DS_MEM_LIMIT=off still checks: $(grep available "$out")"
 
+# counts are whole decimal numbers in a stated range: NaN became stage 0,
+# fractions were cut (--stage 2.9 -> 2, --ranks 2.5 -> 2), hex read (0x10
+# -> 16), --largest-layer nan reached the library as -9223372036854775808
+refused "--stage: must be a whole number from 0 to 3, got 'nan'" --params 1e6 --stage nan
+refused "--stage: must be a whole number from 0 to 3, got '2.9'" --params 1e6 --stage 2.9
+refused "--ranks: must be a whole number from 1 to 1000000, got '2.5'" --params 1e6 --ranks 2.5
+refused "--ranks: must be a whole number from 1 to 1000000, got '0x10'" --params 1e6 --ranks 0x10
+refused "--ranks: must be a whole number from 1 to 1000000, got '2e6'" --params 1e6 --ranks 2e6
+refused "--params: must be a whole number from 1 to" --params 1.7
+refused "--params: must be a whole number from 1 to" --params inf
+refused "--params: must be a whole number from 1 to 1000000000000000, got '3e18'" --params 3e18
+refused "--params: must be a whole number from 1 to" --params -5
+refused "--largest-layer: must be a whole number from 0 to" --params 1e6 --largest-layer nan
+refused "--micro-batch: must be a whole number from 1 to 1000000, got '1.5'" --params 1e6 --micro-batch 1.5
+refused "--ranks-per-host: must be a whole number from 1 to" --params 1e6 --ranks-per-host ""
+# 1e9- and 1.5e9-style whole numbers stay
+accepted --params 1.5e9 --largest-layer 2.5e7 --stage 2 --ranks 1e1
+grep -q "^Estimated memory per rank: 1500000000 parameters .*10 ranks" "$out" ||
+  fail "--params 1.5e9 --ranks 1e1: $(head -1 "$out")"
+
 finish
