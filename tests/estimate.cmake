@@ -50,7 +50,8 @@ set_tests_properties(zero_estimate_hf_auto PROPERTIES LABELS unit
 # The estimator's edges in one process (tests/unit/test_estimate_limits.c):
 # DS_MEM_LIMIT's accepted and refused values; a memory cgroup's headroom
 # (v2 and v1, in a fake /proc and /sys/fs/cgroup) below MemAvailable; the
-# start-up check counting the ranks really on this host (8 + 2 placement).
+# start-up check counting the ranks really on this host (8 + 2 placement);
+# parameter counts and config sizes whose bytes would leave 64 bits.
 ds_add_test(NAME test_estimate_limits
             SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_estimate_limits.c LABELS unit TIMEOUT 60)
 

@@ -273,7 +273,7 @@ static ds_status run(const opts *o) {
                u(r.bytes[p][DS_PLACE_NVME]));
     printf("  %-12s %12.3f %12.3f %12.3f\n", "total", u(r.total[DS_PLACE_DEVICE]),
            u(r.total[DS_PLACE_HOST]), u(r.total[DS_PLACE_NVME]));
-    uint64_t need = ds_estimate_ram(&r, be) * (uint64_t)o->per_host;
+    uint64_t need = ds_estimate_ram_ranks(&r, be, o->per_host);
     printf("RAM of this host for its %d rank%s: %.3f GiB%s", o->per_host,
            o->per_host == 1 ? "" : "s", gib(need),
            be == DS_BACKEND_CPU ? " (the cpu backend's device memory is RAM)" : "");
@@ -305,7 +305,7 @@ static ds_status run(const opts *o) {
                    ds_offload_device_name(t.offload_optimizer.device));
             if (t.zero_stage == 3) printf(", offload_param=%s", ds_offload_device_name(t.offload_param.device));
             if (limit)
-                printf("%s", ds_estimate_ram(&a, be) * (uint64_t)o->per_host <= limit
+                printf("%s", ds_estimate_ram_ranks(&a, be, o->per_host) <= limit
                                  ? "" : "   (does not fit this host)");
             printf("\n");
         }

@@ -48,10 +48,18 @@ typedef struct est {
     bool mixed;     /* param_t is not fp32: an fp32 master exists */
     int moments;    /* fp32 optimizer moments (zero/optim.c) */
     int64_t max_span;
+    bool overflow;  /* a byte count left 64 bits (a config's sizes near INT64_MAX) */
 } est;
 
+/* elems x esz bytes more of (p, at), checked: the parameter count is capped
+ * (DS_ESTIMATE_MAX_PARAMS) but a config's sizes (buffer_size, bucket
+ * sizes) are not, and a wrapped count would read as a small one. */
 static void add(est *e, ds_mem_purpose p, ds_mem_place at, int64_t elems, uint64_t esz) {
-    if (elems > 0) e->r->bytes[p][at] += (uint64_t)elems * esz;
+    uint64_t b;
+    if (elems <= 0) return;
+    if (__builtin_mul_overflow((uint64_t)elems, esz, &b) ||
+        __builtin_add_overflow(e->r->bytes[p][at], b, &e->r->bytes[p][at]))
+        e->overflow = true;
 }
 
 /* zero/replica.c: the full replica of stages 0-2; lent: the gradient is the
@@ -76,8 +84,8 @@ static int64_t nvme_swap(est *e, int64_t n) {
     int64_t sg = round_up(min64(e->c->sub_group_size, padded), align);
     int nsets = 1 + (o->pipeline_read ? 1 : 0) + (o->pipeline_write ? 1 : 0);
     add(e, DS_MEM_MASTER, DS_PLACE_NVME, n, 4);
-    add(e, DS_MEM_OPTIM, DS_PLACE_NVME, n * e->moments, 4);
-    add(e, DS_MEM_BUFFERS, DS_PLACE_HOST, sg * nsets * (1 + e->moments), 4);
+    add(e, DS_MEM_OPTIM, DS_PLACE_NVME, n, 4u * (uint64_t)e->moments);
+    add(e, DS_MEM_BUFFERS, DS_PLACE_HOST, sg, 4u * (uint64_t)nsets * (uint64_t)(1 + e->moments));
     return sg;
 }
 
@@ -88,7 +96,7 @@ static void host_optim(est *e, int64_t n) {
         piece = nvme_swap(e, n);
     } else {
         add(e, DS_MEM_MASTER, DS_PLACE_HOST, n, 4);
-        add(e, DS_MEM_OPTIM, DS_PLACE_HOST, n * e->moments, 4);
+        add(e, DS_MEM_OPTIM, DS_PLACE_HOST, n, 4u * (uint64_t)e->moments);
     }
     if (e->be == DS_BACKEND_CPU) { /* gradients read in place, one piece of parameters */
         if (e->P != 4) add(e, DS_MEM_BUFFERS, DS_PLACE_HOST, min64(n, piece), e->P);
@@ -107,7 +115,7 @@ static void shard(est *e, bool param_off) {
     }
     if (e->mixed || param_off) add(e, DS_MEM_MASTER, DS_PLACE_DEVICE, part, 4);
     if (param_off) add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, min64(part, (int64_t)1 << 22), e->P);
-    add(e, DS_MEM_OPTIM, DS_PLACE_DEVICE, part * e->moments, 4);
+    add(e, DS_MEM_OPTIM, DS_PLACE_DEVICE, part, 4u * (uint64_t)e->moments);
 }
 
 /* zero/grad_buckets.c: a bucket holds at most the model, at least a module. */
@@ -141,8 +149,9 @@ static void param_store(est *e, int64_t n) {
     int64_t n_host = o->device == DS_OFFLOAD_NVME ? min64(n, o->max_in_cpu) : n;
     add(e, DS_MEM_PARAMS, DS_PLACE_HOST, n_host, e->P);
     if (n_host == n) return;
-    int64_t file = round_up((n - n_host) * (int64_t)e->P, DS_NVME_ALIGN);
-    int64_t buf = min64(round_up(o->buffer_size * (int64_t)e->P, DS_NVME_ALIGN), file);
+    /* a buffer holds at most the file: the smaller count first, so that a
+     * huge buffer_size is not multiplied (it wrapped) */
+    int64_t buf = round_up(min64(o->buffer_size, n - n_host) * (int64_t)e->P, DS_NVME_ALIGN);
     add(e, DS_MEM_PARAMS, DS_PLACE_NVME, n - n_host, e->P);
     add(e, DS_MEM_BUFFERS, DS_PLACE_HOST, buf, (uint64_t)(o->buffer_count < 8 ? o->buffer_count : 8));
 }
@@ -214,7 +223,8 @@ static void totals(ds_mem_report *out) {
     for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
         for (int at = 0; at < DS_PLACE_COUNT; at++) {
             out->peak[p][at] = out->bytes[p][at];
-            out->total[at] += out->bytes[p][at];
+            if (__builtin_add_overflow(out->total[at], out->bytes[p][at], &out->total[at]))
+                out->total[at] = UINT64_MAX; /* saturated: more than any machine has */
         }
     memcpy(out->total_peak, out->total, sizeof out->total);
 }
@@ -225,6 +235,10 @@ static ds_status estimate(const layout *l, const ds_config *c, ds_backend_kind b
     if (c->zero_stage < 0 || c->zero_stage > 3)
         return DS_ERR(DS_ERR_INVALID_ARG, "memory estimate: ZeRO stage must be 0..3, got %d",
                       c->zero_stage);
+    if (l->padded > DS_ESTIMATE_MAX_PARAMS) /* a model's layout: the count is its own */
+        return DS_ERR(DS_ERR_INVALID_ARG, "memory estimate: %lld parameters (padded) are more "
+                      "than the estimator takes, %lld (2^50)", (long long)l->padded,
+                      (long long)DS_ESTIMATE_MAX_PARAMS);
     ds_dtype pt = c->fp16_enabled ? DS_F16 : c->bf16_enabled ? DS_BF16 : DS_F32;
     ds_dtype gt = c->comm_dtype_set ? c->communication_data_type : pt;
     est e = {.c = c, .be = be, .l = l, .r = out, .P = ds_dtype_size(pt), .G = ds_dtype_size(gt),
@@ -235,7 +249,7 @@ static ds_status estimate(const layout *l, const ds_config *c, ds_backend_kind b
     case 0: /* zero/stage0.c: everything everywhere, on the device */
         replica(&e, true, false);
         if (e.mixed) add(&e, DS_MEM_MASTER, DS_PLACE_DEVICE, l->padded, 4);
-        add(&e, DS_MEM_OPTIM, DS_PLACE_DEVICE, l->padded * e.moments, 4);
+        add(&e, DS_MEM_OPTIM, DS_PLACE_DEVICE, l->padded, 4u * (uint64_t)e.moments);
         break;
     case 1: /* zero/stage1.c */
         replica(&e, true, false);
@@ -255,6 +269,10 @@ static ds_status estimate(const layout *l, const ds_config *c, ds_backend_kind b
     }
     /* zero/ties.c: the gradient accumulators of tied parameters */
     for (int j = 0; j < l->n_tied; j++) add(&e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, l->tied[j], 4);
+    if (e.overflow)
+        return DS_ERR(DS_ERR_INVALID_ARG, "memory estimate: a byte count of this config is more "
+                      "than 64 bits hold (a size key near 2^63: buffer_size, "
+                      "reduce_bucket_size, sub_group_size?)");
     totals(out);
     return DS_OK;
 }
@@ -358,10 +376,12 @@ ds_status ds_estimate_model(const ds_model *model, int world, const ds_config *c
 ds_status ds_estimate_params(int64_t params, int64_t largest_layer, int world,
                              const ds_config *cfg, ds_backend_kind be, ds_mem_report *out) {
     memset(out, 0, sizeof *out);
-    if (params < 1 || world < 1 || largest_layer < 0 || largest_layer > params)
+    if (params < 1 || params > DS_ESTIMATE_MAX_PARAMS || world < 1 || largest_layer < 0 ||
+        largest_layer > params)
         return DS_ERR(DS_ERR_INVALID_ARG,
-                      "memory estimate: need params >= 1, ranks >= 1 and 0 <= largest layer <= "
-                      "params, got %lld, %d, %lld", (long long)params, world,
+                      "memory estimate: need 1 <= params <= %lld (2^50), ranks >= 1 and 0 <= "
+                      "largest layer <= params, got %lld, %d, %lld",
+                      (long long)DS_ESTIMATE_MAX_PARAMS, (long long)params, world,
                       (long long)largest_layer);
     /* one flat range (zero/flat.c pads it to whole blocks of every rank) */
     int64_t used = round_up(params, DS_FLAT_ALIGN);
@@ -382,7 +402,18 @@ ds_status ds_estimate_params(int64_t params, int64_t largest_layer, int world,
 }
 
 uint64_t ds_estimate_ram(const ds_mem_report *r, ds_backend_kind be) {
-    return r->total[DS_PLACE_HOST] + (be == DS_BACKEND_CPU ? r->total[DS_PLACE_DEVICE] : 0);
+    uint64_t sum;
+    if (__builtin_add_overflow(r->total[DS_PLACE_HOST],
+                               be == DS_BACKEND_CPU ? r->total[DS_PLACE_DEVICE] : 0, &sum))
+        return UINT64_MAX;
+    return sum;
+}
+
+uint64_t ds_estimate_ram_ranks(const ds_mem_report *r, ds_backend_kind be, int ranks) {
+    uint64_t b;
+    if (__builtin_mul_overflow(ds_estimate_ram(r, be), (uint64_t)(ranks > 0 ? ranks : 0), &b))
+        return UINT64_MAX;
+    return b;
 }
 
 uint64_t ds_estimate_state(const ds_mem_report *r, ds_mem_place place) {
@@ -411,7 +442,7 @@ static bool fix_need(const ds_model *model, int64_t params, int64_t largest_laye
         ds_clear_error();
         return false;
     }
-    *need = ds_estimate_ram(r, be) * (uint64_t)ranks_per_host;
+    *need = ds_estimate_ram_ranks(r, be, ranks_per_host);
     return true;
 }
 

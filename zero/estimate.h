@@ -50,22 +50,33 @@
 extern "C" {
 #endif
 
+/* The most parameters (padded) an estimate takes, 2^50 (about 1.1e15): the
+ * byte counts of every purpose, per rank, stay far inside 64 bits. */
+#define DS_ESTIMATE_MAX_PARAMS ((int64_t)1 << 50)
+
 /* Per-rank bytes of `model` trained by `world` ranks under the resolved
  * `cfg` (stage, precision, optimizer, offload sections, sub_group_size,
  * buckets, stage-3 limits) on a backend of kind `be`. The model is only
  * read (its parameter table). Errors: DS_ERR_INVALID_ARG (world < 1, a
- * model without modules, a stage outside 0..3). */
+ * model without modules, a stage outside 0..3, more than
+ * DS_ESTIMATE_MAX_PARAMS parameters, a config whose sizes make a byte count
+ * leave 64 bits). */
 ds_status ds_estimate_model(const ds_model *model, int world, const ds_config *cfg,
                             ds_backend_kind be, ds_mem_report *out);
 
-/* The same from a parameter count alone: `params` (Psi) parameters whose
- * largest layer (module) has `largest_layer` of them (0: unknown). */
+/* The same from a parameter count alone: `params` (Psi, 1 to
+ * DS_ESTIMATE_MAX_PARAMS) parameters whose largest layer (module) has
+ * `largest_layer` of them (0: unknown). */
 ds_status ds_estimate_params(int64_t params, int64_t largest_layer, int world,
                              const ds_config *cfg, ds_backend_kind be, ds_mem_report *out);
 
 /* Bytes of this machine's RAM a rank of the estimate needs: device plus
  * host on the cpu backend (its device memory is RAM), host on cuda. */
 uint64_t ds_estimate_ram(const ds_mem_report *r, ds_backend_kind be);
+
+/* ds_estimate_ram times `ranks` (the ranks of one host), UINT64_MAX where
+ * the product leaves 64 bits. */
+uint64_t ds_estimate_ram_ranks(const ds_mem_report *r, ds_backend_kind be, int ranks);
 
 /* Model-state bytes (params, grads, master, optim) at `place`. */
 uint64_t ds_estimate_state(const ds_mem_report *r, ds_mem_place place);

@@ -11,7 +11,12 @@
  *   - the start-up check (ds_engine_check_fit) multiplies by the ranks
  *     really on this host: 8 + 2 ranks on two hosts are 8 on the first
  *     and 2 on the second (it took 5 for both, ceil(world / hosts)),
- *     with a communicator that says so put in place of the engine's.
+ *     with a communicator that says so put in place of the engine's;
+ *   - absurd sizes through the public API: a parameter count past the
+ *     estimator's range is refused (3e18 gave optimizer bytes below the
+ *     parameters' after a wrapped multiplication), the largest it takes
+ *     keeps every byte count in proportion, and a config's huge
+ *     offload_param.buffer_size does not wrap.
  *
  *   test_estimate_limits */
 #include <math.h>
@@ -211,9 +216,66 @@ static void check_uneven_hosts(void) {
     ds_finalize(e); /* the model with it: the engine owns it */
 }
 
+/* A stage-2 fp32 Adam config on the cpu backend, or stage 3 with the
+ * parameters on NVMe through buffers of `buffer_size` elements. */
+static void small_config(ds_config *c, bool nvme_params, int64_t buffer_size) {
+    REQUIRE_OK(ds_config_parse_string(
+        nvme_params ? "{\"train_batch_size\": 1, \"zero_optimization\": {\"stage\": 3, "
+                      "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/tmp\", "
+                      "\"max_in_cpu\": 0}}}"
+                    : "{\"train_batch_size\": 1, \"zero_optimization\": {\"stage\": 2}}",
+        c, NULL, NULL));
+    ds_config_hints h;
+    ds_config_hints_init(&h);
+    REQUIRE_OK(ds_config_resolve(c, &h));
+    if (nvme_params) c->offload_param.buffer_size = buffer_size;
+}
+
+static void check_overflow(void) {
+    ds_config c;
+    small_config(&c, false, 0);
+    ds_mem_report r;
+    const int64_t huge = 3000000000000000000LL;
+    ds_status st = ds_estimate_params(huge, 0, 1, &c, DS_BACKEND_CPU, &r);
+    CHECK(st == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "3000000000000000000"),
+          "3e18 parameters: %s, params %llu bytes, optim %llu (%s)", ds_status_to_string(st),
+          (unsigned long long)r.bytes[DS_MEM_PARAMS][DS_PLACE_DEVICE],
+          (unsigned long long)r.bytes[DS_MEM_OPTIM][DS_PLACE_DEVICE], ds_last_error());
+    ds_clear_error();
+    /* the most it takes: fp32 Adam holds two fp32 moments per parameter,
+     * exactly twice the parameters' bytes at one rank (no padding: 2^50 is
+     * a multiple of every alignment) */
+    st = ds_estimate_params(DS_ESTIMATE_MAX_PARAMS, 0, 1, &c, DS_BACKEND_CPU, &r);
+    CHECK(st == DS_OK && r.bytes[DS_MEM_PARAMS][DS_PLACE_DEVICE] ==
+                             4 * (uint64_t)DS_ESTIMATE_MAX_PARAMS &&
+              r.bytes[DS_MEM_OPTIM][DS_PLACE_DEVICE] == 2 * r.bytes[DS_MEM_PARAMS][DS_PLACE_DEVICE],
+          "2^50 parameters: %s, params %llu bytes, optim %llu (%s)", ds_status_to_string(st),
+          (unsigned long long)r.bytes[DS_MEM_PARAMS][DS_PLACE_DEVICE],
+          (unsigned long long)r.bytes[DS_MEM_OPTIM][DS_PLACE_DEVICE], ds_last_error());
+    ds_clear_error();
+    /* the RAM of 1e5 ranks of it on one host is more than 64 bits hold:
+     * the most a uint64 holds, not a wrapped small number */
+    uint64_t host = ds_estimate_ram_ranks(&r, DS_BACKEND_CPU, 100000);
+    CHECK(host == UINT64_MAX, "1e5 ranks of 2^50 parameters on a host: %llu bytes",
+          (unsigned long long)host);
+    /* offload_param.buffer_size near INT64_MAX: its bytes (times the
+     * parameter size) wrapped; the buffers hold at most the file, each
+     * rounded up to the NVMe alignment (4096 bytes), at most 8 of them */
+    small_config(&c, true, INT64_MAX / 2);
+    st = ds_estimate_params(1000000, 0, 1, &c, DS_BACKEND_CPU, &r);
+    CHECK(st == DS_OK && r.bytes[DS_MEM_BUFFERS][DS_PLACE_HOST] > 0 &&
+              r.bytes[DS_MEM_BUFFERS][DS_PLACE_HOST] <= 8 * r.bytes[DS_MEM_PARAMS][DS_PLACE_NVME] +
+                                                        8 * 4096,
+          "buffer_size 2^62: %s, host buffers %llu bytes for a %llu-byte file (%s)",
+          ds_status_to_string(st), (unsigned long long)r.bytes[DS_MEM_BUFFERS][DS_PLACE_HOST],
+          (unsigned long long)r.bytes[DS_MEM_PARAMS][DS_PLACE_NVME], ds_last_error());
+    ds_clear_error();
+}
+
 int main(void) {
     check_mem_limit();
     check_cgroups();
     check_uneven_hosts();
+    check_overflow();
     return test_finish("test_estimate_limits");
 }
