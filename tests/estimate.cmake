@@ -55,8 +55,10 @@ set_tests_properties(zero_estimate_hf_auto PROPERTIES LABELS unit
 ds_add_test(NAME test_estimate_limits
             SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_estimate_limits.c LABELS unit TIMEOUT 60)
 
-# zero_estimate's refusals of bad arguments and environment, and what it
-# reads (tests/unit/test_zero_estimate_args.sh).
+# zero_estimate's refusals of bad arguments and environment (DS_MEM_LIMIT,
+# counts that are not whole numbers in range, stage 3 without
+# --largest-layer, more ranks per host than ranks), and what it reads
+# (tests/unit/test_zero_estimate_args.sh).
 add_test(NAME test_zero_estimate_args
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_zero_estimate_args.sh ${CMAKE_BINARY_DIR}/bin)
 set_tests_properties(test_zero_estimate_args PROPERTIES LABELS unit TIMEOUT 60)

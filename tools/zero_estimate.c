@@ -32,9 +32,13 @@ static const char k_usage[] =
     "Per-rank bytes of the model states, buffers and (with --model-config) activations\n"
     "of a configuration, by purpose and place (device, host RAM, NVMe files).\n"
     "  --params N           parameters (Psi), up to 1e15; --largest-layer L: those of\n"
-    "                       the largest layer (sizes buffers; 0 or absent: not counted)\n"
+    "                       the largest layer (sizes buffers; needed at stage 3, as\n"
+    "                       DeepSpeed's zero3 estimator's largest_layer_params; 0 or\n"
+    "                       absent below stage 3: not counted)\n"
     "  --model-config FILE  a Hugging Face GPT-2 or BERT config.json: the exact layout\n"
-    "  --ranks R            ranks in all (default 1); --ranks-per-host K (default R)\n"
+    "  --ranks R            ranks in all (default 1); --ranks-per-host K (default R, at\n"
+    "                       most R; the RAM is judged for a host of K ranks, where R\n"
+    "                       is not a multiple of K the last host has fewer)\n"
     "  --config FILE        a ds_config.json; the flags override its keys\n"
     "  --micro-batch B      train_micro_batch_size_per_gpu for the activations (default 1)\n"
     "Counts are whole numbers, written 2000000000, 2e9 or 1.5e9.\n"
@@ -44,6 +48,7 @@ typedef struct opts {
     long long params, largest;
     const char *model_config, *config, *precision, *opt, *param, *backend;
     int ranks, per_host, stage, micro;
+    bool largest_set; /* --largest-layer given (0 included) */
 } opts;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -120,7 +125,9 @@ static int parse(int argc, char **argv, opts *o) {
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
         case 'p': COUNT("--params", 1, MAX_PARAMS, o->params); break;
-        case 'l': COUNT("--largest-layer", 0, MAX_PARAMS, o->largest); break;
+        case 'l': COUNT("--largest-layer", 0, MAX_PARAMS, o->largest);
+                  o->largest_set = true;
+                  break;
         case 'm': o->model_config = optarg; break;
         case 'c': o->config = optarg; break;
         case 'r': COUNT("--ranks", 1, 1000000, o->ranks); break;
@@ -155,6 +162,11 @@ static int parse(int argc, char **argv, opts *o) {
     if (o->largest > o->params && o->params > 0)
         return usage_error("%s--largest-layer is larger than --params", "");
     if (!o->per_host) o->per_host = o->ranks;
+    if (o->per_host > o->ranks) {
+        fprintf(stderr, "zero_estimate: --ranks-per-host %d is more than --ranks %d: a host "
+                "holds at most all the ranks (zero_estimate --help)\n", o->per_host, o->ranks);
+        return 2;
+    }
     return 0;
 }
 
@@ -244,6 +256,17 @@ static ds_status run(const opts *o) {
         ds_model_destroy(m);
         return cs;
     }
+    /* stage 3 gathers whole layers into slots sized by the largest: from a
+     * count alone they are unknown, and leaving them out silently made a
+     * 124M-parameter model's buffers a third of what it allocates.
+     * DeepSpeed's estimate_zero3_model_states_mem_needs_all_live takes
+     * largest_layer_params as an argument too; 0, given, is a choice. */
+    if (!m && c.zero_stage == 3 && !o->largest_set)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "--stage 3 needs --largest-layer L, the parameters of the largest layer "
+                      "(stage 3's gather slots are sized by it, as DeepSpeed's "
+                      "estimate_zero3_model_states_mem_needs_all_live's largest_layer_params); "
+                      "--largest-layer 0 estimates without those buffers");
     ds_backend_kind be = o->backend && !strcmp(o->backend, "cuda") ? DS_BACKEND_CUDA
                                                                    : DS_BACKEND_CPU;
     ds_mem_report r;
@@ -254,11 +277,17 @@ static ds_status run(const opts *o) {
     }
     int64_t psi = m ? ds_model_num_params(m) : o->params;
     const char *prec = c.fp16_enabled ? "fp16" : c.bf16_enabled ? "bf16" : "fp32";
-    printf("Estimated memory per rank: %lld parameters (%.1fM)%s, %d rank%s (%d per host), "
+    /* ranks not a multiple of the hosts' share: the last host holds the
+     * rest, and the fit below is judged for a full one (the most) */
+    char hosts[96] = "";
+    if (o->ranks % o->per_host)
+        snprintf(hosts, sizeof hosts, "; the last of %d hosts has %d",
+                 (o->ranks + o->per_host - 1) / o->per_host, o->ranks % o->per_host);
+    printf("Estimated memory per rank: %lld parameters (%.1fM)%s, %d rank%s (%d per host%s), "
            "ZeRO stage %d, %s, %s backend,\noffload_optimizer %s, offload_param %s\n",
            (long long)psi, psi / 1e6, m ? "" : o->largest ? ", layout from --params" :
            ", layout from --params, no largest layer (buffers sized by it left out)",
-           o->ranks, o->ranks == 1 ? "" : "s", o->per_host, c.zero_stage, prec,
+           o->ranks, o->ranks == 1 ? "" : "s", o->per_host, hosts, c.zero_stage, prec,
            be == DS_BACKEND_CPU ? "cpu" : "cuda", ds_offload_device_name(c.offload_optimizer.device),
            ds_offload_device_name(c.zero_stage == 3 ? c.offload_param.device : DS_OFFLOAD_NONE));
     if (r.total[DS_PLACE_DEVICE] < (1u << 30) && r.total[DS_PLACE_HOST] < (1u << 30) &&

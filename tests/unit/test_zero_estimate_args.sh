@@ -57,4 +57,24 @@ accepted --params 1.5e9 --largest-layer 2.5e7 --stage 2 --ranks 1e1
 grep -q "^Estimated memory per rank: 1500000000 parameters .*10 ranks" "$out" ||
   fail "--params 1.5e9 --ranks 1e1: $(head -1 "$out")"
 
+# stage 3 from a count needs the largest layer, as DeepSpeed's
+# estimate_zero3_model_states_mem_needs_all_live(total_params,
+# largest_layer_params, ...) does: without it the gather slots were left
+# out silently (124.4M bf16 on cuda, 8 ranks: 474.7 MiB of buffers, 1.470
+# GiB with --largest-layer 38597376); 0 given leaves them out knowingly
+refused "--stage 3 needs --largest-layer" --params 124.4e6 --ranks 8 --stage 3 --precision bf16 --backend cuda
+accepted --params 124.4e6 --ranks 8 --stage 3 --precision bf16 --backend cuda --largest-layer 38597376
+grep -Eq "^  buffers +1\.470 " "$out" || fail "stage 3 with --largest-layer: $(grep buffers "$out")"
+accepted --params 124.4e6 --ranks 8 --stage 3 --largest-layer 0
+grep -q "no largest layer (buffers sized by it left out)" "$out" ||
+  fail "--largest-layer 0 at stage 3 does not say what is left out: $(head -1 "$out")"
+accepted --params 124.4e6 --ranks 8 --stage 2
+# more ranks on a host than in all was accepted and multiplied the RAM
+refused "--ranks-per-host 8 is more than --ranks 2" --params 1e6 --ranks 2 --ranks-per-host 8
+# uneven: the estimate is for the fullest host, and says what the last has
+accepted --params 1e6 --ranks 10 --ranks-per-host 8
+grep -q "10 ranks (8 per host; the last of 2 hosts has 2)" "$out" ||
+  fail "--ranks 10 --ranks-per-host 8: $(head -1 "$out")"
+grep -q "RAM of this host for its 8 ranks" "$out" || fail "--ranks 10 --ranks-per-host 8: $(grep RAM "$out")"
+
 finish
