@@ -51,7 +51,8 @@ set_tests_properties(zero_estimate_hf_auto PROPERTIES LABELS unit
 # DS_MEM_LIMIT's accepted and refused values; a memory cgroup's headroom
 # (v2 and v1, in a fake /proc and /sys/fs/cgroup) below MemAvailable; the
 # start-up check counting the ranks really on this host (8 + 2 placement);
-# parameter counts and config sizes whose bytes would leave 64 bits.
+# parameter counts and config sizes whose bytes would leave 64 bits; the
+# suggested fix lowering max_in_cpu with max-live 0 and NVMe offload.
 ds_add_test(NAME test_estimate_limits
             SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_estimate_limits.c LABELS unit TIMEOUT 60)
 

@@ -446,6 +446,36 @@ static bool fix_need(const ds_model *model, int64_t params, int64_t largest_laye
     return true;
 }
 
+/* The knobs ds_estimate_fix turns besides the offload places, each where it
+ * changes something: smaller NVMe sub-groups (DeepSpeed's default 1e9 keeps
+ * up to 12 GB of swap buffers in RAM for Adam, often more than the offload
+ * saves), fewer parameters kept in RAM by offload_param nvme (its default
+ * max_in_cpu 1e9 keeps the whole partition of most models there), and the
+ * two gather slots of stage3_max_live_parameters 0 (nothing moves off the
+ * device; the backward gathers again what they do not hold). */
+enum { FIX_SG = 1, FIX_MIC = 2, FIX_LIVE = 4, FIX_ALL = 7 };
+#define FIX_SMALL_SG 100000000LL
+#define FIX_SMALL_MIC 10000000LL
+
+/* Which knobs of `mask` change c (the candidate, offload places set). */
+static int fix_knobs(const ds_config *c, int mask) {
+    int ok = 0;
+    if (c->offload_optimizer.device == DS_OFFLOAD_NVME && c->sub_group_size > FIX_SMALL_SG)
+        ok |= FIX_SG;
+    if (c->zero_stage == 3 && c->offload_param.device == DS_OFFLOAD_NVME &&
+        c->offload_param.max_in_cpu > FIX_SMALL_MIC)
+        ok |= FIX_MIC;
+    if (c->zero_stage == 3 && c->stage3_max_live_parameters > 0) ok |= FIX_LIVE;
+    return (mask & ok) == mask ? mask : -1;
+}
+
+/* Appends ", key" or " and key" (the last) to the sentence in buf. */
+static void fix_join(char *buf, size_t cap, const char *key, bool first, bool last) {
+    size_t n = strlen(buf);
+    if (n < cap)
+        snprintf(buf + n, cap - n, "%s%s", first ? "" : last ? " and " : ", ", key);
+}
+
 bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_layer, int world,
                      int ranks_per_host, const ds_config *cfg, ds_backend_kind be,
                      uint64_t ram_limit, char *buf, size_t cap) {
@@ -454,6 +484,7 @@ bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_laye
         ds_offload_device opt, param;
         const char *keys;
     } tries[] = {
+        {-1, DS_OFFLOAD_NONE, DS_OFFLOAD_NONE, NULL}, /* the config's own places */
         {0, DS_OFFLOAD_CPU, DS_OFFLOAD_NONE, "zero_optimization.offload_optimizer.device \"cpu\""},
         {0, DS_OFFLOAD_NVME, DS_OFFLOAD_NONE,
          "zero_optimization.offload_optimizer.device \"nvme\" (with its nvme_path)"},
@@ -467,74 +498,85 @@ bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_laye
          "zero_optimization.stage 3 with offload_param.device and offload_optimizer.device "
          "\"nvme\" (with their nvme_path)"},
     };
+    /* the knobs from the fewest changes: each alone, then in pairs, then all */
+    static const int masks[] = {0, FIX_SG, FIX_MIC, FIX_LIVE, FIX_SG | FIX_MIC,
+                                FIX_SG | FIX_LIVE, FIX_MIC | FIX_LIVE, FIX_ALL};
     if (cap) buf[0] = '\0';
     ds_config *c = malloc(sizeof *c);
     if (!c) return false;
-    uint64_t need = 0;
-    bool found = false;
-    /* Stage 3 keeps as many gather slots as stage3_max_live_parameters
-     * holds (zero_util.h, up to 8): the fewest, two, before any offload
-     * (nothing moves off the device; the backward gathers more) */
-    if (cfg->zero_stage == 3 && cfg->stage3_max_live_parameters > 0) {
-        *c = *cfg;
-        c->stage3_max_live_parameters = 0;
-        ds_mem_report r;
-        if (fix_need(model, params, largest_layer, world, ranks_per_host, c, be, &r, &need) &&
-            need <= ram_limit) {
-            found = true;
-            char n1[24];
-            snprintf(buf, cap, "zero_optimization.stage3_max_live_parameters 0 (two gather "
-                     "slots, the fewest; the backward gathers again what they do not hold) "
-                     "would fit: %s of RAM for the rank%s on this host",
-                     ds_estimate_size(need, n1), ranks_per_host == 1 ? "" : "s");
+    uint64_t least = UINT64_MAX; /* the least any candidate needs, for the refusal */
+    size_t n_tries = sizeof tries / sizeof *tries, n_masks = sizeof masks / sizeof *masks;
+    for (size_t k = 0; k < n_tries; k++)
+        for (size_t i = 0; i < n_masks; i++) {
+            *c = *cfg;
+            if (tries[k].stage >= 0) { /* an offload try */
+                if (tries[k].stage) c->zero_stage = tries[k].stage;
+                if (c->zero_stage == 0) c->zero_stage = 1; /* offload needs a partitioned optimizer */
+                if (c->offload_optimizer.device > tries[k].opt ||
+                    (c->zero_stage == 3 && c->offload_param.device > tries[k].param))
+                    goto next; /* not more offload than the config already has */
+                if (c->zero_stage == cfg->zero_stage &&
+                    c->offload_optimizer.device == tries[k].opt &&
+                    (c->zero_stage < 3 || c->offload_param.device == tries[k].param))
+                    goto next; /* the config's own places: the first try's */
+                c->offload_optimizer.device = tries[k].opt;
+                c->offload_param.device = tries[k].param;
+                if (c->offload_optimizer.ratio < 1.0) c->offload_optimizer.ratio = 1.0;
+            } else if (masks[i] == 0) {
+                goto next; /* the config itself, which does not fit */
+            }
+            int knobs = fix_knobs(c, masks[i]);
+            if (knobs < 0) goto next;
+            if (knobs & FIX_SG) c->sub_group_size = FIX_SMALL_SG;
+            if (knobs & FIX_MIC) c->offload_param.max_in_cpu = FIX_SMALL_MIC;
+            if (knobs & FIX_LIVE) c->stage3_max_live_parameters = 0;
+            ds_mem_report r;
+            uint64_t need;
+            if (!fix_need(model, params, largest_layer, world, ranks_per_host, c, be, &r, &need))
+                goto next;
+            if (need < least) least = need;
+            if (need > ram_limit) goto next;
+            /* one sentence naming every key that changes */
+            const char *parts[5];
+            int np = 0;
+            char stage[96];
+            if (tries[k].keys && c->zero_stage != cfg->zero_stage && !tries[k].stage) {
+                snprintf(stage, sizeof stage, "zero_optimization.stage 1 with %s", tries[k].keys);
+                parts[np++] = stage;
+            } else if (tries[k].keys) {
+                parts[np++] = tries[k].keys;
+            }
+            if (knobs & FIX_SG) parts[np++] = "zero_optimization.sub_group_size 1e8";
+            if (knobs & FIX_MIC) parts[np++] = "zero_optimization.offload_param.max_in_cpu 1e7";
+            if (knobs & FIX_LIVE) { /* alone, it says what it costs */
+                const char *live = np == 0 ? "zero_optimization.stage3_max_live_parameters 0 "
+                                             "(two gather slots, the fewest; the backward "
+                                             "gathers again what they do not hold)"
+                                           : "zero_optimization.stage3_max_live_parameters 0";
+                parts[np++] = live;
+            }
+            for (int j = 0; j < np; j++) fix_join(buf, cap, parts[j], j == 0, j == np - 1);
+            char n1[24], n2[24];
+            size_t len = strlen(buf);
+            uint64_t disk = r.total[DS_PLACE_NVME];
+            if (len < cap)
+                snprintf(buf + len, cap - len, " would fit: %s of RAM for the rank%s on this host%s%s%s",
+                         ds_estimate_size(need, n1), ranks_per_host == 1 ? "" : "s",
+                         disk ? ", " : "", disk ? ds_estimate_size(disk, n2) : "",
+                         disk ? " per rank on disk" : "");
+            free(c);
+            return true;
+        next:;
         }
-    }
-    /* Each NVMe try also with sub-groups of 1e8 elements when the config's
-     * are larger: DeepSpeed's default 1e9 keeps up to 12 GB of swap
-     * buffers in RAM for Adam, often more than the offload saves. */
-    const int64_t small_sg = 100000000;
-    size_t n_tries = sizeof tries / sizeof *tries;
-    for (size_t i = 0; i < 2 * n_tries && !found; i++) {
-        size_t k = i / 2;
-        bool shrink = i % 2 == 1;
-        if (shrink && (tries[k].opt != DS_OFFLOAD_NVME || cfg->sub_group_size <= small_sg))
-            continue;
-        *c = *cfg;
-        if (shrink) c->sub_group_size = small_sg;
-        if (tries[k].stage) c->zero_stage = tries[k].stage;
-        if (c->zero_stage == 0) c->zero_stage = 1; /* offload needs a partitioned optimizer */
-        if (c->offload_optimizer.device > tries[k].opt ||
-            (c->zero_stage == 3 && c->offload_param.device > tries[k].param))
-            continue; /* not more offload than the config already has */
-        c->offload_optimizer.device = tries[k].opt;
-        c->offload_param.device = tries[k].param;
-        if (c->offload_optimizer.ratio < 1.0) c->offload_optimizer.ratio = 1.0;
-        ds_mem_report r;
-        if (!fix_need(model, params, largest_layer, world, ranks_per_host, c, be, &r, &need) ||
-            need > ram_limit)
-            continue;
-        found = true;
-        uint64_t disk = r.total[DS_PLACE_NVME];
-        char stage[48] = "";
-        if (c->zero_stage != cfg->zero_stage && !tries[k].stage)
-            snprintf(stage, sizeof stage, "zero_optimization.stage 1 with ");
-        const char *sg = shrink ? " and zero_optimization.sub_group_size 1e8" : "";
-        char n1[24], n2[24];
-        if (disk)
-            snprintf(buf, cap, "%s%s%s would fit: %s of RAM for the rank%s on this host, %s per "
-                     "rank on disk", stage, tries[k].keys, sg, ds_estimate_size(need, n1),
-                     ranks_per_host == 1 ? "" : "s", ds_estimate_size(disk, n2));
-        else
-            snprintf(buf, cap, "%s%s%s would fit: %s of RAM for the rank%s on this host", stage,
-                     tries[k].keys, sg, ds_estimate_size(need, n1),
-                     ranks_per_host == 1 ? "" : "s");
-    }
     char n3[24];
-    if (!found)
-        snprintf(buf, cap, "no offload setting makes it fit (the most, parameters and "
-                 "optimizer on NVMe, still needs %s of RAM on this host): use more hosts or a "
+    if (least == UINT64_MAX)
+        snprintf(buf, cap, "no offload setting makes it fit (none could be estimated): use more "
+                 "hosts or a smaller model");
+    else
+        snprintf(buf, cap, "no offload setting makes it fit (the least of them, with the "
+                 "fewest buffers, still needs %s of RAM on this host): use more hosts or a "
                  "smaller model",
-                 ds_estimate_size(need, n3));
+                 ds_estimate_size(least, n3));
     free(c);
-    return found;
+    return false;
 }

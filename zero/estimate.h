@@ -82,12 +82,16 @@ uint64_t ds_estimate_ram_ranks(const ds_mem_report *r, ds_backend_kind be, int r
 uint64_t ds_estimate_state(const ds_mem_report *r, ds_mem_place place);
 
 /* The least offload that makes `ranks_per_host` ranks fit in `ram_limit`
- * bytes of RAM, tried in this order: offload_optimizer cpu (stages 1-3),
- * offload_optimizer nvme, stage 3 with offload_param cpu and the optimizer
- * on cpu, then nvme, then both on nvme. The model is `model` when given,
- * else `params` / `largest_layer` as ds_estimate_params. Writes one
- * sentence naming the config keys and the estimate into buf (always
- * terminated) and returns true; false (and what the last try needed) when
+ * bytes of RAM, tried in this order: the config's own places, offload_optimizer
+ * cpu (stages 1-3), offload_optimizer nvme, stage 3 with offload_param cpu
+ * and the optimizer on cpu, then nvme, then both on nvme; with each, from
+ * the fewest changes, sub_group_size 1e8 (optimizer on nvme),
+ * offload_param.max_in_cpu 1e7 (parameters on nvme) and
+ * stage3_max_live_parameters 0 (stage 3), alone, in pairs, all three, where
+ * they lower what the config has. The model is `model` when given, else
+ * `params` / `largest_layer` as ds_estimate_params. Writes one sentence
+ * naming every config key that changes and the estimate into buf (always
+ * terminated) and returns true; false (and the least any try needed) when
  * none fits. */
 bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_layer, int world,
                      int ranks_per_host, const ds_config *cfg, ds_backend_kind be,

@@ -16,7 +16,11 @@
  *     estimator's range is refused (3e18 gave optimizer bytes below the
  *     parameters' after a wrapped multiplication), the largest it takes
  *     keeps every byte count in proportion, and a config's huge
- *     offload_param.buffer_size does not wrap.
+ *     offload_param.buffer_size does not wrap;
+ *   - the fix ds_estimate_fix names fits: 1e9 parameters at stage 3 with
+ *     both offloads on nvme under 12 GiB need a lower max_in_cpu, smaller
+ *     sub-groups and two gather slots together (it said none fits), and
+ *     that config, estimated, is under the limit.
  *
  *   test_estimate_limits */
 #include <math.h>
@@ -272,10 +276,38 @@ static void check_overflow(void) {
     ds_clear_error();
 }
 
+static void check_fix(void) {
+    const uint64_t G = (uint64_t)1 << 30;
+    ds_config c;
+    REQUIRE_OK(ds_config_parse_string(
+        "{\"train_batch_size\": 1, \"zero_optimization\": {\"stage\": 3, "
+        "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/tmp\"}, "
+        "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/tmp\"}}}",
+        &c, NULL, NULL));
+    ds_config_hints h;
+    ds_config_hints_init(&h);
+    REQUIRE_OK(ds_config_resolve(&c, &h));
+    char fix[512];
+    bool ok = ds_estimate_fix(NULL, 1000000000, 50000000, 1, 1, &c, DS_BACKEND_CPU, 12 * G, fix,
+                              sizeof fix);
+    CHECK(ok && strstr(fix, "max_in_cpu 1e7") && strstr(fix, "stage3_max_live_parameters 0"),
+          "1e9 parameters on nvme under 12 GiB: %s", fix);
+    /* what it names, estimated: under the limit */
+    c.sub_group_size = strstr(fix, "sub_group_size 1e8") ? 100000000 : c.sub_group_size;
+    c.offload_param.max_in_cpu = 10000000;
+    c.stage3_max_live_parameters = 0;
+    ds_mem_report r;
+    CHECK(TEST_OK(ds_estimate_params(1000000000, 50000000, 1, &c, DS_BACKEND_CPU, &r)) &&
+              ds_estimate_ram(&r, DS_BACKEND_CPU) <= 12 * G,
+          "the fix's config needs %llu bytes, over 12 GiB",
+          (unsigned long long)ds_estimate_ram(&r, DS_BACKEND_CPU));
+}
+
 int main(void) {
     check_mem_limit();
     check_cgroups();
     check_uneven_hosts();
     check_overflow();
+    check_fix();
     return test_finish("test_estimate_limits");
 }

@@ -77,4 +77,15 @@ grep -q "10 ranks (8 per host; the last of 2 hosts has 2)" "$out" ||
   fail "--ranks 10 --ranks-per-host 8: $(head -1 "$out")"
 grep -q "RAM of this host for its 8 ranks" "$out" || fail "--ranks 10 --ranks-per-host 8: $(grep RAM "$out")"
 
+# the suggested fix also lowers offload_param.max_in_cpu (default 1e9: the
+# whole partition stayed in RAM under nvme) and combines
+# stage3_max_live_parameters 0 with offload; it said no setting fits
+# (13.97 GiB) where sub_group_size 1e8, max_in_cpu 1e7 and max-live 0 need 11.03
+DS_MEM_LIMIT=12G accepted --params 1e9 --largest-layer 5e7 --stage 3 --offload-optimizer nvme \
+  --offload-param nvme
+fix=$(grep "^fix:" "$out")
+echo "$fix" | grep -q "max_in_cpu 1e7" && echo "$fix" | grep -q "stage3_max_live_parameters 0" &&
+  echo "$fix" | grep -q "would fit: 11.03 GiB of RAM" ||
+  fail "12G, 1e9 parameters on nvme: '$fix'"
+
 finish
