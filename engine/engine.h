@@ -247,7 +247,8 @@ uint64_t ds_expected_model_state_bytes(const engine_t *e);
  * ds_estimate_params; the zero_estimate program). ds_initialize runs it
  * and fails DS_ERR_OOM, naming the offload that would fit, when the
  * host's ranks would need more than MemAvailable (DS_MEM_LIMIT overrides;
- * "off" skips the check). */
+ * "off" skips the check; a DS_MEM_LIMIT that is not a size from 1M to 2^63
+ * bytes fails DS_ERR_INVALID_ARG). */
 
 /* Copy the full fp32 parameter of `name` (Hugging Face name) into host
  * `out` (numel floats); gathers under stage 3. Collective. */

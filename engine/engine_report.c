@@ -62,10 +62,9 @@ ds_status ds_engine_check_fit(engine_t *e) {
     ds_backend_kind be = e->be->kind;
     ds_mem_report r;
     DS_TRY(ds_estimate_model(e->model, e->comm->world, &e->cfg, be, &r));
-    /* the ranks of one host share its RAM (MemAvailable is the host's) */
-    int hosts = e->comm->nhosts > 0 ? e->comm->nhosts : 1;
-    int per_host = (e->comm->world + hosts - 1) / hosts;
-    uint64_t need = ds_estimate_ram(&r, be) * (uint64_t)per_host;
+    /* the ranks of this host share its RAM (MemAvailable is the host's) */
+    int per_host = ds_comm_ranks_on_host(e->comm);
+    uint64_t need = ds_estimate_ram_ranks(&r, be, per_host);
     if (need <= limit) return DS_OK;
     char fix[512];
     ds_estimate_fix(e->model, 0, 0, e->comm->world, per_host, &e->cfg, be, limit, fix,

@@ -46,3 +46,20 @@ add_test(NAME zero_estimate_hf_auto
                  --config ${CMAKE_SOURCE_DIR}/configs/hf_zero2.json --precision bf16)
 set_tests_properties(zero_estimate_hf_auto PROPERTIES LABELS unit
   PASS_REGULAR_EXPRESSION "Estimated memory per rank: 29088 parameters .*2 ranks .*ZeRO stage 2, bf16, cpu backend,\noffload_optimizer cpu")
+
+# The estimator's edges in one process (tests/unit/test_estimate_limits.c):
+# DS_MEM_LIMIT's accepted and refused values; a memory cgroup's headroom
+# (v2 and v1, in a fake /proc and /sys/fs/cgroup) below MemAvailable; the
+# start-up check counting the ranks really on this host (8 + 2 placement);
+# parameter counts and config sizes whose bytes would leave 64 bits; the
+# suggested fix lowering max_in_cpu with max-live 0 and NVMe offload.
+ds_add_test(NAME test_estimate_limits
+            SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_estimate_limits.c LABELS unit TIMEOUT 60)
+
+# zero_estimate's refusals of bad arguments and environment (DS_MEM_LIMIT,
+# counts that are not whole numbers in range, stage 3 without
+# --largest-layer, more ranks per host than ranks), and what it reads
+# (tests/unit/test_zero_estimate_args.sh).
+add_test(NAME test_zero_estimate_args
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_zero_estimate_args.sh ${CMAKE_BINARY_DIR}/bin)
+set_tests_properties(test_zero_estimate_args PROPERTIES LABELS unit TIMEOUT 60)

@@ -9,9 +9,11 @@
  *
  * Prints the chosen configuration by purpose and place, then every offload
  * option of the stage (DeepSpeed's "per CPU | per GPU | Options" table),
- * each against this host's RAM (MemAvailable, or DS_MEM_LIMIT). Exit
+ * each against this host's RAM (MemAvailable, a memory cgroup's headroom
+ * when less, or DS_MEM_LIMIT; the line says which). Exit
  * status 0, or 2 with one line on stderr for bad arguments. */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,18 +31,24 @@ static const char k_usage[] =
     "                     [--micro-batch B] [--config ds_config.json]\n"
     "Per-rank bytes of the model states, buffers and (with --model-config) activations\n"
     "of a configuration, by purpose and place (device, host RAM, NVMe files).\n"
-    "  --params N           parameters (Psi); --largest-layer L: those of the largest\n"
-    "                       layer (sizes buffers; 0 or absent: not counted)\n"
+    "  --params N           parameters (Psi), up to 1e15; --largest-layer L: those of\n"
+    "                       the largest layer (sizes buffers; needed at stage 3, as\n"
+    "                       DeepSpeed's zero3 estimator's largest_layer_params; 0 or\n"
+    "                       absent below stage 3: not counted)\n"
     "  --model-config FILE  a Hugging Face GPT-2 or BERT config.json: the exact layout\n"
-    "  --ranks R            ranks in all (default 1); --ranks-per-host K (default R)\n"
+    "  --ranks R            ranks in all (default 1); --ranks-per-host K (default R, at\n"
+    "                       most R; the RAM is judged for a host of K ranks, where R\n"
+    "                       is not a multiple of K the last host has fewer)\n"
     "  --config FILE        a ds_config.json; the flags override its keys\n"
     "  --micro-batch B      train_micro_batch_size_per_gpu for the activations (default 1)\n"
+    "Counts are whole numbers, written 2000000000, 2e9 or 1.5e9.\n"
     "Defaults: stage 2, fp32, no offload, the cpu backend.\n";
 
 typedef struct opts {
     long long params, largest;
     const char *model_config, *config, *precision, *opt, *param, *backend;
     int ranks, per_host, stage, micro;
+    bool largest_set; /* --largest-layer given (0 included) */
 } opts;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -50,13 +58,52 @@ static int usage_error(const char *fmt, const char *arg) {
     return 2;
 }
 
-static bool parse_ll(const char *s, long long *out) {
+/* The most parameters the tool takes: 1e15, a thousand times the largest
+ * models trained, far below where the byte counts (up to ~40 per
+ * parameter, times the ranks of a host) leave 64 bits. */
+#define MAX_PARAMS 1000000000000000LL
+
+/* A whole number from lo to hi (hi <= 2^53, so the double is exact):
+ * decimal digits with an optional fraction and exponent, so 2e9, 1.5e9 and
+ * 2000000000 all read, but not NaN, inf, a sign, hexadecimal or a value
+ * with a fraction left (2.5 ranks are not 2). */
+static bool parse_count(const char *s, long long lo, long long hi, long long *out) {
+    const char *p = s;
+    size_t digits = strspn(p, "0123456789");
+    p += digits;
+    if (*p == '.') {
+        size_t frac = strspn(p + 1, "0123456789");
+        digits += frac;
+        p += 1 + frac;
+    }
+    if (digits == 0) return false;
+    if (*p == 'e' || *p == 'E') {
+        const char *q = p + 1 + (p[1] == '+' || p[1] == '-');
+        size_t ed = strspn(q, "0123456789");
+        if (ed == 0) return false;
+        p = q + ed;
+    }
+    if (*p) return false;
     char *end;
-    double v = strtod(s, &end); /* 2e9 and 2000000000 both */
-    if (end == s || *end || v < 0 || v > 9e18) return false;
+    double v = strtod(s, &end);
+    if (end != p || !isfinite(v) || v != floor(v) || v < (double)lo || v > (double)hi)
+        return false;
     *out = (long long)v;
     return true;
 }
+
+/* parse_count or the usage error naming the option and its range. */
+#define COUNT(opt, lo, hi, dst)                                                                  \
+    do {                                                                                         \
+        long long v_;                                                                            \
+        if (!parse_count(optarg, (lo), (hi), &v_)) {                                             \
+            fprintf(stderr, "zero_estimate: %s: must be a whole number from %lld to %lld, got "  \
+                    "'%s' (zero_estimate --help)\n", (opt), (long long)(lo), (long long)(hi),    \
+                    optarg);                                                                     \
+            return 2;                                                                            \
+        }                                                                                        \
+        (dst) = v_;                                                                              \
+    } while (0)
 
 static bool one_of(const char *s, const char *a, const char *b, const char *c) {
     return !strcmp(s, a) || !strcmp(s, b) || !strcmp(s, c);
@@ -74,34 +121,19 @@ static int parse(int argc, char **argv, opts *o) {
         {0, 0, 0, 0}};
     *o = (opts){.params = -1, .ranks = 1, .stage = -1, .micro = 0};
     int ch;
-    long long v;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
-        case 'p': if (!parse_ll(optarg, &o->params) || o->params < 1)
-                      return usage_error("--params: '%s' is not a count >= 1", optarg);
-                  break;
-        case 'l': if (!parse_ll(optarg, &o->largest))
-                      return usage_error("--largest-layer: '%s' is not a count", optarg);
+        case 'p': COUNT("--params", 1, MAX_PARAMS, o->params); break;
+        case 'l': COUNT("--largest-layer", 0, MAX_PARAMS, o->largest);
+                  o->largest_set = true;
                   break;
         case 'm': o->model_config = optarg; break;
         case 'c': o->config = optarg; break;
-        case 'r': if (!parse_ll(optarg, &v) || v < 1 || v > 1000000)
-                      return usage_error("--ranks: '%s' is not a count >= 1", optarg);
-                  o->ranks = (int)v;
-                  break;
-        case 'k': if (!parse_ll(optarg, &v) || v < 1 || v > 100000)
-                      return usage_error("--ranks-per-host: '%s' is not a count >= 1", optarg);
-                  o->per_host = (int)v;
-                  break;
-        case 's': if (!parse_ll(optarg, &v) || v > 3)
-                      return usage_error("--stage: must be 0..3, got '%s'", optarg);
-                  o->stage = (int)v;
-                  break;
-        case 'B': if (!parse_ll(optarg, &v) || v < 1 || v > 1000000)
-                      return usage_error("--micro-batch: '%s' is not a count >= 1", optarg);
-                  o->micro = (int)v;
-                  break;
+        case 'r': COUNT("--ranks", 1, 1000000, o->ranks); break;
+        case 'k': COUNT("--ranks-per-host", 1, 100000, o->per_host); break;
+        case 's': COUNT("--stage", 0, 3, o->stage); break;
+        case 'B': COUNT("--micro-batch", 1, 1000000, o->micro); break;
         case 'o': case 'q':
             if (!one_of(optarg, "none", "cpu", "nvme"))
                 return usage_error(ch == 'o' ? "--offload-optimizer: none, cpu or nvme, got '%s'"
@@ -130,6 +162,11 @@ static int parse(int argc, char **argv, opts *o) {
     if (o->largest > o->params && o->params > 0)
         return usage_error("%s--largest-layer is larger than --params", "");
     if (!o->per_host) o->per_host = o->ranks;
+    if (o->per_host > o->ranks) {
+        fprintf(stderr, "zero_estimate: --ranks-per-host %d is more than --ranks %d: a host "
+                "holds at most all the ranks (zero_estimate --help)\n", o->per_host, o->ranks);
+        return 2;
+    }
     return 0;
 }
 
@@ -200,6 +237,17 @@ static ds_status estimate(const opts *o, const ds_model *m, const ds_config *c, 
 }
 
 static ds_status run(const opts *o) {
+    /* the limit first: a DS_MEM_LIMIT that is not a size is a bad argument
+     * (exit 2, nothing printed); an unreadable /proc/meminfo only leaves the
+     * fit unjudged */
+    uint64_t limit = 0;
+    const char *source = "";
+    ds_status lst = ds_estimate_ram_limit(&limit, &source);
+    if (lst == DS_ERR_INVALID_ARG) return lst;
+    if (lst != DS_OK) {
+        fprintf(stderr, "zero_estimate: warning: %s\n", ds_last_error());
+        ds_clear_error();
+    }
     ds_model *m = NULL;
     if (o->model_config) DS_TRY(make_model(o->model_config, &m));
     ds_config c;
@@ -208,6 +256,17 @@ static ds_status run(const opts *o) {
         ds_model_destroy(m);
         return cs;
     }
+    /* stage 3 gathers whole layers into slots sized by the largest: from a
+     * count alone they are unknown, and leaving them out silently made a
+     * 124M-parameter model's buffers a third of what it allocates.
+     * DeepSpeed's estimate_zero3_model_states_mem_needs_all_live takes
+     * largest_layer_params as an argument too; 0, given, is a choice. */
+    if (!m && c.zero_stage == 3 && !o->largest_set)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "--stage 3 needs --largest-layer L, the parameters of the largest layer "
+                      "(stage 3's gather slots are sized by it, as DeepSpeed's "
+                      "estimate_zero3_model_states_mem_needs_all_live's largest_layer_params); "
+                      "--largest-layer 0 estimates without those buffers");
     ds_backend_kind be = o->backend && !strcmp(o->backend, "cuda") ? DS_BACKEND_CUDA
                                                                    : DS_BACKEND_CPU;
     ds_mem_report r;
@@ -218,11 +277,17 @@ static ds_status run(const opts *o) {
     }
     int64_t psi = m ? ds_model_num_params(m) : o->params;
     const char *prec = c.fp16_enabled ? "fp16" : c.bf16_enabled ? "bf16" : "fp32";
-    printf("Estimated memory per rank: %lld parameters (%.1fM)%s, %d rank%s (%d per host), "
+    /* ranks not a multiple of the hosts' share: the last host holds the
+     * rest, and the fit below is judged for a full one (the most) */
+    char hosts[96] = "";
+    if (o->ranks % o->per_host)
+        snprintf(hosts, sizeof hosts, "; the last of %d hosts has %d",
+                 (o->ranks + o->per_host - 1) / o->per_host, o->ranks % o->per_host);
+    printf("Estimated memory per rank: %lld parameters (%.1fM)%s, %d rank%s (%d per host%s), "
            "ZeRO stage %d, %s, %s backend,\noffload_optimizer %s, offload_param %s\n",
            (long long)psi, psi / 1e6, m ? "" : o->largest ? ", layout from --params" :
            ", layout from --params, no largest layer (buffers sized by it left out)",
-           o->ranks, o->ranks == 1 ? "" : "s", o->per_host, c.zero_stage, prec,
+           o->ranks, o->ranks == 1 ? "" : "s", o->per_host, hosts, c.zero_stage, prec,
            be == DS_BACKEND_CPU ? "cpu" : "cuda", ds_offload_device_name(c.offload_optimizer.device),
            ds_offload_device_name(c.zero_stage == 3 ? c.offload_param.device : DS_OFFLOAD_NONE));
     if (r.total[DS_PLACE_DEVICE] < (1u << 30) && r.total[DS_PLACE_HOST] < (1u << 30) &&
@@ -237,14 +302,7 @@ static ds_status run(const opts *o) {
                u(r.bytes[p][DS_PLACE_NVME]));
     printf("  %-12s %12.3f %12.3f %12.3f\n", "total", u(r.total[DS_PLACE_DEVICE]),
            u(r.total[DS_PLACE_HOST]), u(r.total[DS_PLACE_NVME]));
-    uint64_t limit = 0;
-    const char *source = "";
-    ds_status lst = ds_estimate_ram_limit(&limit, &source);
-    if (lst != DS_OK) {
-        fprintf(stderr, "zero_estimate: warning: %s\n", ds_last_error());
-        ds_clear_error();
-    }
-    uint64_t need = ds_estimate_ram(&r, be) * (uint64_t)o->per_host;
+    uint64_t need = ds_estimate_ram_ranks(&r, be, o->per_host);
     printf("RAM of this host for its %d rank%s: %.3f GiB%s", o->per_host,
            o->per_host == 1 ? "" : "s", gib(need),
            be == DS_BACKEND_CPU ? " (the cpu backend's device memory is RAM)" : "");
@@ -276,7 +334,7 @@ static ds_status run(const opts *o) {
                    ds_offload_device_name(t.offload_optimizer.device));
             if (t.zero_stage == 3) printf(", offload_param=%s", ds_offload_device_name(t.offload_param.device));
             if (limit)
-                printf("%s", ds_estimate_ram(&a, be) * (uint64_t)o->per_host <= limit
+                printf("%s", ds_estimate_ram_ranks(&a, be, o->per_host) <= limit
                                  ? "" : "   (does not fit this host)");
             printf("\n");
         }

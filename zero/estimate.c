@@ -48,10 +48,18 @@ typedef struct est {
     bool mixed;     /* param_t is not fp32: an fp32 master exists */
     int moments;    /* fp32 optimizer moments (zero/optim.c) */
     int64_t max_span;
+    bool overflow;  /* a byte count left 64 bits (a config's sizes near INT64_MAX) */
 } est;
 
+/* elems x esz bytes more of (p, at), checked: the parameter count is capped
+ * (DS_ESTIMATE_MAX_PARAMS) but a config's sizes (buffer_size, bucket
+ * sizes) are not, and a wrapped count would read as a small one. */
 static void add(est *e, ds_mem_purpose p, ds_mem_place at, int64_t elems, uint64_t esz) {
-    if (elems > 0) e->r->bytes[p][at] += (uint64_t)elems * esz;
+    uint64_t b;
+    if (elems <= 0) return;
+    if (__builtin_mul_overflow((uint64_t)elems, esz, &b) ||
+        __builtin_add_overflow(e->r->bytes[p][at], b, &e->r->bytes[p][at]))
+        e->overflow = true;
 }
 
 /* zero/replica.c: the full replica of stages 0-2; lent: the gradient is the
@@ -76,8 +84,8 @@ static int64_t nvme_swap(est *e, int64_t n) {
     int64_t sg = round_up(min64(e->c->sub_group_size, padded), align);
     int nsets = 1 + (o->pipeline_read ? 1 : 0) + (o->pipeline_write ? 1 : 0);
     add(e, DS_MEM_MASTER, DS_PLACE_NVME, n, 4);
-    add(e, DS_MEM_OPTIM, DS_PLACE_NVME, n * e->moments, 4);
-    add(e, DS_MEM_BUFFERS, DS_PLACE_HOST, sg * nsets * (1 + e->moments), 4);
+    add(e, DS_MEM_OPTIM, DS_PLACE_NVME, n, 4u * (uint64_t)e->moments);
+    add(e, DS_MEM_BUFFERS, DS_PLACE_HOST, sg, 4u * (uint64_t)nsets * (uint64_t)(1 + e->moments));
     return sg;
 }
 
@@ -88,7 +96,7 @@ static void host_optim(est *e, int64_t n) {
         piece = nvme_swap(e, n);
     } else {
         add(e, DS_MEM_MASTER, DS_PLACE_HOST, n, 4);
-        add(e, DS_MEM_OPTIM, DS_PLACE_HOST, n * e->moments, 4);
+        add(e, DS_MEM_OPTIM, DS_PLACE_HOST, n, 4u * (uint64_t)e->moments);
     }
     if (e->be == DS_BACKEND_CPU) { /* gradients read in place, one piece of parameters */
         if (e->P != 4) add(e, DS_MEM_BUFFERS, DS_PLACE_HOST, min64(n, piece), e->P);
@@ -107,7 +115,7 @@ static void shard(est *e, bool param_off) {
     }
     if (e->mixed || param_off) add(e, DS_MEM_MASTER, DS_PLACE_DEVICE, part, 4);
     if (param_off) add(e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, min64(part, (int64_t)1 << 22), e->P);
-    add(e, DS_MEM_OPTIM, DS_PLACE_DEVICE, part * e->moments, 4);
+    add(e, DS_MEM_OPTIM, DS_PLACE_DEVICE, part, 4u * (uint64_t)e->moments);
 }
 
 /* zero/grad_buckets.c: a bucket holds at most the model, at least a module. */
@@ -141,8 +149,9 @@ static void param_store(est *e, int64_t n) {
     int64_t n_host = o->device == DS_OFFLOAD_NVME ? min64(n, o->max_in_cpu) : n;
     add(e, DS_MEM_PARAMS, DS_PLACE_HOST, n_host, e->P);
     if (n_host == n) return;
-    int64_t file = round_up((n - n_host) * (int64_t)e->P, DS_NVME_ALIGN);
-    int64_t buf = min64(round_up(o->buffer_size * (int64_t)e->P, DS_NVME_ALIGN), file);
+    /* a buffer holds at most the file: the smaller count first, so that a
+     * huge buffer_size is not multiplied (it wrapped) */
+    int64_t buf = round_up(min64(o->buffer_size, n - n_host) * (int64_t)e->P, DS_NVME_ALIGN);
     add(e, DS_MEM_PARAMS, DS_PLACE_NVME, n - n_host, e->P);
     add(e, DS_MEM_BUFFERS, DS_PLACE_HOST, buf, (uint64_t)(o->buffer_count < 8 ? o->buffer_count : 8));
 }
@@ -214,7 +223,8 @@ static void totals(ds_mem_report *out) {
     for (int p = 0; p < DS_MEM_PURPOSE_COUNT; p++)
         for (int at = 0; at < DS_PLACE_COUNT; at++) {
             out->peak[p][at] = out->bytes[p][at];
-            out->total[at] += out->bytes[p][at];
+            if (__builtin_add_overflow(out->total[at], out->bytes[p][at], &out->total[at]))
+                out->total[at] = UINT64_MAX; /* saturated: more than any machine has */
         }
     memcpy(out->total_peak, out->total, sizeof out->total);
 }
@@ -225,6 +235,10 @@ static ds_status estimate(const layout *l, const ds_config *c, ds_backend_kind b
     if (c->zero_stage < 0 || c->zero_stage > 3)
         return DS_ERR(DS_ERR_INVALID_ARG, "memory estimate: ZeRO stage must be 0..3, got %d",
                       c->zero_stage);
+    if (l->padded > DS_ESTIMATE_MAX_PARAMS) /* a model's layout: the count is its own */
+        return DS_ERR(DS_ERR_INVALID_ARG, "memory estimate: %lld parameters (padded) are more "
+                      "than the estimator takes, %lld (2^50)", (long long)l->padded,
+                      (long long)DS_ESTIMATE_MAX_PARAMS);
     ds_dtype pt = c->fp16_enabled ? DS_F16 : c->bf16_enabled ? DS_BF16 : DS_F32;
     ds_dtype gt = c->comm_dtype_set ? c->communication_data_type : pt;
     est e = {.c = c, .be = be, .l = l, .r = out, .P = ds_dtype_size(pt), .G = ds_dtype_size(gt),
@@ -235,7 +249,7 @@ static ds_status estimate(const layout *l, const ds_config *c, ds_backend_kind b
     case 0: /* zero/stage0.c: everything everywhere, on the device */
         replica(&e, true, false);
         if (e.mixed) add(&e, DS_MEM_MASTER, DS_PLACE_DEVICE, l->padded, 4);
-        add(&e, DS_MEM_OPTIM, DS_PLACE_DEVICE, l->padded * e.moments, 4);
+        add(&e, DS_MEM_OPTIM, DS_PLACE_DEVICE, l->padded, 4u * (uint64_t)e.moments);
         break;
     case 1: /* zero/stage1.c */
         replica(&e, true, false);
@@ -255,6 +269,10 @@ static ds_status estimate(const layout *l, const ds_config *c, ds_backend_kind b
     }
     /* zero/ties.c: the gradient accumulators of tied parameters */
     for (int j = 0; j < l->n_tied; j++) add(&e, DS_MEM_BUFFERS, DS_PLACE_DEVICE, l->tied[j], 4);
+    if (e.overflow)
+        return DS_ERR(DS_ERR_INVALID_ARG, "memory estimate: a byte count of this config is more "
+                      "than 64 bits hold (a size key near 2^63: buffer_size, "
+                      "reduce_bucket_size, sub_group_size?)");
     totals(out);
     return DS_OK;
 }
@@ -358,10 +376,12 @@ ds_status ds_estimate_model(const ds_model *model, int world, const ds_config *c
 ds_status ds_estimate_params(int64_t params, int64_t largest_layer, int world,
                              const ds_config *cfg, ds_backend_kind be, ds_mem_report *out) {
     memset(out, 0, sizeof *out);
-    if (params < 1 || world < 1 || largest_layer < 0 || largest_layer > params)
+    if (params < 1 || params > DS_ESTIMATE_MAX_PARAMS || world < 1 || largest_layer < 0 ||
+        largest_layer > params)
         return DS_ERR(DS_ERR_INVALID_ARG,
-                      "memory estimate: need params >= 1, ranks >= 1 and 0 <= largest layer <= "
-                      "params, got %lld, %d, %lld", (long long)params, world,
+                      "memory estimate: need 1 <= params <= %lld (2^50), ranks >= 1 and 0 <= "
+                      "largest layer <= params, got %lld, %d, %lld",
+                      (long long)DS_ESTIMATE_MAX_PARAMS, (long long)params, world,
                       (long long)largest_layer);
     /* one flat range (zero/flat.c pads it to whole blocks of every rank) */
     int64_t used = round_up(params, DS_FLAT_ALIGN);
@@ -382,7 +402,18 @@ ds_status ds_estimate_params(int64_t params, int64_t largest_layer, int world,
 }
 
 uint64_t ds_estimate_ram(const ds_mem_report *r, ds_backend_kind be) {
-    return r->total[DS_PLACE_HOST] + (be == DS_BACKEND_CPU ? r->total[DS_PLACE_DEVICE] : 0);
+    uint64_t sum;
+    if (__builtin_add_overflow(r->total[DS_PLACE_HOST],
+                               be == DS_BACKEND_CPU ? r->total[DS_PLACE_DEVICE] : 0, &sum))
+        return UINT64_MAX;
+    return sum;
+}
+
+uint64_t ds_estimate_ram_ranks(const ds_mem_report *r, ds_backend_kind be, int ranks) {
+    uint64_t b;
+    if (__builtin_mul_overflow(ds_estimate_ram(r, be), (uint64_t)(ranks > 0 ? ranks : 0), &b))
+        return UINT64_MAX;
+    return b;
 }
 
 uint64_t ds_estimate_state(const ds_mem_report *r, ds_mem_place place) {
@@ -411,8 +442,38 @@ static bool fix_need(const ds_model *model, int64_t params, int64_t largest_laye
         ds_clear_error();
         return false;
     }
-    *need = ds_estimate_ram(r, be) * (uint64_t)ranks_per_host;
+    *need = ds_estimate_ram_ranks(r, be, ranks_per_host);
     return true;
+}
+
+/* The knobs ds_estimate_fix turns besides the offload places, each where it
+ * changes something: smaller NVMe sub-groups (DeepSpeed's default 1e9 keeps
+ * up to 12 GB of swap buffers in RAM for Adam, often more than the offload
+ * saves), fewer parameters kept in RAM by offload_param nvme (its default
+ * max_in_cpu 1e9 keeps the whole partition of most models there), and the
+ * two gather slots of stage3_max_live_parameters 0 (nothing moves off the
+ * device; the backward gathers again what they do not hold). */
+enum { FIX_SG = 1, FIX_MIC = 2, FIX_LIVE = 4, FIX_ALL = 7 };
+#define FIX_SMALL_SG 100000000LL
+#define FIX_SMALL_MIC 10000000LL
+
+/* Which knobs of `mask` change c (the candidate, offload places set). */
+static int fix_knobs(const ds_config *c, int mask) {
+    int ok = 0;
+    if (c->offload_optimizer.device == DS_OFFLOAD_NVME && c->sub_group_size > FIX_SMALL_SG)
+        ok |= FIX_SG;
+    if (c->zero_stage == 3 && c->offload_param.device == DS_OFFLOAD_NVME &&
+        c->offload_param.max_in_cpu > FIX_SMALL_MIC)
+        ok |= FIX_MIC;
+    if (c->zero_stage == 3 && c->stage3_max_live_parameters > 0) ok |= FIX_LIVE;
+    return (mask & ok) == mask ? mask : -1;
+}
+
+/* Appends ", key" or " and key" (the last) to the sentence in buf. */
+static void fix_join(char *buf, size_t cap, const char *key, bool first, bool last) {
+    size_t n = strlen(buf);
+    if (n < cap)
+        snprintf(buf + n, cap - n, "%s%s", first ? "" : last ? " and " : ", ", key);
 }
 
 bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_layer, int world,
@@ -423,6 +484,7 @@ bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_laye
         ds_offload_device opt, param;
         const char *keys;
     } tries[] = {
+        {-1, DS_OFFLOAD_NONE, DS_OFFLOAD_NONE, NULL}, /* the config's own places */
         {0, DS_OFFLOAD_CPU, DS_OFFLOAD_NONE, "zero_optimization.offload_optimizer.device \"cpu\""},
         {0, DS_OFFLOAD_NVME, DS_OFFLOAD_NONE,
          "zero_optimization.offload_optimizer.device \"nvme\" (with its nvme_path)"},
@@ -436,127 +498,85 @@ bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_laye
          "zero_optimization.stage 3 with offload_param.device and offload_optimizer.device "
          "\"nvme\" (with their nvme_path)"},
     };
+    /* the knobs from the fewest changes: each alone, then in pairs, then all */
+    static const int masks[] = {0, FIX_SG, FIX_MIC, FIX_LIVE, FIX_SG | FIX_MIC,
+                                FIX_SG | FIX_LIVE, FIX_MIC | FIX_LIVE, FIX_ALL};
     if (cap) buf[0] = '\0';
     ds_config *c = malloc(sizeof *c);
     if (!c) return false;
-    uint64_t need = 0;
-    bool found = false;
-    /* Stage 3 keeps as many gather slots as stage3_max_live_parameters
-     * holds (zero_util.h, up to 8): the fewest, two, before any offload
-     * (nothing moves off the device; the backward gathers more) */
-    if (cfg->zero_stage == 3 && cfg->stage3_max_live_parameters > 0) {
-        *c = *cfg;
-        c->stage3_max_live_parameters = 0;
-        ds_mem_report r;
-        if (fix_need(model, params, largest_layer, world, ranks_per_host, c, be, &r, &need) &&
-            need <= ram_limit) {
-            found = true;
-            char n1[24];
-            snprintf(buf, cap, "zero_optimization.stage3_max_live_parameters 0 (two gather "
-                     "slots, the fewest; the backward gathers again what they do not hold) "
-                     "would fit: %s of RAM for the rank%s on this host",
-                     ds_estimate_size(need, n1), ranks_per_host == 1 ? "" : "s");
+    uint64_t least = UINT64_MAX; /* the least any candidate needs, for the refusal */
+    size_t n_tries = sizeof tries / sizeof *tries, n_masks = sizeof masks / sizeof *masks;
+    for (size_t k = 0; k < n_tries; k++)
+        for (size_t i = 0; i < n_masks; i++) {
+            *c = *cfg;
+            if (tries[k].stage >= 0) { /* an offload try */
+                if (tries[k].stage) c->zero_stage = tries[k].stage;
+                if (c->zero_stage == 0) c->zero_stage = 1; /* offload needs a partitioned optimizer */
+                if (c->offload_optimizer.device > tries[k].opt ||
+                    (c->zero_stage == 3 && c->offload_param.device > tries[k].param))
+                    goto next; /* not more offload than the config already has */
+                if (c->zero_stage == cfg->zero_stage &&
+                    c->offload_optimizer.device == tries[k].opt &&
+                    (c->zero_stage < 3 || c->offload_param.device == tries[k].param))
+                    goto next; /* the config's own places: the first try's */
+                c->offload_optimizer.device = tries[k].opt;
+                c->offload_param.device = tries[k].param;
+                if (c->offload_optimizer.ratio < 1.0) c->offload_optimizer.ratio = 1.0;
+            } else if (masks[i] == 0) {
+                goto next; /* the config itself, which does not fit */
+            }
+            int knobs = fix_knobs(c, masks[i]);
+            if (knobs < 0) goto next;
+            if (knobs & FIX_SG) c->sub_group_size = FIX_SMALL_SG;
+            if (knobs & FIX_MIC) c->offload_param.max_in_cpu = FIX_SMALL_MIC;
+            if (knobs & FIX_LIVE) c->stage3_max_live_parameters = 0;
+            ds_mem_report r;
+            uint64_t need;
+            if (!fix_need(model, params, largest_layer, world, ranks_per_host, c, be, &r, &need))
+                goto next;
+            if (need < least) least = need;
+            if (need > ram_limit) goto next;
+            /* one sentence naming every key that changes */
+            const char *parts[5];
+            int np = 0;
+            char stage[96];
+            if (tries[k].keys && c->zero_stage != cfg->zero_stage && !tries[k].stage) {
+                snprintf(stage, sizeof stage, "zero_optimization.stage 1 with %s", tries[k].keys);
+                parts[np++] = stage;
+            } else if (tries[k].keys) {
+                parts[np++] = tries[k].keys;
+            }
+            if (knobs & FIX_SG) parts[np++] = "zero_optimization.sub_group_size 1e8";
+            if (knobs & FIX_MIC) parts[np++] = "zero_optimization.offload_param.max_in_cpu 1e7";
+            if (knobs & FIX_LIVE) { /* alone, it says what it costs */
+                const char *live = np == 0 ? "zero_optimization.stage3_max_live_parameters 0 "
+                                             "(two gather slots, the fewest; the backward "
+                                             "gathers again what they do not hold)"
+                                           : "zero_optimization.stage3_max_live_parameters 0";
+                parts[np++] = live;
+            }
+            for (int j = 0; j < np; j++) fix_join(buf, cap, parts[j], j == 0, j == np - 1);
+            char n1[24], n2[24];
+            size_t len = strlen(buf);
+            uint64_t disk = r.total[DS_PLACE_NVME];
+            if (len < cap)
+                snprintf(buf + len, cap - len, " would fit: %s of RAM for the rank%s on this host%s%s%s",
+                         ds_estimate_size(need, n1), ranks_per_host == 1 ? "" : "s",
+                         disk ? ", " : "", disk ? ds_estimate_size(disk, n2) : "",
+                         disk ? " per rank on disk" : "");
+            free(c);
+            return true;
+        next:;
         }
-    }
-    /* Each NVMe try also with sub-groups of 1e8 elements when the config's
-     * are larger: DeepSpeed's default 1e9 keeps up to 12 GB of swap
-     * buffers in RAM for Adam, often more than the offload saves. */
-    const int64_t small_sg = 100000000;
-    size_t n_tries = sizeof tries / sizeof *tries;
-    for (size_t i = 0; i < 2 * n_tries && !found; i++) {
-        size_t k = i / 2;
-        bool shrink = i % 2 == 1;
-        if (shrink && (tries[k].opt != DS_OFFLOAD_NVME || cfg->sub_group_size <= small_sg))
-            continue;
-        *c = *cfg;
-        if (shrink) c->sub_group_size = small_sg;
-        if (tries[k].stage) c->zero_stage = tries[k].stage;
-        if (c->zero_stage == 0) c->zero_stage = 1; /* offload needs a partitioned optimizer */
-        if (c->offload_optimizer.device > tries[k].opt ||
-            (c->zero_stage == 3 && c->offload_param.device > tries[k].param))
-            continue; /* not more offload than the config already has */
-        c->offload_optimizer.device = tries[k].opt;
-        c->offload_param.device = tries[k].param;
-        if (c->offload_optimizer.ratio < 1.0) c->offload_optimizer.ratio = 1.0;
-        ds_mem_report r;
-        if (!fix_need(model, params, largest_layer, world, ranks_per_host, c, be, &r, &need) ||
-            need > ram_limit)
-            continue;
-        found = true;
-        uint64_t disk = r.total[DS_PLACE_NVME];
-        char stage[48] = "";
-        if (c->zero_stage != cfg->zero_stage && !tries[k].stage)
-            snprintf(stage, sizeof stage, "zero_optimization.stage 1 with ");
-        const char *sg = shrink ? " and zero_optimization.sub_group_size 1e8" : "";
-        char n1[24], n2[24];
-        if (disk)
-            snprintf(buf, cap, "%s%s%s would fit: %s of RAM for the rank%s on this host, %s per "
-                     "rank on disk", stage, tries[k].keys, sg, ds_estimate_size(need, n1),
-                     ranks_per_host == 1 ? "" : "s", ds_estimate_size(disk, n2));
-        else
-            snprintf(buf, cap, "%s%s%s would fit: %s of RAM for the rank%s on this host", stage,
-                     tries[k].keys, sg, ds_estimate_size(need, n1),
-                     ranks_per_host == 1 ? "" : "s");
-    }
     char n3[24];
-    if (!found)
-        snprintf(buf, cap, "no offload setting makes it fit (the most, parameters and "
-                 "optimizer on NVMe, still needs %s of RAM on this host): use more hosts or a "
+    if (least == UINT64_MAX)
+        snprintf(buf, cap, "no offload setting makes it fit (none could be estimated): use more "
+                 "hosts or a smaller model");
+    else
+        snprintf(buf, cap, "no offload setting makes it fit (the least of them, with the "
+                 "fewest buffers, still needs %s of RAM on this host): use more hosts or a "
                  "smaller model",
-                 ds_estimate_size(need, n3));
+                 ds_estimate_size(least, n3));
     free(c);
-    return found;
-}
-
-static ds_status parse_size(const char *s, uint64_t *out) {
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || errno || v < 0) goto bad;
-    double mult = 1;
-    switch (*end) {
-    case 'k': case 'K': mult = 1024.0; end++; break;
-    case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (*end == 'i' || *end == 'B') end += *end == 'i' && end[1] == 'B' ? 2 : 1;
-    if (*end) goto bad;
-    *out = (uint64_t)(v * mult);
-    return DS_OK;
-bad:
-    return DS_ERR(DS_ERR_INVALID_ARG,
-                  "DS_MEM_LIMIT: '%s' is not a size (bytes, or a number with K, M, G or T: "
-                  "DS_MEM_LIMIT=8G; 'off' turns the start-up memory check off)", s);
-}
-
-ds_status ds_estimate_ram_limit(uint64_t *out, const char **source) {
-    *out = 0;
-    const char *env = getenv("DS_MEM_LIMIT");
-    if (env && *env) {
-        if (source) *source = "DS_MEM_LIMIT";
-        if (strcmp(env, "off") == 0) return DS_OK;
-        DS_TRY(parse_size(env, out));
-        return DS_OK;
-    }
-    if (source) *source = "MemAvailable in /proc/meminfo";
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f)
-        return DS_ERR(DS_ERR_IO, "cannot read /proc/meminfo (%s): set DS_MEM_LIMIT to the RAM "
-                      "this job may use, or to off", strerror(errno));
-    char line[256];
-    unsigned long long kb = 0;
-    bool seen = false;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
-            seen = true;
-            break;
-        }
-    fclose(f);
-    if (!seen)
-        return DS_ERR(DS_ERR_IO, "/proc/meminfo has no MemAvailable line: set DS_MEM_LIMIT to "
-                      "the RAM this job may use, or to off");
-    *out = (uint64_t)kb * 1024u;
-    return DS_OK;
+    return false;
 }

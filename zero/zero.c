@@ -13,10 +13,7 @@ ds_status ds_zero_preflight(const ds_zero_desc *d) {
     const ds_config *c = d->cfg;
     /* every rank on this host swaps as much as this one (the partitions
      * differ by padding only), onto the same disk where the paths are one */
-    int here = 0;
-    for (int r = 0; d->comm->peer_same_host && r < d->comm->world; r++)
-        here += d->comm->peer_same_host[r];
-    if (here < 1) here = 1;
+    int here = ds_comm_ranks_on_host(d->comm);
     bool opt = c->offload_optimizer.device == DS_OFFLOAD_NVME && c->zero_stage >= 1;
     bool par = c->offload_param.device == DS_OFFLOAD_NVME && c->zero_stage == 3;
     uint64_t opt_need = opt ? ds_nvme_swap_bytes(d->flat->part, 1 + ds_optim_state_count(c)) : 0;

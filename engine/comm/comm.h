@@ -245,6 +245,16 @@ struct ds_comm {
     uint32_t seq_hash;
 };
 
+/* The ranks that run on this host, this one included: those that share its
+ * RAM and its disks (the memory check at start-up, the NVMe preflight). The
+ * real count from peer_same_host, not world / nhosts, which under uneven
+ * placement (8 + 2) under-counts the busy host; 1 at one rank. */
+static inline int ds_comm_ranks_on_host(const ds_comm *c) {
+    int here = 0;
+    for (int r = 0; c->peer_same_host && r < c->world; r++) here += c->peer_same_host[r];
+    return here < 1 ? 1 : here;
+}
+
 /* Whether rank + 1 mod world, the ring's next, runs on this host. */
 static inline bool ds_comm_next_same_host(const ds_comm *c) {
     return !c->peer_same_host || c->peer_same_host[(c->rank + 1) % c->world];
