@@ -27,9 +27,10 @@ static double now_s(void) {
 /* ---- the engine and the run's length ---- */
 
 /* Steps per pass over `rows` training rows at the resolved batch keys: the
- * rule config.h gives for hints.epochs (ceil(rows per rank / micro batch) /
- * accumulation steps, at least 1; rows per rank rounded up, or down with
- * dataloader_drop_last), which is how the engine's loader walks an epoch. */
+ * rule config.h gives for hints.epochs (ceil(ceil(rows per rank / micro
+ * batch) / accumulation steps); rows per rank rounded up, or down with
+ * dataloader_drop_last), which is how the engine's loader walks an epoch:
+ * it ends the epoch's last step early, so every row trains once. */
 static int64_t rows_per_rank(const ds_config *c, size_t rows) {
     int64_t world = c->world_size;
     return c->dataloader_drop_last ? (int64_t)rows / world : ((int64_t)rows + world - 1) / world;
@@ -37,7 +38,7 @@ static int64_t rows_per_rank(const ds_config *c, size_t rows) {
 
 static int64_t steps_per_epoch(const ds_config *c, size_t rows) {
     int64_t micro = c->train_micro_batch_size_per_gpu, gas = c->gradient_accumulation_steps;
-    int64_t n = ((rows_per_rank(c, rows) + micro - 1) / micro) / gas;
+    int64_t n = (((rows_per_rank(c, rows) + micro - 1) / micro) + gas - 1) / gas;
     return n < 1 ? 1 : n;
 }
 
