@@ -14,6 +14,7 @@
 #include "engine/io/ckpt_dir.h"
 #include "engine/io/fault.h"
 #include "hf/hf.h"
+#include "tools/common/metrics_resume.h"
 #include "tools/common/progress.h"
 #include "tools/common/run_stats.h"
 #include "tools/common/train_habits.h"
@@ -326,6 +327,26 @@ static int save_resolved_rank0(tr_run *r) {
     return 0;
 }
 
+/* A resumed run appends to --metrics what it trains from r->start on: the
+ * lines an earlier run wrote after that step (it went on past its last
+ * checkpoint before it was stopped) go first, or those steps would be in the
+ * file twice (metrics_resume.h). Rank 0. */
+static int cut_metrics_rank0(tr_run *r) {
+    const tr_opts *o = r->o;
+    long kept, dropped;
+    /* tr_habits_resume evaluates an evaluation step's checkpoint again */
+    bool reevaluated = o->eval_steps > 0 && r->start % o->eval_steps == 0;
+    if (tr_metrics_truncate(o->metrics, r->start, reevaluated, &kept, &dropped) != DS_OK) {
+        fprintf(stderr, "%s: --metrics at --resume: %s\n", r->prog, ds_last_error());
+        return 1;
+    }
+    if (dropped)
+        printf("%s: --metrics %s: kept the %ld lines up to step %lld, removed the %ld written "
+               "after it (this run writes those steps again)\n", r->prog, o->metrics, kept,
+               (long long)r->start, dropped);
+    return 0;
+}
+
 int tr_run_prepare(tr_run *r, tr_describe_fn describe, void *user, const char *what) {
     const tr_opts *o = r->o;
     if (o->init_dir && load_init_weights(r) != DS_OK) return tr_fail(r->prog, NULL);
@@ -347,7 +368,9 @@ int tr_run_prepare(tr_run *r, tr_describe_fn describe, void *user, const char *w
     r->start = ds_global_step(r->e);
     if (o->save_dir && describe_save_dir(r, describe, user) != DS_OK) return tr_fail(r->prog, what);
     int32_t bad = 0;
-    if (o->metrics && r->rank == 0 && !(r->metrics = fopen(o->metrics, r->start > 0 ? "a" : "w"))) {
+    if (o->metrics && r->rank == 0 && r->start > 0) bad = cut_metrics_rank0(r);
+    if (!bad && o->metrics && r->rank == 0 &&
+        !(r->metrics = fopen(o->metrics, r->start > 0 ? "a" : "w"))) {
         fprintf(stderr, "%s: cannot write --metrics %s: %s\n", r->prog, o->metrics,
                 strerror(errno));
         bad = 1;
