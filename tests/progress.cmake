@@ -15,3 +15,12 @@ add_test(NAME test_trainer_epochs
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_trainer_epochs.sh ${CMAKE_BINARY_DIR}/bin
                  ${CMAKE_CURRENT_BINARY_DIR}/trainer_epochs_work)
 set_tests_properties(test_trainer_epochs PROPERTIES LABELS multirank TIMEOUT 180 PROCESSORS 2)
+
+# What the trainers say: exit codes as --help states them, options named in
+# file errors, --dev-ratio with --eval-data refused, empty documents
+# counted, a lowered --eval-batch said, --metrics cut back at --resume
+# (1 process each; about 10 s).
+add_test(NAME test_trainer_cli
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_trainer_cli.sh ${CMAKE_BINARY_DIR}/bin
+                 ${CMAKE_CURRENT_BINARY_DIR}/trainer_cli_work)
+set_tests_properties(test_trainer_cli PROPERTIES LABELS unit TIMEOUT 180)

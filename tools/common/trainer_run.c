@@ -149,7 +149,13 @@ int tr_run_init(tr_run *r, const char *prog, const tr_opts *o, ds_model *model,
     r->epoch_samples = (double)rows_per_rank(c, train->n) * (double)c->world_size;
     r->total = o->max_steps >= 0 ? o->max_steps : r->per_epoch * o->epochs;
     r->micro = c->train_micro_batch_size_per_gpu;
+    /* the engine plans its buffers for the micro batch (no allocation
+     * later), so an evaluation call takes at most that many rows */
     r->eval_batch = o->eval_batch > 0 && o->eval_batch < r->micro ? o->eval_batch : (int)r->micro;
+    if (o->eval_batch > r->micro && r->rank == 0)
+        printf("%s: --eval-batch %d is larger than the micro batch: evaluating %d rows a call "
+               "(the engine's buffers are planned for the micro batch)\n", prog, o->eval_batch,
+               r->eval_batch);
     snprintf(r->client, sizeof r->client, "{\"total_steps\": %lld}", (long long)r->total);
     if (check_schedule(r, c) != DS_OK) return tr_fail(prog, NULL);
     return 0;
