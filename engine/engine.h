@@ -186,7 +186,13 @@ typedef struct ds_step_info {
 
 /* One optimizer step from the engine's data loader: gradient_accumulation_steps
  * micro-batches of train_micro_batch_size_per_gpu on every rank, forward,
- * backward, step. Epochs roll over (reshuffled from the seed). A module's
+ * backward, step. An epoch is every row once (padded or dropped to equal
+ * counts per rank, dataset.h): a step never mixes two epochs, so the last
+ * step of an epoch takes the micro-batches left when they are fewer, and
+ * its gradient is their mean (as the Hugging Face Trainer's last, partial
+ * accumulation window); an epoch is ceil(ceil(rows per rank / micro batch)
+ * / gradient_accumulation_steps) steps. The next epoch starts reshuffled
+ * from the seed. A module's
  * backward failing on some rank fails the call on every rank at the
  * boundary (ds_step), the window's micro-batches consumed. */
 ds_status ds_train_batch(engine_t *e, ds_step_info *out);

@@ -95,6 +95,11 @@ struct engine {
     int64_t micro_steps;
     int64_t samples;
     int micro_in_step;
+    /* Micro-batches in the running accumulation window: 0 means
+     * gradient_accumulation_steps; ds_train_batch sets fewer for the
+     * window that ends an epoch, so no window mixes two epochs
+     * (ds_engine_window). */
+    int64_t window;
     double loss_accum;     /* this rank's micro-batch losses since the boundary */
     ds_step_info last;
     ds_wc_state wc;        /* wall_clock_breakdown (engine_timers.c) */
@@ -178,5 +183,10 @@ void ds_engine_print_step(const engine_t *e);
 /* The dropout stream of a (micro-step, module, rank): distinct for each, and
  * the same when activation checkpointing recomputes the module. */
 uint64_t ds_engine_module_seed(const engine_t *e, uint64_t micro_seed, int module);
+
+/* Micro-batches in the running accumulation window (engine_t.window). */
+static inline int64_t ds_engine_window(const engine_t *e) {
+    return e->window > 0 ? e->window : e->cfg.gradient_accumulation_steps;
+}
 
 #endif /* DS_ENGINE_INTERNAL_H */

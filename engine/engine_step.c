@@ -280,8 +280,7 @@ ds_status ds_forward(engine_t *e, const ds_batch *host_batch, float *loss_out) {
         st = forward_failed(e, st, 0, n, true);
     } else {
         e->fwd_seed = mix64(e->seed ^ mix64((uint64_t)e->micro_steps + 0x5151));
-        ds_preempt_note(DS_PREEMPT_IN_STEP, e->micro_in_step + 1,
-                        (int)e->cfg.gradient_accumulation_steps);
+        ds_preempt_note(DS_PREEMPT_IN_STEP, e->micro_in_step + 1, (int)ds_engine_window(e));
         st = run_forward(e, n, true);
         if (st == DS_OK)
             st = e->be->ops->memcpy(e->be, out, e->act[n - 1], sizeof out, DS_COPY_D2H, NULL);
@@ -352,17 +351,19 @@ ds_status ds_backward(engine_t *e) {
     ds_status failed = DS_OK; /* the first module that failed, and why */
     ds_error_saved why;
     e->backward_ended = false;
-    /* Gradient accumulation: each micro-batch contributes loss/GAS; fp16
-     * scales the loss up so small gradients survive the half format. */
-    float loss_scale =
-        (float)(e->scaler.scale * e->loss_norm / (double)e->cfg.gradient_accumulation_steps);
+    /* Gradient accumulation: each micro-batch contributes loss / the
+     * window's micro-batches (GAS, fewer in the window that ends an epoch:
+     * the step is the mean over what it saw, as the HF Trainer divides by
+     * the last window's own length); fp16 scales the loss up so small
+     * gradients survive the half format. */
+    float loss_scale = (float)(e->scaler.scale * e->loss_norm / (double)ds_engine_window(e));
     const float *dy = NULL;
     int which = 0;
     /* The last micro-batch of the accumulation: each module's gradients are
      * final when its backward ends (or, part by part, where it says so:
      * ds_module_grads_final), and the strategy reduces them while the
      * backward goes on (overlap_comm). */
-    e->zero->final_backward = e->micro_in_step + 1 >= e->cfg.gradient_accumulation_steps;
+    e->zero->final_backward = e->micro_in_step + 1 >= ds_engine_window(e);
     for (int i = n - 1; i >= 0; i--) {
         ds_module *mod = e->model->modules[i];
         float **params, **tied, **grads;
@@ -522,7 +523,7 @@ static bool seq_parted(const engine_t *e, const double *sum) {
  * the ranks' collectives so far (seq_terms). Only when a signal came, the
  * ranks agree on which. */
 static ds_status agree_loss(engine_t *e, double *loss_sum, int32_t *stop, bool *window_failed) {
-    double red[7] = {e->loss_accum / (double)e->cfg.gradient_accumulation_steps,
+    double red[7] = {e->loss_accum / (double)ds_engine_window(e),
                      ds_preempt_pending() ? 1.0 : 0.0, e->window_failed != DS_OK ? 1.0 : 0.0};
     seq_terms(e, red + 3);
     ds_comm_set_context(e->comm, "the step's loss"); /* named in a timeout */
@@ -587,7 +588,7 @@ ds_status ds_step(engine_t *e) {
                       "(forward, backward, step for every micro-batch)");
     e->have_backward = false;
     e->micro_in_step++;
-    if (e->micro_in_step < e->cfg.gradient_accumulation_steps) return DS_OK;
+    if (e->micro_in_step < ds_engine_window(e)) return DS_OK;
     e->micro_in_step = 0;
     double wc0 = ds_wc_start(&e->wc);
 

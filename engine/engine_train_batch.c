@@ -1,15 +1,19 @@
 /* ds_train_batch: one optimizer step from the engine's own data loader
  * (gradient_accumulation_steps micro-batches through ds_forward, ds_backward
- * and ds_step, engine_step.c). */
+ * and ds_step, engine_step.c; fewer for the step that ends an epoch). */
 #include "engine/engine_internal.h"
 
-/* Next micro-batch of this rank from the sampler, rolling epochs over. */
+/* At the end of the epoch's slice, the next epoch's (reshuffled). */
+static ds_status roll_epoch(engine_t *e) {
+    if (e->cursor < e->sampler.num_samples) return DS_OK;
+    e->epoch++;
+    e->cursor = 0;
+    return ds_sampler_set_epoch(&e->sampler, e->epoch);
+}
+
+/* Next micro-batch of this rank from the sampler. */
 static ds_status next_batch(engine_t *e, ds_batch *out) {
-    if (e->cursor >= e->sampler.num_samples) {
-        e->epoch++;
-        e->cursor = 0;
-        DS_TRY(ds_sampler_set_epoch(&e->sampler, e->epoch));
-    }
+    DS_TRY(roll_epoch(e));
     size_t left = e->sampler.num_samples - e->cursor;
     int count = left < (size_t)e->cap_B ? (int)left : e->cap_B;
     DS_TRY(ds_host_batch_fill(&e->hb, e->train, e->sampler.indices + e->cursor, count));
@@ -18,11 +22,21 @@ static ds_status next_batch(engine_t *e, ds_batch *out) {
     return DS_OK;
 }
 
-ds_status ds_train_batch(engine_t *e, ds_step_info *out) {
-    if (!e->train)
-        return DS_ERR(DS_ERR_INVALID_ARG,
-                      "ds_train_batch: no training data was given to ds_initialize");
-    for (int64_t g = 0; g < e->cfg.gradient_accumulation_steps; g++) {
+/* The micro-batches of the step about to start: gradient_accumulation_steps,
+ * or the ones left in the epoch when fewer (the HF Trainer's last, partial
+ * accumulation window), so an epoch is every row once and no step mixes two
+ * epochs. Every rank's slice has the same length (the training sampler pads
+ * or drops to equal counts) and the same cursor, so the ranks agree. */
+static int64_t window_at(const engine_t *e) {
+    int64_t gas = e->cfg.gradient_accumulation_steps;
+    size_t left = e->sampler.num_samples - e->cursor;
+    int64_t micro = (int64_t)((left + (size_t)e->cap_B - 1) / (size_t)e->cap_B);
+    return micro > 0 && micro < gas ? micro : gas;
+}
+
+static ds_status run_window(engine_t *e) {
+    int64_t n = ds_engine_window(e);
+    for (int64_t g = 0; g < n; g++) {
         ds_batch b;
         DS_TRY(next_batch(e, &b));
         DS_TRY(ds_forward(e, &b, NULL));
@@ -34,6 +48,21 @@ ds_status ds_train_batch(engine_t *e, ds_step_info *out) {
         if (bs != DS_OK && !e->backward_ended) return bs;
         DS_TRY(ds_step(e));
     }
+    return DS_OK;
+}
+
+ds_status ds_train_batch(engine_t *e, ds_step_info *out) {
+    if (!e->train)
+        return DS_ERR(DS_ERR_INVALID_ARG,
+                      "ds_train_batch: no training data was given to ds_initialize");
+    /* a window the caller's own ds_forward / ds_step left open keeps GAS */
+    if (e->micro_in_step == 0 && !e->have_forward && !e->have_backward) {
+        DS_TRY(roll_epoch(e));
+        e->window = window_at(e);
+    }
+    ds_status st = run_window(e);
+    e->window = 0; /* ds_forward / ds_step driven by the caller: GAS */
+    DS_TRY(st);
     if (out) *out = e->last;
     return DS_OK;
 }

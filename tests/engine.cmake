@@ -124,6 +124,10 @@ ds_add_mpi_test(NAME test_fp16_overflow SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mult
                 NP 2 LABELS multirank)
 
 # Activation checkpointing: identical training, fewer activations kept.
+# ds_train_batch: an epoch is every row once, its last step cut short at the
+# epoch's end with the mean gradient of what it saw.
+ds_add_test(NAME test_train_window SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_train_window.c
+            LABELS unit)
 ds_add_test(NAME test_activation_ckpt SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_activation_ckpt.c
             LABELS unit)
 

@@ -11,3 +11,9 @@ add_dependencies(test_nonfinite train_cls)
 ds_add_test(NAME test_trainer_common SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_trainer_common.c
             LABELS unit)
 target_link_libraries(test_trainer_common PRIVATE ds_tool_common)
+
+# --resume cuts the --metrics file back to the resumed step (retry lines,
+# re-made evaluations, a line cut by the kill).
+ds_add_test(NAME test_metrics_resume SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_metrics_resume.c
+            LABELS unit)
+target_link_libraries(test_metrics_resume PRIVATE ds_tool_common)

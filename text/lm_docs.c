@@ -309,6 +309,9 @@ ds_status ds_lm_docs_split(const ds_lm_docs *all, double dev_ratio, uint64_t see
     DS_TRY(ds_text_split_plan(n, dev_ratio, seed, "ds_lm_docs_split", "documents", &perm,
                               &n_train));
     ds_status st = subset(all, perm, n_train, train);
+    /* the empty documents skipped were in the file the train part came
+     * from; which part they would have fallen in is unknown */
+    if (st == DS_OK) (*train)->n_empty = all->n_empty;
     if (st == DS_OK) st = subset(all, perm + n_train, n - n_train, dev);
     free(perm);
     if (st != DS_OK) {

@@ -115,7 +115,8 @@ typedef struct ds_lm_docs {
     size_t *lens;     /* bytes of each text */
     int32_t *lines;   /* line in the source file where the document starts */
     char *path;       /* source file, for messages */
-    size_t n_empty;   /* empty documents skipped while reading (0 after a split) */
+    size_t n_empty;   /* empty documents skipped while reading (a split's train
+                         part keeps the count of the file, its dev part 0) */
 } ds_lm_docs;
 
 /* The format DS_LM_AUTO means for `path`. */

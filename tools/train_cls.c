@@ -50,7 +50,11 @@ static ds_status load_data(const tc_opts *o, data *d) {
     ro.drop_conflicts = o->drop_conflicts;
     ro.keep_labels_occur = true; /* --labels typed wrong drops a class */
     ds_text_set *all = NULL;
-    DS_TRY(ds_text_read(t->data, &ro, &all));
+    ds_status rs = ds_text_read(t->data, &ro, &all);
+    if (rs != DS_OK) { /* the readers name the file: say which option gave it */
+        tr_error_name_flag("--data", t->data);
+        return rs;
+    }
     if (all->n_classes < 2) {
         ds_status st = DS_ERR(DS_ERR_DATA, "%s: %d class%s (%s) after the label filter: a "
                               "classifier needs at least 2", t->data, all->n_classes,
@@ -65,13 +69,19 @@ static ds_status load_data(const tc_opts *o, data *d) {
         eo.keep_labels_occur = false; /* a dev file may lack a class */
         eo.classes = (const char *const *)all->class_names;
         eo.n_classes = all->n_classes;
-        DS_TRY(ds_text_read(t->eval_data, &eo, &d->dev_txt));
+        rs = ds_text_read(t->eval_data, &eo, &d->dev_txt);
+        if (rs != DS_OK) tr_error_name_flag("--eval-data", t->eval_data);
+        DS_TRY(rs);
     } else {
         ds_status st = ds_text_split(all, t->dev_ratio, t->seed, &d->train_txt, &d->dev_txt);
         ds_text_set_destroy(all);
         DS_TRY(st);
     }
-    if (o->vocab) DS_TRY(ds_char_tokenizer_load(o->vocab, &d->tok));
+    if (o->vocab) {
+        rs = ds_char_tokenizer_load(o->vocab, &d->tok);
+        if (rs != DS_OK) tr_error_name_flag("--vocab", o->vocab);
+        DS_TRY(rs);
+    }
     else if (!t->init_dir) DS_TRY(ds_char_vocab_build(d->train_txt, t->min_char_count, &d->tok));
     return DS_OK;
 }
@@ -140,6 +150,7 @@ static ds_status make_model(const tc_opts *o, const data *d, ds_saved_model *sm,
         else snprintf(path, sizeof path, "%s/config.json", t->init_dir);
         ds_status st = ds_hf_bert_config_read(path, sm->n_classes, b);
         if (st != DS_OK && !t->model_config) ds_error_prefix("loading --init %s", t->init_dir);
+        else if (st != DS_OK) tr_error_name_flag("--model-config", t->model_config);
         DS_TRY(st);
     } else {
         *b = (ds_bert_desc){.vocab_size = V, .hidden_size = t->hidden,

@@ -100,7 +100,9 @@ static ds_status model_desc(const lm_opts *o, const ds_lm_tokenizer *tok, ds_gpt
     int V = ds_lm_tokenizer_vocab_size(tok);
     const char *from = t->init_dir ? "--init" : t->model_config ? "--model-config" : NULL;
     if (t->model_config) {
-        DS_TRY(ds_hf_gpt2_config_read(t->model_config, d));
+        ds_status st = ds_hf_gpt2_config_read(t->model_config, d);
+        if (st != DS_OK) tr_error_name_flag("--model-config", t->model_config);
+        DS_TRY(st);
     } else if (!t->init_dir) {
         *d = (ds_gpt2_desc){.vocab_size = V, .n_positions = o->seq_len, .n_embd = t->hidden,
                             .n_layer = t->layers, .n_head = t->heads, .resid_pdrop = t->dropout,
@@ -142,10 +144,16 @@ static ds_status load_data(const lm_opts *o, data *d) {
     ds_lm_read_opts ro = {.format = (ds_lm_format)o->format, .text_field = o->text_field,
                           .column = o->column};
     ds_lm_docs *all = NULL;
-    DS_TRY(ds_lm_docs_read(t->data, &ro, &all));
+    ds_status rs = ds_lm_docs_read(t->data, &ro, &all);
+    if (rs != DS_OK) { /* the readers name the file: say which option gave it */
+        tr_error_name_flag("--data", t->data);
+        return rs;
+    }
     if (t->eval_data) {
         d->train_docs = all;
-        DS_TRY(ds_lm_docs_read(t->eval_data, &ro, &d->dev_docs));
+        rs = ds_lm_docs_read(t->eval_data, &ro, &d->dev_docs);
+        if (rs != DS_OK) tr_error_name_flag("--eval-data", t->eval_data);
+        DS_TRY(rs);
     } else {
         ds_status st = ds_lm_docs_split(all, t->dev_ratio, t->seed, &d->train_docs, &d->dev_docs);
         size_t n = all->n;
@@ -236,12 +244,22 @@ static ds_status eval_during(void *user, engine_t *e, int batch, tr_eval_result 
     return DS_OK;
 }
 
+/* " (N empty skipped)" for a file that had empty documents, else "" */
+static const char *empty_note(const ds_lm_docs *docs, char *buf, size_t cap) {
+    buf[0] = '\0';
+    if (docs && docs->n_empty) snprintf(buf, cap, " (%zu empty skipped)", docs->n_empty);
+    return buf;
+}
+
 static void print_summary(const tr_run *r, const data *d, int64_t params) {
     const ds_gpt2_desc *m = &d->desc;
-    printf("train_lm: train %zu documents -> %zu tokens in %zu rows of %d; dev %zu documents -> "
-           "%zu tokens in %zu rows%s\n",
-           d->train_ps.docs, d->train_ps.tokens, d->train_ps.rows, d->o->seq_len, d->dev_ps.docs,
-           d->dev_ps.tokens, d->dev_ps.rows, d->dev->n ? "" : " (no dev evaluation)");
+    char te[48], de[48];
+    printf("train_lm: train %zu documents%s -> %zu tokens in %zu rows of %d; dev %zu documents%s "
+           "-> %zu tokens in %zu rows%s\n",
+           d->train_ps.docs, empty_note(d->train_docs, te, sizeof te), d->train_ps.tokens,
+           d->train_ps.rows, d->o->seq_len, d->dev_ps.docs,
+           empty_note(d->dev_docs, de, sizeof de), d->dev_ps.tokens, d->dev_ps.rows,
+           d->dev->n ? "" : " (no dev evaluation)");
     printf("train_lm: tokenizer %s (vocab %d); GPT-2 %d layers x %d, %d heads, vocab %d, %lld "
            "parameters; %lld steps (%lld per epoch), world %d\n",
            ds_lm_tokenizer_kind(d->tok), ds_lm_tokenizer_vocab_size(d->tok), m->n_layer,

@@ -481,8 +481,9 @@ void ds_config_hints_hf_defaults(ds_config_hints *h);
  *     stage3_param_persistence_threshold 10 * hidden (DeepSpeed's defaults
  *     when hidden_size is unknown); total_num_steps "auto" needs
  *     hints.total_num_steps, or hints.epochs and hints.train_rows (steps per
- *     epoch: ceil(rows per rank / micro batch) / accumulation steps, at least
- *     1; rows per rank rounded up, or down with dataloader_drop_last);
+ *     epoch: ceil(ceil(rows per rank / micro batch) / accumulation steps),
+ *     as ds_train_batch ends the last step of an epoch early; rows per rank
+ *     rounded up, or down with dataloader_drop_last);
  *     warmup_num_steps 0 becomes 1, the least DeepSpeed accepts (its
  *     schedules warm up over max(2, W) steps anyway);
  *   - a key written as a number and a hint the user chose that disagrees

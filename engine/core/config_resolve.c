@@ -109,7 +109,9 @@ int64_t cfg_steps_from_epochs(const ds_config *c, const ds_config_hints *h, char
     int64_t world = c->world_size, rows = h->train_rows;
     int64_t per_rank = c->dataloader_drop_last ? rows / world : (rows + world - 1) / world;
     int64_t micro = c->train_micro_batch_size_per_gpu, gas = c->gradient_accumulation_steps;
-    int64_t per_epoch = ((per_rank + micro - 1) / micro) / gas;
+    /* the engine's loader ends a step at the epoch's end (ds_train_batch):
+     * a partial accumulation window is one more step */
+    int64_t per_epoch = (((per_rank + micro - 1) / micro) + gas - 1) / gas;
     if (per_epoch < 1) per_epoch = 1;
     int64_t total = (int64_t)ceil(h->epochs * (double)per_epoch);
     if (from)

@@ -271,6 +271,14 @@ static void test_scheduler_auto(void) {
     h4.train_rows = 1003;
     c = RESOLVE_OK(cos, &h4);
     CHECK_EQ_I(c.total_num_steps, 40);
+    /* 3 accumulation steps: 32 micro-batches are 10 full windows and one of
+     * 2, which ds_train_batch trains as an 11th step (an epoch is every row
+     * once): 11 steps an epoch, 2.5 epochs -> ceil(27.5) = 28 */
+    const char *cos3 = "{\"train_micro_batch_size_per_gpu\": 8, \"gradient_accumulation_steps\": 3,"
+                       " \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\":"
+                       " {\"total_num_steps\": \"auto\"}}}";
+    c = RESOLVE_OK(cos3, &h4);
+    CHECK_EQ_I(c.total_num_steps, 28);
     /* a direct hint wins over the epochs */
     h4.total_num_steps = 9;
     c = RESOLVE_OK(cos, &h4);

@@ -379,6 +379,6 @@ expect 2 "--prompt: invalid UTF-8 at byte 1" --data corpus.txt --tokenizer char 
 # through engine-run the job fails too (each rank says why; mpirun adds its own lines)
 "$bin/engine-run" --np 2 --config cfg.json train_lm --data nope.txt >np2.log 2>&1 &&
   fail "engine-run with a missing file exited 0"
-grep -q "train_lm: reading data: nope.txt: cannot open" np2.log || fail "np2.log: $(head -3 np2.log)"
+grep -q "train_lm: reading data: --data nope.txt: cannot open" np2.log || fail "np2.log: $(head -3 np2.log)"
 [ "$fails" -eq 0 ] && echo "dev $(sed -n 's/^train_lm: dev after training: //p' a.log); sample: $(cat a_sample.txt)"
 finish

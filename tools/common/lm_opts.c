@@ -32,7 +32,8 @@ static const char k_usage[] =
     "  --column NAME        the CSV column holding the text (ASCII case ignored)\n"
     "  --eval-data FILE     dev text, same format rules (else --dev-ratio of --data)\n"
     "  --dev-ratio R        share of DOCUMENTS held out for dev, drawn with --seed\n"
-    "                       before packing (default 0.1; 0: no dev evaluation)\n"
+    "                       before packing (default 0.1; 0: no dev evaluation;\n"
+    "                       not with --eval-data)\n"
     "  --seq-len N          tokens per training row (default 128)\n"
     "                       Documents become one stream <|endoftext|> doc1\n"
     "                       <|endoftext|> doc2 ... <|endoftext|>, cut into rows of N\n"
@@ -69,11 +70,12 @@ static const char k_usage[] =
     "                       --seq-len may not exceed the model's n_positions\n"
     "training:\n"
     "  --epochs N           passes over the training rows (default 1)\n"
+    TR_USAGE_EPOCH
     "  --max-steps N        stop after N optimizer steps (overrides --epochs; 0:\n"
     "                       no training, only evaluation and --generate)\n"
     "  --seed N             split, shuffling, init and dropout (default 42)\n"
     TR_USAGE_AUTO
-    "  --eval-batch N       rows per evaluation call (default: the micro batch)\n"
+    TR_USAGE_EVAL_BATCH("evaluation")
     "evaluation (on dev, before training when starting at step 0, and after):\n"
     "  every dev token is counted exactly once across ranks; reported are the\n"
     "  loss in nats per predicted token, perplexity exp(loss), and bits per byte:\n"
@@ -109,8 +111,7 @@ static const char k_usage[] =
     "\n"
     TR_USAGE_PREEMPTION("train_lm")
     "\n"
-    "Errors print one line (train_lm: what: why) and exit 1; a bad command line\n"
-    "exits 2.\n";
+    TR_USAGE_EXIT("train_lm");
 
 enum {
     O_FORMAT = TR_OPT_OWN, O_TEXT_FIELD, O_COLUMN, O_SEQ_LEN, O_TOKENIZER, O_GENERATE, O_PROMPT,

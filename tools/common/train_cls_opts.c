@@ -17,7 +17,8 @@ static const char k_usage[] =
     "                       text columns, JSON lines {\"text\",\"label\"}, or a JSON list\n"
     "                       of [text, label] pairs\n"
     "  --eval-data FILE     dev set (else --dev-ratio of --data)\n"
-    "  --dev-ratio R        share of rows held out for dev (default 0.1)\n"
+    "  --dev-ratio R        share of rows held out for dev (default 0.1; not with\n"
+    "                       --eval-data)\n"
     "  --labels a,b,...     keep only rows with these labels\n"
     "  --drop-conflicts     drop every row of a text that appears with two labels\n"
     "  --max-seq-len N      tokens per row incl. [CLS] and [SEP] (default 64)\n"
@@ -34,11 +35,12 @@ static const char k_usage[] =
     "                       model.safetensors, vocab.txt; WordPiece tokenizer)\n"
     "  --class-weight none|inverse   cross-entropy class weights (default none)\n"
     "training:\n"
-    "  --epochs N           (default 3)\n"
+    "  --epochs N           passes over the training rows (default 3)\n"
+    TR_USAGE_EPOCH
     "  --max-steps N        stop after N optimizer steps (overrides --epochs)\n"
     "  --seed N             split, shuffling, init and dropout (default 42)\n"
     TR_USAGE_AUTO
-    "  --eval-batch N       rows per prediction call (default: the micro batch)\n"
+    TR_USAGE_EVAL_BATCH("prediction")
     "output:\n"
     "  --metrics FILE       JSON lines: one per step, a last one with \"eval\"\n"
     "  --save-dir DIR       config.json + model.safetensors + vocab.txt, loadable\n"
@@ -46,7 +48,9 @@ static const char k_usage[] =
     TR_USAGE_CHECKPOINTS
     TR_USAGE_HABITS("accuracy, macro_f1, weighted_f1, loss")
     "\n"
-    TR_USAGE_PREEMPTION("train_cls");
+    TR_USAGE_PREEMPTION("train_cls")
+    "\n"
+    TR_USAGE_EXIT("train_cls");
 
 enum {
     O_MODEL = TR_OPT_OWN, O_INTER, O_VOCAB, O_CLASS_WEIGHT, O_MAX_SEQ, O_LABELS,

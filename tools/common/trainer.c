@@ -29,6 +29,19 @@ int tr_fail(const char *prog, const char *what) {
     return tr_exit_code(ds_last_status());
 }
 
+void tr_error_name_flag(const char *flag, const char *path) {
+    ds_error_saved e;
+    ds_error_save(&e);
+    char msg[sizeof e.msg];
+    size_t n = strlen(path);
+    if (strncmp(e.msg, path, n) == 0 && e.msg[n] == ':')
+        snprintf(msg, sizeof msg, "%s %s", flag, e.msg);
+    else
+        snprintf(msg, sizeof msg, "%s %s: %s", flag, path, e.msg);
+    memcpy(e.msg, msg, sizeof e.msg);
+    ds_error_restore(&e);
+}
+
 /* A folder reads as "read error" deep in stdio; say what it is. */
 static ds_status folder_error(const char *flag, const char *path) {
     return DS_ERR(DS_ERR_DATA, "%s %s: is a folder, not a file (give the data file itself)", flag,

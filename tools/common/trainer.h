@@ -36,6 +36,13 @@ int tr_fail(const char *prog, const char *what);
  * past. */
 int tr_exit_code(ds_status st);
 
+/* The failure just recorded came from reading `path`, given as `flag`: the
+ * message gets the flag, so it says which option to fix ("nope.txt: cannot
+ * open" becomes "--eval-data nope.txt: cannot open"; a message that does not
+ * start with the path gets "--eval-data nope.txt: " before it). The status
+ * stays. */
+void tr_error_name_flag(const char *flag, const char *path);
+
 /* `path`, given with `flag`, is a file that can be opened for reading.
  * Errors (DS_ERR_DATA) name the flag and the path: "--data /tmp: is a folder,
  * not a file", "--data x.csv: no such file". */

@@ -161,7 +161,10 @@ static int take_shared(const tr_cli *c, tr_opts *o, int id, const char *flag, co
             rc = tr_opt_bad(c, flag, v, "must be a signal name: USR1, USR2, TERM, INT, HUP, XCPU "
                             "or PWR (SIG may be given)");
         break;
-    case O_DEV_RATIO: rc = tr_opt_f64(c, flag, v, 0.0, 0.99, &o->dev_ratio); break;
+    case O_DEV_RATIO:
+        rc = tr_opt_f64(c, flag, v, 0.0, 0.99, &o->dev_ratio);
+        o->dev_ratio_set = true;
+        break;
     case O_DROPOUT:
         rc = tr_opt_f64(c, flag, v, 0.0, 0.95, &x);
         o->dropout = (float)x;
@@ -267,6 +270,10 @@ int tr_opts_parse(int argc, char **argv, tr_opts *o, const tr_cli *c) {
         return 2;
     }
     if (o->fp16 && o->bf16) return tr_usage_error(c, "--fp16 and --bf16: give one");
+    /* --eval-data is the dev set whole: a ratio given too would be ignored */
+    if (o->eval_data && o->dev_ratio_set)
+        return tr_usage_error(c, "--dev-ratio and --eval-data: give one (--eval-data is the "
+                                 "dev set; --dev-ratio holds out part of --data instead)");
     if (!o->eval_batch && o->batch > 0) o->eval_batch = (int)o->batch;
     int rc = c->check ? c->check(c, c->user) : -1;
     if (rc >= 0) return rc;

@@ -27,6 +27,7 @@
 typedef struct tr_opts {
     const char *config, *data, *eval_data; /* --config and --data are required */
     double dev_ratio;          /* default 0.1 */
+    bool dev_ratio_set;        /* given: refused with --eval-data, which it cannot split */
     uint64_t seed;             /* default 42 */
     /* the model: shape flags, a config file, a folder to start from */
     const char *model_config, *init_dir;
@@ -174,6 +175,31 @@ int tr_opt_f64(const tr_cli *c, const char *flag, const char *v, double lo, doub
     "                       writes it to ds_config.resolved.json beside --metrics,\n" \
     "                       else in --save-dir\n"                                  \
     "  --help               print this text and exit\n"
+
+/* ... what an epoch is (engine.h, ds_train_batch) ... */
+#define TR_USAGE_EPOCH                                                                  \
+    "                       An epoch trains every row once (rows split evenly over\n" \
+    "                       the ranks, the last ones repeated to even counts); with\n" \
+    "                       gradient accumulation its last step takes the\n"         \
+    "                       micro-batches left when fewer (as the Hugging Face\n"   \
+    "                       Trainer), so an epoch is ceil(ceil(rows per rank / micro\n" \
+    "                       batch) / accumulation steps) steps and no step mixes\n"  \
+    "                       two epochs\n"
+
+/* ... evaluation's batch: the engine plans its buffers for the micro batch ... */
+#define TR_USAGE_EVAL_BATCH(CALL)                                                       \
+    "  --eval-batch N       rows per " CALL " call (default: the micro batch; a larger\n" \
+    "                       N is lowered to the micro batch, the engine's buffers\n" \
+    "                       being planned for it, and said at start-up)\n"
+
+/* ... the exit codes (trainer.h, tr_exit_code) ... */
+#define TR_USAGE_EXIT(PROG)                                                             \
+    "Errors print one line (" PROG ": what: why). Exit codes: 2 for what starting\n"  \
+    "the run again the same way cannot get past (a bad command line, a config,\n"     \
+    "data or argument error, a corrupt checkpoint, what this build does not\n"       \
+    "support: engine-run --max-restarts does not restart it), 1 for the rest (a\n"  \
+    "file that cannot be opened or written, a rank lost or timed out, memory),\n"    \
+    "128 + the signal after a preemption save.\n"
 
 /* ... and the paragraph on what a preemption signal does. */
 #define TR_USAGE_PREEMPTION(PROG)                                                       \

@@ -14,6 +14,7 @@
 #include "engine/io/ckpt_dir.h"
 #include "engine/io/fault.h"
 #include "hf/hf.h"
+#include "tools/common/metrics_resume.h"
 #include "tools/common/progress.h"
 #include "tools/common/run_stats.h"
 #include "tools/common/train_habits.h"
@@ -27,9 +28,10 @@ static double now_s(void) {
 /* ---- the engine and the run's length ---- */
 
 /* Steps per pass over `rows` training rows at the resolved batch keys: the
- * rule config.h gives for hints.epochs (ceil(rows per rank / micro batch) /
- * accumulation steps, at least 1; rows per rank rounded up, or down with
- * dataloader_drop_last), which is how the engine's loader walks an epoch. */
+ * rule config.h gives for hints.epochs (ceil(ceil(rows per rank / micro
+ * batch) / accumulation steps); rows per rank rounded up, or down with
+ * dataloader_drop_last), which is how the engine's loader walks an epoch:
+ * it ends the epoch's last step early, so every row trains once. */
 static int64_t rows_per_rank(const ds_config *c, size_t rows) {
     int64_t world = c->world_size;
     return c->dataloader_drop_last ? (int64_t)rows / world : ((int64_t)rows + world - 1) / world;
@@ -37,7 +39,7 @@ static int64_t rows_per_rank(const ds_config *c, size_t rows) {
 
 static int64_t steps_per_epoch(const ds_config *c, size_t rows) {
     int64_t micro = c->train_micro_batch_size_per_gpu, gas = c->gradient_accumulation_steps;
-    int64_t n = ((rows_per_rank(c, rows) + micro - 1) / micro) / gas;
+    int64_t n = (((rows_per_rank(c, rows) + micro - 1) / micro) + gas - 1) / gas;
     return n < 1 ? 1 : n;
 }
 
@@ -147,7 +149,13 @@ int tr_run_init(tr_run *r, const char *prog, const tr_opts *o, ds_model *model,
     r->epoch_samples = (double)rows_per_rank(c, train->n) * (double)c->world_size;
     r->total = o->max_steps >= 0 ? o->max_steps : r->per_epoch * o->epochs;
     r->micro = c->train_micro_batch_size_per_gpu;
+    /* the engine plans its buffers for the micro batch (no allocation
+     * later), so an evaluation call takes at most that many rows */
     r->eval_batch = o->eval_batch > 0 && o->eval_batch < r->micro ? o->eval_batch : (int)r->micro;
+    if (o->eval_batch > r->micro && r->rank == 0)
+        printf("%s: --eval-batch %d is larger than the micro batch: evaluating %d rows a call "
+               "(the engine's buffers are planned for the micro batch)\n", prog, o->eval_batch,
+               r->eval_batch);
     snprintf(r->client, sizeof r->client, "{\"total_steps\": %lld}", (long long)r->total);
     if (check_schedule(r, c) != DS_OK) return tr_fail(prog, NULL);
     return 0;
@@ -325,6 +333,26 @@ static int save_resolved_rank0(tr_run *r) {
     return 0;
 }
 
+/* A resumed run appends to --metrics what it trains from r->start on: the
+ * lines an earlier run wrote after that step (it went on past its last
+ * checkpoint before it was stopped) go first, or those steps would be in the
+ * file twice (metrics_resume.h). Rank 0. */
+static int cut_metrics_rank0(tr_run *r) {
+    const tr_opts *o = r->o;
+    long kept, dropped;
+    /* tr_habits_resume evaluates an evaluation step's checkpoint again */
+    bool reevaluated = o->eval_steps > 0 && r->start % o->eval_steps == 0;
+    if (tr_metrics_truncate(o->metrics, r->start, reevaluated, &kept, &dropped) != DS_OK) {
+        fprintf(stderr, "%s: --metrics at --resume: %s\n", r->prog, ds_last_error());
+        return 1;
+    }
+    if (dropped)
+        printf("%s: --metrics %s: kept the %ld lines up to step %lld, removed the %ld written "
+               "after it (this run writes those steps again)\n", r->prog, o->metrics, kept,
+               (long long)r->start, dropped);
+    return 0;
+}
+
 int tr_run_prepare(tr_run *r, tr_describe_fn describe, void *user, const char *what) {
     const tr_opts *o = r->o;
     if (o->init_dir && load_init_weights(r) != DS_OK) return tr_fail(r->prog, NULL);
@@ -346,7 +374,9 @@ int tr_run_prepare(tr_run *r, tr_describe_fn describe, void *user, const char *w
     r->start = ds_global_step(r->e);
     if (o->save_dir && describe_save_dir(r, describe, user) != DS_OK) return tr_fail(r->prog, what);
     int32_t bad = 0;
-    if (o->metrics && r->rank == 0 && !(r->metrics = fopen(o->metrics, r->start > 0 ? "a" : "w"))) {
+    if (o->metrics && r->rank == 0 && r->start > 0) bad = cut_metrics_rank0(r);
+    if (!bad && o->metrics && r->rank == 0 &&
+        !(r->metrics = fopen(o->metrics, r->start > 0 ? "a" : "w"))) {
         fprintf(stderr, "%s: cannot write --metrics %s: %s\n", r->prog, o->metrics,
                 strerror(errno));
         bad = 1;
