@@ -522,6 +522,24 @@ static bool seq_parted(const engine_t *e, const double *sum) {
  * doubles (the flags cost nothing when neither came), which also compares
  * the ranks' collectives so far (seq_terms). Only when a signal came, the
  * ranks agree on which. */
+/* An error after the window's gradients were reduced and before ds_step
+ * clears them (collectives that parted, a run that cannot learn): they go
+ * on this path too, so that a caller that carries on, or saves, starts the
+ * next window clean instead of adding to them or failing in the next
+ * backward; st and its message are what is returned. */
+static ds_status forget_window(engine_t *e, ds_status st) {
+    ds_error_saved keep;
+    ds_error_save(&keep);
+    ds_status zs = e->zero->ops->zero_grad(e->zero);
+    if (zs == DS_OK) zs = ds_ties_clear(e->ties);
+    if (zs == DS_OK) zs = drop_gathered(e);
+    e->loss_accum = 0.0;
+    ds_error_restore(&keep);
+    if (zs != DS_OK) /* the gradients could not be cleared: only a load goes on */
+        ds_engine_lose(e, st, "step %lld's gradients", (long long)e->global_step + 1);
+    return st;
+}
+
 static ds_status agree_loss(engine_t *e, double *loss_sum, int32_t *stop, bool *window_failed) {
     double red[7] = {e->loss_accum / (double)ds_engine_window(e),
                      ds_preempt_pending() ? 1.0 : 0.0, e->window_failed != DS_OK ? 1.0 : 0.0};
@@ -537,12 +555,12 @@ static ds_status agree_loss(engine_t *e, double *loss_sum, int32_t *stop, bool *
     ds_comm_set_context(e->comm, NULL);
     DS_TRY(st);
     if (seq_parted(e, red + 3))
-        return DS_ERR(DS_ERR_COMM, "step %lld: the ranks have made different collective calls "
+        return forget_window(e, DS_ERR(DS_ERR_COMM, "step %lld: the ranks have made different collective calls "
                       "(a branch on something only some ranks see, such as a training loop's "
                       "ds_all_reduce_host made otherwise on one rank), so what they reduced cannot "
                       "be trusted and no rank updates; run with zero_engine.check_collectives "
                       "(or DS_CHECK_COLLECTIVES=1) to find the first call where they part",
-                      (long long)e->global_step + 1);
+                      (long long)e->global_step + 1));
     *loss_sum = red[0];
     *window_failed = red[2] > 0.0;
     return DS_OK;
@@ -610,7 +628,8 @@ ds_status ds_step(engine_t *e) {
     double norm = sqrt(sumsq) / (world * scale);
     double lr = ds_sched_lr(&e->cfg, e->applied_steps);
     bool skip = nonfinite != 0;
-    DS_TRY(check_can_learn(e, skip));
+    ds_status cl = check_can_learn(e, skip);
+    if (cl != DS_OK) return forget_window(e, cl);
     if (skip) {
         e->skipped_steps++;
         if (e->comm->rank == 0 && !e->quiet) {

@@ -34,9 +34,15 @@ static int64_t window_at(const engine_t *e) {
     return micro > 0 && micro < gas ? micro : gas;
 }
 
+/* The window's micro-batches not yet run: all of them, or those after the
+ * ones an earlier call ran before its forward failed (the ranks agree on a
+ * forward's failure, so they stand at the same micro-batch), which are kept
+ * and completed as a caller's own loop would after skipping a bad batch.
+ * Starting over at 0 instead crossed the boundary inside every later call,
+ * returning mid-window, where no checkpoint can be saved. */
 static ds_status run_window(engine_t *e) {
     int64_t n = ds_engine_window(e);
-    for (int64_t g = 0; g < n; g++) {
+    for (int64_t g = e->micro_in_step; g < n; g++) {
         ds_batch b;
         DS_TRY(next_batch(e, &b));
         DS_TRY(ds_forward(e, &b, NULL));
@@ -61,7 +67,9 @@ ds_status ds_train_batch(engine_t *e, ds_step_info *out) {
         e->window = window_at(e);
     }
     ds_status st = run_window(e);
-    e->window = 0; /* ds_forward / ds_step driven by the caller: GAS */
+    /* ds_forward / ds_step driven by the caller: GAS; a window left open by
+     * a failure keeps its length for the call that completes it */
+    if (e->micro_in_step == 0) e->window = 0;
     DS_TRY(st);
     if (out) *out = e->last;
     return DS_OK;

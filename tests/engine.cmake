@@ -226,3 +226,12 @@ endforeach()
 ds_add_mpi_test(NAME test_config_agree SOURCES multirank/test_config_agree.c NP 3
                 LABELS multirank TIMEOUT 60)
 ds_add_mpi_test(NAME test_hf_decay SOURCES multirank/test_hf_decay.c NP 2 LABELS multirank)
+
+# After a step's error the engine is fit to go on: ds_train_batch completes a
+# window whose forward failed (then saves are allowed again), and a "cannot
+# learn" error drops the reduced gradients with it (tests/fault/test_step_errors.c).
+ds_add_mpi_test(NAME test_step_errors SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/fault/test_step_errors.c
+                ${CMAKE_CURRENT_SOURCE_DIR}/multirank/ckpt_harness.c
+                ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c NP 2 LABELS fault
+                ARGS ${CMAKE_BINARY_DIR}/tests/step_errors_ckpt)
+target_include_directories(test_step_errors PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multirank)
