@@ -194,6 +194,12 @@ static ds_status make_config(const opts *o, int hidden, ds_config *c) {
     }
     if (o->opt) c->offload_optimizer.device = device_of(o->opt);
     if (o->param) c->offload_param.device = device_of(o->param);
+    /* an estimate writes no file: --offload-* nvme without a config's
+     * nvme_path (DeepSpeed's default None) names none */
+    ds_offload_config *offs[2] = {&c->offload_optimizer, &c->offload_param};
+    for (int k = 0; k < 2; k++)
+        if (offs[k]->device == DS_OFFLOAD_NVME && !offs[k]->nvme_path[0])
+            snprintf(offs[k]->nvme_path, sizeof offs[k]->nvme_path, "(estimate)");
     ds_config_hints h;
     ds_config_hints_hf_defaults(&h);
     h.lr_scheduler_type = NULL; /* a schedule changes no byte: none is filled in */
