@@ -316,6 +316,15 @@ uint64_t ds_expected_model_state_bytes(const engine_t *e) {
                                         c->offload_optimizer.device != DS_OFFLOAD_NONE);
     if (s3 && c->zero_hpz_partition_size > 1)
         b += (uint64_t)(f.padded / c->zero_hpz_partition_size) * ds_dtype_size(e->param_t);
+    /* stage 3's persistent modules (fewer parameters than
+     * stage3_param_persistence_threshold) whole on every rank, in fp32
+     * (zero/stage3_build.c): GPT-2's biases and norms, a quarter of the
+     * partitioned state at 8 ranks, which the paper's formula leaves out */
+    if (s3)
+        for (int m = 0; m < e->flat->n_modules; m++) {
+            int64_t span = e->flat->modules[m].end - e->flat->modules[m].begin;
+            if (span > 0 && span < c->stage3_param_persistence_threshold) b += (uint64_t)span * 4;
+        }
     return b;
 }
 

@@ -246,7 +246,9 @@ double ds_get_lr(const engine_t *e);
 void ds_memory_report(const engine_t *e, ds_mem_report *out);
 void ds_comm_report(const engine_t *e, ds_comm_stats *out);
 /* Model-state bytes the ZeRO paper predicts per rank for this engine's
- * Psi, N, stage and precision (params + grads + master + optimizer). */
+ * Psi, N, stage and precision (params + grads + master + optimizer), and
+ * at stage 3 the persistent modules' whole fp32 copy on every rank
+ * (stage3_param_persistence_threshold) and hpZ's secondary piece. */
 uint64_t ds_expected_model_state_bytes(const engine_t *e);
 /* Before building an engine: what a model and config will hold per rank,
  * by purpose and place, is zero/estimate.h (ds_estimate_model,

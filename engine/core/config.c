@@ -204,6 +204,11 @@ static ds_status parse_root(json_t *root, const char *file, ds_config *out,
         return CFG_FAIL(&ctx, DS_ERR_CONFIG, "the top level must be a JSON object, got %s", got);
     }
     DS_TRY(cfg_walk(&ctx, root, "", cfg_top_keys, cfg_top_nkeys, &c, cfg_top_unimplemented, 1));
+    /* DeepSpeed scales before the reduction with these (fp16's range at
+     * many ranks); here the sum is divided once, in the update */
+    if (c.prescale_gradients || c.gradient_predivide_factor != 1.0)
+        cfg_warn(&ctx, "prescale_gradients / gradient_predivide_factor: without effect here "
+                       "(gradients are summed over the ranks and divided once, in the update)");
     *out = c;
     return DS_OK;
 }

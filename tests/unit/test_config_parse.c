@@ -153,6 +153,7 @@ static void test_types(void) {
 }
 
 static void test_all_sections(void) {
+    reset_warnings();
     ds_config c = parse_ok(
         "{\"train_batch_size\": 64, \"train_micro_batch_size_per_gpu\": 8,"
         " \"gradient_accumulation_steps\": 4, \"steps_per_print\": 5,"
@@ -191,6 +192,8 @@ static void test_all_sections(void) {
     CHECK_TRUE(c.wall_clock_breakdown && c.dataloader_drop_last && c.prescale_gradients);
     CHECK_TRUE(c.sparse_gradients);
     CHECK_EQ_D(c.gradient_predivide_factor, 2.0);
+    /* read, and said to be without effect (the sum is divided in the update) */
+    CHECK_TRUE(strstr(g_warnings, "gradient_predivide_factor: without effect here"));
     CHECK_EQ_D(c.gradient_clipping, 0.5);
     CHECK_TRUE(c.fp16_enabled && c.fp16_auto_cast && c.consecutive_hysteresis);
     CHECK_EQ_D(c.loss_scale, 128.0);

@@ -34,10 +34,13 @@ void tr_error_name_flag(const char *flag, const char *path) {
     ds_error_save(&e);
     char msg[sizeof e.msg];
     size_t n = strlen(path);
+    int w;
     if (strncmp(e.msg, path, n) == 0 && e.msg[n] == ':')
-        snprintf(msg, sizeof msg, "%s %s", flag, e.msg);
+        w = snprintf(msg, sizeof msg, "%s %s", flag, e.msg);
     else
-        snprintf(msg, sizeof msg, "%s %s: %s", flag, path, e.msg);
+        w = snprintf(msg, sizeof msg, "%s %s: %s", flag, path, e.msg);
+    if (w >= (int)sizeof msg) /* a message at the buffer's end loses its tail, marked */
+        memcpy(msg + sizeof msg - 4, "...", 4);
     memcpy(e.msg, msg, sizeof e.msg);
     ds_error_restore(&e);
 }
