@@ -189,13 +189,18 @@ static ds_status build_local(engine_t *e, const ds_init_desc *d) {
             return DS_ERR(DS_ERR_INVALID_ARG, "training data has %d classes, the model %d",
                           t->n_classes, e->model->n_classes);
         e->train = t;
+        /* DeepSpeed's loader: a DistributedSampler padding every rank to
+         * ceil(n / world); dataloader_drop_last is its DataLoader's, which
+         * drops the epoch's short last micro-batch (ds_engine_epoch_rows) */
         DS_TRY(ds_sampler_init(&e->sampler, t->n, e->comm->world, e->comm->rank, e->seed, true,
-                               e->cfg.dataloader_drop_last, true));
+                               false, true));
         DS_TRY(ds_sampler_set_epoch(&e->sampler, 0));
-        if (e->sampler.num_samples == 0)
+        if (ds_engine_epoch_rows(e) == 0)
             return DS_ERR(DS_ERR_DATA,
-                          "training data has %zu rows: too few for %d ranks with "
-                          "dataloader_drop_last", t->n, e->comm->world);
+                          "training data has %zu rows: %zu a rank over %d ranks, fewer than the "
+                          "micro batch %d, and dataloader_drop_last drops a short one: nothing "
+                          "to train",
+                          t->n, e->sampler.num_samples, e->comm->world, e->cap_B);
         DS_TRY(ds_host_batch_alloc(&e->hb, t, e->model, e->cap_B));
     }
     return DS_OK;

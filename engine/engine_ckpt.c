@@ -646,7 +646,7 @@ static ds_status restore_loader(engine_t *e, const ds_ckpt_meta *m) {
     if (e->sampler.seed != e->seed) { /* the saved seed drives the shuffling */
         ds_sampler_free(&e->sampler);
         DS_TRY(ds_sampler_init(&e->sampler, e->train->n, world, e->comm->rank, e->seed, true,
-                               e->cfg.dataloader_drop_last, true));
+                               false, true)); /* as ds_initialize's */
     }
     DS_TRY(ds_sampler_set_epoch(&e->sampler, e->epoch));
     if (!m->has_loader) return DS_OK;
@@ -663,7 +663,7 @@ static ds_status restore_loader(engine_t *e, const ds_ckpt_meta *m) {
      * cursor P / world at any world size. */
     int64_t p = m->epoch_samples;
     if (p >= (int64_t)e->train->n) { /* the epoch was consumed (padding included) */
-        e->cursor = e->sampler.num_samples;
+        e->cursor = ds_engine_epoch_rows(e);
         return DS_OK;
     }
     if (p % world != 0 && loud)
@@ -672,7 +672,8 @@ static ds_status restore_loader(engine_t *e, const ds_ckpt_meta *m) {
                 (long long)m->epoch, world, (long long)(p / world * world),
                 (long long)(p % world));
     size_t c = (size_t)(p / world);
-    e->cursor = c < e->sampler.num_samples ? c : e->sampler.num_samples;
+    size_t rows = ds_engine_epoch_rows(e);
+    e->cursor = c < rows ? c : rows;
     return DS_OK;
 }
 

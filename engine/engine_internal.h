@@ -184,6 +184,11 @@ void ds_engine_print_step(const engine_t *e);
  * the same when activation checkpointing recomputes the module. */
 uint64_t ds_engine_module_seed(const engine_t *e, uint64_t micro_seed, int module);
 
+/* This rank's rows of the running epoch the loader walks: the sampler's,
+ * less a short last micro-batch with dataloader_drop_last
+ * (engine_train_batch.c). */
+size_t ds_engine_epoch_rows(const engine_t *e);
+
 /* Micro-batches in the running accumulation window (engine_t.window). */
 static inline int64_t ds_engine_window(const engine_t *e) {
     return e->window > 0 ? e->window : e->cfg.gradient_accumulation_steps;

@@ -3,9 +3,14 @@
  * and ds_step, engine_step.c; fewer for the step that ends an epoch). */
 #include "engine/engine_internal.h"
 
+size_t ds_engine_epoch_rows(const engine_t *e) {
+    size_t n = e->sampler.num_samples, B = (size_t)e->cap_B;
+    return e->cfg.dataloader_drop_last && B > 0 ? n / B * B : n;
+}
+
 /* At the end of the epoch's slice, the next epoch's (reshuffled). */
 static ds_status roll_epoch(engine_t *e) {
-    if (e->cursor < e->sampler.num_samples) return DS_OK;
+    if (e->cursor < ds_engine_epoch_rows(e)) return DS_OK;
     e->epoch++;
     e->cursor = 0;
     return ds_sampler_set_epoch(&e->sampler, e->epoch);
@@ -14,7 +19,7 @@ static ds_status roll_epoch(engine_t *e) {
 /* Next micro-batch of this rank from the sampler. */
 static ds_status next_batch(engine_t *e, ds_batch *out) {
     DS_TRY(roll_epoch(e));
-    size_t left = e->sampler.num_samples - e->cursor;
+    size_t left = ds_engine_epoch_rows(e) - e->cursor;
     int count = left < (size_t)e->cap_B ? (int)left : e->cap_B;
     DS_TRY(ds_host_batch_fill(&e->hb, e->train, e->sampler.indices + e->cursor, count));
     e->cursor += (size_t)count;
@@ -29,7 +34,7 @@ static ds_status next_batch(engine_t *e, ds_batch *out) {
  * or drops to equal counts) and the same cursor, so the ranks agree. */
 static int64_t window_at(const engine_t *e) {
     int64_t gas = e->cfg.gradient_accumulation_steps;
-    size_t left = e->sampler.num_samples - e->cursor;
+    size_t left = ds_engine_epoch_rows(e) - e->cursor;
     int64_t micro = (int64_t)((left + (size_t)e->cap_B - 1) / (size_t)e->cap_B);
     return micro > 0 && micro < gas ? micro : gas;
 }

@@ -509,6 +509,17 @@ void ds_config_hints_hf_defaults(ds_config_hints *h);
  * `c` is written only on success, so a failed resolve leaves it as parsed. */
 ds_status ds_config_resolve(ds_config *c, const ds_config_hints *h);
 
+/* How the engine's loader walks an epoch of `rows` training rows at the
+ * resolved batch keys, as DeepSpeed's (a DistributedSampler that pads every
+ * rank to ceil(rows / world), a DataLoader whose drop_last is
+ * dataloader_drop_last): each rank's micro-batches, the last one short, or
+ * dropped with dataloader_drop_last; ds_config_steps_per_epoch: those over
+ * gradient_accumulation_steps, rounded up (the epoch's last step takes the
+ * micro-batches left, ds_train_batch). 0 when dataloader_drop_last leaves
+ * no whole micro-batch. */
+int64_t ds_config_micro_batches_per_epoch(const ds_config *c, size_t rows);
+int64_t ds_config_steps_per_epoch(const ds_config *c, size_t rows);
+
 /* Tracked keys' names ("optimizer.params.lr") and sources' names
  * ("config", "hint", "trainer default", "DeepSpeed default", "auto"). */
 const char *ds_config_key_name(ds_config_key k);

@@ -103,15 +103,27 @@ static void mark_auto(ds_config *c) {
 /* total_num_steps from the run's length (hints.epochs over train_rows), as
  * the engine's loader walks an epoch; -1 when not given. Needs the batch
  * keys resolved. */
+int64_t ds_config_micro_batches_per_epoch(const ds_config *c, size_t rows) {
+    int64_t world = c->world_size > 0 ? c->world_size : 1;
+    int64_t micro = c->train_micro_batch_size_per_gpu > 0 ? c->train_micro_batch_size_per_gpu : 1;
+    int64_t per_rank = ((int64_t)rows + world - 1) / world;
+    return c->dataloader_drop_last ? per_rank / micro : (per_rank + micro - 1) / micro;
+}
+
+int64_t ds_config_steps_per_epoch(const ds_config *c, size_t rows) {
+    int64_t gas = c->gradient_accumulation_steps > 0 ? c->gradient_accumulation_steps : 1;
+    /* the engine's loader ends a step at the epoch's end (ds_train_batch):
+     * a partial accumulation window is one more step */
+    return (ds_config_micro_batches_per_epoch(c, rows) + gas - 1) / gas;
+}
+
 int64_t cfg_steps_from_epochs(const ds_config *c, const ds_config_hints *h, char *from,
                               size_t cap) {
     if (!(h->epochs > 0) || h->train_rows <= 0) return -1;
     int64_t world = c->world_size, rows = h->train_rows;
-    int64_t per_rank = c->dataloader_drop_last ? rows / world : (rows + world - 1) / world;
+    int64_t per_rank = (rows + world - 1) / world;
     int64_t micro = c->train_micro_batch_size_per_gpu, gas = c->gradient_accumulation_steps;
-    /* the engine's loader ends a step at the epoch's end (ds_train_batch):
-     * a partial accumulation window is one more step */
-    int64_t per_epoch = (((per_rank + micro - 1) / micro) + gas - 1) / gas;
+    int64_t per_epoch = ds_config_steps_per_epoch(c, (size_t)rows);
     if (per_epoch < 1) per_epoch = 1;
     int64_t total = (int64_t)ceil(h->epochs * (double)per_epoch);
     if (from)

@@ -279,6 +279,25 @@ static void test_scheduler_auto(void) {
                        " {\"total_num_steps\": \"auto\"}}}";
     c = RESOLVE_OK(cos3, &h4);
     CHECK_EQ_I(c.total_num_steps, 28);
+    /* dataloader_drop_last is DeepSpeed's DataLoader's: 1003 rows are 251 a
+     * rank either way (the sampler pads), 31 whole micro-batches of 8 and a
+     * short one dropped: 16 steps an epoch (ceil(31 / 2)), 2.5 epochs -> 40;
+     * at 1000 rows 250 a rank, 31 whole and one of 2 dropped, the same. At
+     * world 1, 44 rows at micro 7: 7 micro-batches, 6 with drop_last (the
+     * run of DeepSpeed's own loader, len(sampler) // batch_size) */
+    const char *cosd = "{\"train_micro_batch_size_per_gpu\": 8, \"gradient_accumulation_steps\": 2,"
+                       " \"dataloader_drop_last\": true, \"scheduler\": {\"type\": \"WarmupCosineLR\","
+                       " \"params\": {\"total_num_steps\": \"auto\"}}}";
+    c = RESOLVE_OK(cosd, &h4);
+    CHECK_EQ_I(c.total_num_steps, 40);
+    CHECK_EQ_I(ds_config_micro_batches_per_epoch(&c, 1003), 31);
+    ds_config one = c;
+    one.world_size = 1;
+    one.train_micro_batch_size_per_gpu = 7;
+    one.gradient_accumulation_steps = 1;
+    CHECK_EQ_I(ds_config_steps_per_epoch(&one, 44), 6);
+    one.dataloader_drop_last = false;
+    CHECK_EQ_I(ds_config_steps_per_epoch(&one, 44), 7);
     /* a direct hint wins over the epochs */
     h4.total_num_steps = 9;
     c = RESOLVE_OK(cos, &h4);

@@ -5,12 +5,15 @@
  *           epoch): steps of 2, 2 and 1 micro-batches, samples 4, 8, 10,
  *           every step of the first three in epoch 0, the fourth in epoch 1
  *           at 14 samples; the same at accumulation 4 (4 + 1 micro-batches);
+ *           11 rows: the short sixth micro-batch trains, or is dropped with
+ *           dataloader_drop_last;
  *   mean    6 rows, micro batch 2: one epoch is a window of 3 micro-batches
  *           whether the accumulation is 4 (the window cut short at the
  *           epoch's end) or 3, so the first step of both engines, from the
  *           same seed, has the same loss, gradient norm and weights, bit for
  *           bit (the same micro-batches, summed in the same order, divided by
  *           the same 3). */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,7 +41,7 @@ static ds_dataset *make_data(size_t n) {
     return d;
 }
 
-static engine_t *start(const ds_dataset *data, int micro, int gas) {
+static engine_t *start(const ds_dataset *data, int micro, int gas, bool drop_last) {
     ds_mlp_desc md = {.vocab_size = V, .max_seq_len = T, .embed_dim = 8, .hidden_dim = 16,
                       .n_hidden = 1, .n_classes = 2};
     ds_model *model;
@@ -46,9 +49,9 @@ static engine_t *start(const ds_dataset *data, int micro, int gas) {
     char cfg[256];
     snprintf(cfg, sizeof cfg,
              "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": %d,"
-             " \"steps_per_print\": 1000,"
+             " \"steps_per_print\": 1000, \"dataloader_drop_last\": %s,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}",
-             micro, gas);
+             micro, gas, drop_last ? "true" : "false");
     ds_init_desc d;
     ds_init_desc_defaults(&d);
     d.config_json = cfg;
@@ -61,10 +64,11 @@ static engine_t *start(const ds_dataset *data, int micro, int gas) {
     return e;
 }
 
-static void counts(int gas, const int64_t *want_samples, const int64_t *want_epoch, int steps) {
-    ds_dataset *data = make_data(10);
+static void counts(size_t rows, bool drop_last, int gas, const int64_t *want_samples,
+                   const int64_t *want_epoch, int steps) {
+    ds_dataset *data = make_data(rows);
     if (!data) TEST_DIE(ds_last_error());
-    engine_t *e = start(data, 2, gas);
+    engine_t *e = start(data, 2, gas, drop_last);
     for (int s = 0; s < steps; s++) {
         ds_step_info info;
         if (ds_train_batch(e, &info) != DS_OK) {
@@ -83,7 +87,7 @@ static void counts(int gas, const int64_t *want_samples, const int64_t *want_epo
 static void first_step(int gas, ds_step_info *info, float *w) {
     ds_dataset *data = make_data(6);
     if (!data) TEST_DIE(ds_last_error());
-    engine_t *e = start(data, 2, gas);
+    engine_t *e = start(data, 2, gas, false);
     if (ds_train_batch(e, info) != DS_OK) TEST_FAIL("gas %d: %s", gas, ds_last_error());
     if (ds_get_param(e, "embeddings.word_embeddings.weight", w, W_NUMEL) != DS_OK)
         TEST_FAIL("gas %d: ds_get_param: %s", gas, ds_last_error());
@@ -94,9 +98,15 @@ static void first_step(int gas, ds_step_info *info, float *w) {
 int main(void) {
     /* 5 micro-batches of 2 an epoch */
     const int64_t s2[4] = {4, 8, 10, 14}, e2[4] = {0, 0, 0, 1};
-    counts(2, s2, e2, 4);
+    counts(10, false, 2, s2, e2, 4);
     const int64_t s4[3] = {8, 10, 18}, e4[3] = {0, 0, 1};
-    counts(4, s4, e4, 3);
+    counts(10, false, 4, s4, e4, 3);
+    /* 11 rows: the sixth micro-batch has 1 row; dataloader_drop_last drops
+     * it, as DeepSpeed's DataLoader (the rows are not cut per rank first) */
+    const int64_t s11[4] = {4, 8, 11, 15}, e11[4] = {0, 0, 0, 1};
+    counts(11, false, 2, s11, e11, 4);
+    const int64_t d11[4] = {4, 8, 10, 14}, f11[4] = {0, 0, 0, 1};
+    counts(11, true, 2, d11, f11, 4);
 
     ds_step_info a, b;
     static float wa[W_NUMEL], wb[W_NUMEL];

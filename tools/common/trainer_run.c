@@ -27,19 +27,12 @@ static double now_s(void) {
 
 /* ---- the engine and the run's length ---- */
 
-/* Steps per pass over `rows` training rows at the resolved batch keys: the
- * rule config.h gives for hints.epochs (ceil(ceil(rows per rank / micro
- * batch) / accumulation steps); rows per rank rounded up, or down with
- * dataloader_drop_last), which is how the engine's loader walks an epoch:
- * it ends the epoch's last step early, so every row trains once. */
-static int64_t rows_per_rank(const ds_config *c, size_t rows) {
-    int64_t world = c->world_size;
-    return c->dataloader_drop_last ? (int64_t)rows / world : ((int64_t)rows + world - 1) / world;
-}
-
+/* Steps per pass over `rows` training rows at the resolved batch keys, as
+ * the engine's loader walks an epoch (ds_config_steps_per_epoch): it ends
+ * the epoch's last step early, so every row trains once (with
+ * dataloader_drop_last, every row of the whole micro-batches). */
 static int64_t steps_per_epoch(const ds_config *c, size_t rows) {
-    int64_t micro = c->train_micro_batch_size_per_gpu, gas = c->gradient_accumulation_steps;
-    int64_t n = (((rows_per_rank(c, rows) + micro - 1) / micro) + gas - 1) / gas;
+    int64_t n = ds_config_steps_per_epoch(c, rows);
     return n < 1 ? 1 : n;
 }
 
@@ -146,7 +139,10 @@ int tr_run_init(tr_run *r, const char *prog, const tr_opts *o, ds_model *model,
     /* the samples (all ranks') a pass consumes, its last micro-batch short
      * included: the progress line's epoch is samples over this, right after
      * a resume at another global batch too */
-    r->epoch_samples = (double)rows_per_rank(c, train->n) * (double)c->world_size;
+    int64_t mb = ds_config_micro_batches_per_epoch(c, train->n);
+    int64_t per_rank = ((int64_t)train->n + c->world_size - 1) / c->world_size;
+    if (c->dataloader_drop_last) per_rank = mb * c->train_micro_batch_size_per_gpu;
+    r->epoch_samples = (double)per_rank * (double)c->world_size;
     r->total = o->max_steps >= 0 ? o->max_steps : r->per_epoch * o->epochs;
     r->micro = c->train_micro_batch_size_per_gpu;
     /* the engine plans its buffers for the micro batch (no allocation
