@@ -44,11 +44,18 @@ static int put_part(FILE *f, const ds_dataset *d) {
     size_t n = (size_t)rows * T;
     if (put(f, &rows, 8) || put(f, &T, 4)) return -1;
     if (!n) return 0;
-    if (put(f, ds_dataset_i32(d, "input_ids"), n * 4) || put(f, ds_dataset_i32(d, "labels"), n * 4) ||
-        put(f, ds_dataset_f32(d, "attention_mask"), n * 4) ||
-        put(f, ds_dataset_i32(d, "token_bytes"), n * 4))
-        return -1;
-    return 0;
+    /* each column whole, in this order, read through the dataset (the
+     * packed columns are computed, text/lm_pack.c) */
+    static const char *const cols[] = {"input_ids", "labels", "attention_mask", "token_bytes"};
+    void *buf = malloc(n * 4);
+    int rc = buf ? 0 : -1;
+    for (int c = 0; c < 4 && rc == 0; c++) {
+        int k = ds_dataset_find(d, cols[c]);
+        rc = k >= 0 && ds_dataset_read_rows(d, k, 0, (size_t)rows, buf) == DS_OK ? put(f, buf, n * 4)
+                                                                                 : -1;
+    }
+    free(buf);
+    return rc;
 }
 
 static void print_stats(const char *part, const ds_lm_pack_stats *s) {

@@ -129,7 +129,8 @@ static ds_status model_desc(const lm_opts *o, const ds_lm_tokenizer *tok, ds_gpt
 /* ---- data ---- */
 typedef struct data {
     const lm_opts *o;
-    ds_lm_docs *train_docs, *dev_docs;
+    ds_lm_docs *train_docs, *dev_docs; /* freed once packed */
+    size_t train_empty, dev_empty;     /* their empty documents, skipped */
     ds_lm_tokenizer *tok;
     ds_dataset *train, *dev;
     ds_lm_pack_stats train_ps, dev_ps;
@@ -169,6 +170,13 @@ static ds_status load_data(const lm_opts *o, data *d) {
         DS_TRY(ds_lm_tokenizer_byte(&d->tok));
     DS_TRY(ds_lm_pack(d->train_docs, d->tok, o->seq_len, &d->train, &d->train_ps));
     DS_TRY(ds_lm_pack(d->dev_docs, d->tok, o->seq_len, &d->dev, &d->dev_ps));
+    /* the rows are windows over the token streams now: the text goes (a
+     * byte of it per token kept besides the streams' 8 bytes a token) */
+    d->train_empty = d->train_docs->n_empty;
+    d->dev_empty = d->dev_docs->n_empty;
+    ds_lm_docs_destroy(d->train_docs);
+    ds_lm_docs_destroy(d->dev_docs);
+    d->train_docs = d->dev_docs = NULL;
     return DS_OK;
 }
 
@@ -245,9 +253,9 @@ static ds_status eval_during(void *user, engine_t *e, int batch, tr_eval_result 
 }
 
 /* " (N empty skipped)" for a file that had empty documents, else "" */
-static const char *empty_note(const ds_lm_docs *docs, char *buf, size_t cap) {
+static const char *empty_note(size_t n_empty, char *buf, size_t cap) {
     buf[0] = '\0';
-    if (docs && docs->n_empty) snprintf(buf, cap, " (%zu empty skipped)", docs->n_empty);
+    if (n_empty) snprintf(buf, cap, " (%zu empty skipped)", n_empty);
     return buf;
 }
 
@@ -256,9 +264,9 @@ static void print_summary(const tr_run *r, const data *d, int64_t params) {
     char te[48], de[48];
     printf("train_lm: train %zu documents%s -> %zu tokens in %zu rows of %d; dev %zu documents%s "
            "-> %zu tokens in %zu rows%s\n",
-           d->train_ps.docs, empty_note(d->train_docs, te, sizeof te), d->train_ps.tokens,
+           d->train_ps.docs, empty_note(d->train_empty, te, sizeof te), d->train_ps.tokens,
            d->train_ps.rows, d->o->seq_len, d->dev_ps.docs,
-           empty_note(d->dev_docs, de, sizeof de), d->dev_ps.tokens, d->dev_ps.rows,
+           empty_note(d->dev_empty, de, sizeof de), d->dev_ps.tokens, d->dev_ps.rows,
            d->dev->n ? "" : " (no dev evaluation)");
     printf("train_lm: tokenizer %s (vocab %d); GPT-2 %d layers x %d, %d heads, vocab %d, %lld "
            "parameters; %lld steps (%lld per epoch), world %d\n",

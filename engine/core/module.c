@@ -324,6 +324,11 @@ ds_status ds_model_input_range(ds_model *model, const char *name, int32_t lo, in
 
 ds_status ds_tensor_desc_check_values(const ds_tensor_desc *d, const int32_t *v, size_t rows,
                                       size_t row_elems, const char *what) {
+    return ds_tensor_desc_check_rows(d, v, 0, rows, row_elems, what);
+}
+
+ds_status ds_tensor_desc_check_rows(const ds_tensor_desc *d, const int32_t *v, size_t first_row,
+                                    size_t rows, size_t row_elems, const char *what) {
     if (d->hi <= d->lo) return DS_OK; /* no range declared */
     bool ignore = (d->flags & DS_INPUT_IGNORE) != 0;
     _Static_assert(DS_IGNORE_INDEX == -100, "the message below says -100");
@@ -334,7 +339,7 @@ ds_status ds_tensor_desc_check_values(const ds_tensor_desc *d, const int32_t *v,
         char elem[48] = "";
         if (row_elems > 1) snprintf(elem, sizeof elem, ", element %zu", i % row_elems);
         return DS_ERR(DS_ERR_INVALID_ARG, "%s %s: row %zu%s holds %d, outside [%d, %d)%s, the "
-                      "range the model declares", what, d->name, i / row_elems, elem, x, d->lo,
+                      "range the model declares", what, d->name, first_row + i / row_elems, elem, x, d->lo,
                       d->hi, ignore ? " (or -100, ignored)" : "");
     }
     return DS_OK;

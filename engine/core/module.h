@@ -158,6 +158,9 @@ typedef struct ds_tensor_desc {
  * DS_ERR_INVALID_ARG naming the first that is not: "<what> input_ids: row
  * 3, element 7 holds 21128, outside [0, 21128), the range the model
  * declares". */
+/* The same for rows numbered from first_row (a chunk of a larger set). */
+ds_status ds_tensor_desc_check_rows(const ds_tensor_desc *d, const int32_t *v, size_t first_row,
+                                    size_t rows, size_t row_elems, const char *what);
 ds_status ds_tensor_desc_check_values(const ds_tensor_desc *d, const int32_t *v, size_t rows,
                                       size_t row_elems, const char *what);
 

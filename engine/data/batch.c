@@ -55,7 +55,11 @@ ds_status ds_host_batch_fill(ds_host_batch *hb, const ds_dataset *d, const size_
         size_t rb = hb->row_bytes[j];
         const char *src = d->data[hb->col[j]];
         char *dst = hb->batch.t[j].data;
-        for (int b = 0; b < count; b++) memcpy(dst + (size_t)b * rb, src + idx[b] * rb, rb);
+        if (src)
+            for (int b = 0; b < count; b++) memcpy(dst + (size_t)b * rb, src + idx[b] * rb, rb);
+        else /* a computed column (ds_dataset_add_computed_column) */
+            for (int b = 0; b < count; b++)
+                DS_TRY(ds_dataset_read_rows(d, hb->col[j], idx[b], 1, dst + (size_t)b * rb));
     }
     hb->batch.B = count;
     return DS_OK;

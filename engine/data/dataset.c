@@ -12,6 +12,7 @@ void ds_dataset_destroy(ds_dataset *d) {
         free(d->class_names);
     }
     for (int k = 0; k < d->n_columns; k++) free(d->data[k]);
+    if (d->rows_src_free) d->rows_src_free(d->rows_src);
     free(d);
 }
 
@@ -35,9 +36,9 @@ int ds_dataset_find(const ds_dataset *d, const char *name) {
     return -1;
 }
 
-ds_status ds_dataset_add_column(ds_dataset *d, const char *name, ds_dtype dtype, int ndim,
-                                const int64_t *dims, void **data_out) {
-    if (data_out) *data_out = NULL;
+/* The column's description, checked (add_column's rules). */
+static ds_status column_desc(const ds_dataset *d, const char *name, ds_dtype dtype, int ndim,
+                             const int64_t *dims, ds_tensor_desc *out) {
     if (!d || !name) return DS_ERR(DS_ERR_INVALID_ARG, "ds_dataset_add_column: NULL argument");
     if (strlen(name) == 0 || strlen(name) >= DS_MAX_INPUT_NAME)
         return DS_ERR(DS_ERR_INVALID_ARG, "dataset column \"%s\": names have 1..%d characters",
@@ -64,6 +65,15 @@ ds_status ds_dataset_add_column(ds_dataset *d, const char *name, ds_dtype dtype,
                           i + 1, (long long)dims[i]);
         c.dims[i] = dims[i];
     }
+    *out = c;
+    return DS_OK;
+}
+
+ds_status ds_dataset_add_column(ds_dataset *d, const char *name, ds_dtype dtype, int ndim,
+                                const int64_t *dims, void **data_out) {
+    if (data_out) *data_out = NULL;
+    ds_tensor_desc c;
+    DS_TRY(column_desc(d, name, dtype, ndim, dims, &c));
     size_t row = ds_tensor_desc_row_elems(&c, d->seq_len) * ds_dtype_size(dtype);
     if (row && d->n > SIZE_MAX / row)
         return DS_ERR(DS_ERR_OOM, "dataset column %s: %zu rows x %zu bytes overflows", name, d->n,
@@ -78,6 +88,50 @@ ds_status ds_dataset_add_column(ds_dataset *d, const char *name, ds_dtype dtype,
     d->n_columns++;
     if (data_out) *data_out = p;
     return DS_OK;
+}
+
+ds_status ds_dataset_add_computed_column(ds_dataset *d, const char *name, ds_dtype dtype,
+                                         int ndim, const int64_t *dims) {
+    ds_tensor_desc c;
+    DS_TRY(column_desc(d, name, dtype, ndim, dims, &c));
+    d->cols[d->n_columns] = c;
+    d->data[d->n_columns] = NULL;
+    d->n_columns++;
+    return DS_OK;
+}
+
+ds_status ds_dataset_set_rows_source(ds_dataset *d, ds_dataset_rows_fn fn, void *src,
+                                     void (*free_src)(void *src)) {
+    if (!d || !fn || d->rows_fn) {
+        if (free_src) free_src(src);
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_dataset_set_rows_source: %s",
+                      !d || !fn ? "NULL argument" : "the dataset has a row source already");
+    }
+    d->rows_fn = fn;
+    d->rows_src = src;
+    d->rows_src_free = free_src;
+    return DS_OK;
+}
+
+size_t ds_dataset_row_bytes(const ds_dataset *d, int col) {
+    return ds_tensor_desc_row_elems(&d->cols[col], d->seq_len) * ds_dtype_size(d->cols[col].dtype);
+}
+
+ds_status ds_dataset_read_rows(const ds_dataset *d, int col, size_t row, size_t count, void *dst) {
+    if (!d || col < 0 || col >= d->n_columns || !dst)
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_dataset_read_rows: no column %d", col);
+    if (row > d->n || count > d->n - row)
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_dataset_read_rows: rows %zu..%zu of %zu", row,
+                      row + count, d->n);
+    if (d->data[col]) {
+        size_t rb = ds_dataset_row_bytes(d, col);
+        memcpy(dst, (const char *)d->data[col] + row * rb, count * rb);
+        return DS_OK;
+    }
+    if (!d->rows_fn)
+        return DS_ERR(DS_ERR_INVALID_ARG, "dataset column %s is computed, but the dataset has no "
+                      "row source (ds_dataset_set_rows_source)", d->cols[col].name);
+    return d->rows_fn(d->rows_src, col, row, count, dst);
 }
 
 int32_t *ds_dataset_i32(const ds_dataset *d, const char *name) {
@@ -126,6 +180,25 @@ static void shape_str(const ds_tensor_desc *t, char *buf, size_t cap) {
     if (n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "]");
 }
 
+/* Every value of int32 column k against the model input's range; a computed
+ * column read in chunks of rows. */
+static ds_status check_values(const ds_dataset *d, int k, const ds_tensor_desc *in) {
+    size_t elems = ds_tensor_desc_row_elems(&d->cols[k], d->seq_len);
+    if (d->data[k]) return ds_tensor_desc_check_values(in, d->data[k], d->n, elems, "column");
+    if (in->hi <= in->lo || d->n == 0) return DS_OK; /* no range declared */
+    enum { CHUNK = 1024 };
+    int32_t *buf = malloc(CHUNK * (elems ? elems : 1) * sizeof *buf);
+    if (!buf) return DS_ERR(DS_ERR_OOM, "checking dataset column %s", d->cols[k].name);
+    ds_status st = DS_OK;
+    for (size_t r = 0; r < d->n && st == DS_OK; r += CHUNK) {
+        size_t m = d->n - r < CHUNK ? d->n - r : CHUNK;
+        st = ds_dataset_read_rows(d, k, r, m, buf);
+        if (st == DS_OK) st = ds_tensor_desc_check_rows(in, buf, r, m, elems, "column");
+    }
+    free(buf);
+    return st;
+}
+
 ds_status ds_dataset_check(const ds_dataset *d, const ds_model *model) {
     if (!d || !model) return DS_ERR(DS_ERR_INVALID_ARG, "ds_dataset_check: NULL argument");
     for (int i = 0; i < model->n_inputs; i++) {
@@ -161,10 +234,7 @@ ds_status ds_dataset_check(const ds_dataset *d, const ds_model *model) {
                           model->max_seq_len);
         /* every value once, here, rather than a module's failure at the row's
          * turn, an epoch into the run */
-        if (in->dtype == DS_I32)
-            DS_TRY(ds_tensor_desc_check_values(in, d->data[k], d->n,
-                                               ds_tensor_desc_row_elems(c, d->seq_len),
-                                               "column"));
+        if (in->dtype == DS_I32) DS_TRY(check_values(d, k, in));
     }
     return DS_OK;
 }

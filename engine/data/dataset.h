@@ -67,14 +67,21 @@
 extern "C" {
 #endif
 
+/* Rows [row, row + count) of computed column `col` into dst (contiguous
+ * rows of the column's row elements), from the row source `src`. */
+typedef ds_status (*ds_dataset_rows_fn)(void *src, int col, size_t row, size_t count, void *dst);
+
 typedef struct ds_dataset {
     size_t n;                     /* rows */
     int seq_len;                  /* length of DS_DIM_SEQ dimensions (0: no column has one) */
     int n_columns;
     ds_tensor_desc cols[DS_MAX_INPUTS]; /* per-row shapes (flags unused) */
-    void *data[DS_MAX_INPUTS];    /* [n, row elements] each, owned */
+    void *data[DS_MAX_INPUTS];    /* [n, row elements] each, owned; NULL: computed */
     int n_classes;                /* optional label names of a classification set: */
     char **class_names;           /* [n_classes], owned; 0 / NULL otherwise */
+    ds_dataset_rows_fn rows_fn;   /* the row source of computed columns, owned: */
+    void *rows_src;
+    void (*rows_src_free)(void *src);
 } ds_dataset;
 
 /* An empty dataset of n rows whose DS_DIM_SEQ dimensions have length
@@ -91,9 +98,31 @@ void ds_dataset_destroy(ds_dataset *d);
  * naming the size. */
 ds_status ds_dataset_add_column(ds_dataset *d, const char *name, ds_dtype dtype, int ndim,
                                 const int64_t *dims, void **data_out);
+/* A column computed when its rows are read instead of stored: a set much
+ * larger than what it derives from (text/lm_pack.c: rows that are windows
+ * over one token stream, 16 bytes a token stored, 8 computed). Its data[k]
+ * is NULL and ds_dataset_i32 / f32 give NULL; ds_dataset_read_rows reads
+ * stored and computed columns alike, and the engine's loader, the check
+ * and evaluation read through it. The rows come from the source given to
+ * ds_dataset_set_rows_source, which the dataset owns from then on
+ * (free_src(src) at destroy, also when the call fails; NULL: nothing to
+ * free). Errors as ds_dataset_add_column's; set_rows_source: a source
+ * given already. */
+ds_status ds_dataset_add_computed_column(ds_dataset *d, const char *name, ds_dtype dtype,
+                                         int ndim, const int64_t *dims);
+ds_status ds_dataset_set_rows_source(ds_dataset *d, ds_dataset_rows_fn fn, void *src,
+                                     void (*free_src)(void *src));
+/* Rows [row, row + count) of column col into dst. Errors:
+ * DS_ERR_INVALID_ARG (no such column or rows, a computed column without a
+ * source), the source's. */
+ds_status ds_dataset_read_rows(const ds_dataset *d, int col, size_t row, size_t count, void *dst);
+/* Bytes of one row of column col. */
+size_t ds_dataset_row_bytes(const ds_dataset *d, int col);
+
 /* The column's index, or -1. */
 int ds_dataset_find(const ds_dataset *d, const char *name);
-/* The column's storage as int32 / fp32, or NULL (absent, other dtype). */
+/* The column's storage as int32 / fp32, or NULL (absent, other dtype,
+ * computed). */
 int32_t *ds_dataset_i32(const ds_dataset *d, const char *name);
 float *ds_dataset_f32(const ds_dataset *d, const char *name);
 

@@ -347,6 +347,21 @@ static void test_tokenizer_files(void) {
 
 /* docs "ab", "c" with bytes, T = 4: the stream EOT a b EOT c EOT (6 tokens)
  * gives rows [EOT a b EOT] [EOT c EOT pad]. */
+
+/* Every row of a column, read through the dataset (computed or stored), in
+ * a buffer to free; NULL when absent, of another dtype, or unreadable. */
+static void *read_col(const ds_dataset *ds, const char *name, ds_dtype dt) {
+    int k = ds_dataset_find(ds, name);
+    if (k < 0 || ds->cols[k].dtype != dt) return NULL;
+    size_t rb = ds_dataset_row_bytes(ds, k);
+    void *p = malloc(ds->n * rb + 1);
+    if (p && ds_dataset_read_rows(ds, k, 0, ds->n, p) != DS_OK) {
+        free(p);
+        p = NULL;
+    }
+    return p;
+}
+
 static void test_pack_small(void) {
     ds_lm_docs *d = read_docs("ab.txt", "ab\n\nc\n");
     ds_lm_tokenizer *t;
@@ -367,9 +382,12 @@ static void test_pack_small(void) {
     const int32_t labels[8] = {E, 'a', 'b', E, E, 'c', E, I};
     const float mask[8] = {1, 1, 1, 1, 1, 1, 1, 0};
     const int32_t bytes[8] = {0, 1, 1, 0, 0, 1, 0, 0};
-    const int32_t *gi = ds_dataset_i32(ds, "input_ids"), *gl = ds_dataset_i32(ds, "labels"),
-                  *gb = ds_dataset_i32(ds, "token_bytes");
-    const float *gm = ds_dataset_f32(ds, "attention_mask");
+    /* the columns are computed from the stream (nothing stored per row) */
+    CHECK(!ds_dataset_i32(ds, "input_ids") && !ds_dataset_f32(ds, "attention_mask"),
+          "a packed column is stored");
+    int32_t *gi = read_col(ds, "input_ids", DS_I32), *gl = read_col(ds, "labels", DS_I32),
+            *gb = read_col(ds, "token_bytes", DS_I32);
+    float *gm = read_col(ds, "attention_mask", DS_F32);
     CHECK(gi && gl && gb && gm, "a column is missing or of another type");
     for (int i = 0; gi && gl && gb && gm && i < 8; i++) {
         CHECK(gi[i] == ids[i], "input_ids[%d] = %d, expected %d", i, (int)gi[i], (int)ids[i]);
@@ -377,6 +395,10 @@ static void test_pack_small(void) {
         CHECK(gm[i] == mask[i], "attention_mask[%d] = %g", i, (double)gm[i]);
         CHECK(gb[i] == bytes[i], "token_bytes[%d] = %d", i, (int)gb[i]);
     }
+    free(gi);
+    free(gl);
+    free(gb);
+    free(gm);
     ds_dataset_destroy(ds);
     /* seq_len 2: every row is one token and the next, no padding (5 rows) */
     REQUIRE_OK(ds_lm_pack(d, t, 2, &ds, &ps));
@@ -407,9 +429,10 @@ static void check_targets(const ds_lm_docs *d, const ds_lm_tokenizer *t, int T) 
         CHECK_OK(ds_lm_tokenizer_encode(t, d->texts[i], d->lens[i], &s));
     }
     CHECK_OK(ds_lm_tokens_push(&s, eot, 0));
-    const int32_t *ids = ds_dataset_i32(ds, "input_ids"), *lab = ds_dataset_i32(ds, "labels"),
-                  *by = ds_dataset_i32(ds, "token_bytes");
-    const float *m = ds_dataset_f32(ds, "attention_mask");
+    int32_t *ids = read_col(ds, "input_ids", DS_I32), *lab = read_col(ds, "labels", DS_I32),
+            *by = read_col(ds, "token_bytes", DS_I32);
+    float *m = read_col(ds, "attention_mask", DS_F32);
+    if (!ids || !lab || !by || !m) TEST_DIE("reading the packed columns");
     size_t k = 1, bytes = 0, bad = 0, pads = 0;
     for (size_t r = 0; r < ds->n; r++) {
         for (int j = 0; j < T; j++) {
@@ -439,6 +462,10 @@ static void check_targets(const ds_lm_docs *d, const ds_lm_tokenizer *t, int T) 
     CHECK_EQ_I(ps.targets, s.n - 1);
     CHECK_EQ_I(ps.padding, pads);
     CHECK(pads < (size_t)T - 1, "T=%d: %zu padded positions (a whole row?)", T, pads);
+    free(ids);
+    free(lab);
+    free(by);
+    free(m);
     ds_lm_tokens_free(&s);
     ds_dataset_destroy(ds);
 }

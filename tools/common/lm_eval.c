@@ -10,20 +10,27 @@
 /* ---- evaluation ---- */
 
 /* Targets and their bytes in rows idx[0..count) of dev: position t is scored
- * on labels[t + 1], so the targets are positions 1..T-1 not ignored. */
-static void count_targets(const ds_dataset *dev, const size_t *idx, int count, double *targets,
-                          double *bytes) {
-    const int32_t *labels = ds_dataset_i32(dev, "labels");
-    const int32_t *tb = ds_dataset_i32(dev, "token_bytes");
+ * on labels[t + 1], so the targets are positions 1..T-1 not ignored. The
+ * rows are read one at a time (ds_lm_pack's columns are computed). */
+static ds_status count_targets(const ds_dataset *dev, const size_t *idx, int count,
+                               double *targets, double *bytes) {
+    int kl = ds_dataset_find(dev, "labels"), kb = ds_dataset_find(dev, "token_bytes");
     size_t T = (size_t)dev->seq_len;
-    for (int r = 0; r < count; r++) {
-        const int32_t *l = labels + idx[r] * T, *b = tb + idx[r] * T;
-        for (size_t j = 1; j < T; j++)
+    int32_t *l = malloc(2 * T * sizeof *l);
+    if (!l) return DS_ERR(DS_ERR_OOM, "evaluation: out of memory");
+    int32_t *b = l + T;
+    ds_status st = DS_OK;
+    for (int r = 0; r < count && st == DS_OK; r++) {
+        st = ds_dataset_read_rows(dev, kl, idx[r], 1, l);
+        if (st == DS_OK) st = ds_dataset_read_rows(dev, kb, idx[r], 1, b);
+        for (size_t j = 1; st == DS_OK && j < T; j++)
             if (l[j] != DS_IGNORE_INDEX) {
                 *targets += 1.0;
                 *bytes += (double)b[j];
             }
     }
+    free(l);
+    return st;
 }
 
 typedef struct eval_sums {
@@ -38,13 +45,14 @@ static ds_status eval_call(void *user, const ds_batch *b, const size_t *idx, int
     DS_TRY(ds_evaluate(s->e, b, &loss, &weight));
     s->sum[0] += loss * weight;
     s->sum[1] += weight;
-    count_targets(s->dev, idx, count, &s->sum[3], &s->sum[2]);
-    return DS_OK;
+    return count_targets(s->dev, idx, count, &s->sum[3], &s->sum[2]);
 }
 
 ds_status lm_evaluate(engine_t *e, const ds_dataset *dev, int batch, lm_eval_result *out) {
     memset(out, 0, sizeof *out);
-    if (!ds_dataset_i32(dev, "labels") || !ds_dataset_i32(dev, "token_bytes"))
+    int kl = ds_dataset_find(dev, "labels"), kb = ds_dataset_find(dev, "token_bytes");
+    if (kl < 0 || kb < 0 || dev->cols[kl].dtype != DS_I32 || dev->cols[kb].dtype != DS_I32 ||
+        dev->seq_len < 1)
         return DS_ERR(DS_ERR_INVALID_ARG, "evaluation: the dev set lacks labels or token_bytes "
                       "(not packed by ds_lm_pack)");
     eval_sums s = {.e = e, .dev = dev};
