@@ -746,6 +746,7 @@ ds_status ds_load_checkpoint(engine_t *e, const char *dir, const char *tag_in, u
     const bool full = !(flags & (DS_LOAD_NO_OPTIMIZER | DS_LOAD_MODULE_ONLY));
     e->have_forward = e->have_backward = false;
     e->micro_in_step = 0;
+    e->window = 0;
     e->loss_accum = 0.0;
     e->window_failed = DS_OK;
     st = e->zero->ops->zero_grad(e->zero);

@@ -189,6 +189,11 @@ uint64_t ds_engine_module_seed(const engine_t *e, uint64_t micro_seed, int modul
  * (engine_train_batch.c). */
 size_t ds_engine_epoch_rows(const engine_t *e);
 
+/* The open accumulation window's gradients and loss dropped, on every rank
+ * alike (they must all call it at the same point): the next micro-batch
+ * starts a window of its own (engine_step.c). */
+ds_status ds_engine_forget_window(engine_t *e);
+
 /* Micro-batches in the running accumulation window (engine_t.window). */
 static inline int64_t ds_engine_window(const engine_t *e) {
     return e->window > 0 ? e->window : e->cfg.gradient_accumulation_steps;

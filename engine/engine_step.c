@@ -527,21 +527,29 @@ static bool seq_parted(const engine_t *e, const double *sum) {
  * on this path too, so that a caller that carries on, or saves, starts the
  * next window clean instead of adding to them or failing in the next
  * backward; st and its message are what is returned. */
+ds_status ds_engine_forget_window(engine_t *e) {
+    e->loss_accum = 0.0;
+    e->micro_in_step = 0;
+    e->window = 0;
+    DS_TRY(e->zero->ops->zero_grad(e->zero)); /* waits for reductions in flight */
+    DS_TRY(ds_ties_clear(e->ties));
+    DS_TRY(drop_gathered(e));
+    return DS_OK;
+}
+
 static ds_status forget_window(engine_t *e, ds_status st) {
     ds_error_saved keep;
     ds_error_save(&keep);
-    ds_status zs = e->zero->ops->zero_grad(e->zero);
-    if (zs == DS_OK) zs = ds_ties_clear(e->ties);
-    if (zs == DS_OK) zs = drop_gathered(e);
-    e->loss_accum = 0.0;
+    ds_status zs = ds_engine_forget_window(e);
     ds_error_restore(&keep);
     if (zs != DS_OK) /* the gradients could not be cleared: only a load goes on */
         ds_engine_lose(e, st, "step %lld's gradients", (long long)e->global_step + 1);
     return st;
 }
 
-static ds_status agree_loss(engine_t *e, double *loss_sum, int32_t *stop, bool *window_failed) {
-    double red[7] = {e->loss_accum / (double)ds_engine_window(e),
+static ds_status agree_loss(engine_t *e, int64_t window, double *loss_sum, int32_t *stop,
+                            bool *window_failed) {
+    double red[7] = {e->loss_accum / (double)window,
                      ds_preempt_pending() ? 1.0 : 0.0, e->window_failed != DS_OK ? 1.0 : 0.0};
     seq_terms(e, red + 3);
     ds_comm_set_context(e->comm, "the step's loss"); /* named in a timeout */
@@ -606,8 +614,12 @@ ds_status ds_step(engine_t *e) {
                       "(forward, backward, step for every micro-batch)");
     e->have_backward = false;
     e->micro_in_step++;
-    if (e->micro_in_step < ds_engine_window(e)) return DS_OK;
+    int64_t window = ds_engine_window(e);
+    if (e->micro_in_step < window) return DS_OK;
     e->micro_in_step = 0;
+    /* the next window is GAS micro-batches unless ds_train_batch says
+     * otherwise (a short one left open by a failure does not outlive it) */
+    e->window = 0;
     double wc0 = ds_wc_start(&e->wc);
 
     double sumsq;
@@ -620,7 +632,7 @@ ds_status ds_step(engine_t *e) {
     double loss_sum = 0.0;
     int32_t stop = 0;
     bool window_failed = false;
-    DS_TRY(agree_loss(e, &loss_sum, &stop, &window_failed));
+    DS_TRY(agree_loss(e, window, &loss_sum, &stop, &window_failed));
     ds_wc_stop(&e->wc, DS_WC_ALLREDUCE, wc0); /* DeepSpeed's backward_allreduce */
     wc0 = ds_wc_start(&e->wc);
     if (window_failed) return drop_window(e, loss_sum, stop);

@@ -46,7 +46,29 @@ static int64_t window_at(const engine_t *e) {
  * Starting over at 0 instead crossed the boundary inside every later call,
  * returning mid-window, where no checkpoint can be saved. */
 static ds_status run_window(engine_t *e) {
+    /* a forward or backward pending since a failure the strategy ended at
+     * once: the loader would use up a micro-batch ds_forward then refuses */
+    if (e->have_forward || e->have_backward)
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_train_batch: a micro-batch's %s is pending since "
+                      "an earlier call failed in it; load a checkpoint to go on",
+                      e->have_forward ? "forward" : "step");
     int64_t n = ds_engine_window(e);
+    if (e->micro_in_step > 0) {
+        /* The failed micro-batch was used up: the window ends with the
+         * epoch, its gradient the mean of the micro-batches it holds. A
+         * failure on the epoch's last micro-batch leaves nothing to complete
+         * it with short of the next epoch: its gradients go instead (all
+         * ranks stand here alike), and the next epoch opens its own. */
+        size_t left = ds_engine_epoch_rows(e) - e->cursor, B = (size_t)e->cap_B;
+        int64_t more = (int64_t)((left + B - 1) / B);
+        if (more == 0) {
+            DS_TRY(ds_engine_forget_window(e));
+            DS_TRY(roll_epoch(e));
+            e->window = n = window_at(e);
+        } else if (e->micro_in_step + more < n) {
+            e->window = n = e->micro_in_step + more;
+        }
+    }
     for (int64_t g = e->micro_in_step; g < n; g++) {
         ds_batch b;
         DS_TRY(next_batch(e, &b));

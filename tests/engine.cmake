@@ -235,3 +235,11 @@ ds_add_mpi_test(NAME test_step_errors SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/fault/
                 ${CMAKE_CURRENT_SOURCE_DIR}/multirank/tied_model.c NP 2 LABELS fault
                 ARGS ${CMAKE_BINARY_DIR}/tests/step_errors_ckpt)
 target_include_directories(test_step_errors PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multirank)
+# case 3 of the same test: the failure at each of rank 1's parameter fetches
+# 44..57 of a run (the epoch's second window, its last micro-batch at 49..52
+# on this model), one process each, as the fault count runs per process
+add_test(NAME test_step_errors_epoch_end
+         COMMAND sh -c "for n in $(seq 44 57); do \"$1\" $2 -np 2 -x OMP_NUM_THREADS=1 \"$0\" \"$3\" $n || { echo \"failed at fetch $n\"; exit 1; }; done"
+                 $<TARGET_FILE:test_step_errors> ${DS_MPIRUN} "${DS_MPIRUN_FLAGS_STR}"
+                 ${CMAKE_BINARY_DIR}/tests/step_errors_epoch_ckpt)
+set_tests_properties(test_step_errors_epoch_end PROPERTIES LABELS fault TIMEOUT 120 PROCESSORS 2)

@@ -16,6 +16,14 @@
  *      earlier backward" and then every call "ds_forward after
  *      ds_backward"; at stage 2 the old infinities stayed in the partition.
  *
+ *   3. the same failure anywhere in the second window of an epoch of 28
+ *      rows (2 ranks, micro batch 2, accumulation 4: windows of 4 and 3
+ *      micro-batches), every fetch from the 40th to the 70th failing in
+ *      turn: no step takes micro-batches of two epochs, so no epoch counts
+ *      more than its 2 steps, and a save after every step that returned
+ *      works. Completing the window from the next epoch, a failure on the
+ *      epoch's last micro-batch made the next epoch's first step a mix.
+ *
  * argv[1]: a folder for the checkpoints. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +45,7 @@ static int g_fail;
         }                                                                                      \
     } while (0)
 
-static engine_t *make(const char *cfg) {
+static engine_t *make_n(const char *cfg, size_t rows) {
     const int T = 12, V = 50;
     ds_mlp_desc md = {.vocab_size = V, .max_seq_len = T, .embed_dim = 16, .hidden_dim = 32,
                       .n_hidden = 1, .n_classes = 3};
@@ -47,7 +55,7 @@ static engine_t *make(const char *cfg) {
     ds_init_desc_defaults(&d);
     d.config_json = cfg;
     d.model = model;
-    d.train_data = ck_make_data(16 * 40, T, V);
+    d.train_data = ck_make_data(rows, T, V);
     d.quiet = true;
     engine_t *e = NULL;
     if (ds_initialize(&d, &e) != DS_OK) {
@@ -55,6 +63,40 @@ static engine_t *make(const char *cfg) {
         return NULL;
     }
     return e;
+}
+
+static engine_t *make(const char *cfg) { return make_n(cfg, 16 * 40); }
+
+static void failure_at_epoch_end(const char *dir, int nth) {
+    engine_t *e = make_n("{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 4,"
+                         " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003}},"
+                         " \"zero_optimization\": {\"stage\": 1}}",
+                         28);
+    if (!e) {
+        g_fail = 1;
+        return;
+    }
+    char spec[64];
+    snprintf(spec, sizeof spec, "error:replica:fetch:rank=1:nth=%d", nth);
+    setenv("DS_FAULT_INJECT", spec, 1);
+    int per_epoch[8] = {0}, errors = 0;
+    for (int call = 0; call < 7; call++) {
+        ds_step_info info;
+        ds_status st = ds_train_batch(e, &info);
+        if (st != DS_OK) {
+            errors++;
+            continue;
+        }
+        if (info.epoch >= 0 && info.epoch < 8) per_epoch[info.epoch]++;
+        st = ds_save_checkpoint(e, dir, NULL, NULL);
+        CHECK(st == DS_OK, "nth %d, save after call %d: %s", nth, call, ds_last_error());
+    }
+    unsetenv("DS_FAULT_INJECT");
+    CHECK(errors == 1, "nth %d: %d calls failed, want the one injected", nth, errors);
+    for (int k = 0; k < 8; k++)
+        CHECK(per_epoch[k] <= 2, "nth %d: %d steps in epoch %d, an epoch has 2 windows", nth,
+              per_epoch[k], k);
+    ds_finalize(e);
 }
 
 static void forward_fails_mid_window(const char *dir) {
@@ -113,9 +155,13 @@ static void cannot_learn(int stage) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s CKPT_DIR\n", argv[0]);
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: %s CKPT_DIR [NTH]\n", argv[0]);
         return 2;
+    }
+    if (argc == 3) { /* case 3, one fetch: the count runs per process */
+        failure_at_epoch_end(argv[1], atoi(argv[2]));
+        return g_fail;
     }
     forward_fails_mid_window(argv[1]);
     cannot_learn(0);
