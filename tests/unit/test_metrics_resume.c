@@ -10,10 +10,13 @@
  *   at 7                 all but the cut line (the final eval was made at 7:
  *                        a run that ended there and goes on keeps it);
  * the lines kept are byte for byte the old ones, in order; a missing file is
- * no error and is not created. */
+ * no error and is not created. Through a link the file is cut and the link
+ * and the mode stay; a pipe and a file without a step of a run are left as
+ * they are; a line that is not JSON stays unless it is the last. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/unit/test_util.h"
@@ -97,6 +100,48 @@ int main(void) {
           ds_last_error());
     CHECK(kept == 0 && dropped == 0 && access(path, F_OK) != 0,
           "missing file: kept %ld dropped %ld, created %d", kept, dropped, access(path, F_OK) == 0);
+
+    /* through a link: the file it names is cut, the link stays, the mode too */
+    char link[270], text[1024];
+    snprintf(link, sizeof link, "%s/link.jsonl", dir);
+    write_file(path);
+    chmod(path, 0640);
+    CHECK(symlink("m.jsonl", link) == 0, "symlink");
+    CHECK(tr_metrics_truncate(link, 2, false, &kept, &dropped) == DS_OK, "link: %s",
+          ds_last_error());
+    struct stat sb;
+    CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode), "the link was replaced");
+    CHECK(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0640, "mode %o, want 640",
+          (unsigned)(sb.st_mode & 0777));
+    expect(path, "through a link, at 2", at2, 4);
+    remove(link);
+    /* a pipe (as /dev/stdout can be): neither read (it would wait) nor replaced */
+    char fifo[270];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo");
+    CHECK(tr_metrics_truncate(fifo, 2, false, &kept, &dropped) == DS_OK && kept == -1,
+          "fifo: kept %ld: %s", kept, ds_last_error());
+    CHECK(stat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode), "the fifo was replaced");
+    remove(fifo);
+    /* not a --metrics file (no step of a run): left whole */
+    FILE *f = fopen(path, "w");
+    fputs("step,loss\n1,5.0\n2,4.0\n", f);
+    fclose(f);
+    CHECK(tr_metrics_truncate(path, 1, false, &kept, &dropped) == DS_OK && kept == -2,
+          "csv: kept %ld: %s", kept, ds_last_error());
+    f = fopen(path, "r");
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    text[len] = '\0';
+    fclose(f);
+    CHECK(strcmp(text, "step,loss\n1,5.0\n2,4.0\n") == 0, "csv changed: %s", text);
+    /* a line that is not JSON but not the last stays (a note someone added) */
+    f = fopen(path, "w");
+    fputs("{\"step\": 1}\n# note\n{\"step\": 2}\n{\"step\": 3}\n", f);
+    fclose(f);
+    CHECK(tr_metrics_truncate(path, 2, false, &kept, &dropped) == DS_OK && kept == 3 &&
+              dropped == 1,
+          "note: kept %ld dropped %ld: %s", kept, dropped, ds_last_error());
+    remove(path);
     rmdir(dir);
     return test_finish("test_metrics_resume");
 }

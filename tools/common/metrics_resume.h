@@ -20,10 +20,16 @@
  *     evaluation step is saved before the evaluation, which the resumed run
  *     makes again (train_habits.h);
  *   - a "retry" whose from_step is `step` or later: nothing kept follows it;
- *   - a line that is not a JSON object (the last one, cut by a kill).
- * A missing file is fine (nothing to keep). *kept and *dropped count the
- * lines. Errors: DS_ERR_IO naming the file (reading, writing, renaming; the
- * old file is then left as it was). */
+ *   - a last line that is not a JSON object (cut by a kill; one elsewhere
+ *     stays).
+ * A link is followed (the file it names is rewritten, the link stays); the
+ * rewrite is on the disk (fsync) before it replaces the file, with the
+ * file's mode. A missing file is fine (nothing to keep). *kept and *dropped
+ * count the lines; left as it is: *kept -1 for what is not a regular file
+ * (a pipe, a terminal, /dev/stdout), -2 for a file without a line of a run
+ * ({"step"} or {"eval_step"}): not a --metrics file. Errors: DS_ERR_IO
+ * naming the file (reading, writing, renaming; the old file is then left as
+ * it was). */
 ds_status tr_metrics_truncate(const char *path, int64_t step, bool reevaluated, long *kept,
                               long *dropped);
 

@@ -342,7 +342,13 @@ static int cut_metrics_rank0(tr_run *r) {
         fprintf(stderr, "%s: --metrics at --resume: %s\n", r->prog, ds_last_error());
         return 1;
     }
-    if (dropped)
+    if (kept == -1)
+        printf("%s: --metrics %s is not a regular file: the steps after %lld are not cut from "
+               "it\n", r->prog, o->metrics, (long long)r->start);
+    else if (kept == -2)
+        printf("%s: --metrics %s holds no step of a run: left as it is, this run appends\n",
+               r->prog, o->metrics);
+    else if (dropped)
         printf("%s: --metrics %s: kept the %ld lines up to step %lld, removed the %ld written "
                "after it (this run writes those steps again)\n", r->prog, o->metrics, kept,
                (long long)r->start, dropped);
