@@ -113,6 +113,9 @@ $lm --data corpus.txt --eval-batch 64 --max-steps 1 >eb.log 2>&1 || fail "--eval
 $cls --data train.csv --eval-data dev.csv --eval-batch 64 --max-steps 1 >ebc.log 2>&1 || fail "train_cls --eval-batch 64: exit $?"
 grep -q -- "--eval-batch 64 is larger than the micro batch: evaluating 4 rows a call" ebc.log ||
   fail "ebc.log: no line on --eval-batch 64"
+# train_cls's own default (32) is no --eval-batch the user gave: not said
+$cls --data train.csv --eval-data dev.csv --max-steps 1 >ebd.log 2>&1 || fail "train_cls default eval batch: exit $?"
+! grep -q -- "is larger than the micro batch" ebd.log || fail "ebd.log: a line on an --eval-batch not given"
 
 # ---- metrics ----
 h="--data train.csv --eval-data dev.csv --eval-steps 5 --lr-scheduler-type constant --ckpt-dir ck --metrics m.jsonl"

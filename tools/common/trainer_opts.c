@@ -205,7 +205,10 @@ static int take_shared(const tr_cli *c, tr_opts *o, int id, const char *flag, co
     case O_LAYERS: rc = tr_opt_int(c, flag, v, 1, 1 << 20, &o->layers); break;
     case O_HIDDEN: rc = tr_opt_int(c, flag, v, 1, 1 << 20, &o->hidden); break;
     case O_HEADS: rc = tr_opt_int(c, flag, v, 1, 1 << 20, &o->heads); break;
-    case O_EVAL_BATCH: rc = tr_opt_int(c, flag, v, 1, 1 << 20, &o->eval_batch); break;
+    case O_EVAL_BATCH:
+        rc = tr_opt_int(c, flag, v, 1, 1 << 20, &o->eval_batch);
+        o->eval_batch_given = true;
+        break;
     case O_MIN_CHAR: rc = tr_opt_int(c, flag, v, 1, 1 << 20, &o->min_char_count); break;
     case O_HELP: fputs(c->usage, stdout); return 0;
     case O_EVAL_STEPS: rc = tr_opt_i64(c, flag, v, 1, INT64_MAX, &o->eval_steps); break;

@@ -49,6 +49,7 @@ typedef struct tr_opts {
     bool print_config;         /* --print-config: print the resolved config, exit 0 */
     int eval_batch;            /* rows per evaluation call; 0: the micro batch
                                   (--batch when given) */
+    bool eval_batch_given;     /* --eval-batch on the command line */
     /* outputs */
     const char *metrics, *save_dir;
     /* checkpoints: every save_steps optimizer steps (and at the end) into

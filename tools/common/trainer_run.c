@@ -148,7 +148,7 @@ int tr_run_init(tr_run *r, const char *prog, const tr_opts *o, ds_model *model,
     /* the engine plans its buffers for the micro batch (no allocation
      * later), so an evaluation call takes at most that many rows */
     r->eval_batch = o->eval_batch > 0 && o->eval_batch < r->micro ? o->eval_batch : (int)r->micro;
-    if (o->eval_batch > r->micro && r->rank == 0)
+    if (o->eval_batch_given && o->eval_batch > r->micro && r->rank == 0) /* not a default */
         printf("%s: --eval-batch %d is larger than the micro batch: evaluating %d rows a call "
                "(the engine's buffers are planned for the micro batch)\n", prog, o->eval_batch,
                r->eval_batch);
