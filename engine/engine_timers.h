@@ -75,6 +75,7 @@ typedef struct ds_prof_state {
     int64_t retry_after;            /* a dropped window's step: profile the next (0: none) */
     ds_backend *async_be;           /* ds_timer_sync's */
     double t_iter0, iter_s, fwd_s, bwd_s, step_s;
+    int64_t samples0, batch_per_rank; /* the profiled step's rows a rank (a short window's too) */
     double gemm_flops;              /* the GEMMs' FLOPs so far, while active (the tap's) */
 } ds_prof_state;
 

@@ -59,6 +59,7 @@ void ds_engine_prof_forward(engine_t *e) {
     p->active = true;
     p->step = e->global_step + 1;
     p->t_iter0 = ds_wc_now();
+    p->samples0 = e->samples;
     e->wc.profiling = true;
     memset(e->wc.prof_acc, 0, sizeof e->wc.prof_acc);
 }
@@ -234,7 +235,7 @@ static void print_profile(FILE *f, const engine_t *e, const ds_prof_state *p) {
     } while (0)
     LINE("world size:", "%d", e->comm->world);
     LINE("data parallel size:", "%d", e->comm->world);
-    LINE("batch size per rank (micro batch x accumulation):", "%lld", (long long)s.batch_per_rank);
+    LINE("batch size per rank (the step's rows):", "%lld", (long long)s.batch_per_rank);
     num(v, sizeof v, (double)s.params, "");
     LINE("params of model (ZeRO shards their storage, not compute):", "%s", v);
     num(v, sizeof v, s.fwd_flops, "");
@@ -288,6 +289,10 @@ void ds_engine_prof_step_end(engine_t *e) {
      * holds what the step's reduction waited for */
     p->bwd_s = e->wc.prof_acc[DS_WC_BWD] + e->wc.prof_acc[DS_WC_ALLREDUCE];
     p->step_s = e->wc.prof_acc[DS_WC_STEP];
+    /* the rows the step took: an epoch's last step may hold fewer
+     * micro-batches than the accumulation (ds_train_batch), the last of
+     * them short */
+    p->batch_per_rank = (e->samples - p->samples0) / e->comm->world;
     ds_backend_untap_gemm(e->be);
     e->wc.profiling = false;
     p->active = false;
@@ -319,7 +324,9 @@ ds_status ds_flops_profile_get(const engine_t *e, ds_flops_profile *out, bool *r
     *ready = p->done;
     out->step = p->step;
     out->n_modules = p->n;
-    out->batch_per_rank = e->cfg.train_micro_batch_size_per_gpu * e->cfg.gradient_accumulation_steps;
+    out->batch_per_rank = p->done ? p->batch_per_rank
+                                  : e->cfg.train_micro_batch_size_per_gpu *
+                                        e->cfg.gradient_accumulation_steps;
     out->params = ds_model_num_params(e->model);
     for (int i = 0; i < p->n; i++) {
         out->fwd_flops += p->mods[i].fwd_flops;

@@ -60,7 +60,8 @@ typedef struct ds_flops_profile {
     int64_t step;              /* the profiled optimizer step */
     int n_modules;
     int64_t params;            /* the model's */
-    int64_t batch_per_rank;    /* micro batch x gradient accumulation */
+    int64_t batch_per_rank;    /* the profiled step's rows a rank (micro batch x gradient
+                                  accumulation, fewer in an epoch's last step) */
     double fwd_flops, bwd_flops;
     double fwd_s, bwd_s, step_s, iter_s; /* ds_forward, ds_backward, the optimizer
                                             step, and all of them */
