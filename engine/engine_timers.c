@@ -59,7 +59,10 @@ void ds_engine_wall_clock_step(engine_t *e) {
     ds_wc_state *w = &e->wc;
     if (!w->on) return;
     w->steps++;
-    if (e->cfg.steps_per_print <= 0 || e->global_step % e->cfg.steps_per_print != 0) return;
+    /* every steps_per_print steps; with DeepSpeed's default null every step,
+     * as DeepSpeed logs its timers */
+    int64_t every = e->cfg.steps_per_print > 0 ? e->cfg.steps_per_print : 1;
+    if (e->global_step % every != 0) return;
     int64_t steps = w->steps;
     double n = (double)steps;
     ds_comm_stats d;

@@ -88,6 +88,15 @@ static ds_status fill_real(ds_config *c, const ds_config_hints *h, const real_ke
     }
     if (r->written && r->hint >= 0 && cfg_hint_chosen(h, r->id) && *r->field != r->hint)
         return mismatch_real(c, r->key, *r->field, r->hint, name);
+    if (!r->written && r->hint >= 0 && cfg_hint_chosen(h, r->id) && *r->field != r->hint) {
+        /* HF's fill leaves an absent key to DeepSpeed: the flag the user
+         * gave goes unused, said where the summary lists the defaults */
+        char v[40];
+        cfg_fmt_real(r->hint, v, sizeof v);
+        cfg_origin(c, r->k, DS_SRC_DEFAULT, "absent from the config, so not %s %s; \"auto\" "
+                   "takes the flag", name, v);
+        return DS_OK;
+    }
     cfg_origin(c, r->k, r->written ? DS_SRC_CONFIG : DS_SRC_DEFAULT, "%s", "");
     return DS_OK;
 }
@@ -151,11 +160,11 @@ ds_status cfg_resolve_optimizer(ds_config *c, const ds_config_hints *h) {
                    c->weight_decay_auto, missing, c->weight_decay_set, DS_HINT_WEIGHT_DECAY,
                    h->weight_decay, 0.0, 0, -1};
     DS_TRY(fill_real(c, h, &wd));
-    /* A top-level key: absent means DeepSpeed's 0 also with a hint (HF's
-     * fill_match leaves an absent key alone). */
+    /* A top-level key: absent means DeepSpeed's 1.0 (0.19.3 on) also with a
+     * hint (HF's fill_match leaves an absent key alone). */
     real_key clip = {DS_KEY_GRADIENT_CLIPPING, "gradient_clipping", &c->gradient_clipping,
                      c->gradient_clipping_auto, false, c->gradient_clipping_set,
-                     DS_HINT_GRADIENT_CLIPPING, h->gradient_clipping, 0.0, 0, -1};
+                     DS_HINT_GRADIENT_CLIPPING, h->gradient_clipping, 1.0, 0, -1};
     return fill_real(c, h, &clip);
 }
 

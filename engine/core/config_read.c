@@ -183,7 +183,7 @@ ds_status cfg_read_i64(const cfg_ctx *ctx, const json_t *v, const char *path, co
         if (d != floor(d))
             return CFG_FAIL(ctx, DS_ERR_CONFIG, "%s: must be an integer, got %s", path, got);
         if (d < -9223372036854775808.0 || d >= 9223372036854775808.0) { /* 1e30 */
-            if (k->flags & CFG_NO_HI)
+            if ((k->flags & CFG_NO_HI) && d > 0)
                 return CFG_FAIL(ctx, DS_ERR_CONFIG, "%s: must be <= 9223372036854775807, got %s",
                                 path, got);
             fmt_range(range, sizeof range, k, 1);
@@ -355,9 +355,11 @@ static bool unimpl_inert(json_t *v, const char *inert) {
         return same;
     }
     if (json_is_false(v)) return true;
+    if (json_is_array(v)) return json_array_size(v) == 0;
     if (!json_is_object(v)) return false;
+    /* "enabled": "auto" is HF's fill, which no trainer here turns on */
     json_t *en = json_object_get(v, "enabled");
-    if (en) return json_is_false(en);
+    if (en) return json_is_false(en) || cfg_is_auto(en);
     const char *k;
     json_t *m;
     json_object_foreach(v, k, m) {
@@ -383,8 +385,11 @@ ds_status cfg_walk(const cfg_ctx *ctx, json_t *obj, const char *prefix, const cf
                 const char *name = *u + trains, *eq = strchr(name, '=');
                 size_t len = eq ? (size_t)(eq - name) : strlen(name);
                 if (strncmp(name, key, len) != 0 || key[len] != '\0') continue;
-                /* what DeepSpeed does with it left out: nothing to implement */
-                if (unimpl_inert(v, eq ? eq + 1 : NULL)) goto next_key;
+                /* what DeepSpeed does with it left out: nothing to implement
+                 * ("auto" too where DeepSpeed's config models drop it) */
+                if (unimpl_inert(v, eq ? eq + 1 : NULL) ||
+                    (cfg_is_auto(v) && auto_means_default(path)))
+                    goto next_key;
                 char got[96];
                 cfg_fmt_value(v, got, sizeof got);
                 if (top_level && !trains) {

@@ -340,7 +340,7 @@ static ds_status check_offload(const ds_config *c, const char *name, const ds_of
     if (o->device == DS_OFFLOAD_NVME && o->nvme_path[0] == '\0')
         return RFAIL(c, DS_ERR_CONFIG,
                      "zero_optimization.%s.nvme_path: required with device \"nvme\" (a folder on "
-                     "the NVMe drive), absent or null",
+                     "the NVMe drive), absent, null or empty",
                      name);
     return DS_OK;
 }

@@ -507,14 +507,17 @@ static const cfg_key k_offload_param[] = {
     OROW("pin_memory", CFG_BOOL, pin_memory, 0, 0, 0),
 };
 
+/* null, DeepSpeed's default for both offload sections: no offload */
 static ds_status read_offload_optimizer(const cfg_ctx *ctx, json_t *v, const char *path,
                                         void *base) {
+    if (json_is_null(v)) return DS_OK;
     DS_TRY(cfg_need_object(ctx, v, path));
     return cfg_walk(ctx, v, path, k_offload_optimizer, NKEYS(k_offload_optimizer),
                     &((ds_config *)base)->offload_optimizer, k_offload_optimizer_unimpl, 0);
 }
 
 static ds_status read_offload_param(const cfg_ctx *ctx, json_t *v, const char *path, void *base) {
+    if (json_is_null(v)) return DS_OK;
     DS_TRY(cfg_need_object(ctx, v, path));
     return cfg_walk(ctx, v, path, k_offload_param, NKEYS(k_offload_param),
                     &((ds_config *)base)->offload_param, NULL, 0);
@@ -578,7 +581,9 @@ static const cfg_key k_zero[] = {
     ROW("stage", CFG_INT, OFF(zero_stage), 0, 3, 0, NO, NO, NULL),
     BOOL("allgather_partitions", allgather_partitions),
     I64_GE("allgather_bucket_size", allgather_bucket_size, 1),
-    ROW("overlap_comm", CFG_BOOL, OFF(overlap_comm), 0, 0, 0, NO, OFF(overlap_comm_set), NULL),
+    /* DeepSpeed's Optional[bool] = None: null is unset (true at stage 3) */
+    ROW("overlap_comm", CFG_BOOL, OFF(overlap_comm), 0, 0, CFG_NULL_UNSET, NO, OFF(overlap_comm_set),
+        NULL),
     BOOL("reduce_scatter", reduce_scatter),
     ZSIZE("reduce_bucket_size", reduce_bucket_size, 1, reduce_bucket_size_auto,
           reduce_bucket_size_set),
@@ -616,10 +621,10 @@ static const cfg_key k_zero[] = {
 static const char *const k_zero_unimpl[] = {
     "load_from_fp32_weights=true", "elastic_checkpoint", "ignore_unused_parameters=true",
     "legacy_stage1", "cpu_offload", "cpu_offload_param", "cpu_offload_params",
-    "cpu_offload_use_pin_memory", "stage3_model_persistence_threshold",
-    "model_persistence_threshold", "zero_quantized_nontrainable_weights",
+    "cpu_offload_use_pin_memory", "stage3_model_persistence_threshold=9223372036854775807",
+    "model_persistence_threshold=9223372036854775807", "zero_quantized_nontrainable_weights",
     "memory_efficient_linear=true", "use_multi_rank_bucket_allreduce=true", "zenflow",
-    "stage3_module_granularity_threshold", "module_granularity_threshold",
+    "stage3_module_granularity_threshold=0", "module_granularity_threshold=0",
     "pipeline_loading_checkpoint", "override_module_apply=true", "log_trace_cache_warnings",
     "stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params",
     "stage3_allgather_sequential", "allgather_sequential", "zeropp_loco_param",
@@ -742,5 +747,5 @@ const char *const cfg_top_unimplemented[] = {
     "!data_efficiency", "!sparse_attention", "seq_parallel_communication_data_type",
     "!gradient_allreduce_op=\"mean\"", "compile", "timers", "!weight_quantization",
     "hybrid_engine", "eigenvalue", "!progressive_layer_drop", "!fp8", "nebula", "dump_state",
-    "vocabulary_size", "managed_gradient_accumulation=true", "disable_allgather",
+    "vocabulary_size", "!managed_gradient_accumulation=true", "disable_allgather",
     NULL};

@@ -400,6 +400,18 @@ static void test_unknown_top_level(void) {
              " \"ignore_unused_parameters\": true, \"legacy_stage1\": false,"
              " \"memory_efficient_linear\": true, \"stage3_use_all_reduce_for_fetch_params\": false}}");
     CHECK(g_nwarnings == 0, "warnings: %s", g_warnings);
+    /* DeepSpeed's defaults that are not false, HF's "auto" for apex, null
+     * for DeepSpeed's Optional sections */
+    ds_config dump = parse_ok(
+        "{\"amp\": {\"enabled\": \"auto\", \"opt_level\": \"auto\"},"
+        " \"zero_optimization\": {\"stage\": 3, \"stage3_module_granularity_threshold\": 0,"
+        " \"model_persistence_threshold\": 9223372036854775807,"
+        " \"leaf_module\": {\"classes\": [], \"names\": [], \"name_suffixes\": []},"
+        " \"stage3_model_persistence_threshold\": \"auto\", \"offload_param\": null,"
+        " \"offload_optimizer\": null, \"overlap_comm\": null}}");
+    CHECK(g_nwarnings == 0, "warnings: %s", g_warnings);
+    CHECK_TRUE(dump.overlap_comm); /* null: unset, stage 3's default */
+    CHECK_EQ_I(dump.offload_param.device, DS_OFFLOAD_NONE);
     /* ones that change what training computes, asked for: refused, not
      * ignored (the run would not train as its config says) */
     const char *trains[] = {
@@ -408,7 +420,9 @@ static void test_unknown_top_level(void) {
         "{\"progressive_layer_drop\": {\"enabled\": true}}",
         "{\"data_types\": {\"grad_accum_dtype\": \"fp32\"}}",
         "{\"zero_optimization\": {\"load_from_fp32_weights\": false}}",
-        "{\"zero_optimization\": {\"stage3_use_all_reduce_for_fetch_params\": true}}"};
+        "{\"zero_optimization\": {\"stage3_use_all_reduce_for_fetch_params\": true}}",
+        "{\"managed_gradient_accumulation\": false}", /* every step() an update */
+        "{\"zero_optimization\": {\"stage3_module_granularity_threshold\": 100}}"};
     for (size_t k = 0; k < sizeof trains / sizeof *trains; k++) {
         ds_config t;
         ds_status st = ds_config_parse_string(trains[k], &t, collect, NULL);

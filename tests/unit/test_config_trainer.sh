@@ -171,6 +171,16 @@ expect() { # expect NAME RC WANT ARGS...: exit RC and one stderr line holding WA
 tc nobatch.log --config zero2.json --lr 3e-4 --max-steps 1 || { fail "no --batch: exit $?"; cat nobatch.log; }
 want="[zero-engine] batch: train_batch_size 8 (auto) = micro 8 (--batch default) x accumulation 1 (auto) x world 1"
 grep -qF -- "$want" nobatch.log || fail "nobatch.log lacks: $want"
+# a flag the user gave for a key the config leaves out: DeepSpeed's default
+# stands (HF leaves an absent key alone), and the summary says the flag went unused
+tc clip.log --config bare.json --max-grad-norm 0.5 --max-steps 1 || fail "clip: exit $?"
+grep -qF 'DeepSpeed defaults: gradient_clipping 1 (absent from the config, so not --max-grad-norm 0.5; "auto" takes the flag)' clip.log ||
+  fail "clip.log: the unused --max-grad-norm is not said: $(grep 'zero-engine' clip.log | head -8)"
+# wall_clock_breakdown without steps_per_print (DeepSpeed's null): a line
+# every step, as DeepSpeed logs its timers
+printf '{"train_micro_batch_size_per_gpu": 4, "wall_clock_breakdown": true}' >wc.json
+tc wc.log --config wc.json --max-steps 3 || fail "wc: exit $?"
+[ "$(grep -c 'time (ms) | fwd' wc.log)" -eq 3 ] || fail "wc.log: not a timer line a step: $(grep -c 'time (ms)' wc.log)"
 # bare.json's micro batch 4 stands (the default neither overrides nor conflicts)
 grep -qF "batch: train_batch_size 4 (derived) = micro 4 x accumulation 1" bare.log || fail "bare.log: the config's micro batch 4 is not what runs"
 printf '{"gradient_accumulation_steps": 2}' >nobatch.json
