@@ -505,11 +505,18 @@ bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_laye
     ds_config *c = malloc(sizeof *c);
     if (!c) return false;
     uint64_t least = UINT64_MAX; /* the least any candidate needs, for the refusal */
+    bool no_stage3 = false;      /* stage 3 not judged: no largest layer */
     size_t n_tries = sizeof tries / sizeof *tries, n_masks = sizeof masks / sizeof *masks;
     for (size_t k = 0; k < n_tries; k++)
         for (size_t i = 0; i < n_masks; i++) {
             *c = *cfg;
             if (tries[k].stage >= 0) { /* an offload try */
+                /* stage 3 from a parameter count needs the largest layer
+                 * (its gather slots): without one it would fit on paper */
+                if (tries[k].stage == 3 && cfg->zero_stage < 3 && !model && largest_layer <= 0) {
+                    no_stage3 = true;
+                    goto next;
+                }
                 if (tries[k].stage) c->zero_stage = tries[k].stage;
                 if (c->zero_stage == 0) c->zero_stage = 1; /* offload needs a partitioned optimizer */
                 if (c->offload_optimizer.device > tries[k].opt ||
@@ -569,14 +576,17 @@ bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_laye
         next:;
         }
     char n3[24];
+    const char *s3 = no_stage3 ? "; stage 3 is not judged without the largest layer's "
+                                 "parameters (zero_estimate --largest-layer)"
+                               : "";
     if (least == UINT64_MAX)
         snprintf(buf, cap, "no offload setting makes it fit (none could be estimated): use more "
-                 "hosts or a smaller model");
+                 "hosts or a smaller model%s", s3);
     else
         snprintf(buf, cap, "no offload setting makes it fit (the least of them, with the "
                  "fewest buffers, still needs %s of RAM on this host): use more hosts or a "
-                 "smaller model",
-                 ds_estimate_size(least, n3));
+                 "smaller model%s",
+                 ds_estimate_size(least, n3), s3);
     free(c);
     return false;
 }

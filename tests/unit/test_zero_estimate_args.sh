@@ -88,4 +88,12 @@ echo "$fix" | grep -q "max_in_cpu 1e7" && echo "$fix" | grep -q "stage3_max_live
   echo "$fix" | grep -q "would fit: 11.03 GiB of RAM" ||
   fail "12G, 1e9 parameters on nvme: '$fix'"
 
+# from stage 2 without --largest-layer the fix does not offer stage 3 (it
+# was sized without its gather slots: 29.86 GiB "would fit" where the
+# setting needs 49.2 with a largest layer of 5e7); it says why
+DS_MEM_LIMIT=40e9 accepted --params 1e9 --ranks 8 --stage 2 --precision bf16
+fix=$(grep "^fix:" "$out")
+echo "$fix" | grep -q "stage 3 is not judged without the largest layer" &&
+  ! echo "$fix" | grep -q "would fit" || fail "stage 2, no largest layer: '$fix'"
+
 finish
