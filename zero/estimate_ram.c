@@ -17,13 +17,14 @@
 static ds_status bad_size(const char *s, const char *why) {
     return DS_ERR(DS_ERR_INVALID_ARG,
                   "DS_MEM_LIMIT: '%s' %s: give the RAM this job may use in bytes, or a number "
-                  "with K, M, G or T (binary: DS_MEM_LIMIT=12G, 1.5T), from 1M to 8388608T "
+                  "with K, M, G or T, all binary (DS_MEM_LIMIT=12G, 12Gi, 12GB, 1.5T), from 1M to 8388608T "
                   "(2^63 bytes); DS_MEM_LIMIT=off turns the start-up memory check off",
                   s, why);
 }
 
 /* A decimal number (digits, an optional fraction, an optional exponent)
- * with an optional K/M/G/T suffix, optionally followed by "iB" or "B".
+ * with an optional K/M/G/T suffix, optionally followed by "iB", "i" (as
+ * Kubernetes writes limits) or "B"; every suffix is binary.
  * strtod alone also takes "nan", "inf", hexadecimal, signs and leading
  * blanks; none of them is a size, and casting its NaN or inf to an
  * integer is undefined (it made everything fit or turned the check off). */
@@ -56,7 +57,8 @@ static ds_status parse_size(const char *s, uint64_t *out) {
     case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024; p++; break;
     default: break;
     }
-    if (p[0] == 'i' && p[1] == 'B') p += 2;
+    /* 12GiB, 12GB (binary all the same) and Kubernetes' 12Gi */
+    if (mult > 1 && p[0] == 'i') p += p[1] == 'B' ? 2 : 1;
     else if (p[0] == 'B') p++;
     if (*p) return bad_size(s, "is not a size");
     double bytes = v * mult; /* 1e308G is inf: caught below with the range */

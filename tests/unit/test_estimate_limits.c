@@ -58,6 +58,8 @@ static void check_mem_limit(void) {
     const uint64_t K = 1024, M = K * K, G = M * K;
     mem_limit_is("12G", 12 * G);
     mem_limit_is("12GiB", 12 * G);
+    mem_limit_is("12Gi", 12 * G); /* Kubernetes' notation */
+    mem_limit_is("12GB", 12 * G);  /* binary too, as the message says */
     mem_limit_is("1.5g", 3 * G / 2);
     mem_limit_is("1M", M); /* the least a limit may be */
     mem_limit_is("1048576", M);
