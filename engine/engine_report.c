@@ -54,6 +54,38 @@ static uint64_t ram_of(const ds_mem_report *r, ds_mem_purpose p, ds_backend_kind
 /* Before the strategy allocates: the estimate (zero/estimate.h) against
  * the RAM this host has, so a configuration that cannot fit stops here
  * with the fix instead of being killed by the kernel mid-step. */
+/* The estimate's device bytes of one rank against its GPU's free memory
+ * (a backend with device memory of its own: cuda). */
+static ds_status check_device(engine_t *e, const ds_mem_report *r) {
+    size_t free_b = 0, total_b = 0;
+    if (!e->be->ops->mem_info || e->be->ops->mem_info(e->be, &free_b, &total_b) != DS_OK) {
+        ds_clear_error(); /* no figure to judge by: the allocations will say */
+        return DS_OK;
+    }
+    uint64_t need = r->total[DS_PLACE_DEVICE];
+    if (need <= free_b) return DS_OK;
+    char sz[10][24];
+    return DS_ERR(DS_ERR_OOM,
+                  "this configuration does not fit in GPU memory: ZeRO stage %d, %s, %lld "
+                  "parameters need %s a rank on its GPU by the estimate (params %s, grads %s, "
+                  "master %s, optim %s, buffers %s, activations %s, GEMM workspace %s) where "
+                  "GPU %d has %s free of %s; offload the optimizer state or the parameters "
+                  "(zero_optimization.offload_optimizer / offload_param), a higher "
+                  "zero_optimization.stage, or a smaller micro batch "
+                  "(zero_estimate --config prints the table). DS_MEM_LIMIT=off skips this check",
+                  e->cfg.zero_stage, ds_dtype_name(e->param_t),
+                  (long long)ds_model_num_params(e->model), ds_estimate_size(need, sz[0]),
+                  ds_estimate_size(r->bytes[DS_MEM_PARAMS][DS_PLACE_DEVICE], sz[1]),
+                  ds_estimate_size(r->bytes[DS_MEM_GRADS][DS_PLACE_DEVICE], sz[2]),
+                  ds_estimate_size(r->bytes[DS_MEM_MASTER][DS_PLACE_DEVICE], sz[3]),
+                  ds_estimate_size(r->bytes[DS_MEM_OPTIM][DS_PLACE_DEVICE], sz[4]),
+                  ds_estimate_size(r->bytes[DS_MEM_BUFFERS][DS_PLACE_DEVICE], sz[5]),
+                  ds_estimate_size(r->bytes[DS_MEM_ACTIVATIONS][DS_PLACE_DEVICE], sz[6]),
+                  ds_estimate_size(r->bytes[DS_MEM_WORKSPACE][DS_PLACE_DEVICE], sz[7]),
+                  e->be->device, ds_estimate_size(free_b, sz[8]),
+                  ds_estimate_size(total_b, sz[9]));
+}
+
 ds_status ds_engine_check_fit(engine_t *e) {
     uint64_t limit;
     const char *source;
@@ -62,6 +94,7 @@ ds_status ds_engine_check_fit(engine_t *e) {
     ds_backend_kind be = e->be->kind;
     ds_mem_report r;
     DS_TRY(ds_estimate_model(e->model, e->comm->world, &e->cfg, be, &r));
+    if (be != DS_BACKEND_CPU) DS_TRY(check_device(e, &r));
     /* the ranks of this host share its RAM (MemAvailable is the host's) */
     int per_host = ds_comm_ranks_on_host(e->comm);
     uint64_t need = ds_estimate_ram_ranks(&r, be, per_host);

@@ -68,25 +68,10 @@ static int usage_error(const char *fmt, const char *arg) {
  * 2000000000 all read, but not NaN, inf, a sign, hexadecimal or a value
  * with a fraction left (2.5 ranks are not 2). */
 static bool parse_count(const char *s, long long lo, long long hi, long long *out) {
-    const char *p = s;
-    size_t digits = strspn(p, "0123456789");
-    p += digits;
-    if (*p == '.') {
-        size_t frac = strspn(p + 1, "0123456789");
-        digits += frac;
-        p += 1 + frac;
-    }
-    if (digits == 0) return false;
-    if (*p == 'e' || *p == 'E') {
-        const char *q = p + 1 + (p[1] == '+' || p[1] == '-');
-        size_t ed = strspn(q, "0123456789");
-        if (ed == 0) return false;
-        p = q + ed;
-    }
-    if (*p) return false;
-    char *end;
-    double v = strtod(s, &end);
-    if (end != p || !isfinite(v) || v != floor(v) || v < (double)lo || v > (double)hi)
+    const char *end;
+    double v;
+    if (!ds_estimate_parse_decimal(s, &v, &end) || *end || v != floor(v) || v < (double)lo ||
+        v > (double)hi)
         return false;
     *out = (long long)v;
     return true;

@@ -101,6 +101,13 @@ bool ds_estimate_fix(const ds_model *model, int64_t params, int64_t largest_laye
  * (binary units) into buf (at least 24 chars); returns buf. */
 const char *ds_estimate_size(uint64_t bytes, char *buf);
 
+/* A decimal number at the start of s, strictly: digits with an optional
+ * fraction and exponent (2e9, 1.5e9, 2000000000), not NaN, inf, a sign,
+ * hexadecimal or leading blanks, which strtod alone takes. *v its value,
+ * *end just past it; false when s does not start with one (or it is out of
+ * a double's range). For DS_MEM_LIMIT and zero_estimate's counts. */
+bool ds_estimate_parse_decimal(const char *s, double *v, const char **end);
+
 /* RAM this process may plan for: the environment's DS_MEM_LIMIT when set
  * (a decimal number of bytes, or with a K, M, G or T suffix, binary, optionally
  * followed by "iB" or "B": 12G, 1.5T, 8589934592; from 1M to 2^63 bytes;

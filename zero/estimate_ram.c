@@ -22,13 +22,7 @@ static ds_status bad_size(const char *s, const char *why) {
                   s, why);
 }
 
-/* A decimal number (digits, an optional fraction, an optional exponent)
- * with an optional K/M/G/T suffix, optionally followed by "iB", "i" (as
- * Kubernetes writes limits) or "B"; every suffix is binary.
- * strtod alone also takes "nan", "inf", hexadecimal, signs and leading
- * blanks; none of them is a size, and casting its NaN or inf to an
- * integer is undefined (it made everything fit or turned the check off). */
-static ds_status parse_size(const char *s, uint64_t *out) {
+bool ds_estimate_parse_decimal(const char *s, double *v, const char **end) {
     const char *p = s;
     size_t digits = strspn(p, "0123456789");
     p += digits;
@@ -37,18 +31,28 @@ static ds_status parse_size(const char *s, uint64_t *out) {
         digits += frac;
         p += 1 + frac;
     }
-    if (digits == 0) return bad_size(s, "is not a number");
+    if (digits == 0) return false;
     if (*p == 'e' || *p == 'E') {
-        const char *q = p + 1;
-        if (*q == '+' || *q == '-') q++;
+        const char *q = p + 1 + (p[1] == '+' || p[1] == '-');
         size_t ed = strspn(q, "0123456789");
-        if (ed == 0) return bad_size(s, "has an exponent without digits");
+        if (ed == 0) return false;
         p = q + ed;
     }
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (end != p) return bad_size(s, "is not a number"); /* "0x10": strtod read on */
+    char *e;
+    *v = strtod(s, &e);
+    if (e != p || !isfinite(*v)) return false; /* "0x10": strtod read on */
+    *end = p;
+    return true;
+}
+
+/* A decimal number (ds_estimate_parse_decimal) with an optional K/M/G/T
+ * suffix, optionally followed by "iB", "i" (as Kubernetes writes limits) or
+ * "B"; every suffix is binary. Casting strtod's NaN or inf to an integer is
+ * undefined (it made everything fit or turned the check off). */
+static ds_status parse_size(const char *s, uint64_t *out) {
+    const char *p;
+    double v;
+    if (!ds_estimate_parse_decimal(s, &v, &p)) return bad_size(s, "is not a number");
     double mult = 1;
     switch (*p) {
     case 'k': case 'K': mult = 1024.0; p++; break;

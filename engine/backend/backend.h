@@ -236,6 +236,13 @@ typedef struct ds_backend_ops {
 
     /* ---- lifetime ---- */
     void (*destroy)(ds_backend *be);
+
+    /* ---- device memory ----
+     * OPTIONAL (NULL on cpu, whose device memory is the host's RAM, which
+     * the start-up check reads from MemAvailable): the device's free and
+     * total bytes now, for the check that a configuration fits
+     * (ds_engine_check_fit) before the strategy allocates. */
+    ds_status (*mem_info)(ds_backend *be, size_t *free_bytes, size_t *total_bytes);
 } ds_backend_ops;
 
 /* One call of the gemm slot as a tap sees it (ds_backend_tap_gemm): the

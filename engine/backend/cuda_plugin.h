@@ -38,7 +38,7 @@ extern "C" {
  * gained check_recs, check_calls and seq_hash, ds_comm_desc
  * check_collectives (the module allocates the NCCL communicator, the
  * library writes them), and the table carries the shared structs' sizes */
-#define DS_CUDA_PLUGIN_VERSION 12
+#define DS_CUDA_PLUGIN_VERSION 13
 #define DS_CUDA_PLUGIN_FILE "libzero-engine-cuda.so.0"
 #define DS_CUDA_PLUGIN_ENTRY "ds_cuda_plugin_v1"
 

@@ -237,6 +237,12 @@ static void cuda_destroy(ds_backend *be) {
     be->impl = NULL;
 }
 
+static ds_status cuda_mem_info(ds_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    DS_CHECK_CUDA(cudaSetDevice(be->device));
+    DS_CHECK_CUDA(cudaMemGetInfo(free_bytes, total_bytes));
+    return DS_OK;
+}
+
 static const ds_backend_ops k_cuda_ops = {
     /* .name = */ "cuda",
     /* .alloc = */ cuda_alloc,
@@ -274,6 +280,7 @@ static const ds_backend_ops k_cuda_ops = {
     /* .rows_scatter = */ ds_cuda_rows_scatter,
     /* .rows_sum = */ ds_cuda_rows_sum,
     /* .destroy = */ cuda_destroy,
+    /* .mem_info = */ cuda_mem_info,
 };
 
 /* The body of ds_backend_cuda_init; on failure the caller releases `im`. */
