@@ -308,7 +308,7 @@ static ds_status save_args(engine_t *e, const char *dir, const char *tag_in, con
                       e->have_forward    ? "a forward awaits its backward"
                       : e->have_backward ? "a backward awaits its ds_step"
                                          : "gradients pending",
-                      e->micro_in_step, (long long)e->cfg.gradient_accumulation_steps);
+                      e->micro_in_step, (long long)ds_engine_window(e));
     ds_status st = DS_OK;
     ds_ckpt_write_opts_defaults(wo);
     wo->frame_elems = env_u32("DS_CKPT_FRAME_ELEMS", wo->frame_elems, DS_CKPT_FRAME_ELEMS_MIN,

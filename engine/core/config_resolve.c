@@ -2,6 +2,7 @@
  * DeepSpeed's batch rule, and the checks that involve more than one key;
  * the "auto" keys and missing sections are filled in config_fill.c. Works
  * on a copy and writes back only on success. */
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -283,6 +284,21 @@ static ds_status resolve_batch_with(ds_config *c, const ds_config_hints *h, bool
                      "number, or \"auto\" with the trainer's micro batch in %s)%s",
                      micro_name,
                      ga ? "; gradient_accumulation_steps alone cannot give the others" : "");
+    }
+
+    /* a derived micro batch or accumulation beyond an int (the engine's
+     * counters; the parser bounds the written ones the same) */
+    if (c->train_micro_batch_size_per_gpu > INT_MAX || c->gradient_accumulation_steps > INT_MAX) {
+        snprintf(msg, sizeof msg,
+                 "train_batch_size %lld over world_size %lld gives %s %lld, more than %d",
+                 (long long)c->train_batch_size, (long long)W,
+                 c->train_micro_batch_size_per_gpu > INT_MAX ? "train_micro_batch_size_per_gpu"
+                                                             : "gradient_accumulation_steps",
+                 (long long)(c->train_micro_batch_size_per_gpu > INT_MAX
+                                 ? c->train_micro_batch_size_per_gpu
+                                 : c->gradient_accumulation_steps),
+                 INT_MAX);
+        return batch_fail(&b, msg);
     }
 
     /* The micro batch the user chose (a trainer's --batch) must be what is used. */

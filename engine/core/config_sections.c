@@ -696,16 +696,19 @@ static ds_status read_zero_engine(const cfg_ctx *ctx, json_t *v, const char *pat
 
 /* ------------------------------------------------------------ top level -- */
 
-/* (the engine keeps the micro batch and the accumulation steps in an int) */
 #define BATCH(name, f, ao, so)                                                                 \
+    ROW(name, CFG_I64, OFF(f), 1, BIG, CFG_NO_HI | CFG_AUTO | CFG_NULL_UNSET, OFF(ao), OFF(so), NULL)
+/* the micro batch and the accumulation steps: the engine keeps them in an
+ * int (their product with the world, train_batch_size, in an int64) */
+#define BATCH_INT(name, f, ao, so)                                                             \
     ROW(name, CFG_I64, OFF(f), 1, INT_MAX, CFG_AUTO | CFG_NULL_UNSET, OFF(ao), OFF(so), NULL)
 
 const cfg_key cfg_top_keys[] = {
     BATCH("train_batch_size", train_batch_size, train_batch_size_auto, train_batch_size_set),
-    BATCH("train_micro_batch_size_per_gpu", train_micro_batch_size_per_gpu, micro_batch_auto,
-          micro_batch_set),
-    BATCH("gradient_accumulation_steps", gradient_accumulation_steps, grad_accum_auto,
-          grad_accum_set),
+    BATCH_INT("train_micro_batch_size_per_gpu", train_micro_batch_size_per_gpu, micro_batch_auto,
+              micro_batch_set),
+    BATCH_INT("gradient_accumulation_steps", gradient_accumulation_steps, grad_accum_auto,
+              grad_accum_set),
     /* DeepSpeed's default None (no report): null, here 0 */
     ROW("steps_per_print", CFG_I64, OFF(steps_per_print), 1, BIG, CFG_NO_HI | CFG_NULL_UNSET, NO,
         NO, NULL),

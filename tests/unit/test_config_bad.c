@@ -29,10 +29,10 @@ static const bad_case k_cases[] = {
     P("{\"zero_optimization\": {\"stage\": -1}}", CFG, "zero_optimization.stage: must be 0..3, got -1", NULL),
     P("{\"zero_optimization\": {\"stage\": 1.5}}", CFG, "zero_optimization.stage: must be an integer, got 1.5", NULL),
     P("{\"zero_optimization\": {\"stage\": \"2\"}}", CFG, "zero_optimization.stage: must be an integer, got \"2\"", NULL),
-    P("{\"train_batch_size\": 0}", CFG, "train_batch_size: must be 1..2147483647, got 0", NULL),
+    P("{\"train_batch_size\": 0}", CFG, "train_batch_size: must be >= 1, got 0", NULL),
     P("{\"train_micro_batch_size_per_gpu\": -4}", CFG, "train_micro_batch_size_per_gpu: must be 1..2147483647, got -4", NULL),
     P("{\"gradient_accumulation_steps\": 2.5}", CFG, "gradient_accumulation_steps: must be an integer, got 2.5", NULL),
-    P("{\"train_batch_size\": 1e30}", CFG, "train_batch_size: must be 1..2147483647, got 1e+30", NULL),
+    P("{\"train_batch_size\": 1e30}", CFG, "train_batch_size: must be <= 9223372036854775807, got 1e+30", NULL),
     P("{\"train_batch_size\": true}", CFG, "train_batch_size: must be an integer, got true", NULL),
     P("{\"steps_per_print\": 0}", CFG, "steps_per_print: must be >= 1, got 0", NULL),
     /* ---- flops_profiler (config_flops.c) ---- */
@@ -45,6 +45,7 @@ static const bad_case k_cases[] = {
     P("{\"train_micro_batch_size_per_gpu\": 2147483648}", CFG, "train_micro_batch_size_per_gpu: must be 1..2147483647", NULL),
     P("{\"train_micro_batch_size_per_gpu\": 4294967300}", CFG, "train_micro_batch_size_per_gpu: must be 1..2147483647", NULL),
     P("{\"gradient_accumulation_steps\": 4294967297}", CFG, "gradient_accumulation_steps: must be 1..2147483647", NULL),
+    R("{\"train_batch_size\": 9223372036854775807}", 1, CFG, "gives train_micro_batch_size_per_gpu 9223372036854775807, more than 2147483647", NULL),
     /* ---- booleans are only true/false ---- */
     P("{\"fp16\": {\"enabled\": 1}}", CFG, "fp16.enabled: must be true or false, got 1", NULL),
     P("{\"fp16\": {\"enabled\": \"true\"}}", CFG, "fp16.enabled: must be true or false, got \"true\"", NULL),
