@@ -24,7 +24,7 @@ static ds_status build_stream(const ds_lm_docs *docs, const ds_lm_tokenizer *t,
     return DS_OK;
 }
 
-/* The rows' source: the token stream itself (8 bytes a token), each row a
+/* The rows' source: the token stream itself (5 bytes a token), each row a
  * window computed when read, instead of four stored columns of every row
  * (16 bytes a token, and the stream besides while packing). */
 typedef struct lm_rows {
@@ -78,6 +78,15 @@ ds_status ds_lm_pack(const ds_lm_docs *docs, const ds_lm_tokenizer *t, int seq_l
     ds_dataset *d = NULL;
     ds_status st = build_stream(docs, t, &src->s);
     if (st != DS_OK) goto done;
+    /* the stream grew by doubling: what it kept beyond its tokens goes (up
+     * to as much again as it holds; a failed shrink keeps the block) */
+    if (src->s.n > 0 && src->s.n < src->s.cap) {
+        int32_t *ids = realloc(src->s.ids, src->s.n * sizeof *ids);
+        if (ids) src->s.ids = ids;
+        uint8_t *by = realloc(src->s.bytes, src->s.n * sizeof *by);
+        if (by) src->s.bytes = by;
+        if (ids && by) src->s.cap = src->s.n;
+    }
     /* Row k covers stream[k (T-1) .. k (T-1) + T): its targets are the
      * positions 1..T-1, so ceil((N - 1) / (T - 1)) rows predict each of the
      * N - 1 tokens after the first once. */

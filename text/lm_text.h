@@ -155,7 +155,7 @@ typedef struct ds_lm_tokenizer ds_lm_tokenizer;
 typedef struct ds_lm_tokens {
     size_t n, cap;
     int32_t *ids;
-    int32_t *bytes;
+    uint8_t *bytes; /* 0..4 a token (a character's UTF-8 bytes at most) */
 } ds_lm_tokens;
 
 ds_status ds_lm_tokens_push(ds_lm_tokens *s, int32_t id, int32_t bytes);

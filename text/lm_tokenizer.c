@@ -29,17 +29,19 @@ struct ds_lm_tokenizer {
 /* ---- token sequences ---------------------------------------------------------- */
 
 ds_status ds_lm_tokens_push(ds_lm_tokens *s, int32_t id, int32_t bytes) {
+    if (bytes < 0 || bytes > UINT8_MAX)
+        return DS_ERR(DS_ERR_INTERNAL, "a token of %d bytes (a byte count is 0..255)", (int)bytes);
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 4096;
         int32_t *i = realloc(s->ids, cap * sizeof *i);
         if (i) s->ids = i;
-        int32_t *b = i ? realloc(s->bytes, cap * sizeof *b) : NULL;
+        uint8_t *b = i ? realloc(s->bytes, cap * sizeof *b) : NULL;
         if (b) s->bytes = b;
         if (!b) return DS_ERR(DS_ERR_OOM, "a token sequence of %zu tokens", cap);
         s->cap = cap;
     }
     s->ids[s->n] = id;
-    s->bytes[s->n] = bytes;
+    s->bytes[s->n] = (uint8_t)bytes;
     s->n++;
     return DS_OK;
 }

@@ -171,7 +171,7 @@ static ds_status load_data(const lm_opts *o, data *d) {
     DS_TRY(ds_lm_pack(d->train_docs, d->tok, o->seq_len, &d->train, &d->train_ps));
     DS_TRY(ds_lm_pack(d->dev_docs, d->tok, o->seq_len, &d->dev, &d->dev_ps));
     /* the rows are windows over the token streams now: the text goes (a
-     * byte of it per token kept besides the streams' 8 bytes a token) */
+     * byte of it per token kept besides the streams' 5 bytes a token) */
     d->train_empty = d->train_docs->n_empty;
     d->dev_empty = d->dev_docs->n_empty;
     ds_lm_docs_destroy(d->train_docs);
