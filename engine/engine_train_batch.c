@@ -46,12 +46,15 @@ static int64_t window_at(const engine_t *e) {
  * Starting over at 0 instead crossed the boundary inside every later call,
  * returning mid-window, where no checkpoint can be saved. */
 static ds_status run_window(engine_t *e) {
-    /* a forward or backward pending since a failure the strategy ended at
-     * once: the loader would use up a micro-batch ds_forward then refuses */
+    /* a forward or backward pending (the caller's own ds_forward, or a
+     * failure the strategy ended at once): the loader would use up a
+     * micro-batch that ds_forward then refuses */
     if (e->have_forward || e->have_backward)
-        return DS_ERR(DS_ERR_INVALID_ARG, "ds_train_batch: a micro-batch's %s is pending since "
-                      "an earlier call failed in it; load a checkpoint to go on",
-                      e->have_forward ? "forward" : "step");
+        return DS_ERR(DS_ERR_INVALID_ARG, "ds_train_batch: a micro-batch's %s is pending (a "
+                      "ds_forward without it, or an earlier call that failed in it): call %s, "
+                      "or load a checkpoint after a failure",
+                      e->have_forward ? "backward" : "ds_step",
+                      e->have_forward ? "ds_backward and ds_step" : "ds_step");
     int64_t n = ds_engine_window(e);
     if (e->micro_in_step > 0) {
         /* The failed micro-batch was used up: the window ends with the
