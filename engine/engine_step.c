@@ -585,10 +585,8 @@ static ds_status drop_window(engine_t *e, double loss_sum, int32_t stop) {
     e->window_failed = DS_OK;
     if (mine != DS_OK) ds_error_restore(&e->window_err);
     if (e->comm->world > 1) DS_TRY(ds_comm_agree(e->comm, mine, &worst));
-    DS_TRY(e->zero->ops->zero_grad(e->zero));
-    DS_TRY(ds_ties_clear(e->ties)); /* a failed module's uses of tied parameters */
-    DS_TRY(drop_gathered(e));
-    e->loss_accum = 0.0;
+    /* (the ties: a failed module's uses of tied parameters) */
+    DS_TRY(ds_engine_forget_window(e));
     e->global_step++;
     e->skipped_steps++;
     ds_engine_prof_drop(e); /* a profiled step's counters would stay on for good */

@@ -9,35 +9,31 @@
 
 /* ---- evaluation ---- */
 
-/* Targets and their bytes in rows idx[0..count) of dev: position t is scored
- * on labels[t + 1], so the targets are positions 1..T-1 not ignored. The
- * rows are read one at a time (ds_lm_pack's columns are computed). */
-static ds_status count_targets(const ds_dataset *dev, const size_t *idx, int count,
-                               double *targets, double *bytes) {
-    int kl = ds_dataset_find(dev, "labels"), kb = ds_dataset_find(dev, "token_bytes");
-    size_t T = (size_t)dev->seq_len;
-    int32_t *l = malloc(2 * T * sizeof *l);
-    if (!l) return DS_ERR(DS_ERR_OOM, "evaluation: out of memory");
-    int32_t *b = l + T;
-    ds_status st = DS_OK;
-    for (int r = 0; r < count && st == DS_OK; r++) {
-        st = ds_dataset_read_rows(dev, kl, idx[r], 1, l);
-        if (st == DS_OK) st = ds_dataset_read_rows(dev, kb, idx[r], 1, b);
-        for (size_t j = 1; st == DS_OK && j < T; j++)
-            if (l[j] != DS_IGNORE_INDEX) {
-                *targets += 1.0;
-                *bytes += (double)b[j];
-            }
-    }
-    free(l);
-    return st;
-}
-
 typedef struct eval_sums {
     engine_t *e;
     const ds_dataset *dev;
-    double sum[4]; /* [nats, weight, bytes, targets] of this rank, then of all */
+    int kl, kb;      /* the labels' and token bytes' columns */
+    int32_t *row;    /* [2 T]: one row's labels, then its bytes */
+    double sum[4];   /* [nats, weight, bytes, targets] of this rank, then of all */
 } eval_sums;
+
+/* Targets and their bytes in rows idx[0..count) of dev: position t is scored
+ * on labels[t + 1], so the targets are positions 1..T-1 not ignored. The
+ * rows are read one at a time (ds_lm_pack's columns are computed). */
+static ds_status count_targets(eval_sums *s, const size_t *idx, int count) {
+    size_t T = (size_t)s->dev->seq_len;
+    int32_t *l = s->row, *b = s->row + T;
+    for (int r = 0; r < count; r++) {
+        DS_TRY(ds_dataset_read_rows(s->dev, s->kl, idx[r], 1, l));
+        DS_TRY(ds_dataset_read_rows(s->dev, s->kb, idx[r], 1, b));
+        for (size_t j = 1; j < T; j++)
+            if (l[j] != DS_IGNORE_INDEX) {
+                s->sum[3] += 1.0;
+                s->sum[2] += (double)b[j];
+            }
+    }
+    return DS_OK;
+}
 
 static ds_status eval_call(void *user, const ds_batch *b, const size_t *idx, int count) {
     eval_sums *s = user;
@@ -45,7 +41,7 @@ static ds_status eval_call(void *user, const ds_batch *b, const size_t *idx, int
     DS_TRY(ds_evaluate(s->e, b, &loss, &weight));
     s->sum[0] += loss * weight;
     s->sum[1] += weight;
-    return count_targets(s->dev, idx, count, &s->sum[3], &s->sum[2]);
+    return count_targets(s, idx, count);
 }
 
 ds_status lm_evaluate(engine_t *e, const ds_dataset *dev, int batch, lm_eval_result *out) {
@@ -55,8 +51,12 @@ ds_status lm_evaluate(engine_t *e, const ds_dataset *dev, int batch, lm_eval_res
         dev->seq_len < 1)
         return DS_ERR(DS_ERR_INVALID_ARG, "evaluation: the dev set lacks labels or token_bytes "
                       "(not packed by ds_lm_pack)");
-    eval_sums s = {.e = e, .dev = dev};
-    DS_TRY(tr_eval_slices(e, dev, batch, eval_call, &s));
+    eval_sums s = {.e = e, .dev = dev, .kl = kl, .kb = kb,
+                   .row = malloc(2 * (size_t)dev->seq_len * sizeof *s.row)};
+    if (!s.row) return DS_ERR(DS_ERR_OOM, "evaluation: out of memory");
+    ds_status st = tr_eval_slices(e, dev, batch, eval_call, &s);
+    free(s.row);
+    DS_TRY(st);
     double *sum = s.sum;
     DS_TRY(ds_all_reduce_host(e, sum, 4, DS_F64));
     /* The loss's weight is the count of tokens it scored: the same number
