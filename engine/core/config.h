@@ -518,6 +518,9 @@ ds_status ds_config_resolve(ds_config *c, const ds_config_hints *h);
  * micro-batches left, ds_train_batch). 0 when dataloader_drop_last leaves
  * no whole micro-batch. */
 int64_t ds_config_micro_batches_per_epoch(const ds_config *c, size_t rows);
+/* The rows one rank trains an epoch: ceil(rows / world), or its whole
+ * micro-batches' with dataloader_drop_last. */
+int64_t ds_config_rank_rows_per_epoch(const ds_config *c, size_t rows);
 int64_t ds_config_steps_per_epoch(const ds_config *c, size_t rows);
 
 /* Tracked keys' names ("optimizer.params.lr") and sources' names

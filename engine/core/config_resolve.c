@@ -111,6 +111,14 @@ int64_t ds_config_micro_batches_per_epoch(const ds_config *c, size_t rows) {
     return c->dataloader_drop_last ? per_rank / micro : (per_rank + micro - 1) / micro;
 }
 
+int64_t ds_config_rank_rows_per_epoch(const ds_config *c, size_t rows) {
+    int64_t world = c->world_size > 0 ? c->world_size : 1;
+    int64_t per_rank = ((int64_t)rows + world - 1) / world;
+    return c->dataloader_drop_last
+               ? ds_config_micro_batches_per_epoch(c, rows) * c->train_micro_batch_size_per_gpu
+               : per_rank;
+}
+
 int64_t ds_config_steps_per_epoch(const ds_config *c, size_t rows) {
     int64_t gas = c->gradient_accumulation_steps > 0 ? c->gradient_accumulation_steps : 1;
     /* the engine's loader ends a step at the epoch's end (ds_train_batch):

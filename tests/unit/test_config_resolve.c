@@ -296,8 +296,10 @@ static void test_scheduler_auto(void) {
     one.train_micro_batch_size_per_gpu = 7;
     one.gradient_accumulation_steps = 1;
     CHECK_EQ_I(ds_config_steps_per_epoch(&one, 44), 6);
+    CHECK_EQ_I(ds_config_rank_rows_per_epoch(&one, 44), 42); /* 6 whole micro-batches of 7 */
     one.dataloader_drop_last = false;
     CHECK_EQ_I(ds_config_steps_per_epoch(&one, 44), 7);
+    CHECK_EQ_I(ds_config_rank_rows_per_epoch(&one, 44), 44);
     /* a direct hint wins over the epochs */
     h4.total_num_steps = 9;
     c = RESOLVE_OK(cos, &h4);

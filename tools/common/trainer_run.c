@@ -139,10 +139,8 @@ int tr_run_init(tr_run *r, const char *prog, const tr_opts *o, ds_model *model,
     /* the samples (all ranks') a pass consumes, its last micro-batch short
      * included: the progress line's epoch is samples over this, right after
      * a resume at another global batch too */
-    int64_t mb = ds_config_micro_batches_per_epoch(c, train->n);
-    int64_t per_rank = ((int64_t)train->n + c->world_size - 1) / c->world_size;
-    if (c->dataloader_drop_last) per_rank = mb * c->train_micro_batch_size_per_gpu;
-    r->epoch_samples = (double)per_rank * (double)c->world_size;
+    r->epoch_samples =
+        (double)ds_config_rank_rows_per_epoch(c, train->n) * (double)c->world_size;
     r->total = o->max_steps >= 0 ? o->max_steps : r->per_epoch * o->epochs;
     r->micro = c->train_micro_batch_size_per_gpu;
     /* the engine plans its buffers for the micro batch (no allocation
