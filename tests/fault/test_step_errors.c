@@ -24,6 +24,8 @@
  *      works. Completing the window from the next epoch, a failure on the
  *      epoch's last micro-batch made the next epoch's first step a mix.
  *
+ *   4. (pending_forward below) a forward the caller left pending.
+ *
  * argv[1]: a folder for the checkpoints. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +47,8 @@ static int g_fail;
         }                                                                                      \
     } while (0)
 
+static ds_dataset *g_data; /* the last engine's training data (the caller frees it) */
+
 static engine_t *make_n(const char *cfg, size_t rows) {
     const int T = 12, V = 50;
     ds_mlp_desc md = {.vocab_size = V, .max_seq_len = T, .embed_dim = 16, .hidden_dim = 32,
@@ -55,7 +59,7 @@ static engine_t *make_n(const char *cfg, size_t rows) {
     ds_init_desc_defaults(&d);
     d.config_json = cfg;
     d.model = model;
-    d.train_data = ck_make_data(rows, T, V);
+    d.train_data = g_data = ck_make_data(rows, T, V);
     d.quiet = true;
     engine_t *e = NULL;
     if (ds_initialize(&d, &e) != DS_OK) {
@@ -97,6 +101,7 @@ static void failure_at_epoch_end(const char *dir, int nth) {
         CHECK(per_epoch[k] <= 2, "nth %d: %d steps in epoch %d, an epoch has 2 windows", nth,
               per_epoch[k], k);
     ds_finalize(e);
+    ds_dataset_destroy(g_data); /* borrowed by the engine */
 }
 
 static void forward_fails_mid_window(const char *dir) {
@@ -124,6 +129,7 @@ static void forward_fails_mid_window(const char *dir) {
         CHECK(st == DS_OK, "save after call %d: %s", i, ds_last_error());
     }
     ds_finalize(e);
+    ds_dataset_destroy(g_data); /* borrowed by the engine */
 }
 
 static void cannot_learn(int stage) {
@@ -152,6 +158,37 @@ static void cannot_learn(int stage) {
     }
     CHECK(errors >= 2, "stage %d: %d calls failed, want the error at least twice", stage, errors);
     ds_finalize(e);
+    ds_dataset_destroy(g_data); /* borrowed by the engine */
+}
+
+/* 4. The caller's own ds_forward, then ds_train_batch: refused, naming the
+ *    calls that complete the micro-batch, before the loader uses up one of
+ *    its own; after ds_backward and ds_step it trains on. */
+static void pending_forward(void) {
+    engine_t *e = make("{\"train_batch_size\": 16,"
+                       " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003}}}");
+    if (!e) {
+        g_fail = 1;
+        return;
+    }
+    ds_host_batch hb;
+    size_t idx[2] = {0, 1};
+    ds_status st = ds_host_batch_alloc(&hb, g_data, NULL, 2);
+    if (st == DS_OK) st = ds_host_batch_fill(&hb, g_data, idx, 2);
+    if (st == DS_OK) st = ds_forward(e, &hb.batch, NULL);
+    CHECK(st == DS_OK, "the caller's forward: %s", ds_last_error());
+    ds_step_info info;
+    st = ds_train_batch(e, &info);
+    CHECK(st == DS_ERR_INVALID_ARG && strstr(ds_last_error(), "ds_backward and ds_step"),
+          "ds_train_batch with a forward pending: %s: %s", ds_status_to_string(st),
+          ds_last_error());
+    st = ds_backward(e);
+    if (st == DS_OK) st = ds_step(e);
+    if (st == DS_OK) st = ds_train_batch(e, &info);
+    CHECK(st == DS_OK, "after the caller's backward and step: %s", ds_last_error());
+    ds_host_batch_free(&hb);
+    ds_finalize(e);
+    ds_dataset_destroy(g_data); /* borrowed by the engine */
 }
 
 int main(int argc, char **argv) {
@@ -164,6 +201,7 @@ int main(int argc, char **argv) {
         return g_fail;
     }
     forward_fails_mid_window(argv[1]);
+    pending_forward();
     cannot_learn(0);
     cannot_learn(2);
     return g_fail;
